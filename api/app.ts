@@ -1,0 +1,39 @@
+import Koa from 'koa';
+import Router from '@koa/router';
+import { koaBody } from 'koa-body';
+import type { Container } from '../lib/container';
+import { mountRoutes, openApiDocument, type AppState, type RouteDef } from './route';
+import { errorHandler } from './middleware/errors';
+import { requestContext } from './middleware/request-context';
+import authRoutes from './routes/auth';
+import partnerRoutes from './routes/partners';
+import profileRoutes from './routes/profile';
+import auditRoutes from './routes/audit-logs';
+import healthRoutes from './routes/health';
+
+export const API_PREFIX = '/api/v1';
+
+/** Every route of the API, in SPEC.md's order; the OpenAPI document is generated from this list. */
+export const routes: RouteDef[] = [...authRoutes, ...partnerRoutes, ...profileRoutes, ...auditRoutes, ...healthRoutes];
+
+export function createApp(container: Container): Koa<AppState, { container: Container }> {
+  const app = new Koa<AppState, { container: Container }>({ proxy: container.config.production });
+  app.context.container = container;
+  app.silent = true; // errorHandler logs what needs logging
+
+  const router = new Router<AppState, { container: Container }>({ prefix: API_PREFIX });
+  const doc = openApiDocument(routes, { title: 'Key management and file encryption service', version: '1.0.0', serverUrl: container.config.publicUrl + API_PREFIX });
+  router.get('/openapi.json', (ctx) => {
+    ctx.set('Cache-Control', 'public, max-age=300');
+    ctx.body = doc;
+  });
+  mountRoutes(router, routes);
+
+  app.use(requestContext as Koa.Middleware<AppState, { container: Container }>);
+  app.use(errorHandler as Koa.Middleware<AppState, { container: Container }>);
+  // JSON only here; multipart routes parse their own bodies with per-route limits.
+  app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: container.config.limits.jsonBody, jsonStrict: true, onError: (err) => { throw err; } }));
+  app.use(router.routes());
+  app.use(router.allowedMethods());
+  return app;
+}

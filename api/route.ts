@@ -1,0 +1,174 @@
+import type { ParameterizedContext } from 'koa';
+import type { Router, RouterMiddleware } from '@koa/router';
+import { z } from 'zod';
+import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig } from '@asteasolutions/zod-to-openapi';
+import type { Container } from '../lib/container';
+import type { Logger } from '../lib/logger';
+import { forbidden, invalid, type FieldError } from '../lib/errors';
+import { authenticate, type AuthUser } from './middleware/auth';
+import { Problem } from './schemas/common';
+import type { RequestMeta } from '../db/audit';
+
+/**
+ * One declaration per route: method, path, access, and the zod schemas that validate and type its
+ * input and output. The same declaration mounts the Koa handler and feeds /api/v1/openapi.json, so the
+ * document cannot drift from what the code accepts. Responses are parsed through their schema before
+ * they leave, so a field the schema does not name (a hash, a sealed secret) is stripped.
+ */
+export type Access = 'public' | 'auth' | 'session' | 'admin';
+
+export interface AppState {
+  requestId: string;
+  log: Logger;
+  user?: AuthUser;
+}
+export type AppContext = ParameterizedContext<AppState> & { container: Container };
+
+type AnyObject = z.ZodType<Record<string, unknown>>;
+type Infer<S> = S extends z.ZodType ? z.infer<S> : undefined;
+
+export interface Reply {
+  status?: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export interface ResponseSpec {
+  description: string;
+  schema?: z.ZodType;
+  /** Content type for non-JSON answers (file downloads, armored keys). */
+  contentType?: string;
+}
+
+export interface HandlerInput<A extends Access, P, Q, B> {
+  ctx: AppContext;
+  c: Container;
+  params: P;
+  query: Q;
+  body: B;
+  user: A extends 'public' ? AuthUser | undefined : AuthUser;
+  log: Logger;
+  /** What audit rows need to know about the request. */
+  meta: RequestMeta;
+}
+
+
+export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B = unknown> {
+  method: 'get' | 'post' | 'put' | 'patch' | 'delete';
+  path: string;
+  summary: string;
+  tags: string[];
+  access: A;
+  params?: AnyObject;
+  query?: AnyObject;
+  body?: z.ZodType;
+  /** multipart/form-data: `body` validates the text fields; files are read by the handler. */
+  multipart?: { files: string; description: string };
+  /** Extra middleware run before validation (rate limits, body parsers for this route only). */
+  before?: RouterMiddleware<AppState, { container: Container }>[];
+  responses: Record<number, ResponseSpec>;
+  handler(input: HandlerInput<A, P, Q, B>): Promise<Reply | void>;
+}
+
+/** Declares a route; the generic parameters are inferred from the schemas. */
+export function route<A extends Access, PS extends AnyObject | undefined = undefined, QS extends AnyObject | undefined = undefined, BS extends z.ZodType | undefined = undefined>(
+  def: Omit<RouteDef<A>, 'params' | 'query' | 'body' | 'handler'> & {
+    params?: PS;
+    query?: QS;
+    body?: BS;
+    handler(input: HandlerInput<A, Infer<PS>, Infer<QS>, Infer<BS>>): Promise<Reply | void>;
+  },
+): RouteDef {
+  return def as unknown as RouteDef;
+}
+
+function issues(error: z.ZodError, where: string): FieldError[] {
+  return error.issues.map((i) => ({ path: [where, ...i.path.map(String)].join('.'), message: i.message }));
+}
+
+function parse<T>(schema: z.ZodType<T> | undefined, value: unknown, where: string): T {
+  if (!schema) return undefined as T;
+  const result = schema.safeParse(value);
+  if (!result.success) throw invalid('validation_failed', `The request ${where} is invalid.`, issues(result.error, where));
+  return result.data;
+}
+
+const koaPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1');
+
+export function mountRoutes(router: Router<AppState, { container: Container }>, routes: RouteDef[]): void {
+  for (const def of routes) {
+    const handler: RouterMiddleware<AppState, { container: Container }> = async (koaCtx) => {
+      const ctx = koaCtx as unknown as AppContext;
+      const c = ctx.container;
+      if (def.access !== 'public' || ctx.get('authorization')) {
+        const user = await authenticate(ctx, def.access);
+        ctx.state.user = user;
+      }
+      if (def.access === 'admin' && ctx.state.user?.role !== 'admin') {
+        throw forbidden('admin_required', 'This endpoint needs an administrator account.');
+      }
+      const params = parse(def.params, ctx.params, 'params');
+      const query = parse(def.query, ctx.query, 'query');
+      const body = parse(def.body, ctx.request.body ?? {}, 'body');
+      const reply = await def.handler({
+        ctx,
+        c,
+        params,
+        query,
+        body,
+        user: ctx.state.user as AuthUser,
+        log: ctx.state.log,
+        meta: { ip: ctx.ip, requestId: ctx.state.requestId },
+      });
+      if (!reply) return; // the handler answered itself (streams)
+      const status = reply.status ?? 200;
+      for (const [k, v] of Object.entries(reply.headers ?? {})) ctx.set(k, v);
+      ctx.status = status;
+      const schema = def.responses[status]?.schema;
+      ctx.body = schema ? schema.parse(reply.body) : reply.body;
+    };
+    router[def.method](koaPath(def.path), ...(def.before ?? []), handler);
+  }
+}
+
+const security = (access: Access) => (access === 'public' ? [] : [{ bearer: [] }]);
+
+export function openApiDocument(routes: RouteDef[], info: { title: string; version: string; serverUrl: string }) {
+  const registry = new OpenAPIRegistry();
+  registry.registerComponent('securitySchemes', 'bearer', {
+    type: 'http',
+    scheme: 'bearer',
+    description: 'A JWT from /auth/login, or an API key (`kms_pk_…` partner key) where the route accepts one.',
+  });
+  for (const def of routes) {
+    const request: RouteConfig['request'] = {};
+    if (def.params) request.params = def.params as unknown as z.ZodObject;
+    if (def.query) request.query = def.query as unknown as z.ZodObject;
+    if (def.body) {
+      const type = def.multipart ? 'multipart/form-data' : 'application/json';
+      request.body = { content: { [type]: { schema: def.body } }, description: def.multipart?.description };
+    }
+    const responses: RouteConfig['responses'] = {};
+    for (const [status, spec] of Object.entries(def.responses)) {
+      responses[status] = spec.schema
+        ? { description: spec.description, content: { [spec.contentType ?? 'application/json']: { schema: spec.schema } } }
+        : { description: spec.description };
+    }
+    responses.default = { description: 'Error (RFC 9457 problem details)', content: { 'application/problem+json': { schema: Problem } } };
+    registry.registerPath({
+      method: def.method,
+      path: def.path,
+      summary: def.summary,
+      tags: def.tags,
+      security: security(def.access),
+      description: def.access === 'admin' ? 'Administrators only.' : def.access === 'session' ? 'Needs a user session (JWT); API keys are refused.' : undefined,
+      request,
+      responses,
+    });
+  }
+  return new OpenApiGeneratorV31(registry.definitions).generateDocument({
+    openapi: '3.1.0',
+    info: { title: info.title, version: info.version },
+    servers: [{ url: info.serverUrl }],
+  });
+}

@@ -1,0 +1,95 @@
+import { z } from 'zod';
+import { route } from '../route';
+import { Email, Password, text } from '../schemas/common';
+import { Session, User, userOut } from '../schemas/users';
+import { consume } from '../../lib/auth/limiters';
+import * as accounts from '../../lib/services/accounts';
+import { recordAudit } from '../../db/audit';
+import { findUserById } from '../../db/users';
+
+const tags = ['Authentication'];
+
+const Accepted = z.object({ status: z.literal('accepted'), message: z.string() });
+
+export default [
+  route({
+    method: 'post',
+    path: '/auth/login',
+    summary: 'Log in with a username or email and a password; returns a JWT',
+    tags,
+    access: 'public',
+    body: z.object({
+      identifier: z.string().trim().min(1).max(254).describe('Username or email'),
+      password: z.string().min(1).max(256),
+    }),
+    responses: { 200: { description: 'Session token and the user', schema: Session.extend({ user: User }) } },
+    async handler({ c, body, meta }) {
+      const { user, session } = await accounts.login(c, body, meta);
+      return { body: { ...session, user: userOut(user) } };
+    },
+  }),
+
+  route({
+    method: 'get',
+    path: '/auth/me',
+    summary: 'The current user profile',
+    tags,
+    access: 'auth',
+    responses: { 200: { description: 'The user', schema: User.extend({ authenticated_via: z.enum(['jwt', 'partner_key']) }) } },
+    async handler({ c, user }) {
+      const row = (await findUserById(c.db, user.id))!;
+      return { body: { ...userOut(row), authenticated_via: user.via } };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/auth/forgot-password',
+    summary: 'Request a password reset email (same answer whether or not the account exists)',
+    tags,
+    access: 'public',
+    body: z.object({ email: Email }),
+    responses: { 202: { description: 'Accepted', schema: Accepted } },
+    async handler({ c, body, meta }) {
+      await consume(c.limiters.publicIp, `forgot:${meta.ip}`, 'Too many requests from this address.');
+      await accounts.forgotPassword(c, body.email, meta);
+      return { status: 202, body: { status: 'accepted', message: 'If an account with this email exists, a reset email is on its way.' } };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/auth/reset-password',
+    summary: 'Set a new password with a reset token (single use; ends every session)',
+    tags,
+    access: 'public',
+    body: z.object({ token: z.string().min(1).max(256), new_password: Password }),
+    responses: { 200: { description: 'Password changed', schema: z.object({ status: z.literal('password_reset') }) } },
+    async handler({ c, body, meta }) {
+      await consume(c.limiters.publicIp, `reset:${meta.ip}`, 'Too many requests from this address.');
+      await accounts.resetPassword(c, body, meta);
+      return { body: { status: 'password_reset' } };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/auth/contact',
+    summary: 'Submit a support or contact request',
+    tags,
+    access: 'public',
+    body: z.object({ name: text(200), email: Email, subject: text(200), message: text(10_000) }),
+    responses: { 202: { description: 'Received', schema: z.object({ status: z.literal('received'), reference: z.uuid() }) } },
+    async handler({ c, body, user, meta }) {
+      await consume(c.limiters.publicIp, `contact:${meta.ip}`, 'Too many requests from this address.');
+      const id = await c.db.transaction(async (trx) => {
+        const [row] = await trx('contact_requests').insert({ ...body, user_id: user?.id ?? null }).returning<{ id: string }[]>('id');
+        await recordAudit(trx, { user_id: user?.id ?? null, action: 'contact.submit', status: 'success', target: row!.id, ip: meta.ip, request_id: meta.requestId });
+        return row!.id;
+      });
+      // Forwarded to support only: a public form that mails arbitrary addresses would be a spam relay.
+      await accounts.notify(c, c.config.mail.support, 'contact-forward', { ...body, reference: id }, meta);
+      return { status: 202, body: { status: 'received', reference: id } };
+    },
+  }),
+];

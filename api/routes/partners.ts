@@ -1,0 +1,69 @@
+import { z } from 'zod';
+import { route } from '../route';
+import { Email, Password, Timestamp } from '../schemas/common';
+import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
+import { consume } from '../../lib/auth/limiters';
+import * as accounts from '../../lib/services/accounts';
+import { issuePartnerKey, partnerKeyStatus } from '../../lib/services/partner-keys';
+import { findActivePartnerKey } from '../../db/partner-keys';
+import { recordAudit } from '../../db/audit';
+
+const tags = ['Partners'];
+
+const IssuedKey = z
+  .object({
+    api_key: z.string().describe('Shown once; store it now. Send as "Authorization: Bearer <api_key>".'),
+    prefix: z.string(),
+    expires_at: Timestamp,
+  })
+  .meta({ id: 'IssuedPartnerKey' });
+
+export default [
+  route({
+    method: 'post',
+    path: '/partners/register',
+    summary: 'Register a partner account; issues a partner API key (shown once) and a session',
+    tags,
+    access: 'public',
+    body: z.object({ username: Username, email: Email, password: Password, company_name: CompanyName.optional() }),
+    responses: { 201: { description: 'Registered', schema: z.object({ user: User, session: Session, partner_api_key: IssuedKey }) } },
+    async handler({ c, body, meta }) {
+      await consume(c.limiters.publicIp, `register:${meta.ip}`, 'Too many registrations from this address.');
+      const { user, key, session } = await accounts.register(c, body, meta);
+      return {
+        status: 201,
+        headers: { 'Cache-Control': 'no-store' },
+        body: { user: userOut(user), session, partner_api_key: { api_key: key.value, prefix: key.row.prefix, expires_at: key.row.expires_at.toISOString() } },
+      };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/partners/rotate-api-key',
+    summary: 'Rotate the partner API key: a new key (shown once); the old one stops working at once',
+    tags,
+    access: 'auth',
+    responses: { 200: { description: 'The new key', schema: IssuedKey } },
+    async handler({ c, user, meta }) {
+      const key = await c.db.transaction(async (trx) => {
+        const issued = await issuePartnerKey(trx, user.id, c.clock.now(), c.config.partnerKeyTtlDays);
+        await recordAudit(trx, { user_id: user.id, action: 'partner.rotate_api_key', status: 'success', target: issued.row.id, ip: meta.ip, request_id: meta.requestId, details: { prefix: issued.row.prefix, via: user.via } });
+        return issued;
+      });
+      return { headers: { 'Cache-Control': 'no-store' }, body: { api_key: key.value, prefix: key.row.prefix, expires_at: key.row.expires_at.toISOString() } };
+    },
+  }),
+
+  route({
+    method: 'get',
+    path: '/partners/api-key-status',
+    summary: 'Status and expiry of the current partner API key',
+    tags,
+    access: 'auth',
+    responses: { 200: { description: 'Key status', schema: ApiKeyStatus } },
+    async handler({ c, user }) {
+      return { body: partnerKeyStatus(await findActivePartnerKey(c.db, user.id), c.clock.now()) };
+    },
+  }),
+];

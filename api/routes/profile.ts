@@ -1,0 +1,105 @@
+import { z } from 'zod';
+import { route } from '../route';
+import { Email, Password, Timestamp } from '../schemas/common';
+import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
+import * as accounts from '../../lib/services/accounts';
+import { partnerKeyStatus } from '../../lib/services/partner-keys';
+import { findActivePartnerKey } from '../../db/partner-keys';
+import { listAudit } from '../../db/audit';
+import { invalid } from '../../lib/errors';
+
+const tags = ['Profile'];
+
+/** Bounds of the account's automatic rotation policy, in days. */
+export const ROTATION_DAYS = { min: 1, max: 730 } as const;
+
+export const ActivityItem = z
+  .object({ action: z.string(), status: z.enum(['success', 'failure']), target: z.string().nullable(), ip: z.string().nullable(), created_at: Timestamp })
+  .meta({ id: 'ActivityItem' });
+
+export default [
+  route({
+    method: 'put',
+    path: '/profile/update',
+    summary: 'Update username, email and/or company name',
+    tags,
+    access: 'session',
+    body: z.object({ username: Username.optional(), email: Email.optional(), company_name: CompanyName.optional() }).strict(),
+    responses: { 200: { description: 'The updated user', schema: User } },
+    async handler({ c, body, user, meta }) {
+      const patch = Object.fromEntries(Object.entries(body).filter(([, v]) => v !== undefined));
+      if (!Object.keys(patch).length) throw invalid('validation_failed', 'Give at least one of username, email, company_name.');
+      return { body: userOut(await accounts.updateProfile(c, user.id, patch, meta)) };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/profile/change-password',
+    summary: 'Change the password; every other session ends and a new token is returned',
+    tags,
+    access: 'session',
+    body: z.object({ current_password: z.string().min(1).max(256), new_password: Password }).refine((b) => b.current_password !== b.new_password, {
+      message: 'must differ from the current password',
+      path: ['new_password'],
+    }),
+    responses: { 200: { description: 'A fresh session', schema: Session } },
+    async handler({ c, body, user, meta }) {
+      return { body: await accounts.changePassword(c, user.id, body, meta) };
+    },
+  }),
+
+  route({
+    method: 'get',
+    path: '/profile/api-key',
+    summary: 'Metadata of the current partner API key (never its value)',
+    tags,
+    access: 'auth',
+    responses: { 200: { description: 'Key metadata', schema: ApiKeyStatus } },
+    async handler({ c, user }) {
+      return { body: partnerKeyStatus(await findActivePartnerKey(c.db, user.id), c.clock.now()) };
+    },
+  }),
+
+  route({
+    method: 'get',
+    path: '/profile/recent-activity',
+    summary: 'Recent activity of the account, from the audit log',
+    tags,
+    access: 'auth',
+    query: z.object({ limit: z.coerce.number().int().min(1).max(100).default(20) }),
+    responses: { 200: { description: 'Newest first', schema: z.object({ items: z.array(ActivityItem) }) } },
+    async handler({ c, user, query }) {
+      const { items } = await listAudit(c.db, { userId: user.id, page: 1, pageSize: query.limit });
+      return { body: { items: items.map((r) => ({ ...r, created_at: r.created_at.toISOString() })) } };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/profile/update-rotation-days',
+    summary: `Set the automatic key rotation policy in days (${ROTATION_DAYS.min}–${ROTATION_DAYS.max}), or null to turn it off`,
+    tags,
+    access: 'auth',
+    body: z.object({ rotation_days: z.number().int().min(ROTATION_DAYS.min).max(ROTATION_DAYS.max).nullable() }),
+    responses: { 200: { description: 'The stored policy', schema: z.object({ rotation_days: z.number().int().nullable() }) } },
+    async handler({ c, body, user, meta }) {
+      const row = await accounts.setRotationPolicy(c, user.id, body.rotation_days, meta);
+      return { body: { rotation_days: row.rotation_days } };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/profile/delete-account',
+    summary: 'Delete the current account (needs the password; refused for administrators)',
+    tags,
+    access: 'session',
+    body: z.object({ password: z.string().min(1).max(256) }),
+    responses: { 200: { description: 'Deleted', schema: z.object({ status: z.literal('deleted') }) } },
+    async handler({ c, body, user, meta }) {
+      await accounts.deleteAccount(c, user.id, body.password, meta);
+      return { body: { status: 'deleted' } };
+    },
+  }),
+];

@@ -1,0 +1,40 @@
+import { z } from 'zod';
+
+/** Shared payload pieces: problem details, pagination, timestamps. */
+export const Problem = z
+  .object({
+    type: z.string(),
+    title: z.string(),
+    status: z.number().int(),
+    detail: z.string(),
+    code: z.string(),
+    request_id: z.string().optional(),
+    errors: z.array(z.object({ path: z.string(), message: z.string() })).optional(),
+  })
+  .meta({ id: 'Problem' });
+
+export const Timestamp = z.iso.datetime({ offset: true });
+/** Dates leave the service as ISO 8601 strings. */
+export const iso = (d: Date) => d.toISOString();
+export const isoOrNull = (d: Date | null | undefined) => (d ? d.toISOString() : null);
+
+export const PageQuery = z.object({
+  page: z.coerce.number().int().min(1).max(100_000).default(1),
+  page_size: z.coerce.number().int().min(1).max(100).default(20),
+});
+
+export function pageOf<T extends z.ZodType>(item: T) {
+  return z.object({
+    items: z.array(item),
+    page: z.number().int(),
+    page_size: z.number().int(),
+    total: z.number().int(),
+  });
+}
+
+export const Ok = z.object({ status: z.string() }).meta({ id: 'Ok' });
+
+/** Text that must not be blank; trimmed. */
+export const text = (max: number) => z.string().trim().min(1).max(max);
+export const Email = z.string().trim().toLowerCase().pipe(z.email().max(254));
+export const Password = z.string().min(10, 'must be at least 10 characters').max(256);

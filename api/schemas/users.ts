@@ -1,0 +1,57 @@
+import { z } from 'zod';
+import type { UserRow } from '../../db/users';
+import { Email, Timestamp, text } from './common';
+
+export const Username = z
+  .string()
+  .trim()
+  .min(3)
+  .max(64)
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, 'letters, digits, dot, dash and underscore; starts with a letter or digit');
+
+export const CompanyName = text(200).nullable();
+
+export const User = z
+  .object({
+    id: z.uuid(),
+    username: z.string(),
+    email: z.string(),
+    company_name: z.string().nullable(),
+    role: z.enum(['user', 'admin']),
+    rotation_days: z.number().int().nullable(),
+    created_at: Timestamp,
+    updated_at: Timestamp,
+  })
+  .meta({ id: 'User' });
+
+export const userOut = (u: UserRow): z.infer<typeof User> => ({
+  id: u.id,
+  username: u.username,
+  email: u.email,
+  company_name: u.company_name,
+  role: u.role,
+  rotation_days: u.rotation_days,
+  created_at: u.created_at.toISOString(),
+  updated_at: u.updated_at.toISOString(),
+});
+
+export const Session = z
+  .object({
+    token: z.string(),
+    token_type: z.literal('Bearer'),
+    expires_at: Timestamp,
+  })
+  .meta({ id: 'Session' });
+
+export const ApiKeyStatus = z
+  .object({
+    status: z.enum(['active', 'rotated', 'revoked', 'expired', 'none']),
+    prefix: z.string().nullable(),
+    created_at: Timestamp.nullable(),
+    expires_at: Timestamp.nullable(),
+    last_used_at: Timestamp.nullable(),
+    days_remaining: z.number().int().nullable(),
+  })
+  .meta({ id: 'PartnerApiKeyStatus' });
+
+export { Email };

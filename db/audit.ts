@@ -1,0 +1,50 @@
+import type { Knex } from 'knex';
+
+/** Who and where a request came from, as audit rows record it. */
+export interface RequestMeta {
+  ip: string;
+  requestId: string;
+}
+
+export type AuditStatus = 'success' | 'failure';
+
+export interface AuditEntry {
+  user_id: string | null;
+  action: string;
+  status: AuditStatus;
+  target?: string | null;
+  ip?: string | null;
+  request_id?: string | null;
+  /** Never secrets: ids, names, counts and error codes only. */
+  details?: Record<string, unknown>;
+}
+
+export interface AuditRow extends Required<Omit<AuditEntry, 'details'>> {
+  id: number;
+  details: Record<string, unknown>;
+  created_at: Date;
+}
+
+/** Writes one audit row; pass the transaction of the change it records so both land or neither. */
+export async function recordAudit(db: Knex, entry: AuditEntry): Promise<void> {
+  await db('audit_logs').insert({ ...entry, details: JSON.stringify(entry.details ?? {}) });
+}
+
+export interface AuditQuery {
+  userId: string;
+  action?: string;
+  status?: AuditStatus;
+  page: number;
+  pageSize: number;
+}
+
+export async function listAudit(db: Knex, q: AuditQuery): Promise<{ items: AuditRow[]; total: number }> {
+  const base = db<AuditRow>('audit_logs').where({ user_id: q.userId });
+  if (q.action) base.andWhere('action', q.action.endsWith('*') ? 'like' : '=', q.action.replace(/\*$/, '%'));
+  if (q.status) base.andWhere({ status: q.status });
+  const [items, count] = await Promise.all([
+    base.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base.clone().count<{ count: number }[]>({ count: '*' }),
+  ]);
+  return { items, total: count[0]?.count ?? 0 };
+}

@@ -1,0 +1,26 @@
+import type { Knex } from 'knex';
+import * as m001 from './migrations/001_accounts';
+
+/**
+ * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
+ * vitest and any bundler. Append new ones here in order.
+ */
+const migrations: Record<string, Knex.Migration> = {
+  '001_accounts': m001,
+};
+
+const source: Knex.MigrationSource<string> = {
+  getMigrations: async () => Object.keys(migrations),
+  getMigrationName: (name) => name,
+  getMigration: async (name) => migrations[name]!,
+};
+
+export async function migrateLatest(db: Knex): Promise<string[]> {
+  const [, applied] = (await db.migrate.latest({ migrationSource: source })) as [number, string[]];
+  return applied;
+}
+
+export async function migrateRollback(db: Knex): Promise<string[]> {
+  const [, undone] = (await db.migrate.rollback({ migrationSource: source }, true)) as [number, string[]];
+  return undone;
+}

@@ -1,0 +1,20 @@
+import type { Knex } from 'knex';
+
+export interface PasswordResetRow {
+  id: string;
+  user_id: string;
+  token_hash: string;
+  expires_at: Date;
+  used_at: Date | null;
+  created_at: Date;
+}
+
+export const insertPasswordReset = (db: Knex, row: Pick<PasswordResetRow, 'user_id' | 'token_hash' | 'expires_at'>) => db('password_resets').insert(row);
+
+/** Locks the row so two concurrent redemptions of one token cannot both succeed. */
+export const lockPasswordReset = (trx: Knex.Transaction, tokenHash: string) =>
+  trx<PasswordResetRow>('password_resets').where({ token_hash: tokenHash }).forUpdate().first();
+
+/** Redeeming one token voids every other outstanding token of the account. */
+export const usePasswordResets = (trx: Knex.Transaction, userId: string, at: Date) =>
+  trx<PasswordResetRow>('password_resets').where({ user_id: userId }).whereNull('used_at').update({ used_at: at });

@@ -1,0 +1,58 @@
+import type { Knex } from 'knex';
+
+export interface UserRow {
+  id: string;
+  username: string;
+  email: string;
+  company_name: string | null;
+  password_hash: string;
+  role: 'user' | 'admin';
+  token_version: number;
+  rotation_days: number | null;
+  deleted_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+const live = (db: Knex) => db<UserRow>('users').whereNull('deleted_at');
+
+export const findUserById = (db: Knex, id: string) => live(db).where({ id }).first();
+
+/** Login accepts a username or an email, both case-insensitive. */
+export const findUserByLogin = (db: Knex, identifier: string) =>
+  live(db)
+    .where((q) => q.whereRaw('lower(username) = lower(?)', [identifier]).orWhereRaw('lower(email) = lower(?)', [identifier]))
+    .first();
+
+export const findUserByEmail = (db: Knex, email: string) => live(db).whereRaw('lower(email) = lower(?)', [email]).first();
+
+export async function insertUser(db: Knex, user: Pick<UserRow, 'username' | 'email' | 'company_name' | 'password_hash' | 'role'>): Promise<UserRow> {
+  const [row] = await db<UserRow>('users').insert(user).returning('*');
+  return row!;
+}
+
+export async function updateUser(db: Knex, id: string, patch: Partial<Omit<UserRow, 'id' | 'created_at'>>): Promise<UserRow> {
+  const [row] = await db<UserRow>('users')
+    .where({ id })
+    .update({ ...patch, updated_at: db.fn.now() as unknown as Date })
+    .returning('*');
+  return row!;
+}
+
+/** Password change, reset and deletion bump the version, which every JWT must match. */
+export async function bumpTokenVersion(db: Knex, id: string, patch: Partial<Pick<UserRow, 'password_hash'>> = {}): Promise<UserRow> {
+  const [row] = await db<UserRow>('users')
+    .where({ id })
+    .update({ ...patch, token_version: db.raw('token_version + 1') as unknown as number, updated_at: db.fn.now() as unknown as Date })
+    .returning('*');
+  return row!;
+}
+
+/** Which unique index a 23505 violation came from: the API answers 409 with the field's name. */
+export function duplicateField(err: unknown): 'username' | 'email' | null {
+  const e = err as { code?: string; constraint?: string };
+  if (e.code !== '23505') return null;
+  if (e.constraint === 'users_username_unique') return 'username';
+  if (e.constraint === 'users_email_unique') return 'email';
+  return null;
+}

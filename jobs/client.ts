@@ -1,0 +1,58 @@
+import { Queue, type JobsOptions } from 'bullmq';
+import type { Redis } from 'ioredis';
+import { unavailable } from '../lib/errors';
+import { QUEUES, type JobEnvelope, type QueueName } from './define';
+import { jobDefinition, type JobName, type PayloadOf } from './registry';
+
+export interface EnqueueOptions {
+  /** Deterministic id: a second enqueue with the same id is a no-op (BullMQ dedupes). No `:` allowed. */
+  jobId?: string;
+  delay?: number;
+  requestId?: string;
+}
+
+/** BullMQ keys live under a Cluster hash tag, so all of a queue's keys land in one slot. */
+export const bullPrefix = (redisPrefix: string) => `{${redisPrefix}}`;
+
+/**
+ * Any process may enqueue. Payloads are validated against the registry's schema before they reach
+ * Redis, and enqueueing while Redis is not connected fails at once (503) instead of silently waiting.
+ */
+export class JobClient {
+  private readonly queues = new Map<QueueName, Queue>();
+
+  constructor(
+    private readonly connection: Redis,
+    private readonly redisPrefix: string,
+  ) {}
+
+  queue(name: QueueName): Queue {
+    if (!QUEUES.includes(name)) throw new Error(`unknown queue "${name}"`);
+    let queue = this.queues.get(name);
+    if (!queue) {
+      queue = new Queue(name, { connection: this.connection, prefix: bullPrefix(this.redisPrefix) });
+      this.queues.set(name, queue);
+    }
+    return queue;
+  }
+
+  async enqueue<N extends JobName>(name: N, payload: PayloadOf<N>, opts: EnqueueOptions = {}): Promise<string> {
+    const def = jobDefinition(name);
+    if (!def) throw new Error(`unknown job "${String(name)}"`);
+    if (opts.jobId?.includes(':')) throw new Error(`job id "${opts.jobId}" must not contain ':'`);
+    if (this.connection.status !== 'ready') throw unavailable('queue_unavailable', 'The job queue is not reachable; try again shortly.');
+    const data: JobEnvelope = {
+      payload: def.schema.parse(payload),
+      meta: { request_id: opts.requestId, enqueued_at: new Date().toISOString() },
+    };
+    const options: JobsOptions = { ...def.options, jobId: opts.jobId, delay: opts.delay };
+    const job = await this.queue(def.queue).add(def.name, data, options);
+    if (!job.id) throw new Error(`queue "${def.queue}" returned no job id`);
+    return job.id;
+  }
+
+  async close(): Promise<void> {
+    await Promise.all([...this.queues.values()].map((q) => q.close()));
+    this.queues.clear();
+  }
+}

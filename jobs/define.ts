@@ -1,0 +1,37 @@
+import type { Job, JobsOptions } from 'bullmq';
+import type { z } from 'zod';
+import type { Container } from '../lib/container';
+import type { Logger } from '../lib/logger';
+
+/** Every queue is a worker pool that ops size on its own (WORKER_QUEUES). */
+export const QUEUES = ['crypto', 'rotation', 'notify', 'billing', 'team-sync', 'maintenance'] as const;
+export type QueueName = (typeof QUEUES)[number];
+
+export function isQueueName(name: string): name is QueueName {
+  return (QUEUES as readonly string[]).includes(name);
+}
+
+/** What a job carries in Redis: ids and small values only, secrets sealed under the master key. */
+export interface JobEnvelope<P = unknown> {
+  payload: P;
+  meta: { request_id?: string; enqueued_at: string };
+}
+
+export interface JobContext {
+  c: Container;
+  job: Job<JobEnvelope>;
+  log: Logger;
+}
+
+export interface JobDefinition<S extends z.ZodType = z.ZodType, R = unknown> {
+  queue: QueueName;
+  name: string;
+  schema: S;
+  /** Defaults for attempts, back-off and retention of this kind of job. */
+  options?: JobsOptions;
+  process(payload: z.infer<S>, ctx: JobContext): Promise<R>;
+}
+
+export function defineJob<S extends z.ZodType, R>(def: JobDefinition<S, R>): JobDefinition<S, R> {
+  return def;
+}

@@ -1,0 +1,16 @@
+import { z } from 'zod';
+import { defineJob } from './define';
+
+/** Maintenance sweep: drops expired, single-use secrets (reset tokens) that can no longer be redeemed. */
+export const purgeExpired = defineJob({
+  queue: 'maintenance',
+  name: 'purge-expired',
+  schema: z.object({}),
+  options: { attempts: 3, backoff: { type: 'exponential', delay: 10_000 }, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
+  async process(_payload, { c, log }) {
+    const cutoff = new Date(c.clock.now().getTime() - 24 * 3600_000);
+    const resets = await c.db('password_resets').where('expires_at', '<', cutoff).delete();
+    log.info({ resets }, 'purged expired records');
+    return { password_resets: resets };
+  },
+});

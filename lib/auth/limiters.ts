@@ -1,0 +1,53 @@
+import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
+import type { Redis } from 'ioredis';
+import type { Config } from '../config';
+import { tooManyRequests, unavailable } from '../errors';
+
+/**
+ * Counters in Redis, shared by every API process: failed logins per account and per IP (lockout), and
+ * request budgets for public endpoints that send mail or create records.
+ */
+export interface Limiters {
+  loginAccount: RateLimiterRedis;
+  loginIp: RateLimiterRedis;
+  publicIp: RateLimiterRedis;
+}
+
+export function createLimiters(redis: Redis, config: Config): Limiters {
+  const base = { storeClient: redis, keyPrefix: `${config.redisPrefix}:rl` };
+  return {
+    loginAccount: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:login-acct`, points: config.login.maxFailures, duration: config.login.lockSeconds, blockDuration: config.login.lockSeconds }),
+    loginIp: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:login-ip`, points: config.login.ipMaxFailures, duration: 3600, blockDuration: config.login.lockSeconds }),
+    publicIp: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:public-ip`, points: 30, duration: 600 }),
+  };
+}
+
+/** Seconds until the key may try again, or 0 when it is not blocked. */
+export async function blockedFor(limiter: RateLimiterRedis, key: string): Promise<number> {
+  const res = await guard(() => limiter.get(key));
+  if (!res || res.remainingPoints > 0) return 0;
+  return Math.ceil(res.msBeforeNext / 1000);
+}
+
+/** Spends one point; throws 429 with Retry-After once the budget is used up. */
+export async function consume(limiter: RateLimiterRedis, key: string, message: string): Promise<void> {
+  try {
+    await limiter.consume(key);
+  } catch (err) {
+    if (err instanceof RateLimiterRes) throw tooManyRequests(message, err.msBeforeNext / 1000);
+    throw unavailable('rate_limiter_unavailable', 'The rate limiter is not reachable; try again shortly.');
+  }
+}
+
+/** Counts a failure without throwing (the caller answers with its own error); past the budget the key is blocked. */
+export async function penalize(limiter: RateLimiterRedis, key: string): Promise<void> {
+  await limiter.consume(key).catch(() => undefined);
+}
+
+async function guard<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch {
+    throw unavailable('rate_limiter_unavailable', 'The rate limiter is not reachable; try again shortly.');
+  }
+}

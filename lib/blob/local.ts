@@ -1,0 +1,156 @@
+/**
+ * Blob store in a local folder. Layout under the root:
+ *   <key>        published objects
+ *   .tmp/        in-progress writes, renamed into place once complete (same filesystem: atomic)
+ *   .uploads/    `uploadTmpDir`, where upload parsers write before `putFile` renames
+ * Keys never start a segment with a dot, so these names cannot collide with objects.
+ */
+import { randomUUID } from 'node:crypto';
+import { createReadStream, createWriteStream, mkdirSync } from 'node:fs';
+import { lstat, mkdir, open, readdir, rename, rm, stat, unlink } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import {
+  type BlobStore,
+  type ByteRange,
+  type PutOptions,
+  BlobNotFoundError,
+  STREAM_CHUNK_BYTES,
+  assertValidKey,
+  assertValidPrefix,
+  assertValidRange,
+  byteCounter,
+  errorCode,
+} from './types';
+
+export class LocalBlobStore implements BlobStore {
+  readonly root: string;
+  readonly uploadTmpDir: string;
+  private readonly tmpDir: string;
+
+  /** Creates the root and its working folders synchronously: this runs once at startup. */
+  constructor(root: string) {
+    this.root = resolve(root);
+    this.tmpDir = join(this.root, '.tmp');
+    this.uploadTmpDir = join(this.root, '.uploads');
+    mkdirSync(this.tmpDir, { recursive: true });
+    mkdirSync(this.uploadTmpDir, { recursive: true });
+  }
+
+  async put(key: string, source: Readable, opts: PutOptions = {}): Promise<{ size: number }> {
+    const dest = this.pathOf(key);
+    const tmp = this.tmpPath();
+    const counter = byteCounter(opts.onProgress);
+    try {
+      await pipeline(
+        source,
+        counter.stage,
+        createWriteStream(tmp, { flags: 'wx', highWaterMark: STREAM_CHUNK_BYTES }),
+        { signal: opts.signal },
+      );
+      await this.publish(tmp, dest);
+    } catch (err) {
+      await rm(tmp, { force: true });
+      throw err;
+    }
+    return { size: counter.bytes };
+  }
+
+  async putFile(key: string, path: string): Promise<{ size: number }> {
+    const dest = this.pathOf(key);
+    const info = await stat(path);
+    if (!info.isFile()) throw new TypeError(`not a regular file: ${path}`);
+    try {
+      await this.publish(path, dest);
+      return { size: info.size };
+    } catch (err) {
+      if (errorCode(err) !== 'EXDEV') throw err;
+    }
+    // Different filesystem: copy (atomically, via put) then remove the original.
+    const result = await this.put(key, createReadStream(path, { highWaterMark: STREAM_CHUNK_BYTES }));
+    await rm(path, { force: true });
+    return result;
+  }
+
+  async get(key: string, range?: ByteRange): Promise<Readable> {
+    const path = this.pathOf(key);
+    if (range) assertValidRange(range);
+    // Open first so a missing object rejects here rather than as a stream error later.
+    const handle = await open(path, 'r').catch((err: unknown) => {
+      throw errorCode(err) === 'ENOENT' || errorCode(err) === 'ENOTDIR' ? new BlobNotFoundError(key) : err;
+    });
+    if (!(await handle.stat()).isFile()) {
+      await handle.close();
+      throw new BlobNotFoundError(key);
+    }
+    return handle.createReadStream({ start: range?.start, end: range?.end, highWaterMark: STREAM_CHUNK_BYTES });
+  }
+
+  async stat(key: string): Promise<{ size: number } | null> {
+    const path = this.pathOf(key);
+    try {
+      const info = await stat(path);
+      return info.isFile() ? { size: info.size } : null;
+    } catch (err) {
+      if (isMissing(err)) return null;
+      throw err;
+    }
+  }
+
+  async delete(key: string): Promise<void> {
+    const path = this.pathOf(key);
+    try {
+      await unlink(path);
+    } catch (err) {
+      // EISDIR: the key names a folder of other objects, not an object.
+      if (!isMissing(err) && errorCode(err) !== 'EISDIR') throw err;
+    }
+  }
+
+  async deletePrefix(prefix: string): Promise<number> {
+    const dir = join(this.root, assertValidPrefix(prefix));
+    try {
+      if (!(await lstat(dir)).isDirectory()) return 0;
+    } catch (err) {
+      if (isMissing(err)) return 0;
+      throw err;
+    }
+    // Detach the folder first: readers see everything vanish at once, and the count is exact even if
+    // a put into the prefix is finishing concurrently (it lands in a fresh folder).
+    const detached = this.tmpPath();
+    await rename(dir, detached);
+    try {
+      return await countFiles(detached);
+    } finally {
+      await rm(detached, { recursive: true, force: true });
+    }
+  }
+
+  async close(): Promise<void> {}
+
+  private pathOf(key: string): string {
+    assertValidKey(key);
+    return join(this.root, key);
+  }
+
+  private tmpPath(): string {
+    return join(this.tmpDir, randomUUID());
+  }
+
+  private async publish(from: string, dest: string): Promise<void> {
+    await mkdir(dirname(dest), { recursive: true });
+    await rename(from, dest);
+  }
+}
+
+const isMissing = (err: unknown) => errorCode(err) === 'ENOENT' || errorCode(err) === 'ENOTDIR';
+
+async function countFiles(dir: string): Promise<number> {
+  let count = 0;
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    if (entry.isDirectory()) count += await countFiles(join(dir, entry.name));
+    else count += 1;
+  }
+  return count;
+}

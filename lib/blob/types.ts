@@ -1,0 +1,122 @@
+/**
+ * The blob store contract shared by the local-folder and S3 drivers, plus the key rules and the
+ * byte counter both drivers use. Blobs are opaque byte streams addressed by a relative key such as
+ * `jobs/<uuid>/out/0`; nothing here ever holds a whole blob in memory.
+ */
+import type { Readable } from 'node:stream';
+
+/** Stream chunk size used for files and pipes: large enough for throughput, small enough to keep memory flat. */
+export const STREAM_CHUNK_BYTES = 1 << 20;
+
+export interface PutOptions {
+  /** Called with the running total of bytes read from the source. Callers throttle it if needed. */
+  onProgress?: (bytes: number) => void;
+  /** Aborting rejects the put and leaves nothing behind, like any other source error. */
+  signal?: AbortSignal;
+}
+
+/** Inclusive byte range, as in HTTP `Range: bytes=start-end`; `end` defaults to the last byte. */
+export interface ByteRange {
+  start: number;
+  end?: number;
+}
+
+export interface BlobStore {
+  /**
+   * Stream `source` into `key`. Atomic: the object becomes visible (replacing any previous one) only
+   * if `source` ends without error; on error nothing is left behind (temp file deleted, multipart
+   * upload aborted) and the error is rethrown. Resolves to the number of bytes written.
+   */
+  put(key: string, source: Readable, opts?: PutOptions): Promise<{ size: number }>;
+  /**
+   * Move an existing local file (e.g. one a multipart parser wrote into `uploadTmpDir`) into the
+   * store; the file is gone afterwards. On failure the file is left where it was.
+   */
+  putFile(key: string, path: string): Promise<{ size: number }>;
+  /**
+   * Readable stream of the object, or of `range` of it (which should lie within the object: check with
+   * `stat`). Rejects with BlobNotFoundError when the object does not exist.
+   */
+  get(key: string, range?: ByteRange): Promise<Readable>;
+  /** Size of the object, or null when it does not exist. */
+  stat(key: string): Promise<{ size: number } | null>;
+  /** Delete one object; deleting a missing object is fine. */
+  delete(key: string): Promise<void>;
+  /**
+   * Delete every object under `prefix`, which must end with `/` (e.g. `jobs/<id>/`) so that
+   * `jobs/1/` never matches `jobs/10/...`. Resolves to the number of objects deleted.
+   */
+  deletePrefix(prefix: string): Promise<number>;
+  /**
+   * Local directory where upload parsers may write temp files before `putFile`. The local driver
+   * keeps it inside its root so that `putFile` is a rename on the same filesystem.
+   */
+  readonly uploadTmpDir: string;
+  /** Release clients and sockets. */
+  close(): Promise<void>;
+}
+
+export class BlobNotFoundError extends Error {
+  readonly code = 'blob_not_found';
+  constructor(readonly key: string) {
+    super(`blob not found: ${key}`);
+    this.name = 'BlobNotFoundError';
+  }
+}
+
+const KEY_CHARS = /^[A-Za-z0-9._/-]+$/;
+const MAX_KEY_LENGTH = 512;
+
+/**
+ * A key is a relative path of non-empty segments from [A-Za-z0-9._-]. No segment may start with a
+ * dot: that rules out `.` and `..` (a key can never escape the root) and reserves dot-names such as
+ * the local driver's `.tmp/` for the store itself.
+ */
+export function isValidKey(key: string): boolean {
+  return (
+    typeof key === 'string' &&
+    key.length <= MAX_KEY_LENGTH &&
+    KEY_CHARS.test(key) &&
+    key.split('/').every((segment) => segment.length > 0 && segment.length <= 255 && !segment.startsWith('.'))
+  );
+}
+
+export function assertValidKey(key: string): void {
+  if (!isValidKey(key)) throw new TypeError(`invalid blob key: ${JSON.stringify(key)}`);
+}
+
+/** A prefix is a valid key followed by `/`. Returns the prefix without the trailing slash. */
+export function assertValidPrefix(prefix: string): string {
+  const dir = typeof prefix === 'string' && prefix.endsWith('/') ? prefix.slice(0, -1) : '';
+  if (!isValidKey(dir)) throw new TypeError(`invalid blob prefix (must be a key ending with "/"): ${JSON.stringify(prefix)}`);
+  return dir;
+}
+
+export function assertValidRange(range: ByteRange): void {
+  const { start, end } = range;
+  const ok = Number.isSafeInteger(start) && start >= 0 && (end === undefined || (Number.isSafeInteger(end) && end >= start));
+  if (!ok) throw new RangeError(`invalid byte range: ${JSON.stringify(range)}`);
+}
+
+/**
+ * A pass-through stage that counts bytes as they flow, for size and progress without buffering.
+ * `stage` fits both `stream.pipeline` and `Readable.from`.
+ */
+export function byteCounter(onProgress?: (bytes: number) => void) {
+  const counter = {
+    bytes: 0,
+    async *stage(source: AsyncIterable<Uint8Array | string>): AsyncGenerator<Uint8Array> {
+      for await (const chunk of source) {
+        const buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+        counter.bytes += buf.byteLength;
+        onProgress?.(counter.bytes);
+        yield buf;
+      }
+    },
+  };
+  return counter;
+}
+
+/** Node's error code (`ENOENT`...) of an unknown thrown value. */
+export const errorCode = (err: unknown): string | undefined =>
+  err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined;

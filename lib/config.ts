@@ -1,0 +1,101 @@
+import { z } from 'zod';
+
+/**
+ * Twelve-factor configuration: every setting is an environment variable with a default that works on
+ * a developer machine (Postgres and Redis on localhost). Production refuses the development secrets.
+ */
+const DEV_MASTER_KEY = 'dev:' + Buffer.alloc(32, 'kms-development-master-key-000000').toString('base64');
+const DEV_JWT_SECRET = 'development-jwt-secret-change-me-0000000000';
+
+const intish = (def: number, min = 0, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max).default(def);
+const list = z.string().default('').transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean));
+
+const Env = z.object({
+  NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
+  PORT: intish(3000, 0, 65535),
+  PUBLIC_URL: z.string().url().optional(),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  DATABASE_URL: z.string().default('postgres://postgres@127.0.0.1:5432/kms'),
+  REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
+  /** Prefix of every Redis key; wrapped in a Cluster hash tag for BullMQ (`{kms}`). */
+  REDIS_PREFIX: z.string().regex(/^[A-Za-z0-9_-]+$/).default('kms'),
+  /** Current master key, `kid:base64(32 bytes)`; MASTER_KEYS_PREVIOUS (comma separated) still open old seals. */
+  MASTER_KEY: z.string().default(DEV_MASTER_KEY),
+  MASTER_KEYS_PREVIOUS: list,
+  JWT_SECRET: z.string().min(32).default(DEV_JWT_SECRET),
+  JWT_TTL_SECONDS: intish(3600, 60, 86400),
+  SMTP_URL: z.string().optional(),
+  MAIL_FROM: z.string().default('KMS <no-reply@kms.localhost>'),
+  MAIL_DIR: z.string().default('var/mail'),
+  SUPPORT_EMAIL: z.string().email().default('support@kms.localhost'),
+  BLOB_STORE_URL: z.string().default('var/blobs'),
+  S3_ENDPOINT: z.string().optional(),
+  S3_REGION: z.string().default('us-east-1'),
+  WORKER_QUEUES: z.string().default('crypto=2,rotation=2,notify=4,billing=2,team-sync=2,maintenance=1'),
+  ADMIN_EMAILS: list,
+  STRIPE_SECRET_KEY: z.string().optional(),
+  STRIPE_WEBHOOK_SECRET: z.string().optional(),
+  PARTNER_KEY_TTL_DAYS: intish(90, 1, 3650),
+  RESET_TOKEN_TTL_MINUTES: intish(30, 5, 1440),
+  LOGIN_MAX_FAILURES: intish(5, 1, 100),
+  LOGIN_LOCK_SECONDS: intish(900, 1, 86400),
+  LOGIN_IP_MAX_FAILURES: intish(50, 1, 10000),
+  MAX_FILE_BYTES: intish(8 * 1024 ** 3, 1),
+  MAX_FILES_PER_JOB: intish(20, 1, 1000),
+  JSON_BODY_LIMIT: z.string().default('256kb'),
+  JOB_RETENTION_HOURS: intish(24, 1, 24 * 90),
+  ARGON2_MEMORY_KIB: intish(19456, 1024),
+});
+
+export type Config = ReturnType<typeof loadConfig>;
+
+export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
+  const parsed = Env.safeParse(env);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`);
+    throw new Error(`invalid configuration:\n  ${lines.join('\n  ')}`);
+  }
+  const e = parsed.data;
+  const production = e.NODE_ENV === 'production';
+  if (production && (e.MASTER_KEY === DEV_MASTER_KEY || e.JWT_SECRET === DEV_JWT_SECRET)) {
+    throw new Error('NODE_ENV=production needs a real MASTER_KEY and JWT_SECRET (the development defaults are public)');
+  }
+  if (production && e.ARGON2_MEMORY_KIB < 19456) throw new Error('ARGON2_MEMORY_KIB below 19456 is not allowed in production');
+  return {
+    env: e.NODE_ENV,
+    production,
+    port: e.PORT,
+    publicUrl: (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/$/, ''),
+    logLevel: e.LOG_LEVEL,
+    databaseUrl: e.DATABASE_URL,
+    redisUrl: e.REDIS_URL,
+    redisPrefix: e.REDIS_PREFIX,
+    masterKeys: { current: e.MASTER_KEY, previous: e.MASTER_KEYS_PREVIOUS },
+    jwt: { secret: e.JWT_SECRET, ttlSeconds: e.JWT_TTL_SECONDS },
+    mail: { smtpUrl: e.SMTP_URL, from: e.MAIL_FROM, dir: e.MAIL_DIR, support: e.SUPPORT_EMAIL },
+    blob: { url: e.BLOB_STORE_URL, s3Endpoint: e.S3_ENDPOINT, s3Region: e.S3_REGION },
+    workerQueues: parseQueueList(e.WORKER_QUEUES),
+    adminEmails: e.ADMIN_EMAILS.map((x) => x.toLowerCase()),
+    stripe: { secretKey: e.STRIPE_SECRET_KEY, webhookSecret: e.STRIPE_WEBHOOK_SECRET },
+    partnerKeyTtlDays: e.PARTNER_KEY_TTL_DAYS,
+    resetTokenTtlMinutes: e.RESET_TOKEN_TTL_MINUTES,
+    login: { maxFailures: e.LOGIN_MAX_FAILURES, lockSeconds: e.LOGIN_LOCK_SECONDS, ipMaxFailures: e.LOGIN_IP_MAX_FAILURES },
+    limits: { maxFileBytes: e.MAX_FILE_BYTES, maxFilesPerJob: e.MAX_FILES_PER_JOB, jsonBody: e.JSON_BODY_LIMIT },
+    jobRetentionHours: e.JOB_RETENTION_HOURS,
+    argon2MemoryKib: e.ARGON2_MEMORY_KIB,
+  };
+}
+
+/** `crypto=2,notify` → [{queue:'crypto', concurrency:2}, {queue:'notify', concurrency:1}] */
+export function parseQueueList(spec: string): { queue: string; concurrency: number }[] {
+  return spec
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((item) => {
+      const [queue = '', n] = item.split('=');
+      const concurrency = n === undefined ? 1 : Number(n);
+      if (!queue || !Number.isInteger(concurrency) || concurrency < 1) throw new Error(`WORKER_QUEUES: bad entry "${item}"`);
+      return { queue, concurrency };
+    });
+}

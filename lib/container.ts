@@ -1,0 +1,58 @@
+import type { Config } from './config';
+import { createLogger, type Logger } from './logger';
+import { createDb, type Db } from '../db/knex';
+import { createRedis, connectRedis, type Redis } from './redis';
+import { createSealer, type Sealer } from './sealer';
+import { createMailer, type Mailer } from './mailer';
+import { systemClock, type Clock } from './clock';
+import { JobClient } from '../jobs/client';
+import { createLimiters, type Limiters } from './auth/limiters';
+import { createBlobStore, type BlobStore } from './blob';
+
+/**
+ * The composition root: every long-lived dependency, built once per process and handed to the API,
+ * the workers and the scheduler. Tests build their own with a private database, Redis prefix and clock.
+ */
+export interface Container {
+  config: Config;
+  log: Logger;
+  db: Db;
+  redis: Redis;
+  sealer: Sealer;
+  mailer: Mailer;
+  jobs: JobClient;
+  clock: Clock;
+  limiters: Limiters;
+  blob: BlobStore;
+  close(): Promise<void>;
+}
+
+export async function createContainer(config: Config, overrides: { clock?: Clock; log?: Logger } = {}): Promise<Container> {
+  const log = overrides.log ?? createLogger(config.logLevel);
+  const db = createDb(config.databaseUrl);
+  const redis = createRedis(config.redisUrl, 'producer');
+  redis.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
+  await connectRedis(redis);
+  const mailer = createMailer({ ...config.mail, smtpUrl: config.mail.smtpUrl, log });
+  const jobs = new JobClient(redis, config.redisPrefix);
+  const blob = createBlobStore(config.blob.url, { s3: { endpoint: config.blob.s3Endpoint, region: config.blob.s3Region } });
+  return {
+    config,
+    log,
+    db,
+    redis,
+    sealer: createSealer(config.masterKeys.current, config.masterKeys.previous),
+    mailer,
+    jobs,
+    clock: overrides.clock ?? systemClock,
+    limiters: createLimiters(redis, config),
+    blob,
+    async close() {
+      await jobs.close();
+      mailer.close();
+      await blob.close();
+      redis.disconnect();
+      await db.destroy();
+    },
+  };
+}

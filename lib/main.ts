@@ -1,0 +1,81 @@
+import { loadConfig, type Config } from './config';
+import { createContainer, type Container } from './container';
+import { ensureDatabase, createDb } from '../db/knex';
+import { migrateLatest } from '../db/migrate';
+import { startWeb } from '../api/server';
+import { startWorkers } from '../workers/worker';
+import { startScheduler } from '../workers/scheduler';
+
+export type Role = 'web' | 'worker' | 'scheduler';
+const ROLES: Record<string, Role[]> = { web: ['web'], worker: ['worker'], scheduler: ['scheduler'], all: ['web', 'worker', 'scheduler'] };
+
+/** Creates the database when missing and applies pending migrations (knex's lock serialises racers). */
+export async function prepareDatabase(config: Config): Promise<string[]> {
+  await ensureDatabase(config.databaseUrl);
+  const db = createDb(config.databaseUrl, { max: 1 });
+  try {
+    return await migrateLatest(db);
+  } finally {
+    await db.destroy();
+  }
+}
+
+export interface Service {
+  container: Container;
+  port?: number;
+  stop(): Promise<void>;
+}
+
+/** Starts the given roles in this process; `stop` shuts them down in order (API first, workers drain). */
+export async function startService(roles: Role[], config: Config = loadConfig(), container?: Container): Promise<Service> {
+  const c = container ?? (await createContainer(config));
+  const applied = await prepareDatabase(config);
+  if (applied.length) c.log.info({ applied }, 'migrations applied');
+  const stops: (() => Promise<void>)[] = [];
+  let port: number | undefined;
+  if (roles.includes('web')) {
+    const web = await startWeb(c);
+    port = web.port;
+    stops.push(web.close);
+  }
+  if (roles.includes('worker')) stops.push((await startWorkers(c, config.workerQueues)).close);
+  if (roles.includes('scheduler')) stops.push((await startScheduler(c)).close);
+  return {
+    container: c,
+    port,
+    async stop() {
+      for (const stop of stops) await stop();
+      await c.close();
+    },
+  };
+}
+
+async function main() {
+  const role = process.argv[2] ?? 'all';
+  const roles = ROLES[role];
+  if (!roles) throw new Error(`usage: main.ts ${Object.keys(ROLES).join('|')}`);
+  const service = await startService(roles);
+  const { log } = service.container;
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'shutting down: finishing active work');
+    service.stop().then(
+      () => process.exit(0),
+      (err) => {
+        log.error({ err }, 'unclean shutdown');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  main().catch((err) => {
+    console.error(err instanceof Error ? err.message : err);
+    process.exit(1);
+  });
+}

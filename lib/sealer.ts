@@ -1,0 +1,50 @@
+import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+
+/**
+ * Envelope encryption of secrets at rest (and in Redis) under the master key: AES-256-GCM with the key id
+ * in the output, so the master key can be rotated: new seals use the current key, old ones still open with
+ * the previous keys. Format: `s1.<kid>.<base64url(iv ‖ ciphertext ‖ tag)>`. The optional `aad` binds a
+ * sealed value to its place (e.g. a row id) so it cannot be swapped into another.
+ */
+export interface Sealer {
+  seal(plaintext: string | Buffer, aad?: string): string;
+  open(sealed: string, aad?: string): Buffer;
+  openText(sealed: string, aad?: string): string;
+}
+
+function parseKey(spec: string): [string, Buffer] {
+  const at = spec.indexOf(':');
+  const kid = at > 0 ? spec.slice(0, at) : 'k1';
+  const key = Buffer.from(at > 0 ? spec.slice(at + 1) : spec, 'base64');
+  if (!/^[A-Za-z0-9_-]{1,32}$/.test(kid)) throw new Error('master key id must be 1-32 characters of [A-Za-z0-9_-]');
+  if (key.length !== 32) throw new Error(`master key "${kid}" must be 32 bytes, base64 encoded`);
+  return [kid, key];
+}
+
+export function createSealer(current: string, previous: string[] = []): Sealer {
+  const [currentKid, currentKey] = parseKey(current);
+  const keys = new Map([[currentKid, currentKey], ...previous.map(parseKey)]);
+
+  const open = (sealed: string, aad = '') => {
+    const [version, kid, body] = sealed.split('.');
+    const key = kid === undefined ? undefined : keys.get(kid);
+    if (version !== 's1' || !key || !body) throw new Error('sealed value: unknown format or master key id');
+    const raw = Buffer.from(body, 'base64url');
+    const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, 12));
+    decipher.setAAD(Buffer.from(aad));
+    decipher.setAuthTag(raw.subarray(raw.length - 16));
+    return Buffer.concat([decipher.update(raw.subarray(12, raw.length - 16)), decipher.final()]);
+  };
+
+  return {
+    seal(plaintext, aad = '') {
+      const iv = randomBytes(12);
+      const cipher = createCipheriv('aes-256-gcm', currentKey, iv);
+      cipher.setAAD(Buffer.from(aad));
+      const ct = Buffer.concat([cipher.update(plaintext), cipher.final()]);
+      return `s1.${currentKid}.${Buffer.concat([iv, ct, cipher.getAuthTag()]).toString('base64url')}`;
+    },
+    open,
+    openText: (sealed, aad) => open(sealed, aad).toString('utf8'),
+  };
+}

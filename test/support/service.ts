@@ -1,0 +1,123 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { inject } from 'vitest';
+import { Redis } from 'ioredis';
+import { loadConfig, type Config } from '../../lib/config';
+import { createContainer, type Container } from '../../lib/container';
+import { createLogger } from '../../lib/logger';
+import { ManualClock, type Clock } from '../../lib/clock';
+import { startService, type Role } from '../../lib/main';
+import { ensureDatabase, dropDatabase } from '../../db/knex';
+import { deleteKeysMatching } from '../../lib/redis';
+
+export interface TestService {
+  url: string;
+  c: Container;
+  config: Config;
+  /** Environment that starts another process (a worker) on the same database, Redis prefix and blobs. */
+  env: Record<string, string>;
+  api: ApiClient;
+  stop(): Promise<void>;
+}
+
+/**
+ * A whole service for one test file: its own database cloned from the run's migrated template, its
+ * own Redis prefix, blob folder and mail folder, the API on a free port, and (unless told otherwise)
+ * workers in-process. `stop` removes everything it made.
+ */
+export async function startTestService(opts: { roles?: Role[]; env?: Record<string, string>; clock?: Clock } = {}): Promise<TestService> {
+  const id = `${inject('runId')}_${randomBytes(3).toString('hex')}`;
+  const dir = await mkdtemp(join(tmpdir(), `${id}-`));
+  const dbUrl = new URL(inject('pgBase'));
+  dbUrl.pathname = `/${id}`;
+  const env: Record<string, string> = {
+    NODE_ENV: 'test',
+    PORT: '0',
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    DATABASE_URL: dbUrl.toString(),
+    REDIS_URL: inject('redisUrl'),
+    REDIS_PREFIX: id,
+    BLOB_STORE_URL: join(dir, 'blobs'),
+    MAIL_DIR: join(dir, 'mail'),
+    ARGON2_MEMORY_KIB: '1024',
+    WORKER_QUEUES: 'crypto=2,rotation=2,notify=2,billing=1,team-sync=1,maintenance=1',
+    ...opts.env,
+  };
+  await ensureDatabase(env.DATABASE_URL!, inject('templateDb'));
+  const config = loadConfig(env);
+  const container = await createContainer(config, { clock: opts.clock ?? new ManualClockFollowingTime(), log: createLogger(config.logLevel, { test: id }) });
+  const service = await startService(opts.roles ?? ['web', 'worker'], config, container);
+  const url = `http://127.0.0.1:${service.port}/api/v1`;
+  return {
+    url,
+    c: container,
+    config,
+    env,
+    api: apiClient(url),
+    async stop() {
+      await service.stop();
+      await dropDatabase(env.DATABASE_URL!);
+      const redis = new Redis(env.REDIS_URL!);
+      await deleteKeysMatching(redis, `*${id}*`);
+      redis.disconnect();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Real time by default, but tests may jump it forward (expiry, lockout, schedules). */
+export class ManualClockFollowingTime extends ManualClock {
+  private offset = 0;
+  override now() {
+    return new Date(Date.now() + this.offset);
+  }
+  override advance(ms: number) {
+    this.offset += ms;
+  }
+  override set(date: Date) {
+    this.offset = date.getTime() - Date.now();
+  }
+}
+
+export interface ApiResponse<T = any> {
+  status: number;
+  headers: Headers;
+  body: T;
+}
+
+export interface RequestOptions {
+  token?: string;
+  body?: unknown;
+  headers?: Record<string, string>;
+  raw?: RequestInit['body'];
+}
+
+export type ApiClient = <T = any>(method: string, path: string, opts?: RequestOptions) => Promise<ApiResponse<T>>;
+
+export function apiClient(base: string): ApiClient {
+  return async (method, path, opts = {}) => {
+    const headers: Record<string, string> = { ...opts.headers };
+    if (opts.token) headers.authorization = `Bearer ${opts.token}`;
+    let body: RequestInit['body'] = opts.raw;
+    if (opts.body !== undefined) {
+      headers['content-type'] ??= 'application/json';
+      body = JSON.stringify(opts.body);
+    }
+    const res = await fetch(base + path, { method, headers, body });
+    const type = res.headers.get('content-type') ?? '';
+    const parsed = type.includes('json') ? await res.json() : await res.text();
+    return { status: res.status, headers: res.headers, body: parsed as never };
+  };
+}
+
+let counter = 0;
+/** A fresh account through the public API: its session token, partner API key and ids. */
+export async function registerUser(api: ApiClient, over: Partial<{ username: string; email: string; password: string }> = {}) {
+  const n = `${Date.now().toString(36)}${(counter++).toString(36)}${randomBytes(2).toString('hex')}`;
+  const input = { username: `user_${n}`, email: `user_${n}@example.test`, password: 'correct horse battery', company_name: 'Acme', ...over };
+  const res = await api('POST', '/partners/register', { body: input });
+  if (res.status !== 201) throw new Error(`register failed: ${res.status} ${JSON.stringify(res.body)}`);
+  return { ...input, id: res.body.user.id as string, token: res.body.session.token as string, apiKey: res.body.partner_api_key.api_key as string };
+}

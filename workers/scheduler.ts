@@ -1,0 +1,34 @@
+import type { Container } from '../lib/container';
+import type { JobEnvelope } from '../jobs/define';
+import { jobDefinition, type JobName } from '../jobs/registry';
+
+/**
+ * Recurring work, registered as BullMQ job schedulers. Upserting is idempotent, so any number of
+ * scheduler processes may run: Redis holds one scheduler per id, and each tick enqueues one job.
+ */
+export const SCHEDULES: { id: string; job: JobName; every: number }[] = [
+  { id: 'purge-expired', job: 'purge-expired', every: 3600_000 },
+];
+
+export interface Scheduler {
+  close(): Promise<void>;
+}
+
+export async function startScheduler(c: Container): Promise<Scheduler> {
+  const register = async () => {
+    for (const s of SCHEDULES) {
+      const def = jobDefinition(s.job)!;
+      const data: JobEnvelope = { payload: {}, meta: { enqueued_at: new Date().toISOString() } };
+      await c.jobs.queue(def.queue).upsertJobScheduler(s.id, { every: s.every }, { name: def.name, data, opts: def.options });
+    }
+  };
+  await register();
+  c.log.info({ schedules: SCHEDULES.map((s) => s.id) }, 'scheduler started');
+  // Re-assert now and then: a Redis flush or failover must not silently drop the schedules.
+  const timer = setInterval(() => register().catch((err) => c.log.warn({ err: (err as Error).message }, 'could not register schedules')), 60_000);
+  return {
+    async close() {
+      clearInterval(timer);
+    },
+  };
+}

@@ -1,0 +1,62 @@
+import { UnrecoverableError, Worker, type Job } from 'bullmq';
+import type { Container } from '../lib/container';
+import { AppError } from '../lib/errors';
+import { createRedis, connectRedis } from '../lib/redis';
+import { bullPrefix } from '../jobs/client';
+import { isQueueName, type JobEnvelope, type QueueName } from '../jobs/define';
+import { jobDefinition } from '../jobs/registry';
+
+export interface WorkerPool {
+  workers: Worker[];
+  /** Stops taking jobs, lets active ones finish, then closes connections. */
+  close(): Promise<void>;
+}
+
+/**
+ * Consumes the queues this process was given (WORKER_QUEUES), each with its own concurrency. A job of
+ * an unknown kind, on the wrong queue or with a payload that fails its schema is failed without retries;
+ * so is a processor's client error (4xx AppError: wrong passphrase, tampered file), since retrying
+ * cannot fix it.
+ */
+export async function startWorkers(c: Container, queues: { queue: string; concurrency: number }[]): Promise<WorkerPool> {
+  const connection = createRedis(c.config.redisUrl, 'worker');
+  connection.on('error', (err) => c.log.warn({ err: err.message }, 'worker redis connection error'));
+  await connectRedis(connection);
+
+  const workers = queues.map(({ queue, concurrency }) => {
+    if (!isQueueName(queue)) throw new Error(`WORKER_QUEUES names an unknown queue "${queue}"`);
+    const worker = new Worker<JobEnvelope>(queue, (job) => processJob(c, queue, job), {
+      connection,
+      prefix: bullPrefix(c.config.redisPrefix),
+      concurrency,
+      autorun: true,
+    });
+    worker.on('failed', (job, err) => c.log.warn({ queue, job: job?.name, job_id: job?.id, attempts: job?.attemptsMade, err: err.message }, 'job failed'));
+    worker.on('error', (err) => c.log.error({ queue, err }, 'worker error'));
+    return worker;
+  });
+  await Promise.all(workers.map((w) => w.waitUntilReady()));
+  c.log.info({ queues }, 'workers started');
+
+  return {
+    workers,
+    async close() {
+      await Promise.all(workers.map((w) => w.close()));
+      connection.disconnect();
+    },
+  };
+}
+
+async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>): Promise<unknown> {
+  const def = jobDefinition(job.name);
+  if (!def || def.queue !== queue) throw new UnrecoverableError(`no job "${job.name}" on queue "${queue}"`);
+  const parsed = def.schema.safeParse(job.data?.payload);
+  if (!parsed.success) throw new UnrecoverableError(`payload of "${job.name}" does not match its schema`);
+  const log = c.log.child({ queue, job: job.name, job_id: job.id, request_id: job.data.meta?.request_id });
+  try {
+    return await def.process(parsed.data, { c, job, log });
+  } catch (err) {
+    if (err instanceof AppError && err.status < 500) throw new UnrecoverableError(`${err.code}: ${err.message}`);
+    throw err;
+  }
+}
