@@ -27,7 +27,7 @@ export interface TestService {
  * own Redis prefix, blob folder and mail folder, the API on a free port, and (unless told otherwise)
  * workers in-process. `stop` removes everything it made.
  */
-export async function startTestService(opts: { roles?: Role[]; env?: Record<string, string>; clock?: Clock } = {}): Promise<TestService> {
+export async function startTestService(opts: { roles?: Role[]; env?: Record<string, string>; clock?: Clock; dbHost?: string } = {}): Promise<TestService> {
   const id = `${inject('runId')}_${randomBytes(3).toString('hex')}`;
   const dir = await mkdtemp(join(tmpdir(), `${id}-`));
   const dbUrl = new URL(inject('pgBase'));
@@ -46,6 +46,10 @@ export async function startTestService(opts: { roles?: Role[]; env?: Record<stri
     ...opts.env,
   };
   await ensureDatabase(env.DATABASE_URL!, inject('templateDb'));
+  if (opts.dbHost) {
+    dbUrl.host = opts.dbHost;
+    env.DATABASE_URL = dbUrl.toString();
+  }
   const config = loadConfig(env);
   const container = await createContainer(config, { clock: opts.clock ?? new ManualClockFollowingTime(), log: createLogger(config.logLevel, { test: id }) });
   const service = await startService(opts.roles ?? ['web', 'worker'], config, container);
@@ -58,7 +62,8 @@ export async function startTestService(opts: { roles?: Role[]; env?: Record<stri
     api: apiClient(url),
     async stop() {
       await service.stop();
-      await dropDatabase(env.DATABASE_URL!);
+      dbUrl.host = new URL(inject('pgBase')).host;
+      await dropDatabase(dbUrl.toString());
       const redis = new Redis(env.REDIS_URL!);
       await deleteKeysMatching(redis, `*${id}*`);
       redis.disconnect();

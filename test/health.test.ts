@@ -1,0 +1,52 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { inject } from 'vitest';
+import { startTestService, type TestService } from './support/service';
+import { startProxy } from './support/proxy';
+
+let s: TestService;
+let pgProxy: Awaited<ReturnType<typeof startProxy>>;
+let redisProxy: Awaited<ReturnType<typeof startProxy>>;
+
+beforeAll(async () => {
+  const pg = new URL(inject('pgBase'));
+  const redis = new URL(inject('redisUrl'));
+  pgProxy = await startProxy(pg.hostname, Number(pg.port || 5432));
+  redisProxy = await startProxy(redis.hostname, Number(redis.port || 6379));
+  // The service reaches Postgres and Redis only through the proxies, which the tests can cut.
+  s = await startTestService({ roles: ['web'], env: { REDIS_URL: `redis://127.0.0.1:${redisProxy.port}` }, dbHost: `127.0.0.1:${pgProxy.port}` });
+});
+afterAll(async () => {
+  pgProxy?.restore();
+  redisProxy?.restore();
+  await s?.stop();
+  await pgProxy?.close();
+  await redisProxy?.close();
+});
+
+describe('health', () => {
+  it('is 200 while Postgres and Redis answer', async () => {
+    const res = await s.api('GET', '/health');
+    expect(res.status).toBe(200);
+  });
+
+  it('is 503 with the failing check named while Redis is down, and recovers', async () => {
+    redisProxy.cut();
+    const res = await s.api('GET', '/health');
+    expect(res.status).toBe(503);
+    expect(res.body.checks).toEqual({ postgres: 'up', redis: 'down' });
+    const login = await s.api('POST', '/auth/login', { body: { identifier: 'someone', password: 'whatever pw' } });
+    expect(login.status).toBe(503);
+    expect(login.headers.get('content-type')).toContain('problem+json');
+    redisProxy.restore();
+    await expect.poll(async () => (await s.api('GET', '/health')).status, { timeout: 10_000, interval: 200 }).toBe(200);
+  });
+
+  it('is 503 while Postgres is down, and recovers', async () => {
+    pgProxy.cut();
+    const res = await s.api('GET', '/health');
+    expect(res.status).toBe(503);
+    expect(res.body.checks.postgres).toBe('down');
+    pgProxy.restore();
+    await expect.poll(async () => (await s.api('GET', '/health')).status, { timeout: 15_000, interval: 300 }).toBe(200);
+  });
+});
