@@ -8,6 +8,8 @@ import { forbidden, invalid, type FieldError } from '../lib/errors';
 import { authenticate, type AuthUser } from './middleware/auth';
 import { Problem } from './schemas/common';
 import type { RequestMeta } from '../db/audit';
+import { readMultipart, type UploadedFile } from './middleware/multipart';
+import { jobBlob, newJobId } from '../lib/services/jobs';
 
 /**
  * One declaration per route: method, path, access, and the zod schemas that validate and type its
@@ -50,6 +52,8 @@ export interface HandlerInput<A extends Access, P, Q, B> {
   log: Logger;
   /** What audit rows need to know about the request. */
   meta: RequestMeta;
+  /** Multipart routes with files: the uploads, stored as inputs of job `id`. */
+  upload: { id: string; files: UploadedFile[] };
 }
 
 
@@ -62,8 +66,11 @@ export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B
   params?: AnyObject;
   query?: AnyObject;
   body?: z.ZodType;
-  /** multipart/form-data: `body` validates the text fields; files are read by the handler. */
-  multipart?: { files: string; description: string };
+  /**
+   * multipart/form-data: `body` validates the text fields. With `files`, uploaded files (form field
+   * `files`, repeatable) stream into the blob store as the inputs of a job with id `upload.id`.
+   */
+  multipart?: { description: string; files?: boolean; textFileFields?: string[] };
   /** Extra middleware run before validation (rate limits, body parsers for this route only). */
   before?: RouterMiddleware<AppState, { container: Container }>[];
   responses: Record<number, ResponseSpec>;
@@ -109,17 +116,30 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       }
       const params = parse(def.params, ctx.params, 'params');
       const query = parse(def.query, ctx.query, 'query');
-      const body = parse(def.body, ctx.request.body ?? {}, 'body');
-      const reply = await def.handler({
-        ctx,
-        c,
-        params,
-        query,
-        body,
-        user: ctx.state.user as AuthUser,
-        log: ctx.state.log,
-        meta: { ip: ctx.ip, requestId: ctx.state.requestId },
-      });
+      const upload = { id: newJobId(), files: [] as UploadedFile[] };
+      const run = (body: unknown) =>
+        def.handler({ ctx, c, params, query, body, upload, user: ctx.state.user as AuthUser, log: ctx.state.log, meta: { ip: ctx.ip, requestId: ctx.state.requestId } });
+      let reply: Reply | void;
+      if (def.multipart && !ctx.is('json')) {
+        try {
+          const form = await readMultipart(ctx, {
+            fileFields: def.multipart.files ? ['files'] : [],
+            textFileFields: def.multipart.textFileFields,
+            maxFiles: c.config.limits.maxFilesPerJob,
+            maxFileBytes: c.config.limits.maxFileBytes,
+            store: (n, source) => c.blob.put(jobBlob.input(upload.id, n), source),
+          });
+          upload.files = form.files;
+          reply = await run(parse(def.body, form.fields, 'body'));
+        } finally {
+          // Uploads that did not become a job (invalid form, refused key, replayed request) are dropped.
+          if (def.multipart.files && !(await c.db('jobs').where({ id: upload.id }).first())) {
+            await c.blob.deletePrefix(jobBlob.dir(upload.id)).catch(() => undefined);
+          }
+        }
+      } else {
+        reply = await run(parse(def.body, ctx.request.body ?? {}, 'body'));
+      }
       if (!reply) return; // the handler answered itself (streams)
       const status = reply.status ?? 200;
       for (const [k, v] of Object.entries(reply.headers ?? {})) ctx.set(k, v);

@@ -1,4 +1,4 @@
-import { createServer, type Server } from 'node:http';
+import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { Container } from '../lib/container';
 import { createApp } from './app';
 
@@ -8,6 +8,9 @@ export interface WebServer {
   close(): Promise<void>;
 }
 
+/** How long shutdown waits for in-flight requests (a large download, say) before cutting them. */
+const SHUTDOWN_GRACE_MS = 30_000;
+
 export async function startWeb(c: Container, port = c.config.port): Promise<WebServer> {
   const app = createApp(c);
   const server = createServer(app.callback());
@@ -15,6 +18,11 @@ export async function startWeb(c: Container, port = c.config.port): Promise<WebS
   server.requestTimeout = 0;
   server.headersTimeout = 60_000;
   server.keepAliveTimeout = 65_000;
+  const inFlight = new Set<ServerResponse>();
+  server.on('request', (_req, res: ServerResponse) => {
+    inFlight.add(res);
+    res.on('close', () => inFlight.delete(res));
+  });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, () => resolve());
@@ -25,10 +33,13 @@ export async function startWeb(c: Container, port = c.config.port): Promise<WebS
   return {
     server,
     port: actual,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeIdleConnections();
-      }),
+    async close() {
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      // Let answers in progress finish, then drop keep-alive sockets (idle or half-read) at once.
+      const deadline = Date.now() + SHUTDOWN_GRACE_MS;
+      while (inFlight.size && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      server.closeAllConnections();
+      await closed;
+    },
   };
 }

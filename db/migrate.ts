@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import * as m001 from './migrations/001_accounts';
+import * as m002 from './migrations/002_keys_and_jobs';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -7,6 +8,7 @@ import * as m001 from './migrations/001_accounts';
  */
 const migrations: Record<string, Knex.Migration> = {
   '001_accounts': m001,
+  '002_keys_and_jobs': m002,
 };
 
 const source: Knex.MigrationSource<string> = {

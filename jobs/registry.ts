@@ -2,6 +2,10 @@ import type { z } from 'zod';
 import type { JobDefinition } from './define';
 import { sendEmail } from './send-email';
 import { purgeExpired } from './purge-expired';
+import { purgeJobOutputs } from './purge-job-outputs';
+import { encryptFiles } from './encrypt-files';
+import { decryptFiles } from './decrypt-files';
+import { generateKeyJob } from './generate-key';
 
 /**
  * The contract between producers (API, scheduler, other jobs) and consumers (workers): every job kind
@@ -10,6 +14,10 @@ import { purgeExpired } from './purge-expired';
 export const jobs = {
   'send-email': sendEmail,
   'purge-expired': purgeExpired,
+  'purge-job-outputs': purgeJobOutputs,
+  'encrypt-files': encryptFiles,
+  'decrypt-files': decryptFiles,
+  'generate-key': generateKeyJob,
 } as const;
 
 export type JobName = keyof typeof jobs;

@@ -45,6 +45,8 @@ const Env = z.object({
   JSON_BODY_LIMIT: z.string().default('256kb'),
   JOB_RETENTION_HOURS: intish(24, 1, 24 * 90),
   ARGON2_MEMORY_KIB: intish(19456, 1024),
+  LINEAGE_KDF_MEMORY_KIB: intish(65536, 1024),
+  MAX_DECOMPRESSED_BYTES: intish(16 * 1024 ** 3, 1),
 });
 
 export type Config = ReturnType<typeof loadConfig>;
@@ -60,7 +62,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
   if (production && (e.MASTER_KEY === DEV_MASTER_KEY || e.JWT_SECRET === DEV_JWT_SECRET)) {
     throw new Error('NODE_ENV=production needs a real MASTER_KEY and JWT_SECRET (the development defaults are public)');
   }
-  if (production && e.ARGON2_MEMORY_KIB < 19456) throw new Error('ARGON2_MEMORY_KIB below 19456 is not allowed in production');
+  if (production && Math.min(e.ARGON2_MEMORY_KIB, e.LINEAGE_KDF_MEMORY_KIB) < 19456) throw new Error('ARGON2_MEMORY_KIB and LINEAGE_KDF_MEMORY_KIB below 19456 are not allowed in production');
   return {
     env: e.NODE_ENV,
     production,
@@ -80,9 +82,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     partnerKeyTtlDays: e.PARTNER_KEY_TTL_DAYS,
     resetTokenTtlMinutes: e.RESET_TOKEN_TTL_MINUTES,
     login: { maxFailures: e.LOGIN_MAX_FAILURES, lockSeconds: e.LOGIN_LOCK_SECONDS, ipMaxFailures: e.LOGIN_IP_MAX_FAILURES },
-    limits: { maxFileBytes: e.MAX_FILE_BYTES, maxFilesPerJob: e.MAX_FILES_PER_JOB, jsonBody: e.JSON_BODY_LIMIT },
+    limits: { maxFileBytes: e.MAX_FILE_BYTES, maxFilesPerJob: e.MAX_FILES_PER_JOB, jsonBody: e.JSON_BODY_LIMIT, maxDecompressedBytes: e.MAX_DECOMPRESSED_BYTES },
     jobRetentionHours: e.JOB_RETENTION_HOURS,
     argon2MemoryKib: e.ARGON2_MEMORY_KIB,
+    lineageKdfMemoryKib: e.LINEAGE_KDF_MEMORY_KIB,
   };
 }
 

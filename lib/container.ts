@@ -8,6 +8,7 @@ import { systemClock, type Clock } from './clock';
 import { JobClient } from '../jobs/client';
 import { createLimiters, type Limiters } from './auth/limiters';
 import { createBlobStore, type BlobStore } from './blob';
+import { setLineageKdf } from './lineage';
 
 /**
  * The composition root: every long-lived dependency, built once per process and handed to the API,
@@ -29,6 +30,7 @@ export interface Container {
 
 export async function createContainer(config: Config, overrides: { clock?: Clock; log?: Logger } = {}): Promise<Container> {
   const log = overrides.log ?? createLogger(config.logLevel);
+  setLineageKdf({ memoryKib: config.lineageKdfMemoryKib });
   const db = createDb(config.databaseUrl);
   const redis = createRedis(config.redisUrl, 'producer');
   redis.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));

@@ -11,6 +11,8 @@ export interface Limiters {
   loginAccount: RateLimiterRedis;
   loginIp: RateLimiterRedis;
   publicIp: RateLimiterRedis;
+  /** Wrong passphrases per key lineage: an online guessing budget for stolen API credentials. */
+  passphrase: RateLimiterRedis;
 }
 
 export function createLimiters(redis: Redis, config: Config): Limiters {
@@ -19,6 +21,7 @@ export function createLimiters(redis: Redis, config: Config): Limiters {
     loginAccount: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:login-acct`, points: config.login.maxFailures, duration: config.login.lockSeconds, blockDuration: config.login.lockSeconds }),
     loginIp: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:login-ip`, points: config.login.ipMaxFailures, duration: 3600, blockDuration: config.login.lockSeconds }),
     publicIp: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:public-ip`, points: 30, duration: 600 }),
+    passphrase: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:passphrase`, points: 10, duration: 900, blockDuration: 900 }),
   };
 }
 

@@ -42,6 +42,7 @@ export async function startTestService(opts: { roles?: Role[]; env?: Record<stri
     BLOB_STORE_URL: join(dir, 'blobs'),
     MAIL_DIR: join(dir, 'mail'),
     ARGON2_MEMORY_KIB: '1024',
+    LINEAGE_KDF_MEMORY_KIB: '1024',
     WORKER_QUEUES: 'crypto=2,rotation=2,notify=2,billing=1,team-sync=1,maintenance=1',
     ...opts.env,
   };
@@ -97,6 +98,24 @@ export interface RequestOptions {
   body?: unknown;
   headers?: Record<string, string>;
   raw?: RequestInit['body'];
+  /** multipart/form-data: field → value; a Blob/Buffer value (or array of them) is sent as file(s). */
+  form?: Record<string, string | FormFile | FormFile[]>;
+}
+
+export interface FormFile {
+  name: string;
+  data: Buffer | Blob;
+}
+
+function toFormData(fields: NonNullable<RequestOptions['form']>): FormData {
+  const form = new FormData();
+  for (const [key, value] of Object.entries(fields)) {
+    for (const v of Array.isArray(value) ? value : [value]) {
+      if (typeof v === 'string') form.append(key, v);
+      else form.append(key, v.data instanceof Blob ? v.data : new Blob([v.data]), v.name);
+    }
+  }
+  return form;
 }
 
 export type ApiClient = <T = any>(method: string, path: string, opts?: RequestOptions) => Promise<ApiResponse<T>>;
@@ -105,14 +124,14 @@ export function apiClient(base: string): ApiClient {
   return async (method, path, opts = {}) => {
     const headers: Record<string, string> = { ...opts.headers };
     if (opts.token) headers.authorization = `Bearer ${opts.token}`;
-    let body: RequestInit['body'] = opts.raw;
+    let body: RequestInit['body'] = opts.raw ?? (opts.form ? toFormData(opts.form) : undefined);
     if (opts.body !== undefined) {
       headers['content-type'] ??= 'application/json';
       body = JSON.stringify(opts.body);
     }
     const res = await fetch(base + path, { method, headers, body });
     const type = res.headers.get('content-type') ?? '';
-    const parsed = type.includes('json') ? await res.json() : await res.text();
+    const parsed = type.includes('json') ? await res.json() : type.startsWith('text/') || type.includes('pgp-keys') ? await res.text() : Buffer.from(await res.arrayBuffer());
     return { status: res.status, headers: res.headers, body: parsed as never };
   };
 }

@@ -1,0 +1,133 @@
+import busboy from 'busboy';
+import type { Readable } from 'node:stream';
+import { AppError, invalid, tooLarge } from '../../lib/errors';
+import type { AppContext } from '../route';
+
+/**
+ * Streaming multipart/form-data. Each uploaded file is handed to `store` as a stream as it arrives
+ * (straight into the blob store), so the API holds no file in memory or in a temporary folder, and a
+ * file over the size limit is refused the moment it crosses it. (koa-body's formidable only checks the
+ * per-file limit after the whole part is on disk, which is why uploads do not go through it.)
+ */
+export interface UploadedFile {
+  n: number;
+  name: string;
+  size: number;
+  contentType: string;
+}
+
+export interface MultipartOptions {
+  /** Form fields that carry the files to store (e.g. `files`). */
+  fileFields: string[];
+  /** File fields read into memory as text (an armored public key), at most `smallFileBytes`. */
+  textFileFields?: string[];
+  smallFileBytes?: number;
+  maxFiles: number;
+  maxFileBytes: number;
+  store?(n: number, source: Readable): Promise<{ size: number }>;
+}
+
+export interface MultipartBody {
+  fields: Record<string, string>;
+  files: UploadedFile[];
+}
+
+const FIELD_BYTES = 64 * 1024;
+
+export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<MultipartBody> {
+  if (!ctx.is('multipart/form-data')) {
+    return Promise.reject(new AppError(415, 'multipart_required', 'Send this request as multipart/form-data.'));
+  }
+  const smallMax = opts.smallFileBytes ?? 1 << 20;
+  return new Promise<MultipartBody>((resolve, reject) => {
+    const fields: Record<string, string> = {};
+    const files: UploadedFile[] = [];
+    const pending: Promise<unknown>[] = [];
+    const streams = new Set<Readable>();
+    let failed: unknown;
+    let bb: busboy.Busboy;
+    try {
+      bb = busboy({
+        headers: ctx.req.headers,
+        // busboy signals `limit` on reaching fileSize, so one byte more lets a file of exactly the limit through.
+        limits: { fileSize: Math.max(opts.maxFileBytes, smallMax) + 1, files: opts.maxFiles + (opts.textFileFields?.length ?? 0), fields: 50, fieldSize: FIELD_BYTES, parts: 200 },
+      });
+    } catch {
+      return reject(invalid('malformed_multipart', 'The multipart body is malformed (boundary missing?).'));
+    }
+    const fail = (err: unknown) => {
+      if (failed) return;
+      failed = err;
+      ctx.req.unpipe(bb);
+      ctx.req.resume(); // drain the rest so the client sees our answer
+      // Stop files still streaming and let their stores settle, so the caller's clean-up runs last.
+      for (const s of streams) s.destroy(err instanceof Error ? err : undefined);
+      void Promise.allSettled(pending).then(() => reject(err));
+    };
+
+    bb.on('field', (name, value, info) => {
+      if (info.valueTruncated) return fail(tooLarge('field_too_large', `Form field "${name}" is longer than ${FIELD_BYTES} bytes.`));
+      fields[name] ??= value;
+    });
+
+    bb.on('file', (field, stream, info) => {
+      if (failed) return stream.resume();
+      if (opts.textFileFields?.includes(field)) {
+        const chunks: Buffer[] = [];
+        let size = 0;
+        stream.on('data', (chunk: Buffer) => {
+          size += chunk.length;
+          if (size > smallMax) return fail(tooLarge('field_too_large', `"${field}" is larger than ${smallMax} bytes.`));
+          chunks.push(chunk);
+        });
+        stream.on('end', () => {
+          fields[field] ??= Buffer.concat(chunks).toString('utf8');
+        });
+        return;
+      }
+      if (!opts.fileFields.includes(field) || !opts.store) {
+        stream.resume();
+        return fail(invalid('unexpected_file', `Form field "${field}" does not take a file.`));
+      }
+      if (files.length >= opts.maxFiles) {
+        stream.resume();
+        return fail(tooLarge('too_many_files', `At most ${opts.maxFiles} files per request.`));
+      }
+      const n = files.length;
+      const file: UploadedFile = { n, name: safeName(info.filename, n), size: 0, contentType: info.mimeType || 'application/octet-stream' };
+      files.push(file);
+      streams.add(stream);
+      stream.on('close', () => streams.delete(stream));
+      stream.on('limit', () => {
+        stream.destroy(tooLarge('file_too_large', `"${file.name}" is larger than the limit of ${opts.maxFileBytes} bytes.`));
+      });
+      pending.push(
+        opts.store(n, stream).then(
+          ({ size }) => {
+            file.size = size;
+          },
+          (err: unknown) => fail(err instanceof AppError ? err : new AppError(400, 'upload_interrupted', 'The upload ended before the file was complete.')),
+        ),
+      );
+    });
+
+    bb.on('filesLimit', () => fail(tooLarge('too_many_files', `At most ${opts.maxFiles} files per request.`)));
+    bb.on('fieldsLimit', () => fail(tooLarge('too_many_fields', 'Too many form fields.')));
+    bb.on('partsLimit', () => fail(tooLarge('too_many_fields', 'Too many form parts.')));
+    bb.on('error', () => fail(invalid('malformed_multipart', 'The multipart body is malformed or was cut off.')));
+    bb.on('close', () => {
+      Promise.all(pending).then(() => {
+        if (!failed) resolve({ fields, files });
+      }, fail);
+    });
+    ctx.req.on('aborted', () => fail(new AppError(400, 'upload_interrupted', 'The client closed the connection during the upload.')));
+    ctx.req.pipe(bb);
+  });
+}
+
+/** The name a file is stored and later offered under: the client's base name, without path or control characters. */
+export function safeName(filename: string | undefined, n: number): string {
+  const base = (filename ?? '').split(/[\\/]/).pop() ?? '';
+  const clean = base.replace(/[\u0000-\u001f\u007f"]/g, '').trim().slice(0, 255);
+  return clean && clean !== '.' && clean !== '..' ? clean : `file-${n + 1}`;
+}

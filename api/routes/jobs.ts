@@ -1,0 +1,63 @@
+import { z } from 'zod';
+import { route } from '../route';
+import { Job } from '../schemas/jobs';
+import { conflict, gone, notFound } from '../../lib/errors';
+import { jobBlob, jobView, preferWait, waitForJob } from '../../lib/services/jobs';
+import { findUserJob, jobFiles } from '../../db/jobs';
+import { BlobNotFoundError } from '../../lib/blob';
+
+const tags = ['Jobs'];
+const JobParams = z.object({ job_id: z.uuid() });
+
+async function requireJob(c: Parameters<typeof findUserJob>[0], userId: string, id: string) {
+  const row = await findUserJob(c, userId, id);
+  if (!row) throw notFound('job_not_found', 'No such job in your account.');
+  return row;
+}
+
+export default [
+  route({
+    method: 'get',
+    path: '/jobs/{job_id}',
+    summary: 'State, progress, result or error of a job (`Prefer: wait=N` waits up to N ≤ 30 s for it to end)',
+    tags,
+    access: 'auth',
+    params: JobParams,
+    responses: { 200: { description: 'The job', schema: Job } },
+    async handler({ c, ctx, user, params }) {
+      let row = await requireJob(c.db, user.id, params.job_id);
+      const wait = preferWait(ctx.get('prefer'));
+      if (wait) row = await waitForJob(c, row, wait);
+      return { body: await jobView(c, row) };
+    },
+  }),
+
+  route({
+    method: 'get',
+    path: '/jobs/{job_id}/files/{n}',
+    summary: 'Download output file n of a completed job, as a stream',
+    tags,
+    access: 'auth',
+    params: JobParams.extend({ n: z.coerce.number().int().min(0).max(10_000) }),
+    responses: { 200: { description: 'The file', schema: z.string(), contentType: 'application/octet-stream' } },
+    async handler({ c, ctx, user, params }) {
+      const row = await requireJob(c.db, user.id, params.job_id);
+      if (row.state !== 'completed') throw conflict('job_not_completed', `The job is ${row.state}; outputs exist once it has completed.`);
+      if (row.purged_at) throw gone('output_expired', 'The outputs of this job have passed their retention and were deleted.');
+      const file = (await jobFiles(c.db, row.id, 'output')).find((f) => f.n === params.n);
+      if (!file) throw notFound('file_not_found', `The job has no output file ${params.n}.`);
+      let stream;
+      try {
+        stream = await c.blob.get(jobBlob.output(row.id, file.n));
+      } catch (err) {
+        if (err instanceof BlobNotFoundError) throw gone('output_expired', 'The outputs of this job were deleted.');
+        throw err;
+      }
+      ctx.status = 200;
+      ctx.type = file.content_type;
+      ctx.length = file.size;
+      ctx.set('Content-Disposition', `attachment; filename="${file.name.replace(/[^\x20-\x7e]/g, '_')}"; filename*=UTF-8''${encodeURIComponent(file.name)}`);
+      ctx.body = stream;
+    },
+  }),
+];

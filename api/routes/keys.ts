@@ -1,0 +1,245 @@
+import { Readable } from 'node:stream';
+import { z } from 'zod';
+import { route, type Access, type HandlerInput } from '../route';
+import { Email, PageQuery, pageOf, text } from '../schemas/common';
+import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/keys';
+import { jobResponses } from '../schemas/jobs';
+import { idempotencyKey, replyWithJob } from '../job-reply';
+import { newToken } from '../../lib/tokens';
+import { blockedFor, penalize } from '../../lib/auth/limiters';
+import { readRecipientKey } from '../../lib/pgp/keys';
+import { encryptionTarget, newGeneration, newLineage, requireKey, storeNewKey, unlockLineage } from '../../lib/services/keys';
+import { keyOut } from '../../lib/services/key-view';
+import { jobBlob, replayedJob, submitJob } from '../../lib/services/jobs';
+import { AppError, invalid, tooManyRequests } from '../../lib/errors';
+import { recordAudit } from '../../db/audit';
+import { findUserById } from '../../db/users';
+import { listKeys } from '../../db/keys';
+import { passphraseAad } from '../../jobs/decrypt-files';
+import type { EncryptRequest } from '../../jobs/encrypt-files';
+
+const tags = ['PGP keys'];
+
+const GenerateKeyForm = z.object({
+  label: Label,
+  environment: Environment.default('production'),
+  name: text(100).describe('Name in the OpenPGP user id'),
+  email: Email.describe('Email in the OpenPGP user id'),
+  passphrase: Passphrase,
+  algorithm: Algorithm.default('curve25519'),
+  expires_in_days: z.coerce.number().int().min(1).max(3650).optional(),
+});
+
+type Input = HandlerInput<Access, unknown, unknown, unknown>;
+
+/** Curve25519 keys take milliseconds and are made in the request; RSA goes to the `crypto` queue. */
+async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string, form: z.infer<typeof GenerateKeyForm>) {
+  const { c, ctx, meta } = input;
+  const spec = await newLineage(
+    c,
+    { label: form.label, environment: form.environment, uid_name: form.name, uid_email: form.email, algorithm: form.algorithm, key_ttl_days: form.expires_in_days ?? null },
+    form.passphrase,
+  );
+  if (form.algorithm === 'curve25519') {
+    const first = await newGeneration(c, { ...spec, user_id: userId }, 1);
+    const { lineage, key } = await c.db.transaction((trx) => storeNewKey(trx, userId, spec, first, meta));
+    return { status: 201, body: keyOut(lineage, key, c.clock.now()) };
+  }
+  const key = idempotencyKey(ctx);
+  const replay = await replayedJob(c, userId, 'generate-key', key);
+  const row =
+    replay ??
+    (await submitJob(c, {
+      id: spec.id,
+      userId,
+      kind: 'generate-key',
+      request: { lineage: spec },
+      idempotencyKey: key,
+      requestId: meta.requestId,
+      enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId }, { jobId, requestId: meta.requestId }),
+    }));
+  return replyWithJob(c, ctx, row);
+}
+
+export default [
+  route({
+    method: 'post',
+    path: '/keys/generate-key',
+    summary: 'Generate an OpenPGP key pair (curve25519 at once: 201; RSA as a job: 202)',
+    tags,
+    access: 'auth',
+    multipart: { description: 'Form fields (JSON with the same fields is accepted too)' },
+    body: GenerateKeyForm,
+    responses: { 201: { description: 'The new key', schema: Key }, ...jobResponses },
+    async handler(input) {
+      return generate(input, input.user.id, input.body);
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/keys',
+    summary: 'Create a key from a label and environment (the illustrative sample); its passphrase is generated and shown once',
+    tags,
+    access: 'auth',
+    body: z.object({ label: Label, env: Environment.default('production') }),
+    responses: { 201: { description: 'The new key and its passphrase', schema: Key.extend({ env: z.string(), passphrase: z.string().describe('Shown once: needed to decrypt') }) } },
+    async handler(input) {
+      const { c, user, body } = input;
+      const passphrase = newToken();
+      const owner = (await findUserById(c.db, user.id))!;
+      const reply = await generate(input, user.id, { label: body.label, environment: body.env, name: body.label, email: owner.email, passphrase, algorithm: 'curve25519' });
+      return { status: 201, headers: { 'Cache-Control': 'no-store' }, body: { ...(reply.body as object), env: body.env, passphrase } };
+    },
+  }),
+
+  route({
+    method: 'get',
+    path: '/keys/list',
+    summary: 'List keys (never private material); filters: environment, label, active',
+    tags,
+    access: 'auth',
+    query: PageQuery.extend({ environment: Environment.optional(), label: Label.optional(), active: FormBoolean.optional() }),
+    responses: { 200: { description: 'A page of keys', schema: pageOf(Key) } },
+    async handler({ c, user, query }) {
+      const now = c.clock.now();
+      const { items, total } = await listKeys(c.db, { userId: user.id, environment: query.environment, label: query.label, active: query.active, now, page: query.page, pageSize: query.page_size });
+      return { body: { items: items.map((i) => keyOut(i.lineage, i.current, now)), page: query.page, page_size: query.page_size, total } };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/keys/get-public-key',
+    summary: "The armored public key of a key's current generation, by any generation's fingerprint (JSON, or application/pgp-keys when asked for)",
+    tags,
+    access: 'auth',
+    body: z.object({ fingerprint: Fingerprint }),
+    responses: {
+      200: {
+        description: 'The public key',
+        schema: z.object({ fingerprint: z.string(), requested_fingerprint: z.string(), public_key: z.string(), key: Key }),
+      },
+    },
+    async handler({ c, ctx, user, body }) {
+      const view = await requireKey(c, user.id, body.fingerprint);
+      if (ctx.accepts('application/json', 'application/pgp-keys') === 'application/pgp-keys') {
+        ctx.type = 'application/pgp-keys';
+        ctx.set('Content-Disposition', `attachment; filename="${view.current.fingerprint}.asc"`);
+        ctx.body = view.current.public_armored;
+        return;
+      }
+      return { body: { fingerprint: view.current.fingerprint, requested_fingerprint: view.named.fingerprint, public_key: view.current.public_armored, key: keyOut(view.lineage, view.current, c.clock.now()) } };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/keys/disable-key',
+    summary: 'Disable a key: it no longer encrypts or rotates (it still decrypts, so no data is stranded)',
+    tags,
+    access: 'auth',
+    body: z.object({ fingerprint: Fingerprint }),
+    responses: { 200: { description: 'The disabled key', schema: Key } },
+    async handler({ c, user, body, meta }) {
+      const view = await requireKey(c, user.id, body.fingerprint);
+      const now = c.clock.now();
+      const lineage = await c.db.transaction(async (trx) => {
+        const [row] = await trx('key_lineages').where({ id: view.lineage.id }).whereNull('disabled_at').update({ disabled_at: now, updated_at: now }).returning('*');
+        if (row) await recordAudit(trx, { user_id: user.id, action: 'keys.disable', status: 'success', target: view.current.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { label: view.lineage.label } });
+        return row ?? view.lineage;
+      });
+      return { body: keyOut(lineage, view.current, now) };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/keys/encrypt',
+    summary: "Encrypt one or more files (field `files`, repeatable) to a stored key's fingerprint or a supplied armored public key",
+    tags,
+    access: 'auth',
+    multipart: { description: 'Fields: fingerprint or public_key (text or file), armor, compress; files', files: true, textFileFields: ['public_key'] },
+    body: z
+      .object({ fingerprint: Fingerprint.optional(), public_key: z.string().max(1 << 20).optional(), armor: FormBoolean.default(false), compress: FormBoolean.default(false) })
+      .refine((b) => Boolean(b.fingerprint) !== Boolean(b.public_key), { message: 'give exactly one of fingerprint and public_key', path: ['fingerprint'] }),
+    responses: jobResponses,
+    async handler({ c, ctx, user, body, upload, meta }) {
+      const key = idempotencyKey(ctx);
+      const replay = await replayedJob(c, user.id, 'encrypt', key);
+      if (replay) return replyWithJob(c, ctx, replay);
+      if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
+      let recipient: EncryptRequest['recipient'];
+      if (body.fingerprint) {
+        const view = await requireKey(c, user.id, body.fingerprint);
+        let target;
+        try {
+          target = encryptionTarget(view, c.clock.now());
+        } catch (err) {
+          const code = err instanceof AppError ? err.code : 'error';
+          await recordAudit(c.db, { user_id: user.id, action: 'keys.encrypt', status: 'failure', target: body.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason: code } });
+          throw err;
+        }
+        recipient = { type: 'stored', key_id: target.id, fingerprint: target.fingerprint, requested_fingerprint: view.named.fingerprint };
+      } else {
+        const supplied = await readRecipientKey(body.public_key!, c.clock.now());
+        await c.blob.put(jobBlob.recipient(upload.id), Readable.from([Buffer.from(body.public_key!)]));
+        recipient = { type: 'supplied', fingerprint: supplied.fingerprint };
+      }
+      const request: EncryptRequest = { recipient, armor: body.armor, compress: body.compress };
+      const row = await submitJob(c, {
+        id: upload.id,
+        userId: user.id,
+        kind: 'encrypt',
+        request,
+        inputs: upload.files.map((f) => ({ n: f.n, name: f.name, size: f.size, content_type: f.contentType })),
+        idempotencyKey: key,
+        requestId: meta.requestId,
+        enqueue: (jobId) => c.jobs.enqueue('encrypt-files', { job_id: jobId }, { jobId, requestId: meta.requestId }),
+      });
+      return replyWithJob(c, ctx, row);
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/keys/decrypt',
+    summary: 'Decrypt one or more files (field `files`) with a key fingerprint (any generation) and its passphrase',
+    tags,
+    access: 'auth',
+    multipart: { description: 'Fields: fingerprint, passphrase; files', files: true },
+    body: z.object({ fingerprint: Fingerprint, passphrase: z.string().min(1).max(1024) }),
+    responses: jobResponses,
+    async handler({ c, ctx, user, body, upload, meta }) {
+      const key = idempotencyKey(ctx);
+      const replay = await replayedJob(c, user.id, 'decrypt', key);
+      if (replay) return replyWithJob(c, ctx, replay);
+      if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
+      const view = await requireKey(c, user.id, body.fingerprint);
+      // Check the passphrase now, so a wrong one is a clear 422 instead of a failed job; guesses are rate limited per key.
+      const limiter = c.limiters.passphrase;
+      const wait = await blockedFor(limiter, view.lineage.id);
+      if (wait > 0) throw tooManyRequests('Too many wrong passphrases for this key; wait before trying again.', wait);
+      try {
+        await unlockLineage(c, view.lineage, body.passphrase);
+      } catch (err) {
+        if (err instanceof AppError && err.code === 'wrong_passphrase') {
+          await penalize(limiter, view.lineage.id);
+          await recordAudit(c.db, { user_id: user.id, action: 'keys.decrypt', status: 'failure', target: body.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason: 'wrong_passphrase' } });
+        }
+        throw err;
+      }
+      const row = await submitJob(c, {
+        id: upload.id,
+        userId: user.id,
+        kind: 'decrypt',
+        request: { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint },
+        inputs: upload.files.map((f) => ({ n: f.n, name: f.name, size: f.size, content_type: f.contentType })),
+        idempotencyKey: key,
+        requestId: meta.requestId,
+        enqueue: (jobId) => c.jobs.enqueue('decrypt-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, requestId: meta.requestId }),
+      });
+      return replyWithJob(c, ctx, row);
+    },
+  }),
+];

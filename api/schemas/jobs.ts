@@ -1,0 +1,25 @@
+import { z } from 'zod';
+import { Timestamp } from './common';
+
+export const JobFile = z.object({ n: z.number().int(), name: z.string(), size: z.number().int(), content_type: z.string(), download_url: z.string() });
+
+export const Job = z
+  .object({
+    job_id: z.uuid(),
+    kind: z.enum(['encrypt', 'decrypt', 'generate-key', 'rotate-key']),
+    state: z.enum(['queued', 'active', 'completed', 'failed']),
+    status_url: z.string(),
+    progress: z.object({ bytes_done: z.number().optional(), bytes_total: z.number().optional(), files_done: z.number().optional(), files_total: z.number().optional() }),
+    result: z.record(z.string(), z.unknown()).nullable().describe('When completed: kind-specific; `files` lists downloads for encrypt/decrypt'),
+    error: z.object({ code: z.string(), message: z.string() }).nullable(),
+    created_at: Timestamp,
+    started_at: Timestamp.nullable(),
+    finished_at: Timestamp.nullable(),
+    expires_at: Timestamp.nullable().describe('When the outputs are deleted'),
+  })
+  .meta({ id: 'Job' });
+
+export const jobResponses = {
+  200: { description: 'Finished within `Prefer: wait=N`', schema: Job },
+  202: { description: 'Accepted; poll `status_url` (also in Location)', schema: Job },
+};

@@ -1,0 +1,45 @@
+import { z } from 'zod';
+import { Timestamp, text } from './common';
+
+/** A v4 fingerprint: 40 hex digits; spaces are tolerated (as gpg prints them) and case is ignored. */
+export const Fingerprint = z
+  .string()
+  .transform((s) => s.replace(/\s+/g, '').toLowerCase())
+  .pipe(z.string().regex(/^[0-9a-f]{40}$/, 'a fingerprint is 40 hexadecimal digits'));
+
+export const Environment = z
+  .string()
+  .trim()
+  .toLowerCase()
+  .regex(/^[a-z0-9][a-z0-9_-]{0,31}$/, '1-32 of a-z, 0-9, _ and -');
+
+export const Label = text(100);
+
+/** Passphrases protect private keys: at least 12 characters, spaces allowed. */
+export const Passphrase = z.string().min(12, 'must be at least 12 characters').max(1024);
+
+/** Form fields arrive as strings: "true"/"false" (also 1/0, yes/no, on/off). */
+export const FormBoolean = z
+  .union([z.boolean(), z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'])])
+  .transform((v) => v === true || v === 'true' || v === '1' || v === 'yes' || v === 'on');
+
+export const Algorithm = z.enum(['curve25519', 'rsa3072', 'rsa4096']);
+
+export const Key = z
+  .object({
+    id: z.uuid(),
+    fingerprint: z.string(),
+    label: z.string(),
+    environment: z.string(),
+    algorithm: z.string(),
+    user_id: z.string().describe('OpenPGP user id, "Name <email>"'),
+    status: z.enum(['active', 'disabled', 'expired']),
+    active: z.boolean(),
+    generation: z.number().int(),
+    created_at: Timestamp,
+    key_created_at: Timestamp,
+    expires_at: Timestamp.nullable(),
+    disabled_at: Timestamp.nullable(),
+    rotation_interval_days: z.number().int().nullable(),
+  })
+  .meta({ id: 'Key' });

@@ -1,0 +1,97 @@
+import type { Results, Timing } from './sections';
+import { mibPerSec } from './util';
+
+export interface Machine {
+  size: string;
+  nproc: number;
+  node: string;
+  gpg: string;
+  runs: number;
+}
+
+/** Peak RSS (MiB) per service process, as read after each section. */
+export type RssSnapshots = { after: string; rss: Record<string, number | null> }[];
+
+const LABELS: Record<string, string> = {
+  'encrypt.gpg': 'gpg',
+  'encrypt.openpgp': 'OpenPGP.js in-process',
+  'encrypt.service': 'service end to end',
+  'encrypt.job': 'service job only',
+  'decrypt.gpg': 'gpg',
+  'decrypt.openpgp': 'OpenPGP.js in-process',
+  'decrypt.service': 'service end to end',
+  'decrypt.job': 'service job only',
+  'parallel.gpg': '2 × gpg at once (aggregate)',
+  'parallel.jobs': '2 jobs, 2 workers (aggregate)',
+  'parallel.service': '2 jobs end to end (aggregate)',
+};
+
+const rate = (t: Timing | undefined) => (t ? mibPerSec(t.bytes, t.ms) : undefined);
+const ratio = (a: Timing | undefined, b: Timing | undefined) => (a && b ? rate(a)! / rate(b)! : undefined);
+const fixed = (x: number | undefined, digits = 2) => (x === undefined || Number.isNaN(x) ? '–' : x.toFixed(digits));
+
+export interface Ratios {
+  encrypt_e2e_vs_openpgp?: number;
+  decrypt_e2e_vs_openpgp?: number;
+  parallel_jobs_vs_gpg?: number;
+  encrypt_job_vs_openpgp?: number;
+  decrypt_job_vs_openpgp?: number;
+  parallel_e2e_vs_gpg?: number;
+  openpgp_vs_gpg_encrypt?: number;
+  peak_rss_api_mib?: number;
+  peak_rss_worker_mib?: number;
+}
+
+export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
+  const workers = Object.entries(rss).filter(([k, v]) => k.startsWith('worker') && v !== null).map(([, v]) => v!);
+  return {
+    encrypt_e2e_vs_openpgp: ratio(r['encrypt.service'], r['encrypt.openpgp']),
+    decrypt_e2e_vs_openpgp: ratio(r['decrypt.service'], r['decrypt.openpgp']),
+    parallel_jobs_vs_gpg: ratio(r['parallel.jobs'], r['parallel.gpg']),
+    encrypt_job_vs_openpgp: ratio(r['encrypt.job'], r['encrypt.openpgp']),
+    decrypt_job_vs_openpgp: ratio(r['decrypt.job'], r['decrypt.openpgp']),
+    parallel_e2e_vs_gpg: ratio(r['parallel.service'], r['parallel.gpg']),
+    openpgp_vs_gpg_encrypt: ratio(r['encrypt.openpgp'], r['encrypt.gpg']),
+    peak_rss_api_mib: rss.api ?? undefined,
+    peak_rss_worker_mib: workers.length ? Math.max(...workers) : undefined,
+  };
+}
+
+export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: Ratios): void {
+  const out: string[] = [];
+  out.push(`KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s)`);
+  out.push('');
+  out.push(`${'section'.padEnd(9)} ${'what'.padEnd(31)} ${'MiB/s'.padStart(7)} ${'seconds'.padStart(8)}   where the time went (s) · CPU per process (s)`);
+  for (const [key, t] of Object.entries(r)) {
+    const [section] = key.split('.');
+    out.push(`${section!.padEnd(9)} ${(LABELS[key] ?? key).padEnd(31)} ${fixed(rate(t), 1).padStart(7)} ${fixed(t.ms / 1000).padStart(8)}   ${details(t)}`);
+  }
+  out.push('');
+  for (const s of snapshots) out.push(`peak RSS (VmHWM) after ${s.after.padEnd(9)} ${Object.entries(s.rss).map(([k, v]) => `${k} ${fixed(v ?? undefined, 0)} MiB`).join(' · ')}`);
+  out.push('');
+  out.push(
+    [
+      target('e2e encrypt ÷ OpenPGP.js', q.encrypt_e2e_vs_openpgp, '≥', 0.8),
+      target('e2e decrypt ÷ OpenPGP.js', q.decrypt_e2e_vs_openpgp, '≥', 0.8),
+      target('parallel jobs ÷ 2×gpg', q.parallel_jobs_vs_gpg, '≥', 1.0),
+      target('peak RSS api MiB', q.peak_rss_api_mib, '≤', 200, 0),
+      target('worker MiB', q.peak_rss_worker_mib, '≤', 200, 0),
+    ].join(' | '),
+  );
+  out.push(
+    `also: job-only encrypt ÷ OpenPGP.js ${fixed(q.encrypt_job_vs_openpgp)} · job-only decrypt ÷ OpenPGP.js ${fixed(q.decrypt_job_vs_openpgp)} · parallel e2e ÷ 2×gpg ${fixed(q.parallel_e2e_vs_gpg)} · OpenPGP.js ÷ gpg encrypt ${fixed(q.openpgp_vs_gpg_encrypt)}`,
+  );
+  console.log(out.join('\n'));
+}
+
+function details(t: Timing): string {
+  const parts = t.parts ? Object.entries(t.parts).map(([k, ms]) => `${k} ${fixed(ms / 1000)}`).join(' · ') : '';
+  const cpu = t.cpu ? Object.entries(t.cpu).map(([k, s]) => `${k} ${fixed(s, 1)}`).join(' ') : '';
+  return [parts, cpu && `cpu ${cpu}`].filter(Boolean).join('  |  ');
+}
+
+function target(name: string, value: number | undefined, op: '≥' | '≤', goal: number, digits = 2): string {
+  if (value === undefined) return `${name} –`;
+  const met = op === '≥' ? value >= goal : value <= goal;
+  return `${name} ${fixed(value, digits)} (${op} ${goal}: ${met ? 'ok' : 'MISSED'})`;
+}

@@ -1,0 +1,178 @@
+import type { ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Queue } from 'bullmq';
+import { Redis } from 'ioredis';
+import pg from 'pg';
+import { GiB, cpuSeconds, peakRssMiB, randomId, spawnTracked, stopChild } from './util';
+
+const REPO = new URL('../../', import.meta.url).pathname;
+const POSTGRES = 'postgres://postgres@127.0.0.1:5432';
+const REDIS_URL = 'redis://127.0.0.1:6379';
+
+/** One node process of the service: `node --import tsx lib/main.ts <role>`, so its pid is the real one. */
+export interface ServiceProcess {
+  name: string;
+  child: ChildProcess;
+  pid: number;
+  /** Last lines of its output (pino JSON at LOG_LEVEL=warn), shown when something fails. */
+  tail: string[];
+}
+
+/**
+ * The service on a private database, Redis prefix and blob folder: one API process and worker
+ * processes added on demand. `stop` ends them and removes everything they stored.
+ */
+export class Service {
+  readonly procs: ServiceProcess[] = [];
+  readonly database = `kms_bench_${randomId()}`;
+  readonly redisPrefix = `kmsbench${randomId()}`;
+  private port = 0;
+  private stopped = false;
+
+  constructor(
+    private readonly dir: string,
+    private readonly maxFileBytes: number,
+  ) {}
+
+  get baseUrl(): string {
+    return `http://127.0.0.1:${this.port}`;
+  }
+
+  /** Starts the API (which creates the database and migrates) and waits for /health = 200. */
+  async startWeb(): Promise<void> {
+    this.port = await freePort();
+    const web = this.spawn('api', 'web', {});
+    await this.waitForHealth(web);
+  }
+
+  /** Starts a worker process and waits until BullMQ sees it on the crypto queue. */
+  async addWorker(queues: string): Promise<ServiceProcess> {
+    const before = await this.cryptoWorkers();
+    const proc = this.spawn(`worker-${this.procs.filter((p) => p.name.startsWith('worker')).length + 1}`, 'worker', { WORKER_QUEUES: queues });
+    await this.until(proc, async () => (await this.cryptoWorkers()) > before, 'its worker to register with BullMQ');
+    return proc;
+  }
+
+  peakRss(): Record<string, number | null> {
+    return Object.fromEntries(this.procs.map((p) => [p.name, peakRssMiB(p.pid)]));
+  }
+
+  cpu(): Record<string, number> {
+    return Object.fromEntries(this.procs.map((p) => [p.name, cpuSeconds(p.pid)]));
+  }
+
+  /** Ends the processes, drops the database and deletes the Redis keys; safe to call twice. */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    await Promise.all(this.procs.map((p) => stopChild(p.child)));
+    await dropDatabase(this.database).catch((err: unknown) => console.error(`could not drop database ${this.database}:`, err));
+    await deleteRedisKeys(this.redisPrefix).catch((err: unknown) => console.error(`could not delete Redis keys of ${this.redisPrefix}:`, err));
+  }
+
+  /** Output tails of every process, for failure reports. */
+  logs(): string {
+    return this.procs.map((p) => `--- ${p.name} (pid ${p.pid}, exit ${p.child.exitCode ?? p.child.signalCode ?? 'running'})\n${p.tail.join('\n')}`).join('\n');
+  }
+
+  private env(extra: Record<string, string>): NodeJS.ProcessEnv {
+    return {
+      ...process.env,
+      NODE_ENV: 'development',
+      DATABASE_URL: `${POSTGRES}/${this.database}`,
+      REDIS_URL,
+      REDIS_PREFIX: this.redisPrefix,
+      PORT: String(this.port),
+      BLOB_STORE_URL: join(this.dir, 'blobs'),
+      MAIL_DIR: join(this.dir, 'mail'),
+      LOG_LEVEL: 'warn',
+      WORKER_QUEUES: 'crypto=1,notify=1',
+      MAX_FILE_BYTES: String(this.maxFileBytes),
+      MAX_DECOMPRESSED_BYTES: String(Math.max(this.maxFileBytes, 16 * GiB)),
+      ...extra,
+    };
+  }
+
+  private spawn(name: string, role: string, extra: Record<string, string>): ServiceProcess {
+    const child = spawnTracked(process.execPath, ['--import', 'tsx', 'lib/main.ts', role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc: ServiceProcess = { name, child, pid: child.pid!, tail: [] };
+    const keep = (data: Buffer) => {
+      proc.tail.push(...data.toString().trimEnd().split('\n'));
+      proc.tail.splice(0, Math.max(0, proc.tail.length - 40));
+    };
+    child.stdout!.on('data', keep);
+    child.stderr!.on('data', keep);
+    this.procs.push(proc);
+    return proc;
+  }
+
+  private async waitForHealth(proc: ServiceProcess): Promise<void> {
+    const healthy = async () => {
+      try {
+        return (await fetch(`${this.baseUrl}/api/v1/health`)).status === 200;
+      } catch {
+        return false;
+      }
+    };
+    await this.until(proc, healthy, 'GET /api/v1/health = 200');
+  }
+
+  /** Polls `ready` until true; fails early if the process exits, or after 60 s. */
+  private async until(proc: ServiceProcess, ready: () => Promise<boolean>, what: string): Promise<void> {
+    const deadline = Date.now() + 60_000;
+    while (!(await ready())) {
+      if (proc.child.exitCode !== null || proc.child.signalCode !== null) throw new Error(`${proc.name} exited while waiting for ${what}:\n${proc.tail.join('\n')}`);
+      if (Date.now() > deadline) throw new Error(`${proc.name}: no ${what} within 60 s:\n${proc.tail.join('\n')}`);
+      await sleep(100);
+    }
+  }
+
+  private async cryptoWorkers(): Promise<number> {
+    const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+    // The service's BullMQ prefix is its REDIS_PREFIX in a Cluster hash tag (jobs/client.ts).
+    const queue = new Queue('crypto', { connection, prefix: `{${this.redisPrefix}}` });
+    try {
+      return await queue.getWorkersCount();
+    } finally {
+      await queue.close();
+      connection.disconnect();
+    }
+  }
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+async function dropDatabase(name: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: `${POSTGRES}/postgres` });
+  await admin.connect();
+  try {
+    await admin.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+  } finally {
+    await admin.end();
+  }
+}
+
+async function deleteRedisKeys(prefix: string): Promise<void> {
+  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+  try {
+    let cursor = '0';
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `*${prefix}*`, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length) await redis.unlink(...keys);
+    } while (cursor !== '0');
+  } finally {
+    redis.disconnect();
+  }
+}

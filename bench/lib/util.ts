@@ -1,0 +1,119 @@
+import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import { createReadStream, readFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
+import { pipeline } from 'node:stream/promises';
+
+export const MiB = 1 << 20;
+export const GiB = 1 << 30;
+
+/** `1G`, `256M`, `512K`, `1.5G` or plain bytes; binary units (G = GiB). */
+export function parseSize(text: string): number {
+  const m = /^(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?$/i.exec(text.trim());
+  if (!m) throw new Error(`bad size "${text}" (try 1G, 256M)`);
+  const unit = { '': 1, K: 1 << 10, M: MiB, G: GiB, T: GiB * 1024 }[m[2]!.toUpperCase() as '' | 'K' | 'M' | 'G' | 'T'];
+  const bytes = Math.round(Number(m[1]) * unit);
+  if (bytes < 1) throw new Error(`size must be at least 1 byte: "${text}"`);
+  return bytes;
+}
+
+export function formatSize(bytes: number): string {
+  if (bytes >= GiB) return `${+(bytes / GiB).toFixed(2)} GiB`;
+  if (bytes >= MiB) return `${+(bytes / MiB).toFixed(1)} MiB`;
+  return `${bytes} B`;
+}
+
+/** Throughput in MiB/s. */
+export const mibPerSec = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
+
+export async function timed<T>(fn: () => Promise<T>): Promise<{ ms: number; value: T }> {
+  const start = performance.now();
+  const value = await fn();
+  return { ms: performance.now() - start, value };
+}
+
+/** Writes `bytes` of crypto.randomBytes in 1 MiB chunks; returns the sha256 (hex) of what was written. */
+export async function writeRandomFile(path: string, bytes: number): Promise<string> {
+  const hash = createHash('sha256');
+  const file = await open(path, 'wx');
+  try {
+    for (let left = bytes; left > 0; left -= MiB) {
+      const chunk = randomBytes(Math.min(MiB, left));
+      hash.update(chunk);
+      await file.write(chunk);
+    }
+  } finally {
+    await file.close();
+  }
+  return hash.digest('hex');
+}
+
+export async function sha256File(path: string): Promise<string> {
+  const hash = createHash('sha256');
+  await pipeline(createReadStream(path, { highWaterMark: MiB }), hash);
+  return hash.digest('hex');
+}
+
+// ------------------------------------------------------------------------------- child processes
+
+/** Every child we start, so clean-up can end exactly those (by pid), also on SIGINT. */
+export const children = new Set<ChildProcess>();
+
+export function spawnTracked(cmd: string, args: string[], opts: SpawnOptions): ChildProcess {
+  const child = spawn(cmd, args, opts);
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+
+/** Runs a command to completion; rejects with its stderr on a non-zero exit. */
+export function run(cmd: string, args: string[], opts: SpawnOptions = {}): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawnTracked(cmd, args, { ...opts, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
+    child.once('error', reject);
+    child.once('exit', (code, signal) => {
+      if (code === 0) resolve();
+      else reject(new Error(`${cmd} ${args.join(' ')} exited with ${code ?? signal}:\n${stderr.trim()}`));
+    });
+  });
+}
+
+/** SIGTERM, then SIGKILL after `graceMs`; resolves once the child has exited. */
+export async function stopChild(child: ChildProcess, graceMs = 10_000): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+// ------------------------------------------------------------------------------- /proc figures
+
+/** Peak resident set (VmHWM) of a live process, in MiB; null once it is gone. */
+export function peakRssMiB(pid: number): number | null {
+  try {
+    const m = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) / 1024 : null;
+  } catch {
+    return null;
+  }
+}
+
+/** User + system CPU seconds of a process (all its threads) so far. */
+export function cpuSeconds(pid: number): number {
+  try {
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15 overall.
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS;
+  } catch {
+    return NaN;
+  }
+}
+/** USER_HZ: 100 on every Linux build that matters here (`getconf CLK_TCK`). */
+const CLOCK_TICKS = 100;
+
+export const randomId = (bytes = 4) => randomBytes(bytes).toString('hex');

@@ -1,0 +1,139 @@
+/**
+ * Throughput and memory benchmark of the encryption service against gpg and in-process OpenPGP.js,
+ * measured in the same run so ratios stay comparable on a shared, noisy machine. Not a test.
+ *
+ *   npm run bench -- [size] [--only encrypt,decrypt,parallel] [--runs N] [--no-json]
+ *
+ * See bench/README.md.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { availableParallelism, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Gpg, gpgVersion, makePgpKeys } from './lib/baselines';
+import { Api } from './lib/client';
+import { printReport, ratios, type RssSnapshots } from './lib/report';
+import { decryptSection, encryptSection, parallelSection, type Bench, type Results } from './lib/sections';
+import { Service } from './lib/service';
+import { GiB, children, formatSize, parseSize, stopChild, writeRandomFile } from './lib/util';
+
+const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection };
+type Section = keyof typeof SECTIONS;
+
+interface Options {
+  size: number;
+  sections: Section[];
+  runs: number;
+  json: boolean;
+}
+
+const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).join(',')}] [--runs N] [--no-json]
+  size     of the random test file, binary units: 256M, 1G (default), 4G
+  --only   sections to run (default: all)
+  --runs   repeat each section N times and keep the fastest figures (default 1)
+  --no-json  omit the final JSON line`;
+
+function parseArgs(argv: string[]): Options {
+  const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, json: true };
+  for (let i = 0; i < argv.length; i++) {
+    const [flag, inline] = argv[i]!.split('=', 2) as [string, string | undefined];
+    const value = () => inline ?? argv[++i] ?? fail(`${flag} needs a value`);
+    if (flag === '--only') opts.sections = value().split(',').map(section);
+    else if (flag === '--runs') opts.runs = positiveInt(value());
+    else if (flag === '--no-json') opts.json = false;
+    else if (flag === '-h' || flag === '--help') fail('', 0);
+    else if (!flag.startsWith('-')) opts.size = parseSize(flag);
+    else fail(`unknown option ${flag}`);
+  }
+  return opts;
+}
+
+function section(name: string): Section {
+  if (!(name in SECTIONS)) fail(`unknown section "${name}"`);
+  return name as Section;
+}
+
+function positiveInt(text: string): number {
+  const n = Number(text);
+  if (!Number.isInteger(n) || n < 1) fail(`not a positive integer: ${text}`);
+  return n;
+}
+
+function fail(message: string, code = 2): never {
+  if (message) console.error(message);
+  console.error(USAGE);
+  process.exit(code);
+}
+
+/** Progress lines go to stderr, so stdout is the report (and the JSON line) only. */
+const say = (line: string) => console.error(`[bench] ${line}`);
+
+async function main(): Promise<void> {
+  const opts = parseArgs(process.argv.slice(2));
+  const dir = await mkdtemp(join(tmpdir(), 'kms-bench-'));
+  let gpg: Gpg | undefined;
+  const service = new Service(dir, Math.max(2 * opts.size, 8 * GiB));
+
+  let cleaning: Promise<void> | undefined;
+  const cleanup = () =>
+    (cleaning ??= (async () => {
+      say('cleaning up');
+      await service.stop();
+      await Promise.all([...children].map((c) => stopChild(c, 2000)));
+      await gpg?.close();
+      await rm(dir, { recursive: true, force: true });
+    })());
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      say(`${signal}: stopping`);
+      void cleanup().finally(() => process.exit(130));
+    });
+  }
+
+  try {
+    say(`writing ${formatSize(opts.size)} of random data to ${dir}`);
+    const input = join(dir, 'plain.bin');
+    const inputSha = await writeRandomFile(input, opts.size);
+
+    say('making keys, starting the service (API + 1 worker)');
+    gpg = await Gpg.create(join(dir, 'gnupg'));
+    const pgp = await makePgpKeys();
+    await service.startWeb();
+    await service.addWorker('crypto=1,notify=1');
+    const api = new Api(service.baseUrl);
+    await api.register();
+    const passphrase = `bench passphrase ${randomBytes(8).toString('hex')}`;
+    const fingerprint = await api.generateKey(passphrase);
+
+    const bench: Bench = { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {} };
+    const results: Results = {};
+    const snapshots: RssSnapshots = [];
+    for (const name of opts.sections) {
+      if (name === 'parallel') {
+        say('adding a second worker process (crypto=1)');
+        await service.addWorker('crypto=1');
+      }
+      say(`section ${name}`);
+      Object.assign(results, await SECTIONS[name](bench));
+      snapshots.push({ after: name, rss: service.peakRss() });
+    }
+
+    const final = snapshots.at(-1)?.rss ?? service.peakRss();
+    const q = ratios(results, final);
+    const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs };
+    printReport(machine, results, snapshots, q);
+    if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), ratios: q, peak_rss_mib: final }));
+  } catch (err) {
+    console.error(err instanceof Error ? (err.stack ?? err.message) : err);
+    console.error(`service output (last lines):\n${service.logs()}`);
+    process.exitCode = 1;
+  } finally {
+    await cleanup();
+  }
+}
+
+function mibRates(r: Results): Record<string, number> {
+  return Object.fromEntries(Object.entries(r).map(([k, t]) => [k, Math.round((t.bytes / (1 << 20) / (t.ms / 1000)) * 10) / 10]));
+}
+
+await main();

@@ -1,0 +1,115 @@
+import type { Knex } from 'knex';
+
+export interface LineageRow {
+  id: string;
+  user_id: string;
+  label: string;
+  environment: string;
+  uid_name: string;
+  uid_email: string;
+  algorithm: string;
+  unlock_public: string;
+  unlock_locked: string;
+  key_ttl_days: number | null;
+  disabled_at: Date | null;
+  rotation_interval_days: number | null;
+  next_rotation_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface KeyRow {
+  id: string;
+  lineage_id: string;
+  user_id: string;
+  generation: number;
+  fingerprint: string;
+  encryption_key_ids: string[];
+  algorithm: string;
+  public_armored: string;
+  private_sealed: string;
+  secret_sealed: string;
+  status: 'active' | 'rotated';
+  expires_at: Date | null;
+  rotated_at: Date | null;
+  ops_count: number;
+  bytes_count: number;
+  last_used_at: Date | null;
+  created_at: Date;
+}
+
+/** A lineage with its current generation: what the API calls "a key". */
+export interface KeyView {
+  lineage: LineageRow;
+  current: KeyRow;
+  /** The generation the caller named (may be an older, rotated one). */
+  named: KeyRow;
+}
+
+export async function insertLineage(db: Knex, row: Omit<LineageRow, 'created_at' | 'updated_at' | 'disabled_at' | 'next_rotation_at' | 'rotation_interval_days'>): Promise<LineageRow> {
+  const [inserted] = await db<LineageRow>('key_lineages').insert(row).returning('*');
+  return inserted!;
+}
+
+export async function insertKey(db: Knex, row: Omit<KeyRow, 'id' | 'status' | 'rotated_at' | 'ops_count' | 'bytes_count' | 'last_used_at' | 'created_at'>): Promise<KeyRow> {
+  const [inserted] = await db<KeyRow>('pgp_keys').insert(row).returning('*');
+  return inserted!;
+}
+
+/**
+ * Resolves any generation's fingerprint to its lineage and current generation, within one account:
+ * another account's fingerprint is simply not found.
+ */
+export async function findKeyByFingerprint(db: Knex, userId: string, fingerprint: string): Promise<KeyView | undefined> {
+  const named = await db<KeyRow>('pgp_keys').where({ user_id: userId, fingerprint: fingerprint.toLowerCase() }).first();
+  if (!named) return undefined;
+  const [lineage, current] = await Promise.all([
+    db<LineageRow>('key_lineages').where({ id: named.lineage_id }).first(),
+    db<KeyRow>('pgp_keys').where({ lineage_id: named.lineage_id, status: 'active' }).first(),
+  ]);
+  return lineage && current ? { lineage, current, named } : undefined;
+}
+
+export async function findLineage(db: Knex, userId: string, lineageId: string): Promise<{ lineage: LineageRow; current: KeyRow } | undefined> {
+  const lineage = await db<LineageRow>('key_lineages').where({ id: lineageId, user_id: userId }).first();
+  if (!lineage) return undefined;
+  const current = await db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, status: 'active' }).first();
+  return current ? { lineage, current } : undefined;
+}
+
+export const lineageGenerations = (db: Knex, lineageId: string) => db<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation', 'desc');
+
+export interface KeyListQuery {
+  userId: string;
+  environment?: string;
+  label?: string;
+  active?: boolean;
+  now: Date;
+  page: number;
+  pageSize: number;
+}
+
+export async function listKeys(db: Knex, q: KeyListQuery): Promise<{ items: { lineage: LineageRow; current: KeyRow }[]; total: number }> {
+  const base = db('key_lineages as l').join('pgp_keys as k', function () {
+    this.on('k.lineage_id', '=', 'l.id').andOnVal('k.status', '=', 'active');
+  }).where('l.user_id', q.userId);
+  if (q.environment) base.andWhere('l.environment', q.environment);
+  if (q.label) base.andWhere('l.label', q.label);
+  if (q.active === true) base.whereNull('l.disabled_at').andWhere((w) => w.whereNull('k.expires_at').orWhere('k.expires_at', '>', q.now));
+  if (q.active === false) base.andWhere((w) => w.whereNotNull('l.disabled_at').orWhere('k.expires_at', '<=', q.now));
+  const [rows, count] = await Promise.all([
+    base.clone().select('l.id as lineage_id', 'k.id as key_id').orderBy('l.created_at', 'desc').orderBy('l.id').limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base.clone().count<{ count: number }[]>({ count: '*' }),
+  ]);
+  const ids = rows as { lineage_id: string; key_id: string }[];
+  const [lineages, keys] = await Promise.all([
+    db<LineageRow>('key_lineages').whereIn('id', ids.map((r) => r.lineage_id)),
+    db<KeyRow>('pgp_keys').whereIn('id', ids.map((r) => r.key_id)),
+  ]);
+  const items = ids.map((r) => ({ lineage: lineages.find((l) => l.id === r.lineage_id)!, current: keys.find((k) => k.id === r.key_id)! }));
+  return { items, total: count[0]?.count ?? 0 };
+}
+
+/** Usage counters, bumped in the transaction that completes the job which used the key. */
+export const recordKeyUse = (db: Knex, keyId: string, bytes: number, at: Date) =>
+  db('pgp_keys').where({ id: keyId }).update({ ops_count: db.raw('ops_count + 1'), bytes_count: db.raw('bytes_count + ?', [bytes]), last_used_at: at });

@@ -1,0 +1,76 @@
+import { z } from 'zod';
+import { defineTrackedJob } from './tracked';
+import { openEncrypted } from '../lib/pgp/stream';
+import { invalid } from '../lib/errors';
+import { counted } from '../lib/streams';
+import { jobBlob } from '../lib/services/jobs';
+import { unlockGeneration, unlockLineage } from '../lib/services/keys';
+import { recordAudit } from '../db/audit';
+import { insertOutputFiles, jobFiles, type OutputFile } from '../db/jobs';
+import { lineageGenerations, recordKeyUse, type LineageRow } from '../db/keys';
+
+export const DecryptRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string() });
+
+/** AAD of the sealed passphrase: it opens for this one job only. */
+export const passphraseAad = (jobId: string) => `decrypt-passphrase:${jobId}`;
+
+/** `report.pdf.gpg` → `report.pdf`, when the message itself names no file. */
+function plainName(stored: string, fromMessage: string): string {
+  const base = fromMessage.split(/[\\/]/).pop()?.replace(/[\u0000-\u001f\u007f"]/g, '');
+  if (base && base !== '.' && base !== '..') return base;
+  return stored.replace(/\.(gpg|pgp|asc)$/i, '') || stored;
+}
+
+/**
+ * Decrypts each file with whichever generation of the lineage it was encrypted to. The plaintext goes to
+ * an atomic blob put, published only if the stream ends with its integrity check passed; one failing
+ * file fails the job and every output is deleted, so no partial plaintext is ever offered.
+ */
+export const decryptFiles = defineTrackedJob({
+  queue: 'crypto',
+  name: 'decrypt-files',
+  extra: z.object({ sealed_passphrase: z.string() }),
+  async run(row, payload, progress, { c }) {
+    const req = DecryptRequest.parse(row.request);
+    const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
+    if (!lineage) throw invalid('key_not_found', 'The key no longer exists.');
+    const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
+    const generations = await lineageGenerations(c.db, lineage.id);
+    const used = new Map<string, number>();
+    const inputs = await jobFiles(c.db, row.id, 'input');
+    const bytesTotal = inputs.reduce((n, f) => n + f.size, 0);
+    const outputs: OutputFile[] = [];
+    let before = 0;
+    for (const [i, file] of inputs.entries()) {
+      const source = counted(await c.blob.get(jobBlob.input(row.id, file.n)), (n) => progress.report({ bytes_done: before + n }));
+      const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes });
+      const key = generations.find((g) => g.encryption_key_ids.some((id) => message.encryptionKeyIds.includes(id)));
+      if (!key) {
+        source.destroy();
+        throw invalid('no_matching_key', `"${file.name}" is not encrypted to any generation of this key.`);
+      }
+      const plaintext = await message.decrypt(await unlockGeneration(c, unlock, key));
+      const { size } = await c.blob.put(jobBlob.output(row.id, file.n), plaintext);
+      used.set(key.id, (used.get(key.id) ?? 0) + file.size);
+      before += file.size;
+      progress.report({ bytes_done: before, files_done: i + 1 });
+      outputs.push({ n: file.n, name: plainName(file.name, plaintext.filename), size, content_type: 'application/octet-stream' });
+    }
+    return {
+      result: { fingerprint: req.fingerprint, files: [] },
+      progress: { bytes_done: bytesTotal, bytes_total: bytesTotal, files_done: inputs.length, files_total: inputs.length },
+      async commit(trx) {
+        await insertOutputFiles(trx, row.id, outputs);
+        for (const [keyId, bytes] of used) await recordKeyUse(trx, keyId, bytes, c.clock.now());
+        await recordAudit(trx, { user_id: row.user_id, action: 'keys.decrypt', status: 'success', target: req.fingerprint, details: { job_id: row.id, files: inputs.length, bytes: bytesTotal } });
+      },
+      async after() {
+        await Promise.all(inputs.map((f) => c.blob.delete(jobBlob.input(row.id, f.n))));
+      },
+    };
+  },
+  async onFailure(trx, row, failure) {
+    const req = DecryptRequest.safeParse(row.request);
+    await recordAudit(trx, { user_id: row.user_id, action: 'keys.decrypt', status: 'failure', target: req.success ? req.data.fingerprint : null, details: { job_id: row.id, code: failure.code } });
+  },
+});

@@ -1,0 +1,69 @@
+import { z } from 'zod';
+import { defineTrackedJob } from './tracked';
+import { encryptStream } from '../lib/pgp/stream';
+import { readRecipientKey, readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../lib/pgp/keys';
+import { counted, readText } from '../lib/streams';
+import { jobBlob } from '../lib/services/jobs';
+import { recordAudit } from '../db/audit';
+import { insertOutputFiles, jobFiles, type OutputFile } from '../db/jobs';
+import { recordKeyUse, type KeyRow } from '../db/keys';
+
+/** What the API stores in the job row for an encryption (nothing secret). */
+export const EncryptRequest = z.object({
+  recipient: z.discriminatedUnion('type', [
+    z.object({ type: z.literal('stored'), key_id: z.uuid(), fingerprint: z.string(), requested_fingerprint: z.string() }),
+    z.object({ type: z.literal('supplied'), fingerprint: z.string() }),
+  ]),
+  armor: z.boolean(),
+  compress: z.boolean(),
+});
+export type EncryptRequest = z.infer<typeof EncryptRequest>;
+
+const auditTarget = (req: EncryptRequest) => req.recipient.fingerprint;
+
+/** Streams each uploaded file blob → OpenPGP → blob; the plaintext uploads are deleted when done. */
+export const encryptFiles = defineTrackedJob({
+  queue: 'crypto',
+  name: 'encrypt-files',
+  async run(row, _payload, progress, { c }) {
+    const req = EncryptRequest.parse(row.request);
+    let key: KeyRow | undefined;
+    let recipient;
+    if (req.recipient.type === 'stored') {
+      key = await c.db<KeyRow>('pgp_keys').where({ id: req.recipient.key_id }).first();
+      if (!key) throw new Error(`key ${req.recipient.key_id} vanished`);
+      recipient = await readStoredPublicKey(key.public_armored);
+    } else {
+      const armored = await readText(await c.blob.get(jobBlob.recipient(row.id)), MAX_PUBLIC_KEY_BYTES);
+      recipient = (await readRecipientKey(armored, c.clock.now())).key;
+    }
+    const inputs = await jobFiles(c.db, row.id, 'input');
+    const bytesTotal = inputs.reduce((n, f) => n + f.size, 0);
+    const outputs: OutputFile[] = [];
+    let before = 0;
+    for (const [i, file] of inputs.entries()) {
+      const source = counted(await c.blob.get(jobBlob.input(row.id, file.n)), (n) => progress.report({ bytes_done: before + n }));
+      const encrypted = await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name });
+      const { size } = await c.blob.put(jobBlob.output(row.id, file.n), encrypted);
+      before += file.size;
+      progress.report({ bytes_done: before, files_done: i + 1 });
+      outputs.push({ n: file.n, name: `${file.name}${req.armor ? '.asc' : '.gpg'}`, size, content_type: req.armor ? 'application/pgp-encrypted; charset=us-ascii' : 'application/pgp-encrypted' });
+    }
+    return {
+      result: { fingerprint_used: req.recipient.fingerprint, armor: req.armor, compressed: req.compress, files: [] },
+      progress: { bytes_done: bytesTotal, bytes_total: bytesTotal, files_done: inputs.length, files_total: inputs.length },
+      async commit(trx) {
+        await insertOutputFiles(trx, row.id, outputs);
+        if (key) await recordKeyUse(trx, key.id, bytesTotal, c.clock.now());
+        await recordAudit(trx, { user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: inputs.length, bytes: bytesTotal, recipient: req.recipient.type } });
+      },
+      async after() {
+        await Promise.all(inputs.map((f) => c.blob.delete(jobBlob.input(row.id, f.n))));
+      },
+    };
+  },
+  async onFailure(trx, row, failure) {
+    const req = EncryptRequest.safeParse(row.request);
+    await recordAudit(trx, { user_id: row.user_id, action: 'keys.encrypt', status: 'failure', target: req.success ? auditTarget(req.data) : null, details: { job_id: row.id, code: failure.code } });
+  },
+});

@@ -1,0 +1,130 @@
+import { UnrecoverableError } from 'bullmq';
+import { z } from 'zod';
+import type { Knex } from 'knex';
+import { defineJob, type JobContext, type JobDefinition, type QueueName } from './define';
+import { AppError } from '../lib/errors';
+import { findJob, updateJob, type JobProgress, type JobRow } from '../db/jobs';
+import { jobBlob } from '../lib/services/jobs';
+
+/**
+ * A job the client polls: its Postgres row moves queued → active → completed | failed, progress is
+ * written as it goes, and the final state commits in one transaction with the job's own effects
+ * (audit row, key usage, new key rows), so a crash leaves either the old state or the new one.
+ * A job that finds its row finished does nothing (BullMQ may run a job twice after a crash).
+ */
+export interface Progress {
+  /** Throttled: at most one write every PROGRESS_INTERVAL_MS. */
+  report(p: JobProgress): void;
+  flush(): Promise<void>;
+}
+
+export interface Completion {
+  result?: Record<string, unknown>;
+  progress?: JobProgress;
+  /** Effects that must land with the completed state; may return the result (made from the rows it wrote). */
+  commit?(trx: Knex.Transaction): Promise<Record<string, unknown> | void>;
+  /** Clean-up once committed (deleting uploads); a crash before it leaves work for the retention sweep. */
+  after?(): Promise<void>;
+}
+
+export interface Failure {
+  code: string;
+  message: string;
+}
+
+export interface TrackedJobSpec<S extends z.ZodObject> {
+  queue: QueueName;
+  name: string;
+  /** Payload beyond `job_id` (e.g. a sealed passphrase). */
+  extra?: S;
+  attempts?: number;
+  run(row: JobRow, payload: z.infer<S> & { job_id: string }, progress: Progress, ctx: JobContext): Promise<Completion>;
+  /** Effects of a final failure (audit row), in the transaction that marks the job failed. */
+  onFailure?(trx: Knex.Transaction, row: JobRow, failure: Failure, ctx: JobContext): Promise<void>;
+}
+
+const PROGRESS_INTERVAL_MS = 500;
+
+type TrackedSchema<S extends z.ZodObject> = z.ZodObject<S['shape'] & { job_id: z.ZodUUID }>;
+
+export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: TrackedJobSpec<S>): JobDefinition<TrackedSchema<S>> {
+  const schema = (spec.extra ?? z.object({})).extend({ job_id: z.uuid() }) as unknown as TrackedSchema<S>;
+  return defineJob({
+    queue: spec.queue,
+    name: spec.name,
+    schema,
+    // Payloads may carry sealed secrets: nothing of the job stays in Redis once it has ended.
+    options: { attempts: spec.attempts ?? 3, backoff: { type: 'exponential', delay: 2000 }, removeOnComplete: true, removeOnFail: true },
+    async process(payload, ctx) {
+      const { c, job, log } = ctx;
+      const jobId = (payload as { job_id: string }).job_id;
+      const row = await findJob(c.db, jobId);
+      if (!row) throw new UnrecoverableError(`job row ${jobId} is gone`);
+      if (row.state === 'completed' || row.state === 'failed') return row.result;
+      const now = c.clock.now();
+      await updateJob(c.db, jobId, { state: 'active', started_at: row.started_at ?? now, attempts: row.attempts + 1, error: null });
+      const progress = throttledProgress(c.db, jobId, row.progress);
+      try {
+        const done = await spec.run(row, payload as z.infer<S> & { job_id: string }, progress, ctx);
+        await progress.flush();
+        const finished = c.clock.now();
+        const result = await c.db.transaction(async (trx) => {
+          const committed = (await done.commit?.(trx)) ?? done.result ?? {};
+          await updateJob(trx, jobId, {
+            state: 'completed',
+            result: committed,
+            progress: done.progress ?? row.progress,
+            finished_at: finished,
+            expires_at: new Date(finished.getTime() + c.config.jobRetentionHours * 3600_000),
+          });
+          return committed;
+        });
+        await done.after?.().catch((e: unknown) => log.warn({ err: e }, 'clean-up after job failed'));
+        return result;
+      } catch (err) {
+        await progress.flush().catch(() => undefined);
+        const failure = describe(err);
+        const final = err instanceof UnrecoverableError || (err instanceof AppError && err.status < 500) || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+        if (!final) {
+          log.warn({ err, attempt: job.attemptsMade + 1 }, 'job attempt failed; will retry');
+          await updateJob(c.db, jobId, { state: 'queued', error: failure });
+          throw err;
+        }
+        if (!(err instanceof AppError)) log.error({ err }, 'job failed');
+        const finished = c.clock.now();
+        await c.db.transaction(async (trx) => {
+          await updateJob(trx, jobId, { state: 'failed', error: failure, finished_at: finished, expires_at: finished });
+          await spec.onFailure?.(trx, row, failure, ctx);
+        });
+        // No partial output is ever offered: everything the job stored goes.
+        await c.blob.deletePrefix(jobBlob.dir(jobId)).catch((e: unknown) => log.warn({ err: e }, 'could not delete job files'));
+        throw err instanceof AppError ? new UnrecoverableError(`${failure.code}: ${failure.message}`) : err;
+      }
+    },
+  });
+}
+
+/** What a client may see of an error: our codes and messages, never internals. */
+function describe(err: unknown): Failure {
+  if (err instanceof AppError) return { code: err.code, message: err.message };
+  return { code: 'internal_error', message: 'The job failed on our side; it was retried and then given up.' };
+}
+
+function throttledProgress(db: Knex, jobId: string, initial: JobProgress): Progress {
+  let latest = initial;
+  let written = Date.now();
+  let chain: Promise<void> = Promise.resolve();
+  const write = () => {
+    const snapshot = latest;
+    written = Date.now();
+    chain = chain.then(() => updateJob(db, jobId, { progress: snapshot })).catch(() => undefined);
+    return chain;
+  };
+  return {
+    report(p) {
+      latest = { ...latest, ...p };
+      if (Date.now() - written >= PROGRESS_INTERVAL_MS) void write();
+    },
+    flush: () => write(),
+  };
+}

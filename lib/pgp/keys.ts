@@ -1,0 +1,258 @@
+import * as openpgp from 'openpgp';
+import { invalid, tooLarge } from '../errors';
+
+/**
+ * OpenPGP keys we generate and keys users hand us. Everything here is chosen so that GnuPG 2.2 and
+ * Sequoia 0.27 read our keys and what we encrypt to them (NOTES.md, "OpenPGP peers"): v4 keys only,
+ * legacy Curve25519 ids, and no SEIPDv2 feature flag (the recipient key's flags, not our config, decide
+ * whether OpenPGP.js encrypts with AEAD/OCB, which gpg 2.2 cannot read).
+ */
+export type KeyAlgorithm = 'curve25519' | 'rsa3072' | 'rsa4096';
+export const KEY_ALGORITHMS: readonly KeyAlgorithm[] = ['curve25519', 'rsa3072', 'rsa4096'];
+
+/** Supplied public keys above this size are refused (413) before parsing; real certificates are a few KiB. */
+export const MAX_PUBLIC_KEY_BYTES = 1 << 20;
+
+const { enums } = openpgp;
+
+/**
+ * Key generation preferences end up in the self-signatures: AES-256 first, SHA-512/256, compression
+ * "uncompressed" first (peers that honour prefs will not compress on our behalf), MDC only (no SEIPDv2).
+ */
+const KEYGEN_CONFIG: openpgp.PartialConfig = {
+  v6Keys: false,
+  aeadProtect: false,
+  preferredSymmetricAlgorithm: enums.symmetric.aes256,
+  preferredHashAlgorithm: enums.hash.sha512,
+  preferredCompressionAlgorithm: enums.compression.uncompressed,
+};
+
+export interface GenerateKeyInput {
+  name: string;
+  email: string;
+  algorithm: KeyAlgorithm;
+  /** Protects the private key (S2K); a random secret from lineage.ts in practice. */
+  secret: string;
+  expiresInDays?: number;
+  /** Creation time (tests, reproducible fixtures); defaults to now. */
+  date?: Date;
+}
+
+export interface GeneratedKey {
+  /** 40 lowercase hex digits (v4 fingerprint). */
+  fingerprint: string;
+  /** 16 lowercase hex digits: the primary key id. */
+  keyId: string;
+  /** Key ids of the encryption-capable subkeys: what PKESK packets of messages to this key name. */
+  encryptionKeyIds: string[];
+  publicArmored: string;
+  privateArmored: string;
+  algorithm: KeyAlgorithm;
+  createdAt: Date;
+  expiresAt: Date | null;
+}
+
+function keyTypeOptions(algorithm: KeyAlgorithm): Pick<openpgp.KeyOptions, 'type' | 'curve' | 'rsaBits'> {
+  switch (algorithm) {
+    case 'curve25519':
+      // Legacy ids (EdDSA 22 + ECDH 18): the new `type: 'curve25519'` ids are unreadable for gpg 2.2.
+      return { type: 'ecc', curve: 'curve25519Legacy' };
+    case 'rsa3072':
+      return { type: 'rsa', rsaBits: 3072 };
+    case 'rsa4096':
+      return { type: 'rsa', rsaBits: 4096 };
+  }
+}
+
+export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey> {
+  if (!KEY_ALGORITHMS.includes(input.algorithm)) throw invalid('invalid_algorithm', `unknown key algorithm "${input.algorithm}"`);
+  if (!input.secret) throw new Error('generateKey: a secret is required to protect the private key');
+  const days = input.expiresInDays;
+  if (days !== undefined && (!Number.isInteger(days) || days < 1)) throw invalid('invalid_expiry', 'expires_in_days must be a positive integer');
+  // Whole seconds: OpenPGP timestamps have no fractions, and expiresAt must equal what the key says.
+  const createdAt = new Date(Math.floor((input.date ?? new Date()).getTime() / 1000) * 1000);
+  const keyExpirationTime = days ? days * 86_400 : 0;
+
+  const { privateKey } = await openpgp.generateKey({
+    ...keyTypeOptions(input.algorithm),
+    userIDs: [{ name: input.name, email: input.email }],
+    passphrase: input.secret,
+    keyExpirationTime,
+    date: createdAt,
+    format: 'object',
+    config: KEYGEN_CONFIG,
+  });
+  return {
+    fingerprint: privateKey.getFingerprint(),
+    keyId: privateKey.getKeyID().toHex(),
+    encryptionKeyIds: privateKey.subkeys.map((s) => s.getKeyID().toHex()),
+    publicArmored: privateKey.toPublic().armor(),
+    privateArmored: privateKey.armor(),
+    algorithm: input.algorithm,
+    createdAt,
+    expiresAt: keyExpirationTime ? new Date(createdAt.getTime() + keyExpirationTime * 1000) : null,
+  };
+}
+
+/** Rotation: a fresh key with the same identity and algorithm (a new key, not a re-signed old one). */
+export function reissueKey(
+  previous: { name: string; email: string; algorithm: KeyAlgorithm },
+  secret: string,
+  expiresInDays?: number,
+): Promise<GeneratedKey> {
+  return generateKey({ ...previous, secret, expiresInDays });
+}
+
+export interface RecipientKey {
+  key: openpgp.PublicKey;
+  fingerprint: string;
+  /** Encryption-capable (sub)keys that are valid now. */
+  encryptionKeyIds: string[];
+  expiresAt: Date | null;
+  algorithm: openpgp.AlgorithmInfo;
+  userIds: string[];
+}
+
+const SECRET_TAGS = new Set<number>([enums.packet.secretKey, enums.packet.secretSubkey]);
+
+/**
+ * Validates a public key a user supplies (untrusted): one certificate, no secret material, at least one
+ * encryption-capable (sub)key that is valid now (not revoked, not expired, strong enough).
+ * Errors: 413 public_key_too_large; 422 invalid_public_key, private_key_supplied, no_encryption_key.
+ */
+export async function readRecipientKey(armored: string, now = new Date()): Promise<RecipientKey> {
+  if (typeof armored !== 'string' || !armored.trim()) throw invalid('invalid_public_key', 'public key is empty');
+  if (Buffer.byteLength(armored) > MAX_PUBLIC_KEY_BYTES) {
+    throw tooLarge('public_key_too_large', `public key is larger than ${MAX_PUBLIC_KEY_BYTES} bytes`);
+  }
+  // Checked before parsing so the message is right even when the private block itself is malformed.
+  if (/-----BEGIN PGP PRIVATE KEY BLOCK-----/.test(armored)) {
+    throw invalid('private_key_supplied', 'a private key was supplied; send only the public key');
+  }
+  let keys: openpgp.Key[];
+  try {
+    keys = await openpgp.readKeys({ armoredKeys: armored });
+  } catch (err) {
+    // A secret subkey under a public primary is rejected by the parser rather than returned.
+    if (await hasSecretPackets(armored)) throw invalid('private_key_supplied', 'the key contains secret key material');
+    throw invalid('invalid_public_key', `not a readable OpenPGP public key: ${message(err)}`);
+  }
+  if (keys.length !== 1) throw invalid('invalid_public_key', `expected exactly one key, found ${keys.length}`);
+  const key = keys[0]!;
+  if (key.isPrivate() || key.getKeys().some((k) => SECRET_TAGS.has(tagOf(k.keyPacket)))) {
+    throw invalid('private_key_supplied', 'the key contains secret key material; send only the public key');
+  }
+  const ids = await validEncryptionKeyIds(key, now);
+  if (ids.length === 0) {
+    let reason = 'no valid encryption-capable key';
+    try {
+      await key.getEncryptionKey(undefined, now);
+    } catch (err) {
+      reason = message(err);
+    }
+    throw invalid('no_encryption_key', `the key cannot be encrypted to (revoked, expired, too weak or sign-only): ${reason}`);
+  }
+  return {
+    key,
+    fingerprint: key.getFingerprint(),
+    encryptionKeyIds: ids,
+    expiresAt: await expiryOf(key),
+    algorithm: key.getAlgorithmInfo(),
+    userIds: key.getUserIDs(),
+  };
+}
+
+/** Parses a public key we stored ourselves (already validated when it was created or supplied). */
+export async function readStoredPublicKey(armored: string): Promise<openpgp.PublicKey> {
+  const key = await openpgp.readKey({ armoredKey: armored });
+  return key.isPrivate() ? key.toPublic() : key;
+}
+
+/**
+ * Decrypts a stored private key. A wrong secret is AppError 422 `wrong_passphrase`; anything else (an
+ * unreadable block) is corrupt stored data and stays a plain Error.
+ */
+export async function unlockPrivateKey(privateArmored: string, secret: string): Promise<openpgp.PrivateKey> {
+  const privateKey = await openpgp.readPrivateKey({ armoredKey: privateArmored });
+  try {
+    return await openpgp.decryptKey({ privateKey, passphrase: secret });
+  } catch (err) {
+    if (/incorrect key passphrase/i.test(message(err))) throw invalid('wrong_passphrase', 'the key secret is wrong');
+    throw err;
+  }
+}
+
+async function validEncryptionKeyIds(key: openpgp.Key, now: Date): Promise<string[]> {
+  const ids: string[] = [];
+  for (const k of key.getKeys()) {
+    try {
+      const found = await key.getEncryptionKey(k.getKeyID(), now);
+      if (found.getKeyID().equals(k.getKeyID())) ids.push(k.getKeyID().toHex());
+    } catch {
+      /* revoked, expired, weak or not for encryption */
+    }
+  }
+  return ids;
+}
+
+async function expiryOf(key: openpgp.Key): Promise<Date | null> {
+  try {
+    const t = await key.getExpirationTime();
+    return t instanceof Date ? t : null;
+  } catch {
+    return null;
+  }
+}
+
+async function hasSecretPackets(armored: string): Promise<boolean> {
+  try {
+    const { data } = await openpgp.unarmor(armored);
+    const bytes = await new Response(data as ReadableStream<Uint8Array>).arrayBuffer();
+    return scanPacketTags(new Uint8Array(bytes)).some((tag) => SECRET_TAGS.has(tag));
+  } catch {
+    return false;
+  }
+}
+
+/** Packet tags of a binary packet sequence (RFC 9580 §4.2), without parsing bodies. Stops at garbage. */
+function scanPacketTags(bytes: Uint8Array): number[] {
+  const tags: number[] = [];
+  let i = 0;
+  while (i < bytes.length) {
+    const h = bytes[i]!;
+    if (!(h & 0x80)) break;
+    let tag: number;
+    let len: number;
+    i++;
+    if (h & 0x40) {
+      tag = h & 0x3f;
+      const b0 = bytes[i++] ?? 0;
+      if (b0 < 192) len = b0;
+      else if (b0 < 224) len = ((b0 - 192) << 8) + (bytes[i++] ?? 0) + 192;
+      else if (b0 === 255) {
+        len = ((bytes[i]! << 24) >>> 0) + (bytes[i + 1]! << 16) + (bytes[i + 2]! << 8) + bytes[i + 3]!;
+        i += 4;
+      } else break; // partial lengths never appear in keys
+    } else {
+      tag = (h >> 2) & 0x0f;
+      const lt = h & 3;
+      if (lt === 3) break;
+      const n = 1 << lt;
+      len = 0;
+      for (let j = 0; j < n; j++) len = len * 256 + (bytes[i + j] ?? 0);
+      i += n;
+    }
+    tags.push(tag);
+    i += len;
+  }
+  return tags;
+}
+
+function tagOf(packet: object): number {
+  return (packet.constructor as { tag?: number }).tag ?? -1;
+}
+
+function message(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+

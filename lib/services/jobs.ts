@@ -1,0 +1,136 @@
+import { randomUUID } from 'node:crypto';
+import type { Container } from '../container';
+import { conflict } from '../errors';
+import { findJobByIdempotencyKey, findUserJob, insertJob, jobFiles, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
+
+/**
+ * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
+ * that does the work. Files live in the blob store under `jobs/<id>/`.
+ */
+export const jobBlob = {
+  dir: (jobId: string) => `jobs/${jobId}/`,
+  input: (jobId: string, n: number) => `jobs/${jobId}/in/${n}`,
+  output: (jobId: string, n: number) => `jobs/${jobId}/out/${n}`,
+  recipient: (jobId: string) => `jobs/${jobId}/recipient.asc`,
+};
+
+export const newJobId = () => randomUUID();
+
+export interface JobView {
+  job_id: string;
+  kind: JobKind;
+  state: JobRow['state'];
+  status_url: string;
+  progress: JobProgress;
+  result: Record<string, unknown> | null;
+  error: { code: string; message: string } | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+  expires_at: string | null;
+}
+
+export const statusUrl = (jobId: string) => `/api/v1/jobs/${jobId}`;
+
+export async function jobView(c: Container, row: JobRow): Promise<JobView> {
+  let result = row.result;
+  if (row.state === 'completed' && result && Array.isArray(result.files)) {
+    // Download links are derived, not stored, and vanish with the outputs.
+    const outputs = row.purged_at ? [] : await jobFiles(c.db, row.id, 'output');
+    result = { ...result, files: outputs.map((f) => fileView(row.id, f)), outputs_expired: Boolean(row.purged_at) };
+  }
+  return {
+    job_id: row.id,
+    kind: row.kind,
+    state: row.state,
+    status_url: statusUrl(row.id),
+    progress: row.progress,
+    result,
+    error: row.error,
+    created_at: row.created_at.toISOString(),
+    started_at: row.started_at?.toISOString() ?? null,
+    finished_at: row.finished_at?.toISOString() ?? null,
+    expires_at: row.expires_at?.toISOString() ?? null,
+  };
+}
+
+const fileView = (jobId: string, f: JobFileRow) => ({ n: f.n, name: f.name, size: f.size, content_type: f.content_type, download_url: `${statusUrl(jobId)}/files/${f.n}` });
+
+export interface SubmitInput {
+  id: string;
+  userId: string;
+  kind: JobKind;
+  request: Record<string, unknown>;
+  inputs?: Omit<JobFileRow, 'job_id' | 'role'>[];
+  idempotencyKey?: string;
+  requestId: string;
+  /** Enqueues the BullMQ job with the given id (the row id, so a retry of submit cannot double it). */
+  enqueue(jobId: string): Promise<unknown>;
+}
+
+/** Returns the job a replayed Idempotency-Key already made, if any; the new uploads are then dropped. */
+export async function replayedJob(c: Container, userId: string, kind: JobKind, key: string | undefined): Promise<JobRow | undefined> {
+  if (!key) return undefined;
+  const existing = await findJobByIdempotencyKey(c.db, userId, key);
+  if (existing && existing.kind !== kind) throw conflict('idempotency_key_reused', 'This Idempotency-Key was used for a different kind of request.');
+  return existing;
+}
+
+/** Records the job and enqueues it. A failure to enqueue removes the row and the uploads (503 follows). */
+export async function submitJob(c: Container, input: SubmitInput): Promise<JobRow> {
+  const files = input.inputs ?? [];
+  try {
+    await insertJob(
+      c.db,
+      {
+        id: input.id,
+        user_id: input.userId,
+        kind: input.kind,
+        request: input.request,
+        progress: files.length ? { bytes_done: 0, bytes_total: files.reduce((n, f) => n + f.size, 0), files_done: 0, files_total: files.length } : {},
+        idempotency_key: input.idempotencyKey ?? null,
+      },
+      files.map((f) => ({ ...f, role: 'input' as const })),
+    );
+  } catch (err) {
+    // Two concurrent requests with one Idempotency-Key: the loser answers with the winner's job.
+    if ((err as { constraint?: string }).constraint === 'jobs_idempotency' && input.idempotencyKey) {
+      await c.blob.deletePrefix(jobBlob.dir(input.id));
+      const winner = await replayedJob(c, input.userId, input.kind, input.idempotencyKey);
+      if (winner) return winner;
+    }
+    throw err;
+  }
+  try {
+    await input.enqueue(input.id);
+  } catch (err) {
+    await c.db('jobs').where({ id: input.id }).delete();
+    await c.blob.deletePrefix(jobBlob.dir(input.id)).catch(() => undefined);
+    throw err;
+  }
+  return (await findUserJob(c.db, input.userId, input.id))!;
+}
+
+const TERMINAL = new Set(['completed', 'failed']);
+
+/**
+ * `Prefer: wait=N` (RFC 7240): polls the row until the job ends or N seconds pass. Polling Postgres keeps
+ * one source of truth (the worker commits the row before BullMQ marks the job done).
+ */
+export async function waitForJob(c: Container, row: JobRow, seconds: number): Promise<JobRow> {
+  const deadline = Date.now() + seconds * 1000;
+  let current = row;
+  let delay = 25;
+  while (!TERMINAL.has(current.state) && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, Math.min(delay, deadline - Date.now())));
+    delay = Math.min(delay * 2, 250);
+    current = (await findUserJob(c.db, row.user_id, row.id)) ?? current;
+  }
+  return current;
+}
+
+/** Parses `Prefer: wait=N`, capped at 30 s; undefined when absent. */
+export function preferWait(header: string | undefined): number | undefined {
+  const match = /(?:^|[,;\s])wait=(\d+)/i.exec(header ?? '');
+  return match ? Math.min(30, Number(match[1])) : undefined;
+}

@@ -1,0 +1,23 @@
+import type { KeyRow, LineageRow } from '../../db/keys';
+import { keyStatus } from './keys';
+
+/** A key as the API shows it: the lineage with its current generation; never private material. */
+export function keyOut(lineage: LineageRow, current: KeyRow, now: Date) {
+  const status = keyStatus(lineage, current, now);
+  return {
+    id: lineage.id,
+    fingerprint: current.fingerprint,
+    label: lineage.label,
+    environment: lineage.environment,
+    algorithm: current.algorithm,
+    user_id: `${lineage.uid_name} <${lineage.uid_email}>`,
+    status,
+    active: status === 'active',
+    generation: current.generation,
+    created_at: lineage.created_at.toISOString(),
+    key_created_at: current.created_at.toISOString(),
+    expires_at: current.expires_at?.toISOString() ?? null,
+    disabled_at: lineage.disabled_at?.toISOString() ?? null,
+    rotation_interval_days: lineage.rotation_interval_days,
+  };
+}

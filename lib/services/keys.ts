@@ -1,0 +1,120 @@
+import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
+import type * as openpgp from 'openpgp';
+import type { Container } from '../container';
+import { conflict, notFound } from '../errors';
+import { generateKey, unlockPrivateKey, type KeyAlgorithm } from '../pgp/keys';
+import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
+import { recordAudit, type RequestMeta } from '../../db/audit';
+import { findKeyByFingerprint, insertKey, insertLineage, type KeyRow, type KeyView, type LineageRow } from '../../db/keys';
+
+/**
+ * Keys as users see them. A lineage holds the label, environment and the passphrase-locked unlock key;
+ * each generation is an OpenPGP key whose private half is locked with a random secret sealed to the
+ * lineage. Every stored secret is also sealed under the master key, bound (AAD) to its row.
+ */
+
+export interface LineageSpec {
+  id: string;
+  label: string;
+  environment: string;
+  uid_name: string;
+  uid_email: string;
+  algorithm: KeyAlgorithm;
+  key_ttl_days: number | null;
+  unlock_public: string;
+  /** Master-key sealed. */
+  unlock_locked: string;
+}
+
+const aad = {
+  unlock: (lineageId: string) => `lineage-unlock:${lineageId}`,
+  private: (lineageId: string, generation: number) => `pgp-private:${lineageId}:${generation}`,
+  secret: (lineageId: string, generation: number) => `pgp-secret:${lineageId}:${generation}`,
+};
+
+/** Derives the lineage lock from the passphrase (argon2id; tens of ms), ready to be stored. */
+export async function newLineage(c: Container, input: Omit<LineageSpec, 'id' | 'unlock_public' | 'unlock_locked'>, passphrase: string): Promise<LineageSpec> {
+  const id = randomUUID();
+  const lock = await createLineageLock(passphrase);
+  return { ...input, id, unlock_public: lock.publicKey, unlock_locked: c.sealer.seal(lock.lockedPrivate, aad.unlock(id)) };
+}
+
+export type GenerationRow = Parameters<typeof insertKey>[1];
+
+/** Makes generation `generation` of a lineage. Needs no passphrase: the secret is sealed to the lineage's public key. */
+export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id' | 'uid_name' | 'uid_email' | 'algorithm' | 'key_ttl_days' | 'unlock_public'> & { user_id: string }, generation: number): Promise<GenerationRow> {
+  const secret = randomSecret();
+  const key = await generateKey({
+    name: lineage.uid_name,
+    email: lineage.uid_email,
+    algorithm: lineage.algorithm,
+    secret,
+    expiresInDays: lineage.key_ttl_days ?? undefined,
+    date: c.clock.now(),
+  });
+  return {
+    lineage_id: lineage.id,
+    user_id: lineage.user_id,
+    generation,
+    fingerprint: key.fingerprint,
+    encryption_key_ids: key.encryptionKeyIds,
+    algorithm: key.algorithm,
+    public_armored: key.publicArmored,
+    private_sealed: c.sealer.seal(key.privateArmored, aad.private(lineage.id, generation)),
+    secret_sealed: c.sealer.seal(sealSecret(lineage.unlock_public, secret, aad.secret(lineage.id, generation)), aad.secret(lineage.id, generation)),
+    expires_at: key.expiresAt,
+  };
+}
+
+/** Stores a new lineage with its first generation and the audit row, in the caller's transaction. */
+export async function storeNewKey(trx: Knex.Transaction, userId: string, spec: LineageSpec, first: GenerationRow, meta: Partial<RequestMeta> & { job_id?: string }): Promise<{ lineage: LineageRow; key: KeyRow }> {
+  const lineage = await insertLineage(trx, { ...spec, user_id: userId });
+  const key = await insertKey(trx, first);
+  await recordAudit(trx, {
+    user_id: userId,
+    action: 'keys.generate',
+    status: 'success',
+    target: key.fingerprint,
+    ip: meta.ip,
+    request_id: meta.requestId,
+    details: { label: spec.label, environment: spec.environment, algorithm: spec.algorithm, ...(meta.job_id ? { job_id: meta.job_id } : {}) },
+  });
+  return { lineage, key };
+}
+
+/** Opens the lineage's unlock key with the passphrase (422 `wrong_passphrase` when wrong). */
+export async function unlockLineage(c: Container, lineage: Pick<LineageRow, 'id' | 'unlock_public' | 'unlock_locked'>, passphrase: string): Promise<UnlockKey> {
+  const lockedPrivate = c.sealer.openText(lineage.unlock_locked, aad.unlock(lineage.id));
+  return openLineageLock({ publicKey: lineage.unlock_public, lockedPrivate }, passphrase);
+}
+
+/** The usable private key of one generation, given the opened lineage. */
+export async function unlockGeneration(c: Container, unlock: UnlockKey, key: KeyRow): Promise<openpgp.PrivateKey> {
+  const sealed = c.sealer.openText(key.secret_sealed, aad.secret(key.lineage_id, key.generation));
+  const secret = openSealedSecret(unlock, sealed, aad.secret(key.lineage_id, key.generation));
+  return unlockPrivateKey(c.sealer.openText(key.private_sealed, aad.private(key.lineage_id, key.generation)), secret);
+}
+
+export type KeyStatus = 'active' | 'disabled' | 'expired';
+
+export function keyStatus(lineage: LineageRow, current: KeyRow, now: Date): KeyStatus {
+  if (lineage.disabled_at) return 'disabled';
+  if (current.expires_at && current.expires_at <= now) return 'expired';
+  return 'active';
+}
+
+/** Finds the caller's key by any generation's fingerprint; anything else is a 404 (never "not yours"). */
+export async function requireKey(c: Container, userId: string, fingerprint: string): Promise<KeyView> {
+  const view = await findKeyByFingerprint(c.db, userId, fingerprint);
+  if (!view) throw notFound('key_not_found', 'No key with this fingerprint in your account.');
+  return view;
+}
+
+/** The generation encryption goes to: the lineage's current one, if it may encrypt (409 otherwise). */
+export function encryptionTarget(view: KeyView, now: Date): KeyRow {
+  const status = keyStatus(view.lineage, view.current, now);
+  if (status === 'disabled') throw conflict('key_disabled', 'This key is disabled and no longer encrypts.');
+  if (status === 'expired') throw conflict('key_expired', 'This key has expired and no longer encrypts; rotate it or generate a new one.');
+  return view.current;
+}
