@@ -15,7 +15,7 @@ import { Api } from './lib/client';
 import { printReport, ratios, type RssSnapshots } from './lib/report';
 import { decryptSection, encryptSection, parallelSection, type Bench, type Results } from './lib/sections';
 import { Service } from './lib/service';
-import { GiB, children, formatSize, parseSize, stopChild, writeRandomFile } from './lib/util';
+import { GiB, children, formatSize, mibPerSec, parseSize, stopChild, writeRandomFile } from './lib/util';
 
 const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection };
 type Section = keyof typeof SECTIONS;
@@ -107,7 +107,7 @@ async function main(): Promise<void> {
 
     const bench: Bench = { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {} };
     const results: Results = {};
-    const snapshots: RssSnapshots = [];
+    const snapshots: RssSnapshots = [{ after: 'start-up', rss: service.peakRss() }];
     for (const name of opts.sections) {
       if (name === 'parallel') {
         say('adding a second worker process (crypto=1)');
@@ -133,7 +133,7 @@ async function main(): Promise<void> {
 }
 
 function mibRates(r: Results): Record<string, number> {
-  return Object.fromEntries(Object.entries(r).map(([k, t]) => [k, Math.round((t.bytes / (1 << 20) / (t.ms / 1000)) * 10) / 10]));
+  return Object.fromEntries(Object.entries(r).map(([k, t]) => [k, Math.round(mibPerSec(t.bytes, t.ms) * 10) / 10]));
 }
 
 await main();

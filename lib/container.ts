@@ -37,7 +37,8 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   await connectRedis(redis);
   const mailer = createMailer({ ...config.mail, smtpUrl: config.mail.smtpUrl, log });
   const jobs = new JobClient(redis, config.redisPrefix);
-  const blob = createBlobStore(config.blob.url, { s3: { endpoint: config.blob.s3Endpoint, region: config.blob.s3Region } });
+  // Settings left unset fall through to the AWS SDK's own credential chain (instance roles, profiles).
+  const blob = createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} });
   return {
     config,
     log,

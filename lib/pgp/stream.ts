@@ -99,7 +99,8 @@ function zlibCompressed(message: openpgp.Message<WebStream>): openpgp.Message<We
   const packet = new openpgp.CompressedDataPacket() as unknown as CompressedPacketFields;
   packet.algorithm = enums.compression.zlib;
   packet.packets = message.packets;
-  packet.compressed = throughNodeZlib(message.packets.write() as unknown as WebStream, createDeflate({ level: ZLIB_LEVEL, chunkSize: ZLIB_CHUNK }));
+  const literal = message.packets.write() as unknown as WebStream;
+  packet.compressed = throughNodeZlib(literal, createDeflate({ level: ZLIB_LEVEL, chunkSize: ZLIB_CHUNK }));
   const list = new openpgp.PacketList<openpgp.AnyPacket>();
   list.push(packet as unknown as openpgp.CompressedDataPacket);
   return Object.assign(new openpgp.Message<WebStream>(list), { fromStream: true });
@@ -116,13 +117,15 @@ function installStreamingInflate(): void {
   const proto = openpgp.CompressedDataPacket.prototype as unknown as CompressedPacketFields & { [PATCHED]?: true };
   if (proto[PATCHED]) return;
   const original = proto.decompress;
+  if (typeof original !== 'function') throw new Error('OpenPGP.js internals changed: CompressedDataPacket.decompress is gone');
   proto.decompress = async function (this: CompressedPacketFields, config?: openpgp.Config) {
     const raw = this.algorithm === enums.compression.zip;
     if (!(this.compressed instanceof ReadableStream) || !(raw || this.algorithm === enums.compression.zlib)) {
       return original.call(this, config);
     }
     const algorithm = this.algorithm;
-    this.compressed = throughNodeZlib(this.compressed as WebStream, raw ? createInflateRaw({ chunkSize: ZLIB_CHUNK }) : createInflate({ chunkSize: ZLIB_CHUNK }));
+    const inflate = raw ? createInflateRaw({ chunkSize: ZLIB_CHUNK }) : createInflate({ chunkSize: ZLIB_CHUNK });
+    this.compressed = throughNodeZlib(this.compressed as WebStream, inflate);
     this.algorithm = enums.compression.uncompressed;
     try {
       await original.call(this, config);
