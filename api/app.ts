@@ -12,11 +12,12 @@ import auditRoutes from './routes/audit-logs';
 import healthRoutes from './routes/health';
 import keyRoutes from './routes/keys';
 import jobRoutes from './routes/jobs';
+import rotationRoutes from './routes/rotation';
 
 export const API_PREFIX = '/api/v1';
 
 /** Every route of the API, in SPEC.md's order; the OpenAPI document is generated from this list. */
-export const routes: RouteDef[] = [...authRoutes, ...partnerRoutes, ...profileRoutes, ...keyRoutes, ...jobRoutes, ...auditRoutes, ...healthRoutes];
+export const routes: RouteDef[] = [...authRoutes, ...partnerRoutes, ...profileRoutes, ...keyRoutes, ...rotationRoutes, ...jobRoutes, ...auditRoutes, ...healthRoutes];
 
 export function createApp(container: Container): Koa<AppState, { container: Container }> {
   const app = new Koa<AppState, { container: Container }>({ proxy: container.config.production });

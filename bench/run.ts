@@ -2,7 +2,7 @@
  * Throughput and memory benchmark of the encryption service against gpg and in-process OpenPGP.js,
  * measured in the same run so ratios stay comparable on a shared, noisy machine. Not a test.
  *
- *   npm run bench -- [size] [--only encrypt,decrypt,parallel] [--runs N] [--no-json]
+ *   npm run bench -- [size] [--only encrypt,decrypt,parallel] [--runs N] [--transfer http|fetch] [--no-json]
  *
  * See bench/README.md.
  */
@@ -11,8 +11,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Gpg, gpgVersion, makePgpKeys } from './lib/baselines';
-import { Api } from './lib/client';
-import { printReport, ratios, type RssSnapshots } from './lib/report';
+import { Api, type Transfer } from './lib/client';
+import { cpuPerGiBOf, printReport, ratios, type RssSnapshots } from './lib/report';
 import { decryptSection, encryptSection, parallelSection, type Bench, type Results } from './lib/sections';
 import { Service } from './lib/service';
 import { GiB, children, formatSize, mibPerSec, parseSize, stopChild, writeRandomFile } from './lib/util';
@@ -24,22 +24,25 @@ interface Options {
   size: number;
   sections: Section[];
   runs: number;
+  transfer: Transfer;
   json: boolean;
 }
 
-const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).join(',')}] [--runs N] [--no-json]
-  size     of the random test file, binary units: 256M, 1G (default), 4G
-  --only   sections to run (default: all)
-  --runs   repeat each section N times and keep the fastest figures (default 1)
-  --no-json  omit the final JSON line`;
+const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).join(',')}] [--runs N] [--transfer http|fetch] [--no-json]
+  size        of the random test file, binary units: 256M, 1G (default), 4G
+  --only      sections to run (default: all)
+  --runs      repeat each section N times and keep the fastest figures (default 1)
+  --transfer  how the bench uploads and downloads: node:http (default) or fetch + FormData(openAsBlob)
+  --no-json   omit the final JSON line`;
 
 function parseArgs(argv: string[]): Options {
-  const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, json: true };
+  const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, transfer: 'http', json: true };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split('=', 2) as [string, string | undefined];
     const value = () => inline ?? argv[++i] ?? fail(`${flag} needs a value`);
     if (flag === '--only') opts.sections = value().split(',').map(section);
     else if (flag === '--runs') opts.runs = positiveInt(value());
+    else if (flag === '--transfer') opts.transfer = transfer(value());
     else if (flag === '--no-json') opts.json = false;
     else if (flag === '-h' || flag === '--help') fail('', 0);
     else if (!flag.startsWith('-')) opts.size = parseSize(flag);
@@ -51,6 +54,11 @@ function parseArgs(argv: string[]): Options {
 function section(name: string): Section {
   if (!(name in SECTIONS)) fail(`unknown section "${name}"`);
   return name as Section;
+}
+
+function transfer(name: string): Transfer {
+  if (name !== 'http' && name !== 'fetch') fail(`--transfer is http or fetch, not "${name}"`);
+  return name;
 }
 
 function positiveInt(text: string): number {
@@ -71,10 +79,11 @@ const say = (line: string) => console.error(`[bench] ${line}`);
 async function main(): Promise<void> {
   const opts = parseArgs(process.argv.slice(2));
   const dir = await mkdtemp(join(tmpdir(), 'kms-bench-'));
-  let gpg: Gpg | undefined;
   const service = new Service(dir, Math.max(2 * opts.size, 8 * GiB));
+  let gpg: Gpg | undefined;
 
   let cleaning: Promise<void> | undefined;
+  let interrupted = false;
   const cleanup = () =>
     (cleaning ??= (async () => {
       say('cleaning up');
@@ -86,28 +95,16 @@ async function main(): Promise<void> {
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
     process.once(signal, () => {
       say(`${signal}: stopping`);
+      interrupted = true;
       void cleanup().finally(() => process.exit(130));
     });
   }
 
   try {
-    say(`writing ${formatSize(opts.size)} of random data to ${dir}`);
-    const input = join(dir, 'plain.bin');
-    const inputSha = await writeRandomFile(input, opts.size);
-
-    say('making keys, starting the service (API + 1 worker)');
     gpg = await Gpg.create(join(dir, 'gnupg'));
-    const pgp = await makePgpKeys();
-    await service.startWeb();
-    await service.addWorker('crypto=1,notify=1');
-    const api = new Api(service.baseUrl);
-    await api.register();
-    const passphrase = `bench passphrase ${randomBytes(8).toString('hex')}`;
-    const fingerprint = await api.generateKey(passphrase);
-
-    const bench: Bench = { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {} };
+    const snapshots: RssSnapshots = [];
+    const bench = await prepare(opts, dir, service, gpg, snapshots);
     const results: Results = {};
-    const snapshots: RssSnapshots = [{ after: 'start-up', rss: service.peakRss() }];
     for (const name of opts.sections) {
       if (name === 'parallel') {
         say('adding a second worker process (crypto=1)');
@@ -117,19 +114,43 @@ async function main(): Promise<void> {
       Object.assign(results, await SECTIONS[name](bench));
       snapshots.push({ after: name, rss: service.peakRss() });
     }
-
-    const final = snapshots.at(-1)?.rss ?? service.peakRss();
-    const q = ratios(results, final);
-    const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs };
-    printReport(machine, results, snapshots, q);
-    if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), ratios: q, peak_rss_mib: final }));
+    report(opts, results, snapshots);
   } catch (err) {
+    if (interrupted) return; // the failure is our own clean-up killing things
     console.error(err instanceof Error ? (err.stack ?? err.message) : err);
     console.error(`service output (last lines):\n${service.logs()}`);
     process.exitCode = 1;
   } finally {
     await cleanup();
   }
+}
+
+/** The test file, the OpenPGP.js key, the service (API + one worker), an account and a service key. */
+async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, snapshots: RssSnapshots): Promise<Bench> {
+  say(`writing ${formatSize(opts.size)} of random data to ${dir}`);
+  const input = join(dir, 'plain.bin');
+  const inputSha = await writeRandomFile(input, opts.size);
+  const pgp = await makePgpKeys();
+
+  say('starting the service (API + 1 worker)');
+  await service.startWeb();
+  await service.addWorker('crypto=1,notify=1');
+  snapshots.push({ after: 'start-up', rss: service.peakRss() });
+  const api = new Api(service.baseUrl, opts.transfer);
+  await api.register();
+  const passphrase = `bench passphrase ${randomBytes(8).toString('hex')}`;
+  const fingerprint = await api.generateKey(passphrase);
+  snapshots.push({ after: 'key setup', rss: service.peakRss() });
+  return { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {} };
+}
+
+/** The table and ratios, then one JSON line for machine comparison. */
+function report(opts: Options, results: Results, snapshots: RssSnapshots): void {
+  const rss = snapshots.at(-1)!.rss;
+  const q = ratios(results, rss);
+  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer };
+  printReport(machine, results, snapshots, q);
+  if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), cpu_s_per_gib: cpuPerGiBOf(results), ratios: q, peak_rss_mib: rss }));
 }
 
 function mibRates(r: Results): Record<string, number> {

@@ -12,8 +12,8 @@ export interface LineageRow {
   unlock_locked: string;
   key_ttl_days: number | null;
   disabled_at: Date | null;
+  rotation_mode: 'policy' | 'interval' | 'off';
   rotation_interval_days: number | null;
-  next_rotation_at: Date | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -35,6 +35,7 @@ export interface KeyRow {
   ops_count: number;
   bytes_count: number;
   last_used_at: Date | null;
+  expiry_warned_at: Date | null;
   created_at: Date;
 }
 
@@ -46,12 +47,12 @@ export interface KeyView {
   named: KeyRow;
 }
 
-export async function insertLineage(db: Knex, row: Omit<LineageRow, 'created_at' | 'updated_at' | 'disabled_at' | 'next_rotation_at' | 'rotation_interval_days'>): Promise<LineageRow> {
+export async function insertLineage(db: Knex, row: Omit<LineageRow, 'created_at' | 'updated_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days'>): Promise<LineageRow> {
   const [inserted] = await db<LineageRow>('key_lineages').insert(row).returning('*');
   return inserted!;
 }
 
-export async function insertKey(db: Knex, row: Omit<KeyRow, 'id' | 'status' | 'rotated_at' | 'ops_count' | 'bytes_count' | 'last_used_at' | 'created_at'>): Promise<KeyRow> {
+export async function insertKey(db: Knex, row: Omit<KeyRow, 'id' | 'status' | 'rotated_at' | 'ops_count' | 'bytes_count' | 'last_used_at' | 'expiry_warned_at' | 'created_at'>): Promise<KeyRow> {
   const [inserted] = await db<KeyRow>('pgp_keys').insert(row).returning('*');
   return inserted!;
 }

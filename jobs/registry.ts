@@ -6,6 +6,10 @@ import { purgeJobOutputs } from './purge-job-outputs';
 import { encryptFiles } from './encrypt-files';
 import { decryptFiles } from './decrypt-files';
 import { generateKeyJob } from './generate-key';
+import { rotateKey } from './rotate-key';
+import { rotateDueKey } from './rotate-due-key';
+import { rotationSweep } from './rotation-sweep';
+import { expirySweep } from './expiry-sweep';
 
 /**
  * The contract between producers (API, scheduler, other jobs) and consumers (workers): every job kind
@@ -18,6 +22,10 @@ export const jobs = {
   'encrypt-files': encryptFiles,
   'decrypt-files': decryptFiles,
   'generate-key': generateKeyJob,
+  'rotate-key': rotateKey,
+  'rotate-due-key': rotateDueKey,
+  'rotation-sweep': rotationSweep,
+  'expiry-sweep': expirySweep,
 } as const;
 
 export type JobName = keyof typeof jobs;

@@ -26,6 +26,9 @@ import { invalid } from './errors';
  *   argon2id gives 64 bytes: the first 32 are the AES-256-GCM key, the second 32 hash to `check`, which
  *   tells a wrong passphrase (422 `wrong_passphrase`) from a tampered lock (plain Error). The check does
  *   not help guessing: the GCM tag already lets anyone with the lock test a passphrase at the same cost.
+ *   (A changed salt, parameter or check still reads as a wrong passphrase: only ciphertext, iv and tag
+ *   changes are provably corruption.) Passphrases are NFC-normalised, so composed and decomposed
+ *   spellings of the same text both work.
  * - sealed secret: `ls1.<ephemeral public>.<iv>.<ciphertext>.<tag>` (base64url).
  */
 
@@ -59,12 +62,8 @@ export const PRODUCTION_KDF_FLOOR: KdfParams = { memoryKib: 19_456, timeCost: 2,
 /** Bounds on what a stored lock may ask for, so a corrupt or hostile lock cannot exhaust memory. */
 const KDF_LIMITS = { memoryKib: [8, 1 << 20], timeCost: [1, 10], parallelism: [1, 8] } as const;
 
-let kdf: KdfParams = initialKdf();
-
-function initialKdf(): KdfParams {
-  const env = process.env.ARGON2_MEMORY_KIB;
-  return env ? checkKdf({ ...DEFAULT_KDF, memoryKib: Number(env) }) : DEFAULT_KDF;
-}
+// Set from configuration (LINEAGE_KDF_MEMORY_KIB) when the container is built.
+let kdf: KdfParams = DEFAULT_KDF;
 
 function isProduction(): boolean {
   return process.env.NODE_ENV === 'production';
@@ -73,11 +72,14 @@ function isProduction(): boolean {
 function checkKdf(p: KdfParams): KdfParams {
   for (const name of ['memoryKib', 'timeCost', 'parallelism'] as const) {
     const [min, max] = KDF_LIMITS[name];
-    if (!Number.isInteger(p[name]) || p[name] < min || p[name] > max) throw new Error(`lineage kdf: ${name} must be an integer in [${min}, ${max}]`);
+    if (!Number.isInteger(p[name]) || p[name] < min || p[name] > max) {
+      throw new Error(`lineage kdf: ${name} must be an integer in [${min}, ${max}]`);
+    }
   }
   if (p.memoryKib < 8 * p.parallelism) throw new Error('lineage kdf: memoryKib must be at least 8 × parallelism');
   if (isProduction() && (p.memoryKib < PRODUCTION_KDF_FLOOR.memoryKib || p.timeCost < PRODUCTION_KDF_FLOOR.timeCost)) {
-    throw new Error(`lineage kdf: below the production floor (m=${PRODUCTION_KDF_FLOOR.memoryKib} KiB, t=${PRODUCTION_KDF_FLOOR.timeCost})`);
+    const { memoryKib, timeCost } = PRODUCTION_KDF_FLOOR;
+    throw new Error(`lineage kdf: below the production floor (m=${memoryKib} KiB, t=${timeCost})`);
   }
   return p;
 }
@@ -139,7 +141,9 @@ export async function openLineageLock(lock: LineageLock, passphrase: string): Pr
     throw new Error('lineage lock: the locked private key is corrupt (authentication failed)');
   }
   const privateKey = privateFromScalar(scalar, pub);
-  if (!rawPublic(createPublicKey(privateKey)).equals(pub)) throw new Error('lineage lock: private key does not match the public key');
+  if (!rawPublic(createPublicKey(privateKey)).equals(pub)) {
+    throw new Error('lineage lock: private key does not match the public key');
+  }
   return { publicKey: lock.publicKey, privateKey };
 }
 
@@ -205,7 +209,9 @@ function parseLocked(text: string): LockedPrivateV1 {
   // Stored parameters are bounded too (not the production floor: old locks must keep opening).
   for (const [name, value] of [['memoryKib', o.m], ['timeCost', o.t], ['parallelism', o.p]] as const) {
     const [min, max] = KDF_LIMITS[name];
-    if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) throw new Error(`lineage lock: bad ${name}`);
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+      throw new Error(`lineage lock: bad ${name}`);
+    }
   }
   return o as LockedPrivateV1;
 }
@@ -232,7 +238,8 @@ export function sealSecret(publicKey: string, secret: string, aad: string): stri
   const cipher = createCipheriv('aes-256-gcm', key, iv);
   cipher.setAAD(sealAad(aad));
   const ct = Buffer.concat([cipher.update(secret, 'utf8'), cipher.final()]);
-  return [SEAL_PREFIX, ephPub, iv, ct, cipher.getAuthTag()].map((x) => (typeof x === 'string' ? x : x.toString('base64url'))).join('.');
+  const fields = [ephPub, iv, ct, cipher.getAuthTag()].map((b) => b.toString('base64url'));
+  return [SEAL_PREFIX, ...fields].join('.');
 }
 
 /** Opens a sealed secret; a wrong key, wrong `aad` or tampering throws a plain Error (corrupt data). */
@@ -277,7 +284,8 @@ function publicFromRaw(raw: Buffer): KeyObject {
 }
 
 function privateFromScalar(d: Buffer, pub: Buffer): KeyObject {
-  return createPrivateKey({ key: { kty: 'OKP', crv: 'X25519', d: d.toString('base64url'), x: pub.toString('base64url') }, format: 'jwk' });
+  const jwk = { kty: 'OKP', crv: 'X25519', d: d.toString('base64url'), x: pub.toString('base64url') };
+  return createPrivateKey({ key: jwk, format: 'jwk' });
 }
 
 function decodePublic(publicKey: string): Buffer {

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Config } from './config';
 
 /** Plain-text emails the service sends; one place to read and change their wording. */
-export const MailTemplate = z.enum(['password-reset', 'password-changed', 'contact-received', 'contact-forward']);
+export const MailTemplate = z.enum(['password-reset', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring']);
 export type MailTemplate = z.infer<typeof MailTemplate>;
 
 type Vars = Record<string, string>;
@@ -33,6 +33,16 @@ export function renderMail(template: MailTemplate, v: Vars, config: Pick<Config,
       return {
         subject: `We received your request: ${v.subject}`,
         text: `Hello ${v.name ?? ''},\n\nThank you for writing to us. Your request (reference ${v.reference}) reached our support team, who will answer by email.`,
+      };
+    case 'key-expiring':
+      return {
+        subject: `Your key "${v.label}" expires ${v.expires_at?.slice(0, 10)}`,
+        text: [
+          `Your OpenPGP key "${v.label}" (fingerprint ${v.fingerprint}) expires at ${v.expires_at}.`,
+          '',
+          'After that it no longer encrypts (it still decrypts what was encrypted to it). Rotate it to get a',
+          'fresh generation with a new lifetime: POST /api/v1/keys/{fingerprint}/rotate.',
+        ].join('\n'),
       };
     case 'contact-forward':
       return {

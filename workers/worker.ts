@@ -30,6 +30,8 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
       prefix: bullPrefix(c.config.redisPrefix),
       concurrency,
       autorun: true,
+      lockDuration: c.config.workerLocks.lockMs,
+      stalledInterval: c.config.workerLocks.stalledCheckMs,
     });
     worker.on('failed', (job, err) => c.log.warn({ queue, job: job?.name, job_id: job?.id, attempts: job?.attemptsMade, err: err.message }, 'job failed'));
     worker.on('error', (err) => c.log.error({ queue, err }, 'worker error'));

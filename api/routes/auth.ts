@@ -88,7 +88,7 @@ export default [
         return row!.id;
       });
       // Forwarded to support only: a public form that mails arbitrary addresses would be a spam relay.
-      await accounts.notify(c, c.config.mail.support, 'contact-forward', { ...body, reference: id }, meta);
+      await accounts.notify(c, c.config.mail.support, 'contact-forward', { ...body, reference: id }, meta.requestId);
       return { status: 202, body: { status: 'received', reference: id } };
     },
   }),

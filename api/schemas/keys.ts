@@ -40,6 +40,7 @@ export const Key = z
     key_created_at: Timestamp,
     expires_at: Timestamp.nullable(),
     disabled_at: Timestamp.nullable(),
+    rotation_mode: z.enum(['policy', 'interval', 'off']).describe('policy: follows the account rotation_days'),
     rotation_interval_days: z.number().int().nullable(),
   })
   .meta({ id: 'Key' });

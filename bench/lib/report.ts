@@ -7,6 +7,7 @@ export interface Machine {
   node: string;
   gpg: string;
   runs: number;
+  transfer: string;
 }
 
 /** Peak RSS (MiB) per service process, as read after each section. */
@@ -59,7 +60,7 @@ export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
 
 export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: Ratios): void {
   const out: string[] = [];
-  out.push(`KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s)`);
+  out.push(`KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s) · transfers via ${m.transfer}`);
   out.push('');
   out.push(`${'section'.padEnd(9)} ${'what'.padEnd(31)} ${'MiB/s'.padStart(7)} ${'seconds'.padStart(8)}   where the time went (s) · CPU per process (s)`);
   for (const [key, t] of Object.entries(r)) {
@@ -67,7 +68,7 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
     out.push(`${section!.padEnd(9)} ${(LABELS[key] ?? key).padEnd(31)} ${fixed(rate(t), 1).padStart(7)} ${fixed(t.ms / 1000).padStart(8)}   ${details(t)}`);
   }
   out.push('');
-  for (const s of snapshots) out.push(`peak RSS (VmHWM) after ${s.after.padEnd(9)} ${Object.entries(s.rss).map(([k, v]) => `${k} ${fixed(v ?? undefined, 0)} MiB`).join(' · ')}`);
+  for (const s of snapshots) out.push(`peak RSS (VmHWM) after ${s.after.padEnd(10)} ${Object.entries(s.rss).map(([k, v]) => `${k} ${fixed(v ?? undefined, 0)} MiB`).join(' · ')}`);
   out.push('');
   out.push(
     [
@@ -78,10 +79,27 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
       target('worker MiB', q.peak_rss_worker_mib, '≤', 200, 0),
     ].join(' | '),
   );
+  out.push(`CPU seconds per GiB (service: its processes, not the bench client): ${cpuPerGiB(r)}`);
   out.push(
     `also: job-only encrypt ÷ OpenPGP.js ${fixed(q.encrypt_job_vs_openpgp)} · job-only decrypt ÷ OpenPGP.js ${fixed(q.decrypt_job_vs_openpgp)} · parallel e2e ÷ 2×gpg ${fixed(q.parallel_e2e_vs_gpg)} · OpenPGP.js ÷ gpg encrypt ${fixed(q.openpgp_vs_gpg_encrypt)}`,
   );
   console.log(out.join('\n'));
+}
+
+/** CPU cost per GiB of each figure that has CPU readings. */
+export function cpuPerGiBOf(r: Results): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const [key, t] of Object.entries(r)) {
+    if (!t.cpu) continue;
+    const own = Object.entries(t.cpu).filter(([k]) => k !== 'bench');
+    const seconds = (own.length ? own : Object.entries(t.cpu)).reduce((n, [, v]) => n + v, 0);
+    out[key] = Math.round((seconds / (t.bytes / 2 ** 30)) * 100) / 100;
+  }
+  return out;
+}
+
+function cpuPerGiB(r: Results): string {
+  return Object.entries(cpuPerGiBOf(r)).map(([k, v]) => `${k} ${fixed(v, 1)}`).join(' · ');
 }
 
 function details(t: Timing): string {

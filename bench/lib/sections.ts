@@ -1,9 +1,9 @@
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { Gpg, pgpDecrypt, pgpEncrypt, type PgpKeys } from './baselines';
+import { pgpDecrypt, pgpEncrypt, type Gpg, type PgpKeys } from './baselines';
 import type { Api, JobView } from './client';
 import type { Service } from './service';
-import { sha256File, timed } from './util';
+import { ownCpuSeconds, sha256File } from './util';
 
 /** What every section works with. Ciphertexts are kept for the decrypt section. */
 export interface Bench {
@@ -47,11 +47,11 @@ async function bestOf(b: Bench, measure: () => Promise<Results>): Promise<Result
 export function encryptSection(b: Bench): Promise<Results> {
   const [gpgOut, pgpOut, svcOut] = [path(b, 'gpg.gpg'), path(b, 'pgp.gpg'), path(b, 'service.gpg')];
   return bestOf(b, async () => {
-    const gpg = await timed(() => b.gpg.encrypt(b.input, gpgOut));
-    const pgp = await timed(() => pgpEncrypt(b.input, pgpOut, b.pgp));
+    const gpg = await baseline(b.size, () => b.gpg.encrypt(b.input, gpgOut));
+    const pgp = await baseline(b.size, () => pgpEncrypt(b.input, pgpOut, b.pgp));
     const service = await serviceRun(b, () => b.api.submitEncrypt(b.input, b.fingerprint), svcOut);
     Object.assign(b.cipher, { gpg: gpgOut, pgp: pgpOut, service: svcOut });
-    return { 'encrypt.gpg': plain(b.size, gpg.ms), 'encrypt.openpgp': plain(b.size, pgp.ms), ...serviceFigures('encrypt', service) };
+    return { 'encrypt.gpg': gpg, 'encrypt.openpgp': pgp, ...serviceFigures('encrypt', service) };
   });
 }
 
@@ -59,14 +59,14 @@ export async function decryptSection(b: Bench): Promise<Results> {
   const cipher = await ciphertexts(b);
   const [gpgOut, pgpOut, svcOut] = [path(b, 'gpg.out'), path(b, 'pgp.out'), path(b, 'service.out')];
   return bestOf(b, async () => {
-    const gpg = await timed(() => b.gpg.decrypt(cipher.gpg, gpgOut));
+    const gpg = await baseline(b.size, () => b.gpg.decrypt(cipher.gpg, gpgOut));
     await checkPlaintext(b, gpgOut, 'gpg decrypt');
-    const pgp = await timed(() => pgpDecrypt(cipher.pgp, pgpOut, b.pgp));
+    const pgp = await baseline(b.size, () => pgpDecrypt(cipher.pgp, pgpOut, b.pgp));
     await checkPlaintext(b, pgpOut, 'OpenPGP.js decrypt');
     const service = await serviceRun(b, () => b.api.submitDecrypt(cipher.service, b.fingerprint, b.passphrase), svcOut);
     await checkPlaintext(b, svcOut, 'service decrypt download');
     // Throughput counts plaintext bytes on both sides, like the encrypt figures.
-    return { 'decrypt.gpg': plain(b.size, gpg.ms), 'decrypt.openpgp': plain(b.size, pgp.ms), ...serviceFigures('decrypt', { ...service, bytes: b.size }) };
+    return { 'decrypt.gpg': gpg, 'decrypt.openpgp': pgp, ...serviceFigures('decrypt', { ...service, bytes: b.size }) };
   });
 }
 
@@ -75,11 +75,11 @@ export function parallelSection(b: Bench): Promise<Results> {
   const outs = [path(b, 'par-gpg-1.gpg'), path(b, 'par-gpg-2.gpg')];
   const svcOuts = [path(b, 'par-service-1.gpg'), path(b, 'par-service-2.gpg')];
   return bestOf(b, async () => {
-    const gpg = await timed(() => Promise.all(outs.map((out) => b.gpg.encrypt(b.input, out))));
+    const gpg = await baseline(2 * b.size, () => Promise.all(outs.map((out) => b.gpg.encrypt(b.input, out))));
     await Promise.all(outs.map((f) => rm(f)));
     const service = await parallelServiceRun(b, svcOuts);
     await Promise.all(svcOuts.map((f) => rm(f)));
-    return { 'parallel.gpg': plain(2 * b.size, gpg.ms), ...service };
+    return { 'parallel.gpg': gpg, ...service };
   });
 }
 
@@ -102,12 +102,16 @@ async function serviceRun(b: Bench, submit: () => Promise<JobView>, dest: string
   const t0 = Date.now();
   const { job_id } = await submit();
   const t1 = Date.now();
-  const job = await b.api.waitForJob(job_id);
+  const job = await waitFor(b, job_id);
   const t2 = Date.now();
   const bytes = await b.api.download(job.result!.files![0]!.download_url, dest);
   const t3 = Date.now();
+  await dropJobFiles(b, job_id);
   return { bytes, t0, t1, t2, t3, job, cpu: cpuSince(b, cpu0) };
 }
+
+/** Generous: 2 minutes plus 2 minutes per GiB (about 8 MiB/s), in case a job never ends. */
+const waitFor = (b: Bench, jobId: string) => b.api.waitForJob(jobId, 120_000 * (1 + b.size / 2 ** 30), () => b.service.assertRunning());
 
 /** e2e (upload start → download end) and job-only (the job's started_at → finished_at) figures. */
 function serviceFigures(kind: string, r: ServiceRun): Results {
@@ -125,15 +129,18 @@ async function parallelServiceRun(b: Bench, dests: string[]): Promise<Results> {
   const t0 = Date.now();
   const submitted = await Promise.all(dests.map(() => b.api.submitEncrypt(b.input, b.fingerprint)));
   const t1 = Date.now();
-  const jobs = await Promise.all(submitted.map((j) => b.api.waitForJob(j.job_id)));
+  const jobs = await Promise.all(submitted.map((j) => waitFor(b, j.job_id)));
   const t2 = Date.now();
   await Promise.all(jobs.map((j, i) => b.api.download(j.result!.files![0]!.download_url, dests[i]!)));
   const t3 = Date.now();
-  const start = Math.min(...jobs.map((j) => Date.parse(j.started_at!)));
-  const end = Math.max(...jobs.map((j) => Date.parse(j.finished_at!)));
+  await Promise.all(jobs.map((j) => dropJobFiles(b, j.job_id)));
+  const starts = jobs.map((j) => Date.parse(j.started_at!));
+  const ends = jobs.map((j) => Date.parse(j.finished_at!));
+  const [start, end] = [Math.min(...starts), Math.max(...ends)];
   const bytes = 2 * b.size;
+  const parts = { upload: t1 - t0, 'job 1': ends[0]! - starts[0]!, 'job 2': ends[1]! - starts[1]!, 'start skew': Math.abs(starts[0]! - starts[1]!), download: t3 - t2 };
   return {
-    'parallel.jobs': { bytes, ms: end - start, parts: { upload: t1 - t0, 'first start → last finish': end - start, download: t3 - t2 }, cpu: cpuSince(b, cpu0) },
+    'parallel.jobs': { bytes, ms: end - start, parts, cpu: cpuSince(b, cpu0) },
     'parallel.service': { bytes, ms: t3 - t0 },
   };
 }
@@ -150,7 +157,22 @@ function cpuSince(b: Bench, before: Record<string, number>): Record<string, numb
 
 // -------------------------------------------------------------------------------------- helpers
 
-const plain = (bytes: number, ms: number): Timing => ({ bytes, ms });
+/** Times a baseline with its CPU: gpg's (reaped children) or OpenPGP.js's (this process). */
+async function baseline(bytes: number, fn: () => Promise<unknown>): Promise<Timing> {
+  const cpu0 = ownCpuSeconds();
+  const start = performance.now();
+  await fn();
+  const ms = performance.now() - start;
+  const cpu1 = ownCpuSeconds();
+  const gpg = cpu1.children - cpu0.children;
+  return { bytes, ms, cpu: gpg > 0 ? { gpg } : { bench: cpu1.self - cpu0.self } };
+}
+
+/**
+ * Frees the disk a finished job's output holds until its retention ends (the API has no delete):
+ * the blob store is the bench's own folder, laid out as `jobs/<id>/` (lib/services/jobs.ts).
+ */
+const dropJobFiles = (b: Bench, jobId: string) => rm(join(b.service.blobDir, 'jobs', jobId), { recursive: true, force: true });
 
 /** The decrypt section's inputs: the encrypt section's outputs, or made now (untimed) when it did not run. */
 async function ciphertexts(b: Bench): Promise<{ gpg: string; pgp: string; service: string }> {

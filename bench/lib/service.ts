@@ -36,6 +36,10 @@ export class Service {
     private readonly maxFileBytes: number,
   ) {}
 
+  get blobDir(): string {
+    return join(this.dir, 'blobs');
+  }
+
   get baseUrl(): string {
     return `http://127.0.0.1:${this.port}`;
   }
@@ -53,6 +57,12 @@ export class Service {
     const proc = this.spawn(`worker-${this.procs.filter((p) => p.name.startsWith('worker')).length + 1}`, 'worker', { WORKER_QUEUES: queues });
     await this.until(proc, async () => (await this.cryptoWorkers()) > before, 'its worker to register with BullMQ');
     return proc;
+  }
+
+  /** Throws if a service process has exited before `stop`. */
+  assertRunning(): void {
+    const dead = this.procs.find((p) => p.child.exitCode !== null || p.child.signalCode !== null);
+    if (dead && !this.stopped) throw new Error(`${dead.name} exited (${dead.child.exitCode ?? dead.child.signalCode}):\n${dead.tail.join('\n')}`);
   }
 
   peakRss(): Record<string, number | null> {
@@ -85,7 +95,7 @@ export class Service {
       REDIS_URL,
       REDIS_PREFIX: this.redisPrefix,
       PORT: String(this.port),
-      BLOB_STORE_URL: join(this.dir, 'blobs'),
+      BLOB_STORE_URL: this.blobDir,
       MAIL_DIR: join(this.dir, 'mail'),
       LOG_LEVEL: 'warn',
       WORKER_QUEUES: 'crypto=1,notify=1',

@@ -26,12 +26,6 @@ export function formatSize(bytes: number): string {
 /** Throughput in MiB/s. */
 export const mibPerSec = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
 
-export async function timed<T>(fn: () => Promise<T>): Promise<{ ms: number; value: T }> {
-  const start = performance.now();
-  const value = await fn();
-  return { ms: performance.now() - start, value };
-}
-
 /** Writes `bytes` of crypto.randomBytes in 1 MiB chunks; returns the sha256 (hex) of what was written. */
 export async function writeRandomFile(path: string, bytes: number): Promise<string> {
   const hash = createHash('sha256');
@@ -113,6 +107,15 @@ export function cpuSeconds(pid: number): number {
     return NaN;
   }
 }
+/** CPU seconds of this process, and of its children that have exited and been reaped (gpg runs). */
+export function ownCpuSeconds(): { self: number; children: number } {
+  const { user, system } = process.cpuUsage();
+  const stat = readFileSync('/proc/self/stat', 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // cutime and cstime are fields 16 and 17 overall.
+  return { self: (user + system) / 1e6, children: (Number(fields[13]) + Number(fields[14])) / CLOCK_TICKS };
+}
+
 /** USER_HZ: 100 on every Linux build that matters here (`getconf CLK_TCK`). */
 const CLOCK_TICKS = 100;
 

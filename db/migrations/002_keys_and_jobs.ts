@@ -18,7 +18,6 @@ export async function up(knex: Knex): Promise<void> {
     t.integer('key_ttl_days');
     t.timestamp('disabled_at', { useTz: true });
     t.integer('rotation_interval_days');
-    t.timestamp('next_rotation_at', { useTz: true });
     t.timestamps(true, true);
     t.index(['user_id', 'environment', 'label']);
   });

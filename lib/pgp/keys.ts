@@ -68,7 +68,9 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   if (!KEY_ALGORITHMS.includes(input.algorithm)) throw invalid('invalid_algorithm', `unknown key algorithm "${input.algorithm}"`);
   if (!input.secret) throw new Error('generateKey: a secret is required to protect the private key');
   const days = input.expiresInDays;
-  if (days !== undefined && (!Number.isInteger(days) || days < 1)) throw invalid('invalid_expiry', 'expires_in_days must be a positive integer');
+  if (days !== undefined && (!Number.isInteger(days) || days < 1)) {
+    throw invalid('invalid_expiry', 'expires_in_days must be a positive integer');
+  }
   // Whole seconds: OpenPGP timestamps have no fractions, and expiresAt must equal what the key says.
   const createdAt = new Date(Math.floor((input.date ?? new Date()).getTime() / 1000) * 1000);
   const keyExpirationTime = days ? days * 86_400 : 0;

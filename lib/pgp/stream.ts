@@ -257,7 +257,7 @@ const malformed = (why: string) => invalid('malformed_message', `the message is 
  * skipped and the CRC24 line is ignored, as RFC 9580 §6.1 requires of receivers (the MDC or AEAD tag
  * protects the data). Stops at the END line: anything after the first message is not read.
  */
-export async function* dearmor(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+async function* dearmor(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
   let state = 'begin' as 'begin' | 'headers' | 'body';
   let partial = ''; // an incomplete last line
   let base64 = ''; // body characters not yet decoded (fewer than 4 after each step)
@@ -350,7 +350,7 @@ export async function* dearmor(chunks: AsyncIterable<Uint8Array>): AsyncGenerato
  * chunk, so gpg's messages decrypt ~5× faster this way (41 → ~200 MiB/s measured). Integrity is
  * unaffected: the MDC and AEAD tags cover the decrypted contents, not the outer length headers.
  */
-export async function* reframe(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+async function* reframe(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
   const r = new ByteReader(chunks[Symbol.asyncIterator]());
   for (;;) {
     const tag = await r.byte();

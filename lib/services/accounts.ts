@@ -6,6 +6,7 @@ import { blockedFor, penalize } from '../auth/limiters';
 import { hashToken, newToken } from '../tokens';
 import { issuePartnerKey } from './partner-keys';
 import { recordAudit, type RequestMeta } from '../../db/audit';
+import type { MailTemplate } from '../mail-templates';
 import { bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertUser, updateUser, type UserRow } from '../../db/users';
 import { retirePartnerKeys } from '../../db/partner-keys';
 import { insertPasswordReset, lockPasswordReset, usePasswordResets } from '../../db/password-resets';
@@ -87,7 +88,7 @@ export async function changePassword(c: Container, userId: string, input: { curr
     await audit(meta)(trx, { user_id: user.id, action: 'profile.change_password', status: 'success' });
     return row;
   });
-  await notify(c, updated.email, 'password-changed', { username: updated.username, at: c.clock.now().toISOString() }, meta);
+  await notify(c, updated.email, 'password-changed', { username: updated.username, at: c.clock.now().toISOString() }, meta.requestId);
   return newSession(c, updated);
 }
 
@@ -101,7 +102,7 @@ export async function forgotPassword(c: Container, email: string, meta: RequestM
     await insertPasswordReset(trx, { user_id: user.id, token_hash: hashToken(token), expires_at: new Date(c.clock.now().getTime() + ttl * 60_000) });
     await audit(meta)(trx, { user_id: user.id, action: 'auth.forgot_password', status: 'success' });
   });
-  await notify(c, user.email, 'password-reset', { username: user.username, token, ttl_minutes: String(ttl) }, meta);
+  await notify(c, user.email, 'password-reset', { username: user.username, token, ttl_minutes: String(ttl) }, meta.requestId);
 }
 
 export async function resetPassword(c: Container, input: { token: string; new_password: string }, meta: RequestMeta) {
@@ -166,11 +167,11 @@ export async function deleteAccount(c: Container, userId: string, password: stri
 }
 
 /** Queues a templated email; its variables travel sealed because some (reset tokens) are secrets. */
-export async function notify(c: Container, to: string, template: 'password-reset' | 'password-changed' | 'contact-forward', vars: Record<string, string>, meta: RequestMeta) {
+export async function notify(c: Container, to: string, template: MailTemplate, vars: Record<string, string>, requestId?: string) {
   try {
-    await c.jobs.enqueue('send-email', { to, template, sealed_vars: c.sealer.seal(JSON.stringify(vars), 'send-email') }, { requestId: meta.requestId });
+    await c.jobs.enqueue('send-email', { to, template, sealed_vars: c.sealer.seal(JSON.stringify(vars), 'send-email') }, { requestId });
   } catch (err) {
     // The change it reports has happened already; a lost notice must not turn it into an error.
-    c.log.error({ err, template, request_id: meta.requestId }, 'could not queue email');
+    c.log.error({ err, template, request_id: requestId }, 'could not queue email');
   }
 }

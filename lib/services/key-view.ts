@@ -18,6 +18,7 @@ export function keyOut(lineage: LineageRow, current: KeyRow, now: Date) {
     key_created_at: current.created_at.toISOString(),
     expires_at: current.expires_at?.toISOString() ?? null,
     disabled_at: lineage.disabled_at?.toISOString() ?? null,
+    rotation_mode: lineage.rotation_mode,
     rotation_interval_days: lineage.rotation_interval_days,
   };
 }

@@ -4,7 +4,7 @@ import type * as openpgp from 'openpgp';
 import type { Container } from '../container';
 import { conflict, notFound } from '../errors';
 import { generateKey, unlockPrivateKey, type KeyAlgorithm } from '../pgp/keys';
-import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
+import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, relockLineage, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { findKeyByFingerprint, insertKey, insertLineage, type KeyRow, type KeyView, type LineageRow } from '../../db/keys';
 
@@ -51,7 +51,7 @@ export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id
     algorithm: lineage.algorithm,
     secret,
     expiresInDays: lineage.key_ttl_days ?? undefined,
-    date: c.clock.now(),
+    // Wall-clock time, not c.clock: OpenPGP.js checks key validity against the real time.
   });
   return {
     lineage_id: lineage.id,
@@ -81,6 +81,12 @@ export async function storeNewKey(trx: Knex.Transaction, userId: string, spec: L
     details: { label: spec.label, environment: spec.environment, algorithm: spec.algorithm, ...(meta.job_id ? { job_id: meta.job_id } : {}) },
   });
   return { lineage, key };
+}
+
+/** The lineage's unlock key re-encrypted under a new passphrase (422 `wrong_passphrase` if `current` is wrong), sealed for storage. */
+export async function relockedUnlock(c: Container, lineage: Pick<LineageRow, 'id' | 'unlock_public' | 'unlock_locked'>, current: string, next: string): Promise<string> {
+  const lockedPrivate = c.sealer.openText(lineage.unlock_locked, aad.unlock(lineage.id));
+  return c.sealer.seal(await relockLineage({ publicKey: lineage.unlock_public, lockedPrivate }, current, next), aad.unlock(lineage.id));
 }
 
 /** Opens the lineage's unlock key with the passphrase (422 `wrong_passphrase` when wrong). */

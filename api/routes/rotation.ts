@@ -1,0 +1,162 @@
+import { z } from 'zod';
+import { route } from '../route';
+import { PageQuery, Timestamp, pageOf } from '../schemas/common';
+import { Fingerprint, Passphrase } from '../schemas/keys';
+import { jobResponses } from '../schemas/jobs';
+import { idempotencyKey, replyWithJob } from '../job-reply';
+import { ROTATION_DAYS } from './profile';
+import { conflict, invalid } from '../../lib/errors';
+import { requireKey, unlockLineage } from '../../lib/services/keys';
+import { replayedJob, newJobId, submitJob } from '../../lib/services/jobs';
+import { rotationOut } from '../../lib/services/rotation';
+import { recordAudit } from '../../db/audit';
+import { findUserById } from '../../db/users';
+import { listRotations } from '../../db/rotation';
+import { rotationPassphraseAad } from '../../jobs/rotate-key';
+
+const tags = ['Key rotation'];
+const KeyParams = z.object({ fingerprint: Fingerprint });
+
+const RotationEntry = z
+  .object({
+    id: z.uuid(),
+    key_id: z.uuid(),
+    old_fingerprint: z.string(),
+    new_fingerprint: z.string().nullable(),
+    from_generation: z.number().int(),
+    trigger: z.enum(['manual', 'schedule', 'policy']),
+    actor_id: z.string().nullable().describe('The user who asked; null for the scheduler'),
+    status: z.enum(['succeeded', 'failed']),
+    error: z.object({ code: z.string(), message: z.string() }).nullable(),
+    job_id: z.string().nullable(),
+    created_at: Timestamp,
+  })
+  .meta({ id: 'RotationEntry' });
+
+const HistoryQuery = PageQuery.extend({
+  from: z.coerce.date().optional().describe('Entries at or after this time (ISO 8601)'),
+  to: z.coerce.date().optional().describe('Entries before this time'),
+  trigger: z.enum(['manual', 'schedule', 'policy']).optional(),
+  status: z.enum(['succeeded', 'failed']).optional(),
+});
+
+const Schedule = z
+  .object({
+    fingerprint: z.string(),
+    mode: z.enum(['policy', 'interval', 'off']),
+    interval_days: z.number().int().nullable(),
+    effective_interval_days: z.number().int().nullable().describe('What the scheduler uses: the key’s own interval, or the account policy'),
+    next_rotation_at: Timestamp.nullable(),
+  })
+  .meta({ id: 'RotationSchedule' });
+
+export default [
+  route({
+    method: 'post',
+    path: '/keys/{fingerprint}/rotate',
+    summary: 'Rotate a key now (a rotation job). Optionally changes the passphrase when the current one is given.',
+    tags,
+    access: 'auth',
+    params: KeyParams,
+    body: z
+      .object({ current_passphrase: z.string().min(1).max(1024).optional(), new_passphrase: Passphrase.optional() })
+      .refine((b) => !b.new_passphrase || b.current_passphrase, { message: 'a new passphrase needs the current one', path: ['current_passphrase'] }),
+    responses: jobResponses,
+    async handler({ c, ctx, user, params, body, meta }) {
+      const key = idempotencyKey(ctx);
+      const replay = await replayedJob(c, user.id, 'rotate-key', key);
+      if (replay) return replyWithJob(c, ctx, replay);
+      const view = await requireKey(c, user.id, params.fingerprint);
+      if (view.lineage.disabled_at) throw conflict('key_disabled', 'This key is disabled and is not rotated.');
+      if (body.new_passphrase) await unlockLineage(c, view.lineage, body.current_passphrase!); // fail fast on a wrong one
+      const row = await submitJob(c, {
+        id: newJobId(),
+        userId: user.id,
+        kind: 'rotate-key',
+        request: { lineage_id: view.lineage.id, from_generation: view.current.generation, fingerprint: view.current.fingerprint, actor_id: user.id },
+        idempotencyKey: key,
+        requestId: meta.requestId,
+        enqueue: (jobId) =>
+          c.jobs.enqueue(
+            'rotate-key',
+            {
+              job_id: jobId,
+              sealed_passphrases: body.new_passphrase ? c.sealer.seal(JSON.stringify({ current: body.current_passphrase, next: body.new_passphrase }), rotationPassphraseAad(jobId)) : undefined,
+            },
+            { jobId, requestId: meta.requestId },
+          ),
+      });
+      return replyWithJob(c, ctx, row);
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/keys/{fingerprint}/rotation-schedule',
+    summary: `Set the key's rotation interval in days (${ROTATION_DAYS.min}–${ROTATION_DAYS.max}), null for off, or follow the account policy`,
+    tags,
+    access: 'auth',
+    params: KeyParams,
+    body: z.union([
+      z.object({ interval_days: z.number().int().min(ROTATION_DAYS.min).max(ROTATION_DAYS.max).nullable() }).strict(),
+      z.object({ use_account_policy: z.literal(true) }).strict(),
+    ]),
+    responses: { 200: { description: 'The schedule now in force', schema: Schedule } },
+    async handler({ c, user, params, body, meta }) {
+      const view = await requireKey(c, user.id, params.fingerprint);
+      const change =
+        'use_account_policy' in body
+          ? { rotation_mode: 'policy' as const, rotation_interval_days: null }
+          : body.interval_days === null
+            ? { rotation_mode: 'off' as const, rotation_interval_days: null }
+            : { rotation_mode: 'interval' as const, rotation_interval_days: body.interval_days };
+      await c.db.transaction(async (trx) => {
+        await trx('key_lineages').where({ id: view.lineage.id }).update({ ...change, updated_at: c.clock.now() });
+        await recordAudit(trx, { user_id: user.id, action: 'keys.rotation_schedule', status: 'success', target: view.current.fingerprint, ip: meta.ip, request_id: meta.requestId, details: change });
+      });
+      const owner = (await findUserById(c.db, user.id))!;
+      const effective = change.rotation_mode === 'interval' ? change.rotation_interval_days : change.rotation_mode === 'policy' ? owner.rotation_days : null;
+      return {
+        body: {
+          fingerprint: view.current.fingerprint,
+          mode: change.rotation_mode,
+          interval_days: change.rotation_interval_days,
+          effective_interval_days: effective,
+          next_rotation_at: effective && !view.lineage.disabled_at ? new Date(view.current.created_at.getTime() + effective * 86400_000).toISOString() : null,
+        },
+      };
+    },
+  }),
+
+  route({
+    method: 'get',
+    path: '/keys/{fingerprint}/rotation-history',
+    summary: "Rotation history of a key's lineage, by any generation's fingerprint",
+    tags,
+    access: 'auth',
+    params: KeyParams,
+    query: HistoryQuery,
+    responses: { 200: { description: 'Newest first', schema: pageOf(RotationEntry) } },
+    async handler({ c, user, params, query }) {
+      const view = await requireKey(c, user.id, params.fingerprint);
+      const { items, total } = await listRotations(c.db, { userId: user.id, lineageId: view.lineage.id, ...query, pageSize: query.page_size });
+      return { body: { items: items.map(rotationOut), page: query.page, page_size: query.page_size, total } };
+    },
+  }),
+
+  route({
+    method: 'get',
+    path: '/keys/rotation-history',
+    summary: 'All rotations of the account, newest first; filter by key (any fingerprint), time, trigger, status',
+    tags,
+    access: 'auth',
+    query: HistoryQuery.extend({ fingerprint: Fingerprint.optional() }),
+    responses: { 200: { description: 'Newest first', schema: pageOf(RotationEntry) } },
+    async handler({ c, user, query }) {
+      if (query.from && query.to && query.from > query.to) throw invalid('validation_failed', '`from` must not be after `to`.');
+      const lineageId = query.fingerprint ? (await requireKey(c, user.id, query.fingerprint)).lineage.id : undefined;
+      const { items, total } = await listRotations(c.db, { userId: user.id, lineageId, ...query, pageSize: query.page_size });
+      return { body: { items: items.map(rotationOut), page: query.page, page_size: query.page_size, total } };
+    },
+  }),
+];
