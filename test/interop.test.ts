@@ -102,3 +102,28 @@ describe('keys made by the peers, supplied to the service', () => {
     expect(Buffer.compare(await decryptInService(key.fingerprint, 'own.bin.gpg', await download(s.api, u.token, enc.job_id)), plain)).toBe(0);
   });
 });
+
+describe('rotation with gpg as the peer', () => {
+  it('gpg encrypts to the exported new key after rotation, and the service still decrypts what gpg encrypted to the old one', async () => {
+    const key = await createKey(s.api, u.token, { label: 'rotated-for-gpg', email: 'rotated@example.test' });
+    const oldCert = await home.put('old-gen.asc', await publicKeyOf(key.fingerprint));
+    await home.gpg(['--import', oldCert]);
+    const plainPath = await home.put('rot-plain.bin', plain);
+    const toOld = home.file('to-old.gpg');
+    await home.gpg(['--encrypt', '-r', key.fingerprint, '-o', toOld, plainPath]);
+
+    const rotated = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.token, body: {}, headers: { prefer: 'wait=30' } });
+    expect(rotated.body.state).toBe('completed');
+    const newFingerprint = rotated.body.result.new_fingerprint as string;
+    const newCert = await home.put('new-gen.asc', await publicKeyOf(key.fingerprint));
+    await home.gpg(['--import', newCert]);
+    const toNew = home.file('to-new.gpg');
+    await home.gpg(['--encrypt', '-r', newFingerprint, '-o', toNew, plainPath]);
+
+    for (const file of [toOld, toNew]) {
+      for (const fingerprint of [key.fingerprint, newFingerprint]) {
+        expect(Buffer.compare(await decryptInService(fingerprint, 'x.gpg', await readFile(file)), plain)).toBe(0);
+      }
+    }
+  });
+});
