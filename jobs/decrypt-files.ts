@@ -2,11 +2,10 @@ import { z } from 'zod';
 import { defineTrackedJob } from './tracked';
 import { openEncrypted } from '../lib/pgp/stream';
 import { invalid } from '../lib/errors';
-import { counted } from '../lib/streams';
-import { jobBlob } from '../lib/services/jobs';
+import { transformFiles } from './file-pipeline';
 import { unlockGeneration, unlockLineage } from '../lib/services/keys';
 import { recordAudit } from '../db/audit';
-import { insertOutputFiles, jobFiles, type OutputFile } from '../db/jobs';
+import { insertOutputFiles } from '../db/jobs';
 import { lineageGenerations, recordKeyUse, type LineageRow } from '../db/keys';
 
 export const DecryptRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string() });
@@ -37,12 +36,7 @@ export const decryptFiles = defineTrackedJob({
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const generations = await lineageGenerations(c.db, lineage.id);
     const used = new Map<string, number>();
-    const inputs = await jobFiles(c.db, row.id, 'input');
-    const bytesTotal = inputs.reduce((n, f) => n + f.size, 0);
-    const outputs: OutputFile[] = [];
-    let before = 0;
-    for (const [i, file] of inputs.entries()) {
-      const source = counted(await c.blob.get(jobBlob.input(row.id, file.n)), (n) => progress.report({ bytes_done: before + n }));
+    const done = await transformFiles(c, row.id, progress, async (source, file) => {
       const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes });
       const key = generations.find((g) => g.encryption_key_ids.some((id) => message.encryptionKeyIds.includes(id)));
       if (!key) {
@@ -50,23 +44,18 @@ export const decryptFiles = defineTrackedJob({
         throw invalid('no_matching_key', `"${file.name}" is not encrypted to any generation of this key.`);
       }
       const plaintext = await message.decrypt(await unlockGeneration(c, unlock, key));
-      const { size } = await c.blob.put(jobBlob.output(row.id, file.n), plaintext);
       used.set(key.id, (used.get(key.id) ?? 0) + file.size);
-      before += file.size;
-      progress.report({ bytes_done: before, files_done: i + 1 });
-      outputs.push({ n: file.n, name: plainName(file.name, plaintext.filename), size, content_type: 'application/octet-stream' });
-    }
+      return { stream: plaintext, name: plainName(file.name, plaintext.filename), contentType: 'application/octet-stream' };
+    });
     return {
       result: { fingerprint: req.fingerprint, files: [] },
-      progress: { bytes_done: bytesTotal, bytes_total: bytesTotal, files_done: inputs.length, files_total: inputs.length },
+      progress: done.progress,
       async commit(trx) {
-        await insertOutputFiles(trx, row.id, outputs);
+        await insertOutputFiles(trx, row.id, done.outputs);
         for (const [keyId, bytes] of used) await recordKeyUse(trx, keyId, bytes, c.clock.now());
-        await recordAudit(trx, { user_id: row.user_id, action: 'keys.decrypt', status: 'success', target: req.fingerprint, details: { job_id: row.id, files: inputs.length, bytes: bytesTotal } });
+        await recordAudit(trx, { user_id: row.user_id, action: 'keys.decrypt', status: 'success', target: req.fingerprint, details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal } });
       },
-      async after() {
-        await Promise.all(inputs.map((f) => c.blob.delete(jobBlob.input(row.id, f.n))));
-      },
+      after: done.deleteInputs,
     };
   },
   async onFailure(trx, row, failure) {

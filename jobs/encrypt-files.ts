@@ -2,10 +2,11 @@ import { z } from 'zod';
 import { defineTrackedJob } from './tracked';
 import { encryptStream } from '../lib/pgp/stream';
 import { readRecipientKey, readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../lib/pgp/keys';
-import { counted, readText } from '../lib/streams';
+import { readText } from '../lib/streams';
+import { transformFiles } from './file-pipeline';
 import { jobBlob } from '../lib/services/jobs';
 import { recordAudit } from '../db/audit';
-import { insertOutputFiles, jobFiles, type OutputFile } from '../db/jobs';
+import { insertOutputFiles } from '../db/jobs';
 import { recordKeyUse, type KeyRow } from '../db/keys';
 
 /** What the API stores in the job row for an encryption (nothing secret). */
@@ -37,29 +38,20 @@ export const encryptFiles = defineTrackedJob({
       const armored = await readText(await c.blob.get(jobBlob.recipient(row.id)), MAX_PUBLIC_KEY_BYTES);
       recipient = (await readRecipientKey(armored, c.clock.now())).key;
     }
-    const inputs = await jobFiles(c.db, row.id, 'input');
-    const bytesTotal = inputs.reduce((n, f) => n + f.size, 0);
-    const outputs: OutputFile[] = [];
-    let before = 0;
-    for (const [i, file] of inputs.entries()) {
-      const source = counted(await c.blob.get(jobBlob.input(row.id, file.n)), (n) => progress.report({ bytes_done: before + n }));
-      const encrypted = await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name });
-      const { size } = await c.blob.put(jobBlob.output(row.id, file.n), encrypted);
-      before += file.size;
-      progress.report({ bytes_done: before, files_done: i + 1 });
-      outputs.push({ n: file.n, name: `${file.name}${req.armor ? '.asc' : '.gpg'}`, size, content_type: req.armor ? 'application/pgp-encrypted; charset=us-ascii' : 'application/pgp-encrypted' });
-    }
+    const done = await transformFiles(c, row.id, progress, async (source, file) => ({
+      stream: await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name }),
+      name: `${file.name}${req.armor ? '.asc' : '.gpg'}`,
+      contentType: req.armor ? 'application/pgp-encrypted; charset=us-ascii' : 'application/pgp-encrypted',
+    }));
     return {
       result: { fingerprint_used: req.recipient.fingerprint, armor: req.armor, compressed: req.compress, files: [] },
-      progress: { bytes_done: bytesTotal, bytes_total: bytesTotal, files_done: inputs.length, files_total: inputs.length },
+      progress: done.progress,
       async commit(trx) {
-        await insertOutputFiles(trx, row.id, outputs);
-        if (key) await recordKeyUse(trx, key.id, bytesTotal, c.clock.now());
-        await recordAudit(trx, { user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: inputs.length, bytes: bytesTotal, recipient: req.recipient.type } });
+        await insertOutputFiles(trx, row.id, done.outputs);
+        if (key) await recordKeyUse(trx, key.id, done.bytesTotal, c.clock.now());
+        await recordAudit(trx, { user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, recipient: req.recipient.type } });
       },
-      async after() {
-        await Promise.all(inputs.map((f) => c.blob.delete(jobBlob.input(row.id, f.n))));
-      },
+      after: done.deleteInputs,
     };
   },
   async onFailure(trx, row, failure) {

@@ -11,18 +11,8 @@ import { pathToFileURL } from 'node:url';
 import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-// @ts-expect-error -- s3rver ships no type declarations
-import S3rverModule from 's3rver';
 import { BlobNotFoundError, LocalBlobStore, S3BlobStore, createBlobStore, type BlobStore } from '../../lib/blob';
-
-interface S3rverOptions {
-  address: string;
-  port: number;
-  silent: boolean;
-  directory: string;
-  configureBuckets: { name: string }[];
-}
-const S3rver = S3rverModule as new (opts: S3rverOptions) => { run(): Promise<{ port: number }>; close(): Promise<void> };
+import { S3rver } from '../support/s3';
 
 const MiB = 1 << 20;
 const sha256 = (buf: Buffer) => createHash('sha256').update(buf).digest('hex');

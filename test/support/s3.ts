@@ -9,7 +9,7 @@ interface S3rverOptions {
   directory: string;
   configureBuckets: { name: string }[];
 }
-const S3rver = S3rverModule as new (opts: S3rverOptions) => { run(): Promise<{ port: number }>; close(): Promise<void> };
+export const S3rver = S3rverModule as new (opts: S3rverOptions) => { run(): Promise<{ port: number }>; close(): Promise<void> };
 
 /** A real S3-compatible server (s3rver) on loopback with one bucket; credentials S3RVER/S3RVER. */
 export async function startS3(dir: string, bucket = 'kms-blobs') {
