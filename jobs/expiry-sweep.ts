@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { defineJob } from './define';
 import { expiringKeys } from '../db/rotation';
 import { publishEvent } from '../lib/events';
-import { notify } from '../lib/services/accounts';
+import { notify } from '../lib/services/notify';
 import { recordAudit } from '../db/audit';
 
 /** How many days ahead of its expiry a key's owner is warned (event and email). */

@@ -4,6 +4,7 @@ import { Email, Password, text } from '../schemas/common';
 import { Session, User, userOut } from '../schemas/users';
 import { consume } from '../../lib/auth/limiters';
 import * as accounts from '../../lib/services/accounts';
+import { notify } from '../../lib/services/notify';
 import { recordAudit } from '../../db/audit';
 import { findUserById } from '../../db/users';
 
@@ -88,7 +89,7 @@ export default [
         return row!.id;
       });
       // Forwarded to support only: a public form that mails arbitrary addresses would be a spam relay.
-      await accounts.notify(c, c.config.mail.support, 'contact-forward', { ...body, reference: id }, meta.requestId);
+      await notify(c, c.config.mail.support, 'contact-forward', { ...body, reference: id }, meta.requestId);
       return { status: 202, body: { status: 'received', reference: id } };
     },
   }),

@@ -55,7 +55,7 @@ export class Service {
   async addWorker(queues: string): Promise<ServiceProcess> {
     const before = await this.cryptoWorkers();
     const proc = this.spawn(`worker-${this.procs.filter((p) => p.name.startsWith('worker')).length + 1}`, 'worker', { WORKER_QUEUES: queues });
-    await this.until(proc, async () => (await this.cryptoWorkers()) > before, 'its worker to register with BullMQ');
+    await this.until(proc, async () => (await this.cryptoWorkers()) > before, 'the worker to register with BullMQ');
     return proc;
   }
 
@@ -134,7 +134,7 @@ export class Service {
     const deadline = Date.now() + 60_000;
     while (!(await ready())) {
       if (proc.child.exitCode !== null || proc.child.signalCode !== null) throw new Error(`${proc.name} exited while waiting for ${what}:\n${proc.tail.join('\n')}`);
-      if (Date.now() > deadline) throw new Error(`${proc.name}: no ${what} within 60 s:\n${proc.tail.join('\n')}`);
+      if (Date.now() > deadline) throw new Error(`${proc.name}: timed out after 60 s waiting for ${what}:\n${proc.tail.join('\n')}`);
       await sleep(100);
     }
   }

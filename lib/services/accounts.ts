@@ -6,7 +6,7 @@ import { blockedFor, penalize } from '../auth/limiters';
 import { hashToken, newToken } from '../tokens';
 import { issuePartnerKey } from './partner-keys';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import type { MailTemplate } from '../mail-templates';
+import { notify } from './notify';
 import { bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertUser, updateUser, type UserRow } from '../../db/users';
 import { retirePartnerKeys } from '../../db/partner-keys';
 import { insertPasswordReset, lockPasswordReset, usePasswordResets } from '../../db/password-resets';
@@ -164,14 +164,4 @@ export async function deleteAccount(c: Container, userId: string, password: stri
     await updateUser(trx, user.id, { username: `deleted-${user.id}`, email: `deleted-${user.id}@deleted.invalid`, company_name: null, password_hash: '!', deleted_at: now });
     await audit(meta)(trx, { user_id: user.id, action: 'account.delete', status: 'success', target: user.id });
   });
-}
-
-/** Queues a templated email; its variables travel sealed because some (reset tokens) are secrets. */
-export async function notify(c: Container, to: string, template: MailTemplate, vars: Record<string, string>, requestId?: string) {
-  try {
-    await c.jobs.enqueue('send-email', { to, template, sealed_vars: c.sealer.seal(JSON.stringify(vars), 'send-email') }, { requestId });
-  } catch (err) {
-    // The change it reports has happened already; a lost notice must not turn it into an error.
-    c.log.error({ err, template, request_id: requestId }, 'could not queue email');
-  }
 }
