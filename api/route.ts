@@ -7,7 +7,7 @@ import type { Logger } from '../lib/logger';
 import { forbidden, invalid, type FieldError } from '../lib/errors';
 import { authenticate, type AuthUser } from './middleware/auth';
 import { Problem } from './schemas/common';
-import type { RequestMeta } from '../db/audit';
+import { recordAudit, type RequestMeta } from '../db/audit';
 import { readMultipart, type UploadedFile } from './middleware/multipart';
 import { jobBlob, newJobId } from '../lib/services/jobs';
 
@@ -112,6 +112,7 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
         ctx.state.user = user;
       }
       if (def.access === 'admin' && ctx.state.user?.role !== 'admin') {
+        await recordAudit(c.db, { user_id: ctx.state.user?.id ?? null, action: 'auth.denied', status: 'failure', target: def.path, ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: 'admin_required' } });
         throw forbidden('admin_required', 'This endpoint needs an administrator account.');
       }
       const params = parse(def.params, ctx.params, 'params');

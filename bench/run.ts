@@ -7,7 +7,7 @@
  * See bench/README.md.
  */
 import { randomBytes } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, statfs } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Gpg, gpgVersion, makePgpKeys } from './lib/baselines';
@@ -19,6 +19,9 @@ import { GiB, children, formatSize, mibPerSec, parseSize, stopChild, writeRandom
 
 const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection };
 type Section = keyof typeof SECTIONS;
+
+/** statfs type of tmpfs: a RAM-backed temp dir takes disk writeback out of the figures. */
+const TMPFS_MAGIC = 0x01021994;
 
 interface Options {
   size: number;
@@ -114,7 +117,7 @@ async function main(): Promise<void> {
       Object.assign(results, await SECTIONS[name](bench));
       snapshots.push({ after: name, rss: service.peakRss() });
     }
-    report(opts, results, snapshots);
+    report(opts, results, snapshots, `${tmpdir()} (${(await statfs(dir)).type === TMPFS_MAGIC ? 'tmpfs' : 'disk'})`);
   } catch (err) {
     if (interrupted) return; // the failure is our own clean-up killing things
     console.error(err instanceof Error ? (err.stack ?? err.message) : err);
@@ -145,10 +148,10 @@ async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, s
 }
 
 /** The table and ratios, then one JSON line for machine comparison. */
-function report(opts: Options, results: Results, snapshots: RssSnapshots): void {
+function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKind: string): void {
   const rss = snapshots.at(-1)!.rss;
   const q = ratios(results, rss);
-  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer };
+  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, tmp: tmpKind };
   printReport(machine, results, snapshots, q);
   if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), cpu_s_per_gib: cpuPerGiBOf(results), ratios: q, peak_rss_mib: rss }));
 }

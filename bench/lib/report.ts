@@ -8,6 +8,7 @@ export interface Machine {
   gpg: string;
   runs: number;
   transfer: string;
+  tmp: string;
 }
 
 /** Peak RSS (MiB) per service process, as read after each section. */
@@ -60,9 +61,9 @@ export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
 
 export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: Ratios): void {
   const out: string[] = [];
-  out.push(`KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s) · transfers via ${m.transfer}`);
+  out.push(`KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s) · transfers via ${m.transfer} · temp ${m.tmp}`);
   out.push('');
-  out.push(`${'section'.padEnd(9)} ${'what'.padEnd(31)} ${'MiB/s'.padStart(7)} ${'seconds'.padStart(8)}   where the time went (s) · CPU per process (s)`);
+  out.push(`${'section'.padEnd(9)} ${'what'.padEnd(31)} ${'MiB/s'.padStart(7)} ${'seconds'.padStart(8)}   where the time went (s) [CPU s per process]`);
   for (const [key, t] of Object.entries(r)) {
     const [section] = key.split('.');
     out.push(`${section!.padEnd(9)} ${(LABELS[key] ?? key).padEnd(31)} ${fixed(rate(t), 1).padStart(7)} ${fixed(t.ms / 1000).padStart(8)}   ${details(t)}`);
@@ -102,10 +103,11 @@ function cpuPerGiB(r: Results): string {
   return Object.entries(cpuPerGiBOf(r)).map(([k, v]) => `${k} ${fixed(v, 1)}`).join(' · ');
 }
 
+/** `upload 0.80 [api 0.4 bench 0.3] · queue 0.01 · job 1.41 [worker-1 1.4] …`, or the CPU of a baseline. */
 function details(t: Timing): string {
-  const parts = t.parts ? Object.entries(t.parts).map(([k, ms]) => `${k} ${fixed(ms / 1000)}`).join(' · ') : '';
-  const cpu = t.cpu ? Object.entries(t.cpu).map(([k, s]) => `${k} ${fixed(s, 1)}`).join(' ') : '';
-  return [parts, cpu && `cpu ${cpu}`].filter(Boolean).join('  |  ');
+  const cpu = (c: Record<string, number> | undefined) => (c && Object.keys(c).length ? ` [${Object.entries(c).map(([k, s]) => `${k} ${fixed(s, 1)}`).join(' ')}]` : '');
+  if (!t.parts) return t.cpu ? `cpu${cpu(t.cpu)}` : '';
+  return Object.entries(t.parts).map(([k, ms]) => `${k} ${fixed(ms / 1000)}${cpu(t.phaseCpu?.[k])}`).join(' · ');
 }
 
 function target(name: string, value: number | undefined, op: '≥' | '≤', goal: number, digits = 2): string {

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { pgpDecrypt, pgpEncrypt, type Gpg, type PgpKeys } from './baselines';
 import type { Api, JobView } from './client';
 import type { Service } from './service';
-import { ownCpuSeconds, sha256File } from './util';
+import { ownCpuSeconds, run, sha256File } from './util';
 
 /** What every section works with. Ciphertexts are kept for the decrypt section. */
 export interface Bench {
@@ -25,8 +25,11 @@ export interface Bench {
 export interface Timing {
   bytes: number;
   ms: number;
+  /** Wall time of each step (ms). */
   parts?: Record<string, number>;
+  /** CPU seconds per process, in total and per step. */
   cpu?: Record<string, number>;
+  phaseCpu?: Record<string, Record<string, number>>;
 }
 
 export type Results = Record<string, Timing>;
@@ -85,80 +88,89 @@ export function parallelSection(b: Bench): Promise<Results> {
 
 // -------------------------------------------------------------------------------------- service
 
-interface ServiceRun {
-  bytes: number;
-  /** Bench clock (ms since epoch): submit start, 202 received, completion seen, download end. */
-  t0: number;
-  t1: number;
-  t2: number;
-  t3: number;
-  job: JobView;
+/** A moment with every process's CPU seconds so far, to split a run into phases. */
+interface Mark {
+  t: number;
   cpu: Record<string, number>;
 }
 
-/** upload → 202 → poll until completed → download to `dest`, with each step's time. */
+function mark(b: Bench): Mark {
+  const { user, system } = process.cpuUsage();
+  return { t: Date.now(), cpu: { ...b.service.cpu(), bench: (user + system) / 1e6 } };
+}
+
+/** CPU seconds per process between two marks; processes that used under 0.05 s are left out. */
+function cpuBetween(a: Mark, z: Mark): Record<string, number> {
+  return Object.fromEntries(Object.entries(z.cpu).map(([k, v]) => [k, v - (a.cpu[k] ?? 0)]).filter(([, v]) => (v as number) >= 0.05));
+}
+
+interface ServiceRun {
+  bytes: number;
+  /** Submit start, 202 received, completion seen, download end. */
+  marks: [Mark, Mark, Mark, Mark];
+  job: JobView;
+}
+
+/** upload → 202 → poll until completed → download to `dest`, marking each step. */
 async function serviceRun(b: Bench, submit: () => Promise<JobView>, dest: string): Promise<ServiceRun> {
-  const cpu0 = cpuNow(b);
-  const t0 = Date.now();
+  await settle();
+  const m0 = mark(b);
   const { job_id } = await submit();
-  const t1 = Date.now();
+  const m1 = mark(b);
   const job = await waitFor(b, job_id);
-  const t2 = Date.now();
+  const m2 = mark(b);
   const bytes = await b.api.download(job.result!.files![0]!.download_url, dest);
-  const t3 = Date.now();
+  const m3 = mark(b);
   await dropJobFiles(b, job_id);
-  return { bytes, t0, t1, t2, t3, job, cpu: cpuSince(b, cpu0) };
+  return { bytes, marks: [m0, m1, m2, m3], job };
 }
 
 /** Generous: 2 minutes plus 2 minutes per GiB (about 8 MiB/s), in case a job never ends. */
 const waitFor = (b: Bench, jobId: string) => b.api.waitForJob(jobId, 120_000 * (1 + b.size / 2 ** 30), () => b.service.assertRunning());
 
-/** e2e (upload start → download end) and job-only (the job's started_at → finished_at) figures. */
+/**
+ * e2e (upload start → download end) and job-only (the job's started_at → finished_at) figures. The CPU
+ * shown with `job` covers 202 → completion seen (queue, job and poll).
+ */
 function serviceFigures(kind: string, r: ServiceRun): Results {
+  const [m0, m1, m2, m3] = r.marks;
   const started = Date.parse(r.job.started_at!);
   const finished = Date.parse(r.job.finished_at!);
-  const parts = { upload: r.t1 - r.t0, queue: started - r.t1, job: finished - started, poll: r.t2 - finished, download: r.t3 - r.t2 };
+  const parts = { upload: m1.t - m0.t, queue: started - m1.t, job: finished - started, poll: m2.t - finished, download: m3.t - m2.t };
+  const cpu = { upload: cpuBetween(m0, m1), job: cpuBetween(m1, m2), download: cpuBetween(m2, m3) };
   return {
-    [`${kind}.service`]: { bytes: r.bytes, ms: r.t3 - r.t0, parts, cpu: r.cpu },
+    [`${kind}.service`]: { bytes: r.bytes, ms: m3.t - m0.t, parts, phaseCpu: cpu, cpu: cpuBetween(m0, m3) },
     [`${kind}.job`]: { bytes: r.bytes, ms: finished - started },
   };
 }
 
 async function parallelServiceRun(b: Bench, dests: string[]): Promise<Results> {
-  const cpu0 = cpuNow(b);
-  const t0 = Date.now();
+  await settle();
+  const m0 = mark(b);
   const submitted = await Promise.all(dests.map(() => b.api.submitEncrypt(b.input, b.fingerprint)));
-  const t1 = Date.now();
+  const m1 = mark(b);
   const jobs = await Promise.all(submitted.map((j) => waitFor(b, j.job_id)));
-  const t2 = Date.now();
+  const m2 = mark(b);
   await Promise.all(jobs.map((j, i) => b.api.download(j.result!.files![0]!.download_url, dests[i]!)));
-  const t3 = Date.now();
+  const m3 = mark(b);
   await Promise.all(jobs.map((j) => dropJobFiles(b, j.job_id)));
   const starts = jobs.map((j) => Date.parse(j.started_at!));
   const ends = jobs.map((j) => Date.parse(j.finished_at!));
   const [start, end] = [Math.min(...starts), Math.max(...ends)];
   const bytes = 2 * b.size;
-  const parts = { upload: t1 - t0, 'job 1': ends[0]! - starts[0]!, 'job 2': ends[1]! - starts[1]!, 'start skew': Math.abs(starts[0]! - starts[1]!), download: t3 - t2 };
+  const parts = { upload: m1.t - m0.t, jobs: end - start, 'job 1': ends[0]! - starts[0]!, 'job 2': ends[1]! - starts[1]!, 'start skew': Math.abs(starts[0]! - starts[1]!), download: m3.t - m2.t };
+  const phaseCpu = { upload: cpuBetween(m0, m1), jobs: cpuBetween(m1, m2), download: cpuBetween(m2, m3) };
   return {
-    'parallel.jobs': { bytes, ms: end - start, parts, cpu: cpuSince(b, cpu0) },
-    'parallel.service': { bytes, ms: t3 - t0 },
+    'parallel.jobs': { bytes, ms: end - start, parts, phaseCpu, cpu: cpuBetween(m0, m3) },
+    'parallel.service': { bytes, ms: m3.t - m0.t },
   };
-}
-
-/** CPU seconds so far of each service process and of this process (the client: upload, download). */
-function cpuNow(b: Bench): Record<string, number> {
-  const { user, system } = process.cpuUsage();
-  return { ...b.service.cpu(), bench: (user + system) / 1e6 };
-}
-
-function cpuSince(b: Bench, before: Record<string, number>): Record<string, number> {
-  return Object.fromEntries(Object.entries(cpuNow(b)).map(([k, v]) => [k, v - (before[k] ?? 0)]));
 }
 
 // -------------------------------------------------------------------------------------- helpers
 
 /** Times a baseline with its CPU: gpg's (reaped children) or OpenPGP.js's (this process). */
 async function baseline(bytes: number, fn: () => Promise<unknown>): Promise<Timing> {
+  await settle();
   const cpu0 = ownCpuSeconds();
   const start = performance.now();
   await fn();
@@ -167,6 +179,12 @@ async function baseline(bytes: number, fn: () => Promise<unknown>): Promise<Timi
   const gpg = cpu1.children - cpu0.children;
   return { bytes, ms, cpu: gpg > 0 ? { gpg } : { bench: cpu1.self - cpu0.self } };
 }
+
+/**
+ * Writes dirty pages out before each measurement, so none pays for the previous one's writeback (with
+ * a disk-backed temp dir, 1 GiB figures otherwise swing with how much the earlier steps left dirty).
+ */
+const settle = () => run('sync', []);
 
 /**
  * Frees the disk a finished job's output holds until its retention ends (the API has no delete):
