@@ -43,15 +43,26 @@ function parseArgs(argv: string[]): Options {
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split('=', 2) as [string, string | undefined];
     const value = () => inline ?? argv[++i] ?? fail(`${flag} needs a value`);
-    if (flag === '--only') opts.sections = value().split(',').map(section);
+    if (flag === '--only') {
+      const chosen = value().split(',').map(section);
+      opts.sections = (Object.keys(SECTIONS) as Section[]).filter((s) => chosen.includes(s)); // always in this order
+    }
     else if (flag === '--runs') opts.runs = positiveInt(value());
     else if (flag === '--transfer') opts.transfer = transfer(value());
     else if (flag === '--no-json') opts.json = false;
     else if (flag === '-h' || flag === '--help') fail('', 0);
-    else if (!flag.startsWith('-')) opts.size = parseSize(flag);
+    else if (!flag.startsWith('-')) opts.size = size(flag);
     else fail(`unknown option ${flag}`);
   }
   return opts;
+}
+
+function size(text: string): number {
+  try {
+    return parseSize(text);
+  } catch (err) {
+    return fail((err as Error).message);
+  }
 }
 
 function section(name: string): Section {
@@ -144,7 +155,8 @@ async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, s
   const passphrase = `bench passphrase ${randomBytes(8).toString('hex')}`;
   const fingerprint = await api.generateKey(passphrase);
   snapshots.push({ after: 'key setup', rss: service.peakRss() });
-  return { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {} };
+  const keepCiphertexts = opts.sections.includes('decrypt');
+  return { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {}, keepCiphertexts };
 }
 
 /** The table and ratios, then one JSON line for machine comparison. */

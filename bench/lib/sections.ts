@@ -5,7 +5,11 @@ import type { Api, JobView } from './client';
 import type { Service } from './service';
 import { ownCpuSeconds, run, sha256File } from './util';
 
-/** What every section works with. Ciphertexts are kept for the decrypt section. */
+/**
+ * What every section works with. Files are deleted as soon as they are not needed: on these VMs,
+ * writing into memory the guest has not touched recently costs several times more kernel CPU, so a
+ * bigger footprint slows whichever measurement comes later (see README.md).
+ */
 export interface Bench {
   dir: string;
   size: number;
@@ -19,6 +23,8 @@ export interface Bench {
   fingerprint: string;
   passphrase: string;
   cipher: { gpg?: string; pgp?: string; service?: string };
+  /** Whether the decrypt section will want the encrypt section's outputs. */
+  keepCiphertexts: boolean;
 }
 
 /** One timed thing: `bytes` in `ms`, plus an optional break-down of where the time went. */
@@ -53,7 +59,8 @@ export function encryptSection(b: Bench): Promise<Results> {
     const gpg = await baseline(b.size, () => b.gpg.encrypt(b.input, gpgOut));
     const pgp = await baseline(b.size, () => pgpEncrypt(b.input, pgpOut, b.pgp));
     const service = await serviceRun(b, () => b.api.submitEncrypt(b.input, b.fingerprint), svcOut);
-    Object.assign(b.cipher, { gpg: gpgOut, pgp: pgpOut, service: svcOut });
+    if (b.keepCiphertexts) Object.assign(b.cipher, { gpg: gpgOut, pgp: pgpOut, service: svcOut });
+    else await Promise.all([gpgOut, pgpOut, svcOut].map((f) => rm(f)));
     return { 'encrypt.gpg': gpg, 'encrypt.openpgp': pgp, ...serviceFigures('encrypt', service) };
   });
 }
@@ -61,7 +68,7 @@ export function encryptSection(b: Bench): Promise<Results> {
 export async function decryptSection(b: Bench): Promise<Results> {
   const cipher = await ciphertexts(b);
   const [gpgOut, pgpOut, svcOut] = [path(b, 'gpg.out'), path(b, 'pgp.out'), path(b, 'service.out')];
-  return bestOf(b, async () => {
+  const results = await bestOf(b, async () => {
     const gpg = await baseline(b.size, () => b.gpg.decrypt(cipher.gpg, gpgOut));
     await checkPlaintext(b, gpgOut, 'gpg decrypt');
     const pgp = await baseline(b.size, () => pgpDecrypt(cipher.pgp, pgpOut, b.pgp));
@@ -71,6 +78,9 @@ export async function decryptSection(b: Bench): Promise<Results> {
     // Throughput counts plaintext bytes on both sides, like the encrypt figures.
     return { 'decrypt.gpg': gpg, 'decrypt.openpgp': pgp, ...serviceFigures('decrypt', { ...service, bytes: b.size }) };
   });
+  await Promise.all(Object.values(cipher).map((f) => rm(f)));
+  b.cipher = {};
+  return results;
 }
 
 /** The same file twice at once: two gpg processes, then two encrypt jobs on two worker processes. */
