@@ -3,6 +3,7 @@ import { pipeline } from 'node:stream/promises';
 import { createDeflate, createInflate, createInflateRaw } from 'node:zlib';
 import * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
+import { encryptNative, nativeEncryptable, openNative } from './native';
 
 /**
  * Streaming OpenPGP encryption and decryption with flat memory, whatever the file size.
@@ -39,6 +40,7 @@ export interface EncryptStreamOptions {
  * the input's own error unchanged, anything else as it comes. An unusable key is 422 `no_encryption_key`.
  */
 export async function encryptStream(input: Readable, recipient: openpgp.PublicKey, opts: EncryptStreamOptions): Promise<Readable> {
+  if (nativeEncryptable(recipient, opts)) return encryptNative(input, recipient, opts);
   const filename = opts.filename ?? '';
   if (Buffer.byteLength(filename) > 255) throw invalid('invalid_filename', 'filename must be at most 255 bytes of UTF-8');
   const source = new NodeSource(input);
@@ -179,7 +181,13 @@ const WILDCARD_KEY_ID = '0000000000000000';
  * last chunk until the source has ended cleanly, so a failed check never yields the complete
  * plaintext; callers must still write to a temporary place and publish only after a clean end.
  */
-export async function openEncrypted(input: Readable, opts: OpenEncryptedOptions): Promise<OpenedMessage> {
+export function openEncrypted(input: Readable, opts: OpenEncryptedOptions): Promise<OpenedMessage> {
+  if (!(opts.maxDecompressedBytes > 0)) throw new Error('openEncrypted: maxDecompressedBytes must be positive');
+  // The common case (binary, SEIPDv1, AES, no compression) runs on Node's own crypto; the rest on OpenPGP.js.
+  return openNative(input, (replayed) => openWithOpenPGPjs(replayed, opts));
+}
+
+async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions): Promise<OpenedMessage> {
   if (!(opts.maxDecompressedBytes > 0)) throw new Error('openEncrypted: maxDecompressedBytes must be positive');
   const source = new NodeSource(input);
   const fail = (err: AppError) => {
