@@ -13,11 +13,11 @@ import { join } from 'node:path';
 import { Gpg, gpgVersion, makePgpKeys } from './lib/baselines';
 import { Api, type Transfer } from './lib/client';
 import { cpuPerGiBOf, printReport, ratios, type RssSnapshots } from './lib/report';
-import { decryptSection, encryptSection, parallelSection, type Bench, type Results } from './lib/sections';
+import { decryptSection, encryptSection, parallelSection, rotationSection, type Bench, type Results } from './lib/sections';
 import { Service } from './lib/service';
 import { GiB, children, formatSize, mibPerSec, parseSize, stopChild, writeRandomFile } from './lib/util';
 
-const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection };
+const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection };
 type Section = keyof typeof SECTIONS;
 
 /** statfs type of tmpfs: a RAM-backed temp dir takes disk writeback out of the figures. */
@@ -169,7 +169,7 @@ function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKin
 }
 
 function mibRates(r: Results): Record<string, number> {
-  return Object.fromEntries(Object.entries(r).map(([k, t]) => [k, Math.round(mibPerSec(t.bytes, t.ms) * 10) / 10]));
+  return Object.fromEntries(Object.entries(r).filter(([k]) => !k.startsWith('rotation.')).map(([k, t]) => [k, Math.round(mibPerSec(t.bytes, t.ms) * 10) / 10]));
 }
 
 await main();

@@ -1,22 +1,19 @@
-import { Transform, type Readable } from 'node:stream';
+import { Readable } from 'node:stream';
 
-/** Passes bytes through unchanged, reporting the running total (for job progress). */
+/**
+ * Passes bytes through unchanged, reporting the running total (for job progress). A generator rather
+ * than a Transform: no second buffer, and a consumer that stops early ends the source with it.
+ */
 export function counted(source: Readable, onBytes: (total: number) => void): Readable {
   let total = 0;
-  const counter = new Transform({
-    highWaterMark: 1 << 20,
-    transform(chunk: Buffer, _enc, done) {
-      total += chunk.length;
+  async function* pass(): AsyncGenerator<Buffer> {
+    for await (const chunk of source) {
+      total += (chunk as Buffer).length;
       onBytes(total);
-      done(null, chunk);
-    },
-  });
-  source.on('error', (err) => counter.destroy(err));
-  // A consumer that gives up early destroys the counter; the source (an open file) must go with it.
-  counter.on('close', () => {
-    if (!source.readableEnded) source.destroy();
-  });
-  return source.pipe(counter);
+      yield chunk as Buffer;
+    }
+  }
+  return Readable.from(pass(), { objectMode: false, highWaterMark: 1 << 20 });
 }
 
 export async function readText(source: Readable, maxBytes: number): Promise<string> {

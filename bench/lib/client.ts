@@ -72,6 +72,11 @@ export class Api {
     return this.upload('/keys/decrypt', { fingerprint, passphrase }, file);
   }
 
+  /** Asks for an immediate rotation; resolves with the queued job. */
+  rotate(fingerprint: string): Promise<JobView> {
+    return this.call<JobView>('POST', `/keys/${fingerprint}/rotate`, { json: {} }, 202);
+  }
+
   job(id: string): Promise<JobView> {
     return this.call<JobView>('GET', `/jobs/${id}`, {}, 200);
   }

@@ -42,7 +42,14 @@ export interface Ratios {
   openpgp_vs_gpg_encrypt?: number;
   peak_rss_api_mib?: number;
   peak_rss_worker_mib?: number;
+  rotations_per_s_1_worker?: number;
+  rotations_per_s_2_workers?: number;
+  rotation_2_vs_1_workers?: number;
 }
+
+/** Rotation figures count rotations, not bytes: `bytes` holds the number of rotations. */
+const isRotation = (key: string) => key.startsWith('rotation.');
+const perSecond = (t: Timing | undefined) => (t ? t.bytes / (t.ms / 1000) : undefined);
 
 export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
   const workers = Object.entries(rss).filter(([k, v]) => k.startsWith('worker') && v !== null).map(([, v]) => v!);
@@ -56,6 +63,9 @@ export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
     openpgp_vs_gpg_encrypt: ratio(r['encrypt.openpgp'], r['encrypt.gpg']),
     peak_rss_api_mib: rss.api ?? undefined,
     peak_rss_worker_mib: workers.length ? Math.max(...workers) : undefined,
+    rotations_per_s_1_worker: perSecond(r['rotation.1w']),
+    rotations_per_s_2_workers: perSecond(r['rotation.2w']),
+    rotation_2_vs_1_workers: r['rotation.1w'] && r['rotation.2w'] ? perSecond(r['rotation.2w'])! / perSecond(r['rotation.1w'])! : undefined,
   };
 }
 
@@ -65,6 +75,7 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
   out.push('');
   out.push(`${'section'.padEnd(9)} ${'what'.padEnd(31)} ${'MiB/s'.padStart(7)} ${'seconds'.padStart(8)}   where the time went (s) [CPU s per process]`);
   for (const [key, t] of Object.entries(r)) {
+    if (isRotation(key)) continue;
     const [section] = key.split('.');
     out.push(`${section!.padEnd(9)} ${(LABELS[key] ?? key).padEnd(31)} ${fixed(rate(t), 1).padStart(7)} ${fixed(t.ms / 1000).padStart(8)}   ${details(t)}`);
   }
@@ -80,6 +91,9 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
       target('worker MiB', q.peak_rss_worker_mib, '≤', 200, 0),
     ].join(' | '),
   );
+  if (q.rotations_per_s_1_worker !== undefined) {
+    out.push(`rotation (${r['rotation.1w']!.bytes} keys at once, through the queue): 1 worker ${fixed(q.rotations_per_s_1_worker, 1)}/s · 2 workers ${fixed(q.rotations_per_s_2_workers, 1)}/s · 2 ÷ 1 workers ${fixed(q.rotation_2_vs_1_workers)}`);
+  }
   out.push(`CPU seconds per GiB (service: its processes, not the bench client): ${cpuPerGiB(r)}`);
   out.push(
     `also: job-only encrypt ÷ OpenPGP.js ${fixed(q.encrypt_job_vs_openpgp)} · job-only decrypt ÷ OpenPGP.js ${fixed(q.decrypt_job_vs_openpgp)} · parallel e2e ÷ 2×gpg ${fixed(q.parallel_e2e_vs_gpg)} · OpenPGP.js ÷ gpg encrypt ${fixed(q.openpgp_vs_gpg_encrypt)}`,
@@ -91,7 +105,7 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
 export function cpuPerGiBOf(r: Results): Record<string, number> {
   const out: Record<string, number> = {};
   for (const [key, t] of Object.entries(r)) {
-    if (!t.cpu) continue;
+    if (!t.cpu || isRotation(key)) continue;
     const own = Object.entries(t.cpu).filter(([k]) => k !== 'bench');
     const seconds = (own.length ? own : Object.entries(t.cpu)).reduce((n, [, v]) => n + v, 0);
     out[key] = Math.round((seconds / (t.bytes / 2 ** 30)) * 100) / 100;

@@ -96,6 +96,30 @@ export function parallelSection(b: Bench): Promise<Results> {
   });
 }
 
+/** Rotations of this many keys at once, through the `rotation` queue. */
+export const ROTATION_KEYS = 40;
+
+/**
+ * Rotations per second through the queue: ROTATION_KEYS curve25519 keys rotated at once (submit all,
+ * then wait for every job), first with one `rotation` worker process, then with two.
+ */
+export async function rotationSection(b: Bench): Promise<Results> {
+  const keys: string[] = [];
+  for (let i = 0; i < ROTATION_KEYS; i++) keys.push(await b.api.generateKey(b.passphrase));
+  const results: Results = {};
+  for (const workers of [1, 2]) {
+    while (b.service.workerCount('rotation') < workers) await b.service.addWorker('rotation=4');
+    const best = await bestOf(b, async () => {
+      const start = performance.now();
+      const jobs = await Promise.all(keys.map((fp) => b.api.rotate(fp)));
+      await Promise.all(jobs.map((j) => b.api.waitForJob(j.job_id, 120_000, () => b.service.assertRunning())));
+      return { [`rotation.${workers}w`]: { bytes: jobs.length, ms: performance.now() - start } };
+    });
+    Object.assign(results, best);
+  }
+  return results;
+}
+
 // -------------------------------------------------------------------------------------- service
 
 /** A moment with every process's CPU seconds so far, to split a run into phases. */

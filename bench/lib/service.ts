@@ -26,6 +26,7 @@ export interface ServiceProcess {
  */
 export class Service {
   readonly procs: ServiceProcess[] = [];
+  private readonly workerQueues: string[] = [];
   readonly database = `kms_bench_${randomId()}`;
   readonly redisPrefix = `kmsbench${randomId()}`;
   private port = 0;
@@ -51,12 +52,19 @@ export class Service {
     await this.waitForHealth(web);
   }
 
-  /** Starts a worker process and waits until BullMQ sees it on the crypto queue. */
+  /** Starts a worker process and waits until BullMQ sees it on its first queue. */
   async addWorker(queues: string): Promise<ServiceProcess> {
-    const before = await this.cryptoWorkers();
+    const queue = queues.split(/[=,]/)[0]!;
+    const before = await this.workersOn(queue);
     const proc = this.spawn(`worker-${this.procs.filter((p) => p.name.startsWith('worker')).length + 1}`, 'worker', { WORKER_QUEUES: queues });
-    await this.until(proc, async () => (await this.cryptoWorkers()) > before, 'the worker to register with BullMQ');
+    this.workerQueues.push(queues);
+    await this.until(proc, async () => (await this.workersOn(queue)) > before, 'the worker to register with BullMQ');
     return proc;
+  }
+
+  /** How many worker processes this bench started that take `queue`. */
+  workerCount(queue: string): number {
+    return this.workerQueues.filter((q) => q.split(',').some((entry) => entry.split('=')[0] === queue)).length;
   }
 
   /** Throws if a service process has exited before `stop`. */
@@ -139,10 +147,10 @@ export class Service {
     }
   }
 
-  private async cryptoWorkers(): Promise<number> {
+  private async workersOn(name: string): Promise<number> {
     const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
     // The service's BullMQ prefix is its REDIS_PREFIX in a Cluster hash tag (jobs/client.ts).
-    const queue = new Queue('crypto', { connection, prefix: `{${this.redisPrefix}}` });
+    const queue = new Queue(name, { connection, prefix: `{${this.redisPrefix}}` });
     try {
       return await queue.getWorkersCount();
     } finally {

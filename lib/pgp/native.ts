@@ -47,27 +47,36 @@ class PacketWriter {
     return Buffer.concat([Buffer.from([0xc0 | this.tag]), octets]);
   }
 
-  /** Adds body bytes; returns whatever whole pieces are ready to go out. */
+  /** Adds body bytes; returns what is ready to go out: headers and slices of the input, never copies. */
   push(data: Buffer): Buffer[] {
-    this.pieces.push(data);
+    if (data.length) this.pieces.push(data);
     this.size += data.length;
     const out: Buffer[] = [];
     while (this.size >= CHUNK) {
-      const all = this.pieces.length === 1 ? this.pieces[0]! : Buffer.concat(this.pieces, this.size);
-      out.push(this.header(Buffer.from([224 + 20])), all.subarray(0, CHUNK));
-      const rest = all.subarray(CHUNK);
-      this.pieces = rest.length ? [rest] : [];
-      this.size = rest.length;
+      out.push(this.header(Buffer.from([224 + 20])));
+      for (let need = CHUNK; need > 0; ) {
+        const piece = this.pieces[0]!;
+        if (piece.length <= need) {
+          out.push(piece);
+          this.pieces.shift();
+          need -= piece.length;
+        } else {
+          out.push(piece.subarray(0, need));
+          this.pieces[0] = piece.subarray(need);
+          need = 0;
+        }
+      }
+      this.size -= CHUNK;
     }
     return out;
   }
 
   /** The final piece, with a definite length (possibly zero). */
   end(): Buffer[] {
-    const rest = Buffer.concat(this.pieces, this.size);
+    const out = [this.header(lengthOctets(this.size)), ...this.pieces];
     this.pieces = [];
     this.size = 0;
-    return [this.header(lengthOctets(rest.length)), rest];
+    return out;
   }
 }
 
@@ -111,7 +120,7 @@ export async function encryptNative(input: Readable, recipient: openpgp.PublicKe
     yield* seal([mdc.digest()], false); // …but not the hash
     const tail = cipher.final();
     if (tail.length) yield* seipd.push(tail);
-    yield* seipd.end().filter((b) => b.length);
+    yield* seipd.end();
   }
 
   // An input error ends the generator with that error, which destroys the output with it.
