@@ -50,7 +50,7 @@ const Env = z.object({
   JSON_BODY_LIMIT: z.string().default('256kb'),
   JOB_RETENTION_HOURS: intish(24, 1, 24 * 90),
   ARGON2_MEMORY_KIB: intish(19456, 1024),
-  LINEAGE_KDF_MEMORY_KIB: intish(65536, 1024),
+  LINEAGE_KDF_MEMORY_KIB: intish(19456, 1024),
   MAX_DECOMPRESSED_BYTES: intish(16 * 1024 ** 3, 1),
 });
 

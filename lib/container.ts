@@ -38,7 +38,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const mailer = createMailer({ ...config.mail, smtpUrl: config.mail.smtpUrl, log });
   const jobs = new JobClient(redis, config.redisPrefix);
   // Settings left unset fall through to the AWS SDK's own credential chain (instance roles, profiles).
-  const blob = createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} });
+  const blob = await createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} });
   return {
     config,
     log,

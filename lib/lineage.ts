@@ -53,7 +53,7 @@ export interface KdfParams {
 }
 
 /**
- * Production default: 64 MiB, 3 passes (RFC 9106's second recommendation), about 60 ms on the
+ * Library default: 64 MiB, 3 passes (RFC 9106's second recommendation), about 60 ms on the
  * development machine. Runs once per decrypt job and per passphrase change, never per request burst.
  */
 export const DEFAULT_KDF: KdfParams = { memoryKib: 65_536, timeCost: 3, parallelism: 1 };

@@ -4,12 +4,12 @@
  */
 import { fileURLToPath } from 'node:url';
 import { LocalBlobStore } from './local';
-import { S3BlobStore, type S3Settings, s3SettingsFromEnv } from './s3';
+import type { S3Settings } from './s3';
 import type { BlobStore } from './types';
 
 export { BlobNotFoundError, isValidKey, type BlobStore, type ByteRange, type PutOptions } from './types';
 export { LocalBlobStore } from './local';
-export { S3BlobStore, s3SettingsFromEnv, type S3BlobStoreOptions, type S3Settings } from './s3';
+export type { S3BlobStoreOptions, S3Settings } from './s3';
 
 export interface BlobStoreOptions {
   /** S3 settings; each one left undefined falls back to the environment. Ignored by the local driver. */
@@ -23,10 +23,12 @@ export interface BlobStoreOptions {
  *   `s3://bucket[/prefix]`                → S3BlobStore
  *   `file:///abs/dir`, `/abs/dir`, `dir`  → LocalBlobStore (relative paths resolve against the cwd)
  */
-export function createBlobStore(url: string, opts: BlobStoreOptions = {}): BlobStore {
+export async function createBlobStore(url: string, opts: BlobStoreOptions = {}): Promise<BlobStore> {
   if (url.startsWith('s3://')) {
     const { hostname: bucket, pathname } = new URL(url);
     if (!bucket) throw new TypeError(`blob store URL has no bucket: ${url}`);
+    // Loaded only when used: the AWS SDK adds about 20 MiB to every process that imports it.
+    const { S3BlobStore, s3SettingsFromEnv } = await import('./s3');
     const fromEnv = s3SettingsFromEnv(opts.env);
     const settings = opts.s3 ?? {};
     const endpoint = settings.endpoint ?? fromEnv.endpoint;

@@ -11,7 +11,8 @@ import { pathToFileURL } from 'node:url';
 import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BlobNotFoundError, LocalBlobStore, S3BlobStore, createBlobStore, type BlobStore } from '../../lib/blob';
+import { BlobNotFoundError, LocalBlobStore, createBlobStore, type BlobStore } from '../../lib/blob';
+import { S3BlobStore } from '../../lib/blob/s3';
 import { S3rver } from '../support/s3';
 
 const MiB = 1 << 20;
@@ -40,7 +41,7 @@ interface Harness {
 
 async function localHarness(): Promise<Harness> {
   const dir = await mkdtemp(join(tmpdir(), 'blob-local-'));
-  const store = createBlobStore(join(dir, 'store'));
+  const store = await createBlobStore(join(dir, 'store'));
   return {
     store,
     leftovers: () => readdir(join(dir, 'store', '.tmp')),
@@ -61,7 +62,7 @@ async function s3Harness(): Promise<Harness> {
     configureBuckets: [{ name: 'kms-blobs' }],
   });
   const { port } = await server.run();
-  const store = createBlobStore('s3://kms-blobs/test-run', {
+  const store = await createBlobStore('s3://kms-blobs/test-run', {
     s3: { endpoint: `http://127.0.0.1:${port}`, accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', uploadTmpDir: join(dir, 'uploads') },
     env: {},
   });
@@ -194,13 +195,13 @@ describe('createBlobStore', () => {
   it('opens folders from paths and file URLs, S3 from s3:// URLs', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'blob-factory-'));
     try {
-      const fromPath = createBlobStore(join(dir, 'a'));
-      const fromUrl = createBlobStore(pathToFileURL(join(dir, 'b')).href);
+      const fromPath = await createBlobStore(join(dir, 'a'));
+      const fromUrl = await createBlobStore(pathToFileURL(join(dir, 'b')).href);
       expect(fromPath).toBeInstanceOf(LocalBlobStore);
       expect((fromUrl as LocalBlobStore).root).toBe(join(dir, 'b'));
       expect(fromUrl.uploadTmpDir.startsWith(join(dir, 'b'))).toBe(true);
 
-      const s3 = createBlobStore('s3://some-bucket/some/prefix', { env: { S3_ENDPOINT: 'http://127.0.0.1:1' }, s3: { uploadTmpDir: join(dir, 'up') } });
+      const s3 = await createBlobStore('s3://some-bucket/some/prefix', { env: { S3_ENDPOINT: 'http://127.0.0.1:1' }, s3: { uploadTmpDir: join(dir, 'up') } });
       expect(s3).toBeInstanceOf(S3BlobStore);
       expect((s3 as S3BlobStore).bucket).toBe('some-bucket');
       await s3.close();
@@ -209,9 +210,9 @@ describe('createBlobStore', () => {
     }
   });
 
-  it('refuses unknown schemes', () => {
-    expect(() => createBlobStore('http://example.com/blobs')).toThrow(/unsupported/);
-    expect(() => createBlobStore('s3:///prefix')).toThrow();
+  it('refuses unknown schemes', async () => {
+    await expect(createBlobStore('http://example.com/blobs')).rejects.toThrow(/unsupported/);
+    await expect(createBlobStore('s3:///prefix')).rejects.toThrow();
   });
 });
 
