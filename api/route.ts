@@ -70,7 +70,13 @@ export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B
    * multipart/form-data: `body` validates the text fields. With `files`, uploaded files (form field
    * `files`, repeatable) stream into the blob store as the inputs of a job with id `upload.id`.
    */
-  multipart?: { description: string; files?: boolean; textFileFields?: string[] };
+  multipart?: {
+    description: string;
+    files?: boolean;
+    textFileFields?: string[];
+    /** Checks on the fields sent before the files (see readMultipart's beforeFiles). */
+    precheck?(fields: Record<string, string>, input: { c: Container; user: AuthUser; meta: RequestMeta }): Promise<void>;
+  };
   /** Extra middleware run before validation (rate limits, body parsers for this route only). */
   before?: RouterMiddleware<AppState, { container: Container }>[];
   responses: Record<number, ResponseSpec>;
@@ -129,6 +135,7 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
             maxFiles: c.config.limits.maxFilesPerJob,
             maxFileBytes: c.config.limits.maxFileBytes,
             store: (n, source) => c.blob.put(jobBlob.input(upload.id, n), source),
+            beforeFiles: def.multipart.precheck && ((fields) => def.multipart!.precheck!(fields, { c, user: ctx.state.user as AuthUser, meta: { ip: ctx.ip, requestId: ctx.state.requestId } })),
           });
           upload.files = form.files;
           reply = await run(parse(def.body, form.fields, 'body'));

@@ -210,6 +210,17 @@ describe('encrypt and decrypt', () => {
     expect(Number(last.headers.get('retry-after'))).toBeGreaterThan(0);
   });
 
+  it('refuses a wrong passphrase or an unknown key before storing the upload', async () => {
+    const key = await createKey(s.api, owner.token);
+    // Over the 5 MiB limit: were the file stored first, the answer would be 413.
+    const big = file('big.gpg', 6 << 20);
+    const wrong = await s.api('POST', '/keys/decrypt', { token: owner.token, form: { fingerprint: key.fingerprint, passphrase: 'not the passphrase', files: [big] } });
+    expect(wrong.status).toBe(422);
+    expect(wrong.body.code).toBe('wrong_passphrase');
+    const unknown = await s.api('POST', '/keys/encrypt', { token: owner.token, form: { fingerprint: 'cd'.repeat(20), files: [big] } });
+    expect(unknown.status).toBe(404);
+  });
+
   it('fails tampered ciphertext on integrity, offers no output and keeps nothing', async () => {
     const key = await createKey(s.api, owner.token);
     const enc = await encrypt(s.api, owner.token, key.fingerprint, [file('t.bin', 400_000)]);

@@ -25,6 +25,11 @@ export interface MultipartOptions {
   maxFiles: number;
   maxFileBytes: number;
   store?(n: number, source: Readable): Promise<{ size: number }>;
+  /**
+   * Runs once, with the fields sent so far, before the first file is stored: a request that will be
+   * refused anyway (unknown key, wrong passphrase) is answered before the client uploads gigabytes.
+   */
+  beforeFiles?(fields: Record<string, string>): Promise<void>;
 }
 
 export interface MultipartBody {
@@ -44,6 +49,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
     const files: UploadedFile[] = [];
     const pending: Promise<unknown>[] = [];
     const streams = new Set<Readable>();
+    let checked: Promise<void> | undefined;
     let failed: unknown;
     let bb: busboy.Busboy;
     try {
@@ -98,11 +104,14 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
       files.push(file);
       streams.add(stream);
       stream.on('close', () => streams.delete(stream));
+      stream.on('error', () => undefined); // reported through the store's promise, or by fail()
       stream.on('limit', () => {
         stream.destroy(tooLarge('file_too_large', `"${file.name}" is larger than the limit of ${opts.maxFileBytes} bytes.`));
       });
+      checked ??= opts.beforeFiles ? opts.beforeFiles({ ...fields }) : Promise.resolve();
+      const store = opts.store;
       pending.push(
-        opts.store(n, stream).then(
+        checked.then(() => store(n, stream)).then(
           ({ size }) => {
             file.size = size;
           },

@@ -12,7 +12,8 @@ import { encryptionTarget, newGeneration, newLineage, requireKey, storeNewKey, u
 import { keyOut } from '../../lib/services/key-view';
 import { jobBlob, replayedJob, submitJob } from '../../lib/services/jobs';
 import { AppError, invalid, tooManyRequests } from '../../lib/errors';
-import { recordAudit } from '../../db/audit';
+import { recordAudit, type RequestMeta } from '../../db/audit';
+import type { Container } from '../../lib/container';
 import { findUserById } from '../../db/users';
 import { listKeys } from '../../db/keys';
 import { passphraseAad } from '../../jobs/decrypt-files';
@@ -59,6 +60,47 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
       enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId }, { jobId, requestId: meta.requestId }),
     }));
   return replyWithJob(c, ctx, row);
+}
+
+const EncryptForm = z
+  .object({ fingerprint: Fingerprint.optional(), public_key: z.string().max(1 << 20).optional(), armor: FormBoolean.default(false), compress: FormBoolean.default(false) })
+  .refine((b) => Boolean(b.fingerprint) !== Boolean(b.public_key), { message: 'give exactly one of fingerprint and public_key', path: ['fingerprint'] });
+
+const DecryptForm = z.object({ fingerprint: Fingerprint, passphrase: z.string().min(1).max(1024) });
+
+/** Where an encryption goes: a stored key's current generation (409 if it may not encrypt, audited) or a supplied public key. */
+async function recipientFor(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> {
+  if (!body.fingerprint) return { type: 'supplied', fingerprint: (await readRecipientKey(body.public_key!, c.clock.now())).fingerprint };
+  const view = await requireKey(c, userId, body.fingerprint);
+  try {
+    const target = encryptionTarget(view, c.clock.now());
+    return { type: 'stored', key_id: target.id, fingerprint: target.fingerprint, requested_fingerprint: view.named.fingerprint };
+  } catch (err) {
+    const code = err instanceof AppError ? err.code : 'error';
+    await recordAudit(c.db, { user_id: userId, action: 'keys.encrypt', status: 'failure', target: body.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason: code } });
+    throw err;
+  }
+}
+
+/**
+ * The key to decrypt with, once the passphrase has opened it: a wrong one is a clear 422 before any job
+ * (and before the upload, see precheck), audited, with guesses rate limited per key.
+ */
+async function keyForDecryption(c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta) {
+  const view = await requireKey(c, userId, body.fingerprint);
+  const limiter = c.limiters.passphrase;
+  const wait = await blockedFor(limiter, view.lineage.id);
+  if (wait > 0) throw tooManyRequests('Too many wrong passphrases for this key; wait before trying again.', wait);
+  try {
+    await unlockLineage(c, view.lineage, body.passphrase);
+  } catch (err) {
+    if (err instanceof AppError && err.code === 'wrong_passphrase') {
+      await penalize(limiter, view.lineage.id);
+      await recordAudit(c.db, { user_id: userId, action: 'keys.decrypt', status: 'failure', target: body.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason: 'wrong_passphrase' } });
+    }
+    throw err;
+  }
+  return view;
 }
 
 export default [
@@ -159,33 +201,24 @@ export default [
     summary: "Encrypt one or more files (field `files`, repeatable) to a stored key's fingerprint or a supplied armored public key",
     tags,
     access: 'auth',
-    multipart: { description: 'Fields: fingerprint or public_key (text or file), armor, compress; files', files: true, textFileFields: ['public_key'] },
-    body: z
-      .object({ fingerprint: Fingerprint.optional(), public_key: z.string().max(1 << 20).optional(), armor: FormBoolean.default(false), compress: FormBoolean.default(false) })
-      .refine((b) => Boolean(b.fingerprint) !== Boolean(b.public_key), { message: 'give exactly one of fingerprint and public_key', path: ['fingerprint'] }),
+    multipart: {
+      description: 'Fields: fingerprint or public_key (text or file), armor, compress; files',
+      files: true,
+      textFileFields: ['public_key'],
+      async precheck(fields, { c, user, meta }) {
+        const body = EncryptForm.safeParse(fields);
+        if (body.success) await recipientFor(c, user.id, body.data, meta);
+      },
+    },
+    body: EncryptForm,
     responses: jobResponses,
     async handler({ c, ctx, user, body, upload, meta }) {
       const key = idempotencyKey(ctx);
       const replay = await replayedJob(c, user.id, 'encrypt', key);
       if (replay) return replyWithJob(c, ctx, replay);
       if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
-      let recipient: EncryptRequest['recipient'];
-      if (body.fingerprint) {
-        const view = await requireKey(c, user.id, body.fingerprint);
-        let target;
-        try {
-          target = encryptionTarget(view, c.clock.now());
-        } catch (err) {
-          const code = err instanceof AppError ? err.code : 'error';
-          await recordAudit(c.db, { user_id: user.id, action: 'keys.encrypt', status: 'failure', target: body.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason: code } });
-          throw err;
-        }
-        recipient = { type: 'stored', key_id: target.id, fingerprint: target.fingerprint, requested_fingerprint: view.named.fingerprint };
-      } else {
-        const supplied = await readRecipientKey(body.public_key!, c.clock.now());
-        await c.blob.put(jobBlob.recipient(upload.id), Readable.from([Buffer.from(body.public_key!)]));
-        recipient = { type: 'supplied', fingerprint: supplied.fingerprint };
-      }
+      const recipient = await recipientFor(c, user.id, body, meta);
+      if (body.public_key) await c.blob.put(jobBlob.recipient(upload.id), Readable.from([Buffer.from(body.public_key)]));
       const request: EncryptRequest = { recipient, armor: body.armor, compress: body.compress };
       const row = await submitJob(c, {
         id: upload.id,
@@ -207,28 +240,22 @@ export default [
     summary: 'Decrypt one or more files (field `files`) with a key fingerprint (any generation) and its passphrase',
     tags,
     access: 'auth',
-    multipart: { description: 'Fields: fingerprint, passphrase; files', files: true },
-    body: z.object({ fingerprint: Fingerprint, passphrase: z.string().min(1).max(1024) }),
+    multipart: {
+      description: 'Fields: fingerprint, passphrase; files',
+      files: true,
+      async precheck(fields, { c, user, meta }) {
+        const body = DecryptForm.safeParse(fields);
+        if (body.success) await keyForDecryption(c, user.id, body.data, meta);
+      },
+    },
+    body: DecryptForm,
     responses: jobResponses,
     async handler({ c, ctx, user, body, upload, meta }) {
       const key = idempotencyKey(ctx);
       const replay = await replayedJob(c, user.id, 'decrypt', key);
       if (replay) return replyWithJob(c, ctx, replay);
       if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
-      const view = await requireKey(c, user.id, body.fingerprint);
-      // Check the passphrase now, so a wrong one is a clear 422 instead of a failed job; guesses are rate limited per key.
-      const limiter = c.limiters.passphrase;
-      const wait = await blockedFor(limiter, view.lineage.id);
-      if (wait > 0) throw tooManyRequests('Too many wrong passphrases for this key; wait before trying again.', wait);
-      try {
-        await unlockLineage(c, view.lineage, body.passphrase);
-      } catch (err) {
-        if (err instanceof AppError && err.code === 'wrong_passphrase') {
-          await penalize(limiter, view.lineage.id);
-          await recordAudit(c.db, { user_id: user.id, action: 'keys.decrypt', status: 'failure', target: body.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason: 'wrong_passphrase' } });
-        }
-        throw err;
-      }
+      const view = await keyForDecryption(c, user.id, body, meta);
       const row = await submitJob(c, {
         id: upload.id,
         userId: user.id,
