@@ -1,7 +1,8 @@
 import type { Container } from '../lib/container';
 import { invalid } from '../lib/errors';
-import { jobView, preferWait, waitForJob } from '../lib/services/jobs';
-import type { JobRow } from '../db/jobs';
+import { jobView, preferWait, replayedJob, submitJob, waitForJob } from '../lib/services/jobs';
+import type { JobKind, JobRow } from '../db/jobs';
+import type { UploadedFile } from './middleware/multipart';
 import type { AppContext, Reply } from './route';
 
 /**
@@ -23,4 +24,41 @@ export function idempotencyKey(ctx: AppContext): string | undefined {
   if (!key) return undefined;
   if (!/^[\x21-\x7e]{1,255}$/.test(key)) throw invalid('invalid_idempotency_key', 'Idempotency-Key must be 1-255 visible ASCII characters.');
   return key;
+}
+
+export interface JobSubmission {
+  id: string;
+  userId: string;
+  kind: JobKind;
+  requestId: string;
+  /** Uploaded files that become the job's inputs. */
+  inputs?: UploadedFile[];
+}
+
+/**
+ * What every job-submitting endpoint does: a replayed Idempotency-Key answers with the first job;
+ * otherwise `prepare` (checks, the stored request, how to enqueue) runs and the job is recorded,
+ * enqueued and answered (202, or 200 under `Prefer: wait`).
+ */
+export async function submitAndReply(
+  c: Container,
+  ctx: AppContext,
+  job: JobSubmission,
+  prepare: () => Promise<{ request: Record<string, unknown>; enqueue(jobId: string): Promise<unknown> }>,
+): Promise<Reply> {
+  const key = idempotencyKey(ctx);
+  const replay = await replayedJob(c, job.userId, job.kind, key);
+  if (replay) return replyWithJob(c, ctx, replay);
+  const { request, enqueue } = await prepare();
+  const row = await submitJob(c, {
+    id: job.id,
+    userId: job.userId,
+    kind: job.kind,
+    request,
+    inputs: job.inputs?.map((f) => ({ n: f.n, name: f.name, size: f.size, content_type: f.contentType })),
+    idempotencyKey: key,
+    requestId: job.requestId,
+    enqueue,
+  });
+  return replyWithJob(c, ctx, row);
 }

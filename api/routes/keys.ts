@@ -4,13 +4,13 @@ import { route, type Access, type HandlerInput } from '../route';
 import { Email, PageQuery, pageOf, text } from '../schemas/common';
 import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
-import { idempotencyKey, replyWithJob } from '../job-reply';
+import { submitAndReply } from '../job-reply';
 import { newToken } from '../../lib/tokens';
 import { blockedFor, penalize } from '../../lib/auth/limiters';
 import { readRecipientKey } from '../../lib/pgp/keys';
 import { encryptionTarget, newGeneration, newLineage, requireKey, storeNewKey, unlockLineage } from '../../lib/services/keys';
 import { keyOut } from '../../lib/services/key-view';
-import { jobBlob, replayedJob, submitJob } from '../../lib/services/jobs';
+import { jobBlob, newJobId } from '../../lib/services/jobs';
 import { AppError, invalid, tooManyRequests } from '../../lib/errors';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { Container } from '../../lib/container';
@@ -46,20 +46,10 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
     const { lineage, key } = await c.db.transaction((trx) => storeNewKey(trx, userId, spec, first, meta));
     return { status: 201, body: keyOut(lineage, key, c.clock.now()) };
   }
-  const key = idempotencyKey(ctx);
-  const replay = await replayedJob(c, userId, 'generate-key', key);
-  const row =
-    replay ??
-    (await submitJob(c, {
-      id: spec.id,
-      userId,
-      kind: 'generate-key',
-      request: { lineage: spec },
-      idempotencyKey: key,
-      requestId: meta.requestId,
-      enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId }, { jobId, requestId: meta.requestId }),
-    }));
-  return replyWithJob(c, ctx, row);
+  return submitAndReply(c, ctx, { id: newJobId(), userId, kind: 'generate-key', requestId: meta.requestId }, async () => ({
+    request: { lineage: spec },
+    enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId }, { jobId, requestId: meta.requestId }),
+  }));
 }
 
 const EncryptForm = z
@@ -213,24 +203,13 @@ export default [
     body: EncryptForm,
     responses: jobResponses,
     async handler({ c, ctx, user, body, upload, meta }) {
-      const key = idempotencyKey(ctx);
-      const replay = await replayedJob(c, user.id, 'encrypt', key);
-      if (replay) return replyWithJob(c, ctx, replay);
-      if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
-      const recipient = await recipientFor(c, user.id, body, meta);
-      if (body.public_key) await c.blob.put(jobBlob.recipient(upload.id), Readable.from([Buffer.from(body.public_key)]));
-      const request: EncryptRequest = { recipient, armor: body.armor, compress: body.compress };
-      const row = await submitJob(c, {
-        id: upload.id,
-        userId: user.id,
-        kind: 'encrypt',
-        request,
-        inputs: upload.files.map((f) => ({ n: f.n, name: f.name, size: f.size, content_type: f.contentType })),
-        idempotencyKey: key,
-        requestId: meta.requestId,
-        enqueue: (jobId) => c.jobs.enqueue('encrypt-files', { job_id: jobId }, { jobId, requestId: meta.requestId }),
+      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'encrypt', requestId: meta.requestId, inputs: upload.files }, async () => {
+        if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
+        const recipient = await recipientFor(c, user.id, body, meta);
+        if (body.public_key) await c.blob.put(jobBlob.recipient(upload.id), Readable.from([Buffer.from(body.public_key)]));
+        const request: EncryptRequest = { recipient, armor: body.armor, compress: body.compress };
+        return { request, enqueue: (jobId) => c.jobs.enqueue('encrypt-files', { job_id: jobId }, { jobId, requestId: meta.requestId }) };
       });
-      return replyWithJob(c, ctx, row);
     },
   }),
 
@@ -251,22 +230,14 @@ export default [
     body: DecryptForm,
     responses: jobResponses,
     async handler({ c, ctx, user, body, upload, meta }) {
-      const key = idempotencyKey(ctx);
-      const replay = await replayedJob(c, user.id, 'decrypt', key);
-      if (replay) return replyWithJob(c, ctx, replay);
-      if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
-      const view = await keyForDecryption(c, user.id, body, meta);
-      const row = await submitJob(c, {
-        id: upload.id,
-        userId: user.id,
-        kind: 'decrypt',
-        request: { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint },
-        inputs: upload.files.map((f) => ({ n: f.n, name: f.name, size: f.size, content_type: f.contentType })),
-        idempotencyKey: key,
-        requestId: meta.requestId,
-        enqueue: (jobId) => c.jobs.enqueue('decrypt-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, requestId: meta.requestId }),
+      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'decrypt', requestId: meta.requestId, inputs: upload.files }, async () => {
+        if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
+        const view = await keyForDecryption(c, user.id, body, meta);
+        return {
+          request: { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint },
+          enqueue: (jobId) => c.jobs.enqueue('decrypt-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, requestId: meta.requestId }),
+        };
       });
-      return replyWithJob(c, ctx, row);
     },
   }),
 ];

@@ -3,11 +3,11 @@ import { route } from '../route';
 import { PageQuery, Timestamp, pageOf } from '../schemas/common';
 import { Fingerprint, Passphrase } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
-import { idempotencyKey, replyWithJob } from '../job-reply';
+import { submitAndReply } from '../job-reply';
 import { ROTATION_DAYS } from './profile';
 import { conflict, invalid } from '../../lib/errors';
 import { requireKey, unlockLineage } from '../../lib/services/keys';
-import { replayedJob, newJobId, submitJob } from '../../lib/services/jobs';
+import { newJobId } from '../../lib/services/jobs';
 import { rotationOut } from '../../lib/services/rotation';
 import { recordAudit } from '../../db/audit';
 import { findUserById } from '../../db/users';
@@ -63,30 +63,17 @@ export default [
       .refine((b) => !b.new_passphrase || b.current_passphrase, { message: 'a new passphrase needs the current one', path: ['current_passphrase'] }),
     responses: jobResponses,
     async handler({ c, ctx, user, params, body, meta }) {
-      const key = idempotencyKey(ctx);
-      const replay = await replayedJob(c, user.id, 'rotate-key', key);
-      if (replay) return replyWithJob(c, ctx, replay);
-      const view = await requireKey(c, user.id, params.fingerprint);
-      if (view.lineage.disabled_at) throw conflict('key_disabled', 'This key is disabled and is not rotated.');
-      if (body.new_passphrase) await unlockLineage(c, view.lineage, body.current_passphrase!); // fail fast on a wrong one
-      const row = await submitJob(c, {
-        id: newJobId(),
-        userId: user.id,
-        kind: 'rotate-key',
-        request: { lineage_id: view.lineage.id, from_generation: view.current.generation, fingerprint: view.current.fingerprint, actor_id: user.id },
-        idempotencyKey: key,
-        requestId: meta.requestId,
-        enqueue: (jobId) =>
-          c.jobs.enqueue(
-            'rotate-key',
-            {
-              job_id: jobId,
-              sealed_passphrases: body.new_passphrase ? c.sealer.seal(JSON.stringify({ current: body.current_passphrase, next: body.new_passphrase }), rotationPassphraseAad(jobId)) : undefined,
-            },
-            { jobId, requestId: meta.requestId },
-          ),
+      return submitAndReply(c, ctx, { id: newJobId(), userId: user.id, kind: 'rotate-key', requestId: meta.requestId }, async () => {
+        const view = await requireKey(c, user.id, params.fingerprint);
+        if (view.lineage.disabled_at) throw conflict('key_disabled', 'This key is disabled and is not rotated.');
+        if (body.new_passphrase) await unlockLineage(c, view.lineage, body.current_passphrase!); // fail fast on a wrong one
+        const passphrases = body.new_passphrase ? JSON.stringify({ current: body.current_passphrase, next: body.new_passphrase }) : undefined;
+        return {
+          request: { lineage_id: view.lineage.id, from_generation: view.current.generation, fingerprint: view.current.fingerprint, actor_id: user.id },
+          enqueue: (jobId) =>
+            c.jobs.enqueue('rotate-key', { job_id: jobId, sealed_passphrases: passphrases && c.sealer.seal(passphrases, rotationPassphraseAad(jobId)) }, { jobId, requestId: meta.requestId }),
+        };
       });
-      return replyWithJob(c, ctx, row);
     },
   }),
 
