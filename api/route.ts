@@ -77,8 +77,6 @@ export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B
     /** Checks on the fields sent before the files (see readMultipart's beforeFiles). */
     precheck?(fields: Record<string, string>, input: { c: Container; user: AuthUser; meta: RequestMeta }): Promise<void>;
   };
-  /** Extra middleware run before validation (rate limits, body parsers for this route only). */
-  before?: RouterMiddleware<AppState, { container: Container }>[];
   responses: Record<number, ResponseSpec>;
   handler(input: HandlerInput<A, P, Q, B>): Promise<Reply | void>;
 }
@@ -124,8 +122,9 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       const params = parse(def.params, ctx.params, 'params');
       const query = parse(def.query, ctx.query, 'query');
       const upload = { id: newJobId(), files: [] as UploadedFile[] };
-      const run = (body: unknown) =>
-        def.handler({ ctx, c, params, query, body, upload, user: ctx.state.user as AuthUser, log: ctx.state.log, meta: { ip: ctx.ip, requestId: ctx.state.requestId } });
+      const user = ctx.state.user as AuthUser;
+      const meta: RequestMeta = { ip: ctx.ip, requestId: ctx.state.requestId };
+      const run = (body: unknown) => def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta });
       let reply: Reply | void;
       if (def.multipart && !ctx.is('json')) {
         try {
@@ -135,7 +134,7 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
             maxFiles: c.config.limits.maxFilesPerJob,
             maxFileBytes: c.config.limits.maxFileBytes,
             store: (n, source) => c.blob.put(jobBlob.input(upload.id, n), source),
-            beforeFiles: def.multipart.precheck && ((fields) => def.multipart!.precheck!(fields, { c, user: ctx.state.user as AuthUser, meta: { ip: ctx.ip, requestId: ctx.state.requestId } })),
+            beforeFiles: def.multipart.precheck && ((fields) => def.multipart!.precheck!(fields, { c, user, meta })),
           });
           upload.files = form.files;
           reply = await run(parse(def.body, form.fields, 'body'));
@@ -155,7 +154,7 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       const schema = def.responses[status]?.schema;
       ctx.body = schema ? schema.parse(reply.body) : reply.body;
     };
-    router[def.method](koaPath(def.path), ...(def.before ?? []), handler);
+    router[def.method](koaPath(def.path), handler);
   }
 }
 
