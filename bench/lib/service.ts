@@ -11,6 +11,9 @@ const REPO = new URL('../../', import.meta.url).pathname;
 const POSTGRES = 'postgres://postgres@127.0.0.1:5432';
 const REDIS_URL = 'redis://127.0.0.1:6379';
 
+/** The service's node flags, as in package.json's start/web/worker scripts (small young generation: the hot path's buffers live outside the heap). */
+const NODE_FLAGS = ['--max-semi-space-size=4'];
+
 /** One node process of the service: `node --import tsx lib/main.ts <role>`, so its pid is the real one. */
 export interface ServiceProcess {
   name: string;
@@ -114,7 +117,7 @@ export class Service {
   }
 
   private spawn(name: string, role: string, extra: Record<string, string>): ServiceProcess {
-    const child = spawnTracked(process.execPath, ['--import', 'tsx', 'lib/main.ts', role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnTracked(process.execPath, [...NODE_FLAGS, '--import', 'tsx', 'lib/main.ts', role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
     const proc: ServiceProcess = { name, child, pid: child.pid!, tail: [] };
     const keep = (data: Buffer) => {
       proc.tail.push(...data.toString().trimEnd().split('\n'));
