@@ -2,9 +2,6 @@ import { loadConfig, type Config } from './config';
 import { createContainer, type Container } from './container';
 import { ensureDatabase, createDb } from '../db/knex';
 import { migrateLatest } from '../db/migrate';
-import { startWeb } from '../api/server';
-import { startWorkers } from '../workers/worker';
-import { startScheduler } from '../workers/scheduler';
 
 export type Role = 'web' | 'worker' | 'scheduler';
 const ROLES: Record<string, Role[]> = { web: ['web'], worker: ['worker'], scheduler: ['scheduler'], all: ['web', 'worker', 'scheduler'] };
@@ -33,13 +30,21 @@ export async function startService(roles: Role[], config: Config = loadConfig(),
   if (applied.length) c.log.info({ applied }, 'migrations applied');
   const stops: (() => Promise<void>)[] = [];
   let port: number | undefined;
+  // Each role loads only its own code: a worker process never loads the HTTP stack (~13 MiB of RSS).
   if (roles.includes('web')) {
+    const { startWeb } = await import('../api/server');
     const web = await startWeb(c);
     port = web.port;
     stops.push(web.close);
   }
-  if (roles.includes('worker')) stops.push((await startWorkers(c, config.workerQueues)).close);
-  if (roles.includes('scheduler')) stops.push((await startScheduler(c)).close);
+  if (roles.includes('worker')) {
+    const { startWorkers } = await import('../workers/worker');
+    stops.push((await startWorkers(c, config.workerQueues)).close);
+  }
+  if (roles.includes('scheduler')) {
+    const { startScheduler } = await import('../workers/scheduler');
+    stops.push((await startScheduler(c)).close);
+  }
   return {
     container: c,
     port,
