@@ -227,8 +227,7 @@ async function* replay(recorded: Buffer[], rest: AsyncIterator<Buffer>): AsyncGe
  * Opens a binary message of public-key session key packets (v3) and one SEIPDv1 packet holding a
  * literal data packet, and decrypts it on Node's AES-CFB and SHA-1. Anything else (armor, passwords,
  * AEAD, compression, other ciphers) goes to `fallback`, given a stream that replays every byte read.
- * Decryption checks the quick-check octets first and the MDC last; the final output chunk is held
- * back until the MDC has been verified, and a failed check errors the stream.
+ * The final output chunk is held back until the MDC has been verified; a failed check errors the stream.
  */
 export async function openNative(input: Readable, fallback: (replayed: Readable) => Promise<NativeOpened>): Promise<NativeOpened> {
   const it = input[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
@@ -274,11 +273,9 @@ export async function openNative(input: Readable, fallback: (replayed: Readable)
       if ((await bodyPull.take(1))[0] !== 1 || !sessionKey || !cipherName) return (await giveUp()).decrypt(privateKey);
 
       const decipher = createDecipheriv(cipherName, Buffer.from(sessionKey.data), Buffer.alloc(16));
+      // The prefix's repeated octets ("quick check") are not consulted: RFC 9580 §14.4 warns against
+      // acting on them (an oracle); the MDC, which covers the prefix, decides at the end.
       const prefix = decipher.update(await bodyPull.take(18));
-      if (prefix.length !== 18 || prefix[16] !== prefix[14] || prefix[17] !== prefix[15]) {
-        input.destroy();
-        throw tampered('the session key does not fit the data');
-      }
       const ctb = decipher.update(await bodyPull.take(1));
       if (ctb[0] !== 0xcb && (ctb[0]! & 0xfc) !== 0xac) return (await giveUp()).decrypt(privateKey); // not a literal packet
       p.record = undefined;
