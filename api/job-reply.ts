@@ -1,7 +1,7 @@
 import type { Container } from '../lib/container';
 import { invalid } from '../lib/errors';
 import { jobView, preferWait, replayedJob, submitJob, waitForJob } from '../lib/services/jobs';
-import type { JobKind, JobRow } from '../db/jobs';
+import { isFinished, type JobKind, type JobRow } from '../db/jobs';
 import type { UploadedFile } from './middleware/multipart';
 import type { AppContext, Reply } from './route';
 
@@ -10,12 +10,16 @@ import type { AppContext, Reply } from './route';
  * `Prefer: wait=N` and the job ended within N seconds, 200 with the finished job.
  */
 export async function replyWithJob(c: Container, ctx: AppContext, row: JobRow): Promise<Reply> {
-  const wait = preferWait(ctx.get('prefer'));
-  const current = wait ? await waitForJob(c, row, wait) : row;
+  const { row: current, wait } = await waitAsPreferred(c, ctx, row);
   const body = await jobView(c, current);
-  const finished = current.state === 'completed' || current.state === 'failed';
-  if (wait !== undefined && finished) return { status: 200, body, headers: { 'Preference-Applied': `wait=${wait}` } };
+  if (wait !== undefined && isFinished(current.state)) return { status: 200, body, headers: { 'Preference-Applied': `wait=${wait}` } };
   return { status: 202, body, headers: { Location: body.status_url } };
+}
+
+/** Honours `Prefer: wait=N`: the job as it is after at most N seconds of waiting for it to end. */
+export async function waitAsPreferred(c: Container, ctx: AppContext, row: JobRow): Promise<{ row: JobRow; wait?: number }> {
+  const wait = preferWait(ctx.get('prefer'));
+  return { row: wait ? await waitForJob(c, row, wait) : row, wait };
 }
 
 /** `Idempotency-Key` header: up to 255 visible ASCII characters, or absent. */

@@ -3,6 +3,9 @@ import type { Knex } from 'knex';
 export type JobState = 'queued' | 'active' | 'completed' | 'failed';
 export type JobKind = 'encrypt' | 'decrypt' | 'generate-key' | 'rotate-key';
 
+/** A job in one of these states will not change again. */
+export const isFinished = (state: JobState) => state === 'completed' || state === 'failed';
+
 export interface JobProgress {
   bytes_done?: number;
   bytes_total?: number;

@@ -71,13 +71,6 @@ export async function findKeyByFingerprint(db: Knex, userId: string, fingerprint
   return lineage && current ? { lineage, current, named } : undefined;
 }
 
-export async function findLineage(db: Knex, userId: string, lineageId: string): Promise<{ lineage: LineageRow; current: KeyRow } | undefined> {
-  const lineage = await db<LineageRow>('key_lineages').where({ id: lineageId, user_id: userId }).first();
-  if (!lineage) return undefined;
-  const current = await db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, status: 'active' }).first();
-  return current ? { lineage, current } : undefined;
-}
-
 export const lineageGenerations = (db: Knex, lineageId: string) => db<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation', 'desc');
 
 export interface KeyListQuery {

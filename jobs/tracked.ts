@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { Knex } from 'knex';
 import { defineJob, type JobContext, type JobDefinition, type QueueName } from './define';
 import { AppError } from '../lib/errors';
-import { findJob, updateJob, type JobProgress, type JobRow } from '../db/jobs';
+import { findJob, isFinished, updateJob, type JobProgress, type JobRow } from '../db/jobs';
 import { jobBlob } from '../lib/services/jobs';
 
 /**
@@ -60,7 +60,7 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
       const jobId = (payload as { job_id: string }).job_id;
       const row = await findJob(c.db, jobId);
       if (!row) throw new UnrecoverableError(`job row ${jobId} is gone`);
-      if (row.state === 'completed' || row.state === 'failed') return row.result;
+      if (isFinished(row.state)) return row.result;
       const now = c.clock.now();
       await updateJob(c.db, jobId, { state: 'active', started_at: row.started_at ?? now, attempts: row.attempts + 1, error: null });
       const progress = throttledProgress(c.db, jobId, row.progress);

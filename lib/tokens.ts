@@ -1,4 +1,4 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 
 /** Random credentials: 32 bytes (256 bits) of entropy, base64url, behind a prefix that says what they are. */
 export function newToken(prefix = ''): string {
@@ -8,10 +8,4 @@ export function newToken(prefix = ''): string {
 /** Credentials are high-entropy, so a plain SHA-256 is a safe lookup hash (no salt or KDF needed). */
 export function hashToken(token: string): string {
   return createHash('sha256').update(token).digest('hex');
-}
-
-export function safeEqual(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && timingSafeEqual(x, y);
 }

@@ -2,7 +2,8 @@ import { z } from 'zod';
 import { route } from '../route';
 import { Job } from '../schemas/jobs';
 import { conflict, gone, notFound } from '../../lib/errors';
-import { jobBlob, jobView, preferWait, waitForJob } from '../../lib/services/jobs';
+import { jobBlob, jobView } from '../../lib/services/jobs';
+import { waitAsPreferred } from '../job-reply';
 import { findUserJob, jobFiles } from '../../db/jobs';
 import { BlobNotFoundError } from '../../lib/blob';
 
@@ -25,9 +26,7 @@ export default [
     params: JobParams,
     responses: { 200: { description: 'The job', schema: Job } },
     async handler({ c, ctx, user, params }) {
-      let row = await requireJob(c.db, user.id, params.job_id);
-      const wait = preferWait(ctx.get('prefer'));
-      if (wait) row = await waitForJob(c, row, wait);
+      const { row } = await waitAsPreferred(c, ctx, await requireJob(c.db, user.id, params.job_id));
       return { body: await jobView(c, row) };
     },
   }),

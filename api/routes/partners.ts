@@ -4,8 +4,7 @@ import { Email, Password, Timestamp } from '../schemas/common';
 import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
 import { consume } from '../../lib/auth/limiters';
 import * as accounts from '../../lib/services/accounts';
-import { issuePartnerKey, partnerKeyStatus } from '../../lib/services/partner-keys';
-import { findActivePartnerKey } from '../../db/partner-keys';
+import { issuePartnerKey, currentPartnerKeyStatus } from '../../lib/services/partner-keys';
 import { recordAudit } from '../../db/audit';
 
 const tags = ['Partners'];
@@ -63,7 +62,7 @@ export default [
     access: 'auth',
     responses: { 200: { description: 'Key status', schema: ApiKeyStatus } },
     async handler({ c, user }) {
-      return { body: partnerKeyStatus(await findActivePartnerKey(c.db, user.id), c.clock.now()) };
+      return { body: await currentPartnerKeyStatus(c.db, user.id, c.clock.now()) };
     },
   }),
 ];

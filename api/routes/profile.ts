@@ -3,8 +3,7 @@ import { route } from '../route';
 import { Email, Password, Timestamp } from '../schemas/common';
 import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
 import * as accounts from '../../lib/services/accounts';
-import { partnerKeyStatus } from '../../lib/services/partner-keys';
-import { findActivePartnerKey } from '../../db/partner-keys';
+import { currentPartnerKeyStatus } from '../../lib/services/partner-keys';
 import { listAudit } from '../../db/audit';
 import { invalid } from '../../lib/errors';
 
@@ -57,7 +56,7 @@ export default [
     access: 'auth',
     responses: { 200: { description: 'Key metadata', schema: ApiKeyStatus } },
     async handler({ c, user }) {
-      return { body: partnerKeyStatus(await findActivePartnerKey(c.db, user.id), c.clock.now()) };
+      return { body: await currentPartnerKeyStatus(c.db, user.id, c.clock.now()) };
     },
   }),
 

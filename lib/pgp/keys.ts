@@ -96,15 +96,6 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   };
 }
 
-/** Rotation: a fresh key with the same identity and algorithm (a new key, not a re-signed old one). */
-export function reissueKey(
-  previous: { name: string; email: string; algorithm: KeyAlgorithm },
-  secret: string,
-  expiresInDays?: number,
-): Promise<GeneratedKey> {
-  return generateKey({ ...previous, secret, expiresInDays });
-}
-
 export interface RecipientKey {
   key: openpgp.PublicKey;
   fingerprint: string;

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Container } from '../container';
 import { conflict } from '../errors';
-import { findJobByIdempotencyKey, findUserJob, insertJob, jobFiles, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
+import { findJobByIdempotencyKey, findUserJob, insertJob, isFinished, jobFiles, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
 
 /**
  * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
@@ -111,8 +111,6 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
   return (await findUserJob(c.db, input.userId, input.id))!;
 }
 
-const TERMINAL = new Set(['completed', 'failed']);
-
 /**
  * `Prefer: wait=N` (RFC 7240): polls the row until the job ends or N seconds pass. Polling Postgres keeps
  * one source of truth (the worker commits the row before BullMQ marks the job done).
@@ -121,7 +119,7 @@ export async function waitForJob(c: Container, row: JobRow, seconds: number): Pr
   const deadline = Date.now() + seconds * 1000;
   let current = row;
   let delay = 25;
-  while (!TERMINAL.has(current.state) && Date.now() < deadline) {
+  while (!isFinished(current.state) && Date.now() < deadline) {
     await new Promise((r) => setTimeout(r, Math.min(delay, deadline - Date.now())));
     delay = Math.min(delay * 2, 250);
     current = (await findUserJob(c.db, row.user_id, row.id)) ?? current;

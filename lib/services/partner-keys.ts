@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { newToken, hashToken } from '../tokens';
-import { insertPartnerKey, retirePartnerKeys, type PartnerKeyRow } from '../../db/partner-keys';
+import { findActivePartnerKey, insertPartnerKey, retirePartnerKeys, type PartnerKeyRow } from '../../db/partner-keys';
 
 /** Partner keys look like `kms_pk_<43 base64url chars>`: 256 random bits behind a prefix scanners recognise. */
 export const PARTNER_KEY_PREFIX = 'kms_pk_';
@@ -26,7 +26,12 @@ export async function issuePartnerKey(trx: Knex.Transaction, userId: string, now
   return { value, row };
 }
 
-export function partnerKeyStatus(row: PartnerKeyRow | undefined, now: Date) {
+/** Status of the account's current partner key (never its value): GET /partners/api-key-status and GET /profile/api-key. */
+export async function currentPartnerKeyStatus(db: Knex, userId: string, now: Date) {
+  return partnerKeyStatus(await findActivePartnerKey(db, userId), now);
+}
+
+function partnerKeyStatus(row: PartnerKeyRow | undefined, now: Date) {
   if (!row) return { status: 'none' as const, prefix: null, created_at: null, expires_at: null, last_used_at: null, days_remaining: null };
   const expired = row.expires_at <= now;
   return {
