@@ -1,6 +1,7 @@
 import { Queue, type JobsOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
 import { unavailable } from '../lib/errors';
+import type { RequestMeta } from '../db/audit';
 import { QUEUES, type JobEnvelope, type QueueName } from './define';
 import { jobDefinition, type JobName, type PayloadOf } from './registry';
 
@@ -8,7 +9,8 @@ export interface EnqueueOptions {
   /** Deterministic id: a second enqueue with the same id is a no-op (BullMQ dedupes). No `:` allowed. */
   jobId?: string;
   delay?: number;
-  requestId?: string;
+  /** The request that enqueues the job: its id and client address travel into the job's logs and audit rows. */
+  meta?: Partial<RequestMeta>;
 }
 
 /** BullMQ keys live under a Cluster hash tag, so all of a queue's keys land in one slot. */
@@ -43,7 +45,7 @@ export class JobClient {
     if (this.connection.status !== 'ready') throw unavailable('queue_unavailable', 'The job queue is not reachable; try again shortly.');
     const data: JobEnvelope = {
       payload: def.schema.parse(payload),
-      meta: { request_id: opts.requestId, enqueued_at: new Date().toISOString() },
+      meta: { request_id: opts.meta?.requestId, ip: opts.meta?.ip, enqueued_at: new Date().toISOString() },
     };
     const options: JobsOptions = { ...def.options, jobId: opts.jobId, delay: opts.delay };
     const job = await this.queue(def.queue).add(def.name, data, options);

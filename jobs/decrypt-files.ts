@@ -29,7 +29,7 @@ export const decryptFiles = defineTrackedJob({
   queue: 'crypto',
   name: 'decrypt-files',
   extra: z.object({ sealed_passphrase: z.string() }),
-  async run(row, payload, progress, { c }) {
+  async run(row, payload, progress, { c, origin }) {
     const req = DecryptRequest.parse(row.request);
     const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
     if (!lineage) throw invalid('key_not_found', 'The key no longer exists.');
@@ -53,13 +53,13 @@ export const decryptFiles = defineTrackedJob({
       async commit(trx) {
         await insertOutputFiles(trx, row.id, done.outputs);
         for (const [keyId, bytes] of used) await recordKeyUse(trx, keyId, bytes, c.clock.now());
-        await recordAudit(trx, { user_id: row.user_id, action: 'keys.decrypt', status: 'success', target: req.fingerprint, details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal } });
+        await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.decrypt', status: 'success', target: req.fingerprint, details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal } });
       },
       after: done.deleteInputs,
     };
   },
-  async onFailure(trx, row, failure) {
+  async onFailure(trx, row, failure, { origin }) {
     const req = DecryptRequest.safeParse(row.request);
-    await recordAudit(trx, { user_id: row.user_id, action: 'keys.decrypt', status: 'failure', target: req.success ? req.data.fingerprint : null, details: { job_id: row.id, code: failure.code } });
+    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.decrypt', status: 'failure', target: req.success ? req.data.fingerprint : null, details: { job_id: row.id, code: failure.code } });
   },
 });

@@ -14,13 +14,20 @@ export function isQueueName(name: string): name is QueueName {
 /** What a job carries in Redis: ids and small values only, secrets sealed under the master key. */
 export interface JobEnvelope<P = unknown> {
   payload: P;
-  meta: { request_id?: string; enqueued_at: string };
+  meta: { request_id?: string; ip?: string; enqueued_at: string };
+}
+
+/** The request that enqueued a job, as the job's audit rows record it (null for the scheduler). */
+export interface JobOrigin {
+  request_id: string | null;
+  ip: string | null;
 }
 
 export interface JobContext {
   c: Container;
   job: Job<JobEnvelope>;
   log: Logger;
+  origin: JobOrigin;
 }
 
 export interface JobDefinition<S extends z.ZodType = z.ZodType, R = unknown> {

@@ -26,7 +26,7 @@ const auditTarget = (req: EncryptRequest) => req.recipient.fingerprint;
 export const encryptFiles = defineTrackedJob({
   queue: 'crypto',
   name: 'encrypt-files',
-  async run(row, _payload, progress, { c }) {
+  async run(row, _payload, progress, { c, origin }) {
     const req = EncryptRequest.parse(row.request);
     let key: KeyRow | undefined;
     let recipient;
@@ -49,13 +49,13 @@ export const encryptFiles = defineTrackedJob({
       async commit(trx) {
         await insertOutputFiles(trx, row.id, done.outputs);
         if (key) await recordKeyUse(trx, key.id, done.bytesTotal, c.clock.now());
-        await recordAudit(trx, { user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, recipient: req.recipient.type } });
+        await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, recipient: req.recipient.type } });
       },
       after: done.deleteInputs,
     };
   },
-  async onFailure(trx, row, failure) {
+  async onFailure(trx, row, failure, { origin }) {
     const req = EncryptRequest.safeParse(row.request);
-    await recordAudit(trx, { user_id: row.user_id, action: 'keys.encrypt', status: 'failure', target: req.success ? auditTarget(req.data) : null, details: { job_id: row.id, code: failure.code } });
+    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.encrypt', status: 'failure', target: req.success ? auditTarget(req.data) : null, details: { job_id: row.id, code: failure.code } });
   },
 });

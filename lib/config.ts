@@ -35,8 +35,8 @@ const Env = z.object({
   AWS_SECRET_ACCESS_KEY: z.string().optional(),
   WORKER_QUEUES: z.string().default('crypto=2,rotation=2,notify=4,billing=2,team-sync=2,maintenance=1'),
   /** A job whose worker stops renewing its lock for this long (a crash) is taken again by another worker. */
-  WORKER_LOCK_MS: intish(30_000, 1000),
-  WORKER_STALLED_CHECK_MS: intish(30_000, 500),
+  WORKER_LOCK_MS: intish(15_000, 1000),
+  WORKER_STALLED_CHECK_MS: intish(15_000, 500),
   ADMIN_EMAILS: list,
   STRIPE_SECRET_KEY: z.string().optional(),
   STRIPE_WEBHOOK_SECRET: z.string().optional(),
@@ -51,7 +51,18 @@ const Env = z.object({
   JOB_RETENTION_HOURS: intish(24, 1, 24 * 90),
   ARGON2_MEMORY_KIB: intish(19456, 1024),
   LINEAGE_KDF_MEMORY_KIB: intish(19456, 1024),
-  MAX_DECOMPRESSED_BYTES: intish(16 * 1024 ** 3, 1),
+  /** Cap on a compressed message's plaintext per file (decompression bombs); defaults to MAX_FILE_BYTES. */
+  MAX_DECOMPRESSED_BYTES: intish(0, 0),
+  /** Cap on what one job may write in all (every output file together); defaults to 4 × MAX_FILE_BYTES. */
+  MAX_JOB_OUTPUT_BYTES: intish(0, 0),
+  /** Wall-clock limit of one job attempt; a job past it fails cleanly (its blobs and sealed data go). */
+  JOB_TIMEOUT_SECONDS: intish(6 * 3600, 1),
+  /** A file job whose bytes stop moving for this long fails (hostile input that stalls a parser). */
+  JOB_IDLE_SECONDS: intish(60, 1),
+  /** Decrypted outputs are plaintext: they are kept for less time than encrypted ones. */
+  DECRYPT_RETENTION_HOURS: intish(1, 1, 24 * 90),
+  /** Temporary upload files and incomplete multipart uploads older than this are swept. */
+  BLOB_TMP_MAX_AGE_HOURS: intish(24, 1),
 });
 
 export type Config = ReturnType<typeof loadConfig>;
@@ -88,8 +99,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     partnerKeyTtlDays: e.PARTNER_KEY_TTL_DAYS,
     resetTokenTtlMinutes: e.RESET_TOKEN_TTL_MINUTES,
     login: { maxFailures: e.LOGIN_MAX_FAILURES, lockSeconds: e.LOGIN_LOCK_SECONDS, ipMaxFailures: e.LOGIN_IP_MAX_FAILURES },
-    limits: { maxFileBytes: e.MAX_FILE_BYTES, maxFilesPerJob: e.MAX_FILES_PER_JOB, jsonBody: e.JSON_BODY_LIMIT, maxDecompressedBytes: e.MAX_DECOMPRESSED_BYTES },
+    limits: {
+      maxFileBytes: e.MAX_FILE_BYTES,
+      maxFilesPerJob: e.MAX_FILES_PER_JOB,
+      jsonBody: e.JSON_BODY_LIMIT,
+      maxDecompressedBytes: Math.min(e.MAX_DECOMPRESSED_BYTES || e.MAX_FILE_BYTES, e.MAX_FILE_BYTES),
+      maxJobOutputBytes: e.MAX_JOB_OUTPUT_BYTES || 4 * e.MAX_FILE_BYTES,
+    },
+    jobLimits: { timeoutMs: e.JOB_TIMEOUT_SECONDS * 1000, idleMs: e.JOB_IDLE_SECONDS * 1000 },
     jobRetentionHours: e.JOB_RETENTION_HOURS,
+    decryptRetentionHours: Math.min(e.DECRYPT_RETENTION_HOURS, e.JOB_RETENTION_HOURS),
+    blobTmpMaxAgeHours: e.BLOB_TMP_MAX_AGE_HOURS,
     argon2MemoryKib: e.ARGON2_MEMORY_KIB,
     lineageKdfMemoryKib: e.LINEAGE_KDF_MEMORY_KIB,
   };

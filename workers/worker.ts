@@ -56,7 +56,8 @@ async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>)
   if (!parsed.success) throw new UnrecoverableError(`payload of "${job.name}" does not match its schema`);
   const log = c.log.child({ queue, job: job.name, job_id: job.id, request_id: job.data.meta?.request_id });
   try {
-    return await def.process(parsed.data, { c, job, log });
+    const origin = { request_id: job.data.meta?.request_id ?? null, ip: job.data.meta?.ip ?? null };
+    return await def.process(parsed.data, { c, job, log, origin });
   } catch (err) {
     if (err instanceof AppError && err.status < 500) throw new UnrecoverableError(`${err.code}: ${err.message}`);
     throw err;

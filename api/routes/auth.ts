@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { route } from '../route';
-import { Email, Password, text } from '../schemas/common';
+import { Email, Password, multilineText, text } from '../schemas/common';
 import { Session, User, userOut } from '../schemas/users';
 import { consume } from '../../lib/auth/limiters';
 import * as accounts from '../../lib/services/accounts';
@@ -79,7 +79,7 @@ export default [
     summary: 'Submit a support or contact request',
     tags,
     access: 'public',
-    body: z.object({ name: text(200), email: Email, subject: text(200), message: text(10_000) }),
+    body: z.object({ name: text(200), email: Email, subject: text(200), message: multilineText(10_000) }),
     responses: { 202: { description: 'Received', schema: z.object({ status: z.literal('received'), reference: z.uuid() }) } },
     async handler({ c, body, user, meta }) {
       await consume(c.limiters.publicIp, `contact:${meta.ip}`, 'Too many requests from this address.');

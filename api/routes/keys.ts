@@ -48,7 +48,7 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
   }
   return submitAndReply(c, ctx, { id: newJobId(), userId, kind: 'generate-key', requestId: meta.requestId }, async () => ({
     request: { lineage: spec },
-    enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId }, { jobId, requestId: meta.requestId }),
+    enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId }, { jobId, meta }),
   }));
 }
 
@@ -208,7 +208,7 @@ export default [
         const recipient = await recipientFor(c, user.id, body, meta);
         if (body.public_key) await c.blob.put(jobBlob.recipient(upload.id), Readable.from([Buffer.from(body.public_key)]));
         const request: EncryptRequest = { recipient, armor: body.armor, compress: body.compress };
-        return { request, enqueue: (jobId) => c.jobs.enqueue('encrypt-files', { job_id: jobId }, { jobId, requestId: meta.requestId }) };
+        return { request, enqueue: (jobId) => c.jobs.enqueue('encrypt-files', { job_id: jobId }, { jobId, meta }) };
       });
     },
   }),
@@ -235,7 +235,7 @@ export default [
         const view = await keyForDecryption(c, user.id, body, meta);
         return {
           request: { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint },
-          enqueue: (jobId) => c.jobs.enqueue('decrypt-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, requestId: meta.requestId }),
+          enqueue: (jobId) => c.jobs.enqueue('decrypt-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, meta }),
         };
       });
     },

@@ -71,7 +71,7 @@ export default [
         return {
           request: { lineage_id: view.lineage.id, from_generation: view.current.generation, fingerprint: view.current.fingerprint, actor_id: user.id },
           enqueue: (jobId) =>
-            c.jobs.enqueue('rotate-key', { job_id: jobId, sealed_passphrases: passphrases && c.sealer.seal(passphrases, rotationPassphraseAad(jobId)) }, { jobId, requestId: meta.requestId }),
+            c.jobs.enqueue('rotate-key', { job_id: jobId, sealed_passphrases: passphrases && c.sealer.seal(passphrases, rotationPassphraseAad(jobId)) }, { jobId, meta }),
         };
       });
     },

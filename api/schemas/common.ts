@@ -34,7 +34,21 @@ export function pageOf<T extends z.ZodType>(item: T) {
 
 export const Ok = z.object({ status: z.string() }).meta({ id: 'Ok' });
 
-/** Text that must not be blank; trimmed. */
-export const text = (max: number) => z.string().trim().min(1).max(max);
+/** One line of text that must not be blank; trimmed; no control characters. */
+export const text = (max: number) =>
+  z
+    .string()
+    .trim()
+    .min(1)
+    .max(max)
+    .regex(/^[^\p{Cc}]*$/u, 'must not contain control characters');
+/** Free text (messages): line breaks and tabs allowed, other control characters not. */
+export const multilineText = (max: number) =>
+  z
+    .string()
+    .trim()
+    .min(1)
+    .max(max)
+    .regex(/^(?:[\t\n\r]|[^\p{Cc}])*$/u, 'must not contain control characters other than tab and line breaks');
 export const Email = z.string().trim().toLowerCase().pipe(z.email().max(254));
 export const Password = z.string().min(10, 'must be at least 10 characters').max(256);

@@ -32,7 +32,7 @@ export const Key = z
     label: z.string(),
     environment: z.string(),
     algorithm: z.string(),
-    user_id: z.string().describe('OpenPGP user id, "Name <email>"'),
+    uid: z.string().describe('The OpenPGP user id of the key, "Name <email>" (not an account id)'),
     status: z.enum(['active', 'disabled', 'expired']),
     active: z.boolean(),
     generation: z.number().int(),

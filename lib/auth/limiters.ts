@@ -42,6 +42,28 @@ export async function consume(limiter: RateLimiterRedis, key: string, message: s
   }
 }
 
+/**
+ * Guards an expensive check (argon2, a passphrase): one point is spent *before* the check runs, so no
+ * number of parallel requests gets more checks than the budget; a check that passes gets its point back.
+ * Throws 429 (with Retry-After) once the budget is spent, without running the check.
+ */
+export async function spendThenCheck<T>(budgets: { limiter: RateLimiterRedis; key: string }[], message: string, check: () => Promise<T>, passed: (result: T) => boolean): Promise<T> {
+  const spent: typeof budgets = [];
+  try {
+    for (const b of budgets) {
+      await consume(b.limiter, b.key, message);
+      spent.push(b);
+    }
+  } catch (err) {
+    // A budget that refused leaves the others as they were before this request.
+    await Promise.all(spent.map((b) => b.limiter.reward(b.key, 1).catch(() => undefined)));
+    throw err;
+  }
+  const result = await check();
+  if (passed(result)) await Promise.all(budgets.map((b) => b.limiter.reward(b.key, 1).catch(() => undefined)));
+  return result;
+}
+
 /** Counts a failure without throwing (the caller answers with its own error); past the budget the key is blocked. */
 export async function penalize(limiter: RateLimiterRedis, key: string): Promise<void> {
   await limiter.consume(key).catch(() => undefined);

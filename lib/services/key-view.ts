@@ -10,7 +10,7 @@ export function keyOut(lineage: LineageRow, current: KeyRow, now: Date) {
     label: lineage.label,
     environment: lineage.environment,
     algorithm: current.algorithm,
-    user_id: `${lineage.uid_name} <${lineage.uid_email}>`,
+    uid: `${lineage.uid_name} <${lineage.uid_email}>`,
     status,
     active: status === 'active',
     generation: current.generation,

@@ -8,7 +8,7 @@ import type { MailTemplate } from '../mail-templates';
  */
 export async function notify(c: Container, to: string, template: MailTemplate, vars: Record<string, string>, requestId?: string): Promise<void> {
   try {
-    await c.jobs.enqueue('send-email', { to, template, sealed_vars: c.sealer.seal(JSON.stringify(vars), 'send-email') }, { requestId });
+    await c.jobs.enqueue('send-email', { to, template, sealed_vars: c.sealer.seal(JSON.stringify(vars), 'send-email') }, { meta: { requestId } });
   } catch (err) {
     c.log.error({ err, template, request_id: requestId }, 'could not queue email');
   }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The external programs the tests talk to, as Debian packages: `command package` per line. The test
+# command (`npm test`) and CI both run this, so there is one list. Missing peers are installed when we
+# run as root with apt; otherwise we stop at once with the one command that installs them.
+set -euo pipefail
+
+PEERS=(
+  "gpg gnupg"
+  "sq sq"
+)
+
+missing=()
+for peer in "${PEERS[@]}"; do
+  read -r cmd pkg <<<"$peer"
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "test peers: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  exit 0
+fi
+
+echo "The tests need: ${missing[*]}. Install them with:" >&2
+echo "  sudo apt-get install -y ${missing[*]}" >&2
+exit 1
