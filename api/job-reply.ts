@@ -1,6 +1,6 @@
 import type { Container } from '../lib/container';
 import { invalid } from '../lib/errors';
-import { jobView, preferWait, replayedJob, submitJob, waitForJob } from '../lib/services/jobs';
+import { jobView, preferWait, replayedJob, requestHash, submitJob, waitForJob } from '../lib/services/jobs';
 import { isFinished, type JobKind, type JobRow } from '../db/jobs';
 import type { UploadedFile } from './middleware/multipart';
 import type { AppContext, Reply } from './route';
@@ -35,8 +35,10 @@ export interface JobSubmission {
   userId: string;
   kind: JobKind;
   requestId: string;
+  /** The validated request body: with the inputs, what an Idempotency-Key replay must match. */
+  body: unknown;
   /** Uploaded files that become the job's inputs. */
-  inputs?: UploadedFile[];
+  inputs?: (UploadedFile & { sha256: string })[];
 }
 
 /**
@@ -51,7 +53,8 @@ export async function submitAndReply(
   prepare: () => Promise<{ request: Record<string, unknown>; enqueue(jobId: string): Promise<unknown> }>,
 ): Promise<Reply> {
   const key = idempotencyKey(ctx);
-  const replay = await replayedJob(c, job.userId, job.kind, key);
+  const hash = requestHash(job.kind, job.body, job.inputs);
+  const replay = await replayedJob(c, job.userId, key, hash);
   if (replay) return replyWithJob(c, ctx, replay);
   const { request, enqueue } = await prepare();
   const row = await submitJob(c, {
@@ -61,6 +64,7 @@ export async function submitAndReply(
     request,
     inputs: job.inputs?.map((f) => ({ n: f.n, name: f.name, size: f.size, content_type: f.contentType })),
     idempotencyKey: key,
+    requestHash: hash,
     requestId: job.requestId,
     enqueue,
   });

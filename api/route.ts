@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
 import type { ParameterizedContext } from 'koa';
 import type { Router, RouterMiddleware } from '@koa/router';
 import { z } from 'zod';
@@ -53,7 +55,7 @@ export interface HandlerInput<A extends Access, P, Q, B> {
   /** What audit rows need to know about the request. */
   meta: RequestMeta;
   /** Multipart routes with files: the uploads, stored as inputs of job `id`. */
-  upload: { id: string; files: UploadedFile[] };
+  upload: { id: string; files: (UploadedFile & { sha256: string })[] };
 }
 
 
@@ -121,6 +123,19 @@ function parse<T>(schema: z.ZodType<T> | undefined, value: unknown, where: strin
   return result.data;
 }
 
+/** Passes an upload through unchanged and reports its SHA-256 at the end (Idempotency-Key replays compare it). */
+function digested(source: Readable, done: (hex: string) => void): Readable {
+  const hash = createHash('sha256');
+  async function* pass(): AsyncGenerator<Buffer> {
+    for await (const chunk of source) {
+      hash.update(chunk as Buffer);
+      yield chunk as Buffer;
+    }
+    done(hash.digest('hex'));
+  }
+  return Readable.from(pass(), { objectMode: false, highWaterMark: 1 << 20 });
+}
+
 const koaPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1');
 
 export function mountRoutes(router: Router<AppState, { container: Container }>, routes: RouteDef[]): void {
@@ -138,22 +153,23 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       }
       const params = parse(def.params, ctx.params, 'params');
       const query = parse(def.query, ctx.query, 'query');
-      const upload = { id: newJobId(), files: [] as UploadedFile[] };
+      const upload = { id: newJobId(), files: [] as (UploadedFile & { sha256: string })[] };
       const user = ctx.state.user as AuthUser;
       const meta: RequestMeta = { ip: ctx.ip, requestId: ctx.state.requestId };
       const run = (body: unknown) => def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta });
       let reply: Reply | void;
       if (def.multipart && !ctx.is('json')) {
+        const digests = new Map<number, string>();
         try {
           const form = await readMultipart(ctx, {
             fileFields: def.multipart.files ? ['files'] : [],
             textFileFields: def.multipart.textFileFields,
             maxFiles: c.config.limits.maxFilesPerJob,
             maxFileBytes: c.config.limits.maxFileBytes,
-            store: (n, source) => c.blob.put(jobBlob.input(upload.id, n), source),
+            store: (n, source) => c.blob.put(jobBlob.input(upload.id, n), digested(source, (hex) => digests.set(n, hex))),
             beforeFiles: def.multipart.precheck && ((fields) => def.multipart!.precheck!(fields, { c, user, meta })),
           });
-          upload.files = form.files;
+          upload.files = form.files.map((f) => ({ ...f, sha256: digests.get(f.n) ?? '' }));
           reply = await run(parse(def.body, form.fields, 'body'));
         } finally {
           // Uploads that did not become a job (invalid form, refused key, replayed request) are dropped.

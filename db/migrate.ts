@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import * as m001 from './migrations/001_accounts';
 import * as m002 from './migrations/002_keys_and_jobs';
 import * as m003 from './migrations/003_rotation';
+import * as m006 from './migrations/006_job_request_hash';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -11,6 +12,7 @@ const migrations: Record<string, Knex.Migration> = {
   '001_accounts': m001,
   '002_keys_and_jobs': m002,
   '003_rotation': m003,
+  '006_job_request_hash': m006,
 };
 
 const source: Knex.MigrationSource<string> = {

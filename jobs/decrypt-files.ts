@@ -29,14 +29,15 @@ export const decryptFiles = defineTrackedJob({
   queue: 'crypto',
   name: 'decrypt-files',
   extra: z.object({ sealed_passphrase: z.string() }),
-  async run(row, payload, progress, { c, origin }) {
+  watchProgress: true,
+  async run(row, payload, progress, { c, origin, signal }) {
     const req = DecryptRequest.parse(row.request);
     const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
     if (!lineage) throw invalid('key_not_found', 'The key no longer exists.');
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const generations = await lineageGenerations(c.db, lineage.id);
     const used = new Map<string, number>();
-    const done = await transformFiles(c, row.id, progress, async (source, file) => {
+    const done = await transformFiles(c, row.id, progress, signal, async (source, file) => {
       const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes });
       const key = generations.find((g) => g.encryption_key_ids.some((id) => message.encryptionKeyIds.includes(id)));
       if (!key) {
@@ -56,6 +57,8 @@ export const decryptFiles = defineTrackedJob({
         await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.decrypt', status: 'success', target: req.fingerprint, details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal } });
       },
       after: done.deleteInputs,
+      // Plaintext: kept for less time than ciphertext (DECRYPT_RETENTION_HOURS).
+      retentionHours: c.config.decryptRetentionHours,
     };
   },
   async onFailure(trx, row, failure, { origin }) {

@@ -26,7 +26,8 @@ const auditTarget = (req: EncryptRequest) => req.recipient.fingerprint;
 export const encryptFiles = defineTrackedJob({
   queue: 'crypto',
   name: 'encrypt-files',
-  async run(row, _payload, progress, { c, origin }) {
+  watchProgress: true,
+  async run(row, _payload, progress, { c, origin, signal }) {
     const req = EncryptRequest.parse(row.request);
     let key: KeyRow | undefined;
     let recipient;
@@ -38,7 +39,7 @@ export const encryptFiles = defineTrackedJob({
       const armored = await readText(await c.blob.get(jobBlob.recipient(row.id)), MAX_PUBLIC_KEY_BYTES);
       recipient = (await readRecipientKey(armored, c.clock.now())).key;
     }
-    const done = await transformFiles(c, row.id, progress, async (source, file) => ({
+    const done = await transformFiles(c, row.id, progress, signal, async (source, file) => ({
       stream: await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name }),
       name: `${file.name}${req.armor ? '.asc' : '.gpg'}`,
       contentType: req.armor ? 'application/pgp-encrypted; charset=us-ascii' : 'application/pgp-encrypted',

@@ -5,6 +5,7 @@ import { defineJob, type JobContext, type JobDefinition, type QueueName } from '
 import { AppError } from '../lib/errors';
 import { findJob, isFinished, updateJob, type JobProgress, type JobRow } from '../db/jobs';
 import { jobBlob } from '../lib/services/jobs';
+import { Watchdog } from './watchdog';
 
 /**
  * A job the client polls: its Postgres row moves queued → active → completed | failed, progress is
@@ -25,6 +26,8 @@ export interface Completion {
   commit?(trx: Knex.Transaction): Promise<Record<string, unknown> | void>;
   /** Clean-up once committed (deleting uploads); a crash before it leaves work for the retention sweep. */
   after?(): Promise<void>;
+  /** How long the outputs are kept (default JOB_RETENTION_HOURS). */
+  retentionHours?: number;
 }
 
 export interface Failure {
@@ -38,7 +41,10 @@ export interface TrackedJobSpec<S extends z.ZodObject> {
   /** Payload beyond `job_id` (e.g. a sealed passphrase). */
   extra?: S;
   attempts?: number;
-  run(row: JobRow, payload: z.infer<S> & { job_id: string }, progress: Progress, ctx: JobContext): Promise<Completion>;
+  /** Jobs that move bytes fail when their progress stops for JOB_IDLE_SECONDS (all jobs have JOB_TIMEOUT_SECONDS). */
+  watchProgress?: boolean;
+  /** `signal` aborts when the job passes its limits: hand it to every stream and long call. */
+  run(row: JobRow, payload: z.infer<S> & { job_id: string }, progress: Progress, ctx: JobContext & { signal: AbortSignal }): Promise<Completion>;
   /** Effects of a final failure (audit row), in the transaction that marks the job failed. */
   onFailure?(trx: Knex.Transaction, row: JobRow, failure: Failure, ctx: JobContext): Promise<void>;
 }
@@ -63,9 +69,12 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
       if (isFinished(row.state)) return row.result;
       const now = c.clock.now();
       await updateJob(c.db, jobId, { state: 'active', started_at: row.started_at ?? now, attempts: row.attempts + 1, error: null });
-      const progress = throttledProgress(c.db, jobId, row.progress);
+      const limits = c.config.jobLimits;
+      const watchdog = new Watchdog({ timeoutMs: limits.timeoutMs, idleMs: spec.watchProgress ? limits.idleMs : undefined });
+      const progress = throttledProgress(c.db, jobId, row.progress, () => watchdog.touch());
       try {
-        const done = await spec.run(row, payload as z.infer<S> & { job_id: string }, progress, ctx);
+        const done = await watchdog.race(spec.run(row, payload as z.infer<S> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal }));
+        watchdog.stop();
         await progress.flush();
         const finished = c.clock.now();
         const result = await c.db.transaction(async (trx) => {
@@ -75,13 +84,15 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
             result: committed,
             progress: done.progress ?? row.progress,
             finished_at: finished,
-            expires_at: new Date(finished.getTime() + c.config.jobRetentionHours * 3600_000),
+            expires_at: new Date(finished.getTime() + (done.retentionHours ?? c.config.jobRetentionHours) * 3600_000),
           });
           return committed;
         });
         await done.after?.().catch((e: unknown) => log.warn({ err: e }, 'clean-up after job failed'));
         return result;
       } catch (err) {
+        // Whatever is still running (a stalled parser) is told to stop and let go of its streams.
+        watchdog.abort(err instanceof Error ? err : new Error(String(err)));
         await progress.flush().catch(() => undefined);
         const failure = describe(err);
         const final = err instanceof UnrecoverableError || (err instanceof AppError && err.status < 500) || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
@@ -110,7 +121,7 @@ function describe(err: unknown): Failure {
   return { code: 'internal_error', message: 'The job failed on our side; it was retried and then given up.' };
 }
 
-function throttledProgress(db: Knex, jobId: string, initial: JobProgress): Progress {
+function throttledProgress(db: Knex, jobId: string, initial: JobProgress, onReport: () => void): Progress {
   let latest = initial;
   let written = Date.now();
   let chain: Promise<void> = Promise.resolve();
@@ -122,6 +133,7 @@ function throttledProgress(db: Knex, jobId: string, initial: JobProgress): Progr
   };
   return {
     report(p) {
+      onReport();
       latest = { ...latest, ...p };
       if (Date.now() - written >= PROGRESS_INTERVAL_MS) void write();
     },

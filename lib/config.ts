@@ -37,6 +37,8 @@ const Env = z.object({
   /** A job whose worker stops renewing its lock for this long (a crash) is taken again by another worker. */
   WORKER_LOCK_MS: intish(15_000, 1000),
   WORKER_STALLED_CHECK_MS: intish(15_000, 500),
+  /** SIGTERM lets active jobs finish for this long; then they are stopped and retried by another worker. */
+  WORKER_SHUTDOWN_GRACE_SECONDS: intish(30, 0, 3600),
   ADMIN_EMAILS: list,
   STRIPE_SECRET_KEY: z.string().optional(),
   STRIPE_WEBHOOK_SECRET: z.string().optional(),
@@ -93,7 +95,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     mail: { smtpUrl: e.SMTP_URL, from: e.MAIL_FROM, dir: e.MAIL_DIR, support: e.SUPPORT_EMAIL },
     blob: { url: e.BLOB_STORE_URL, s3: { endpoint: e.S3_ENDPOINT, region: e.S3_REGION, accessKeyId: e.AWS_ACCESS_KEY_ID, secretAccessKey: e.AWS_SECRET_ACCESS_KEY } },
     workerQueues: parseQueueList(e.WORKER_QUEUES),
-    workerLocks: { lockMs: e.WORKER_LOCK_MS, stalledCheckMs: e.WORKER_STALLED_CHECK_MS },
+    workerLocks: { lockMs: e.WORKER_LOCK_MS, stalledCheckMs: e.WORKER_STALLED_CHECK_MS, shutdownGraceMs: e.WORKER_SHUTDOWN_GRACE_SECONDS * 1000 },
     adminEmails: e.ADMIN_EMAILS.map((x) => x.toLowerCase()),
     stripe: { secretKey: e.STRIPE_SECRET_KEY, webhookSecret: e.STRIPE_WEBHOOK_SECRET },
     partnerKeyTtlDays: e.PARTNER_KEY_TTL_DAYS,

@@ -5,6 +5,7 @@ import { createRedis, connectRedis } from '../lib/redis';
 import { bullPrefix } from '../jobs/client';
 import { isQueueName, type JobEnvelope, type QueueName } from '../jobs/define';
 import { jobDefinition } from '../jobs/registry';
+import { abortRunningJobs } from '../jobs/watchdog';
 
 export interface WorkerPool {
   workers: Worker[];
@@ -43,7 +44,14 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
   return {
     workers,
     async close() {
-      await Promise.all(workers.map((w) => w.close()));
+      const drained = Promise.all(workers.map((w) => w.close()));
+      const grace = new Promise<'late'>((resolve) => setTimeout(resolve, c.config.workerLocks.shutdownGraceMs, 'late').unref());
+      if ((await Promise.race([drained, grace])) === 'late') {
+        // Never wait on a job for ever: stop what still runs; it goes back to the queue for another worker.
+        const n = abortRunningJobs(new Error('the worker is shutting down'));
+        c.log.warn({ jobs: n }, 'shutdown grace period over: active jobs stopped and requeued');
+        await drained;
+      }
       connection.disconnect();
     },
   };

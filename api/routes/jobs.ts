@@ -4,15 +4,18 @@ import { Job } from '../schemas/jobs';
 import { conflict, gone, notFound } from '../../lib/errors';
 import { jobBlob, jobView } from '../../lib/services/jobs';
 import { waitAsPreferred } from '../job-reply';
-import { findUserJob, jobFiles } from '../../db/jobs';
+import { findJob, findUserJob, jobFiles } from '../../db/jobs';
+import { notYours } from '../../lib/services/access';
+import type { Container } from '../../lib/container';
+import type { RequestMeta } from '../../db/audit';
 import { BlobNotFoundError } from '../../lib/blob';
 
 const tags = ['Jobs'];
 const JobParams = z.object({ job_id: z.uuid() });
 
-async function requireJob(c: Parameters<typeof findUserJob>[0], userId: string, id: string) {
-  const row = await findUserJob(c, userId, id);
-  if (!row) throw notFound('job_not_found', 'No such job in your account.');
+async function requireJob(c: Container, userId: string, id: string, meta: RequestMeta) {
+  const row = await findUserJob(c.db, userId, id);
+  if (!row) throw await notYours(c, { userId, resource: 'job', target: id, existsElsewhere: Boolean(await findJob(c.db, id)), meta });
   return row;
 }
 
@@ -25,8 +28,8 @@ export default [
     access: 'auth',
     params: JobParams,
     responses: { 200: { description: 'The job', schema: Job } },
-    async handler({ c, ctx, user, params }) {
-      const { row } = await waitAsPreferred(c, ctx, await requireJob(c.db, user.id, params.job_id));
+    async handler({ c, ctx, user, params, meta }) {
+      const { row } = await waitAsPreferred(c, ctx, await requireJob(c, user.id, params.job_id, meta));
       return { body: await jobView(c, row) };
     },
   }),
@@ -39,8 +42,8 @@ export default [
     access: 'auth',
     params: JobParams.extend({ n: z.coerce.number().int().min(0).max(10_000) }),
     responses: { 200: { description: 'The file', schema: z.string(), contentType: 'application/octet-stream' } },
-    async handler({ c, ctx, user, params }) {
-      const row = await requireJob(c.db, user.id, params.job_id);
+    async handler({ c, ctx, user, params, meta }) {
+      const row = await requireJob(c, user.id, params.job_id, meta);
       if (row.state !== 'completed') throw conflict('job_not_completed', `The job is ${row.state}; outputs exist once it has completed.`);
       if (row.purged_at) throw gone('output_expired', 'The outputs of this job have passed their retention and were deleted.');
       const file = (await jobFiles(c.db, row.id, 'output')).find((f) => f.n === params.n);

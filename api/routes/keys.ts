@@ -46,7 +46,7 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
     const { lineage, key } = await c.db.transaction((trx) => storeNewKey(trx, userId, spec, first, meta));
     return { status: 201, body: keyOut(lineage, key, c.clock.now()) };
   }
-  return submitAndReply(c, ctx, { id: newJobId(), userId, kind: 'generate-key', requestId: meta.requestId }, async () => ({
+  return submitAndReply(c, ctx, { id: newJobId(), userId, kind: 'generate-key', requestId: meta.requestId, body: form }, async () => ({
     request: { lineage: spec },
     enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId }, { jobId, meta }),
   }));
@@ -203,7 +203,7 @@ export default [
     body: EncryptForm,
     responses: jobResponses,
     async handler({ c, ctx, user, body, upload, meta }) {
-      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'encrypt', requestId: meta.requestId, inputs: upload.files }, async () => {
+      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'encrypt', requestId: meta.requestId, body, inputs: upload.files }, async () => {
         if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
         const recipient = await recipientFor(c, user.id, body, meta);
         if (body.public_key) await c.blob.put(jobBlob.recipient(upload.id), Readable.from([Buffer.from(body.public_key)]));
@@ -230,7 +230,7 @@ export default [
     body: DecryptForm,
     responses: jobResponses,
     async handler({ c, ctx, user, body, upload, meta }) {
-      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'decrypt', requestId: meta.requestId, inputs: upload.files }, async () => {
+      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'decrypt', requestId: meta.requestId, body, inputs: upload.files }, async () => {
         if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
         const view = await keyForDecryption(c, user.id, body, meta);
         return {

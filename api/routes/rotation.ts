@@ -63,7 +63,7 @@ export default [
       .refine((b) => !b.new_passphrase || b.current_passphrase, { message: 'a new passphrase needs the current one', path: ['current_passphrase'] }),
     responses: jobResponses,
     async handler({ c, ctx, user, params, body, meta }) {
-      return submitAndReply(c, ctx, { id: newJobId(), userId: user.id, kind: 'rotate-key', requestId: meta.requestId }, async () => {
+      return submitAndReply(c, ctx, { id: newJobId(), userId: user.id, kind: 'rotate-key', requestId: meta.requestId, body: { fingerprint: params.fingerprint, ...body } }, async () => {
         const view = await requireKey(c, user.id, params.fingerprint);
         if (view.lineage.disabled_at) throw conflict('key_disabled', 'This key is disabled and is not rotated.');
         if (body.new_passphrase) await unlockLineage(c, view.lineage, body.current_passphrase!); // fail fast on a wrong one

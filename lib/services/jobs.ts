@@ -1,6 +1,6 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { Container } from '../container';
-import { conflict } from '../errors';
+import { invalid } from '../errors';
 import { findJobByIdempotencyKey, findUserJob, insertJob, isFinished, jobFiles, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
 
 /**
@@ -63,16 +63,36 @@ export interface SubmitInput {
   request: Record<string, unknown>;
   inputs?: Omit<JobFileRow, 'job_id' | 'role'>[];
   idempotencyKey?: string;
+  /** requestHash() of the request, compared when its Idempotency-Key is replayed. */
+  requestHash: string;
   requestId: string;
   /** Enqueues the BullMQ job with the given id (the row id, so a retry of submit cannot double it). */
   enqueue(jobId: string): Promise<unknown>;
 }
 
-/** Returns the job a replayed Idempotency-Key already made, if any; the new uploads are then dropped. */
-export async function replayedJob(c: Container, userId: string, kind: JobKind, key: string | undefined): Promise<JobRow | undefined> {
+/** Fields never part of a request hash: secrets stay out of the database, hashed or not. */
+const SECRET_FIELDS = new Set(['passphrase', 'current_passphrase', 'new_passphrase']);
+
+/**
+ * What a job-submitting request asked for, as a SHA-256: its kind, its fields (secrets left out) and
+ * each uploaded file's name, size and SHA-256. Two requests with one Idempotency-Key must agree on it.
+ */
+export function requestHash(kind: JobKind, body: unknown, files: { name: string; size: number; sha256: string }[] = []): string {
+  const fields = body && typeof body === 'object' ? Object.entries(body).filter(([k]) => !SECRET_FIELDS.has(k)).sort(([a], [b]) => (a < b ? -1 : 1)) : [];
+  return createHash('sha256').update(JSON.stringify({ kind, fields, files: files.map((f) => [f.name, f.size, f.sha256]) })).digest('hex');
+}
+
+/**
+ * Returns the job a replayed Idempotency-Key already made, if any (the new uploads are then dropped);
+ * the same key with a different request is refused (422), as Stripe does.
+ */
+export async function replayedJob(c: Container, userId: string, key: string | undefined, hash: string): Promise<JobRow | undefined> {
   if (!key) return undefined;
   const existing = await findJobByIdempotencyKey(c.db, userId, key);
-  if (existing && existing.kind !== kind) throw conflict('idempotency_key_reused', 'This Idempotency-Key was used for a different kind of request.');
+  // Rows from before request hashes were kept (null) replay as they did.
+  if (existing && existing.request_hash !== null && existing.request_hash !== hash) {
+    throw invalid('idempotency_key_reused', 'This Idempotency-Key was already used for a different request; use a new key for a new request.');
+  }
   return existing;
 }
 
@@ -89,6 +109,7 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
         request: input.request,
         progress: files.length ? { bytes_done: 0, bytes_total: files.reduce((n, f) => n + f.size, 0), files_done: 0, files_total: files.length } : {},
         idempotency_key: input.idempotencyKey ?? null,
+        request_hash: input.requestHash,
       },
       files.map((f) => ({ ...f, role: 'input' as const })),
     );
@@ -96,7 +117,7 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
     // Two concurrent requests with one Idempotency-Key: the loser answers with the winner's job.
     if ((err as { constraint?: string }).constraint === 'jobs_idempotency' && input.idempotencyKey) {
       await c.blob.deletePrefix(jobBlob.dir(input.id));
-      const winner = await replayedJob(c, input.userId, input.kind, input.idempotencyKey);
+      const winner = await replayedJob(c, input.userId, input.idempotencyKey, input.requestHash);
       if (winner) return winner;
     }
     throw err;
