@@ -35,8 +35,8 @@ const Env = z.object({
   AWS_SECRET_ACCESS_KEY: z.string().optional(),
   WORKER_QUEUES: z.string().default('crypto=2,rotation=2,notify=4,billing=2,team-sync=2,maintenance=1'),
   /** A job whose worker stops renewing its lock for this long (a crash) is taken again by another worker. */
-  WORKER_LOCK_MS: intish(15_000, 1000),
-  WORKER_STALLED_CHECK_MS: intish(15_000, 500),
+  WORKER_LOCK_MS: intish(10_000, 1000),
+  WORKER_STALLED_CHECK_MS: intish(10_000, 500),
   /** SIGTERM lets active jobs finish for this long; then they are stopped and retried by another worker. */
   WORKER_SHUTDOWN_GRACE_SECONDS: intish(30, 0, 3600),
   ADMIN_EMAILS: list,
