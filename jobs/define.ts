@@ -2,6 +2,7 @@ import type { Job, JobsOptions } from 'bullmq';
 import type { z } from 'zod';
 import type { Container } from '../lib/container';
 import type { Logger } from '../lib/logger';
+import type { Watchdog } from './watchdog';
 
 /** Every queue is a worker pool that ops size on its own (WORKER_QUEUES). */
 export const QUEUES = ['crypto', 'rotation', 'notify', 'billing', 'team-sync', 'maintenance'] as const;
@@ -28,6 +29,8 @@ export interface JobContext {
   job: Job<JobEnvelope>;
   log: Logger;
   origin: JobOrigin;
+  /** This attempt's limits (JOB_TIMEOUT_SECONDS; JOB_IDLE_SECONDS for jobs that watch progress). */
+  watchdog: Watchdog;
 }
 
 export interface JobDefinition<S extends z.ZodType = z.ZodType, R = unknown> {
@@ -36,9 +39,12 @@ export interface JobDefinition<S extends z.ZodType = z.ZodType, R = unknown> {
   schema: S;
   /** Defaults for attempts, back-off and retention of this kind of job. */
   options?: JobsOptions;
+  /** Moves bytes: fails when progress stops for JOB_IDLE_SECONDS. */
+  watchProgress?: boolean;
   process(payload: z.infer<S>, ctx: JobContext): Promise<R>;
 }
 
+/** A job whose attempt loses to its wall-clock limit: a call that never settles cannot hold a worker slot. */
 export function defineJob<S extends z.ZodType, R>(def: JobDefinition<S, R>): JobDefinition<S, R> {
-  return def;
+  return { ...def, process: (payload, ctx) => ctx.watchdog.race(def.process(payload, ctx)) };
 }

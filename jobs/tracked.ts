@@ -1,11 +1,10 @@
 import { UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import type { Knex } from 'knex';
-import { defineJob, type JobContext, type JobDefinition, type QueueName } from './define';
+import type { JobContext, JobDefinition, QueueName } from './define';
 import { AppError } from '../lib/errors';
 import { findJob, isFinished, updateJob, type JobProgress, type JobRow } from '../db/jobs';
 import { jobBlob } from '../lib/services/jobs';
-import { Watchdog } from './watchdog';
 
 /**
  * A job the client polls: its Postgres row moves queued → active → completed | failed, progress is
@@ -55,26 +54,25 @@ type TrackedSchema<S extends z.ZodObject> = z.ZodObject<S['shape'] & { job_id: z
 
 export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: TrackedJobSpec<S>): JobDefinition<TrackedSchema<S>> {
   const schema = (spec.extra ?? z.object({})).extend({ job_id: z.uuid() }) as unknown as TrackedSchema<S>;
-  return defineJob({
+  // Not defineJob: this job races its own limits, so that a failure is recorded before the attempt ends.
+  return {
     queue: spec.queue,
+    watchProgress: spec.watchProgress,
     name: spec.name,
     schema,
     // Payloads may carry sealed secrets: nothing of the job stays in Redis once it has ended.
     options: { attempts: spec.attempts ?? 3, backoff: { type: 'exponential', delay: 2000 }, removeOnComplete: true, removeOnFail: true },
     async process(payload, ctx) {
-      const { c, job, log } = ctx;
+      const { c, job, log, watchdog } = ctx;
       const jobId = (payload as { job_id: string }).job_id;
       const row = await findJob(c.db, jobId);
       if (!row) throw new UnrecoverableError(`job row ${jobId} is gone`);
       if (isFinished(row.state)) return row.result;
       const now = c.clock.now();
       await updateJob(c.db, jobId, { state: 'active', started_at: row.started_at ?? now, attempts: row.attempts + 1, error: null });
-      const limits = c.config.jobLimits;
-      const watchdog = new Watchdog({ timeoutMs: limits.timeoutMs, idleMs: spec.watchProgress ? limits.idleMs : undefined });
       const progress = throttledProgress(c.db, jobId, row.progress, () => watchdog.touch());
       try {
         const done = await watchdog.race(spec.run(row, payload as z.infer<S> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal }));
-        watchdog.stop();
         await progress.flush();
         const finished = c.clock.now();
         const result = await c.db.transaction(async (trx) => {
@@ -112,7 +110,7 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         throw err instanceof AppError ? new UnrecoverableError(`${failure.code}: ${failure.message}`) : err;
       }
     },
-  });
+  };
 }
 
 /** What a client may see of an error: our codes and messages, never internals. */

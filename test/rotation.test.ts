@@ -6,6 +6,7 @@ import { PASSPHRASE, createKey, download, encrypt, runJob } from './support/keys
 import { rotateLineage } from '../lib/services/rotation';
 import { rotateDueKey } from '../jobs/rotate-due-key';
 import { readEvents } from '../lib/events';
+import { Watchdog } from '../jobs/watchdog';
 import { createLogger } from '../lib/logger';
 import type { Job } from 'bullmq';
 import { simpleParser } from 'mailparser';
@@ -189,7 +190,7 @@ describe('schedules and policy', () => {
     // A corrupt lineage public key: the new generation's secret cannot be sealed.
     await s.c.db('key_lineages').where({ id: lineage.lineage_id }).update({ unlock_public: 'broken' });
     const job = { attemptsMade: 4, opts: { attempts: 5 } } as unknown as Job<JobEnvelope>;
-    await expect(rotateDueKey.process({ lineage_id: lineage.lineage_id, from_generation: 1, trigger: 'policy' }, { c: s.c, job, log: createLogger('silent'), origin: { request_id: null, ip: null } })).rejects.toThrow();
+    await expect(rotateDueKey.process({ lineage_id: lineage.lineage_id, from_generation: 1, trigger: 'policy' }, { c: s.c, job, log: createLogger('silent'), origin: { request_id: null, ip: null }, watchdog: new Watchdog({ timeoutMs: 60_000 }) })).rejects.toThrow();
     const h = await history(key.fingerprint, v.token);
     expect(h.items[0]).toMatchObject({ status: 'failed', trigger: 'policy', new_fingerprint: null, error: { code: 'rotation_failed' } });
     const audit = await s.c.db('audit_logs').where({ user_id: v.id, action: 'keys.rotate', status: 'failure' }).first();

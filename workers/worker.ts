@@ -5,7 +5,7 @@ import { createRedis, connectRedis } from '../lib/redis';
 import { bullPrefix } from '../jobs/client';
 import { isQueueName, type JobEnvelope, type QueueName } from '../jobs/define';
 import { jobDefinition } from '../jobs/registry';
-import { abortRunningJobs } from '../jobs/watchdog';
+import { Watchdog, abortRunningJobs } from '../jobs/watchdog';
 
 export interface WorkerPool {
   workers: Worker[];
@@ -65,7 +65,13 @@ async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>)
   const log = c.log.child({ queue, job: job.name, job_id: job.id, request_id: job.data.meta?.request_id });
   try {
     const origin = { request_id: job.data.meta?.request_id ?? null, ip: job.data.meta?.ip ?? null };
-    return await def.process(parsed.data, { c, job, log, origin });
+    const { timeoutMs, idleMs } = c.config.jobLimits;
+    const watchdog = new Watchdog({ timeoutMs, idleMs: def.watchProgress ? idleMs : undefined });
+    try {
+      return await def.process(parsed.data, { c, job, log, origin, watchdog });
+    } finally {
+      watchdog.stop();
+    }
   } catch (err) {
     if (err instanceof AppError && err.status < 500) throw new UnrecoverableError(`${err.code}: ${err.message}`);
     throw err;
