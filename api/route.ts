@@ -3,7 +3,7 @@ import { Readable } from 'node:stream';
 import type { ParameterizedContext } from 'koa';
 import type { Router, RouterMiddleware } from '@koa/router';
 import { z } from 'zod';
-import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig } from '@asteasolutions/zod-to-openapi';
+import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig, type ZodContentObject } from '@asteasolutions/zod-to-openapi';
 import type { Container } from '../lib/container';
 import type { Logger } from '../lib/logger';
 import { forbidden, invalid, type FieldError } from '../lib/errors';
@@ -193,6 +193,70 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
 
 const security = (access: Access) => (access === 'public' ? [] : [{ bearer: [] }]);
 
+/** An uploaded file in a multipart form (OpenAPI 3.1: contentMediaType; `format: binary` for 3.0-minded tools). */
+const BinaryFile = { type: 'string', format: 'binary', contentMediaType: 'application/octet-stream' } as const;
+
+type JsonSchema = Record<string, unknown> & { type?: unknown; properties?: Record<string, JsonSchema>; required?: string[]; $ref?: string };
+type Operation = { parameters?: { in: string; required?: boolean; schema?: JsonSchema }[]; requestBody?: { content: Record<string, { schema?: JsonSchema }> } };
+
+/**
+ * Multipart forms with uploads: `files` (repeatable, one or more binary files, sent after the text
+ * fields so they are checked before the upload) and text-or-file fields, added to the form's schema.
+ */
+function describeUploads(schema: JsonSchema, components: Record<string, JsonSchema>, multipart: NonNullable<RouteDef['multipart']>): JsonSchema {
+  const ref = schema.$ref?.split('/').pop();
+  const form: JsonSchema = structuredClone(ref ? (components[ref] ?? {}) : schema);
+  form.type ??= 'object';
+  const properties = { ...(form.properties ?? {}) };
+  for (const field of multipart.textFileFields ?? []) {
+    const text = properties[field] ?? { type: 'string' };
+    properties[field] = { anyOf: [text, { ...BinaryFile, description: 'The same text as a file part' }] };
+  }
+  if (multipart.files) {
+    properties.files = {
+      type: 'array',
+      minItems: 1,
+      items: BinaryFile,
+      description: 'The files, one form part each under the name `files`; the part’s file name names the output. Send them after the other fields.',
+    };
+    form.required = [...new Set([...(form.required ?? []), 'files'])];
+  }
+  form.properties = properties;
+  return form;
+}
+
+/**
+ * zod-to-openapi takes a schema that accepts null for nullable, and an optional or nullable parameter
+ * for not required: z.coerce.number() accepts null (as 0), so a coerced path parameter came out as
+ * `required: false` with type [integer, null]. Values in a URL are text, never JSON null, and a path
+ * parameter is always required.
+ */
+function fixParameters(op: Operation): void {
+  for (const p of op.parameters ?? []) {
+    if (p.in === 'path') p.required = true;
+    if ((p.in === 'path' || p.in === 'query') && Array.isArray(p.schema?.type)) {
+      const types = (p.schema.type as string[]).filter((t) => t !== 'null');
+      p.schema.type = types.length === 1 ? types[0] : types;
+    }
+  }
+}
+
+/**
+ * zod-to-openapi writes a regex with flags as `source/flags` (/^[^\p{Cc}]*$/u becomes `^[^\p{Cc}]*$/u`),
+ * a pattern nothing matches. A pattern is an ECMAScript regular expression without delimiters or flags;
+ * the flag is dropped (\p{…} classes are read in Unicode mode, as JSON Schema validators do).
+ */
+function fixPatterns(value: unknown): void {
+  if (Array.isArray(value)) value.forEach(fixPatterns);
+  else if (value && typeof value === 'object') {
+    const o = value as Record<string, unknown>;
+    for (const [k, v] of Object.entries(o)) {
+      if (k === 'pattern' && typeof v === 'string') o[k] = v.replace(/(?<!\\)\/[dgimsuvy]+$/, '');
+      else fixPatterns(v);
+    }
+  }
+}
+
 export function openApiDocument(routes: RouteDef[], info: { title: string; version: string; serverUrl: string }) {
   const registry = new OpenAPIRegistry();
   registry.registerComponent('securitySchemes', 'bearer', {
@@ -204,9 +268,18 @@ export function openApiDocument(routes: RouteDef[], info: { title: string; versi
     const request: RouteConfig['request'] = {};
     if (def.params) request.params = def.params as unknown as z.ZodObject;
     if (def.query) request.query = def.query as unknown as z.ZodObject;
-    if (def.body) {
-      const type = def.multipart ? 'multipart/form-data' : 'application/json';
-      request.body = { content: { [type]: { schema: def.body } }, description: def.multipart?.description };
+    if (def.body || def.multipart?.files) {
+      const schema = def.body ?? z.object({});
+      // mountRoutes reads a JSON body too where it is sent; with uploads a form is the only useful way.
+      const content: ZodContentObject = {};
+      if (def.multipart) {
+        content['multipart/form-data'] = def.multipart.files
+          ? { schema, encoding: { files: { contentType: 'application/octet-stream' }, ...Object.fromEntries((def.multipart.textFileFields ?? []).map((f) => [f, { contentType: 'text/plain, application/pgp-keys, application/octet-stream' }])) } }
+          : { schema };
+      }
+      if (!def.multipart?.files) content['application/json'] = { schema };
+      // The server reads a missing body as {}: the body is required when {} is refused.
+      request.body = { content, description: def.multipart?.description, required: Boolean(def.multipart?.files) || !schema.safeParse({}).success };
     }
     const responses: RouteConfig['responses'] = {};
     for (const [status, spec] of Object.entries(def.responses)) {
@@ -226,9 +299,21 @@ export function openApiDocument(routes: RouteDef[], info: { title: string; versi
       responses,
     });
   }
-  return new OpenApiGeneratorV31(registry.definitions).generateDocument({
+  const doc = new OpenApiGeneratorV31(registry.definitions).generateDocument({
     openapi: '3.1.0',
     info: { title: info.title, version: info.version },
     servers: [{ url: info.serverUrl }],
   });
+  const components = (doc.components?.schemas ?? {}) as Record<string, JsonSchema>;
+  for (const def of routes) {
+    const op = (doc.paths?.[def.path] as Record<string, Operation> | undefined)?.[def.method];
+    if (!op) continue;
+    fixParameters(op);
+    const form = op.requestBody?.content['multipart/form-data'];
+    if (form && def.multipart && (def.multipart.files || def.multipart.textFileFields?.length)) {
+      form.schema = describeUploads(form.schema ?? {}, components, def.multipart);
+    }
+  }
+  fixPatterns(doc);
+  return doc;
 }
