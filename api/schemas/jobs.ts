@@ -1,7 +1,17 @@
 import { z } from 'zod';
 import { Timestamp } from './common';
 
-export const JobFile = z.object({ n: z.number().int(), name: z.string(), size: z.number().int(), content_type: z.string(), download_url: z.string() });
+export const JobFile = z
+  .object({ n: z.number().int(), name: z.string(), size: z.number().int(), content_type: z.string(), download_url: z.string().describe('GET it for the file (`/jobs/{job_id}/files/{n}`)') })
+  .meta({ id: 'JobFile' });
+
+/** Kind-specific; the output files of encrypt and decrypt jobs are named so clients can read them without a hand-written type. */
+export const JobResult = z
+  .looseObject({
+    files: z.array(JobFile).optional().describe('encrypt, decrypt: the output files, once completed'),
+    outputs_expired: z.boolean().optional().describe('encrypt, decrypt: true once the outputs have passed their retention and were deleted'),
+  })
+  .meta({ id: 'JobResult' });
 
 export const Job = z
   .object({
@@ -10,7 +20,7 @@ export const Job = z
     state: z.enum(['queued', 'active', 'completed', 'failed']),
     status_url: z.string(),
     progress: z.object({ bytes_done: z.number().optional(), bytes_total: z.number().optional(), files_done: z.number().optional(), files_total: z.number().optional() }),
-    result: z.record(z.string(), z.unknown()).nullable().describe('When completed: kind-specific; `files` lists downloads for encrypt/decrypt'),
+    result: JobResult.nullable().describe('When completed: kind-specific; `files` lists downloads for encrypt/decrypt'),
     error: z.object({ code: z.string(), message: z.string() }).nullable(),
     created_at: Timestamp,
     started_at: Timestamp.nullable(),
