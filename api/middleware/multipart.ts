@@ -39,6 +39,12 @@ export interface MultipartBody {
 
 const FIELD_BYTES = 64 * 1024;
 
+/**
+ * A text field holding U+0000 is refused as it arrives, as route.ts refuses NUL in every request part:
+ * before `beforeFiles` could act on it (a passphrase check would count a wrong guess) and before any upload.
+ */
+const nulField = (name: string) => invalid('validation_failed', 'The request body is invalid.', [{ path: `body.${name}`, message: 'must not contain the NUL character (U+0000)' }]);
+
 export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<MultipartBody> {
   if (!ctx.is('multipart/form-data')) {
     return Promise.reject(new AppError(415, 'multipart_required', 'Send this request as multipart/form-data.'));
@@ -73,6 +79,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
 
     bb.on('field', (name, value, info) => {
       if (info.valueTruncated) return fail(tooLarge('field_too_large', `Form field "${name}" is longer than ${FIELD_BYTES} bytes.`));
+      if (value.includes('\u0000')) return fail(nulField(name));
       fields[name] ??= value;
     });
 
@@ -87,7 +94,9 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
           chunks.push(chunk);
         });
         stream.on('end', () => {
-          fields[field] ??= Buffer.concat(chunks).toString('utf8');
+          const value = Buffer.concat(chunks).toString('utf8');
+          if (value.includes('\u0000')) return fail(nulField(field));
+          fields[field] ??= value;
         });
         return;
       }
