@@ -99,24 +99,27 @@ function issues(error: z.ZodError, where: string): FieldError[] {
   return error.issues.map((i) => ({ path: [where, ...i.path.map(String)].join('.'), message: i.message }));
 }
 
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
 /**
- * U+0000 in any string of any request part is refused here, once for every route: Postgres cannot
- * store it in text (SQLSTATE 22021), and no field of this API has a use for it.
+ * Strings Postgres cannot store are refused here, once for every route and request part: U+0000
+ * (SQLSTATE 22021 in text) and lone UTF-16 surrogates (22P02 in jsonb; JSON can carry them as \ud800).
  */
-function nulStrings(value: unknown, path: string[], out: FieldError[]): FieldError[] {
+function unstorableStrings(value: unknown, path: string[], out: FieldError[]): FieldError[] {
   if (typeof value === 'string') {
     if (value.includes('\u0000')) out.push({ path: path.join('.'), message: 'must not contain the NUL character (U+0000)' });
+    else if (LONE_SURROGATE.test(value)) out.push({ path: path.join('.'), message: 'must be well-formed Unicode (a lone surrogate was sent)' });
   } else if (Array.isArray(value)) {
-    value.forEach((v, i) => nulStrings(v, [...path, String(i)], out));
+    value.forEach((v, i) => unstorableStrings(v, [...path, String(i)], out));
   } else if (value && typeof value === 'object') {
-    for (const [k, v] of Object.entries(value)) nulStrings(v, [...path, k], out);
+    for (const [k, v] of Object.entries(value)) unstorableStrings(v, [...path, k], out);
   }
   return out;
 }
 
 function parse<T>(schema: z.ZodType<T> | undefined, value: unknown, where: string): T {
-  const nul = nulStrings(value, [where], []);
-  if (nul.length) throw invalid('validation_failed', `The request ${where} is invalid.`, nul);
+  const unstorable = unstorableStrings(value, [where], []);
+  if (unstorable.length) throw invalid('validation_failed', `The request ${where} is invalid.`, unstorable);
   if (!schema) return undefined as T;
   const result = schema.safeParse(value);
   if (!result.success) throw invalid('validation_failed', `The request ${where} is invalid.`, issues(result.error, where));

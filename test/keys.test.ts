@@ -263,15 +263,16 @@ describe('jobs', () => {
   it('returns the same job for a repeated Idempotency-Key', async () => {
     const key = await createKey(s.api, owner.token);
     const headers = { 'idempotency-key': `idem-${Date.now()}` };
-    const first = await s.api('POST', '/keys/encrypt', { token: owner.token, headers, form: { fingerprint: key.fingerprint, files: [file('a')] } });
-    const second = await s.api('POST', '/keys/encrypt', { token: owner.token, headers, form: { fingerprint: key.fingerprint, files: [file('a')] } });
+    const same = file('a');
+    const first = await s.api('POST', '/keys/encrypt', { token: owner.token, headers, form: { fingerprint: key.fingerprint, files: [same] } });
+    const second = await s.api('POST', '/keys/encrypt', { token: owner.token, headers, form: { fingerprint: key.fingerprint, files: [same] } });
     expect(first.status).toBe(202);
     expect(second.body.job_id).toBe(first.body.job_id);
     const race = { 'idempotency-key': `race-${Date.now()}` };
-    const concurrent = await Promise.all([1, 2, 3].map(() => s.api('POST', '/keys/encrypt', { token: owner.token, headers: race, form: { fingerprint: key.fingerprint, files: [file('a')] } })));
+    const concurrent = await Promise.all([1, 2, 3].map(() => s.api('POST', '/keys/encrypt', { token: owner.token, headers: race, form: { fingerprint: key.fingerprint, files: [same] } })));
     expect(new Set(concurrent.map((r) => r.body.job_id)).size).toBe(1);
     const otherKind = await s.api('POST', '/keys/decrypt', { token: owner.token, headers, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [file('a')] } });
-    expect(otherKind.status).toBe(409);
+    expect(otherKind.status).toBe(422);
     expect(otherKind.body.code).toBe('idempotency_key_reused');
   });
 
