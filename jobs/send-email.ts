@@ -1,25 +1,24 @@
 import { z } from 'zod';
 import { defineJob } from './define';
 import { renderMail, MailTemplate } from '../lib/mail-templates';
+import { mailAad } from '../lib/services/notify';
+
+const Sealed = z.object({ to: z.email(), vars: z.record(z.string(), z.string()) });
 
 /**
- * Sends one templated email. Template variables may hold secrets (reset links), so they travel sealed
- * under the master key and are opened only here.
+ * Sends one templated email. Recipient and variables travel sealed (see notify) and are opened only
+ * here; the job leaves Redis as soon as it has ended, sent or given up.
  */
 export const sendEmail = defineJob({
   queue: 'notify',
   name: 'send-email',
-  schema: z.object({
-    to: z.email(),
-    template: MailTemplate,
-    sealed_vars: z.string(),
-  }),
-  options: { attempts: 5, backoff: { type: 'exponential', delay: 2_000 }, removeOnComplete: { age: 3600, count: 1000 }, removeOnFail: { age: 7 * 86400 } },
+  schema: z.object({ mail_id: z.uuid(), template: MailTemplate, sealed: z.string() }),
+  options: { attempts: 5, backoff: { type: 'exponential', delay: 2_000 }, removeOnComplete: true, removeOnFail: true },
   async process(payload, { c, log }) {
-    const vars = JSON.parse(c.sealer.openText(payload.sealed_vars, 'send-email')) as Record<string, string>;
+    const { to, vars } = Sealed.parse(JSON.parse(c.sealer.openText(payload.sealed, mailAad(payload.template, payload.mail_id))));
     const mail = renderMail(payload.template, vars, c.config);
-    const { messageId } = await c.mailer.send({ to: payload.to, ...mail });
-    log.info({ template: payload.template, messageId }, 'email sent');
+    const { messageId } = await c.mailer.send({ to, ...mail });
+    log.info({ template: payload.template, mail_id: payload.mail_id, messageId }, 'email sent');
     return { message_id: messageId };
   },
 });

@@ -12,6 +12,9 @@ export interface Sealer {
   openText(sealed: string, aad?: string): string;
 }
 
+const IV_BYTES = 12;
+const TAG_BYTES = 16;
+
 function parseKey(spec: string): [string, Buffer] {
   const at = spec.indexOf(':');
   const kid = at > 0 ? spec.slice(0, at) : 'k1';
@@ -30,16 +33,18 @@ export function createSealer(current: string, previous: string[] = []): Sealer {
     const key = kid === undefined ? undefined : keys.get(kid);
     if (version !== 's1' || !key || !body) throw new Error('sealed value: unknown format or master key id');
     const raw = Buffer.from(body, 'base64url');
-    const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, 12));
+    if (raw.length < IV_BYTES + TAG_BYTES) throw new Error('sealed value: too short to hold an IV and a full tag');
+    // authTagLength pins the tag at 16 bytes: without it Node accepts a truncated tag.
+    const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, IV_BYTES), { authTagLength: TAG_BYTES });
     decipher.setAAD(Buffer.from(aad));
-    decipher.setAuthTag(raw.subarray(raw.length - 16));
-    return Buffer.concat([decipher.update(raw.subarray(12, raw.length - 16)), decipher.final()]);
+    decipher.setAuthTag(raw.subarray(raw.length - TAG_BYTES));
+    return Buffer.concat([decipher.update(raw.subarray(IV_BYTES, raw.length - TAG_BYTES)), decipher.final()]);
   };
 
   return {
     seal(plaintext, aad = '') {
-      const iv = randomBytes(12);
-      const cipher = createCipheriv('aes-256-gcm', currentKey, iv);
+      const iv = randomBytes(IV_BYTES);
+      const cipher = createCipheriv('aes-256-gcm', currentKey, iv, { authTagLength: TAG_BYTES });
       cipher.setAAD(Buffer.from(aad));
       const ct = Buffer.concat([cipher.update(plaintext), cipher.final()]);
       return `s1.${currentKid}.${Buffer.concat([iv, ct, cipher.getAuthTag()]).toString('base64url')}`;

@@ -1,14 +1,21 @@
+import { randomUUID } from 'node:crypto';
 import type { Container } from '../container';
 import type { MailTemplate } from '../mail-templates';
 
+/** AAD of a mail job's sealed message: it opens only as this template of this one job. */
+export const mailAad = (template: MailTemplate, mailId: string) => `send-email:${template}:${mailId}`;
+
 /**
- * Queues a templated email on the `notify` queue. Its variables travel sealed under the master key,
- * because some (reset tokens) are secrets. A failure to queue is logged, not thrown: the change the
- * email reports has already happened and must not turn into an error.
+ * Queues a templated email on the `notify` queue. The recipient and the variables travel sealed under
+ * the master key (some are secrets: reset tokens; the address is personal data), bound to the template
+ * and a per-mail id, so Redis holds neither in clear and a sealed value cannot be replayed as another
+ * mail. A failure to queue is logged, not thrown: the change the email reports has already happened.
  */
 export async function notify(c: Container, to: string, template: MailTemplate, vars: Record<string, string>, requestId?: string): Promise<void> {
+  const mail_id = randomUUID();
   try {
-    await c.jobs.enqueue('send-email', { to, template, sealed_vars: c.sealer.seal(JSON.stringify(vars), 'send-email') }, { meta: { requestId } });
+    const sealed = c.sealer.seal(JSON.stringify({ to, vars }), mailAad(template, mail_id));
+    await c.jobs.enqueue('send-email', { mail_id, template, sealed }, { meta: { requestId } });
   } catch (err) {
     c.log.error({ err, template, request_id: requestId }, 'could not queue email');
   }
