@@ -20,7 +20,10 @@ export const API_PREFIX = '/api/v1';
 export const routes: RouteDef[] = [...authRoutes, ...partnerRoutes, ...profileRoutes, ...keyRoutes, ...rotationRoutes, ...jobRoutes, ...auditRoutes, ...healthRoutes];
 
 export function createApp(container: Container): Koa<AppState, { container: Container }> {
-  const app = new Koa<AppState, { container: Container }>({ proxy: container.config.production });
+  // Client addresses (limits, audit rows) come from X-Forwarded-For only through the configured number
+  // of proxies, right-most first: any client can write the left-most entries.
+  const proxies = container.config.trustedProxyCount;
+  const app = new Koa<AppState, { container: Container }>({ proxy: proxies > 0, maxIpsCount: proxies });
   app.context.container = container;
   app.silent = true; // errorHandler logs what needs logging
 

@@ -9,6 +9,7 @@ export interface UserRow {
   role: 'user' | 'admin';
   token_version: number;
   rotation_days: number | null;
+  email_verified_at: Date | null;
   deleted_at: Date | null;
   created_at: Date;
   updated_at: Date;
@@ -56,3 +57,20 @@ export function duplicateField(err: unknown): 'username' | 'email' | null {
   if (e.constraint === 'users_email_unique') return 'email';
   return null;
 }
+
+export interface EmailChangeRow {
+  id: string;
+  user_id: string;
+  new_email: string;
+  token_hash: string;
+  expires_at: Date;
+  used_at: Date | null;
+}
+
+export const insertEmailChange = (db: Knex, row: Pick<EmailChangeRow, 'user_id' | 'new_email' | 'token_hash' | 'expires_at'>) => db('email_changes').insert(row);
+
+/** Locks the row so two concurrent confirmations of one token cannot both succeed. */
+export const lockEmailChange = (trx: Knex.Transaction, tokenHash: string) => trx<EmailChangeRow>('email_changes').where({ token_hash: tokenHash }).forUpdate().first();
+
+/** Confirming one change voids the account's other outstanding requests. */
+export const useEmailChanges = (trx: Knex.Transaction, userId: string, at: Date) => trx<EmailChangeRow>('email_changes').where({ user_id: userId }).whereNull('used_at').update({ used_at: at });

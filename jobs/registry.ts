@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import type { JobDefinition } from './define';
 import { sendEmail } from './send-email';
+import { requestPasswordReset } from './request-password-reset';
 import { purgeExpired } from './purge-expired';
 import { purgeJobOutputs } from './purge-job-outputs';
 import { encryptFiles } from './encrypt-files';
@@ -17,6 +18,7 @@ import { expirySweep } from './expiry-sweep';
  */
 export const jobs = {
   'send-email': sendEmail,
+  'request-password-reset': requestPasswordReset,
   'purge-expired': purgeExpired,
   'purge-job-outputs': purgeJobOutputs,
   'encrypt-files': encryptFiles,

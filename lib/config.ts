@@ -11,7 +11,8 @@ const intish = (def: number, min = 0, max = Number.MAX_SAFE_INTEGER) => z.coerce
 const list = z.string().default('').transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean));
 
 const Env = z.object({
-  NODE_ENV: z.enum(['development', 'production', 'test']).default('development'),
+  /** Unset counts as production: the public development secrets need NODE_ENV=development or test. */
+  NODE_ENV: z.enum(['development', 'production', 'test']).default('production'),
   PORT: intish(3000, 0, 65535),
   PUBLIC_URL: z.string().url().optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
@@ -20,9 +21,9 @@ const Env = z.object({
   /** Prefix of every Redis key; wrapped in a Cluster hash tag for BullMQ (`{kms}`). */
   REDIS_PREFIX: z.string().regex(/^[A-Za-z0-9_-]+$/).default('kms'),
   /** Current master key, `kid:base64(32 bytes)`; MASTER_KEYS_PREVIOUS (comma separated) still open old seals. */
-  MASTER_KEY: z.string().default(DEV_MASTER_KEY),
+  MASTER_KEY: z.string().optional(),
   MASTER_KEYS_PREVIOUS: list,
-  JWT_SECRET: z.string().min(32).default(DEV_JWT_SECRET),
+  JWT_SECRET: z.string().min(32).optional(),
   JWT_TTL_SECONDS: intish(3600, 60, 86400),
   SMTP_URL: z.string().optional(),
   MAIL_FROM: z.string().default('KMS <no-reply@kms.localhost>'),
@@ -40,6 +41,8 @@ const Env = z.object({
   /** SIGTERM lets active jobs finish for this long; then they are stopped and retried by another worker. */
   WORKER_SHUTDOWN_GRACE_SECONDS: intish(30, 0, 3600),
   ADMIN_EMAILS: list,
+  /** Proxies in front of the API whose X-Forwarded-For entries are trusted (right-most first); 0 ignores the header. */
+  TRUSTED_PROXY_COUNT: intish(0, 0, 10),
   STRIPE_SECRET_KEY: z.string().optional(),
   STRIPE_WEBHOOK_SECRET: z.string().optional(),
   PARTNER_KEY_TTL_DAYS: intish(90, 1, 3650),
@@ -77,8 +80,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
   }
   const e = parsed.data;
   const production = e.NODE_ENV === 'production';
-  if (production && (e.MASTER_KEY === DEV_MASTER_KEY || e.JWT_SECRET === DEV_JWT_SECRET)) {
-    throw new Error('NODE_ENV=production needs a real MASTER_KEY and JWT_SECRET (the development defaults are public)');
+  const masterKeys = checkMasterKeys(e.MASTER_KEY ?? (production ? undefined : DEV_MASTER_KEY), e.MASTER_KEYS_PREVIOUS, production);
+  const jwtSecret = e.JWT_SECRET ?? (production ? undefined : DEV_JWT_SECRET);
+  if (!jwtSecret || (production && jwtSecret === DEV_JWT_SECRET)) {
+    throw new Error('JWT_SECRET must be set (32+ characters) unless NODE_ENV is development or test: the development secret is public');
   }
   if (production && Math.min(e.ARGON2_MEMORY_KIB, e.LINEAGE_KDF_MEMORY_KIB) < 19456) throw new Error('ARGON2_MEMORY_KIB and LINEAGE_KDF_MEMORY_KIB below 19456 are not allowed in production');
   return {
@@ -90,8 +95,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     databaseUrl: e.DATABASE_URL,
     redisUrl: e.REDIS_URL,
     redisPrefix: e.REDIS_PREFIX,
-    masterKeys: { current: e.MASTER_KEY, previous: e.MASTER_KEYS_PREVIOUS },
-    jwt: { secret: e.JWT_SECRET, ttlSeconds: e.JWT_TTL_SECONDS },
+    masterKeys,
+    jwt: { secret: jwtSecret, ttlSeconds: e.JWT_TTL_SECONDS },
+    trustedProxyCount: e.TRUSTED_PROXY_COUNT,
     mail: { smtpUrl: e.SMTP_URL, from: e.MAIL_FROM, dir: e.MAIL_DIR, support: e.SUPPORT_EMAIL },
     blob: { url: e.BLOB_STORE_URL, s3: { endpoint: e.S3_ENDPOINT, region: e.S3_REGION, accessKeyId: e.AWS_ACCESS_KEY_ID, secretAccessKey: e.AWS_SECRET_ACCESS_KEY } },
     workerQueues: parseQueueList(e.WORKER_QUEUES),
@@ -115,6 +121,23 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     argon2MemoryKib: e.ARGON2_MEMORY_KIB,
     lineageKdfMemoryKib: e.LINEAGE_KDF_MEMORY_KIB,
   };
+}
+
+const keyId = (spec: string) => (spec.indexOf(':') > 0 ? spec.slice(0, spec.indexOf(':')) : 'k1');
+
+/**
+ * Fails closed: no master key outside development and test, never the public development key there
+ * (current or previous), and no key id twice (a previous key with the current id would replace it).
+ */
+function checkMasterKeys(current: string | undefined, previous: string[], production: boolean): { current: string; previous: string[] } {
+  if (!current) throw new Error('MASTER_KEY must be set (kid:base64 of 32 bytes) unless NODE_ENV is development or test');
+  if (production && [current, ...previous].includes(DEV_MASTER_KEY)) {
+    throw new Error('the public development master key is not allowed in MASTER_KEY or MASTER_KEYS_PREVIOUS outside development and test');
+  }
+  const ids = [current, ...previous].map(keyId);
+  const repeated = ids.find((id, i) => ids.indexOf(id) !== i);
+  if (repeated) throw new Error(`master key id "${repeated}" appears more than once in MASTER_KEY and MASTER_KEYS_PREVIOUS`);
+  return { current, previous };
 }
 
 /** `crypto=2,notify` → [{queue:'crypto', concurrency:2}, {queue:'notify', concurrency:1}] */

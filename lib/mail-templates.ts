@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Config } from './config';
 
 /** Plain-text emails the service sends; one place to read and change their wording. */
-export const MailTemplate = z.enum(['password-reset', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring']);
+export const MailTemplate = z.enum(['password-reset', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring', 'email-confirm', 'email-changed']);
 export type MailTemplate = z.infer<typeof MailTemplate>;
 
 type Vars = Record<string, string>;
@@ -44,6 +44,25 @@ export function renderMail(template: MailTemplate, v: Vars, config: Pick<Config,
           'After that it no longer encrypts (it still decrypts what was encrypted to it). Rotate it to get a',
           'fresh generation with a new lifetime: POST /api/v1/keys/{fingerprint}/rotate.',
         ].join('\n'),
+      };
+    case 'email-confirm':
+      return {
+        subject: 'Confirm your new email address',
+        text: [
+          `Hello ${v.username ?? ''},`,
+          '',
+          `Someone asked to change the email address of your account to this one. To confirm, use this token within ${v.ttl_minutes ?? '30'} minutes:`,
+          '',
+          `Confirmation token: ${v.token}`,
+          `Or open: ${config.publicUrl}/confirm-email#token=${encodeURIComponent(v.token ?? '')}`,
+          '',
+          'If you did not ask for this, ignore this email: nothing changes.',
+        ].join('\n'),
+      };
+    case 'email-changed':
+      return {
+        subject: 'The email address of your account was changed',
+        text: `Hello ${v.username ?? ''},\n\nThe email address of your account was changed to ${v.new_email} at ${v.at}. Mail about the account now goes there.\nIf this was not you, contact support at once.`,
       };
     case 'contact-forward':
       return {

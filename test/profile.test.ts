@@ -18,7 +18,7 @@ describe('profile', () => {
     const res = await s.api('PUT', '/profile/update', { token: u.token, body: { username: `${u.username}_x`, company_name: 'New Co' } });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ username: `${u.username}_x`, company_name: 'New Co', email: u.email });
-    const taken = await s.api('PUT', '/profile/update', { token: u.token, body: { email: other.email } });
+    const taken = await s.api('PUT', '/profile/update', { token: u.token, body: { email: other.email, current_password: u.password } });
     expect(taken.status).toBe(409);
     expect(taken.body.code).toBe('email_taken');
     expect((await s.api('PUT', '/profile/update', { token: u.token, body: {} })).status).toBe(422);
@@ -39,8 +39,10 @@ describe('profile', () => {
     expect(old.status).toBe(401);
     expect(old.body.code).toBe('token_revoked');
     expect((await s.api('GET', '/auth/me', { token: ok.body.token })).status).toBe(200);
-    // the partner key is a separate credential and keeps working
-    expect((await s.api('GET', '/auth/me', { token: u.apiKey })).status).toBe(200);
+    // the partner key does not outlive the password it was issued under
+    expect((await s.api('GET', '/auth/me', { token: u.apiKey })).status).toBe(401);
+    const revoked = await s.c.db('audit_logs').where({ user_id: u.id, action: 'profile.change_password', status: 'success' }).first();
+    expect(revoked.details).toEqual({ partner_keys_revoked: 1 });
   });
 
   it('stores the rotation policy within bounds', async () => {
@@ -83,6 +85,7 @@ describe('profile', () => {
 
   it('refuses to delete an administrator account', async () => {
     const admin = await registerUser(s.api, { email: 'boss@example.test' });
+    await s.c.db('users').where({ id: admin.id }).update({ role: 'admin' }); // as `npm run admin -- grant` does
     const me = await s.api('GET', '/auth/me', { token: admin.token });
     expect(me.body.role).toBe('admin');
     const res = await s.api('POST', '/profile/delete-account', { token: admin.token, body: { password: admin.password } });

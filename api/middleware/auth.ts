@@ -51,7 +51,7 @@ export async function authenticate(ctx: AppContext, access: Access): Promise<Aut
     return toAuthUser(user, 'partner_key');
   }
 
-  const claims = await verifySession(credential, config.jwt.secret, now);
+  const claims = await verifySession(credential, config.jwt.secret, now, config.jwt.ttlSeconds);
   if (!claims) throw challenge('invalid_token', 'The session token is invalid or has expired; log in again.');
   const user = await findUserById(db, claims.sub);
   if (!user || user.token_version !== claims.tv) {

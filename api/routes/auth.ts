@@ -45,6 +45,19 @@ export default [
 
   route({
     method: 'post',
+    path: '/auth/logout',
+    summary: 'End every session of the account (all its session tokens stop working); API keys are unaffected',
+    tags,
+    access: 'session',
+    responses: { 200: { description: 'Logged out everywhere', schema: z.object({ status: z.literal('logged_out') }) } },
+    async handler({ c, user, meta }) {
+      await accounts.logout(c, user.id, meta);
+      return { body: { status: 'logged_out' } };
+    },
+  }),
+
+  route({
+    method: 'post',
     path: '/auth/forgot-password',
     summary: 'Request a password reset email (same answer whether or not the account exists)',
     tags,

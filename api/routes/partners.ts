@@ -40,9 +40,9 @@ export default [
   route({
     method: 'post',
     path: '/partners/rotate-api-key',
-    summary: 'Rotate the partner API key: a new key (shown once); the old one stops working at once',
+    summary: 'Rotate the partner API key: a new key (shown once); the old one stops working at once. Needs a session: a key cannot replace itself',
     tags,
-    access: 'auth',
+    access: 'session',
     responses: { 200: { description: 'The new key', schema: IssuedKey } },
     async handler({ c, user, meta }) {
       const key = await c.db.transaction(async (trx) => {

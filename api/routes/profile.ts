@@ -6,6 +6,8 @@ import * as accounts from '../../lib/services/accounts';
 import { currentPartnerKeyStatus } from '../../lib/services/partner-keys';
 import { listAudit } from '../../db/audit';
 import { invalid } from '../../lib/errors';
+import { consume } from '../../lib/auth/limiters';
+import { findUserById } from '../../db/users';
 
 const tags = ['Profile'];
 
@@ -20,15 +22,40 @@ export default [
   route({
     method: 'put',
     path: '/profile/update',
-    summary: 'Update username, email and/or company name',
+    summary: 'Update username and/or company name; a new email (with current_password) takes effect once confirmed from the new address',
     tags,
     access: 'session',
-    body: z.object({ username: Username.optional(), email: Email.optional(), company_name: CompanyName.optional() }).strict(),
-    responses: { 200: { description: 'The updated user', schema: User } },
+    body: z
+      .object({
+        username: Username.optional(),
+        email: Email.optional().describe('Mailed a confirmation token (POST /profile/confirm-email); the email changes once it is confirmed'),
+        company_name: CompanyName.optional(),
+        current_password: z.string().min(1).max(256).optional().describe('Required to change the email'),
+      })
+      .strict(),
+    responses: { 200: { description: 'The user (with the email as it still is)', schema: User.extend({ pending_email: z.string().nullable() }) } },
     async handler({ c, body, user, meta }) {
-      const patch = Object.fromEntries(Object.entries(body).filter(([, v]) => v !== undefined));
-      if (!Object.keys(patch).length) throw invalid('validation_failed', 'Give at least one of username, email, company_name.');
-      return { body: userOut(await accounts.updateProfile(c, user.id, patch, meta)) };
+      const { email, current_password, ...rest } = body;
+      const patch = Object.fromEntries(Object.entries(rest).filter(([, v]) => v !== undefined));
+      if (!Object.keys(patch).length && !email) throw invalid('validation_failed', 'Give at least one of username, email, company_name.');
+      // The password check comes first: a wrong one changes nothing.
+      if (email) await accounts.requestEmailChange(c, user.id, email, current_password, meta);
+      const row = Object.keys(patch).length ? await accounts.updateProfile(c, user.id, patch, meta) : (await findUserById(c.db, user.id))!;
+      return { body: { ...userOut(row), pending_email: email && email !== row.email.toLowerCase() ? email : null } };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/profile/confirm-email',
+    summary: 'Confirm an email change with the token mailed to the new address (single use); the old address is told',
+    tags,
+    access: 'public',
+    body: z.object({ token: z.string().min(1).max(256) }),
+    responses: { 200: { description: 'The user with the new, verified email', schema: User } },
+    async handler({ c, body, meta }) {
+      await consume(c.limiters.publicIp, `confirm-email:${meta.ip}`, 'Too many requests from this address.');
+      return { body: userOut(await accounts.confirmEmailChange(c, body.token, meta)) };
     },
   }),
 

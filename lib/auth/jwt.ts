@@ -9,11 +9,15 @@ export interface SessionClaims {
 
 const ISSUER = 'kms';
 const AUDIENCE = 'kms-api';
+/** Our session tokens say what they are, so no other JWT signed with the secret passes for one. */
+const TYP = 'kms-session+jwt';
+/** Clocks of several API processes may differ a little. */
+const CLOCK_SKEW_SECONDS = 30;
 
 export async function signSession(claims: SessionClaims, secret: string, ttlSeconds: number, now: Date): Promise<{ token: string; expiresAt: Date }> {
   const iat = Math.floor(now.getTime() / 1000);
   const token = await new SignJWT({ role: claims.role, tv: claims.tv })
-    .setProtectedHeader({ alg: 'HS256', typ: 'JWT' })
+    .setProtectedHeader({ alg: 'HS256', typ: TYP })
     .setSubject(claims.sub)
     .setIssuer(ISSUER)
     .setAudience(AUDIENCE)
@@ -23,17 +27,27 @@ export async function signSession(claims: SessionClaims, secret: string, ttlSeco
   return { token, expiresAt: new Date((iat + ttlSeconds) * 1000) };
 }
 
-/** Returns the claims, or null for any invalid, expired or foreign token. */
-export async function verifySession(token: string, secret: string, now: Date): Promise<SessionClaims | null> {
+/**
+ * Returns the claims, or null for any invalid, expired or foreign token: `exp`, `iat` and `sub` are
+ * required, `typ` must be ours, and a token issued in the future (beyond the clock skew) or living
+ * longer than `maxTtlSeconds` is refused.
+ */
+export async function verifySession(token: string, secret: string, now: Date, maxTtlSeconds: number): Promise<SessionClaims | null> {
   try {
     const { payload } = await jwtVerify(token, new TextEncoder().encode(secret), {
       issuer: ISSUER,
       audience: AUDIENCE,
       algorithms: ['HS256'],
+      typ: TYP,
+      requiredClaims: ['exp', 'iat', 'sub'],
+      clockTolerance: CLOCK_SKEW_SECONDS,
+      maxTokenAge: maxTtlSeconds + CLOCK_SKEW_SECONDS,
       currentDate: now,
     });
-    const { sub, role, tv } = payload;
+    const { sub, role, tv, iat, exp } = payload;
     if (typeof sub !== 'string' || (role !== 'user' && role !== 'admin') || typeof tv !== 'number') return null;
+    const nowSeconds = now.getTime() / 1000;
+    if (iat! > nowSeconds + CLOCK_SKEW_SECONDS || exp! - iat! > maxTtlSeconds) return null;
     return { sub, role, tv };
   } catch (err) {
     if (err instanceof errors.JOSEError) return null;

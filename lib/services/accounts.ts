@@ -1,13 +1,15 @@
+import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
 import type { Container } from '../container';
-import { conflict, forbidden, gone, badRequest, tooManyRequests, unauthorized, type AppError } from '../errors';
+import { AppError, conflict, forbidden, gone, badRequest, invalid, unauthorized } from '../errors';
 import { hashPassword, verifyPassword, dummyHash } from '../auth/passwords';
 import { signSession } from '../auth/jwt';
-import { blockedFor, penalize } from '../auth/limiters';
+import { spendThenCheck } from '../auth/limiters';
 import { hashToken, newToken } from '../tokens';
 import { issuePartnerKey } from './partner-keys';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { notify } from './notify';
-import { bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertUser, updateUser, type UserRow } from '../../db/users';
+import { bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertEmailChange, insertUser, lockEmailChange, updateUser, useEmailChanges, type UserRow } from '../../db/users';
 import { retirePartnerKeys } from '../../db/partner-keys';
 import { insertPasswordReset, lockPasswordReset, usePasswordResets } from '../../db/password-resets';
 
@@ -28,12 +30,12 @@ const audit = (meta: RequestMeta) => (db: Container['db'], entry: Omit<Parameter
 
 export async function register(c: Container, input: { username: string; email: string; password: string; company_name?: string | null }, meta: RequestMeta) {
   const password_hash = await hashPassword(input.password, c.config.argon2MemoryKib);
-  const role = c.config.adminEmails.includes(input.email.toLowerCase()) ? 'admin' : 'user';
   try {
     return await c.db.transaction(async (trx) => {
-      const user = await insertUser(trx, { username: input.username, email: input.email, company_name: input.company_name ?? null, password_hash, role });
+      // Never admin: ADMIN_EMAILS applies to verified emails only (see verifiedEmail).
+      const user = await insertUser(trx, { username: input.username, email: input.email, company_name: input.company_name ?? null, password_hash, role: 'user' });
       const key = await issuePartnerKey(trx, user.id, c.clock.now(), c.config.partnerKeyTtlDays);
-      await audit(meta)(trx, { user_id: user.id, action: 'partner.register', status: 'success', target: user.id, details: { role, api_key_prefix: key.row.prefix } });
+      await audit(meta)(trx, { user_id: user.id, action: 'partner.register', status: 'success', target: user.id, details: { api_key_prefix: key.row.prefix } });
       return { user, key, session: await newSession(c, user) };
     });
   } catch (err) {
@@ -41,41 +43,62 @@ export async function register(c: Container, input: { username: string; email: s
   }
 }
 
-const accountKey = (identifier: string) => identifier.trim().toLowerCase();
+/** The lockout is the account's (username and email share it); an unknown identifier counts on its own. */
+const lockoutKey = (user: UserRow | undefined, identifier: string) => (user ? `user:${user.id}` : `unknown:${identifier.trim().toLowerCase()}`);
+
+/**
+ * The one password check (login, password change, account deletion): a point of the account's and
+ * the address's failure budgets is spent *before* argon2 runs, so parallel guesses never get more tries
+ * than the limit; a correct password gets them back and clears the account's lockout. Unknown accounts
+ * cost the same argon2 time. Failures and lockouts are audited under `action`.
+ */
+async function checkAccountPassword(c: Container, user: UserRow | undefined, identifier: string, password: string, action: string, meta: RequestMeta): Promise<boolean> {
+  const { loginAccount, loginIp } = c.limiters;
+  const key = lockoutKey(user, identifier);
+  const log = audit(meta);
+  let ok: boolean;
+  try {
+    ok = await spendThenCheck(
+      [{ limiter: loginIp, key: meta.ip }, { limiter: loginAccount, key }],
+      'Too many failed password attempts; wait before trying again.',
+      async () => Boolean(await verifyPassword(user?.password_hash ?? (await dummyHash(c.config.argon2MemoryKib)), password)) && Boolean(user),
+      (passed) => passed,
+    );
+  } catch (err) {
+    if (err instanceof AppError && err.code === 'rate_limited') await log(c.db, { user_id: user?.id ?? null, action, status: 'failure', details: { reason: 'locked' } });
+    throw err;
+  }
+  if (ok) {
+    await loginAccount.delete(key).catch(() => undefined);
+    return true;
+  }
+  await log(c.db, { user_id: user?.id ?? null, action, status: 'failure', details: { reason: user ? 'wrong_password' : 'unknown_account' } });
+  return false;
+}
 
 export async function login(c: Container, input: { identifier: string; password: string }, meta: RequestMeta) {
-  const { loginAccount, loginIp } = c.limiters;
-  const acct = accountKey(input.identifier);
-  const wait = Math.max(await blockedFor(loginIp, meta.ip), await blockedFor(loginAccount, acct));
   const user = await findUserByLogin(c.db, input.identifier);
-  const log = audit(meta);
-  if (wait > 0) {
-    await log(c.db, { user_id: user?.id ?? null, action: 'auth.login', status: 'failure', details: { reason: 'locked' } });
-    throw tooManyRequests('Too many failed logins; wait before trying again.', wait);
-  }
-  const ok = await verifyPassword(user?.password_hash ?? (await dummyHash(c.config.argon2MemoryKib)), input.password);
-  if (!user || !ok) {
-    await Promise.all([penalize(loginAccount, acct), penalize(loginIp, meta.ip)]);
-    await log(c.db, { user_id: user?.id ?? null, action: 'auth.login', status: 'failure', details: { reason: user ? 'wrong_password' : 'unknown_account' } });
+  if (!(await checkAccountPassword(c, user, input.identifier, input.password, 'auth.login', meta)) || !user) {
     throw unauthorized('invalid_credentials', 'The username/email or password is wrong.');
   }
-  await loginAccount.delete(acct).catch(() => undefined);
-  let current = user;
-  if (user.role !== 'admin' && c.config.adminEmails.includes(user.email.toLowerCase())) {
-    current = await c.db.transaction(async (trx) => {
-      const promoted = await updateUser(trx, user.id, { role: 'admin' });
-      await log(trx, { user_id: user.id, action: 'user.promote', status: 'success', target: user.id, details: { via: 'ADMIN_EMAILS' } });
-      return promoted;
-    });
-  }
-  await log(c.db, { user_id: user.id, action: 'auth.login', status: 'success' });
+  await audit(meta)(c.db, { user_id: user.id, action: 'auth.login', status: 'success' });
+  const current = user.email_verified_at ? await c.db.transaction((trx) => promoteAdminEmail(c, trx, user, meta)) : user;
   return { user: current, session: await newSession(c, current) };
 }
 
+/**
+ * ADMIN_EMAILS makes an admin of an account only once its email is verified (the owner proved the
+ * mailbox): never at registration or on an unconfirmed change, where anyone could claim the address.
+ */
+async function promoteAdminEmail(c: Container, trx: Knex.Transaction, user: UserRow, meta: RequestMeta): Promise<UserRow> {
+  if (user.role === 'admin' || !user.email_verified_at || !c.config.adminEmails.includes(user.email.toLowerCase())) return user;
+  const promoted = await updateUser(trx, user.id, { role: 'admin' });
+  await audit(meta)(trx, { user_id: user.id, action: 'user.promote', status: 'success', target: user.id, details: { via: 'ADMIN_EMAILS' } });
+  return promoted;
+}
+
 async function checkPassword(c: Container, user: UserRow, password: string, action: string, meta: RequestMeta) {
-  if (await verifyPassword(user.password_hash, password)) return;
-  await penalize(c.limiters.loginAccount, accountKey(user.username));
-  await audit(meta)(c.db, { user_id: user.id, action, status: 'failure', details: { reason: 'wrong_password' } });
+  if (await checkAccountPassword(c, user, user.username, password, action, meta)) return;
   throw forbidden('wrong_password', 'The current password is wrong.');
 }
 
@@ -85,15 +108,29 @@ export async function changePassword(c: Container, userId: string, input: { curr
   const password_hash = await hashPassword(input.new_password, c.config.argon2MemoryKib);
   const updated = await c.db.transaction(async (trx) => {
     const row = await bumpTokenVersion(trx, user.id, { password_hash });
-    await audit(meta)(trx, { user_id: user.id, action: 'profile.change_password', status: 'success' });
+    // Partner keys do not outlive the password: whoever held the account may hold a key too.
+    const retired = await retirePartnerKeys(trx, user.id, 'revoked', c.clock.now());
+    await audit(meta)(trx, { user_id: user.id, action: 'profile.change_password', status: 'success', details: { partner_keys_revoked: retired } });
     return row;
   });
   await notify(c, updated.email, 'password-changed', { username: updated.username, at: c.clock.now().toISOString() }, meta.requestId);
   return newSession(c, updated);
 }
 
-/** Answers the same whether or not the account exists; only an existing account gets a token. */
+/** AAD of a sealed forgot-password address: it opens for this one request only. */
+export const resetRequestAad = (requestId: string) => `password-reset-request:${requestId}`;
+
+/**
+ * Does the same work whether or not an account has this address (seal, enqueue), so neither the answer
+ * nor its timing tells them apart; the lookup runs in the `request-password-reset` job.
+ */
 export async function forgotPassword(c: Container, email: string, meta: RequestMeta): Promise<void> {
+  const request_id = randomUUID();
+  await c.jobs.enqueue('request-password-reset', { request_id, sealed_email: c.sealer.seal(email, resetRequestAad(request_id)) }, { meta });
+}
+
+/** An existing account gets a reset token (stored as SHA-256) and the email carrying it. */
+export async function issuePasswordReset(c: Container, email: string, meta: RequestMeta): Promise<void> {
   const user = await findUserByEmail(c.db, email);
   if (!user) return;
   const token = newToken();
@@ -118,15 +155,64 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
     }
     await usePasswordResets(trx, reset.user_id, now);
     const row = await bumpTokenVersion(trx, reset.user_id, { password_hash });
-    await audit(meta)(trx, { user_id: row.id, action: 'auth.reset_password', status: 'success' });
-    return row;
+    // The reset proves the mailbox: the email is verified. Partner keys do not outlive the old password.
+    const verified = row.email_verified_at ? row : await updateUser(trx, row.id, { email_verified_at: now });
+    const retired = await retirePartnerKeys(trx, row.id, 'revoked', now);
+    await audit(meta)(trx, { user_id: row.id, action: 'auth.reset_password', status: 'success', details: { partner_keys_revoked: retired } });
+    return promoteAdminEmail(c, trx, verified, meta);
   });
   // A successful reset proves control of the mailbox: lift any login lockout on the account.
-  await Promise.all([c.limiters.loginAccount.delete(accountKey(user.username)), c.limiters.loginAccount.delete(accountKey(user.email))]).catch(() => undefined);
+  await c.limiters.loginAccount.delete(lockoutKey(user, user.username)).catch(() => undefined);
   return user;
 }
 
-export async function updateProfile(c: Container, userId: string, patch: { username?: string; email?: string; company_name?: string | null }, meta: RequestMeta) {
+/** How long an email-change confirmation token lives. */
+const EMAIL_CHANGE_TTL_MINUTES = 60;
+
+/**
+ * A new email takes effect only once confirmed from that address, and asking for it needs the current
+ * password (the same limited check as login): a stolen session alone cannot move the account's mail
+ * (and with it, password resets) elsewhere. The old address is told once the change happens.
+ */
+export async function requestEmailChange(c: Container, userId: string, newEmail: string, currentPassword: string | undefined, meta: RequestMeta): Promise<void> {
+  const user = (await findUserById(c.db, userId))!;
+  if (!currentPassword) throw invalid('validation_failed', 'Changing the email needs the current password.', [{ path: 'body.current_password', message: 'required to change the email' }]);
+  await checkPassword(c, user, currentPassword, 'profile.change_email', meta);
+  if (newEmail.toLowerCase() === user.email.toLowerCase()) return;
+  const other = await findUserByEmail(c.db, newEmail);
+  if (other) throw conflict('email_taken', 'An account with this email already exists.');
+  const token = newToken();
+  await c.db.transaction(async (trx) => {
+    await insertEmailChange(trx, { user_id: user.id, new_email: newEmail, token_hash: hashToken(token), expires_at: new Date(c.clock.now().getTime() + EMAIL_CHANGE_TTL_MINUTES * 60_000) });
+    await audit(meta)(trx, { user_id: user.id, action: 'profile.change_email', status: 'success', details: { stage: 'confirmation_sent' } });
+  });
+  await notify(c, newEmail, 'email-confirm', { username: user.username, token, ttl_minutes: String(EMAIL_CHANGE_TTL_MINUTES) }, meta.requestId);
+}
+
+/** Redeems an email-change token (single use): the new address is set, verified, and the old one told. */
+export async function confirmEmailChange(c: Container, token: string, meta: RequestMeta): Promise<UserRow> {
+  const now = c.clock.now();
+  const { user, old } = await c.db
+    .transaction(async (trx) => {
+      const change = await lockEmailChange(trx, hashToken(token));
+      if (!change) throw badRequest('invalid_email_token', 'The confirmation token is not valid.');
+      const failure = change.used_at ? 'email_token_used' : change.expires_at <= now ? 'email_token_expired' : null;
+      if (failure) throw gone(failure, failure === 'email_token_used' ? 'This confirmation token was already used.' : 'This confirmation token has expired; ask again.');
+      const before = await trx<UserRow>('users').where({ id: change.user_id }).whereNull('deleted_at').forUpdate().first();
+      if (!before) throw badRequest('invalid_email_token', 'The confirmation token is not valid.');
+      await useEmailChanges(trx, before.id, now);
+      const row = await updateUser(trx, before.id, { email: change.new_email, email_verified_at: now });
+      await audit(meta)(trx, { user_id: row.id, action: 'profile.change_email', status: 'success', details: { stage: 'confirmed' } });
+      return { user: await promoteAdminEmail(c, trx, row, meta), old: before };
+    })
+    .catch((err: unknown) => {
+      throw duplicate(err);
+    });
+  await notify(c, old.email, 'email-changed', { username: user.username, new_email: user.email, at: now.toISOString() }, meta.requestId);
+  return user;
+}
+
+export async function updateProfile(c: Container, userId: string, patch: { username?: string; company_name?: string | null }, meta: RequestMeta) {
   try {
     return await c.db.transaction(async (trx) => {
       const row = await updateUser(trx, userId, patch);
@@ -136,6 +222,14 @@ export async function updateProfile(c: Container, userId: string, patch: { usern
   } catch (err) {
     throw duplicate(err);
   }
+}
+
+/** Ends every session of the account (the token version moves on); API keys are not sessions and stay. */
+export async function logout(c: Container, userId: string, meta: RequestMeta): Promise<void> {
+  await c.db.transaction(async (trx) => {
+    await bumpTokenVersion(trx, userId);
+    await audit(meta)(trx, { user_id: userId, action: 'auth.logout', status: 'success' });
+  });
 }
 
 export async function setRotationPolicy(c: Container, userId: string, days: number | null, meta: RequestMeta) {

@@ -92,6 +92,8 @@ export interface paths {
                             id: string;
                             username: string;
                             email: string;
+                            /** @description The owner proved this mailbox (a confirmed change or a password reset) */
+                            email_verified: boolean;
                             company_name: string | null;
                             /** @enum {string} */
                             role: "user" | "admin";
@@ -118,6 +120,57 @@ export interface paths {
         };
         put?: never;
         post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/logout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * End every session of the account (all its session tokens stop working); API keys are unaffected
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Logged out everywhere */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @enum {string} */
+                            status: "logged_out";
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -360,7 +413,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Rotate the partner API key: a new key (shown once); the old one stops working at once */
+        /**
+         * Rotate the partner API key: a new key (shown once); the old one stops working at once. Needs a session: a key cannot replace itself
+         * @description Needs a user session (JWT); API keys are refused.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -450,7 +506,7 @@ export interface paths {
         };
         get?: never;
         /**
-         * Update username, email and/or company name
+         * Update username and/or company name; a new email (with current_password) takes effect once confirmed from the new address
          * @description Needs a user session (JWT); API keys are refused.
          */
         put: {
@@ -464,13 +520,84 @@ export interface paths {
                 content: {
                     "application/json": {
                         username?: string;
+                        /** @description Mailed a confirmation token (POST /profile/confirm-email); the email changes once it is confirmed */
                         email?: string;
                         company_name?: string | null;
+                        /** @description Required to change the email */
+                        current_password?: string;
                     };
                 };
             };
             responses: {
-                /** @description The updated user */
+                /** @description The user (with the email as it still is) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** Format: uuid */
+                            id: string;
+                            username: string;
+                            email: string;
+                            /** @description The owner proved this mailbox (a confirmed change or a password reset) */
+                            email_verified: boolean;
+                            company_name: string | null;
+                            /** @enum {string} */
+                            role: "user" | "admin";
+                            rotation_days: number | null;
+                            /** Format: date-time */
+                            created_at: string;
+                            /** Format: date-time */
+                            updated_at: string;
+                            pending_email: string | null;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/profile/confirm-email": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Confirm an email change with the token mailed to the new address (single use); the old address is told */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        token: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description The user with the new, verified email */
                 200: {
                     headers: {
                         [name: string]: unknown;
@@ -490,7 +617,6 @@ export interface paths {
                 };
             };
         };
-        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1706,6 +1832,8 @@ export interface components {
             id: string;
             username: string;
             email: string;
+            /** @description The owner proved this mailbox (a confirmed change or a password reset) */
+            email_verified: boolean;
             company_name: string | null;
             /** @enum {string} */
             role: "user" | "admin";
