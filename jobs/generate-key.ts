@@ -4,7 +4,13 @@ import { newGeneration, storeNewKey, type LineageSpec } from '../lib/services/ke
 import { recordAudit } from '../db/audit';
 import { keyOut } from '../lib/services/key-view';
 
-/** The lineage as the API prepared it (lock already derived from the passphrase, sealed). */
+/** AAD of the lineage lock a generate-key job carries: it opens for this one job only. */
+export const generateLockAad = (jobId: string) => `generate-key-lock:${jobId}`;
+
+/**
+ * The lineage as the API prepared it, without its lock: the job row (kept in Postgres) holds nothing
+ * derived from the passphrase; the lock travels sealed in the BullMQ payload, gone when the job ends.
+ */
 export const GenerateRequest = z.object({
   lineage: z.object({
     id: z.uuid(),
@@ -15,7 +21,6 @@ export const GenerateRequest = z.object({
     algorithm: z.enum(['curve25519', 'rsa3072', 'rsa4096']),
     key_ttl_days: z.number().int().nullable(),
     unlock_public: z.string(),
-    unlock_locked: z.string(),
   }),
 });
 
@@ -23,17 +28,18 @@ export const GenerateRequest = z.object({
 export const generateKeyJob = defineTrackedJob({
   queue: 'crypto',
   name: 'generate-key',
-  async run(row, _payload, _progress, { c }) {
-    const spec: LineageSpec = GenerateRequest.parse(row.request).lineage;
+  extra: z.object({ sealed_lock: z.string() }),
+  async run(row, payload, _progress, { c, origin }) {
+    const spec: LineageSpec = { ...GenerateRequest.parse(row.request).lineage, unlock_locked: c.sealer.openText(payload.sealed_lock, generateLockAad(row.id)) };
     const first = await newGeneration(c, { ...spec, user_id: row.user_id }, 1);
     return {
       async commit(trx) {
-        const { lineage, key } = await storeNewKey(trx, row.user_id, spec, first, { job_id: row.id });
+        const { lineage, key } = await storeNewKey(trx, row.user_id, spec, first, { job_id: row.id, ip: origin.ip ?? undefined, requestId: origin.request_id ?? undefined });
         return { key: keyOut(lineage, key, c.clock.now()) };
       },
     };
   },
-  async onFailure(trx, row, failure) {
-    await recordAudit(trx, { user_id: row.user_id, action: 'keys.generate', status: 'failure', details: { job_id: row.id, code: failure.code } });
+  async onFailure(trx, row, failure, { origin }) {
+    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.generate', status: 'failure', details: { job_id: row.id, code: failure.code } });
   },
 });

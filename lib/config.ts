@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { DEFAULT_KDF } from './lineage';
 
 /**
  * Twelve-factor configuration: every setting is an environment variable with a default that works on
@@ -55,7 +56,7 @@ const Env = z.object({
   JSON_BODY_LIMIT: z.string().default('256kb'),
   JOB_RETENTION_HOURS: intish(24, 1, 24 * 90),
   ARGON2_MEMORY_KIB: intish(19456, 1024),
-  LINEAGE_KDF_MEMORY_KIB: intish(19456, 1024),
+  LINEAGE_KDF_MEMORY_KIB: intish(DEFAULT_KDF.memoryKib, 1024),
   /** Cap on a compressed message's plaintext per file (decompression bombs); defaults to MAX_FILE_BYTES. */
   MAX_DECOMPRESSED_BYTES: intish(0, 0),
   /** Cap on what one job may write in all (every output file together); defaults to 4 × MAX_FILE_BYTES. */

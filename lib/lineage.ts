@@ -53,10 +53,10 @@ export interface KdfParams {
 }
 
 /**
- * Library default: 64 MiB, 3 passes (RFC 9106's second recommendation), about 60 ms on the
- * development machine. Runs once per decrypt job and per passphrase change, never per request burst.
+ * The one default (LINEAGE_KDF_MEMORY_KIB defaults to its memory): OWASP's argon2id baseline of 19 MiB
+ * with one pass more (t=3). Raise the memory where the API's memory allows; stored locks keep theirs.
  */
-export const DEFAULT_KDF: KdfParams = { memoryKib: 65_536, timeCost: 3, parallelism: 1 };
+export const DEFAULT_KDF: KdfParams = { memoryKib: 19_456, timeCost: 3, parallelism: 1 };
 /** Floor for new locks in production (OWASP minimum for argon2id). Tests may go lower elsewhere. */
 export const PRODUCTION_KDF_FLOOR: KdfParams = { memoryKib: 19_456, timeCost: 2, parallelism: 1 };
 /** Bounds on what a stored lock may ask for, so a corrupt or hostile lock cannot exhaust memory. */

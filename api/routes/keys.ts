@@ -6,17 +6,19 @@ import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphras
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
 import { newToken } from '../../lib/tokens';
-import { blockedFor, penalize } from '../../lib/auth/limiters';
 import { readRecipientKey } from '../../lib/pgp/keys';
-import { encryptionTarget, newGeneration, newLineage, requireKey, storeNewKey, unlockLineage } from '../../lib/services/keys';
+import { encryptionTarget, newGeneration, newLineage, requireKey, storeNewKey } from '../../lib/services/keys';
+import { verifyKeyPassphrase } from '../../lib/services/passphrases';
+import type { KeyView } from '../../db/keys';
 import { keyOut } from '../../lib/services/key-view';
 import { jobBlob, newJobId } from '../../lib/services/jobs';
-import { AppError, invalid, tooManyRequests } from '../../lib/errors';
+import { AppError, invalid } from '../../lib/errors';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { Container } from '../../lib/container';
 import { findUserById } from '../../db/users';
 import { listKeys } from '../../db/keys';
 import { passphraseAad } from '../../jobs/decrypt-files';
+import { generateLockAad } from '../../jobs/generate-key';
 import type { EncryptRequest } from '../../jobs/encrypt-files';
 
 const tags = ['PGP keys'];
@@ -46,9 +48,11 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
     const { lineage, key } = await c.db.transaction((trx) => storeNewKey(trx, userId, spec, first, meta));
     return { status: 201, body: keyOut(lineage, key, c.clock.now()) };
   }
+  // The lock stays out of the job row: it travels sealed in the queue payload.
+  const { unlock_locked, ...stored } = spec;
   return submitAndReply(c, ctx, { id: newJobId(), userId, kind: 'generate-key', requestId: meta.requestId, body: form }, async () => ({
-    request: { lineage: spec },
-    enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId }, { jobId, meta }),
+    request: { lineage: stored },
+    enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId, sealed_lock: c.sealer.seal(unlock_locked, generateLockAad(jobId)) }, { jobId, meta }),
   }));
 }
 
@@ -61,7 +65,7 @@ const DecryptForm = z.object({ fingerprint: Fingerprint, passphrase: z.string().
 /** Where an encryption goes: a stored key's current generation (409 if it may not encrypt, audited) or a supplied public key. */
 async function recipientFor(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> {
   if (!body.fingerprint) return { type: 'supplied', fingerprint: (await readRecipientKey(body.public_key!, c.clock.now())).fingerprint };
-  const view = await requireKey(c, userId, body.fingerprint);
+  const view = await requireKey(c, userId, body.fingerprint, meta);
   try {
     const target = encryptionTarget(view, c.clock.now());
     return { type: 'stored', key_id: target.id, fingerprint: target.fingerprint, requested_fingerprint: view.named.fingerprint };
@@ -72,25 +76,23 @@ async function recipientFor(c: Container, userId: string, body: z.infer<typeof E
   }
 }
 
+// One check per request: the pre-upload check and the handler share it (the same `meta` object).
+const checked = new WeakMap<RequestMeta, Promise<KeyView>>();
+
 /**
- * The key to decrypt with, once the passphrase has opened it: a wrong one is a clear 422 before any job
- * (and before the upload, see precheck), audited, with guesses rate limited per key.
+ * The key to decrypt with, once the passphrase has opened it (verifyKeyPassphrase: limited, audited):
+ * a wrong one is a clear 422 before any job, and before the upload when the fields come first.
  */
-async function keyForDecryption(c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta) {
-  const view = await requireKey(c, userId, body.fingerprint);
-  const limiter = c.limiters.passphrase;
-  const wait = await blockedFor(limiter, view.lineage.id);
-  if (wait > 0) throw tooManyRequests('Too many wrong passphrases for this key; wait before trying again.', wait);
-  try {
-    await unlockLineage(c, view.lineage, body.passphrase);
-  } catch (err) {
-    if (err instanceof AppError && err.code === 'wrong_passphrase') {
-      await penalize(limiter, view.lineage.id);
-      await recordAudit(c.db, { user_id: userId, action: 'keys.decrypt', status: 'failure', target: body.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason: 'wrong_passphrase' } });
-    }
-    throw err;
+function keyForDecryption(c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta): Promise<KeyView> {
+  let check = checked.get(meta);
+  if (!check) {
+    check = requireKey(c, userId, body.fingerprint, meta).then(async (view) => {
+      await verifyKeyPassphrase(c, { userId, view, passphrase: body.passphrase, action: 'keys.decrypt', meta });
+      return view;
+    });
+    checked.set(meta, check);
   }
-  return view;
+  return check;
 }
 
 export default [
@@ -153,8 +155,8 @@ export default [
         schema: z.object({ fingerprint: z.string(), requested_fingerprint: z.string(), public_key: z.string(), key: Key }),
       },
     },
-    async handler({ c, ctx, user, body }) {
-      const view = await requireKey(c, user.id, body.fingerprint);
+    async handler({ c, ctx, user, body, meta }) {
+      const view = await requireKey(c, user.id, body.fingerprint, meta);
       if (ctx.accepts('application/json', 'application/pgp-keys') === 'application/pgp-keys') {
         ctx.type = 'application/pgp-keys';
         ctx.set('Content-Disposition', `attachment; filename="${view.current.fingerprint}.asc"`);
@@ -174,7 +176,7 @@ export default [
     body: z.object({ fingerprint: Fingerprint }),
     responses: { 200: { description: 'The disabled key', schema: Key } },
     async handler({ c, user, body, meta }) {
-      const view = await requireKey(c, user.id, body.fingerprint);
+      const view = await requireKey(c, user.id, body.fingerprint, meta);
       const now = c.clock.now();
       const lineage = await c.db.transaction(async (trx) => {
         const [row] = await trx('key_lineages').where({ id: view.lineage.id }).whereNull('disabled_at').update({ disabled_at: now, updated_at: now }).returning('*');

@@ -6,7 +6,8 @@ import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
 import { ROTATION_DAYS } from './profile';
 import { conflict, invalid } from '../../lib/errors';
-import { requireKey, unlockLineage } from '../../lib/services/keys';
+import { requireKey } from '../../lib/services/keys';
+import { verifyKeyPassphrase } from '../../lib/services/passphrases';
 import { newJobId } from '../../lib/services/jobs';
 import { rotationOut } from '../../lib/services/rotation';
 import { recordAudit } from '../../db/audit';
@@ -64,9 +65,10 @@ export default [
     responses: jobResponses,
     async handler({ c, ctx, user, params, body, meta }) {
       return submitAndReply(c, ctx, { id: newJobId(), userId: user.id, kind: 'rotate-key', requestId: meta.requestId, body: { fingerprint: params.fingerprint, ...body } }, async () => {
-        const view = await requireKey(c, user.id, params.fingerprint);
+        const view = await requireKey(c, user.id, params.fingerprint, meta);
         if (view.lineage.disabled_at) throw conflict('key_disabled', 'This key is disabled and is not rotated.');
-        if (body.new_passphrase) await unlockLineage(c, view.lineage, body.current_passphrase!); // fail fast on a wrong one
+        // Fail fast on a wrong passphrase: the same limited, audited check as decryption.
+        if (body.new_passphrase) await verifyKeyPassphrase(c, { userId: user.id, view, passphrase: body.current_passphrase!, action: 'keys.rotate', meta });
         const passphrases = body.new_passphrase ? JSON.stringify({ current: body.current_passphrase, next: body.new_passphrase }) : undefined;
         return {
           request: { lineage_id: view.lineage.id, from_generation: view.current.generation, fingerprint: view.current.fingerprint, actor_id: user.id },
@@ -90,7 +92,7 @@ export default [
     ]),
     responses: { 200: { description: 'The schedule now in force', schema: Schedule } },
     async handler({ c, user, params, body, meta }) {
-      const view = await requireKey(c, user.id, params.fingerprint);
+      const view = await requireKey(c, user.id, params.fingerprint, meta);
       const change =
         'use_account_policy' in body
           ? { rotation_mode: 'policy' as const, rotation_interval_days: null }
@@ -124,8 +126,8 @@ export default [
     params: KeyParams,
     query: HistoryQuery,
     responses: { 200: { description: 'Newest first', schema: pageOf(RotationEntry) } },
-    async handler({ c, user, params, query }) {
-      const view = await requireKey(c, user.id, params.fingerprint);
+    async handler({ c, user, params, query, meta }) {
+      const view = await requireKey(c, user.id, params.fingerprint, meta);
       const { items, total } = await listRotations(c.db, { userId: user.id, lineageId: view.lineage.id, ...query, pageSize: query.page_size });
       return { body: { items: items.map(rotationOut), page: query.page, page_size: query.page_size, total } };
     },
@@ -139,9 +141,9 @@ export default [
     access: 'auth',
     query: HistoryQuery.extend({ fingerprint: Fingerprint.optional() }),
     responses: { 200: { description: 'Newest first', schema: pageOf(RotationEntry) } },
-    async handler({ c, user, query }) {
+    async handler({ c, user, query, meta }) {
       if (query.from && query.to && query.from > query.to) throw invalid('validation_failed', '`from` must not be after `to`.');
-      const lineageId = query.fingerprint ? (await requireKey(c, user.id, query.fingerprint)).lineage.id : undefined;
+      const lineageId = query.fingerprint ? (await requireKey(c, user.id, query.fingerprint, meta)).lineage.id : undefined;
       const { items, total } = await listRotations(c.db, { userId: user.id, lineageId, ...query, pageSize: query.page_size });
       return { body: { items: items.map(rotationOut), page: query.page, page_size: query.page_size, total } };
     },

@@ -25,13 +25,6 @@ export function createLimiters(redis: Redis, config: Config): Limiters {
   };
 }
 
-/** Seconds until the key may try again, or 0 when it is not blocked. */
-export async function blockedFor(limiter: RateLimiterRedis, key: string): Promise<number> {
-  const res = await guard(() => limiter.get(key));
-  if (!res || res.remainingPoints > 0) return 0;
-  return Math.ceil(res.msBeforeNext / 1000);
-}
-
 /** Spends one point; throws 429 with Retry-After once the budget is used up. */
 export async function consume(limiter: RateLimiterRedis, key: string, message: string): Promise<void> {
   try {
@@ -62,17 +55,4 @@ export async function spendThenCheck<T>(budgets: { limiter: RateLimiterRedis; ke
   const result = await check();
   if (passed(result)) await Promise.all(budgets.map((b) => b.limiter.reward(b.key, 1).catch(() => undefined)));
   return result;
-}
-
-/** Counts a failure without throwing (the caller answers with its own error); past the budget the key is blocked. */
-export async function penalize(limiter: RateLimiterRedis, key: string): Promise<void> {
-  await limiter.consume(key).catch(() => undefined);
-}
-
-async function guard<T>(fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch {
-    throw unavailable('rate_limiter_unavailable', 'The rate limiter is not reachable; try again shortly.');
-  }
 }

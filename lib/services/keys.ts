@@ -3,8 +3,9 @@ import type { Knex } from 'knex';
 import type * as openpgp from 'openpgp';
 import type { Container } from '../container';
 import { conflict, notFound } from '../errors';
+import { notYours } from './access';
 import { generateKey, unlockPrivateKey, type KeyAlgorithm } from '../pgp/keys';
-import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, relockLineage, sealSecret, type UnlockKey } from '../lineage';
+import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { findKeyByFingerprint, insertKey, insertLineage, type KeyRow, type KeyView, type LineageRow } from '../../db/keys';
 
@@ -83,10 +84,29 @@ export async function storeNewKey(trx: Knex.Transaction, userId: string, spec: L
   return { lineage, key };
 }
 
-/** The lineage's unlock key re-encrypted under a new passphrase (422 `wrong_passphrase` if `current` is wrong), sealed for storage. */
-export async function relockedUnlock(c: Container, lineage: Pick<LineageRow, 'id' | 'unlock_public' | 'unlock_locked'>, current: string, next: string): Promise<string> {
-  const lockedPrivate = c.sealer.openText(lineage.unlock_locked, aad.unlock(lineage.id));
-  return c.sealer.seal(await relockLineage({ publicKey: lineage.unlock_public, lockedPrivate }, current, next), aad.unlock(lineage.id));
+export interface Rekeyed {
+  unlock_public: string;
+  /** Master-key sealed. */
+  unlock_locked: string;
+  /** Each existing generation's secret, sealed to the new unlock key. */
+  secrets: { id: string; secret_sealed: string }[];
+}
+
+/**
+ * A passphrase change makes a new unlock key pair (not the old key under a new passphrase) and seals
+ * every generation's secret to it: the old passphrase with an old row or backup then opens nothing made
+ * or re-sealed since. Throws 422 `wrong_passphrase` if `current` is wrong. The caller stores the result
+ * in one transaction, with the next generation sealed to `unlock_public`.
+ */
+export async function rekeyLineage(c: Container, lineage: LineageRow, generations: KeyRow[], passphrases: { current: string; next: string }): Promise<Rekeyed> {
+  const old = await unlockLineage(c, lineage, passphrases.current);
+  const lock = await createLineageLock(passphrases.next);
+  const secrets = generations.map((g) => {
+    const where = aad.secret(g.lineage_id, g.generation);
+    const secret = openSealedSecret(old, c.sealer.openText(g.secret_sealed, where), where);
+    return { id: g.id, secret_sealed: c.sealer.seal(sealSecret(lock.publicKey, secret, where), where) };
+  });
+  return { unlock_public: lock.publicKey, unlock_locked: c.sealer.seal(lock.lockedPrivate, aad.unlock(lineage.id)), secrets };
 }
 
 /** Opens the lineage's unlock key with the passphrase (422 `wrong_passphrase` when wrong). */
@@ -110,11 +130,15 @@ export function keyStatus(lineage: LineageRow, current: KeyRow, now: Date): KeyS
   return 'active';
 }
 
-/** Finds the caller's key by any generation's fingerprint; anything else is a 404 (never "not yours"). */
-export async function requireKey(c: Container, userId: string, fingerprint: string): Promise<KeyView> {
+/**
+ * Finds the caller's key by any generation's fingerprint; anything else is a 404 (never "not yours"),
+ * audited as not_owner when the key exists in another account.
+ */
+export async function requireKey(c: Container, userId: string, fingerprint: string, meta: RequestMeta): Promise<KeyView> {
   const view = await findKeyByFingerprint(c.db, userId, fingerprint);
-  if (!view) throw notFound('key_not_found', 'No key with this fingerprint in your account.');
-  return view;
+  if (view) return view;
+  const elsewhere = await c.db('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).first();
+  throw await notYours(c, { userId, resource: 'key', target: fingerprint, existsElsewhere: Boolean(elsewhere), meta }, notFound('key_not_found', 'No key with this fingerprint in your account.'));
 }
 
 /** The generation encryption goes to: the lineage's current one, if it may encrypt (409 otherwise). */

@@ -1,9 +1,9 @@
 import type { Container } from '../container';
 import { conflict } from '../errors';
 import { publishEvent } from '../events';
-import { newGeneration, relockedUnlock } from './keys';
+import { newGeneration, rekeyLineage } from './keys';
 import { recordAudit } from '../../db/audit';
-import { insertKey, type KeyRow, type LineageRow } from '../../db/keys';
+import { insertKey, lineageGenerations, type KeyRow, type LineageRow } from '../../db/keys';
 import { insertRotation, succeededRotationFrom, type RotationRow, type RotationTrigger } from '../../db/rotation';
 
 /**
@@ -45,8 +45,9 @@ export async function rotateLineage(c: Container, input: RotateInput): Promise<R
     return { rotated: false, reason: 'disabled' };
   }
 
-  const relocked = input.passphrases ? await relockedUnlock(c, lineage, input.passphrases.current, input.passphrases.next) : undefined;
-  const next = await newGeneration(c, { ...lineage, algorithm: lineage.algorithm as Parameters<typeof newGeneration>[1]['algorithm'] }, current.generation + 1);
+  const rekeyed = input.passphrases ? await rekeyLineage(c, lineage, await lineageGenerations(c.db, lineage.id), input.passphrases) : undefined;
+  const unlock_public = rekeyed?.unlock_public ?? lineage.unlock_public;
+  const next = await newGeneration(c, { ...lineage, unlock_public, algorithm: lineage.algorithm as Parameters<typeof newGeneration>[1]['algorithm'] }, current.generation + 1);
   const now = c.clock.now();
   let entry: RotationRow;
   try {
@@ -56,7 +57,10 @@ export async function rotateLineage(c: Container, input: RotateInput): Promise<R
       if (!locked || still?.generation !== input.fromGeneration) return undefined;
       await trx('pgp_keys').where({ id: current.id }).update({ status: 'rotated', rotated_at: now });
       const created = await insertKey(trx, next);
-      if (relocked) await trx('key_lineages').where({ id: lineage.id }).update({ unlock_locked: relocked, updated_at: now });
+      if (rekeyed) {
+        await trx('key_lineages').where({ id: lineage.id }).update({ unlock_public, unlock_locked: rekeyed.unlock_locked, updated_at: now });
+        for (const g of rekeyed.secrets) await trx('pgp_keys').where({ id: g.id }).update({ secret_sealed: g.secret_sealed });
+      }
       const row = await insertRotation(trx, {
         user_id: lineage.user_id,
         lineage_id: lineage.id,
@@ -74,7 +78,7 @@ export async function rotateLineage(c: Container, input: RotateInput): Promise<R
         action: 'keys.rotate',
         status: 'success',
         target: current.fingerprint,
-        details: { new_fingerprint: created.fingerprint, generation: created.generation, trigger: input.trigger, actor_id: input.actorId, passphrase_changed: Boolean(relocked), ...(input.jobId ? { job_id: input.jobId } : {}) },
+        details: { new_fingerprint: created.fingerprint, generation: created.generation, trigger: input.trigger, actor_id: input.actorId, passphrase_changed: Boolean(rekeyed), ...(input.jobId ? { job_id: input.jobId } : {}) },
       });
       return row;
     }) as RotationRow;

@@ -1,0 +1,116 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { randomBytes } from 'node:crypto';
+import { registerUser, startTestService, type TestService } from './support/service';
+import { PASSPHRASE, createKey, download, encrypt, runJob, waitJob } from './support/keys';
+import { unlockLineage, unlockGeneration } from '../lib/services/keys';
+
+/**
+ * Key passphrases: one limited, audited check for every use (decrypt and rotate), holding under parallel
+ * guesses; a passphrase change leaves nothing the old passphrase can open; job rows keep no lock;
+ * another account's key is 404 and audited.
+ */
+let s: TestService;
+beforeAll(async () => {
+  s = await startTestService();
+});
+afterAll(async () => {
+  await s?.stop();
+});
+
+const statuses = (answers: { status: number }[]) => answers.reduce<Record<number, number>>((n, a) => ({ ...n, [a.status]: (n[a.status] ?? 0) + 1 }), {});
+const wrongAudits = async (userId: string, action: string) =>
+  (await s.c.db('audit_logs').where({ user_id: userId, action, status: 'failure' })).filter((r: { details: { reason?: string } }) => r.details.reason === 'wrong_passphrase').length;
+
+describe('passphrase guessing', () => {
+  it('rotate with current_passphrase is limited and audited like decrypt, with an API key too', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const answers = [];
+    for (let i = 0; i < 12; i++) {
+      answers.push(await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.apiKey, body: { current_passphrase: `wrong guess ${i}`, new_passphrase: 'a passphrase I chose' } }));
+    }
+    expect(statuses(answers)).toEqual({ 422: 10, 429: 2 });
+    expect(answers[11]!.headers.get('retry-after')).toBeTruthy();
+    expect(await wrongAudits(u.id, 'keys.rotate')).toBe(10);
+    // The budget is the key's, shared with decryption: the right passphrase is refused now too.
+    const right = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.apiKey, body: { current_passphrase: PASSPHRASE, new_passphrase: 'a passphrase I chose' } });
+    expect(right.status).toBe(429);
+  });
+
+  it('50 parallel wrong passphrases against one key get exactly 10 checks', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const answers = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: `wrong guess ${i}`, files: [{ name: 'x.gpg', data: randomBytes(64) }] } })),
+    );
+    expect(statuses(answers)).toEqual({ 422: 10, 429: 40 });
+    expect(await wrongAudits(u.id, 'keys.decrypt')).toBe(10);
+  });
+
+  it('a right passphrase gets its point back', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const enc = await encrypt(s.api, u.token, key.fingerprint, [{ name: 'a.bin', data: randomBytes(100) }]);
+    const ciphertext = await download(s.api, u.token, enc.job_id);
+    for (let i = 0; i < 12; i++) {
+      const job = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.gpg', data: ciphertext }] });
+      expect(job.state).toBe('completed');
+    }
+  });
+});
+
+describe('a passphrase change', () => {
+  it('makes a new unlock key: the old passphrase with the old row opens neither new nor re-sealed generations', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const data = randomBytes(500);
+    const before = await download(s.api, u.token, (await encrypt(s.api, u.token, key.fingerprint, [{ name: 'b.bin', data }])).job_id);
+    const oldLineage = await s.c.db('key_lineages').where({ id: key.id }).first();
+
+    const res = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.token, headers: { prefer: 'wait=30' }, body: { current_passphrase: PASSPHRASE, new_passphrase: 'a brand new passphrase' } });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    const newLineage = await s.c.db('key_lineages').where({ id: key.id }).first();
+    expect(newLineage.unlock_public).not.toBe(oldLineage.unlock_public);
+
+    // An attacker with the old row (a backup) and the old passphrase:
+    const oldUnlock = await unlockLineage(s.c, oldLineage, PASSPHRASE);
+    for (const g of await s.c.db('pgp_keys').where({ lineage_id: key.id })) {
+      await expect(unlockGeneration(s.c, oldUnlock, g), `generation ${g.generation}`).rejects.toThrow();
+    }
+    // The owner with the new passphrase decrypts old and new ciphertexts.
+    const after = await download(s.api, u.token, (await encrypt(s.api, u.token, key.fingerprint, [{ name: 'c.bin', data }])).job_id);
+    for (const ciphertext of [before, after]) {
+      const job = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: 'a brand new passphrase', files: [{ name: 'x.gpg', data: ciphertext }] });
+      expect(job.state, JSON.stringify(job.error)).toBe('completed');
+      expect(Buffer.compare(await download(s.api, u.token, job.job_id), data)).toBe(0);
+    }
+  });
+});
+
+describe('a generate-key job', () => {
+  it('keeps no lock in its row: the lock travels sealed in the queue payload', async () => {
+    const u = await registerUser(s.api);
+    const res = await s.api('POST', '/keys/generate-key', { token: u.token, form: { label: 'rsa', name: 'R', email: 'r@example.test', passphrase: PASSPHRASE, algorithm: 'rsa3072' } });
+    expect(res.status).toBe(202);
+    const row = await s.c.db('jobs').where({ id: res.body.job_id }).first();
+    expect(JSON.stringify(row.request)).not.toMatch(/unlock_locked|argon2|"ct"/);
+    const job = await waitJob(s.api, u.token, res.body.job_id);
+    expect(job.state, JSON.stringify(job.error)).toBe('completed');
+    const lineage = await s.c.db('key_lineages').where({ id: job.result.key.id }).first();
+    expect(lineage.unlock_locked).toMatch(/^s1\./);
+  });
+});
+
+describe("another account's key", () => {
+  it('is 404, audited for the caller as not_owner', async () => {
+    const owner = await registerUser(s.api);
+    const intruder = await registerUser(s.api);
+    const key = await createKey(s.api, owner.token);
+    const res = await s.api('POST', '/keys/get-public-key', { token: intruder.token, body: { fingerprint: key.fingerprint } });
+    expect(res.status).toBe(404);
+    expect(JSON.stringify(res.body)).not.toContain('not_owner');
+    const rows = await s.c.db('audit_logs').where({ user_id: intruder.id, action: 'key.access_denied' });
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ status: 'failure', target: key.fingerprint, details: { reason: 'not_owner' } });
+  });
+});
