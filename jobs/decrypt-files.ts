@@ -38,7 +38,7 @@ export const decryptFiles = defineTrackedJob({
     const generations = await lineageGenerations(c.db, lineage.id);
     const used = new Map<string, number>();
     const done = await transformFiles(c, row.id, progress, signal, async (source, file) => {
-      const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes });
+      const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
       const key = generations.find((g) => g.encryption_key_ids.some((id) => message.encryptionKeyIds.includes(id)));
       if (!key) {
         source.destroy();

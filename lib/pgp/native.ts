@@ -1,7 +1,7 @@
 import { createCipheriv, createDecipheriv, createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
-import { invalid } from '../errors';
+import { AppError, invalid } from '../errors';
 
 /**
  * SEIPDv1 (RFC 9580 §5.13.1, "MDC") encryption on Node's own AES-256-CFB and SHA-1 (OpenSSL), for the
@@ -140,27 +140,50 @@ const tampered = (why: string) => invalid('integrity_check_failed', `the message
 
 const CFB: Record<string, string> = { aes128: 'aes-128-cfb', aes192: 'aes-192-cfb', aes256: 'aes-256-cfb' };
 
+/** The most `take` buffers at once: headers, session key packets and prefixes are far smaller. */
+const MAX_TAKE = 64 * 1024;
+/** RFC 9580 §4.2.1.4 requires the first partial length to be at least 512 octets; we hold every one to it. */
+export const MIN_PARTIAL = 512;
+
 /** Pulls bytes from an async iterator of Buffers; optionally records everything pulled (for a replay). */
 class Pull {
   private buf: Buffer = Buffer.alloc(0);
+  /** An error of the source itself (storage), never to be taken for a malformed message. */
+  failed: unknown;
   constructor(
     private readonly it: AsyncIterator<Buffer>,
     public record?: Buffer[],
   ) {}
 
-  /** Ensures at least n buffered bytes; false when the source ends first. */
+  /** Ensures at least n buffered bytes; false when the source ends first. Linear: one concat per fill. */
   async fill(n: number): Promise<boolean> {
-    while (this.buf.length < n) {
-      const next = await this.it.next();
-      if (next.done) return false;
+    if (this.buf.length >= n) return true;
+    const parts = [this.buf];
+    let have = this.buf.length;
+    let ended = false;
+    while (have < n) {
+      let next: IteratorResult<Buffer>;
+      try {
+        next = await this.it.next();
+      } catch (err) {
+        this.failed = err;
+        throw err;
+      }
+      if (next.done) {
+        ended = true;
+        break;
+      }
       const chunk = Buffer.isBuffer(next.value) ? next.value : Buffer.from(next.value as Uint8Array);
       this.record?.push(chunk);
-      this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+      parts.push(chunk);
+      have += chunk.length;
     }
-    return true;
+    this.buf = parts.length === 1 ? parts[0]! : parts.length === 2 && !parts[0]!.length ? parts[1]! : Buffer.concat(parts, have);
+    return !ended;
   }
 
   async take(n: number): Promise<Buffer> {
+    if (n > MAX_TAKE) throw malformed('a packet is larger than this kind of packet can be');
     if (!(await this.fill(n))) throw malformed('it ends too early');
     const out = this.buf.subarray(0, n);
     this.buf = this.buf.subarray(n);
@@ -187,7 +210,10 @@ async function newLength(p: Pull): Promise<Length> {
   if (o < 192) return { kind: 'definite', n: o };
   if (o < 224) return { kind: 'definite', n: ((o - 192) << 8) + (await p.take(1))[0]! + 192 };
   if (o === 255) return { kind: 'definite', n: (await p.take(4)).readUInt32BE(0) };
-  return { kind: 'partial', n: 1 << (o & 0x1f) };
+  const n = 1 << (o & 0x1f);
+  // Tiny partial chunks cost a header each: 1-octet chunks make a message hundreds of times slower to read.
+  if (n < MIN_PARTIAL) throw malformed(`a partial body length of ${n} octets (the minimum is ${MIN_PARTIAL})`);
+  return { kind: 'partial', n };
 }
 
 /** A packet header, new or old format. */
@@ -216,6 +242,14 @@ async function* body(p: Pull, first: Length): AsyncGenerator<Buffer> {
     if (length.kind === 'definite') return;
     length = await newLength(p);
   }
+}
+
+const MARKER = Buffer.from('PGP');
+
+/** The tag of a packet from its first octet (new or legacy format), or -1 for a non-header octet. */
+function innerTag(ctb: number): number {
+  if (!(ctb & 0x80)) return -1;
+  return ctb & 0x40 ? ctb & 0x3f : (ctb >> 2) & 0x0f;
 }
 
 async function* replay(recorded: Buffer[], rest: AsyncIterator<Buffer>): AsyncGenerator<Buffer> {
@@ -248,11 +282,15 @@ export async function openNative(input: Readable, fallback: (replayed: Readable)
         if (packet[0] !== 3) return giveUp(); // v6 session key packets go with SEIPDv2
         keyIds.push(packet.subarray(1, 9).toString('hex'));
         pkesks.push(Buffer.from([0xc1]), lengthOctets(packet.length), packet);
-      } else if (h.tag === 10 && h.length.kind === 'definite') await p.take(h.length.n); // marker packet
-      else return giveUp();
+      } else if (h.tag === 10) {
+        // A marker packet is the three octets "PGP" (RFC 9580 §5.8), nothing longer.
+        if (h.length.kind !== 'definite' || h.length.n !== 3 || !(await p.take(3)).equals(MARKER)) throw malformed('a marker packet that is not "PGP"');
+      } else return giveUp();
     }
-  } catch {
-    return giveUp(); // armored, or something OpenPGP.js should judge
+  } catch (err) {
+    if (p.failed) throw p.failed; // the storage failed: not a judgement on the message, and retried
+    if (err instanceof AppError) throw err;
+    return giveUp(); // something OpenPGP.js should judge
   }
   if (!pkesks.length) return giveUp();
   const bodyPull = new Pull(body(p, seipd));
@@ -277,7 +315,20 @@ export async function openNative(input: Readable, fallback: (replayed: Readable)
       // acting on them (an oracle); the MDC, which covers the prefix, decides at the end.
       const prefix = decipher.update(await bodyPull.take(18));
       const ctb = decipher.update(await bodyPull.take(1));
-      if (ctb[0] !== 0xcb && (ctb[0]! & 0xfc) !== 0xac) return (await giveUp()).decrypt(privateKey); // not a literal packet
+      switch (innerTag(ctb[0]!)) {
+        case 11: // literal data: ours to read
+          break;
+        case 8: // compressed, one-pass signature, signature, padding: OpenPGP.js reads those
+        case 4:
+        case 2:
+        case 21:
+          return (await giveUp()).decrypt(privateKey);
+        default:
+          // Anything else here (another encrypted packet: a one-octet change does that) is refused at
+          // once; OpenPGP.js never settles on some of these.
+          input.destroy();
+          throw malformed('the encrypted data does not hold a literal, compressed or signed message');
+      }
       p.record = undefined;
       recorded.length = 0;
 

@@ -3,7 +3,7 @@ import { pipeline } from 'node:stream/promises';
 import { createDeflate, createInflate, createInflateRaw } from 'node:zlib';
 import * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
-import { encryptNative, nativeEncryptable, openNative } from './native';
+import { MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
 
 /**
  * Streaming OpenPGP encryption and decryption with flat memory, whatever the file size.
@@ -151,6 +151,11 @@ function throughNodeZlib(input: WebStream, transform: NodeJS.ReadWriteStream & R
 export interface OpenEncryptedOptions {
   /** Cap on the decompressed size of compressed messages (decompression bombs); 413 when exceeded. */
   maxDecompressedBytes: number;
+  /**
+   * Aborts reading: every call into OpenPGP.js races it (some hostile messages make OpenPGP.js never
+   * settle) and the input is destroyed. Jobs pass their watchdog's signal (deadline and no-progress limit).
+   */
+  signal?: AbortSignal;
 }
 
 export interface DecryptedStream extends Readable {
@@ -181,10 +186,51 @@ const WILDCARD_KEY_ID = '0000000000000000';
  * last chunk until the source has ended cleanly, so a failed check never yields the complete
  * plaintext; callers must still write to a temporary place and publish only after a clean end.
  */
-export function openEncrypted(input: Readable, opts: OpenEncryptedOptions): Promise<OpenedMessage> {
+export async function openEncrypted(input: Readable, opts: OpenEncryptedOptions): Promise<OpenedMessage> {
   if (!(opts.maxDecompressedBytes > 0)) throw new Error('openEncrypted: maxDecompressedBytes must be positive');
-  // The common case (binary, SEIPDv1, AES, no compression) runs on Node's own crypto; the rest on OpenPGP.js.
-  return openNative(input, (replayed) => openWithOpenPGPjs(replayed, opts));
+  const { signal } = opts;
+  signal?.throwIfAborted();
+  signal?.addEventListener('abort', () => input.destroy(signal.reason as Error), { once: true });
+  // The common case (SEIPDv1, AES, no compression; binary or armored) runs on Node's own crypto, which
+  // also vets the packets inside; the rest goes to OpenPGP.js.
+  return openNative(await binaryPackets(input), (replayed) => openWithOpenPGPjs(replayed, opts));
+}
+
+/**
+ * Armored input is de-armored here, so that both paths read binary packets. Destroying the result
+ * destroys `input`; an error of `input` comes out unchanged (a storage error is not a bad message).
+ */
+async function binaryPackets(input: Readable): Promise<Readable> {
+  const it = input[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  const head: Buffer[] = [];
+  let seen = 0;
+  let first: number | undefined;
+  while (first === undefined && seen < 64 * 1024) {
+    const next = await it.next();
+    if (next.done) break;
+    head.push(next.value);
+    seen += next.value.length;
+    first = next.value.find((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
+  }
+  async function* all(): AsyncGenerator<Uint8Array> {
+    yield* head;
+    for (let next = await it.next(); !next.done; next = await it.next()) yield next.value;
+  }
+  const out = Readable.from(first === 0x2d ? dearmor(all()) : all(), { objectMode: false, highWaterMark: CHUNK_BYTES });
+  out.once('close', () => input.destroy());
+  return out;
+}
+
+/** `work`, unless `signal` aborts first (then its reason): OpenPGP.js calls that never settle lose. */
+function raced<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return work;
+  work.catch(() => undefined);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason as Error);
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
 }
 
 async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions): Promise<OpenedMessage> {
@@ -207,9 +253,10 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions): P
   try {
     // Our own de-armoring and re-framing: see `dearmor` and `reframe` for why.
     const bytes = source.open((chunks) => reframe(kind === 'armored' ? dearmor(chunks) : chunks));
-    message = await openpgp.readMessage({ binaryMessage: bytes as WebStream, config });
+    message = await raced(openpgp.readMessage({ binaryMessage: bytes as WebStream, config }), opts.signal);
   } catch (err) {
     input.destroy();
+    if (opts.signal?.aborted) throw err;
     throw source.failure ?? invalid('malformed_message', `not a readable OpenPGP message: ${errMessage(err)}`);
   }
   const encryptionKeyIds = [...new Set(message.getEncryptionKeyIDs().map((id) => id.toHex()))];
@@ -228,9 +275,10 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions): P
       }
       let result: { data: unknown; filename: string };
       try {
-        result = await openpgp.decrypt({ message, decryptionKeys: privateKey, format: 'binary', config });
+        result = await raced(openpgp.decrypt({ message, decryptionKeys: privateKey, format: 'binary', config }), opts.signal);
       } catch (err) {
         input.destroy();
+        if (opts.signal?.aborted) throw err;
         throw source.failure ?? mapDecryptError(err);
       }
       const out = new WebSource(result.data as WebStream, (err) => source.failure ?? mapDecryptError(err), true);
@@ -390,6 +438,7 @@ async function* reframe(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8
     let pendingBytes = 0;
     for (let lengthOctet = first; ; lengthOctet = await r.need()) {
       const isPartial = lengthOctet >= 224 && lengthOctet < 255;
+      if (isPartial && 2 ** (lengthOctet & 0x1f) < MIN_PARTIAL) throw malformed(`a partial body length below ${MIN_PARTIAL} octets`);
       const size = isPartial
         ? 2 ** (lengthOctet & 0x1f)
         : definiteLength(lengthOctet, await r.exact(lengthOctet < 192 ? 0 : lengthOctet < 224 ? 1 : 4));
