@@ -4,6 +4,7 @@ import { sendEmail } from './send-email';
 import { requestPasswordReset } from './request-password-reset';
 import { purgeExpired } from './purge-expired';
 import { purgeJobOutputs } from './purge-job-outputs';
+import { sweepBlobs } from './sweep-blobs';
 import { encryptFiles } from './encrypt-files';
 import { decryptFiles } from './decrypt-files';
 import { generateKeyJob } from './generate-key';
@@ -21,6 +22,7 @@ export const jobs = {
   'request-password-reset': requestPasswordReset,
   'purge-expired': purgeExpired,
   'purge-job-outputs': purgeJobOutputs,
+  'sweep-blobs': sweepBlobs,
   'encrypt-files': encryptFiles,
   'decrypt-files': decryptFiles,
   'generate-key': generateKeyJob,

@@ -8,6 +8,7 @@ import { systemClock, type Clock } from './clock';
 import { JobClient } from '../jobs/client';
 import { createLimiters, type Limiters } from './auth/limiters';
 import { createBlobStore, type BlobStore } from './blob';
+import { sealedJobBlobs } from './blob/sealed';
 import { setLineageKdf } from './lineage';
 
 /**
@@ -38,13 +39,15 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const mailer = createMailer({ ...config.mail, smtpUrl: config.mail.smtpUrl, log });
   const jobs = new JobClient(redis, config.redisPrefix);
   // Settings left unset fall through to the AWS SDK's own credential chain (instance roles, profiles).
-  const blob = await createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} });
+  const sealer = createSealer(config.masterKeys.current, config.masterKeys.previous);
+  // Job blobs (uploads, outputs) are sealed at rest under a per-job data key.
+  const blob = sealedJobBlobs(await createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} }), sealer);
   return {
     config,
     log,
     db,
     redis,
-    sealer: createSealer(config.masterKeys.current, config.masterKeys.previous),
+    sealer,
     mailer,
     jobs,
     clock: overrides.clock ?? systemClock,

@@ -9,6 +9,7 @@ import { jobDefinition, type JobName } from '../jobs/registry';
 export const SCHEDULES: { id: string; job: JobName; every: number }[] = [
   { id: 'purge-expired', job: 'purge-expired', every: 3600_000 },
   { id: 'purge-job-outputs', job: 'purge-job-outputs', every: 600_000 },
+  { id: 'sweep-blobs', job: 'sweep-blobs', every: 3600_000 },
   { id: 'rotation-sweep', job: 'rotation-sweep', every: 60_000 },
   { id: 'expiry-sweep', job: 'expiry-sweep', every: 3600_000 },
 ];

@@ -127,6 +127,21 @@ export class LocalBlobStore implements BlobStore {
     }
   }
 
+  async sweepStale(olderThan: Date): Promise<number> {
+    let removed = 0;
+    for (const dir of [this.tmpDir, this.uploadTmpDir]) {
+      for (const name of await readdir(dir)) {
+        const path = join(dir, name);
+        const info = await lstat(path).catch(() => null);
+        if (info && info.mtime < olderThan) {
+          await rm(path, { recursive: true, force: true });
+          removed += 1;
+        }
+      }
+    }
+    return removed;
+  }
+
   async close(): Promise<void> {}
 
   private pathOf(key: string): string {

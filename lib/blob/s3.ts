@@ -4,15 +4,17 @@
  * after the source ended cleanly, and aborts it otherwise.
  */
 import { createReadStream, mkdirSync } from 'node:fs';
-import { rm, stat } from 'node:fs/promises';
+import { readdir, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable, addAbortSignal } from 'node:stream';
 import {
+  AbortMultipartUploadCommand,
   DeleteObjectCommand,
   DeleteObjectsCommand,
   GetObjectCommand,
   HeadObjectCommand,
+  ListMultipartUploadsCommand,
   ListObjectsV2Command,
   S3Client,
   type S3ClientConfig,
@@ -196,6 +198,41 @@ export class S3BlobStore implements BlobStore {
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (token);
     return deleted;
+  }
+
+  /**
+   * Aborts multipart uploads under our prefix begun before `olderThan` (a crashed writer's parts would
+   * otherwise stay, billed and unreadable but not deleted), and removes old files of the upload folder.
+   * Buckets should also carry a lifecycle rule for incomplete uploads; this covers stores without one.
+   */
+  async sweepStale(olderThan: Date): Promise<number> {
+    let removed = 0;
+    let keyMarker: string | undefined;
+    let uploadIdMarker: string | undefined;
+    do {
+      const page = await this.client
+        .send(new ListMultipartUploadsCommand({ Bucket: this.bucket, Prefix: this.base || undefined, KeyMarker: keyMarker, UploadIdMarker: uploadIdMarker }))
+        .catch((err: unknown) => {
+          // Stores without the listing (s3rver, some gateways) rely on a lifecycle rule instead.
+          if ((err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode === 501) return { Uploads: [], IsTruncated: false, NextKeyMarker: undefined, NextUploadIdMarker: undefined };
+          throw err;
+        });
+      for (const upload of page.Uploads ?? []) {
+        if (!upload.Key || !upload.UploadId || !upload.Initiated || upload.Initiated >= olderThan) continue;
+        await this.client.send(new AbortMultipartUploadCommand({ Bucket: this.bucket, Key: upload.Key, UploadId: upload.UploadId }));
+        removed += 1;
+      }
+      [keyMarker, uploadIdMarker] = page.IsTruncated ? [page.NextKeyMarker, page.NextUploadIdMarker] : [undefined, undefined];
+    } while (keyMarker);
+    for (const name of await readdir(this.uploadTmpDir)) {
+      const path = join(this.uploadTmpDir, name);
+      const info = await stat(path).catch(() => null);
+      if (info && info.mtime < olderThan) {
+        await rm(path, { recursive: true, force: true });
+        removed += 1;
+      }
+    }
+    return removed;
   }
 
   async close(): Promise<void> {

@@ -52,6 +52,11 @@ export interface BlobStore {
    * keeps it inside its root so that `putFile` is a rename on the same filesystem.
    */
   readonly uploadTmpDir: string;
+  /**
+   * Removes what crashed writers left behind before `olderThan`: temporary files, incomplete multipart
+   * uploads. Resolves to the number removed.
+   */
+  sweepStale(olderThan: Date): Promise<number>;
   /** Release clients and sockets. */
   close(): Promise<void>;
 }

@@ -1,0 +1,72 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { mkdtemp, readFile, readdir, rm, utimes, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { registerUser, startTestService, type TestService } from './support/service';
+import { PASSPHRASE, createKey, download, waitJob } from './support/keys';
+import { startWorkers } from '../workers/worker';
+import { startS3 } from './support/s3';
+import { createBlobStore } from '../lib/blob';
+
+/** A copy of the blob store alone reveals nothing: uploads and decrypted outputs are sealed at rest. */
+let s: TestService;
+beforeAll(async () => {
+  s = await startTestService({ roles: ['web'] });
+});
+afterAll(async () => {
+  await s?.stop();
+});
+
+async function everyBlobFile(): Promise<Buffer> {
+  const root = s.env.BLOB_STORE_URL!;
+  const files = (await readdir(root, { recursive: true, withFileTypes: true })).filter((e) => e.isFile());
+  return Buffer.concat(await Promise.all(files.map((f) => readFile(join(f.parentPath, f.name)))));
+}
+
+describe('job blobs at rest', () => {
+  it('hold no plaintext: neither an upload waiting for its job nor a decrypted output', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const marker = Buffer.from('PLAINTEXT-MARKER-'.repeat(4096));
+
+    // No workers yet: the upload waits in the blob store.
+    const res = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'm.txt', data: marker }] } });
+    expect(res.status).toBe(202);
+    expect((await everyBlobFile()).includes('PLAINTEXT-MARKER-')).toBe(false);
+
+    const pool = await startWorkers(s.c, [{ queue: 'crypto', concurrency: 1 }]);
+    try {
+      expect((await waitJob(s.api, u.token, res.body.job_id)).state).toBe('completed');
+      const ciphertext = await download(s.api, u.token, res.body.job_id);
+      const dec = await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'm.gpg', data: ciphertext }] } });
+      expect((await waitJob(s.api, u.token, dec.body.job_id)).state).toBe('completed');
+      expect(Buffer.compare(await download(s.api, u.token, dec.body.job_id), marker)).toBe(0);
+      expect((await everyBlobFile()).includes('PLAINTEXT-MARKER-')).toBe(false);
+      // Its blobs open only with the job's data key, which is itself sealed under the master key.
+      const keyFile = await readFile(join(s.env.BLOB_STORE_URL!, 'jobs', dec.body.job_id, 'key'), 'utf8');
+      expect(keyFile).toMatch(/^s1\./);
+    } finally {
+      await pool.close();
+    }
+  });
+});
+
+describe('the S3 driver', () => {
+  it('sweeps old upload temp files; a store without ListMultipartUploads (s3rver) is no error', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'kms-s3-sweep-'));
+    const s3 = await startS3(dir);
+    const store = await createBlobStore(s3.env.BLOB_STORE_URL, { s3: { endpoint: s3.endpoint, region: 'us-east-1', accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } });
+    try {
+      const old = join(store.uploadTmpDir, `stale-${Date.now()}`);
+      await writeFile(old, 'left by a crash');
+      const past = new Date(Date.now() - 48 * 3600_000);
+      await utimes(old, past, past);
+      expect(await store.sweepStale(new Date(Date.now() - 24 * 3600_000))).toBeGreaterThanOrEqual(1);
+      await expect(readFile(old)).rejects.toThrow();
+    } finally {
+      await store.close();
+      await s3.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
