@@ -10,6 +10,7 @@ export interface LineageRow {
   algorithm: string;
   unlock_public: string;
   unlock_locked: string;
+  unlock_mac: string | null;
   key_ttl_days: number | null;
   disabled_at: Date | null;
   rotation_mode: 'policy' | 'interval' | 'off';
@@ -27,6 +28,7 @@ export interface KeyRow {
   encryption_key_ids: string[];
   algorithm: string;
   public_armored: string;
+  public_mac: string | null;
   private_sealed: string;
   secret_sealed: string;
   status: 'active' | 'rotated';

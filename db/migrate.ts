@@ -3,6 +3,7 @@ import * as m001 from './migrations/001_accounts';
 import * as m002 from './migrations/002_keys_and_jobs';
 import * as m003 from './migrations/003_rotation';
 import * as m004 from './migrations/004_account_hardening';
+import * as m005 from './migrations/005_key_integrity';
 import * as m006 from './migrations/006_job_request_hash';
 
 /**
@@ -14,6 +15,7 @@ const migrations: Record<string, Knex.Migration> = {
   '002_keys_and_jobs': m002,
   '003_rotation': m003,
   '004_account_hardening': m004,
+  '005_key_integrity': m005,
   '006_job_request_hash': m006,
 };
 

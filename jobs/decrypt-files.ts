@@ -7,6 +7,7 @@ import { unlockGeneration, unlockLineage } from '../lib/services/keys';
 import { recordAudit } from '../db/audit';
 import { insertOutputFiles } from '../db/jobs';
 import { lineageGenerations, recordKeyUse, type LineageRow } from '../db/keys';
+import { verifiedKey } from '../lib/services/key-integrity';
 
 export const DecryptRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string() });
 
@@ -35,7 +36,7 @@ export const decryptFiles = defineTrackedJob({
     const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
     if (!lineage) throw invalid('key_not_found', 'The key no longer exists.');
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
-    const generations = await lineageGenerations(c.db, lineage.id);
+    const generations = (await lineageGenerations(c.db, lineage.id)).map((g) => verifiedKey(c, g));
     const used = new Map<string, number>();
     const done = await transformFiles(c, row.id, progress, signal, async (source, file) => {
       const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });

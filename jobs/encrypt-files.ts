@@ -8,6 +8,7 @@ import { jobBlob } from '../lib/services/jobs';
 import { recordAudit } from '../db/audit';
 import { insertOutputFiles } from '../db/jobs';
 import { recordKeyUse, type KeyRow } from '../db/keys';
+import { verifiedKey } from '../lib/services/key-integrity';
 
 /** What the API stores in the job row for an encryption (nothing secret). */
 export const EncryptRequest = z.object({
@@ -34,6 +35,7 @@ export const encryptFiles = defineTrackedJob({
     if (req.recipient.type === 'stored') {
       key = await c.db<KeyRow>('pgp_keys').where({ id: req.recipient.key_id }).first();
       if (!key) throw new Error(`key ${req.recipient.key_id} vanished`);
+      verifiedKey(c, key);
       recipient = await readStoredPublicKey(key.public_armored);
     } else {
       const armored = await readText(await c.blob.get(jobBlob.recipient(row.id)), MAX_PUBLIC_KEY_BYTES);

@@ -1,4 +1,4 @@
-import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHmac, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto';
 
 /**
  * Envelope encryption of secrets at rest (and in Redis) under the master key: AES-256-GCM with the key id
@@ -10,6 +10,13 @@ export interface Sealer {
   seal(plaintext: string | Buffer, aad?: string): string;
   open(sealed: string, aad?: string): Buffer;
   openText(sealed: string, aad?: string): string;
+  /**
+   * Authenticates public data that decides where things are encrypted (a row's public key, fingerprint):
+   * HMAC-SHA256 under a key derived from the current master key, `m1.<kid>.<base64url>`, so a database
+   * write alone cannot swap it. `verifyMac` accepts tags of any configured master key.
+   */
+  mac(data: string): string;
+  verifyMac(data: string, tag: string): boolean;
 }
 
 const IV_BYTES = 12;
@@ -41,7 +48,18 @@ export function createSealer(current: string, previous: string[] = []): Sealer {
     return Buffer.concat([decipher.update(raw.subarray(IV_BYTES, raw.length - TAG_BYTES)), decipher.final()]);
   };
 
+  const macKeys = new Map([...keys].map(([kid, key]) => [kid, Buffer.from(hkdfSync('sha256', key, Buffer.alloc(0), 'kms/row-mac/v1', 32))]));
+  const hmac = (kid: string, data: string) => createHmac('sha256', macKeys.get(kid)!).update(data).digest();
+
   return {
+    mac: (data) => `m1.${currentKid}.${hmac(currentKid, data).toString('base64url')}`,
+    verifyMac(data, tag) {
+      const [version, kid, body] = tag.split('.');
+      if (version !== 'm1' || !kid || !macKeys.has(kid) || !body) return false;
+      const given = Buffer.from(body, 'base64url');
+      const expected = hmac(kid, data);
+      return given.length === expected.length && timingSafeEqual(given, expected);
+    },
     seal(plaintext, aad = '') {
       const iv = randomBytes(IV_BYTES);
       const cipher = createCipheriv('aes-256-gcm', currentKey, iv, { authTagLength: TAG_BYTES });

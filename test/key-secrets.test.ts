@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { PASSPHRASE, createKey, download, encrypt, runJob, waitJob } from './support/keys';
 import { unlockLineage, unlockGeneration } from '../lib/services/keys';
+import { backfillKeyMacs } from '../lib/services/key-integrity';
 
 /**
  * Key passphrases: one limited, audited check for every use (decrypt and rotate), holding under parallel
@@ -112,5 +113,37 @@ describe("another account's key", () => {
     const rows = await s.c.db('audit_logs').where({ user_id: intruder.id, action: 'key.access_denied' });
     expect(rows).toHaveLength(1);
     expect(rows[0]).toMatchObject({ status: 'failure', target: key.fingerprint, details: { reason: 'not_owner' } });
+  });
+});
+
+describe('public key columns', () => {
+  it('carry a MAC under the master key: a key swapped in the database is refused, nothing is encrypted to it', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const attacker = await createKey(s.api, u.token, { label: 'attacker' });
+    const theirs = await s.c.db('pgp_keys').where({ fingerprint: attacker.fingerprint }).first();
+    await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).update({ public_armored: theirs.public_armored });
+    const enc = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(10) }] } });
+    expect(enc.status).toBe(500);
+    expect(await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' })).toHaveLength(0);
+    expect((await s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(500);
+
+    // The lineage's unlock key (what rotation seals new generations to) likewise.
+    const other = await s.c.db('key_lineages').where({ id: attacker.id }).first();
+    await s.c.db('key_lineages').where({ id: attacker.id }).update({ unlock_public: (await s.c.db('key_lineages').where({ id: key.id }).first()).unlock_public });
+    expect((await s.api('POST', `/keys/${attacker.fingerprint}/rotate`, { token: u.token, body: {} })).status).toBe(500);
+    await s.c.db('key_lineages').where({ id: attacker.id }).update({ unlock_public: other.unlock_public });
+    expect((await s.api('POST', `/keys/${attacker.fingerprint}/rotate`, { token: u.token, body: {} })).status).toBe(202);
+  });
+
+  it('rows from before the MACs get theirs when a process starts, once', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).update({ public_mac: null });
+    await s.c.db('key_lineages').where({ id: key.id }).update({ unlock_mac: null });
+    expect((await s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(500);
+    expect(await backfillKeyMacs(s.c)).toBe(2);
+    expect(await backfillKeyMacs(s.c)).toBe(0);
+    expect((await s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(200);
   });
 });

@@ -7,6 +7,7 @@ import { rotateLineage } from '../lib/services/rotation';
 import { rotateDueKey } from '../jobs/rotate-due-key';
 import { readEvents } from '../lib/events';
 import { Watchdog } from '../jobs/watchdog';
+import { lineageMac } from '../lib/services/key-integrity';
 import { createLogger } from '../lib/logger';
 import type { Job } from 'bullmq';
 import { simpleParser } from 'mailparser';
@@ -187,8 +188,9 @@ describe('schedules and policy', () => {
     const v = await registerUser(s.api);
     const key = await createKey(s.api, v.token, { label: 'broken' });
     const lineage = await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).first();
-    // A corrupt lineage public key: the new generation's secret cannot be sealed.
-    await s.c.db('key_lineages').where({ id: lineage.lineage_id }).update({ unlock_public: 'broken' });
+    // A corrupt lineage public key (MAC'd, as if the service itself stored it): no secret can be sealed to it.
+    const broken = { id: lineage.lineage_id, user_id: v.id, unlock_public: 'broken' };
+    await s.c.db('key_lineages').where({ id: lineage.lineage_id }).update({ unlock_public: 'broken', unlock_mac: lineageMac(s.c, broken) });
     const job = { attemptsMade: 4, opts: { attempts: 5 } } as unknown as Job<JobEnvelope>;
     await expect(rotateDueKey.process({ lineage_id: lineage.lineage_id, from_generation: 1, trigger: 'policy' }, { c: s.c, job, log: createLogger('silent'), origin: { request_id: null, ip: null }, watchdog: new Watchdog({ timeoutMs: 60_000 }) })).rejects.toThrow();
     const h = await history(key.fingerprint, v.token);

@@ -113,7 +113,8 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
       files.push(file);
       streams.add(stream);
       stream.on('close', () => streams.delete(stream));
-      stream.on('error', () => undefined); // reported through the store's promise, or by fail()
+      let clientFailed = false; // the upload itself broke (cut off, malformed), not our side
+      stream.on('error', () => (clientFailed = true)); // reported through the store's promise, or by fail()
       stream.on('limit', () => {
         stream.destroy(tooLarge('file_too_large', `"${file.name}" is larger than the limit of ${opts.maxFileBytes} bytes.`));
       });
@@ -124,7 +125,8 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
           ({ size }) => {
             file.size = size;
           },
-          (err: unknown) => fail(err instanceof AppError ? err : new AppError(400, 'upload_interrupted', 'The upload ended before the file was complete.')),
+          // A broken upload is the client's 400; anything else (storage, integrity) stays what it is.
+          (err: unknown) => fail(err instanceof AppError || !clientFailed ? err : new AppError(400, 'upload_interrupted', 'The upload ended before the file was complete.')),
         ),
       );
     });

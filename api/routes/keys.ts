@@ -45,7 +45,7 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
   );
   if (form.algorithm === 'curve25519') {
     const first = await newGeneration(c, { ...spec, user_id: userId }, 1);
-    const { lineage, key } = await c.db.transaction((trx) => storeNewKey(trx, userId, spec, first, meta));
+    const { lineage, key } = await c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta));
     return { status: 201, body: keyOut(lineage, key, c.clock.now()) };
   }
   // The lock stays out of the job row: it travels sealed in the queue payload.

@@ -4,6 +4,7 @@ import type * as openpgp from 'openpgp';
 import type { Container } from '../container';
 import { conflict, notFound } from '../errors';
 import { notYours } from './access';
+import { keyMac, lineageMac, verifiedKey, verifiedLineage } from './key-integrity';
 import { generateKey, unlockPrivateKey, type KeyAlgorithm } from '../pgp/keys';
 import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
@@ -54,14 +55,11 @@ export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id
     expiresInDays: lineage.key_ttl_days ?? undefined,
     // Wall-clock time, not c.clock: OpenPGP.js checks key validity against the real time.
   });
+  const identity = { lineage_id: lineage.id, user_id: lineage.user_id, generation, fingerprint: key.fingerprint, encryption_key_ids: key.encryptionKeyIds, public_armored: key.publicArmored };
   return {
-    lineage_id: lineage.id,
-    user_id: lineage.user_id,
-    generation,
-    fingerprint: key.fingerprint,
-    encryption_key_ids: key.encryptionKeyIds,
+    ...identity,
+    public_mac: keyMac(c, identity),
     algorithm: key.algorithm,
-    public_armored: key.publicArmored,
     private_sealed: c.sealer.seal(key.privateArmored, aad.private(lineage.id, generation)),
     secret_sealed: c.sealer.seal(sealSecret(lineage.unlock_public, secret, aad.secret(lineage.id, generation)), aad.secret(lineage.id, generation)),
     expires_at: key.expiresAt,
@@ -69,8 +67,8 @@ export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id
 }
 
 /** Stores a new lineage with its first generation and the audit row, in the caller's transaction. */
-export async function storeNewKey(trx: Knex.Transaction, userId: string, spec: LineageSpec, first: GenerationRow, meta: Partial<RequestMeta> & { job_id?: string }): Promise<{ lineage: LineageRow; key: KeyRow }> {
-  const lineage = await insertLineage(trx, { ...spec, user_id: userId });
+export async function storeNewKey(c: Container, trx: Knex.Transaction, userId: string, spec: LineageSpec, first: GenerationRow, meta: Partial<RequestMeta> & { job_id?: string }): Promise<{ lineage: LineageRow; key: KeyRow }> {
+  const lineage = await insertLineage(trx, { ...spec, user_id: userId, unlock_mac: lineageMac(c, { ...spec, user_id: userId }) });
   const key = await insertKey(trx, first);
   await recordAudit(trx, {
     user_id: userId,
@@ -88,6 +86,7 @@ export interface Rekeyed {
   unlock_public: string;
   /** Master-key sealed. */
   unlock_locked: string;
+  unlock_mac: string;
   /** Each existing generation's secret, sealed to the new unlock key. */
   secrets: { id: string; secret_sealed: string }[];
 }
@@ -100,13 +99,19 @@ export interface Rekeyed {
  */
 export async function rekeyLineage(c: Container, lineage: LineageRow, generations: KeyRow[], passphrases: { current: string; next: string }): Promise<Rekeyed> {
   const old = await unlockLineage(c, lineage, passphrases.current);
+  for (const g of generations) verifiedKey(c, g);
   const lock = await createLineageLock(passphrases.next);
   const secrets = generations.map((g) => {
     const where = aad.secret(g.lineage_id, g.generation);
     const secret = openSealedSecret(old, c.sealer.openText(g.secret_sealed, where), where);
     return { id: g.id, secret_sealed: c.sealer.seal(sealSecret(lock.publicKey, secret, where), where) };
   });
-  return { unlock_public: lock.publicKey, unlock_locked: c.sealer.seal(lock.lockedPrivate, aad.unlock(lineage.id)), secrets };
+  return {
+    unlock_public: lock.publicKey,
+    unlock_locked: c.sealer.seal(lock.lockedPrivate, aad.unlock(lineage.id)),
+    unlock_mac: lineageMac(c, { id: lineage.id, user_id: lineage.user_id, unlock_public: lock.publicKey }),
+    secrets,
+  };
 }
 
 /** Opens the lineage's unlock key with the passphrase (422 `wrong_passphrase` when wrong). */
@@ -136,7 +141,7 @@ export function keyStatus(lineage: LineageRow, current: KeyRow, now: Date): KeyS
  */
 export async function requireKey(c: Container, userId: string, fingerprint: string, meta: RequestMeta): Promise<KeyView> {
   const view = await findKeyByFingerprint(c.db, userId, fingerprint);
-  if (view) return view;
+  if (view) return { lineage: verifiedLineage(c, view.lineage), current: verifiedKey(c, view.current), named: verifiedKey(c, view.named) };
   const elsewhere = await c.db('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).first();
   throw await notYours(c, { userId, resource: 'key', target: fingerprint, existsElsewhere: Boolean(elsewhere), meta }, notFound('key_not_found', 'No key with this fingerprint in your account.'));
 }

@@ -2,6 +2,7 @@ import type { Container } from '../container';
 import { conflict } from '../errors';
 import { publishEvent } from '../events';
 import { newGeneration, rekeyLineage } from './keys';
+import { verifiedLineage } from './key-integrity';
 import { recordAudit } from '../../db/audit';
 import { insertKey, lineageGenerations, type KeyRow, type LineageRow } from '../../db/keys';
 import { insertRotation, succeededRotationFrom, type RotationRow, type RotationTrigger } from '../../db/rotation';
@@ -28,10 +29,11 @@ export type RotateOutcome = { rotated: true; entry: RotationRow } | { rotated: f
 
 const isUniqueViolation = (err: unknown) => (err as { code?: string }).code === '23505';
 
-async function currentOf(c: Container, lineageId: string) {
+async function currentOf(c: Container, lineageId: string, verify = true) {
   const lineage = await c.db<LineageRow>('key_lineages').where({ id: lineageId }).first();
   const current = lineage && (await c.db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, status: 'active' }).first());
-  return lineage && current ? { lineage, current } : undefined;
+  // The next generation is sealed to this lineage's unlock public key: it must be the one we stored.
+  return lineage && current ? { lineage: verify ? verifiedLineage(c, lineage) : lineage, current } : undefined;
 }
 
 export async function rotateLineage(c: Container, input: RotateInput): Promise<RotateOutcome> {
@@ -58,7 +60,7 @@ export async function rotateLineage(c: Container, input: RotateInput): Promise<R
       await trx('pgp_keys').where({ id: current.id }).update({ status: 'rotated', rotated_at: now });
       const created = await insertKey(trx, next);
       if (rekeyed) {
-        await trx('key_lineages').where({ id: lineage.id }).update({ unlock_public, unlock_locked: rekeyed.unlock_locked, updated_at: now });
+        await trx('key_lineages').where({ id: lineage.id }).update({ unlock_public, unlock_locked: rekeyed.unlock_locked, unlock_mac: rekeyed.unlock_mac, updated_at: now });
         for (const g of rekeyed.secrets) await trx('pgp_keys').where({ id: g.id }).update({ secret_sealed: g.secret_sealed });
       }
       const row = await insertRotation(trx, {
@@ -95,7 +97,7 @@ export async function rotateLineage(c: Container, input: RotateInput): Promise<R
 
 /** A rotation that failed for good: history row, audit row (one transaction), and an event for the owner. */
 export async function recordRotationFailure(c: Container, input: RotateInput, error: { code: string; message: string }, trx = c.db): Promise<void> {
-  const found = await currentOf(c, input.lineageId);
+  const found = await currentOf(c, input.lineageId, false); // recording only: whatever state the rows are in
   if (!found) return;
   await insertRotation(trx, {
     user_id: found.lineage.user_id,
