@@ -81,11 +81,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
   }
   const e = parsed.data;
   const production = e.NODE_ENV === 'production';
-  const masterKeys = checkMasterKeys(e.MASTER_KEY ?? (production ? undefined : DEV_MASTER_KEY), e.MASTER_KEYS_PREVIOUS, production);
+  // Says why the development defaults were not used: NODE_ENV unset counts as production.
+  const why = `NODE_ENV is ${env.NODE_ENV ? e.NODE_ENV : 'unset (counts as production)'}; the public development defaults apply only with NODE_ENV=development or test (npm start sets development)`;
+  const masterKeys = checkMasterKeys(e.MASTER_KEY ?? (production ? undefined : DEV_MASTER_KEY), e.MASTER_KEYS_PREVIOUS, production, why);
   const jwtSecret = e.JWT_SECRET ?? (production ? undefined : DEV_JWT_SECRET);
-  if (!jwtSecret || (production && jwtSecret === DEV_JWT_SECRET)) {
-    throw new Error('JWT_SECRET must be set (32+ characters) unless NODE_ENV is development or test: the development secret is public');
-  }
+  if (!jwtSecret) throw new Error(`JWT_SECRET must be set (32+ random characters): ${why}`);
+  if (production && jwtSecret === DEV_JWT_SECRET) throw new Error('JWT_SECRET is the public development secret, which is not allowed outside development and test');
   if (production && Math.min(e.ARGON2_MEMORY_KIB, e.LINEAGE_KDF_MEMORY_KIB) < 19456) throw new Error('ARGON2_MEMORY_KIB and LINEAGE_KDF_MEMORY_KIB below 19456 are not allowed in production');
   return {
     env: e.NODE_ENV,
@@ -125,14 +126,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
 }
 
 const keyId = (spec: string) => (spec.indexOf(':') > 0 ? spec.slice(0, spec.indexOf(':')) : 'k1');
+/** The key material of a `kid:base64` spec (as the sealer reads it), so a renamed development key is still caught. */
+const keyMaterial = (spec: string) => Buffer.from(spec.slice(spec.indexOf(':') + 1), 'base64');
+const DEV_MASTER_KEY_MATERIAL = keyMaterial(DEV_MASTER_KEY);
 
 /**
  * Fails closed: no master key outside development and test, never the public development key there
  * (current or previous), and no key id twice (a previous key with the current id would replace it).
  */
-function checkMasterKeys(current: string | undefined, previous: string[], production: boolean): { current: string; previous: string[] } {
-  if (!current) throw new Error('MASTER_KEY must be set (kid:base64 of 32 bytes) unless NODE_ENV is development or test');
-  if (production && [current, ...previous].includes(DEV_MASTER_KEY)) {
+function checkMasterKeys(current: string | undefined, previous: string[], production: boolean, why: string): { current: string; previous: string[] } {
+  if (!current) throw new Error(`MASTER_KEY must be set (kid:base64 of 32 random bytes): ${why}`);
+  if (production && [current, ...previous].some((spec) => keyMaterial(spec).equals(DEV_MASTER_KEY_MATERIAL))) {
     throw new Error('the public development master key is not allowed in MASTER_KEY or MASTER_KEYS_PREVIOUS outside development and test');
   }
   const ids = [current, ...previous].map(keyId);

@@ -1,5 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { readFileSync } from 'node:fs';
 import { loadConfig } from '../lib/config';
 
 /** Configuration fails closed: the public development secrets only where the environment says so. */
@@ -23,6 +26,34 @@ describe('loadConfig', () => {
     const dev = loadConfig({ NODE_ENV: 'development' }).masterKeys.current;
     expect(() => loadConfig({ ...secrets, MASTER_KEYS_PREVIOUS: dev })).toThrow(/development master key/);
     expect(() => loadConfig({ ...secrets, MASTER_KEY: dev })).toThrow(/development master key/);
+    // The same public key material under another id is still the development key.
+    const renamed = `prod:${dev.slice(dev.indexOf(':') + 1)}`;
+    expect(() => loadConfig({ ...secrets, MASTER_KEY: renamed })).toThrow(/development master key/);
+    expect(() => loadConfig({ ...secrets, MASTER_KEYS_PREVIOUS: renamed })).toThrow(/development master key/);
+    expect(loadConfig({ NODE_ENV: 'test', MASTER_KEYS_PREVIOUS: renamed }).masterKeys.previous).toEqual([renamed]);
+  });
+
+  it('refuses the development JWT secret outside development and test', () => {
+    const devSecret = loadConfig({ NODE_ENV: 'development' }).jwt.secret;
+    expect(() => loadConfig({ ...secrets, JWT_SECRET: devSecret })).toThrow(/JWT_SECRET is the public development secret/);
+    expect(() => loadConfig({ ...secrets, NODE_ENV: 'production', JWT_SECRET: devSecret })).toThrow(/public development secret/);
+  });
+
+  it('a process started without NODE_ENV or secrets (as the Procfile does) exits with a clear message', async () => {
+    const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME };
+    const run = promisify(execFile)(process.execPath, ['--import', 'tsx', 'lib/main.ts', 'web'], { env, timeout: 15_000 });
+    const err = await run.then(
+      () => null,
+      (e: { code: number; stderr: string }) => e,
+    );
+    expect(err?.code).toBe(1);
+    expect(err?.stderr).toMatch(/MASTER_KEY must be set .*NODE_ENV is unset \(counts as production\)/);
+  });
+
+  it('npm start (the quick start) runs with NODE_ENV=development unless told otherwise; the Procfile roles do not', () => {
+    const scripts = JSON.parse(readFileSync('package.json', 'utf8')).scripts as Record<string, string>;
+    expect(scripts.start).toMatch(/^NODE_ENV=\$\{NODE_ENV:-development\} /);
+    for (const role of ['web', 'worker', 'scheduler']) expect(scripts[role]).not.toContain('NODE_ENV');
   });
 
   it('refuses a master key id that appears twice (a previous key would replace the current one)', () => {
