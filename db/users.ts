@@ -25,6 +25,9 @@ export const findUserByLogin = (db: Knex, identifier: string) =>
     .where((q) => q.whereRaw('lower(username) = lower(?)', [identifier]).orWhereRaw('lower(email) = lower(?)', [identifier]))
     .first();
 
+/** The live account's row, locked for the rest of the transaction. */
+export const lockLiveUser = (trx: Knex.Transaction, id: string) => live(trx).where({ id }).forUpdate().first();
+
 export const findUserByEmail = (db: Knex, email: string) => live(db).whereRaw('lower(email) = lower(?)', [email]).first();
 
 export async function insertUser(db: Knex, user: Pick<UserRow, 'username' | 'email' | 'company_name' | 'password_hash' | 'role'>): Promise<UserRow> {

@@ -42,7 +42,7 @@ describe('profile', () => {
     // the partner key does not outlive the password it was issued under
     expect((await s.api('GET', '/auth/me', { token: u.apiKey })).status).toBe(401);
     const revoked = await s.c.db('audit_logs').where({ user_id: u.id, action: 'profile.change_password', status: 'success' }).first();
-    expect(revoked.details).toEqual({ partner_keys_revoked: 1 });
+    expect(revoked.details).toEqual({ partner_keys_revoked: 1, email_changes_voided: 0 });
   });
 
   it('stores the rotation policy within bounds', async () => {

@@ -4,12 +4,12 @@ import type { Container } from '../container';
 import { AppError, conflict, forbidden, gone, badRequest, invalid, unauthorized } from '../errors';
 import { hashPassword, verifyPassword, dummyHash } from '../auth/passwords';
 import { signSession } from '../auth/jwt';
-import { spendThenCheck } from '../auth/limiters';
+import { consume, spendThenCheck } from '../auth/limiters';
 import { hashToken, newToken } from '../tokens';
 import { issuePartnerKey } from './partner-keys';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { notify } from './notify';
-import { bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertEmailChange, insertUser, lockEmailChange, updateUser, useEmailChanges, type UserRow } from '../../db/users';
+import { bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertEmailChange, insertUser, lockEmailChange, lockLiveUser, updateUser, useEmailChanges, type UserRow } from '../../db/users';
 import { retirePartnerKeys } from '../../db/partner-keys';
 import { insertPasswordReset, lockPasswordReset, usePasswordResets } from '../../db/password-resets';
 
@@ -108,9 +108,11 @@ export async function changePassword(c: Container, userId: string, input: { curr
   const password_hash = await hashPassword(input.new_password, c.config.argon2MemoryKib);
   const updated = await c.db.transaction(async (trx) => {
     const row = await bumpTokenVersion(trx, user.id, { password_hash });
-    // Partner keys do not outlive the password: whoever held the account may hold a key too.
+    // Partner keys and pending email changes do not outlive the password: whoever held the account
+    // may hold a key, or a confirmation token for an address of their own, too.
     const retired = await retirePartnerKeys(trx, user.id, 'revoked', c.clock.now());
-    await audit(meta)(trx, { user_id: user.id, action: 'profile.change_password', status: 'success', details: { partner_keys_revoked: retired } });
+    const voided = await useEmailChanges(trx, user.id, c.clock.now());
+    await audit(meta)(trx, { user_id: user.id, action: 'profile.change_password', status: 'success', details: { partner_keys_revoked: retired, email_changes_voided: voided } });
     return row;
   });
   await notify(c, updated.email, 'password-changed', { username: updated.username, at: c.clock.now().toISOString() }, meta.requestId);
@@ -155,10 +157,12 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
     }
     await usePasswordResets(trx, reset.user_id, now);
     const row = await bumpTokenVersion(trx, reset.user_id, { password_hash });
-    // The reset proves the mailbox: the email is verified. Partner keys do not outlive the old password.
+    // The reset proves the mailbox (reset tokens die when the email changes, so the token went to this
+    // address): the email is verified. Partner keys and pending email changes do not outlive the old password.
     const verified = row.email_verified_at ? row : await updateUser(trx, row.id, { email_verified_at: now });
     const retired = await retirePartnerKeys(trx, row.id, 'revoked', now);
-    await audit(meta)(trx, { user_id: row.id, action: 'auth.reset_password', status: 'success', details: { partner_keys_revoked: retired } });
+    const voided = await useEmailChanges(trx, row.id, now);
+    await audit(meta)(trx, { user_id: row.id, action: 'auth.reset_password', status: 'success', details: { partner_keys_revoked: retired, email_changes_voided: voided } });
     return promoteAdminEmail(c, trx, verified, meta);
   });
   // A successful reset proves control of the mailbox: lift any login lockout on the account.
@@ -181,6 +185,8 @@ export async function requestEmailChange(c: Container, userId: string, newEmail:
   if (newEmail.toLowerCase() === user.email.toLowerCase()) return;
   const other = await findUserByEmail(c.db, newEmail);
   if (other) throw conflict('email_taken', 'An account with this email already exists.');
+  // Each request mails an address of the caller's choosing: a budget per account keeps it from being a relay.
+  await consume(c.limiters.publicIp, `email-change:${user.id}`, 'Too many email change requests; wait before asking again.');
   const token = newToken();
   await c.db.transaction(async (trx) => {
     await insertEmailChange(trx, { user_id: user.id, new_email: newEmail, token_hash: hashToken(token), expires_at: new Date(c.clock.now().getTime() + EMAIL_CHANGE_TTL_MINUTES * 60_000) });
@@ -197,12 +203,17 @@ export async function confirmEmailChange(c: Container, token: string, meta: Requ
       const change = await lockEmailChange(trx, hashToken(token));
       if (!change) throw badRequest('invalid_email_token', 'The confirmation token is not valid.');
       const failure = change.used_at ? 'email_token_used' : change.expires_at <= now ? 'email_token_expired' : null;
-      if (failure) throw gone(failure, failure === 'email_token_used' ? 'This confirmation token was already used.' : 'This confirmation token has expired; ask again.');
-      const before = await trx<UserRow>('users').where({ id: change.user_id }).whereNull('deleted_at').forUpdate().first();
+      if (failure) {
+        await audit(meta)(c.db, { user_id: change.user_id, action: 'profile.change_email', status: 'failure', details: { stage: 'confirmation', reason: failure } });
+        throw gone(failure, failure === 'email_token_used' ? 'This confirmation token was already used.' : 'This confirmation token has expired; ask again.');
+      }
+      const before = await lockLiveUser(trx, change.user_id);
       if (!before) throw badRequest('invalid_email_token', 'The confirmation token is not valid.');
       await useEmailChanges(trx, before.id, now);
+      // Reset tokens mailed to the old address die with it: only the new mailbox can recover the account.
+      const resetsVoided = await usePasswordResets(trx, before.id, now);
       const row = await updateUser(trx, before.id, { email: change.new_email, email_verified_at: now });
-      await audit(meta)(trx, { user_id: row.id, action: 'profile.change_email', status: 'success', details: { stage: 'confirmed' } });
+      await audit(meta)(trx, { user_id: row.id, action: 'profile.change_email', status: 'success', details: { stage: 'confirmed', reset_tokens_voided: resetsVoided } });
       return { user: await promoteAdminEmail(c, trx, row, meta), old: before };
     })
     .catch((err: unknown) => {
