@@ -1,5 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SignJWT } from 'jose';
+import type { AddressInfo } from 'node:net';
+import { randomUUID } from 'node:crypto';
+import { createApp } from '../api/app';
+import { hashPassword } from '../lib/auth/passwords';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { startSmtpServer } from './support/smtp';
 
@@ -42,6 +46,16 @@ describe('password guessing', () => {
     expect(statuses(answers)).toEqual({ 401: 5, 429: 5 });
   });
 
+  it('an unknown identifier costs a point under its normalized form (case and spaces do not make new budgets)', async () => {
+    const ghost = `Ghost_${Date.now()}`;
+    const answers = [];
+    for (let i = 0; i < 7; i++) {
+      const identifier = [ghost, ghost.toLowerCase(), ghost.toUpperCase(), ` ${ghost} `][i % 4]!;
+      answers.push(await s.api('POST', '/auth/login', { body: { identifier, password: 'wrong password guess' } }));
+    }
+    expect(statuses(answers)).toEqual({ 401: 5, 429: 2 });
+  });
+
   it('a correct password gets its point back and clears the failures: honest logins never lock an account', async () => {
     const u = await registerUser(s.api);
     const login = (password: string) => s.api('POST', '/auth/login', { body: { identifier: u.username, password } });
@@ -67,7 +81,42 @@ describe('password guessing', () => {
   });
 });
 
+/** Serves createApp(config) of the test container on a free port: the real app with another proxy setting. */
+async function withApp<T>(config: Partial<TestService['config']>, fn: (url: string) => Promise<T>): Promise<T> {
+  const app = createApp({ ...s.c, config: { ...s.c.config, ...config } });
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  try {
+    return await fn(`http://127.0.0.1:${(server.address() as AddressInfo).port}/api/v1`);
+  } finally {
+    await new Promise((resolve) => server.close(resolve));
+  }
+}
+
+/** The client address the API recorded for one failed login sent with this X-Forwarded-For. */
+async function recordedIp(url: string, xff: string): Promise<string> {
+  const requestId = randomUUID();
+  const res = await fetch(`${url}/auth/login`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-forwarded-for': xff, 'x-request-id': requestId },
+    body: JSON.stringify({ identifier: `nobody-${requestId}`, password: 'wrong password guess' }),
+  });
+  expect(res.status).toBe(401);
+  return (await s.c.db('audit_logs').where({ request_id: requestId, action: 'auth.login' }).first()).ip;
+}
+
 describe('client addresses', () => {
+  it('in production too, TRUSTED_PROXY_COUNT=0 ignores X-Forwarded-For; N trusts the right-most N entries only', async () => {
+    await withApp({ production: true, trustedProxyCount: 0 }, async (url) => {
+      expect(await recordedIp(url, '203.0.113.9')).not.toContain('203.0.113.9');
+    });
+    await withApp({ production: true, trustedProxyCount: 2 }, async (url) => {
+      // client-forged, client as seen by the outer proxy, outer proxy as seen by the inner one
+      expect(await recordedIp(url, '203.0.113.9, 198.51.100.20, 192.0.2.1')).toBe('198.51.100.20');
+      expect(await recordedIp(url, '192.0.2.1')).toBe('192.0.2.1');
+    });
+  });
+
   it('ignore X-Forwarded-For unless TRUSTED_PROXY_COUNT says how many proxies to trust', async () => {
     const u = await registerUser(s.api);
     await s.api('POST', '/auth/login', { headers: { 'x-forwarded-for': '203.0.113.9' }, body: { identifier: u.username, password: u.password } });
@@ -106,7 +155,9 @@ describe('session tokens', () => {
       noSub: await new SignJWT({ role: 'user', tv: 0 }).setProtectedHeader({ alg: 'HS256', typ: 'kms-session+jwt' }).setIssuer('kms').setAudience('kms-api').setIssuedAt(now).setExpirationTime(now + 600).sign(secret()),
     };
     for (const [name, token] of Object.entries(bad)) expect((await s.api('GET', '/auth/me', { token })).status, name).toBe(401);
-    // A little clock skew is fine.
+    // A little clock skew is fine; more is not.
+    const ahead = await forge(u, (j) => j.setIssuedAt(now + 60).setExpirationTime(now + 660));
+    expect((await s.api('GET', '/auth/me', { token: ahead })).status).toBe(401);
     const skewed = await forge(u, (j) => j.setIssuedAt(now + 10).setExpirationTime(now + 610));
     expect((await s.api('GET', '/auth/me', { token: skewed })).status).toBe(200);
   });
@@ -130,9 +181,18 @@ describe('credentials that could take over an account', () => {
     expect((await s.api('POST', '/partners/rotate-api-key', { token: u.token })).status).toBe(200);
   });
 
-  it('new passwords have at least 12 characters', async () => {
+  it('new passwords have at least 12 characters (register, change, reset); existing shorter ones still log in', async () => {
     const res = await s.api('POST', '/partners/register', { body: { username: `short_${Date.now()}`, email: `short${Date.now()}@example.test`, password: 'elevenchars' } });
     expect(res.status).toBe(422);
+    expect(res.body.errors[0].path).toBe('body.password');
+    const u = await registerUser(s.api);
+    const change = await s.api('POST', '/profile/change-password', { token: u.token, body: { current_password: u.password, new_password: 'elevenchars' } });
+    expect(change.status).toBe(422);
+    const reset = await s.api('POST', '/auth/reset-password', { body: { token: 'x'.repeat(43), new_password: 'elevenchars' } });
+    expect(reset.status).toBe(422);
+    // An account whose password predates the rule (10 characters then) keeps logging in with it.
+    await s.c.db('users').where({ id: u.id }).update({ password_hash: await hashPassword('tenchars10', s.config.argon2MemoryKib) });
+    expect((await s.api('POST', '/auth/login', { body: { identifier: u.username, password: 'tenchars10' } })).status).toBe(200);
   });
 
   it('an email changes only when confirmed from the new address, with the current password; the old address is told', async () => {
@@ -185,7 +245,10 @@ describe('credentials that could take over an account', () => {
     } finally {
       queue.add = add;
     }
-    expect(added.map((a) => a.name)).toEqual(['request-password-reset', 'request-password-reset']);
+    // The in-process worker may enqueue the known account's email meanwhile; the request path adds one
+    // sealed job per request, known address or not, and nothing else.
+    expect(added.filter((a) => a.name === 'request-password-reset')).toHaveLength(2);
+    expect(added.filter((a) => a.name !== 'request-password-reset').every((a) => a.name === 'send-email')).toBe(true);
     expect(JSON.stringify(added)).not.toContain(u.email);
     await smtp.waitFor(u.email);
   });
