@@ -115,27 +115,33 @@ async function* open(source: Readable, dataKey: Buffer, blobKey: string): AsyncG
 
 /** Wraps a store so that job blobs are sealed at rest (see the file comment). */
 export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
-  const keys = new Map<string, Buffer>(); // small LRU: job id → data key
-  const remember = (jobId: string, key: Buffer) => {
-    keys.delete(jobId);
-    keys.set(jobId, key);
-    if (keys.size > KEY_CACHE_SIZE) keys.delete(keys.keys().next().value!);
-    return key;
-  };
+  // A small LRU of job id → data key. Promises, so that concurrent puts of one job (several files of
+  // one upload) share one key instead of racing to create two.
+  const keys = new Map<string, Promise<Buffer>>();
   const keyBlob = (jobId: string) => `jobs/${jobId}/key`;
 
-  async function dataKey(jobId: string, create: boolean): Promise<Buffer> {
-    const cached = keys.get(jobId);
-    if (cached) return remember(jobId, cached);
+  async function load(jobId: string, create: boolean): Promise<Buffer> {
     if (await inner.stat(keyBlob(jobId))) {
       const text = Buffer.concat(await (await inner.get(keyBlob(jobId))).toArray()).toString('utf8');
-      return remember(jobId, sealer.open(text, dataKeyAad(jobId)));
+      return sealer.open(text, dataKeyAad(jobId));
     }
     if (!create) throw new Error(`job ${jobId} has no data key: its blobs cannot be read`);
     const key = randomBytes(32);
     // The API's upload writes a job's first blob; workers only add outputs to jobs that have a key.
     await inner.put(keyBlob(jobId), Readable.from([Buffer.from(sealer.seal(key, dataKeyAad(jobId)))]));
-    return remember(jobId, key);
+    return key;
+  }
+
+  function dataKey(jobId: string, create: boolean): Promise<Buffer> {
+    let key = keys.get(jobId);
+    keys.delete(jobId);
+    if (!key) {
+      key = load(jobId, create);
+      key.catch(() => keys.delete(jobId));
+    }
+    keys.set(jobId, key);
+    if (keys.size > KEY_CACHE_SIZE) keys.delete(keys.keys().next().value!);
+    return key;
   }
 
   const jobOf = (key: string) => {

@@ -74,6 +74,13 @@ describe('sealed job blobs', () => {
     expect(await fails(`jobs/${other}/out/0`)).not.toBe('read');
   });
 
+  it('gives concurrent puts of one job one data key (several files of one upload)', async () => {
+    const job = randomUUID();
+    const files = [0, 1, 2, 3].map(() => randomBytes(1000));
+    await Promise.all(files.map((data, n) => put(`jobs/${job}/in/${n}`, data)));
+    for (const [n, data] of files.entries()) expect(Buffer.compare(await read(`jobs/${job}/in/${n}`), data)).toBe(0);
+  });
+
   it('passes keys outside jobs/ through unchanged', async () => {
     await store.put('other/plain', Readable.from([Buffer.from('as is')]));
     expect((await readFile(rawPath('other/plain'))).toString()).toBe('as is');
