@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { PASSPHRASE, createKey, waitJob } from './support/keys';
 import { startProcess, waitForOutput } from './support/process';
+import { startWorkers } from '../workers/worker';
 
 /**
  * Crash recovery with the default lock settings (a SIGKILLed worker's job is taken again within 35 s),
@@ -86,4 +87,38 @@ describe('a worker busy on a CPU-bound 1 GiB job', () => {
       for (const w of workers) w.kill('SIGKILL');
     }
   }, 180_000);
+});
+
+describe('graceful shutdown', () => {
+  it('never waits on a stuck job past WORKER_SHUTDOWN_GRACE_SECONDS: the job goes back to the queue and runs later', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    // A store whose reads never answer: the job is stuck (short of its own no-progress limit).
+    const blob = s.c.blob;
+    const get = blob.get.bind(blob);
+    blob.get = () => new Promise(() => undefined);
+    const config = { ...s.c.config, workerLocks: { ...s.c.config.workerLocks, shutdownGraceMs: 1000 } };
+    const pool = await startWorkers({ ...s.c, config }, [{ queue: 'crypto', concurrency: 1 }]);
+    let closed = false;
+    try {
+      const res = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(100) }] } });
+      await expect.poll(async () => (await s.c.db('jobs').where({ id: res.body.job_id }).first()).state, { timeout: 10_000, interval: 20 }).toBe('active');
+      const started = Date.now();
+      await pool.close();
+      closed = true;
+      expect(Date.now() - started).toBeLessThan(10_000);
+      expect((await s.c.db('jobs').where({ id: res.body.job_id }).first()).state).toBe('queued');
+
+      blob.get = get;
+      const again = await startWorkers(s.c, [{ queue: 'crypto', concurrency: 1 }]);
+      try {
+        expect((await waitJob(s.api, u.token, res.body.job_id)).state).toBe('completed');
+      } finally {
+        await again.close();
+      }
+    } finally {
+      blob.get = get;
+      if (!closed) await pool.close();
+    }
+  }, 60_000);
 });
