@@ -2,6 +2,7 @@ import { createCipheriv, createDecipheriv, createHash, randomBytes, timingSafeEq
 import { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
+import { sessionKeyV1 } from './session';
 
 /**
  * SEIPDv1 (RFC 9580 §5.13.1, "MDC") encryption on Node's own AES-256-CFB and SHA-1 (OpenSSL), for the
@@ -252,6 +253,9 @@ function innerTag(ctb: number): number {
   return ctb & 0x40 ? ctb & 0x3f : (ctb >> 2) & 0x0f;
 }
 
+/** What the fallback gets: every byte read so far, then the rest; and the session key, if known by then. */
+export type Fallback = (replayed: Readable, sessionKey?: openpgp.SessionKey) => Promise<NativeOpened>;
+
 async function* replay(recorded: Buffer[], rest: AsyncIterator<Buffer>): AsyncGenerator<Buffer> {
   yield* recorded;
   for (let n = await rest.next(); !n.done; n = await rest.next()) yield n.value;
@@ -259,15 +263,20 @@ async function* replay(recorded: Buffer[], rest: AsyncIterator<Buffer>): AsyncGe
 
 /**
  * Opens a binary message of public-key session key packets (v3) and one SEIPDv1 packet holding a
- * literal data packet, and decrypts it on Node's AES-CFB and SHA-1. Anything else (armor, passwords,
- * AEAD, compression, other ciphers) goes to `fallback`, given a stream that replays every byte read.
+ * literal data packet, and decrypts it on Node's AES-CFB and SHA-1. Anything else OpenPGP (passwords,
+ * AEAD, compression, signatures, other ciphers) goes to `fallback`, given a stream that replays every
+ * byte read; anything else inside the encrypted data is refused.
  * The final output chunk is held back until the MDC has been verified; a failed check errors the stream.
  */
-export async function openNative(input: Readable, fallback: (replayed: Readable) => Promise<NativeOpened>): Promise<NativeOpened> {
+export async function openNative(input: Readable, fallback: Fallback): Promise<NativeOpened> {
   const it = input[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
   const recorded: Buffer[] = [];
   const p = new Pull(it, recorded);
-  const giveUp = () => fallback(Readable.from(replay(recorded, it), { objectMode: false }));
+  const giveUp = (sessionKey?: openpgp.SessionKey) => {
+    const replayed = Readable.from(replay(recorded, it), { objectMode: false });
+    replayed.once('close', () => input.destroy()); // the replay does not end `it` by itself
+    return fallback(replayed, sessionKey);
+  };
 
   if (!(await p.fill(1))) return giveUp();
   const pkesks: Buffer[] = [];
@@ -299,16 +308,16 @@ export async function openNative(input: Readable, fallback: (replayed: Readable)
     encryptionKeyIds: keyIds,
     async decrypt(privateKey) {
       if (!privateKey.isDecrypted()) throw new Error('decrypt needs an unlocked private key');
-      let sessionKey: openpgp.DecryptedSessionKey | undefined;
+      let sessionKey: openpgp.SessionKey | undefined;
       try {
         const message = await openpgp.readMessage({ binaryMessage: Buffer.concat(pkesks) });
-        [sessionKey] = await openpgp.decryptSessionKeys({ message, decryptionKeys: privateKey });
+        sessionKey = await sessionKeyV1(message, privateKey);
       } catch {
         input.destroy();
         throw invalid('no_matching_key', 'the message is not encrypted to this key');
       }
       const cipherName = sessionKey?.algorithm ? CFB[sessionKey.algorithm] : undefined;
-      if ((await bodyPull.take(1))[0] !== 1 || !sessionKey || !cipherName) return (await giveUp()).decrypt(privateKey);
+      if ((await bodyPull.take(1))[0] !== 1 || !sessionKey || !cipherName) return (await giveUp(sessionKey)).decrypt(privateKey);
 
       const decipher = createDecipheriv(cipherName, Buffer.from(sessionKey.data), Buffer.alloc(16));
       // The prefix's repeated octets ("quick check") are not consulted: RFC 9580 §14.4 warns against
@@ -321,8 +330,15 @@ export async function openNative(input: Readable, fallback: (replayed: Readable)
         case 8: // compressed, one-pass signature, signature, padding: OpenPGP.js reads those
         case 4:
         case 2:
-        case 21:
-          return (await giveUp()).decrypt(privateKey);
+        case 21: {
+          // OpenPGP.js's cost is per partial chunk: hold its first one to the 512-octet minimum too.
+          const length = ctb[0]! & 0x40 ? decipher.update(await bodyPull.take(1))[0]! : 0;
+          if (length >= 224 && length < 255 && 1 << (length & 0x1f) < MIN_PARTIAL) {
+            input.destroy();
+            throw malformed(`a partial body length of ${1 << (length & 0x1f)} octets (the minimum is ${MIN_PARTIAL})`);
+          }
+          return (await giveUp(sessionKey)).decrypt(privateKey);
+        }
         default:
           // Anything else here (another encrypted packet: a one-octet change does that) is refused at
           // once; OpenPGP.js never settles on some of these.

@@ -4,6 +4,8 @@ import { createDeflate, createInflate, createInflateRaw } from 'node:zlib';
 import * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
 import { MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
+import { SESSION_KEY_CONFIG, sessionKeyV1 } from './session';
+import { Watch, type WatchOptions } from './watch';
 
 /**
  * Streaming OpenPGP encryption and decryption with flat memory, whatever the file size.
@@ -24,7 +26,7 @@ const { enums } = openpgp;
 
 // ---------------------------------------------------------------------------------------- encrypt
 
-export interface EncryptStreamOptions {
+export interface EncryptStreamOptions extends WatchOptions {
   armor: boolean;
   /** zlib, if the recipient's key lists it (ours do). Off by default: most files are compressed already. */
   compress?: boolean;
@@ -38,12 +40,25 @@ export interface EncryptStreamOptions {
  * Encrypts `input` to `recipient`. For v4 keys without the SEIPDv2 feature flag (ours, gpg's, sq's)
  * the output is SEIPDv1 (MDC) with AES-256, which gpg 2.2 and sq read. Errors on the returned stream:
  * the input's own error unchanged, anything else as it comes. An unusable key is 422 `no_encryption_key`.
+ * `signal` aborts (its reason; the input is destroyed); `idleMs` (default 30 s) bounds how long
+ * OpenPGP.js may move no bytes while we wait on it (422 `malformed_message`).
  */
 export async function encryptStream(input: Readable, recipient: openpgp.PublicKey, opts: EncryptStreamOptions): Promise<Readable> {
-  if (nativeEncryptable(recipient, opts)) return encryptNative(input, recipient, opts);
+  const watch = new Watch(input, opts);
+  watch.check();
+  if (nativeEncryptable(recipient, opts)) {
+    // Node's crypto cannot stall; only the signal applies.
+    const out = await watch.call(encryptNative(input, recipient, opts));
+    watch.onFail((err) => out.destroy(err));
+    out.once('close', () => watch.close());
+    return out;
+  }
   const filename = opts.filename ?? '';
-  if (Buffer.byteLength(filename) > 255) throw invalid('invalid_filename', 'filename must be at most 255 bytes of UTF-8');
-  const source = new NodeSource(input);
+  if (Buffer.byteLength(filename) > 255) {
+    watch.close();
+    throw invalid('invalid_filename', 'filename must be at most 255 bytes of UTF-8');
+  }
+  const source = new NodeSource(input, watch);
   let message = await openpgp.createMessage({ binary: source.open(), filename, format: 'binary', date: opts.date });
   if (opts.compress && (await acceptsZlib(recipient))) message = zlibCompressed(message);
   const config: openpgp.PartialConfig = {
@@ -58,17 +73,19 @@ export async function encryptStream(input: Readable, recipient: openpgp.PublicKe
   try {
     const base = { message, encryptionKeys: recipient, config };
     const encrypted = opts.armor
-      ? await openpgp.encrypt({ ...base, format: 'armored' })
-      : await openpgp.encrypt({ ...base, format: 'binary' });
+      ? await watch.call(openpgp.encrypt({ ...base, format: 'armored' }))
+      : await watch.call(openpgp.encrypt({ ...base, format: 'binary' }));
     out = encrypted as unknown as WebStream;
   } catch (err) {
     input.destroy();
+    watch.close();
+    if (watch.failure) throw watch.failure;
     if (/encryption key|expired|revoked/i.test(errMessage(err))) {
       throw invalid('no_encryption_key', `cannot encrypt to this key: ${errMessage(err)}`);
     }
     throw err;
   }
-  return new WebSource(out, (err) => source.failure ?? asError(err), false);
+  return new WebSource(out, (err) => watch.failure ?? source.failure ?? asError(err), false, watch);
 }
 
 /** Recipients that do not list zlib get uncompressed data (only "uncompressed" is a MUST in RFC 9580). */
@@ -122,12 +139,17 @@ function installStreamingInflate(): void {
   if (typeof original !== 'function') throw new Error('OpenPGP.js internals changed: CompressedDataPacket.decompress is gone');
   proto.decompress = async function (this: CompressedPacketFields, config?: openpgp.Config) {
     const raw = this.algorithm === enums.compression.zip;
+    if (this.compressed instanceof ReadableStream && this.algorithm === enums.compression.uncompressed) {
+      this.compressed = new NodeSource(new WebSource(this.compressed as WebStream, asError, false)).open(reframe);
+      return original.call(this, config);
+    }
     if (!(this.compressed instanceof ReadableStream) || !(raw || this.algorithm === enums.compression.zlib)) {
       return original.call(this, config);
     }
     const algorithm = this.algorithm;
     const inflate = raw ? createInflateRaw({ chunkSize: ZLIB_CHUNK }) : createInflate({ chunkSize: ZLIB_CHUNK });
-    this.compressed = throughNodeZlib(this.compressed as WebStream, inflate);
+    // Re-framed like the outer packets: OpenPGP.js's cost is per partial chunk (and tiny ones are refused).
+    this.compressed = throughNodeZlib(this.compressed as WebStream, inflate, reframe);
     this.algorithm = enums.compression.uncompressed;
     try {
       await original.call(this, config);
@@ -140,22 +162,24 @@ function installStreamingInflate(): void {
 const PATCHED = Symbol.for('kms.openpgp.streamingInflate');
 installStreamingInflate();
 
-function throughNodeZlib(input: WebStream, transform: NodeJS.ReadWriteStream & Readable): ReadableStream<Uint8Array> {
+function throughNodeZlib(
+  input: WebStream,
+  transform: NodeJS.ReadWriteStream & Readable,
+  rewrite?: (chunks: AsyncIterable<Uint8Array>) => AsyncIterable<Uint8Array>,
+): ReadableStream<Uint8Array> {
   // Errors (a broken input, a bad zlib stream) reach whoever reads the returned stream.
   pipeline(new WebSource(input, asError, false), transform).catch(() => {});
-  return new NodeSource(transform).open();
+  return new NodeSource(transform).open(rewrite);
 }
 
 // ---------------------------------------------------------------------------------------- decrypt
 
-export interface OpenEncryptedOptions {
+export interface OpenEncryptedOptions extends WatchOptions {
   /** Cap on the decompressed size of compressed messages (decompression bombs); 413 when exceeded. */
   maxDecompressedBytes: number;
-  /**
-   * Aborts reading: every call into OpenPGP.js races it (some hostile messages make OpenPGP.js never
-   * settle) and the input is destroyed. Jobs pass their watchdog's signal (deadline and no-progress limit).
-   */
-  signal?: AbortSignal;
+  // `signal` aborts reading: every call into OpenPGP.js and every read of its output races it, and the
+  // input is destroyed. Jobs pass their watchdog's signal (deadline and no-progress limit). `idleMs`
+  // (default 30 s): OpenPGP.js never settles on some hostile messages; 422 malformed_message after it.
 }
 
 export interface DecryptedStream extends Readable {
@@ -188,12 +212,31 @@ const WILDCARD_KEY_ID = '0000000000000000';
  */
 export async function openEncrypted(input: Readable, opts: OpenEncryptedOptions): Promise<OpenedMessage> {
   if (!(opts.maxDecompressedBytes > 0)) throw new Error('openEncrypted: maxDecompressedBytes must be positive');
-  const { signal } = opts;
-  signal?.throwIfAborted();
-  signal?.addEventListener('abort', () => input.destroy(signal.reason as Error), { once: true });
+  const watch = new Watch(input, opts);
+  watch.check();
   // The common case (SEIPDv1, AES, no compression; binary or armored) runs on Node's own crypto, which
   // also vets the packets inside; the rest goes to OpenPGP.js.
-  return openNative(await binaryPackets(input), (replayed) => openWithOpenPGPjs(replayed, opts));
+  let opened: OpenedMessage;
+  try {
+    opened = await openNative(await binaryPackets(input), (replayed, sessionKey) => openWithOpenPGPjs(replayed, opts, watch, sessionKey));
+  } catch (err) {
+    watch.close();
+    throw watch.failure ?? err;
+  }
+  return {
+    encryptionKeyIds: opened.encryptionKeyIds,
+    async decrypt(privateKey) {
+      try {
+        const out = await opened.decrypt(privateKey);
+        // On the native path the signal destroys the input, which fails the output with its reason.
+        out.once('close', () => watch.close());
+        return out;
+      } catch (err) {
+        watch.close();
+        throw watch.failure ?? err;
+      }
+    },
+  };
 }
 
 /**
@@ -221,21 +264,12 @@ async function binaryPackets(input: Readable): Promise<Readable> {
   return out;
 }
 
-/** `work`, unless `signal` aborts first (then its reason): OpenPGP.js calls that never settle lose. */
-function raced<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
-  if (!signal) return work;
-  work.catch(() => undefined);
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason as Error);
-    if (signal.aborted) return onAbort();
-    signal.addEventListener('abort', onAbort, { once: true });
-    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
-}
-
-async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions): Promise<OpenedMessage> {
-  if (!(opts.maxDecompressedBytes > 0)) throw new Error('openEncrypted: maxDecompressedBytes must be positive');
-  const source = new NodeSource(input);
+/**
+ * `sessionKey`: when the native path already decrypted it (then OpenPGP.js does not decrypt it again).
+ * Every call and output read races `watch` (signal, idle timeout): OpenPGP.js may never settle.
+ */
+async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, watch: Watch, sessionKey?: openpgp.SessionKey): Promise<OpenedMessage> {
+  const source = new NodeSource(input, watch);
   const fail = (err: AppError) => {
     input.destroy();
     return err;
@@ -245,6 +279,7 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions): P
   if (kind === 'unknown') throw fail(invalid('malformed_message', 'not an OpenPGP message (neither armored nor binary packets)'));
 
   const config: openpgp.PartialConfig = {
+    ...SESSION_KEY_CONFIG,
     allowUnauthenticatedStream: true,
     allowUnauthenticatedMessages: false,
     maxDecompressedMessageSize: opts.maxDecompressedBytes,
@@ -253,11 +288,10 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions): P
   try {
     // Our own de-armoring and re-framing: see `dearmor` and `reframe` for why.
     const bytes = source.open((chunks) => reframe(kind === 'armored' ? dearmor(chunks) : chunks));
-    message = await raced(openpgp.readMessage({ binaryMessage: bytes as WebStream, config }), opts.signal);
+    message = await watch.call(openpgp.readMessage({ binaryMessage: bytes as WebStream, config }));
   } catch (err) {
     input.destroy();
-    if (opts.signal?.aborted) throw err;
-    throw source.failure ?? invalid('malformed_message', `not a readable OpenPGP message: ${errMessage(err)}`);
+    throw watch.failure ?? source.failure ?? invalid('malformed_message', `not a readable OpenPGP message: ${errMessage(err)}`);
   }
   const encryptionKeyIds = [...new Set(message.getEncryptionKeyIDs().map((id) => id.toHex()))];
   if (encryptionKeyIds.length === 0) throw fail(invalid('malformed_message', 'the message is not encrypted to a public key'));
@@ -275,13 +309,19 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions): P
       }
       let result: { data: unknown; filename: string };
       try {
-        result = await raced(openpgp.decrypt({ message, decryptionKeys: privateKey, format: 'binary', config }), opts.signal);
+        // SEIPDv1: one session key, chosen by us (see sessionKeyV1); OpenPGP.js would try several at once.
+        const v1 = (message.packets.findPacket(enums.packet.symEncryptedIntegrityProtectedData) as { version?: number } | undefined)?.version === 1;
+        const sessionKeys = sessionKey ?? (v1 ? await watch.call(sessionKeyV1(message, privateKey)) : undefined);
+        result = await watch.call(
+          sessionKeys
+            ? openpgp.decrypt({ message, sessionKeys, format: 'binary', config })
+            : openpgp.decrypt({ message, decryptionKeys: privateKey, format: 'binary', config }),
+        );
       } catch (err) {
         input.destroy();
-        if (opts.signal?.aborted) throw err;
-        throw source.failure ?? mapDecryptError(err);
+        throw watch.failure ?? source.failure ?? mapDecryptError(err);
       }
-      const out = new WebSource(result.data as WebStream, (err) => source.failure ?? mapDecryptError(err), true);
+      const out = new WebSource(result.data as WebStream, (err) => watch.failure ?? source.failure ?? mapDecryptError(err), true, watch);
       return Object.assign(out, { filename: result.filename ?? '' });
     },
   };
@@ -313,6 +353,9 @@ const malformed = (why: string) => invalid('malformed_message', `the message is 
  * skipped and the CRC24 line is ignored, as RFC 9580 §6.1 requires of receivers (the MDC or AEAD tag
  * protects the data). Stops at the END line: anything after the first message is not read.
  */
+/** Longer than any read plus what is carried over, so only a line that never ends can reach it. */
+const MAX_ARMOR_LINE = 4 << 20;
+
 async function* dearmor(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
   let state = 'begin' as 'begin' | 'headers' | 'body';
   let partial = ''; // an incomplete last line
@@ -377,6 +420,8 @@ async function* dearmor(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8
     const lines = text.split('\n');
     partial = lines.pop() ?? '';
     if (partial.length > 1 << 20 && state !== 'body') throw malformed('armor header line too long');
+    // A long body line that is not plain base64 would be re-read with every chunk (quadratic).
+    if (partial.length > MAX_ARMOR_LINE && !/^[A-Za-z0-9+/]+$/.test(partial)) throw malformed('armor line too long');
     for (const line of lines) {
       if (take(line)) {
         const last = decoded(true);
@@ -412,26 +457,40 @@ async function* reframe(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8
     const tag = await r.byte();
     if (tag === null) return;
     if (!(tag & 0x80)) throw malformed('invalid packet header');
+    // OpenPGP.js buffers all but data packets whole: cap them (session keys, signatures and padding
+    // are far smaller), and a marker is "PGP" (RFC 9580 §5.8).
+    const packetTag = tag & 0x40 ? tag & 0x3f : (tag >> 2) & 0x0f;
+    const isData = DATA_TAGS.has(packetTag);
+    const checkLength = (n: number) => {
+      if (packetTag === 10 && n !== 3) throw malformed('a marker packet that is not "PGP"');
+      if (!isData && n > MAX_SMALL_PACKET) throw malformed(`a packet of type ${packetTag} longer than ${MAX_SMALL_PACKET} octets`);
+    };
     if (!(tag & 0x40)) {
       // Legacy format: lengths of 1, 2 or 4 octets, or "until the end" (type 3).
       const type = tag & 3;
       if (type === 3) {
+        if (!isData) throw malformed(`a packet of type ${packetTag} of indeterminate length`);
         yield Uint8Array.of(tag);
         yield* r.rest();
         return;
       }
       const length = await r.exact(1 << type);
+      const n = length.reduce((n, b) => n * 256 + b, 0);
+      checkLength(n);
       yield concatBytes([Uint8Array.of(tag), length]);
-      yield* r.body(length.reduce((n, b) => n * 256 + b, 0));
+      yield* r.body(n);
       continue;
     }
     const first = await r.need();
     if (first < 224 || first === 255) {
       const rest = await r.exact(first < 192 ? 0 : first < 224 ? 1 : 4);
+      const n = definiteLength(first, rest);
+      checkLength(n);
       yield concatBytes([Uint8Array.of(tag, first), rest]);
-      yield* r.body(definiteLength(first, rest));
+      yield* r.body(n);
       continue;
     }
+    if (!isData) throw malformed(`partial body lengths in a packet of type ${packetTag}`); // RFC 9580 §4.2.1.4
     // Partial body lengths: collect and re-emit as CHUNK_BYTES partial chunks plus a definite last one.
     yield Uint8Array.of(tag);
     let pending: Uint8Array[] = [];
@@ -465,6 +524,11 @@ async function* reframe(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8
     if (pendingBytes) yield concatBytes(pending);
   }
 }
+
+/** Packets that may be streamed (partial lengths; RFC 9580 §4.2.1.4): compressed, SED, literal, SEIPD, AEAD. */
+const DATA_TAGS = new Set([8, 9, 11, 18, 20]);
+/** Largest other packet we pass on: RSA-16384 session keys and signatures are a few KiB. */
+const MAX_SMALL_PACKET = 64 * 1024;
 
 function countNewlines(text: string): number {
   let n = 0;
@@ -557,12 +621,15 @@ class NodeSource {
   private readonly iterator: AsyncIterator<unknown>;
   private readonly head: Uint8Array[] = [];
 
-  constructor(private readonly input: Readable) {
+  constructor(
+    private readonly input: Readable,
+    private readonly watch?: Watch,
+  ) {
     this.iterator = input[Symbol.asyncIterator]();
   }
 
   private async next(): Promise<Uint8Array | null> {
-    const { done, value } = await this.iterator.next();
+    const { done, value } = await (this.watch ? this.watch.pulling(this.iterator.next()) : this.iterator.next());
     if (done) return null;
     if (typeof value === 'string') return Buffer.from(value);
     const bytes = value as Uint8Array;
@@ -634,9 +701,14 @@ class WebSource extends Readable {
     stream: WebStream,
     private readonly mapError: (err: unknown) => Error,
     private readonly holdBack: boolean,
+    private readonly watch?: Watch,
   ) {
     super({ highWaterMark: CHUNK_BYTES });
     this.reader = stream.getReader();
+    if (watch) {
+      watch.onFail((err) => this.destroy(err));
+      this.once('close', () => watch.close());
+    }
   }
 
   override _read(): void {
@@ -648,8 +720,10 @@ class WebSource extends Readable {
   private async pump(): Promise<void> {
     try {
       for (;;) {
-        const { done, value } = await this.reader.read();
+        const idle = this.watch?.busy();
+        const { done, value } = await this.reader.read().finally(idle);
         if (this.destroyed) return;
+        this.watch?.moved();
         if (done) {
           if (this.held) this.push(this.held);
           this.held = null;
