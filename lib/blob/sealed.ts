@@ -1,37 +1,65 @@
 /**
  * Job blobs sealed at rest. Everything under `jobs/<job id>/` (uploads, outputs, a supplied public key)
  * is encrypted with a per-job data key, so a copy of the blob store alone reveals nothing: the data key
- * lives beside the blobs as `jobs/<id>/key`, sealed under the master key with the job id as AAD.
+ * (32 random bytes) lives beside the blobs as `jobs/<id>/key`, sealed under the master key with
+ * `job-data-key:<id>` as AAD. The API's upload is a job's first writer and creates the key; workers
+ * only add outputs to a job that has one.
  *
  * A sealed blob is a STREAM construction (as in age or Tink's streaming AEAD):
- *   header  "KMSB" ‖ version 1 ‖ salt (16 random bytes)
- *   chunks  AES-256-GCM of each 1 MiB of plaintext (the last one shorter, possibly empty), tag appended
- * The chunk key is HKDF-SHA256(data key, salt, "kms/blob/v1" ‖ blob key), so a blob moved to another key
- * or job does not open; the nonce is the chunk index (11 bytes) and a final-chunk flag (1 byte), so
- * reordered, dropped, truncated or extended chunks do not open either. Each chunk is verified before
- * any of its bytes is handed on. Keys outside `jobs/` pass through unchanged.
+ *   header  "KMSB" ‖ version 0x01 ‖ salt (16 random bytes)                                  21 bytes
+ *   chunks  AES-256-GCM of each 1 MiB of plaintext, 16-byte tag appended                1 MiB + 16 each
+ *           then one final chunk of 0 to 1 MiB - 1 bytes (+ 16): every blob ends with a short chunk
+ * The chunk key is HKDF-SHA256(data key, salt, "kms/blob/v1\0" ‖ blob key): a blob moved to another key
+ * or job does not open. The nonce is the chunk index (11 bytes, big-endian) ‖ final flag (1 byte): a
+ * reordered, dropped, truncated or extended blob does not open either. Each chunk is verified before
+ * any of its bytes is handed on; a failure is a plain Error on the stream.
+ *
+ * Because only the final chunk is short, a reader knows a chunk's flag as soon as it has a whole one (or
+ * the end): it never holds more than one chunk, and it never copies one together (chunks are kept as
+ * references to the source's buffers and fed to one cipher per chunk).
+ *
+ * Keys outside `jobs/` pass through unchanged. Byte ranges of sealed blobs are refused: nothing reads
+ * job blobs by range.
  */
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import type { Sealer } from '../sealer';
-import { type BlobStore, type ByteRange, type PutOptions, STREAM_CHUNK_BYTES } from './types';
+import { type BlobStore, type ByteRange, type PutOptions, BlobNotFoundError, STREAM_CHUNK_BYTES } from './types';
 
 const MAGIC = Buffer.from('KMSB\x01', 'latin1');
 const SALT_BYTES = 16;
-const HEADER_BYTES = MAGIC.length + SALT_BYTES;
+export const SEALED_HEADER_BYTES = MAGIC.length + SALT_BYTES;
 const TAG_BYTES = 16;
 const CHUNK = STREAM_CHUNK_BYTES;
 const SEALED_CHUNK = CHUNK + TAG_BYTES;
-const JOB_KEY = /^jobs\/([0-9a-f-]{36})\/(.+)$/;
+const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
+const JOB_BLOB = new RegExp(`^jobs/(${UUID})/(.+)$`);
+const JOB_DIR = new RegExp(`^jobs/(${UUID})/$`);
+/** Name of the sealed data key inside a job's folder; reserved: callers cannot read or write it. */
+const KEY_NAME = 'key';
+const KEY_BLOB_MAX_BYTES = 4096;
 const KEY_CACHE_SIZE = 256;
+const KEY_CACHE_MS = 5 * 60_000;
 
 export const dataKeyAad = (jobId: string) => `job-data-key:${jobId}`;
+const keyBlobOf = (jobId: string) => `jobs/${jobId}/${KEY_NAME}`;
 
-/** Plaintext size of a sealed blob of `size` bytes (header, then chunks of CHUNK + tag). */
-export function plaintextSize(size: number): number {
-  const body = size - HEADER_BYTES;
-  const chunks = Math.max(1, Math.ceil(body / SEALED_CHUNK));
-  return body - chunks * TAG_BYTES;
+/** Size of the sealed form of `size` plaintext bytes. */
+export function sealedSize(size: number): number {
+  const full = Math.floor(size / CHUNK);
+  return SEALED_HEADER_BYTES + full * SEALED_CHUNK + (size - full * CHUNK) + TAG_BYTES;
+}
+
+/** Plaintext size of a sealed blob of `size` bytes, or null when no sealed blob has that size. */
+export function plaintextSize(size: number): number | null {
+  const body = size - SEALED_HEADER_BYTES;
+  if (!Number.isSafeInteger(body) || body < TAG_BYTES) return null;
+  const full = Math.floor(body / SEALED_CHUNK);
+  const tail = body - full * SEALED_CHUNK;
+  // The final chunk is always shorter than a full one, and never missing.
+  return tail < TAG_BYTES ? null : full * CHUNK + tail - TAG_BYTES;
 }
 
 function chunkKey(dataKey: Buffer, salt: Buffer, blobKey: string): Buffer {
@@ -40,162 +68,260 @@ function chunkKey(dataKey: Buffer, salt: Buffer, blobKey: string): Buffer {
 
 function nonce(index: number, final: boolean): Buffer {
   const n = Buffer.alloc(12);
-  n.writeUIntBE(index, 5, 6); // 11 counter bytes, the low 6 used (2^48 chunks)
+  n.writeUIntBE(index, 5, 6); // an 11-byte counter of which the low 6 bytes are used (2^48 chunks)
   n[11] = final ? 1 : 0;
   return n;
 }
 
+interface Frame {
+  /** The frame's bytes, as slices of the source's buffers (never copied). */
+  parts: Buffer[];
+  bytes: number;
+  /** The source ended: this is the remainder, shorter than a frame (possibly empty). */
+  last: boolean;
+}
+
 /**
- * Re-cuts a stream into pieces of exactly `size` bytes (the first of `first` bytes, the last one
- * shorter and possibly empty), copying each byte once.
+ * Cuts a stream into frames of exactly `size` bytes (the first one `first` bytes), then one last frame
+ * with what remains, possibly nothing. Holds at most one frame, by reference.
  */
-async function* pieces(source: AsyncIterable<Buffer>, size: number, first = size): AsyncGenerator<Buffer> {
+async function* frames(source: AsyncIterable<Buffer | string>, size: number, first = size): AsyncGenerator<Frame> {
   let want = first;
-  let buf = Buffer.allocUnsafe(want);
-  let used = 0;
+  let parts: Buffer[] = [];
+  let bytes = 0;
   for await (const chunk of source) {
-    for (let at = 0; at < chunk.length; ) {
-      const n = Math.min(want - used, chunk.length - at);
-      chunk.copy(buf, used, at, at + n);
-      used += n;
-      at += n;
-      if (used === want) {
-        yield buf;
-        want = size;
-        buf = Buffer.allocUnsafe(want);
-        used = 0;
-      }
+    let buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    while (bytes + buf.length >= want) {
+      const take = want - bytes;
+      parts.push(buf.subarray(0, take));
+      yield { parts, bytes: want, last: false };
+      buf = buf.subarray(take);
+      parts = [];
+      bytes = 0;
+      want = size;
+    }
+    if (buf.length > 0) {
+      parts.push(buf);
+      bytes += buf.length;
     }
   }
-  yield buf.subarray(0, used);
+  yield { parts, bytes, last: true };
 }
 
-/** Each piece with whether it is the last (one piece of lookahead). */
-async function* withLast(source: AsyncGenerator<Buffer>): AsyncGenerator<[Buffer, boolean]> {
-  let held: Buffer | undefined;
-  for await (const piece of source) {
-    if (held) yield [held, false];
-    held = piece;
-  }
-  if (held) yield [held, true];
-}
+const joined = (parts: Buffer[]) => (parts.length === 1 ? parts[0]! : Buffer.concat(parts));
 
-async function* seal(source: Readable, dataKey: Buffer, blobKey: string): AsyncGenerator<Buffer> {
-  const salt = randomBytes(SALT_BYTES);
-  const key = chunkKey(dataKey, salt, blobKey);
+/** Seals a plaintext stream; `key` is the blob's chunk key, `salt` what derived it. */
+async function* seal(source: AsyncIterable<Buffer | string>, key: Buffer, salt: Buffer): AsyncGenerator<Buffer> {
   yield Buffer.concat([MAGIC, salt]);
   let index = 0;
-  for await (const [piece, last] of withLast(pieces(source, CHUNK))) {
-    // A full final piece is followed by nothing: `pieces` yields an empty tail, which becomes the final chunk.
+  // A full chunk is never the final one: a plaintext of whole chunks ends with an empty final chunk.
+  for await (const { parts, last } of frames(source, CHUNK)) {
     const cipher = createCipheriv('aes-256-gcm', key, nonce(index++, last), { authTagLength: TAG_BYTES });
-    yield Buffer.concat([cipher.update(piece), cipher.final(), cipher.getAuthTag()]);
+    for (const part of parts) yield cipher.update(part);
+    cipher.final(); // GCM: no output
+    yield cipher.getAuthTag();
   }
 }
 
-async function* open(source: Readable, dataKey: Buffer, blobKey: string): AsyncGenerator<Buffer> {
-  const chunks = pieces(source, SEALED_CHUNK, HEADER_BYTES);
+/** Opens a sealed stream, yielding each chunk's plaintext only once its tag has been verified. */
+async function* open(source: AsyncIterable<Buffer | string>, dataKey: Buffer, blobKey: string): AsyncGenerator<Buffer> {
+  const fail = (what: string) => new Error(`sealed blob ${blobKey}: ${what}`);
+  const chunks = frames(source, SEALED_CHUNK, SEALED_HEADER_BYTES);
   const first = await chunks.next();
-  const head = first.done ? Buffer.alloc(0) : first.value;
-  if (head.length < HEADER_BYTES || !head.subarray(0, MAGIC.length).equals(MAGIC)) throw new Error(`sealed blob ${blobKey}: not a sealed blob`);
-  const key = chunkKey(dataKey, head.subarray(MAGIC.length), blobKey);
+  const header = first.done ? Buffer.alloc(0) : joined(first.value.parts);
+  if (header.length < SEALED_HEADER_BYTES || !header.subarray(0, MAGIC.length).equals(MAGIC)) throw fail('not a sealed blob');
+  const key = chunkKey(dataKey, header.subarray(MAGIC.length), blobKey);
   let index = 0;
-  for await (const [sealed, last] of withLast(chunks)) {
-    if (sealed.length < TAG_BYTES) throw new Error(`sealed blob ${blobKey}: truncated`);
-    const decipher = createDecipheriv('aes-256-gcm', key, nonce(index++, last), { authTagLength: TAG_BYTES });
-    decipher.setAuthTag(sealed.subarray(sealed.length - TAG_BYTES));
-    let plain: Buffer;
-    try {
-      plain = Buffer.concat([decipher.update(sealed.subarray(0, sealed.length - TAG_BYTES)), decipher.final()]);
-    } catch {
-      throw new Error(`sealed blob ${blobKey}: chunk ${index - 1} failed authentication (modified, reordered, truncated or moved)`);
+  let ended = false;
+  for await (const { parts, bytes, last } of chunks) {
+    if (bytes < TAG_BYTES) throw fail(`truncated (chunk ${index} ${bytes === 0 ? 'missing' : 'cut short'})`);
+    const decipher = createDecipheriv('aes-256-gcm', key, nonce(index, last), { authTagLength: TAG_BYTES });
+    const plain: Buffer[] = [];
+    const tag: Buffer[] = [];
+    let left = bytes - TAG_BYTES;
+    for (const part of parts) {
+      const n = Math.min(part.length, left);
+      if (n > 0) plain.push(decipher.update(n === part.length ? part : part.subarray(0, n)));
+      if (n < part.length) tag.push(part.subarray(n));
+      left -= n;
     }
-    if (plain.length) yield plain;
+    decipher.setAuthTag(joined(tag));
+    try {
+      decipher.final();
+    } catch {
+      throw fail(`chunk ${index} failed authentication (modified, reordered, truncated, extended or moved)`);
+    }
+    index += 1;
+    for (const p of plain) if (p.length > 0) yield p;
+    ended = last;
   }
+  if (!ended) throw fail('truncated');
+}
+
+/** A small LRU of data keys by job id, each kept a few minutes at most. */
+class KeyCache {
+  private readonly keys = new Map<string, { key: Buffer; until: number }>();
+
+  get(jobId: string): Buffer | undefined {
+    const hit = this.keys.get(jobId);
+    if (!hit) return undefined;
+    this.keys.delete(jobId);
+    if (hit.until < Date.now()) return undefined;
+    this.keys.set(jobId, hit);
+    return hit.key;
+  }
+
+  set(jobId: string, key: Buffer): Buffer {
+    this.keys.delete(jobId);
+    this.keys.set(jobId, { key, until: Date.now() + KEY_CACHE_MS });
+    if (this.keys.size > KEY_CACHE_SIZE) this.keys.delete(this.keys.keys().next().value!);
+    return key;
+  }
+
+  drop(jobId: string): void {
+    this.keys.delete(jobId);
+  }
+
+  clear(): void {
+    this.keys.clear();
+  }
+}
+
+async function readSmall(stream: Readable, max: number, what: string): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  let bytes = 0;
+  for await (const chunk of stream) {
+    bytes += (chunk as Buffer).length;
+    if (bytes > max) {
+      stream.destroy();
+      throw new Error(`${what} is larger than ${max} bytes`);
+    }
+    parts.push(chunk as Buffer);
+  }
+  return Buffer.concat(parts);
 }
 
 /** Wraps a store so that job blobs are sealed at rest (see the file comment). */
 export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
-  // A small LRU of job id → data key. Promises, so that concurrent puts of one job (several files of
-  // one upload) share one key instead of racing to create two.
-  const keys = new Map<string, Promise<Buffer>>();
-  const keyBlob = (jobId: string) => `jobs/${jobId}/key`;
+  const cache = new KeyCache();
+  /** Loads and creations in progress, so that concurrent puts of a new job agree on one key. */
+  const pending = new Map<string, Promise<Buffer>>();
 
   async function load(jobId: string, create: boolean): Promise<Buffer> {
-    if (await inner.stat(keyBlob(jobId))) {
-      const text = Buffer.concat(await (await inner.get(keyBlob(jobId))).toArray()).toString('utf8');
-      return sealer.open(text, dataKeyAad(jobId));
+    try {
+      const sealed = await readSmall(await inner.get(keyBlobOf(jobId)), KEY_BLOB_MAX_BYTES, `data key of job ${jobId}`);
+      const key = sealer.open(sealed.toString('utf8'), dataKeyAad(jobId));
+      if (key.length !== 32) throw new Error(`data key of job ${jobId} has ${key.length} bytes`);
+      return cache.set(jobId, key);
+    } catch (err) {
+      if (!(err instanceof BlobNotFoundError)) throw err;
     }
     if (!create) throw new Error(`job ${jobId} has no data key: its blobs cannot be read`);
     const key = randomBytes(32);
-    // The API's upload writes a job's first blob; workers only add outputs to jobs that have a key.
-    await inner.put(keyBlob(jobId), Readable.from([Buffer.from(sealer.seal(key, dataKeyAad(jobId)))]));
-    return key;
+    await inner.put(keyBlobOf(jobId), Readable.from([Buffer.from(sealer.seal(key, dataKeyAad(jobId)))]));
+    return cache.set(jobId, key);
   }
 
   function dataKey(jobId: string, create: boolean): Promise<Buffer> {
-    let key = keys.get(jobId);
-    keys.delete(jobId);
-    if (!key) {
-      key = load(jobId, create);
-      key.catch(() => keys.delete(jobId));
+    const cached = cache.get(jobId);
+    if (cached) return Promise.resolve(cached);
+    const id = `${create ? 'w' : 'r'}:${jobId}`;
+    let p = pending.get(id);
+    if (!p) {
+      p = load(jobId, create).finally(() => pending.delete(id));
+      pending.set(id, p);
     }
-    keys.set(jobId, key);
-    if (keys.size > KEY_CACHE_SIZE) keys.delete(keys.keys().next().value!);
-    return key;
+    return p;
   }
 
-  const jobOf = (key: string) => {
-    const match = JOB_KEY.exec(key);
-    return match && match[2] !== 'key' ? match[1]! : null;
-  };
+  /** The job id of a job blob, null for keys outside `jobs/`; throws for anything else under `jobs/`. */
+  function jobOf(key: string): string | null {
+    if (typeof key !== 'string' || !key.startsWith('jobs/')) return null;
+    const match = JOB_BLOB.exec(key);
+    // Fail closed: nothing under jobs/ is stored in the clear.
+    if (!match) throw new TypeError(`invalid job blob key (not jobs/<job uuid>/...): ${JSON.stringify(key)}`);
+    if (match[2] === KEY_NAME) throw new TypeError(`reserved blob key: ${key}`);
+    return match[1]!;
+  }
+
+  async function put(key: string, source: Readable, opts: PutOptions = {}): Promise<{ size: number }> {
+    let jobId: string | null;
+    let chunkKeyOf: { key: Buffer; salt: Buffer } | undefined;
+    try {
+      jobId = jobOf(key);
+      if (jobId) {
+        const salt = randomBytes(SALT_BYTES);
+        // Derived now, not when the inner store starts reading: nothing later depends on the cache.
+        chunkKeyOf = { key: chunkKey(await dataKey(jobId, true), salt, key), salt };
+      }
+    } catch (err) {
+      source.destroy();
+      throw err;
+    }
+    if (!chunkKeyOf) return inner.put(key, source, opts);
+    let size = 0;
+    async function* counted(): AsyncGenerator<Buffer> {
+      for await (const chunk of source) {
+        const buf = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);
+        size += buf.length;
+        opts.onProgress?.(size);
+        yield buf;
+      }
+    }
+    const sealed = Readable.from(seal(counted(), chunkKeyOf.key, chunkKeyOf.salt), { objectMode: false, highWaterMark: CHUNK });
+    try {
+      await inner.put(key, sealed, { signal: opts.signal });
+    } finally {
+      if (!source.readableEnded) source.destroy();
+    }
+    return { size };
+  }
 
   return {
     uploadTmpDir: inner.uploadTmpDir,
-    async put(key: string, source: Readable, opts: PutOptions = {}) {
-      const jobId = jobOf(key);
-      if (!jobId) return inner.put(key, source, opts);
-      let size = 0;
-      const counted = Readable.from(
-        (async function* () {
-          for await (const c of source) {
-            size += (c as Buffer).length;
-            opts.onProgress?.(size);
-            yield c as Buffer;
-          }
-        })(),
-        { objectMode: false, highWaterMark: CHUNK },
-      );
-      const dk = await dataKey(jobId, true);
-      await inner.put(key, Readable.from(seal(counted, dk, key), { objectMode: false, highWaterMark: CHUNK }), { signal: opts.signal });
-      return { size };
-    },
+    put,
     async putFile(key: string, path: string) {
       if (!jobOf(key)) return inner.putFile(key, path);
-      const { createReadStream } = await import('node:fs');
-      const { rm } = await import('node:fs/promises');
-      const result = await this.put(key, createReadStream(path, { highWaterMark: CHUNK }));
+      const result = await put(key, createReadStream(path, { highWaterMark: CHUNK }));
       await rm(path, { force: true });
       return result;
     },
     async get(key: string, range?: ByteRange) {
       const jobId = jobOf(key);
       if (!jobId) return inner.get(key, range);
-      if (range) throw new TypeError('byte ranges of sealed job blobs are not supported');
+      if (range) throw new TypeError(`byte ranges of sealed job blobs are not supported: ${key}`);
       const sealed = await inner.get(key);
-      const dk = await dataKey(jobId, false).catch((err: unknown) => {
+      let dk: Buffer;
+      try {
+        dk = await dataKey(jobId, false);
+      } catch (err) {
         sealed.destroy();
         throw err;
-      });
+      }
       const plain = Readable.from(open(sealed, dk, key), { objectMode: false, highWaterMark: CHUNK });
       plain.once('close', () => sealed.destroy());
       return plain;
     },
     async stat(key: string) {
+      const sealed = jobOf(key) !== null;
       const found = await inner.stat(key);
-      return found && jobOf(key) ? { size: plaintextSize(found.size) } : found;
+      if (!found || !sealed) return found;
+      const size = plaintextSize(found.size);
+      if (size === null) throw new Error(`sealed blob ${key}: ${found.size} bytes is not the size of a sealed blob (truncated?)`);
+      return { size };
     },
-    delete: (key) => inner.delete(key),
-    deletePrefix: (prefix) => inner.deletePrefix(prefix),
+    async delete(key: string) {
+      const dir = JOB_BLOB.exec(key);
+      await inner.delete(key);
+      if (dir && dir[2] === KEY_NAME) cache.drop(dir[1]!);
+    },
+    async deletePrefix(prefix: string) {
+      const removed = await inner.deletePrefix(prefix);
+      const dir = JOB_DIR.exec(prefix);
+      if (dir) cache.drop(dir[1]!);
+      else if (prefix === 'jobs/') cache.clear();
+      return removed;
+    },
     sweepStale: (olderThan) => inner.sweepStale(olderThan),
     close: () => inner.close(),
   };
