@@ -1,12 +1,12 @@
 import { describe, expect, it, beforeAll } from 'vitest';
-import { randomBytes } from 'node:crypto';
-import { Readable } from 'node:stream';
+import { createCipheriv, createHash, randomBytes } from 'node:crypto';
+import { PassThrough, Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
-import type * as openpgp from 'openpgp';
+import * as openpgp from 'openpgp';
 import { generateKey, readStoredPublicKey, unlockPrivateKey } from '../../lib/pgp/keys';
 import { encryptStream, openEncrypted } from '../../lib/pgp/stream';
 import { AppError } from '../../lib/errors';
-import { armorMessage, flipInnerTag } from '../support/tamper';
+import { armorMessage, flipInnerTag, packetBody } from '../support/tamper';
 
 /** Input that used to stall the reader or cost far more than its size. */
 const MiB = 1 << 20;
@@ -37,10 +37,41 @@ function counting(data: Buffer, chunk = 64 * 1024) {
 
 const code = (p: Promise<unknown>) => p.then(() => 'ok', (err: unknown) => (err instanceof AppError ? err.code : err));
 
-async function decryptAll(message: Buffer, input = counting(message).stream) {
-  const opened = await openEncrypted(input, { maxDecompressedBytes: MiB });
-  return buffer(await opened.decrypt(priv));
+async function decryptAll(message: Buffer, input = counting(message).stream, key = priv, opts: { idleMs?: number; signal?: AbortSignal } = {}) {
+  const opened = await openEncrypted(input, { maxDecompressedBytes: MiB, ...opts });
+  return buffer(await opened.decrypt(key));
 }
+
+/** Encrypted to the key and a password: the password packet sends it down the OpenPGP.js path. */
+async function viaOpenPGPjs(data: Buffer, key = pub): Promise<Buffer> {
+  const message = await openpgp.createMessage({ binary: data });
+  return Buffer.from(await openpgp.encrypt({ message, encryptionKeys: key, passwords: ['pw'], format: 'binary' }));
+}
+
+/** A SEIPDv1 message to `key` whose decrypted contents are `inner` (any packets we like). */
+async function sealed(inner: Buffer, key = pub): Promise<Buffer> {
+  const sessionKey = randomBytes(32);
+  const pkesk = await openpgp.encryptSessionKey({ data: sessionKey, algorithm: 'aes256', encryptionKeys: key, format: 'binary' });
+  const prefix = randomBytes(16);
+  const plain = Buffer.concat([prefix, prefix.subarray(14), inner, Buffer.from([0xd3, 0x14])]);
+  const mdc = createHash('sha1').update(plain).digest();
+  const cipher = createCipheriv('aes-256-cfb', sessionKey, Buffer.alloc(16));
+  const body = Buffer.concat([Buffer.from([1]), cipher.update(Buffer.concat([plain, mdc])), cipher.final()]);
+  const length = Buffer.alloc(5);
+  length[0] = 0xff;
+  length.writeUInt32BE(body.length, 1);
+  return Buffer.concat([Buffer.from(pkesk), Buffer.from([0xd2]), length, body]);
+}
+
+/** A packet with its body in 1-octet partial chunks (0xe0), the last octet with a definite length. */
+function tinyChunks(ctb: number, content: Buffer): Buffer {
+  const parts = [Buffer.from([ctb])];
+  for (let i = 0; i < content.length - 1; i++) parts.push(Buffer.from([0xe0, content[i]!]));
+  parts.push(Buffer.from([1, content[content.length - 1]!]));
+  return Buffer.concat(parts);
+}
+
+const literal = (data: Buffer) => Buffer.concat([Buffer.from([0x62, 0, 0, 0, 0, 0]), data]);
 
 describe('hostile OpenPGP input', () => {
   it('a one-byte change that makes the inner packet an encrypted-data packet is refused at once, binary and armored', async () => {
@@ -91,6 +122,113 @@ describe('hostile OpenPGP input', () => {
       );
       const err = await decryptAll(honest, failing).catch((e: unknown) => e);
       expect(err, `error after ${cut} bytes`).toBe(storage);
+    }
+  });
+
+  it('the byte flip on the OpenPGP.js path (binary and armored) fails after the idle timeout, and the input is destroyed', { timeout: 15_000 }, async () => {
+    const honest = await viaOpenPGPjs(randomBytes(4096));
+    for (const tampered of [flipInnerTag(honest), armorMessage(flipInnerTag(honest))]) {
+      const { stream, state } = counting(tampered);
+      const started = Date.now();
+      expect(await code(decryptAll(tampered, stream, priv, { idleMs: 300 }))).toBe('malformed_message');
+      expect(Date.now() - started).toBeLessThan(3000);
+      expect(state.destroyed).toBe(true);
+    }
+    // The same path still reads an honest message.
+    const data = randomBytes(5000);
+    expect((await decryptAll(await viaOpenPGPjs(data), undefined, priv, { idleMs: 300 })).equals(data)).toBe(true);
+  });
+
+  it('an abort stops a pending OpenPGP.js call with the signal’s reason and destroys the input', { timeout: 15_000 }, async () => {
+    const tampered = flipInnerTag(await viaOpenPGPjs(randomBytes(4096)));
+    const { stream, state } = counting(tampered);
+    const controller = new AbortController();
+    const reason = new Error('job stopped');
+    const opened = await openEncrypted(stream, { maxDecompressedBytes: MiB, signal: controller.signal, idleMs: 60_000 });
+    const pending = opened.decrypt(priv).then((out) => buffer(out));
+    setTimeout(() => controller.abort(reason), 200);
+    await expect(pending).rejects.toBe(reason);
+    expect(state.destroyed).toBe(true);
+  });
+
+  it('encryptStream: an abort fails the output with its reason and destroys the input (native and OpenPGP.js paths)', async () => {
+    for (const armor of [false, true]) {
+      const input = new PassThrough();
+      input.write(randomBytes(1000));
+      const controller = new AbortController();
+      const reason = new Error('job stopped');
+      const out = await encryptStream(input, pub, { armor, signal: controller.signal, idleMs: 60_000 });
+      const done = buffer(out);
+      setTimeout(() => controller.abort(reason), 50);
+      await expect(done, `armor: ${armor}`).rejects.toBe(reason);
+      expect(input.destroyed).toBe(true);
+    }
+    const aborted = AbortSignal.abort(new Error('already'));
+    const input = new PassThrough();
+    await expect(encryptStream(input, pub, { armor: true, signal: aborted })).rejects.toThrow('already');
+    expect(input.destroyed).toBe(true);
+  });
+
+  it('an inner compressed packet in tiny partial chunks is refused (native check and re-framing for OpenPGP.js)', async () => {
+    const data = randomBytes(2000);
+    // Compressed ("uncompressed" algorithm) packet whose own body comes in 1-octet chunks: refused on sight.
+    const lit = Buffer.concat([Buffer.from([0xcb, 0xff]), Buffer.alloc(4), literal(data)]);
+    lit.writeUInt32BE(lit.length - 6, 2);
+    const outer = await sealed(tinyChunks(0xc8, Buffer.concat([Buffer.from([0]), lit])));
+    expect(await code(decryptAll(outer))).toBe('malformed_message');
+    // A well-framed compressed packet holding a literal packet in 1-octet chunks: the inner re-framing refuses it.
+    const innerTiny = tinyChunks(0xcb, literal(data));
+    const compressed = Buffer.concat([Buffer.from([0xc8, 0xff]), Buffer.alloc(4), Buffer.from([0]), innerTiny]);
+    compressed.writeUInt32BE(1 + innerTiny.length, 2);
+    expect(await code(decryptAll(await sealed(compressed)))).toBe('malformed_message');
+    // The same, well framed, decrypts (so the refusals above are about the framing).
+    const good = Buffer.concat([Buffer.from([0xc8, 0xff]), Buffer.alloc(4), Buffer.from([0]), lit]);
+    good.writeUInt32BE(1 + lit.length, 2);
+    expect((await decryptAll(await sealed(good))).equals(data)).toBe(true);
+  });
+
+  it('on the OpenPGP.js path too, a long marker is refused without reading it', async () => {
+    const honest = await viaOpenPGPjs(randomBytes(100));
+    const length = 64 * MiB;
+    const marker = Buffer.concat([Buffer.from([0xca, 0xff]), Buffer.alloc(4), Buffer.alloc(length, 0x50)]);
+    marker.writeUInt32BE(length, 2);
+    let at = 0; // session key packets (one-octet lengths here), then the marker, then the encrypted data
+    while (honest[at] !== 0xd2) at += 2 + honest[at + 1]!;
+    const message = Buffer.concat([honest.subarray(0, at), marker, honest.subarray(at)]);
+    const { stream, state } = counting(message);
+    expect(await code(decryptAll(message, stream))).toBe('malformed_message');
+    expect(state.pulled).toBeLessThan(4 * MiB);
+  });
+
+  it('a storage error comes out unchanged on the armored and OpenPGP.js paths too', async () => {
+    const storage = Object.assign(new Error('read EIO'), { code: 'EIO' });
+    for (const message of [armorMessage(await buffer(await encryptStream(Readable.from([randomBytes(100)]), pub, { armor: false }))), await viaOpenPGPjs(randomBytes(100))]) {
+      for (const cut of [3, 40, 120]) {
+        const failing = Readable.from(
+          (async function* () {
+            yield message.subarray(0, cut);
+            throw storage;
+          })(),
+        );
+        expect(await decryptAll(message, failing).catch((e: unknown) => e), `after ${cut} bytes`).toBe(storage);
+      }
+    }
+  });
+
+  it('RSA session keys are decrypted in constant time: a PKCS#1 failure looks like any damaged message, honest ones all decrypt', { timeout: 60_000 }, async () => {
+    const rsa = await generateKey({ name: 'R', email: 'r@example.test', algorithm: 'rsa3072', secret: SECRET });
+    const rsaPub = await readStoredPublicKey(rsa.publicArmored);
+    const rsaPriv = await unlockPrivateKey(rsa.privateArmored, SECRET);
+    for (const honest of [await buffer(await encryptStream(Readable.from([randomBytes(3000)]), rsaPub, { armor: false })), await viaOpenPGPjs(randomBytes(3000), rsaPub)]) {
+      const bad = Buffer.from(honest);
+      bad[packetBody(bad, 1) + 12 + 100]! ^= 0x01; // inside the RSA ciphertext (after version, key id, algorithm, MPI length)
+      expect(await code(decryptAll(bad, undefined, rsaPriv))).not.toBe('no_matching_key');
+    }
+    // OpenPGP.js would try one candidate key per AES size in parallel and sometimes never settle: not here.
+    for (let i = 0; i < 25; i++) {
+      const data = randomBytes(1000);
+      const message = i % 2 ? await viaOpenPGPjs(data, rsaPub) : await buffer(await encryptStream(Readable.from([data]), rsaPub, { armor: false }));
+      expect((await decryptAll(message, undefined, rsaPriv, { idleMs: 2000 })).equals(data), `message ${i}`).toBe(true);
     }
   });
 
