@@ -42,7 +42,7 @@ export const encryptFiles = defineTrackedJob({
       recipient = (await readRecipientKey(armored, c.clock.now())).key;
     }
     const done = await transformFiles(c, row.id, progress, signal, async (source, file) => ({
-      stream: await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name }),
+      stream: await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name, signal }),
       name: `${file.name}${req.armor ? '.asc' : '.gpg'}`,
       contentType: req.armor ? 'application/pgp-encrypted; charset=us-ascii' : 'application/pgp-encrypted',
     }));
