@@ -3,7 +3,7 @@
  * 127.0.0.1). Objects of 20 MiB exceed the S3 part size, so multipart upload and abort are exercised.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,6 +36,8 @@ interface Harness {
   store: BlobStore;
   /** Temp files left by finished puts (local driver only). */
   leftovers?: () => Promise<string[]>;
+  /** The driver's own temp folder for puts in progress (local driver only). */
+  tmpDir?: string;
   close(): Promise<void>;
 }
 
@@ -45,6 +47,7 @@ async function localHarness(): Promise<Harness> {
   return {
     store,
     leftovers: () => readdir(join(dir, 'store', '.tmp')),
+    tmpDir: join(dir, 'store', '.tmp'),
     close: async () => {
       await store.close();
       await rm(dir, { recursive: true, force: true });
@@ -180,6 +183,22 @@ describe.each([
     await expect(store.deletePrefix('/')).rejects.toThrow(TypeError);
   });
 
+  it('sweeps temporary files older than the cut-off and keeps fresh ones', async () => {
+    const past = new Date(Date.now() - 48 * 3600_000);
+    const dirs = [store.uploadTmpDir, ...(h.tmpDir ? [h.tmpDir] : [])];
+    for (const d of dirs) {
+      await writeFile(join(d, 'stale-leftover'), 'left by a crash');
+      await utimes(join(d, 'stale-leftover'), past, past);
+      await writeFile(join(d, 'fresh-upload'), 'still arriving');
+    }
+    expect(await store.sweepStale(new Date(Date.now() - 24 * 3600_000))).toBe(dirs.length);
+    for (const d of dirs) {
+      expect(await readdir(d)).toEqual(['fresh-upload']);
+      await rm(join(d, 'fresh-upload'));
+    }
+    expect(await store.sweepStale(new Date())).toBe(0);
+  });
+
   it.each(['', '/etc/passwd', '../x', 'a/../../b', 'a/./b', 'a//b', 'a/', '.tmp/x', 'a\0b', 'a b', 'a\\b', 'é', 'x'.repeat(600)])(
     'rejects the bad key %j',
     async (key) => {
@@ -219,3 +238,72 @@ describe('createBlobStore', () => {
 function* chunks(buf: Buffer, size: number): Generator<Buffer> {
   for (let i = 0; i < buf.length; i += size) yield buf.subarray(i, i + size);
 }
+
+/**
+ * s3rver answers ListMultipartUploads with 501 NotImplemented and AbortMultipartUpload with 405, so the
+ * sweep of incomplete multipart uploads runs here against a stub speaking just those two calls (S3's
+ * XML, paginated); against s3rver the sweep only checks that a 501 is no error (test/blob-at-rest.test.ts).
+ */
+describe('S3 sweep of incomplete multipart uploads', () => {
+  it('aborts uploads under its prefix begun before the cut-off, page after page, and keeps newer ones', async () => {
+    const { createServer } = await import('node:http');
+    const hour = 3600_000;
+    const now = Date.now();
+    const uploads = [
+      { Key: 'test-run/jobs/a/out/0', UploadId: 'u1', Initiated: new Date(now - 50 * hour) },
+      { Key: 'test-run/jobs/a/out/1', UploadId: 'u2', Initiated: new Date(now - 1 * hour) },
+      { Key: 'test-run/jobs/b/in/0', UploadId: 'u3', Initiated: new Date(now - 30 * hour) },
+      { Key: 'test-run/jobs/c/in/0', UploadId: 'u4', Initiated: new Date(now - 25 * hour) },
+      { Key: 'test-run/jobs/c/in/1', UploadId: 'u5', Initiated: new Date(now) },
+      { Key: 'other-app/x', UploadId: 'u6', Initiated: new Date(now - 99 * hour) },
+    ];
+    const aborted: string[] = [];
+    const prefixes: (string | null)[] = [];
+    const server = createServer((req, res) => {
+      const url = new URL(req.url!, 'http://stub');
+      if (req.method === 'GET' && url.pathname.replace(/\/$/, '') === '/kms-blobs' && url.searchParams.has('uploads')) {
+        const prefix = url.searchParams.get('prefix');
+        prefixes.push(prefix);
+        const marker = url.searchParams.get('upload-id-marker');
+        const matching = uploads.filter((u) => u.Key.startsWith(prefix ?? ''));
+        const from = marker ? matching.findIndex((u) => u.UploadId === marker) + 1 : 0;
+        const page = matching.slice(from, from + 2);
+        const truncated = from + 2 < matching.length;
+        const last = page.at(-1);
+        res.setHeader('content-type', 'application/xml');
+        res.end(
+          `<?xml version="1.0" encoding="UTF-8"?><ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Bucket>kms-blobs</Bucket>` +
+            `<IsTruncated>${truncated}</IsTruncated>${truncated ? `<NextKeyMarker>${last!.Key}</NextKeyMarker><NextUploadIdMarker>${last!.UploadId}</NextUploadIdMarker>` : ''}` +
+            page.map((u) => `<Upload><Key>${u.Key}</Key><UploadId>${u.UploadId}</UploadId><Initiated>${u.Initiated.toISOString()}</Initiated></Upload>`).join('') +
+            `</ListMultipartUploadsResult>`,
+        );
+        return;
+      }
+      const upload = uploads.find((u) => `/kms-blobs/${u.Key}` === decodeURIComponent(url.pathname) && u.UploadId === url.searchParams.get('uploadId'));
+      if (req.method === 'DELETE' && upload) {
+        aborted.push(upload.UploadId);
+        res.statusCode = 204;
+        res.end();
+        return;
+      }
+      res.statusCode = 500;
+      res.end(`unexpected ${req.method} ${req.url}`);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const dir = await mkdtemp(join(tmpdir(), 'blob-s3-stub-'));
+    const { port } = server.address() as { port: number };
+    const store = await createBlobStore('s3://kms-blobs/test-run', {
+      s3: { endpoint: `http://127.0.0.1:${port}`, accessKeyId: 'x', secretAccessKey: 'x', uploadTmpDir: join(dir, 'uploads') },
+      env: {},
+    });
+    try {
+      expect(await store.sweepStale(new Date(now - 24 * hour))).toBe(3);
+      expect(aborted.sort()).toEqual(['u1', 'u3', 'u4']);
+      expect(prefixes).toEqual(['test-run/', 'test-run/', 'test-run/']);
+    } finally {
+      await store.close();
+      await new Promise((resolve) => server.close(resolve));
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
