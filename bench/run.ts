@@ -14,10 +14,13 @@ import { Gpg, gpgVersion, makePgpKeys } from './lib/baselines';
 import { Api, type Transfer } from './lib/client';
 import { cpuPerGiBOf, printReport, ratios, type RssSnapshots } from './lib/report';
 import { decryptSection, encryptSection, parallelSection, rotationSection, type Bench, type Results } from './lib/sections';
+import { measureSealing } from './lib/sealing';
 import { Service } from './lib/service';
 import { GiB, children, formatSize, mibPerSec, parseSize, stopChild, writeRandomFile } from './lib/util';
 
-const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection };
+/** `sealing`: the blob store's at-rest sealing alone, in this process (bench/lib/sealing.ts). */
+const sealingSection = (b: Bench) => measureSealing(b.input, b.size, b.dir, b.runs);
+const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection };
 type Section = keyof typeof SECTIONS;
 
 /** statfs type of tmpfs: a RAM-backed temp dir takes disk writeback out of the figures. */

@@ -1,4 +1,5 @@
 import type { Results, Timing } from './sections';
+import { SEALING_LABELS, sealingSummary } from './sealing';
 import { mibPerSec } from './util';
 
 export interface Machine {
@@ -26,6 +27,7 @@ const LABELS: Record<string, string> = {
   'parallel.gpg': '2 × gpg at once (aggregate)',
   'parallel.jobs': '2 jobs, 2 workers (aggregate)',
   'parallel.service': '2 jobs end to end (aggregate)',
+  ...SEALING_LABELS,
 };
 
 const rate = (t: Timing | undefined) => (t ? mibPerSec(t.bytes, t.ms) : undefined);
@@ -94,6 +96,7 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
   if (q.rotations_per_s_1_worker !== undefined) {
     out.push(`rotation (${r['rotation.1w']!.bytes} keys at once, through the queue): 1 worker ${fixed(q.rotations_per_s_1_worker, 1)}/s · 2 workers ${fixed(q.rotations_per_s_2_workers, 1)}/s · 2 ÷ 1 workers ${fixed(q.rotation_2_vs_1_workers)}`);
   }
+  for (const line of sealingSummary(r)) out.push(line);
   out.push(`CPU seconds per GiB (service: its processes, not the bench client): ${cpuPerGiB(r)}`);
   out.push(
     `also: job-only encrypt ÷ OpenPGP.js ${fixed(q.encrypt_job_vs_openpgp)} · job-only decrypt ÷ OpenPGP.js ${fixed(q.decrypt_job_vs_openpgp)} · parallel e2e ÷ 2×gpg ${fixed(q.parallel_e2e_vs_gpg)} · OpenPGP.js ÷ gpg encrypt ${fixed(q.openpgp_vs_gpg_encrypt)}`,
