@@ -1,5 +1,4 @@
 import { loadConfig, type Config } from './config';
-import { backfillKeyMacs } from './services/key-integrity';
 import { createContainer, type Container } from './container';
 import { ensureDatabase, createDb } from '../db/knex';
 import { migrateLatest } from '../db/migrate';
@@ -29,8 +28,6 @@ export async function startService(roles: Role[], config: Config = loadConfig(),
   const c = container ?? (await createContainer(config));
   const applied = await prepareDatabase(config);
   if (applied.length) c.log.info({ applied }, 'migrations applied');
-  const macs = await backfillKeyMacs(c);
-  if (macs) c.log.info({ rows: macs }, 'key rows from before integrity MACs were given theirs');
   const stops: (() => Promise<void>)[] = [];
   let port: number | undefined;
   // Each role loads only its own code: a worker process never loads the HTTP stack (~13 MiB of RSS).

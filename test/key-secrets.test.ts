@@ -3,7 +3,9 @@ import { randomBytes } from 'node:crypto';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { PASSPHRASE, createKey, download, encrypt, runJob, waitJob } from './support/keys';
 import { unlockLineage, unlockGeneration } from '../lib/services/keys';
-import { backfillKeyMacs } from '../lib/services/key-integrity';
+import { backfillKeyMacs } from '../lib/integrity';
+import { startService } from '../lib/main';
+import * as m005 from '../db/migrations/005_key_integrity';
 
 /**
  * Key passphrases: one limited, audited check for every use (decrypt and rotate), holding under parallel
@@ -38,6 +40,44 @@ describe('passphrase guessing', () => {
     expect(right.status).toBe(429);
   });
 
+  it('rotate with only current_passphrase checks it too (a wrong one is not ignored)', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const wrong = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.apiKey, body: { current_passphrase: 'not the passphrase' } });
+    expect(wrong.status).toBe(422);
+    expect(wrong.body.code).toBe('wrong_passphrase');
+    expect(await wrongAudits(u.id, 'keys.rotate')).toBe(1);
+    expect(await s.c.db('jobs').where({ user_id: u.id, kind: 'rotate-key' })).toHaveLength(0);
+    const right = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.apiKey, headers: { prefer: 'wait=30' }, body: { current_passphrase: PASSPHRASE } });
+    expect(right.status, JSON.stringify(right.body)).toBe(200);
+    expect(right.body.result).toMatchObject({ rotated: true });
+  });
+
+  it('a wrong passphrase costs one point per decrypt request, checked before the upload or after it', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const file = [{ name: 'x.gpg', data: randomBytes(64) }];
+    const answers = [];
+    for (let i = 0; i < 11; i++) {
+      // Fields first: checked when the file starts. Fields after the file: checked by the handler.
+      const form = i % 2 ? { fingerprint: key.fingerprint, passphrase: `wrong guess ${i}`, files: file } : { files: file, fingerprint: key.fingerprint, passphrase: `wrong guess ${i}` };
+      answers.push(await s.api('POST', '/keys/decrypt', { token: u.token, form }));
+    }
+    expect(answers.map((a) => a.status)).toEqual([...Array(10).fill(422), 429]);
+    expect(Number(answers[10]!.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(await wrongAudits(u.id, 'keys.decrypt')).toBe(10);
+  });
+
+  it('20 parallel wrong passphrases against one key get 10 checks', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.apiKey, body: { current_passphrase: `wrong guess ${i}`, new_passphrase: 'a passphrase I chose' } })),
+    );
+    expect(statuses(answers)).toEqual({ 422: 10, 429: 10 });
+    expect(await wrongAudits(u.id, 'keys.rotate')).toBe(10);
+  });
+
   it('50 parallel wrong passphrases against one key get exactly 10 checks', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
@@ -57,6 +97,8 @@ describe('passphrase guessing', () => {
       const job = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.gpg', data: ciphertext }] });
       expect(job.state).toBe('completed');
     }
+    // Checked before the upload and in the handler, an honest request leaves the budget as it was.
+    expect((await s.c.limiters.passphrase.get(key.id))?.consumedPoints ?? 0).toBe(0);
   });
 });
 
@@ -85,6 +127,24 @@ describe('a passphrase change', () => {
       expect(job.state, JSON.stringify(job.error)).toBe('completed');
       expect(Buffer.compare(await download(s.api, u.token, job.job_id), data)).toBe(0);
     }
+  });
+});
+
+describe('audit rows written by workers', () => {
+  it('carry the request id and client address of the request that enqueued the job (generate-key, rotate-key)', async () => {
+    const u = await registerUser(s.api);
+    const gen = await s.api('POST', '/keys/generate-key', { token: u.token, headers: { 'x-request-id': 'req-generate-origin' }, form: { label: 'rsa', name: 'R', email: 'r@example.test', passphrase: PASSPHRASE, algorithm: 'rsa3072' } });
+    expect(gen.status).toBe(202);
+    const job = await waitJob(s.api, u.token, gen.body.job_id);
+    expect(job.state, JSON.stringify(job.error)).toBe('completed');
+    const generated = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.generate', status: 'success' }).first();
+    expect(generated).toMatchObject({ request_id: 'req-generate-origin', ip: expect.stringContaining('127.0.0.1') });
+
+    const fpr = job.result.key.fingerprint as string;
+    const rot = await s.api('POST', `/keys/${fpr}/rotate`, { token: u.token, headers: { prefer: 'wait=30', 'x-request-id': 'req-rotate-origin' }, body: {} });
+    expect(rot.status, JSON.stringify(rot.body)).toBe(200);
+    const rotated = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.rotate', status: 'success' }).first();
+    expect(rotated).toMatchObject({ target: fpr, request_id: 'req-rotate-origin', ip: expect.stringContaining('127.0.0.1') });
   });
 });
 
@@ -136,14 +196,37 @@ describe('public key columns', () => {
     expect((await s.api('POST', `/keys/${attacker.fingerprint}/rotate`, { token: u.token, body: {} })).status).toBe(202);
   });
 
-  it('rows from before the MACs get theirs when a process starts, once', async () => {
+  it('a MAC cleared in the database is refused, and not made again when a process starts', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).update({ public_mac: null });
-    await s.c.db('key_lineages').where({ id: key.id }).update({ unlock_mac: null });
-    expect((await s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(500);
-    expect(await backfillKeyMacs(s.c)).toBe(2);
-    expect(await backfillKeyMacs(s.c)).toBe(0);
+    const attacker = await createKey(s.api, u.token, { label: 'attacker' });
+    const theirs = await s.c.db('pgp_keys').where({ fingerprint: attacker.fingerprint }).first();
+    await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).update({ public_armored: theirs.public_armored, public_mac: null });
+    const getPublic = () => s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } });
+    expect((await getPublic()).status).toBe(500);
+    const started = await startService([], s.config); // a process start (migrations applied already)
+    await started.stop();
+    expect((await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).first()).public_mac).toBeNull();
+    expect((await getPublic()).status).toBe(500);
+  });
+
+  it('rows from before the MACs get theirs in the migration that adds them, once', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    // The migration reads the master key from the environment, as `npm run migrate` does; this service
+    // runs with the development key (no MASTER_KEY in its environment).
+    const saved = { MASTER_KEY: process.env.MASTER_KEY, MASTER_KEYS_PREVIOUS: process.env.MASTER_KEYS_PREVIOUS };
+    delete process.env.MASTER_KEY;
+    delete process.env.MASTER_KEYS_PREVIOUS;
+    try {
+      await s.c.db.transaction((trx) => m005.down(trx));
+      await s.c.db.transaction((trx) => m005.up(trx));
+    } finally {
+      Object.assign(process.env, Object.fromEntries(Object.entries(saved).filter(([, v]) => v !== undefined)));
+    }
+    expect(await s.c.db('key_lineages').whereNull('unlock_mac')).toHaveLength(0);
+    expect(await s.c.db('pgp_keys').whereNull('public_mac')).toHaveLength(0);
+    expect(await backfillKeyMacs(s.c.db, s.c)).toBe(0);
     expect((await s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(200);
   });
 });
