@@ -13,8 +13,9 @@ export const rotateDueKey = defineJob({
   name: 'rotate-due-key',
   schema: z.object({ lineage_id: z.uuid(), from_generation: z.number().int(), trigger: z.enum(['schedule', 'policy']) }),
   options: { attempts: 5, backoff: { type: 'exponential', delay: 5_000 }, removeOnComplete: { age: 86400, count: 10_000 }, removeOnFail: { age: 7 * 86400 } },
-  async process(payload, { c, job, log }) {
-    const input: RotateInput = { lineageId: payload.lineage_id, fromGeneration: payload.from_generation, trigger: payload.trigger, actorId: null };
+  async process(payload, { c, job, log, origin }) {
+    // Enqueued by the scheduler's sweep: the origin is empty unless a request enqueued it.
+    const input: RotateInput = { lineageId: payload.lineage_id, fromGeneration: payload.from_generation, trigger: payload.trigger, actorId: null, origin };
     try {
       const outcome = await rotateLineage(c, input);
       if (!outcome.rotated) log.info({ reason: outcome.reason }, 'due rotation skipped');

@@ -147,13 +147,6 @@ export async function openLineageLock(lock: LineageLock, passphrase: string): Pr
   return { publicKey: lock.publicKey, privateKey };
 }
 
-/** Re-encrypts the same unlock key under a new passphrase (fresh salt, current KDF parameters). */
-export async function relockLineage(lock: LineageLock, oldPassphrase: string, newPassphrase: string): Promise<string> {
-  requirePassphrase(newPassphrase);
-  const unlock = await openLineageLock(lock, oldPassphrase);
-  return lockPrivate(unlock.privateKey, decodePublic(lock.publicKey), newPassphrase);
-}
-
 async function lockPrivate(privateKey: KeyObject, pub: Buffer, passphrase: string): Promise<string> {
   const params = kdf;
   const salt = randomBytes(16);

@@ -8,7 +8,7 @@ import { submitAndReply } from '../job-reply';
 import { newToken } from '../../lib/tokens';
 import { readRecipientKey } from '../../lib/pgp/keys';
 import { encryptionTarget, newGeneration, newLineage, requireKey, storeNewKey } from '../../lib/services/keys';
-import { verifyKeyPassphrase } from '../../lib/services/passphrases';
+import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
 import type { KeyView } from '../../db/keys';
 import { keyOut } from '../../lib/services/key-view';
 import { jobBlob, newJobId } from '../../lib/services/jobs';
@@ -76,24 +76,13 @@ async function recipientFor(c: Container, userId: string, body: z.infer<typeof E
   }
 }
 
-// One check per request: the pre-upload check and the handler share it (the same `meta` object).
-const checked = new WeakMap<RequestMeta, Promise<KeyView>>();
-
 /**
- * The key to decrypt with, once the passphrase has opened it (verifyKeyPassphrase: limited, audited):
- * a wrong one is a clear 422 before any job, and before the upload when the fields come first.
+ * The key to decrypt with, once the passphrase has opened it (limited, audited; lib/services/passphrases):
+ * a wrong one is a clear 422 before any job, and before the upload when the fields come first. The
+ * pre-upload check and the handler share one check per request.
  */
-function keyForDecryption(c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta): Promise<KeyView> {
-  let check = checked.get(meta);
-  if (!check) {
-    check = requireKey(c, userId, body.fingerprint, meta).then(async (view) => {
-      await verifyKeyPassphrase(c, { userId, view, passphrase: body.passphrase, action: 'keys.decrypt', meta });
-      return view;
-    });
-    checked.set(meta, check);
-  }
-  return check;
-}
+const keyForDecryption = (c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta): Promise<KeyView> =>
+  requireKeyWithPassphrase(c, { userId, fingerprint: body.fingerprint, passphrase: body.passphrase, action: 'keys.decrypt', meta });
 
 export default [
   route({

@@ -5,11 +5,10 @@ import { Fingerprint, Passphrase } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
 import { ROTATION_DAYS } from './profile';
-import { conflict, invalid } from '../../lib/errors';
+import { invalid } from '../../lib/errors';
 import { requireKey } from '../../lib/services/keys';
-import { verifyKeyPassphrase } from '../../lib/services/passphrases';
 import { newJobId } from '../../lib/services/jobs';
-import { rotationOut } from '../../lib/services/rotation';
+import { manualRotationTarget, rotationOut } from '../../lib/services/rotation';
 import { recordAudit } from '../../db/audit';
 import { findUserById } from '../../db/users';
 import { listRotations } from '../../db/rotation';
@@ -65,10 +64,7 @@ export default [
     responses: jobResponses,
     async handler({ c, ctx, user, params, body, meta }) {
       return submitAndReply(c, ctx, { id: newJobId(), userId: user.id, kind: 'rotate-key', requestId: meta.requestId, body: { fingerprint: params.fingerprint, ...body } }, async () => {
-        const view = await requireKey(c, user.id, params.fingerprint, meta);
-        if (view.lineage.disabled_at) throw conflict('key_disabled', 'This key is disabled and is not rotated.');
-        // Fail fast on a wrong passphrase: the same limited, audited check as decryption.
-        if (body.new_passphrase) await verifyKeyPassphrase(c, { userId: user.id, view, passphrase: body.current_passphrase!, action: 'keys.rotate', meta });
+        const view = await manualRotationTarget(c, { userId: user.id, fingerprint: params.fingerprint, currentPassphrase: body.current_passphrase, meta });
         const passphrases = body.new_passphrase ? JSON.stringify({ current: body.current_passphrase, next: body.new_passphrase }) : undefined;
         return {
           request: { lineage_id: view.lineage.id, from_generation: view.current.generation, fingerprint: view.current.fingerprint, actor_id: user.id },

@@ -1,20 +1,24 @@
+import { createHash } from 'node:crypto';
 import type { Container } from '../container';
 import { AppError } from '../errors';
 import { spendThenCheck } from '../auth/limiters';
-import { unlockLineage } from './keys';
+import { requireKey, unlockLineage } from './keys';
 import type { UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { KeyView } from '../../db/keys';
 
+export type PassphraseAction = 'keys.decrypt' | 'keys.rotate';
+
 /**
- * The one check of a key passphrase (decrypt, rotate with a passphrase change, and any later use): a
- * point of the key's guessing budget is spent before argon2 runs, so parallel guesses never get more
- * tries than the limit (10 per key per 15 minutes); a right passphrase gets its point back. A wrong
- * one is audited under the caller's action and answered 422 `wrong_passphrase`; past the budget, 429.
+ * The one check of a key passphrase (decrypt, rotate, and any later use): a point of the key's guessing
+ * budget (`limiters.passphrase`, per lineage: 10 per 15 minutes) is spent before argon2 runs, so
+ * parallel guesses never get more checks than the budget; a right passphrase gets its point back. A
+ * wrong one is audited under the caller's action (reason `wrong_passphrase`) and answered 422
+ * `wrong_passphrase`; past the budget, 429 `rate_limited` with Retry-After, without a check.
  */
 export async function verifyKeyPassphrase(
   c: Container,
-  input: { userId: string; view: KeyView; passphrase: string; action: 'keys.decrypt' | 'keys.rotate'; meta: RequestMeta },
+  input: { userId: string; view: KeyView; passphrase: string; action: PassphraseAction; meta: RequestMeta },
 ): Promise<UnlockKey> {
   const { view, meta } = input;
   let wrong: AppError | undefined;
@@ -32,4 +36,31 @@ export async function verifyKeyPassphrase(
   if (unlock) return unlock;
   await recordAudit(c.db, { user_id: input.userId, action: input.action, status: 'failure', target: view.named.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason: 'wrong_passphrase' } });
   throw wrong!;
+}
+
+/**
+ * Checks made for one request, so that a request checked twice (decrypt's pre-upload check and its
+ * handler) spends one point and runs argon2 once. Keyed by the request's `meta` object, and by what was
+ * checked: another fingerprint or passphrase in the same request is checked anew.
+ */
+const checkedInRequest = new WeakMap<RequestMeta, Map<string, Promise<KeyView>>>();
+
+/**
+ * The caller's key, found by any generation's fingerprint (404 otherwise), once `passphrase` has opened
+ * it through verifyKeyPassphrase; at most one check per request for the same key and passphrase.
+ */
+export function requireKeyWithPassphrase(c: Container, input: { userId: string; fingerprint: string; passphrase: string; action: PassphraseAction; meta: RequestMeta }): Promise<KeyView> {
+  const { meta } = input;
+  let checks = checkedInRequest.get(meta);
+  if (!checks) checkedInRequest.set(meta, (checks = new Map()));
+  const id = createHash('sha256').update(JSON.stringify([input.userId, input.fingerprint.toLowerCase(), input.passphrase, input.action])).digest('base64url');
+  let check = checks.get(id);
+  if (!check) {
+    check = requireKey(c, input.userId, input.fingerprint, meta).then(async (view) => {
+      await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.passphrase, action: input.action, meta });
+      return view;
+    });
+    checks.set(id, check);
+  }
+  return check;
 }

@@ -1,10 +1,12 @@
 import type { Container } from '../container';
 import { conflict } from '../errors';
 import { publishEvent } from '../events';
-import { newGeneration, rekeyLineage } from './keys';
+import { newGeneration, rekeyLineage, requireKey } from './keys';
+import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';
 import { recordAudit } from '../../db/audit';
-import { insertKey, lineageGenerations, type KeyRow, type LineageRow } from '../../db/keys';
+import { insertKey, lineageGenerations, type KeyRow, type KeyView, type LineageRow } from '../../db/keys';
+import type { RequestMeta } from '../../db/audit';
 import { insertRotation, succeededRotationFrom, type RotationRow, type RotationTrigger } from '../../db/rotation';
 
 /**
@@ -23,9 +25,26 @@ export interface RotateInput {
   jobId?: string;
   /** Manual rotation may also change the passphrase (the current one is required). */
   passphrases?: { current: string; next: string };
+  /** The request that enqueued the rotation (null for the scheduler), recorded in its audit rows. */
+  origin?: { request_id: string | null; ip: string | null };
 }
 
 export type RotateOutcome = { rotated: true; entry: RotationRow } | { rotated: false; reason: 'already_rotated' | 'disabled' | 'gone'; entry?: RotationRow };
+
+/**
+ * What a requested ("rotate now") rotation needs before it is queued: the caller's key (404 otherwise,
+ * audited as not_owner when it is another account's), not disabled (409), and, when the request gives a
+ * current passphrase, that passphrase, through the one limited, audited check (422 `wrong_passphrase`,
+ * 429 past the key's budget) rather than as a failed job later.
+ */
+export async function manualRotationTarget(c: Container, input: { userId: string; fingerprint: string; currentPassphrase?: string; meta: RequestMeta }): Promise<KeyView> {
+  const view = await requireKey(c, input.userId, input.fingerprint, input.meta);
+  if (view.lineage.disabled_at) throw conflict('key_disabled', 'This key is disabled and is not rotated.');
+  if (input.currentPassphrase !== undefined) {
+    await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.currentPassphrase, action: 'keys.rotate', meta: input.meta });
+  }
+  return view;
+}
 
 const isUniqueViolation = (err: unknown) => (err as { code?: string }).code === '23505';
 
@@ -76,6 +95,7 @@ export async function rotateLineage(c: Container, input: RotateInput): Promise<R
         job_id: input.jobId ?? null,
       });
       await recordAudit(trx, {
+        ...input.origin,
         user_id: lineage.user_id,
         action: 'keys.rotate',
         status: 'success',
@@ -111,7 +131,7 @@ export async function recordRotationFailure(c: Container, input: RotateInput, er
     error,
     job_id: input.jobId ?? null,
   });
-  await recordAudit(trx, { user_id: found.lineage.user_id, action: 'keys.rotate', status: 'failure', target: found.current.fingerprint, details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) } });
+  await recordAudit(trx, { ...input.origin, user_id: found.lineage.user_id, action: 'keys.rotate', status: 'failure', target: found.current.fingerprint, details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) } });
   await publishEvent(c.redis, c.config.redisPrefix, found.lineage.user_id, 'key.rotation_failed', { key_id: found.lineage.id, fingerprint: found.current.fingerprint, trigger: input.trigger, code: error.code }, c.clock.now()).catch(
     (err: unknown) => c.log.warn({ err }, 'could not publish key.rotation_failed'),
   );

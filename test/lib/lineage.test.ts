@@ -7,13 +7,13 @@ import {
   openLineageLock,
   openSealedSecret,
   randomSecret,
-  relockLineage,
   sealSecret,
   setLineageKdf,
   type KdfParams,
   type LineageLock,
 } from '../../lib/lineage';
 import { generateKey, unlockPrivateKey } from '../../lib/pgp/keys';
+import { loadConfig } from '../../lib/config';
 
 const PASS = 'correct horse battery staple';
 
@@ -91,18 +91,6 @@ describe('lineage lock', () => {
     }
   });
 
-  it('relocks under a new passphrase, keeping the public key and what was sealed to it', async () => {
-    const lock = await createLineageLock(PASS);
-    const secret = randomSecret();
-    const sealed = sealSecret(lock.publicKey, secret, 'g1');
-    const lockedPrivate = await relockLineage(lock, PASS, 'new passphrase');
-    expect(lockedPrivate).not.toBe(lock.lockedPrivate);
-    const relocked = { publicKey: lock.publicKey, lockedPrivate };
-    expect(((await rejection(openLineageLock(relocked, PASS))) as AppError).code).toBe('wrong_passphrase');
-    expect(openSealedSecret(await openLineageLock(relocked, 'new passphrase'), sealed, 'g1')).toBe(secret);
-    expect(((await rejection(relockLineage(lock, 'nope', 'x'))) as AppError).code).toBe('wrong_passphrase');
-  });
-
   it('binds a sealed secret to its context and its lineage', async () => {
     const lock = await createLineageLock(PASS);
     const other = await createLineageLock(PASS);
@@ -132,13 +120,14 @@ describe('lineage lock', () => {
   it('opens locks made with other parameters (they are stored with the lock)', async () => {
     const lock = await createLineageLock(PASS);
     setLineageKdf({ memoryKib: 2048, timeCost: 2 });
+    let other: LineageLock;
     try {
-      const relocked = await relockLineage(lock, PASS, PASS);
-      expect(JSON.parse(relocked)).toMatchObject({ m: 2048, t: 2 });
-      await openLineageLock({ publicKey: lock.publicKey, lockedPrivate: relocked }, PASS);
+      other = await createLineageLock(PASS);
+      expect(JSON.parse(other.lockedPrivate)).toMatchObject({ m: 2048, t: 2 });
     } finally {
       setLineageKdf({ memoryKib: 1024, timeCost: 1 });
     }
+    await openLineageLock(other, PASS);
     await openLineageLock(lock, PASS);
   });
 
@@ -161,6 +150,11 @@ describe('lineage lock', () => {
     } finally {
       setLineageKdf({ memoryKib: 1024, timeCost: 1 });
     }
+  });
+
+  it('has one default: the configuration (LINEAGE_KDF_MEMORY_KIB) takes its memory from DEFAULT_KDF', () => {
+    expect(loadConfig({ NODE_ENV: 'test' }).lineageKdfMemoryKib).toBe(DEFAULT_KDF.memoryKib);
+    expect(loadConfig({ NODE_ENV: 'test', LINEAGE_KDF_MEMORY_KIB: '65536' }).lineageKdfMemoryKib).toBe(65_536);
   });
 
   it('requires a passphrase', async () => {
