@@ -51,6 +51,28 @@ describe('job blobs at rest', () => {
   });
 });
 
+describe('the sweep-blobs job', () => {
+  it('runs on the maintenance queue and removes leftovers older than BLOB_TMP_MAX_AGE_HOURS, keeping fresh ones', async () => {
+    const root = s.env.BLOB_STORE_URL!;
+    const old = new Date(Date.now() - (s.c.config.blobTmpMaxAgeHours + 1) * 3600_000);
+    for (const d of ['.tmp', '.uploads']) {
+      await writeFile(join(root, d, 'crashed'), 'PLAINTEXT-MARKER left by a crash');
+      await utimes(join(root, d, 'crashed'), old, old);
+      await writeFile(join(root, d, 'in-progress'), 'still being written');
+    }
+    const pool = await startWorkers(s.c, [{ queue: 'maintenance', concurrency: 1 }]);
+    try {
+      const id = await s.c.jobs.enqueue('sweep-blobs', {});
+      const queue = s.c.jobs.queue('maintenance');
+      await expect.poll(async () => (await queue.getJob(id))?.finishedOn !== undefined, { timeout: 10_000 }).toBe(true);
+      expect((await queue.getJob(id))?.returnvalue).toEqual({ removed: 2 });
+    } finally {
+      await pool.close();
+    }
+    for (const d of ['.tmp', '.uploads']) expect(await readdir(join(root, d))).toEqual(['in-progress']);
+  });
+});
+
 describe('the S3 driver', () => {
   it('sweeps old upload temp files; a store without ListMultipartUploads (s3rver) is no error', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'kms-s3-sweep-'));
