@@ -86,6 +86,8 @@ describe('passphrase guessing', () => {
     );
     expect(statuses(answers)).toEqual({ 422: 10, 429: 40 });
     expect(await wrongAudits(u.id, 'keys.decrypt')).toBe(10);
+    const refused = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.decrypt', status: 'failure' });
+    expect(refused.filter((r: { details: { reason?: string } }) => r.details.reason === 'rate_limited')).toHaveLength(40);
   });
 
   it('a right passphrase gets its point back', async () => {
@@ -154,7 +156,9 @@ describe('a generate-key job', () => {
     const res = await s.api('POST', '/keys/generate-key', { token: u.token, form: { label: 'rsa', name: 'R', email: 'r@example.test', passphrase: PASSPHRASE, algorithm: 'rsa3072' } });
     expect(res.status).toBe(202);
     const row = await s.c.db('jobs').where({ id: res.body.job_id }).first();
-    expect(JSON.stringify(row.request)).not.toMatch(/unlock_locked|argon2|"ct"/);
+    expect(JSON.stringify(row.request)).not.toMatch(/unlock_locked|argon2|"ct"|s1\./);
+    // Nor what decides where the first generation's secret is sealed: that travels with the lock.
+    expect(row.request.lineage).not.toHaveProperty('unlock_public');
     const job = await waitJob(s.api, u.token, res.body.job_id);
     expect(job.state, JSON.stringify(job.error)).toBe('completed');
     const lineage = await s.c.db('key_lineages').where({ id: job.result.key.id }).first();

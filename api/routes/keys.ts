@@ -18,7 +18,7 @@ import type { Container } from '../../lib/container';
 import { findUserById } from '../../db/users';
 import { listKeys } from '../../db/keys';
 import { passphraseAad } from '../../jobs/decrypt-files';
-import { generateLockAad } from '../../jobs/generate-key';
+import { sealGenerateLock } from '../../jobs/generate-key';
 import type { EncryptRequest } from '../../jobs/encrypt-files';
 
 const tags = ['PGP keys'];
@@ -48,11 +48,12 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
     const { lineage, key } = await c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta));
     return { status: 201, body: keyOut(lineage, key, c.clock.now()) };
   }
-  // The lock stays out of the job row: it travels sealed in the queue payload.
-  const { unlock_locked, ...stored } = spec;
+  // The lock stays out of the job row: it travels sealed in the queue payload, with the public key it
+  // belongs to (a changed job row cannot seal the first generation to another key).
+  const { unlock_locked, unlock_public, ...stored } = spec;
   return submitAndReply(c, ctx, { id: newJobId(), userId, kind: 'generate-key', requestId: meta.requestId, body: form }, async () => ({
     request: { lineage: stored },
-    enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId, sealed_lock: c.sealer.seal(unlock_locked, generateLockAad(jobId)) }, { jobId, meta }),
+    enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId, sealed_lock: sealGenerateLock(c, jobId, { unlock_public, unlock_locked }) }, { jobId, meta }),
   }));
 }
 

@@ -21,20 +21,29 @@ export async function verifyKeyPassphrase(
   input: { userId: string; view: KeyView; passphrase: string; action: PassphraseAction; meta: RequestMeta },
 ): Promise<UnlockKey> {
   const { view, meta } = input;
+  const audit = (reason: 'wrong_passphrase' | 'rate_limited') =>
+    recordAudit(c.db, { user_id: input.userId, action: input.action, status: 'failure', target: view.named.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason } });
   let wrong: AppError | undefined;
-  const unlock = await spendThenCheck(
-    [{ limiter: c.limiters.passphrase, key: view.lineage.id }],
-    'Too many wrong passphrases for this key; wait before trying again.',
-    () =>
-      unlockLineage(c, view.lineage, input.passphrase).catch((err: unknown) => {
-        if (!(err instanceof AppError && err.code === 'wrong_passphrase')) throw err;
-        wrong = err;
-        return null;
-      }),
-    (opened) => opened !== null,
-  );
+  let unlock: UnlockKey | null;
+  try {
+    unlock = await spendThenCheck(
+      [{ limiter: c.limiters.passphrase, key: view.lineage.id }],
+      'Too many wrong passphrases for this key; wait before trying again.',
+      () =>
+        unlockLineage(c, view.lineage, input.passphrase).catch((err: unknown) => {
+          if (!(err instanceof AppError && err.code === 'wrong_passphrase')) throw err;
+          wrong = err;
+          return null;
+        }),
+      (opened) => opened !== null,
+    );
+  } catch (err) {
+    // Refused without a check: the key's budget is spent (audited: a denied attempt).
+    if (err instanceof AppError && err.code === 'rate_limited') await audit('rate_limited');
+    throw err;
+  }
   if (unlock) return unlock;
-  await recordAudit(c.db, { user_id: input.userId, action: input.action, status: 'failure', target: view.named.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason: 'wrong_passphrase' } });
+  await audit('wrong_passphrase');
   throw wrong!;
 }
 
