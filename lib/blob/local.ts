@@ -130,7 +130,9 @@ export class LocalBlobStore implements BlobStore {
   async sweepStale(olderThan: Date): Promise<number> {
     let removed = 0;
     for (const dir of [this.tmpDir, this.uploadTmpDir]) {
-      for (const name of await readdir(dir)) {
+      // A folder removed by hand holds nothing to sweep.
+      const names = await readdir(dir).catch((err: unknown) => (isMissing(err) ? [] : Promise.reject(err)));
+      for (const name of names) {
         const path = join(dir, name);
         const info = await lstat(path).catch(() => null);
         if (info && info.mtime < olderThan) {

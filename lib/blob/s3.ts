@@ -224,7 +224,8 @@ export class S3BlobStore implements BlobStore {
       }
       [keyMarker, uploadIdMarker] = page.IsTruncated ? [page.NextKeyMarker, page.NextUploadIdMarker] : [undefined, undefined];
     } while (keyMarker);
-    for (const name of await readdir(this.uploadTmpDir)) {
+    const names = await readdir(this.uploadTmpDir).catch((err: unknown) => ((err as NodeJS.ErrnoException).code === 'ENOENT' ? [] : Promise.reject(err)));
+    for (const name of names) {
       const path = join(this.uploadTmpDir, name);
       const info = await stat(path).catch(() => null);
       if (info && info.mtime < olderThan) {
