@@ -33,8 +33,9 @@ export const encryptFiles = defineTrackedJob({
     let key: KeyRow | undefined;
     let recipient;
     if (req.recipient.type === 'stored') {
-      key = await c.db<KeyRow>('pgp_keys').where({ id: req.recipient.key_id }).first();
-      if (!key) throw new Error(`key ${req.recipient.key_id} vanished`);
+      // The job row names the key; it must still be the caller's and the one the request was answered with.
+      key = await c.db<KeyRow>('pgp_keys').where({ id: req.recipient.key_id, user_id: row.user_id, fingerprint: req.recipient.fingerprint }).first();
+      if (!key) throw new Error(`key ${req.recipient.key_id} of job ${row.id} is gone or not the requested one`);
       verifiedKey(c, key);
       recipient = await readStoredPublicKey(key.public_armored);
     } else {
