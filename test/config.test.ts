@@ -67,3 +67,12 @@ describe('loadConfig', () => {
     expect(loadConfig({ NODE_ENV: 'test', TRUSTED_PROXY_COUNT: '2' }).trustedProxyCount).toBe(2);
   });
 });
+
+describe('decompression limits', () => {
+  it('cap a compressed message at MAX_FILE_BYTES by default, never above it, and all outputs of a job at 4 × MAX_FILE_BYTES', () => {
+    const base = { NODE_ENV: 'test', MAX_FILE_BYTES: String(1 << 20) };
+    expect(loadConfig(base).limits).toMatchObject({ maxDecompressedBytes: 1 << 20, maxJobOutputBytes: 4 << 20 });
+    expect(loadConfig({ ...base, MAX_DECOMPRESSED_BYTES: String(1 << 30) }).limits.maxDecompressedBytes).toBe(1 << 20);
+    expect(loadConfig({ ...base, MAX_DECOMPRESSED_BYTES: '1000', MAX_JOB_OUTPUT_BYTES: '5000' }).limits).toMatchObject({ maxDecompressedBytes: 1000, maxJobOutputBytes: 5000 });
+  });
+});
