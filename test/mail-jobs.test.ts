@@ -1,9 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Redis } from 'ioredis';
+import { SMTPServer } from 'smtp-server';
+import { randomUUID } from 'node:crypto';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { startSmtpServer } from './support/smtp';
 import { startWorkers } from '../workers/worker';
 import { mailAad, notify } from '../lib/services/notify';
+import { sendEmail } from '../jobs/send-email';
+import { createMailer } from '../lib/mailer';
+import { createLogger } from '../lib/logger';
+import { Watchdog } from '../jobs/watchdog';
+import type { Job } from 'bullmq';
+import type { JobEnvelope } from '../jobs/define';
 
 /** Mail jobs carry nothing readable in Redis, open only as what they were made for, and leave when done. */
 let s: TestService;
@@ -73,6 +81,76 @@ describe('mail jobs', () => {
       await expect.poll(async () => queue.getJob(job!.id!), { timeout: 5000 }).toBeUndefined();
     } finally {
       await pool.close();
+    }
+  });
+
+  it('forgot-password end to end: the mail carries the token in the fragment, and once sent no job, payload or token is left in Redis', async () => {
+    const u = await registerUser(s.api);
+    const queue = s.c.jobs.queue('notify');
+    const pool = await startWorkers(s.c, [{ queue: 'notify', concurrency: 1 }]);
+    try {
+      expect((await s.api('POST', '/auth/forgot-password', { body: { email: u.email } })).status).toBe(202);
+      const mail = await smtp.waitFor(u.email);
+      const token = /#token=([A-Za-z0-9_-]{43})/.exec(mail.text ?? '')?.[1];
+      expect(token).toBeDefined();
+      expect(mail.text).not.toMatch(/[?&]token=/);
+      await expect.poll(async () => Object.values(await queue.getJobCounts()).reduce((a, b) => a + b, 0), { timeout: 5000 }).toBe(0);
+      const text = await redisText();
+      for (const secret of [u.email, token!, u.username]) expect(text).not.toContain(secret);
+    } finally {
+      await pool.close();
+    }
+  });
+
+  it('a sealed message moved to another mail id or template does not open, and the job is given up without retries', async () => {
+    const sealed = s.c.sealer.seal(JSON.stringify({ to: 'victim@example.test', vars: { token: 'x' } }), mailAad('password-reset', randomUUID()));
+    const ctx = {
+      c: s.c,
+      job: {} as Job<JobEnvelope>,
+      log: createLogger('silent'),
+      origin: { request_id: null, ip: null },
+      watchdog: new Watchdog({ timeoutMs: 10_000 }),
+    };
+    for (const template of ['password-reset', 'email-confirm'] as const) {
+      await expect(sendEmail.process({ mail_id: randomUUID(), template, sealed }, ctx)).rejects.toMatchObject({ name: 'UnrecoverableError' });
+    }
+  });
+
+  it('an SMTP refusal quoting the recipient leaves no address in Redis: a temporary one is retried, a permanent one given up at once', async () => {
+    let reply = { code: 451, text: 'try again later' };
+    const refusing = new SMTPServer({
+      authOptional: true,
+      disabledCommands: ['STARTTLS'],
+      onRcptTo(address, _session, callback) {
+        callback(Object.assign(new Error(`<${address.address}>: ${reply.text}`), { responseCode: reply.code }));
+      },
+    });
+    await new Promise<void>((resolve) => refusing.listen(0, '127.0.0.1', resolve));
+    const port = (refusing.server.address() as { port: number }).port;
+    const mailer = createMailer({ smtpUrl: `smtp://127.0.0.1:${port}`, from: 'kms@example.test', dir: 'var/mail', log: s.c.log });
+    const queue = s.c.jobs.queue('notify');
+    const pool = await startWorkers({ ...s.c, mailer }, [{ queue: 'notify', concurrency: 1 }]);
+    try {
+      const u = await registerUser(s.api);
+      await notify(s.c, u.email, 'password-changed', { username: u.username, at: new Date().toISOString() });
+      let job: Job | undefined;
+      await expect.poll(async () => ([job] = await queue.getJobs(['delayed'])).length, { timeout: 5000 }).toBe(1);
+      expect(job!.attemptsMade).toBe(1);
+      expect(await redisText()).not.toContain(u.email); // the job's failedReason and stack trace are in Redis
+      expect(job!.failedReason).toMatch(/not sent/);
+      await job!.remove();
+
+      reply = { code: 550, text: 'no such mailbox' };
+      const v = await registerUser(s.api);
+      await notify(s.c, v.email, 'password-changed', { username: v.username, at: new Date().toISOString() });
+      await expect.poll(async () => Object.values(await queue.getJobCounts()).reduce((a, b) => a + b, 0), { timeout: 5000 }).toBe(0);
+      const text = await redisText();
+      expect(text).toMatch(/not sent/); // the failure is in the events stream, without the address
+      expect(text).not.toContain(v.email);
+    } finally {
+      await pool.close();
+      mailer.close();
+      await new Promise<void>((resolve) => refusing.close(() => resolve()));
     }
   });
 });
