@@ -1,5 +1,6 @@
 import knexFactory, { type Knex } from 'knex';
 import pg from 'pg';
+import { DB_MESSAGE_CLEANED, redactDataException } from '../lib/logger';
 
 export type { Knex };
 export type Db = Knex;
@@ -8,12 +9,35 @@ export type Db = Knex;
 pg.types.setTypeParser(pg.types.builtins.INT8, (v: string) => Number(v));
 
 export function createDb(databaseUrl: string, pool: { min?: number; max?: number } = {}): Db {
-  return knexFactory({
+  const db = knexFactory({
     client: 'pg',
     connection: databaseUrl,
     pool: { min: pool.min ?? 0, max: pool.max ?? 10 },
     acquireConnectionTimeout: 10_000,
+    // A failing query's message starts with its SQL: with `$1` placeholders, never the bound values
+    // (by default knex inlines bindings there, e.g. into a jsonb `\\?` it has unescaped).
+    compileSqlOnError: false,
   });
+  // Emitted (for transactions too) before the error reaches the caller: clean it once, at the source.
+  db.on('query-error', (err: unknown, query: { sql?: string } | undefined) => cleanQueryError(err, query?.sql));
+  return db;
+}
+
+/**
+ * A failed query's error as knex throws it: `<sql> - <Postgres message>`. A data exception's message
+ * repeats the bad input (`invalid input syntax for type uuid: "<value>"`): that value goes, the SQL and
+ * the rest stay. `detail` and `where`, where Postgres repeats values too, are left for the logger to drop.
+ */
+export function cleanQueryError(err: unknown, sql: string | undefined): void {
+  if (!(err instanceof Error)) return;
+  const before = err.message;
+  const prefix = sql && before.startsWith(`${sql} - `) ? `${sql} - ` : '';
+  const after = prefix + redactDataException((err as { code?: string }).code, before.slice(prefix.length));
+  if (after !== before) {
+    err.message = after;
+    if (typeof err.stack === 'string') err.stack = err.stack.split(before).join(after);
+  }
+  Object.defineProperty(err, DB_MESSAGE_CLEANED, { value: true, enumerable: false, configurable: true });
 }
 
 /** Creates the database named in the URL when it is missing (a fresh machine needs no manual step). */
