@@ -36,9 +36,12 @@ export function createSealer(current: string, previous: string[] = []): Sealer {
   const keys = new Map([[currentKid, currentKey], ...previous.map(parseKey)]);
 
   const open = (sealed: string, aad = '') => {
-    const [version, kid, body] = sealed.split('.');
+    const parts = sealed.split('.');
+    const [version, kid, body] = parts;
     const key = kid === undefined ? undefined : keys.get(kid);
-    if (version !== 's1' || !key || !body) throw new Error('sealed value: unknown format or master key id');
+    if (parts.length !== 3 || version !== 's1' || !key || !body) throw new Error('sealed value: unknown format or master key id');
+    // One spelling per value: Buffer.from would skip characters outside base64url instead of refusing them.
+    if (!/^[A-Za-z0-9_-]+$/.test(body)) throw new Error('sealed value: the body is not base64url');
     const raw = Buffer.from(body, 'base64url');
     if (raw.length < IV_BYTES + TAG_BYTES) throw new Error('sealed value: too short to hold an IV and a full tag');
     // authTagLength pins the tag at 16 bytes: without it Node accepts a truncated tag.

@@ -23,4 +23,14 @@ describe('sealer', () => {
     }
     expect(() => sealer.open(`${v}.${kid}.${raw.subarray(0, 27).toString('base64url')}`, 'aad')).toThrow(/too short/);
   });
+
+  it('refuses values with extra parts or characters outside base64url (one spelling per sealed value)', () => {
+    const sealed = sealer.seal('secret', 'aad');
+    const [v, kid, body] = sealed.split('.') as [string, string, string];
+    expect(() => sealer.open(`${sealed}.extra`, 'aad')).toThrow(/format/);
+    for (const variant of [`${body.slice(0, 10)}+${body.slice(10)}`, `${body} `, `${body}==`, `${body.slice(0, 10)}\n${body.slice(10)}`]) {
+      expect(() => sealer.open(`${v}.${kid}.${variant}`, 'aad'), JSON.stringify(variant)).toThrow(/base64url/);
+    }
+    expect(() => sealer.open(`${v}.unknown.${body}`, 'aad')).toThrow(/master key id/);
+  });
 });
