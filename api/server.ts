@@ -1,6 +1,7 @@
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { Container } from '../lib/container';
 import { createApp } from './app';
+import { endEventStreams } from './routes/events';
 
 export interface WebServer {
   server: Server;
@@ -35,6 +36,8 @@ export async function startWeb(c: Container, port = c.config.port): Promise<WebS
     port: actual,
     async close() {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      endEventStreams(); // live event streams never end by themselves; clients reconnect elsewhere
+
       // Let answers in progress finish, then drop keep-alive sockets (idle or half-read) at once.
       const deadline = Date.now() + SHUTDOWN_GRACE_MS;
       while (inFlight.size && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import type { Container } from '../lib/container';
 import { defineTrackedJob } from './tracked';
-import { newGeneration, storeNewKey, type LineageSpec } from '../lib/services/keys';
+import { keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../lib/services/keys';
+import { emitEvent } from '../lib/events';
 import { recordAudit } from '../db/audit';
 import { keyOut } from '../lib/services/key-view';
 
@@ -44,6 +45,7 @@ export const generateKeyJob = defineTrackedJob({
         const { lineage, key } = await storeNewKey(c, trx, row.user_id, spec, first, { job_id: row.id, ip: origin.ip ?? undefined, requestId: origin.request_id ?? undefined });
         return { key: keyOut(lineage, key, c.clock.now()) };
       },
+      after: () => emitEvent(c, row.user_id, 'key.generated', keyGeneratedData(spec, first)),
     };
   },
   async onFailure(trx, row, failure, { origin }) {

@@ -2,6 +2,7 @@ import { UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import type { Knex } from 'knex';
 import type { JobContext, JobDefinition, QueueName } from './define';
+import { emitEvent } from '../lib/events';
 import { AppError } from '../lib/errors';
 import { findJob, isFinished, updateJob, type JobProgress, type JobRow } from '../db/jobs';
 import { jobBlob } from '../lib/services/jobs';
@@ -87,6 +88,7 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
           return committed;
         });
         await done.after?.().catch((e: unknown) => log.warn({ err: e }, 'clean-up after job failed'));
+        await emitEvent(c, row.user_id, 'job.completed', { job_id: jobId, kind: row.kind, state: 'completed' });
         return result;
       } catch (err) {
         // Whatever is still running (a stalled parser) is told to stop and let go of its streams.
@@ -107,6 +109,7 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         });
         // No partial output is ever offered: everything the job stored goes.
         await c.blob.deletePrefix(jobBlob.dir(jobId)).catch((e: unknown) => log.warn({ err: e }, 'could not delete job files'));
+        await emitEvent(c, row.user_id, 'job.failed', { job_id: jobId, kind: row.kind, state: 'failed', code: failure.code });
         throw err instanceof AppError ? new UnrecoverableError(`${failure.code}: ${failure.message}`) : err;
       }
     },

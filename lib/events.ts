@@ -1,32 +1,104 @@
 import type { Redis } from 'ioredis';
+import type { Container } from './container';
 
 /**
- * Account events (key rotated, rotation failed, key expiring, …) go to a Redis stream per account,
- * trimmed to the newest ~1000, for live delivery to the account owner. Payloads name resources by
- * id and fingerprint only; never secrets.
+ * Account events go to a Redis stream per account, trimmed to the newest ~STREAM_MAX_LEN, delivered
+ * live (`GET /events`, Server-Sent Events, resumable by stream id) and listed (`GET /events/history`).
+ * Every event has one envelope, `{id, type, created_at, account, data}`; data names resources by id,
+ * fingerprint and state only, never secrets. Every kind is published through `publishEvent`.
  */
-export type EventType = 'key.rotated' | 'key.rotation_failed' | 'key.expiring' | 'key.expired';
+export const EVENT_TYPES = [
+  'key.generated',
+  'key.disabled',
+  'key.rotated',
+  'key.rotation_failed',
+  'key.expiring',
+  'key.expired',
+  'job.completed',
+  'job.failed',
+] as const;
+export type EventType = (typeof EVENT_TYPES)[number];
+
+export interface AccountEvent {
+  /** The stream id (`<ms>-<seq>`): increasing, and what `Last-Event-ID` resumes from. */
+  id: string;
+  type: EventType;
+  created_at: string;
+  /** The account (user id) the event belongs to. */
+  account: string;
+  data: Record<string, unknown>;
+}
+
+const STREAM_MAX_LEN = 1000;
+export const EVENT_ID = /^\d{1,16}-\d{1,16}$/;
 
 export const eventStream = (redisPrefix: string, userId: string) => `${redisPrefix}:events:${userId}`;
 
 export async function publishEvent(redis: Redis, redisPrefix: string, userId: string, type: EventType, data: Record<string, unknown>, at: Date): Promise<string | null> {
-  return redis.xadd(eventStream(redisPrefix, userId), 'MAXLEN', '~', '1000', '*', 'type', type, 'data', JSON.stringify(data), 'at', at.toISOString());
+  return redis.xadd(eventStream(redisPrefix, userId), 'MAXLEN', '~', String(STREAM_MAX_LEN), '*', 'type', type, 'data', JSON.stringify(data), 'at', at.toISOString());
 }
 
-export interface StoredEvent {
-  id: string;
-  type: EventType;
-  data: Record<string, unknown>;
-  at: string;
+type Entry = [id: string, fields: string[]];
+
+function toEvent(userId: string, [id, fields]: Entry): AccountEvent {
+  const f: Record<string, string> = {};
+  for (let i = 0; i < fields.length; i += 2) f[fields[i]!] = fields[i + 1]!;
+  return { id, type: f.type as EventType, created_at: f.at ?? '', account: userId, data: JSON.parse(f.data ?? '{}') as Record<string, unknown> };
 }
 
 /** Events after `afterId` (exclusive), oldest first. */
-export async function readEvents(redis: Redis, redisPrefix: string, userId: string, afterId = '-', count = 100): Promise<StoredEvent[]> {
+export async function readEvents(redis: Redis, redisPrefix: string, userId: string, afterId = '-', count = 100): Promise<AccountEvent[]> {
   const start = afterId === '-' ? '-' : `(${afterId}`;
-  const entries = await redis.xrange(eventStream(redisPrefix, userId), start, '+', 'COUNT', count);
-  return entries.map(([id, fields]) => {
-    const f: Record<string, string> = {};
-    for (let i = 0; i < fields.length; i += 2) f[fields[i]!] = fields[i + 1]!;
-    return { id, type: f.type as EventType, data: JSON.parse(f.data ?? '{}') as Record<string, unknown>, at: f.at ?? '' };
-  });
+  const entries = (await redis.xrange(eventStream(redisPrefix, userId), start, '+', 'COUNT', count)) as Entry[];
+  return entries.map((e) => toEvent(userId, e));
+}
+
+/** Waits up to `blockMs` for events after `afterId` (a connection of its own: XREAD BLOCK holds it). */
+export async function waitForEvents(reader: Redis, redisPrefix: string, userId: string, afterId: string, blockMs: number): Promise<AccountEvent[]> {
+  const answer = (await reader.xread('COUNT', 100, 'BLOCK', blockMs, 'STREAMS', eventStream(redisPrefix, userId), afterId)) as [string, Entry[]][] | null;
+  return (answer?.[0]?.[1] ?? []).map((e) => toEvent(userId, e));
+}
+
+/** The newest event id, or `0-0` when there is none: where a new live reader starts. */
+export async function lastEventId(redis: Redis, redisPrefix: string, userId: string): Promise<string> {
+  const [newest] = (await redis.xrevrange(eventStream(redisPrefix, userId), '+', '-', 'COUNT', 1)) as Entry[];
+  return newest?.[0] ?? '0-0';
+}
+
+const compareIds = (a: string, b: string) => {
+  const [am, as] = a.split('-').map(BigInt) as [bigint, bigint];
+  const [bm, bs] = b.split('-').map(BigInt) as [bigint, bigint];
+  return am === bm ? (as === bs ? 0 : as < bs ? -1 : 1) : am < bm ? -1 : 1;
+};
+
+/**
+ * Whether a client resuming after `afterId` may have lost events to trimming: it must be told instead
+ * of silently skipping them. The stream trims its oldest entries first, so while the entry `afterId`
+ * itself is kept nothing after it was trimmed; once it is gone (or never existed) and newer events were
+ * written, some may be. Cautious by one event: a client whose own last event was just trimmed hears it.
+ */
+export async function trimmedSince(redis: Redis, redisPrefix: string, userId: string, afterId: string): Promise<boolean> {
+  const key = eventStream(redisPrefix, userId);
+  if (((await redis.xrange(key, afterId, afterId)) as Entry[]).length) return false;
+  const info = (await redis.call('XINFO', 'STREAM', key).catch(() => null)) as unknown[] | null;
+  if (!info) return false; // no stream: nothing was ever written
+  const lastGenerated = String(info[info.indexOf('last-generated-id') + 1]);
+  return compareIds(afterId, lastGenerated) < 0;
+}
+
+/** Stored events newest first, filtered by types and time (the stream holds the newest ~1000). */
+export async function eventHistory(redis: Redis, redisPrefix: string, userId: string, q: { types?: EventType[]; from?: Date; to?: Date }): Promise<AccountEvent[]> {
+  const end = q.to ? String(q.to.getTime()) : '+';
+  const start = q.from ? String(q.from.getTime()) : '-';
+  const entries = (await redis.xrevrange(eventStream(redisPrefix, userId), end, start)) as Entry[];
+  const events = entries.map((e) => toEvent(userId, e));
+  return q.types?.length ? events.filter((e) => q.types!.includes(e.type)) : events;
+}
+
+/**
+ * Publishes an account event after the change it reports has committed. A failure to publish is
+ * logged, not thrown: the change has happened and must not turn into an error.
+ */
+export async function emitEvent(c: Pick<Container, 'redis' | 'config' | 'log' | 'clock'>, userId: string, type: EventType, data: Record<string, unknown>): Promise<void> {
+  await publishEvent(c.redis, c.config.redisPrefix, userId, type, data, c.clock.now()).catch((err: unknown) => c.log.warn({ err, type }, 'could not publish an account event'));
 }

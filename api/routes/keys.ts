@@ -7,9 +7,10 @@ import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
 import { newToken } from '../../lib/tokens';
 import { readRecipientKey } from '../../lib/pgp/keys';
-import { encryptionTarget, newGeneration, newLineage, requireKey, storeNewKey } from '../../lib/services/keys';
+import { encryptionTarget, keyGeneratedData, newGeneration, newLineage, requireKey, storeNewKey } from '../../lib/services/keys';
+import { emitEvent } from '../../lib/events';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
-import type { KeyView } from '../../db/keys';
+import type { KeyView, LineageRow } from '../../db/keys';
 import { keyOut } from '../../lib/services/key-view';
 import { jobBlob, newJobId } from '../../lib/services/jobs';
 import { AppError, invalid } from '../../lib/errors';
@@ -46,6 +47,7 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
   if (form.algorithm === 'curve25519') {
     const first = await newGeneration(c, { ...spec, user_id: userId }, 1);
     const { lineage, key } = await c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta));
+    await emitEvent(c, userId, 'key.generated', keyGeneratedData(spec, first));
     return { status: 201, body: keyOut(lineage, key, c.clock.now()) };
   }
   // The lock stays out of the job row: it travels sealed in the queue payload, with the public key it
@@ -171,9 +173,10 @@ export default [
       const lineage = await c.db.transaction(async (trx) => {
         const [row] = await trx('key_lineages').where({ id: view.lineage.id }).whereNull('disabled_at').update({ disabled_at: now, updated_at: now }).returning('*');
         if (row) await recordAudit(trx, { user_id: user.id, action: 'keys.disable', status: 'success', target: view.current.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { label: view.lineage.label } });
-        return row ?? view.lineage;
+        return row ? { lineage: row as LineageRow, changed: true } : { lineage: view.lineage, changed: false };
       });
-      return { body: keyOut(lineage, view.current, now) };
+      if (lineage.changed) await emitEvent(c, user.id, 'key.disabled', { key_id: view.lineage.id, fingerprint: view.current.fingerprint, label: view.lineage.label });
+      return { body: keyOut(lineage.lineage, view.current, now) };
     },
   }),
 

@@ -66,6 +66,15 @@ export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id
   };
 }
 
+/** What a `key.generated` event says (ids and names, nothing secret). */
+export const keyGeneratedData = (spec: Pick<LineageSpec, 'id' | 'label' | 'environment' | 'algorithm'>, first: Pick<GenerationRow, 'fingerprint'>) => ({
+  key_id: spec.id,
+  fingerprint: first.fingerprint,
+  label: spec.label,
+  environment: spec.environment,
+  algorithm: spec.algorithm,
+});
+
 /** Stores a new lineage with its first generation and the audit row, in the caller's transaction. */
 export async function storeNewKey(c: Container, trx: Knex.Transaction, userId: string, spec: LineageSpec, first: GenerationRow, meta: Partial<RequestMeta> & { job_id?: string }): Promise<{ lineage: LineageRow; key: KeyRow }> {
   const lineage = await insertLineage(trx, { ...spec, user_id: userId, unlock_mac: lineageMac(c, { ...spec, user_id: userId }) });

@@ -1,6 +1,6 @@
 import type { Container } from '../container';
 import { conflict } from '../errors';
-import { publishEvent } from '../events';
+import { emitEvent } from '../events';
 import { newGeneration, rekeyLineage, requireKey } from './keys';
 import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';
@@ -109,9 +109,7 @@ export async function rotateLineage(c: Container, input: RotateInput): Promise<R
     throw err;
   }
   if (!entry) return done();
-  await publishEvent(c.redis, c.config.redisPrefix, lineage.user_id, 'key.rotated', { key_id: lineage.id, label: lineage.label, old_fingerprint: entry.old_fingerprint, new_fingerprint: entry.new_fingerprint, trigger: entry.trigger }, now).catch((err: unknown) =>
-    c.log.warn({ err }, 'could not publish key.rotated'),
-  );
+  await emitEvent(c, lineage.user_id, 'key.rotated', { key_id: lineage.id, label: lineage.label, old_fingerprint: entry.old_fingerprint, new_fingerprint: entry.new_fingerprint, trigger: entry.trigger });
   return { rotated: true, entry };
 }
 
@@ -132,9 +130,7 @@ export async function recordRotationFailure(c: Container, input: RotateInput, er
     job_id: input.jobId ?? null,
   });
   await recordAudit(trx, { ...input.origin, user_id: found.lineage.user_id, action: 'keys.rotate', status: 'failure', target: found.current.fingerprint, details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) } });
-  await publishEvent(c.redis, c.config.redisPrefix, found.lineage.user_id, 'key.rotation_failed', { key_id: found.lineage.id, fingerprint: found.current.fingerprint, trigger: input.trigger, code: error.code }, c.clock.now()).catch(
-    (err: unknown) => c.log.warn({ err }, 'could not publish key.rotation_failed'),
-  );
+  await emitEvent(c, found.lineage.user_id, 'key.rotation_failed', { key_id: found.lineage.id, fingerprint: found.current.fingerprint, trigger: input.trigger, code: error.code });
 }
 
 export function rotationOut(r: RotationRow) {

@@ -1694,6 +1694,113 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The account's events as Server-Sent Events: live, resumable with Last-Event-ID, with heartbeats */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description Comma-separated event types to receive (default: all) */
+                    types?: string;
+                    /** @description Resume point for clients that cannot send the Last-Event-ID header */
+                    last_event_id?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description text/event-stream: `id`, `event` (the type) and `data` (the Event envelope) per event; `event: gap` when a resume point is older than what is kept */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "text/event-stream": string;
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/events/history": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The account's stored events, newest first (the stream keeps the newest ~1000) */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                    /** @description Comma-separated event types to receive (default: all) */
+                    types?: string;
+                    from?: string;
+                    to?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A page of events */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["Event"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/audit-logs": {
         parameters: {
             query?: never;
@@ -1996,6 +2103,23 @@ export interface components {
             job_id: string | null;
             /** Format: date-time */
             created_at: string;
+        };
+        Event: {
+            /** @description Increasing; send it back as Last-Event-ID to resume */
+            id: string;
+            /** @enum {string} */
+            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed";
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: uuid
+             * @description The account (user id) the event belongs to
+             */
+            account: string;
+            /** @description Ids, fingerprints and states; never secrets */
+            data: {
+                [key: string]: unknown;
+            };
         };
         AuditEntry: {
             id: number;
