@@ -28,6 +28,8 @@ let jobId: string;
 beforeAll(async () => {
   s = await startTestService({ env: { MAX_FILES_PER_JOB: '4', MAX_FILE_BYTES: String(1 << 20) } });
   owner = await registerUser(s.api);
+  // An administrator, so that admin-only routes validate their input too instead of answering 403 first.
+  await s.c.db('users').where({ id: owner.id }).update({ role: 'admin' });
   [key, rotated] = await Promise.all([createKey(s.api, owner.token), createKey(s.api, owner.token, { label: 'rotated' })]);
   jobId = (await encrypt(s.api, owner.token, key.fingerprint, [{ name: 'a.txt', data: Buffer.from('hello') }])).job_id;
   doc = (await s.api('GET', '/openapi.json')).body;

@@ -6,6 +6,7 @@ import { bullPrefix } from '../jobs/client';
 import { isQueueName, type JobEnvelope, type QueueName } from '../jobs/define';
 import { jobDefinition } from '../jobs/registry';
 import { Watchdog, abortRunningJobs } from '../jobs/watchdog';
+import { startHeartbeat } from '../lib/heartbeats';
 
 export interface WorkerPool {
   workers: Worker[];
@@ -39,11 +40,13 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
     return worker;
   });
   await Promise.all(workers.map((w) => w.waitUntilReady()));
+  const heartbeat = startHeartbeat(c.redis, c.config.redisPrefix, queues);
   c.log.info({ queues }, 'workers started');
 
   return {
     workers,
     async close() {
+      await heartbeat.stop();
       const drained = Promise.all(workers.map((w) => w.close()));
       const grace = new Promise<'late'>((resolve) => setTimeout(resolve, c.config.workerLocks.shutdownGraceMs, 'late').unref());
       if ((await Promise.race([drained, grace])) === 'late') {

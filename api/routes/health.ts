@@ -1,7 +1,60 @@
+import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { route } from '../route';
+import { QUEUES } from '../../jobs/define';
+import { liveWorkers } from '../../lib/heartbeats';
+import { Timestamp } from '../schemas/common';
+import type { Container } from '../../lib/container';
 
 const Check = z.enum(['up', 'down']);
+
+const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+
+/** How long a dependency takes to answer (ms), or null when it does not answer within 2 s. */
+async function latency(work: () => Promise<unknown>): Promise<number | null> {
+  const started = process.hrtime.bigint();
+  const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), 2000).unref());
+  return Promise.race([work(), timeout]).then(
+    () => Math.round(Number(process.hrtime.bigint() - started) / 1e4) / 100,
+    () => null,
+  );
+}
+
+const Dependency = z.object({ state: z.enum(['up', 'down']), latency_ms: z.number().nullable() });
+const QueueStatus = z.object({
+  queue: z.enum(QUEUES),
+  counts: z.object({ waiting: z.number().int(), active: z.number().int(), delayed: z.number().int(), failed: z.number().int(), completed: z.number().int() }),
+  workers: z.number().int().describe('Live worker processes taking this queue'),
+  concurrency: z.number().int().describe('Their summed concurrency'),
+  schedulers: z.array(z.object({ id: z.string(), every_ms: z.number().nullable(), next_run_at: Timestamp.nullable() })),
+});
+const Status = z
+  .object({
+    version: z.string(),
+    uptime_seconds: z.number().int(),
+    postgres: Dependency,
+    redis: Dependency,
+    queues: z.array(QueueStatus),
+    workers: z.array(z.object({ id: z.string(), host: z.string(), pid: z.number().int(), queues: z.array(z.object({ queue: z.string(), concurrency: z.number().int() })), started_at: Timestamp, seen_at: Timestamp })),
+  })
+  .meta({ id: 'Status' });
+
+async function queueStatus(c: Container, workers: Awaited<ReturnType<typeof liveWorkers>>) {
+  return Promise.all(
+    QUEUES.map(async (name) => {
+      const queue = c.jobs.queue(name);
+      const [counts, schedulers] = await Promise.all([queue.getJobCounts('waiting', 'active', 'delayed', 'failed', 'completed'), queue.getJobSchedulers()]);
+      const taking = workers.flatMap((w) => w.queues.filter((q) => q.queue === name));
+      return {
+        queue: name,
+        counts: { waiting: counts.waiting ?? 0, active: counts.active ?? 0, delayed: counts.delayed ?? 0, failed: counts.failed ?? 0, completed: counts.completed ?? 0 },
+        workers: taking.length,
+        concurrency: taking.reduce((n, q) => n + q.concurrency, 0),
+        schedulers: schedulers.map((s) => ({ id: s.key, every_ms: s.every ? Number(s.every) : null, next_run_at: s.next ? new Date(s.next).toISOString() : null })),
+      };
+    }),
+  );
+}
 
 /** Liveness is implied by any answer; readiness is the status code: 503 while Postgres or Redis is down. */
 export default [
@@ -26,6 +79,30 @@ export default [
         status: ok ? 200 : 503,
         headers: { 'Cache-Control': 'no-store' },
         body: { status: ok ? 'ok' : 'degraded', checks: { postgres, redis }, uptime_seconds: Math.round(process.uptime()) },
+      };
+    },
+  }),
+
+  route({
+    method: 'get',
+    path: '/status',
+    summary: 'System status snapshot: version, uptime, Postgres and Redis latency, queues with their counts, workers and schedules',
+    tags: ['Monitoring'],
+    access: 'admin',
+    responses: { 200: { description: 'The snapshot', schema: Status } },
+    async handler({ c }) {
+      const [pg, redis] = await Promise.all([latency(() => c.db.raw('select 1')), latency(() => c.redis.ping())]);
+      const workers = redis === null ? [] : await liveWorkers(c.redis, c.config.redisPrefix);
+      return {
+        headers: { 'Cache-Control': 'no-store' },
+        body: {
+          version: VERSION,
+          uptime_seconds: Math.round(process.uptime()),
+          postgres: { state: pg === null ? 'down' : 'up', latency_ms: pg },
+          redis: { state: redis === null ? 'down' : 'up', latency_ms: redis },
+          queues: redis === null ? [] : await queueStatus(c, workers),
+          workers,
+        },
       };
     },
   }),

@@ -1930,6 +1930,54 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * System status snapshot: version, uptime, Postgres and Redis latency, queues with their counts, workers and schedules
+         * @description Administrators only.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The snapshot */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Status"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -2134,6 +2182,54 @@ export interface components {
             };
             /** Format: date-time */
             created_at: string;
+        };
+        Status: {
+            version: string;
+            uptime_seconds: number;
+            postgres: {
+                /** @enum {string} */
+                state: "up" | "down";
+                latency_ms: number | null;
+            };
+            redis: {
+                /** @enum {string} */
+                state: "up" | "down";
+                latency_ms: number | null;
+            };
+            queues: {
+                /** @enum {string} */
+                queue: "crypto" | "rotation" | "notify" | "billing" | "team-sync" | "maintenance";
+                counts: {
+                    waiting: number;
+                    active: number;
+                    delayed: number;
+                    failed: number;
+                    completed: number;
+                };
+                /** @description Live worker processes taking this queue */
+                workers: number;
+                /** @description Their summed concurrency */
+                concurrency: number;
+                schedulers: {
+                    id: string;
+                    every_ms: number | null;
+                    /** Format: date-time */
+                    next_run_at: string | null;
+                }[];
+            }[];
+            workers: {
+                id: string;
+                host: string;
+                pid: number;
+                queues: {
+                    queue: string;
+                    concurrency: number;
+                }[];
+                /** Format: date-time */
+                started_at: string;
+                /** Format: date-time */
+                seen_at: string;
+            }[];
         };
     };
     responses: never;
