@@ -21,7 +21,7 @@ type Where = 'params' | 'query' | 'body';
 let s: TestService;
 let owner: Awaited<ReturnType<typeof registerUser>>;
 let doc: Json;
-let key: { fingerprint: string };
+let key: { fingerprint: string; id: string };
 let rotated: { fingerprint: string };
 let jobId: string;
 
@@ -125,6 +125,7 @@ function sample(name: string, schema: Json, ctx: { path: string; password: strin
   const byName: Record<string, unknown> = {
     fingerprint: ctx.path.startsWith('/keys/{fingerprint}') ? rotated.fingerprint : key.fingerprint,
     job_id: jobId,
+    key_id: key.id,
     n: 0,
     email: `someone_${randomBytes(4).toString('hex')}@example.test`,
     username: `u_${randomBytes(4).toString('hex')}`,

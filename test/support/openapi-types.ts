@@ -882,6 +882,137 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/keys/health": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Key health across accounts (states, rotations due and overdue, expiries, failed rotations), or one key with `key_id`
+         * @description Administrators only.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    key_id?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The overview, or the one key */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            total: number;
+                            active: number;
+                            disabled: number;
+                            expired: number;
+                            rotation_due: number;
+                            /** @description Due for longer than `overdue_after` */
+                            rotation_overdue: number;
+                            expiring_14d: number;
+                            expiring_30d: number;
+                            failed_rotations_24h: number;
+                            overdue_after: string;
+                        } | {
+                            /** Format: uuid */
+                            key_id: string;
+                            /** Format: uuid */
+                            account: string;
+                            label: string;
+                            fingerprint: string;
+                            generation: number;
+                            /** @enum {string} */
+                            state: "active" | "disabled" | "expired";
+                            rotation_days: number | null;
+                            /** Format: date-time */
+                            next_rotation_at: string | null;
+                            rotation_due: boolean;
+                            rotation_overdue: boolean;
+                            /** Format: date-time */
+                            expires_at: string | null;
+                            expires_in_days: number | null;
+                            failed_rotations_24h: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/{key_id}/metrics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One key's metrics: operations by kind and outcome, bytes, last use, rotations, generations, job latencies
+         * @description Administrators only.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    key_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The metrics */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["KeyMetrics"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/keys/generate-key": {
         parameters: {
             query?: never;
@@ -2044,6 +2175,47 @@ export interface components {
             ip: string | null;
             /** Format: date-time */
             created_at: string;
+        };
+        KeyMetrics: {
+            /** Format: uuid */
+            key_id: string;
+            /** Format: uuid */
+            account: string;
+            label: string;
+            /** @description From the audit log, by action and outcome */
+            operations: {
+                action: string;
+                status: string;
+                count: number;
+            }[];
+            bytes_processed: number;
+            jobs_processed: number;
+            /** Format: date-time */
+            last_used_at: string | null;
+            rotations: {
+                status: string;
+                count: number;
+            }[];
+            generations: {
+                generation: number;
+                fingerprint: string;
+                status: string;
+                /** Format: date-time */
+                created_at: string;
+                /** Format: date-time */
+                rotated_at: string | null;
+                jobs: number;
+                bytes: number;
+                /** Format: date-time */
+                last_used_at: string | null;
+            }[];
+            /** @description Submit to finish, per job kind */
+            job_latency: {
+                kind: string;
+                count: number;
+                p50_ms: number | null;
+                p95_ms: number | null;
+            }[];
         };
         Job: {
             /** Format: uuid */

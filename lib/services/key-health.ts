@@ -1,0 +1,71 @@
+import type { Container } from '../container';
+import { notFound } from '../errors';
+import { failedRotationsSince, healthCounts, keyHealthRow, keyMetrics, OVERDUE_AFTER } from '../../db/key-health';
+import { lineageGenerations, type LineageRow } from '../../db/keys';
+
+/** Administrators' view of keys across accounts: health overview, one key's health, one key's metrics. */
+const DAY = 86400_000;
+
+export async function healthOverview(c: Container) {
+  const now = c.clock.now();
+  const [counts, failed] = await Promise.all([healthCounts(c.db, now), failedRotationsSince(c.db, new Date(now.getTime() - DAY))]);
+  return { ...counts, failed_rotations_24h: failed, overdue_after: OVERDUE_AFTER };
+}
+
+export async function keyHealth(c: Container, lineageId: string) {
+  const now = c.clock.now();
+  const row = await keyHealthRow(c.db, lineageId);
+  if (!row) throw notFound('key_not_found', 'No key with this id.');
+  const state = row.disabled_at ? 'disabled' : row.expires_at && row.expires_at <= now ? 'expired' : 'active';
+  const next = row.disabled_at ? null : row.next_rotation_at;
+  const daysLeft = (d: Date | null) => (d ? Math.floor((d.getTime() - now.getTime()) / DAY) : null);
+  return {
+    key_id: row.lineage_id,
+    account: row.user_id,
+    label: row.label,
+    fingerprint: row.fingerprint,
+    generation: row.generation,
+    state,
+    rotation_days: row.rotation_days,
+    next_rotation_at: next?.toISOString() ?? null,
+    rotation_due: Boolean(next && next <= now),
+    rotation_overdue: Boolean(next && next.getTime() <= now.getTime() - 3600_000),
+    expires_at: row.expires_at?.toISOString() ?? null,
+    expires_in_days: daysLeft(row.expires_at),
+    failed_rotations_24h: await failedRotationsSince(c.db, new Date(now.getTime() - DAY), row.lineage_id),
+  };
+}
+
+export async function keyMetricsOf(c: Container, lineageId: string) {
+  const lineage = await c.db<LineageRow>('key_lineages').where({ id: lineageId }).first();
+  if (!lineage) throw notFound('key_not_found', 'No key with this id.');
+  const generations = await lineageGenerations(c.db, lineageId);
+  const metrics = await keyMetrics(
+    c.db,
+    lineageId,
+    generations.map((g) => g.fingerprint),
+    generations.map((g) => g.id),
+  );
+  const lastUsed = generations.map((g) => g.last_used_at).filter((d): d is Date => Boolean(d)).sort((a, b) => b.getTime() - a.getTime())[0];
+  return {
+    key_id: lineage.id,
+    account: lineage.user_id,
+    label: lineage.label,
+    operations: metrics.operations,
+    bytes_processed: generations.reduce((n, g) => n + Number(g.bytes_count), 0),
+    jobs_processed: generations.reduce((n, g) => n + Number(g.ops_count), 0),
+    last_used_at: lastUsed?.toISOString() ?? null,
+    rotations: metrics.rotations,
+    generations: generations.map((g) => ({
+      generation: g.generation,
+      fingerprint: g.fingerprint,
+      status: g.status,
+      created_at: g.created_at.toISOString(),
+      rotated_at: g.rotated_at?.toISOString() ?? null,
+      jobs: Number(g.ops_count),
+      bytes: Number(g.bytes_count),
+      last_used_at: g.last_used_at?.toISOString() ?? null,
+    })),
+    job_latency: metrics.jobLatency,
+  };
+}
