@@ -145,6 +145,11 @@ const CFB: Record<string, string> = { aes128: 'aes-128-cfb', aes192: 'aes-192-cf
 const MAX_TAKE = 64 * 1024;
 /** RFC 9580 §4.2.1.4 requires the first partial length to be at least 512 octets; we hold every one to it. */
 export const MIN_PARTIAL = 512;
+/**
+ * Most packets besides the data in one packet list (session keys, markers, signatures): real messages
+ * have a handful, and each costs a parse, and for OpenPGP.js memory until the data packet.
+ */
+export const MAX_SMALL_PACKETS = 1024;
 
 /** Pulls bytes from an async iterator of Buffers; optionally records everything pulled (for a replay). */
 class Pull {
@@ -283,7 +288,8 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
   const keyIds: string[] = [];
   let seipd: Length | undefined;
   try {
-    while (!seipd) {
+    for (let n = 1; !seipd; n++) {
+      if (n > MAX_SMALL_PACKETS) throw malformed(`more than ${MAX_SMALL_PACKETS} packets before the encrypted data`);
       const h = await header(p);
       if (h.tag === 18) seipd = h.length;
       else if (h.tag === 1 && h.length.kind === 'definite' && h.length.n < 8192) {
@@ -312,9 +318,9 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
       try {
         const message = await openpgp.readMessage({ binaryMessage: Buffer.concat(pkesks) });
         sessionKey = await sessionKeyV1(message, privateKey);
-      } catch {
+      } catch (err) {
         input.destroy();
-        throw invalid('no_matching_key', 'the message is not encrypted to this key');
+        throw err instanceof AppError ? err : invalid('no_matching_key', 'the message is not encrypted to this key');
       }
       const cipherName = sessionKey?.algorithm ? CFB[sessionKey.algorithm] : undefined;
       if ((await bodyPull.take(1))[0] !== 1 || !sessionKey || !cipherName) return (await giveUp(sessionKey)).decrypt(privateKey);

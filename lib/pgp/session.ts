@@ -1,4 +1,5 @@
 import * as openpgp from 'openpgp';
+import { invalid } from '../errors';
 
 const { enums } = openpgp;
 
@@ -7,6 +8,24 @@ const { enums } = openpgp;
  * random key instead of an error, so whether the padding was valid is not revealed (Bleichenbacher).
  */
 export const SESSION_KEY_CONFIG: openpgp.PartialConfig = { constantTimePKCS1Decryption: true };
+
+/** Most session key packets one message may have our key open: each is a private-key operation. */
+export const MAX_SESSION_KEY_TRIES = 16;
+const WILDCARD_KEY_ID = '0000000000000000';
+
+/**
+ * Refuses (422 malformed_message) a message with more than MAX_SESSION_KEY_TRIES session key packets
+ * our key would open: those naming one of its key ids, and anonymous ones (tried with every key).
+ * OpenPGP.js opens them all, and in Node 20 RSA ones in JavaScript (~20 ms each, three times over in
+ * constant-time mode): 1000 copies of one packet, 400 KiB, took 64 s.
+ */
+export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): void {
+  const ours = new Set(privateKey.getKeys().map((k) => k.getKeyID().toHex()));
+  const tries = message.getEncryptionKeyIDs().filter((id) => id.toHex() === WILDCARD_KEY_ID || ours.has(id.toHex())).length;
+  if (tries > MAX_SESSION_KEY_TRIES) {
+    throw invalid('malformed_message', `the message has ${tries} session key packets for this key (at most ${MAX_SESSION_KEY_TRIES} are tried)`);
+  }
+}
 
 /**
  * The session key of a SEIPDv1 message (the only format whose cipher is named inside the PKESK alone).
@@ -19,24 +38,34 @@ export const SESSION_KEY_CONFIG: openpgp.PartialConfig = { constantTimePKCS1Decr
  * would be an oracle again. A message to an RSA key under another AES size fails its integrity check.
  */
 export async function sessionKeyV1(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): Promise<openpgp.SessionKey> {
+  checkSessionKeyPackets(message, privateKey);
+  const order = await preferenceOrder(privateKey);
+  const aes = order.find((a) => AES.has(a))!;
   const candidates = await openpgp.decryptSessionKeys({
     message: message as openpgp.Message<Uint8Array>,
     decryptionKeys: privateKey,
-    config: SESSION_KEY_CONFIG,
+    // An RSA packet is opened under the one AES size that would be picked below: once, not once per size.
+    config: { ...SESSION_KEY_CONFIG, constantTimePKCS1DecryptionSupportedSymmetricAlgorithms: new Set([aes]) },
   });
   const v1 = candidates.filter((k): k is openpgp.SessionKey => k.algorithm !== null); // v1 PKESKs name the cipher
   if (!v1.length) throw new Error('Session key decryption failed: no session key for SEIPDv1');
   if (v1.length === 1) return v1[0]!;
-  let prefs: number[] = [];
-  try {
-    prefs = (await privateKey.getPrimaryUser()).selfCertification.preferredSymmetricAlgorithms ?? [];
-  } catch {
-    // no usable self-signature: the default order below
-  }
-  const order = [...prefs, enums.symmetric.aes256, enums.symmetric.aes128, enums.symmetric.aes192];
   const rank = (k: openpgp.SessionKey) => {
     const i = order.indexOf(enums.symmetric[k.algorithm]);
     return i < 0 ? order.length : i;
   };
   return v1.reduce((best, k) => (rank(k) < rank(best) ? k : best));
+}
+
+const AES = new Set<number>([enums.symmetric.aes128, enums.symmetric.aes192, enums.symmetric.aes256]);
+
+/** The key's cipher preferences, then AES-256, AES-128 and AES-192 (so an AES size always comes up). */
+async function preferenceOrder(privateKey: openpgp.PrivateKey): Promise<number[]> {
+  let prefs: number[] = [];
+  try {
+    prefs = (await privateKey.getPrimaryUser()).selfCertification.preferredSymmetricAlgorithms ?? [];
+  } catch {
+    // no usable self-signature: the default order
+  }
+  return [...prefs, enums.symmetric.aes256, enums.symmetric.aes128, enums.symmetric.aes192];
 }

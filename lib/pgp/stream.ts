@@ -3,8 +3,8 @@ import { pipeline } from 'node:stream/promises';
 import { createDeflate, createInflate, createInflateRaw } from 'node:zlib';
 import * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
-import { MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
-import { SESSION_KEY_CONFIG, sessionKeyV1 } from './session';
+import { MAX_SMALL_PACKETS, MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
+import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyV1 } from './session';
 import { Watch, type WatchOptions } from './watch';
 
 /**
@@ -353,6 +353,7 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
       try {
         // SEIPDv1: one session key, chosen by us (see sessionKeyV1); OpenPGP.js would try several at once.
         const v1 = (message.packets.findPacket(enums.packet.symEncryptedIntegrityProtectedData) as { version?: number } | undefined)?.version === 1;
+        if (!sessionKey && !v1) checkSessionKeyPackets(message, privateKey); // sessionKeyV1 checks its own
         const sessionKeys = sessionKey ?? (v1 ? await watch.call(sessionKeyV1(message, privateKey)) : undefined);
         result = await watch.call(
           sessionKeys
@@ -504,15 +505,17 @@ async function* dearmor(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8
  */
 async function* reframe(chunks: AsyncIterable<Uint8Array>, inner = false): AsyncGenerator<Uint8Array> {
   const r = new ByteReader(chunks[Symbol.asyncIterator]());
+  let small = 0;
   for (;;) {
     const tag = await r.byte();
     if (tag === null) return;
     if (!(tag & 0x80)) throw malformed('invalid packet header');
     const packetTag = tag & 0x40 ? tag & 0x3f : (tag >> 2) & 0x0f;
     if (inner && OUTER_TAGS.has(packetTag)) throw malformed(`a packet of type ${packetTag} inside encrypted or compressed data`);
-    // OpenPGP.js buffers all but data packets whole: cap them (session keys, signatures and padding
-    // are far smaller), and a marker is "PGP" (RFC 9580 §5.8).
+    // OpenPGP.js buffers all but data packets whole: cap their size and number (session keys, signatures
+    // and padding are far smaller and fewer), and a marker is "PGP" (RFC 9580 §5.8).
     const isData = DATA_TAGS.has(packetTag);
+    if (!isData && ++small > MAX_SMALL_PACKETS) throw malformed(`more than ${MAX_SMALL_PACKETS} packets besides the data`);
     const checkLength = (n: number) => {
       if (packetTag === 10 && n !== 3) throw malformed('a marker packet that is not "PGP"');
       if (!isData && n > MAX_SMALL_PACKET) throw malformed(`a packet of type ${packetTag} longer than ${MAX_SMALL_PACKET} octets`);

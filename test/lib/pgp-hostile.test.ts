@@ -5,6 +5,7 @@ import { buffer } from 'node:stream/consumers';
 import * as openpgp from 'openpgp';
 import { generateKey, readStoredPublicKey, unlockPrivateKey } from '../../lib/pgp/keys';
 import { encryptStream, openEncrypted } from '../../lib/pgp/stream';
+import { MAX_SESSION_KEY_TRIES } from '../../lib/pgp/session';
 import { Watch } from '../../lib/pgp/watch';
 import { AppError } from '../../lib/errors';
 import { armorMessage, flipInnerTag, packetBody } from '../support/tamper';
@@ -73,6 +74,12 @@ function tinyChunks(ctb: number, content: Buffer): Buffer {
   for (let i = 0; i < content.length - 1; i++) parts.push(Buffer.from([0xe0, content[i]!]));
   parts.push(Buffer.from([1, content[content.length - 1]!]));
   return Buffer.concat(parts);
+}
+
+/** A password session key packet (of another message: only its presence matters, it sends the message to OpenPGP.js). */
+async function passwordPacket(): Promise<Buffer> {
+  const packet = await openpgp.encryptSessionKey({ data: randomBytes(32), algorithm: 'aes256', passwords: ['pw'], format: 'binary' });
+  return Buffer.from(packet);
 }
 
 const literal = (data: Buffer) => Buffer.concat([Buffer.from([0x62, 0, 0, 0, 0, 0]), data]);
@@ -275,6 +282,37 @@ describe('hostile OpenPGP input', () => {
     parts.push(Buffer.from([0xff, 0, 0, 0, 0]), body.subarray(at));
     parts[parts.length - 2]!.writeUInt32BE(body.length - at, 1);
     expect((await decryptAll(await sealed(Buffer.concat(parts), pub, ['pw']))).equals(data)).toBe(true);
+  });
+
+  it('refuses a message that names the key in more session key packets than it tries, before decrypting any', async () => {
+    const honest = await buffer(await encryptStream(Readable.from([randomBytes(100)]), pub, { armor: false }));
+    const pkesk = honest.subarray(0, 2 + honest[1]!); // its session key packet (a one-octet length for curve25519)
+    expect(pkesk[0]).toBe(0xc1);
+    const anonymous = Buffer.from(pkesk);
+    anonymous.fill(0, 3, 11); // wildcard key id: tried with every key
+    for (const copies of [pkesk, anonymous]) {
+      const flood = Buffer.concat([...Array<Buffer>(MAX_SESSION_KEY_TRIES).fill(copies), honest]);
+      expect(await code(decryptAll(flood))).toBe('malformed_message');
+      const viaLibrary = Buffer.concat([await passwordPacket(), flood]);
+      expect(await code(decryptAll(viaLibrary))).toBe('malformed_message');
+    }
+    // A few anonymous packets besides ours are fine (of a message to another key: ours fails to open them).
+    const other = await generateKey({ name: 'O', email: 'o@example.test', algorithm: 'curve25519', secret: SECRET });
+    const toOther = await buffer(await encryptStream(Readable.from([Buffer.alloc(1)]), await readStoredPublicKey(other.publicArmored), { armor: false }));
+    const theirs = Buffer.from(toOther.subarray(0, 2 + toOther[1]!));
+    theirs.fill(0, 3, 11);
+    const data = randomBytes(100);
+    const message = await buffer(await encryptStream(Readable.from([data]), pub, { armor: false }));
+    expect((await decryptAll(Buffer.concat([theirs, theirs, message]))).equals(data)).toBe(true);
+  });
+
+  it('refuses more than a thousand packets before the encrypted data, on both paths', async () => {
+    const honest = await buffer(await encryptStream(Readable.from([randomBytes(100)]), pub, { armor: false }));
+    const markers = Buffer.concat(Array<Buffer>(2000).fill(Buffer.from([0xca, 3, 0x50, 0x47, 0x50])));
+    expect(await code(decryptAll(Buffer.concat([markers, honest])))).toBe('malformed_message');
+    expect(await code(decryptAll(Buffer.concat([await passwordPacket(), markers, honest])))).toBe('malformed_message');
+    // One marker is fine (RFC 9580 §5.8).
+    expect(await code(decryptAll(Buffer.concat([markers.subarray(0, 5), honest])))).toBe('ok');
   });
 
   it('stops when its signal aborts', async () => {
