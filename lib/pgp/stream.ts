@@ -335,6 +335,10 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
     input.destroy();
     throw watch.failure ?? source.failure ?? invalid('malformed_message', `not a readable OpenPGP message: ${errMessage(err)}`);
   }
+  const chunkSizeByte = aeadChunkSizeByte(message);
+  if (chunkSizeByte > MAX_AEAD_CHUNK_SIZE_BYTE) {
+    throw fail(invalid('malformed_message', `the message is malformed: AEAD chunks of 2^${chunkSizeByte + 6} octets (at most 2^22)`));
+  }
   const encryptionKeyIds = [...new Set(message.getEncryptionKeyIDs().map((id) => id.toHex()))];
   if (encryptionKeyIds.length === 0) throw fail(invalid('malformed_message', 'the message is not encrypted to a public key'));
 
@@ -368,6 +372,15 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
       return Object.assign(out, { filename: result.filename ?? '' });
     },
   };
+}
+
+/** RFC 9580 §5.13.2: 2^22-octet chunks at most. OpenPGP.js reads a whole chunk before it decrypts it, whatever its size. */
+const MAX_AEAD_CHUNK_SIZE_BYTE = 16;
+
+/** The chunk size octet of the message's AEAD packet (SEIPDv2 or the draft's AEAD packet); -1 when none. */
+function aeadChunkSizeByte(message: openpgp.Message<unknown>): number {
+  const packet = message.packets.findPacket(enums.packet.symEncryptedIntegrityProtectedData) ?? message.packets.findPacket(enums.packet.aeadEncryptedData);
+  return (packet as { chunkSizeByte?: number | null } | undefined)?.chunkSizeByte ?? -1;
 }
 
 function mapDecryptError(err: unknown): Error {

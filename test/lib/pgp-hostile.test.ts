@@ -315,6 +315,20 @@ describe('hostile OpenPGP input', () => {
     expect(await code(decryptAll(Buffer.concat([markers.subarray(0, 5), honest])))).toBe('ok');
   });
 
+  it('refuses an AEAD chunk size above 2^22 octets before reading the data (OpenPGP.js would buffer a chunk of any size whole)', async () => {
+    const aead = await openpgp.generateKey({ userIDs: [{ email: 'a@example.test' }], curve: 'curve25519Legacy', format: 'object', config: { aeadProtect: true } });
+    const data = randomBytes(8 * MiB);
+    const honest = Buffer.from(await openpgp.encrypt({ message: await openpgp.createMessage({ binary: data }), encryptionKeys: aead.publicKey, format: 'binary' }));
+    const seipd = packetBody(honest, 18);
+    expect(honest[seipd]).toBe(2); // SEIPDv2: version, cipher, AEAD mode, chunk size octet
+    expect((await decryptAll(honest, undefined, aead.privateKey)).equals(data)).toBe(true);
+    const huge = Buffer.from(honest);
+    huge[seipd + 3] = 40; // 2^46-octet chunks
+    const { stream, state } = counting(huge);
+    expect(await code(decryptAll(huge, stream, aead.privateKey))).toBe('malformed_message');
+    expect(state.pulled).toBeLessThan(4 * MiB);
+  });
+
   it('stops when its signal aborts', async () => {
     const honest = await buffer(await encryptStream(Readable.from([randomBytes(100)]), pub, { armor: false }));
     const controller = new AbortController();
