@@ -15,11 +15,12 @@ import jobRoutes from './routes/jobs';
 import rotationRoutes from './routes/rotation';
 import eventRoutes from './routes/events';
 import keyMonitoringRoutes from './routes/key-monitoring';
+import webhookRoutes from './routes/webhooks';
 
 export const API_PREFIX = '/api/v1';
 
 /** Every route of the API, in SPEC.md's order; the OpenAPI document is generated from this list. */
-export const routes: RouteDef[] = [...authRoutes, ...partnerRoutes, ...profileRoutes, ...keyMonitoringRoutes, ...keyRoutes, ...rotationRoutes, ...jobRoutes, ...eventRoutes, ...auditRoutes, ...healthRoutes];
+export const routes: RouteDef[] = [...authRoutes, ...partnerRoutes, ...profileRoutes, ...keyMonitoringRoutes, ...keyRoutes, ...rotationRoutes, ...jobRoutes, ...eventRoutes, ...webhookRoutes, ...auditRoutes, ...healthRoutes];
 
 export function createApp(container: Container): Koa<AppState, { container: Container }> {
   // Client addresses (limits, audit rows) come from X-Forwarded-For only through the configured number

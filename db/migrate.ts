@@ -5,6 +5,7 @@ import * as m003 from './migrations/003_rotation';
 import * as m004 from './migrations/004_account_hardening';
 import * as m005 from './migrations/005_key_integrity';
 import * as m006 from './migrations/006_job_request_hash';
+import * as m007 from './migrations/007_webhooks';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -17,6 +18,7 @@ const migrations: Record<string, Knex.Migration> = {
   '004_account_hardening': m004,
   '005_key_integrity': m005,
   '006_job_request_hash': m006,
+  '007_webhooks': m007,
 };
 
 const source: Knex.MigrationSource<string> = {

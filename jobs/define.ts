@@ -41,6 +41,8 @@ export interface JobDefinition<S extends z.ZodType = z.ZodType, R = unknown> {
   options?: JobsOptions;
   /** Moves bytes: fails when progress stops for JOB_IDLE_SECONDS. */
   watchProgress?: boolean;
+  /** For `backoff: {type: <custom>}`: the wait before the next try after `attemptsMade` tries, or -1 to stop. */
+  retryDelayMs?(attemptsMade: number, c: Container): number;
   process(payload: z.infer<S>, ctx: JobContext): Promise<R>;
 }
 

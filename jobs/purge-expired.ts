@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { defineJob } from './define';
+import { purgeDeliveries } from '../lib/services/webhooks';
 
-/** Maintenance sweep: drops expired, single-use secrets (reset tokens) that can no longer be redeemed. */
+/** Maintenance sweep: drops expired, single-use secrets (reset tokens) and webhook delivery records past retention. */
 export const purgeExpired = defineJob({
   queue: 'maintenance',
   name: 'purge-expired',
@@ -10,7 +11,8 @@ export const purgeExpired = defineJob({
   async process(_payload, { c, log }) {
     const cutoff = new Date(c.clock.now().getTime() - 24 * 3600_000);
     const resets = await c.db('password_resets').where('expires_at', '<', cutoff).delete();
-    log.info({ resets }, 'purged expired records');
-    return { password_resets: resets };
+    const webhookDeliveries = await purgeDeliveries(c);
+    log.info({ resets, webhook_deliveries: webhookDeliveries }, 'purged expired records');
+    return { password_resets: resets, webhook_deliveries: webhookDeliveries };
   },
 });

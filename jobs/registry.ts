@@ -12,6 +12,7 @@ import { rotateKey } from './rotate-key';
 import { rotateDueKey } from './rotate-due-key';
 import { rotationSweep } from './rotation-sweep';
 import { expirySweep } from './expiry-sweep';
+import { deliverWebhook } from './deliver-webhook';
 
 /**
  * The contract between producers (API, scheduler, other jobs) and consumers (workers): every job kind
@@ -30,6 +31,7 @@ export const jobs = {
   'rotate-due-key': rotateDueKey,
   'rotation-sweep': rotationSweep,
   'expiry-sweep': expirySweep,
+  'deliver-webhook': deliverWebhook,
 } as const;
 
 export type JobName = keyof typeof jobs;

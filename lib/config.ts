@@ -69,6 +69,15 @@ const Env = z.object({
   DECRYPT_RETENTION_HOURS: intish(1, 1, 24 * 90),
   /** Temporary upload files and incomplete multipart uploads older than this are swept. */
   BLOB_TMP_MAX_AGE_HOURS: intish(24, 1),
+  /** Webhooks to loopback, private and link-local addresses (SSRF) are refused unless this is true. */
+  WEBHOOK_ALLOW_PRIVATE_ADDRESSES: z.enum(['true', 'false']).default('false'),
+  WEBHOOK_TIMEOUT_SECONDS: intish(15, 1, 60),
+  /** Waits before each retry of a failed delivery (Standard Webhooks' schedule, then daily: ~3 days in all). */
+  WEBHOOK_RETRY_SCHEDULE: z.string().default('5s,5m,30m,2h,5h,10h,10h,24h'),
+  /** How long a rotated-out webhook secret still signs (both signatures are sent). */
+  WEBHOOK_SECRET_GRACE_HOURS: intish(24, 0, 24 * 7),
+  /** Delivery records (and their attempts) older than this are purged. */
+  WEBHOOK_RETENTION_DAYS: intish(30, 1, 365),
 });
 
 export type Config = ReturnType<typeof loadConfig>;
@@ -120,6 +129,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     jobRetentionHours: e.JOB_RETENTION_HOURS,
     decryptRetentionHours: Math.min(e.DECRYPT_RETENTION_HOURS, e.JOB_RETENTION_HOURS),
     blobTmpMaxAgeHours: e.BLOB_TMP_MAX_AGE_HOURS,
+    webhooks: {
+      allowPrivate: e.WEBHOOK_ALLOW_PRIVATE_ADDRESSES === 'true',
+      timeoutMs: e.WEBHOOK_TIMEOUT_SECONDS * 1000,
+      retryDelaysMs: parseDurations('WEBHOOK_RETRY_SCHEDULE', e.WEBHOOK_RETRY_SCHEDULE),
+      secretGraceMs: e.WEBHOOK_SECRET_GRACE_HOURS * 3600_000,
+      retentionDays: e.WEBHOOK_RETENTION_DAYS,
+    },
     argon2MemoryKib: e.ARGON2_MEMORY_KIB,
     lineageKdfMemoryKib: e.LINEAGE_KDF_MEMORY_KIB,
   };
@@ -156,5 +172,20 @@ export function parseQueueList(spec: string): { queue: string; concurrency: numb
       const concurrency = n === undefined ? 1 : Number(n);
       if (!queue || !Number.isInteger(concurrency) || concurrency < 1) throw new Error(`WORKER_QUEUES: bad entry "${item}"`);
       return { queue, concurrency };
+    });
+}
+
+const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+/** `5s,5m,2h` → [5000, 300000, 7200000] */
+export function parseDurations(name: string, spec: string): number[] {
+  return spec
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean)
+    .map((item) => {
+      const m = /^(\d+)(ms|s|m|h|d)$/.exec(item);
+      if (!m) throw new Error(`${name}: bad duration "${item}" (use e.g. 500ms, 5s, 5m, 2h, 1d)`);
+      return Number(m[1]) * UNIT_MS[m[2] as keyof typeof UNIT_MS];
     });
 }

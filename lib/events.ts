@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Container } from './container';
+import { fanOut } from './services/webhooks';
 
 /**
  * Account events go to a Redis stream per account, trimmed to the newest ~STREAM_MAX_LEN, delivered
@@ -16,6 +17,7 @@ export const EVENT_TYPES = [
   'key.expired',
   'job.completed',
   'job.failed',
+  'audit.recorded',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 
@@ -96,9 +98,15 @@ export async function eventHistory(redis: Redis, redisPrefix: string, userId: st
 }
 
 /**
- * Publishes an account event after the change it reports has committed. A failure to publish is
- * logged, not thrown: the change has happened and must not turn into an error.
+ * Publishes an account event after the change it reports has committed, then queues its webhook
+ * deliveries. A failure is logged, not thrown: the change has happened and must not turn into an error.
  */
-export async function emitEvent(c: Pick<Container, 'redis' | 'config' | 'log' | 'clock'>, userId: string, type: EventType, data: Record<string, unknown>): Promise<void> {
-  await publishEvent(c.redis, c.config.redisPrefix, userId, type, data, c.clock.now()).catch((err: unknown) => c.log.warn({ err, type }, 'could not publish an account event'));
+export async function emitEvent(c: Container, userId: string, type: EventType, data: Record<string, unknown>): Promise<void> {
+  const at = c.clock.now();
+  try {
+    const id = await publishEvent(c.redis, c.config.redisPrefix, userId, type, data, at);
+    if (id) await fanOut(c, { id, type, created_at: at.toISOString(), account: userId, data });
+  } catch (err) {
+    c.log.warn({ err, type }, 'could not publish an account event or queue its webhooks');
+  }
 }

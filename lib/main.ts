@@ -45,6 +45,10 @@ export async function startService(roles: Role[], config: Config = loadConfig(),
     const { startScheduler } = await import('../workers/scheduler');
     stops.push((await startScheduler(c)).close);
   }
+  if (roles.includes('web') || roles.includes('scheduler')) {
+    const { startAuditRelay } = await import('./audit-relay');
+    stops.push(startAuditRelay(c).stop);
+  }
   return {
     container: c,
     port,

@@ -3,7 +3,9 @@ import { randomBytes } from 'node:crypto';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { createKey, encrypt } from './support/keys';
 import { startProcess, waitForOutput } from './support/process';
+import { Webhook } from 'standardwebhooks';
 import { eventStream } from '../lib/events';
+import { signedHeaders, startReceiver } from './support/webhook-receiver';
 
 /** Account events: live over SSE, resumable on another API process, per account, and listed. */
 let s: TestService;
@@ -73,13 +75,16 @@ function subscribe(base: string, token: string, opts: { lastEventId?: string; qu
   };
 }
 
+/** Key and job events only: audit.recorded events arrive too, a moment later (see webhooks.test.ts). */
+const KEYS_AND_JOBS = '?types=key.generated,key.rotated,key.disabled,job.completed,job.failed';
+
 const rotate = (token: string, fingerprint: string) => s.api('POST', `/keys/${fingerprint}/rotate`, { token, headers: { prefer: 'wait=30' }, body: {} });
 
 describe('GET /events', () => {
   it('delivers live events, and a client that reconnects to another API process with Last-Event-ID gets exactly what it missed', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    const live = subscribe(s.url, u.token);
+    const live = subscribe(s.url, u.token, { query: KEYS_AND_JOBS });
     await expect.poll(() => live.frames.some((f) => f.retry), { timeout: 5000 }).toBe(true);
     expect((await rotate(u.token, key.fingerprint)).status).toBe(200);
     const [rotated] = await live.until(1);
@@ -91,7 +96,7 @@ describe('GET /events', () => {
     expect((await rotate(u.token, key.fingerprint)).status).toBe(200);
     expect((await s.api('POST', '/keys/disable-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(200);
 
-    const resumed = subscribe(otherUrl, u.token, { lastEventId: rotated!.id });
+    const resumed = subscribe(otherUrl, u.token, { lastEventId: rotated!.id, query: KEYS_AND_JOBS });
     const missed = await resumed.until(4);
     expect(missed.map((e) => e.type)).toEqual(['job.completed', 'key.rotated', 'job.completed', 'key.disabled']);
     // Then live on that process too.
@@ -120,7 +125,7 @@ describe('GET /events', () => {
   it('says so when the resume point is older than what the stream keeps (no silent gap), and refuses a malformed Last-Event-ID', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    const [first] = (await s.api('GET', '/events/history', { token: u.token })).body.items;
+    const [first] = (await s.api('GET', '/events/history?types=key.generated', { token: u.token })).body.items;
     expect(first.type).toBe('key.generated');
     await rotate(u.token, key.fingerprint);
     await s.c.redis.xtrim(eventStream(s.config.redisPrefix, u.id), 'MAXLEN', 0);
@@ -133,18 +138,42 @@ describe('GET /events', () => {
   });
 });
 
+describe('job outcomes', () => {
+  it("a job's completion reaches a live SSE client and a signed webhook", async () => {
+    const u = await registerUser(s.api);
+    const receiver = await startReceiver();
+    try {
+      const hook = (await s.api('POST', '/webhooks', { token: u.token, body: { url: receiver.url, event_types: ['job.completed'] } })).body;
+      const live = subscribe(s.url, u.token, { query: '?types=job.completed' });
+      await expect.poll(() => live.frames.some((f) => f.retry), { timeout: 5000 }).toBe(true);
+      const key = await createKey(s.api, u.token);
+      const job = await encrypt(s.api, u.token, key.fingerprint, [{ name: 'a.bin', data: randomBytes(10) }]);
+      const [sse] = await live.until(1);
+      expect(sse).toMatchObject({ type: 'job.completed', data: { job_id: job.job_id } });
+      await expect.poll(() => receiver.received.length, { timeout: 10_000 }).toBe(1);
+      const hooked = new Webhook(hook.secret).verify(receiver.received[0]!.body, signedHeaders(receiver.received[0]!));
+      expect(hooked).toEqual(sse);
+      await live.close();
+    } finally {
+      await receiver.close();
+    }
+  });
+});
+
 describe('GET /events/history', () => {
   it('pages newest first and filters by type and time', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
     await rotate(u.token, key.fingerprint);
     await rotate(u.token, key.fingerprint);
-    const all = (await s.api('GET', '/events/history?page_size=2', { token: u.token })).body;
+    const all = (await s.api('GET', `/events/history${KEYS_AND_JOBS}&page_size=2`, { token: u.token })).body;
     // key.generated, then per rotation job: key.rotated and job.completed.
     expect(all.total).toBe(5);
     expect(all.items.map((e: { type: string }) => e.type)).toEqual(['job.completed', 'key.rotated']);
     const generated = (await s.api('GET', '/events/history?types=key.generated', { token: u.token })).body;
     expect(generated.items).toHaveLength(1);
+    // Each of those changes wrote an audit row, announced as audit.recorded.
+    await expect.poll(async () => (await s.api('GET', '/events/history?types=audit.recorded', { token: u.token })).body.items.map((e: { data: { action: string } }) => e.data.action)).toEqual(expect.arrayContaining(['keys.generate', 'keys.rotate']));
     const future = (await s.api('GET', `/events/history?from=${new Date(Date.now() + 60_000).toISOString()}`, { token: u.token })).body;
     expect(future.total).toBe(0);
     expect((await s.api('GET', '/events/history?types=nope', { token: u.token })).status).toBe(422);

@@ -24,6 +24,7 @@ let doc: Json;
 let key: { fingerprint: string; id: string };
 let rotated: { fingerprint: string };
 let jobId: string;
+let webhook: { id: string; delivery: string };
 
 beforeAll(async () => {
   s = await startTestService({ env: { MAX_FILES_PER_JOB: '4', MAX_FILE_BYTES: String(1 << 20) } });
@@ -32,6 +33,8 @@ beforeAll(async () => {
   await s.c.db('users').where({ id: owner.id }).update({ role: 'admin' });
   [key, rotated] = await Promise.all([createKey(s.api, owner.token), createKey(s.api, owner.token, { label: 'rotated' })]);
   jobId = (await encrypt(s.api, owner.token, key.fingerprint, [{ name: 'a.txt', data: Buffer.from('hello') }])).job_id;
+  const hook = (await s.api('POST', '/webhooks', { token: owner.token, body: { url: 'http://127.0.0.1:9/hook' } })).body;
+  webhook = { id: hook.id, delivery: (await s.api('POST', `/webhooks/${hook.id}/test`, { token: owner.token })).body.id };
   doc = (await s.api('GET', '/openapi.json')).body;
 }, 60_000);
 afterAll(async () => {
@@ -126,6 +129,9 @@ function sample(name: string, schema: Json, ctx: { path: string; password: strin
     fingerprint: ctx.path.startsWith('/keys/{fingerprint}') ? rotated.fingerprint : key.fingerprint,
     job_id: jobId,
     key_id: key.id,
+    webhook_id: webhook.id,
+    delivery_id: webhook.delivery,
+    url: 'http://127.0.0.1:9/hook',
     n: 0,
     email: `someone_${randomBytes(4).toString('hex')}@example.test`,
     username: `u_${randomBytes(4).toString('hex')}`,

@@ -34,6 +34,8 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
       autorun: true,
       lockDuration: c.config.workerLocks.lockMs,
       stalledInterval: c.config.workerLocks.stalledCheckMs,
+      // Job kinds with a schedule of their own (webhook deliveries) answer their retry delays.
+      settings: { backoffStrategy: (attemptsMade, _type, _err, job) => (job && jobDefinition(job.name)?.retryDelayMs?.(attemptsMade, c)) ?? -1 },
     });
     worker.on('failed', (job, err) => c.log.warn({ queue, job: job?.name, job_id: job?.id, attempts: job?.attemptsMade, err: err.message }, 'job failed'));
     worker.on('error', (err) => c.log.error({ queue, err }, 'worker error'));

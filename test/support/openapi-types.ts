@@ -1932,6 +1932,488 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/webhooks": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The account's webhook endpoints */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Endpoints, newest first */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["WebhookEndpoint"][];
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        /** Subscribe a URL to account events (Standard Webhooks); answers the signing secret once */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description http(s) URL that receives POSTs; loopback, private and link-local addresses are refused */
+                        url: string;
+                        description?: string;
+                        /** @description Event types to receive; empty or omitted: all */
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded")[];
+                        enabled?: boolean;
+                    };
+                };
+            };
+            responses: {
+                /** @description The endpoint and its secret */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** Format: uuid */
+                            id: string;
+                            url: string;
+                            description: string;
+                            event_types: string[];
+                            enabled: boolean;
+                            /** @description `gone` when the receiver answered 410 and the service turned it off */
+                            disabled_reason: string | null;
+                            /**
+                             * Format: date-time
+                             * @description Until then the previous secret signs too
+                             */
+                            secret_rotation_ends_at: string | null;
+                            /** Format: date-time */
+                            created_at: string;
+                            /** Format: date-time */
+                            updated_at: string;
+                            /** @description `whsec_…`: shown once; verify `webhook-signature` with it */
+                            secret: string;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhook_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One webhook endpoint */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The endpoint */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WebhookEndpoint"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        /** Delete a webhook endpoint and its delivery records */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Deleted */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        /** Change a webhook endpoint: URL, description, event types, enabled */
+        patch: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description http(s) URL that receives POSTs; loopback, private and link-local addresses are refused */
+                        url?: string;
+                        description?: string;
+                        /** @description Event types to receive; empty or omitted: all */
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded")[];
+                        enabled?: boolean;
+                    };
+                };
+            };
+            responses: {
+                /** @description The endpoint */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WebhookEndpoint"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        trace?: never;
+    };
+    "/webhooks/{webhook_id}/rotate-secret": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** A new signing secret, answered once; the old one keeps signing beside it for a grace period */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @description How long the old secret still signs (default WEBHOOK_SECRET_GRACE_HOURS, 24) */
+                        grace_hours?: number;
+                    };
+                };
+            };
+            responses: {
+                /** @description The new secret */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            secret: string;
+                            /** Format: date-time */
+                            previous_secret_expires_at: string | null;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhook_id}/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Send a signed `webhook.test` event to the endpoint (even a disabled one); its outcome appears in the deliveries */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The queued delivery */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WebhookDelivery"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhook_id}/deliveries": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** An endpoint's deliveries with their attempts (status, latency, error), newest first */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                    state?: "pending" | "succeeded" | "failed";
+                };
+                header?: never;
+                path: {
+                    webhook_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A page of deliveries */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["WebhookDelivery"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhook_id}/deliveries/{delivery_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** One delivery with its attempts */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                    delivery_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The delivery */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WebhookDelivery"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Send a finished delivery again (same webhook-id) with a fresh retry schedule */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    webhook_id: string;
+                    delivery_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The delivery, pending again */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["WebhookDelivery"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/audit-logs": {
         parameters: {
             query?: never;
@@ -2328,7 +2810,7 @@ export interface components {
             /** @description Increasing; send it back as Last-Event-ID to resume */
             id: string;
             /** @enum {string} */
-            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed";
+            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded";
             /** Format: date-time */
             created_at: string;
             /**
@@ -2340,6 +2822,48 @@ export interface components {
             data: {
                 [key: string]: unknown;
             };
+        };
+        WebhookEndpoint: {
+            /** Format: uuid */
+            id: string;
+            url: string;
+            description: string;
+            event_types: string[];
+            enabled: boolean;
+            /** @description `gone` when the receiver answered 410 and the service turned it off */
+            disabled_reason: string | null;
+            /**
+             * Format: date-time
+             * @description Until then the previous secret signs too
+             */
+            secret_rotation_ends_at: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        WebhookDelivery: {
+            /**
+             * Format: uuid
+             * @description The `webhook-id` header: the same on every attempt
+             */
+            id: string;
+            event_id: string;
+            event_type: string;
+            /** @enum {string} */
+            state: "pending" | "succeeded" | "failed";
+            attempts: number;
+            /** Format: date-time */
+            next_attempt_at: string | null;
+            /** Format: date-time */
+            created_at: string;
+            attempt_log: {
+                status_code: number | null;
+                latency_ms: number;
+                error: string | null;
+                /** Format: date-time */
+                created_at: string;
+            }[];
         };
         AuditEntry: {
             id: number;

@@ -44,6 +44,8 @@ export async function startTestService(opts: { roles?: Role[]; env?: Record<stri
     ARGON2_MEMORY_KIB: '1024',
     LINEAGE_KDF_MEMORY_KIB: '1024',
     WORKER_QUEUES: 'crypto=2,rotation=2,notify=2,billing=1,team-sync=1,maintenance=1',
+    // Test receivers listen on loopback (the SSRF guard's own test turns this off).
+    WEBHOOK_ALLOW_PRIVATE_ADDRESSES: 'true',
     ...opts.env,
   };
   await ensureDatabase(env.DATABASE_URL!, inject('templateDb'));

@@ -1,0 +1,66 @@
+import type { Knex } from 'knex';
+
+export interface EndpointRow {
+  id: string;
+  user_id: string;
+  url: string;
+  description: string;
+  event_types: string[];
+  enabled: boolean;
+  disabled_reason: string | null;
+  secret_sealed: string;
+  previous_secret_sealed: string | null;
+  previous_secret_expires_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export type DeliveryState = 'pending' | 'succeeded' | 'failed';
+
+export interface DeliveryRow {
+  id: string;
+  endpoint_id: string;
+  user_id: string;
+  event_id: string;
+  event_type: string;
+  body: string;
+  state: DeliveryState;
+  attempts: number;
+  next_attempt_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface AttemptRow {
+  id: number;
+  delivery_id: string;
+  status_code: number | null;
+  latency_ms: number;
+  error: string | null;
+  created_at: Date;
+}
+
+export const endpoints = (db: Knex) => db<EndpointRow>('webhook_endpoints');
+export const deliveries = (db: Knex) => db<DeliveryRow>('webhook_deliveries');
+export const attempts = (db: Knex) => db<AttemptRow>('webhook_attempts');
+
+/** Enabled endpoints of an account that take events of this type (an empty list takes all). */
+export function subscribedEndpoints(db: Knex, userId: string, type: string): Promise<EndpointRow[]> {
+  return endpoints(db)
+    .where({ user_id: userId, enabled: true })
+    .andWhere((q) => q.whereRaw('cardinality(event_types) = 0').orWhereRaw('? = ANY(event_types)', [type]));
+}
+
+export async function pageDeliveries(db: Knex, endpointId: string, q: { state?: DeliveryState; page: number; pageSize: number }): Promise<{ items: DeliveryRow[]; total: number }> {
+  const base = deliveries(db).where({ endpoint_id: endpointId });
+  if (q.state) base.andWhere({ state: q.state });
+  const [items, count] = await Promise.all([
+    base.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base.clone().count<{ count: number }[]>({ count: '*' }),
+  ]);
+  return { items, total: count[0]?.count ?? 0 };
+}
+
+export function attemptsOf(db: Knex, deliveryIds: string[]): Promise<AttemptRow[]> {
+  return attempts(db).whereIn('delivery_id', deliveryIds).orderBy('id');
+}
