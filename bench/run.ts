@@ -15,12 +15,18 @@ import { Api, type Transfer } from './lib/client';
 import { cpuPerGiBOf, printReport, ratios, type RssSnapshots } from './lib/report';
 import { decryptSection, encryptSection, parallelSection, rotationSection, type Bench, type Results } from './lib/sections';
 import { measureSealing } from './lib/sealing';
+import { eventLatencyLine, measureEventLatency } from './lib/events';
 import { Service } from './lib/service';
 import { GiB, children, formatSize, mibPerSec, parseSize, stopChild, writeRandomFile } from './lib/util';
 
 /** `sealing`: the blob store's at-rest sealing alone, in this process (bench/lib/sealing.ts). */
 const sealingSection = (b: Bench) => measureSealing(b.input, b.size, b.dir, b.runs);
-const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection };
+/** `events`: publish → SSE latency with 100 live clients on the API process; printed as it is measured (not a byte rate). */
+const eventsSection = async (b: Bench) => {
+  console.log(eventLatencyLine(await measureEventLatency(b.service.baseUrl, b.service.redisPrefix, { clients: 100, events: 200, intervalMs: 10 })));
+  return {};
+};
+const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, events: eventsSection };
 type Section = keyof typeof SECTIONS;
 
 /** statfs type of tmpfs: a RAM-backed temp dir takes disk writeback out of the figures. */
