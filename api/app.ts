@@ -16,6 +16,7 @@ import rotationRoutes from './routes/rotation';
 import eventRoutes from './routes/events';
 import keyMonitoringRoutes from './routes/key-monitoring';
 import webhookRoutes from './routes/webhooks';
+import { mountMonitoring } from './monitoring';
 
 export const API_PREFIX = '/api/v1';
 
@@ -40,6 +41,7 @@ export function createApp(container: Container): Koa<AppState, { container: Cont
 
   app.use(requestContext as Koa.Middleware<AppState, { container: Container }>);
   app.use(errorHandler as Koa.Middleware<AppState, { container: Container }>);
+  mountMonitoring(app, container);
   // JSON only here; multipart routes parse their own bodies with per-route limits.
   app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: container.config.limits.jsonBody, jsonStrict: true, onError: (err) => { throw err; } }));
   app.use(router.routes());

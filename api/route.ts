@@ -6,10 +6,11 @@ import { z } from 'zod';
 import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig, type ZodContentObject } from '@asteasolutions/zod-to-openapi';
 import type { Container } from '../lib/container';
 import type { Logger } from '../lib/logger';
-import { forbidden, invalid, type FieldError } from '../lib/errors';
+import { invalid, type FieldError } from '../lib/errors';
 import { authenticate, type AuthUser } from './middleware/auth';
+import { requireAdmin } from './middleware/admin';
 import { Problem } from './schemas/common';
-import { recordAudit, type RequestMeta } from '../db/audit';
+import type { RequestMeta } from '../db/audit';
 import { readMultipart, type UploadedFile } from './middleware/multipart';
 import { jobBlob, newJobId } from '../lib/services/jobs';
 
@@ -150,10 +151,7 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
         const user = await authenticate(ctx, def.access);
         ctx.state.user = user;
       }
-      if (def.access === 'admin' && ctx.state.user?.role !== 'admin') {
-        await recordAudit(c.db, { user_id: ctx.state.user?.id ?? null, action: 'auth.denied', status: 'failure', target: def.path, ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: 'admin_required' } });
-        throw forbidden('admin_required', 'This endpoint needs an administrator account.');
-      }
+      if (def.access === 'admin') await requireAdmin(ctx, def.path);
       const params = parse(def.params, ctx.params, 'params');
       const query = parse(def.query, ctx.query, 'query');
       const upload = { id: newJobId(), files: [] as (UploadedFile & { sha256: string })[] };

@@ -52,6 +52,7 @@ export const decryptFiles = defineTrackedJob({
     return {
       result: { fingerprint: req.fingerprint, files: [] },
       progress: done.progress,
+      processedBytes: done.bytesTotal,
       async commit(trx) {
         await insertOutputFiles(trx, row.id, done.outputs);
         for (const [keyId, bytes] of used) await recordKeyUse(trx, keyId, bytes, c.clock.now());

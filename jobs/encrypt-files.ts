@@ -50,6 +50,7 @@ export const encryptFiles = defineTrackedJob({
     return {
       result: { fingerprint_used: req.recipient.fingerprint, armor: req.armor, compressed: req.compress, files: [] },
       progress: done.progress,
+      processedBytes: done.bytesTotal,
       async commit(trx) {
         await insertOutputFiles(trx, row.id, done.outputs);
         if (key) await recordKeyUse(trx, key.id, done.bytesTotal, c.clock.now());

@@ -28,6 +28,8 @@ export interface Completion {
   after?(): Promise<void>;
   /** How long the outputs are kept (default JOB_RETENTION_HOURS). */
   retentionHours?: number;
+  /** Plaintext bytes the job went through, counted once it has committed (metrics by job kind). */
+  processedBytes?: number;
 }
 
 export interface Failure {
@@ -88,6 +90,7 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
           return committed;
         });
         await done.after?.().catch((e: unknown) => log.warn({ err: e }, 'clean-up after job failed'));
+        if (done.processedBytes) c.metrics.bytes.inc({ operation: row.kind }, done.processedBytes);
         await emitEvent(c, row.user_id, 'job.completed', { job_id: jobId, kind: row.kind, state: 'completed' });
         return result;
       } catch (err) {

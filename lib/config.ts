@@ -78,6 +78,12 @@ const Env = z.object({
   WEBHOOK_SECRET_GRACE_HOURS: intish(24, 0, 24 * 7),
   /** Delivery records (and their attempts) older than this are purged. */
   WEBHOOK_RETENTION_DAYS: intish(30, 1, 365),
+  /** Bearer token that `GET /metrics` (API and worker ports) requires; unset: /metrics answers 404. */
+  METRICS_TOKEN: z.string().min(16).optional(),
+  /** A worker process serves /healthz, /readyz and /metrics on this port; unset: none (0: any free port). */
+  WORKER_HTTP_PORT: z.coerce.number().int().min(0).max(65535).optional(),
+  /** The BullMQ dashboard at /admin/queues (admins only): off, read-only, or read-write (retry, remove, ...). */
+  QUEUE_DASHBOARD: z.enum(['off', 'read-only', 'read-write']).default('read-only'),
 });
 
 export type Config = ReturnType<typeof loadConfig>;
@@ -136,6 +142,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       secretGraceMs: e.WEBHOOK_SECRET_GRACE_HOURS * 3600_000,
       retentionDays: e.WEBHOOK_RETENTION_DAYS,
     },
+    monitoring: { metricsToken: e.METRICS_TOKEN, workerHttpPort: e.WORKER_HTTP_PORT, queueDashboard: e.QUEUE_DASHBOARD },
     argon2MemoryKib: e.ARGON2_MEMORY_KIB,
     lineageKdfMemoryKib: e.LINEAGE_KDF_MEMORY_KIB,
   };

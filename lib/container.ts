@@ -10,6 +10,7 @@ import { createLimiters, type Limiters } from './auth/limiters';
 import { createBlobStore, type BlobStore } from './blob';
 import { sealedJobBlobs } from './blob/sealed';
 import { setLineageKdf } from './lineage';
+import { createMetrics, type Metrics } from './metrics';
 
 /**
  * The composition root: every long-lived dependency, built once per process and handed to the API,
@@ -26,6 +27,7 @@ export interface Container {
   clock: Clock;
   limiters: Limiters;
   blob: BlobStore;
+  metrics: Metrics;
   close(): Promise<void>;
 }
 
@@ -53,6 +55,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
     clock: overrides.clock ?? systemClock,
     limiters: createLimiters(redis, config),
     blob,
+    metrics: createMetrics(),
     async close() {
       await jobs.close();
       mailer.close();

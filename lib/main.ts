@@ -20,6 +20,8 @@ export async function prepareDatabase(config: Config): Promise<string[]> {
 export interface Service {
   container: Container;
   port?: number;
+  /** The worker's /healthz, /readyz and /metrics server, when WORKER_HTTP_PORT is set. */
+  workerHttpPort?: number;
   stop(): Promise<void>;
 }
 
@@ -30,6 +32,7 @@ export async function startService(roles: Role[], config: Config = loadConfig(),
   if (applied.length) c.log.info({ applied }, 'migrations applied');
   const stops: (() => Promise<void>)[] = [];
   let port: number | undefined;
+  let workerHttpPort: number | undefined;
   // Each role loads only its own code: a worker process never loads the HTTP stack (~13 MiB of RSS).
   if (roles.includes('web')) {
     const { startWeb } = await import('../api/server');
@@ -40,6 +43,12 @@ export async function startService(roles: Role[], config: Config = loadConfig(),
   if (roles.includes('worker')) {
     const { startWorkers } = await import('../workers/worker');
     stops.push((await startWorkers(c, config.workerQueues)).close);
+    if (config.monitoring.workerHttpPort !== undefined) {
+      const { startHealthServer } = await import('../workers/health-server');
+      const health = await startHealthServer(c, config.monitoring.workerHttpPort);
+      workerHttpPort = health.port;
+      stops.unshift(health.close);
+    }
   }
   if (roles.includes('scheduler')) {
     const { startScheduler } = await import('../workers/scheduler');
@@ -52,6 +61,7 @@ export async function startService(roles: Role[], config: Config = loadConfig(),
   return {
     container: c,
     port,
+    workerHttpPort,
     async stop() {
       for (const stop of stops) await stop();
       await c.close();

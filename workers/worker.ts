@@ -62,7 +62,26 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
   };
 }
 
+/** One attempt, counted and timed: completed, retried (it will run again) or failed (for good). */
 async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>): Promise<unknown> {
+  const started = process.hrtime.bigint();
+  const record = (outcome: 'completed' | 'retried' | 'failed') => {
+    const labels = { queue, job: jobDefinition(job.name) ? job.name : '(unknown)', outcome };
+    c.metrics.jobs.inc(labels);
+    c.metrics.jobDuration.observe(labels, Number(process.hrtime.bigint() - started) / 1e9);
+  };
+  try {
+    const result = await runJob(c, queue, job);
+    record('completed');
+    return result;
+  } catch (err) {
+    const last = err instanceof UnrecoverableError || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+    record(last ? 'failed' : 'retried');
+    throw err;
+  }
+}
+
+async function runJob(c: Container, queue: QueueName, job: Job<JobEnvelope>): Promise<unknown> {
   const def = jobDefinition(job.name);
   if (!def || def.queue !== queue) throw new UnrecoverableError(`no job "${job.name}" on queue "${queue}"`);
   const parsed = def.schema.safeParse(job.data?.payload);

@@ -6,8 +6,8 @@ const SAFE_ID = /^[A-Za-z0-9._-]{1,128}$/;
 
 /**
  * Request id (taken from X-Request-Id when sane, else new), a child logger carrying it, safe default
- * headers, and one access-log line per request. The line names the matched route template, not the raw
- * path, since some paths carry share tokens.
+ * headers, one access-log line and the request metrics. Both name the matched route template, not the
+ * raw path, since some paths carry share tokens (and templates keep the metrics' label set bounded).
  */
 export async function requestContext(ctx: AppContext, next: Next) {
   const started = process.hrtime.bigint();
@@ -21,10 +21,11 @@ export async function requestContext(ctx: AppContext, next: Next) {
   try {
     await next();
   } finally {
-    const matched = (ctx as unknown as { _matchedRoute?: string })._matchedRoute;
-    ctx.state.log.info(
-      { method: ctx.method, route: matched ?? '(unmatched)', status: ctx.status, ms: Number(process.hrtime.bigint() - started) / 1e6, user_id: ctx.state.user?.id },
-      'request',
-    );
+    const route = (ctx as unknown as { _matchedRoute?: string })._matchedRoute ?? '(unmatched)';
+    const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+    const labels = { method: ctx.method, route, status: String(ctx.status) };
+    ctx.container.metrics.httpRequests.inc(labels);
+    ctx.container.metrics.httpDuration.observe(labels, seconds);
+    ctx.state.log.info({ method: ctx.method, route, status: ctx.status, ms: seconds * 1000, user_id: ctx.state.user?.id }, 'request');
   }
 }

@@ -1,0 +1,80 @@
+import type Koa from 'koa';
+import { createBullBoard } from '@bull-board/api';
+import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
+import { KoaAdapter } from '@bull-board/koa';
+import type { Container } from '../lib/container';
+import { AppError, notFound, unauthorized } from '../lib/errors';
+import { metricsAccess, scrapeMetrics } from '../lib/metrics';
+import { QUEUES } from '../jobs/define';
+import { authenticate } from './middleware/auth';
+import { requireAdmin } from './middleware/admin';
+import type { AppContext } from './route';
+
+/** Where the BullMQ dashboard lives, outside /api/v1 (it is a page, not part of the API). */
+export const DASHBOARD_PATH = '/admin/queues';
+const SESSION_PATH = `${DASHBOARD_PATH}/session`;
+const COOKIE = 'kms_dashboard';
+
+type App = Koa<AppContext['state'], { container: Container }>;
+
+/**
+ * Operator endpoints beside the API: `GET /metrics` (Prometheus text, METRICS_TOKEN as a Bearer token)
+ * and the BullMQ dashboard (@bull-board/koa) for administrators.
+ */
+export function mountMonitoring(app: App, c: Container): void {
+  app.use(async (koaCtx, next) => {
+    if (koaCtx.path !== '/metrics') return next();
+    const access = metricsAccess(c.config.monitoring.metricsToken, koaCtx.get('authorization'));
+    if (access === 404) throw notFound('not_found', 'No such resource.');
+    if (access === 401) throw unauthorized('invalid_token', 'Send METRICS_TOKEN as "Authorization: Bearer <token>".');
+    if (koaCtx.method !== 'GET' && koaCtx.method !== 'HEAD') throw new AppError(405, 'method_not_allowed', 'Use GET.');
+    const { contentType, body } = await scrapeMetrics(c);
+    koaCtx.type = contentType;
+    koaCtx.body = body;
+  });
+
+  const mode = c.config.monitoring.queueDashboard;
+  if (mode === 'off') return;
+  const board = new KoaAdapter().setBasePath(DASHBOARD_PATH);
+  createBullBoard({
+    // Read-only unless QUEUE_DASHBOARD=read-write: retries and removals change what workers do.
+    queues: QUEUES.map((q) => new BullMQAdapter(c.jobs.queue(q), { readOnlyMode: mode === 'read-only', allowRetries: mode === 'read-write' })),
+    serverAdapter: board,
+    options: { uiConfig: { boardTitle: 'KMS queues' } },
+  });
+  const dashboard = board.registerPlugin();
+
+  app.use(async (koaCtx, next) => {
+    if (koaCtx.path !== DASHBOARD_PATH && !koaCtx.path.startsWith(`${DASHBOARD_PATH}/`)) return next();
+    const ctx = koaCtx as unknown as AppContext;
+    if (ctx.path === SESSION_PATH) return dashboardSession(ctx, c);
+    // A browser cannot add a Bearer header to the page's own requests: it sends the session cookie instead.
+    const cookie = ctx.cookies.get(COOKIE);
+    if (!ctx.get('authorization') && cookie) ctx.request.headers.authorization = `Bearer ${cookie}`;
+    ctx.state.user = await authenticate(ctx, 'session');
+    await requireAdmin(ctx, DASHBOARD_PATH);
+    ctx.set('X-Frame-Options', 'DENY');
+    return dashboard(koaCtx, next);
+  });
+}
+
+/**
+ * `POST /admin/queues/session` with an administrator's session token (Bearer) sets it as an HttpOnly,
+ * SameSite=Strict cookie scoped to the dashboard, so a browser can open it; `DELETE` clears it. The
+ * token is checked on every dashboard request, so logout and password changes end this session too.
+ */
+async function dashboardSession(ctx: AppContext, c: Container): Promise<void> {
+  // `secure` follows the request (X-Forwarded-Proto through TRUSTED_PROXY_COUNT proxies): https in production.
+  const cookie = { httpOnly: true, sameSite: 'strict' as const, path: DASHBOARD_PATH, secure: ctx.secure, overwrite: true };
+  if (ctx.method === 'DELETE') {
+    ctx.cookies.set(COOKIE, null, cookie);
+    ctx.status = 204;
+    return;
+  }
+  if (ctx.method !== 'POST') throw new AppError(405, 'method_not_allowed', 'Use POST to open a dashboard session, DELETE to close it.');
+  ctx.state.user = await authenticate(ctx, 'session');
+  await requireAdmin(ctx, DASHBOARD_PATH);
+  const token = /^Bearer\s+(\S+)$/i.exec(ctx.get('authorization'))![1]!;
+  ctx.cookies.set(COOKIE, token, { ...cookie, maxAge: c.config.jwt.ttlSeconds * 1000 });
+  ctx.status = 204;
+}
