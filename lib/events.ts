@@ -40,9 +40,9 @@ export async function publishEvent(redis: Redis, redisPrefix: string, userId: st
   return redis.xadd(eventStream(redisPrefix, userId), 'MAXLEN', '~', String(STREAM_MAX_LEN), '*', 'type', type, 'data', JSON.stringify(data), 'at', at.toISOString());
 }
 
-type Entry = [id: string, fields: string[]];
+export type StreamEntry = [id: string, fields: string[]];
 
-function toEvent(userId: string, [id, fields]: Entry): AccountEvent {
+export function toEvent(userId: string, [id, fields]: StreamEntry): AccountEvent {
   const f: Record<string, string> = {};
   for (let i = 0; i < fields.length; i += 2) f[fields[i]!] = fields[i + 1]!;
   return { id, type: f.type as EventType, created_at: f.at ?? '', account: userId, data: JSON.parse(f.data ?? '{}') as Record<string, unknown> };
@@ -51,23 +51,18 @@ function toEvent(userId: string, [id, fields]: Entry): AccountEvent {
 /** Events after `afterId` (exclusive), oldest first. */
 export async function readEvents(redis: Redis, redisPrefix: string, userId: string, afterId = '-', count = 100): Promise<AccountEvent[]> {
   const start = afterId === '-' ? '-' : `(${afterId}`;
-  const entries = (await redis.xrange(eventStream(redisPrefix, userId), start, '+', 'COUNT', count)) as Entry[];
+  const entries = (await redis.xrange(eventStream(redisPrefix, userId), start, '+', 'COUNT', count)) as StreamEntry[];
   return entries.map((e) => toEvent(userId, e));
-}
-
-/** Waits up to `blockMs` for events after `afterId` (a connection of its own: XREAD BLOCK holds it). */
-export async function waitForEvents(reader: Redis, redisPrefix: string, userId: string, afterId: string, blockMs: number): Promise<AccountEvent[]> {
-  const answer = (await reader.xread('COUNT', 100, 'BLOCK', blockMs, 'STREAMS', eventStream(redisPrefix, userId), afterId)) as [string, Entry[]][] | null;
-  return (answer?.[0]?.[1] ?? []).map((e) => toEvent(userId, e));
 }
 
 /** The newest event id, or `0-0` when there is none: where a new live reader starts. */
 export async function lastEventId(redis: Redis, redisPrefix: string, userId: string): Promise<string> {
-  const [newest] = (await redis.xrevrange(eventStream(redisPrefix, userId), '+', '-', 'COUNT', 1)) as Entry[];
+  const [newest] = (await redis.xrevrange(eventStream(redisPrefix, userId), '+', '-', 'COUNT', 1)) as StreamEntry[];
   return newest?.[0] ?? '0-0';
 }
 
-const compareIds = (a: string, b: string) => {
+/** Orders stream ids (`<ms>-<seq>`) numerically. */
+export const compareEventIds = (a: string, b: string) => {
   const [am, as] = a.split('-').map(BigInt) as [bigint, bigint];
   const [bm, bs] = b.split('-').map(BigInt) as [bigint, bigint];
   return am === bm ? (as === bs ? 0 : as < bs ? -1 : 1) : am < bm ? -1 : 1;
@@ -81,18 +76,18 @@ const compareIds = (a: string, b: string) => {
  */
 export async function trimmedSince(redis: Redis, redisPrefix: string, userId: string, afterId: string): Promise<boolean> {
   const key = eventStream(redisPrefix, userId);
-  if (((await redis.xrange(key, afterId, afterId)) as Entry[]).length) return false;
+  if (((await redis.xrange(key, afterId, afterId)) as StreamEntry[]).length) return false;
   const info = (await redis.call('XINFO', 'STREAM', key).catch(() => null)) as unknown[] | null;
   if (!info) return false; // no stream: nothing was ever written
   const lastGenerated = String(info[info.indexOf('last-generated-id') + 1]);
-  return compareIds(afterId, lastGenerated) < 0;
+  return compareEventIds(afterId, lastGenerated) < 0;
 }
 
 /** Stored events newest first, filtered by types and time (the stream holds the newest ~1000). */
 export async function eventHistory(redis: Redis, redisPrefix: string, userId: string, q: { types?: EventType[]; from?: Date; to?: Date }): Promise<AccountEvent[]> {
   const end = q.to ? String(q.to.getTime()) : '+';
   const start = q.from ? String(q.from.getTime()) : '-';
-  const entries = (await redis.xrevrange(eventStream(redisPrefix, userId), end, start)) as Entry[];
+  const entries = (await redis.xrevrange(eventStream(redisPrefix, userId), end, start)) as StreamEntry[];
   const events = entries.map((e) => toEvent(userId, e));
   return q.types?.length ? events.filter((e) => q.types!.includes(e.type)) : events;
 }

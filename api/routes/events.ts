@@ -4,8 +4,8 @@ import { route } from '../route';
 import { PageQuery, Timestamp, pageOf } from '../schemas/common';
 import { invalid } from '../../lib/errors';
 import type { Container } from '../../lib/container';
-import { connectRedis, createRedis } from '../../lib/redis';
-import { EVENT_ID, EVENT_TYPES, eventHistory, lastEventId, readEvents, trimmedSince, waitForEvents, type AccountEvent, type EventType } from '../../lib/events';
+import { EventHub } from '../../lib/event-hub';
+import { EVENT_ID, EVENT_TYPES, eventHistory, lastEventId, readEvents, trimmedSince, type AccountEvent, type EventType } from '../../lib/events';
 
 const tags = ['Events'];
 
@@ -33,46 +33,53 @@ const RETRY_MS = 3000;
 
 /** Open event streams of this process, ended at shutdown so that the server need not wait for them. */
 const open = new Set<() => void>();
-export function endEventStreams(): void {
+/** One event hub (one blocking Redis reader) per process and container. */
+const hubs = new Map<Container, EventHub>();
+
+const hubOf = (c: Container) => {
+  let hub = hubs.get(c);
+  if (!hub) hubs.set(c, (hub = new EventHub({ redis: c.redis, redisUrl: c.config.redisUrl, redisPrefix: c.config.redisPrefix, log: c.log })));
+  return hub;
+};
+
+/** Ends every open stream (clients reconnect to another process) and this container's hub. */
+export async function endEventStreams(c: Container): Promise<void> {
   for (const end of [...open]) end();
+  await hubs.get(c)?.stop();
+  hubs.delete(c);
 }
 
 const frame = (e: AccountEvent) => `id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`;
 
 /**
- * Replays what the client missed (after `resume`), then follows the account's stream live on a Redis
- * connection of its own (XREAD BLOCK), so any API process serves any client. A resume point older than
- * what the stream still holds is said (`event: gap`) rather than skipped silently.
+ * Replays what the client missed (after `resume`), then follows the account's stream live through the
+ * process's event hub, so any API process serves any client. A resume point older than what the
+ * stream still holds is said (`event: gap`) rather than skipped silently.
  */
 async function pump(c: Container, userId: string, out: PassThrough, resume: string | undefined, types: EventType[] | undefined, stopped: { value: boolean }) {
   const prefix = c.config.redisPrefix;
-  const wanted = (e: AccountEvent) => !types?.length || types.includes(e.type);
+  const send = (events: AccountEvent[]) => {
+    for (const e of events) if (!types?.length || types.includes(e.type)) out.write(frame(e));
+  };
   out.write(`retry: ${RETRY_MS}\n\n`);
   let cursor = resume ?? (await lastEventId(c.redis, prefix, userId));
   if (resume && (await trimmedSince(c.redis, prefix, userId, resume))) {
     out.write(`event: gap\ndata: ${JSON.stringify({ last_event_id: resume, reason: 'events after this id were trimmed; use GET /events/history or resync' })}\n\n`);
   }
   for (let batch = await readEvents(c.redis, prefix, userId, cursor); batch.length; batch = await readEvents(c.redis, prefix, userId, cursor)) {
-    for (const e of batch) if (wanted(e)) out.write(frame(e));
+    send(batch);
     cursor = batch[batch.length - 1]!.id;
   }
-  // A blocking reader per client: XREAD BLOCK holds its connection (and waits, unlike the API's
-  // fail-fast producer connection).
-  const reader = createRedis(c.config.redisUrl, 'worker');
-  const stop = () => reader.disconnect();
-  if (stopped.value) return stop();
-  out.once('close', stop);
-  try {
-    await connectRedis(reader);
-    while (!stopped.value) {
-      const events = await waitForEvents(reader, prefix, userId, cursor, HEARTBEAT_MS);
-      if (!events.length) out.write(': heartbeat\n\n');
-      for (const e of events) if (wanted(e)) out.write(frame(e));
-      if (events.length) cursor = events[events.length - 1]!.id;
-    }
-  } finally {
-    stop();
-  }
+  if (stopped.value) return;
+  const unlisten = await hubOf(c).listen(userId, cursor, send);
+  // Proxies close connections that stay quiet: a comment every HEARTBEAT_MS keeps the stream open.
+  const heartbeat = setInterval(() => out.write(': heartbeat\n\n'), HEARTBEAT_MS);
+  const stop = () => {
+    clearInterval(heartbeat);
+    unlisten();
+  };
+  if (stopped.value) stop();
+  else out.once('close', stop);
 }
 
 export default [

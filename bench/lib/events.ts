@@ -12,7 +12,11 @@ export interface EventLatency {
   max: number;
   /** Frames that did not arrive within the wait (should be 0). */
   lost: number;
+  /** Redis connections the API process opened for its live clients (connected_clients after − before). */
+  redisConnections: number;
 }
+
+const connectedClients = async (redis: Redis) => Number(/connected_clients:(\d+)/.exec(await redis.info('clients'))?.[1]);
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
 
@@ -31,6 +35,8 @@ export async function measureEventLatency(base: string, redisPrefix: string, opt
   if (register.status !== 201) throw new Error(`register answered ${register.status}: ${await register.text()}`);
   const { user, session } = (await register.json()) as { user: { id: string }; session: { token: string } };
 
+  const redis = new Redis('redis://127.0.0.1:6379');
+  const connectionsBefore = await connectedClients(redis);
   const sentAt = new Map<number, number>();
   const latencies: number[] = [];
   let ready = 0;
@@ -63,8 +69,8 @@ export async function measureEventLatency(base: string, redisPrefix: string, opt
   }
   // The live loop starts after the replay: give every stream a moment to reach XREAD BLOCK.
   await new Promise((r) => setTimeout(r, 500));
+  const redisConnections = (await connectedClients(redis)) - connectionsBefore;
 
-  const redis = new Redis('redis://127.0.0.1:6379');
   try {
     for (let seq = 0; seq < opts.events; seq++) {
       sentAt.set(seq, performance.now());
@@ -75,7 +81,7 @@ export async function measureEventLatency(base: string, redisPrefix: string, opt
     const until = Date.now() + 10_000;
     while (latencies.length < expected && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
     const sorted = [...latencies].sort((a, b) => a - b);
-    return { clients: opts.clients, events: opts.events, p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: sorted.at(-1) ?? NaN, lost: expected - latencies.length };
+    return { clients: opts.clients, events: opts.events, p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: sorted.at(-1) ?? NaN, lost: expected - latencies.length, redisConnections };
   } finally {
     redis.disconnect();
     for (const s of streams) s.destroy();
@@ -83,4 +89,4 @@ export async function measureEventLatency(base: string, redisPrefix: string, opt
 }
 
 export const eventLatencyLine = (r: EventLatency) =>
-  `event delivery (publish → SSE client), ${r.clients} clients × ${r.events} events: p50 ${r.p50.toFixed(1)} ms · p99 ${r.p99.toFixed(1)} ms · max ${r.max.toFixed(1)} ms · lost ${r.lost}`;
+  `event delivery (publish → SSE client), ${r.clients} clients × ${r.events} events: p50 ${r.p50.toFixed(1)} ms · p99 ${r.p99.toFixed(1)} ms · max ${r.max.toFixed(1)} ms · lost ${r.lost} · Redis connections for them ${r.redisConnections}`;

@@ -1,0 +1,154 @@
+import type { Redis } from 'ioredis';
+import type { Logger } from './logger';
+import { compareEventIds, eventStream, readEvents, toEvent, type AccountEvent, type StreamEntry } from './events';
+import { createRedis } from './redis';
+
+/** How long one XREAD blocks; listeners that join meanwhile interrupt it (CLIENT UNBLOCK). */
+const BLOCK_MS = 10_000;
+/** Re-sent while the reader has not yet picked up a new stream: an UNBLOCK can overtake a read in flight. */
+const UNBLOCK_RETRIES_MS = [0, 20, 100, 500, 2000];
+
+interface Listener {
+  /** The last event id this listener has been given. */
+  cursor: string;
+  deliver(events: AccountEvent[]): void;
+  /** While it catches up with what the hub already read: live events held back here, in order. */
+  held?: AccountEvent[];
+}
+
+interface Stream {
+  /** Where the hub reads this stream from next (exclusive). */
+  cursor: string;
+  listeners: Set<Listener>;
+}
+
+/**
+ * Every live event stream of one process on ONE blocking Redis connection: a single XREAD BLOCK over
+ * all streams with listeners, each from where the hub has read it, instead of a connection per open
+ * SSE client. Each listener gets every event after its own cursor exactly once and in order, however
+ * it joins (before, after or while the hub reads its stream).
+ */
+export class EventHub {
+  private readonly streams = new Map<string, Stream>();
+  private reader?: Redis;
+  private readerId?: number;
+  private running?: Promise<void>;
+  private stopped = false;
+  private wake?: () => void;
+  /** Bumped when the set of streams changes; `readGeneration` is the one the current read was built from. */
+  private generation = 0;
+  private readGeneration = 0;
+
+  constructor(private readonly deps: { redis: Redis; redisUrl: string; redisPrefix: string; log: Logger }) {}
+
+  /** Follows an account's stream after `cursor` (exclusive). Returns the function that stops it. */
+  async listen(userId: string, cursor: string, deliver: (events: AccountEvent[]) => void): Promise<() => void> {
+    const listener: Listener = { cursor, deliver };
+    let stream = this.streams.get(userId);
+    if (!stream) {
+      stream = { cursor, listeners: new Set([listener]) };
+      this.streams.set(userId, stream);
+      this.start();
+      void this.interrupt();
+    } else {
+      stream.listeners.add(listener);
+      if (compareEventIds(stream.cursor, cursor) > 0) await this.catchUp(userId, listener, stream.cursor);
+    }
+    const joined = stream;
+    return () => {
+      joined.listeners.delete(listener);
+      if (!joined.listeners.size && this.streams.get(userId) === joined) this.streams.delete(userId);
+    };
+  }
+
+  /** Ends the reader; listeners get nothing more. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.streams.clear();
+    this.wake?.();
+    this.reader?.disconnect();
+    await this.running?.catch(() => undefined);
+  }
+
+  /** The hub already read past the listener's cursor: read up to there, holding back live events meanwhile. */
+  private async catchUp(userId: string, listener: Listener, upTo: string): Promise<void> {
+    listener.held = [];
+    try {
+      let after = listener.cursor;
+      while (compareEventIds(after, upTo) < 0) {
+        const batch = (await readEvents(this.deps.redis, this.deps.redisPrefix, userId, after)).filter((e) => compareEventIds(e.id, upTo) <= 0);
+        if (!batch.length) break;
+        this.pass(listener, batch);
+        after = batch[batch.length - 1]!.id;
+      }
+    } finally {
+      const held = listener.held;
+      listener.held = undefined;
+      this.pass(listener, held);
+    }
+  }
+
+  /** What the reader hands a listener: held back while it catches up. */
+  private give(listener: Listener, events: AccountEvent[]): void {
+    if (listener.held) listener.held.push(...events);
+    else this.pass(listener, events);
+  }
+
+  private pass(listener: Listener, events: AccountEvent[]): void {
+    const fresh = events.filter((e) => compareEventIds(e.id, listener.cursor) > 0);
+    if (!fresh.length) return;
+    listener.cursor = fresh[fresh.length - 1]!.id;
+    listener.deliver(fresh);
+  }
+
+  private start(): void {
+    this.wake?.();
+    if (this.running || this.stopped) return;
+    // Named, so an operator (and a test) can tell the one reader per process in CLIENT LIST.
+    this.reader = createRedis(this.deps.redisUrl, 'worker', { connectionName: `${this.deps.redisPrefix}:event-hub` });
+    this.reader.on('error', (err: Error) => this.deps.log.warn({ err: err.message }, 'event hub: redis connection error'));
+    this.reader.on('ready', () => (this.readerId = undefined)); // a new connection has a new id
+    this.running = this.loop();
+  }
+
+  /** Makes a blocked read start over with the current streams (a new one would wait BLOCK_MS otherwise). */
+  private async interrupt(): Promise<void> {
+    const wanted = ++this.generation;
+    for (const ms of UNBLOCK_RETRIES_MS) {
+      if (ms) await new Promise((r) => setTimeout(r, ms));
+      if (this.stopped || this.readGeneration >= wanted) return;
+      if (this.readerId !== undefined) await this.deps.redis.client('UNBLOCK', this.readerId).catch(() => undefined);
+    }
+  }
+
+  private async loop(): Promise<void> {
+    const prefix = `${this.deps.redisPrefix}:events:`;
+    while (!this.stopped) {
+      if (!this.streams.size) {
+        await new Promise<void>((resolve) => (this.wake = resolve));
+        this.wake = undefined;
+        continue;
+      }
+      try {
+        this.readerId ??= Number(await this.reader!.client('ID'));
+        this.readGeneration = this.generation;
+        const users = [...this.streams.keys()];
+        const cursors = users.map((u) => this.streams.get(u)!.cursor);
+        const answer = (await this.reader!.xread('COUNT', 100, 'BLOCK', BLOCK_MS, 'STREAMS', ...users.map((u) => eventStream(this.deps.redisPrefix, u)), ...cursors)) as [string, StreamEntry[]][] | null;
+        for (const [key, entries] of answer ?? []) {
+          const userId = key.slice(prefix.length);
+          const stream = this.streams.get(userId);
+          if (!stream || !entries.length) continue;
+          const events = entries.map((e) => toEvent(userId, e));
+          const last = events[events.length - 1]!.id;
+          if (compareEventIds(last, stream.cursor) > 0) stream.cursor = last;
+          for (const listener of stream.listeners) this.give(listener, events);
+        }
+      } catch (err) {
+        if (this.stopped) return;
+        this.deps.log.warn({ err: (err as Error).message }, 'event hub: read failed; retrying');
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+    }
+  }
+}

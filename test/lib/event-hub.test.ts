@@ -1,0 +1,96 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { inject } from 'vitest';
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { EventHub } from '../../lib/event-hub';
+import { publishEvent } from '../../lib/events';
+import { createLogger } from '../../lib/logger';
+import { deleteKeysMatching } from '../../lib/redis';
+
+/** The per-process event hub against the real Redis: one reader, every listener exactly once and in order. */
+const prefix = `${inject('runId')}_hub${randomBytes(3).toString('hex')}`;
+let redis: Redis;
+let hub: EventHub;
+beforeAll(() => {
+  redis = new Redis(inject('redisUrl'));
+  hub = new EventHub({ redis, redisUrl: inject('redisUrl'), redisPrefix: prefix, log: createLogger('silent') });
+});
+afterAll(async () => {
+  await hub.stop();
+  await deleteKeysMatching(redis, `${prefix}:*`);
+  redis.disconnect();
+});
+
+const publish = (user: string, n: number) => publishEvent(redis, prefix, user, 'key.generated', { n }, new Date()) as Promise<string>;
+const collector = () => {
+  const seen: number[] = [];
+  return { seen, deliver: (events: { data: Record<string, unknown> }[]) => seen.push(...events.map((e) => e.data.n as number)) };
+};
+const until = (check: () => boolean, ms = 5000) => expect.poll(check, { timeout: ms, interval: 10 }).toBe(true);
+
+describe('EventHub', () => {
+  it('gives each listener every event after its own cursor exactly once, in order, however it joins', async () => {
+    const first = collector();
+    const stopFirst = await hub.listen('a', '0-0', first.deliver);
+    const ids: string[] = [];
+    for (let n = 0; n < 5; n++) ids.push(await publish('a', n));
+    await until(() => first.seen.length === 5);
+
+    // Joins behind the hub (it already read up to event 4): catches up from its cursor, then live.
+    const behind = collector();
+    const stopBehind = await hub.listen('a', ids[1]!, behind.deliver);
+    // Joins ahead of what it would be given again: nothing twice.
+    const ahead = collector();
+    const stopAhead = await hub.listen('a', ids[4]!, ahead.deliver);
+    for (let n = 5; n < 8; n++) await publish('a', n);
+    await until(() => first.seen.length === 8 && behind.seen.length === 6 && ahead.seen.length === 3);
+    expect(first.seen).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(behind.seen).toEqual([2, 3, 4, 5, 6, 7]);
+    expect(ahead.seen).toEqual([5, 6, 7]);
+    stopFirst();
+    stopBehind();
+    stopAhead();
+  });
+
+  it('loses nothing and repeats nothing for a listener that joins while events are being written', async () => {
+    const writer = (async () => {
+      for (let n = 0; n < 300; n++) await publish('b', n);
+    })();
+    await new Promise((r) => setTimeout(r, 5));
+    const early = collector();
+    const stopEarly = await hub.listen('b', '0-0', early.deliver);
+    await new Promise((r) => setTimeout(r, 20));
+    // Its cursor is behind what the hub has already read for `early`.
+    const late = collector();
+    const stopLate = await hub.listen('b', '0-0', late.deliver);
+    await writer;
+    await until(() => early.seen.length === 300 && late.seen.length === 300);
+    const all = Array.from({ length: 300 }, (_, n) => n);
+    expect(early.seen).toEqual(all);
+    expect(late.seen).toEqual(all);
+    stopEarly();
+    stopLate();
+  });
+
+  it('follows many streams on one Redis connection, and a stream added while the reader blocks is read at once', async () => {
+    const users = Array.from({ length: 50 }, (_, i) => `many${i}`);
+    const got = new Map(users.map((u) => [u, collector()]));
+    const stops = await Promise.all(users.map((u) => hub.listen(u, '0-0', got.get(u)!.deliver)));
+    await Promise.all(users.map((u, i) => publish(u, i)));
+    await until(() => users.every((u) => got.get(u)!.seen.length === 1));
+    expect(users.map((u) => got.get(u)!.seen[0])).toEqual(users.map((_, i) => i));
+
+    const readers = (await redis.client('LIST')) as string;
+    expect(readers.split('\n').filter((line) => line.includes(` name=${prefix}:event-hub `))).toHaveLength(1);
+
+    await new Promise((r) => setTimeout(r, 200)); // the reader is blocked in XREAD now
+    const fresh = collector();
+    const started = Date.now();
+    const stopFresh = await hub.listen('fresh', '0-0', fresh.deliver);
+    await publish('fresh', 1);
+    await until(() => fresh.seen.length === 1, 9000);
+    expect(Date.now() - started).toBeLessThan(5000); // interrupted, not left waiting for the 10 s block
+    stopFresh();
+    for (const stop of stops) stop();
+  });
+});
