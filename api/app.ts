@@ -16,12 +16,30 @@ import rotationRoutes from './routes/rotation';
 import eventRoutes from './routes/events';
 import keyMonitoringRoutes from './routes/key-monitoring';
 import webhookRoutes from './routes/webhooks';
+import keyShareRoutes from './routes/key-shares';
+import apiKeyRoutes from './routes/api-keys';
+import apiKeyShareRoutes from './routes/api-key-shares';
 import { mountMonitoring } from './monitoring';
 
 export const API_PREFIX = '/api/v1';
 
 /** Every route of the API, in SPEC.md's order; the OpenAPI document is generated from this list. */
-export const routes: RouteDef[] = [...authRoutes, ...partnerRoutes, ...profileRoutes, ...keyMonitoringRoutes, ...keyRoutes, ...rotationRoutes, ...jobRoutes, ...eventRoutes, ...webhookRoutes, ...auditRoutes, ...healthRoutes];
+export const routes: RouteDef[] = [
+  ...authRoutes,
+  ...partnerRoutes,
+  ...profileRoutes,
+  ...keyMonitoringRoutes,
+  ...keyRoutes,
+  ...rotationRoutes,
+  ...keyShareRoutes,
+  ...apiKeyRoutes,
+  ...apiKeyShareRoutes,
+  ...jobRoutes,
+  ...eventRoutes,
+  ...webhookRoutes,
+  ...auditRoutes,
+  ...healthRoutes,
+];
 
 export function createApp(container: Container): Koa<AppState, { container: Container }> {
   // Client addresses (limits, audit rows) come from X-Forwarded-For only through the configured number

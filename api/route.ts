@@ -7,7 +7,8 @@ import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig, type ZodContent
 import type { Container } from '../lib/container';
 import type { Logger } from '../lib/logger';
 import { invalid, type FieldError } from '../lib/errors';
-import { authenticate, type AuthUser } from './middleware/auth';
+import { authenticate, requireScope, type AuthUser } from './middleware/auth';
+import type { Scope } from '../lib/auth/scopes';
 import { requireAdmin } from './middleware/admin';
 import { Problem } from './schemas/common';
 import type { RequestMeta } from '../db/audit';
@@ -66,6 +67,11 @@ export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B
   summary: string;
   tags: string[];
   access: A;
+  /**
+   * What a managed API key needs to call this route (access 'auth' only, where it is required). Sessions
+   * and the partner key hold every scope; 'session' and 'admin' routes never take a managed key.
+   */
+  scope?: Scope;
   params?: AnyObject;
   query?: AnyObject;
   body?: z.ZodType;
@@ -84,9 +90,12 @@ export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B
   handler(input: HandlerInput<A, P, Q, B>): Promise<Reply | void>;
 }
 
+/** Every route an API key can reach names its scope: leaving it out is a compile error, never an open door. */
+type ScopeField<A extends Access> = A extends 'auth' ? { scope: Scope } : { scope?: never };
+
 /** Declares a route; the generic parameters are inferred from the schemas. */
 export function route<A extends Access, PS extends AnyObject | undefined = undefined, QS extends AnyObject | undefined = undefined, BS extends z.ZodType | undefined = undefined>(
-  def: Omit<RouteDef<A>, 'params' | 'query' | 'body' | 'handler'> & {
+  def: Omit<RouteDef<A>, 'params' | 'query' | 'body' | 'handler' | 'scope'> & ScopeField<A> & {
     params?: PS;
     query?: QS;
     body?: BS;
@@ -150,6 +159,7 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       if (def.access !== 'public' || ctx.get('authorization')) {
         const user = await authenticate(ctx, def.access);
         ctx.state.user = user;
+        if (def.access === 'auth') await requireScope(ctx, def.scope);
       }
       if (def.access === 'admin') await requireAdmin(ctx, def.path);
       const params = parse(def.params, ctx.params, 'params');
@@ -192,7 +202,15 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
   }
 }
 
-const security = (access: Access) => (access === 'public' ? [] : [{ bearer: [] }]);
+/** OpenAPI 3.1 lets a non-OAuth scheme list the roles a call needs: an 'auth' route lists its scope. */
+const security = (def: RouteDef) => (def.access === 'public' ? [] : [{ bearer: def.scope ? [def.scope] : [] }]);
+
+function accessNote(def: RouteDef): string | undefined {
+  if (def.access === 'admin') return 'Administrators only (a session or the partner key; managed API keys are refused).';
+  if (def.access === 'session') return 'Needs a user session (JWT); API keys are refused.';
+  if (def.access === 'auth' && def.scope) return `A session, the partner key, or a managed API key with the scope \`${def.scope}\`.`;
+  return undefined;
+}
 
 /** An uploaded file in a multipart form (OpenAPI 3.1: contentMediaType; `format: binary` for 3.0-minded tools). */
 const BinaryFile = { type: 'string', format: 'binary', contentMediaType: 'application/octet-stream' } as const;
@@ -263,7 +281,8 @@ export function openApiDocument(routes: RouteDef[], info: { title: string; versi
   registry.registerComponent('securitySchemes', 'bearer', {
     type: 'http',
     scheme: 'bearer',
-    description: 'A JWT from /auth/login, or an API key (`kms_pk_…` partner key) where the route accepts one.',
+    description:
+      'A JWT from /auth/login, or an API key where the route accepts one: the partner key (`kms_pk_…`, every scope) or a managed key (`kms_sk_…`, the scopes it was given; a route lists the one it needs in its security requirement).',
   });
   for (const def of routes) {
     const request: RouteConfig['request'] = {};
@@ -294,8 +313,8 @@ export function openApiDocument(routes: RouteDef[], info: { title: string; versi
       path: def.path,
       summary: def.summary,
       tags: def.tags,
-      security: security(def.access),
-      description: def.access === 'admin' ? 'Administrators only.' : def.access === 'session' ? 'Needs a user session (JWT); API keys are refused.' : undefined,
+      security: security(def),
+      description: accessNote(def),
       request,
       responses,
     });

@@ -6,6 +6,8 @@ import * as m004 from './migrations/004_account_hardening';
 import * as m005 from './migrations/005_key_integrity';
 import * as m006 from './migrations/006_job_request_hash';
 import * as m007 from './migrations/007_webhooks';
+import * as m008 from './migrations/008_key_shares';
+import * as m010 from './migrations/010_api_keys';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -19,6 +21,9 @@ const migrations: Record<string, Knex.Migration> = {
   '005_key_integrity': m005,
   '006_job_request_hash': m006,
   '007_webhooks': m007,
+  '008_key_shares': m008,
+  // 009 is the passkeys migration.
+  '010_api_keys': m010,
 };
 
 const source: Knex.MigrationSource<string> = {

@@ -47,6 +47,8 @@ const Env = z.object({
   STRIPE_SECRET_KEY: z.string().optional(),
   STRIPE_WEBHOOK_SECRET: z.string().optional(),
   PARTNER_KEY_TTL_DAYS: intish(90, 1, 3650),
+  /** Requests per managed API key (`kms_sk_…`) per minute, over every API process (429 with Retry-After past it). */
+  API_KEY_RATE_LIMIT_PER_MINUTE: intish(600, 1, 1_000_000),
   RESET_TOKEN_TTL_MINUTES: intish(30, 5, 1440),
   LOGIN_MAX_FAILURES: intish(5, 1, 100),
   LOGIN_LOCK_SECONDS: intish(900, 1, 86400),
@@ -78,6 +80,8 @@ const Env = z.object({
   WEBHOOK_SECRET_GRACE_HOURS: intish(24, 0, 24 * 7),
   /** Delivery records (and their attempts) older than this are purged. */
   WEBHOOK_RETENTION_DAYS: intish(30, 1, 365),
+  /** Views of public share links (`GET /keys/share/{token}`, `GET /api-keys/shared/{token}`) per client address per minute. */
+  SHARE_VIEWS_PER_MINUTE: intish(60, 1, 100_000),
   /** Bearer token that `GET /metrics` (API and worker ports) requires; unset: /metrics answers 404. */
   METRICS_TOKEN: z.string().min(16).optional(),
   /** A worker process serves /healthz, /readyz and /metrics on this port; unset: none (0: any free port). */
@@ -122,6 +126,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     adminEmails: e.ADMIN_EMAILS.map((x) => x.toLowerCase()),
     stripe: { secretKey: e.STRIPE_SECRET_KEY, webhookSecret: e.STRIPE_WEBHOOK_SECRET },
     partnerKeyTtlDays: e.PARTNER_KEY_TTL_DAYS,
+    apiKeys: { rateLimitPerMinute: e.API_KEY_RATE_LIMIT_PER_MINUTE },
     resetTokenTtlMinutes: e.RESET_TOKEN_TTL_MINUTES,
     login: { maxFailures: e.LOGIN_MAX_FAILURES, lockSeconds: e.LOGIN_LOCK_SECONDS, ipMaxFailures: e.LOGIN_IP_MAX_FAILURES },
     limits: {
@@ -142,6 +147,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       secretGraceMs: e.WEBHOOK_SECRET_GRACE_HOURS * 3600_000,
       retentionDays: e.WEBHOOK_RETENTION_DAYS,
     },
+    shares: { viewsPerMinute: e.SHARE_VIEWS_PER_MINUTE },
     monitoring: { metricsToken: e.METRICS_TOKEN, workerHttpPort: e.WORKER_HTTP_PORT, queueDashboard: e.QUEUE_DASHBOARD },
     argon2MemoryKib: e.ARGON2_MEMORY_KIB,
     lineageKdfMemoryKib: e.LINEAGE_KDF_MEMORY_KIB,

@@ -18,6 +18,12 @@ export const EVENT_TYPES = [
   'job.completed',
   'job.failed',
   'audit.recorded',
+  'share.created',
+  'share.revoked',
+  'share.viewed',
+  'api_key.created',
+  'api_key.rotated',
+  'api_key.revoked',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 

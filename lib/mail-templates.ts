@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Config } from './config';
 
 /** Plain-text emails the service sends; one place to read and change their wording. */
-export const MailTemplate = z.enum(['password-reset', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring', 'email-confirm', 'email-changed']);
+export const MailTemplate = z.enum(['password-reset', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring', 'email-confirm', 'email-changed', 'key-shared']);
 export type MailTemplate = z.infer<typeof MailTemplate>;
 
 type Vars = Record<string, string>;
@@ -63,6 +63,21 @@ export function renderMail(template: MailTemplate, v: Vars, config: Pick<Config,
       return {
         subject: 'The email address of your account was changed',
         text: `Hello ${v.username ?? ''},\n\nThe email address of your account was changed to ${v.new_email} at ${v.at}. Mail about the account now goes there.\nIf this was not you, contact support at once.`,
+      };
+    case 'key-shared':
+      return {
+        subject: `${v.owner ?? 'Someone'} shared an OpenPGP public key with you`,
+        text: [
+          `${v.owner ?? 'Someone'} shared the OpenPGP public key "${v.label ?? ''}" with you through ${config.publicUrl}.`,
+          '',
+          `Fingerprint: ${v.fingerprint}`,
+          `Link: ${v.link}`,
+          '',
+          // The fingerprint is the check: a key fetched from the link must carry it (compare it with the sender).
+          'Compare the fingerprint with the sender over another channel before you encrypt anything to the key.',
+          `The link works until ${v.expires_at || 'it is revoked'}${v.max_views ? `, for ${v.max_views} view(s)` : ''}.`,
+          `Import it with: curl -sH 'Accept: application/pgp-keys' '${v.link}' | gpg --import`,
+        ].join('\n'),
       };
     case 'contact-forward':
       return {

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { PASSPHRASE, createKey, encrypt } from './support/keys';
 import * as accounts from '../lib/services/accounts';
@@ -131,6 +131,9 @@ function sample(name: string, schema: Json, ctx: { path: string; password: strin
     key_id: key.id,
     webhook_id: webhook.id,
     delivery_id: webhook.delivery,
+    // Ids of resources the walk does not create: well-formed, so the NUL-bearing field is what is refused.
+    share_id: randomUUID(),
+    passkey_id: randomUUID(),
     url: 'http://127.0.0.1:9/hook',
     n: 0,
     email: `someone_${randomBytes(4).toString('hex')}@example.test`,

@@ -2,6 +2,10 @@ import { AppError, forbidden, unauthorized } from '../../lib/errors';
 import { verifySession } from '../../lib/auth/jwt';
 import { hashToken } from '../../lib/tokens';
 import { PARTNER_KEY_PREFIX } from '../../lib/services/partner-keys';
+import { MANAGED_KEY_PREFIX } from '../../lib/api-key-format';
+import { consume } from '../../lib/auth/limiters';
+import type { Scope } from '../../lib/auth/scopes';
+import { recordApiKeyUse, verifyApiKey } from '../../lib/services/api-keys';
 import { findUserById, type UserRow } from '../../db/users';
 import { findPartnerKeyByHash, touchPartnerKey } from '../../db/partner-keys';
 import { recordAudit } from '../../db/audit';
@@ -12,11 +16,50 @@ export interface AuthUser {
   username: string;
   email: string;
   role: 'user' | 'admin';
-  /** How the caller proved who it is: a session token, or a partner API key. */
-  via: 'jwt' | 'partner_key';
+  /** How the caller proved who it is: a session token, the partner API key, or a managed API key. */
+  via: 'jwt' | 'partner_key' | 'api_key';
+  /** With `via: 'api_key'`: which managed key, and what it may do (route() checks the route's scope). */
+  apiKey?: { id: string; scopes: readonly Scope[] };
 }
 
-const toAuthUser = (u: UserRow, via: AuthUser['via']): AuthUser => ({ id: u.id, username: u.username, email: u.email, role: u.role, via });
+const toAuthUser = (u: Pick<UserRow, 'id' | 'username' | 'email' | 'role'>, via: AuthUser['via']): AuthUser => ({ id: u.id, username: u.username, email: u.email, role: u.role, via });
+
+/** What audit rows name: the route template, never the raw path (a public share link's path is its token). */
+const routeOf = (ctx: AppContext) => (ctx as unknown as { _matchedRoute?: string })._matchedRoute ?? ctx.path;
+
+const API_KEY_REFUSALS = {
+  invalid_api_key: 'The API key is unknown, mistyped or was revoked.',
+  api_key_revoked: 'The API key was revoked; generate a new one.',
+  api_key_expired: 'The API key has expired; generate a new one.',
+  api_key_rotated: 'The API key was rotated and its grace period is over; use the new value.',
+} as const;
+
+/**
+ * A managed key (`kms_sk_…`): checksum (no I/O), one indexed lookup, the per-key request budget (spent
+ * before the request runs), one counter update. It never opens session or admin routes; route() checks
+ * the scope of every other route.
+ */
+async function authenticateApiKey(ctx: AppContext, access: Access, credential: string): Promise<AuthUser> {
+  const c = ctx.container;
+  const now = c.clock.now();
+  const check = await verifyApiKey(c, credential, now);
+  if (!check.ok) {
+    if (check.credential) {
+      // A revoked, expired or rotated-out key is refused within the key's budget too: each refusal is audited.
+      await consume(c.limiters.apiKey, check.credential.key_id, `This API key made more than ${c.config.apiKeys.rateLimitPerMinute} requests in a minute; slow down.`);
+      await recordAudit(c.db, { user_id: check.credential.user_id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: check.code, api_key_id: check.credential.key_id } });
+    }
+    throw challenge(check.code, API_KEY_REFUSALS[check.code]);
+  }
+  const key = check.credential;
+  await consume(c.limiters.apiKey, key.key_id, `This API key made more than ${c.config.apiKeys.rateLimitPerMinute} requests in a minute; slow down.`);
+  await recordApiKeyUse(c, key.key_id, now);
+  if (access === 'session' || access === 'admin') {
+    await recordAudit(c.db, { user_id: key.user_id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: 'session_required', api_key_id: key.key_id } });
+    throw forbidden('session_required', 'This endpoint needs a session token from /auth/login; managed API keys are not accepted here.');
+  }
+  return { ...toAuthUser({ id: key.user_id, username: key.username, email: key.email, role: key.role }, 'api_key'), apiKey: { id: key.key_id, scopes: key.scopes } };
+}
 
 function challenge(code: string, message: string): AppError {
   const err = unauthorized(code, message);
@@ -25,9 +68,9 @@ function challenge(code: string, message: string): AppError {
 }
 
 /**
- * Bearer credentials: a JWT from login, or a partner API key (recognised by its prefix). Routes with
- * access 'session' manage the account's own credentials and need a JWT: a leaked API key must not be
- * able to change the password or delete the account.
+ * Bearer credentials: a JWT from login, the partner API key or a managed API key (each recognised by
+ * its prefix). Routes with access 'session' manage the account's own credentials and need a JWT: a
+ * leaked API key must not be able to change the password or delete the account.
  */
 export async function authenticate(ctx: AppContext, access: Access): Promise<AuthUser> {
   const { db, clock, config } = ctx.container;
@@ -37,6 +80,8 @@ export async function authenticate(ctx: AppContext, access: Access): Promise<Aut
   const credential = match[1]!;
   const now = clock.now();
 
+  if (credential.startsWith(MANAGED_KEY_PREFIX)) return authenticateApiKey(ctx, access, credential);
+
   if (credential.startsWith(PARTNER_KEY_PREFIX)) {
     const key = await findPartnerKeyByHash(db, hashToken(credential));
     if (!key || key.status !== 'active') throw challenge('invalid_api_key', 'The API key is unknown or was rotated or revoked.');
@@ -44,7 +89,7 @@ export async function authenticate(ctx: AppContext, access: Access): Promise<Aut
     const user = await findUserById(db, key.user_id);
     if (!user) throw challenge('invalid_api_key', 'The API key is unknown or was rotated or revoked.');
     if (access === 'session') {
-      await recordAudit(db, { user_id: user.id, action: 'auth.denied', status: 'failure', target: ctx.path, ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: 'session_required' } });
+      await recordAudit(db, { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: 'session_required' } });
       throw forbidden('session_required', 'This endpoint needs a session token from /auth/login; API keys are not accepted here.');
     }
     await touchPartnerKey(db, key.id, now);
@@ -56,9 +101,26 @@ export async function authenticate(ctx: AppContext, access: Access): Promise<Aut
   const user = await findUserById(db, claims.sub);
   if (!user || user.token_version !== claims.tv) {
     if (user) {
-      await recordAudit(db, { user_id: user.id, action: 'auth.denied', status: 'failure', target: ctx.path, ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: 'token_revoked' } });
+      await recordAudit(db, { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: 'token_revoked' } });
     }
     throw challenge('token_revoked', 'The session token is no longer valid (password changed, reset or account deleted); log in again.');
   }
   return toAuthUser(user, 'jwt');
+}
+
+/**
+ * The scope check of every route (called once, by route()): a managed API key needs the route's scope;
+ * sessions and the partner key hold every scope. An 'auth' route without a scope (impossible through
+ * route()'s types) refuses managed keys rather than letting them through.
+ */
+export async function requireScope(ctx: AppContext, scope: Scope | undefined): Promise<void> {
+  const user = ctx.state.user;
+  if (user?.via !== 'api_key') return;
+  if (scope && user.apiKey?.scopes.includes(scope)) return;
+  const { db } = ctx.container;
+  await recordAudit(db, { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: 'insufficient_scope', scope: scope ?? null, api_key_id: user.apiKey?.id ?? null } });
+  const err = forbidden('insufficient_scope', scope ? `This API key lacks the scope "${scope}" that this endpoint needs.` : 'This endpoint does not accept managed API keys.');
+  // RFC 6750 §3.1: the scope the request needs, in the challenge.
+  err.extra.headers = { 'WWW-Authenticate': `Bearer realm="kms", error="insufficient_scope"${scope ? `, scope="${scope}"` : ''}` };
+  throw err;
 }

@@ -23,6 +23,7 @@ export default [
     summary: "The account's audit events, newest first",
     tags: ['Audit'],
     access: 'auth',
+    scope: 'audit:read',
     query: PageQuery.extend({
       action: z
         .string()

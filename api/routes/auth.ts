@@ -36,7 +36,8 @@ export default [
     summary: 'The current user profile',
     tags,
     access: 'auth',
-    responses: { 200: { description: 'The user', schema: User.extend({ authenticated_via: z.enum(['jwt', 'partner_key']) }) } },
+    scope: 'account:read',
+    responses: { 200: { description: 'The user', schema: User.extend({ authenticated_via: z.enum(['jwt', 'partner_key', 'api_key']) }) } },
     async handler({ c, user }) {
       const row = (await findUserById(c.db, user.id))!;
       return { body: { ...userOut(row), authenticated_via: user.via } };

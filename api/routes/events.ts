@@ -89,6 +89,7 @@ export default [
     summary: "The account's events as Server-Sent Events: live, resumable with Last-Event-ID, with heartbeats",
     tags,
     access: 'auth',
+    scope: 'events:read',
     query: z.object({
       types: Types.optional(),
       last_event_id: z.string().regex(EVENT_ID).optional().describe('Resume point for clients that cannot send the Last-Event-ID header'),
@@ -130,6 +131,7 @@ export default [
     summary: "The account's stored events, newest first (the stream keeps the newest ~1000)",
     tags,
     access: 'auth',
+    scope: 'events:read',
     query: PageQuery.extend({ types: Types.optional(), from: z.coerce.date().optional(), to: z.coerce.date().optional() }),
     responses: { 200: { description: 'A page of events', schema: pageOf(Event) } },
     async handler({ c, user, query }) {

@@ -26,6 +26,7 @@ export default [
     summary: 'State, progress, result or error of a job (`Prefer: wait=N` waits up to N ≤ 30 s for it to end)',
     tags,
     access: 'auth',
+    scope: 'jobs:read',
     params: JobParams,
     responses: { 200: { description: 'The job', schema: Job } },
     async handler({ c, ctx, user, params, meta }) {
@@ -40,6 +41,7 @@ export default [
     summary: 'Download output file n of a completed job, as a stream',
     tags,
     access: 'auth',
+    scope: 'jobs:read',
     params: JobParams.extend({ n: z.coerce.number().int().min(0).max(10_000) }),
     responses: { 200: { description: 'The file', schema: z.string(), contentType: 'application/octet-stream' } },
     async handler({ c, ctx, user, params, meta }) {

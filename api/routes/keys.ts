@@ -94,6 +94,7 @@ export default [
     summary: 'Generate an OpenPGP key pair (curve25519 at once: 201; RSA as a job: 202)',
     tags,
     access: 'auth',
+    scope: 'keys:write',
     multipart: { description: 'Form fields (JSON with the same fields is accepted too)' },
     body: GenerateKeyForm,
     responses: { 201: { description: 'The new key', schema: Key }, ...jobResponses },
@@ -108,6 +109,7 @@ export default [
     summary: 'Create a key from a label and environment (the illustrative sample); its passphrase is generated and shown once',
     tags,
     access: 'auth',
+    scope: 'keys:write',
     body: z.object({ label: Label, env: Environment.default('production') }),
     responses: { 201: { description: 'The new key and its passphrase', schema: Key.extend({ env: z.string(), passphrase: z.string().describe('Shown once: needed to decrypt') }) } },
     async handler(input) {
@@ -125,6 +127,7 @@ export default [
     summary: 'List keys (never private material); filters: environment, label, active',
     tags,
     access: 'auth',
+    scope: 'keys:read',
     query: PageQuery.extend({ environment: Environment.optional(), label: Label.optional(), active: FormBoolean.optional() }),
     responses: { 200: { description: 'A page of keys', schema: pageOf(Key) } },
     async handler({ c, user, query }) {
@@ -140,6 +143,7 @@ export default [
     summary: "The armored public key of a key's current generation, by any generation's fingerprint (JSON, or application/pgp-keys when asked for)",
     tags,
     access: 'auth',
+    scope: 'keys:read',
     body: z.object({ fingerprint: Fingerprint }),
     responses: {
       200: {
@@ -165,6 +169,7 @@ export default [
     summary: 'Disable a key: it no longer encrypts or rotates (it still decrypts, so no data is stranded)',
     tags,
     access: 'auth',
+    scope: 'keys:write',
     body: z.object({ fingerprint: Fingerprint }),
     responses: { 200: { description: 'The disabled key', schema: Key } },
     async handler({ c, user, body, meta }) {
@@ -186,6 +191,7 @@ export default [
     summary: "Encrypt one or more files (field `files`, repeatable) to a stored key's fingerprint or a supplied armored public key",
     tags,
     access: 'auth',
+    scope: 'crypto:encrypt',
     multipart: {
       description: 'Fields: fingerprint or public_key (text or file), armor, compress; files',
       files: true,
@@ -214,6 +220,7 @@ export default [
     summary: 'Decrypt one or more files (field `files`) with a key fingerprint (any generation) and its passphrase',
     tags,
     access: 'auth',
+    scope: 'crypto:decrypt',
     multipart: {
       description: 'Fields: fingerprint, passphrase; files',
       files: true,

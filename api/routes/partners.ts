@@ -60,6 +60,7 @@ export default [
     summary: 'Status and expiry of the current partner API key',
     tags,
     access: 'auth',
+    scope: 'account:read',
     responses: { 200: { description: 'Key status', schema: ApiKeyStatus } },
     async handler({ c, user }) {
       return { body: await currentPartnerKeyStatus(c.db, user.id, c.clock.now()) };

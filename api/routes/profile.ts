@@ -81,6 +81,7 @@ export default [
     summary: 'Metadata of the current partner API key (never its value)',
     tags,
     access: 'auth',
+    scope: 'account:read',
     responses: { 200: { description: 'Key metadata', schema: ApiKeyStatus } },
     async handler({ c, user }) {
       return { body: await currentPartnerKeyStatus(c.db, user.id, c.clock.now()) };
@@ -93,6 +94,7 @@ export default [
     summary: 'Recent activity of the account, from the audit log',
     tags,
     access: 'auth',
+    scope: 'audit:read',
     query: z.object({ limit: z.coerce.number().int().min(1).max(100).default(20) }),
     responses: { 200: { description: 'Newest first', schema: z.object({ items: z.array(ActivityItem) }) } },
     async handler({ c, user, query }) {
@@ -107,6 +109,7 @@ export default [
     summary: `Set the automatic key rotation policy in days (${ROTATION_DAYS.min}–${ROTATION_DAYS.max}), or null to turn it off`,
     tags,
     access: 'auth',
+    scope: 'keys:write',
     body: z.object({ rotation_days: z.number().int().min(ROTATION_DAYS.min).max(ROTATION_DAYS.max).nullable() }),
     responses: { 200: { description: 'The stored policy', schema: z.object({ rotation_days: z.number().int().nullable() }) } },
     async handler({ c, body, user, meta }) {

@@ -57,6 +57,7 @@ export default [
     summary: 'Rotate a key now (a rotation job). Optionally changes the passphrase when the current one is given.',
     tags,
     access: 'auth',
+    scope: 'keys:write',
     params: KeyParams,
     body: z
       .object({ current_passphrase: z.string().min(1).max(1024).optional(), new_passphrase: Passphrase.optional() })
@@ -81,6 +82,7 @@ export default [
     summary: `Set the key's rotation interval in days (${ROTATION_DAYS.min}–${ROTATION_DAYS.max}), null for off, or follow the account policy`,
     tags,
     access: 'auth',
+    scope: 'keys:write',
     params: KeyParams,
     body: z.union([
       z.object({ interval_days: z.number().int().min(ROTATION_DAYS.min).max(ROTATION_DAYS.max).nullable() }).strict(),
@@ -119,6 +121,7 @@ export default [
     summary: "Rotation history of a key's lineage, by any generation's fingerprint",
     tags,
     access: 'auth',
+    scope: 'keys:read',
     params: KeyParams,
     query: HistoryQuery,
     responses: { 200: { description: 'Newest first', schema: pageOf(RotationEntry) } },
@@ -135,6 +138,7 @@ export default [
     summary: 'All rotations of the account, newest first; filter by key (any fingerprint), time, trigger, status',
     tags,
     access: 'auth',
+    scope: 'keys:read',
     query: HistoryQuery.extend({ fingerprint: Fingerprint.optional() }),
     responses: { 200: { description: 'Newest first', schema: pageOf(RotationEntry) } },
     async handler({ c, user, query, meta }) {

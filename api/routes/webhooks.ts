@@ -69,6 +69,7 @@ export default [
     summary: 'Subscribe a URL to account events (Standard Webhooks); answers the signing secret once',
     tags,
     access: 'auth',
+    scope: 'webhooks:write',
     body: EndpointBody,
     responses: { 201: { description: 'The endpoint and its secret', schema: WithSecret } },
     async handler({ c, user, body, meta }) {
@@ -83,6 +84,7 @@ export default [
     summary: "The account's webhook endpoints",
     tags,
     access: 'auth',
+    scope: 'webhooks:write',
     responses: { 200: { description: 'Endpoints, newest first', schema: z.object({ items: z.array(Endpoint) }) } },
     async handler({ c, user }) {
       const rows = await c.db<EndpointRow>('webhook_endpoints').where({ user_id: user.id }).orderBy('created_at', 'desc');
@@ -96,6 +98,7 @@ export default [
     summary: 'One webhook endpoint',
     tags,
     access: 'auth',
+    scope: 'webhooks:write',
     params: Params,
     responses: { 200: { description: 'The endpoint', schema: Endpoint } },
     async handler({ c, user, params, meta }) {
@@ -109,6 +112,7 @@ export default [
     summary: 'Change a webhook endpoint: URL, description, event types, enabled',
     tags,
     access: 'auth',
+    scope: 'webhooks:write',
     params: Params,
     body: EndpointBody.partial().refine((b) => Object.values(b).some((v) => v !== undefined), 'name at least one field to change'),
     responses: { 200: { description: 'The endpoint', schema: Endpoint } },
@@ -123,6 +127,7 @@ export default [
     summary: 'Delete a webhook endpoint and its delivery records',
     tags,
     access: 'auth',
+    scope: 'webhooks:write',
     params: Params,
     responses: { 204: { description: 'Deleted' } },
     async handler({ c, user, params, meta }) {
@@ -137,6 +142,7 @@ export default [
     summary: 'A new signing secret, answered once; the old one keeps signing beside it for a grace period',
     tags,
     access: 'auth',
+    scope: 'webhooks:write',
     params: Params,
     body: z.object({ grace_hours: z.number().int().min(0).max(168).optional().describe('How long the old secret still signs (default WEBHOOK_SECRET_GRACE_HOURS, 24)') }),
     responses: { 200: { description: 'The new secret', schema: z.object({ secret: z.string(), previous_secret_expires_at: Timestamp.nullable() }) } },
@@ -153,6 +159,7 @@ export default [
     summary: 'Send a signed `webhook.test` event to the endpoint (even a disabled one); its outcome appears in the deliveries',
     tags,
     access: 'auth',
+    scope: 'webhooks:write',
     params: Params,
     responses: { 202: { description: 'The queued delivery', schema: Delivery } },
     async handler({ c, user, params, meta }) {
@@ -166,6 +173,7 @@ export default [
     summary: "An endpoint's deliveries with their attempts (status, latency, error), newest first",
     tags,
     access: 'auth',
+    scope: 'webhooks:write',
     params: Params,
     query: PageQuery.extend({ state: z.enum(['pending', 'succeeded', 'failed']).optional() }),
     responses: { 200: { description: 'A page of deliveries', schema: pageOf(Delivery) } },
@@ -183,6 +191,7 @@ export default [
     summary: 'One delivery with its attempts',
     tags,
     access: 'auth',
+    scope: 'webhooks:write',
     params: DeliveryParams,
     responses: { 200: { description: 'The delivery', schema: Delivery } },
     async handler({ c, user, params, meta }) {
@@ -197,6 +206,7 @@ export default [
     summary: 'Send a finished delivery again (same webhook-id) with a fresh retry schedule',
     tags,
     access: 'auth',
+    scope: 'webhooks:write',
     params: DeliveryParams,
     responses: { 202: { description: 'The delivery, pending again', schema: Delivery } },
     async handler({ c, user, params, meta }) {

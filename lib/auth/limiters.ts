@@ -13,6 +13,12 @@ export interface Limiters {
   publicIp: RateLimiterRedis;
   /** Wrong passphrases per key lineage: an online guessing budget for stolen API credentials. */
   passphrase: RateLimiterRedis;
+  /** Requests per managed API key (by key id, so a rotated value shares its budget). */
+  apiKey: RateLimiterRedis;
+  /** Public share-link views per client address (a point is spent before the token is looked up). */
+  shareView: RateLimiterRedis;
+  /** Share notices mailed to recipients, per account: share creation must not become a spam relay. */
+  shareNotice: RateLimiterRedis;
 }
 
 export function createLimiters(redis: Redis, config: Config): Limiters {
@@ -22,6 +28,9 @@ export function createLimiters(redis: Redis, config: Config): Limiters {
     loginIp: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:login-ip`, points: config.login.ipMaxFailures, duration: 3600, blockDuration: config.login.lockSeconds }),
     publicIp: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:public-ip`, points: 30, duration: 600 }),
     passphrase: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:passphrase`, points: 10, duration: 900, blockDuration: 900 }),
+    apiKey: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:api-key`, points: config.apiKeys.rateLimitPerMinute, duration: 60 }),
+    shareView: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:share-view`, points: config.shares.viewsPerMinute, duration: 60 }),
+    shareNotice: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:share-notice`, points: 30, duration: 3600 }),
   };
 }
 

@@ -71,7 +71,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The current user profile */
+        /**
+         * The current user profile
+         * @description A session, the partner key, or a managed API key with the scope `account:read`.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -103,7 +106,7 @@ export interface paths {
                             /** Format: date-time */
                             updated_at: string;
                             /** @enum {string} */
-                            authenticated_via: "jwt" | "partner_key";
+                            authenticated_via: "jwt" | "partner_key" | "api_key";
                         };
                     };
                 };
@@ -459,7 +462,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Status and expiry of the current partner API key */
+        /**
+         * Status and expiry of the current partner API key
+         * @description A session, the partner key, or a managed API key with the scope `account:read`.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -685,7 +691,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Metadata of the current partner API key (never its value) */
+        /**
+         * Metadata of the current partner API key (never its value)
+         * @description A session, the partner key, or a managed API key with the scope `account:read`.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -730,7 +739,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Recent activity of the account, from the audit log */
+        /**
+         * Recent activity of the account, from the audit log
+         * @description A session, the partner key, or a managed API key with the scope `audit:read`.
+         */
         get: {
             parameters: {
                 query?: {
@@ -781,7 +793,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Set the automatic key rotation policy in days (1–730), or null to turn it off */
+        /**
+         * Set the automatic key rotation policy in days (1–730), or null to turn it off
+         * @description A session, the partner key, or a managed API key with the scope `keys:write`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -891,7 +906,7 @@ export interface paths {
         };
         /**
          * Key health across accounts (states, rotations due and overdue, expiries, failed rotations), or one key with `key_id`
-         * @description Administrators only.
+         * @description Administrators only (a session or the partner key; managed API keys are refused).
          */
         get: {
             parameters: {
@@ -972,7 +987,7 @@ export interface paths {
         };
         /**
          * One key's metrics: operations by kind and outcome, bytes, last use, rotations, generations, job latencies
-         * @description Administrators only.
+         * @description Administrators only (a session or the partner key; managed API keys are refused).
          */
         get: {
             parameters: {
@@ -1022,7 +1037,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Generate an OpenPGP key pair (curve25519 at once: 201; RSA as a job: 202) */
+        /**
+         * Generate an OpenPGP key pair (curve25519 at once: 201; RSA as a job: 202)
+         * @description A session, the partner key, or a managed API key with the scope `keys:write`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1121,7 +1139,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Create a key from a label and environment (the illustrative sample); its passphrase is generated and shown once */
+        /**
+         * Create a key from a label and environment (the illustrative sample); its passphrase is generated and shown once
+         * @description A session, the partner key, or a managed API key with the scope `keys:write`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1202,7 +1223,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List keys (never private material); filters: environment, label, active */
+        /**
+         * List keys (never private material); filters: environment, label, active
+         * @description A session, the partner key, or a managed API key with the scope `keys:read`.
+         */
         get: {
             parameters: {
                 query?: {
@@ -1260,7 +1284,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** The armored public key of a key's current generation, by any generation's fingerprint (JSON, or application/pgp-keys when asked for) */
+        /**
+         * The armored public key of a key's current generation, by any generation's fingerprint (JSON, or application/pgp-keys when asked for)
+         * @description A session, the partner key, or a managed API key with the scope `keys:read`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1316,7 +1343,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Disable a key: it no longer encrypts or rotates (it still decrypts, so no data is stranded) */
+        /**
+         * Disable a key: it no longer encrypts or rotates (it still decrypts, so no data is stranded)
+         * @description A session, the partner key, or a managed API key with the scope `keys:write`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1367,7 +1397,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Encrypt one or more files (field `files`, repeatable) to a stored key's fingerprint or a supplied armored public key */
+        /**
+         * Encrypt one or more files (field `files`, repeatable) to a stored key's fingerprint or a supplied armored public key
+         * @description A session, the partner key, or a managed API key with the scope `crypto:encrypt`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1435,7 +1468,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Decrypt one or more files (field `files`) with a key fingerprint (any generation) and its passphrase */
+        /**
+         * Decrypt one or more files (field `files`) with a key fingerprint (any generation) and its passphrase
+         * @description A session, the partner key, or a managed API key with the scope `crypto:decrypt`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1499,7 +1535,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Rotate a key now (a rotation job). Optionally changes the passphrase when the current one is given. */
+        /**
+         * Rotate a key now (a rotation job). Optionally changes the passphrase when the current one is given.
+         * @description A session, the partner key, or a managed API key with the scope `keys:write`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1562,7 +1601,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Set the key's rotation interval in days (1–730), null for off, or follow the account policy */
+        /**
+         * Set the key's rotation interval in days (1–730), null for off, or follow the account policy
+         * @description A session, the partner key, or a managed API key with the scope `keys:write`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1616,7 +1658,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Rotation history of a key's lineage, by any generation's fingerprint */
+        /**
+         * Rotation history of a key's lineage, by any generation's fingerprint
+         * @description A session, the partner key, or a managed API key with the scope `keys:read`.
+         */
         get: {
             parameters: {
                 query?: {
@@ -1677,7 +1722,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** All rotations of the account, newest first; filter by key (any fingerprint), time, trigger, status */
+        /**
+         * All rotations of the account, newest first; filter by key (any fingerprint), time, trigger, status
+         * @description A session, the partner key, or a managed API key with the scope `keys:read`.
+         */
         get: {
             parameters: {
                 query?: {
@@ -1730,6 +1778,532 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/keys/share/create": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Share a key's public key through a tokenized link (it follows rotations); optionally notify a recipient by email
+         * @description A session, the partner key, or a managed API key with the scope `shares:write`.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description Any generation's fingerprint of the key to share */
+                        fingerprint: string;
+                        /**
+                         * Format: date-time
+                         * @description When the link stops working (in the future)
+                         */
+                        expires_at?: string;
+                        /** @description Or: hours from now */
+                        expires_in_hours?: number;
+                        /** @description Views the link allows; none: unlimited */
+                        max_views?: number;
+                        /** @description Sends this address a notice with the link and the fingerprint */
+                        recipient_email?: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description The share, with its token and link (shown once) */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["CreatedKeyShare"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/share/": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Your public key shares with their view counts (never the tokens); filters: fingerprint, state
+         * @description A session, the partner key, or a managed API key with the scope `shares:read`.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                    /** @description Shares of this key (any generation's fingerprint) */
+                    fingerprint?: string;
+                    state?: "active" | "expired" | "revoked" | "exhausted";
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A page of shares, newest first */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["KeyShare"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/share/analytics": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Share analytics: shares by state, views per day (30 days), most viewed keys, recent views
+         * @description A session, the partner key, or a managed API key with the scope `shares:read`.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The numbers */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["KeyShareAnalytics"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/share/{share_token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Public: the shared key’s current public key (JSON, or the armored key with `Accept: application/pgp-keys`). Each view counts; rate limited per address */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    share_token: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The public key and its facts (or `application/pgp-keys`: the armored key alone) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SharedPublicKey"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/share/{share_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke a share at once (repeating it is harmless)
+         * @description A session, the partner key, or a managed API key with the scope `shares:write`.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    share_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Revoked (or already revoked) */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api-keys/generate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Generate a managed API key with scopes and an optional expiry; answers its value
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        name: string;
+                        /** @description What the key may do: `keys:read` (list keys, read public keys and rotation history); `keys:write` (generate, disable and rotate keys, set rotation schedules and the account rotation policy); `crypto:encrypt` (submit encryption jobs); `crypto:decrypt` (submit decryption jobs (the key passphrase is still needed)); `jobs:read` (read jobs and download their outputs (encrypt and decrypt clients need it to fetch results)); `shares:read` (list public key shares and their analytics); `shares:write` (create and revoke public key shares); `audit:read` (read the audit log and recent activity); `events:read` (follow account events (SSE) and read their history); `webhooks:write` (manage webhook endpoints and their deliveries); `account:read` (read the profile (GET /auth/me) and the partner key status). */
+                        scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
+                        /**
+                         * Format: date-time
+                         * @description When the key stops working (in the future); or use expires_in_days
+                         */
+                        expires_at?: string;
+                        expires_in_days?: number;
+                    };
+                };
+            };
+            responses: {
+                /** @description The key and its value */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ManagedApiKeyWithValue"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api-keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The account's managed API keys: metadata and usage, never values
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                    state?: "active" | "expired" | "revoked";
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A page of keys, newest first */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["ManagedApiKey"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api-keys/{key_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * One managed API key with its current value (the read is audited)
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    key_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The key and its value */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ManagedApiKeyWithValue"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        /**
+         * Revoke the key at once (every value of it); repeating it is harmless
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    key_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Revoked */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api-keys/{key_id}/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A new value for the key; the old one keeps working for `grace_seconds` (default 0: it stops at once)
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    key_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @description How long the old value keeps working (0 to 7 days; default 0) */
+                        grace_seconds?: number;
+                    };
+                };
+            };
+            responses: {
+                /** @description The key with its new value; `previous_value_expires_at` is when the old value stops */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["ManagedApiKeyWithValue"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{job_id}": {
         parameters: {
             query?: never;
@@ -1737,7 +2311,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** State, progress, result or error of a job (`Prefer: wait=N` waits up to N ≤ 30 s for it to end) */
+        /**
+         * State, progress, result or error of a job (`Prefer: wait=N` waits up to N ≤ 30 s for it to end)
+         * @description A session, the partner key, or a managed API key with the scope `jobs:read`.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -1784,7 +2361,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Download output file n of a completed job, as a stream */
+        /**
+         * Download output file n of a completed job, as a stream
+         * @description A session, the partner key, or a managed API key with the scope `jobs:read`.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -1832,7 +2412,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The account's events as Server-Sent Events: live, resumable with Last-Event-ID, with heartbeats */
+        /**
+         * The account's events as Server-Sent Events: live, resumable with Last-Event-ID, with heartbeats
+         * @description A session, the partner key, or a managed API key with the scope `events:read`.
+         */
         get: {
             parameters: {
                 query?: {
@@ -1882,7 +2465,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The account's stored events, newest first (the stream keeps the newest ~1000) */
+        /**
+         * The account's stored events, newest first (the stream keeps the newest ~1000)
+         * @description A session, the partner key, or a managed API key with the scope `events:read`.
+         */
         get: {
             parameters: {
                 query?: {
@@ -1939,7 +2525,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The account's webhook endpoints */
+        /**
+         * The account's webhook endpoints
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -1972,7 +2561,10 @@ export interface paths {
             };
         };
         put?: never;
-        /** Subscribe a URL to account events (Standard Webhooks); answers the signing secret once */
+        /**
+         * Subscribe a URL to account events (Standard Webhooks); answers the signing secret once
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -1987,7 +2579,7 @@ export interface paths {
                         url: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked")[];
                         enabled?: boolean;
                     };
                 };
@@ -2046,7 +2638,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One webhook endpoint */
+        /**
+         * One webhook endpoint
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -2080,7 +2675,10 @@ export interface paths {
         };
         put?: never;
         post?: never;
-        /** Delete a webhook endpoint and its delivery records */
+        /**
+         * Delete a webhook endpoint and its delivery records
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         */
         delete: {
             parameters: {
                 query?: never;
@@ -2112,7 +2710,10 @@ export interface paths {
         };
         options?: never;
         head?: never;
-        /** Change a webhook endpoint: URL, description, event types, enabled */
+        /**
+         * Change a webhook endpoint: URL, description, event types, enabled
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         */
         patch: {
             parameters: {
                 query?: never;
@@ -2129,7 +2730,7 @@ export interface paths {
                         url?: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked")[];
                         enabled?: boolean;
                     };
                 };
@@ -2166,7 +2767,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** A new signing secret, answered once; the old one keeps signing beside it for a grace period */
+        /**
+         * A new signing secret, answered once; the old one keeps signing beside it for a grace period
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2224,7 +2828,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Send a signed `webhook.test` event to the endpoint (even a disabled one); its outcome appears in the deliveries */
+        /**
+         * Send a signed `webhook.test` event to the endpoint (even a disabled one); its outcome appears in the deliveries
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2269,7 +2876,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** An endpoint's deliveries with their attempts (status, latency, error), newest first */
+        /**
+         * An endpoint's deliveries with their attempts (status, latency, error), newest first
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         */
         get: {
             parameters: {
                 query?: {
@@ -2325,7 +2935,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** One delivery with its attempts */
+        /**
+         * One delivery with its attempts
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         */
         get: {
             parameters: {
                 query?: never;
@@ -2375,7 +2988,10 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        /** Send a finished delivery again (same webhook-id) with a fresh retry schedule */
+        /**
+         * Send a finished delivery again (same webhook-id) with a fresh retry schedule
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         */
         post: {
             parameters: {
                 query?: never;
@@ -2421,7 +3037,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** The account's audit events, newest first */
+        /**
+         * The account's audit events, newest first
+         * @description A session, the partner key, or a managed API key with the scope `audit:read`.
+         */
         get: {
             parameters: {
                 query?: {
@@ -2552,7 +3171,7 @@ export interface paths {
         };
         /**
          * System status snapshot: version, uptime, Postgres and Redis latency, queues with their counts, workers and schedules
-         * @description Administrators only.
+         * @description Administrators only (a session or the partner key; managed API keys are refused).
          */
         get: {
             parameters: {
@@ -2806,11 +3425,212 @@ export interface components {
             /** Format: date-time */
             created_at: string;
         };
+        CreatedKeyShare: {
+            /**
+             * Format: uuid
+             * @description The share id: revoke with DELETE /keys/share/{share_id}
+             */
+            id: string;
+            /**
+             * Format: uuid
+             * @description The key (lineage) shared: the link follows its rotations
+             */
+            key_id: string;
+            /** @description The key's current generation */
+            fingerprint: string | null;
+            label: string | null;
+            /**
+             * @description A disabled key’s links answer 410 `key_disabled`
+             * @enum {string|null}
+             */
+            key_status: "active" | "disabled" | "expired" | null;
+            /** @enum {string} */
+            state: "active" | "expired" | "revoked" | "exhausted";
+            /** Format: date-time */
+            expires_at: string | null;
+            max_views: number | null;
+            view_count: number;
+            views_remaining: number | null;
+            /** Format: date-time */
+            last_viewed_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+            /** @description Who was sent the notice (stored sealed) */
+            recipient_email: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** @description `kms_ks_…`: shown once; only its hash is stored */
+            token: string;
+            /** @description The public link (shown once): GET it, with `Accept: application/pgp-keys` for the bare key */
+            url: string;
+            /** @description A notice to recipient_email was queued (sent by a worker, not awaited) */
+            notice_queued: boolean;
+        };
+        KeyShare: {
+            /**
+             * Format: uuid
+             * @description The share id: revoke with DELETE /keys/share/{share_id}
+             */
+            id: string;
+            /**
+             * Format: uuid
+             * @description The key (lineage) shared: the link follows its rotations
+             */
+            key_id: string;
+            /** @description The key's current generation */
+            fingerprint: string | null;
+            label: string | null;
+            /**
+             * @description A disabled key’s links answer 410 `key_disabled`
+             * @enum {string|null}
+             */
+            key_status: "active" | "disabled" | "expired" | null;
+            /** @enum {string} */
+            state: "active" | "expired" | "revoked" | "exhausted";
+            /** Format: date-time */
+            expires_at: string | null;
+            max_views: number | null;
+            view_count: number;
+            views_remaining: number | null;
+            /** Format: date-time */
+            last_viewed_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+            /** @description Who was sent the notice (stored sealed) */
+            recipient_email: string | null;
+            /** Format: date-time */
+            created_at: string;
+        };
+        KeyShareAnalytics: {
+            totals: {
+                active: number;
+                expired: number;
+                revoked: number;
+                exhausted: number;
+                shares: number;
+                views: number;
+            };
+            /** @description The last 30 days, oldest first, zeros included */
+            views_by_day: {
+                /** @description UTC day, YYYY-MM-DD */
+                day: string;
+                views: number;
+            }[];
+            /** @description Most viewed keys (up to 10) */
+            top_keys: {
+                /** Format: uuid */
+                key_id: string;
+                fingerprint: string | null;
+                label: string | null;
+                views: number;
+                shares: number;
+            }[];
+            /** @description The latest views (up to 20); never addresses or raw user agents */
+            recent_views: {
+                /** Format: date-time */
+                viewed_at: string;
+                /** Format: uuid */
+                share_id: string;
+                /** Format: uuid */
+                key_id: string;
+                /** @enum {string} */
+                ua_class: "browser" | "cli" | "library" | "bot" | "other";
+            }[];
+        };
+        SharedPublicKey: {
+            fingerprint: string;
+            label: string;
+            algorithm: string;
+            /** @description The OpenPGP user id, "Name <email>" */
+            uid: string;
+            /** @enum {string} */
+            status: "active" | "expired";
+            /** @description Increases with each rotation; the link serves the current one */
+            generation: number;
+            /**
+             * Format: date-time
+             * @description The key's expiry
+             */
+            expires_at: string | null;
+            /** @description ASCII-armored OpenPGP public key */
+            public_key: string;
+            /** Format: date-time */
+            share_expires_at: string | null;
+            views_remaining: number | null;
+        };
+        ManagedApiKeyWithValue: {
+            /**
+             * Format: uuid
+             * @description The `key_id`
+             */
+            id: string;
+            name: string;
+            /** @description The first characters of the current value (`kms_sk_` + 6), safe to show */
+            prefix: string;
+            scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
+            /** @enum {string} */
+            state: "active" | "expired" | "revoked";
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description null: never expires
+             */
+            expires_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+            /** Format: date-time */
+            last_rotated_at: string | null;
+            /**
+             * Format: date-time
+             * @description When the value replaced by the latest rotation stops (stopped) working
+             */
+            previous_value_expires_at: string | null;
+            /** Format: date-time */
+            last_used_at: string | null;
+            /** @description Authenticated requests made with the key (any of its values) */
+            use_count: number;
+            /** @description The current value (`kms_sk_…`); null once revoked */
+            value: string | null;
+        };
+        ManagedApiKey: {
+            /**
+             * Format: uuid
+             * @description The `key_id`
+             */
+            id: string;
+            name: string;
+            /** @description The first characters of the current value (`kms_sk_` + 6), safe to show */
+            prefix: string;
+            scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
+            /** @enum {string} */
+            state: "active" | "expired" | "revoked";
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description null: never expires
+             */
+            expires_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+            /** Format: date-time */
+            last_rotated_at: string | null;
+            /**
+             * Format: date-time
+             * @description When the value replaced by the latest rotation stops (stopped) working
+             */
+            previous_value_expires_at: string | null;
+            /** Format: date-time */
+            last_used_at: string | null;
+            /** @description Authenticated requests made with the key (any of its values) */
+            use_count: number;
+        };
         Event: {
             /** @description Increasing; send it back as Last-Event-ID to resume */
             id: string;
             /** @enum {string} */
-            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded";
+            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked";
             /** Format: date-time */
             created_at: string;
             /**

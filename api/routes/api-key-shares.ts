@@ -1,0 +1,3 @@
+import type { RouteDef } from '../route';
+
+export default [] as RouteDef[];

@@ -1,0 +1,88 @@
+import type { Knex } from 'knex';
+import type { Scope } from '../lib/auth/scopes';
+
+export interface ApiKeyRow {
+  id: string;
+  user_id: string;
+  name: string;
+  prefix: string;
+  scopes: Scope[];
+  value_sealed: string | null;
+  current_secret_id: string;
+  expires_at: Date | null;
+  revoked_at: Date | null;
+  last_rotated_at: Date | null;
+  previous_value_expires_at: Date | null;
+  last_used_at: Date | null;
+  use_count: number;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface ApiKeySecretRow {
+  id: string;
+  key_id: string;
+  key_hash: string;
+  prefix: string;
+  rotated_at: Date | null;
+  valid_until: Date | null;
+  created_at: Date;
+}
+
+export type ApiKeyState = 'active' | 'expired' | 'revoked';
+
+export const apiKeys = (db: Knex) => db<ApiKeyRow>('api_keys');
+export const apiKeySecrets = (db: Knex) => db<ApiKeySecretRow>('api_key_secrets');
+
+/** What authentication needs about a presented value, its key and its (live) account: one indexed lookup. */
+export interface ApiKeyCredential {
+  secret_id: string;
+  rotated_at: Date | null;
+  valid_until: Date | null;
+  key_id: string;
+  scopes: Scope[];
+  expires_at: Date | null;
+  revoked_at: Date | null;
+  user_id: string;
+  username: string;
+  email: string;
+  role: 'user' | 'admin';
+}
+
+export function findCredentialByHash(db: Knex, keyHash: string): Promise<ApiKeyCredential | undefined> {
+  return db('api_key_secrets as s')
+    .join('api_keys as k', 'k.id', 's.key_id')
+    .join('users as u', 'u.id', 'k.user_id')
+    .whereNull('u.deleted_at')
+    .where('s.key_hash', keyHash)
+    .first<ApiKeyCredential | undefined>(
+      's.id as secret_id', 's.rotated_at', 's.valid_until', 'k.id as key_id', 'k.scopes', 'k.expires_at', 'k.revoked_at',
+      'u.id as user_id', 'u.username', 'u.email', 'u.role',
+    );
+}
+
+/** Counts one authenticated request: a single-row UPDATE by primary key. */
+export const countUse = (db: Knex, keyId: string, at: Date) =>
+  apiKeys(db).where({ id: keyId }).update({ use_count: db.raw('use_count + 1') as unknown as number, last_used_at: at });
+
+/** Narrows a query of `api_keys` to the keys in `state` at `now`. */
+export function whereState(q: Knex.QueryBuilder, state: ApiKeyState, now: Date): Knex.QueryBuilder {
+  if (state === 'revoked') return q.whereNotNull('revoked_at');
+  q.whereNull('revoked_at');
+  return state === 'expired' ? q.where('expires_at', '<=', now) : q.where((w) => w.whereNull('expires_at').orWhere('expires_at', '>', now));
+}
+
+export async function pageApiKeys(db: Knex, userId: string, q: { state?: ApiKeyState; now: Date; page: number; pageSize: number }): Promise<{ items: ApiKeyRow[]; total: number }> {
+  const base = apiKeys(db).where({ user_id: userId });
+  if (q.state) whereState(base, q.state, q.now);
+  const [items, count] = await Promise.all([
+    base.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base.clone().count<{ count: number }[]>({ count: '*' }),
+  ]);
+  return { items, total: count[0]?.count ?? 0 };
+}
+
+export async function countUnrevoked(db: Knex, userId: string): Promise<number> {
+  const [row] = await apiKeys(db).where({ user_id: userId }).whereNull('revoked_at').count<{ count: number }[]>({ count: '*' });
+  return row?.count ?? 0;
+}
