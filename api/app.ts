@@ -16,6 +16,8 @@ import rotationRoutes from './routes/rotation';
 import eventRoutes from './routes/events';
 import keyMonitoringRoutes from './routes/key-monitoring';
 import webhookRoutes from './routes/webhooks';
+import passkeyRoutes from './routes/passkeys';
+import { mountPages } from './pages';
 import keyShareRoutes from './routes/key-shares';
 import apiKeyRoutes from './routes/api-keys';
 import apiKeyShareRoutes from './routes/api-key-shares';
@@ -26,6 +28,7 @@ export const API_PREFIX = '/api/v1';
 /** Every route of the API, in SPEC.md's order; the OpenAPI document is generated from this list. */
 export const routes: RouteDef[] = [
   ...authRoutes,
+  ...passkeyRoutes,
   ...partnerRoutes,
   ...profileRoutes,
   ...keyMonitoringRoutes,
@@ -62,6 +65,7 @@ export function createApp(container: Container): Koa<AppState, { container: Cont
   mountMonitoring(app, container);
   // JSON only here; multipart routes parse their own bodies with per-route limits.
   app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: container.config.limits.jsonBody, jsonStrict: true, onError: (err) => { throw err; } }));
+  mountPages(app);
   app.use(router.routes());
   app.use(router.allowedMethods());
   return app;

@@ -7,6 +7,7 @@ import * as m005 from './migrations/005_key_integrity';
 import * as m006 from './migrations/006_job_request_hash';
 import * as m007 from './migrations/007_webhooks';
 import * as m008 from './migrations/008_key_shares';
+import * as m009 from './migrations/009_passkeys';
 import * as m010 from './migrations/010_api_keys';
 
 /**
@@ -22,7 +23,7 @@ const migrations: Record<string, Knex.Migration> = {
   '006_job_request_hash': m006,
   '007_webhooks': m007,
   '008_key_shares': m008,
-  // 009 is the passkeys migration.
+  '009_passkeys': m009,
   '010_api_keys': m010,
 };
 

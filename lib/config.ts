@@ -82,6 +82,12 @@ const Env = z.object({
   WEBHOOK_RETENTION_DAYS: intish(30, 1, 365),
   /** Views of public share links (`GET /keys/share/{token}`, `GET /api-keys/shared/{token}`) per client address per minute. */
   SHARE_VIEWS_PER_MINUTE: intish(60, 1, 100_000),
+  /** Passkeys (WebAuthn): relying party id (a domain: the origins' host or a parent of it; default PUBLIC_URL's host, `localhost`), display name, allowed page origins (comma separated; default: PUBLIC_URL's origin). */
+  WEBAUTHN_RP_ID: z.string().trim().toLowerCase().regex(/^[a-z0-9.-]+$/, 'a domain name, no scheme or port').optional(),
+  WEBAUTHN_RP_NAME: z.string().trim().min(1).max(100).default('KMS'),
+  WEBAUTHN_ORIGINS: list,
+  /** How long a passkey challenge (registration or login) may be answered. */
+  WEBAUTHN_CHALLENGE_TTL_SECONDS: intish(300, 10, 3600),
   /** Bearer token that `GET /metrics` (API and worker ports) requires; unset: /metrics answers 404. */
   METRICS_TOKEN: z.string().min(16).optional(),
   /** A worker process serves /healthz, /readyz and /metrics on this port; unset: none (0: any free port). */
@@ -151,6 +157,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     monitoring: { metricsToken: e.METRICS_TOKEN, workerHttpPort: e.WORKER_HTTP_PORT, queueDashboard: e.QUEUE_DASHBOARD },
     argon2MemoryKib: e.ARGON2_MEMORY_KIB,
     lineageKdfMemoryKib: e.LINEAGE_KDF_MEMORY_KIB,
+    webauthn: webauthnConfig(e, production),
   };
 }
 
@@ -201,4 +208,32 @@ export function parseDurations(name: string, spec: string): number[] {
       if (!m) throw new Error(`${name}: bad duration "${item}" (use e.g. 500ms, 5s, 5m, 2h, 1d)`);
       return Number(m[1]) * UNIT_MS[m[2] as keyof typeof UNIT_MS];
     });
+}
+
+/**
+ * Passkeys: origins are exact `scheme://host[:port]` strings (the browser reports the page's origin in
+ * every response). Production refuses plain http except for localhost (a secure context for browsers),
+ * and origins whose host is neither the RP id nor below it (the browser would refuse every ceremony).
+ */
+function webauthnConfig(e: z.infer<typeof Env>, production: boolean) {
+  const publicUrl = e.PUBLIC_URL ?? `http://localhost:${e.PORT}`;
+  const origins = (e.WEBAUTHN_ORIGINS.length ? e.WEBAUTHN_ORIGINS : [new URL(publicUrl).origin]).map((o) => {
+    let url: URL;
+    try {
+      url = new URL(o);
+    } catch {
+      throw new Error(`WEBAUTHN_ORIGINS: "${o}" is not a URL`);
+    }
+    if (!['http:', 'https:'].includes(url.protocol) || url.origin !== o.replace(/\/$/, '')) throw new Error(`WEBAUTHN_ORIGINS: "${o}" must be an origin, scheme://host[:port], without a path`);
+    return url;
+  });
+  const rpId = e.WEBAUTHN_RP_ID ?? new URL(publicUrl).hostname;
+  if (production) {
+    if (/^[\d.]+$|:/.test(rpId)) throw new Error(`WEBAUTHN_RP_ID "${rpId}" is an IP address; browsers accept only a domain name`);
+    const http = origins.find((u) => u.protocol === 'http:' && u.hostname !== 'localhost');
+    if (http) throw new Error(`WEBAUTHN_ORIGINS: ${http.origin} is plain http; only https origins (or http://localhost) are allowed in production`);
+    const foreign = origins.find((u) => u.hostname !== rpId && !u.hostname.endsWith(`.${rpId}`));
+    if (foreign) throw new Error(`WEBAUTHN_RP_ID "${rpId}" must be the host of every origin or a parent domain of it (${foreign.origin} is not)`);
+  }
+  return { rpId, rpName: e.WEBAUTHN_RP_NAME, origins: origins.map((u) => u.origin), challengeTtlSeconds: e.WEBAUTHN_CHALLENGE_TTL_SECONDS };
 }

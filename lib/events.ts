@@ -24,6 +24,8 @@ export const EVENT_TYPES = [
   'api_key.created',
   'api_key.rotated',
   'api_key.revoked',
+  'passkey.added',
+  'passkey.removed',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 

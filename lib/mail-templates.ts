@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Config } from './config';
 
 /** Plain-text emails the service sends; one place to read and change their wording. */
-export const MailTemplate = z.enum(['password-reset', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring', 'email-confirm', 'email-changed', 'key-shared']);
+export const MailTemplate = z.enum(['password-reset', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring', 'email-confirm', 'email-changed', 'key-shared', 'passkey-added']);
 export type MailTemplate = z.infer<typeof MailTemplate>;
 
 type Vars = Record<string, string>;
@@ -78,6 +78,11 @@ export function renderMail(template: MailTemplate, v: Vars, config: Pick<Config,
           `The link works until ${v.expires_at || 'it is revoked'}${v.max_views ? `, for ${v.max_views} view(s)` : ''}.`,
           `Import it with: curl -sH 'Accept: application/pgp-keys' '${v.link}' | gpg --import`,
         ].join('\n'),
+      };
+    case 'passkey-added':
+      return {
+        subject: 'A passkey was added to your account',
+        text: `Hello ${v.username ?? ''},\n\nA passkey named "${v.name}" was added to your account at ${v.at}. It can now sign in to the account without a password.\nIf this was not you, delete it from your passkeys, change your password and contact support at once.`,
       };
     case 'contact-forward':
       return {

@@ -7,6 +7,7 @@ set -euo pipefail
 PEERS=(
   "gpg gnupg"
   "sq sq"
+  "chromium chromium"
 )
 
 missing=()

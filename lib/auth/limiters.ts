@@ -8,6 +8,8 @@ import { tooManyRequests, unavailable } from '../errors';
  * request budgets for public endpoints that send mail or create records.
  */
 export interface Limiters {
+  /** Passkey challenges issued (each a short-lived Redis record): per address for login, per account for registration. */
+  passkeyChallenge: RateLimiterRedis;
   loginAccount: RateLimiterRedis;
   loginIp: RateLimiterRedis;
   publicIp: RateLimiterRedis;
@@ -24,6 +26,7 @@ export interface Limiters {
 export function createLimiters(redis: Redis, config: Config): Limiters {
   const base = { storeClient: redis, keyPrefix: `${config.redisPrefix}:rl` };
   return {
+    passkeyChallenge: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:passkey-challenge`, points: 200, duration: 600 }),
     loginAccount: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:login-acct`, points: config.login.maxFailures, duration: config.login.lockSeconds, blockDuration: config.login.lockSeconds }),
     loginIp: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:login-ip`, points: config.login.ipMaxFailures, duration: 3600, blockDuration: config.login.lockSeconds }),
     publicIp: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:public-ip`, points: 30, duration: 600 }),

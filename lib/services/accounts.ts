@@ -82,6 +82,11 @@ export async function login(c: Container, input: { identifier: string; password:
     throw unauthorized('invalid_credentials', 'The username/email or password is wrong.');
   }
   await audit(meta)(c.db, { user_id: user.id, action: 'auth.login', status: 'success' });
+  return signIn(c, user, meta);
+}
+
+/** A session for a user who has just proved who they are (password or passkey), ADMIN_EMAILS applied. */
+export async function signIn(c: Container, user: UserRow, meta: RequestMeta) {
   const current = user.email_verified_at ? await c.db.transaction((trx) => promoteAdminEmail(c, trx, user, meta)) : user;
   return { user: current, session: await newSession(c, current) };
 }

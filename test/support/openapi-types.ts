@@ -349,6 +349,383 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/auth/passkeys/register/begin": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Begin registering a passkey for the signed-in user; returns WebAuthn creation options
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Options for navigator.credentials.create() and the challenge id */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description Send it back with the response; single use */
+                            challenge_id: string;
+                            /** Format: date-time */
+                            expires_at: string;
+                            options: components["schemas"]["PasskeyCreationOptions"];
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/passkeys/register/complete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Complete the registration: verify the attestation and store the passkey
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description The `challenge_id` the begin call answered; single use */
+                        challenge_id: string;
+                        credential: components["schemas"]["PasskeyRegistrationCredential"];
+                        /** @description A name to tell passkeys apart; default "Passkey <date>" */
+                        name?: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description The new passkey */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Passkey"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/passkeys/login/begin": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Begin a passkey login, for a named account or a discoverable passkey; returns WebAuthn request options */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @description Username or email; omit it to let the authenticator offer its passkeys for this site */
+                        username?: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description Options for navigator.credentials.get() and the challenge id (the same shape whether or not the account exists) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @description Send it back with the response; single use */
+                            challenge_id: string;
+                            /** Format: date-time */
+                            expires_at: string;
+                            options: components["schemas"]["PasskeyRequestOptions"];
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/passkeys/login/complete": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Complete a passkey login; returns a JWT, as password login does */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /** @description The `challenge_id` the begin call answered; single use */
+                        challenge_id: string;
+                        credential: components["schemas"]["PasskeyAuthenticationCredential"];
+                    };
+                };
+            };
+            responses: {
+                /** @description Session token, the user and the passkey used */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            token: string;
+                            /** @enum {string} */
+                            token_type: "Bearer";
+                            /** Format: date-time */
+                            expires_at: string;
+                            user: components["schemas"]["User"];
+                            /** Format: uuid */
+                            passkey_id: string;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/passkeys/list": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The signed-in user's passkeys
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Passkeys, newest first */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["Passkey"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/auth/passkeys/{passkey_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Delete a passkey (it no longer signs in; the authenticator keeps its copy until removed there)
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    passkey_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Deleted */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        /**
+         * Rename a passkey, or make it inactive or active again
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        patch: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    passkey_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        name?: string;
+                        active?: boolean;
+                    };
+                };
+            };
+            responses: {
+                /** @description The passkey */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Passkey"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        trace?: never;
+    };
     "/partners/register": {
         parameters: {
             query?: never;
@@ -2579,7 +2956,7 @@ export interface paths {
                         url: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed")[];
                         enabled?: boolean;
                     };
                 };
@@ -2730,7 +3107,7 @@ export interface paths {
                         url?: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed")[];
                         enabled?: boolean;
                     };
                 };
@@ -3242,6 +3619,112 @@ export interface components {
                 message: string;
             }[];
         };
+        /** @description PublicKeyCredentialCreationOptionsJSON: pass to startRegistration({optionsJSON}) */
+        PasskeyCreationOptions: {
+            challenge: string;
+            rp: {
+                id?: string;
+                name: string;
+            };
+            user: {
+                id: string;
+                name: string;
+                displayName: string;
+            };
+            pubKeyCredParams: {
+                alg: number;
+                /** @enum {string} */
+                type: "public-key";
+            }[];
+            timeout?: number;
+            excludeCredentials?: {
+                id: string;
+                /** @enum {string} */
+                type: "public-key";
+                transports?: string[];
+            }[];
+            authenticatorSelection?: {
+                residentKey?: string;
+                userVerification?: string;
+            } & {
+                [key: string]: unknown;
+            };
+            attestation?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        Passkey: {
+            /** Format: uuid */
+            passkey_id: string;
+            name: string;
+            /** @description An inactive passkey does not sign in until it is made active again */
+            active: boolean;
+            /**
+             * @description multiDevice: a synced passkey
+             * @enum {string}
+             */
+            device_type: "singleDevice" | "multiDevice";
+            backed_up: boolean;
+            transports: string[];
+            /** @description The authenticator model's AAGUID (zeros when it does not say) */
+            aaguid: string;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            last_used_at: string | null;
+        };
+        /** @description What @simplewebauthn/browser's startRegistration() answers (RegistrationResponseJSON) */
+        PasskeyRegistrationCredential: {
+            id: string;
+            rawId: string;
+            /** @enum {string} */
+            type: "public-key";
+            response: {
+                clientDataJSON: string;
+                attestationObject: string;
+                transports?: string[];
+            };
+            /** @enum {string} */
+            authenticatorAttachment?: "platform" | "cross-platform";
+            /** @default {} */
+            clientExtensionResults: {
+                [key: string]: unknown;
+            };
+        };
+        /** @description PublicKeyCredentialRequestOptionsJSON: pass to startAuthentication({optionsJSON}) */
+        PasskeyRequestOptions: {
+            challenge: string;
+            rpId?: string;
+            allowCredentials?: {
+                id: string;
+                /** @enum {string} */
+                type: "public-key";
+                transports?: string[];
+            }[];
+            timeout?: number;
+            userVerification?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /** @description What @simplewebauthn/browser's startAuthentication() answers (AuthenticationResponseJSON) */
+        PasskeyAuthenticationCredential: {
+            id: string;
+            rawId: string;
+            /** @enum {string} */
+            type: "public-key";
+            response: {
+                clientDataJSON: string;
+                authenticatorData: string;
+                signature: string;
+                userHandle?: string;
+            };
+            /** @enum {string} */
+            authenticatorAttachment?: "platform" | "cross-platform";
+            /** @default {} */
+            clientExtensionResults: {
+                [key: string]: unknown;
+            };
+        };
         Session: {
             token: string;
             /** @enum {string} */
@@ -3630,7 +4113,7 @@ export interface components {
             /** @description Increasing; send it back as Last-Event-ID to resume */
             id: string;
             /** @enum {string} */
-            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked";
+            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed";
             /** Format: date-time */
             created_at: string;
             /**
