@@ -2681,6 +2681,224 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api-keys/shared/{share_token}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Public: the shared API key's current value. Each view counts; used up, revoked, expired or the key revoked/expired: 410; rate limited per address */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    share_token: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The key and its current value */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SharedApiKey"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api-keys/{key_id}/share": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A share link to the key's value: expires in 24 h and allows one view unless told otherwise; answers the token and URL once
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    key_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: date-time
+                         * @description When the link stops working (in the future, within 720 hours)
+                         */
+                        expires_at?: string;
+                        /** @description Or: hours from now (default 24) */
+                        expires_in_hours?: number;
+                        /** @description Views the link allows (default 1) */
+                        max_views?: number;
+                    };
+                };
+            };
+            responses: {
+                /** @description The share, with its token and link (shown once) */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["CreatedApiKeyShare"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api-keys/{key_id}/shares": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The key's share links with their state and view counts (never the tokens)
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                    state?: "active" | "expired" | "revoked" | "exhausted";
+                };
+                header?: never;
+                path: {
+                    key_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A page of shares, newest first */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["ApiKeyShare"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api-keys/shares/{share_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke an API key share link at once (repeating it is harmless)
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    share_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Revoked (or already revoked) */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{job_id}": {
         parameters: {
             query?: never;
@@ -4108,6 +4326,87 @@ export interface components {
             last_used_at: string | null;
             /** @description Authenticated requests made with the key (any of its values) */
             use_count: number;
+        };
+        SharedApiKey: {
+            /** Format: uuid */
+            key_id: string;
+            name: string;
+            prefix: string;
+            scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
+            /** @description The key’s current value (`kms_sk_…`): a rotated key’s link gives the new value */
+            value: string;
+            /**
+             * Format: date-time
+             * @description The key's expiry
+             */
+            expires_at: string | null;
+            /** Format: date-time */
+            share_expires_at: string | null;
+            views_remaining: number | null;
+        };
+        CreatedApiKeyShare: {
+            /**
+             * Format: uuid
+             * @description The share id: revoke with DELETE /api-keys/shares/{share_id}
+             */
+            id: string;
+            /** Format: uuid */
+            key_id: string;
+            key_name: string;
+            /** @description The first characters of the key's current value, safe to show */
+            key_prefix: string;
+            /**
+             * @description A revoked or expired key’s links answer 410 whatever their own state
+             * @enum {string}
+             */
+            key_state: "active" | "expired" | "revoked";
+            /** @enum {string} */
+            state: "active" | "expired" | "revoked" | "exhausted";
+            /** Format: date-time */
+            expires_at: string | null;
+            max_views: number | null;
+            view_count: number;
+            views_remaining: number | null;
+            /** Format: date-time */
+            last_viewed_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /** @description `kms_as_…`: shown once; only its hash is stored */
+            token: string;
+            /** @description The public link (shown once); each GET of it is one view */
+            url: string;
+        };
+        ApiKeyShare: {
+            /**
+             * Format: uuid
+             * @description The share id: revoke with DELETE /api-keys/shares/{share_id}
+             */
+            id: string;
+            /** Format: uuid */
+            key_id: string;
+            key_name: string;
+            /** @description The first characters of the key's current value, safe to show */
+            key_prefix: string;
+            /**
+             * @description A revoked or expired key’s links answer 410 whatever their own state
+             * @enum {string}
+             */
+            key_state: "active" | "expired" | "revoked";
+            /** @enum {string} */
+            state: "active" | "expired" | "revoked" | "exhausted";
+            /** Format: date-time */
+            expires_at: string | null;
+            max_views: number | null;
+            view_count: number;
+            views_remaining: number | null;
+            /** Format: date-time */
+            last_viewed_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
+            /** Format: date-time */
+            created_at: string;
         };
         Event: {
             /** @description Increasing; send it back as Last-Event-ID to resume */
