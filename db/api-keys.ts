@@ -61,9 +61,11 @@ export function findCredentialByHash(db: Knex, keyHash: string): Promise<ApiKeyC
     );
 }
 
-/** Counts one authenticated request: a single-row UPDATE by primary key. */
-export const countUse = (db: Knex, keyId: string, at: Date) =>
-  apiKeys(db).where({ id: keyId }).update({ use_count: db.raw('use_count + 1') as unknown as number, last_used_at: at });
+/** Adds `count` authenticated requests (lib/usage.ts batches them): a single-row UPDATE by primary key. */
+export const addUse = (db: Knex, keyId: string, count: number, last: Date) =>
+  apiKeys(db)
+    .where({ id: keyId })
+    .update({ use_count: db.raw('use_count + ?', [count]) as unknown as number, last_used_at: db.raw('greatest(last_used_at, ?)', [last]) as unknown as Date });
 
 /** Narrows a query of `api_keys` to the keys in `state` at `now`. */
 export function whereState(q: Knex.QueryBuilder, state: ApiKeyState, now: Date): Knex.QueryBuilder {

@@ -26,4 +26,5 @@ export async function insertPartnerKey(db: Knex, row: Pick<PartnerKeyRow, 'user_
 export const retirePartnerKeys = (db: Knex, userId: string, status: 'rotated' | 'revoked', at: Date) =>
   db<PartnerKeyRow>('partner_api_keys').where({ user_id: userId, status: 'active' }).update({ status, revoked_at: at });
 
-export const touchPartnerKey = (db: Knex, id: string, at: Date) => db<PartnerKeyRow>('partner_api_keys').where({ id }).update({ last_used_at: at });
+export const touchPartnerKey = (db: Knex, id: string, at: Date) =>
+  db<PartnerKeyRow>('partner_api_keys').where({ id }).update({ last_used_at: db.raw('greatest(last_used_at, ?)', [at]) as unknown as Date });

@@ -11,6 +11,9 @@ import { createBlobStore, type BlobStore } from './blob';
 import { sealedJobBlobs } from './blob/sealed';
 import { setLineageKdf } from './lineage';
 import { createMetrics, type Metrics } from './metrics';
+import { UsageRecorder } from './usage';
+import { addUse } from '../db/api-keys';
+import { touchPartnerKey } from '../db/partner-keys';
 
 /**
  * The composition root: every long-lived dependency, built once per process and handed to the API,
@@ -28,6 +31,8 @@ export interface Container {
   limiters: Limiters;
   blob: BlobStore;
   metrics: Metrics;
+  /** API keys' request counts and last use, written once a second. */
+  usage: UsageRecorder;
   close(): Promise<void>;
 }
 
@@ -44,6 +49,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const sealer = createSealer(config.masterKeys.current, config.masterKeys.previous);
   // Job blobs (uploads, outputs) are sealed at rest under a per-job data key.
   const blob = sealedJobBlobs(await createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} }), sealer);
+  const usage = new UsageRecorder((kind, id, count, last) => (kind === 'api_key' ? addUse(db, id, count, last) : touchPartnerKey(db, id, last)), log);
   return {
     config,
     log,
@@ -56,7 +62,9 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
     limiters: createLimiters(redis, config),
     blob,
     metrics: createMetrics(),
+    usage,
     async close() {
+      await usage.close();
       await jobs.close();
       mailer.close();
       await blob.close();

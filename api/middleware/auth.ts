@@ -7,7 +7,7 @@ import { consume } from '../../lib/auth/limiters';
 import type { Scope } from '../../lib/auth/scopes';
 import { recordApiKeyUse, verifyApiKey } from '../../lib/services/api-keys';
 import { findUserById, type UserRow } from '../../db/users';
-import { findPartnerKeyByHash, touchPartnerKey } from '../../db/partner-keys';
+import { findPartnerKeyByHash } from '../../db/partner-keys';
 import { recordAudit } from '../../db/audit';
 import type { Access, AppContext } from '../route';
 
@@ -53,7 +53,7 @@ async function authenticateApiKey(ctx: AppContext, access: Access, credential: s
   }
   const key = check.credential;
   await consume(c.limiters.apiKey, key.key_id, `This API key made more than ${c.config.apiKeys.rateLimitPerMinute} requests in a minute; slow down.`);
-  await recordApiKeyUse(c, key.key_id, now);
+  recordApiKeyUse(c, key.key_id, now);
   if (access === 'session' || access === 'admin') {
     await recordAudit(c.db, { user_id: key.user_id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: 'session_required', api_key_id: key.key_id } });
     throw forbidden('session_required', 'This endpoint needs a session token from /auth/login; managed API keys are not accepted here.');
@@ -92,7 +92,7 @@ export async function authenticate(ctx: AppContext, access: Access): Promise<Aut
       await recordAudit(db, { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: 'session_required' } });
       throw forbidden('session_required', 'This endpoint needs a session token from /auth/login; API keys are not accepted here.');
     }
-    await touchPartnerKey(db, key.id, now);
+    ctx.container.usage.record('partner_key', key.id, now);
     return toAuthUser(user, 'partner_key');
   }
 

@@ -63,7 +63,7 @@ export default [
     scope: 'account:read',
     responses: { 200: { description: 'Key status', schema: ApiKeyStatus } },
     async handler({ c, user }) {
-      return { body: await currentPartnerKeyStatus(c.db, user.id, c.clock.now()) };
+      return { body: await currentPartnerKeyStatus(c, user.id) };
     },
   }),
 ];

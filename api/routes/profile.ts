@@ -84,7 +84,7 @@ export default [
     scope: 'account:read',
     responses: { 200: { description: 'Key metadata', schema: ApiKeyStatus } },
     async handler({ c, user }) {
-      return { body: await currentPartnerKeyStatus(c.db, user.id, c.clock.now()) };
+      return { body: await currentPartnerKeyStatus(c, user.id) };
     },
   }),
 

@@ -7,7 +7,7 @@ import { checkManagedKey, displayPrefix, newManagedKey } from '../api-key-format
 import type { Scope } from '../auth/scopes';
 import { notYours } from './access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { apiKeys, apiKeySecrets, countUnrevoked, countUse, findCredentialByHash, pageApiKeys, type ApiKeyCredential, type ApiKeyRow, type ApiKeyState } from '../../db/api-keys';
+import { apiKeys, apiKeySecrets, countUnrevoked, findCredentialByHash, pageApiKeys, type ApiKeyCredential, type ApiKeyRow, type ApiKeyState } from '../../db/api-keys';
 
 /**
  * Managed API keys: several per account, each with scopes and an optional expiry. A value is stored
@@ -88,7 +88,9 @@ export async function generateApiKey(c: Container, userId: string, input: NewApi
   return { row, value };
 }
 
-export function listApiKeys(c: Container, userId: string, q: { state?: ApiKeyState; page: number; pageSize: number }) {
+/** The account's keys; this process's uncounted requests are written first, so a caller sees its own use. */
+export async function listApiKeys(c: Container, userId: string, q: { state?: ApiKeyState; page: number; pageSize: number }) {
+  await c.usage.flush();
   return pageApiKeys(c.db, userId, { ...q, now: c.clock.now() });
 }
 
@@ -161,5 +163,5 @@ export async function verifyApiKey(c: Container, value: string, now: Date): Prom
   return { ok: true, credential };
 }
 
-/** Counts an authenticated request against the key (requests and last use). */
-export const recordApiKeyUse = (c: Container, keyId: string, now: Date) => countUse(c.db, keyId, now);
+/** Counts an authenticated request against the key (requests and last use; written within a second). */
+export const recordApiKeyUse = (c: Container, keyId: string, now: Date) => c.usage.record('api_key', keyId, now);

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import type { Container } from '../container';
 import { newToken, hashToken } from '../tokens';
 import { findActivePartnerKey, insertPartnerKey, retirePartnerKeys, type PartnerKeyRow } from '../../db/partner-keys';
 
@@ -27,8 +28,9 @@ export async function issuePartnerKey(trx: Knex.Transaction, userId: string, now
 }
 
 /** Status of the account's current partner key (never its value): GET /partners/api-key-status and GET /profile/api-key. */
-export async function currentPartnerKeyStatus(db: Knex, userId: string, now: Date) {
-  return partnerKeyStatus(await findActivePartnerKey(db, userId), now);
+export async function currentPartnerKeyStatus(c: Container, userId: string) {
+  await c.usage.flush(); // last use as of this request
+  return partnerKeyStatus(await findActivePartnerKey(c.db, userId), c.clock.now());
 }
 
 function partnerKeyStatus(row: PartnerKeyRow | undefined, now: Date) {
