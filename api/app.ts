@@ -17,10 +17,13 @@ import eventRoutes from './routes/events';
 import keyMonitoringRoutes from './routes/key-monitoring';
 import webhookRoutes from './routes/webhooks';
 import passkeyRoutes from './routes/passkeys';
-import { mountPages } from './pages';
 import keyShareRoutes from './routes/key-shares';
-import apiKeyRoutes from './routes/api-keys';
 import apiKeyShareRoutes from './routes/api-key-shares';
+import billingRoutes from './routes/billing';
+import teamAccessRoutes from './routes/team-access';
+import organizationRoutes from './routes/organizations';
+import apiKeyRoutes from './routes/api-keys';
+import { mountPages } from './pages';
 import { mountMonitoring } from './monitoring';
 
 export const API_PREFIX = '/api/v1';
@@ -37,10 +40,13 @@ export const routes: RouteDef[] = [
   ...keyShareRoutes,
   ...apiKeyRoutes,
   ...apiKeyShareRoutes,
+  ...billingRoutes,
   ...jobRoutes,
   ...eventRoutes,
   ...webhookRoutes,
   ...auditRoutes,
+  ...teamAccessRoutes,
+  ...organizationRoutes,
   ...healthRoutes,
 ];
 
@@ -64,7 +70,7 @@ export function createApp(container: Container): Koa<AppState, { container: Cont
   app.use(errorHandler as Koa.Middleware<AppState, { container: Container }>);
   mountMonitoring(app, container);
   // JSON only here; multipart routes parse their own bodies with per-route limits.
-  app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: container.config.limits.jsonBody, jsonStrict: true, onError: (err) => { throw err; } }));
+  app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: container.config.limits.jsonBody, jsonStrict: true, includeUnparsed: true, onError: (err) => { throw err; } }));
   mountPages(app);
   app.use(router.routes());
   app.use(router.allowedMethods());

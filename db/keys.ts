@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { grantedLineageIds } from './teams';
 
 export interface LineageRow {
   id: string;
@@ -47,6 +48,20 @@ export interface KeyView {
   current: KeyRow;
   /** The generation the caller named (may be an older, rotated one). */
   named: KeyRow;
+  /** Reached through team access (another account's lineage granted to the caller), not owned. */
+  inherited?: boolean;
+}
+
+/**
+ * The one ownership predicate on `pgp_keys` rows (alias `alias`): the caller's own keys, and with
+ * `inherited` the lineages team access grants it (db/teams.ts grantedLineageIds).
+ */
+export function usableBy(db: Knex, userId: string, opts: { inherited?: boolean; alias?: string } = {}) {
+  const col = (name: string) => (opts.alias ? `${opts.alias}.${name}` : name);
+  return (w: Knex.QueryBuilder) => {
+    w.where(col('user_id'), userId);
+    if (opts.inherited) w.orWhereIn(col('lineage_id'), grantedLineageIds(db, userId));
+  };
 }
 
 export async function insertLineage(db: Knex, row: Omit<LineageRow, 'created_at' | 'updated_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days'>): Promise<LineageRow> {
@@ -63,15 +78,23 @@ export async function insertKey(db: Knex, row: Omit<KeyRow, 'id' | 'status' | 'r
  * Resolves any generation's fingerprint to its lineage and current generation, within one account:
  * another account's fingerprint is simply not found.
  */
-export async function findKeyByFingerprint(db: Knex, userId: string, fingerprint: string): Promise<KeyView | undefined> {
-  const named = await db<KeyRow>('pgp_keys').where({ user_id: userId, fingerprint: fingerprint.toLowerCase() }).first();
+export async function findKeyByFingerprint(db: Knex, userId: string, fingerprint: string, opts: { inherited?: boolean } = {}): Promise<KeyView | undefined> {
+  const named = await db<KeyRow>('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).andWhere(usableBy(db, userId, opts)).first();
   if (!named) return undefined;
   const [lineage, current] = await Promise.all([
     db<LineageRow>('key_lineages').where({ id: named.lineage_id }).first(),
     db<KeyRow>('pgp_keys').where({ lineage_id: named.lineage_id, status: 'active' }).first(),
   ]);
-  return lineage && current ? { lineage, current, named } : undefined;
+  return lineage && current ? { lineage, current, named, inherited: named.user_id !== userId } : undefined;
 }
+
+/** A job's re-check at run time: the generation it names is still the caller's own or granted to it. */
+export const findUsableKey = (db: Knex, userId: string, where: { id: string; fingerprint: string }) =>
+  db<KeyRow>('pgp_keys').where(where).andWhere(usableBy(db, userId, { inherited: true })).first();
+
+/** Whether the caller may still use a lineage (its own, or granted): decrypt jobs re-check it. */
+export const lineageUsableBy = async (db: Knex, userId: string, lineageId: string) =>
+  Boolean(await db<LineageRow>('key_lineages').where({ id: lineageId }).andWhere((w) => w.where({ user_id: userId }).orWhereIn('id', grantedLineageIds(db, userId))).first());
 
 export const lineageGenerations = (db: Knex, lineageId: string) => db<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation', 'desc');
 
@@ -80,6 +103,8 @@ export interface KeyListQuery {
   environment?: string;
   label?: string;
   active?: boolean;
+  /** Include the lineages team access grants the caller. */
+  inherited?: boolean;
   now: Date;
   page: number;
   pageSize: number;
@@ -88,7 +113,7 @@ export interface KeyListQuery {
 export async function listKeys(db: Knex, q: KeyListQuery): Promise<{ items: { lineage: LineageRow; current: KeyRow }[]; total: number }> {
   const base = db('key_lineages as l').join('pgp_keys as k', function () {
     this.on('k.lineage_id', '=', 'l.id').andOnVal('k.status', '=', 'active');
-  }).where('l.user_id', q.userId);
+  }).where(usableBy(db, q.userId, { inherited: q.inherited, alias: 'k' }));
   if (q.environment) base.andWhere('l.environment', q.environment);
   if (q.label) base.andWhere('l.label', q.label);
   if (q.active === true) base.whereNull('l.disabled_at').andWhere((w) => w.whereNull('k.expires_at').orWhere('k.expires_at', '>', q.now));

@@ -9,6 +9,8 @@ import * as m007 from './migrations/007_webhooks';
 import * as m008 from './migrations/008_key_shares';
 import * as m009 from './migrations/009_passkeys';
 import * as m010 from './migrations/010_api_keys';
+import * as m011 from './migrations/011_billing';
+import * as m012 from './migrations/012_teams';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -25,6 +27,8 @@ const migrations: Record<string, Knex.Migration> = {
   '008_key_shares': m008,
   '009_passkeys': m009,
   '010_api_keys': m010,
+  '011_billing': m011,
+  '012_teams': m012,
 };
 
 const source: Knex.MigrationSource<string> = {

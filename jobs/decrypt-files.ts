@@ -6,7 +6,7 @@ import { transformFiles } from './file-pipeline';
 import { unlockGeneration, unlockLineage } from '../lib/services/keys';
 import { recordAudit } from '../db/audit';
 import { insertOutputFiles } from '../db/jobs';
-import { lineageGenerations, recordKeyUse, type LineageRow } from '../db/keys';
+import { lineageGenerations, lineageUsableBy, recordKeyUse, type LineageRow } from '../db/keys';
 import { verifiedKey } from '../lib/services/key-integrity';
 
 export const DecryptRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string() });
@@ -34,7 +34,8 @@ export const decryptFiles = defineTrackedJob({
   async run(row, payload, progress, { c, origin, signal }) {
     const req = DecryptRequest.parse(row.request);
     const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
-    if (!lineage) throw invalid('key_not_found', 'The key no longer exists.');
+    // Still the caller's, or still granted to it (team access revoked after submission refuses).
+    if (!lineage || !(await lineageUsableBy(c.db, row.user_id, lineage.id))) throw invalid('key_not_found', 'The key no longer exists.');
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const generations = (await lineageGenerations(c.db, lineage.id)).map((g) => verifiedKey(c, g));
     const used = new Map<string, number>();

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { recordUsage } from '../db/billing';
 import { defineTrackedJob } from './tracked';
 import { encryptStream } from '../lib/pgp/stream';
 import { readRecipientKey, readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../lib/pgp/keys';
@@ -7,7 +8,7 @@ import { transformFiles } from './file-pipeline';
 import { jobBlob } from '../lib/services/jobs';
 import { recordAudit } from '../db/audit';
 import { insertOutputFiles } from '../db/jobs';
-import { recordKeyUse, type KeyRow } from '../db/keys';
+import { findUsableKey, recordKeyUse, type KeyRow } from '../db/keys';
 import { verifiedKey } from '../lib/services/key-integrity';
 
 /** What the API stores in the job row for an encryption (nothing secret). */
@@ -33,8 +34,8 @@ export const encryptFiles = defineTrackedJob({
     let key: KeyRow | undefined;
     let recipient;
     if (req.recipient.type === 'stored') {
-      // The job row names the key; it must still be the caller's and the one the request was answered with.
-      key = await c.db<KeyRow>('pgp_keys').where({ id: req.recipient.key_id, user_id: row.user_id, fingerprint: req.recipient.fingerprint }).first();
+      // The job row names the key; it must still be the caller's (or granted to it) and the one the request was answered with.
+      key = await findUsableKey(c.db, row.user_id, { id: req.recipient.key_id, fingerprint: req.recipient.fingerprint });
       if (!key) throw new Error(`key ${req.recipient.key_id} of job ${row.id} is gone or not the requested one`);
       verifiedKey(c, key);
       recipient = await readStoredPublicKey(key.public_armored);
@@ -53,6 +54,7 @@ export const encryptFiles = defineTrackedJob({
       processedBytes: done.bytesTotal,
       async commit(trx) {
         await insertOutputFiles(trx, row.id, done.outputs);
+        await recordUsage(trx, { jobId: row.id, userId: row.user_id, bytes: done.bytesTotal, at: c.clock.now() }); // billing: once per job (job id unique)
         if (key) await recordKeyUse(trx, key.id, done.bytesTotal, c.clock.now());
         await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, recipient: req.recipient.type } });
       },

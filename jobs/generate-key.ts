@@ -3,6 +3,7 @@ import type { Container } from '../lib/container';
 import { defineTrackedJob } from './tracked';
 import { keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../lib/services/keys';
 import { emitEvent } from '../lib/events';
+import { resyncLinkedTo } from '../lib/services/team-access';
 import { recordAudit } from '../db/audit';
 import { keyOut } from '../lib/services/key-view';
 
@@ -45,7 +46,10 @@ export const generateKeyJob = defineTrackedJob({
         const { lineage, key } = await storeNewKey(c, trx, row.user_id, spec, first, { job_id: row.id, ip: origin.ip ?? undefined, requestId: origin.request_id ?? undefined });
         return { key: keyOut(lineage, key, c.clock.now()) };
       },
-      after: () => emitEvent(c, row.user_id, 'key.generated', keyGeneratedData(spec, first)),
+      after: async () => {
+        await emitEvent(c, row.user_id, 'key.generated', keyGeneratedData(spec, first));
+        await resyncLinkedTo(c, row.user_id, 'key.generated', { requestId: origin.request_id ?? undefined, ip: origin.ip ?? undefined });
+      },
     };
   },
   async onFailure(trx, row, failure, { origin }) {

@@ -13,6 +13,8 @@ import { rotateDueKey } from './rotate-due-key';
 import { rotationSweep } from './rotation-sweep';
 import { expirySweep } from './expiry-sweep';
 import { deliverWebhook } from './deliver-webhook';
+import { billingEvent, billingSweep } from './billing-event';
+import { syncTeamAccess } from './sync-team-access';
 
 /**
  * The contract between producers (API, scheduler, other jobs) and consumers (workers): every job kind
@@ -32,6 +34,9 @@ export const jobs = {
   'rotation-sweep': rotationSweep,
   'expiry-sweep': expirySweep,
   'deliver-webhook': deliverWebhook,
+  'billing-event': billingEvent,
+  'billing-sweep': billingSweep,
+  'sync-team-access': syncTeamAccess,
 } as const;
 
 export type JobName = keyof typeof jobs;

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { DEFAULT_KDF } from './lineage';
+import { billingModeOf, buildPlans } from './billing/plans';
 
 /**
  * Twelve-factor configuration: every setting is an environment variable with a default that works on
@@ -46,6 +47,16 @@ const Env = z.object({
   TRUSTED_PROXY_COUNT: intish(0, 0, 10),
   STRIPE_SECRET_KEY: z.string().optional(),
   STRIPE_WEBHOOK_SECRET: z.string().optional(),
+  /** Billing (lib/billing/plans.ts): provider API base (a local stand-in in tests), price per paid plan, limit overrides, grace, redirects. */
+  STRIPE_API_URL: z.string().url().optional(),
+  STRIPE_PRICE_PRO: z.string().min(1).optional(),
+  STRIPE_PRICE_BUSINESS: z.string().min(1).optional(),
+  BILLING_PLANS: z.string().optional(),
+  BILLING_ENFORCE_LIMITS: z.enum(['true', 'false']).optional(),
+  BILLING_GRACE_DAYS: intish(7, 0, 90),
+  BILLING_SUCCESS_URL: z.string().url().optional(),
+  BILLING_CANCEL_URL: z.string().url().optional(),
+  BILLING_RETURN_URL: z.string().url().optional(),
   PARTNER_KEY_TTL_DAYS: intish(90, 1, 3650),
   /** Requests per managed API key (`kms_sk_…`) per minute, over every API process (429 with Retry-After past it). */
   API_KEY_RATE_LIMIT_PER_MINUTE: intish(600, 1, 1_000_000),
@@ -131,6 +142,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     workerLocks: { lockMs: e.WORKER_LOCK_MS, stalledCheckMs: e.WORKER_STALLED_CHECK_MS, shutdownGraceMs: e.WORKER_SHUTDOWN_GRACE_SECONDS * 1000 },
     adminEmails: e.ADMIN_EMAILS.map((x) => x.toLowerCase()),
     stripe: { secretKey: e.STRIPE_SECRET_KEY, webhookSecret: e.STRIPE_WEBHOOK_SECRET },
+    billing: billingConfig(e),
     partnerKeyTtlDays: e.PARTNER_KEY_TTL_DAYS,
     apiKeys: { rateLimitPerMinute: e.API_KEY_RATE_LIMIT_PER_MINUTE },
     resetTokenTtlMinutes: e.RESET_TOKEN_TTL_MINUTES,
@@ -236,4 +248,32 @@ function webauthnConfig(e: z.infer<typeof Env>, production: boolean) {
     if (foreign) throw new Error(`WEBAUTHN_RP_ID "${rpId}" must be the host of every origin or a parent domain of it (${foreign.origin} is not)`);
   }
   return { rpId, rpName: e.WEBAUTHN_RP_NAME, origins: origins.map((u) => u.origin), challengeTtlSeconds: e.WEBAUTHN_CHALLENGE_TTL_SECONDS };
+}
+
+/**
+ * Billing: the mode follows STRIPE_SECRET_KEY's prefix (none: disabled). A live key outside production
+ * refuses to start (a developer's machine must never charge real cards), and an enabled mode needs the
+ * webhook signing secret (plans change only through verified webhooks). Plan limits are enforced when
+ * billing is enabled; with billing disabled nobody could pay to lift them, so they apply only with
+ * BILLING_ENFORCE_LIMITS=true.
+ */
+function billingConfig(e: z.infer<typeof Env>) {
+  const mode = billingModeOf(e.STRIPE_SECRET_KEY);
+  if (mode === 'live' && (e.NODE_ENV === 'development' || e.NODE_ENV === 'test')) {
+    throw new Error(`STRIPE_SECRET_KEY is a live key, which is not allowed with NODE_ENV=${e.NODE_ENV}: use a test key (sk_test_...)`);
+  }
+  if (mode !== 'disabled' && !e.STRIPE_WEBHOOK_SECRET) throw new Error('STRIPE_WEBHOOK_SECRET must be set when STRIPE_SECRET_KEY is (plans change through verified webhooks)');
+  const api = e.STRIPE_API_URL ? new URL(e.STRIPE_API_URL) : undefined;
+  if (api && mode === 'live' && api.protocol !== 'https:') throw new Error('STRIPE_API_URL must be https with a live key');
+  const base = (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/$/, '');
+  return {
+    mode,
+    plans: buildPlans({ pro: e.STRIPE_PRICE_PRO, business: e.STRIPE_PRICE_BUSINESS }, e.BILLING_PLANS),
+    enforceLimits: e.BILLING_ENFORCE_LIMITS ? e.BILLING_ENFORCE_LIMITS === 'true' : mode !== 'disabled',
+    graceMs: e.BILLING_GRACE_DAYS * 86_400_000,
+    api: api ? { host: api.hostname, port: Number(api.port || (api.protocol === 'https:' ? 443 : 80)), protocol: api.protocol.replace(':', '') as 'http' | 'https' } : undefined,
+    successUrl: e.BILLING_SUCCESS_URL ?? `${base}/billing?checkout=success`,
+    cancelUrl: e.BILLING_CANCEL_URL ?? `${base}/billing?checkout=cancelled`,
+    returnUrl: e.BILLING_RETURN_URL ?? `${base}/billing`,
+  };
 }

@@ -12,7 +12,7 @@ export class AppError extends Error {
     readonly status: number,
     readonly code: string,
     message: string,
-    readonly extra: { errors?: FieldError[]; headers?: Record<string, string> } = {},
+    readonly extra: { errors?: FieldError[]; headers?: Record<string, string>; /** Extension members of the problem (RFC 9457 §3.2): machine-readable facts, never secrets. */ fields?: Record<string, unknown> } = {},
   ) {
     super(message);
     this.name = 'AppError';
@@ -21,6 +21,8 @@ export class AppError extends Error {
 
 export const badRequest = (code: string, message: string) => new AppError(400, code, message);
 export const unauthorized = (code: string, message: string) => new AppError(401, code, message);
+/** 402: the account's plan does not allow this (billing); `fields` names the limit, its value and the usage. */
+export const paymentRequired = (code: string, message: string, fields: Record<string, unknown>) => new AppError(402, code, message, { fields });
 export const forbidden = (code: string, message: string) => new AppError(403, code, message);
 export const notFound = (code: string, message: string) => new AppError(404, code, message);
 export const conflict = (code: string, message: string) => new AppError(409, code, message);

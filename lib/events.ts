@@ -26,6 +26,13 @@ export const EVENT_TYPES = [
   'api_key.revoked',
   'passkey.added',
   'passkey.removed',
+  'billing.plan_changed',
+  'billing.payment_failed',
+  'team_access.linked',
+  'team_access.synced',
+  'team_access.unlinked',
+  'organization.member_joined',
+  'organization.member_removed',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Config } from './config';
 
 /** Plain-text emails the service sends; one place to read and change their wording. */
-export const MailTemplate = z.enum(['password-reset', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring', 'email-confirm', 'email-changed', 'key-shared', 'passkey-added']);
+export const MailTemplate = z.enum(['password-reset', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring', 'email-confirm', 'email-changed', 'key-shared', 'passkey-added', 'organization-invite']);
 export type MailTemplate = z.infer<typeof MailTemplate>;
 
 type Vars = Record<string, string>;
@@ -83,6 +83,20 @@ export function renderMail(template: MailTemplate, v: Vars, config: Pick<Config,
       return {
         subject: 'A passkey was added to your account',
         text: `Hello ${v.username ?? ''},\n\nA passkey named "${v.name}" was added to your account at ${v.at}. It can now sign in to the account without a password.\nIf this was not you, delete it from your passkeys, change your password and contact support at once.`,
+      };
+    case 'organization-invite':
+      return {
+        subject: `${v.inviter ?? 'Someone'} invited you to the organization "${v.organization ?? ''}"`,
+        text: [
+          `${v.inviter ?? 'Someone'} invited this email address to join the organization "${v.organization ?? ''}" as ${v.role ?? 'member'}.`,
+          '',
+          `Sign in to the account with this email address and accept within ${v.ttl_hours ?? '72'} hours with this token:`,
+          '',
+          `Invitation token: ${v.token}`,
+          `Or open: ${config.publicUrl}/accept-invitation#token=${encodeURIComponent(v.token ?? '')}`,
+          '',
+          'Joining moves your account into that organization. If you do not know the sender, ignore this email.',
+        ].join('\n'),
       };
     case 'contact-forward':
       return {

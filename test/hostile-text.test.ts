@@ -134,6 +134,8 @@ function sample(name: string, schema: Json, ctx: { path: string; password: strin
     // Ids of resources the walk does not create: well-formed, so the NUL-bearing field is what is refused.
     share_id: randomUUID(),
     passkey_id: randomUUID(),
+    user_id: randomUUID(),
+    source_user_id: randomUUID(),
     url: 'http://127.0.0.1:9/hook',
     n: 0,
     email: `someone_${randomBytes(4).toString('hex')}@example.test`,

@@ -3,7 +3,7 @@ import { AppError, notFound } from '../../lib/errors';
 import type { AppContext } from '../route';
 
 const TITLES: Record<number, string> = {
-  400: 'Bad Request', 401: 'Unauthorized', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed',
+  400: 'Bad Request', 401: 'Unauthorized', 402: 'Payment Required', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed',
   409: 'Conflict', 410: 'Gone', 413: 'Content Too Large', 415: 'Unsupported Media Type', 422: 'Unprocessable Content',
   429: 'Too Many Requests', 500: 'Internal Server Error', 501: 'Not Implemented', 503: 'Service Unavailable',
 };
@@ -23,6 +23,8 @@ function send(ctx: AppContext, err: AppError) {
   for (const [k, v] of Object.entries(err.extra.headers ?? {})) ctx.set(k, v);
   ctx.type = 'application/problem+json';
   ctx.body = {
+    // Extension members first: the standard members cannot be overwritten by them.
+    ...err.extra.fields,
     type: `urn:kms:problem:${err.code}`,
     title: TITLES[err.status] ?? 'Error',
     status: err.status,

@@ -5,10 +5,12 @@ import { Email, PageQuery, pageOf, text } from '../schemas/common';
 import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
+import { enforcePlanLimit } from '../../lib/services/billing';
 import { newToken } from '../../lib/tokens';
 import { readRecipientKey } from '../../lib/pgp/keys';
 import { encryptionTarget, keyGeneratedData, newGeneration, newLineage, requireKey, storeNewKey } from '../../lib/services/keys';
 import { emitEvent } from '../../lib/events';
+import { inheritedOwners, resyncLinkedTo } from '../../lib/services/team-access';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
 import type { KeyView, LineageRow } from '../../db/keys';
 import { keyOut } from '../../lib/services/key-view';
@@ -39,6 +41,7 @@ type Input = HandlerInput<Access, unknown, unknown, unknown>;
 /** Curve25519 keys take milliseconds and are made in the request; RSA goes to the `crypto` queue. */
 async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string, form: z.infer<typeof GenerateKeyForm>) {
   const { c, ctx, meta } = input;
+  await c.db.transaction((trx) => enforcePlanLimit(c, trx, userId, 'keys')); // early 402, before the KDF; storeNewKey checks again when it inserts
   const spec = await newLineage(
     c,
     { label: form.label, environment: form.environment, uid_name: form.name, uid_email: form.email, algorithm: form.algorithm, key_ttl_days: form.expires_in_days ?? null },
@@ -48,6 +51,7 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
     const first = await newGeneration(c, { ...spec, user_id: userId }, 1);
     const { lineage, key } = await c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta));
     await emitEvent(c, userId, 'key.generated', keyGeneratedData(spec, first));
+    await resyncLinkedTo(c, userId, 'key.generated', meta);
     return { status: 201, body: keyOut(lineage, key, c.clock.now()) };
   }
   // The lock stays out of the job row: it travels sealed in the queue payload, with the public key it
@@ -68,7 +72,7 @@ const DecryptForm = z.object({ fingerprint: Fingerprint, passphrase: z.string().
 /** Where an encryption goes: a stored key's current generation (409 if it may not encrypt, audited) or a supplied public key. */
 async function recipientFor(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> {
   if (!body.fingerprint) return { type: 'supplied', fingerprint: (await readRecipientKey(body.public_key!, c.clock.now())).fingerprint };
-  const view = await requireKey(c, userId, body.fingerprint, meta);
+  const view = await requireKey(c, userId, body.fingerprint, meta, 'encrypt');
   try {
     const target = encryptionTarget(view, c.clock.now());
     return { type: 'stored', key_id: target.id, fingerprint: target.fingerprint, requested_fingerprint: view.named.fingerprint };
@@ -132,8 +136,11 @@ export default [
     responses: { 200: { description: 'A page of keys', schema: pageOf(Key) } },
     async handler({ c, user, query }) {
       const now = c.clock.now();
-      const { items, total } = await listKeys(c.db, { userId: user.id, environment: query.environment, label: query.label, active: query.active, now, page: query.page, pageSize: query.page_size });
-      return { body: { items: items.map((i) => keyOut(i.lineage, i.current, now)), page: query.page, page_size: query.page_size, total } };
+      const { items, total } = await listKeys(c.db, { userId: user.id, environment: query.environment, label: query.label, active: query.active, inherited: true, now, page: query.page, pageSize: query.page_size });
+      // Keys inherited through team access are listed with their owner (lib/services/team-access.ts).
+      const owners = await inheritedOwners(c, user.id, items.map((i) => i.lineage));
+      const list = items.map((i) => ({ ...keyOut(i.lineage, i.current, now), inherited: owners.has(i.lineage.id), owner: owners.get(i.lineage.id) ?? null }));
+      return { body: { items: list, page: query.page, page_size: query.page_size, total } };
     },
   }),
 
@@ -152,7 +159,7 @@ export default [
       },
     },
     async handler({ c, ctx, user, body, meta }) {
-      const view = await requireKey(c, user.id, body.fingerprint, meta);
+      const view = await requireKey(c, user.id, body.fingerprint, meta, 'read');
       if (ctx.accepts('application/json', 'application/pgp-keys') === 'application/pgp-keys') {
         ctx.type = 'application/pgp-keys';
         ctx.set('Content-Disposition', `attachment; filename="${view.current.fingerprint}.asc"`);
@@ -181,6 +188,7 @@ export default [
         return row ? { lineage: row as LineageRow, changed: true } : { lineage: view.lineage, changed: false };
       });
       if (lineage.changed) await emitEvent(c, user.id, 'key.disabled', { key_id: view.lineage.id, fingerprint: view.current.fingerprint, label: view.lineage.label });
+      if (lineage.changed) await resyncLinkedTo(c, user.id, 'key.disabled', meta);
       return { body: keyOut(lineage.lineage, view.current, now) };
     },
   }),

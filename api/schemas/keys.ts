@@ -42,5 +42,7 @@ export const Key = z
     disabled_at: Timestamp.nullable(),
     rotation_mode: z.enum(['policy', 'interval', 'off']).describe('policy: follows the account rotation_days'),
     rotation_interval_days: z.number().int().nullable(),
+    inherited: z.boolean().optional().describe("In key lists: true for a teammate's key inherited through team access (encrypt, share, public key; decrypt with its passphrase)"),
+    owner: z.object({ user_id: z.uuid(), username: z.string() }).nullable().optional().describe('In key lists: the owning account of an inherited key (null for your own)'),
   })
   .meta({ id: 'Key' });

@@ -21,6 +21,8 @@ export interface Limiters {
   shareView: RateLimiterRedis;
   /** Share notices mailed to recipients, per account: share creation must not become a spam relay. */
   shareNotice: RateLimiterRedis;
+  /** Organization invitations mailed, per organization: invitations must not become a spam relay. */
+  invitationMail: RateLimiterRedis;
 }
 
 export function createLimiters(redis: Redis, config: Config): Limiters {
@@ -34,6 +36,7 @@ export function createLimiters(redis: Redis, config: Config): Limiters {
     apiKey: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:api-key`, points: config.apiKeys.rateLimitPerMinute, duration: 60 }),
     shareView: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:share-view`, points: config.shares.viewsPerMinute, duration: 60 }),
     shareNotice: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:share-notice`, points: 30, duration: 3600 }),
+    invitationMail: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:invitation-mail`, points: 30, duration: 3600 }),
   };
 }
 

@@ -9,6 +9,7 @@ import { hashToken, newToken } from '../tokens';
 import { issuePartnerKey } from './partner-keys';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { notify } from './notify';
+import { afterAccountDeleted, leaveOnDeletion } from './organizations';
 import { bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertEmailChange, insertUser, lockEmailChange, lockLiveUser, updateUser, useEmailChanges, type UserRow } from '../../db/users';
 import { retirePartnerKeys } from '../../db/partner-keys';
 import { insertPasswordReset, lockPasswordReset, usePasswordResets } from '../../db/password-resets';
@@ -268,10 +269,13 @@ export async function deleteAccount(c: Container, userId: string, password: stri
   }
   await checkPassword(c, user, password, 'account.delete', meta);
   const now = c.clock.now();
-  await c.db.transaction(async (trx) => {
+  const left = await c.db.transaction(async (trx) => {
     await retirePartnerKeys(trx, user.id, 'revoked', now);
     await bumpTokenVersion(trx, user.id);
     await updateUser(trx, user.id, { username: `deleted-${user.id}`, email: `deleted-${user.id}@deleted.invalid`, company_name: null, password_hash: '!', deleted_at: now });
     await audit(meta)(trx, { user_id: user.id, action: 'account.delete', status: 'success', target: user.id });
+    // Team access: the account leaves its organization; teammates linked to it lose its keys.
+    return leaveOnDeletion(trx, user.id, now, meta);
   });
+  await afterAccountDeleted(c, user.id, left, meta);
 }

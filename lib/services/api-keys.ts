@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { enforcePlanLimit } from './billing';
 import type { Container } from '../container';
 import { conflict, invalid } from '../errors';
 import { emitEvent } from '../events';
@@ -76,6 +77,7 @@ export async function generateApiKey(c: Container, userId: string, input: NewApi
   const row = await c.db.transaction(async (trx) => {
     // One account's creations are serialised so that concurrent requests cannot pass the limit together.
     await trx('users').where({ id: userId }).forUpdate().first();
+    await enforcePlanLimit(c, trx, userId, 'api_keys');
     if ((await countUnrevoked(trx, userId)) >= MAX_API_KEYS) throw conflict('api_key_limit_reached', `An account has at most ${MAX_API_KEYS} unrevoked API keys; revoke one first.`);
     const [inserted] = await apiKeys(trx)
       .insert({ id, user_id: userId, name: input.name, prefix: displayPrefix(value), scopes: input.scopes, value_sealed: c.sealer.seal(value, valueAad(id, secretId)), current_secret_id: secretId, expires_at: expires, created_at: now, updated_at: now })

@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { enforceJobLimits } from './billing';
 import type { Container } from '../container';
 import { invalid } from '../errors';
 import { findJobByIdempotencyKey, findUserJob, insertJob, isFinished, jobFiles, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
@@ -100,19 +101,23 @@ export async function replayedJob(c: Container, userId: string, key: string | un
 export async function submitJob(c: Container, input: SubmitInput): Promise<JobRow> {
   const files = input.inputs ?? [];
   try {
-    await insertJob(
-      c.db,
-      {
-        id: input.id,
-        user_id: input.userId,
-        kind: input.kind,
-        request: input.request,
-        progress: files.length ? { bytes_done: 0, bytes_total: files.reduce((n, f) => n + f.size, 0), files_done: 0, files_total: files.length } : {},
-        idempotency_key: input.idempotencyKey ?? null,
-        request_hash: input.requestHash,
-      },
-      files.map((f) => ({ ...f, role: 'input' as const })),
-    );
+    // Plan limits (file size, concurrent jobs, monthly bytes) are counted under the account's row lock.
+    await c.db.transaction(async (trx) => {
+      await enforceJobLimits(c, trx, input.userId, input.kind, files.map((f) => f.size));
+      await insertJob(
+        trx,
+        {
+          id: input.id,
+          user_id: input.userId,
+          kind: input.kind,
+          request: input.request,
+          progress: files.length ? { bytes_done: 0, bytes_total: files.reduce((n, f) => n + f.size, 0), files_done: 0, files_total: files.length } : {},
+          idempotency_key: input.idempotencyKey ?? null,
+          request_hash: input.requestHash,
+        },
+        files.map((f) => ({ ...f, role: 'input' as const })),
+      );
+    });
   } catch (err) {
     // Two concurrent requests with one Idempotency-Key: the loser answers with the winner's job.
     if ((err as { constraint?: string }).constraint === 'jobs_idempotency' && input.idempotencyKey) {

@@ -8,7 +8,7 @@ import { verifiedKey, verifiedLineage } from './key-integrity';
 import { createShare, listShares, shareAnalytics, shareOut, viewShare, type ShareRow, type ShareState } from './share-links';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { keyTargets } from '../../db/share-links';
-import type { KeyRow, LineageRow } from '../../db/keys';
+import { lineageUsableBy, type KeyRow, type LineageRow } from '../../db/keys';
 
 /**
  * Public key shares: share links of kind `public_key` whose target is a key lineage, so a link always
@@ -49,7 +49,7 @@ export interface KeyShareInput {
  * (429), spent before anything is created.
  */
 export async function createKeyShare(c: Container, owner: { id: string; username: string }, input: KeyShareInput, meta: RequestMeta) {
-  const view = await requireKey(c, owner.id, input.fingerprint, meta);
+  const view = await requireKey(c, owner.id, input.fingerprint, meta, 'share');
   try {
     encryptionTarget(view, c.clock.now());
   } catch (err) {
@@ -93,7 +93,7 @@ export async function createKeyShare(c: Container, owner: { id: string; username
 
 /** The caller's public key shares, newest first; by key (any generation's fingerprint) and state. */
 export async function listKeyShares(c: Container, userId: string, q: { fingerprint?: string; state?: ShareState; page: number; pageSize: number }, meta: RequestMeta) {
-  const targetId = q.fingerprint ? (await requireKey(c, userId, q.fingerprint, meta)).lineage.id : undefined;
+  const targetId = q.fingerprint ? (await requireKey(c, userId, q.fingerprint, meta, 'read')).lineage.id : undefined;
   const { items, total } = await listShares(c, { userId, kind: 'public_key', targetId, state: q.state, page: q.page, pageSize: q.pageSize });
   const targets = await keyTargets(c.db, items.map((s) => s.target_id));
   return { items: items.map((s) => keyShareOut(c, s, targets.get(s.target_id))), total };
@@ -113,8 +113,10 @@ export async function viewKeyShare(c: Container, req: { token: string; ip: strin
       if (!target) throw gone('share_target_gone', 'The key this link shared no longer exists.');
       const lineage = verifiedLineage(c, target.lineage);
       const current = verifiedKey(c, target.current);
-      // The MACs bind each row to its account; the share must point into its owner's account too.
-      if (lineage.user_id !== row.user_id || current.user_id !== row.user_id) throw new IntegrityError(`share ${row.id} target`);
+      // The MACs bind each row to its account; the generation must be its lineage's.
+      if (current.user_id !== lineage.user_id) throw new IntegrityError(`share ${row.id} target`);
+      // A teammate's share of an inherited key serves only while team access still grants it the key.
+      if (lineage.user_id !== row.user_id && !(await lineageUsableBy(trx, row.user_id, lineage.id))) throw gone('share_access_revoked', 'The key was shared through team access, which has ended.');
       if (lineage.disabled_at) throw gone('key_disabled', 'The shared key was disabled by its owner.');
       return { lineage, current };
     },

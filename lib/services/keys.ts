@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { enforcePlanLimit } from './billing';
 import type { Knex } from 'knex';
 import type * as openpgp from 'openpgp';
 import type { Container } from '../container';
@@ -77,6 +78,7 @@ export const keyGeneratedData = (spec: Pick<LineageSpec, 'id' | 'label' | 'envir
 
 /** Stores a new lineage with its first generation and the audit row, in the caller's transaction. */
 export async function storeNewKey(c: Container, trx: Knex.Transaction, userId: string, spec: LineageSpec, first: GenerationRow, meta: Partial<RequestMeta> & { job_id?: string }): Promise<{ lineage: LineageRow; key: KeyRow }> {
+  await enforcePlanLimit(c, trx, userId, 'keys'); // plan limit (402), counted under the account's row lock
   const lineage = await insertLineage(trx, { ...spec, user_id: userId, unlock_mac: lineageMac(c, { ...spec, user_id: userId }) });
   const key = await insertKey(trx, first);
   await recordAudit(trx, {
@@ -145,12 +147,21 @@ export function keyStatus(lineage: LineageRow, current: KeyRow, now: Date): KeyS
 }
 
 /**
- * Finds the caller's key by any generation's fingerprint; anything else is a 404 (never "not yours"),
- * audited as not_owner when the key exists in another account.
+ * What the caller does with a key. Team access (lib/services/team-access.ts) lets a linked member use
+ * the source's keys to read, encrypt, share and (with the key's passphrase) decrypt; managing a key
+ * (disable, rotate, schedule, history) stays with its owner.
  */
-export async function requireKey(c: Container, userId: string, fingerprint: string, meta: RequestMeta): Promise<KeyView> {
-  const view = await findKeyByFingerprint(c.db, userId, fingerprint);
-  if (view) return { lineage: verifiedLineage(c, view.lineage), current: verifiedKey(c, view.current), named: verifiedKey(c, view.named) };
+export type KeyUse = 'manage' | 'read' | 'encrypt' | 'share' | 'decrypt';
+const INHERITABLE: ReadonlySet<KeyUse> = new Set(['read', 'encrypt', 'share', 'decrypt']);
+
+/**
+ * Finds the caller's key by any generation's fingerprint, or for an inheritable `use` one granted to it
+ * through team access; anything else is a 404 (never "not yours"), audited as not_owner when the key
+ * exists in another account. Every ownership check of a key goes through here.
+ */
+export async function requireKey(c: Container, userId: string, fingerprint: string, meta: RequestMeta, use: KeyUse = 'manage'): Promise<KeyView> {
+  const view = await findKeyByFingerprint(c.db, userId, fingerprint, { inherited: INHERITABLE.has(use) });
+  if (view) return { lineage: verifiedLineage(c, view.lineage), current: verifiedKey(c, view.current), named: verifiedKey(c, view.named), inherited: view.inherited };
   const elsewhere = await c.db('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).first();
   throw await notYours(c, { userId, resource: 'key', target: fingerprint, existsElsewhere: Boolean(elsewhere), meta }, notFound('key_not_found', 'No key with this fingerprint in your account.'));
 }

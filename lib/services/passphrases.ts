@@ -65,7 +65,7 @@ export function requireKeyWithPassphrase(c: Container, input: { userId: string; 
   const id = createHash('sha256').update(JSON.stringify([input.userId, input.fingerprint.toLowerCase(), input.passphrase, input.action])).digest('base64url');
   let check = checks.get(id);
   if (!check) {
-    check = requireKey(c, input.userId, input.fingerprint, meta).then(async (view) => {
+    check = requireKey(c, input.userId, input.fingerprint, meta, input.action === 'keys.decrypt' ? 'decrypt' : 'manage').then(async (view) => {
       await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.passphrase, action: input.action, meta });
       return view;
     });

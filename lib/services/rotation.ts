@@ -4,6 +4,7 @@ import { emitEvent } from '../events';
 import { newGeneration, rekeyLineage, requireKey } from './keys';
 import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';
+import { resyncLinkedTo } from './team-access';
 import { recordAudit } from '../../db/audit';
 import { insertKey, lineageGenerations, type KeyRow, type KeyView, type LineageRow } from '../../db/keys';
 import type { RequestMeta } from '../../db/audit';
@@ -110,6 +111,7 @@ export async function rotateLineage(c: Container, input: RotateInput): Promise<R
   }
   if (!entry) return done();
   await emitEvent(c, lineage.user_id, 'key.rotated', { key_id: lineage.id, label: lineage.label, old_fingerprint: entry.old_fingerprint, new_fingerprint: entry.new_fingerprint, trigger: entry.trigger });
+  await resyncLinkedTo(c, lineage.user_id, 'key.rotated', { requestId: input.origin?.request_id ?? undefined, ip: input.origin?.ip ?? undefined });
   return { rotated: true, entry };
 }
 

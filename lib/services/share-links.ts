@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { enforcePlanLimit } from './billing';
 import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { AppError, gone, invalid, notFound } from '../errors';
@@ -98,6 +99,7 @@ export async function createShare(c: Container, input: NewShare, meta: RequestMe
   const id = randomUUID();
   const token = newToken(SHARE_KIND_INFO[input.kind].prefix);
   const share = await c.db.transaction(async (trx) => {
+    await enforcePlanLimit(c, trx, input.userId, 'shares');
     const [row] = await shares(trx)
       .insert({
         id,

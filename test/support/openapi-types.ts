@@ -1570,6 +1570,14 @@ export interface paths {
                              */
                             rotation_mode: "policy" | "interval" | "off";
                             rotation_interval_days: number | null;
+                            /** @description In key lists: true for a teammate's key inherited through team access (encrypt, share, public key; decrypt with its passphrase) */
+                            inherited?: boolean;
+                            /** @description In key lists: the owning account of an inherited key (null for your own) */
+                            owner?: {
+                                /** Format: uuid */
+                                user_id: string;
+                                username: string;
+                            } | null;
                             env: string;
                             /** @description Shown once: needed to decrypt */
                             passphrase: string;
@@ -2899,6 +2907,219 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/billing/status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Billing mode, plan, limits and usage, subscription state and period end, and the provider status
+         * @description A session, the partner key, or a managed API key with the scope `account:read`.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Billing state of the account */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["BillingStatus"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/billing/checkout": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Create a checkout session at the payment provider for a paid plan; answers its URL
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /**
+                         * @description A paid plan (the default plan cannot be bought)
+                         * @enum {string}
+                         */
+                        plan: "free" | "pro" | "business";
+                    };
+                };
+            };
+            responses: {
+                /** @description Send the user to `url`; the plan changes when the provider reports the payment (webhook) */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            url: string;
+                            session_id: string;
+                            /** @enum {string} */
+                            plan: "free" | "pro" | "business";
+                            /** Format: date-time */
+                            expires_at: string | null;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/billing/portal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Create a session of the provider's customer portal (payment methods, plan changes, cancellation); answers its URL
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Send the user to `url` */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            url: string;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/billing/webhooks/stripe": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** The payment provider's webhook receiver: verified by its Stripe-Signature over the raw body, stored once by event id, processed by the billing queue */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Stored (or already stored: `duplicate`) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** @enum {boolean} */
+                            received: true;
+                            event_id: string;
+                            duplicate: boolean;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/jobs/{job_id}": {
         parameters: {
             query?: never;
@@ -3174,7 +3395,7 @@ export interface paths {
                         url: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed")[];
                         enabled?: boolean;
                     };
                 };
@@ -3325,7 +3546,7 @@ export interface paths {
                         url?: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed")[];
                         enabled?: boolean;
                     };
                 };
@@ -3678,6 +3899,471 @@ export interface paths {
         put?: never;
         post?: never;
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/team-access/status": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Sync status: linked source, state, last sync, inherited key count, last error
+         * @description A session, the partner key, or a managed API key with the scope `account:read`.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The status */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["TeamAccessStatus"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/team-access/members": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Search eligible source members: live members of your organization other than you, by username or email prefix
+         * @description A session, the partner key, or a managed API key with the scope `account:read`.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                    /** @description Username or email prefix (case-insensitive) */
+                    q?: string;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A page of members */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["OrganizationMember"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/team-access/link": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Link (or change) the source member whose keys you inherit; the grants follow from a sync job
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description A member id from GET /team-access/members
+                         */
+                        source_user_id: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description The status (state pending until the sync ran) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["TeamAccessStatus"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        /**
+         * Remove the link: every inherited key is revoked at once
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description What was unlinked */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** Format: uuid */
+                            source_user_id: string;
+                            revoked_keys: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/organization": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The caller's organization (every account has one; it starts as the owner of its own)
+         * @description A session, the partner key, or a managed API key with the scope `account:read`.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The organization and the caller’s role in it */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Organization"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/organization/members": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Members of the caller's organization, longest-standing first
+         * @description A session, the partner key, or a managed API key with the scope `account:read`.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A page of members */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["OrganizationMember"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/organization/invitations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Invite an email address into the organization (owner or admin; admins only by the owner): the token goes by mail, valid 72 hours, once
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        email: string;
+                        /**
+                         * @default member
+                         * @enum {string}
+                         */
+                        role?: "admin" | "member";
+                    };
+                };
+            };
+            responses: {
+                /** @description The invitation (its token is only in the mail) */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OrganizationInvitation"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/organization/invitations/accept": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Accept an invitation with the mailed token, signed in as the invited address: the account moves into the inviter's organization
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        token: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description The organization joined */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Organization"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/organization/members/{user_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Remove a member (owner or admin), or leave (your own id); the member gets its own organization back and loses inherited key access
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    user_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Removed */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
         options?: never;
         head?: never;
         patch?: never;
@@ -4093,6 +4779,14 @@ export interface components {
              */
             rotation_mode: "policy" | "interval" | "off";
             rotation_interval_days: number | null;
+            /** @description In key lists: true for a teammate's key inherited through team access (encrypt, share, public key; decrypt with its passphrase) */
+            inherited?: boolean;
+            /** @description In key lists: the owning account of an inherited key (null for your own) */
+            owner?: {
+                /** Format: uuid */
+                user_id: string;
+                username: string;
+            } | null;
         };
         RotationSchedule: {
             fingerprint: string;
@@ -4408,11 +5102,82 @@ export interface components {
             /** Format: date-time */
             created_at: string;
         };
+        BillingStatus: {
+            /**
+             * @description disabled: no payment provider configured, every account on the default plan
+             * @enum {string}
+             */
+            mode: "disabled" | "test" | "live";
+            /**
+             * @description The plan whose limits apply now
+             * @enum {string}
+             */
+            plan: "free" | "pro" | "business";
+            /**
+             * @description The plan the subscription buys (differs from `plan` once a past-due grace period has ended, or when the subscription is canceled)
+             * @enum {string}
+             */
+            subscribed_plan: "free" | "pro" | "business";
+            limits_enforced: boolean;
+            limits: components["schemas"]["PlanLimits"];
+            usage: {
+                keys: number;
+                api_keys: number;
+                shares: number;
+                /** @description This month (UTC), including encrypt jobs still queued or running */
+                monthly_encrypted_bytes: number;
+                concurrent_jobs: number;
+                /** @description `YYYY-MM` (UTC) */
+                period: string;
+            };
+            /** @description The provider's subscription status (active, trialing, past_due, canceled, unpaid, ...) or `none` */
+            provider_status: string;
+            /** @description Whether the account has a customer at the provider */
+            customer: boolean;
+            subscription: {
+                status: string;
+                /** Format: date-time */
+                current_period_end: string | null;
+                cancel_at_period_end: boolean;
+                /** Format: date-time */
+                past_due_since: string | null;
+                /**
+                 * Format: date-time
+                 * @description Past due: when the default plan’s limits take over
+                 */
+                grace_ends_at: string | null;
+                /**
+                 * Format: date-time
+                 * @description When the subscription was last read from the provider
+                 */
+                synced_at: string | null;
+            };
+            plans: {
+                /** @enum {string} */
+                id: "free" | "pro" | "business";
+                for_sale: boolean;
+                limits: components["schemas"]["PlanLimits"];
+            }[];
+        };
+        PlanLimits: {
+            /** @description keys (lineages) not disabled; null: no plan limit */
+            keys: number | null;
+            /** @description managed API keys not revoked; null: no plan limit */
+            api_keys: number | null;
+            /** @description share links (public key and API key shares) not revoked and not expired; null: no plan limit */
+            shares: number | null;
+            /** @description plaintext bytes encrypted per calendar month (UTC), counting jobs still queued or running; null: no plan limit */
+            monthly_encrypted_bytes: number | null;
+            /** @description encrypt and decrypt jobs queued or running at once; null: no plan limit */
+            concurrent_jobs: number | null;
+            /** @description bytes of one file in an encrypt or decrypt job; null: no plan limit */
+            file_size: number | null;
+        };
         Event: {
             /** @description Increasing; send it back as Last-Event-ID to resume */
             id: string;
             /** @enum {string} */
-            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed";
+            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed";
             /** Format: date-time */
             created_at: string;
             /**
@@ -4478,6 +5243,71 @@ export interface components {
             details: {
                 [key: string]: unknown;
             };
+            /** Format: date-time */
+            created_at: string;
+        };
+        TeamAccessStatus: {
+            linked: boolean;
+            /**
+             * @description pending: a sync is queued; failed: see last_error
+             * @enum {string}
+             */
+            state: "unlinked" | "pending" | "running" | "ok" | "failed";
+            /** @description The linked source member (null when unlinked or the account is gone) */
+            source: {
+                /** Format: uuid */
+                user_id: string;
+                username: string;
+                email: string;
+            } | null;
+            /** Format: uuid */
+            source_user_id: string | null;
+            /** Format: date-time */
+            linked_at: string | null;
+            /** Format: date-time */
+            last_synced_at: string | null;
+            /** @description `source_unavailable`: the source left the organization or was deleted; `sync_failed` */
+            last_error: string | null;
+            /** @description Keys inherited right now */
+            inherited_keys: number;
+        };
+        OrganizationMember: {
+            /** Format: uuid */
+            user_id: string;
+            username: string;
+            email: string;
+            /** @enum {string} */
+            role: "owner" | "admin" | "member";
+            /** Format: date-time */
+            joined_at: string;
+        };
+        Organization: {
+            /** Format: uuid */
+            id: string;
+            name: string;
+            /** Format: uuid */
+            owner_user_id: string | null;
+            /**
+             * @description The caller's role
+             * @enum {string}
+             */
+            role: "owner" | "admin" | "member";
+            member_count: number;
+            /** Format: date-time */
+            created_at: string;
+        };
+        OrganizationInvitation: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            email: string;
+            /** @enum {string} */
+            role: "admin" | "member";
+            /** Format: date-time */
+            expires_at: string;
+            /** Format: date-time */
+            accepted_at: string | null;
             /** Format: date-time */
             created_at: string;
         };

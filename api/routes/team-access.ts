@@ -1,0 +1,80 @@
+import { z } from 'zod';
+import { route } from '../route';
+import { PageQuery, Timestamp, pageOf, text } from '../schemas/common';
+import { Member } from './organizations';
+import { linkSource, searchSources, teamStatus, unlinkSource } from '../../lib/services/team-access';
+
+/**
+ * Team access sync (SPEC.md): link to one member of your organization and inherit its keys (encrypt,
+ * share, list, public key; decrypt with the key's passphrase), recomputed by the `team-sync` queue.
+ * Reading takes a managed API key with `account:read`; linking and unlinking need a session.
+ */
+const tags = ['Team access'];
+
+const Status = z
+  .object({
+    linked: z.boolean(),
+    state: z.enum(['unlinked', 'pending', 'running', 'ok', 'failed']).describe('pending: a sync is queued; failed: see last_error'),
+    source: z.object({ user_id: z.uuid(), username: z.string(), email: z.string() }).nullable().describe('The linked source member (null when unlinked or the account is gone)'),
+    source_user_id: z.uuid().nullable(),
+    linked_at: Timestamp.nullable(),
+    last_synced_at: Timestamp.nullable(),
+    last_error: z.string().nullable().describe('`source_unavailable`: the source left the organization or was deleted; `sync_failed`'),
+    inherited_keys: z.number().int().describe('Keys inherited right now'),
+  })
+  .meta({ id: 'TeamAccessStatus' });
+
+export default [
+  route({
+    method: 'get',
+    path: '/team-access/status',
+    summary: 'Sync status: linked source, state, last sync, inherited key count, last error',
+    tags,
+    access: 'auth',
+    scope: 'account:read',
+    responses: { 200: { description: 'The status', schema: Status } },
+    async handler({ c, user }) {
+      return { body: await teamStatus(c, user.id) };
+    },
+  }),
+
+  route({
+    method: 'get',
+    path: '/team-access/members',
+    summary: 'Search eligible source members: live members of your organization other than you, by username or email prefix',
+    tags,
+    access: 'auth',
+    scope: 'account:read',
+    query: PageQuery.extend({ q: text(254).optional().describe('Username or email prefix (case-insensitive)') }),
+    responses: { 200: { description: 'A page of members', schema: pageOf(Member) } },
+    async handler({ c, user, query }) {
+      const { items, total } = await searchSources(c, user.id, { prefix: query.q, page: query.page, pageSize: query.page_size });
+      return { body: { items, page: query.page, page_size: query.page_size, total } };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/team-access/link',
+    summary: "Link (or change) the source member whose keys you inherit; the grants follow from a sync job",
+    tags,
+    access: 'session',
+    body: z.object({ source_user_id: z.uuid().describe('A member id from GET /team-access/members') }),
+    responses: { 200: { description: 'The status (state pending until the sync ran)', schema: Status } },
+    async handler({ c, user, body, meta }) {
+      return { body: await linkSource(c, user.id, body.source_user_id, meta) };
+    },
+  }),
+
+  route({
+    method: 'delete',
+    path: '/team-access/link',
+    summary: 'Remove the link: every inherited key is revoked at once',
+    tags,
+    access: 'session',
+    responses: { 200: { description: 'What was unlinked', schema: z.object({ source_user_id: z.uuid(), revoked_keys: z.number().int() }) } },
+    async handler({ c, user, meta }) {
+      return { body: await unlinkSource(c, user.id, meta) };
+    },
+  }),
+];

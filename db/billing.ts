@@ -1,0 +1,101 @@
+import type { Knex } from 'knex';
+
+export interface BillingAccountRow {
+  user_id: string;
+  customer_id: string | null;
+  subscription_id: string | null;
+  plan: string;
+  status: string;
+  current_period_end: Date | null;
+  cancel_at_period_end: boolean;
+  past_due_since: Date | null;
+  synced_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface BillingEventRow {
+  id: string;
+  type: string;
+  livemode: boolean;
+  provider_created_at: Date;
+  object_id: string | null;
+  customer_id: string | null;
+  subscription_id: string | null;
+  user_id: string | null;
+  received_at: Date;
+  processed_at: Date | null;
+  outcome: string | null;
+}
+
+export const billingAccounts = (db: Knex) => db<BillingAccountRow>('billing_accounts');
+export const billingEvents = (db: Knex) => db<BillingEventRow>('billing_events');
+
+export const findBillingAccount = (db: Knex, userId: string) => billingAccounts(db).where({ user_id: userId }).first();
+
+/** The account's billing row, made if missing, locked until the transaction ends (one customer per account). */
+export async function lockBillingAccount(trx: Knex.Transaction, userId: string, now: Date): Promise<BillingAccountRow> {
+  await billingAccounts(trx).insert({ user_id: userId, created_at: now, updated_at: now }).onConflict('user_id').ignore();
+  return (await billingAccounts(trx).where({ user_id: userId }).forUpdate().first())!;
+}
+
+/** Stores an inbound event once; false when its id was stored before (a replay). */
+export async function insertBillingEvent(db: Knex, row: Omit<BillingEventRow, 'processed_at' | 'outcome' | 'user_id'>): Promise<boolean> {
+  const inserted = await billingEvents(db).insert(row).onConflict('id').ignore().returning('id');
+  return inserted.length > 0;
+}
+
+/** `YYYY-MM` of a time, UTC: the usage period. */
+export const usagePeriod = (at: Date) => at.toISOString().slice(0, 7);
+
+/** Counts an encrypt job's plaintext bytes once (its id is the key); call inside the job's commit transaction. */
+export async function recordUsage(db: Knex, entry: { jobId: string; userId: string; bytes: number; at: Date }): Promise<void> {
+  await db('billing_usage')
+    .insert({ job_id: entry.jobId, user_id: entry.userId, period: usagePeriod(entry.at), bytes: entry.bytes, created_at: entry.at })
+    .onConflict('job_id')
+    .ignore();
+}
+
+export interface Usage {
+  keys: number;
+  api_keys: number;
+  shares: number;
+  /** Completed this month plus encrypt jobs still queued or running (their bytes will count). */
+  monthly_encrypted_bytes: number;
+  concurrent_jobs: number;
+}
+
+const FILE_JOB_KINDS = ['encrypt', 'decrypt'];
+
+/**
+ * Everything a plan limits, for one account, in ONE statement (one snapshot: a job that completes
+ * meanwhile is counted either as running or as used, never as both or neither).
+ */
+export async function accountUsage(db: Knex, userId: string, now: Date): Promise<Usage> {
+  const row = await db
+    .select({
+      keys: db('key_lineages').count('*').where({ user_id: userId }).whereNull('disabled_at'),
+      api_keys: db('api_keys').count('*').where({ user_id: userId }).whereNull('revoked_at'),
+      shares: db('share_links')
+        .count('*')
+        .where({ user_id: userId })
+        .whereNull('revoked_at')
+        .andWhere((q) => q.whereNull('expires_at').orWhere('expires_at', '>', now))
+        .andWhere((q) => q.whereNull('view_limit').orWhereRaw('view_count < view_limit')),
+      used_bytes: db('billing_usage').sum('bytes').where({ user_id: userId, period: usagePeriod(now) }),
+      pending_bytes: db('jobs')
+        .select(db.raw("coalesce(sum((progress->>'bytes_total')::bigint), 0)"))
+        .where({ user_id: userId, kind: 'encrypt' })
+        .whereIn('state', ['queued', 'active']),
+      concurrent_jobs: db('jobs').count('*').where({ user_id: userId }).whereIn('kind', FILE_JOB_KINDS).whereIn('state', ['queued', 'active']),
+    })
+    .first<Record<string, string | number | null>>();
+  const n = (v: string | number | null | undefined) => Number(v ?? 0);
+  return {
+    keys: n(row.keys),
+    api_keys: n(row.api_keys),
+    shares: n(row.shares),
+    monthly_encrypted_bytes: n(row.used_bytes) + n(row.pending_bytes),
+    concurrent_jobs: n(row.concurrent_jobs),
+  };
+}

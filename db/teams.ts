@@ -1,0 +1,135 @@
+import type { Knex } from 'knex';
+import { recordAudit } from './audit';
+
+/** Organizations, their members and invitations, team access links and the grants the sync computes. */
+
+export type MemberRole = 'owner' | 'admin' | 'member';
+export type SyncState = 'pending' | 'running' | 'ok' | 'failed';
+
+export interface OrganizationRow {
+  id: string;
+  name: string;
+  owner_id: string | null;
+  created_at: Date;
+}
+
+export interface MemberRow {
+  user_id: string;
+  organization_id: string;
+  role: MemberRole;
+  joined_at: Date;
+}
+
+/** A member with the account fields the API shows (never a password hash or token version). */
+export interface MemberView extends MemberRow {
+  username: string;
+  email: string;
+}
+
+export interface InvitationRow {
+  id: string;
+  organization_id: string;
+  email: string;
+  role: Exclude<MemberRole, 'owner'>;
+  invited_by: string | null;
+  token_hash: string;
+  expires_at: Date;
+  accepted_at: Date | null;
+  accepted_by: string | null;
+  created_at: Date;
+}
+
+export interface TeamLinkRow {
+  grantee_id: string;
+  source_id: string;
+  state: SyncState;
+  last_error: string | null;
+  linked_at: Date;
+  last_synced_at: Date | null;
+  updated_at: Date;
+}
+
+export interface GrantRow {
+  grantee_id: string;
+  lineage_id: string;
+  source_id: string;
+  granted_at: Date;
+}
+
+export const organizations = (db: Knex) => db<OrganizationRow>('organizations');
+export const members = (db: Knex) => db<MemberRow>('organization_members');
+export const invitations = (db: Knex) => db<InvitationRow>('organization_invitations');
+export const teamLinks = (db: Knex) => db<TeamLinkRow>('team_links');
+export const teamGrants = (db: Knex) => db<GrantRow>('team_grants');
+
+export const membershipOf = (db: Knex, userId: string) => members(db).where({ user_id: userId }).first();
+
+/** Live members of an organization with their account fields. */
+export const memberViews = (db: Knex, organizationId: string) =>
+  db('organization_members as m')
+    .join('users as u', 'u.id', 'm.user_id')
+    .whereNull('u.deleted_at')
+    .where('m.organization_id', organizationId)
+    .select<MemberView[]>('m.user_id', 'm.organization_id', 'm.role', 'm.joined_at', 'u.username', 'u.email');
+
+export async function pageMembers(db: Knex, q: { organizationId: string; excludeUserId?: string; prefix?: string; page: number; pageSize: number }): Promise<{ items: MemberView[]; total: number }> {
+  const base = memberViews(db, q.organizationId);
+  if (q.excludeUserId) base.whereNot('m.user_id', q.excludeUserId);
+  if (q.prefix) {
+    // A prefix, not a pattern: LIKE's own wildcards in the input match themselves.
+    const like = `${q.prefix.toLowerCase().replace(/[\\%_]/g, (ch) => `\\${ch}`)}%`;
+    base.andWhere((w) => w.whereRaw('lower(u.username) LIKE ?', [like]).orWhereRaw('lower(u.email) LIKE ?', [like]));
+  }
+  const [items, count] = await Promise.all([
+    base.clone().orderBy('m.joined_at').orderBy('m.user_id').limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base.clone().clearSelect().count<{ count: string }[]>({ count: '*' }),
+  ]);
+  return { items, total: Number(count[0]?.count ?? 0) };
+}
+
+/**
+ * The lineages `userId` may use through team access: a grant counts only while the link that made it
+ * still points at the same source, the source still owns the lineage, and both are members of the same
+ * organization. So an unlink, a member's removal or departure revokes at once, even before the next
+ * sync has deleted the rows. The one definition of "granted"; db/keys.ts builds on it.
+ */
+export function grantedLineageIds(db: Knex, userId: string) {
+  return db('team_grants as g')
+    .join('team_links as tl', function () {
+      this.on('tl.grantee_id', '=', 'g.grantee_id').andOn('tl.source_id', '=', 'g.source_id');
+    })
+    .join('key_lineages as gl', function () {
+      this.on('gl.id', '=', 'g.lineage_id').andOn('gl.user_id', '=', 'g.source_id');
+    })
+    .join('organization_members as mg', 'mg.user_id', 'g.grantee_id')
+    .join('organization_members as ms', function () {
+      this.on('ms.user_id', '=', 'g.source_id').andOn('ms.organization_id', '=', 'mg.organization_id');
+    })
+    .where('g.grantee_id', userId)
+    .select('g.lineage_id');
+}
+
+export const countGrants = async (db: Knex, granteeId: string) => Number(((await teamGrants(db).where({ grantee_id: granteeId }).count<{ count: string }[]>({ count: '*' }))[0]?.count) ?? 0);
+
+/** Accounts linked to `sourceId` (whose grants come from it). */
+export const granteesOf = (db: Knex, sourceId: string) => teamLinks(db).where({ source_id: sourceId }).pluck('grantee_id') as Promise<string[]>;
+
+/**
+ * The account's membership; an account without one (registered after migration 012) gets its own
+ * one-member organization here, as its owner, named after its company (or username). The account row
+ * is locked so that parallel first uses make one organization. Throws if the account is gone.
+ */
+export async function ensureMembership(db: Knex, userId: string): Promise<MemberRow> {
+  const found = await membershipOf(db, userId);
+  if (found) return found;
+  return db.transaction(async (trx) => {
+    const user = await trx<{ id: string; username: string; company_name: string | null }>('users').where({ id: userId }).whereNull('deleted_at').forUpdate().first();
+    if (!user) throw new Error(`account ${userId} is gone`);
+    const again = await membershipOf(trx, userId);
+    if (again) return again;
+    const [org] = await organizations(trx).insert({ name: user.company_name || user.username, owner_id: userId }).returning('*');
+    const [row] = await members(trx).insert({ user_id: userId, organization_id: org!.id, role: 'owner' }).returning('*');
+    await recordAudit(trx, { user_id: userId, action: 'organization.created', status: 'success', target: org!.id, details: { reason: 'own_organization' } });
+    return row!;
+  });
+}

@@ -1,0 +1,246 @@
+import type { Knex } from 'knex';
+import type { Container } from '../container';
+import { invalid, notFound } from '../errors';
+import { emitEvent } from '../events';
+import { notYours } from './access';
+import { recordAudit, type RequestMeta } from '../../db/audit';
+import type { LineageRow } from '../../db/keys';
+import {
+  ensureMembership,
+  grantedLineageIds,
+  granteesOf,
+  membershipOf,
+  pageMembers,
+  teamGrants,
+  teamLinks,
+  type MemberView,
+  type SyncState,
+  type TeamLinkRow,
+} from '../../db/teams';
+
+/**
+ * Team access: an account links to one source member of its organization and inherits the source's
+ * own keys (never keys the source itself inherits: one hop). The link is a wish; the grants are what
+ * the `sync-team-access` job (queue `team-sync`) computed from it, one grantee per run, in one
+ * transaction, so any number of runs (crashed ones included) leave the same rows. Key lookups count a
+ * grant only while its link and the shared organization still hold (db/teams.ts grantedLineageIds),
+ * so revocation does not wait for a sync.
+ */
+
+type Origin = { request_id?: string | null; ip?: string | null };
+
+/** Queues one sync run for the grantee (no job id: a run queued after a change must not be deduplicated away). */
+export async function enqueueSync(c: Container, granteeId: string, meta?: Partial<RequestMeta>): Promise<void> {
+  await c.jobs.enqueue('sync-team-access', { grantee_id: granteeId }, { meta });
+}
+
+/**
+ * The source's keys changed (generated, rotated, disabled) or it left: every account linked to it is
+ * marked pending and re-synced. Called after the change committed; a failure is logged, not thrown (the
+ * change stands, and the next sync of those accounts catches up).
+ */
+export async function resyncLinkedTo(c: Container, sourceId: string, reason: string, meta?: Partial<RequestMeta>): Promise<void> {
+  try {
+    const grantees = await granteesOf(c.db, sourceId);
+    if (!grantees.length) return;
+    await teamLinks(c.db).whereIn('grantee_id', grantees).where({ source_id: sourceId }).update({ state: 'pending', updated_at: c.clock.now() });
+    await Promise.all(grantees.map((g) => enqueueSync(c, g, meta)));
+  } catch (err) {
+    c.log.warn({ err, reason }, 'could not queue team access re-syncs');
+  }
+}
+
+/** What leaving an organization undid, for the after-commit part (afterDetach). */
+export interface Detached {
+  /** The departing account's own link (now deleted), if it had one. */
+  link?: TeamLinkRow;
+  /** Accounts linked to the departing account: their grants from it are gone; they are re-synced. */
+  grantees: string[];
+}
+
+/**
+ * In the transaction that takes `userId` out of its organization (removal, joining another, deletion):
+ * its own link and inherited grants end, and the grants others inherited from it end too. Their links
+ * stay (marked pending; the re-sync finds the source gone and says so in their status).
+ */
+export async function detachMember(trx: Knex.Transaction, userId: string, at: Date, reason: string, meta?: Partial<RequestMeta>): Promise<Detached> {
+  const link = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();
+  const revoked = await teamGrants(trx).where({ grantee_id: userId }).delete();
+  if (link) {
+    await teamLinks(trx).where({ grantee_id: userId }).delete();
+    await recordAudit(trx, { user_id: userId, action: 'team_access.unlinked', status: 'success', target: link.source_id, ip: meta?.ip, request_id: meta?.requestId, details: { reason, revoked } });
+  }
+  await teamGrants(trx).where({ source_id: userId }).delete();
+  const grantees = (await teamLinks(trx).where({ source_id: userId }).update({ state: 'pending', updated_at: at }).returning('grantee_id')) as { grantee_id: string }[];
+  return { link, grantees: grantees.map((g) => g.grantee_id) };
+}
+
+/** After the departure committed: the departing account hears of its ended link; its grantees re-sync. */
+export async function afterDetach(c: Container, userId: string, detached: Detached, reason: string, meta?: Partial<RequestMeta>): Promise<void> {
+  if (detached.link) await emitEvent(c, userId, 'team_access.unlinked', { source_user_id: detached.link.source_id, reason });
+  for (const grantee of detached.grantees) {
+    await enqueueSync(c, grantee, meta).catch((err: unknown) => c.log.warn({ err }, 'could not queue a team access re-sync'));
+  }
+}
+
+/** A member as team access shows it. */
+export const memberOut = (m: MemberView) => ({ user_id: m.user_id, username: m.username, email: m.email, role: m.role, joined_at: m.joined_at.toISOString() });
+
+/** Eligible sources: members of the caller's organization, live, not the caller; by username or email prefix. */
+export async function searchSources(c: Container, userId: string, q: { prefix?: string; page: number; pageSize: number }) {
+  const mine = await ensureMembership(c.db, userId);
+  const { items, total } = await pageMembers(c.db, { organizationId: mine.organization_id, excludeUserId: userId, prefix: q.prefix, page: q.page, pageSize: q.pageSize });
+  return { items: items.map(memberOut), total };
+}
+
+/** A live member of the caller's organization other than the caller, or 404 (audited when it exists elsewhere). */
+async function eligibleSource(c: Container, db: Knex, userId: string, organizationId: string, sourceId: string, meta: RequestMeta): Promise<void> {
+  const source = await db('users as u').leftJoin('organization_members as m', 'm.user_id', 'u.id').whereNull('u.deleted_at').where('u.id', sourceId).first<{ organization_id: string | null } | undefined>('m.organization_id');
+  if (source?.organization_id === organizationId) return;
+  throw await notYours(c, { userId, resource: 'team_member', target: sourceId, existsElsewhere: Boolean(source), meta }, notFound('member_not_found', 'No such member in your organization.'));
+}
+
+export type TeamStatus = Awaited<ReturnType<typeof teamStatus>>;
+
+/** The caller's link and its sync state; `inherited_keys` counts what key lookups grant right now. */
+export async function teamStatus(c: Container, userId: string) {
+  const link = await teamLinks(c.db).where({ grantee_id: userId }).first();
+  const [{ count }] = (await c.db.from(grantedLineageIds(c.db, userId).as('g')).count<{ count: string }[]>({ count: '*' })) as [{ count: string }];
+  const source = link && (await c.db('users').where({ id: link.source_id }).first<{ id: string; username: string; email: string; deleted_at: Date | null }>('id', 'username', 'email', 'deleted_at'));
+  return {
+    linked: Boolean(link),
+    state: (link?.state ?? 'unlinked') as SyncState | 'unlinked',
+    source: source && !source.deleted_at ? { user_id: source.id, username: source.username, email: source.email } : null,
+    source_user_id: link?.source_id ?? null,
+    linked_at: link?.linked_at.toISOString() ?? null,
+    last_synced_at: link?.last_synced_at?.toISOString() ?? null,
+    last_error: link?.last_error ?? null,
+    inherited_keys: Number(count),
+  };
+}
+
+/**
+ * Links the caller to a source member (or changes it): grants from a previous source end in the same
+ * transaction, so there is no moment with both; the new grants follow from the sync it queues.
+ */
+export async function linkSource(c: Container, userId: string, sourceId: string, meta: RequestMeta): Promise<TeamStatus> {
+  if (sourceId === userId) throw invalid('cannot_link_self', 'An account cannot link to itself.', [{ path: 'body.source_user_id', message: 'must be another member' }]);
+  const now = c.clock.now();
+  const mine = await ensureMembership(c.db, userId);
+  const previous = await c.db.transaction(async (trx) => {
+    // The caller's membership, locked: a concurrent move to another organization waits for this link.
+    const locked = await trx('organization_members').where({ user_id: userId }).forUpdate().first<{ organization_id: string } | undefined>('organization_id');
+    await eligibleSource(c, trx, userId, locked?.organization_id ?? mine.organization_id, sourceId, meta);
+    const before = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();
+    await trx('team_links')
+      .insert({ grantee_id: userId, source_id: sourceId, state: 'pending', last_error: null, linked_at: now, updated_at: now })
+      .onConflict('grantee_id')
+      .merge(['source_id', 'state', 'last_error', 'linked_at', 'updated_at']);
+    const revoked = await teamGrants(trx).where({ grantee_id: userId }).whereNot({ source_id: sourceId }).delete();
+    await recordAudit(trx, {
+      user_id: userId,
+      action: 'team_access.linked',
+      status: 'success',
+      target: sourceId,
+      ip: meta.ip,
+      request_id: meta.requestId,
+      details: { previous_source_user_id: before?.source_id ?? null, revoked },
+    });
+    return before;
+  });
+  await emitEvent(c, userId, 'team_access.linked', { source_user_id: sourceId, previous_source_user_id: previous?.source_id ?? null });
+  await enqueueSync(c, userId, meta);
+  return teamStatus(c, userId);
+}
+
+/** Ends the caller's link and every key it inherited through it, at once. */
+export async function unlinkSource(c: Container, userId: string, meta: RequestMeta): Promise<{ source_user_id: string; revoked_keys: number }> {
+  const done = await c.db.transaction(async (trx) => {
+    const link = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();
+    if (!link) throw notFound('team_link_not_found', 'This account is not linked to a source member.');
+    const revoked = await teamGrants(trx).where({ grantee_id: userId }).delete();
+    await teamLinks(trx).where({ grantee_id: userId }).delete();
+    await recordAudit(trx, { user_id: userId, action: 'team_access.unlinked', status: 'success', target: link.source_id, ip: meta.ip, request_id: meta.requestId, details: { reason: 'unlinked', revoked } });
+    return { source_user_id: link.source_id, revoked_keys: revoked };
+  });
+  await emitEvent(c, userId, 'team_access.unlinked', { source_user_id: done.source_user_id, reason: 'unlinked' });
+  return done;
+}
+
+export interface SyncOutcome {
+  linked: boolean;
+  state?: SyncState;
+  source_user_id?: string;
+  inherited_keys: number;
+  added: string[];
+  removed: string[];
+}
+
+/**
+ * One sync run for one grantee: the full grant set computed from the link in one transaction (the link
+ * row locked, so runs for the same grantee take turns): grants that should not exist are deleted, the
+ * missing ones inserted. A crash anywhere rolls the transaction back, and the next run computes the same
+ * set from the same state. Wanted: the source's own lineages that are not disabled (expired ones stay,
+ * shown as expired: expiry passes with time and a rotation revives them), while the source is a live
+ * member of the grantee's organization; otherwise none, and the state says `failed` /
+ * `source_unavailable`.
+ */
+export async function syncGrants(c: Container, granteeId: string, origin: Origin): Promise<SyncOutcome> {
+  await teamLinks(c.db).where({ grantee_id: granteeId }).update({ state: 'running', updated_at: c.clock.now() });
+  const now = c.clock.now();
+  const outcome = await c.db.transaction(async (trx): Promise<SyncOutcome> => {
+    const link = await teamLinks(trx).where({ grantee_id: granteeId }).forUpdate().first();
+    if (!link) {
+      const removed = (await teamGrants(trx).where({ grantee_id: granteeId }).delete().returning('lineage_id')) as { lineage_id: string }[];
+      return { linked: false, inherited_keys: 0, added: [], removed: removed.map((r) => r.lineage_id) };
+    }
+    const [grantee, source] = await Promise.all([membershipOf(trx, granteeId), trx('organization_members as m').join('users as u', 'u.id', 'm.user_id').whereNull('u.deleted_at').where('m.user_id', link.source_id).first('m.organization_id')]);
+    const eligible = Boolean(grantee && source && grantee.organization_id === source.organization_id);
+    // One hop: lineages the source owns, never the ones it inherits itself.
+    const wanted = eligible ? ((await trx<LineageRow>('key_lineages').where({ user_id: link.source_id }).whereNull('disabled_at').pluck('id')) as string[]) : [];
+    const removed = (await teamGrants(trx)
+      .where({ grantee_id: granteeId })
+      .andWhere((w) => w.whereNot({ source_id: link.source_id }).orWhereNotIn('lineage_id', wanted))
+      .delete()
+      .returning('lineage_id')) as { lineage_id: string }[];
+    const added = wanted.length
+      ? ((await trx('team_grants')
+          .insert(wanted.map((lineage_id) => ({ grantee_id: granteeId, lineage_id, source_id: link.source_id, granted_at: now })))
+          .onConflict(['grantee_id', 'lineage_id'])
+          .ignore()
+          .returning('lineage_id')) as { lineage_id: string }[])
+      : [];
+    const state: SyncState = eligible ? 'ok' : 'failed';
+    const lastError = eligible ? null : 'source_unavailable';
+    await teamLinks(trx).where({ grantee_id: granteeId }).update({ state, last_error: lastError, last_synced_at: now, updated_at: now });
+    if (added.length || removed.length || link.last_error !== lastError) {
+      await recordAudit(trx, {
+        ...origin,
+        user_id: granteeId,
+        action: 'team_access.synced',
+        status: eligible ? 'success' : 'failure',
+        target: link.source_id,
+        details: { added: added.length, removed: removed.length, inherited_keys: wanted.length, ...(lastError ? { reason: lastError } : {}) },
+      });
+    }
+    return { linked: true, state, source_user_id: link.source_id, inherited_keys: wanted.length, added: added.map((r) => r.lineage_id), removed: removed.map((r) => r.lineage_id) };
+  });
+  if (outcome.linked) {
+    await emitEvent(c, granteeId, 'team_access.synced', { source_user_id: outcome.source_user_id, state: outcome.state, inherited_keys: outcome.inherited_keys, added: outcome.added.length, removed: outcome.removed.length });
+  }
+  return outcome;
+}
+
+/** The last try of a sync failed: the status says so (the grants are what the last good run left). */
+export async function markSyncFailed(c: Container, granteeId: string, code: string): Promise<void> {
+  await teamLinks(c.db).where({ grantee_id: granteeId }).update({ state: 'failed', last_error: code, updated_at: c.clock.now() });
+}
+
+/** For key lists: the owner (id, username) of each inherited lineage, by lineage id. */
+export async function inheritedOwners(c: Container, userId: string, lineages: Pick<LineageRow, 'id' | 'user_id'>[]): Promise<Map<string, { user_id: string; username: string }>> {
+  const foreign = lineages.filter((l) => l.user_id !== userId);
+  if (!foreign.length) return new Map();
+  const users = (await c.db('users').whereIn('id', [...new Set(foreign.map((l) => l.user_id))]).select('id', 'username')) as { id: string; username: string }[];
+  const names = new Map(users.map((u) => [u.id, u.username]));
+  return new Map(foreign.map((l) => [l.id, { user_id: l.user_id, username: names.get(l.user_id) ?? '' }]));
+}
