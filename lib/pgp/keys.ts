@@ -27,11 +27,28 @@ const KEYGEN_CONFIG: openpgp.PartialConfig = {
   preferredCompressionAlgorithm: enums.compression.uncompressed,
 };
 
+/**
+ * How generated private keys are locked. The secret is 256 random bits (lineage.ts `randomSecret`), so
+ * key stretching buys nothing: OpenPGP.js's default iterated S2K (count byte 224: 16 MiB hashed, the
+ * buffer allocated whole, once per key packet, on every lock and unlock) was most of a rotation's time
+ * and the rotation worker's memory peak. Count byte 0 is the smallest the format allows: the AES-256 key
+ * is SHA-256 over 1 KiB of salt ‖ secret repeated, a direct derivation from a secret no one can guess.
+ *
+ * Why still OpenPGP's own lock rather than AES-256-GCM over the unencrypted packets: the stored block
+ * stays a standard passphrase-protected private key (gpg imports it with the secret; GeneratedKey's
+ * contract and every stored row keep one format), and rows locked at the old count open through the same
+ * code, since the count travels in each packet. Integrity does not rest on OpenPGP's SHA-1 checksum: the
+ * stored block is sealed under the master key with AAD bound to its row (lib/sealer.ts), and
+ * unlockPrivateKey checks every (sub)key's secret against its public parameters (no key overwriting).
+ * Only for secrets from randomSecret(): a human passphrase must never be locked this way.
+ */
+export const GENERATION_S2K_COUNT_BYTE = 0;
+
 export interface GenerateKeyInput {
   name: string;
   email: string;
   algorithm: KeyAlgorithm;
-  /** Protects the private key (S2K); a random secret from lineage.ts in practice. */
+  /** Protects the private key: a random secret from lineage.ts `randomSecret` (no key stretching, see above). */
   secret: string;
   expiresInDays?: number;
   /** Creation time (tests, reproducible fixtures); defaults to now. */
@@ -82,7 +99,7 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
     keyExpirationTime,
     date: createdAt,
     format: 'object',
-    config: KEYGEN_CONFIG,
+    config: { ...KEYGEN_CONFIG, s2kIterationCountByte: GENERATION_S2K_COUNT_BYTE },
   });
   return {
     fingerprint: privateKey.getFingerprint(),
@@ -162,17 +179,30 @@ export async function readStoredPublicKey(armored: string): Promise<openpgp.Publ
 }
 
 /**
- * Decrypts a stored private key. A wrong secret is AppError 422 `wrong_passphrase`; anything else (an
- * unreadable block) is corrupt stored data and stays a plain Error.
+ * Decrypts a stored private key, whichever S2K count locked it (rows made before GENERATION_S2K_COUNT_BYTE
+ * carry count byte 224 and still open, just slower). A wrong secret is AppError 422 `wrong_passphrase`;
+ * anything else (an unreadable block) is corrupt stored data and stays a plain Error.
  */
 export async function unlockPrivateKey(privateArmored: string, secret: string): Promise<openpgp.PrivateKey> {
   const privateKey = await openpgp.readPrivateKey({ armoredKey: privateArmored });
+  let unlocked: openpgp.PrivateKey;
   try {
-    return await openpgp.decryptKey({ privateKey, passphrase: secret });
+    unlocked = await openpgp.decryptKey({ privateKey, passphrase: secret });
   } catch (err) {
     if (/incorrect key passphrase/i.test(message(err))) throw invalid('wrong_passphrase', 'the key secret is wrong');
     throw err;
   }
+  // decryptKey checks only the primary key's secret against its public parameters; the v4 lock does not
+  // cover public parameters, so check the subkeys too (key overwriting: a swapped public point must not
+  // be used with our secret). Cheap next to a lock at the old S2K count.
+  for (const sub of unlocked.subkeys) {
+    try {
+      await (sub.keyPacket as openpgp.SecretSubkeyPacket).validate();
+    } catch {
+      throw new Error('stored private key: a subkey does not match its public parameters');
+    }
+  }
+  return unlocked;
 }
 
 async function validEncryptionKeyIds(key: openpgp.Key, now: Date): Promise<string[]> {
