@@ -65,6 +65,7 @@ export async function submitAndReply(
     inputs: job.inputs?.map((f) => ({ n: f.n, name: f.name, size: f.size, content_type: f.contentType })),
     idempotencyKey: key,
     requestHash: hash,
+    apiKeyId: ctx.state.user?.apiKey?.id,
     requestId: job.requestId,
     enqueue,
   });

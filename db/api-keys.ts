@@ -15,6 +15,8 @@ export interface ApiKeyRow {
   previous_value_expires_at: Date | null;
   last_used_at: Date | null;
   use_count: number;
+  bytes_encrypted: number;
+  bytes_decrypted: number;
   created_at: Date;
   updated_at: Date;
 }
@@ -66,6 +68,12 @@ export const addUse = (db: Knex, keyId: string, count: number, last: Date) =>
   apiKeys(db)
     .where({ id: keyId })
     .update({ use_count: db.raw('use_count + ?', [count]) as unknown as number, last_used_at: db.raw('greatest(last_used_at, ?)', [last]) as unknown as Date });
+
+/** Adds a completed job's plaintext bytes to the key that submitted it (in the job's commit: once). */
+export const addJobBytes = (db: Knex, keyId: string, kind: 'encrypt' | 'decrypt', bytes: number) =>
+  apiKeys(db)
+    .where({ id: keyId })
+    .increment(kind === 'encrypt' ? 'bytes_encrypted' : 'bytes_decrypted', bytes);
 
 /** Narrows a query of `api_keys` to the keys in `state` at `now`. */
 export function whereState(q: Knex.QueryBuilder, state: ApiKeyState, now: Date): Knex.QueryBuilder {

@@ -24,6 +24,8 @@ export interface JobRow {
   error: { code: string; message: string } | null;
   idempotency_key: string | null;
   request_hash: string | null;
+  /** The managed API key that submitted the job, if one did (its usage counts the job's bytes). */
+  api_key_id: string | null;
   attempts: number;
   created_at: Date;
   started_at: Date | null;
@@ -45,7 +47,7 @@ export const findJob = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }
 export const findUserJob = (db: Knex, userId: string, id: string) => db<JobRow>('jobs').where({ id, user_id: userId }).first();
 export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();
 
-export async function insertJob(db: Knex, row: Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash'>, files: Omit<JobFileRow, 'job_id'>[] = []): Promise<void> {
+export async function insertJob(db: Knex, row: Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id'>, files: Omit<JobFileRow, 'job_id'>[] = []): Promise<void> {
   await db('jobs').insert({ ...row, request: JSON.stringify(row.request), progress: JSON.stringify(row.progress) });
   if (files.length) await db('job_files').insert(files.map((f) => ({ ...f, job_id: row.id })));
 }

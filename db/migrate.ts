@@ -11,6 +11,7 @@ import * as m009 from './migrations/009_passkeys';
 import * as m010 from './migrations/010_api_keys';
 import * as m011 from './migrations/011_billing';
 import * as m012 from './migrations/012_teams';
+import * as m013 from './migrations/013_api_key_usage';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -29,6 +30,7 @@ const migrations: Record<string, Knex.Migration> = {
   '010_api_keys': m010,
   '011_billing': m011,
   '012_teams': m012,
+  '013_api_key_usage': m013,
 };
 
 const source: Knex.MigrationSource<string> = {

@@ -2,6 +2,7 @@ import { UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import type { Knex } from 'knex';
 import type { JobContext, JobDefinition, QueueName } from './define';
+import { addJobBytes } from '../db/api-keys';
 import { emitEvent } from '../lib/events';
 import { AppError } from '../lib/errors';
 import { findJob, isFinished, updateJob, type JobProgress, type JobRow } from '../db/jobs';
@@ -80,6 +81,7 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         const finished = c.clock.now();
         const result = await c.db.transaction(async (trx) => {
           const committed = (await done.commit?.(trx)) ?? done.result ?? {};
+          if (done.processedBytes && row.api_key_id && (row.kind === 'encrypt' || row.kind === 'decrypt')) await addJobBytes(trx, row.api_key_id, row.kind, done.processedBytes);
           await updateJob(trx, jobId, {
             state: 'completed',
             result: committed,

@@ -1,4 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { startWorkers } from '../workers/worker';
 import { randomUUID } from 'node:crypto';
 import { Writable } from 'node:stream';
 import { routes } from '../api/app';
@@ -9,7 +10,7 @@ import { hashToken } from '../lib/tokens';
 import { createLogger, type Logger } from '../lib/logger';
 import { MAX_API_KEYS } from '../lib/services/api-keys';
 import { registerUser, startTestService, type ManualClockFollowingTime, type TestService } from './support/service';
-import { createKey } from './support/keys';
+import { PASSPHRASE, createKey, download, encrypt, runJob } from './support/keys';
 
 /**
  * Managed API keys (`kms_sk_…`): generation, listing, reading the value, rotation with a grace period,
@@ -242,6 +243,24 @@ describe('managed API keys: authentication', () => {
     expect(byId.get(writer.id)).toMatchObject({ use_count: 2 });
     expect(byId.get(crypto.id)).toMatchObject({ use_count: 3 });
     expect(Date.now() - Date.parse(byId.get(reader.id)!.last_used_at!)).toBeLessThan(60_000);
+  });
+
+  it('counts the plaintext bytes of the jobs a key submits, once per completed job', async () => {
+    // This file's service runs no workers (jobs stay queued elsewhere): one for this test.
+    const pool = await startWorkers(s.c, [{ queue: 'crypto', concurrency: 1 }]);
+    onTestFinished(() => pool.close());
+    const u = await registerUser(s.api);
+    const worker = await generate(u, { scopes: ['crypto:encrypt', 'crypto:decrypt', 'jobs:read'] });
+    const key = await createKey(s.api, u.token);
+    const data = Buffer.alloc(12_345, 7);
+    const encrypted = await encrypt(s.api, worker.value, key.fingerprint, [{ name: 'a.bin', data }, { name: 'b.bin', data: data.subarray(0, 100) }]);
+    const ciphertext = await download(s.api, worker.value, encrypted.job_id, 0);
+    const decrypted = await runJob(s.api, worker.value, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.bin.gpg', data: ciphertext }] });
+    expect(decrypted.state).toBe('completed');
+    // A session's jobs count for no key.
+    await encrypt(s.api, u.token, key.fingerprint, [{ name: 'c.bin', data }]);
+    const listed = ((await s.api('GET', '/api-keys', { token: u.token })).body.items as { id: string }[]).find((k) => k.id === worker.id);
+    expect(listed).toMatchObject({ bytes_encrypted: 12_445, bytes_decrypted: ciphertext.length });
   });
 
   it('never opens session-only or admin routes (403 session_required), managing API keys included', async () => {

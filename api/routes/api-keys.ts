@@ -37,6 +37,8 @@ const ApiKey = z
     previous_value_expires_at: Timestamp.nullable().describe('When the value replaced by the latest rotation stops (stopped) working'),
     last_used_at: Timestamp.nullable(),
     use_count: z.number().int().describe('Authenticated requests made with the key (any of its values)'),
+    bytes_encrypted: z.number().int().describe('Plaintext bytes of completed encrypt jobs the key submitted'),
+    bytes_decrypted: z.number().int().describe('Plaintext bytes of completed decrypt jobs the key submitted'),
   })
   .meta({ id: 'ManagedApiKey' });
 
@@ -55,6 +57,8 @@ const view = (c: Container, row: ApiKeyRow) => ({
   previous_value_expires_at: isoOrNull(row.previous_value_expires_at),
   last_used_at: isoOrNull(row.last_used_at),
   use_count: row.use_count,
+  bytes_encrypted: row.bytes_encrypted,
+  bytes_decrypted: row.bytes_decrypted,
 });
 
 export default [

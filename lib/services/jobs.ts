@@ -66,6 +66,8 @@ export interface SubmitInput {
   idempotencyKey?: string;
   /** requestHash() of the request, compared when its Idempotency-Key is replayed. */
   requestHash: string;
+  /** The managed API key the request came with, if any. */
+  apiKeyId?: string;
   requestId: string;
   /** Enqueues the BullMQ job with the given id (the row id, so a retry of submit cannot double it). */
   enqueue(jobId: string): Promise<unknown>;
@@ -114,6 +116,7 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
           progress: files.length ? { bytes_done: 0, bytes_total: files.reduce((n, f) => n + f.size, 0), files_done: 0, files_total: files.length } : {},
           idempotency_key: input.idempotencyKey ?? null,
           request_hash: input.requestHash,
+          api_key_id: input.apiKeyId ?? null,
         },
         files.map((f) => ({ ...f, role: 'input' as const })),
       );

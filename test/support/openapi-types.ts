@@ -4985,6 +4985,10 @@ export interface components {
             last_used_at: string | null;
             /** @description Authenticated requests made with the key (any of its values) */
             use_count: number;
+            /** @description Plaintext bytes of completed encrypt jobs the key submitted */
+            bytes_encrypted: number;
+            /** @description Plaintext bytes of completed decrypt jobs the key submitted */
+            bytes_decrypted: number;
             /** @description The current value (`kms_sk_…`); null once revoked */
             value: string | null;
         };
@@ -5020,6 +5024,10 @@ export interface components {
             last_used_at: string | null;
             /** @description Authenticated requests made with the key (any of its values) */
             use_count: number;
+            /** @description Plaintext bytes of completed encrypt jobs the key submitted */
+            bytes_encrypted: number;
+            /** @description Plaintext bytes of completed decrypt jobs the key submitted */
+            bytes_decrypted: number;
         };
         SharedApiKey: {
             /** Format: uuid */
