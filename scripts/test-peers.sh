@@ -8,6 +8,7 @@ PEERS=(
   "gpg gnupg"
   "sq sq"
   "chromium chromium"
+  "tmux tmux"
 )
 
 missing=()

@@ -1,0 +1,118 @@
+import { readFile, stat } from 'node:fs/promises';
+import type { Command } from 'commander';
+import { decryptFiles, encryptFiles, rewrap, type FileJobResult } from '../../client/index.js';
+import { bars, connect, print, table, type GlobalOptions } from '../context.js';
+import { UsageError } from '../exit-codes.js';
+import { readSecret } from '../secrets.js';
+import { examples, run } from './common.js';
+
+interface Common {
+  out?: string;
+  force?: boolean;
+  idempotencyKey?: string;
+  download: boolean;
+}
+
+const common = (cmd: Command) =>
+  cmd
+    .option('-o, --out <dir>', 'folder for the outputs (created if missing)', '.')
+    .option('-f, --force', 'replace output files that exist')
+    .option('--idempotency-key <key>', 'send this Idempotency-Key (default: a new one; every retry of this run reuses it)')
+    .option('--no-download', 'leave the outputs on the service (download later with `kms jobs download`)');
+
+const size = (n: number) => (n >= 1 << 20 ? `${(n / (1 << 20)).toFixed(1)} MiB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KiB` : `${n} B`);
+
+function report(opts: GlobalOptions, verb: string, result: FileJobResult) {
+  print(opts, { job: result.job, outputs: result.outputs }, () =>
+    result.outputs.length
+      ? `${verb} ${result.outputs.length} file(s) (job ${result.job.job_id}):\n${table(result.outputs.map((o) => ({ file: o.path, size: size(o.size) })), ['file', 'size'])}`
+      : `${verb}: job ${result.job.job_id} ${result.job.state}; outputs stay on the service until ${result.job.expires_at ?? 'their retention ends'}`,
+  );
+}
+
+async function checkFiles(files: string[]) {
+  for (const f of files) {
+    const info = await stat(f).catch(() => undefined);
+    if (!info?.isFile()) throw new UsageError(`${f} is not a readable file`);
+  }
+}
+
+/** Runs a file job with a progress bar that is always taken down, even when the job fails. */
+async function withBar<T>(opts: GlobalOptions, fn: (onProgress: ReturnType<typeof bars>['onProgress'], onSubmitted: (job: { job_id: string }) => void) => Promise<T>): Promise<T> {
+  const bar = bars(opts);
+  const onSubmitted = (job: { job_id: string }) => {
+    if (!opts.quiet && !opts.json && process.stderr.isTTY) process.stderr.write(`job ${job.job_id}\n`);
+  };
+  try {
+    return await fn(bar.onProgress, onSubmitted);
+  } finally {
+    bar.stop();
+  }
+}
+
+export function registerFiles(program: Command) {
+  common(
+    program
+      .command('encrypt <files...>')
+      .description('Encrypt files to a stored key or a public key: upload, wait for the job, download the results')
+      .option('-k, --key <fingerprint>', 'a key of yours (any generation: the current one is used)')
+      .option('--public-key <file>', 'an armored OpenPGP public key file (e.g. exported from gpg)')
+      .option('-a, --armor', 'ASCII-armored output (.asc) instead of binary (.gpg)')
+      .option('--compress', 'compress before encrypting'),
+  )
+    .addHelpText('after', examples('kms encrypt report.pdf data.csv --key 8F3A… --out encrypted/', 'kms encrypt notes.txt --public-key bob.asc --armor', 'kms encrypt big.tar --key 8F3A… --json > result.json'))
+    .action(
+      run<Common & { key?: string; publicKey?: string; armor?: boolean; compress?: boolean }, [string[]]>(async (opts, files) => {
+        if (Boolean(opts.key) === Boolean(opts.publicKey)) throw new UsageError('give exactly one of --key FINGERPRINT and --public-key FILE');
+        await checkFiles(files);
+        const publicKey = opts.publicKey ? await readFile(opts.publicKey, 'utf8').catch(() => Promise.reject(new UsageError(`cannot read ${opts.publicKey}`))) : undefined;
+        const { kms } = await connect(opts);
+        const result = await withBar(opts, (onProgress, onSubmitted) =>
+          encryptFiles(kms, { files, fingerprint: opts.key, publicKey, armor: opts.armor, compress: opts.compress, outDir: opts.out, overwrite: opts.force, idempotencyKey: opts.idempotencyKey, noDownload: !opts.download, onProgress, onSubmitted }),
+        );
+        report(opts, 'encrypted', result);
+      }),
+    );
+
+  common(
+    program
+      .command('decrypt <files...>')
+      .description('Decrypt files with a stored key and its passphrase: upload, wait, download the plaintext')
+      .requiredOption('-k, --key <fingerprint>', "the key (any generation's fingerprint)")
+      .option('--passphrase-fd <n>', 'read the passphrase from this file descriptor'),
+  )
+    .addHelpText('after', examples('kms decrypt encrypted/*.gpg --key 8F3A… --out plain/', 'KMS_PASSPHRASE=… kms decrypt report.pdf.gpg --key 8F3A…', 'kms decrypt x.gpg --key 8F3A… --passphrase-fd 3 3<pass.txt') + '\nThe passphrase comes from --passphrase-fd N, else KMS_PASSPHRASE, else a prompt without echo.\n')
+    .action(
+      run<Common & { key: string; passphraseFd?: string }, [string[]]>(async (opts, files) => {
+        await checkFiles(files);
+        const { kms } = await connect(opts);
+        const passphrase = await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'Key passphrase: ', what: 'passphrase', fdFlag: '--passphrase-fd' });
+        const result = await withBar(opts, (onProgress, onSubmitted) =>
+          decryptFiles(kms, { files, fingerprint: opts.key, passphrase, outDir: opts.out, overwrite: opts.force, idempotencyKey: opts.idempotencyKey, noDownload: !opts.download, onProgress, onSubmitted }),
+        );
+        report(opts, 'decrypted', result);
+      }),
+    );
+
+  common(
+    program
+      .command('rewrap <files...>')
+      .description("Bring messages encrypted to an older generation of a key to its current generation")
+      .requiredOption('-k, --key <fingerprint>', "the key (any generation's fingerprint)")
+      .option('--mode <mode>', 'rewrap (the session key only) or reencrypt (the whole message)', 'rewrap')
+      .option('--passphrase-fd <n>', 'read the passphrase from this file descriptor'),
+  )
+    .addHelpText('after', examples('kms rewrap old/*.gpg --key 8F3A… --out current/', 'kms rewrap old.gpg --key 8F3A… --mode reencrypt'))
+    .action(
+      run<Common & { key: string; mode: string; passphraseFd?: string }, [string[]]>(async (opts, files) => {
+        if (opts.mode !== 'rewrap' && opts.mode !== 'reencrypt') throw new UsageError('--mode is rewrap or reencrypt');
+        await checkFiles(files);
+        const { kms } = await connect(opts);
+        const passphrase = await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'Key passphrase: ', what: 'passphrase', fdFlag: '--passphrase-fd' });
+        const result = await withBar(opts, (onProgress, onSubmitted) =>
+          rewrap(kms, { files, fingerprint: opts.key, passphrase, mode: opts.mode as 'rewrap' | 'reencrypt', outDir: opts.out, overwrite: opts.force, idempotencyKey: opts.idempotencyKey, noDownload: !opts.download, onProgress, onSubmitted }),
+        );
+        report(opts, 'rewrapped', result);
+      }),
+    );
+}

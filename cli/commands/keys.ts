@@ -1,0 +1,163 @@
+import { writeFile } from 'node:fs/promises';
+import { Option, type Command } from 'commander';
+import { rotate, waitForJob, type Job } from '../../client/index.js';
+import { bars, connect, fields, pagedFooter, print, table } from '../context.js';
+import { UsageError } from '../exit-codes.js';
+import { readSecret } from '../secrets.js';
+import { examples, int, run } from './common.js';
+
+const KEY_COLUMNS = ['fingerprint', 'label', 'environment', 'algorithm', 'status', 'generation', 'expires_at'];
+const passphraseHelp = 'The passphrase comes from --passphrase-fd N, else KMS_PASSPHRASE, else a prompt without echo.';
+
+export function registerKeys(program: Command) {
+  const keys = program.command('keys').description('OpenPGP keys: list, generate, inspect, disable, rotate, schedule');
+  keys.addHelpText('after', examples('kms keys list', 'kms keys generate --label backups --name Ann --email ann@example.com', 'kms keys rotate <FPR>'));
+
+  keys
+    .command('list')
+    .description('Your keys (and keys inherited through team access)')
+    .option('--environment <env>', 'only this environment')
+    .option('--label <label>', 'only this label')
+    .addOption(new Option('--active <bool>', 'only active (true) or inactive (false) keys').choices(['true', 'false']))
+    .option('--page <n>', 'page number', int('--page'), 1)
+    .option('--page-size <n>', 'keys per page (≤ 100)', int('--page-size'), 50)
+    .addHelpText('after', examples('kms keys list', 'kms keys list --environment production --json'))
+    .action(
+      run<{ environment?: string; label?: string; active?: 'true' | 'false'; page: number; pageSize: number }>(async (opts) => {
+        const { kms } = await connect(opts);
+        const page = await kms.data(kms.api.GET('/keys/list', { params: { query: { environment: opts.environment, label: opts.label, active: opts.active, page: opts.page, page_size: opts.pageSize } } }));
+        print(opts, page, () => table(page.items, KEY_COLUMNS) + pagedFooter(page));
+      }),
+    );
+
+  keys
+    .command('generate')
+    .description('Generate a key (curve25519 at once; rsa3072/rsa4096 as a job that is waited for)')
+    .requiredOption('--label <label>', 'a name for the key')
+    .requiredOption('--name <name>', 'name in the OpenPGP user id')
+    .requiredOption('--email <email>', 'email in the OpenPGP user id')
+    .addOption(new Option('--algorithm <alg>', 'key algorithm').choices(['curve25519', 'rsa3072', 'rsa4096']).default('curve25519'))
+    .option('--environment <env>', 'environment', 'production')
+    .option('--expires-in-days <n>', 'key lifetime in days (1–3650); none: no expiry', int('--expires-in-days'))
+    .option('--passphrase-fd <n>', 'read the passphrase from this file descriptor')
+    .addHelpText('after', examples('kms keys generate --label backups --name Ann --email ann@example.com', 'kms keys generate --label big --name Ann --email ann@example.com --algorithm rsa4096 --passphrase-fd 3 3<pass.txt') + `\n${passphraseHelp}\n`)
+    .action(
+      run<{ label: string; name: string; email: string; algorithm: 'curve25519' | 'rsa3072' | 'rsa4096'; environment: string; expiresInDays?: number; passphraseFd?: string }>(async (opts) => {
+        const { kms } = await connect(opts);
+        const passphrase = await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'New key passphrase (12+ characters): ', what: 'passphrase', fdFlag: '--passphrase-fd', confirm: true });
+        const answer = await kms.data(
+          kms.api.POST('/keys/generate-key', {
+            body: { label: opts.label, name: opts.name, email: opts.email, algorithm: opts.algorithm, environment: opts.environment, expires_in_days: opts.expiresInDays, passphrase },
+            headers: { prefer: 'wait=30' },
+          }),
+        );
+        if ('fingerprint' in answer) return print(opts, answer, () => fields(answer, KEY_COLUMNS.concat('uid')));
+        const bar = bars(opts);
+        const job = await waitForJob(kms, answer as Job, { onProgress: bar.onProgress }).finally(() => bar.stop());
+        print(opts, job, () => `generated: ${JSON.stringify(job.result)}`);
+      }),
+    );
+
+  keys
+    .command('show <fingerprint>')
+    .description("A key's details, by any generation's fingerprint")
+    .addHelpText('after', examples('kms keys show 8F3A…', 'kms keys show 8F3A… --json | jq .key.generation'))
+    .action(
+      run<object, [string]>(async (opts, fingerprint) => {
+        const { kms } = await connect(opts);
+        const answer = await kms.data(kms.api.POST('/keys/get-public-key', { body: { fingerprint } }));
+        print(opts, answer, () => fields({ ...answer.key, requested_fingerprint: answer.requested_fingerprint }));
+      }),
+    );
+
+  keys
+    .command('public <fingerprint>')
+    .description("The armored public key of the key's current generation (to give to gpg users)")
+    .option('-o, --out <file>', 'write it to a file instead of standard output')
+    .addHelpText('after', examples('kms keys public 8F3A… | gpg --import', 'kms keys public 8F3A… -o ann.asc'))
+    .action(
+      run<{ out?: string }, [string]>(async (opts, fingerprint) => {
+        const { kms } = await connect(opts);
+        const answer = await kms.data(kms.api.POST('/keys/get-public-key', { body: { fingerprint } }));
+        if (opts.out) {
+          await writeFile(opts.out, answer.public_key);
+          return print(opts, { fingerprint: answer.fingerprint, file: opts.out }, `wrote ${opts.out}`);
+        }
+        print(opts, { fingerprint: answer.fingerprint, public_key: answer.public_key }, answer.public_key);
+      }),
+    );
+
+  keys
+    .command('disable <fingerprint>')
+    .description('Disable a key for good: it stops encrypting and rotating (it still decrypts)')
+    .addHelpText('after', examples('kms keys disable 8F3A…'))
+    .action(
+      run<object, [string]>(async (opts, fingerprint) => {
+        const { kms } = await connect(opts);
+        const key = await kms.data(kms.api.POST('/keys/disable-key', { body: { fingerprint } }));
+        print(opts, key, () => `disabled ${key.fingerprint} (${key.label})`);
+      }),
+    );
+
+  keys
+    .command('rotate <fingerprint>')
+    .description('Rotate a key now (a new generation); optionally change its passphrase')
+    .option('--change-passphrase', 'also set a new passphrase (the current one is needed)')
+    .option('--passphrase-fd <n>', 'read the current passphrase from this file descriptor')
+    .option('--new-passphrase-fd <n>', 'read the new passphrase from this file descriptor (else KMS_NEW_PASSPHRASE or a prompt)')
+    .option('--no-wait', 'answer once the rotation job is queued')
+    .addHelpText('after', examples('kms keys rotate 8F3A…', 'kms keys rotate 8F3A… --change-passphrase'))
+    .action(
+      run<{ changePassphrase?: boolean; passphraseFd?: string; newPassphraseFd?: string; wait: boolean }, [string]>(async (opts, fingerprint) => {
+        const { kms } = await connect(opts);
+        let currentPassphrase: string | undefined;
+        let newPassphrase: string | undefined;
+        if (opts.changePassphrase) {
+          currentPassphrase = await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'Current passphrase: ', what: 'passphrase', fdFlag: '--passphrase-fd' });
+          newPassphrase = await readSecret({ fd: opts.newPassphraseFd, env: 'KMS_NEW_PASSPHRASE', prompt: 'New passphrase: ', what: 'new passphrase', fdFlag: '--new-passphrase-fd', confirm: true });
+        }
+        const bar = bars(opts);
+        const job = await rotate(kms, { fingerprint, currentPassphrase, newPassphrase, noWait: !opts.wait, onProgress: bar.onProgress }).finally(() => bar.stop());
+        print(opts, job, () => (job.state === 'completed' ? `rotated: ${fields(job.result ?? {})}` : `rotation job ${job.job_id} is ${job.state}`));
+      }),
+    );
+
+  keys
+    .command('schedule <fingerprint>')
+    .description("Set a key's rotation schedule")
+    .option('--days <n>', 'rotate every N days (1–730)', int('--days'))
+    .option('--off', 'no scheduled or policy rotation')
+    .option('--account-policy', "follow the account's rotation policy (the default)")
+    .addHelpText('after', examples('kms keys schedule 8F3A… --days 90', 'kms keys schedule 8F3A… --off', 'kms keys schedule 8F3A… --account-policy'))
+    .action(
+      run<{ days?: number; off?: boolean; accountPolicy?: boolean }, [string]>(async (opts, fingerprint) => {
+        const given = [opts.days !== undefined, Boolean(opts.off), Boolean(opts.accountPolicy)].filter(Boolean).length;
+        if (given !== 1) throw new UsageError('give exactly one of --days N, --off and --account-policy');
+        const { kms } = await connect(opts);
+        const body = opts.accountPolicy ? { use_account_policy: true as const } : { interval_days: opts.off ? null : opts.days! };
+        const schedule = await kms.data(kms.api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path: { fingerprint } }, body }));
+        print(opts, schedule, () => fields(schedule));
+      }),
+    );
+
+  keys
+    .command('history [fingerprint]')
+    .description("Rotation history: one key's lineage, or every rotation of the account")
+    .addOption(new Option('--status <status>', 'only succeeded or failed rotations').choices(['succeeded', 'failed']))
+    .addOption(new Option('--trigger <trigger>', 'only rotations started this way').choices(['manual', 'schedule', 'policy']))
+    .option('--page <n>', 'page number', int('--page'), 1)
+    .option('--page-size <n>', 'entries per page', int('--page-size'), 50)
+    .addHelpText('after', examples('kms keys history', 'kms keys history 8F3A… --status failed'))
+    .action(
+      run<{ status?: 'succeeded' | 'failed'; trigger?: 'manual' | 'schedule' | 'policy'; page: number; pageSize: number }, [string | undefined]>(async (opts, fingerprint) => {
+        const { kms } = await connect(opts);
+        const query = { status: opts.status, trigger: opts.trigger, page: opts.page, page_size: opts.pageSize };
+        const page = fingerprint
+          ? await kms.data(kms.api.GET('/keys/{fingerprint}/rotation-history', { params: { path: { fingerprint }, query } }))
+          : await kms.data(kms.api.GET('/keys/rotation-history', { params: { query } }));
+        const rows = page.items as unknown as Record<string, unknown>[];
+        const columns = rows[0] ? Object.keys(rows[0]).filter((k) => !/^(id|user_id|lineage_id|job_id|error)$/.test(k)).slice(0, 7) : [];
+        print(opts, page, () => table(rows, columns) + pagedFooter(page));
+      }),
+    );
+}

@@ -1,0 +1,204 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { randomBytes } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Readable } from 'node:stream';
+import { CLIENT_TYPES_FILE, clientTypesFor, servedDocument } from '../client/generate-types';
+import { ClientError, JobFailedError, Kms, ProblemError, decryptFiles, encryptFiles, getJob, rewrap, rotate, type Progress } from '../client/index';
+import { routes } from '../api/app';
+import { registerUser, startTestService, type TestService } from './support/service';
+
+/**
+ * The client library (client/) against the real service: its committed types match the document the
+ * service serves, the file helpers stream through whole jobs, errors arrive as typed problems, and the
+ * retry policy (same Idempotency-Key after a network error or 503, Retry-After on 429) holds against a
+ * scripted server.
+ */
+let s: TestService;
+let dir: string;
+let kms: Kms;
+let fingerprint: string;
+const passphrase = 'a passphrase for the client test';
+
+beforeAll(async () => {
+  s = await startTestService();
+  dir = await mkdtemp(join(tmpdir(), 'kms-client-'));
+  const u = await registerUser(s.api);
+  kms = new Kms({ url: s.url, token: u.token });
+  const key = await kms.data(kms.api.POST('/keys/generate-key', { body: { label: 'client', name: 'Client Test', email: 'client@example.test', passphrase } }));
+  if (!('fingerprint' in key)) throw new Error('expected a curve25519 key at once');
+  fingerprint = key.fingerprint;
+});
+afterAll(async () => {
+  await s?.stop();
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+describe('client types', () => {
+  it('client/openapi.ts matches the document the service serves (run `npm run client:types` after changing a route)', async () => {
+    const committed = await readFile(CLIENT_TYPES_FILE, 'utf8');
+    const fresh = await clientTypesFor(await servedDocument(s.url));
+    const [a, b] = [committed.split('\n'), fresh.split('\n')];
+    const line = a.findIndex((l, i) => l !== b[i]);
+    const where = line < 0 ? `the served types have ${b.length - a.length} more lines` : `first difference at line ${line + 1}: ${JSON.stringify(b[line]?.trim().slice(0, 160))}`;
+    expect(committed === fresh, `client/openapi.ts is stale (${where}): run \`npm run client:types\``).toBe(true);
+  });
+});
+
+describe('file helpers', () => {
+  it('encrypts paths and a stream, reports every phase, and decrypts back to the same bytes', async () => {
+    const plain = [randomBytes(3 << 20), Buffer.from('small file\n'), Buffer.alloc(0)];
+    await writeFile(join(dir, 'a.bin'), plain[0]!);
+    await writeFile(join(dir, 'b.txt'), plain[1]!);
+    const phases = new Set<Progress['phase']>();
+    let uploaded = 0;
+    const enc = await encryptFiles(kms, {
+      fingerprint,
+      files: [join(dir, 'a.bin'), { name: 'b.txt', path: join(dir, 'b.txt') }, { name: 'empty', open: () => Readable.from([]) }],
+      outDir: join(dir, 'enc'),
+      waitSeconds: 0, // no Prefer: wait, so the job is seen queued or processing
+      onProgress: (p) => {
+        phases.add(p.phase);
+        if (p.phase === 'upload') uploaded = p.bytes_done;
+      },
+    });
+    expect(enc.job.state).toBe('completed');
+    expect(enc.outputs.map((o) => o.name)).toEqual(['a.bin.gpg', 'b.txt.gpg', 'empty.gpg']);
+    expect(uploaded).toBe(plain[0]!.length + plain[1]!.length);
+    expect(phases.has('upload') && phases.has('download')).toBe(true);
+    expect(phases.has('queued') || phases.has('processing')).toBe(true);
+
+    const dec = await decryptFiles(kms, { fingerprint, passphrase, files: enc.outputs.map((o) => o.path), outDir: join(dir, 'dec') });
+    expect(dec.outputs.map((o) => o.name)).toEqual(['a.bin', 'b.txt', 'empty']);
+    for (const [i, o] of dec.outputs.entries()) expect(Buffer.compare(await readFile(o.path), plain[i]!)).toBe(0);
+
+    // Outputs are never overwritten unless asked.
+    await expect(decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1]!.path], outDir: join(dir, 'dec') })).rejects.toMatchObject({ code: 'output_exists' });
+    const again = await decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1]!.path], outDir: join(dir, 'dec'), overwrite: true });
+    expect(await readFile(again.outputs[0]!.path, 'utf8')).toBe('small file\n');
+  });
+
+  it('sends a one-time stream (size unknown: chunked) and names outputs from non-ASCII names', async () => {
+    const data = randomBytes(200_000);
+    const enc = await encryptFiles(kms, { fingerprint, armor: true, files: [{ name: 'naïve résumé.txt', stream: Readable.from([data.subarray(0, 1000), data.subarray(1000)]) }], outDir: join(dir, 'armored') });
+    expect(enc.outputs[0]!.name).toBe('naïve résumé.txt.asc');
+    expect((await readFile(enc.outputs[0]!.path, 'utf8')).startsWith('-----BEGIN PGP MESSAGE-----')).toBe(true);
+    const dec = await decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[0]!.path], outDir: join(dir, 'armored-dec') });
+    expect(Buffer.compare(await readFile(dec.outputs[0]!.path), data)).toBe(0);
+  });
+
+  it('answers refusals as typed problems with their code, and a failed job as JobFailedError', async () => {
+    await writeFile(join(dir, 'x.gpg'), randomBytes(1000));
+    const wrong = await decryptFiles(kms, { fingerprint, passphrase: 'not the passphrase at all', files: [join(dir, 'x.gpg')], outDir: dir }).catch((e: unknown) => e);
+    expect(wrong).toBeInstanceOf(ProblemError);
+    expect(wrong).toMatchObject({ status: 422, code: 'wrong_passphrase' });
+
+    const missing = await getJob(kms, '00000000-0000-4000-8000-000000000000').catch((e: unknown) => e);
+    expect(missing).toMatchObject({ status: 404, code: expect.any(String) });
+
+    // Random bytes are no OpenPGP message: refused at once (422) or a failed job, never outputs.
+    const garbage = await decryptFiles(kms, { fingerprint, passphrase, files: [join(dir, 'x.gpg')], outDir: join(dir, 'garbage') }).catch((e: unknown) => e);
+    expect(garbage instanceof JobFailedError || (garbage instanceof ProblemError && garbage.status === 422)).toBe(true);
+
+    const anon = new Kms({ url: s.url, token: 'kms_pk_not-a-real-key' });
+    await expect(anon.data(anon.api.GET('/keys/list', {}))).rejects.toMatchObject({ status: 401 });
+  });
+
+  it('rotates a key and waits for the rotation job', async () => {
+    const before = await kms.data(kms.api.POST('/keys/get-public-key', { body: { fingerprint } }));
+    const job = await rotate(kms, { fingerprint });
+    expect(job).toMatchObject({ kind: 'rotate-key', state: 'completed' });
+    const after = await kms.data(kms.api.POST('/keys/get-public-key', { body: { fingerprint } }));
+    expect(after.key.generation).toBe(before.key.generation + 1);
+    expect(after.fingerprint).not.toBe(before.fingerprint);
+  });
+
+  const hasRewrap = routes.some((r) => (r as { path?: string }).path === '/keys/rewrap');
+  it.skipIf(!hasRewrap)('rewraps a message to the current generation (skipped until POST /keys/rewrap exists: built in another issue)', async () => {
+    const plain = Buffer.from('rewrap me\n');
+    await writeFile(join(dir, 'rw.txt'), plain);
+    const old = await encryptFiles(kms, { fingerprint, files: [join(dir, 'rw.txt')], outDir: join(dir, 'rw-old') });
+    await rotate(kms, { fingerprint });
+    const wrapped = await rewrap(kms, { fingerprint, passphrase, files: [old.outputs[0]!.path], outDir: join(dir, 'rw-new') });
+    const dec = await decryptFiles(kms, { fingerprint, passphrase, files: [wrapped.outputs[0]!.path], outDir: join(dir, 'rw-dec') });
+    expect(Buffer.compare(await readFile(dec.outputs[0]!.path), plain)).toBe(0);
+  });
+});
+
+describe('retry policy (against a scripted server)', () => {
+  interface Seen {
+    method: string;
+    url: string;
+    key?: string;
+    bytes: number;
+  }
+  let server: Server;
+  let seen: Seen[];
+  let script: ((req: IncomingMessage, res: import('node:http').ServerResponse, n: number) => void)[];
+  let url: string;
+  const job = { job_id: '11111111-1111-4111-8111-111111111111', kind: 'encrypt', state: 'completed', status_url: '', progress: {}, result: { files: [] }, error: null, created_at: '', started_at: null, finished_at: null, expires_at: null };
+
+  beforeAll(async () => {
+    server = createServer((req, res) => {
+      const n = seen.length;
+      const entry: Seen = { method: req.method!, url: req.url!, key: req.headers['idempotency-key'] as string | undefined, bytes: 0 };
+      seen.push(entry);
+      req.on('data', (c: Buffer) => (entry.bytes += c.length));
+      (script[n] ?? script[script.length - 1]!)(req, res, n);
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+  });
+  afterAll(() => new Promise<void>((r) => server.close(() => r())));
+
+  const problem = (res: import('node:http').ServerResponse, status: number, code: string, headers: Record<string, string> = {}) =>
+    res.writeHead(status, { 'content-type': 'application/problem+json', ...headers }).end(JSON.stringify({ type: `urn:kms:problem:${code}`, title: 'x', status, detail: code, code }));
+
+  it('sends an upload again with the same Idempotency-Key after a cut connection and a 503', async () => {
+    seen = [];
+    script = [
+      (req) => req.once('data', () => req.socket.destroy()), // cut mid-upload
+      (req, res) => req.resume().on('end', () => problem(res, 503, 'unavailable', { 'retry-after': '0' })),
+      (req, res) => req.resume().on('end', () => res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify(job))),
+    ];
+    await writeFile(join(dir, 'retry.bin'), randomBytes(2 << 20));
+    const client = new Kms({ url, token: 't' });
+    const result = await encryptFiles(client, { fingerprint: 'F'.repeat(40), files: [join(dir, 'retry.bin')], outDir: join(dir, 'retry-out') });
+    expect(result.job.job_id).toBe(job.job_id);
+    expect(seen.map((x) => x.method)).toEqual(['POST', 'POST', 'POST']);
+    expect(new Set(seen.map((x) => x.key)).size).toBe(1);
+    expect(seen[0]!.key).toMatch(/^kms-/);
+    expect(seen[2]!.bytes).toBeGreaterThan(2 << 20);
+  });
+
+  it('waits for Retry-After on 429, but gives a long one back as a problem at once', async () => {
+    seen = [];
+    script = [(_req, res) => problem(res, 429, 'rate_limited', { 'retry-after': '1' }), (_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(job))];
+    const client = new Kms({ url, token: 't' });
+    const started = Date.now();
+    expect((await getJob(client, job.job_id)).job_id).toBe(job.job_id);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(950);
+
+    seen = [];
+    script = [(_req, res) => problem(res, 429, 'rate_limited', { 'retry-after': '900' })];
+    const err = await getJob(client, job.job_id).catch((e: unknown) => e);
+    expect(err).toMatchObject({ status: 429, code: 'rate_limited', retryAfter: 900 });
+    expect(seen).toHaveLength(1);
+  });
+
+  it('does not repeat a POST without an Idempotency-Key after a network error, nor a one-time stream', async () => {
+    seen = [];
+    script = [(req) => req.socket.destroy()];
+    const client = new Kms({ url, token: 't' });
+    await expect(client.data(client.api.POST('/auth/login', { body: { identifier: 'a', password: 'b' } }))).rejects.toBeInstanceOf(ClientError);
+    expect(seen).toHaveLength(1);
+
+    seen = [];
+    script = [(req) => req.once('data', () => req.socket.destroy())];
+    const err = await encryptFiles(client, { fingerprint: 'F'.repeat(40), files: [{ name: 'once', stream: Readable.from([randomBytes(1 << 20)]) }], outDir: dir }).catch((e: unknown) => e);
+    expect(err).toMatchObject({ code: 'not_replayable' });
+    expect(seen).toHaveLength(1);
+  });
+});
