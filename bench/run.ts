@@ -17,6 +17,7 @@ import { decryptSection, encryptSection, parallelSection, rotationSection, type 
 import { measureSealing } from './lib/sealing';
 import { eventLatencyLine, measureEventLatency } from './lib/events';
 import { authOverheadLines, measureAuthOverhead } from './lib/auth';
+import { latencyLines, measureListLatency, measureSmallJobs } from './lib/latency';
 import { Service } from './lib/service';
 import { GiB, children, formatSize, mibPerSec, parseSize, stopChild, writeRandomFile } from './lib/util';
 
@@ -32,7 +33,13 @@ const authSection = async (b: Bench) => {
   for (const line of authOverheadLines(await measureAuthOverhead(b.service.baseUrl, { rate: 500, seconds: 3, rounds: 3 }), 500)) console.log(line);
   return {};
 };
-const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, events: eventsSection, auth: authSection };
+/** `latency`: GET /keys/list at 500 requests/s, and 1 KiB encrypt jobs with Prefer: wait at concurrency 1 and 16. */
+const latencySection = async (b: Bench) => {
+  const list = await measureListLatency(b.service.baseUrl, { rate: 500, seconds: 5 });
+  for (const line of latencyLines(list, 500, await measureSmallJobs(b.service.baseUrl, { concurrency: [1, 16], jobs: 50 }))) console.log(line);
+  return {};
+};
+const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, events: eventsSection, auth: authSection, latency: latencySection };
 type Section = keyof typeof SECTIONS;
 
 /** statfs type of tmpfs: a RAM-backed temp dir takes disk writeback out of the figures. */

@@ -1,0 +1,33 @@
+/**
+ * Request and small-job latency (bench/lib/latency.ts), on its own: one API process and one worker.
+ * `npm run bench -- --only latency` runs the same measurement inside the full bench.
+ *
+ *   npm run bench:latency -- [--rate N] [--seconds N] [--jobs N]     (default 500/s, 5 s, 50 jobs)
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { latencyLines, measureListLatency, measureSmallJobs } from './lib/latency';
+import { Service } from './lib/service';
+import { GiB } from './lib/util';
+
+const arg = (name: string, def: number) => {
+  const at = process.argv.indexOf(name);
+  const n = at >= 0 ? Number(process.argv[at + 1]) : def;
+  if (!Number.isFinite(n) || n <= 0) throw new Error(`${name} needs a positive number`);
+  return n;
+};
+const rate = arg('--rate', 500);
+const dir = await mkdtemp(join(tmpdir(), 'kms-bench-latency-'));
+const service = new Service(dir, GiB);
+try {
+  await service.startWeb();
+  await service.addWorker('crypto=4');
+  const list = await measureListLatency(service.baseUrl, { rate, seconds: arg('--seconds', 5) });
+  const small = await measureSmallJobs(service.baseUrl, { concurrency: [1, 16], jobs: arg('--jobs', 50) });
+  for (const line of latencyLines(list, rate, small)) console.log(line);
+  console.log(JSON.stringify({ bench: 'latency', rate, list, small }));
+} finally {
+  await service.stop();
+  await rm(dir, { recursive: true, force: true });
+}

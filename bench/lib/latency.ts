@@ -1,0 +1,134 @@
+import { Agent, request } from 'node:http';
+import { randomId } from './util';
+
+export interface Latency {
+  requests: number;
+  p50: number;
+  p99: number;
+  /** Answers other than the expected status (should be 0). */
+  errors: number;
+}
+
+const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
+
+export function summarise(samples: number[], errors: number): Latency {
+  const sorted = [...samples].sort((a, b) => a - b);
+  return { requests: sorted.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), errors };
+}
+
+/** A keep-alive GET as the load generators send it: resolves with its latency and whether the status was `expect`. */
+export function timedGet(agent: Agent, url: URL, headers: Record<string, string>, expect = 200): Promise<{ ms: number; ok: boolean }> {
+  return new Promise((resolve) => {
+    const started = performance.now();
+    const req = request({ host: url.hostname, port: url.port, path: url.pathname + url.search, agent, headers }, (res) => {
+      res.resume();
+      res.on('end', () => resolve({ ms: performance.now() - started, ok: res.statusCode === expect }));
+    });
+    req.on('error', () => resolve({ ms: performance.now() - started, ok: false }));
+    req.end();
+  });
+}
+
+/**
+ * Open-loop load: `rate` requests per second for `seconds`, each leaving on schedule whether or not
+ * the earlier ones have answered (a closed loop would slow down with the server and hide its queueing).
+ */
+export async function openLoop(rate: number, seconds: number, send: () => Promise<{ ms: number; ok: boolean }>, into: { samples: number[]; errors: number }): Promise<void> {
+  const total = Math.round(rate * seconds);
+  const start = performance.now();
+  const inFlight: Promise<void>[] = [];
+  for (let i = 0; i < total; i++) {
+    const wait = start + (i * 1000) / rate - performance.now();
+    if (wait > 1) await new Promise((r) => setTimeout(r, wait));
+    inFlight.push(
+      send().then(({ ms, ok }) => {
+        into.samples.push(ms);
+        if (!ok) into.errors++;
+      }),
+    );
+  }
+  await Promise.all(inFlight);
+}
+
+export async function call(base: string, method: string, path: string, body: unknown, token?: string, headers: Record<string, string> = {}): Promise<{ status: number; json: Record<string, unknown> }> {
+  const res = await fetch(`${base}/api/v1${path}`, {
+    method,
+    headers: { ...(body instanceof FormData ? {} : { 'content-type': 'application/json' }), ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers },
+    body: body === undefined ? undefined : body instanceof FormData ? body : JSON.stringify(body),
+  });
+  return { status: res.status, json: (await res.json()) as Record<string, unknown> };
+}
+
+/** A fresh account on the service: its session token, partner key and id. */
+export async function benchAccount(base: string, kind: string): Promise<{ token: string; partnerKey: string }> {
+  const id = randomId();
+  const reg = await call(base, 'POST', '/partners/register', { username: `${kind}_${id}`, email: `${kind}-${id}@example.com`, password: `bench-password-${id}`, company_name: 'KMS bench' });
+  if (reg.status !== 201) throw new Error(`register answered ${reg.status}`);
+  return { token: (reg.json.session as { token: string }).token, partnerKey: (reg.json.partner_api_key as { api_key: string }).api_key };
+}
+
+/** `GET /keys/list` (10 keys in the account) at `rate` requests per second. */
+export async function measureListLatency(base: string, opts: { rate: number; seconds: number }): Promise<Latency> {
+  const { token } = await benchAccount(base, 'list');
+  for (let i = 0; i < 10; i++) await generateKey(base, token);
+  const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+  const acc = { samples: [] as number[], errors: 0 };
+  try {
+    await openLoop(opts.rate, opts.seconds, () => timedGet(agent, new URL(`${base}/api/v1/keys/list`), { authorization: `Bearer ${token}` }), acc);
+  } finally {
+    agent.destroy();
+  }
+  return summarise(acc.samples, acc.errors);
+}
+
+async function generateKey(base: string, token: string): Promise<string> {
+  const form = new FormData();
+  for (const [k, v] of Object.entries({ label: 'bench', name: 'KMS Bench', email: 'bench@example.com', passphrase: 'bench passphrase 0123', algorithm: 'curve25519' })) form.append(k, v);
+  const res = await call(base, 'POST', '/keys/generate-key', form, token);
+  if (res.status !== 201) throw new Error(`generate-key answered ${res.status}`);
+  return res.json.fingerprint as string;
+}
+
+/**
+ * Small jobs: a 1 KiB file encrypted with `Prefer: wait=30`, from submit to the finished result in the
+ * answer, `jobs` times at each concurrency (closed loops: each client sends its next job when one ends).
+ */
+export async function measureSmallJobs(base: string, opts: { concurrency: number[]; jobs: number }): Promise<{ concurrency: number; latency: Latency }[]> {
+  const { token } = await benchAccount(base, 'small');
+  const fingerprint = await generateKey(base, token);
+  const data = new Blob([new Uint8Array(1024).fill(7)]);
+  const one = async () => {
+    const form = new FormData();
+    form.append('fingerprint', fingerprint);
+    form.append('files', data, 'small.bin');
+    const started = performance.now();
+    const res = await call(base, 'POST', '/keys/encrypt', form, token, { prefer: 'wait=30' });
+    return { ms: performance.now() - started, ok: res.status === 200 && (res.json as { state?: string }).state === 'completed' };
+  };
+  await one(); // warm-up: first job of a fresh worker
+  const out = [];
+  for (const concurrency of opts.concurrency) {
+    const acc = { samples: [] as number[], errors: 0 };
+    let left = opts.jobs;
+    await Promise.all(
+      Array.from({ length: concurrency }, async () => {
+        while (left-- > 0) {
+          const { ms, ok } = await one();
+          acc.samples.push(ms);
+          if (!ok) acc.errors++;
+        }
+      }),
+    );
+    out.push({ concurrency, latency: summarise(acc.samples, acc.errors) });
+  }
+  return out;
+}
+
+const fmt = (l: Latency) => `p50 ${l.p50.toFixed(1)} ms · p99 ${l.p99.toFixed(1)} ms · ${l.requests} requests, ${l.errors} unexpected answers`;
+
+export function latencyLines(list: Latency, listRate: number, small: { concurrency: number; latency: Latency }[]): string[] {
+  return [
+    `GET /keys/list at ${listRate} requests/s (open loop, 10 keys): ${fmt(list)}`,
+    ...small.map((s) => `1 KiB encrypt with Prefer: wait, submit → result, concurrency ${s.concurrency}: ${fmt(s.latency)}`),
+  ];
+}
