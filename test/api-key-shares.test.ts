@@ -6,7 +6,7 @@ import { MANAGED_KEY_PREFIX } from '../lib/api-key-format';
 import { hashToken } from '../lib/tokens';
 import { createLogger, type Logger } from '../lib/logger';
 import { eventHistory } from '../lib/events';
-import { registerUser, startTestService, type ManualClockFollowingTime, type TestService } from './support/service';
+import { login, registerUser, startTestService, withClockAhead, type ManualClockFollowingTime, type TestService } from './support/service';
 
 /**
  * Managed API key share links against the real service: a link hands out the key's current value
@@ -56,22 +56,6 @@ async function share(u: User, keyId: string, body: Record<string, unknown> = {})
 
 /** A public view: no credentials, from its own client address. */
 const view = (token: string) => s.api('GET', `/api-keys/shared/${token}`, { headers: { 'x-forwarded-for': randomIp() } });
-
-async function login(u: User): Promise<string> {
-  const res = await s.api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } });
-  expect(res.status).toBe(200);
-  return res.body.token as string;
-}
-
-/** Moves the clock for the duration of `fn`, then back. */
-async function later<T>(ms: number, fn: () => Promise<T>): Promise<T> {
-  clock().advance(ms);
-  try {
-    return await fn();
-  } finally {
-    clock().advance(-ms);
-  }
-}
 
 const auditOf = (userId: string, action: string) => s.c.db('audit_logs').where({ user_id: userId, action }).orderBy('id');
 const shareRow = (id: string) => s.c.db('share_links').where({ id }).first();
@@ -172,8 +156,8 @@ describe('POST /api-keys/{key_id}/share and GET /api-keys/shared/{share_token}',
     expect((await s.api('POST', `/api-keys/${key.id}/share`, { body: {} })).status).toBe(401);
 
     const expiring = await generate(u, { expires_in_days: 1 });
-    await later(24 * HOUR + 1000, async () => {
-      const token = await login(u);
+    await withClockAhead(clock(), 24 * HOUR + 1000, async () => {
+      const token = await login(s.api, u);
       const res = await s.api('POST', `/api-keys/${expiring.id}/share`, { token, body: {} });
       expect(res.status).toBe(409);
       expect(res.body.code).toBe('api_key_expired');
@@ -236,16 +220,16 @@ describe('view limits, expiry, revocation, rotation', () => {
     const hourly = await share(u, key.id, { expires_in_hours: 1, max_views: 5 });
     const daily = await share(u, key.id, { max_views: 5 });
     expect((await view(hourly.token)).status).toBe(200);
-    await later(HOUR + 1000, async () => {
+    await withClockAhead(clock(), HOUR + 1000, async () => {
       const expired = await view(hourly.token);
       expect(expired.status).toBe(410);
       expect(expired.body.code).toBe('share_expired');
       expect((await view(daily.token)).status).toBe(200);
-      const token = await login(u);
+      const token = await login(s.api, u);
       expect((await s.api('GET', `/api-keys/${key.id}/shares?state=expired`, { token })).body.items.map((i: Share) => i.id)).toEqual([hourly.id]);
     });
     expect((await view(hourly.token)).status).toBe(200);
-    await later(24 * HOUR + 1000, async () => {
+    await withClockAhead(clock(), 24 * HOUR + 1000, async () => {
       expect((await view(daily.token)).body.code).toBe('share_expired');
     });
   });
@@ -301,7 +285,7 @@ describe('view limits, expiry, revocation, rotation', () => {
     const key = (await generate(u, { expires_in_days: 1 })) as Awaited<ReturnType<typeof generate>> & { expires_at: string };
     const link = await share(u, key.id, { expires_in_hours: 48, max_views: 3 });
     expect((await view(link.token)).body).toMatchObject({ value: key.value, expires_at: key.expires_at });
-    await later(24 * HOUR + 1000, async () => {
+    await withClockAhead(clock(), 24 * HOUR + 1000, async () => {
       const refused = await view(link.token);
       expect(refused.status).toBe(410);
       expect(refused.body.code).toBe('api_key_expired');

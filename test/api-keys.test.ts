@@ -9,7 +9,7 @@ import { MANAGED_KEY_PREFIX, checkManagedKey, newManagedKey } from '../lib/api-k
 import { hashToken } from '../lib/tokens';
 import { createLogger, type Logger } from '../lib/logger';
 import { MAX_API_KEYS } from '../lib/services/api-keys';
-import { registerUser, startTestService, type ManualClockFollowingTime, type TestService } from './support/service';
+import { login, registerUser, startTestService, withClockAhead, type ManualClockFollowingTime, type TestService } from './support/service';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from './support/keys';
 
 /**
@@ -44,22 +44,6 @@ async function generate(u: User, body: Record<string, unknown>): Promise<Generat
   const res = await s.api('POST', '/api-keys/generate', { token: u.token, body: { name: 'ci', ...body } });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
   return res.body as Generated;
-}
-
-async function login(u: User): Promise<string> {
-  const res = await s.api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } });
-  expect(res.status).toBe(200);
-  return res.body.token as string;
-}
-
-/** Moves the clock for the duration of `fn`, then back (session tokens issued before stay valid). */
-async function later<T>(ms: number, fn: () => Promise<T>): Promise<T> {
-  clock().advance(ms);
-  try {
-    return await fn();
-  } finally {
-    clock().advance(-ms);
-  }
 }
 
 /** Any request; a streaming answer (SSE) is not read, only its status. */
@@ -289,7 +273,7 @@ describe('managed API keys: authentication', () => {
     // Nothing happened: the other key is untouched, and the account still logs in with its password.
     expect((await s.api('GET', `/api-keys/${other.id}`, { token: u.token })).body).toMatchObject({ state: 'active', value: other.value });
     expect((await s.api('GET', '/api-keys', { token: u.token })).body.total).toBe(2);
-    await login(u);
+    await login(s.api, u);
     expect((await auditOf(u.id, 'auth.denied')).filter((r) => r.details.reason === 'session_required').length).toBeGreaterThanOrEqual(tried.length);
   });
 
@@ -343,10 +327,10 @@ describe('managed API keys: authentication', () => {
 
     expect((await call('GET', '/keys/list', key.value)).status).toBe(200);
     expect((await call('GET', '/keys/list', next.value)).status).toBe(200);
-    await later(3600_000 - 60_000, async () => {
+    await withClockAhead(clock(), 3600_000 - 60_000, async () => {
       expect((await call('GET', '/keys/list', key.value)).status).toBe(200);
     });
-    await later(3600_000 + 1000, async () => {
+    await withClockAhead(clock(), 3600_000 + 1000, async () => {
       const old = await call('GET', '/keys/list', key.value);
       expect(old).toMatchObject({ status: 401, code: 'api_key_rotated' });
       expect(old.headers.get('www-authenticate')).toContain('error="invalid_token"');
@@ -378,9 +362,9 @@ describe('managed API keys: authentication', () => {
     const u = await registerUser(s.api);
     const key = await generate(u, { scopes: ['keys:read'], expires_in_days: 1 });
     expect((await call('GET', '/keys/list', key.value)).status).toBe(200);
-    await later(86400_000 + 1000, async () => {
+    await withClockAhead(clock(), 86400_000 + 1000, async () => {
       expect(await call('GET', '/keys/list', key.value)).toMatchObject({ status: 401, code: 'api_key_expired' });
-      const token = await login(u);
+      const token = await login(s.api, u);
       expect((await s.api('GET', '/api-keys', { token })).body.items[0]).toMatchObject({ id: key.id, state: 'expired' });
       expect((await s.api('GET', '/api-keys?state=expired', { token })).body.total).toBe(1);
       expect((await s.api('GET', '/api-keys?state=active', { token })).body.total).toBe(0);

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { inject } from 'vitest';
+import { expect, inject } from 'vitest';
 import { Redis } from 'ioredis';
 import { loadConfig, type Config } from '../../lib/config';
 import { createContainer, type Container } from '../../lib/container';
@@ -89,6 +89,16 @@ export class ManualClockFollowingTime extends ManualClock {
   }
 }
 
+/** Runs `fn` with the clock moved `ms` ahead, then moves it back (tokens issued before stay valid). */
+export async function withClockAhead<T>(clock: ManualClockFollowingTime, ms: number, fn: () => Promise<T>): Promise<T> {
+  clock.advance(ms);
+  try {
+    return await fn();
+  } finally {
+    clock.advance(-ms);
+  }
+}
+
 export interface ApiResponse<T = any> {
   status: number;
   headers: Headers;
@@ -139,6 +149,13 @@ export function apiClient(base: string): ApiClient {
 }
 
 let counter = 0;
+/** A new session token for an account (password login). */
+export async function login(api: ApiClient, u: { username: string; password: string }): Promise<string> {
+  const res = await api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } });
+  expect(res.status).toBe(200);
+  return res.body.token as string;
+}
+
 /** A fresh account through the public API: its session token, partner API key and ids. */
 export async function registerUser(api: ApiClient, over: Partial<{ username: string; email: string; password: string }> = {}) {
   const n = `${Date.now().toString(36)}${(counter++).toString(36)}${randomBytes(2).toString('hex')}`;
