@@ -13,6 +13,7 @@ import healthRoutes from './routes/health';
 import keyRoutes from './routes/keys';
 import jobRoutes from './routes/jobs';
 import rotationRoutes from './routes/rotation';
+import keyLifecycleRoutes from './routes/key-lifecycle';
 import eventRoutes from './routes/events';
 import keyMonitoringRoutes from './routes/key-monitoring';
 import webhookRoutes from './routes/webhooks';
@@ -37,6 +38,7 @@ export const routes: RouteDef[] = [
   ...keyMonitoringRoutes,
   ...keyRoutes,
   ...rotationRoutes,
+  ...keyLifecycleRoutes,
   ...keyShareRoutes,
   ...apiKeyRoutes,
   ...apiKeyShareRoutes,

@@ -15,6 +15,7 @@ import { Api, type Transfer } from './lib/client';
 import { cpuPerGiBOf, printReport, ratios, type RssSnapshots } from './lib/report';
 import { decryptSection, encryptSection, parallelSection, rotationSection, type Bench, type Results } from './lib/sections';
 import { measureSealing } from './lib/sealing';
+import { measureRewrap } from './lib/rewrap';
 import { eventLatencyLine, measureEventLatency } from './lib/events';
 import { authOverheadLines, measureAuthOverhead } from './lib/auth';
 import { latencyLines, measureListLatency, measureSmallJobs } from './lib/latency';
@@ -23,6 +24,7 @@ import { GiB, children, formatSize, mibPerSec, parseSize, stopChild, writeRandom
 
 /** `sealing`: the blob store's at-rest sealing alone, in this process (bench/lib/sealing.ts). */
 const sealingSection = (b: Bench) => measureSealing(b.input, b.size, b.dir, b.runs);
+const rewrapSection = (b: Bench) => measureRewrap(b.input, b.size, b.dir, b.runs);
 /** `events`: publish → SSE latency with 100 live clients on the API process; printed as it is measured (not a byte rate). */
 const eventsSection = async (b: Bench) => {
   console.log(eventLatencyLine(await measureEventLatency(b.service.baseUrl, b.service.redisPrefix, { clients: 100, events: 200, intervalMs: 10 })));
@@ -39,7 +41,7 @@ const latencySection = async (b: Bench) => {
   for (const line of latencyLines(list, 500, await measureSmallJobs(b.service.baseUrl, { concurrency: [1, 16], jobs: 50 }))) console.log(line);
   return {};
 };
-const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, events: eventsSection, auth: authSection, latency: latencySection };
+const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, rewrap: rewrapSection, events: eventsSection, auth: authSection, latency: latencySection };
 type Section = keyof typeof SECTIONS;
 
 /** statfs type of tmpfs: a RAM-backed temp dir takes disk writeback out of the figures. */

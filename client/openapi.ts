@@ -2164,6 +2164,299 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/keys/rewrap": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Address encrypted files (field `files`) to the key's current generation: `rewrap` swaps the session-key packet only, `reencrypt` encrypts again under a new session key
+         * @description A session, the partner key, or a managed API key with the scope `crypto:decrypt`.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            /** @description Fields: fingerprint, passphrase, mode; files (OpenPGP messages, binary or armored) */
+            requestBody: {
+                content: {
+                    "multipart/form-data": {
+                        /** @description Any generation's fingerprint of the key */
+                        fingerprint: string;
+                        passphrase: string;
+                        /**
+                         * @description rewrap: new session-key packet, same encrypted data; reencrypt: a fresh session key
+                         * @default rewrap
+                         * @enum {string}
+                         */
+                        mode?: "rewrap" | "reencrypt";
+                        /** @description The files, one form part each under the name `files`; the part’s file name names the output. Send them after the other fields. */
+                        files: Blob[];
+                    };
+                };
+            };
+            responses: {
+                /** @description Finished within `Prefer: wait=N` */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Job"];
+                    };
+                };
+                /** @description Accepted; poll `status_url` (also in Location) */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Job"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/{fingerprint}/generations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every generation of a key (any generation's fingerprint): state, dates, usage and whether it is safe to retire
+         * @description A session, the partner key, or a managed API key with the scope `keys:read`.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    fingerprint: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The key and its generations, newest first */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** Format: uuid */
+                            key_id: string;
+                            /** @description The current generation */
+                            fingerprint: string;
+                            current_generation: number;
+                            /** @description Generations below it are retired: no decrypt, no rewrap (409 generation_retired) */
+                            min_decryption_generation: number;
+                            /** Format: date-time */
+                            disabled_at: string | null;
+                            /**
+                             * Format: date-time
+                             * @description Whole-key destruction: when it is due
+                             */
+                            destroy_after: string | null;
+                            /** Format: date-time */
+                            destroyed_at: string | null;
+                            items: components["schemas"]["KeyGeneration"][];
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/{fingerprint}/settings": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        /**
+         * A key's lifecycle settings: `min_decryption_generation` retires older generations (and can be lowered again until they are destroyed)
+         * @description A session, the partner key, or a managed API key with the scope `keys:write`.
+         */
+        patch: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    fingerprint: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        min_decryption_generation?: number;
+                    };
+                };
+            };
+            responses: {
+                /** @description The settings now */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["KeyLifecycle"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        trace?: never;
+    };
+    "/keys/{fingerprint}/destruction": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Schedule destruction after 7-30 days: of one retired generation, or (without `generation`) of the whole key, which is disabled at once
+         * @description A session, the partner key, or a managed API key with the scope `keys:write`.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    fingerprint: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: {
+                content: {
+                    "application/json": {
+                        /** @description A retired generation; omit for the whole key */
+                        generation?: number;
+                        /** @default 30 */
+                        waiting_days?: number;
+                    };
+                };
+            };
+            responses: {
+                /** @description Scheduled; cancel it before `destroy_after` */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["KeyDestruction"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        /**
+         * Cancel a scheduled destruction (of `generation`, or of the whole key; a key stays disabled)
+         * @description A session, the partner key, or a managed API key with the scope `keys:write`.
+         */
+        delete: {
+            parameters: {
+                query?: {
+                    generation?: number;
+                };
+                header?: never;
+                path: {
+                    fingerprint: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Cancelled */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["KeyDestruction"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/keys/share/create": {
         parameters: {
             query?: never;
@@ -3396,7 +3689,7 @@ export interface paths {
                         url: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed")[];
                         enabled?: boolean;
                     };
                 };
@@ -3547,7 +3840,7 @@ export interface paths {
                         url?: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed")[];
                         enabled?: boolean;
                     };
                 };
@@ -4710,7 +5003,7 @@ export interface components {
             /** Format: uuid */
             job_id: string;
             /** @enum {string} */
-            kind: "encrypt" | "decrypt" | "generate-key" | "rotate-key";
+            kind: "encrypt" | "decrypt" | "generate-key" | "rotate-key" | "rewrap";
             /** @enum {string} */
             state: "queued" | "active" | "completed" | "failed";
             status_url: string;
@@ -4820,6 +5113,64 @@ export interface components {
             job_id: string | null;
             /** Format: date-time */
             created_at: string;
+        };
+        KeyGeneration: {
+            generation: number;
+            fingerprint: string;
+            algorithm: string;
+            /** @enum {string} */
+            state: "current" | "rotated" | "retired" | "pending_destruction" | "destroyed";
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            rotated_at: string | null;
+            /** Format: date-time */
+            expires_at: string | null;
+            /** Format: date-time */
+            destroy_after: string | null;
+            /** Format: date-time */
+            destroyed_at: string | null;
+            /** @description Rotated, and no decrypt since the later of its rotation and KEY_RETIRE_SAFE_DAYS ago */
+            safe_to_retire: boolean;
+            usage: {
+                files_encrypted: number;
+                bytes_encrypted: number;
+                files_decrypted: number;
+                bytes_decrypted: number;
+                /** Format: date-time */
+                last_decrypt_at: string | null;
+                /** @description Files rewrapped or re-encrypted away from this generation */
+                files_rewrapped_from: number;
+                /** @description Files rewrapped or re-encrypted to this generation */
+                files_rewrapped_to: number;
+            };
+        };
+        KeyLifecycle: {
+            /** Format: uuid */
+            key_id: string;
+            /** @description The current generation */
+            fingerprint: string;
+            current_generation: number;
+            /** @description Generations below it are retired: no decrypt, no rewrap (409 generation_retired) */
+            min_decryption_generation: number;
+            /** Format: date-time */
+            disabled_at: string | null;
+            /**
+             * Format: date-time
+             * @description Whole-key destruction: when it is due
+             */
+            destroy_after: string | null;
+            /** Format: date-time */
+            destroyed_at: string | null;
+        };
+        KeyDestruction: {
+            /** @enum {string} */
+            scope: "generation" | "key";
+            generation: number | null;
+            fingerprint: string;
+            /** Format: date-time */
+            destroy_after?: string;
+            key: components["schemas"]["KeyLifecycle"];
         };
         CreatedKeyShare: {
             /**
@@ -5186,7 +5537,7 @@ export interface components {
             /** @description Increasing; send it back as Last-Event-ID to resume */
             id: string;
             /** @enum {string} */
-            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed";
+            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed";
             /** Format: date-time */
             created_at: string;
             /**

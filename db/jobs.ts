@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 
 export type JobState = 'queued' | 'active' | 'completed' | 'failed';
-export type JobKind = 'encrypt' | 'decrypt' | 'generate-key' | 'rotate-key';
+export type JobKind = 'encrypt' | 'decrypt' | 'generate-key' | 'rotate-key' | 'rewrap';
 
 /** A job in one of these states will not change again. */
 export const isFinished = (state: JobState) => state === 'completed' || state === 'failed';

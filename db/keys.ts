@@ -16,6 +16,11 @@ export interface LineageRow {
   disabled_at: Date | null;
   rotation_mode: 'policy' | 'interval' | 'off';
   rotation_interval_days: number | null;
+  /** Generations below this no longer decrypt or rewrap (issue 14); 1 retires nothing. */
+  min_decryption_generation: number;
+  /** Whole-key destruction: when it is due, and when it was done. */
+  destroy_after: Date | null;
+  destroyed_at: Date | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -30,6 +35,7 @@ export interface KeyRow {
   algorithm: string;
   public_armored: string;
   public_mac: string | null;
+  /** Both '' once the generation is destroyed (crypto-shredded; `destroyed_at` says so). */
   private_sealed: string;
   secret_sealed: string;
   status: 'active' | 'rotated';
@@ -39,8 +45,20 @@ export interface KeyRow {
   bytes_count: number;
   last_used_at: Date | null;
   expiry_warned_at: Date | null;
+  destroy_after: Date | null;
+  destroyed_at: Date | null;
+  encrypt_files: number;
+  encrypt_bytes: number;
+  decrypt_files: number;
+  decrypt_bytes: number;
+  last_decrypt_at: Date | null;
+  rewrap_from_files: number;
+  rewrap_to_files: number;
   created_at: Date;
 }
+
+/** Columns a new generation row leaves to their defaults. */
+type KeyDefaults = 'id' | 'status' | 'rotated_at' | 'ops_count' | 'bytes_count' | 'last_used_at' | 'expiry_warned_at' | 'created_at' | 'destroy_after' | 'destroyed_at' | 'encrypt_files' | 'encrypt_bytes' | 'decrypt_files' | 'decrypt_bytes' | 'last_decrypt_at' | 'rewrap_from_files' | 'rewrap_to_files';
 
 /** A lineage with its current generation: what the API calls "a key". */
 export interface KeyView {
@@ -64,12 +82,12 @@ export function usableBy(db: Knex, userId: string, opts: { inherited?: boolean; 
   };
 }
 
-export async function insertLineage(db: Knex, row: Omit<LineageRow, 'created_at' | 'updated_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days'>): Promise<LineageRow> {
+export async function insertLineage(db: Knex, row: Omit<LineageRow, 'created_at' | 'updated_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days' | 'min_decryption_generation' | 'destroy_after' | 'destroyed_at'>): Promise<LineageRow> {
   const [inserted] = await db<LineageRow>('key_lineages').insert(row).returning('*');
   return inserted!;
 }
 
-export async function insertKey(db: Knex, row: Omit<KeyRow, 'id' | 'status' | 'rotated_at' | 'ops_count' | 'bytes_count' | 'last_used_at' | 'expiry_warned_at' | 'created_at'>): Promise<KeyRow> {
+export async function insertKey(db: Knex, row: Omit<KeyRow, KeyDefaults>): Promise<KeyRow> {
   const [inserted] = await db<KeyRow>('pgp_keys').insert(row).returning('*');
   return inserted!;
 }
@@ -134,3 +152,53 @@ export async function listKeys(db: Knex, q: KeyListQuery): Promise<{ items: { li
 /** Usage counters, bumped in the transaction that completes the job which used the key. */
 export const recordKeyUse = (db: Knex, keyId: string, bytes: number, at: Date) =>
   db('pgp_keys').where({ id: keyId }).update({ ops_count: db.raw('ops_count + 1'), bytes_count: db.raw('bytes_count + ?', [bytes]), last_used_at: at });
+
+/** Per-generation usage (issue 14), in the transaction that completes the job; `files`/`bytes` of one job. */
+export function recordGenerationUse(db: Knex, keyId: string, use: 'encrypt' | 'decrypt' | 'rewrap_from' | 'rewrap_to', files: number, bytes: number, at: Date) {
+  const add = (col: string, n: number) => db.raw('?? + ?', [col, n]);
+  const patch: Record<string, unknown> =
+    use === 'encrypt'
+      ? { encrypt_files: add('encrypt_files', files), encrypt_bytes: add('encrypt_bytes', bytes) }
+      : use === 'decrypt'
+        ? { decrypt_files: add('decrypt_files', files), decrypt_bytes: add('decrypt_bytes', bytes), last_decrypt_at: at }
+        : use === 'rewrap_from'
+          ? { rewrap_from_files: add('rewrap_from_files', files) }
+          : { rewrap_to_files: add('rewrap_to_files', files) };
+  return db('pgp_keys').where({ id: keyId }).update(patch);
+}
+
+export interface ExpiryCandidate {
+  key_id: string;
+  lineage_id: string;
+  user_id: string;
+  fingerprint: string;
+  label: string;
+  email: string;
+  expires_at: Date;
+}
+
+/**
+ * Current generations of enabled keys expiring within the largest of `leadDays` whose nearest due
+ * warning (the smallest lead time that has come) has not been sent: no key_expiry_warnings row with a
+ * lead at or below it.
+ */
+export function dueExpiryWarnings(db: Knex, now: Date, leadDays: number[], limit: number): Promise<ExpiryCandidate[]> {
+  const maxLeadDays = Math.max(...leadDays);
+  return db
+    .select('k.id as key_id', 'k.lineage_id', 'k.user_id', 'k.fingerprint', 'l.label', 'u.email', 'k.expires_at')
+    .from('pgp_keys as k')
+    .join('key_lineages as l', 'l.id', 'k.lineage_id')
+    .join('users as u', 'u.id', 'k.user_id')
+    .where('k.status', 'active')
+    .whereNull('l.disabled_at')
+    .whereNull('u.deleted_at')
+    .whereNotNull('k.expires_at')
+    .where('k.expires_at', '<=', new Date(now.getTime() + maxLeadDays * 86_400_000))
+    .whereNotExists(
+      db('key_expiry_warnings as w')
+        .whereRaw('w.key_id = k.id')
+        .andWhereRaw("w.lead_days <= (SELECT min(l) FROM unnest(?::int[]) AS l WHERE k.expires_at <= ?::timestamptz + l * interval '1 day')", [leadDays, now]),
+    )
+    .orderBy('k.expires_at')
+    .limit(limit) as unknown as Promise<ExpiryCandidate[]>;
+}

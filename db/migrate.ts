@@ -12,6 +12,7 @@ import * as m010 from './migrations/010_api_keys';
 import * as m011 from './migrations/011_billing';
 import * as m012 from './migrations/012_teams';
 import * as m013 from './migrations/013_api_key_usage';
+import * as m014 from './migrations/014_key_lifecycle';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -31,6 +32,7 @@ const migrations: Record<string, Knex.Migration> = {
   '011_billing': m011,
   '012_teams': m012,
   '013_api_key_usage': m013,
+  '014_key_lifecycle': m014,
 };
 
 const source: Knex.MigrationSource<string> = {

@@ -6,7 +6,8 @@ import { transformFiles } from './file-pipeline';
 import { unlockGeneration, unlockLineage } from '../lib/services/keys';
 import { recordAudit } from '../db/audit';
 import { insertOutputFiles } from '../db/jobs';
-import { lineageGenerations, lineageUsableBy, recordKeyUse, type LineageRow } from '../db/keys';
+import { lineageGenerations, lineageUsableBy, recordGenerationUse, recordKeyUse, type LineageRow } from '../db/keys';
+import { requireDecryptable } from '../lib/services/key-lifecycle';
 import { verifiedKey } from '../lib/services/key-integrity';
 
 export const DecryptRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string() });
@@ -38,7 +39,7 @@ export const decryptFiles = defineTrackedJob({
     if (!lineage || !(await lineageUsableBy(c.db, row.user_id, lineage.id))) throw invalid('key_not_found', 'The key no longer exists.');
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const generations = (await lineageGenerations(c.db, lineage.id)).map((g) => verifiedKey(c, g));
-    const used = new Map<string, number>();
+    const used = new Map<string, { files: number; bytes: number }>();
     const done = await transformFiles(c, row.id, progress, signal, async (source, file) => {
       const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
       const key = generations.find((g) => g.encryption_key_ids.some((id) => message.encryptionKeyIds.includes(id)));
@@ -46,8 +47,15 @@ export const decryptFiles = defineTrackedJob({
         source.destroy();
         throw invalid('no_matching_key', `"${file.name}" is not encrypted to any generation of this key.`);
       }
+      try {
+        requireDecryptable(lineage, key); // retired (409) or destroyed (410) generations open nothing
+      } catch (err) {
+        source.destroy();
+        throw err;
+      }
       const plaintext = await message.decrypt(await unlockGeneration(c, unlock, key));
-      used.set(key.id, (used.get(key.id) ?? 0) + file.size);
+      const use = used.get(key.id) ?? { files: 0, bytes: 0 };
+      used.set(key.id, { files: use.files + 1, bytes: use.bytes + file.size });
       return { stream: plaintext, name: plainName(file.name, plaintext.filename), contentType: 'application/octet-stream' };
     });
     return {
@@ -56,7 +64,10 @@ export const decryptFiles = defineTrackedJob({
       processedBytes: done.bytesTotal,
       async commit(trx) {
         await insertOutputFiles(trx, row.id, done.outputs);
-        for (const [keyId, bytes] of used) await recordKeyUse(trx, keyId, bytes, c.clock.now());
+        for (const [keyId, use] of used) {
+          await recordKeyUse(trx, keyId, use.bytes, c.clock.now());
+          await recordGenerationUse(trx, keyId, 'decrypt', use.files, use.bytes, c.clock.now());
+        }
         await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.decrypt', status: 'success', target: req.fingerprint, details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal } });
       },
       after: done.deleteInputs,

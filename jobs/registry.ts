@@ -15,6 +15,8 @@ import { expirySweep } from './expiry-sweep';
 import { deliverWebhook } from './deliver-webhook';
 import { billingEvent, billingSweep } from './billing-event';
 import { syncTeamAccess } from './sync-team-access';
+import { destructionSweep } from './destruction-sweep';
+import { rewrapFiles } from './rewrap-files';
 
 /**
  * The contract between producers (API, scheduler, other jobs) and consumers (workers): every job kind
@@ -37,6 +39,8 @@ export const jobs = {
   'billing-event': billingEvent,
   'billing-sweep': billingSweep,
   'sync-team-access': syncTeamAccess,
+  'destruction-sweep': destructionSweep,
+  'rewrap-files': rewrapFiles,
 } as const;
 
 export type JobName = keyof typeof jobs;

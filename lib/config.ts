@@ -105,6 +105,17 @@ const Env = z.object({
   WORKER_HTTP_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   /** The BullMQ dashboard at /admin/queues (admins only): off, read-only, or read-write (retry, remove, ...). */
   QUEUE_DASHBOARD: z.enum(['off', 'read-only', 'read-write']).default('read-only'),
+  /** Key lifecycle (issue 14): days before expiry at which owners are warned, each once per generation. */
+  KEY_EXPIRY_WARNING_DAYS: z
+    .string()
+    .default('30,14,7,1')
+    .transform((v, ctx) => {
+      const days = v.split(',').map((d) => Number(d.trim()));
+      if (!days.length || days.some((d) => !Number.isInteger(d) || d < 1 || d > 365)) ctx.addIssue({ code: 'custom', message: 'comma-separated whole days 1-365' });
+      return [...new Set(days)].sort((a, b) => b - a);
+    }),
+  /** A rotated generation is `safe_to_retire` once it has not decrypted for this many days. */
+  KEY_RETIRE_SAFE_DAYS: intish(30, 1, 3650),
 });
 
 export type Config = ReturnType<typeof loadConfig>;
@@ -170,6 +181,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     argon2MemoryKib: e.ARGON2_MEMORY_KIB,
     lineageKdfMemoryKib: e.LINEAGE_KDF_MEMORY_KIB,
     webauthn: webauthnConfig(e, production),
+    keyLifecycle: { expiryWarningDays: e.KEY_EXPIRY_WARNING_DAYS, retireSafeDays: e.KEY_RETIRE_SAFE_DAYS },
   };
 }
 

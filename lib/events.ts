@@ -33,6 +33,9 @@ export const EVENT_TYPES = [
   'team_access.unlinked',
   'organization.member_joined',
   'organization.member_removed',
+  'key.destruction_scheduled',
+  'key.destruction_cancelled',
+  'key.generation_destroyed',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 

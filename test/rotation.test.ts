@@ -232,12 +232,14 @@ describe('expiry', () => {
       const id = await s.c.jobs.enqueue('expiry-sweep', {});
       await expect.poll(async () => (await s.c.jobs.queue('maintenance').getJob(id))?.finishedOn !== undefined, { timeout: 10_000 }).toBe(true);
     };
+    // Lead times 30, 14, 7 and 1 days (KEY_EXPIRY_WARNING_DAYS): 20 days out, the 30-day warning is due.
+    const warnings = async () => (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'key.expiring').map((e) => e.data.lead_days);
     await runSweep();
-    expect((await readEvents(s.c.redis, s.config.redisPrefix, v.id)).map((e) => e.type)).not.toContain('key.expiring');
+    expect(await warnings()).toEqual([30]);
     await withClockAdvanced(10 * DAY, runSweep);
-    await withClockAdvanced(11 * DAY, runSweep); // warned once only
+    await withClockAdvanced(11 * DAY, runSweep); // each lead time warned once only
+    expect(await warnings()).toEqual([30, 14]);
     const events = (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'key.expiring');
-    expect(events).toHaveLength(1);
     expect(events[0]!.data).toMatchObject({ fingerprint: key.fingerprint, label: 'expiring' });
     await expect.poll(async () => {
       const files = await readdir(s.env.MAIL_DIR!).catch(() => [] as string[]);

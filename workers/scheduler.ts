@@ -13,6 +13,7 @@ export const SCHEDULES: { id: string; job: JobName; every: number }[] = [
   { id: 'rotation-sweep', job: 'rotation-sweep', every: 60_000 },
   { id: 'expiry-sweep', job: 'expiry-sweep', every: 3600_000 },
   { id: 'billing-sweep', job: 'billing-sweep', every: 300_000 },
+  { id: 'destruction-sweep', job: 'destruction-sweep', every: 300_000 },
 ];
 
 export interface Scheduler {

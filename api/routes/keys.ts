@@ -8,7 +8,7 @@ import { submitAndReply } from '../job-reply';
 import { enforcePlanLimit } from '../../lib/services/billing';
 import { newToken } from '../../lib/tokens';
 import { readRecipientKey } from '../../lib/pgp/keys';
-import { encryptionTarget, keyGeneratedData, newGeneration, newLineage, requireKey, storeNewKey } from '../../lib/services/keys';
+import { encryptionTarget, jobDeadline, keyGeneratedData, newGeneration, newLineage, requireKey, storeNewKey } from '../../lib/services/keys';
 import { emitEvent } from '../../lib/events';
 import { inheritedOwners, resyncLinkedTo } from '../../lib/services/team-access';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
@@ -74,7 +74,8 @@ async function recipientFor(c: Container, userId: string, body: z.infer<typeof E
   if (!body.fingerprint) return { type: 'supplied', fingerprint: (await readRecipientKey(body.public_key!, c.clock.now())).fingerprint };
   const view = await requireKey(c, userId, body.fingerprint, meta, 'encrypt');
   try {
-    const target = encryptionTarget(view, c.clock.now());
+    const now = c.clock.now();
+    const target = encryptionTarget(view, now, jobDeadline(c, now)); // a key expiring before the job's deadline is refused up front
     return { type: 'stored', key_id: target.id, fingerprint: target.fingerprint, requested_fingerprint: view.named.fingerprint };
   } catch (err) {
     const code = err instanceof AppError ? err.code : 'error';

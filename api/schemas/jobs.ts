@@ -16,7 +16,7 @@ export const JobResult = z
 export const Job = z
   .object({
     job_id: z.uuid(),
-    kind: z.enum(['encrypt', 'decrypt', 'generate-key', 'rotate-key']),
+    kind: z.enum(['encrypt', 'decrypt', 'generate-key', 'rotate-key', 'rewrap']),
     state: z.enum(['queued', 'active', 'completed', 'failed']),
     status_url: z.string(),
     progress: z.object({ bytes_done: z.number().optional(), bytes_total: z.number().optional(), files_done: z.number().optional(), files_total: z.number().optional() }),

@@ -419,7 +419,7 @@ const malformed = (why: string) => invalid('malformed_message', `the message is 
 /** Longer than any read plus what is carried over, so only a line that never ends can reach it. */
 const MAX_ARMOR_LINE = 4 << 20;
 
-async function* dearmor(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+export async function* dearmor(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
   let state = 'begin' as 'begin' | 'headers' | 'body';
   let partial = ''; // an incomplete last line
   let base64 = ''; // body characters not yet decoded (fewer than 4 after each step)

@@ -117,6 +117,7 @@ export async function viewKeyShare(c: Container, req: { token: string; ip: strin
       if (current.user_id !== lineage.user_id) throw new IntegrityError(`share ${row.id} target`);
       // A teammate's share of an inherited key serves only while team access still grants it the key.
       if (lineage.user_id !== row.user_id && !(await lineageUsableBy(trx, row.user_id, lineage.id))) throw gone('share_access_revoked', 'The key was shared through team access, which has ended.');
+      if (lineage.destroyed_at || lineage.destroy_after) throw gone('key_destroyed', 'The shared key was destroyed (or is scheduled for destruction) by its owner.');
       if (lineage.disabled_at) throw gone('key_disabled', 'The shared key was disabled by its owner.');
       return { lineage, current };
     },

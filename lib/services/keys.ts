@@ -3,7 +3,7 @@ import { enforcePlanLimit } from './billing';
 import type { Knex } from 'knex';
 import type * as openpgp from 'openpgp';
 import type { Container } from '../container';
-import { conflict, notFound } from '../errors';
+import { conflict, gone, notFound } from '../errors';
 import { notYours } from './access';
 import { keyMac, lineageMac, verifiedKey, verifiedLineage } from './key-integrity';
 import { generateKey, unlockPrivateKey, type KeyAlgorithm } from '../pgp/keys';
@@ -112,7 +112,8 @@ export async function rekeyLineage(c: Container, lineage: LineageRow, generation
   const old = await unlockLineage(c, lineage, passphrases.current);
   for (const g of generations) verifiedKey(c, g);
   const lock = await createLineageLock(passphrases.next);
-  const secrets = generations.map((g) => {
+  // A destroyed generation has no secret left to re-seal.
+  const secrets = generations.filter((g) => !g.destroyed_at).map((g) => {
     const where = aad.secret(g.lineage_id, g.generation);
     const secret = openSealedSecret(old, c.sealer.openText(g.secret_sealed, where), where);
     return { id: g.id, secret_sealed: c.sealer.seal(sealSecret(lock.publicKey, secret, where), where) };
@@ -133,6 +134,7 @@ export async function unlockLineage(c: Container, lineage: Pick<LineageRow, 'id'
 
 /** The usable private key of one generation, given the opened lineage. */
 export async function unlockGeneration(c: Container, unlock: UnlockKey, key: KeyRow): Promise<openpgp.PrivateKey> {
+  if (key.destroyed_at) throw gone('generation_destroyed', `Generation ${key.generation} (${key.fingerprint}) of this key was destroyed; what was encrypted to it can no longer be decrypted.`);
   const sealed = c.sealer.openText(key.secret_sealed, aad.secret(key.lineage_id, key.generation));
   const secret = openSealedSecret(unlock, sealed, aad.secret(key.lineage_id, key.generation));
   return unlockPrivateKey(c.sealer.openText(key.private_sealed, aad.private(key.lineage_id, key.generation)), secret);
@@ -166,10 +168,22 @@ export async function requireKey(c: Container, userId: string, fingerprint: stri
   throw await notYours(c, { userId, resource: 'key', target: fingerprint, existsElsewhere: Boolean(elsewhere), meta }, notFound('key_not_found', 'No key with this fingerprint in your account.'));
 }
 
-/** The generation encryption goes to: the lineage's current one, if it may encrypt (409 otherwise). */
-export function encryptionTarget(view: KeyView, now: Date): KeyRow {
+/**
+ * The generation encryption goes to: the lineage's current one, if it may encrypt (409 otherwise).
+ * `jobEndsBy`: for a job, the latest time it may still be running (submission + JOB_TIMEOUT_SECONDS); a
+ * key that expires before then is refused up front (409 `key_expires_during_job`) rather than failing,
+ * or producing a message to an expired key, halfway through.
+ */
+export function encryptionTarget(view: KeyView, now: Date, jobEndsBy?: Date): KeyRow {
   const status = keyStatus(view.lineage, view.current, now);
   if (status === 'disabled') throw conflict('key_disabled', 'This key is disabled and no longer encrypts.');
   if (status === 'expired') throw conflict('key_expired', 'This key has expired and no longer encrypts; rotate it or generate a new one.');
+  const expires = view.current.expires_at;
+  if (jobEndsBy && expires && expires < jobEndsBy) {
+    throw conflict('key_expires_during_job', `This key expires at ${expires.toISOString()}, before a job started now is sure to finish (${jobEndsBy.toISOString()}); rotate it first.`);
+  }
   return view.current;
 }
+
+/** The latest time a job submitted at `now` may still be running: its wall-clock limit (JOB_TIMEOUT_SECONDS). */
+export const jobDeadline = (c: Container, now: Date) => new Date(now.getTime() + c.config.jobLimits.timeoutMs);

@@ -1,0 +1,355 @@
+import { createDecipheriv, createHash, timingSafeEqual } from 'node:crypto';
+import { Readable } from 'node:stream';
+import * as openpgp from 'openpgp';
+import { AppError, invalid } from '../errors';
+import { MAX_SMALL_PACKETS, MIN_PARTIAL } from './native';
+import { sessionKeyV1 } from './session';
+import { dearmor, CHUNK_BYTES } from './stream';
+import { Watch, type WatchOptions } from './watch';
+
+/**
+ * Rewrap (issue 14): a public-key encrypted SEIPDv1 message (gpg's, sq's, ours; binary or armored) is
+ * addressed to another key by replacing its session-key packets (PKESK) for the old key with one for the
+ * new key. The encrypted data packet is copied byte for byte (its framing included), so the cost is the
+ * copy, whatever the size. While it is copied, the data is decrypted on the side (Node's AES-CFB) and its
+ * MDC checked: a damaged or tampered message fails at its end, and the caller publishes only after a
+ * clean end (the last chunk is also held back until then). Nothing of the plaintext leaves this module.
+ *
+ * Other shapes (SEIPDv2/AEAD, the unprotected SED packet, non-AES ciphers, compressed or signed outer
+ * packets) are refused with 422 `unsupported_message`: re-encrypt them instead.
+ */
+
+const malformed = (why: string) => invalid('malformed_message', `the message is malformed: ${why}`);
+const unsupported = (why: string) => invalid('unsupported_message', `this message cannot be rewrapped (${why}); use mode "reencrypt"`);
+const tampered = (why: string) => invalid('integrity_check_failed', `the message failed its integrity check (${why}); it was modified or damaged`);
+
+const CFB: Record<string, string> = { aes128: 'aes-128-cfb', aes192: 'aes-192-cfb', aes256: 'aes-256-cfb' };
+const TAG_PKESK = 1;
+const TAG_SKESK = 3;
+const TAG_MARKER = 10;
+const TAG_SEIPD = 18;
+/** Session key packets are far smaller (RSA-16384: ~2 KiB); native.ts holds them to the same bound. */
+const MAX_PKESK = 8192;
+
+export interface RewrapOpened {
+  /** Whether the input was ASCII-armored (the output is too). */
+  armored: boolean;
+  /** Lowercase hex key ids of the message's public-key session key packets. */
+  encryptionKeyIds: string[];
+  /**
+   * The message addressed to `recipient` instead of the key ids `from` (whose session key `oldKey`
+   * opens). Session key packets for other recipients (and password packets) are kept. Call once.
+   */
+  rewrap(oldKey: openpgp.PrivateKey, from: string[], recipient: openpgp.PublicKey): Promise<Readable>;
+}
+
+interface Packet {
+  tag: number;
+  /** The whole packet, header included. */
+  raw: Buffer;
+  body: Buffer;
+}
+
+/** Reads whole packets from the head of a stream of binary chunks; then hands over the rest. */
+class HeadReader {
+  private buf: Buffer = Buffer.alloc(0);
+  failed: unknown;
+  constructor(private readonly it: AsyncIterator<Uint8Array>) {}
+
+  private async fill(n: number): Promise<boolean> {
+    while (this.buf.length < n) {
+      let next: IteratorResult<Uint8Array>;
+      try {
+        next = await this.it.next();
+      } catch (err) {
+        this.failed = err;
+        throw err;
+      }
+      if (next.done) return false;
+      this.buf = this.buf.length ? Buffer.concat([this.buf, next.value]) : Buffer.from(next.value.buffer, next.value.byteOffset, next.value.byteLength);
+    }
+    return true;
+  }
+
+  async take(n: number): Promise<Buffer> {
+    if (!(await this.fill(n))) throw malformed('it ends too early');
+    const out = this.buf.subarray(0, n);
+    this.buf = this.buf.subarray(n);
+    return out;
+  }
+
+  async atEnd(): Promise<boolean> {
+    return !(await this.fill(1));
+  }
+
+  /** What is left: the buffered bytes, then the rest of the source. */
+  async *rest(): AsyncGenerator<Buffer> {
+    if (this.buf.length) yield this.buf;
+    this.buf = Buffer.alloc(0) as Buffer;
+    for (let n = await this.it.next(); !n.done; n = await this.it.next()) yield Buffer.from(n.value.buffer, n.value.byteOffset, n.value.byteLength);
+  }
+}
+
+/** Reads packets up to the SEIPD packet's tag octet (returned, not consumed further). */
+async function readHead(r: HeadReader): Promise<{ packets: Packet[]; seipdTag: Buffer }> {
+  const packets: Packet[] = [];
+  for (let n = 1; ; n++) {
+    if (n > MAX_SMALL_PACKETS) throw malformed(`more than ${MAX_SMALL_PACKETS} packets before the encrypted data`);
+    if (await r.atEnd()) throw n === 1 ? invalid('malformed_message', 'the message is empty') : malformed('there is no encrypted data packet');
+    const ctb = await r.take(1);
+    const c = ctb[0]!;
+    if (!(c & 0x80)) throw invalid('malformed_message', 'not an OpenPGP message (neither armored nor binary packets)');
+    const tag = c & 0x40 ? c & 0x3f : (c >> 2) & 0x0f;
+    if (tag === TAG_SEIPD) return { packets, seipdTag: Buffer.from(ctb) };
+    if (tag !== TAG_PKESK && tag !== TAG_SKESK && tag !== TAG_MARKER) {
+      if (tag === 9 || tag === 20) throw unsupported(tag === 9 ? 'its data is not integrity protected (SED)' : 'AEAD encrypted data');
+      throw unsupported(`a packet of type ${tag} before the encrypted data`);
+    }
+    let lengthOctets: Buffer;
+    let length: number;
+    if (c & 0x40) {
+      const f = (await r.take(1))[0]!;
+      if (f >= 224 && f < 255) throw malformed(`partial body lengths in a packet of type ${tag}`);
+      const extra = f < 192 ? Buffer.alloc(0) : f < 224 ? await r.take(1) : await r.take(4);
+      lengthOctets = Buffer.concat([Buffer.of(f), extra]);
+      length = f < 192 ? f : f < 224 ? ((f - 192) << 8) + extra[0]! + 192 : extra.readUInt32BE(0);
+    } else {
+      const type = c & 3;
+      if (type === 3) throw malformed(`a packet of type ${tag} of indeterminate length`);
+      lengthOctets = await r.take(1 << type);
+      length = lengthOctets.readUIntBE(0, 1 << type);
+    }
+    if (length > MAX_PKESK) throw malformed(`a packet of type ${tag} longer than ${MAX_PKESK} octets`);
+    const body = Buffer.from(await r.take(length)); // copied: the read buffer is reused
+    if (tag === TAG_MARKER && !body.equals(Buffer.from('PGP'))) throw malformed('a marker packet that is not "PGP"');
+    if (tag === TAG_PKESK && body[0] !== 3) throw unsupported(`a version ${body[0]} session key packet`);
+    packets.push({ tag, raw: Buffer.concat([ctb, lengthOctets, body]), body });
+  }
+}
+
+/**
+ * Follows the framing of the SEIPD packet (everything after its tag octet) as raw chunks go by, handing
+ * each body piece to `onBody`. Synchronous and copy-free: the chunks themselves are what is published.
+ */
+class FramingScanner {
+  private state: 'length' | 'body' | 'done' | 'rest';
+  private lengthOctets: number[] = [];
+  private left = 0;
+  private partial = false;
+
+  constructor(
+    ctb: number,
+    private readonly onBody: (piece: Buffer) => void,
+  ) {
+    this.state = !(ctb & 0x40) && (ctb & 3) === 3 ? 'rest' : 'length';
+    this.oldLength = ctb & 0x40 ? 0 : 1 << (ctb & 3);
+  }
+
+  private readonly oldLength: number;
+
+  push(chunk: Buffer): void {
+    let i = 0;
+    while (i < chunk.length) {
+      if (this.state === 'rest') return this.onBody(i ? chunk.subarray(i) : chunk);
+      if (this.state === 'done') throw malformed('data after the encrypted packet');
+      if (this.state === 'length') {
+        this.lengthOctets.push(chunk[i++]!);
+        this.parseLength();
+        continue;
+      }
+      const n = Math.min(this.left, chunk.length - i);
+      this.onBody(chunk.subarray(i, i + n));
+      i += n;
+      this.left -= n;
+      if (this.left === 0) this.state = this.partial ? 'length' : 'done';
+    }
+  }
+
+  private parseLength(): void {
+    const o = this.lengthOctets;
+    let n: number | undefined;
+    let partial = false;
+    if (this.oldLength) {
+      if (o.length === this.oldLength) n = o.reduce((v, b) => v * 256 + b, 0);
+    } else {
+      const f = o[0]!;
+      if (f < 192) n = f;
+      else if (f < 224) n = o.length === 2 ? ((f - 192) << 8) + o[1]! + 192 : undefined;
+      else if (f < 255) {
+        n = 2 ** (f & 0x1f);
+        partial = true;
+        if (n < MIN_PARTIAL) throw malformed(`a partial body length below ${MIN_PARTIAL} octets`);
+      } else n = o.length === 5 ? Buffer.from(o.slice(1)).readUInt32BE(0) : undefined;
+    }
+    if (n === undefined) return;
+    this.lengthOctets = [];
+    this.left = n;
+    this.partial = partial;
+    this.state = n > 0 ? 'body' : partial ? 'length' : 'done';
+  }
+
+  end(): void {
+    if (this.state !== 'done' && this.state !== 'rest') throw malformed('the encrypted data packet is cut short');
+  }
+}
+
+/** Decrypts SEIPDv1 data on the side and checks its MDC (RFC 9580 §5.13.1); keeps no plaintext. */
+class MdcCheck {
+  private first = true;
+  private readonly decipher;
+  private readonly mdc = createHash('sha1');
+  private tail: Buffer = Buffer.alloc(0);
+
+  constructor(cipher: string, key: Uint8Array) {
+    this.decipher = createDecipheriv(cipher, key, Buffer.alloc(16)); // SEIPDv1: CFB, zero IV, no resync
+  }
+
+  update(piece: Buffer): void {
+    if (!piece.length) return;
+    if (this.first) {
+      this.first = false;
+      if (piece[0] !== 1) throw unsupported(`a version ${piece[0]} encrypted data packet`);
+      piece = piece.subarray(1);
+      if (!piece.length) return;
+    }
+    const d = this.decipher.update(piece);
+    // Everything but the last 22 octets (the MDC packet, whose 2 header octets are hashed at the end).
+    if (d.length >= 22) {
+      if (this.tail.length) this.mdc.update(this.tail);
+      this.mdc.update(d.subarray(0, d.length - 22));
+      this.tail = Buffer.from(d.subarray(d.length - 22));
+    } else {
+      const all = Buffer.concat([this.tail, d]);
+      if (all.length > 22) this.mdc.update(all.subarray(0, all.length - 22));
+      this.tail = all.subarray(Math.max(0, all.length - 22));
+    }
+  }
+
+  verify(): void {
+    if (this.first) throw malformed('the encrypted data packet is empty');
+    const t = this.tail;
+    // The prefix (18 octets) and an MDC packet at least; the prefix's quick check is not consulted (§14.4).
+    if (t.length !== 22 || t[0] !== 0xd3 || t[1] !== 0x14) throw tampered('no MDC packet at the end');
+    this.mdc.update(t.subarray(0, 2));
+    if (!timingSafeEqual(this.mdc.digest(), t.subarray(2))) throw tampered('MDC mismatch');
+  }
+}
+
+/** ASCII armor (RFC 9580 §6.2) of binary chunks, 64 characters a line; no CRC (§6.1: SHOULD NOT). */
+export async function* armorMessage(chunks: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+  yield Buffer.from('-----BEGIN PGP MESSAGE-----\n\n');
+  let carry = Buffer.alloc(0);
+  for await (const chunk of chunks) {
+    const all = carry.length ? Buffer.concat([carry, chunk]) : chunk;
+    const whole = all.length - (all.length % 48);
+    if (whole) yield lines(all.subarray(0, whole));
+    carry = Buffer.from(all.subarray(whole));
+  }
+  if (carry.length) yield lines(carry);
+  yield Buffer.from('-----END PGP MESSAGE-----\n');
+}
+
+function lines(bytes: Buffer): Buffer {
+  const b64 = bytes.toString('base64');
+  const out: string[] = [];
+  for (let i = 0; i < b64.length; i += 64) out.push(b64.slice(i, i + 64));
+  return Buffer.from(`${out.join('\n')}\n`);
+}
+
+/**
+ * Reads the head of a message (armored or binary) up to its encrypted data packet. Errors are AppError
+ * 422 (malformed_message, unsupported_message); an error of `input` itself comes out unchanged.
+ * `signal` and `idleMs` bound every OpenPGP.js call (lib/pgp/watch.ts).
+ */
+export async function openForRewrap(input: Readable, opts: WatchOptions = {}): Promise<RewrapOpened> {
+  const watch = new Watch(input, opts);
+  watch.check();
+  const source = input[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+  // Armored or binary: the first octet that is not white space says.
+  const head: Buffer[] = [];
+  let first: number | undefined;
+  for (let seen = 0; first === undefined && seen < 64 * 1024; ) {
+    const next = await source.next();
+    if (next.done) break;
+    head.push(next.value);
+    seen += next.value.length;
+    first = next.value.find((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
+  }
+  async function* raw(): AsyncGenerator<Uint8Array> {
+    yield* head;
+    for (let n = await source.next(); !n.done; n = await source.next()) yield n.value;
+  }
+  const armored = first === 0x2d;
+  const r = new HeadReader((armored ? dearmor(raw()) : raw())[Symbol.asyncIterator]());
+  let parsed: Awaited<ReturnType<typeof readHead>>;
+  try {
+    if (first === undefined) throw invalid('malformed_message', 'the message is empty');
+    parsed = await readHead(r);
+  } catch (err) {
+    input.destroy();
+    watch.close();
+    if (r.failed) throw r.failed;
+    throw err;
+  }
+  const pkesks = parsed.packets.filter((p) => p.tag === TAG_PKESK);
+  const keyIdOf = (p: Packet) => p.body.subarray(1, 9).toString('hex');
+  if (!pkesks.length) {
+    input.destroy();
+    watch.close();
+    throw invalid('malformed_message', 'the message is not encrypted to a public key');
+  }
+  let used = false;
+  return {
+    armored,
+    encryptionKeyIds: [...new Set(pkesks.map(keyIdOf))],
+    async rewrap(oldKey, from, recipient) {
+      if (used) throw new Error('rewrap() can be called once');
+      used = true;
+      const fromIds = new Set(from);
+      const ours = pkesks.filter((p) => fromIds.has(keyIdOf(p)));
+      let sessionKey: openpgp.SessionKey;
+      let newPkesk: Uint8Array;
+      try {
+        if (!ours.length) throw invalid('no_matching_key', 'the message is not encrypted to this key');
+        const message = await watch.call(openpgp.readMessage({ binaryMessage: Buffer.concat(ours.map((p) => p.raw)) }));
+        sessionKey = await watch.call(sessionKeyV1(message, oldKey)).catch((err: unknown) => {
+          throw err instanceof AppError ? err : invalid('no_matching_key', 'the message cannot be decrypted with this key');
+        });
+        if (!sessionKey.algorithm || !CFB[sessionKey.algorithm]) throw unsupported(`its cipher is ${sessionKey.algorithm ?? 'unknown'}, not AES`);
+        newPkesk = await watch.call(openpgp.encryptSessionKey({ data: sessionKey.data, algorithm: sessionKey.algorithm, encryptionKeys: recipient, format: 'binary' }));
+      } catch (err) {
+        input.destroy();
+        watch.close();
+        throw watch.failure ?? err;
+      }
+      const check = new MdcCheck(CFB[sessionKey.algorithm]!, sessionKey.data);
+      const scanner = new FramingScanner(parsed.seipdTag[0]!, (piece) => check.update(piece));
+      const kept = parsed.packets.filter((p) => p.tag !== TAG_MARKER && !(p.tag === TAG_PKESK && fromIds.has(keyIdOf(p))));
+      async function* binary(): AsyncGenerator<Buffer> {
+        yield Buffer.concat([Buffer.from(newPkesk), ...kept.map((p) => p.raw), parsed.seipdTag]);
+        // The data packet as it came; the last chunk waits for the MDC check.
+        let held: Buffer | undefined;
+        try {
+          for await (const chunk of r.rest()) {
+            scanner.push(chunk);
+            if (held) yield held;
+            held = chunk;
+          }
+        } catch (err) {
+          if (r.failed) throw r.failed;
+          throw err;
+        }
+        scanner.end();
+        check.verify();
+        if (held) yield held;
+      }
+      const out = Readable.from(armored ? armorMessage(binary()) : binary(), { objectMode: false, highWaterMark: CHUNK_BYTES });
+      watch.onFail((err) => out.destroy(err));
+      out.once('close', () => {
+        watch.close();
+        input.destroy();
+      });
+      return out;
+    },
+  };
+}

@@ -1,0 +1,264 @@
+import type { Knex } from 'knex';
+import type { Container } from '../container';
+import { conflict, gone, invalid, notFound } from '../errors';
+import { emitEvent } from '../events';
+import { requireKey } from './keys';
+import { verifiedKey } from './key-integrity';
+import { resyncLinkedTo } from './team-access';
+import { recordAudit, type RequestMeta } from '../../db/audit';
+import { lineageGenerations, type KeyRow, type LineageRow } from '../../db/keys';
+
+/**
+ * Key lifecycle beyond rotation (issue 14): retiring old generations (`min_decryption_generation`, as
+ * Vault's `min_decryption_version`), destroying retired generations or whole keys after a waiting
+ * period (as AWS KMS), and what still depends on each generation. Destruction is crypto-shredding: the
+ * sealed private key and its secret are emptied; the public key, fingerprint and counters stay.
+ */
+
+export type GenerationState = 'current' | 'rotated' | 'retired' | 'pending_destruction' | 'destroyed';
+
+export function generationState(lineage: Pick<LineageRow, 'min_decryption_generation'>, g: Pick<KeyRow, 'status' | 'generation' | 'destroy_after' | 'destroyed_at'>): GenerationState {
+  if (g.destroyed_at) return 'destroyed';
+  if (g.destroy_after) return 'pending_destruction';
+  if (g.status === 'active') return 'current';
+  return g.generation < lineage.min_decryption_generation ? 'retired' : 'rotated';
+}
+
+/**
+ * Whether a generation may still open what was encrypted to it (decrypt, rewrap): 410
+ * `generation_destroyed`, 409 `destruction_pending` (a scheduled destruction: cancel it first) or 409
+ * `generation_retired` naming it (lower `min_decryption_generation` to use it again).
+ */
+export function requireDecryptable(lineage: Pick<LineageRow, 'min_decryption_generation'>, g: KeyRow): KeyRow {
+  const state = generationState(lineage, g);
+  const name = `Generation ${g.generation} (${g.fingerprint})`;
+  if (state === 'destroyed') throw gone('generation_destroyed', `${name} of this key was destroyed; what was encrypted to it can no longer be decrypted.`);
+  if (state === 'pending_destruction') throw conflict('destruction_pending', `${name} of this key is scheduled for destruction and no longer decrypts; cancel the destruction to use it.`);
+  if (state === 'retired') throw conflict('generation_retired', `${name} of this key is retired (min_decryption_generation is ${lineage.min_decryption_generation}); lower it in the key's settings to decrypt with it.`);
+  return g;
+}
+
+const DAY_MS = 86_400_000;
+
+/** One generation as `GET /keys/{fingerprint}/generations` shows it (no private material). */
+export function generationOut(c: Container, lineage: LineageRow, g: KeyRow) {
+  const state = generationState(lineage, g);
+  const now = c.clock.now().getTime();
+  // Quiet since the later of its rotation and its last decrypt: files encrypted just before a rotation
+  // are still likely to be read, so a fresh rotation is not "safe" yet either.
+  const quietSince = Math.max(g.rotated_at?.getTime() ?? 0, g.last_decrypt_at?.getTime() ?? 0);
+  const safe = state === 'rotated' && now - quietSince >= c.config.keyLifecycle.retireSafeDays * DAY_MS;
+  const iso = (d: Date | null) => d?.toISOString() ?? null;
+  return {
+    generation: g.generation,
+    fingerprint: g.fingerprint,
+    algorithm: g.algorithm,
+    state,
+    created_at: g.created_at.toISOString(),
+    rotated_at: iso(g.rotated_at),
+    expires_at: iso(g.expires_at),
+    destroy_after: iso(g.destroy_after),
+    destroyed_at: iso(g.destroyed_at),
+    safe_to_retire: safe,
+    usage: {
+      files_encrypted: Number(g.encrypt_files),
+      bytes_encrypted: Number(g.encrypt_bytes),
+      files_decrypted: Number(g.decrypt_files),
+      bytes_decrypted: Number(g.decrypt_bytes),
+      last_decrypt_at: iso(g.last_decrypt_at),
+      files_rewrapped_from: Number(g.rewrap_from_files),
+      files_rewrapped_to: Number(g.rewrap_to_files),
+    },
+  };
+}
+
+export function lifecycleOut(lineage: LineageRow, current: KeyRow) {
+  return {
+    key_id: lineage.id,
+    fingerprint: current.fingerprint,
+    current_generation: current.generation,
+    min_decryption_generation: lineage.min_decryption_generation,
+    disabled_at: lineage.disabled_at?.toISOString() ?? null,
+    destroy_after: lineage.destroy_after?.toISOString() ?? null,
+    destroyed_at: lineage.destroyed_at?.toISOString() ?? null,
+  };
+}
+
+/** Every generation of the key, newest first, with its state and usage. Team members may read it. */
+export async function listGenerations(c: Container, userId: string, fingerprint: string, meta: RequestMeta) {
+  const view = await requireKey(c, userId, fingerprint, meta, 'read');
+  const generations = (await lineageGenerations(c.db, view.lineage.id)).map((g) => verifiedKey(c, g));
+  return { ...lifecycleOut(view.lineage, view.current), items: generations.map((g) => generationOut(c, view.lineage, g)) };
+}
+
+/** The lineage and its generations, locked for a lifecycle change (one change at a time per key). */
+async function lockedKey(trx: Knex.Transaction, lineageId: string) {
+  const lineage = (await trx<LineageRow>('key_lineages').where({ id: lineageId }).forUpdate().first())!;
+  const generations = await trx<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation').forUpdate();
+  return { lineage, generations, current: generations.find((g) => g.status === 'active')! };
+}
+
+const auditOf = (userId: string, meta: RequestMeta, action: string, target: string, details: Record<string, unknown>) => ({
+  user_id: userId,
+  action,
+  status: 'success' as const,
+  target,
+  ip: meta.ip,
+  request_id: meta.requestId,
+  details,
+});
+
+/**
+ * `min_decryption_generation`: 1 up to the current generation (which is never retired). Lowering it
+ * again is allowed while the generations it brings back exist: a destroyed one is 410, one scheduled
+ * for destruction is 409 `destruction_pending` (cancel that first).
+ */
+export async function updateKeySettings(c: Container, userId: string, fingerprint: string, body: { min_decryption_generation?: number }, meta: RequestMeta) {
+  const view = await requireKey(c, userId, fingerprint, meta, 'manage');
+  return c.db.transaction(async (trx) => {
+    const { lineage, generations, current } = await lockedKey(trx, view.lineage.id);
+    if (lineage.destroyed_at) throw gone('key_destroyed', 'This key was destroyed.');
+    const next = body.min_decryption_generation;
+    if (next === undefined || next === lineage.min_decryption_generation) return lifecycleOut(lineage, current);
+    if (next > current.generation) {
+      throw invalid('invalid_generation', `min_decryption_generation may be at most the current generation (${current.generation}): the current generation is never retired.`, [
+        { path: 'min_decryption_generation', message: `at most ${current.generation}` },
+      ]);
+    }
+    for (const g of generations.filter((g) => g.generation >= next && g.generation < lineage.min_decryption_generation)) {
+      if (g.destroyed_at) throw gone('generation_destroyed', `Generation ${g.generation} (${g.fingerprint}) was destroyed and cannot be brought back.`);
+      if (g.destroy_after) throw conflict('destruction_pending', `Generation ${g.generation} (${g.fingerprint}) is scheduled for destruction; cancel that first.`);
+    }
+    const [row] = await trx<LineageRow>('key_lineages').where({ id: lineage.id }).update({ min_decryption_generation: next, updated_at: c.clock.now() }).returning('*');
+    await recordAudit(trx, auditOf(userId, meta, 'keys.settings_update', current.fingerprint, { min_decryption_generation: { from: lineage.min_decryption_generation, to: next } }));
+    return lifecycleOut(row!, current);
+  });
+}
+
+export const DESTRUCTION_WAIT_DAYS = { min: 7, max: 30, default: 30 } as const;
+
+/**
+ * Schedules destruction after `waitingDays`: of one retired generation (409 `generation_not_retired`
+ * otherwise), or, without `generation`, of the whole key, which is disabled at once (a cancel leaves it
+ * disabled, as disabling is final). The `maintenance` sweep destroys when the wait is over.
+ */
+export async function scheduleDestruction(c: Container, userId: string, fingerprint: string, body: { generation?: number; waiting_days: number }, meta: RequestMeta) {
+  const view = await requireKey(c, userId, fingerprint, meta, 'manage');
+  const now = c.clock.now();
+  const when = new Date(now.getTime() + body.waiting_days * DAY_MS);
+  const out = await c.db.transaction(async (trx) => {
+    const { lineage, generations, current } = await lockedKey(trx, view.lineage.id);
+    if (lineage.destroyed_at) throw gone('key_destroyed', 'This key was destroyed.');
+    if (body.generation !== undefined) {
+      const g = generations.find((x) => x.generation === body.generation);
+      if (!g) throw notFound('generation_not_found', `This key has no generation ${body.generation}.`);
+      if (g.destroyed_at) throw gone('generation_destroyed', `Generation ${g.generation} was destroyed already.`);
+      if (g.destroy_after) throw conflict('destruction_already_scheduled', `Generation ${g.generation} is already scheduled for destruction (${g.destroy_after.toISOString()}).`);
+      if (generationState(lineage, g) !== 'retired') {
+        throw conflict('generation_not_retired', `Generation ${g.generation} is not retired: raise min_decryption_generation above it first (the current generation is destroyed only with the whole key).`);
+      }
+      await trx('pgp_keys').where({ id: g.id }).update({ destroy_after: when });
+      await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_schedule', g.fingerprint, { scope: 'generation', generation: g.generation, destroy_after: when.toISOString() }));
+      return { scope: 'generation' as const, generation: g.generation, fingerprint: g.fingerprint, newlyDisabled: false, lineage, current };
+    }
+    if (lineage.destroy_after) throw conflict('destruction_already_scheduled', `This key is already scheduled for destruction (${lineage.destroy_after.toISOString()}).`);
+    const [row] = await trx<LineageRow>('key_lineages')
+      .where({ id: lineage.id })
+      .update({ destroy_after: when, disabled_at: lineage.disabled_at ?? now, updated_at: now })
+      .returning('*');
+    // Generations already scheduled on their own keep their (earlier or later) date.
+    await trx('pgp_keys').where({ lineage_id: lineage.id }).whereNull('destroyed_at').whereNull('destroy_after').update({ destroy_after: when });
+    await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_schedule', current.fingerprint, { scope: 'key', generations: generations.filter((g) => !g.destroyed_at).length, destroy_after: when.toISOString() }));
+    if (!lineage.disabled_at) await recordAudit(trx, auditOf(userId, meta, 'keys.disable', current.fingerprint, { label: lineage.label, reason: 'destruction_scheduled' }));
+    return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, newlyDisabled: !lineage.disabled_at, lineage: row!, current };
+  });
+  const data = { key_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation, destroy_after: when.toISOString() };
+  await emitEvent(c, userId, 'key.destruction_scheduled', data);
+  if (out.newlyDisabled) {
+    await emitEvent(c, userId, 'key.disabled', { key_id: view.lineage.id, fingerprint: out.current.fingerprint, label: out.lineage.label });
+    await resyncLinkedTo(c, userId, 'key.disabled', meta);
+  }
+  return { scope: out.scope, generation: out.generation, fingerprint: out.fingerprint, destroy_after: when.toISOString(), key: lifecycleOut(out.lineage, out.current) };
+}
+
+/** Cancels a scheduled destruction (409 `destruction_not_scheduled` when there is none; 410 once done). */
+export async function cancelDestruction(c: Container, userId: string, fingerprint: string, body: { generation?: number }, meta: RequestMeta) {
+  const view = await requireKey(c, userId, fingerprint, meta, 'manage');
+  const out = await c.db.transaction(async (trx) => {
+    const { lineage, generations, current } = await lockedKey(trx, view.lineage.id);
+    if (lineage.destroyed_at) throw gone('key_destroyed', 'This key was destroyed.');
+    if (body.generation !== undefined) {
+      const g = generations.find((x) => x.generation === body.generation);
+      if (!g) throw notFound('generation_not_found', `This key has no generation ${body.generation}.`);
+      if (g.destroyed_at) throw gone('generation_destroyed', `Generation ${g.generation} was destroyed already.`);
+      if (!g.destroy_after) throw conflict('destruction_not_scheduled', `Generation ${g.generation} is not scheduled for destruction.`);
+      if (lineage.destroy_after && g.destroy_after.getTime() === lineage.destroy_after.getTime()) {
+        throw conflict('key_destruction_scheduled', 'This generation goes with the whole key: cancel the key’s destruction (without `generation`).');
+      }
+      await trx('pgp_keys').where({ id: g.id }).update({ destroy_after: null });
+      await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_cancel', g.fingerprint, { scope: 'generation', generation: g.generation }));
+      return { scope: 'generation' as const, generation: g.generation, fingerprint: g.fingerprint, lineage, current };
+    }
+    if (!lineage.destroy_after) throw conflict('destruction_not_scheduled', 'This key is not scheduled for destruction.');
+    await trx('pgp_keys').where({ lineage_id: lineage.id, destroy_after: lineage.destroy_after }).whereNull('destroyed_at').update({ destroy_after: null });
+    const [row] = await trx<LineageRow>('key_lineages').where({ id: lineage.id }).update({ destroy_after: null, updated_at: c.clock.now() }).returning('*');
+    await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_cancel', current.fingerprint, { scope: 'key' }));
+    return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, lineage: row!, current };
+  });
+  await emitEvent(c, userId, 'key.destruction_cancelled', { key_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation });
+  return { scope: out.scope, generation: out.generation, fingerprint: out.fingerprint, key: lifecycleOut(out.lineage, out.current) };
+}
+
+/**
+ * Jobs that still need a lineage's generations: decrypt and rewrap jobs of the lineage, and encrypt jobs
+ * to one of its generations, while queued or running. Destruction waits for them.
+ */
+export async function jobsNeedingLineage(db: Knex, lineageId: string, keyIds: string[]): Promise<number> {
+  const [row] = await db('jobs')
+    .whereIn('state', ['queued', 'active'])
+    .andWhere((w) => {
+      w.where((x) => x.whereIn('kind', ['decrypt', 'rewrap']).andWhereRaw("request->>'lineage_id' = ?", [lineageId]));
+      if (keyIds.length) w.orWhere((x) => x.where('kind', 'encrypt').andWhereRaw("request->'recipient'->>'key_id' = ANY(?::text[])", [keyIds]));
+    })
+    .count<{ count: string }[]>({ count: '*' });
+  return Number(row?.count ?? 0);
+}
+
+/**
+ * The maintenance sweep: destroys every generation whose wait is over. Each lineage is handled under
+ * its row lock and each generation with a conditional update (`destroyed_at IS NULL`), so any number of
+ * sweeps and schedulers destroy (and announce) a generation once. A lineage with a queued or running job
+ * that needs it is left for a later sweep.
+ */
+export async function destroyDueGenerations(c: Container, limit = 200): Promise<{ destroyed: number; postponed: number }> {
+  const now = c.clock.now();
+  const due = await c.db<KeyRow>('pgp_keys').whereNotNull('destroy_after').whereNull('destroyed_at').where('destroy_after', '<=', now).distinct('lineage_id').limit(limit);
+  let destroyed = 0;
+  let postponed = 0;
+  for (const { lineage_id } of due) {
+    const done = await c.db.transaction(async (trx) => {
+      const { lineage, generations } = await lockedKey(trx, lineage_id);
+      const ripe = generations.filter((g) => !g.destroyed_at && g.destroy_after && g.destroy_after <= now);
+      if (!ripe.length) return [];
+      if (await jobsNeedingLineage(trx, lineage.id, generations.map((g) => g.id))) {
+        postponed++;
+        return [];
+      }
+      const gone: KeyRow[] = [];
+      for (const g of ripe) {
+        const [row] = await trx<KeyRow>('pgp_keys').where({ id: g.id }).whereNull('destroyed_at').update({ private_sealed: '', secret_sealed: '', destroyed_at: now }).returning('*');
+        if (!row) continue;
+        gone.push(row);
+        await recordAudit(trx, { user_id: lineage.user_id, action: 'keys.generation_destroy', status: 'success', target: g.fingerprint, details: { key_id: lineage.id, generation: g.generation, scheduled_for: g.destroy_after!.toISOString() } });
+      }
+      const left = generations.filter((g) => !g.destroyed_at && !gone.some((x) => x.id === g.id));
+      if (lineage.destroy_after && !left.length) await trx('key_lineages').where({ id: lineage.id }).update({ destroyed_at: now, updated_at: now });
+      return gone.map((g) => ({ user: lineage.user_id, key_id: lineage.id, fingerprint: g.fingerprint, generation: g.generation, whole: Boolean(lineage.destroy_after) && !left.length }));
+    });
+    for (const d of done) {
+      destroyed++;
+      await emitEvent(c, d.user, 'key.generation_destroyed', { key_id: d.key_id, fingerprint: d.fingerprint, generation: d.generation, key_destroyed: d.whole });
+    }
+  }
+  return { destroyed, postponed };
+}
