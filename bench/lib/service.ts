@@ -11,8 +11,20 @@ const REPO = new URL('../../', import.meta.url).pathname;
 const POSTGRES = 'postgres://postgres@127.0.0.1:5432';
 const REDIS_URL = 'redis://127.0.0.1:6379';
 
-/** The service's node flags, as in package.json's start/web/worker scripts (small young generation: the hot path's buffers live outside the heap). */
-const NODE_FLAGS = ['--max-semi-space-size=4'];
+/** The service's node flags, as in package.json's start/web/worker scripts and the Procfile (see README "CPU per GiB"). */
+const NODE_FLAGS = ['--max-semi-space-size=4', '--single-threaded-gc'];
+
+/**
+ * BENCH_CPU_PROF=<dir>: each service process writes a V8 CPU profile there when it exits
+ * (`--cpu-prof`); `tsx bench/profile.ts <dir>` summarises them. Opt-in: profiling costs CPU itself.
+ */
+function profileFlags(): string[] {
+  const dir = process.env.BENCH_CPU_PROF;
+  return dir ? ['--cpu-prof', `--cpu-prof-dir=${dir}`] : [];
+}
+
+/** BENCH_NODE_FLAGS="--flag …": extra node flags for the service processes (after the defaults, so they win), for experiments. */
+const extraFlags = () => (process.env.BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
 
 /** One node process of the service: `node --import tsx lib/main.ts <role>`, so its pid is the real one. */
 export interface ServiceProcess {
@@ -117,7 +129,7 @@ export class Service {
   }
 
   private spawn(name: string, role: string, extra: Record<string, string>): ServiceProcess {
-    const child = spawnTracked(process.execPath, [...NODE_FLAGS, '--import', 'tsx', 'lib/main.ts', role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnTracked(process.execPath, [...NODE_FLAGS, ...extraFlags(), ...profileFlags(), '--import', 'tsx', 'lib/main.ts', role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
     const proc: ServiceProcess = { name, child, pid: child.pid!, tail: [] };
     const keep = (data: Buffer) => {
       proc.tail.push(...data.toString().trimEnd().split('\n'));

@@ -123,17 +123,21 @@ async function* seal(source: AsyncIterable<Buffer | string>, key: Buffer, salt: 
   }
 }
 
-/** Opens a sealed stream, yielding each chunk's plaintext only once its tag has been verified. */
-async function* open(source: AsyncIterable<Buffer | string>, dataKey: Buffer, blobKey: string): AsyncGenerator<Buffer> {
+/**
+ * Opens a sealed blob given as frames (the header, then one sealed chunk each), yielding each chunk's
+ * plaintext only once its tag has been verified. Each frame is used up before the next is asked for,
+ * so a reader may reuse one buffer for all of them (`BlobStore.readFrames`).
+ */
+async function* open(chunks: AsyncIterator<Frame>, dataKey: Buffer, blobKey: string): AsyncGenerator<Buffer> {
   const fail = (what: string) => new Error(`sealed blob ${blobKey}: ${what}`);
-  const chunks = frames(source, SEALED_CHUNK, SEALED_HEADER_BYTES);
   const first = await chunks.next();
   const header = first.done ? Buffer.alloc(0) : joined(first.value.parts);
   if (header.length < SEALED_HEADER_BYTES || !header.subarray(0, MAGIC.length).equals(MAGIC)) throw fail('not a sealed blob');
   const key = chunkKey(dataKey, header.subarray(MAGIC.length), blobKey);
   let index = 0;
   let ended = false;
-  for await (const { parts, bytes, last } of chunks) {
+  for (let next = await chunks.next(); !next.done; next = await chunks.next()) {
+    const { parts, bytes, last } = next.value;
     if (bytes < TAG_BYTES) throw fail(`truncated (chunk ${index} ${bytes === 0 ? 'missing' : 'cut short'})`);
     const decipher = createDecipheriv('aes-256-gcm', key, nonce(index, last), { authTagLength: TAG_BYTES });
     const plain: Buffer[] = [];
@@ -290,6 +294,26 @@ export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
       const jobId = jobOf(key);
       if (!jobId) return inner.get(key, range);
       if (range) throw new TypeError(`byte ranges of sealed job blobs are not supported: ${key}`);
+      if (inner.readFrames) {
+        // One reused read buffer instead of a fresh one per read (see LocalBlobStore.readFrames).
+        const read = await inner.readFrames(key, SEALED_HEADER_BYTES, SEALED_CHUNK);
+        let dk: Buffer;
+        try {
+          dk = await dataKey(jobId, false);
+        } catch (err) {
+          await read.return?.();
+          throw err;
+        }
+        const framed: AsyncIterator<Frame> = {
+          next: async () => {
+            const n = await read.next();
+            return n.done ? n : { done: false, value: { parts: [n.value.bytes], bytes: n.value.bytes.length, last: n.value.last } };
+          },
+        };
+        const plain = Readable.from(open(framed, dk, key), { objectMode: false, highWaterMark: CHUNK });
+        plain.once('close', () => void read.return?.());
+        return plain;
+      }
       const sealed = await inner.get(key);
       let dk: Buffer;
       try {
@@ -298,7 +322,7 @@ export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
         sealed.destroy();
         throw err;
       }
-      const plain = Readable.from(open(sealed, dk, key), { objectMode: false, highWaterMark: CHUNK });
+      const plain = Readable.from(open(frames(sealed, SEALED_CHUNK, SEALED_HEADER_BYTES), dk, key), { objectMode: false, highWaterMark: CHUNK });
       plain.once('close', () => sealed.destroy());
       return plain;
     },

@@ -59,6 +59,19 @@ export interface BlobStore {
   sweepStale(olderThan: Date): Promise<number>;
   /** Release clients and sockets. */
   close(): Promise<void>;
+  /**
+   * Optional fast path for decorators that consume each piece at once (lib/blob/sealed.ts): the object
+   * as pieces of exactly `first` bytes, then `size` bytes each, then what remains (possibly nothing),
+   * all read into ONE reused buffer. A piece is valid only until the next one is asked for. `return()`
+   * releases the file, also before the first piece. Rejects with BlobNotFoundError like `get`.
+   */
+  readFrames?(key: string, first: number, size: number): Promise<AsyncIterableIterator<Frame>>;
+}
+
+/** A piece from `readFrames`; `last` marks the remainder after which the object ends (shorter than `size`). */
+export interface Frame {
+  bytes: Buffer;
+  last: boolean;
 }
 
 export class BlobNotFoundError extends Error {
