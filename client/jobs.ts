@@ -83,38 +83,23 @@ const reportJob = (job: Job, onProgress?: OnProgress) => {
   onProgress(job.state === 'queued' ? { phase: 'queued', bytes_done: 0 } : { phase: 'processing', bytes_done: job.progress.bytes_done ?? 0, bytes_total: job.progress.bytes_total });
 };
 
+/** How long one status request may wait for the job to end (`Prefer: wait`); also how often progress refreshes. */
+const LONG_POLL_SECONDS = 2;
+
 /**
- * Waits for a job to end: listens on the event stream (job.completed / job.failed for this job, which
- * ends the wait at once) while polling GET /jobs/{id} with back-off (250 ms growing to 2 s) for the
- * progress, and in case the stream is not allowed (an API key without `events:read`) or drops. A
- * failed job rejects with JobFailedError.
+ * Waits for a job to end by long polling: `GET /jobs/{id}` with `Prefer: wait=2` answers as soon as the job
+ * ends (the service checks every 250 ms at most), else after 2 s with its progress. No race with a job that
+ * ends before a listener is set up, and it needs no `events:read` scope. A failed job rejects with
+ * JobFailedError.
  */
 export async function waitForJob(kms: Kms, jobOrId: Job | string, opts: WaitOptions = {}): Promise<Job> {
   let job = typeof jobOrId === 'string' ? await getJob(kms, jobOrId) : jobOrId;
   const deadline = opts.timeoutSeconds === undefined ? Infinity : Date.now() + opts.timeoutSeconds * 1000;
-  const stop = new AbortController();
-  const abort = () => stop.abort();
-  opts.signal?.addEventListener('abort', abort);
-  let ended: Promise<unknown> = new Promise(() => {});
-  if (!isFinished(job)) {
-    const jobId = job.job_id;
-    ended = (async () => {
-      for await (const e of followEvents(kms, { types: ['job.completed', 'job.failed'], signal: stop.signal, reconnect: false })) if (e.data.job_id === jobId) return;
-      await new Promise(() => {}); // the stream ended without the event: polling decides
-    })().catch(() => new Promise(() => {}));
-  }
-  try {
-    for (let delay = 250; !isFinished(job); delay = Math.min(2000, delay * 1.5)) {
-      reportJob(job, opts.onProgress);
-      if (Date.now() > deadline) throw new ClientError('timeout', `job ${job.job_id} is still ${job.state} after ${opts.timeoutSeconds} s`);
-      if (opts.signal?.aborted) throw opts.signal.reason ?? new Error('aborted');
-      const heard = await Promise.race([sleep(delay, false, { signal: stop.signal }).catch(() => false), ended.then(() => true)]);
-      if (heard) ended = new Promise(() => {}); // heard once: the next poll reads the end
-      job = await getJob(kms, job.job_id);
-    }
-  } finally {
-    opts.signal?.removeEventListener('abort', abort);
-    stop.abort();
+  while (!isFinished(job)) {
+    reportJob(job, opts.onProgress);
+    if (Date.now() > deadline) throw new ClientError('timeout', `job ${job.job_id} is still ${job.state} after ${opts.timeoutSeconds} s`);
+    if (opts.signal?.aborted) throw opts.signal.reason ?? new Error('aborted');
+    job = await getJob(kms, job.job_id, LONG_POLL_SECONDS);
   }
   if (job.state === 'failed') throw new JobFailedError(job.job_id, job.error?.code ?? 'job_failed', job.error?.message ?? 'the job failed');
   return job;
