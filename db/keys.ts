@@ -136,17 +136,19 @@ export async function listKeys(db: Knex, q: KeyListQuery): Promise<{ items: { li
   if (q.label) base.andWhere('l.label', q.label);
   if (q.active === true) base.whereNull('l.disabled_at').andWhere((w) => w.whereNull('k.expires_at').orWhere('k.expires_at', '>', q.now));
   if (q.active === false) base.andWhere((w) => w.whereNotNull('l.disabled_at').orWhere('k.expires_at', '<=', q.now));
-  const [rows, count] = await Promise.all([
-    base.clone().select('l.id as lineage_id', 'k.id as key_id').orderBy('l.created_at', 'desc').orderBy('l.id').limit(q.pageSize).offset((q.page - 1) * q.pageSize),
-    base.clone().count<{ count: number }[]>({ count: '*' }),
-  ]);
-  const ids = rows as { lineage_id: string; key_id: string }[];
-  const [lineages, keys] = await Promise.all([
-    db<LineageRow>('key_lineages').whereIn('id', ids.map((r) => r.lineage_id)),
-    db<KeyRow>('pgp_keys').whereIn('id', ids.map((r) => r.key_id)),
-  ]);
-  const items = ids.map((r) => ({ lineage: lineages.find((l) => l.id === r.lineage_id)!, current: keys.find((k) => k.id === r.key_id)! }));
-  return { items, total: count[0]?.count ?? 0 };
+  // One query for the page's current generations and the total (a window count), one for their lineages.
+  const rows = (await base
+    .clone()
+    .select('k.*', db.raw('count(*) over () as list_total'))
+    .orderBy('l.created_at', 'desc')
+    .orderBy('l.id')
+    .limit(q.pageSize)
+    .offset((q.page - 1) * q.pageSize)) as (KeyRow & { list_total: number })[];
+  // A page past the end has no row to carry the total: only then is it counted on its own.
+  const total = rows.length ? rows[0]!.list_total : q.page > 1 ? ((await base.clone().count<{ count: number }[]>({ count: '*' }))[0]?.count ?? 0) : 0;
+  const lineages = rows.length ? await db<LineageRow>('key_lineages').whereIn('id', rows.map((r) => r.lineage_id)) : [];
+  const items = rows.map(({ list_total: _total, ...current }) => ({ lineage: lineages.find((l) => l.id === current.lineage_id)!, current }));
+  return { items, total };
 }
 
 /** Usage counters, bumped in the transaction that completes the job which used the key. */

@@ -67,6 +67,9 @@ describe('generate and list keys', () => {
     const all = await s.api('GET', '/keys/list?page_size=2', { token: u.token });
     expect(all.body).toMatchObject({ total: 3, page: 1, page_size: 2 });
     expect(all.body.items).toHaveLength(2);
+    // The last page, and a page past the end, still say how many there are.
+    expect((await s.api('GET', '/keys/list?page_size=2&page=2', { token: u.token })).body).toMatchObject({ total: 3, items: [{}] });
+    expect((await s.api('GET', '/keys/list?page_size=2&page=3', { token: u.token })).body).toMatchObject({ total: 3, items: [] });
     expect(JSON.stringify(all.body)).not.toMatch(/PRIVATE|private_sealed|secret/i);
     expect((await s.api('GET', '/keys/list?environment=prod', { token: u.token })).body.total).toBe(2);
     expect((await s.api('GET', '/keys/list?label=a', { token: u.token })).body.total).toBe(2);
