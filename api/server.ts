@@ -36,7 +36,7 @@ export async function startWeb(c: Container, port = c.config.port): Promise<WebS
     port: actual,
     async close() {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      await endEventStreams(c); // live event streams never end by themselves; clients reconnect elsewhere
+      endEventStreams(); // live event streams never end by themselves; clients reconnect elsewhere
 
       // Let answers in progress finish, then drop keep-alive sockets (idle or half-read) at once.
       const deadline = Date.now() + SHUTDOWN_GRACE_MS;

@@ -12,6 +12,7 @@ import { sealedJobBlobs } from './blob/sealed';
 import { setLineageKdf } from './lineage';
 import { createMetrics, type Metrics } from './metrics';
 import { UsageRecorder } from './usage';
+import { EventHub } from './event-hub';
 import { addUse } from '../db/api-keys';
 import { touchPartnerKey } from '../db/partner-keys';
 
@@ -33,6 +34,8 @@ export interface Container {
   metrics: Metrics;
   /** API keys' request counts and last use, written once a second. */
   usage: UsageRecorder;
+  /** Live account events on one Redis reader for the whole process (connects on first use). */
+  eventHub: EventHub;
   close(): Promise<void>;
 }
 
@@ -50,6 +53,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   // Job blobs (uploads, outputs) are sealed at rest under a per-job data key.
   const blob = sealedJobBlobs(await createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} }), sealer);
   const usage = new UsageRecorder((kind, id, count, last) => (kind === 'api_key' ? addUse(db, id, count, last) : touchPartnerKey(db, id, last)), log);
+  const eventHub = new EventHub({ redis, redisUrl: config.redisUrl, redisPrefix: config.redisPrefix, log });
   return {
     config,
     log,
@@ -63,7 +67,9 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
     blob,
     metrics: createMetrics(),
     usage,
+    eventHub,
     async close() {
+      await eventHub.stop();
       await usage.close();
       await jobs.close();
       mailer.close();

@@ -4,7 +4,6 @@ import { route } from '../route';
 import { PageQuery, Timestamp, pageOf } from '../schemas/common';
 import { invalid } from '../../lib/errors';
 import type { Container } from '../../lib/container';
-import { EventHub } from '../../lib/event-hub';
 import { EVENT_ID, EVENT_TYPES, eventHistory, lastEventId, readEvents, trimmedSince, type AccountEvent, type EventType } from '../../lib/events';
 
 const tags = ['Events'];
@@ -31,22 +30,11 @@ const HEARTBEAT_MS = 15_000;
 /** Reconnection advice to EventSource clients. */
 const RETRY_MS = 3000;
 
-/** Open event streams of this process, ended at shutdown so that the server need not wait for them. */
+/** Open event streams of this process. */
 const open = new Set<() => void>();
-/** One event hub (one blocking Redis reader) per process and container. */
-const hubs = new Map<Container, EventHub>();
-
-const hubOf = (c: Container) => {
-  let hub = hubs.get(c);
-  if (!hub) hubs.set(c, (hub = new EventHub({ redis: c.redis, redisUrl: c.config.redisUrl, redisPrefix: c.config.redisPrefix, log: c.log })));
-  return hub;
-};
-
-/** Ends every open stream (clients reconnect to another process) and this container's hub. */
-export async function endEventStreams(c: Container): Promise<void> {
+/** Ends every open stream, so that the server need not wait for them (clients reconnect to another process). */
+export function endEventStreams(): void {
   for (const end of [...open]) end();
-  await hubs.get(c)?.stop();
-  hubs.delete(c);
 }
 
 const frame = (e: AccountEvent) => `id: ${e.id}\nevent: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`;
@@ -71,7 +59,7 @@ async function pump(c: Container, userId: string, out: PassThrough, resume: stri
     cursor = batch[batch.length - 1]!.id;
   }
   if (stopped.value) return;
-  const unlisten = await hubOf(c).listen(userId, cursor, send);
+  const unlisten = await c.eventHub.listen(userId, cursor, send);
   // Proxies close connections that stay quiet: a comment every HEARTBEAT_MS keeps the stream open.
   const heartbeat = setInterval(() => out.write(': heartbeat\n\n'), HEARTBEAT_MS);
   const stop = () => {

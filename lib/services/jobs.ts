@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { enforceJobLimits } from './billing';
 import type { Container } from '../container';
+import { lastEventId, type AccountEvent } from '../events';
 import { invalid } from '../errors';
 import { findJobByIdempotencyKey, findUserJob, insertJob, isFinished, jobFiles, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
 
@@ -140,20 +141,36 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
   return (await findUserJob(c.db, input.userId, input.id))!;
 }
 
+/** How often `Prefer: wait` reads the row when no event arrives (a missed event costs at most this). */
+const WAIT_POLL_MS = 250;
+
 /**
- * `Prefer: wait=N` (RFC 7240): polls the row until the job ends or N seconds pass. Polling Postgres keeps
- * one source of truth (the worker commits the row before BullMQ marks the job done).
+ * `Prefer: wait=N` (RFC 7240): the job as it is when it ends, or after N seconds. The row in Postgres is
+ * the one source of truth (the worker commits it before it announces the end); the job's end event,
+ * through the process's event hub, says when to read it again, and a slow poll covers a missed event.
  */
 export async function waitForJob(c: Container, row: JobRow, seconds: number): Promise<JobRow> {
+  if (isFinished(row.state)) return row;
   const deadline = Date.now() + seconds * 1000;
-  let current = row;
-  let delay = 25;
-  while (!isFinished(current.state) && Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, Math.min(delay, deadline - Date.now())));
-    delay = Math.min(delay * 2, 250);
-    current = (await findUserJob(c.db, row.user_id, row.id)) ?? current;
+  let wake = () => {};
+  const ended = (events: AccountEvent[]) => events.some((e) => (e.type === 'job.completed' || e.type === 'job.failed') && e.data.job_id === row.id);
+  const stop = await c.eventHub.listen(row.user_id, await lastEventId(c.redis, c.config.redisPrefix, row.user_id), (events) => ended(events) && wake());
+  try {
+    let current = (await findUserJob(c.db, row.user_id, row.id)) ?? row;
+    while (!isFinished(current.state) && Date.now() < deadline) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, Math.min(WAIT_POLL_MS, deadline - Date.now()));
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      current = (await findUserJob(c.db, row.user_id, row.id)) ?? current;
+    }
+    return current;
+  } finally {
+    stop();
   }
-  return current;
 }
 
 /** Parses `Prefer: wait=N`, capped at 30 s; undefined when absent. */
