@@ -80,30 +80,3 @@ export function dueRotations(db: Knex, now: Date, limit: number): Promise<DueRot
     .orderBy('k.created_at')
     .limit(limit) as unknown as Promise<DueRotation[]>;
 }
-
-export interface ExpiringKey {
-  key_id: string;
-  lineage_id: string;
-  user_id: string;
-  fingerprint: string;
-  label: string;
-  email: string;
-  expires_at: Date;
-}
-
-/** Current generations that expire within `withinDays` and have not been warned about yet. */
-export function expiringKeys(db: Knex, now: Date, withinDays: number, limit: number): Promise<ExpiringKey[]> {
-  return db
-    .select('k.id as key_id', 'k.lineage_id', 'k.user_id', 'k.fingerprint', 'l.label', 'u.email', 'k.expires_at')
-    .from('pgp_keys as k')
-    .join('key_lineages as l', 'l.id', 'k.lineage_id')
-    .join('users as u', 'u.id', 'k.user_id')
-    .where('k.status', 'active')
-    .whereNull('l.disabled_at')
-    .whereNull('u.deleted_at')
-    .whereNull('k.expiry_warned_at')
-    .whereNotNull('k.expires_at')
-    .where('k.expires_at', '<=', new Date(now.getTime() + withinDays * 86400_000))
-    .orderBy('k.expires_at')
-    .limit(limit) as unknown as Promise<ExpiringKey[]>;
-}

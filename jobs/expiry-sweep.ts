@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defineJob } from './define';
-import { publishEvent } from '../lib/events';
+import { emitEvent } from '../lib/events';
 import { notify } from '../lib/services/notify';
 import { recordAudit } from '../db/audit';
 import { dueExpiryWarnings } from '../db/keys';
@@ -42,7 +42,7 @@ export const expirySweep = defineJob({
       warned++;
       const expired = key.expires_at <= now;
       const data = { key_id: key.lineage_id, fingerprint: key.fingerprint, label: key.label, expires_at: key.expires_at.toISOString(), lead_days: nearest };
-      await publishEvent(c.redis, c.config.redisPrefix, key.user_id, expired ? 'key.expired' : 'key.expiring', data, now);
+      await emitEvent(c, key.user_id, expired ? 'key.expired' : 'key.expiring', data); // SSE, history and webhooks
       await notify(c, key.email, 'key-expiring', { label: key.label, fingerprint: key.fingerprint, expires_at: key.expires_at.toISOString() });
     }
     return { warned };

@@ -108,6 +108,16 @@ describe('deliveries', () => {
     expect(other.received).toHaveLength(0);
   });
 
+  it('delivers events of the schedulers too: a key expiry warning from the expiry sweep', async () => {
+    const u = await registerUser(s.api);
+    const r = await receiver();
+    await subscribe(u.token, r.url, { event_types: ['key.expiring'] });
+    const key = await createKey(s.api, u.token, { expires_in_days: '20' });
+    await s.c.jobs.enqueue('expiry-sweep', {});
+    await expect.poll(() => r.received.length, { timeout: 10_000 }).toBe(1);
+    expect(JSON.parse(r.received[0]!.body)).toMatchObject({ type: 'key.expiring', account: u.id, data: { fingerprint: key.fingerprint, lead_days: 30 } });
+  });
+
   it('retries a failing receiver on the schedule with the same webhook-id, then succeeds', async () => {
     const u = await registerUser(s.api);
     const r = await receiver([500, 503, 200]);
