@@ -6,6 +6,7 @@ import { startSmtpServer } from './support/smtp';
 import { PASSPHRASE, createKey, download, runJob } from './support/keys';
 import { createPgpHome, type PgpHome } from './support/gpg';
 import { eventHistory } from '../lib/events';
+import { VIEW_RETENTION_DAYS } from '../lib/services/share-links';
 import { userAgentClass } from '../lib/user-agent';
 
 /**
@@ -447,6 +448,30 @@ describe('GET /keys/share/analytics and share.viewed events', () => {
     const counts = viewed.filter((e) => e.data.share_id === busy.id).map((e) => e.data.view_count);
     expect(counts.sort()).toEqual([1, 10]);
     expect(viewed).toHaveLength(4);
+  });
+});
+
+describe('view records', () => {
+  it('are purged after VIEW_RETENTION_DAYS by the maintenance sweep; the share keeps its count', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const link = await share(u.token, { fingerprint: key.fingerprint });
+    expect((await view(link.token)).status).toBe(200);
+    const viewsOf = () => s.c.db('share_link_views').where({ share_id: link.id });
+    const sweep = async () => {
+      const id = await s.c.jobs.enqueue('purge-expired', {});
+      await expect.poll(async () => (await s.c.jobs.queue('maintenance').getJob(id))?.finishedOn !== undefined, { timeout: 10_000 }).toBe(true);
+    };
+    await sweep();
+    expect(await viewsOf()).toHaveLength(1);
+    clock().advance((VIEW_RETENTION_DAYS + 1) * 86_400_000);
+    try {
+      await sweep();
+      expect(await viewsOf()).toHaveLength(0);
+      expect(await s.c.db('share_links').where({ id: link.id }).first()).toMatchObject({ view_count: 1 });
+    } finally {
+      clock().advance(-(VIEW_RETENTION_DAYS + 1) * 86_400_000);
+    }
   });
 });
 

@@ -35,6 +35,7 @@ export async function up(knex: Knex): Promise<void> {
     t.timestamp('viewed_at', { useTz: true }).notNullable();
     t.text('ua_class').notNullable();
     t.index(['share_id', 'viewed_at']);
+    t.index(['viewed_at']); // the retention purge
   });
   await knex.raw(`ALTER TABLE share_link_views ADD CONSTRAINT share_link_views_ua_check CHECK (ua_class IN ('browser', 'cli', 'library', 'bot', 'other'))`);
 }

@@ -9,7 +9,7 @@ import { hashToken, newToken } from '../tokens';
 import { userAgentClass } from '../user-agent';
 import { notYours } from './access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { findByTokenHash, pageShares, shareAnalytics as queryAnalytics, shares, shareViews, takeView, type ShareKind, type ShareRow, type ShareState } from '../../db/share-links';
+import { findByTokenHash, pageShares, purgeViewsBefore, shareAnalytics as queryAnalytics, shares, shareViews, takeView, type ShareKind, type ShareRow, type ShareState } from '../../db/share-links';
 
 /**
  * Share links, the one mechanism behind public key shares (`/keys/share/...`) and managed API key
@@ -269,4 +269,11 @@ export async function shareAnalytics(c: Container, userId: string, kind: ShareKi
     top_targets: a.topTargets,
     recent_views: a.recent.map((v) => ({ viewed_at: v.viewed_at.toISOString(), share_id: v.share_id, target_id: v.target_id, ua_class: v.ua_class })),
   };
+}
+
+/** View records are kept this long: analytics reads 30 days; each share's own count keeps the total. */
+export const VIEW_RETENTION_DAYS = 90;
+
+export function purgeShareViews(c: Container): Promise<number> {
+  return purgeViewsBefore(c.db, new Date(c.clock.now().getTime() - VIEW_RETENTION_DAYS * DAY_MS));
 }
