@@ -1,4 +1,5 @@
-import type { ChildProcess } from 'node:child_process';
+import { execFile, type ChildProcess } from 'node:child_process';
+import { promisify } from 'node:util';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -26,7 +27,17 @@ function profileFlags(): string[] {
 /** BENCH_NODE_FLAGS="--flag …": extra node flags for the service processes (after the defaults, so they win), for experiments. */
 const extraFlags = () => (process.env.BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
 
-/** One node process of the service: `node --import tsx lib/main.ts <role>`, so its pid is the real one. */
+/**
+ * What runs: the service as production runs it, built once per bench run (`npm run build` → dist/main.js,
+ * as the Procfile starts it), so memory and CPU figures are those of production; `BENCH_SOURCE=tsx` runs
+ * the TypeScript sources through tsx instead (~45 MiB more per process).
+ */
+const fromSource = () => process.env.BENCH_SOURCE === 'tsx';
+let built: Promise<unknown> | undefined;
+const ensureBuilt = () => (fromSource() ? Promise.resolve() : (built ??= promisify(execFile)(process.execPath, ['scripts/build.mjs'], { cwd: REPO })));
+const entry = () => (fromSource() ? ['--import', 'tsx', 'lib/main.ts'] : ['dist/main.js']);
+
+/** One node process of the service: `node dist/main.js <role>` (or the sources through tsx), so its pid is the real one. */
 export interface ServiceProcess {
   name: string;
   child: ChildProcess;
@@ -62,6 +73,7 @@ export class Service {
 
   /** Starts the API (which creates the database and migrates) and waits for /health = 200. */
   async startWeb(): Promise<void> {
+    await ensureBuilt();
     this.port = await freePort();
     const web = this.spawn('api', 'web', {});
     await this.waitForHealth(web);
@@ -71,6 +83,7 @@ export class Service {
   async addWorker(queues: string): Promise<ServiceProcess> {
     const queue = queues.split(/[=,]/)[0]!;
     const before = await this.workersOn(queue);
+    await ensureBuilt();
     const proc = this.spawn(`worker-${this.procs.filter((p) => p.name.startsWith('worker')).length + 1}`, 'worker', { WORKER_QUEUES: queues });
     this.workerQueues.push(queues);
     await this.until(proc, async () => (await this.workersOn(queue)) > before, 'the worker to register with BullMQ');
@@ -129,7 +142,7 @@ export class Service {
   }
 
   private spawn(name: string, role: string, extra: Record<string, string>): ServiceProcess {
-    const child = spawnTracked(process.execPath, [...NODE_FLAGS, ...extraFlags(), ...profileFlags(), '--import', 'tsx', 'lib/main.ts', role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnTracked(process.execPath, [...NODE_FLAGS, ...extraFlags(), ...profileFlags(), ...entry(), role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
     const proc: ServiceProcess = { name, child, pid: child.pid!, tail: [] };
     const keep = (data: Buffer) => {
       proc.tail.push(...data.toString().trimEnd().split('\n'));
