@@ -1,12 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { Writable } from 'node:stream';
 import { SCOPES } from '../lib/auth/scopes';
 import { MANAGED_KEY_PREFIX } from '../lib/api-key-format';
 import { hashToken } from '../lib/tokens';
-import { createLogger, type Logger } from '../lib/logger';
+import type { Logger } from '../lib/logger';
 import { eventHistory } from '../lib/events';
 import { login, registerUser, startTestService, withClockAhead, type ManualClockFollowingTime, type TestService } from './support/service';
+import { captureLogs } from './support/logs';
 
 /**
  * Managed API key share links against the real service: a link hands out the key's current value
@@ -352,16 +352,10 @@ describe('ownership and credentials', () => {
 
 describe('secrets stay secret', () => {
   it('no value or token in logs, audit rows or events; the access log names the route template', async () => {
-    let out = '';
-    const sink = new Writable({
-      write(chunk: Buffer, _enc, done) {
-        out += chunk.toString();
-        done();
-      },
-    });
+    const logs = captureLogs();
     const container = s.c as { log: Logger };
     const original = container.log;
-    container.log = createLogger('trace', {}, sink);
+    container.log = logs.logger('trace');
     const u = await registerUser(s.api);
     const secrets: string[] = [];
     try {
@@ -382,8 +376,8 @@ describe('secrets stay secret', () => {
     } finally {
       container.log = original;
     }
-    expect(out).toContain('"route":"/api/v1/api-keys/shared/:share_token"');
-    expect(out).toContain('"route":"/api/v1/api-keys/:key_id/share"');
+    expect(logs.output()).toContain('"route":"/api/v1/api-keys/shared/:share_token"');
+    expect(logs.output()).toContain('"route":"/api/v1/api-keys/:key_id/share"');
     const audit = JSON.stringify(await s.c.db('audit_logs').where({ user_id: u.id }));
     expect(audit).toContain('api_key.shared_value_read');
     const events = JSON.stringify(await eventHistory(s.c.redis, s.config.redisPrefix, u.id, {}));
@@ -391,7 +385,7 @@ describe('secrets stay secret', () => {
     for (const v of secrets) {
       const forms = [v, hashToken(v), v.startsWith(MANAGED_KEY_PREFIX) ? v.slice(MANAGED_KEY_PREFIX.length) : v.slice('kms_as_'.length)];
       for (const secret of forms) {
-        expect(out, 'logs').not.toContain(secret);
+        expect(logs.output(), 'logs').not.toContain(secret);
         expect(audit, 'audit').not.toContain(secret);
         expect(events, 'events').not.toContain(secret);
       }

@@ -1,15 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { startWorkers } from '../workers/worker';
 import { randomUUID } from 'node:crypto';
-import { Writable } from 'node:stream';
 import { routes } from '../api/app';
 import { openApiDocument } from '../api/route';
 import { SCOPES, type Scope } from '../lib/auth/scopes';
 import { MANAGED_KEY_PREFIX, checkManagedKey, newManagedKey } from '../lib/api-key-format';
 import { hashToken } from '../lib/tokens';
-import { createLogger, type Logger } from '../lib/logger';
+import type { Logger } from '../lib/logger';
 import { MAX_API_KEYS } from '../lib/services/api-keys';
 import { login, registerUser, startTestService, withClockAhead, type ManualClockFollowingTime, type TestService } from './support/service';
+import { captureLogs } from './support/logs';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from './support/keys';
 
 /**
@@ -482,16 +482,10 @@ describe('scopes on every route', () => {
 
 describe('secrets stay secret', () => {
   it('no value in logs, audit rows, events or error bodies', async () => {
-    let out = '';
-    const sink = new Writable({
-      write(chunk: Buffer, _enc, done) {
-        out += chunk.toString();
-        done();
-      },
-    });
+    const logs = captureLogs();
     const container = s.c as { log: Logger };
     const original = container.log;
-    container.log = createLogger('trace', {}, sink);
+    container.log = logs.logger('trace');
     const values: string[] = [];
     const u = await registerUser(s.api);
     try {
@@ -515,20 +509,20 @@ describe('secrets stay secret', () => {
     } finally {
       container.log = original;
     }
-    expect(out).toContain('"msg":"request"');
+    expect(logs.output()).toContain('"msg":"request"');
     // Logged by mistake, a value is still censored (the logger knows the `kms_sk_` shape).
-    const mark = out.length;
-    const leaky = createLogger('info', {}, sink);
+    const mark = logs.output().length;
+    const leaky = logs.logger('info');
     leaky.info({ note: `retrying with ${values[0]}`, nested: [{ header: values[2] }] }, `key ${values[0]}`);
     leaky.error({ err: new Error(`refused ${values[2]}`) }, 'failed');
-    expect(out.slice(mark)).toContain('[redacted]');
+    expect(logs.output().slice(mark)).toContain('[redacted]');
     const audit = JSON.stringify(await s.c.db('audit_logs').where({ user_id: u.id }));
     expect(audit).toContain('api_key.rotated');
     const events = JSON.stringify((await s.api('GET', '/events/history', { token: u.token })).body);
     expect(events).toContain('api_key.revoked');
     for (const v of values) {
       for (const secret of [v, v.slice(MANAGED_KEY_PREFIX.length), hashToken(v)]) {
-        expect(out, 'logs').not.toContain(secret);
+        expect(logs.output(), 'logs').not.toContain(secret);
         expect(audit, 'audit').not.toContain(secret);
         expect(events, 'events').not.toContain(secret);
       }

@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Writable } from 'node:stream';
 import { createHash, randomBytes } from 'node:crypto';
-import { createLogger } from '../lib/logger';
 import { registerUser, startTestService, type TestService } from './support/service';
+import { captureLogs } from './support/logs';
 
 /** Whatever is logged by mistake, no secret of ours reaches the output, at any depth. */
 let s: TestService;
@@ -14,14 +13,8 @@ afterAll(async () => {
 });
 
 function capture() {
-  let out = '';
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      out += chunk.toString();
-      done();
-    },
-  });
-  return { log: createLogger('info', {}, sink), output: () => out };
+  const logs = captureLogs();
+  return { log: logs.logger('info'), output: logs.output };
 }
 
 const secret = (label: string) => `${label}-${randomBytes(12).toString('hex')}`;

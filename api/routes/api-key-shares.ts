@@ -3,7 +3,7 @@ import { route } from '../route';
 import { PageQuery, Timestamp, pageOf } from '../schemas/common';
 import { SHARE_STATES } from '../../db/share-links';
 import { SCOPES } from '../../lib/auth/scopes';
-import { revokeShare } from '../../lib/services/share-links';
+import { SHARE_VIEW_HEADERS, revokeShare } from '../../lib/services/share-links';
 import { DEFAULT_SHARE_HOURS, MAX_SHARE_HOURS, MAX_SHARE_VIEWS, createApiKeyShare, listApiKeyShares, viewApiKeyShare } from '../../lib/services/api-key-shares';
 
 /**
@@ -75,7 +75,7 @@ export default [
     async handler({ c, ctx, params, meta }) {
       const shared = await viewApiKeyShare(c, { token: params.share_token, ip: meta.ip, requestId: meta.requestId, userAgent: ctx.get('user-agent') });
       // A secret: never cached, never indexed, never sent on as a Referer.
-      return { headers: { 'Cache-Control': 'no-store', 'X-Robots-Tag': 'noindex, nofollow', 'Referrer-Policy': 'no-referrer' }, body: shared };
+      return { headers: { 'Cache-Control': 'no-store', ...SHARE_VIEW_HEADERS }, body: shared };
     },
   }),
 

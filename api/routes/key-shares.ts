@@ -3,7 +3,7 @@ import { route } from '../route';
 import { Email, PageQuery, Timestamp, pageOf } from '../schemas/common';
 import { Fingerprint } from '../schemas/keys';
 import { SHARE_STATES, UA_CLASSES } from '../../db/share-links';
-import { revokeShare } from '../../lib/services/share-links';
+import { SHARE_VIEW_HEADERS, revokeShare } from '../../lib/services/share-links';
 import { createKeyShare, keyShareAnalytics, listKeyShares, viewKeyShare } from '../../lib/services/key-shares';
 
 /**
@@ -131,16 +131,14 @@ export default [
     responses: { 200: { description: 'The public key and its facts (or `application/pgp-keys`: the armored key alone)', schema: SharedKey } },
     async handler({ c, ctx, params, meta }) {
       const shared = await viewKeyShare(c, { token: params.share_token, ip: meta.ip, userAgent: ctx.get('user-agent') });
-      // A link is for its recipient, not for search engines or the pages it is opened from.
-      const headers = { 'X-Robots-Tag': 'noindex, nofollow', 'Referrer-Policy': 'no-referrer' };
       if (ctx.accepts('application/json', 'application/pgp-keys') === 'application/pgp-keys') {
-        ctx.set(headers);
+        ctx.set(SHARE_VIEW_HEADERS);
         ctx.set('Content-Disposition', `attachment; filename="${shared.fingerprint}.asc"`);
         ctx.type = 'application/pgp-keys';
         ctx.body = shared.public_key;
         return;
       }
-      return { headers, body: shared };
+      return { headers: { ...SHARE_VIEW_HEADERS }, body: shared };
     },
   }),
 

@@ -14,17 +14,8 @@ import { randomSecret } from '../../lib/lineage';
 import { encryptStream, openEncrypted } from '../../lib/pgp/stream';
 import { openForRewrap } from '../../lib/pgp/rewrap';
 import type { Results, Timing } from './sections';
-import { MiB, mibPerSec, run } from './util';
+import { MiB, mibPerSec, timedInProcess } from './util';
 
-async function timed(bytes: number, work: () => Promise<void>): Promise<Timing> {
-  await run('sync', []);
-  const c0 = process.cpuUsage();
-  const t0 = performance.now();
-  await work();
-  const ms = performance.now() - t0;
-  const c = process.cpuUsage(c0);
-  return { bytes, ms, cpu: { user: c.user / 1e6, sys: c.system / 1e6 } };
-}
 
 const read = (path: string) => createReadStream(path, { highWaterMark: MiB });
 const LIMIT = Number.MAX_SAFE_INTEGER;
@@ -49,17 +40,17 @@ export async function measureRewrap(input: string, size: number, dir: string, ru
   };
   try {
     for (let i = 0; i < runs; i++) {
-      keep('rewrap.copy', await timed(bytes, () => pipeline(read(message), createWriteStream(out))));
-      keep('rewrap.rewrap', await timed(bytes, async () => {
+      keep('rewrap.copy', await timedInProcess(bytes, () => pipeline(read(message), createWriteStream(out))));
+      keep('rewrap.rewrap', await timedInProcess(bytes, async () => {
         const opened = await openForRewrap(read(message));
         await pipeline(await opened.rewrap(a.priv, a.ids, b.pub), createWriteStream(out));
       }));
-      keep('rewrap.decrypt', await timed(size, async () => {
+      keep('rewrap.decrypt', await timedInProcess(size, async () => {
         const m = await openEncrypted(read(message), { maxDecompressedBytes: LIMIT });
         await pipeline(await m.decrypt(a.priv), createWriteStream(plain));
       }));
-      keep('rewrap.encrypt', await timed(size, async () => pipeline(await encryptStream(read(plain), b.pub, { armor: false }), createWriteStream(out))));
-      keep('rewrap.reencrypt', await timed(size, async () => {
+      keep('rewrap.encrypt', await timedInProcess(size, async () => pipeline(await encryptStream(read(plain), b.pub, { armor: false }), createWriteStream(out))));
+      keep('rewrap.reencrypt', await timedInProcess(size, async () => {
         const m = await openEncrypted(read(message), { maxDecompressedBytes: LIMIT });
         await pipeline(await encryptStream(await m.decrypt(a.priv), b.pub, { armor: false }), createWriteStream(out));
       }));

@@ -14,7 +14,7 @@ import { LocalBlobStore, type BlobStore } from '../../lib/blob';
 import { sealedJobBlobs } from '../../lib/blob/sealed';
 import { createSealer } from '../../lib/sealer';
 import type { Results, Timing } from './sections';
-import { GiB, MiB, mibPerSec, run } from './util';
+import { GiB, MiB, mibPerSec, timedInProcess } from './util';
 
 export const SEALING_LABELS: Record<string, string> = {
   'sealing.put-plain': 'blob put, plain',
@@ -24,15 +24,6 @@ export const SEALING_LABELS: Record<string, string> = {
 };
 
 
-async function timed(bytes: number, work: () => Promise<void>): Promise<Timing> {
-  await run('sync', []);
-  const c0 = process.cpuUsage();
-  const t0 = performance.now();
-  await work();
-  const ms = performance.now() - t0;
-  const c = process.cpuUsage(c0);
-  return { bytes, ms, cpu: { user: c.user / 1e6, sys: c.system / 1e6 } };
-}
 
 const cpuOf = (t: Timing) => Object.values(t.cpu ?? {}).reduce((n, s) => n + s, 0);
 
@@ -51,11 +42,11 @@ export async function measureSealing(input: string, size: number, dir: string, r
     for (let i = 0; i < runs; i++) {
       for (const [name, store] of stores) {
         const key = `jobs/${randomUUID()}/in/0`;
-        keep(`sealing.put-${name}`, await timed(size, async () => {
+        keep(`sealing.put-${name}`, await timedInProcess(size, async () => {
           const { size: stored } = await store.put(key, createReadStream(input, { highWaterMark: MiB }));
           if (stored !== size) throw new Error(`${name} put stored ${stored} bytes of ${size}`);
         }));
-        keep(`sealing.get-${name}`, await timed(size, async () => pipeline(await store.get(key), sink())));
+        keep(`sealing.get-${name}`, await timedInProcess(size, async () => pipeline(await store.get(key), sink())));
         await store.deletePrefix(key.slice(0, key.indexOf('/in/') + 1));
       }
     }

@@ -3,6 +3,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, readFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
+import type { Timing } from './sections';
 
 export const MiB = 1 << 20;
 export const GiB = 1 << 30;
@@ -120,3 +121,14 @@ export function ownCpuSeconds(): { self: number; children: number } {
 const CLOCK_TICKS = 100;
 
 export const randomId = (bytes = 4) => randomBytes(bytes).toString('hex');
+
+/** Times in-process work with this process's CPU split into user and system, after writing dirty pages out. */
+export async function timedInProcess(bytes: number, work: () => Promise<void>): Promise<Timing> {
+  await run('sync', []);
+  const c0 = process.cpuUsage();
+  const t0 = performance.now();
+  await work();
+  const ms = performance.now() - t0;
+  const c = process.cpuUsage(c0);
+  return { bytes, ms, cpu: { user: c.user / 1e6, sys: c.system / 1e6 } };
+}

@@ -137,6 +137,14 @@ export async function updateKeySettings(c: Container, userId: string, fingerprin
 
 export const DESTRUCTION_WAIT_DAYS = { min: 7, max: 30, default: 30 } as const;
 
+/** The generation named in a destruction request: 404 when there is none, 410 once destroyed. */
+function liveGeneration(generations: KeyRow[], n: number): KeyRow {
+  const g = generations.find((x) => x.generation === n);
+  if (!g) throw notFound('generation_not_found', `This key has no generation ${n}.`);
+  if (g.destroyed_at) throw gone('generation_destroyed', `Generation ${g.generation} was destroyed already.`);
+  return g;
+}
+
 /**
  * Schedules destruction after `waitingDays`: of one retired generation (409 `generation_not_retired`
  * otherwise), or, without `generation`, of the whole key, which is disabled at once (a cancel leaves it
@@ -150,9 +158,7 @@ export async function scheduleDestruction(c: Container, userId: string, fingerpr
     const { lineage, generations, current } = await lockedKey(trx, view.lineage.id);
     if (lineage.destroyed_at) throw gone('key_destroyed', 'This key was destroyed.');
     if (body.generation !== undefined) {
-      const g = generations.find((x) => x.generation === body.generation);
-      if (!g) throw notFound('generation_not_found', `This key has no generation ${body.generation}.`);
-      if (g.destroyed_at) throw gone('generation_destroyed', `Generation ${g.generation} was destroyed already.`);
+      const g = liveGeneration(generations, body.generation);
       if (g.destroy_after) throw conflict('destruction_already_scheduled', `Generation ${g.generation} is already scheduled for destruction (${g.destroy_after.toISOString()}).`);
       if (generationState(lineage, g) !== 'retired') {
         throw conflict('generation_not_retired', `Generation ${g.generation} is not retired: raise min_decryption_generation above it first (the current generation is destroyed only with the whole key).`);
@@ -188,9 +194,7 @@ export async function cancelDestruction(c: Container, userId: string, fingerprin
     const { lineage, generations, current } = await lockedKey(trx, view.lineage.id);
     if (lineage.destroyed_at) throw gone('key_destroyed', 'This key was destroyed.');
     if (body.generation !== undefined) {
-      const g = generations.find((x) => x.generation === body.generation);
-      if (!g) throw notFound('generation_not_found', `This key has no generation ${body.generation}.`);
-      if (g.destroyed_at) throw gone('generation_destroyed', `Generation ${g.generation} was destroyed already.`);
+      const g = liveGeneration(generations, body.generation);
       if (!g.destroy_after) throw conflict('destruction_not_scheduled', `Generation ${g.generation} is not scheduled for destruction.`);
       if (lineage.destroy_after && g.destroy_after.getTime() === lineage.destroy_after.getTime()) {
         throw conflict('key_destruction_scheduled', 'This generation goes with the whole key: cancel the key’s destruction (without `generation`).');

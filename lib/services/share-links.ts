@@ -271,6 +271,9 @@ export async function shareAnalytics(c: Container, userId: string, kind: ShareKi
   };
 }
 
+/** Headers of every public share-link answer: a link is for its recipient, not for search engines or the pages it is opened from. */
+export const SHARE_VIEW_HEADERS = { 'X-Robots-Tag': 'noindex, nofollow', 'Referrer-Policy': 'no-referrer' } as const;
+
 /** View records are kept this long: analytics reads 30 days; each share's own count keeps the total. */
 export const VIEW_RETENTION_DAYS = 90;
 
