@@ -63,33 +63,43 @@ export function effectivePlan(c: Container, account: BillingAccountRow | undefin
  * counted one after another and cannot pass the limit together. For `file_size`, `amount` is the size.
  * With limits not enforced (billing disabled, BILLING_ENFORCE_LIMITS unset) it does nothing.
  */
-export async function enforcePlanLimit(c: Container, trx: Knex.Transaction, userId: string, limit: LimitName, amount = 1): Promise<void> {
+export function enforcePlanLimit(c: Container, trx: Knex.Transaction, userId: string, limit: LimitName, amount = 1): Promise<void> {
+  return enforcePlanLimits(c, trx, userId, [{ limit, amount }]);
+}
+
+/** Several limits of one request, in order: one lock, one plan lookup, the usage counted at most once. */
+async function enforcePlanLimits(c: Container, trx: Knex.Transaction, userId: string, checks: { limit: LimitName; amount: number }[]): Promise<void> {
   if (!c.config.billing.enforceLimits) return;
   // NO KEY UPDATE: serialises with other creations of the account, not with inserts that merely reference it.
   await trx('users').where({ id: userId }).forNoKeyUpdate().first();
   const now = c.clock.now();
   const { plan } = effectivePlan(c, await findBillingAccount(trx, userId), now);
-  const value = plan.limits[limit];
-  if (value === null) return;
-  const usage = limit === 'file_size' ? 0 : (await accountUsage(trx, userId, now))[limit];
-  const over = limit === 'file_size' ? amount > value : usage + amount > value;
-  if (!over) return;
-  const what = limit === 'file_size' ? `a file of ${amount} bytes; files may have at most ${value}` : `${usage} of ${value} used, ${amount} more requested`;
-  throw paymentRequired('plan_limit_reached', `The ${plan.id} plan's limit on ${limit} is reached (${what}). Upgrade the plan (POST /billing/checkout) or free some up.`, {
-    limit,
-    limit_value: value,
-    usage: limit === 'file_size' ? amount : usage,
-    requested: amount,
-    plan: plan.id,
-  });
+  let usageNow: Promise<Usage> | undefined;
+  for (const { limit, amount } of checks) {
+    const value = plan.limits[limit];
+    if (value === null) continue;
+    const usage = limit === 'file_size' ? 0 : (await (usageNow ??= accountUsage(trx, userId, now)))[limit];
+    const over = limit === 'file_size' ? amount > value : usage + amount > value;
+    if (!over) continue;
+    const what = limit === 'file_size' ? `a file of ${amount} bytes; files may have at most ${value}` : `${usage} of ${value} used, ${amount} more requested`;
+    throw paymentRequired('plan_limit_reached', `The ${plan.id} plan's limit on ${limit} is reached (${what}). Upgrade the plan (POST /billing/checkout) or free some up.`, {
+      limit,
+      limit_value: value,
+      usage: limit === 'file_size' ? amount : usage,
+      requested: amount,
+      plan: plan.id,
+    });
+  }
 }
 
 /** A job submission's limits: file size, concurrent jobs, and (encryption) bytes this month, for file jobs only. */
 export async function enforceJobLimits(c: Container, trx: Knex.Transaction, userId: string, kind: JobKind, fileSizes: number[]): Promise<void> {
   if (kind !== 'encrypt' && kind !== 'decrypt') return;
-  if (fileSizes.length) await enforcePlanLimit(c, trx, userId, 'file_size', Math.max(...fileSizes));
-  await enforcePlanLimit(c, trx, userId, 'concurrent_jobs');
-  if (kind === 'encrypt') await enforcePlanLimit(c, trx, userId, 'monthly_encrypted_bytes', fileSizes.reduce((n, s) => n + s, 0));
+  const checks: { limit: LimitName; amount: number }[] = [];
+  if (fileSizes.length) checks.push({ limit: 'file_size', amount: Math.max(...fileSizes) });
+  checks.push({ limit: 'concurrent_jobs', amount: 1 });
+  if (kind === 'encrypt') checks.push({ limit: 'monthly_encrypted_bytes', amount: fileSizes.reduce((n, s) => n + s, 0) });
+  await enforcePlanLimits(c, trx, userId, checks);
 }
 
 // ---------------------------------------------------------------------------------------------------
