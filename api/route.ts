@@ -177,7 +177,8 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
             textFileFields: def.multipart.textFileFields,
             maxFiles: c.config.limits.maxFilesPerJob,
             maxFileBytes: c.config.limits.maxFileBytes,
-            store: (n, source) => c.blob.put(jobBlob.input(upload.id, n), digested(source, (hex) => digests.set(n, hex))),
+            // The SHA-256 is only ever compared on an Idempotency-Key replay: without the header it is not worth its CPU.
+            store: (n, source) => c.blob.put(jobBlob.input(upload.id, n), ctx.get('idempotency-key') ? digested(source, (hex) => digests.set(n, hex)) : source),
             beforeFiles: def.multipart.precheck && ((fields) => def.multipart!.precheck!(fields, { c, user, meta })),
           });
           upload.files = form.files.map((f) => ({ ...f, sha256: digests.get(f.n) ?? '' }));
