@@ -7,8 +7,9 @@ import { createMailer, type Mailer } from './mailer';
 import { systemClock, type Clock } from './clock';
 import { JobClient } from '../jobs/client';
 import { createLimiters, type Limiters } from './auth/limiters';
-import { createBlobStore, type BlobStore } from './blob';
+import { createBlobStore } from './blob';
 import { sealedJobBlobs } from './blob/sealed';
+import { followableJobFiles, type JobBlobStore } from './blob/followable';
 import { setLineageKdf } from './lineage';
 import { createMetrics, type Metrics } from './metrics';
 import { UsageRecorder } from './usage';
@@ -30,7 +31,7 @@ export interface Container {
   jobs: JobClient;
   clock: Clock;
   limiters: Limiters;
-  blob: BlobStore;
+  blob: JobBlobStore;
   metrics: Metrics;
   /** API keys' request counts and last use, written once a second. */
   usage: UsageRecorder;
@@ -50,8 +51,9 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const jobs = new JobClient(redis, config.redisPrefix);
   // Settings left unset fall through to the AWS SDK's own credential chain (instance roles, profiles).
   const sealer = createSealer(config.masterKeys.current, config.masterKeys.previous);
-  // Job blobs (uploads, outputs) are sealed at rest under a per-job data key.
-  const blob = sealedJobBlobs(await createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} }), sealer);
+  // Job blobs (uploads, outputs) are sealed at rest under a per-job data key; job files are written in
+  // segments that readers can follow while they grow.
+  const blob = followableJobFiles(sealedJobBlobs(await createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} }), sealer));
   const usage = new UsageRecorder((kind, id, count, last) => (kind === 'api_key' ? addUse(db, id, count, last) : touchPartnerKey(db, id, last)), log);
   const eventHub = new EventHub({ redis, redisUrl: config.redisUrl, redisPrefix: config.redisPrefix, log });
   return {

@@ -7,7 +7,7 @@ import { LocalBlobStore } from './local';
 import type { S3Settings } from './s3';
 import type { BlobStore } from './types';
 
-export { BlobNotFoundError, isValidKey, type BlobStore, type ByteRange, type PutOptions } from './types';
+export { BlobNotFoundError, isValidKey, type BlobStore, type ByteRange, type FollowOptions, type PutOptions } from './types';
 export { LocalBlobStore } from './local';
 export type { S3BlobStoreOptions, S3Settings } from './s3';
 

@@ -21,6 +21,13 @@ export interface ByteRange {
   end?: number;
 }
 
+export interface FollowOptions {
+  /** Aborting stops the reader (the stream errors). */
+  signal?: AbortSignal;
+  /** Give up when nothing new appeared for this long (a writer that crashed), default 60 s. */
+  idleMs?: number;
+}
+
 export interface BlobStore {
   /**
    * Stream `source` into `key`. Atomic: the object becomes visible (replacing any previous one) only
@@ -66,6 +73,13 @@ export interface BlobStore {
    * releases the file, also before the first piece. Rejects with BlobNotFoundError like `get`.
    */
   readFrames?(key: string, first: number, size: number): Promise<AsyncIterableIterator<Frame>>;
+  /**
+   * Readable of an object that may still be being written, here or in another process (job files:
+   * lib/blob/followable.ts): its bytes as they are written, waiting for more until the write ends; an
+   * error if the write fails, the object is rewritten or deleted, `signal` aborts or nothing new appears
+   * for `idleMs`. Stores without it are read with `get` once the object is complete.
+   */
+  follow?(key: string, opts?: FollowOptions): Promise<Readable>;
 }
 
 /** A piece from `readFrames`; `last` marks the remainder after which the object ends (shorter than `size`). */

@@ -1,0 +1,254 @@
+/**
+ * Job files a reader can follow while they are written (issue 13): an upload the worker encrypts as it
+ * arrives, an output the client downloads as it is produced, across processes and on any store.
+ *
+ * A job file (`jobs/<id>/in/<n>`, `jobs/<id>/out/<n>`) is written as a sequence of segment objects, each an
+ * ordinary atomic put to the store below (sealed there, each bound to its own name):
+ *   <key>.head                   the id of the write in progress (written first)
+ *   <key>.parts/<write id>/<i>   segment i: SEGMENT_BYTES of the file, the last one shorter
+ *   <key>.parts/<write id>/failed  left when the write failed, so followers stop at once
+ *   <key>                        the end marker, only after the source ended cleanly: {write, segments, size}
+ * The end marker is the only "whole file" signal: `get` and `stat` see nothing before it, as with any
+ * atomic put, and a follower ends only on it. A truncated, failed or rewritten file therefore never reads
+ * as a complete one. Segments carry the write id in their names, so a rewrite (a job's retry) can never
+ * splice its segments into a reader of the previous write: the reader fails instead.
+ *
+ * Other keys pass through unchanged.
+ */
+import { randomBytes } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { Readable } from 'node:stream';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { type BlobStore, type FollowOptions, type PutOptions, BlobNotFoundError, STREAM_CHUNK_BYTES } from './types';
+
+/** Plaintext per segment: how far a follower trails its writer, at most. */
+export const SEGMENT_BYTES = 8 << 20;
+const FILE_BLOB = /^jobs\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\/(in|out)\/\d{1,5}$/;
+const WRITE_ID = /^[0-9a-f]{32}$/;
+const MARKER_MAX_BYTES = 1024;
+/** A follower polls for the next segment with this back-off (no notification channel in the blob layer). */
+const POLL_FIRST_MS = 10;
+const POLL_MAX_MS = 200;
+export const DEFAULT_IDLE_MS = 60_000;
+
+const headKey = (key: string) => `${key}.head`;
+const partsDir = (key: string, write: string) => `${key}.parts/${write}/`;
+const partKey = (key: string, write: string, i: number) => `${key}.parts/${write}/${i}`;
+const failedKey = (key: string, write: string) => `${key}.parts/${write}/failed`;
+
+interface EndMarker {
+  write: string;
+  segments: number;
+  size: number;
+}
+
+export const isFollowableKey = (key: string) => typeof key === 'string' && FILE_BLOB.test(key);
+
+export interface FollowableOptions {
+  /** Smaller segments for tests. */
+  segmentBytes?: number;
+}
+
+/** The stack job code sees: every store, plus `follow` for job files. */
+export type JobBlobStore = BlobStore & Required<Pick<BlobStore, 'follow'>>;
+
+export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {}): JobBlobStore {
+  const segmentBytes = opts.segmentBytes ?? SEGMENT_BYTES;
+
+  /** A small object's bytes, or undefined when it does not exist. */
+  async function readSmall(key: string): Promise<Buffer | undefined> {
+    let stream: Readable;
+    try {
+      stream = await inner.get(key);
+    } catch (err) {
+      if (err instanceof BlobNotFoundError) return undefined;
+      throw err;
+    }
+    const parts: Buffer[] = [];
+    let bytes = 0;
+    for await (const chunk of stream) {
+      bytes += (chunk as Buffer).length;
+      if (bytes > MARKER_MAX_BYTES) {
+        stream.destroy();
+        throw new Error(`blob ${key}: marker larger than ${MARKER_MAX_BYTES} bytes`);
+      }
+      parts.push(chunk as Buffer);
+    }
+    return Buffer.concat(parts);
+  }
+
+  async function readEnd(key: string): Promise<EndMarker | undefined> {
+    const raw = await readSmall(key);
+    if (!raw) return undefined;
+    const m = JSON.parse(raw.toString('utf8')) as Partial<EndMarker>;
+    const ok = typeof m.write === 'string' && WRITE_ID.test(m.write) && Number.isSafeInteger(m.segments) && m.segments! >= 0 && Number.isSafeInteger(m.size) && m.size! >= 0;
+    if (!ok) throw new Error(`blob ${key}: malformed end marker`);
+    return m as EndMarker;
+  }
+
+  async function readHead(key: string): Promise<string | undefined> {
+    const raw = (await readSmall(headKey(key)))?.toString('utf8');
+    if (raw !== undefined && !WRITE_ID.test(raw)) throw new Error(`blob ${key}: malformed head marker`);
+    return raw;
+  }
+
+  const putSmall = (key: string, text: string) => inner.put(key, Readable.from([Buffer.from(text)]));
+
+  /** The write ids whose segments may still be stored for `key` (its end marker's and its head's). */
+  async function writesOf(key: string): Promise<string[]> {
+    const [end, head] = await Promise.all([readEnd(key).catch(() => undefined), readHead(key).catch(() => undefined)]);
+    return [...new Set([end?.write, head].filter((w): w is string => w !== undefined))];
+  }
+
+  async function put(key: string, source: Readable, putOpts: PutOptions = {}): Promise<{ size: number }> {
+    const write = randomBytes(16).toString('hex');
+    const previous = await writesOf(key).catch(() => []);
+    const it = source[Symbol.asyncIterator]() as AsyncIterator<Buffer | string>;
+    let carry: Buffer | undefined;
+    let size = 0;
+    /** The next piece of the source, or undefined at its end. */
+    const next = async (): Promise<Buffer | undefined> => {
+      if (carry) {
+        const c = carry;
+        carry = undefined;
+        return c;
+      }
+      const n = await it.next();
+      if (n.done) return undefined;
+      return typeof n.value === 'string' ? Buffer.from(n.value) : n.value;
+    };
+    async function* segment(): AsyncGenerator<Buffer> {
+      for (let left = segmentBytes; left > 0; ) {
+        let chunk = await next();
+        if (!chunk) return;
+        if (chunk.length > left) {
+          carry = chunk.subarray(left);
+          chunk = chunk.subarray(0, left);
+        }
+        left -= chunk.length;
+        size += chunk.length;
+        putOpts.onProgress?.(size);
+        yield chunk;
+      }
+    }
+    let segments = 0;
+    try {
+      // The old end marker goes first: from now on nobody may take the old write for the file.
+      await inner.delete(key);
+      await putSmall(headKey(key), write);
+      for (;;) {
+        putOpts.signal?.throwIfAborted();
+        // Look ahead one piece: a file of whole segments ends without an empty segment after them.
+        if (segments > 0) {
+          carry = await next();
+          if (!carry) break;
+        }
+        await inner.put(partKey(key, write, segments), Readable.from(segment(), { objectMode: false, highWaterMark: STREAM_CHUNK_BYTES }), { signal: putOpts.signal });
+        segments += 1;
+        if (!carry && size < segments * segmentBytes) break; // the source ended inside this segment
+      }
+      await putSmall(key, JSON.stringify({ write, segments, size } satisfies EndMarker));
+    } catch (err) {
+      source.destroy();
+      await putSmall(failedKey(key, write), 'failed').catch(() => undefined);
+      // Segments go; the failed marker stays until the job's folder is deleted, for late followers.
+      await Promise.all(Array.from({ length: segments }, (_, i) => inner.delete(partKey(key, write, i)))).catch(() => undefined);
+      throw err;
+    }
+    await Promise.all(previous.filter((w) => w !== write).map((w) => inner.deletePrefix(partsDir(key, w)).catch(() => 0)));
+    return { size };
+  }
+
+  /**
+   * The file's bytes, segment after segment. With `wait` the segments of a write in progress are
+   * followed as they appear; without it the file must be complete (BlobNotFoundError otherwise).
+   */
+  async function read(key: string, wait: FollowOptions | undefined): Promise<Readable> {
+    let end = await readEnd(key);
+    if (!end && !wait) throw new BlobNotFoundError(key);
+    const idleMs = wait?.idleMs ?? DEFAULT_IDLE_MS;
+    const signal = wait?.signal;
+    async function* segments(): AsyncGenerator<Buffer> {
+      let write = end?.write;
+      let idleSince = Date.now();
+      let delay = POLL_FIRST_MS;
+      const pause = async (why: string) => {
+        if (Date.now() - idleSince > idleMs) throw new Error(`blob ${key}: nothing new for ${idleMs} ms (${why})`);
+        await sleep(delay, undefined, { signal });
+        delay = Math.min(delay * 2, POLL_MAX_MS);
+      };
+      for (let i = 0; ; ) {
+        signal?.throwIfAborted();
+        if (end && i >= end.segments) return;
+        if (!write) {
+          write = (await readEnd(key))?.write ?? (await readHead(key));
+          if (!write) await pause('not started');
+          continue;
+        }
+        let part: Readable | undefined;
+        try {
+          part = await inner.get(partKey(key, write, i));
+        } catch (err) {
+          if (!(err instanceof BlobNotFoundError)) throw err;
+        }
+        if (part) {
+          for await (const chunk of part) yield chunk as Buffer;
+          i += 1;
+          idleSince = Date.now();
+          delay = POLL_FIRST_MS;
+          continue;
+        }
+        // Segment i is not there (yet): the write ended, failed, was replaced, or is still going.
+        end ??= await readEnd(key);
+        if (end) {
+          if (end.write !== write) throw new Error(`blob ${key} was rewritten while it was read`);
+          if (i >= end.segments) return;
+          throw new Error(`blob ${key}: segment ${i} of ${end.segments} is missing`);
+        }
+        if (!wait) throw new Error(`blob ${key}: segment ${i} is missing`);
+        if ((await readSmall(failedKey(key, write))) !== undefined) throw new Error(`blob ${key}: its writer failed`);
+        const head = await readHead(key);
+        if (head !== write) {
+          // The end marker may have been published between the two reads above.
+          if ((end = await readEnd(key))?.write === write) continue;
+          throw new Error(`blob ${key} was ${head ? 'rewritten' : 'deleted'} while it was read`);
+        }
+        await pause('waiting for the writer');
+      }
+    }
+    return Readable.from(segments(), { objectMode: false, highWaterMark: STREAM_CHUNK_BYTES });
+  }
+
+  return {
+    uploadTmpDir: inner.uploadTmpDir,
+    put: (key, source, putOpts) => (isFollowableKey(key) ? put(key, source, putOpts) : inner.put(key, source, putOpts)),
+    async putFile(key, path) {
+      if (!isFollowableKey(key)) return inner.putFile(key, path);
+      const result = await put(key, createReadStream(path, { highWaterMark: STREAM_CHUNK_BYTES }));
+      await rm(path, { force: true });
+      return result;
+    },
+    async get(key, range) {
+      if (!isFollowableKey(key)) return inner.get(key, range);
+      if (range) throw new TypeError(`byte ranges of job files are not supported: ${key}`);
+      return read(key, undefined);
+    },
+    follow: (key, followOpts = {}) => (isFollowableKey(key) ? read(key, followOpts) : inner.get(key)),
+    async stat(key) {
+      if (!isFollowableKey(key)) return inner.stat(key);
+      const end = await readEnd(key);
+      return end ? { size: end.size } : null;
+    },
+    async delete(key) {
+      if (!isFollowableKey(key)) return inner.delete(key);
+      const writes = await writesOf(key);
+      await inner.delete(key);
+      await inner.delete(headKey(key));
+      await Promise.all(writes.map((w) => inner.deletePrefix(partsDir(key, w))));
+    },
+    deletePrefix: (prefix) => inner.deletePrefix(prefix),
+    sweepStale: (olderThan) => inner.sweepStale(olderThan),
+    close: () => inner.close(),
+  };
+}

@@ -1,0 +1,135 @@
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { PassThrough, Readable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createBlobStore, type BlobStore } from '../../lib/blob';
+import { followableJobFiles, type JobBlobStore } from '../../lib/blob/followable';
+import { sealedJobBlobs } from '../../lib/blob/sealed';
+import { createSealer } from '../../lib/sealer';
+import { startS3 } from '../support/s3';
+
+const SEGMENT = 64 * 1024;
+const key = (n = 0, dir: 'in' | 'out' = 'in') => `jobs/${randomUUID()}/${dir}/${n}`;
+const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+async function collect(stream: Readable): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  for await (const c of stream) parts.push(c as Buffer);
+  return Buffer.concat(parts);
+}
+
+/** Two stacks on one folder or bucket: the writer's process and a reader's. */
+describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) => {
+  let root: string;
+  let writer: JobBlobStore;
+  let reader: JobBlobStore;
+  let close = async () => {};
+  const sealer = createSealer(`t1:${Buffer.alloc(32, 7).toString('base64')}`);
+
+  beforeAll(async () => {
+    root = mkdtempSync(join(tmpdir(), 'followable-'));
+    let open: () => Promise<BlobStore> = () => createBlobStore(join(root, 'store'));
+    if (backend === 's3') {
+      const s3 = await startS3(root);
+      close = s3.close;
+      open = () => createBlobStore('s3://kms-blobs/followable', { s3: { endpoint: s3.endpoint, accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', uploadTmpDir: join(root, 'uploads') }, env: {} });
+    }
+    const stack = async () => followableJobFiles(sealedJobBlobs(await open(), sealer), { segmentBytes: SEGMENT });
+    writer = await stack();
+    reader = await stack();
+  });
+  afterAll(async () => {
+    await Promise.all([writer?.close(), reader?.close()]);
+    await close();
+    rmSync(root, { recursive: true, force: true });
+  });
+
+  it.each([0, 1, SEGMENT - 1, SEGMENT, SEGMENT + 1, 3 * SEGMENT, 3 * SEGMENT + 17])('round-trips %i bytes with get, stat and follow', async (size) => {
+    const k = key();
+    const data = randomBytes(size);
+    expect(await writer.put(k, Readable.from([data.subarray(0, size >> 1), data.subarray(size >> 1)]))).toEqual({ size });
+    expect(await reader.stat(k)).toEqual({ size });
+    expect(sha(await collect(await reader.get(k)))).toBe(sha(data));
+    expect(sha(await collect(await reader.follow(k)))).toBe(sha(data));
+  });
+
+  it('a follower reads a file while another store instance writes it, and ends only at its end', async () => {
+    const k = key(2, 'out');
+    const data = randomBytes(5 * SEGMENT + 123);
+    const source = new PassThrough();
+    const put = writer.put(k, source);
+    const following = reader.follow(k, { idleMs: 5000 }).then(collect);
+    let read = 0;
+    for (let off = 0; off < data.length; off += 10_000) {
+      source.write(data.subarray(off, off + 10_000));
+      read += 1;
+      if (read % 10 === 0) await new Promise((r) => setTimeout(r, 5));
+    }
+    // Before the end: absent for get and stat, as any put in progress.
+    expect(await reader.stat(k)).toBeNull();
+    await expect(reader.get(k)).rejects.toThrow(/not found/);
+    source.end();
+    await put;
+    expect(sha(await following)).toBe(sha(data));
+  });
+
+  it('a failed write makes its followers fail at once and leaves nothing readable', async () => {
+    const k = key();
+    const source = new PassThrough();
+    const put = writer.put(k, source);
+    source.write(randomBytes(2 * SEGMENT + 5));
+    const following = reader.follow(k, { idleMs: 30_000 }).then(collect);
+    await new Promise((r) => setTimeout(r, 50));
+    source.destroy(new Error('client went away'));
+    await expect(put).rejects.toThrow(/client went away/);
+    const started = Date.now();
+    await expect(following).rejects.toThrow(/writer failed/);
+    expect(Date.now() - started).toBeLessThan(5000);
+    expect(await reader.stat(k)).toBeNull();
+  });
+
+  it('a follower stops on abort and after idleMs without news', async () => {
+    const k = key();
+    const source = new PassThrough();
+    const put = writer.put(k, source).catch(() => undefined);
+    source.write(randomBytes(10));
+    await expect(reader.follow(k, { idleMs: 300 }).then(collect)).rejects.toThrow(/nothing new/);
+    const ac = new AbortController();
+    const f = reader.follow(k, { signal: ac.signal, idleMs: 30_000 }).then(collect);
+    setTimeout(() => ac.abort(new Error('stop')), 50);
+    await expect(f).rejects.toThrow();
+    source.destroy(new Error('done'));
+    await put;
+  });
+
+  it('a rewrite never splices into a reader of the previous write', async () => {
+    const k = key();
+    // Larger than the reader's read-ahead (1 MiB), so that most of it is read after the rewrite.
+    await writer.put(k, Readable.from([randomBytes(40 * SEGMENT)]));
+    const old = (await reader.get(k))[Symbol.asyncIterator]();
+    expect((await old.next()).done).toBe(false);
+    const fresh = randomBytes(40 * SEGMENT);
+    await writer.put(k, Readable.from([fresh]));
+    const rest = async () => {
+      while (!(await old.next()).done);
+    };
+    await expect(rest()).rejects.toThrow(/missing|rewritten/);
+    expect(sha(await collect(await reader.get(k)))).toBe(sha(fresh));
+  });
+
+  it.runIf(backend === 'local')('deleting the file or its folder removes every segment', async () => {
+    const k = key();
+    const dir = k.split('/').slice(0, 2).join('/');
+    const files = () => readdirSync(join(root, 'store', dir), { recursive: true, withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name);
+    await writer.put(k, Readable.from([randomBytes(3 * SEGMENT)]));
+    await writer.put(k, Readable.from([randomBytes(2 * SEGMENT)])); // the first write's segments go too
+    expect(files().sort()).toEqual(['0', '0', '0.head', '1', 'key']);
+    await writer.delete(k);
+    expect(await reader.stat(k)).toBeNull();
+    expect(files()).toEqual(['key']);
+    await writer.put(k, Readable.from([randomBytes(3 * SEGMENT)]));
+    await writer.deletePrefix(`${dir}/`);
+    await expect(reader.get(k)).rejects.toThrow(/not found/);
+  });
+});
