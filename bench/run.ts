@@ -7,6 +7,9 @@
  * See bench/README.md.
  */
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import { mkdtemp, rm, statfs } from 'node:fs/promises';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -19,7 +22,7 @@ import { eventLatencyLine, measureEventLatency } from './lib/events';
 import { authOverheadLines, measureAuthOverhead } from './lib/auth';
 import { latencyLines, measureListLatency, measureSmallJobs } from './lib/latency';
 import { Service } from './lib/service';
-import { GiB, children, formatSize, mibPerSec, parseSize, stopChild, writeRandomFile } from './lib/util';
+import { GiB, children, formatSize, mibPerSec, parseSize, spawnTracked, stopChild, writeRandomFile } from './lib/util';
 
 /** `sealing`: the blob store's at-rest sealing alone, in this process (bench/lib/sealing.ts). */
 const sealingSection = (b: Bench) => measureSealing(b.input, b.size, b.dir, b.runs);
@@ -56,18 +59,20 @@ interface Options {
   sections: Section[];
   runs: number;
   transfer: Transfer;
+  store: 'local' | 's3';
   json: boolean;
 }
 
-const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).join(',')}] [--runs N] [--transfer http|fetch] [--no-json]
+const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).join(',')}] [--runs N] [--transfer http|fetch] [--store local|s3] [--no-json]
   size        of the random test file, binary units: 256M, 1G (default), 4G
   --only      sections to run (default: all)
   --runs      repeat each section N times and keep the fastest figures (default 1)
   --transfer  how the bench uploads and downloads: node:http (default) or fetch + FormData(openAsBlob)
+  --store     the service's blob store: a local folder (default) or S3 (s3rver, in its own process)
   --no-json   omit the final JSON line`;
 
 function parseArgs(argv: string[]): Options {
-  const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, transfer: 'http', json: true };
+  const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, transfer: 'http', store: 'local', json: true };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split('=', 2) as [string, string | undefined];
     const value = () => inline ?? argv[++i] ?? fail(`${flag} needs a value`);
@@ -77,6 +82,7 @@ function parseArgs(argv: string[]): Options {
     }
     else if (flag === '--runs') opts.runs = positiveInt(value());
     else if (flag === '--transfer') opts.transfer = transfer(value());
+    else if (flag === '--store') opts.store = store(value());
     else if (flag === '--no-json') opts.json = false;
     else if (flag === '-h' || flag === '--help') fail('', 0);
     else if (!flag.startsWith('-')) opts.size = size(flag);
@@ -103,6 +109,19 @@ function transfer(name: string): Transfer {
   return name;
 }
 
+function store(name: string): Options['store'] {
+  if (name !== 'local' && name !== 's3') fail(`--store is local or s3, not "${name}"`);
+  return name;
+}
+
+/** s3rver in a child process (bench/lib/s3rver.mjs); resolves to the service's settings for it. */
+async function startS3rver(dir: string): Promise<Record<string, string>> {
+  const child = spawnTracked(process.execPath, [fileURLToPath(new URL('./lib/s3rver.mjs', import.meta.url)), join(dir, 's3rver')], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const [line] = (await once(createInterface({ input: child.stdout! }), 'line')) as [string];
+  const endpoint = `http://127.0.0.1:${Number(line)}`;
+  return { BLOB_STORE_URL: 's3://kms-bench/service', S3_ENDPOINT: endpoint, AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER', AWS_REGION: 'us-east-1' };
+}
+
 function positiveInt(text: string): number {
   const n = Number(text);
   if (!Number.isInteger(n) || n < 1) fail(`not a positive integer: ${text}`);
@@ -123,7 +142,7 @@ async function main(): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'kms-bench-'));
   // The `auth` section sends 500 requests/s on one managed key: its per-key budget (600/min) must not answer them.
   process.env.API_KEY_RATE_LIMIT_PER_MINUTE ??= '1000000';
-  const service = new Service(dir, Math.max(2 * opts.size, 8 * GiB));
+  const service = new Service(dir, Math.max(2 * opts.size, 8 * GiB), opts.store === 's3' ? await startS3rver(dir) : {});
   let gpg: Gpg | undefined;
 
   let cleaning: Promise<void> | undefined;
@@ -193,7 +212,7 @@ async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, s
 function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKind: string): void {
   const rss = snapshots.at(-1)!.rss;
   const q = ratios(results, rss);
-  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, tmp: tmpKind };
+  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, store: opts.store, tmp: tmpKind };
   printReport(machine, results, snapshots, q);
   if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), cpu_s_per_gib: cpuPerGiBOf(results), ratios: q, peak_rss_mib: rss }));
 }

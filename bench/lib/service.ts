@@ -61,6 +61,8 @@ export class Service {
   constructor(
     private readonly dir: string,
     private readonly maxFileBytes: number,
+    /** The blob store's settings (BLOB_STORE_URL and the like); default a folder in `dir`. */
+    private readonly blobEnv: Record<string, string> = {},
   ) {}
 
   get blobDir(): string {
@@ -137,6 +139,7 @@ export class Service {
       WORKER_QUEUES: 'crypto=1,notify=1',
       MAX_FILE_BYTES: String(this.maxFileBytes),
       MAX_DECOMPRESSED_BYTES: String(Math.max(this.maxFileBytes, 16 * GiB)),
+      ...this.blobEnv,
       ...extra,
     };
   }
