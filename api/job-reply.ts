@@ -1,8 +1,8 @@
 import type { Container } from '../lib/container';
 import { invalid } from '../lib/errors';
-import { jobView, preferWait, replayedJob, requestHash, submitJob, waitForJob } from '../lib/services/jobs';
-import { isFinished, type JobKind, type JobRow } from '../db/jobs';
-import type { UploadedFile } from './middleware/multipart';
+import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, jobView, preferWait, replayedJob, requestHash, submitJob, waitForJob } from '../lib/services/jobs';
+import { findJobByIdempotencyKey, isFinished, type JobKind, type JobRow } from '../db/jobs';
+import type { Upload } from './upload';
 import type { AppContext, Reply } from './route';
 
 /**
@@ -37,14 +37,15 @@ export interface JobSubmission {
   requestId: string;
   /** The validated request body: with the inputs, what an Idempotency-Key replay must match. */
   body: unknown;
-  /** Uploaded files that become the job's inputs. */
-  inputs?: (UploadedFile & { sha256: string })[];
+  /** The uploaded files that become the job's inputs (file jobs). */
+  upload?: Upload;
 }
 
 /**
  * What every job-submitting endpoint does: a replayed Idempotency-Key answers with the first job;
  * otherwise `prepare` (checks, the stored request, how to enqueue) runs and the job is recorded,
- * enqueued and answered (202, or 200 under `Prefer: wait`).
+ * enqueued and answered (202, or 200 under `Prefer: wait`). A file job is enqueued at its first file
+ * and runs while the rest arrives (api/upload.ts); it is answered when the upload has ended.
  */
 export async function submitAndReply(
   c: Container,
@@ -52,22 +53,49 @@ export async function submitAndReply(
   job: JobSubmission,
   prepare: () => Promise<{ request: Record<string, unknown>; enqueue(jobId: string): Promise<unknown> }>,
 ): Promise<Reply> {
+  const { upload } = job;
+  if (upload && !upload.streaming) throw invalid('no_files', 'Attach at least one file in the form field "files".');
   const key = idempotencyKey(ctx);
-  const hash = requestHash(job.kind, job.body, job.inputs);
-  const replay = await replayedJob(c, job.userId, key, hash);
-  if (replay) return replyWithJob(c, ctx, replay);
+  const replay = key ? await findJobByIdempotencyKey(c.db, job.userId, key) : undefined;
+  if (replay) return replyToReplay(c, ctx, job, key!, replay);
   const { request, enqueue } = await prepare();
-  const row = await submitJob(c, {
-    id: job.id,
-    userId: job.userId,
-    kind: job.kind,
-    request,
-    inputs: job.inputs?.map((f) => ({ n: f.n, name: f.name, size: f.size, content_type: f.contentType })),
-    idempotencyKey: key,
-    requestHash: hash,
-    apiKeyId: ctx.state.user?.apiKey?.id,
-    requestId: job.requestId,
-    enqueue,
-  });
+  let row: JobRow;
+  try {
+    row = await submitJob(c, {
+      id: job.id,
+      userId: job.userId,
+      kind: job.kind,
+      request,
+      uploading: Boolean(upload),
+      idempotencyKey: key,
+      requestHash: upload ? null : requestHash(job.kind, job.body),
+      apiKeyId: ctx.state.user?.apiKey?.id,
+      requestId: job.requestId,
+      enqueue,
+    });
+  } catch (err) {
+    // Two concurrent requests with one Idempotency-Key: the loser answers as a replay of the winner.
+    if (err instanceof DuplicateIdempotencyKey) return replyToReplay(c, ctx, job, key!, (await findJobByIdempotencyKey(c.db, job.userId, key!))!);
+    throw err;
+  }
+  if (upload) {
+    upload.begin(true);
+    try {
+      const files = await upload.files();
+      row = await completeUpload(c, row, files, requestHash(job.kind, job.body, files));
+    } catch (err) {
+      await failUpload(c, row, err);
+      throw err;
+    }
+  }
   return replyWithJob(c, ctx, row);
+}
+
+/** The same Idempotency-Key again: the first job if the request is the same (its files hashed as they arrive), else 422. */
+async function replyToReplay(c: Container, ctx: AppContext, job: JobSubmission, key: string, first: JobRow): Promise<Reply> {
+  if (first.uploaded_at === null) throw idempotencyKeyInUse();
+  job.upload?.begin(false);
+  const files = job.upload ? await job.upload.files() : [];
+  const same = await replayedJob(c, job.userId, key, requestHash(job.kind, job.body, files));
+  return replyWithJob(c, ctx, same ?? first);
 }

@@ -1,5 +1,3 @@
-import { createHash } from 'node:crypto';
-import { Readable } from 'node:stream';
 import type { ParameterizedContext } from 'koa';
 import type { Router, RouterMiddleware } from '@koa/router';
 import { z } from 'zod';
@@ -12,8 +10,8 @@ import type { Scope } from '../lib/auth/scopes';
 import { requireAdmin } from './middleware/admin';
 import { Problem } from './schemas/common';
 import type { RequestMeta } from '../db/audit';
-import { readMultipart, type UploadedFile } from './middleware/multipart';
-import { jobBlob, newJobId } from '../lib/services/jobs';
+import { readMultipart } from './middleware/multipart';
+import { receiveUpload, type Upload } from './upload';
 
 /**
  * One declaration per route: method, path, access, and the zod schemas that validate and type its
@@ -56,8 +54,8 @@ export interface HandlerInput<A extends Access, P, Q, B> {
   log: Logger;
   /** What audit rows need to know about the request. */
   meta: RequestMeta;
-  /** Multipart routes with files: the uploads, stored as inputs of job `id`. */
-  upload: { id: string; files: (UploadedFile & { sha256: string })[] };
+  /** Multipart routes with files: the uploads, stored as inputs of job `upload.id` (api/upload.ts). */
+  upload: Upload;
 }
 
 
@@ -136,18 +134,13 @@ function parse<T>(schema: z.ZodType<T> | undefined, value: unknown, where: strin
   return result.data;
 }
 
-/** Passes an upload through unchanged and reports its SHA-256 at the end (Idempotency-Key replays compare it). */
-function digested(source: Readable, done: (hex: string) => void): Readable {
-  const hash = createHash('sha256');
-  async function* pass(): AsyncGenerator<Buffer> {
-    for await (const chunk of source) {
-      hash.update(chunk as Buffer);
-      yield chunk as Buffer;
-    }
-    done(hash.digest('hex'));
-  }
-  return Readable.from(pass(), { objectMode: false, highWaterMark: 1 << 20 });
-}
+/** What handlers of routes without uploads see as `upload`: nothing was sent. */
+const noUpload: Upload = {
+  id: '',
+  streaming: false,
+  begin() {},
+  files: async () => [],
+};
 
 const koaPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1');
 
@@ -164,31 +157,16 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       if (def.access === 'admin') await requireAdmin(ctx, def.path);
       const params = parse(def.params, ctx.params, 'params');
       const query = parse(def.query, ctx.query, 'query');
-      const upload = { id: newJobId(), files: [] as (UploadedFile & { sha256: string })[] };
       const user = ctx.state.user as AuthUser;
       const meta: RequestMeta = { ip: ctx.ip, requestId: ctx.state.requestId };
-      const run = (body: unknown) => def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta });
+      const run = (body: unknown, upload: Upload = noUpload) => def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta });
       let reply: Reply | void;
-      if (def.multipart && !ctx.is('json')) {
-        const digests = new Map<number, string>();
-        try {
-          const form = await readMultipart(ctx, {
-            fileFields: def.multipart.files ? ['files'] : [],
-            textFileFields: def.multipart.textFileFields,
-            maxFiles: c.config.limits.maxFilesPerJob,
-            maxFileBytes: c.config.limits.maxFileBytes,
-            // The SHA-256 is only ever compared on an Idempotency-Key replay: without the header it is not worth its CPU.
-            store: (n, source) => c.blob.put(jobBlob.input(upload.id, n), ctx.get('idempotency-key') ? digested(source, (hex) => digests.set(n, hex)) : source),
-            beforeFiles: def.multipart.precheck && ((fields) => def.multipart!.precheck!(fields, { c, user, meta })),
-          });
-          upload.files = form.files.map((f) => ({ ...f, sha256: digests.get(f.n) ?? '' }));
-          reply = await run(parse(def.body, form.fields, 'body'));
-        } finally {
-          // Uploads that did not become a job (invalid form, refused key, replayed request) are dropped.
-          if (def.multipart.files && !(await c.db('jobs').where({ id: upload.id }).first())) {
-            await c.blob.deletePrefix(jobBlob.dir(upload.id)).catch(() => undefined);
-          }
-        }
+      if (def.multipart?.files && !ctx.is('json')) {
+        const { precheck, textFileFields } = def.multipart;
+        reply = await receiveUpload(ctx, c, { textFileFields, precheck: precheck && ((fields) => precheck(fields, { c, user, meta })) }, (fields, upload) => run(parse(def.body, fields, 'body'), upload));
+      } else if (def.multipart && !ctx.is('json')) {
+        const form = await readMultipart(ctx, { fileFields: [], textFileFields: def.multipart.textFileFields, maxFiles: 0, maxFileBytes: 0 });
+        reply = await run(parse(def.body, form.fields, 'body'));
       } else {
         reply = await run(parse(def.body, ctx.request.body ?? {}, 'body'));
       }
@@ -237,7 +215,8 @@ function describeUploads(schema: JsonSchema, components: Record<string, JsonSche
       type: 'array',
       minItems: 1,
       items: BinaryFile,
-      description: 'The files, one form part each under the name `files`; the part’s file name names the output. Send them after the other fields.',
+      description:
+        'The files, one form part each under the name `files`; the part’s file name names the output. Send them after every other field: the job starts at the first file and works on the files while they arrive, and a field sent after a file is refused (422 `field_after_files`).',
     };
     form.required = [...new Set([...(form.required ?? []), 'files'])];
   }

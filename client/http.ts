@@ -101,10 +101,13 @@ export class Kms {
   /**
    * The retry decision for one answer: 429 within `maxRetryAfterSeconds` is always retried (the service
    * refused before acting); 503 and network errors only when the request may be repeated (an idempotent
-   * method, or an Idempotency-Key that makes the service answer a repeat with the first job).
+   * method, or an Idempotency-Key that makes the service answer a repeat with the first job), as is 409
+   * `idempotency_key_in_use` (the first try with that key is still uploading: a cut upload the service
+   * has not noticed yet).
    */
-  classify(status: number | 'network', retryAfter: string | null | undefined, replayable: boolean): { retry: boolean; afterMs?: number } {
+  classify(status: number | 'network', retryAfter: string | null | undefined, replayable: boolean, code?: string): { retry: boolean; afterMs?: number } {
     const after = retryAfterSeconds(retryAfter);
+    if (status === 409 && code === 'idempotency_key_in_use') return { retry: replayable };
     if (status === 429) return after !== undefined && after > this.opts.maxRetryAfterSeconds ? { retry: false } : { retry: true, afterMs: after === undefined ? undefined : after * 1000 };
     if (status === 503 || status === 'network') return { retry: replayable, afterMs: after === undefined ? undefined : Math.min(after, this.opts.maxRetryAfterSeconds) * 1000 };
     return { retry: false };

@@ -62,7 +62,7 @@ export async function submitMultipart(kms: Kms, path: string, fields: Record<str
       const res = await kms.rawRequest('POST', path, headers, body.open(report));
       if (res.statusCode === 200 || res.statusCode === 202 || res.statusCode === 201) return { ok: JSON.parse(await readText(res)) as Job };
       const problem = await problemFrom(res);
-      const decision = kms.classify(problem.status, header(res, 'retry-after'), body.replayable);
+      const decision = kms.classify(problem.status, header(res, 'retry-after'), body.replayable, problem.code);
       if (!decision.retry) throw problem;
       return { retry: problem, afterMs: decision.afterMs, final: () => { throw problem; } };
     } catch (err) {

@@ -1804,7 +1804,7 @@ export interface paths {
                         armor?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "on" | "off");
                         /** @default false */
                         compress?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "on" | "off");
-                        /** @description The files, one form part each under the name `files`; the part’s file name names the output. Send them after the other fields. */
+                        /** @description The files, one form part each under the name `files`; the part’s file name names the output. Send them after every other field: the job starts at the first file and works on the files while they arrive, and a field sent after a file is refused (422 `field_after_files`). */
                         files: Blob[];
                     };
                 };
@@ -1871,7 +1871,7 @@ export interface paths {
                     "multipart/form-data": {
                         fingerprint: string;
                         passphrase: string;
-                        /** @description The files, one form part each under the name `files`; the part’s file name names the output. Send them after the other fields. */
+                        /** @description The files, one form part each under the name `files`; the part’s file name names the output. Send them after every other field: the job starts at the first file and works on the files while they arrive, and a field sent after a file is refused (422 `field_after_files`). */
                         files: Blob[];
                     };
                 };
@@ -2197,7 +2197,7 @@ export interface paths {
                          * @enum {string}
                          */
                         mode?: "rewrap" | "reencrypt";
-                        /** @description The files, one form part each under the name `files`; the part’s file name names the output. Send them after the other fields. */
+                        /** @description The files, one form part each under the name `files`; the part’s file name names the output. Send them after every other field: the job starts at the first file and works on the files while they arrive, and a field sent after a file is refused (422 `field_after_files`). */
                         files: Blob[];
                     };
                 };

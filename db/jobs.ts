@@ -26,6 +26,8 @@ export interface JobRow {
   request_hash: string | null;
   /** The managed API key that submitted the job, if one did (its usage counts the job's bytes). */
   api_key_id: string | null;
+  /** When the last input finished uploading; null while the upload still arrives (the job may already run). */
+  uploaded_at: Date | null;
   attempts: number;
   created_at: Date;
   started_at: Date | null;
@@ -47,7 +49,7 @@ export const findJob = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }
 export const findUserJob = (db: Knex, userId: string, id: string) => db<JobRow>('jobs').where({ id, user_id: userId }).first();
 export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();
 
-export async function insertJob(db: Knex, row: Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id'>, files: Omit<JobFileRow, 'job_id'>[] = []): Promise<void> {
+export async function insertJob(db: Knex, row: Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id' | 'uploaded_at'>, files: Omit<JobFileRow, 'job_id'>[] = []): Promise<void> {
   await db('jobs').insert({ ...row, request: JSON.stringify(row.request), progress: JSON.stringify(row.progress) });
   if (files.length) await db('job_files').insert(files.map((f) => ({ ...f, job_id: row.id })));
 }
@@ -62,6 +64,34 @@ export async function updateJob(db: Knex, id: string, patch: Partial<Omit<JobRow
       .map(([k, v]) => [k, jsonColumns.has(k) && v !== null ? JSON.stringify(v) : v]),
   );
   await db('jobs').where({ id }).update(values);
+}
+
+/** Merges keys into the job's progress (the API adds totals when the upload ends, the worker what it has done). */
+export const mergeProgress = (db: Knex, id: string, patch: JobProgress) =>
+  db('jobs').where({ id }).update({ progress: db.raw('progress || ?::jsonb', [JSON.stringify(patch)]) });
+
+/** An input as its upload starts (size 0 until it ends): from then on the worker may follow it. */
+export const insertInputFile = (db: Knex, jobId: string, f: Omit<JobFileRow, 'job_id' | 'role' | 'size'>) =>
+  db('job_files').insert({ ...f, size: 0, job_id: jobId, role: 'input' });
+
+/** Input `n` of a job, or, when there is none, whether the upload has ended or failed. */
+export async function nextInput(db: Knex, jobId: string, n: number): Promise<{ file?: JobFileRow; uploaded: boolean; state?: JobState }> {
+  const row = await db('jobs')
+    .leftJoin('job_files', (j) => j.on('job_files.job_id', 'jobs.id').andOn('job_files.role', db.raw('?', ['input'])).andOn('job_files.n', db.raw('?', [n])))
+    .where('jobs.id', jobId)
+    .first<{ uploaded_at: Date | null; state: JobState; n: number | null; name: string; size: string | number; content_type: string } | undefined>('jobs.uploaded_at', 'jobs.state', 'job_files.n', 'job_files.name', 'job_files.size', 'job_files.content_type');
+  if (!row) return { uploaded: false };
+  const file = row.n === null ? undefined : { job_id: jobId, role: 'input' as const, n: row.n, name: row.name, size: Number(row.size), content_type: row.content_type };
+  return { file, uploaded: row.uploaded_at !== null, state: row.state };
+}
+
+/**
+ * Marks an unfinished job failed (an upload that broke); false when it had already finished. Workers'
+ * own failure writes use the same guard, so neither overwrites the other.
+ */
+export async function failUnfinishedJob(db: Knex, id: string, error: { code: string; message: string }, at: Date): Promise<boolean> {
+  const n = await db('jobs').where({ id }).whereNotIn('state', ['completed', 'failed']).update({ state: 'failed', error: JSON.stringify(error), finished_at: at, expires_at: at });
+  return n > 0;
 }
 
 export type OutputFile = Omit<JobFileRow, 'job_id' | 'role'>;

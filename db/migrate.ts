@@ -13,6 +13,7 @@ import * as m011 from './migrations/011_billing';
 import * as m012 from './migrations/012_teams';
 import * as m013 from './migrations/013_api_key_usage';
 import * as m014 from './migrations/014_key_lifecycle';
+import * as m015 from './migrations/015_streaming_jobs';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -33,6 +34,7 @@ const migrations: Record<string, Knex.Migration> = {
   '012_teams': m012,
   '013_api_key_usage': m013,
   '014_key_lifecycle': m014,
+  '015_streaming_jobs': m015,
 };
 
 const source: Knex.MigrationSource<string> = {

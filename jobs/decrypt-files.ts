@@ -39,7 +39,7 @@ export const decryptFiles = defineTrackedJob({
     if (!lineage || !(await lineageUsableBy(c.db, row.user_id, lineage.id))) throw invalid('key_not_found', 'The key no longer exists.');
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const generations = (await lineageGenerations(c.db, lineage.id)).map((g) => verifiedKey(c, g));
-    const used = new Map<string, { files: number; bytes: number }>();
+    const openedBy = new Map<number, string>(); // input n → the generation that opened it
     const done = await transformFiles(c, row.id, progress, signal, async (source, file) => {
       const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
       const key = generations.find((g) => g.encryption_key_ids.some((id) => message.encryptionKeyIds.includes(id)));
@@ -54,8 +54,7 @@ export const decryptFiles = defineTrackedJob({
         throw err;
       }
       const plaintext = await message.decrypt(await unlockGeneration(c, unlock, key));
-      const use = used.get(key.id) ?? { files: 0, bytes: 0 };
-      used.set(key.id, { files: use.files + 1, bytes: use.bytes + file.size });
+      openedBy.set(file.n, key.id);
       return { stream: plaintext, name: plainName(file.name, plaintext.filename), contentType: 'application/octet-stream' };
     });
     return {
@@ -64,6 +63,12 @@ export const decryptFiles = defineTrackedJob({
       processedBytes: done.bytesTotal,
       async commit(trx) {
         await insertOutputFiles(trx, row.id, done.outputs);
+        // Sizes are known once each input has been read (it may have arrived while the job ran).
+        const used = new Map<string, { files: number; bytes: number }>();
+        for (const f of done.inputs) {
+          const use = used.get(openedBy.get(f.n)!) ?? { files: 0, bytes: 0 };
+          used.set(openedBy.get(f.n)!, { files: use.files + 1, bytes: use.bytes + f.size });
+        }
         for (const [keyId, use] of used) {
           await recordKeyUse(trx, keyId, use.bytes, c.clock.now());
           await recordGenerationUse(trx, keyId, 'decrypt', use.files, use.bytes, c.clock.now());

@@ -3,7 +3,9 @@ import type { Container } from '../lib/container';
 import { tooLarge } from '../lib/errors';
 import { counted } from '../lib/streams';
 import { jobBlob } from '../lib/services/jobs';
-import { jobFiles, type JobFileRow, type JobProgress, type OutputFile } from '../db/jobs';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { UnrecoverableError } from 'bullmq';
+import { nextInput, type JobFileRow, type JobProgress, type OutputFile } from '../db/jobs';
 import type { Progress } from './tracked';
 
 export interface Transformed {
@@ -23,7 +25,10 @@ export interface FilesDone {
 
 /**
  * Streams each input blob of a job through `transform` into its output blob, one file at a time,
- * reporting input bytes as progress. Outputs are atomic puts: a stream that errors publishes nothing.
+ * reporting input bytes as progress. The job may start while its upload still arrives (api/upload.ts):
+ * input n is followed as it is written, and the inputs end when the upload has (`uploaded_at`).
+ * Outputs are written so that readers can follow them too, but they are whole only once their stream
+ * ended without error (a decryption's, after its integrity check).
  * When `signal` aborts (the job passed its limits), the input is destroyed and the output put abandoned,
  * so nothing keeps reading for a job that has already failed. All outputs together may not exceed
  * MAX_JOB_OUTPUT_BYTES (decompression bombs spread over many files).
@@ -35,14 +40,17 @@ export async function transformFiles(
   signal: AbortSignal,
   transform: (source: Readable, file: JobFileRow) => Promise<Transformed>,
 ): Promise<FilesDone> {
-  const inputs = await jobFiles(c.db, jobId, 'input');
-  const bytesTotal = inputs.reduce((n, f) => n + f.size, 0);
+  const inputs: JobFileRow[] = [];
   const outputs: OutputFile[] = [];
   const quota = { left: c.config.limits.maxJobOutputBytes };
   let before = 0;
-  for (const [i, file] of inputs.entries()) {
-    signal.throwIfAborted();
-    const source = counted(await c.blob.get(jobBlob.input(jobId, file.n)), (n) => progress.report({ bytes_done: before + n }));
+  for (let file = await arrivingInput(c, jobId, 0, signal); file; file = await arrivingInput(c, jobId, inputs.length, signal)) {
+    let read = 0;
+    const input = await c.blob.follow(jobBlob.input(jobId, file.n), { signal, idleMs: c.config.jobLimits.idleMs });
+    const source = counted(input, (n) => {
+      read = n;
+      progress.report({ bytes_done: before + n });
+    });
     const release = () => source.destroy(signal.reason as Error);
     signal.addEventListener('abort', release, { once: true });
     try {
@@ -52,18 +60,38 @@ export async function transformFiles(
     } finally {
       signal.removeEventListener('abort', release);
     }
-    before += file.size;
-    progress.report({ bytes_done: before, files_done: i + 1 });
+    before += read;
+    inputs.push({ ...file, size: read });
+    progress.report({ bytes_done: before, files_done: inputs.length });
   }
   return {
     inputs,
     outputs,
-    bytesTotal,
-    progress: { bytes_done: bytesTotal, bytes_total: bytesTotal, files_done: inputs.length, files_total: inputs.length },
+    bytesTotal: before,
+    progress: { bytes_done: before, bytes_total: before, files_done: inputs.length, files_total: inputs.length },
     deleteInputs: async () => {
       await Promise.all(inputs.map((f) => c.blob.delete(jobBlob.input(jobId, f.n))));
     },
   };
+}
+
+const POLL_FIRST_MS = 10;
+const POLL_MAX_MS = 200;
+
+/**
+ * Input n of the job once its upload has begun, or undefined when the upload ended with fewer files.
+ * Waits (polling the row, with a short back-off) while the upload is still arriving.
+ */
+async function arrivingInput(c: Container, jobId: string, n: number, signal: AbortSignal): Promise<JobFileRow | undefined> {
+  for (let delay = POLL_FIRST_MS; ; delay = Math.min(delay * 2, POLL_MAX_MS)) {
+    signal.throwIfAborted();
+    const next = await nextInput(c.db, jobId, n);
+    if (next.file) return next.file;
+    if (next.uploaded) return undefined;
+    // The API failed the job (its upload broke): nothing more comes, and the row says why.
+    if (next.state === 'failed' || next.state === undefined) throw new UnrecoverableError(`the upload of job ${jobId} failed`);
+    await sleep(delay, undefined, { signal });
+  }
 }
 
 function withinQuota(stream: Readable, quota: { left: number }): Readable {

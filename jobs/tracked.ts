@@ -5,7 +5,7 @@ import type { JobContext, JobDefinition, QueueName } from './define';
 import { addJobBytes } from '../db/api-keys';
 import { emitEvent } from '../lib/events';
 import { AppError } from '../lib/errors';
-import { findJob, isFinished, updateJob, type JobProgress, type JobRow } from '../db/jobs';
+import { failUnfinishedJob, findJob, isFinished, mergeProgress, updateJob, type JobProgress, type JobRow } from '../db/jobs';
 import { jobBlob } from '../lib/services/jobs';
 
 /**
@@ -73,7 +73,9 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
       if (!row) throw new UnrecoverableError(`job row ${jobId} is gone`);
       if (isFinished(row.state)) return row.result;
       const now = c.clock.now();
-      await updateJob(c.db, jobId, { state: 'active', started_at: row.started_at ?? now, attempts: row.attempts + 1, error: null });
+      // Guarded: the API fails a job whose upload broke, possibly just now (failUnfinishedJob).
+      const started = await c.db('jobs').where({ id: jobId }).whereNotIn('state', ['completed', 'failed']).update({ state: 'active', started_at: row.started_at ?? now, attempts: row.attempts + 1, error: null });
+      if (!started) return null;
       const progress = throttledProgress(c.db, jobId, row.progress, () => watchdog.touch());
       try {
         const done = await watchdog.race(spec.run(row, payload as z.infer<S> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal }));
@@ -103,18 +105,20 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         const final = err instanceof UnrecoverableError || (err instanceof AppError && err.status < 500) || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
         if (!final) {
           log.warn({ err, attempt: job.attemptsMade + 1 }, 'job attempt failed; will retry');
-          await updateJob(c.db, jobId, { state: 'queued', error: failure });
-          throw err;
+          const requeued = await c.db('jobs').where({ id: jobId }).whereNotIn('state', ['completed', 'failed']).update({ state: 'queued', error: JSON.stringify(failure) });
+          if (requeued) throw err;
+          throw new UnrecoverableError(`job ${jobId} was failed by the API (its upload broke)`);
         }
         if (!(err instanceof AppError)) log.error({ err }, 'job failed');
         const finished = c.clock.now();
-        await c.db.transaction(async (trx) => {
-          await updateJob(trx, jobId, { state: 'failed', error: failure, finished_at: finished, expires_at: finished });
+        const failedHere = await c.db.transaction(async (trx) => {
+          if (!(await failUnfinishedJob(trx, jobId, failure, finished))) return false;
           await spec.onFailure?.(trx, row, failure, ctx);
+          return true;
         });
         // No partial output is ever offered: everything the job stored goes.
         await c.blob.deletePrefix(jobBlob.dir(jobId)).catch((e: unknown) => log.warn({ err: e }, 'could not delete job files'));
-        await emitEvent(c, row.user_id, 'job.failed', { job_id: jobId, kind: row.kind, state: 'failed', code: failure.code });
+        if (failedHere) await emitEvent(c, row.user_id, 'job.failed', { job_id: jobId, kind: row.kind, state: 'failed', code: failure.code });
         throw err instanceof AppError ? new UnrecoverableError(`${failure.code}: ${failure.message}`) : err;
       }
     },
@@ -131,17 +135,24 @@ function throttledProgress(db: Knex, jobId: string, initial: JobProgress, onRepo
   let latest = initial;
   let written = Date.now();
   let chain: Promise<void> = Promise.resolve();
+  let trailing: NodeJS.Timeout | undefined;
   const write = () => {
+    clearTimeout(trailing);
+    trailing = undefined;
     const snapshot = latest;
     written = Date.now();
-    chain = chain.then(() => updateJob(db, jobId, { progress: snapshot })).catch(() => undefined);
+    // Merged: the API adds the totals when the upload ends, while the worker reports what it has done.
+    chain = chain.then(() => mergeProgress(db, jobId, snapshot)).then(() => undefined, () => undefined);
     return chain;
   };
   return {
     report(p) {
       onReport();
       latest = { ...latest, ...p };
-      if (Date.now() - written >= PROGRESS_INTERVAL_MS) void write();
+      const wait = PROGRESS_INTERVAL_MS - (Date.now() - written);
+      if (wait <= 0) void write();
+      // The last report before a pause (an upload the job waits for) is written too, a little later.
+      else trailing ??= setTimeout(() => void write(), wait).unref();
     },
     flush: () => write(),
   };

@@ -419,7 +419,8 @@ describe('plan limits (402 plan_limit_reached)', () => {
 
     const big = await submit(FREE.file_size + 1);
     expectLimit(big, 'file_size', FREE.file_size, FREE.file_size + 1);
-    expect(await s.c.db('jobs').where({ user_id: u.id })).toHaveLength(0);
+    // The job started at the first byte (it runs while its upload arrives): it failed with the answer's code.
+    expect((await s.c.db('jobs').where({ user_id: u.id })).map((j) => [j.state, j.error?.code])).toEqual([['failed', 'plan_limit_reached']]);
 
     // Jobs stay queued while the crypto queue is paused: the second is over the concurrency limit.
     const crypto = s.c.jobs.queue('crypto');

@@ -103,8 +103,9 @@ describe('graceful shutdown', () => {
     const key = await createKey(s.api, u.token);
     // A store whose reads never answer: the job is stuck (short of its own no-progress limit).
     const blob = s.c.blob;
-    const get = blob.get.bind(blob);
-    blob.get = () => new Promise(() => undefined);
+    // The worker reads its inputs with `follow` (they may still be arriving).
+    const follow = blob.follow.bind(blob);
+    blob.follow = () => new Promise(() => undefined);
     const config = { ...s.c.config, workerLocks: { ...s.c.config.workerLocks, shutdownGraceMs: 1000 } };
     const pool = await startWorkers({ ...s.c, config }, [{ queue: 'crypto', concurrency: 1 }]);
     let closed = false;
@@ -117,7 +118,7 @@ describe('graceful shutdown', () => {
       expect(Date.now() - started).toBeLessThan(10_000);
       expect((await s.c.db('jobs').where({ id: res.body.job_id }).first()).state).toBe('queued');
 
-      blob.get = get;
+      blob.follow = follow;
       const again = await startWorkers(s.c, [{ queue: 'crypto', concurrency: 1 }]);
       try {
         expect((await waitJob(s.api, u.token, res.body.job_id)).state).toBe('completed');
@@ -125,7 +126,7 @@ describe('graceful shutdown', () => {
         await again.close();
       }
     } finally {
-      blob.get = get;
+      blob.follow = follow;
       if (!closed) await pool.close();
     }
   }, 60_000);

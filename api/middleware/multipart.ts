@@ -24,12 +24,14 @@ export interface MultipartOptions {
   smallFileBytes?: number;
   maxFiles: number;
   maxFileBytes: number;
-  store?(n: number, source: Readable): Promise<{ size: number }>;
+  store?(file: UploadedFile, source: Readable): Promise<{ size: number }>;
   /**
    * Runs once, with the fields sent so far, before the first file is stored: a request that will be
    * refused anyway (unknown key, wrong passphrase) is answered before the client uploads gigabytes.
    */
   beforeFiles?(fields: Record<string, string>): Promise<void>;
+  /** Refuse fields sent after the first file (422): they would come too late for `beforeFiles`. */
+  fieldsFirst?: boolean;
 }
 
 export interface MultipartBody {
@@ -56,6 +58,8 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
     const pending: Promise<unknown>[] = [];
     const streams = new Set<Readable>();
     let checked: Promise<void> | undefined;
+    /** Text sent as file parts (a public key) still being read: `beforeFiles` must see them. */
+    const texts: Promise<void>[] = [];
     let failed: unknown;
     let bb: busboy.Busboy;
     try {
@@ -77,7 +81,10 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
       void Promise.allSettled(pending).then(() => reject(err));
     };
 
+    const late = (name: string) => opts.fieldsFirst && files.length > 0 && fail(invalid('field_after_files', `Form field "${name}" came after the files: send every other field before the first file.`));
+
     bb.on('field', (name, value, info) => {
+      if (late(name)) return;
       if (info.valueTruncated) return fail(tooLarge('field_too_large', `Form field "${name}" is longer than ${FIELD_BYTES} bytes.`));
       if (value.includes('\u0000')) return fail(nulField(name));
       fields[name] ??= value;
@@ -86,6 +93,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
     bb.on('file', (field, stream, info) => {
       if (failed) return stream.resume();
       if (opts.textFileFields?.includes(field)) {
+        if (late(field)) return stream.resume();
         const chunks: Buffer[] = [];
         let size = 0;
         stream.on('data', (chunk: Buffer) => {
@@ -93,11 +101,16 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
           if (size > smallMax) return fail(tooLarge('field_too_large', `"${field}" is larger than ${smallMax} bytes.`));
           chunks.push(chunk);
         });
-        stream.on('end', () => {
-          const value = Buffer.concat(chunks).toString('utf8');
-          if (value.includes('\u0000')) return fail(nulField(field));
-          fields[field] ??= value;
-        });
+        texts.push(
+          new Promise<void>((resolve) => {
+            stream.on('close', resolve);
+            stream.on('end', () => {
+              const value = Buffer.concat(chunks).toString('utf8');
+              if (value.includes('\u0000')) return fail(nulField(field));
+              fields[field] ??= value;
+            });
+          }),
+        );
         return;
       }
       if (!opts.fileFields.includes(field) || !opts.store) {
@@ -118,10 +131,11 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
       stream.on('limit', () => {
         stream.destroy(tooLarge('file_too_large', `"${file.name}" is larger than the limit of ${opts.maxFileBytes} bytes.`));
       });
-      checked ??= opts.beforeFiles ? opts.beforeFiles({ ...fields }) : Promise.resolve();
+      const before = opts.beforeFiles;
+      checked ??= before ? Promise.all(texts).then(() => before({ ...fields })) : Promise.resolve();
       const store = opts.store;
       pending.push(
-        checked.then(() => store(n, stream)).then(
+        checked.then(() => store(file, stream)).then(
           ({ size }) => {
             file.size = size;
           },

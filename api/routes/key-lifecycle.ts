@@ -4,7 +4,6 @@ import { Timestamp } from '../schemas/common';
 import { Fingerprint } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
-import { invalid } from '../../lib/errors';
 import { encryptionTarget, jobDeadline } from '../../lib/services/keys';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
 import { passphraseAad } from '../../jobs/decrypt-files';
@@ -100,8 +99,7 @@ export default [
     body: RewrapForm,
     responses: jobResponses,
     async handler({ c, ctx, user, body, upload, meta }) {
-      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'rewrap', requestId: meta.requestId, body, inputs: upload.files }, async () => {
-        if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
+      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'rewrap', requestId: meta.requestId, body, upload }, async () => {
         const view = await rewrapTarget(c, user.id, body, meta);
         const request: RewrapRequest = { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, mode: body.mode };
         return {

@@ -15,7 +15,7 @@ import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
 import type { KeyView, LineageRow } from '../../db/keys';
 import { keyOut } from '../../lib/services/key-view';
 import { jobBlob, newJobId } from '../../lib/services/jobs';
-import { AppError, invalid } from '../../lib/errors';
+import { AppError } from '../../lib/errors';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { Container } from '../../lib/container';
 import { findUserById } from '../../db/users';
@@ -213,8 +213,7 @@ export default [
     body: EncryptForm,
     responses: jobResponses,
     async handler({ c, ctx, user, body, upload, meta }) {
-      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'encrypt', requestId: meta.requestId, body, inputs: upload.files }, async () => {
-        if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
+      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'encrypt', requestId: meta.requestId, body, upload }, async () => {
         const recipient = await recipientFor(c, user.id, body, meta);
         if (body.public_key) await c.blob.put(jobBlob.recipient(upload.id), Readable.from([Buffer.from(body.public_key)]));
         const request: EncryptRequest = { recipient, armor: body.armor, compress: body.compress };
@@ -241,8 +240,7 @@ export default [
     body: DecryptForm,
     responses: jobResponses,
     async handler({ c, ctx, user, body, upload, meta }) {
-      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'decrypt', requestId: meta.requestId, body, inputs: upload.files }, async () => {
-        if (!upload.files.length) throw invalid('no_files', 'Attach at least one file in the form field "files".');
+      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'decrypt', requestId: meta.requestId, body, upload }, async () => {
         const view = await keyForDecryption(c, user.id, body, meta);
         return {
           request: { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint },

@@ -24,6 +24,8 @@ import { type BlobStore, type FollowOptions, type PutOptions, BlobNotFoundError,
 
 /** Plaintext per segment: how far a follower trails its writer, at most. */
 export const SEGMENT_BYTES = 8 << 20;
+/** A segment that has held bytes this long is published, so a slow upload is followed as it trickles in. */
+const SEGMENT_MAX_AGE_MS = 500;
 const FILE_BLOB = /^jobs\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\/(in|out)\/\d{1,5}$/;
 const WRITE_ID = /^[0-9a-f]{32}$/;
 const MARKER_MAX_BYTES = 1024;
@@ -105,22 +107,35 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
     const write = randomBytes(16).toString('hex');
     const previous = await writesOf(key).catch(() => []);
     const it = source[Symbol.asyncIterator]() as AsyncIterator<Buffer | string>;
+    let pending: Promise<IteratorResult<Buffer | string>> | undefined;
     let carry: Buffer | undefined;
+    let ended = false;
     let size = 0;
-    /** The next piece of the source, or undefined at its end. */
-    const next = async (): Promise<Buffer | undefined> => {
+    /** The next piece of the source; undefined at its end, or when `waitMs` passed first (the piece stays pending). */
+    const next = async (waitMs?: number): Promise<Buffer | undefined> => {
       if (carry) {
         const c = carry;
         carry = undefined;
         return c;
       }
-      const n = await it.next();
-      if (n.done) return undefined;
+      pending ??= it.next();
+      let timer: NodeJS.Timeout | undefined;
+      const timeout = new Promise<undefined>((resolve) => (timer = waitMs === undefined ? undefined : setTimeout(() => resolve(undefined), waitMs)));
+      const n = await (waitMs === undefined ? pending : Promise.race([pending, timeout]));
+      clearTimeout(timer);
+      if (!n) return undefined;
+      pending = undefined;
+      if (n.done) {
+        ended = true;
+        return undefined;
+      }
       return typeof n.value === 'string' ? Buffer.from(n.value) : n.value;
     };
+    /** One segment: full, or shorter at the end of the source or when it has been open SEGMENT_MAX_AGE_MS (a slow upload). */
     async function* segment(): AsyncGenerator<Buffer> {
+      const opened = Date.now();
       for (let left = segmentBytes; left > 0; ) {
-        let chunk = await next();
+        let chunk = await next(left < segmentBytes ? Math.max(0, opened + SEGMENT_MAX_AGE_MS - Date.now()) : undefined);
         if (!chunk) return;
         if (chunk.length > left) {
           carry = chunk.subarray(left);
@@ -137,16 +152,12 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
       // The old end marker goes first: from now on nobody may take the old write for the file.
       await inner.delete(key);
       await putSmall(headKey(key), write);
-      for (;;) {
+      while (!ended) {
         putOpts.signal?.throwIfAborted();
         // Look ahead one piece: a file of whole segments ends without an empty segment after them.
-        if (segments > 0) {
-          carry = await next();
-          if (!carry) break;
-        }
+        if (segments > 0 && !(carry = await next())) break;
         await inner.put(partKey(key, write, segments), Readable.from(segment(), { objectMode: false, highWaterMark: STREAM_CHUNK_BYTES }), { signal: putOpts.signal });
         segments += 1;
-        if (!carry && size < segments * segmentBytes) break; // the source ended inside this segment
       }
       await putSmall(key, JSON.stringify({ write, segments, size } satisfies EndMarker));
     } catch (err) {

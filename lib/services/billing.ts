@@ -95,11 +95,20 @@ async function enforcePlanLimits(c: Container, trx: Knex.Transaction, userId: st
 /** A job submission's limits: file size, concurrent jobs, and (encryption) bytes this month, for file jobs only. */
 export async function enforceJobLimits(c: Container, trx: Knex.Transaction, userId: string, kind: JobKind, fileSizes: number[]): Promise<void> {
   if (kind !== 'encrypt' && kind !== 'decrypt') return;
+  await enforcePlanLimits(c, trx, userId, [{ limit: 'concurrent_jobs', amount: 1 }, ...uploadChecks(kind, fileSizes)]);
+}
+
+/** The limits on a job's files, once their sizes are known (a job's upload ends after the job started). */
+export async function enforceUploadLimits(c: Container, trx: Knex.Transaction, userId: string, kind: JobKind, fileSizes: number[]): Promise<void> {
+  if (kind !== 'encrypt' && kind !== 'decrypt') return;
+  await enforcePlanLimits(c, trx, userId, uploadChecks(kind, fileSizes));
+}
+
+function uploadChecks(kind: JobKind, fileSizes: number[]): { limit: LimitName; amount: number }[] {
   const checks: { limit: LimitName; amount: number }[] = [];
   if (fileSizes.length) checks.push({ limit: 'file_size', amount: Math.max(...fileSizes) });
-  checks.push({ limit: 'concurrent_jobs', amount: 1 });
   if (kind === 'encrypt') checks.push({ limit: 'monthly_encrypted_bytes', amount: fileSizes.reduce((n, s) => n + s, 0) });
-  await enforcePlanLimits(c, trx, userId, checks);
+  return checks;
 }
 
 // ---------------------------------------------------------------------------------------------------

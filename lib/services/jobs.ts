@@ -1,9 +1,9 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { enforceJobLimits } from './billing';
+import { enforceJobLimits, enforceUploadLimits } from './billing';
 import type { Container } from '../container';
-import { lastEventId, type AccountEvent } from '../events';
-import { invalid } from '../errors';
-import { findJobByIdempotencyKey, findUserJob, insertJob, isFinished, jobFiles, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
+import { emitEvent, lastEventId, type AccountEvent } from '../events';
+import { AppError, conflict, invalid } from '../errors';
+import { failUnfinishedJob, findJobByIdempotencyKey, findUserJob, insertJob, isFinished, jobFiles, mergeProgress, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
 
 /**
  * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
@@ -63,10 +63,11 @@ export interface SubmitInput {
   userId: string;
   kind: JobKind;
   request: Record<string, unknown>;
-  inputs?: Omit<JobFileRow, 'job_id' | 'role'>[];
+  /** The job's inputs still arrive (api/upload.ts): sizes, totals and the request hash come with completeUpload. */
+  uploading?: boolean;
   idempotencyKey?: string;
-  /** requestHash() of the request, compared when its Idempotency-Key is replayed. */
-  requestHash: string;
+  /** requestHash() of the request, compared when its Idempotency-Key is replayed; null until the upload ends. */
+  requestHash: string | null;
   /** The managed API key the request came with, if any. */
   apiKeyId?: string;
   requestId: string;
@@ -100,35 +101,34 @@ export async function replayedJob(c: Container, userId: string, key: string | un
   return existing;
 }
 
+/** A job with this Idempotency-Key whose upload still arrives: its request cannot be compared yet (409, as Stripe). */
+export const idempotencyKeyInUse = () =>
+  conflict('idempotency_key_in_use', 'A request with this Idempotency-Key is still uploading; retry once it has been answered.');
+
+/** The loser of two concurrent inserts with one Idempotency-Key. */
+export class DuplicateIdempotencyKey extends Error {}
+
 /** Records the job and enqueues it. A failure to enqueue removes the row and the uploads (503 follows). */
 export async function submitJob(c: Container, input: SubmitInput): Promise<JobRow> {
-  const files = input.inputs ?? [];
   try {
-    // Plan limits (file size, concurrent jobs, monthly bytes) are counted under the account's row lock.
+    // Plan limits (concurrent jobs, monthly bytes so far) are counted under the account's row lock;
+    // an upload's own sizes are checked as it arrives and again when it ends (completeUpload).
     await c.db.transaction(async (trx) => {
-      await enforceJobLimits(c, trx, input.userId, input.kind, files.map((f) => f.size));
-      await insertJob(
-        trx,
-        {
-          id: input.id,
-          user_id: input.userId,
-          kind: input.kind,
-          request: input.request,
-          progress: files.length ? { bytes_done: 0, bytes_total: files.reduce((n, f) => n + f.size, 0), files_done: 0, files_total: files.length } : {},
-          idempotency_key: input.idempotencyKey ?? null,
-          request_hash: input.requestHash,
-          api_key_id: input.apiKeyId ?? null,
-        },
-        files.map((f) => ({ ...f, role: 'input' as const })),
-      );
+      await enforceJobLimits(c, trx, input.userId, input.kind, []);
+      await insertJob(trx, {
+        id: input.id,
+        user_id: input.userId,
+        kind: input.kind,
+        request: input.request,
+        progress: {},
+        idempotency_key: input.idempotencyKey ?? null,
+        request_hash: input.requestHash,
+        api_key_id: input.apiKeyId ?? null,
+        uploaded_at: input.uploading ? null : c.clock.now(),
+      });
     });
   } catch (err) {
-    // Two concurrent requests with one Idempotency-Key: the loser answers with the winner's job.
-    if ((err as { constraint?: string }).constraint === 'jobs_idempotency' && input.idempotencyKey) {
-      await c.blob.deletePrefix(jobBlob.dir(input.id));
-      const winner = await replayedJob(c, input.userId, input.idempotencyKey, input.requestHash);
-      if (winner) return winner;
-    }
+    if ((err as { constraint?: string }).constraint === 'jobs_idempotency' && input.idempotencyKey) throw new DuplicateIdempotencyKey();
     throw err;
   }
   try {
@@ -139,6 +139,38 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
     throw err;
   }
   return (await findUserJob(c.db, input.userId, input.id))!;
+}
+
+/**
+ * The upload of a running job has ended: its files' sizes and totals are recorded, the plan's limits
+ * checked on the real sizes, and `uploaded_at` set, which tells the worker that no more files come.
+ */
+export async function completeUpload(c: Container, row: JobRow, files: { n: number; size: number }[], hash: string): Promise<JobRow> {
+  const bytes = files.reduce((n, f) => n + f.size, 0);
+  const recorded = await c.db.transaction(async (trx) => {
+    await enforceUploadLimits(c, trx, row.user_id, row.kind, files.map((f) => f.size));
+    for (const f of files) await trx('job_files').where({ job_id: row.id, role: 'input', n: f.n }).update({ size: f.size });
+    await mergeProgress(trx, row.id, { bytes_total: bytes, files_total: files.length });
+    const n: number = await trx('jobs').where({ id: row.id }).whereNull('uploaded_at').whereNot('state', 'failed').update({ uploaded_at: c.clock.now(), request_hash: hash });
+    return n > 0;
+  });
+  // The job failed while its files still arrived (a damaged first file): the answer is that job, and
+  // what the rest of the upload stored after the worker's clean-up goes too.
+  if (!recorded) await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
+  return (await findUserJob(c.db, row.user_id, row.id))!;
+}
+
+/**
+ * The upload of a job broke (client gone, a limit crossed): the job fails with the request's own error,
+ * unless it has already ended, and everything it stored goes. Its worker, following the inputs, stops.
+ */
+export async function failUpload(c: Container, row: JobRow, err: unknown): Promise<void> {
+  const error = err instanceof AppError ? { code: err.code, message: err.message } : { code: 'upload_failed', message: 'The upload could not be stored.' };
+  const failed = await failUnfinishedJob(c.db, row.id, error, c.clock.now());
+  // The request never arrived whole: its Idempotency-Key is free for the client to send it again.
+  await c.db('jobs').where({ id: row.id }).update({ idempotency_key: null });
+  await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
+  if (failed) await emitEvent(c, row.user_id, 'job.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: error.code });
 }
 
 /** How often `Prefer: wait` reads the row when no event arrives (a missed event costs at most this). */

@@ -121,7 +121,9 @@ export interface FormFile {
 
 function toFormData(fields: NonNullable<RequestOptions['form']>): FormData {
   const form = new FormData();
-  for (const [key, value] of Object.entries(fields)) {
+  // The files last, as the API asks (fields after them are refused): a job starts at its first file.
+  const entries = Object.entries(fields).sort(([a], [b]) => Number(a === 'files') - Number(b === 'files'));
+  for (const [key, value] of entries) {
     for (const v of Array.isArray(value) ? value : [value]) {
       if (typeof v === 'string') form.append(key, v);
       else form.append(key, v.data instanceof Blob ? v.data : new Blob([v.data]), v.name);

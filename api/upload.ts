@@ -1,0 +1,102 @@
+import { createHash } from 'node:crypto';
+import { Readable } from 'node:stream';
+import type { Container } from '../lib/container';
+import { jobBlob, newJobId } from '../lib/services/jobs';
+import { insertInputFile } from '../db/jobs';
+import { readMultipart, type MultipartOptions, type UploadedFile } from './middleware/multipart';
+import type { AppContext } from './route';
+
+/** An uploaded file as stored; `sha256` only when the request carries an Idempotency-Key (else ''). */
+export interface StoredFile extends UploadedFile {
+  sha256: string;
+}
+
+/**
+ * The files of a job submission (multipart field `files`), stored as the inputs of job `id` while that
+ * job already runs (issue 13). The route's handler runs at the first file part, with the fields sent
+ * before it (the form documents that files come last); it records and enqueues the job, then calls
+ * `begin`. Only then are the files stored, each one's input row written as it starts so that the worker
+ * can follow it; `files()` settles when the whole form has been read.
+ */
+export interface Upload {
+  id: string;
+  /** A file part arrived, so the handler runs while the files stream in. */
+  streaming: boolean;
+  /** Lets the files be stored: as job `id`'s inputs, or (`asJob` false: a replay) only to be hashed and dropped. */
+  begin(asJob: boolean): void;
+  /** The stored files once the form has been read; rejects with the upload's error. */
+  files(): Promise<StoredFile[]>;
+}
+
+type Handler<R> = (fields: Record<string, string>, upload: Upload) => Promise<R>;
+
+/**
+ * Reads a multipart job submission. `handle` runs once: at the first file part (the files wait for its
+ * `begin`), or after the form when it holds no file. Its answer is the request's answer; an error it
+ * throws before `begin` stops the upload (the client is answered before it sends gigabytes).
+ */
+export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick<MultipartOptions, 'textFileFields'> & { precheck?(fields: Record<string, string>): Promise<void> }, handle: Handler<R>): Promise<R> {
+  const hashed = Boolean(ctx.get('idempotency-key'));
+  const digests = new Map<number, string>();
+  let asJob = false;
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => (release = resolve));
+  let handled: Promise<R> | undefined;
+  const upload: Upload = {
+    id: newJobId(),
+    streaming: false,
+    begin(job) {
+      asJob = job;
+      release();
+    },
+    files: () => form.then((f) => f.files.map((file) => ({ ...file, sha256: digests.get(file.n) ?? '' }))),
+  };
+  const form = readMultipart(ctx, {
+    fileFields: ['files'],
+    textFileFields: opts.textFileFields,
+    maxFiles: c.config.limits.maxFilesPerJob,
+    maxFileBytes: c.config.limits.maxFileBytes,
+    fieldsFirst: true,
+    async beforeFiles(fields) {
+      await opts.precheck?.(fields);
+      upload.streaming = true;
+      handled = handle(fields, upload);
+      // A handler that ends before `begin` (an error) must stop the upload, not wait for it.
+      await Promise.race([released, handled.then(() => Promise.reject(new Error('the job handler ended before storing the upload')))]);
+    },
+    async store(file, source) {
+      if (asJob) await insertInputFile(c.db, upload.id, { n: file.n, name: file.name, content_type: file.contentType });
+      // The SHA-256 is only ever compared on an Idempotency-Key replay: without the header it is not worth its CPU.
+      return c.blob.put(jobBlob.input(upload.id, file.n), hashed ? digested(source, (hex) => digests.set(file.n, hex)) : source);
+    },
+  });
+  try {
+    const read = await form.then(
+      (f) => f,
+      (err: unknown) => {
+        if (!handled) throw err;
+      },
+    );
+    // The handler has seen the upload's end (or its error) through files(): its answer is the answer.
+    if (handled) return await handled;
+    return await handle(read!.fields, upload);
+  } finally {
+    // Uploads that did not become a job (invalid form, refused key, replayed request) are dropped.
+    if (!asJob || !(await c.db('jobs').where({ id: upload.id }).first())) {
+      await c.blob.deletePrefix(jobBlob.dir(upload.id)).catch(() => undefined);
+    }
+  }
+}
+
+/** Passes an upload through unchanged and reports its SHA-256 at the end (Idempotency-Key replays compare it). */
+function digested(source: Readable, done: (hex: string) => void): Readable {
+  const hash = createHash('sha256');
+  async function* pass(): AsyncGenerator<Buffer> {
+    for await (const chunk of source) {
+      hash.update(chunk as Buffer);
+      yield chunk as Buffer;
+    }
+    done(hash.digest('hex'));
+  }
+  return Readable.from(pass(), { objectMode: false, highWaterMark: 1 << 20 });
+}

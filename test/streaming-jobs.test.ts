@@ -1,0 +1,116 @@
+/**
+ * Issue 13: a file job starts while its upload still arrives (the worker follows the inputs as they
+ * are written) and is answered when the upload ends; a broken upload fails the job and leaves nothing.
+ */
+import { randomBytes } from 'node:crypto';
+import { request, type ClientRequest, type IncomingMessage } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createKey, download, PASSPHRASE, runJob } from './support/keys';
+import { registerUser, startTestService, type TestService } from './support/service';
+
+let s: TestService;
+
+beforeAll(async () => {
+  s = await startTestService();
+});
+afterAll(() => s?.stop());
+
+const BOUNDARY = 'streaming-test-boundary';
+
+/** A multipart encrypt request whose body the test writes by hand, so it can hold bytes back. */
+function openUpload(token: string, fields: Record<string, string>, fileName: string): { req: ClientRequest; response: Promise<{ status: number; body: any }>; end(): void } {
+  const url = new URL('/api/v1/keys/encrypt', s.url);
+  const req = request(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}` } });
+  const response = new Promise<{ status: number; body: any }>((resolve, reject) => {
+    req.on('response', (res: IncomingMessage) => {
+      const parts: Buffer[] = [];
+      res.on('data', (c: Buffer) => parts.push(c));
+      res.on('end', () => resolve({ status: res.statusCode!, body: JSON.parse(Buffer.concat(parts).toString() || 'null') }));
+    });
+    req.on('error', reject);
+  });
+  for (const [k, v] of Object.entries(fields)) req.write(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`);
+  req.write(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="files"; filename="${fileName}"\r\nContent-Type: application/octet-stream\r\n\r\n`);
+  return { req, response, end: () => req.end(`\r\n--${BOUNDARY}--\r\n`) };
+}
+
+async function until<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await probe();
+    if (v !== undefined) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(20);
+  }
+}
+
+const jobOf = (userId: string) => s.c.db('jobs').where({ user_id: userId }).orderBy('created_at', 'desc').first();
+
+describe('a job runs while its upload arrives', () => {
+  it('encrypts the bytes already sent before the upload has ended, and answers when it has', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const data = randomBytes(24 << 20);
+    const upload = openUpload(u.token, { fingerprint: key.fingerprint }, 'big.bin');
+    upload.req.write(data.subarray(0, data.length - 1024));
+    // The job is active and has read most of the file while its last KiB is still held back.
+    const running = await until('the job to progress', async () => {
+      const row = await jobOf(u.id);
+      return row && row.state === 'active' && (row.progress.bytes_done ?? 0) > 8 << 20 ? row : undefined;
+    });
+    expect(running.uploaded_at).toBeNull();
+    upload.req.write(data.subarray(data.length - 1024));
+    upload.end();
+    const answer = await upload.response;
+    expect(answer.status).toBe(202);
+    const done = await runJobDone(u.token, answer.body.job_id);
+    expect(done.state).toBe('completed');
+    expect(done.progress).toMatchObject({ bytes_done: data.length, bytes_total: data.length, files_done: 1, files_total: 1 });
+    // The ciphertext decrypts to the bytes sent.
+    const dec = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: await download(s.api, u.token, done.job_id) }] });
+    expect(Buffer.compare(await download(s.api, u.token, dec.job_id), data)).toBe(0);
+  });
+
+  it('a client cut off mid-upload fails the job (upload_interrupted) and leaves no blob', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const upload = openUpload(u.token, { fingerprint: key.fingerprint }, 'cut.bin');
+    upload.response.catch(() => undefined);
+    upload.req.write(randomBytes(12 << 20));
+    const row = await until('the job to start', async () => {
+      const r = await jobOf(u.id);
+      return r?.state === 'active' ? r : undefined;
+    });
+    upload.req.destroy();
+    const failed = await until('the job to fail', async () => {
+      const r = await s.c.db('jobs').where({ id: row.id }).first();
+      return r.state === 'failed' ? r : undefined;
+    });
+    expect(failed.error.code).toBe('upload_interrupted');
+    expect(await s.c.blob.stat(`jobs/${row.id}/in/0`)).toBeNull();
+    // The worker let go of it: the next job runs.
+    const next = await runJob(s.api, u.token, '/keys/encrypt', { fingerprint: key.fingerprint, files: [{ name: 'next.txt', data: Buffer.from('next') }] });
+    expect(next.state).toBe('completed');
+  });
+
+  it('refuses a field sent after the files (422 field_after_files): the job it started fails, nothing stays', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const upload = openUpload(u.token, { fingerprint: key.fingerprint }, 'a.txt');
+    upload.req.write('hello');
+    upload.req.end(`\r\n--${BOUNDARY}\r\nContent-Disposition: form-data; name="armor"\r\n\r\ntrue\r\n--${BOUNDARY}--\r\n`);
+    const answer = await upload.response;
+    expect([answer.status, answer.body.code]).toEqual([422, 'field_after_files']);
+    const row = await jobOf(u.id);
+    expect([row.state, row.error.code]).toEqual(['failed', 'field_after_files']);
+    expect(await s.c.blob.stat(`jobs/${row.id}/in/0`)).toBeNull();
+  });
+});
+
+async function runJobDone(token: string, jobId: string) {
+  for (;;) {
+    const job = await s.api('GET', `/jobs/${jobId}`, { token, headers: { prefer: 'wait=30' } });
+    if (job.body.state === 'completed' || job.body.state === 'failed') return job.body;
+  }
+}
