@@ -3472,12 +3472,15 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Download output file n of a completed job, as a stream
+         * Download output file n of a completed job as a stream; `?follow=true` streams the output of a running encrypt job as it is produced
          * @description A session, the partner key, or a managed API key with the scope `jobs:read`.
          */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    /** @description For a queued or running encrypt job: stream the ciphertext while it is produced (chunked, without Content-Length). The response ends only when the output is whole; if the job fails it is cut off, never completed. Decrypted output is never followed: it is released after its integrity check. */
+                    follow?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "on" | "off");
+                };
                 header?: never;
                 path: {
                     job_id: string;

@@ -74,8 +74,16 @@ export const mergeProgress = (db: Knex, id: string, patch: JobProgress) =>
 export const insertInputFile = (db: Knex, jobId: string, f: Omit<JobFileRow, 'job_id' | 'role' | 'size'>) =>
   db('job_files').insert({ ...f, size: 0, job_id: jobId, role: 'input' });
 
+export interface NextInput {
+  file?: JobFileRow;
+  /** The upload has ended (no more inputs will come). */
+  uploaded: boolean;
+  /** The job's state; undefined when the job is gone. */
+  state?: JobState;
+}
+
 /** Input `n` of a job, or, when there is none, whether the upload has ended or failed. */
-export async function nextInput(db: Knex, jobId: string, n: number): Promise<{ file?: JobFileRow; uploaded: boolean; state?: JobState }> {
+export async function nextInput(db: Knex, jobId: string, n: number): Promise<NextInput> {
   const row = await db('jobs')
     .leftJoin('job_files', (j) => j.on('job_files.job_id', 'jobs.id').andOn('job_files.role', db.raw('?', ['input'])).andOn('job_files.n', db.raw('?', [n])))
     .where('jobs.id', jobId)

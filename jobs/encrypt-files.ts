@@ -24,6 +24,12 @@ export type EncryptRequest = z.infer<typeof EncryptRequest>;
 
 const auditTarget = (req: EncryptRequest) => req.recipient.fingerprint;
 
+/** The name and type of the output of input `name`: known from the request, so also while it is produced. */
+export const encryptedOutput = (name: string, armor: boolean) => ({
+  name: `${name}${armor ? '.asc' : '.gpg'}`,
+  contentType: armor ? 'application/pgp-encrypted; charset=us-ascii' : 'application/pgp-encrypted',
+});
+
 /** Streams each uploaded file blob → OpenPGP → blob; the plaintext uploads are deleted when done. */
 export const encryptFiles = defineTrackedJob({
   queue: 'crypto',
@@ -45,8 +51,7 @@ export const encryptFiles = defineTrackedJob({
     }
     const done = await transformFiles(c, row.id, progress, signal, async (source, file) => ({
       stream: await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name, signal }),
-      name: `${file.name}${req.armor ? '.asc' : '.gpg'}`,
-      contentType: req.armor ? 'application/pgp-encrypted; charset=us-ascii' : 'application/pgp-encrypted',
+      ...encryptedOutput(file.name, req.armor),
     }));
     return {
       result: { fingerprint_used: req.recipient.fingerprint, armor: req.armor, compressed: req.compress, files: [] },

@@ -2,10 +2,9 @@ import { Readable } from 'node:stream';
 import type { Container } from '../lib/container';
 import { tooLarge } from '../lib/errors';
 import { counted } from '../lib/streams';
-import { jobBlob } from '../lib/services/jobs';
-import { setTimeout as sleep } from 'node:timers/promises';
+import { arrivingInput, jobBlob } from '../lib/services/jobs';
 import { UnrecoverableError } from 'bullmq';
-import { nextInput, type JobFileRow, type JobProgress, type OutputFile } from '../db/jobs';
+import { type JobFileRow, type JobProgress, type OutputFile } from '../db/jobs';
 import type { Progress } from './tracked';
 
 export interface Transformed {
@@ -44,7 +43,7 @@ export async function transformFiles(
   const outputs: OutputFile[] = [];
   const quota = { left: c.config.limits.maxJobOutputBytes };
   let before = 0;
-  for (let file = await arrivingInput(c, jobId, 0, signal); file; file = await arrivingInput(c, jobId, inputs.length, signal)) {
+  for (let file = await nextFile(c, jobId, 0, signal); file; file = await nextFile(c, jobId, inputs.length, signal)) {
     let read = 0;
     const input = await c.blob.follow(jobBlob.input(jobId, file.n), { signal, idleMs: c.config.jobLimits.idleMs });
     const source = counted(input, (n) => {
@@ -75,23 +74,12 @@ export async function transformFiles(
   };
 }
 
-const POLL_FIRST_MS = 10;
-const POLL_MAX_MS = 200;
-
-/**
- * Input n of the job once its upload has begun, or undefined when the upload ended with fewer files.
- * Waits (polling the row, with a short back-off) while the upload is still arriving.
- */
-async function arrivingInput(c: Container, jobId: string, n: number, signal: AbortSignal): Promise<JobFileRow | undefined> {
-  for (let delay = POLL_FIRST_MS; ; delay = Math.min(delay * 2, POLL_MAX_MS)) {
-    signal.throwIfAborted();
-    const next = await nextInput(c.db, jobId, n);
-    if (next.file) return next.file;
-    if (next.uploaded) return undefined;
-    // The API failed the job (its upload broke): nothing more comes, and the row says why.
-    if (next.state === 'failed' || next.state === undefined) throw new UnrecoverableError(`the upload of job ${jobId} failed`);
-    await sleep(delay, undefined, { signal });
-  }
+/** Input n of the job, or undefined when the upload has ended with fewer files. */
+async function nextFile(c: Container, jobId: string, n: number, signal: AbortSignal): Promise<JobFileRow | undefined> {
+  const next = await arrivingInput(c, jobId, n, signal);
+  if (next.file || next.uploaded) return next.file;
+  // The API failed the job (its upload broke): nothing more comes, and the row says why.
+  throw new UnrecoverableError(`the upload of job ${jobId} failed`);
 }
 
 function withinQuota(stream: Readable, quota: { left: number }): Readable {

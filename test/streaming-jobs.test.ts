@@ -19,8 +19,8 @@ afterAll(() => s?.stop());
 const BOUNDARY = 'streaming-test-boundary';
 
 /** A multipart encrypt request whose body the test writes by hand, so it can hold bytes back. */
-function openUpload(token: string, fields: Record<string, string>, fileName: string): { req: ClientRequest; response: Promise<{ status: number; body: any }>; end(): void } {
-  const url = new URL('/api/v1/keys/encrypt', s.url);
+function openUpload(token: string, fields: Record<string, string>, fileName: string, path = '/keys/encrypt'): { req: ClientRequest; response: Promise<{ status: number; body: any }>; end(): void } {
+  const url = new URL(`/api/v1${path}`, s.url);
   const req = request(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}` } });
   const response = new Promise<{ status: number; body: any }>((resolve, reject) => {
     req.on('response', (res: IncomingMessage) => {
@@ -70,6 +70,51 @@ describe('a job runs while its upload arrives', () => {
     // The ciphertext decrypts to the bytes sent.
     const dec = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: await download(s.api, u.token, done.job_id) }] });
     expect(Buffer.compare(await download(s.api, u.token, dec.job_id), data)).toBe(0);
+  });
+
+  it('streams the ciphertext of a running encrypt job with ?follow=true, whole once the job ends; 409 without it and for decryption', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const data = randomBytes(20 << 20);
+    const upload = openUpload(u.token, { fingerprint: key.fingerprint }, 'followed.bin');
+    upload.req.write(data.subarray(0, 12 << 20));
+    const row = await until('the job to start', async () => {
+      const r = await jobOf(u.id);
+      return r?.state === 'active' ? r : undefined;
+    });
+    const plain = await s.api('GET', `/jobs/${row.id}/files/0`, { token: u.token });
+    expect([plain.status, plain.body.code]).toEqual([409, 'job_not_completed']);
+    expect(plain.body.detail).toMatch(/follow=true/);
+    // The download starts while the upload is still open, and so while the job runs.
+    const followed = fetch(`${s.url}/jobs/${row.id}/files/0?follow=true`, { headers: { authorization: `Bearer ${u.token}` } });
+    const res = await followed;
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-length')).toBeNull();
+    expect(res.headers.get('content-disposition')).toContain('followed.bin.gpg');
+    const body = res.arrayBuffer();
+    upload.req.write(data.subarray(12 << 20));
+    upload.end();
+    expect((await upload.response).status).toBe(202);
+    const streamed = Buffer.from(await body);
+    const done = await runJobDone(u.token, row.id);
+    expect(Buffer.compare(streamed, await download(s.api, u.token, done.job_id))).toBe(0);
+    const dec = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f.gpg', data: streamed }] });
+    expect(Buffer.compare(await download(s.api, u.token, dec.job_id), data)).toBe(0);
+
+    // Decrypted output is released after its integrity check only: never followed.
+    const decrypting = openUpload(u.token, { fingerprint: key.fingerprint, passphrase: PASSPHRASE }, 'f.gpg', '/keys/decrypt');
+    decrypting.req.write(streamed.subarray(0, 4 << 20));
+    const decRow = await until('the decryption to start', async () => {
+      const r = await s.c.db('jobs').where({ user_id: u.id, kind: 'decrypt', state: 'active' }).first();
+      return r ?? undefined;
+    });
+    const refused = await s.api('GET', `/jobs/${decRow.id}/files/0?follow=true`, { token: u.token });
+    expect([refused.status, refused.body.code]).toEqual([409, 'job_not_completed']);
+    expect(refused.body.detail).not.toMatch(/follow=true/);
+    decrypting.req.write(streamed.subarray(4 << 20));
+    decrypting.end();
+    expect((await decrypting.response).status).toBe(202);
+    expect((await runJobDone(u.token, decRow.id)).state).toBe('completed');
   });
 
   it('a client cut off mid-upload fails the job (upload_interrupted) and leaves no blob', async () => {

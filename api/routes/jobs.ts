@@ -2,9 +2,13 @@ import { z } from 'zod';
 import { route } from '../route';
 import { Job } from '../schemas/jobs';
 import { conflict, gone, notFound } from '../../lib/errors';
-import { jobBlob, jobView } from '../../lib/services/jobs';
+import { arrivingInput, jobBlob, jobView } from '../../lib/services/jobs';
 import { waitAsPreferred } from '../job-reply';
-import { findJob, findUserJob, jobFiles } from '../../db/jobs';
+import { findJob, findUserJob, isFinished, jobFiles, type JobRow } from '../../db/jobs';
+import { encryptedOutput, EncryptRequest } from '../../jobs/encrypt-files';
+import { FormBoolean } from '../schemas/keys';
+import type { AppContext } from '../route';
+import type { Readable } from 'node:stream';
 import { notYours } from '../../lib/services/access';
 import type { Container } from '../../lib/container';
 import type { RequestMeta } from '../../db/audit';
@@ -38,15 +42,24 @@ export default [
   route({
     method: 'get',
     path: '/jobs/{job_id}/files/{n}',
-    summary: 'Download output file n of a completed job, as a stream',
+    summary: 'Download output file n of a completed job as a stream; `?follow=true` streams the output of a running encrypt job as it is produced',
     tags,
     access: 'auth',
     scope: 'jobs:read',
     params: JobParams.extend({ n: z.coerce.number().int().min(0).max(10_000) }),
+    query: z.object({
+      follow: FormBoolean.optional().describe(
+        'For a queued or running encrypt job: stream the ciphertext while it is produced (chunked, without Content-Length). The response ends only when the output is whole; if the job fails it is cut off, never completed. Decrypted output is never followed: it is released after its integrity check.',
+      ),
+    }),
     responses: { 200: { description: 'The file', schema: z.string(), contentType: 'application/octet-stream' } },
-    async handler({ c, ctx, user, params, meta }) {
+    async handler({ c, ctx, user, params, query, meta }) {
       const row = await requireJob(c, user.id, params.job_id, meta);
-      if (row.state !== 'completed') throw conflict('job_not_completed', `The job is ${row.state}; outputs exist once it has completed.`);
+      if (row.state !== 'completed') {
+        if (query.follow && row.kind === 'encrypt' && !isFinished(row.state)) return followOutput(c, ctx, row, params.n);
+        const how = row.kind === 'encrypt' && !isFinished(row.state) ? ' Add ?follow=true to stream the ciphertext while it is produced.' : '';
+        throw conflict('job_not_completed', `The job is ${row.state}; outputs exist once it has completed.${how}`);
+      }
       if (row.purged_at) throw gone('output_expired', 'The outputs of this job have passed their retention and were deleted.');
       const file = (await jobFiles(c.db, row.id, 'output')).find((f) => f.n === params.n);
       if (!file) throw notFound('file_not_found', `The job has no output file ${params.n}.`);
@@ -57,11 +70,32 @@ export default [
         if (err instanceof BlobNotFoundError) throw gone('output_expired', 'The outputs of this job were deleted.');
         throw err;
       }
-      ctx.status = 200;
-      ctx.type = file.content_type;
+      sendFile(ctx, file.name, file.content_type, stream);
       ctx.length = file.size;
-      ctx.set('Content-Disposition', `attachment; filename="${file.name.replace(/[^\x20-\x7e]/g, '_')}"; filename*=UTF-8''${encodeURIComponent(file.name)}`);
-      ctx.body = stream;
     },
   }),
 ];
+
+function sendFile(ctx: AppContext, name: string, contentType: string, stream: Readable): void {
+  ctx.status = 200;
+  ctx.type = contentType;
+  ctx.set('Content-Disposition', `attachment; filename="${name.replace(/[^\x20-\x7e]/g, '_')}"; filename*=UTF-8''${encodeURIComponent(name)}`);
+  ctx.body = stream;
+}
+
+/**
+ * Output n of a running encrypt job, as it is produced (issue 13). Its input row names it (it may still
+ * be uploading: then the input is waited for, as the worker does). An error of the follower (the job
+ * failed) destroys the response, so a client never takes a cut-off file for a whole one.
+ */
+async function followOutput(c: Container, ctx: AppContext, row: JobRow, n: number): Promise<void> {
+  const { file: input } = await arrivingInput(c, row.id, n);
+  if (!input) throw notFound('file_not_found', `The job has no output file ${n}.`);
+  const abort = new AbortController();
+  ctx.res.once('close', () => abort.abort(new Error('the response ended or the client went away')));
+  const stream = await c.blob.follow(jobBlob.output(row.id, n), { signal: abort.signal, idleMs: c.config.jobLimits.idleMs });
+  stream.once('error', () => ctx.res.destroy());
+  const out = encryptedOutput(input.name, EncryptRequest.parse(row.request).armor);
+  sendFile(ctx, out.name, out.contentType, stream);
+}
+

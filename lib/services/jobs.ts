@@ -3,7 +3,8 @@ import { enforceJobLimits, enforceUploadLimits } from './billing';
 import type { Container } from '../container';
 import { emitEvent, lastEventId, type AccountEvent } from '../events';
 import { AppError, conflict, invalid } from '../errors';
-import { failUnfinishedJob, findJobByIdempotencyKey, findUserJob, insertJob, isFinished, jobFiles, mergeProgress, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { failUnfinishedJob, findJobByIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, mergeProgress, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
 
 /**
  * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
@@ -171,6 +172,20 @@ export async function failUpload(c: Container, row: JobRow, err: unknown): Promi
   await c.db('jobs').where({ id: row.id }).update({ idempotency_key: null });
   await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
   if (failed) await emitEvent(c, row.user_id, 'job.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: error.code });
+}
+
+/**
+ * Input n of a job once its upload has begun (its row exists), else why there is none: the upload
+ * ended with fewer files (`uploaded`), or the job ended (`state`). While the upload still arrives it
+ * waits, polling the row with a short back-off: the worker and a follower of the output both do.
+ */
+export async function arrivingInput(c: Container, jobId: string, n: number, signal?: AbortSignal): Promise<NextInput> {
+  for (let delay = 10; ; delay = Math.min(delay * 2, 200)) {
+    signal?.throwIfAborted();
+    const next = await nextInput(c.db, jobId, n);
+    if (next.file || next.uploaded || next.state === undefined || isFinished(next.state)) return next;
+    await sleep(delay, undefined, { signal });
+  }
 }
 
 /** How often `Prefer: wait` reads the row when no event arrives (a missed event costs at most this). */
