@@ -1,6 +1,6 @@
 import type { Container } from '../lib/container';
 import { invalid } from '../lib/errors';
-import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, jobView, preferWait, replayedJob, requestHash, submitJob, waitForJob } from '../lib/services/jobs';
+import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, jobView, preferWait, replayedJob, requestHash, statusUrl, submitJob, waitForJob } from '../lib/services/jobs';
 import { findJobByIdempotencyKey, isFinished, type JobKind, type JobRow } from '../db/jobs';
 import type { Upload } from './upload';
 import type { AppContext, Reply } from './route';
@@ -79,6 +79,10 @@ export async function submitAndReply(
     throw err;
   }
   if (upload) {
+    // The job runs from now on, while its files arrive: say where it is at once (103 Early Hints, a
+    // `monitor` link, RFC 8297 and 5989), so that a client can follow it, or download the ciphertext of
+    // an encryption as it is produced (`?follow=true`), before this request has been answered.
+    ctx.res.writeEarlyHints({ link: `<${statusUrl(row.id)}>; rel="monitor"` });
     upload.begin(true);
     try {
       const files = await upload.files();

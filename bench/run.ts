@@ -60,19 +60,22 @@ interface Options {
   runs: number;
   transfer: Transfer;
   store: 'local' | 's3';
+  follow: boolean;
   json: boolean;
 }
 
-const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).join(',')}] [--runs N] [--transfer http|fetch] [--store local|s3] [--no-json]
+const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).join(',')}] [--runs N] [--transfer http|fetch] [--store local|s3] [--follow] [--no-json]
   size        of the random test file, binary units: 256M, 1G (default), 4G
   --only      sections to run (default: all)
   --runs      repeat each section N times and keep the fastest figures (default 1)
   --transfer  how the bench uploads and downloads: node:http (default) or fetch + FormData(openAsBlob)
   --store     the service's blob store: a local folder (default) or S3 (s3rver, in its own process)
+  --follow    encrypt end to end downloads the ciphertext as it is produced (GET …?follow=true, from the
+              103 Early Hints), at the same time as the upload; http transfers only
   --no-json   omit the final JSON line`;
 
 function parseArgs(argv: string[]): Options {
-  const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, transfer: 'http', store: 'local', json: true };
+  const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, transfer: 'http', store: 'local', follow: false, json: true };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split('=', 2) as [string, string | undefined];
     const value = () => inline ?? argv[++i] ?? fail(`${flag} needs a value`);
@@ -83,6 +86,7 @@ function parseArgs(argv: string[]): Options {
     else if (flag === '--runs') opts.runs = positiveInt(value());
     else if (flag === '--transfer') opts.transfer = transfer(value());
     else if (flag === '--store') opts.store = store(value());
+    else if (flag === '--follow') opts.follow = true;
     else if (flag === '--no-json') opts.json = false;
     else if (flag === '-h' || flag === '--help') fail('', 0);
     else if (!flag.startsWith('-')) opts.size = size(flag);
@@ -205,14 +209,15 @@ async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, s
   const fingerprint = await api.generateKey(passphrase);
   snapshots.push({ after: 'key setup', rss: service.peakRss() });
   const keepCiphertexts = opts.sections.includes('decrypt');
-  return { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {}, keepCiphertexts };
+  if (opts.follow && opts.transfer !== 'http') fail('--follow needs --transfer http (fetch does not show the 103 Early Hints)');
+  return { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {}, keepCiphertexts, follow: opts.follow };
 }
 
 /** The table and ratios, then one JSON line for machine comparison. */
 function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKind: string): void {
   const rss = snapshots.at(-1)!.rss;
   const q = ratios(results, rss);
-  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, store: opts.store, tmp: tmpKind };
+  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, store: opts.store, follow: opts.follow, tmp: tmpKind };
   printReport(machine, results, snapshots, q);
   if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), cpu_s_per_gib: cpuPerGiBOf(results), ratios: q, peak_rss_mib: rss }));
 }

@@ -19,9 +19,11 @@ afterAll(() => s?.stop());
 const BOUNDARY = 'streaming-test-boundary';
 
 /** A multipart encrypt request whose body the test writes by hand, so it can hold bytes back. */
-function openUpload(token: string, fields: Record<string, string>, fileName: string, path = '/keys/encrypt'): { req: ClientRequest; response: Promise<{ status: number; body: any }>; end(): void } {
+function openUpload(token: string, fields: Record<string, string>, fileName: string, path = '/keys/encrypt') {
   const url = new URL(`/api/v1${path}`, s.url);
-  const req = request(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}` } });
+  const req: ClientRequest = request(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}` } });
+  /** The job's status URL from the 103 Early Hints the API sends once the job exists. */
+  const hinted = new Promise<string>((resolve) => req.on('information', (info) => info.statusCode === 103 && resolve(String(info.headers.link))));
   const response = new Promise<{ status: number; body: any }>((resolve, reject) => {
     req.on('response', (res: IncomingMessage) => {
       const parts: Buffer[] = [];
@@ -32,7 +34,7 @@ function openUpload(token: string, fields: Record<string, string>, fileName: str
   });
   for (const [k, v] of Object.entries(fields)) req.write(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`);
   req.write(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="files"; filename="${fileName}"\r\nContent-Type: application/octet-stream\r\n\r\n`);
-  return { req, response, end: () => req.end(`\r\n--${BOUNDARY}--\r\n`) };
+  return { req, response, hinted, end: () => req.end(`\r\n--${BOUNDARY}--\r\n`) };
 }
 
 async function until<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000): Promise<T> {
@@ -82,6 +84,8 @@ describe('a job runs while its upload arrives', () => {
       const r = await jobOf(u.id);
       return r?.state === 'active' ? r : undefined;
     });
+    // The API said where the job is before answering (103 Early Hints): the client can follow it at once.
+    expect(await upload.hinted).toBe(`</api/v1/jobs/${row.id}>; rel="monitor"`);
     const plain = await s.api('GET', `/jobs/${row.id}/files/0`, { token: u.token });
     expect([plain.status, plain.body.code]).toEqual([409, 'job_not_completed']);
     expect(plain.body.detail).toMatch(/follow=true/);

@@ -64,8 +64,8 @@ export class Api {
   }
 
   /** Uploads the file (streamed from disk) for encryption; resolves with the job once the API answered 202. */
-  submitEncrypt(file: string, fingerprint: string): Promise<JobView> {
-    return this.upload('/keys/encrypt', { fingerprint }, file);
+  submitEncrypt(file: string, fingerprint: string, onJob?: (jobId: string) => void): Promise<JobView> {
+    return this.upload('/keys/encrypt', { fingerprint }, file, onJob);
   }
 
   submitDecrypt(file: string, fingerprint: string, passphrase: string): Promise<JobView> {
@@ -113,8 +113,11 @@ export class Api {
     return out.bytesWritten;
   }
 
-  /** multipart/form-data: `fields`, then the file in the field `files`. */
-  private async upload(path: string, fields: Record<string, string>, file: string): Promise<JobView> {
+  /**
+   * multipart/form-data: `fields`, then the file in the field `files`. `onJob` hears the job's id from the
+   * 103 Early Hints the API sends once the job runs, before the upload ends (node:http only: fetch hides 1xx).
+   */
+  private async upload(path: string, fields: Record<string, string>, file: string, onJob?: (jobId: string) => void): Promise<JobView> {
     if (this.transfer === 'fetch') {
       const form = new FormData();
       for (const [k, v] of Object.entries(fields)) form.append(k, v);
@@ -124,6 +127,10 @@ export class Api {
     const body = await multipartBody(fields, file);
     const req = request(`${this.base}/api/v1${path}`, { method: 'POST', headers: { ...this.auth(), 'content-type': body.type, 'content-length': body.length } });
     const answer = new Promise<IncomingMessage>((resolve, reject) => req.once('response', resolve).once('error', reject));
+    req.on('information', (info) => {
+      const id = /\/jobs\/([0-9a-f-]{36})>/.exec(String(info.headers.link ?? ''))?.[1];
+      if (info.statusCode === 103 && id) onJob?.(id);
+    });
     // The API may answer (an error) before it has read everything; the answer is what counts then.
     const sent = pipeline(body.stream, req).catch(() => undefined);
     const res = await answer;

@@ -25,6 +25,8 @@ export interface Bench {
   cipher: { gpg?: string; pgp?: string; service?: string };
   /** Whether the decrypt section will want the encrypt section's outputs. */
   keepCiphertexts: boolean;
+  /** Encrypt end to end downloads the ciphertext while it is produced (`--follow`), not after the job. */
+  follow: boolean;
 }
 
 /** One timed thing: `bytes` in `ms`, plus an optional break-down of where the time went. */
@@ -58,7 +60,7 @@ export function encryptSection(b: Bench): Promise<Results> {
   return bestOf(b, async () => {
     const gpg = await baseline(b.size, () => b.gpg.encrypt(b.input, gpgOut));
     const pgp = await baseline(b.size, () => pgpEncrypt(b.input, pgpOut, b.pgp));
-    const service = await serviceRun(b, () => b.api.submitEncrypt(b.input, b.fingerprint), svcOut);
+    const service = b.follow ? await followedRun(b, svcOut) : await serviceRun(b, () => b.api.submitEncrypt(b.input, b.fingerprint), svcOut);
     if (b.keepCiphertexts) Object.assign(b.cipher, { gpg: gpgOut, pgp: pgpOut, service: svcOut });
     else await Promise.all([gpgOut, pgpOut, svcOut].map((f) => rm(f)));
     return { 'encrypt.gpg': gpg, 'encrypt.openpgp': pgp, ...serviceFigures('encrypt', service) };
@@ -154,6 +156,25 @@ async function serviceRun(b: Bench, submit: () => Promise<JobView>, dest: string
   const job = await waitFor(b, job_id);
   const m2 = mark(b);
   const bytes = await b.api.download(job.result!.files![0]!.download_url, dest);
+  const m3 = mark(b);
+  await dropJobFiles(b, job_id);
+  return { bytes, marks: [m0, m1, m2, m3], job };
+}
+
+/**
+ * An encryption as a client that wants the ciphertext soonest runs it: the upload, and the download of
+ * the output as it is produced (`?follow=true`, started when the 103 Early Hints name the job), at once.
+ * Marks: submit start, 202 received, completion seen, download end.
+ */
+async function followedRun(b: Bench, dest: string): Promise<ServiceRun> {
+  await settle();
+  const m0 = mark(b);
+  let downloaded: Promise<number> | undefined;
+  let m2!: Mark;
+  const { job_id } = await b.api.submitEncrypt(b.input, b.fingerprint, (id) => (downloaded = b.api.download(`/api/v1/jobs/${id}/files/0?follow=true`, dest)));
+  const m1 = mark(b);
+  if (!downloaded) throw new Error('the API sent no 103 Early Hints naming the job');
+  const [job, bytes] = await Promise.all([waitFor(b, job_id).then((j) => ((m2 = mark(b)), j)), downloaded]);
   const m3 = mark(b);
   await dropJobFiles(b, job_id);
   return { bytes, marks: [m0, m1, m2, m3], job };
