@@ -64,10 +64,12 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
       // A handler that ends before `begin` (an error) must stop the upload, not wait for it.
       await Promise.race([released, handled.then(() => Promise.reject(new Error('the job handler ended before storing the upload')))]);
     },
-    async store(file, source) {
-      if (asJob) await insertInputFile(c.db, upload.id, { n: file.n, name: file.name, content_type: file.contentType });
+    store(file, source) {
+      // The input is recorded (and so followed by the worker) only once its put has opened: by then the
+      // job's data key exists (lib/blob/sealed.ts), and the worker never makes one of its own.
+      const onOpen = asJob ? () => insertInputFile(c.db, upload.id, { n: file.n, name: file.name, content_type: file.contentType }) : undefined;
       // The SHA-256 is only ever compared on an Idempotency-Key replay: without the header it is not worth its CPU.
-      return c.blob.put(jobBlob.input(upload.id, file.n), hashed ? digested(source, (hex) => digests.set(file.n, hex)) : source);
+      return c.blob.put(jobBlob.input(upload.id, file.n), hashed ? digested(source, (hex) => digests.set(file.n, hex)) : source, { onOpen });
     },
   });
   try {

@@ -71,8 +71,9 @@ export const mergeProgress = (db: Knex, id: string, patch: JobProgress) =>
   db('jobs').where({ id }).update({ progress: db.raw('progress || ?::jsonb', [JSON.stringify(patch)]) });
 
 /** An input as its upload starts (size 0 until it ends): from then on the worker may follow it. */
-export const insertInputFile = (db: Knex, jobId: string, f: Omit<JobFileRow, 'job_id' | 'role' | 'size'>) =>
-  db('job_files').insert({ ...f, size: 0, job_id: jobId, role: 'input' });
+export async function insertInputFile(db: Knex, jobId: string, f: Omit<JobFileRow, 'job_id' | 'role' | 'size'>): Promise<void> {
+  await db('job_files').insert({ ...f, size: 0, job_id: jobId, role: 'input' });
+}
 
 export interface NextInput {
   file?: JobFileRow;

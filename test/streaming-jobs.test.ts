@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createKey, download, PASSPHRASE, runJob } from './support/keys';
 import { registerUser, startTestService, type TestService } from './support/service';
+import { startProcess, waitForOutput } from './support/process';
 
 let s: TestService;
 
@@ -163,3 +164,32 @@ async function runJobDone(token: string, jobId: string) {
     if (job.body.state === 'completed' || job.body.state === 'failed') return job.body;
   }
 }
+
+describe('an API and a separate worker process on one local blob folder', () => {
+  it('runs many small jobs at once while their uploads arrive: the worker never seals with a data key of its own', async () => {
+    // A job runs from its first file on, so its worker may write outputs before the API has stored much.
+    // A worker that made its own data key sealed with a key the API's inputs did not use: the inputs'
+    // chunk 0 failed authentication (seen here before the fix in about one job in twenty).
+    const web = await startTestService({ roles: ['web'] });
+    const worker = startProcess('worker', { ...web.env, LOG_LEVEL: 'info', WORKER_QUEUES: 'crypto=1' });
+    try {
+      await waitForOutput(worker, 'workers started');
+      const u = await registerUser(web.api);
+      const key = await createKey(web.api, u.token);
+      const states: string[] = [];
+      await Promise.all(
+        Array.from({ length: 16 }, async () => {
+          for (let i = 0; i < 4; i++) {
+            const r = await web.api('POST', '/keys/encrypt', { token: u.token, headers: { prefer: 'wait=30' }, form: { fingerprint: key.fingerprint, files: [{ name: 's.bin', data: randomBytes(1024) }] } });
+            states.push(r.body.state === 'completed' ? 'completed' : `${r.body.state}: ${r.body.error?.code}`);
+          }
+        }),
+      );
+      expect(states.filter((x) => x !== 'completed'), worker.output().slice(-3000)).toEqual([]);
+    } finally {
+      worker.kill('SIGKILL');
+      await worker.exited;
+      await web.stop();
+    }
+  }, 120_000);
+});

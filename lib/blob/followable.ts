@@ -155,6 +155,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
       // The old end marker goes first: from now on nobody may take the old write for the file.
       await inner.delete(key);
       await putSmall(headKey(key), write);
+      await putOpts.onOpen?.();
       while (!ended) {
         putOpts.signal?.throwIfAborted();
         // Look ahead one piece: a file of whole segments ends without an empty segment after them.

@@ -3,7 +3,9 @@
  * is encrypted with a per-job data key, so a copy of the blob store alone reveals nothing: the data key
  * (32 random bytes) lives beside the blobs as `jobs/<id>/key`, sealed under the master key with
  * `job-data-key:<id>` as AAD. The API's upload is a job's first writer and creates the key; workers
- * only add outputs to a job that has one.
+ * only add outputs to a job that has one: a put under `out/` never creates a key (two processes creating
+ * one each would each seal with their own), so a job must not run before its first input has begun
+ * (api/upload.ts records an input only once its put has opened, through `PutOptions.onOpen`).
  *
  * A sealed blob is a STREAM construction (as in age or Tink's streaming AEAD):
  *   header  "KMSB" ‖ version 0x01 ‖ salt (16 random bytes)                                  21 bytes
@@ -256,7 +258,7 @@ export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
       if (jobId) {
         const salt = randomBytes(SALT_BYTES);
         // Derived now, not when the inner store starts reading: nothing later depends on the cache.
-        chunkKeyOf = { key: chunkKey(await dataKey(jobId, true), salt, key), salt };
+        chunkKeyOf = { key: chunkKey(await dataKey(jobId, !key.startsWith(`jobs/${jobId}/out/`)), salt, key), salt };
       }
     } catch (err) {
       source.destroy();

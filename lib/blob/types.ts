@@ -13,6 +13,11 @@ export interface PutOptions {
   onProgress?: (bytes: number) => void;
   /** Aborting rejects the put and leaves nothing behind, like any other source error. */
   signal?: AbortSignal;
+  /**
+   * Followable job files (lib/blob/followable.ts): awaited once the object can be followed and before any
+   * of its bytes is stored; an error fails the put.
+   */
+  onOpen?(): Promise<void>;
 }
 
 /** Inclusive byte range, as in HTTP `Range: bytes=start-end`; `end` defaults to the last byte. */
