@@ -55,7 +55,7 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
   });
 
   it('a follower reads a file while another store instance writes it, and ends only at its end', async () => {
-    const k = key(2, 'out');
+    const k = key(2);
     const data = randomBytes(5 * SEGMENT + 123);
     const source = new PassThrough();
     const put = writer.put(k, source);

@@ -75,7 +75,7 @@ describe('sealed job blobs', () => {
     ['odd pieces', 2 * MiB + 3, 4093],
     ['pieces straddling the chunk size', 3 * MiB, MiB + 1],
   ])('round-trips a source of %s, reporting plaintext progress', async (_what, size, piece) => {
-    const key = `jobs/${randomUUID()}/out/0`;
+    const key = `jobs/${randomUUID()}/in/0`;
     const data = randomBytes(size);
     const progress: number[] = [];
     const src = piece ? source(data, piece) : Readable.from([data]);
@@ -86,7 +86,7 @@ describe('sealed job blobs', () => {
 
   it('refuses a flipped byte, swapped or dropped chunks, truncation, extension and a blob moved to another key or job', async () => {
     const job = randomUUID();
-    const key = `jobs/${job}/out/0`;
+    const key = `jobs/${job}/in/0`;
     const data = randomBytes(3 * MiB + 10);
     await put(key, data);
     const sealed = await readFile(rawPath(key));
@@ -118,18 +118,18 @@ describe('sealed job blobs', () => {
     await writeFile(rawPath(key), sealed);
     expect(Buffer.compare(await read(key), data)).toBe(0);
     // Moved to another name in the same job, or into another job (with that job's key file copied too).
-    await writeFile(rawPath(`jobs/${job}/out/1`), sealed);
-    expect(await fails(`jobs/${job}/out/1`)).toMatch(/authentication/);
+    await writeFile(rawPath(`jobs/${job}/in/1`), sealed);
+    expect(await fails(`jobs/${job}/in/1`)).toMatch(/authentication/);
     const other = randomUUID();
-    await put(`jobs/${other}/out/0`, Buffer.from('x'));
-    await writeFile(rawPath(`jobs/${other}/out/0`), sealed);
-    expect(await fails(`jobs/${other}/out/0`)).not.toBe('read');
+    await put(`jobs/${other}/in/0`, Buffer.from('x'));
+    await writeFile(rawPath(`jobs/${other}/in/0`), sealed);
+    expect(await fails(`jobs/${other}/in/0`)).not.toBe('read');
     await copyFile(rawPath(`jobs/${job}/key`), rawPath(`jobs/${other}/key`));
-    expect(await fails(`jobs/${other}/out/0`, fresh())).not.toBe('read'); // the data key is bound to its job id
+    expect(await fails(`jobs/${other}/in/0`, fresh())).not.toBe('read'); // the data key is bound to its job id
   });
 
   it('yields nothing of a chunk that fails: only the verified chunks before it', async () => {
-    const key = `jobs/${randomUUID()}/out/0`;
+    const key = `jobs/${randomUUID()}/in/0`;
     const data = randomBytes(3 * MiB + 10);
     await put(key, data);
     const sealed = await readFile(rawPath(key));
@@ -143,17 +143,17 @@ describe('sealed job blobs', () => {
 
   it('refuses byte ranges, impossible sizes, the key blob and jobs/ keys without a job id', async () => {
     const job = randomUUID();
-    const key = `jobs/${job}/out/0`;
+    const key = `jobs/${job}/in/0`;
     await put(key, randomBytes(MiB + 3));
     await expect(store.get(key, { start: 0, end: 9 })).rejects.toThrow(/byte ranges/);
     await writeFile(rawPath(key), (await readFile(rawPath(key))).subarray(0, H + C));
     await expect(store.stat(key)).rejects.toThrow(/not the size of a sealed blob/);
-    for (const bad of [`jobs/${job}/key`, 'jobs/j1/out/0', `jobs/${job.toUpperCase()}/out/0`, 'jobs/x']) {
+    for (const bad of [`jobs/${job}/key`, 'jobs/j1/in/0', `jobs/${job.toUpperCase()}/in/0`, 'jobs/x']) {
       await expect(store.put(bad, Readable.from([Buffer.from('x')])), bad).rejects.toThrow(TypeError);
       await expect(store.get(bad), bad).rejects.toThrow(TypeError);
     }
     expect((await readFile(rawPath(`jobs/${job}/key`))).toString()).toMatch(/^s1\./);
-    await expect(readFile(rawPath('jobs/j1/out/0'))).rejects.toThrow();
+    await expect(readFile(rawPath('jobs/j1/in/0'))).rejects.toThrow();
   });
 
   it('cannot be read without the master key, nor without the job data key', async () => {
@@ -163,6 +163,14 @@ describe('sealed job blobs', () => {
     expect(await fails(`jobs/${job}/in/0`, otherMaster)).not.toBe('read');
     await rm(rawPath(`jobs/${job}/key`));
     expect(await fails(`jobs/${job}/in/0`, fresh())).toMatch(/no data key/);
+  });
+
+  it('never makes a data key for an output: only a job's first input does (a worker would seal with a key of its own)', async () => {
+    const job = randomUUID();
+    await expect(put(`jobs/${job}/out/0`, Buffer.from('x'))).rejects.toThrow(/no data key/);
+    await put(`jobs/${job}/in/0`, Buffer.from('input'));
+    await put(`jobs/${job}/out/0`, Buffer.from('output'));
+    expect((await read(`jobs/${job}/out/0`)).toString()).toBe('output');
   });
 
   it('gives concurrent puts of one job one data key (several files of one upload)', async () => {
@@ -191,8 +199,8 @@ describe('sealed job blobs', () => {
         this.push(randomBytes(MiB));
       },
     });
-    await expect(store.put(`jobs/${job}/out/0`, broken)).rejects.toThrow('source broke');
-    expect(await store.stat(`jobs/${job}/out/0`)).toBeNull();
+    await expect(store.put(`jobs/${job}/in/0`, broken)).rejects.toThrow('source broke');
+    expect(await store.stat(`jobs/${job}/in/0`)).toBeNull();
     expect(await readdir(join(dir, '.tmp'))).toEqual([]);
   });
 
@@ -224,7 +232,7 @@ describe('sealed job blobs on the S3 driver (s3rver)', () => {
     try {
       const job = randomUUID();
       for (const size of [0, MiB, 6 * MiB + 1]) {
-        const key = `jobs/${job}/out/${size}`;
+        const key = `jobs/${job}/in/${size}`;
         const data = Buffer.alloc(size, 'S3-PLAINTEXT-MARKER ');
         expect((await put(key, data, sealedS3)).size).toBe(size);
         expect(await sealedS3.stat(key)).toEqual({ size });
@@ -233,7 +241,7 @@ describe('sealed job blobs on the S3 driver (s3rver)', () => {
         expect(stored.length).toBe(sealedSize(size));
         expect(stored.includes('S3-PLAINTEXT-MARKER')).toBe(false);
       }
-      const key = `jobs/${job}/out/${6 * MiB + 1}`;
+      const key = `jobs/${job}/in/${6 * MiB + 1}`;
       const stored = await buffer(await rawS3.get(key));
       stored[H + C + 7]! ^= 1;
       await rawS3.put(key, Readable.from([stored]));
