@@ -165,7 +165,7 @@ describe('sealed job blobs', () => {
     expect(await fails(`jobs/${job}/in/0`, fresh())).toMatch(/no data key/);
   });
 
-  it('never makes a data key for an output: only a job's first input does (a worker would seal with a key of its own)', async () => {
+  it('never makes a data key for an output: only the first input of a job does (a worker would seal with a key of its own)', async () => {
     const job = randomUUID();
     await expect(put(`jobs/${job}/out/0`, Buffer.from('x'))).rejects.toThrow(/no data key/);
     await put(`jobs/${job}/in/0`, Buffer.from('input'));
