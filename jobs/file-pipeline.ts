@@ -54,7 +54,13 @@ export async function transformFiles(
     signal.addEventListener('abort', release, { once: true });
     try {
       const out = await transform(source, file);
-      const { size } = await c.blob.put(jobBlob.output(jobId, file.n), withinQuota(out.stream, quota), { signal });
+      // A put that fails before it reads (no data key, a storage error) leaves the output unread: it is
+      // destroyed with its input, or its own later error (the input gone) would have no listener.
+      const { size } = await c.blob.put(jobBlob.output(jobId, file.n), withinQuota(out.stream, quota), { signal }).catch((err: unknown) => {
+        out.stream.destroy();
+        source.destroy();
+        throw err;
+      });
       outputs.push({ n: file.n, name: out.name, size, content_type: out.contentType });
     } finally {
       signal.removeEventListener('abort', release);
