@@ -1,7 +1,7 @@
-import { createDecipheriv, createHash, timingSafeEqual } from 'node:crypto';
 import { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
+import { MdcThread } from './mdc-thread';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL } from './native';
 import { sessionKeyV1 } from './session';
 import { dearmor, CHUNK_BYTES } from './stream';
@@ -23,7 +23,8 @@ const malformed = (why: string) => invalid('malformed_message', `the message is 
 const unsupported = (why: string) => invalid('unsupported_message', `this message cannot be rewrapped (${why}); use mode "reencrypt"`);
 const tampered = (why: string) => invalid('integrity_check_failed', `the message failed its integrity check (${why}); it was modified or damaged`);
 
-const CFB: Record<string, string> = { aes128: 'aes-128-cfb', aes192: 'aes-192-cfb', aes256: 'aes-256-cfb' };
+/** OpenSSL's name of each AES in ECB mode, from which lib/pgp/cfb.ts decrypts CFB. */
+const AES: Record<string, string> = { aes128: 'aes-128-ecb', aes192: 'aes-192-ecb', aes256: 'aes-256-ecb' };
 const TAG_PKESK = 1;
 const TAG_SKESK = 3;
 const TAG_MARKER = 10;
@@ -193,48 +194,6 @@ class FramingScanner {
   }
 }
 
-/** Decrypts SEIPDv1 data on the side and checks its MDC (RFC 9580 §5.13.1); keeps no plaintext. */
-class MdcCheck {
-  private first = true;
-  private readonly decipher;
-  private readonly mdc = createHash('sha1');
-  private tail: Buffer = Buffer.alloc(0);
-
-  constructor(cipher: string, key: Uint8Array) {
-    this.decipher = createDecipheriv(cipher, key, Buffer.alloc(16)); // SEIPDv1: CFB, zero IV, no resync
-  }
-
-  update(piece: Buffer): void {
-    if (!piece.length) return;
-    if (this.first) {
-      this.first = false;
-      if (piece[0] !== 1) throw unsupported(`a version ${piece[0]} encrypted data packet`);
-      piece = piece.subarray(1);
-      if (!piece.length) return;
-    }
-    const d = this.decipher.update(piece);
-    // Everything but the last 22 octets (the MDC packet, whose 2 header octets are hashed at the end).
-    if (d.length >= 22) {
-      if (this.tail.length) this.mdc.update(this.tail);
-      this.mdc.update(d.subarray(0, d.length - 22));
-      this.tail = Buffer.from(d.subarray(d.length - 22));
-    } else {
-      const all = Buffer.concat([this.tail, d]);
-      if (all.length > 22) this.mdc.update(all.subarray(0, all.length - 22));
-      this.tail = all.subarray(Math.max(0, all.length - 22));
-    }
-  }
-
-  verify(): void {
-    if (this.first) throw malformed('the encrypted data packet is empty');
-    const t = this.tail;
-    // The prefix (18 octets) and an MDC packet at least; the prefix's quick check is not consulted (§14.4).
-    if (t.length !== 22 || t[0] !== 0xd3 || t[1] !== 0x14) throw tampered('no MDC packet at the end');
-    this.mdc.update(t.subarray(0, 2));
-    if (!timingSafeEqual(this.mdc.digest(), t.subarray(2))) throw tampered('MDC mismatch');
-  }
-}
-
 /** ASCII armor (RFC 9580 §6.2) of binary chunks, 64 characters a line; no CRC (§6.1: SHOULD NOT). */
 export async function* armorMessage(chunks: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
   yield Buffer.from('-----BEGIN PGP MESSAGE-----\n\n');
@@ -315,32 +274,39 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
         sessionKey = await watch.call(sessionKeyV1(message, oldKey)).catch((err: unknown) => {
           throw err instanceof AppError ? err : invalid('no_matching_key', 'the message cannot be decrypted with this key');
         });
-        if (!sessionKey.algorithm || !CFB[sessionKey.algorithm]) throw unsupported(`its cipher is ${sessionKey.algorithm ?? 'unknown'}, not AES`);
+        if (!sessionKey.algorithm || !AES[sessionKey.algorithm]) throw unsupported(`its cipher is ${sessionKey.algorithm ?? 'unknown'}, not AES`);
         newPkesk = await watch.call(openpgp.encryptSessionKey({ data: sessionKey.data, algorithm: sessionKey.algorithm, encryptionKeys: recipient, format: 'binary' }));
       } catch (err) {
         input.destroy();
         watch.close();
         throw watch.failure ?? err;
       }
-      const check = new MdcCheck(CFB[sessionKey.algorithm]!, sessionKey.data);
-      const scanner = new FramingScanner(parsed.seipdTag[0]!, (piece) => check.update(piece));
+      const ecb = AES[sessionKey.algorithm]!;
+      const pieces: Buffer[] = [];
+      const scanner = new FramingScanner(parsed.seipdTag[0]!, (piece) => pieces.push(piece));
       const kept = parsed.packets.filter((p) => p.tag !== TAG_MARKER && !(p.tag === TAG_PKESK && fromIds.has(keyIdOf(p))));
       async function* binary(): AsyncGenerator<Buffer> {
         yield Buffer.concat([Buffer.from(newPkesk), ...kept.map((p) => p.raw), parsed.seipdTag]);
         // The data packet as it came; the last chunk waits for the MDC check.
         let held: Buffer | undefined;
+        // The MDC is checked on another thread while this one copies (lib/pgp/mdc-thread.ts).
+        const check = new MdcThread(ecb, sessionKey.data);
         try {
           for await (const chunk of r.rest()) {
             scanner.push(chunk);
+            for (const piece of pieces.splice(0)) await check.update(piece);
             if (held) yield held;
             held = chunk;
           }
+          scanner.end();
+          const verdict = await check.verify();
+          if (!verdict.ok) throw { tampered, unsupported, malformed }[verdict.kind](verdict.why);
         } catch (err) {
           if (r.failed) throw r.failed;
           throw err;
+        } finally {
+          check.close(); // also when the reader stops early
         }
-        scanner.end();
-        check.verify();
         if (held) yield held;
       }
       const out = Readable.from(armored ? armorMessage(binary()) : binary(), { objectMode: false, highWaterMark: CHUNK_BYTES });
