@@ -1,10 +1,8 @@
 import type * as NodeCrypto from 'node:crypto';
 
 export interface CfbDecryptor {
-  /** Plaintext of the ciphertext so far, up to the last whole block (the rest waits for more, or `final`). */
+  /** The plaintext of `ciphertext`, as many octets as it has (CFB is a stream mode). */
   update(ciphertext: Buffer): Buffer;
-  /** Plaintext of the bytes short of a whole block at the end. */
-  final(): Buffer;
 }
 
 /**
@@ -18,8 +16,10 @@ export interface CfbDecryptor {
 export function cfbDecryptor(crypto: typeof NodeCrypto, ecb: string, key: Uint8Array): CfbDecryptor {
   const block = crypto.createCipheriv(ecb, key, null);
   block.setAutoPadding(false);
-  let previous = Buffer.alloc(16); // the last ciphertext block: the IV at first
-  let partial = Buffer.alloc(0); // ciphertext short of a whole block
+  let previous = Buffer.alloc(16); // the last whole ciphertext block: the IV at first
+  const current = Buffer.alloc(16); // ciphertext of a block under way (`used` octets of it)
+  let keystream = Buffer.alloc(16); // E(previous), for a block under way
+  let used = 0;
   /** out ^= data, 4 octets at a time where both are aligned for it (out, fresh from OpenSSL, is). */
   const xorInto = (out: Buffer, data: Buffer) => {
     const src = (data.byteOffset & 3) === 0 ? data : Buffer.from(data);
@@ -30,26 +30,43 @@ export function cfbDecryptor(crypto: typeof NodeCrypto, ecb: string, key: Uint8A
     for (let i = words << 2; i < out.length; i++) out[i]! ^= src[i]!;
   };
   return {
-    update(ciphertext) {
-      const data = partial.length ? Buffer.concat([partial, ciphertext]) : ciphertext;
-      const whole = data.length - (data.length % 16);
-      partial = Buffer.from(data.subarray(whole));
-      if (!whole) return Buffer.alloc(0);
-      // E(C_{i-1}) for every block: the previous block, then this chunk's blocks but its last.
-      const shifted = Buffer.allocUnsafe(whole);
-      previous.copy(shifted, 0);
-      data.copy(shifted, 16, 0, whole - 16);
-      previous = Buffer.from(data.subarray(whole - 16, whole));
-      const out = block.update(shifted);
-      xorInto(out, data.subarray(0, whole));
-      return out;
-    },
-    final() {
-      if (!partial.length) return Buffer.alloc(0);
-      const out = block.update(previous).subarray(0, partial.length);
-      xorInto(out, partial);
-      partial = Buffer.alloc(0);
-      return out;
+    update(c) {
+      let at = 0;
+      let out: Buffer | undefined;
+      if (used > 0) {
+        // Finish the block under way with its keystream.
+        out = Buffer.allocUnsafe(c.length);
+        at = Math.min(16 - used, c.length);
+        for (let i = 0; i < at; i++) out[i] = c[i]! ^ keystream[used + i]!;
+        c.copy(current, used, 0, at);
+        used += at;
+        if (used < 16) return out;
+        previous = Buffer.from(current);
+        used = 0;
+      }
+      const whole = (c.length - at) & ~15;
+      if (whole) {
+        // E(C_{i-1}) of every whole block: the previous block, then this chunk's blocks but its last.
+        const shifted = Buffer.allocUnsafe(whole);
+        previous.copy(shifted, 0);
+        c.copy(shifted, 16, at, at + whole - 16);
+        const plain = block.update(shifted);
+        xorInto(plain, c.subarray(at, at + whole));
+        previous = Buffer.from(c.subarray(at + whole - 16, at + whole));
+        if (!out && whole === c.length) return plain; // the common case: whole blocks, no copy
+        out ??= Buffer.allocUnsafe(c.length);
+        plain.copy(out, at);
+        at += whole;
+      }
+      if (at < c.length) {
+        // Start a block: its keystream is known already, its ciphertext completes later.
+        out ??= Buffer.allocUnsafe(c.length);
+        keystream = block.update(previous);
+        used = c.length - at;
+        for (let i = 0; i < used; i++) out[at + i] = c[at + i]! ^ keystream[i]!;
+        c.copy(current, 0, at);
+      }
+      return out ?? Buffer.alloc(0);
     },
   };
 }

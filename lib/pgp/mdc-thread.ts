@@ -114,7 +114,6 @@ function checkMdc(decryptor: typeof cfbDecryptor, threads: typeof WorkerThreads,
     if (failed) return;
     if (piece === null) {
       if (first) return fail('malformed', 'the encrypted data packet is empty');
-      consume(decipher.final());
       // The prefix (18 octets) and an MDC packet at least; the prefix's quick check is not consulted (§14.4).
       if (tailLength !== 22 || tail[0] !== 0xd3 || tail[1] !== 0x14) return fail('tampered', 'no MDC packet at the end');
       mdc.update(tail.subarray(0, 2));
