@@ -101,10 +101,10 @@ try {
     keep('decrypt', await timed(async () => {
       const source = counted(await store.get(`jobs/${job1}/out/0`), (n) => (progress = n));
       const message = await openEncrypted(source, { maxDecompressedBytes: 16 * GiB });
-      await store.put(`jobs/${job2}/out/0`, await message.decrypt(keys.privateKey));
+      await store.put(`jobs/${job1}/out/1`, await message.decrypt(keys.privateKey));
     }));
     const hash = createHash('sha256');
-    await pipeline(await store.get(`jobs/${job2}/out/0`), hashSink(hash));
+    await pipeline(await store.get(`jobs/${job1}/out/1`), hashSink(hash));
     if (hash.digest('hex') !== inputSha) throw new Error('decrypted output differs from the input');
     await store.deletePrefix(`jobs/${job1}/`);
     await store.deletePrefix(`jobs/${job2}/`);

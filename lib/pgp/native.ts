@@ -1,6 +1,4 @@
-import * as crypto from 'node:crypto';
-import { createCipheriv, createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import { cfbDecryptor } from './cfb';
+import { createCipheriv, createDecipheriv, createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
@@ -327,7 +325,7 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
       const cipherName = sessionKey?.algorithm ? CFB[sessionKey.algorithm] : undefined;
       if ((await bodyPull.take(1))[0] !== 1 || !sessionKey || !cipherName) return (await giveUp(sessionKey)).decrypt(privateKey);
 
-      const decipher = cfbDecryptor(crypto, cipherName.replace(/-cfb$/, '-ecb'), sessionKey.data); // AES-CFB through ECB: lib/pgp/cfb.ts
+      const decipher = createDecipheriv(cipherName, Buffer.from(sessionKey.data), Buffer.alloc(16));
       // The prefix's repeated octets ("quick check") are not consulted: RFC 9580 §14.4 warns against
       // acting on them (an oracle); the MDC, which covers the prefix, decides at the end.
       const prefix = decipher.update(await bodyPull.take(18));
@@ -360,6 +358,8 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
       async function* plaintext(): AsyncGenerator<Buffer> {
         yield ctb;
         for await (const c of bodyPull.drain()) yield decipher.update(c);
+        const last = decipher.final();
+        if (last.length) yield last;
         if (await p.fill(1)) throw malformed('data after the encrypted packet');
       }
       // Everything but the trailing MDC packet (22 octets), which is checked at the end.
