@@ -20,6 +20,7 @@ import { createReadStream } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { readText } from '../streams';
 import { type BlobStore, type FollowOptions, type PutOptions, BlobNotFoundError, STREAM_CHUNK_BYTES } from './types';
 
 /**
@@ -62,39 +63,27 @@ export type JobBlobStore = BlobStore & Required<Pick<BlobStore, 'follow'>>;
 export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {}): JobBlobStore {
   const segmentBytes = opts.segmentBytes ?? SEGMENT_BYTES;
 
-  /** A small object's bytes, or undefined when it does not exist. */
-  async function readSmall(key: string): Promise<Buffer | undefined> {
-    let stream: Readable;
+  /** A marker's text, or undefined when it does not exist. */
+  async function readMarker(key: string): Promise<string | undefined> {
     try {
-      stream = await inner.get(key);
+      return await readText(await inner.get(key), MARKER_MAX_BYTES);
     } catch (err) {
       if (err instanceof BlobNotFoundError) return undefined;
       throw err;
     }
-    const parts: Buffer[] = [];
-    let bytes = 0;
-    for await (const chunk of stream) {
-      bytes += (chunk as Buffer).length;
-      if (bytes > MARKER_MAX_BYTES) {
-        stream.destroy();
-        throw new Error(`blob ${key}: marker larger than ${MARKER_MAX_BYTES} bytes`);
-      }
-      parts.push(chunk as Buffer);
-    }
-    return Buffer.concat(parts);
   }
 
   async function readEnd(key: string): Promise<EndMarker | undefined> {
-    const raw = await readSmall(key);
-    if (!raw) return undefined;
-    const m = JSON.parse(raw.toString('utf8')) as Partial<EndMarker>;
+    const raw = await readMarker(key);
+    if (raw === undefined) return undefined;
+    const m = JSON.parse(raw) as Partial<EndMarker>;
     const ok = typeof m.write === 'string' && WRITE_ID.test(m.write) && Number.isSafeInteger(m.segments) && m.segments! >= 0 && Number.isSafeInteger(m.size) && m.size! >= 0;
     if (!ok) throw new Error(`blob ${key}: malformed end marker`);
     return m as EndMarker;
   }
 
   async function readHead(key: string): Promise<string | undefined> {
-    const raw = (await readSmall(headKey(key)))?.toString('utf8');
+    const raw = await readMarker(headKey(key));
     if (raw !== undefined && !WRITE_ID.test(raw)) throw new Error(`blob ${key}: malformed head marker`);
     return raw;
   }
@@ -223,7 +212,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
           throw new Error(`blob ${key}: segment ${i} of ${end.segments} is missing`);
         }
         if (!wait) throw new Error(`blob ${key}: segment ${i} is missing`);
-        if ((await readSmall(failedKey(key, write))) !== undefined) throw new Error(`blob ${key}: its writer failed`);
+        if ((await readMarker(failedKey(key, write))) !== undefined) throw new Error(`blob ${key}: its writer failed`);
         const head = await readHead(key);
         if (head !== write) {
           // The end marker may have been published between the two reads above.
