@@ -155,6 +155,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
       }
       await putSmall(key, JSON.stringify({ write, segments, size } satisfies EndMarker));
     } catch (err) {
+      pending?.catch(() => undefined); // a read of the source still under way fails with it: not unhandled
       source.destroy();
       await putSmall(failedKey(key, write), 'failed').catch(() => undefined);
       // Segments go; the failed marker stays until the job's folder is deleted, for late followers.
