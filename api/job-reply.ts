@@ -1,7 +1,8 @@
 import type { Container } from '../lib/container';
 import { invalid } from '../lib/errors';
 import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, jobView, preferWait, replayedJob, requestHash, statusUrl, submitJob, waitForJob } from '../lib/services/jobs';
-import { findJobByIdempotencyKey, isFinished, type JobKind, type JobRow } from '../db/jobs';
+import { findJob, findJobByIdempotencyKey, isFinished, type JobKind, type JobRow } from '../db/jobs';
+import { lastEventId } from '../lib/events';
 import type { Upload } from './upload';
 import type { AppContext, Reply } from './route';
 
@@ -83,16 +84,33 @@ export async function submitAndReply(
     // `monitor` link, RFC 8297 and 5989), so that a client can follow it, or download the ciphertext of
     // an encryption as it is produced (`?follow=true`), before this request has been answered.
     ctx.res.writeEarlyHints({ link: `<${statusUrl(row.id)}>; rel="monitor"` });
+    // A job that fails while its files still arrive (a damaged first file) is answered at once: the rest
+    // of the upload is drained, not stored.
+    const ended = new JobEndedDuringUpload();
+    const jobId = row.id;
+    const unlisten = await c.eventHub.listen(job.userId, await lastEventId(c.redis, c.config.redisPrefix, job.userId), (events) => {
+      if (events.some((e) => e.type === 'job.failed' && e.data.job_id === jobId)) upload.stop(ended);
+    });
     upload.begin(true);
     try {
       const files = await upload.files();
       row = await completeUpload(c, row, files, requestHash(job.kind, job.body, files));
     } catch (err) {
       await failUpload(c, row, err);
-      throw err;
+      if (err !== ended) throw err;
+      row = (await findJob(c.db, row.id)) ?? row;
+    } finally {
+      unlisten();
     }
   }
   return replyWithJob(c, ctx, row);
+}
+
+/** What ends an upload whose job has already failed (the answer is then that job). */
+class JobEndedDuringUpload extends Error {
+  constructor() {
+    super('the job failed while its files were uploading');
+  }
 }
 
 /** The same Idempotency-Key again: the first job if the request is the same (its files hashed as they arrive), else 422. */

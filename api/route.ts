@@ -140,6 +140,7 @@ const noUpload: Upload = {
   streaming: false,
   begin() {},
   files: async () => [],
+  stop() {},
 };
 
 const koaPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1');

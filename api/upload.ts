@@ -26,6 +26,8 @@ export interface Upload {
   begin(asJob: boolean): void;
   /** The stored files once the form has been read; rejects with the upload's error. */
   files(): Promise<StoredFile[]>;
+  /** Ends the upload early (its job ended): `files()` rejects with `reason`, the rest is drained, not stored. */
+  stop(reason: Error): void;
 }
 
 type Handler<R> = (fields: Record<string, string>, upload: Upload) => Promise<R>;
@@ -42,6 +44,7 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
   let release!: () => void;
   const released = new Promise<void>((resolve) => (release = resolve));
   let handled: Promise<R> | undefined;
+  const stopped = new AbortController();
   const upload: Upload = {
     id: newJobId(),
     streaming: false,
@@ -50,6 +53,7 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
       release();
     },
     files: () => form.then((f) => f.files.map((file) => ({ ...file, sha256: digests.get(file.n) ?? '' }))),
+    stop: (reason) => stopped.abort(reason),
   };
   const form = readMultipart(ctx, {
     fileFields: ['files'],
@@ -57,6 +61,7 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
     maxFiles: c.config.limits.maxFilesPerJob,
     maxFileBytes: c.config.limits.maxFileBytes,
     fieldsFirst: true,
+    signal: stopped.signal,
     async beforeFiles(fields) {
       await opts.precheck?.(fields);
       upload.streaming = true;

@@ -122,6 +122,20 @@ describe('a job runs while its upload arrives', () => {
     expect((await runJobDone(u.token, decRow.id)).state).toBe('completed');
   });
 
+  it('a job that fails while its files still arrive is answered at once, and what is left of the upload is not stored', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const upload = openUpload(u.token, { fingerprint: key.fingerprint, passphrase: PASSPHRASE }, 'garbage.gpg', '/keys/decrypt');
+    upload.req.write(randomBytes(8 << 20)); // not an OpenPGP message: the worker fails it at once
+    // The answer comes while the request is still open (the client has not ended it).
+    const answer = await upload.response;
+    expect(upload.req.writableEnded).toBe(false);
+    expect(answer.status).toBe(202);
+    expect([answer.body.state, answer.body.error?.code]).toEqual(['failed', 'malformed_message']);
+    upload.req.destroy();
+    await until('the blobs to go', async () => ((await s.c.blob.stat(`jobs/${answer.body.job_id}/in/0`)) === null ? true : undefined));
+  });
+
   it('a client cut off mid-upload fails the job (upload_interrupted) and leaves no blob', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);

@@ -32,6 +32,8 @@ export interface MultipartOptions {
   beforeFiles?(fields: Record<string, string>): Promise<void>;
   /** Refuse fields sent after the first file (422): they would come too late for `beforeFiles`. */
   fieldsFirst?: boolean;
+  /** Aborting ends the form with the signal's reason: what is left of the upload is drained, not stored. */
+  signal?: AbortSignal;
 }
 
 export interface MultipartBody {
@@ -155,6 +157,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
       }, fail);
     });
     ctx.req.on('aborted', () => fail(new AppError(400, 'upload_interrupted', 'The client closed the connection during the upload.')));
+    opts.signal?.addEventListener('abort', () => fail(opts.signal!.reason), { once: true });
     ctx.req.pipe(bb);
   });
 }
