@@ -35,7 +35,7 @@ const FILE_BLOB = /^jobs\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-
 const WRITE_ID = /^[0-9a-f]{32}$/;
 const MARKER_MAX_BYTES = 1024;
 /** A follower polls for the next segment with this back-off (no notification channel in the blob layer). */
-const POLL_FIRST_MS = 10;
+const POLL_FIRST_MS = 2;
 const POLL_MAX_MS = 200;
 export const DEFAULT_IDLE_MS = 60_000;
 
@@ -97,9 +97,11 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
   }
 
   async function put(key: string, source: Readable, putOpts: PutOptions = {}): Promise<{ size: number }> {
+    // The iterator listens for the source's errors: taken before the first await, so a source that
+    // fails meanwhile (a client gone) is this put's error, never an uncaught one.
+    const it = source[Symbol.asyncIterator]() as AsyncIterator<Buffer | string>;
     const write = randomBytes(16).toString('hex');
     const previous = await writesOf(key).catch(() => []);
-    const it = source[Symbol.asyncIterator]() as AsyncIterator<Buffer | string>;
     let pending: Promise<IteratorResult<Buffer | string>> | undefined;
     let carry: Buffer | undefined;
     let ended = false;
