@@ -96,8 +96,9 @@ export async function submitAndReply(
       const files = await upload.files();
       row = await completeUpload(c, row, files, requestHash(job.kind, job.body, files));
     } catch (err) {
-      await failUpload(c, row, err);
-      if (err !== ended) throw err;
+      // A job that failed first is the answer, whether its event stopped the upload or its clean-up
+      // (the job's files deleted) broke a write before the event arrived.
+      if (await failUpload(c, row, err)) throw err;
       row = (await findJob(c.db, row.id)) ?? row;
     } finally {
       unlisten();

@@ -49,9 +49,11 @@ export const findJob = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }
 export const findUserJob = (db: Knex, userId: string, id: string) => db<JobRow>('jobs').where({ id, user_id: userId }).first();
 export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();
 
-export async function insertJob(db: Knex, row: Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id' | 'uploaded_at'>, files: Omit<JobFileRow, 'job_id'>[] = []): Promise<void> {
-  await db('jobs').insert({ ...row, request: JSON.stringify(row.request), progress: JSON.stringify(row.progress) });
-  if (files.length) await db('job_files').insert(files.map((f) => ({ ...f, job_id: row.id })));
+export async function insertJob(db: Knex, row: Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id' | 'uploaded_at'>): Promise<JobRow> {
+  const [inserted] = await db('jobs')
+    .insert({ ...row, request: JSON.stringify(row.request), progress: JSON.stringify(row.progress) })
+    .returning<JobRow[]>('*');
+  return inserted!;
 }
 
 export const jobFiles = (db: Knex, jobId: string, role: JobFileRow['role']) => db<JobFileRow>('job_files').where({ job_id: jobId, role }).orderBy('n');
@@ -92,6 +94,16 @@ export async function nextInput(db: Knex, jobId: string, n: number): Promise<Nex
   if (!row) return { uploaded: false };
   const file = row.n === null ? undefined : { job_id: jobId, role: 'input' as const, n: row.n, name: row.name, size: Number(row.size), content_type: row.content_type };
   return { file, uploaded: row.uploaded_at !== null, state: row.state };
+}
+
+/** Marks an unfinished job active for one more attempt; undefined when it has ended (or is gone). */
+export async function startJobAttempt(db: Knex, id: string, at: Date): Promise<JobRow | undefined> {
+  const [row] = await db<JobRow>('jobs')
+    .where({ id })
+    .whereNotIn('state', ['completed', 'failed'])
+    .update({ state: 'active', started_at: db.raw('coalesce(started_at, ?)', [at]), attempts: db.raw('attempts + 1'), error: null })
+    .returning('*');
+  return row;
 }
 
 /**

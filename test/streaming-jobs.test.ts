@@ -4,6 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { request, type ClientRequest, type IncomingMessage } from 'node:http';
+import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createKey, download, PASSPHRASE, runJob } from './support/keys';
@@ -134,6 +135,42 @@ describe('a job runs while its upload arrives', () => {
     expect([answer.body.state, answer.body.error?.code]).toEqual(['failed', 'malformed_message']);
     upload.req.destroy();
     await until('the blobs to go', async () => ((await s.c.blob.stat(`jobs/${answer.body.job_id}/in/0`)) === null ? true : undefined));
+  });
+
+  it('a job that failed first is the answer when its clean-up breaks the upload before its event is heard (never a 500)', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    // This API process hears no event (a slow hub), and the upload's write breaks once the job has failed
+    // (as when the worker's clean-up deletes the job's folder under a segment being published).
+    const { eventHub, blob } = s.c;
+    const listen = eventHub.listen.bind(eventHub);
+    const put = blob.put.bind(blob);
+    eventHub.listen = async () => () => {};
+    blob.put = (k, source, opts) => {
+      if (!k.endsWith('/in/0')) return put(k, source, opts);
+      const jobId = k.split('/')[1]!;
+      async function* untilFailed() {
+        for await (const chunk of source) {
+          if ((await s.c.db('jobs').where({ id: jobId }).first())?.state === 'failed') throw Object.assign(new Error('ENOENT: the folder went'), { code: 'ENOENT' });
+          yield chunk as Buffer;
+        }
+      }
+      return put(k, Readable.from(untilFailed()), opts);
+    };
+    try {
+      const upload = openUpload(u.token, { fingerprint: key.fingerprint, passphrase: PASSPHRASE }, 'garbage.gpg', '/keys/decrypt');
+      upload.req.write(randomBytes(1 << 20)); // not an OpenPGP message: the worker fails it at once
+      const row = await until('the job to fail', async () => ((await jobOf(u.id))?.state === 'failed' ? true : undefined));
+      expect(row).toBe(true);
+      upload.req.write(randomBytes(1 << 20));
+      upload.end();
+      const answer = await upload.response;
+      expect(answer.status, JSON.stringify(answer.body)).toBe(202);
+      expect([answer.body.state, answer.body.error?.code]).toEqual(['failed', 'malformed_message']);
+    } finally {
+      eventHub.listen = listen;
+      blob.put = put;
+    }
   });
 
   it('a client cut off mid-upload fails the job (upload_interrupted) and leaves no blob', async () => {

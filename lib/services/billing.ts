@@ -92,9 +92,12 @@ async function enforcePlanLimits(c: Container, trx: Knex.Transaction, userId: st
   }
 }
 
+/** Whether a job of this kind is held to plan limits (file jobs, when limits are enforced at all). */
+export const jobLimitsApply = (c: Container, kind: JobKind) => c.config.billing.enforceLimits && (kind === 'encrypt' || kind === 'decrypt');
+
 /** A job submission's limits: file size, concurrent jobs, and (encryption) bytes this month, for file jobs only. */
 export async function enforceJobLimits(c: Container, trx: Knex.Transaction, userId: string, kind: JobKind, fileSizes: number[]): Promise<void> {
-  if (kind !== 'encrypt' && kind !== 'decrypt') return;
+  if (!jobLimitsApply(c, kind)) return;
   await enforcePlanLimits(c, trx, userId, [{ limit: 'concurrent_jobs', amount: 1 }, ...uploadChecks(kind, fileSizes)]);
 }
 

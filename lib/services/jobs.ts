@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { enforceJobLimits, enforceUploadLimits } from './billing';
+import { enforceJobLimits, enforceUploadLimits, jobLimitsApply } from './billing';
 import type { Container } from '../container';
+import type { Knex } from 'knex';
 import { emitEvent, lastEventId, type AccountEvent } from '../events';
 import { AppError, conflict, invalid } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -111,23 +112,28 @@ export class DuplicateIdempotencyKey extends Error {}
 
 /** Records the job and enqueues it. A failure to enqueue removes the row and the uploads (503 follows). */
 export async function submitJob(c: Container, input: SubmitInput): Promise<JobRow> {
+  const record = (db: Knex) =>
+    insertJob(db, {
+      id: input.id,
+      user_id: input.userId,
+      kind: input.kind,
+      request: input.request,
+      progress: {},
+      idempotency_key: input.idempotencyKey ?? null,
+      request_hash: input.requestHash,
+      api_key_id: input.apiKeyId ?? null,
+      uploaded_at: input.uploading ? null : c.clock.now(),
+    });
+  let row: JobRow;
   try {
     // Plan limits (concurrent jobs, monthly bytes so far) are counted under the account's row lock;
     // an upload's own sizes are checked as it arrives and again when it ends (completeUpload).
-    await c.db.transaction(async (trx) => {
-      await enforceJobLimits(c, trx, input.userId, input.kind, []);
-      await insertJob(trx, {
-        id: input.id,
-        user_id: input.userId,
-        kind: input.kind,
-        request: input.request,
-        progress: {},
-        idempotency_key: input.idempotencyKey ?? null,
-        request_hash: input.requestHash,
-        api_key_id: input.apiKeyId ?? null,
-        uploaded_at: input.uploading ? null : c.clock.now(),
-      });
-    });
+    row = jobLimitsApply(c, input.kind)
+      ? await c.db.transaction(async (trx) => {
+          await enforceJobLimits(c, trx, input.userId, input.kind, []);
+          return record(trx);
+        })
+      : await record(c.db);
   } catch (err) {
     if ((err as { constraint?: string }).constraint === 'jobs_idempotency' && input.idempotencyKey) throw new DuplicateIdempotencyKey();
     throw err;
@@ -139,7 +145,7 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
     await c.blob.deletePrefix(jobBlob.dir(input.id)).catch(() => undefined);
     throw err;
   }
-  return (await findUserJob(c.db, input.userId, input.id))!;
+  return row;
 }
 
 /**
@@ -164,14 +170,17 @@ export async function completeUpload(c: Container, row: JobRow, files: { n: numb
 /**
  * The upload of a job broke (client gone, a limit crossed): the job fails with the request's own error,
  * unless it has already ended, and everything it stored goes. Its worker, following the inputs, stops.
+ * False when the job had already ended: its own failure came first (and its clean-up may be what broke
+ * the upload).
  */
-export async function failUpload(c: Container, row: JobRow, err: unknown): Promise<void> {
+export async function failUpload(c: Container, row: JobRow, err: unknown): Promise<boolean> {
   const error = err instanceof AppError ? { code: err.code, message: err.message } : { code: 'upload_failed', message: 'The upload could not be stored.' };
   const failed = await failUnfinishedJob(c.db, row.id, error, c.clock.now());
   // The request never arrived whole: its Idempotency-Key is free for the client to send it again.
   await c.db('jobs').where({ id: row.id }).update({ idempotency_key: null });
   await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
   if (failed) await emitEvent(c, row.user_id, 'job.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: error.code });
+  return failed;
 }
 
 /**
@@ -180,7 +189,7 @@ export async function failUpload(c: Container, row: JobRow, err: unknown): Promi
  * waits, polling the row with a short back-off: the worker and a follower of the output both do.
  */
 export async function arrivingInput(c: Container, jobId: string, n: number, signal?: AbortSignal): Promise<NextInput> {
-  for (let delay = 10; ; delay = Math.min(delay * 2, 200)) {
+  for (let delay = 2; ; delay = Math.min(delay * 2, 200)) {
     signal?.throwIfAborted();
     const next = await nextInput(c.db, jobId, n);
     if (next.file || next.uploaded || next.state === undefined || isFinished(next.state)) return next;
