@@ -101,9 +101,31 @@ export async function findKeyByFingerprint(db: Knex, userId: string, fingerprint
   if (!named) return undefined;
   const [lineage, current] = await Promise.all([
     db<LineageRow>('key_lineages').where({ id: named.lineage_id }).first(),
-    db<KeyRow>('pgp_keys').where({ lineage_id: named.lineage_id, status: 'active' }).first(),
+    // Usually the caller names the current generation: no second look needed.
+    named.status === 'active' ? named : db<KeyRow>('pgp_keys').where({ lineage_id: named.lineage_id, status: 'active' }).first(),
   ]);
   return lineage && current ? { lineage, current, named, inherited: named.user_id !== userId } : undefined;
+}
+
+/** A generation's identity: what a rotation needs of the one it replaces. */
+export type GenerationRef = Pick<KeyRow, 'id' | 'fingerprint' | 'generation'>;
+
+/**
+ * A lineage with its active generation, in one query; `lock` takes the lineage's row lock (in the
+ * caller's transaction), so the active generation cannot change until it commits.
+ */
+export async function lineageWithActive(db: Knex, lineageId: string, opts: { lock?: boolean } = {}): Promise<{ lineage: LineageRow; active: GenerationRef } | undefined> {
+  const query = db('key_lineages as l')
+    .join('pgp_keys as k', function () {
+      this.on('k.lineage_id', '=', 'l.id').andOnVal('k.status', '=', 'active');
+    })
+    .where('l.id', lineageId)
+    .first<(LineageRow & { active_id: string; active_fingerprint: string; active_generation: number }) | undefined>('l.*', 'k.id as active_id', 'k.fingerprint as active_fingerprint', 'k.generation as active_generation');
+  if (opts.lock) query.forUpdate('l');
+  const row = await query;
+  if (!row) return undefined;
+  const { active_id, active_fingerprint, active_generation, ...lineage } = row;
+  return { lineage, active: { id: active_id, fingerprint: active_fingerprint, generation: active_generation } };
 }
 
 /** A job's re-check at run time: the generation it names is still the caller's own or granted to it. */
@@ -128,7 +150,12 @@ export interface KeyListQuery {
   pageSize: number;
 }
 
-export async function listKeys(db: Knex, q: KeyListQuery): Promise<{ items: { lineage: LineageRow; current: KeyRow }[]; total: number }> {
+/** What a key list shows of each lineage and its current generation (never the key material). */
+const LISTED_LINEAGE = ['id', 'user_id', 'label', 'environment', 'uid_name', 'uid_email', 'created_at', 'disabled_at', 'rotation_mode', 'rotation_interval_days'] as const;
+const LISTED_KEY = ['fingerprint', 'algorithm', 'generation', 'created_at', 'expires_at'] as const;
+export type ListedKey = { lineage: Pick<LineageRow, (typeof LISTED_LINEAGE)[number]>; current: Pick<KeyRow, (typeof LISTED_KEY)[number]> };
+
+export async function listKeys(db: Knex, q: KeyListQuery): Promise<{ items: ListedKey[]; total: number }> {
   const base = db('key_lineages as l').join('pgp_keys as k', function () {
     this.on('k.lineage_id', '=', 'l.id').andOnVal('k.status', '=', 'active');
   }).where(usableBy(db, q.userId, { inherited: q.inherited, alias: 'k' }));
@@ -136,18 +163,18 @@ export async function listKeys(db: Knex, q: KeyListQuery): Promise<{ items: { li
   if (q.label) base.andWhere('l.label', q.label);
   if (q.active === true) base.whereNull('l.disabled_at').andWhere((w) => w.whereNull('k.expires_at').orWhere('k.expires_at', '>', q.now));
   if (q.active === false) base.andWhere((w) => w.whereNotNull('l.disabled_at').orWhere('k.expires_at', '<=', q.now));
-  // One query for the page's current generations and the total (a window count), one for their lineages.
+  // One query for the page and the total (a window count), with only the columns the list shows.
   const rows = (await base
     .clone()
-    .select('k.*', db.raw('count(*) over () as list_total'))
+    .select(...LISTED_LINEAGE.map((c) => `l.${c} as l_${c}`), ...LISTED_KEY.map((c) => `k.${c} as k_${c}`), db.raw('count(*) over () as list_total'))
     .orderBy('l.created_at', 'desc')
     .orderBy('l.id')
     .limit(q.pageSize)
-    .offset((q.page - 1) * q.pageSize)) as (KeyRow & { list_total: number })[];
+    .offset((q.page - 1) * q.pageSize)) as (Record<string, unknown> & { list_total: number })[];
   // A page past the end has no row to carry the total: only then is it counted on its own.
   const total = rows.length ? rows[0]!.list_total : q.page > 1 ? ((await base.clone().count<{ count: number }[]>({ count: '*' }))[0]?.count ?? 0) : 0;
-  const lineages = rows.length ? await db<LineageRow>('key_lineages').whereIn('id', rows.map((r) => r.lineage_id)) : [];
-  const items = rows.map(({ list_total: _total, ...current }) => ({ lineage: lineages.find((l) => l.id === current.lineage_id)!, current }));
+  const pick = (row: Record<string, unknown>, prefix: string, columns: readonly string[]) => Object.fromEntries(columns.map((c) => [c, row[`${prefix}${c}`]]));
+  const items = rows.map((row) => ({ lineage: pick(row, 'l_', LISTED_LINEAGE) as ListedKey['lineage'], current: pick(row, 'k_', LISTED_KEY) as ListedKey['current'] }));
   return { items, total };
 }
 

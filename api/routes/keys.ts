@@ -12,6 +12,7 @@ import { encryptionTarget, jobDeadline, keyGeneratedData, newGeneration, newLine
 import { emitEvent } from '../../lib/events';
 import { inheritedOwners, resyncLinkedTo } from '../../lib/services/team-access';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
+import { oncePerRequest } from '../../lib/services/once-per-request';
 import type { KeyView, LineageRow } from '../../db/keys';
 import { keyOut } from '../../lib/services/key-view';
 import { jobBlob, newJobId } from '../../lib/services/jobs';
@@ -69,8 +70,14 @@ const EncryptForm = z
 
 const DecryptForm = z.object({ fingerprint: Fingerprint, passphrase: z.string().min(1).max(1024) });
 
-/** Where an encryption goes: a stored key's current generation (409 if it may not encrypt, audited) or a supplied public key. */
-async function recipientFor(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> {
+/**
+ * Where an encryption goes: a stored key's current generation (409 if it may not encrypt, audited) or a
+ * supplied public key. The pre-upload check and the handler share one lookup per request.
+ */
+const recipientFor = (c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> =>
+  oncePerRequest(meta, JSON.stringify(['recipient', body.fingerprint, body.public_key]), () => resolveRecipient(c, userId, body, meta));
+
+async function resolveRecipient(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> {
   if (!body.fingerprint) return { type: 'supplied', fingerprint: (await readRecipientKey(body.public_key!, c.clock.now())).fingerprint };
   const view = await requireKey(c, userId, body.fingerprint, meta, 'encrypt');
   try {

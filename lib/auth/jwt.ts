@@ -1,4 +1,5 @@
 import { SignJWT, jwtVerify, errors } from 'jose';
+import { webcrypto } from 'node:crypto';
 
 /** Claims of our session tokens: user id, role and the token version that revokes older tokens. */
 export interface SessionClaims {
@@ -14,6 +15,15 @@ const TYP = 'kms-session+jwt';
 /** Clocks of several API processes may differ a little. */
 const CLOCK_SKEW_SECONDS = 30;
 
+/** The HMAC key, imported once per secret: given raw bytes, jose imports them again on every call. */
+let imported: { secret: string; key: Promise<webcrypto.CryptoKey> } | undefined;
+function hmacKey(secret: string): Promise<webcrypto.CryptoKey> {
+  if (imported?.secret !== secret) {
+    imported = { secret, key: webcrypto.subtle.importKey('raw', new TextEncoder().encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']) };
+  }
+  return imported.key;
+}
+
 export async function signSession(claims: SessionClaims, secret: string, ttlSeconds: number, now: Date): Promise<{ token: string; expiresAt: Date }> {
   const iat = Math.floor(now.getTime() / 1000);
   const token = await new SignJWT({ role: claims.role, tv: claims.tv })
@@ -23,7 +33,7 @@ export async function signSession(claims: SessionClaims, secret: string, ttlSeco
     .setAudience(AUDIENCE)
     .setIssuedAt(iat)
     .setExpirationTime(iat + ttlSeconds)
-    .sign(new TextEncoder().encode(secret));
+    .sign(await hmacKey(secret));
   return { token, expiresAt: new Date((iat + ttlSeconds) * 1000) };
 }
 
@@ -34,7 +44,7 @@ export async function signSession(claims: SessionClaims, secret: string, ttlSeco
  */
 export async function verifySession(token: string, secret: string, now: Date, maxTtlSeconds: number): Promise<SessionClaims | null> {
   try {
-    const { payload } = await jwtVerify(token, new TextEncoder().encode(secret), {
+    const { payload } = await jwtVerify(token, await hmacKey(secret), {
       issuer: ISSUER,
       audience: AUDIENCE,
       algorithms: ['HS256'],

@@ -86,11 +86,12 @@ export class LocalBlobStore implements BlobStore {
     const handle = await open(path, 'r').catch((err: unknown) => {
       throw errorCode(err) === 'ENOENT' || errorCode(err) === 'ENOTDIR' ? new BlobNotFoundError(key) : err;
     });
-    if (!(await handle.stat()).isFile()) {
+    const info = await handle.stat();
+    if (!info.isFile()) {
       await handle.close();
       throw new BlobNotFoundError(key);
     }
-    return handle;
+    return Object.assign(handle, { size: info.size });
   }
 
   /**
@@ -99,12 +100,14 @@ export class LocalBlobStore implements BlobStore {
    */
   async readFrames(key: string, first: number, size: number): Promise<AsyncIterableIterator<Frame>> {
     const handle = await this.openFile(key);
-    const buf = Buffer.allocUnsafeSlow(Math.max(first, size));
+    // No bigger than the object (markers are a few bytes): an unused megabyte per read still costs a GC.
+    const buf = Buffer.allocUnsafeSlow(Math.max(first, Math.min(size, handle.size)));
     let closing: Promise<void> | undefined;
     const close = () => (closing ??= handle.close()); // waits for a read in flight
     async function* frames(): AsyncGenerator<Frame> {
       try {
-        for (let want = first; ; want = size) {
+        // A buffer smaller than `size` holds the whole rest of the object, so its frame is the last.
+        for (let want = first; ; want = Math.min(size, buf.length)) {
           let have = 0;
           while (have < want) {
             const { bytesRead } = await handle.read(buf, have, want - have, null);

@@ -142,7 +142,7 @@ export async function unlockGeneration(c: Container, unlock: UnlockKey, key: Key
 
 export type KeyStatus = 'active' | 'disabled' | 'expired';
 
-export function keyStatus(lineage: LineageRow, current: KeyRow, now: Date): KeyStatus {
+export function keyStatus(lineage: Pick<LineageRow, 'disabled_at'>, current: Pick<KeyRow, 'expires_at'>, now: Date): KeyStatus {
   if (lineage.disabled_at) return 'disabled';
   if (current.expires_at && current.expires_at <= now) return 'expired';
   return 'active';

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { oncePerRequest } from './once-per-request';
 import type { Container } from '../container';
 import { AppError } from '../errors';
 import { spendThenCheck } from '../auth/limiters';
@@ -47,29 +48,12 @@ export async function verifyKeyPassphrase(
   throw wrong!;
 }
 
-/**
- * Checks made for one request, so that a request checked twice (decrypt's pre-upload check and its
- * handler) spends one point and runs argon2 once. Keyed by the request's `meta` object, and by what was
- * checked: another fingerprint or passphrase in the same request is checked anew.
- */
-const checkedInRequest = new WeakMap<RequestMeta, Map<string, Promise<KeyView>>>();
-
-/**
- * The caller's key, found by any generation's fingerprint (404 otherwise), once `passphrase` has opened
- * it through verifyKeyPassphrase; at most one check per request for the same key and passphrase.
- */
 export function requireKeyWithPassphrase(c: Container, input: { userId: string; fingerprint: string; passphrase: string; action: PassphraseAction; meta: RequestMeta }): Promise<KeyView> {
-  const { meta } = input;
-  let checks = checkedInRequest.get(meta);
-  if (!checks) checkedInRequest.set(meta, (checks = new Map()));
-  const id = createHash('sha256').update(JSON.stringify([input.userId, input.fingerprint.toLowerCase(), input.passphrase, input.action])).digest('base64url');
-  let check = checks.get(id);
-  if (!check) {
-    check = requireKey(c, input.userId, input.fingerprint, meta, input.action === 'keys.decrypt' ? 'decrypt' : 'manage').then(async (view) => {
-      await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.passphrase, action: input.action, meta });
-      return view;
-    });
-    checks.set(id, check);
-  }
-  return check;
+  // One check per request (decrypt's pre-upload check and its handler): one point spent, argon2 run once.
+  const id = createHash('sha256').update(JSON.stringify(['passphrase', input.userId, input.fingerprint.toLowerCase(), input.passphrase, input.action])).digest('base64url');
+  return oncePerRequest(input.meta, id, async () => {
+    const view = await requireKey(c, input.userId, input.fingerprint, input.meta, input.action === 'keys.decrypt' ? 'decrypt' : 'manage');
+    await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.passphrase, action: input.action, meta: input.meta });
+    return view;
+  });
 }
