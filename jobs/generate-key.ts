@@ -46,7 +46,7 @@ export const generateKeyJob = defineTrackedJob({
         const { lineage, key } = await storeNewKey(c, trx, row.user_id, spec, first, { job_id: row.id, ip: origin.ip ?? undefined, requestId: origin.request_id ?? undefined });
         return { key: keyOut(lineage, key, c.clock.now()) };
       },
-      after: async () => {
+      announce: async () => {
         await emitEvent(c, row.user_id, 'key.generated', keyGeneratedData(spec, first));
         await resyncLinkedTo(c, row.user_id, 'key.generated', { requestId: origin.request_id ?? undefined, ip: origin.ip ?? undefined });
       },

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { defineTrackedJob } from './tracked';
 import type { JobOrigin } from './define';
-import { recordRotationFailure, rotateLineage, rotationOut, type RotateInput } from '../lib/services/rotation';
+import { alreadyRotated, announceRotation, commitRotation, prepareRotation, recordRotationFailure, rotationOut, type RotateInput, type RotateOutcome } from '../lib/services/rotation';
+import type { RotationRow } from '../db/rotation';
 
 export const RotateRequest = z.object({ lineage_id: z.uuid(), from_generation: z.number().int(), fingerprint: z.string(), actor_id: z.uuid() });
 
@@ -12,6 +13,8 @@ const inputOf = (row: { id: string; request: unknown }, origin: JobOrigin): Rota
   const req = RotateRequest.parse(row.request);
   return { lineageId: req.lineage_id, fromGeneration: req.from_generation, trigger: 'manual', actorId: req.actor_id, jobId: row.id, origin };
 };
+
+const outcomeResult = (outcome: RotateOutcome) => ({ ...(outcome.entry ? rotationOut(outcome.entry) : {}), rotated: outcome.rotated, ...(outcome.rotated ? {} : { reason: outcome.reason }) });
 
 /** "Rotate now", requested through the API and polled by the client. */
 export const rotateKey = defineTrackedJob({
@@ -24,9 +27,20 @@ export const rotateKey = defineTrackedJob({
     if (payload.sealed_passphrases) {
       input.passphrases = JSON.parse(c.sealer.openText(payload.sealed_passphrases, rotationPassphraseAad(row.id))) as RotateInput['passphrases'];
     }
-    const outcome = await rotateLineage(c, input);
+    const prepared = await prepareRotation(c, input);
     // A retry after a crash finds the rotation done and reports it.
-    return { result: { ...(outcome.entry ? rotationOut(outcome.entry) : {}), rotated: outcome.rotated, ...(outcome.rotated ? {} : { reason: outcome.reason }) } };
+    if (!('next' in prepared)) return { result: outcomeResult(prepared) };
+    let entry: RotationRow | undefined;
+    return {
+      // The switch commits with the job's completed state: one transaction, and never one without the other.
+      async commit(trx) {
+        entry = await commitRotation(c, trx, input, prepared);
+        return outcomeResult(entry ? { rotated: true, entry } : await alreadyRotated(trx, input));
+      },
+      announce: async () => {
+        if (entry) await announceRotation(c, input, prepared.lineage, entry);
+      },
+    };
   },
   async onFailure(trx, row, failure, { c, origin }) {
     await recordRotationFailure(c, inputOf(row, origin), failure, trx);

@@ -5,7 +5,7 @@ import type { JobContext, JobDefinition, QueueName } from './define';
 import { addJobBytes } from '../db/api-keys';
 import { emitEvent } from '../lib/events';
 import { AppError } from '../lib/errors';
-import { failUnfinishedJob, findJob, isFinished, mergeProgress, updateJob, type JobProgress, type JobRow } from '../db/jobs';
+import { failUnfinishedJob, findJob, mergeProgress, startJobAttempt, updateJob, type JobProgress, type JobRow } from '../db/jobs';
 import { jobBlob } from '../lib/services/jobs';
 
 /**
@@ -25,7 +25,9 @@ export interface Completion {
   progress?: JobProgress;
   /** Effects that must land with the completed state; may return the result (made from the rows it wrote). */
   commit?(trx: Knex.Transaction): Promise<Record<string, unknown> | void>;
-  /** Clean-up once committed (deleting uploads); a crash before it leaves work for the retention sweep. */
+  /** Events of the committed effects, announced before `job.completed` (a rotation's `key.rotated`). */
+  announce?(): Promise<void>;
+  /** Clean-up once committed and announced (deleting uploads); a crash before it leaves work for the retention sweep. */
   after?(): Promise<void>;
   /** How long the outputs are kept (default JOB_RETENTION_HOURS). */
   retentionHours?: number;
@@ -69,13 +71,13 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
     async process(payload, ctx) {
       const { c, job, log, watchdog } = ctx;
       const jobId = (payload as { job_id: string }).job_id;
-      const row = await findJob(c.db, jobId);
-      if (!row) throw new UnrecoverableError(`job row ${jobId} is gone`);
-      if (isFinished(row.state)) return row.result;
-      const now = c.clock.now();
       // Guarded: the API fails a job whose upload broke, possibly just now (failUnfinishedJob).
-      const started = await c.db('jobs').where({ id: jobId }).whereNotIn('state', ['completed', 'failed']).update({ state: 'active', started_at: row.started_at ?? now, attempts: row.attempts + 1, error: null });
-      if (!started) return null;
+      const row = await startJobAttempt(c.db, jobId, c.clock.now());
+      if (!row) {
+        const ended = await findJob(c.db, jobId);
+        if (!ended) throw new UnrecoverableError(`job row ${jobId} is gone`);
+        return ended.result;
+      }
       const progress = throttledProgress(c.db, jobId, row.progress, () => watchdog.touch());
       try {
         const done = await watchdog.race(spec.run(row, payload as z.infer<S> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal }));
@@ -93,9 +95,11 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
           });
           return committed;
         });
-        await done.after?.().catch((e: unknown) => log.warn({ err: e }, 'clean-up after job failed'));
         if (done.processedBytes) c.metrics.bytes.inc({ operation: row.kind }, done.processedBytes);
+        await done.announce?.();
+        // Announced before the clean-up: whoever waits for the job should not wait for that too.
         await emitEvent(c, row.user_id, 'job.completed', { job_id: jobId, kind: row.kind, state: 'completed' });
+        await done.after?.().catch((e: unknown) => log.warn({ err: e }, 'clean-up after job failed'));
         return result;
       } catch (err) {
         // Whatever is still running (a stalled parser) is told to stop and let go of its streams.
@@ -133,12 +137,15 @@ function describe(err: unknown): Failure {
 
 function throttledProgress(db: Knex, jobId: string, initial: JobProgress, onReport: () => void): Progress {
   let latest = initial;
+  let dirty = false;
   let written = Date.now();
   let chain: Promise<void> = Promise.resolve();
   let trailing: NodeJS.Timeout | undefined;
   const write = () => {
     clearTimeout(trailing);
     trailing = undefined;
+    if (!dirty) return chain;
+    dirty = false;
     const snapshot = latest;
     written = Date.now();
     // Merged: the API adds the totals when the upload ends, while the worker reports what it has done.
@@ -149,6 +156,7 @@ function throttledProgress(db: Knex, jobId: string, initial: JobProgress, onRepo
     report(p) {
       onReport();
       latest = { ...latest, ...p };
+      dirty = true;
       const wait = PROGRESS_INTERVAL_MS - (Date.now() - written);
       if (wait <= 0) void write();
       // The last report before a pause (an upload the job waits for) is written too, a little later.

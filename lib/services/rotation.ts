@@ -1,12 +1,13 @@
+import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { conflict } from '../errors';
 import { emitEvent } from '../events';
-import { newGeneration, rekeyLineage, requireKey } from './keys';
+import { newGeneration, rekeyLineage, requireKey, type GenerationRow, type Rekeyed } from './keys';
 import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';
 import { resyncLinkedTo } from './team-access';
 import { recordAudit } from '../../db/audit';
-import { insertKey, lineageGenerations, type KeyRow, type KeyView, type LineageRow } from '../../db/keys';
+import { insertKey, lineageGenerations, lineageWithActive, type GenerationRef, type KeyView, type LineageRow } from '../../db/keys';
 import type { RequestMeta } from '../../db/audit';
 import { insertRotation, succeededRotationFrom, type RotationRow, type RotationTrigger } from '../../db/rotation';
 
@@ -49,80 +50,104 @@ export async function manualRotationTarget(c: Container, input: { userId: string
 
 const isUniqueViolation = (err: unknown) => (err as { code?: string }).code === '23505';
 
-async function currentOf(c: Container, lineageId: string, verify = true) {
-  const lineage = await c.db<LineageRow>('key_lineages').where({ id: lineageId }).first();
-  const current = lineage && (await c.db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, status: 'active' }).first());
-  // The next generation is sealed to this lineage's unlock public key: it must be the one we stored.
-  return lineage && current ? { lineage: verify ? verifiedLineage(c, lineage) : lineage, current } : undefined;
+/** The next generation, made and sealed outside any transaction (key generation is the slow part). */
+export interface PreparedRotation {
+  lineage: LineageRow;
+  current: GenerationRef;
+  next: GenerationRow;
+  rekeyed?: Rekeyed;
 }
 
-export async function rotateLineage(c: Container, input: RotateInput): Promise<RotateOutcome> {
-  const found = await currentOf(c, input.lineageId);
+/** A rotation that has nothing to do: the lineage is gone, disabled, or already past `fromGeneration`. */
+type Skipped = Extract<RotateOutcome, { rotated: false }>;
+
+export const alreadyRotated = async (db: Knex, input: RotateInput): Promise<Skipped> => ({ rotated: false, reason: 'already_rotated', entry: await succeededRotationFrom(db, input.lineageId, input.fromGeneration) });
+
+export async function prepareRotation(c: Container, input: RotateInput): Promise<PreparedRotation | Skipped> {
+  const found = await lineageWithActive(c.db, input.lineageId);
   if (!found) return { rotated: false, reason: 'gone' };
-  const { lineage, current } = found;
-  const done = async (): Promise<RotateOutcome> => ({ rotated: false, reason: 'already_rotated', entry: await succeededRotationFrom(c.db, lineage.id, input.fromGeneration) });
-  if (current.generation !== input.fromGeneration) return done();
+  // The next generation is sealed to this lineage's unlock public key: it must be the one we stored.
+  const lineage = verifiedLineage(c, found.lineage);
+  const current = found.active;
+  if (current.generation !== input.fromGeneration) return alreadyRotated(c.db, input);
   if (lineage.disabled_at) {
     if (input.trigger === 'manual') throw conflict('key_disabled', 'This key is disabled and is not rotated.');
     return { rotated: false, reason: 'disabled' };
   }
-
   const rekeyed = input.passphrases ? await rekeyLineage(c, lineage, await lineageGenerations(c.db, lineage.id), input.passphrases) : undefined;
   const unlock_public = rekeyed?.unlock_public ?? lineage.unlock_public;
   const next = await newGeneration(c, { ...lineage, unlock_public, algorithm: lineage.algorithm as Parameters<typeof newGeneration>[1]['algorithm'] }, current.generation + 1);
+  return { lineage, current, next, rekeyed };
+}
+
+/**
+ * The switch, in the caller's transaction: under the lineage's row lock, and only if it is still at
+ * `fromGeneration` (undefined otherwise: another rotation won).
+ */
+export async function commitRotation(c: Container, trx: Knex.Transaction, input: RotateInput, p: PreparedRotation): Promise<RotationRow | undefined> {
+  const { lineage, current, next, rekeyed } = p;
+  const locked = await lineageWithActive(trx, lineage.id, { lock: true });
+  if (locked?.active.generation !== input.fromGeneration) return undefined;
   const now = c.clock.now();
-  let entry: RotationRow;
-  try {
-    entry = await c.db.transaction(async (trx) => {
-      const locked = await trx<LineageRow>('key_lineages').where({ id: lineage.id }).forUpdate().first();
-      const still = await trx<KeyRow>('pgp_keys').where({ lineage_id: lineage.id, status: 'active' }).first();
-      if (!locked || still?.generation !== input.fromGeneration) return undefined;
-      await trx('pgp_keys').where({ id: current.id }).update({ status: 'rotated', rotated_at: now });
-      const created = await insertKey(trx, next);
-      if (rekeyed) {
-        await trx('key_lineages').where({ id: lineage.id }).update({ unlock_public, unlock_locked: rekeyed.unlock_locked, unlock_mac: rekeyed.unlock_mac, updated_at: now });
-        for (const g of rekeyed.secrets) await trx('pgp_keys').where({ id: g.id }).update({ secret_sealed: g.secret_sealed });
-      }
-      const row = await insertRotation(trx, {
-        user_id: lineage.user_id,
-        lineage_id: lineage.id,
-        old_fingerprint: current.fingerprint,
-        new_fingerprint: created.fingerprint,
-        from_generation: current.generation,
-        trigger: input.trigger,
-        actor_id: input.actorId,
-        status: 'succeeded',
-        error: null,
-        job_id: input.jobId ?? null,
-      });
-      await recordAudit(trx, {
-        ...input.origin,
-        user_id: lineage.user_id,
-        action: 'keys.rotate',
-        status: 'success',
-        target: current.fingerprint,
-        details: { new_fingerprint: created.fingerprint, generation: created.generation, trigger: input.trigger, actor_id: input.actorId, passphrase_changed: Boolean(rekeyed), ...(input.jobId ? { job_id: input.jobId } : {}) },
-      });
-      return row;
-    }) as RotationRow;
-  } catch (err) {
-    if (isUniqueViolation(err)) return done();
-    throw err;
+  await trx('pgp_keys').where({ id: current.id }).update({ status: 'rotated', rotated_at: now });
+  const created = await insertKey(trx, next);
+  if (rekeyed) {
+    await trx('key_lineages').where({ id: lineage.id }).update({ unlock_public: rekeyed.unlock_public, unlock_locked: rekeyed.unlock_locked, unlock_mac: rekeyed.unlock_mac, updated_at: now });
+    for (const g of rekeyed.secrets) await trx('pgp_keys').where({ id: g.id }).update({ secret_sealed: g.secret_sealed });
   }
-  if (!entry) return done();
+  const row = await insertRotation(trx, {
+    user_id: lineage.user_id,
+    lineage_id: lineage.id,
+    old_fingerprint: current.fingerprint,
+    new_fingerprint: created.fingerprint,
+    from_generation: current.generation,
+    trigger: input.trigger,
+    actor_id: input.actorId,
+    status: 'succeeded',
+    error: null,
+    job_id: input.jobId ?? null,
+  });
+  await recordAudit(trx, {
+    ...input.origin,
+    user_id: lineage.user_id,
+    action: 'keys.rotate',
+    status: 'success',
+    target: current.fingerprint,
+    details: { new_fingerprint: created.fingerprint, generation: created.generation, trigger: input.trigger, actor_id: input.actorId, passphrase_changed: Boolean(rekeyed), ...(input.jobId ? { job_id: input.jobId } : {}) },
+  });
+  return row;
+}
+
+/** Once committed: the owner's event, and re-syncs of the accounts that inherit this one's keys. */
+export async function announceRotation(c: Container, input: RotateInput, lineage: LineageRow, entry: RotationRow): Promise<void> {
   await emitEvent(c, lineage.user_id, 'key.rotated', { key_id: lineage.id, label: lineage.label, old_fingerprint: entry.old_fingerprint, new_fingerprint: entry.new_fingerprint, trigger: entry.trigger });
   await resyncLinkedTo(c, lineage.user_id, 'key.rotated', { requestId: input.origin?.request_id ?? undefined, ip: input.origin?.ip ?? undefined });
+}
+
+/** A whole rotation in its own transaction (the scheduler's; a tracked job commits it with the job). */
+export async function rotateLineage(c: Container, input: RotateInput): Promise<RotateOutcome> {
+  const prepared = await prepareRotation(c, input);
+  if (!('next' in prepared)) return prepared;
+  let entry: RotationRow | undefined;
+  try {
+    entry = await c.db.transaction((trx) => commitRotation(c, trx, input, prepared));
+  } catch (err) {
+    if (isUniqueViolation(err)) return alreadyRotated(c.db, input);
+    throw err;
+  }
+  if (!entry) return alreadyRotated(c.db, input);
+  await announceRotation(c, input, prepared.lineage, entry);
   return { rotated: true, entry };
 }
 
 /** A rotation that failed for good: history row, audit row (one transaction), and an event for the owner. */
 export async function recordRotationFailure(c: Container, input: RotateInput, error: { code: string; message: string }, trx = c.db): Promise<void> {
-  const found = await currentOf(c, input.lineageId, false); // recording only: whatever state the rows are in
+  const found = await lineageWithActive(c.db, input.lineageId); // recording only: whatever state the rows are in
   if (!found) return;
   await insertRotation(trx, {
     user_id: found.lineage.user_id,
     lineage_id: found.lineage.id,
-    old_fingerprint: found.current.fingerprint,
+    old_fingerprint: found.active.fingerprint,
     new_fingerprint: null,
     from_generation: input.fromGeneration,
     trigger: input.trigger,
@@ -131,8 +156,8 @@ export async function recordRotationFailure(c: Container, input: RotateInput, er
     error,
     job_id: input.jobId ?? null,
   });
-  await recordAudit(trx, { ...input.origin, user_id: found.lineage.user_id, action: 'keys.rotate', status: 'failure', target: found.current.fingerprint, details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) } });
-  await emitEvent(c, found.lineage.user_id, 'key.rotation_failed', { key_id: found.lineage.id, fingerprint: found.current.fingerprint, trigger: input.trigger, code: error.code });
+  await recordAudit(trx, { ...input.origin, user_id: found.lineage.user_id, action: 'keys.rotate', status: 'failure', target: found.active.fingerprint, details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) } });
+  await emitEvent(c, found.lineage.user_id, 'key.rotation_failed', { key_id: found.lineage.id, fingerprint: found.active.fingerprint, trigger: input.trigger, code: error.code });
 }
 
 export function rotationOut(r: RotationRow) {
