@@ -29,7 +29,8 @@ export class ApiError extends Error {
   }
 }
 
-const POLL_MS = 100;
+/** Long polling, as the client library waits: `Prefer: wait=N` answers as soon as the job ends. */
+const WAIT_SECONDS = 5;
 
 /**
  * How files travel. `http` (default): node:http with a multipart body built around a 1 MiB-chunk file
@@ -77,23 +78,22 @@ export class Api {
     return this.call<JobView>('POST', `/keys/${fingerprint}/rotate`, { json: {} }, 202);
   }
 
-  job(id: string): Promise<JobView> {
-    return this.call<JobView>('GET', `/jobs/${id}`, {}, 200);
+  job(id: string, waitSeconds = 0): Promise<JobView> {
+    return this.call<JobView>('GET', `/jobs/${id}`, {}, 200, waitSeconds ? { prefer: `wait=${waitSeconds}` } : {});
   }
 
   /**
-   * Polls every 100 ms until the job has ended; a failed job rejects with its error. `check` throws to
-   * give up early (a service process died); `timeoutMs` bounds the wait.
+   * Long-polls until the job has ended; a failed job rejects with its error. `check` throws to give up
+   * early (a service process died); `timeoutMs` bounds the wait.
    */
   async waitForJob(id: string, timeoutMs: number, check: () => void = () => {}): Promise<JobView> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const job = await this.job(id);
+      const job = await this.job(id, WAIT_SECONDS);
       if (job.state === 'completed') return job;
       if (job.state === 'failed') throw new Error(`job ${id} failed: ${job.error?.code}: ${job.error?.message}`);
       if (Date.now() > deadline) throw new Error(`job ${id} still ${job.state} after ${timeoutMs / 1000} s (progress ${JSON.stringify(job.progress)})`);
       check();
-      await new Promise((r) => setTimeout(r, POLL_MS));
     }
   }
 
@@ -144,8 +144,8 @@ export class Api {
     return this.token ? { authorization: `Bearer ${this.token}` } : {};
   }
 
-  private async call<T>(method: string, path: string, body: { json?: unknown; form?: FormData }, expect: number): Promise<T> {
-    const headers = this.auth();
+  private async call<T>(method: string, path: string, body: { json?: unknown; form?: FormData }, expect: number, extra: Record<string, string> = {}): Promise<T> {
+    const headers = { ...this.auth(), ...extra };
     if (body.json !== undefined) headers['content-type'] = 'application/json';
     const res = await fetch(`${this.base}/api/v1${path}`, { method, headers, body: body.form ?? (body.json === undefined ? undefined : JSON.stringify(body.json)) });
     const reply = await res.text();

@@ -95,6 +95,10 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
   );
   if (q.rotations_per_s_1_worker !== undefined) {
     out.push(`rotation (${r['rotation.1w']!.bytes} keys at once, through the queue): 1 worker ${fixed(q.rotations_per_s_1_worker, 1)}/s · 2 workers ${fixed(q.rotations_per_s_2_workers, 1)}/s · 2 ÷ 1 workers ${fixed(q.rotation_2_vs_1_workers)}`);
+    for (const w of ['1w', '2w']) {
+      const t = r[`rotation.${w}`];
+      if (t?.cpu) out.push(`  CPU ms per rotation, ${w.replace('w', ' worker(s)')}: ${Object.entries(t.cpu).map(([k, s]) => `${k} ${fixed((s * 1000) / t.bytes, 1)}`).join(' · ')}`);
+    }
   }
   for (const line of sealingSummary(r)) out.push(line);
   out.push(`CPU seconds per GiB (service: its processes, not the bench client): ${cpuPerGiB(r)}`);

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { pgpDecrypt, pgpEncrypt, type Gpg, type PgpKeys } from './baselines';
 import type { Api, JobView } from './client';
 import type { Service } from './service';
-import { ownCpuSeconds, run, sha256File } from './util';
+import { ownCpuSeconds, postgresCpuSeconds, run, sha256File } from './util';
 
 /**
  * What every section works with. Files are deleted as soon as they are not needed: on these VMs,
@@ -112,10 +112,12 @@ export async function rotationSection(b: Bench): Promise<Results> {
   for (const workers of [1, 2]) {
     while (b.service.workerCount('rotation') < workers) await b.service.addWorker('rotation=4');
     const best = await bestOf(b, async () => {
-      const start = performance.now();
+      const m0 = { ...mark(b), postgres: postgresCpuSeconds() };
       const jobs = await Promise.all(keys.map((fp) => b.api.rotate(fp)));
       await Promise.all(jobs.map((j) => b.api.waitForJob(j.job_id, 120_000, () => b.service.assertRunning())));
-      return { [`rotation.${workers}w`]: { bytes: jobs.length, ms: performance.now() - start } };
+      const m1 = { ...mark(b), postgres: postgresCpuSeconds() };
+      const cpu = { ...cpuBetween(m0, m1), postgres: m1.postgres - m0.postgres };
+      return { [`rotation.${workers}w`]: { bytes: jobs.length, ms: m1.t - m0.t, cpu } };
     });
     Object.assign(results, best);
   }

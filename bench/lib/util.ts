@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, readFileSync } from 'node:fs';
+import { createReadStream, readdirSync, readFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import type { Timing } from './sections';
@@ -108,6 +108,19 @@ export function cpuSeconds(pid: number): number {
     return NaN;
   }
 }
+/** CPU seconds of every live Postgres process (the server the bench and the service share). */
+export function postgresCpuSeconds(): number {
+  let total = 0;
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'postgres') total += cpuSeconds(Number(pid)) || 0;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return total;
+}
+
 /** CPU seconds of this process, and of its children that have exited and been reaped (gpg runs). */
 export function ownCpuSeconds(): { self: number; children: number } {
   const { user, system } = process.cpuUsage();
