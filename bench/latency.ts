@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { latencyLines, measureListLatency, measureSmallJobs } from './lib/latency';
 import { Service } from './lib/service';
-import { GiB } from './lib/util';
+import { GiB, serviceCpuReader } from './lib/util';
 
 const arg = (name: string, def: number) => {
   const at = process.argv.indexOf(name);
@@ -23,7 +23,7 @@ const service = new Service(dir, GiB);
 try {
   await service.startWeb();
   await service.addWorker('crypto=4');
-  const list = await measureListLatency(service.baseUrl, { rate, seconds: arg('--seconds', 5) });
+  const list = await measureListLatency(service.baseUrl, { rate, seconds: arg('--seconds', 5), cpu: serviceCpuReader(service) });
   const small = await measureSmallJobs(service.baseUrl, { concurrency: [1, 16], jobs: arg('--jobs', 50) });
   for (const line of latencyLines(list, rate, small)) console.log(line);
   console.log(JSON.stringify({ bench: 'latency', rate, list, small }));

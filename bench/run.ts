@@ -22,7 +22,7 @@ import { eventLatencyLine, measureEventLatency } from './lib/events';
 import { authOverheadLines, measureAuthOverhead } from './lib/auth';
 import { latencyLines, measureListLatency, measureSmallJobs } from './lib/latency';
 import { Service } from './lib/service';
-import { GiB, children, formatSize, mibPerSec, parseSize, spawnTracked, stopChild, writeRandomFile } from './lib/util';
+import { GiB, children, formatSize, mibPerSec, parseSize, serviceCpuReader, spawnTracked, stopChild, writeRandomFile } from './lib/util';
 
 /** `sealing`: the blob store's at-rest sealing alone, in this process (bench/lib/sealing.ts). */
 const sealingSection = (b: Bench) => measureSealing(b.input, b.size, b.dir, b.runs);
@@ -44,7 +44,7 @@ const authSection = async (b: Bench) => {
 };
 /** `latency`: GET /keys/list at 500 requests/s, and 1 KiB encrypt jobs with Prefer: wait at concurrency 1 and 16. */
 const latencySection = async (b: Bench) => {
-  const list = await measureListLatency(b.service.baseUrl, { rate: 500, seconds: 5 });
+  const list = await measureListLatency(b.service.baseUrl, { rate: 500, seconds: 5, cpu: serviceCpuReader(b.service) });
   for (const line of latencyLines(list, 500, await measureSmallJobs(b.service.baseUrl, { concurrency: [1, 16], jobs: 50 }))) console.log(line);
   return {};
 };

@@ -7,7 +7,12 @@ export interface Latency {
   p99: number;
   /** Answers other than the expected status (should be 0). */
   errors: number;
+  /** CPU milliseconds per request of each process (the service's, Postgres, the bench), when measured. */
+  cpuMs?: Record<string, number>;
 }
+
+/** CPU seconds so far of each process that serves the load (and of the bench that sends it). */
+export type CpuReader = () => Record<string, number>;
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
 
@@ -68,7 +73,7 @@ export async function benchAccount(base: string, kind: string): Promise<{ token:
 }
 
 /** `GET /keys/list` (10 keys in the account) at `rate` requests per second, after a second of warm-up. */
-export async function measureListLatency(base: string, opts: { rate: number; seconds: number }): Promise<Latency> {
+export async function measureListLatency(base: string, opts: { rate: number; seconds: number; cpu?: CpuReader }): Promise<Latency> {
   const { token } = await benchAccount(base, 'list');
   for (let i = 0; i < 10; i++) await generateKey(base, token);
   const agent = new Agent({ keepAlive: true, maxSockets: 64 });
@@ -77,11 +82,15 @@ export async function measureListLatency(base: string, opts: { rate: number; sec
   try {
     // Steady state: a first second at the same rate warms the JIT and the connections, and is not counted.
     await openLoop(opts.rate, 1, get, { samples: [], errors: 0 });
+    const before = opts.cpu?.();
     await openLoop(opts.rate, opts.seconds, get, acc);
+    const after = opts.cpu?.();
+    const latency = summarise(acc.samples, acc.errors);
+    if (before && after) latency.cpuMs = Object.fromEntries(Object.entries(after).map(([k, v]) => [k, ((v - (before[k] ?? 0)) * 1000) / latency.requests]));
+    return latency;
   } finally {
     agent.destroy();
   }
-  return summarise(acc.samples, acc.errors);
 }
 
 async function generateKey(base: string, token: string): Promise<string> {
@@ -127,7 +136,9 @@ export async function measureSmallJobs(base: string, opts: { concurrency: number
   return out;
 }
 
-const fmt = (l: Latency) => `p50 ${l.p50.toFixed(1)} ms · p99 ${l.p99.toFixed(1)} ms · ${l.requests} requests, ${l.errors} unexpected answers`;
+const fmt = (l: Latency) =>
+  `p50 ${l.p50.toFixed(1)} ms · p99 ${l.p99.toFixed(1)} ms · ${l.requests} requests, ${l.errors} unexpected answers` +
+  (l.cpuMs ? ` · CPU ms per request: ${Object.entries(l.cpuMs).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(' · ')}` : '');
 
 export function latencyLines(list: Latency, listRate: number, small: { concurrency: number; latency: Latency }[]): string[] {
   return [

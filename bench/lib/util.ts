@@ -121,6 +121,9 @@ export function postgresCpuSeconds(): number {
   return total;
 }
 
+/** CPU seconds of the service's processes, of Postgres and of this bench process (for CPU per request). */
+export const serviceCpuReader = (service: { cpu(): Record<string, number> }) => () => ({ ...service.cpu(), postgres: postgresCpuSeconds(), bench: ownCpuSeconds().self });
+
 /** CPU seconds of this process, and of its children that have exited and been reaped (gpg runs). */
 export function ownCpuSeconds(): { self: number; children: number } {
   const { user, system } = process.cpuUsage();
