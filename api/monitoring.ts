@@ -1,7 +1,4 @@
 import type Koa from 'koa';
-import { createBullBoard } from '@bull-board/api';
-import { BullMQAdapter } from '@bull-board/api/bullMQAdapter';
-import { KoaAdapter } from '@bull-board/koa';
 import type { Container } from '../lib/container';
 import { AppError, notFound, unauthorized } from '../lib/errors';
 import { metricsAccess, scrapeMetrics } from '../lib/metrics';
@@ -35,14 +32,20 @@ export function mountMonitoring(app: App, c: Container): void {
 
   const mode = c.config.monitoring.queueDashboard;
   if (mode === 'off') return;
-  const board = new KoaAdapter().setBasePath(DASHBOARD_PATH);
-  createBullBoard({
-    // Read-only unless QUEUE_DASHBOARD=read-write: retries and removals change what workers do.
-    queues: QUEUES.map((q) => new BullMQAdapter(c.jobs.queue(q), { readOnlyMode: mode === 'read-only', allowRetries: mode === 'read-write' })),
-    serverAdapter: board,
-    options: { uiConfig: { boardTitle: 'KMS queues' } },
-  });
-  const dashboard = board.registerPlugin();
+  // Built at the first administrator's request: an API process nobody opens the dashboard on does not
+  // load it (~6 MiB), and an unauthenticated request never reaches its code.
+  let dashboard: Promise<Koa.Middleware> | undefined;
+  const loadDashboard = async (): Promise<Koa.Middleware> => {
+    const [{ createBullBoard }, { BullMQAdapter }, { KoaAdapter }] = await Promise.all([import('@bull-board/api'), import('@bull-board/api/bullMQAdapter'), import('@bull-board/koa')]);
+    const board = new KoaAdapter().setBasePath(DASHBOARD_PATH);
+    createBullBoard({
+      // Read-only unless QUEUE_DASHBOARD=read-write: retries and removals change what workers do.
+      queues: QUEUES.map((q) => new BullMQAdapter(c.jobs.queue(q), { readOnlyMode: mode === 'read-only', allowRetries: mode === 'read-write' })),
+      serverAdapter: board,
+      options: { uiConfig: { boardTitle: 'KMS queues' } },
+    });
+    return board.registerPlugin();
+  };
 
   app.use(async (koaCtx, next) => {
     if (koaCtx.path !== DASHBOARD_PATH && !koaCtx.path.startsWith(`${DASHBOARD_PATH}/`)) return next();
@@ -54,7 +57,7 @@ export function mountMonitoring(app: App, c: Container): void {
     ctx.state.user = await authenticate(ctx, 'session');
     await requireAdmin(ctx, DASHBOARD_PATH);
     ctx.set('X-Frame-Options', 'DENY');
-    return dashboard(koaCtx, next);
+    return (await (dashboard ??= loadDashboard()))(koaCtx, next);
   });
 }
 

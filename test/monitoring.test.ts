@@ -90,7 +90,13 @@ describe('GET /metrics', () => {
     const data = randomBytes(12_345);
     await encrypt(s.api, u.token, key.fingerprint, [{ name: 'a.bin', data }]);
     await s.api('GET', '/keys/list', { token: u.token });
-    const after = await scrape();
+    // The worker counts a job once its attempt has returned, a moment after the row says completed.
+    const jobsCounted = (samples: Sample[]) => valueOf(samples, 'kms_jobs_total', { queue: 'crypto', job: 'encrypt-files', outcome: 'completed' });
+    let after = await scrape();
+    for (let tries = 0; jobsCounted(after) === jobsCounted(before) && tries < 50; tries++) {
+      await new Promise((r) => setTimeout(r, 20));
+      after = await scrape();
+    }
 
     const delta = (name: string, labels: Record<string, string>) => valueOf(after, name, labels) - valueOf(before, name, labels);
     expect(delta('kms_crypto_bytes_total', { operation: 'encrypt' })).toBe(data.length);

@@ -1,14 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import {
-  generateAuthenticationOptions,
-  generateRegistrationOptions,
-  verifyAuthenticationResponse,
-  verifyRegistrationResponse,
-  type AuthenticationResponseJSON,
-  type PublicKeyCredentialCreationOptionsJSON,
-  type PublicKeyCredentialRequestOptionsJSON,
-  type RegistrationResponseJSON,
-} from '@simplewebauthn/server';
+import type { AuthenticationResponseJSON, PublicKeyCredentialCreationOptionsJSON, PublicKeyCredentialRequestOptionsJSON, RegistrationResponseJSON } from '@simplewebauthn/server';
 import type { Container } from '../container';
 import { AppError, badRequest, conflict, invalid, notFound, unauthorized } from '../errors';
 import { consume, spendThenCheck } from '../auth/limiters';
@@ -37,6 +28,9 @@ import {
  * `c.clock`. User verification is always required: a passkey replaces the password, so it must be two
  * factors on its own (the device and its PIN or biometric).
  */
+
+/** Loaded at the first ceremony: ~12 MiB that an API process which never sees a passkey does not carry. */
+const webauthn = () => import('@simplewebauthn/server');
 
 /** EdDSA, ES256, RS256: what platform authenticators and security keys use. */
 const ALGORITHMS = [-8, -7, -257];
@@ -131,6 +125,7 @@ export async function beginRegistration(
   await consume(c.limiters.passkeyChallenge, `register:${user.id}`, 'Too many passkey registrations were started; wait a few minutes.');
   const existing = await credentialsOf(c.db, user.id, false);
   const { rpId, rpName, challengeTtlSeconds } = c.config.webauthn;
+  const { generateRegistrationOptions } = await webauthn();
   const options = await generateRegistrationOptions({
     rpName,
     rpID: rpId,
@@ -163,6 +158,7 @@ export async function completeRegistration(
   if (record.user_id !== userId) throw await fail('challenge_of_another_account', badRequest('challenge_not_found', 'This passkey challenge is unknown or was already used; begin again.'));
 
   const { rpId, origins } = c.config.webauthn;
+  const { verifyRegistrationResponse } = await webauthn();
   let info;
   try {
     const result = await verifyRegistrationResponse({
@@ -242,6 +238,7 @@ export async function beginLogin(
     allow = creds.length ? creds.map((p) => ({ id: p.credential_id, transports: p.transports })) : decoyCredentials(c, identifier);
   }
   const { rpId, challengeTtlSeconds } = c.config.webauthn;
+  const { generateAuthenticationOptions } = await webauthn();
   const options = await generateAuthenticationOptions({ rpID: rpId, allowCredentials: allow, timeout: challengeTtlSeconds * 1000, userVerification: USER_VERIFICATION });
   const { id, expiresAt } = await storeChallenge(c, { ceremony: 'login', challenge: options.challenge, user_id: userId });
   return { challengeId: id, expiresAt, options };
@@ -295,6 +292,7 @@ async function checkAssertion(c: Container, record: ChallengeRecord, passkey: Pa
   const handle = response.response.userHandle;
   if (handle && handle !== userHandle(user.id).toString('base64url')) return { ok: false, reason: 'user_handle_mismatch' };
 
+  const { verifyAuthenticationResponse } = await webauthn();
   let info;
   try {
     const result = await verifyAuthenticationResponse({
