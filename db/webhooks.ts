@@ -44,12 +44,12 @@ export const endpoints = (db: Knex) => db<EndpointRow>('webhook_endpoints');
 export const deliveries = (db: Knex) => db<DeliveryRow>('webhook_deliveries');
 export const attempts = (db: Knex) => db<AttemptRow>('webhook_attempts');
 
-/** Enabled endpoints of an account that take events of this type (an empty list takes all). */
-export function subscribedEndpoints(db: Knex, userId: string, type: string): Promise<EndpointRow[]> {
-  return endpoints(db)
-    .where({ user_id: userId, enabled: true })
-    .andWhere((q) => q.whereRaw('cardinality(event_types) = 0').orWhereRaw('? = ANY(event_types)', [type]));
-}
+/** The enabled endpoints of an account: what its events fan out to (by type: `takesEvent`). */
+export const enabledEndpoints = (db: Knex, userId: string): Promise<Pick<EndpointRow, 'id' | 'user_id' | 'event_types'>[]> =>
+  endpoints(db).where({ user_id: userId, enabled: true }).select('id', 'user_id', 'event_types');
+
+/** Whether an endpoint takes events of this type (an empty list takes all). */
+export const takesEvent = (endpoint: Pick<EndpointRow, 'event_types'>, type: string) => endpoint.event_types.length === 0 || endpoint.event_types.includes(type);
 
 export async function pageDeliveries(db: Knex, endpointId: string, q: { state?: DeliveryState; page: number; pageSize: number }): Promise<{ items: DeliveryRow[]; total: number }> {
   const base = deliveries(db).where({ endpoint_id: endpointId });

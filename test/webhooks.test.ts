@@ -5,6 +5,8 @@ import { createKey } from './support/keys';
 import { signedHeaders, startReceiver } from './support/webhook-receiver';
 import { isPublicAddress } from '../lib/webhooks/address';
 import { postWebhook } from '../lib/webhooks/send';
+import { fanOut } from '../lib/services/webhooks';
+import { createContainer } from '../lib/container';
 
 /** Outbound webhooks: signed per Standard Webhooks (verified with the spec authors' package), retried, recorded. */
 let s: TestService;
@@ -106,6 +108,35 @@ describe('deliveries', () => {
     expect(d).toMatchObject({ id: got!.headers['webhook-id'], event_id: event.id, event_type: 'key.generated', attempts: 1 });
     expect(d.attempt_log).toEqual([expect.objectContaining({ status_code: 200, error: null })]);
     expect(other.received).toHaveLength(0);
+  });
+
+  it('another process fans out to an endpoint created, changed or deleted after it last looked (no query per event)', async () => {
+    const u = await registerUser(s.api);
+    // A second container on the same database and Redis: what a worker process sees.
+    const other = await createContainer(s.config, { log: s.c.log });
+    try {
+      const event = (type: 'key.generated' | 'key.rotated') => ({ id: `${Date.now()}-${Math.floor(Math.random() * 1e6)}`, type, created_at: new Date().toISOString(), account: u.id, data: {} });
+      const queries: string[] = [];
+      other.db.on('query', (q: { sql: string }) => queries.push(q.sql));
+      expect(await fanOut(other, event('key.generated'))).toBe(0);
+      expect(await fanOut(other, event('key.generated'))).toBe(0);
+      // The second event was answered from what the process kept: one look at the endpoints in all.
+      expect(queries.filter((q) => q.includes('webhook_endpoints'))).toHaveLength(1);
+
+      const hook = await subscribe(u.token, 'http://127.0.0.1:9/x', { event_types: ['key.generated'] });
+      expect(await fanOut(other, event('key.generated'))).toBe(1);
+      expect(await fanOut(other, event('key.rotated'))).toBe(0);
+      await s.api('PATCH', `/webhooks/${hook.id}`, { token: u.token, body: { event_types: ['key.rotated'] } });
+      expect(await fanOut(other, event('key.rotated'))).toBe(1);
+      await s.api('PATCH', `/webhooks/${hook.id}`, { token: u.token, body: { enabled: false } });
+      expect(await fanOut(other, event('key.rotated'))).toBe(0);
+      await s.api('PATCH', `/webhooks/${hook.id}`, { token: u.token, body: { enabled: true } });
+      expect(await fanOut(other, event('key.rotated'))).toBe(1);
+      expect((await s.api('DELETE', `/webhooks/${hook.id}`, { token: u.token })).status).toBe(204);
+      expect(await fanOut(other, event('key.rotated'))).toBe(0);
+    } finally {
+      await other.close();
+    }
   });
 
   it('delivers events of the schedulers too: a key expiry warning from the expiry sweep', async () => {

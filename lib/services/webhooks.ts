@@ -7,7 +7,7 @@ import { checkWebhookUrl } from '../webhooks/address';
 import { newWebhookSecret, webhookHeaders } from '../webhooks/signature';
 import { postWebhook, type AttemptResult } from '../webhooks/send';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { attempts, deliveries, endpoints, subscribedEndpoints, type DeliveryRow, type EndpointRow } from '../../db/webhooks';
+import { attempts, deliveries, enabledEndpoints, endpoints, takesEvent, type DeliveryRow, type EndpointRow } from '../../db/webhooks';
 
 /**
  * Outbound webhooks (Standard Webhooks): an account's endpoints receive its events as signed POSTs.
@@ -58,6 +58,7 @@ export async function createEndpoint(c: Container, userId: string, input: Endpoi
     await recordAudit(trx, { user_id: userId, action: 'webhook.created', status: 'success', target: id, ip: meta.ip, request_id: meta.requestId, details: { event_types: input.event_types ?? [] } });
     return row!;
   });
+  await endpointsChanged(c, userId);
   return { endpoint, secret };
 }
 
@@ -71,6 +72,7 @@ export async function updateEndpoint(c: Container, userId: string, id: string, p
   // Turning an endpoint back on clears why the service had turned it off.
   if (patch.enabled !== undefined) Object.assign(changes, { enabled: patch.enabled, disabled_reason: null });
   const [row] = await endpoints(c.db).where({ id, user_id: userId }).update(changes).returning('*');
+  await endpointsChanged(c, userId);
   await audit(c, userId, 'webhook.updated', id, meta, { fields: Object.keys(patch).filter((k) => patch[k as keyof EndpointInput] !== undefined) });
   return row!;
 }
@@ -78,6 +80,7 @@ export async function updateEndpoint(c: Container, userId: string, id: string, p
 export async function deleteEndpoint(c: Container, userId: string, id: string, meta: RequestMeta): Promise<void> {
   await ownEndpoint(c, userId, id, meta);
   await endpoints(c.db).where({ id, user_id: userId }).delete();
+  await endpointsChanged(c, userId);
   await audit(c, userId, 'webhook.deleted', id, meta);
 }
 
@@ -117,8 +120,40 @@ async function enqueueAttempts(c: Container, delivery: Pick<DeliveryRow, 'id'>, 
  * Queues a delivery of an account event to every endpoint subscribed to its type. Called after the
  * event is published; a failure is the caller's to log (the event itself stands).
  */
+/**
+ * Where an account's events go, without a Postgres query per event (that was 3 queries per rotation and
+ * 2 per file job, for the many accounts that have no endpoint at all). Each process keeps an account's
+ * enabled endpoints with the version of them it read; every change to an account's endpoints bumps that
+ * version in Redis once committed, and each event reads it (one GET) before trusting what it keeps. A
+ * bump lost after its commit (Redis gone at that moment) is outlived by TARGETS_MAX_AGE_MS.
+ */
+const TARGETS_MAX_AGE_MS = 60_000;
+const TARGETS_MAX_ACCOUNTS = 10_000;
+type Targets = { version: string | null; readAt: number; endpoints: Pick<EndpointRow, 'id' | 'user_id' | 'event_types'>[] };
+const targetCaches = new WeakMap<Container, Map<string, Targets>>();
+const endpointsVersionKey = (c: Container, userId: string) => `${c.config.redisPrefix}:webhook-endpoints:${userId}`;
+
+/** After a committed change to an account's endpoints: every process reads them again at its next event. */
+async function endpointsChanged(c: Container, userId: string): Promise<void> {
+  targetCaches.get(c)?.delete(userId);
+  await c.redis.incr(endpointsVersionKey(c, userId)).catch((err: unknown) => c.log.warn({ err, user_id: userId }, 'could not announce a webhook endpoint change; other processes see it within a minute'));
+}
+
+async function eventTargets(c: Container, userId: string): Promise<Targets['endpoints']> {
+  let cache = targetCaches.get(c);
+  if (!cache) targetCaches.set(c, (cache = new Map()));
+  const version = await c.redis.get(endpointsVersionKey(c, userId));
+  const known = cache.get(userId);
+  if (known && known.version === version && Date.now() - known.readAt < TARGETS_MAX_AGE_MS) return known.endpoints;
+  const targets: Targets = { version, readAt: Date.now(), endpoints: await enabledEndpoints(c.db, userId) };
+  cache.delete(userId);
+  if (cache.size >= TARGETS_MAX_ACCOUNTS) cache.delete(cache.keys().next().value!);
+  cache.set(userId, targets);
+  return targets.endpoints;
+}
+
 export async function fanOut(c: Container, event: AccountEvent): Promise<number> {
-  const targets = await subscribedEndpoints(c.db, event.account, event.type);
+  const targets = (await eventTargets(c, event.account)).filter((t) => takesEvent(t, event.type));
   if (!targets.length) return 0;
   const body = JSON.stringify(event);
   const now = c.clock.now();
@@ -200,6 +235,7 @@ export async function tryDelivery(c: Container, deliveryId: string, nextDelayMs:
       await recordAudit(trx, { user_id: endpoint.user_id, action: 'webhook.disabled', status: 'success', target: endpoint.id, details: { reason: 'gone', delivery_id: deliveryId } });
     }
   });
+  if (gone) await endpointsChanged(c, endpoint.user_id);
   return { result, gone };
 }
 
