@@ -197,8 +197,12 @@ export async function arrivingInput(c: Container, jobId: string, n: number, sign
   }
 }
 
-/** How often `Prefer: wait` reads the row when no event arrives (a missed event costs at most this). */
-const WAIT_POLL_MS = 250;
+/**
+ * How often `Prefer: wait` reads the row when no event arrives: insurance against a missed event (it
+ * costs at most this), not the way waits end, so it need not be often (at 250 ms, 40 waiting clients
+ * read their rows ~160 times a second for nothing).
+ */
+const WAIT_POLL_MS = 1000;
 
 /**
  * `Prefer: wait=N` (RFC 7240): the job as it is when it ends, or after N seconds. The row in Postgres is
