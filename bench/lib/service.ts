@@ -1,4 +1,5 @@
 import { execFile, type ChildProcess } from 'node:child_process';
+import { appendFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -26,6 +27,9 @@ function profileFlags(): string[] {
 
 /** BENCH_NODE_FLAGS="--flag …": extra node flags for the service processes (after the defaults, so they win), for experiments. */
 const extraFlags = () => (process.env.BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+
+/** BENCH_LOG_DIR=<dir>: each service process's whole output goes to <dir>/<name>.log (with BENCH_NODE_FLAGS=--trace-gc, its GC log). */
+const logTo = (name: string) => (process.env.BENCH_LOG_DIR ? (data: Buffer) => appendFileSync(join(process.env.BENCH_LOG_DIR!, `${name}.log`), data) : undefined);
 
 /**
  * What runs: the service as production runs it, built once per bench run (`npm run build` → dist/main.js,
@@ -147,7 +151,9 @@ export class Service {
   private spawn(name: string, role: string, extra: Record<string, string>): ServiceProcess {
     const child = spawnTracked(process.execPath, [...NODE_FLAGS, ...extraFlags(), ...profileFlags(), ...entry(), role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
     const proc: ServiceProcess = { name, child, pid: child.pid!, tail: [] };
+    const log = logTo(name);
     const keep = (data: Buffer) => {
+      log?.(data);
       proc.tail.push(...data.toString().trimEnd().split('\n'));
       proc.tail.splice(0, Math.max(0, proc.tail.length - 40));
     };
