@@ -42,6 +42,8 @@ export interface MultipartBody {
 }
 
 const FIELD_BYTES = 64 * 1024;
+/** What a file part may buffer while the blob store is busy: the store then reads it as one larger piece. */
+const FILE_HWM = 1 << 20;
 
 /**
  * A text field holding U+0000 is refused as it arrives, as route.ts refuses NUL in every request part:
@@ -67,6 +69,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
     try {
       bb = busboy({
         headers: ctx.req.headers,
+        fileHwm: FILE_HWM,
         // busboy signals `limit` on reaching fileSize, so one byte more lets a file of exactly the limit through.
         limits: { fileSize: Math.max(opts.maxFileBytes, smallMax) + 1, files: opts.maxFiles + (opts.textFileFields?.length ?? 0), fields: 50, fieldSize: FIELD_BYTES, parts: 200 },
       });
