@@ -7,6 +7,7 @@
  * See bench/README.md.
  */
 import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -50,6 +51,9 @@ const latencySection = async (b: Bench) => {
 };
 const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, rewrap: rewrapSection, events: eventsSection, auth: authSection, latency: latencySection };
 type Section = keyof typeof SECTIONS;
+
+/** How long the service idles after start-up before its idle resident set is read. */
+const IDLE_SETTLE_MS = 20_000;
 
 /** statfs type of tmpfs: a RAM-backed temp dir takes disk writeback out of the figures. */
 const TMPFS_MAGIC = 0x01021994;
@@ -179,7 +183,7 @@ async function main(): Promise<void> {
       }
       say(`section ${name}`);
       Object.assign(results, await SECTIONS[name](bench));
-      snapshots.push({ after: name, rss: service.peakRss() });
+      snapshots.push({ after: name, rss: service.rss() });
     }
     report(opts, results, snapshots, `${tmpdir()} (${(await statfs(dir)).type === TMPFS_MAGIC ? 'tmpfs' : 'disk'})`);
   } catch (err) {
@@ -202,12 +206,16 @@ async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, s
   say('starting the service (API + 1 worker)');
   await service.startWeb();
   await service.addWorker('crypto=1,notify=1');
-  snapshots.push({ after: 'start-up', rss: service.peakRss() });
+  snapshots.push({ after: 'start-up', rss: service.rss() });
+  // Idle: what the processes hold once V8 has given back its start-up garbage (its memory reducer runs
+  // some seconds after the last allocation), before any work.
+  await sleep(IDLE_SETTLE_MS);
+  snapshots.push({ after: `${IDLE_SETTLE_MS / 1000} s idle`, rss: service.rss(true), now: true });
   const api = new Api(service.baseUrl, opts.transfer);
   await api.register();
   const passphrase = `bench passphrase ${randomBytes(8).toString('hex')}`;
   const fingerprint = await api.generateKey(passphrase);
-  snapshots.push({ after: 'key setup', rss: service.peakRss() });
+  snapshots.push({ after: 'key setup', rss: service.rss() });
   const keepCiphertexts = opts.sections.includes('decrypt');
   if (opts.follow && opts.transfer !== 'http') fail('--follow needs --transfer http (fetch does not show the 103 Early Hints)');
   return { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {}, keepCiphertexts, follow: opts.follow };
@@ -219,7 +227,7 @@ function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKin
   const q = ratios(results, rss);
   const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, store: opts.store, follow: opts.follow, tmp: tmpKind };
   printReport(machine, results, snapshots, q);
-  if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), cpu_s_per_gib: cpuPerGiBOf(results), ratios: q, peak_rss_mib: rss }));
+  if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), cpu_s_per_gib: cpuPerGiBOf(results), ratios: q, peak_rss_mib: rss, idle_rss_mib: snapshots.find((s) => s.now)?.rss }));
 }
 
 function mibRates(r: Results): Record<string, number> {

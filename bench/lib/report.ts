@@ -13,7 +13,8 @@ export interface Machine {
 }
 
 /** Peak RSS (MiB) per service process, as read after each section. */
-export type RssSnapshots = { after: string; rss: Record<string, number | null> }[];
+/** Peak resident sets after each step; `now`: the resident set at that moment instead (idle). */
+export type RssSnapshots = { after: string; rss: Record<string, number | null>; now?: boolean }[];
 
 const LABELS: Record<string, string> = {
   'encrypt.gpg': 'gpg',
@@ -82,7 +83,10 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
     out.push(`${section!.padEnd(9)} ${(LABELS[key] ?? key).padEnd(31)} ${fixed(rate(t), 1).padStart(7)} ${fixed(t.ms / 1000).padStart(8)}   ${details(t)}`);
   }
   out.push('');
-  for (const s of snapshots) out.push(`peak RSS (VmHWM) after ${s.after.padEnd(10)} ${Object.entries(s.rss).map(([k, v]) => `${k} ${fixed(v ?? undefined, 0)} MiB`).join(' · ')}`);
+  for (const s of snapshots) {
+    const sizes = Object.entries(s.rss).map(([k, v]) => `${k} ${fixed(v ?? undefined, 0)} MiB`).join(' · ');
+    out.push(s.now ? `RSS (VmRSS) after ${s.after.padEnd(15)} ${sizes} (≤ 120 each: ${Object.values(s.rss).every((v) => v !== null && v <= 120) ? 'ok' : 'MISSED'})` : `peak RSS (VmHWM) after ${s.after.padEnd(10)} ${sizes}`);
+  }
   out.push('');
   out.push(
     [

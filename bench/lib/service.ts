@@ -7,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
-import { GiB, cpuSeconds, peakRssMiB, randomId, spawnTracked, stopChild } from './util';
+import { GiB, cpuSeconds, randomId, rssMiB, spawnTracked, stopChild } from './util';
 
 const REPO = new URL('../../', import.meta.url).pathname;
 const POSTGRES = 'postgres://postgres@127.0.0.1:5432';
@@ -107,8 +107,9 @@ export class Service {
     if (dead && !this.stopped) throw new Error(`${dead.name} exited (${dead.child.exitCode ?? dead.child.signalCode}):\n${dead.tail.join('\n')}`);
   }
 
-  peakRss(): Record<string, number | null> {
-    return Object.fromEntries(this.procs.map((p) => [p.name, peakRssMiB(p.pid)]));
+  /** Each process's peak resident set so far (VmHWM), or with `now` its resident set now (VmRSS), in MiB. */
+  rss(now = false): Record<string, number | null> {
+    return Object.fromEntries(this.procs.map((p) => [p.name, rssMiB(p.pid, now ? 'VmRSS' : 'VmHWM')]));
   }
 
   cpu(): Record<string, number> {

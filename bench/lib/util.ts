@@ -87,10 +87,10 @@ export async function stopChild(child: ChildProcess, graceMs = 10_000): Promise<
 
 // ------------------------------------------------------------------------------- /proc figures
 
-/** Peak resident set (VmHWM) of a live process, in MiB; null once it is gone. */
-export function peakRssMiB(pid: number): number | null {
+/** Resident set of a live process in MiB, its peak (VmHWM) or now (VmRSS); null once it is gone. */
+export function rssMiB(pid: number, which: 'VmHWM' | 'VmRSS' = 'VmHWM'): number | null {
   try {
-    const m = /^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    const m = new RegExp(`^${which}:\\s+(\\d+) kB`, 'm').exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
     return m ? Number(m[1]) / 1024 : null;
   } catch {
     return null;
