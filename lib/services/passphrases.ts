@@ -48,6 +48,10 @@ export async function verifyKeyPassphrase(
   throw wrong!;
 }
 
+/**
+ * The caller's key, found by any generation's fingerprint (404 otherwise), once `passphrase` has opened
+ * it through verifyKeyPassphrase; at most one check per request for the same key and passphrase.
+ */
 export function requireKeyWithPassphrase(c: Container, input: { userId: string; fingerprint: string; passphrase: string; action: PassphraseAction; meta: RequestMeta }): Promise<KeyView> {
   // One check per request (decrypt's pre-upload check and its handler): one point spent, argon2 run once.
   const id = createHash('sha256').update(JSON.stringify(['passphrase', input.userId, input.fingerprint.toLowerCase(), input.passphrase, input.action])).digest('base64url');

@@ -117,10 +117,6 @@ async function enqueueAttempts(c: Container, delivery: Pick<DeliveryRow, 'id'>, 
 }
 
 /**
- * Queues a delivery of an account event to every endpoint subscribed to its type. Called after the
- * event is published; a failure is the caller's to log (the event itself stands).
- */
-/**
  * Where an account's events go, without a Postgres query per event (that was 3 queries per rotation and
  * 2 per file job, for the many accounts that have no endpoint at all). Each process keeps an account's
  * enabled endpoints with the version of them it read; every change to an account's endpoints bumps that
@@ -152,6 +148,10 @@ async function eventTargets(c: Container, userId: string): Promise<Targets['endp
   return targets.endpoints;
 }
 
+/**
+ * Queues a delivery of an account event to every endpoint subscribed to its type. Called after the
+ * event is published; a failure is the caller's to log (the event itself stands).
+ */
 export async function fanOut(c: Container, event: AccountEvent): Promise<number> {
   const targets = (await eventTargets(c, event.account)).filter((t) => takesEvent(t, event.type));
   if (!targets.length) return 0;
