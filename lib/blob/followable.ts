@@ -97,8 +97,9 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
   }
 
   async function put(key: string, source: Readable, putOpts: PutOptions = {}): Promise<{ size: number }> {
-    // The iterator listens for the source's errors: taken before the first await, so a source that
-    // fails meanwhile (a client gone) is this put's error, never an uncaught one.
+    // The source's iterator listens for its errors only from its first read, after the markers below: a
+    // source that fails before (a client gone) must not raise an uncaught 'error'; that read reports it.
+    source.on('error', () => undefined);
     const it = source[Symbol.asyncIterator]() as AsyncIterator<Buffer | string>;
     const write = randomBytes(16).toString('hex');
     const previous = await writesOf(key).catch(() => []);
