@@ -15,13 +15,21 @@ const TYP = 'kms-session+jwt';
 /** Clocks of several API processes may differ a little. */
 const CLOCK_SKEW_SECONDS = 30;
 
-/** The HMAC key, imported once per secret: given raw bytes, jose imports them again on every call. */
-let imported: { secret: string; key: Promise<webcrypto.CryptoKey> } | undefined;
-function hmacKey(secret: string): Promise<webcrypto.CryptoKey> {
-  if (imported?.secret !== secret) {
-    imported = { secret, key: webcrypto.subtle.importKey('raw', new TextEncoder().encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']) };
+/**
+ * What this process keeps for its signing secret: the HMAC key, imported once (given raw bytes, jose
+ * imports them again on every call), and the tokens it has verified with their times. A client sends
+ * the same token with every request, and verifying its HMAC through WebCrypto cost ~0.18 ms each (8 % of
+ * the API's CPU serving GET /keys/list). Only verified tokens enter; their times are checked again on
+ * every use, and the token version and account are still looked up per request
+ * (api/middleware/auth.ts). Bounded, oldest out. Another secret starts afresh.
+ */
+const VERIFIED_MAX = 10_000;
+let kept: { secret: string; key: Promise<webcrypto.CryptoKey>; verified: Map<string, SessionClaims & { iat: number; exp: number }> } | undefined;
+function keptFor(secret: string) {
+  if (kept?.secret !== secret) {
+    kept = { secret, key: webcrypto.subtle.importKey('raw', new TextEncoder().encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']), verified: new Map() };
   }
-  return imported.key;
+  return kept;
 }
 
 export async function signSession(claims: SessionClaims, secret: string, ttlSeconds: number, now: Date): Promise<{ token: string; expiresAt: Date }> {
@@ -33,18 +41,9 @@ export async function signSession(claims: SessionClaims, secret: string, ttlSeco
     .setAudience(AUDIENCE)
     .setIssuedAt(iat)
     .setExpirationTime(iat + ttlSeconds)
-    .sign(await hmacKey(secret));
+    .sign(await keptFor(secret).key);
   return { token, expiresAt: new Date((iat + ttlSeconds) * 1000) };
 }
-
-/**
- * Tokens this process has verified, with their times: a client sends the same token with every request,
- * and verifying its HMAC through WebCrypto cost ~0.18 ms each (8 % of the API's CPU serving GET
- * /keys/list). Only verified tokens enter; their times are checked again on every use, and the token
- * version and account are still looked up per request (api/middleware/auth.ts). Bounded, oldest out.
- */
-const VERIFIED_MAX = 10_000;
-let verified: { secret: string; tokens: Map<string, SessionClaims & { iat: number; exp: number }> } | undefined;
 
 /** jose's time checks with our clock tolerance: not expired, not issued in the future, not too old. */
 const timely = (t: { iat: number; exp: number }, nowSeconds: number, maxTtlSeconds: number) =>
@@ -56,12 +55,12 @@ const timely = (t: { iat: number; exp: number }, nowSeconds: number, maxTtlSecon
  * longer than `maxTtlSeconds` is refused.
  */
 export async function verifySession(token: string, secret: string, now: Date, maxTtlSeconds: number): Promise<SessionClaims | null> {
-  if (verified?.secret !== secret) verified = { secret, tokens: new Map() };
+  const { key, verified } = keptFor(secret);
   const nowSeconds = now.getTime() / 1000;
-  const known = verified.tokens.get(token);
+  const known = verified.get(token);
   if (known) return timely(known, nowSeconds, maxTtlSeconds) ? { sub: known.sub, role: known.role, tv: known.tv } : null;
   try {
-    const { payload } = await jwtVerify(token, await hmacKey(secret), {
+    const { payload } = await jwtVerify(token, await key, {
       issuer: ISSUER,
       audience: AUDIENCE,
       algorithms: ['HS256'],
@@ -74,8 +73,8 @@ export async function verifySession(token: string, secret: string, now: Date, ma
     const { sub, role, tv, iat, exp } = payload;
     if (typeof sub !== 'string' || (role !== 'user' && role !== 'admin') || typeof tv !== 'number') return null;
     if (!timely({ iat: iat!, exp: exp! }, nowSeconds, maxTtlSeconds)) return null;
-    if (verified.tokens.size >= VERIFIED_MAX) verified.tokens.delete(verified.tokens.keys().next().value!);
-    verified.tokens.set(token, { sub, role, tv, iat: iat!, exp: exp! });
+    if (verified.size >= VERIFIED_MAX) verified.delete(verified.keys().next().value!);
+    verified.set(token, { sub, role, tv, iat: iat!, exp: exp! });
     return { sub, role, tv };
   } catch (err) {
     if (err instanceof errors.JOSEError) return null;

@@ -1,12 +1,11 @@
-import type { KeyRow, LineageRow } from '../../db/keys';
+import type { ListedKey } from '../../db/keys';
 import { keyStatus } from './keys';
 
-/** A key as the API shows it: the lineage with its current generation; never private material. */
-/** The columns a key's summary shows (the list selects only these). */
-export type ShownLineage = Pick<LineageRow, 'id' | 'user_id' | 'label' | 'environment' | 'uid_name' | 'uid_email' | 'created_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days'>;
-export type ShownKey = Pick<KeyRow, 'fingerprint' | 'algorithm' | 'generation' | 'created_at' | 'expires_at'>;
-
-export function keyOut(lineage: ShownLineage, current: ShownKey, now: Date) {
+/**
+ * A key as the API shows it: the lineage with its current generation; never private material. It needs
+ * only the columns the key list selects (db/keys.ts LISTED_LINEAGE, LISTED_KEY).
+ */
+export function keyOut(lineage: ListedKey['lineage'], current: ListedKey['current'], now: Date) {
   const status = keyStatus(lineage, current, now);
   return {
     id: lineage.id,
