@@ -5,6 +5,7 @@ import type { Container } from '../lib/container';
 import { mountRoutes, openApiDocument, type AppState, type RouteDef } from './route';
 import { errorHandler } from './middleware/errors';
 import { requestContext } from './middleware/request-context';
+import { shedLoad } from './middleware/overload';
 import authRoutes from './routes/auth';
 import partnerRoutes from './routes/partners';
 import profileRoutes from './routes/profile';
@@ -71,6 +72,7 @@ export function createApp(container: Container): Koa<AppState, { container: Cont
   app.use(requestContext as Koa.Middleware<AppState, { container: Container }>);
   app.use(errorHandler as Koa.Middleware<AppState, { container: Container }>);
   mountMonitoring(app, container);
+  app.use(shedLoad(container.config.limits.dbWaiting) as Koa.Middleware<AppState, { container: Container }>);
   // JSON only here; multipart routes parse their own bodies with per-route limits.
   app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: container.config.limits.jsonBody, jsonStrict: true, includeUnparsed: true, onError: (err) => { throw err; } }));
   mountPages(app);

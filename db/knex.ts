@@ -73,3 +73,9 @@ export async function dropDatabase(databaseUrl: string): Promise<void> {
     await admin.end();
   }
 }
+
+/** Queries of this process waiting for a pooled connection (knex's pool is tarn's; its type is not exported). */
+export function waitingForConnection(db: Db): number {
+  const pool = (db.client as { pool?: { numPendingAcquires?(): number } }).pool;
+  return pool?.numPendingAcquires?.() ?? 0;
+}

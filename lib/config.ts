@@ -67,6 +67,8 @@ const Env = z.object({
   MAX_FILE_BYTES: intish(8 * 1024 ** 3, 1),
   MAX_FILES_PER_JOB: intish(20, 1, 1000),
   JSON_BODY_LIMIT: z.string().default('256kb'),
+  /** Requests allowed to wait for a database connection per API process; past it new requests get 503 `overloaded` at once (0: no limit). */
+  DB_WAITING_LIMIT: intish(50, 0, 100_000),
   JOB_RETENTION_HOURS: intish(24, 1, 24 * 90),
   ARGON2_MEMORY_KIB: intish(19456, 1024),
   LINEAGE_KDF_MEMORY_KIB: intish(DEFAULT_KDF.memoryKib, 1024),
@@ -162,6 +164,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       maxFileBytes: e.MAX_FILE_BYTES,
       maxFilesPerJob: e.MAX_FILES_PER_JOB,
       jsonBody: e.JSON_BODY_LIMIT,
+      dbWaiting: e.DB_WAITING_LIMIT,
       maxDecompressedBytes: Math.min(e.MAX_DECOMPRESSED_BYTES || e.MAX_FILE_BYTES, e.MAX_FILE_BYTES),
       maxJobOutputBytes: e.MAX_JOB_OUTPUT_BYTES || 4 * e.MAX_FILE_BYTES,
     },

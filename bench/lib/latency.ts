@@ -5,8 +5,10 @@ export interface Latency {
   requests: number;
   p50: number;
   p99: number;
-  /** Answers other than the expected status (should be 0). */
+  /** Answers other than the expected status (should be 0), shed ones aside. */
   errors: number;
+  /** Answered 503 `overloaded` at once (load shedding, DB_WAITING_LIMIT): not in the percentiles, which are of served requests. */
+  shed?: number;
   /** CPU milliseconds per request of each process (the service's, Postgres, the bench), when measured. */
   cpuMs?: Record<string, number>;
 }
@@ -16,18 +18,25 @@ export type CpuReader = () => Record<string, number>;
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
 
-export function summarise(samples: number[], errors: number): Latency {
+export function summarise(samples: number[], errors: number, shed = 0): Latency {
   const sorted = [...samples].sort((a, b) => a - b);
-  return { requests: sorted.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), errors };
+  return { requests: sorted.length, p50: percentile(sorted, 50), p99: percentile(sorted, 99), errors, ...(shed ? { shed } : {}) };
+}
+
+interface Answer {
+  ms: number;
+  ok: boolean;
+  /** 503: the service shed the request (over capacity). */
+  shed?: boolean;
 }
 
 /** A keep-alive GET as the load generators send it: resolves with its latency and whether the status was `expect`. */
-export function timedGet(agent: Agent, url: URL, headers: Record<string, string>, expect = 200): Promise<{ ms: number; ok: boolean }> {
+export function timedGet(agent: Agent, url: URL, headers: Record<string, string>, expect = 200): Promise<Answer> {
   return new Promise((resolve) => {
     const started = performance.now();
     const req = request({ host: url.hostname, port: url.port, path: url.pathname + url.search, agent, headers }, (res) => {
       res.resume();
-      res.on('end', () => resolve({ ms: performance.now() - started, ok: res.statusCode === expect }));
+      res.on('end', () => resolve({ ms: performance.now() - started, ok: res.statusCode === expect, shed: res.statusCode === 503 }));
     });
     req.on('error', () => resolve({ ms: performance.now() - started, ok: false }));
     req.end();
@@ -38,7 +47,7 @@ export function timedGet(agent: Agent, url: URL, headers: Record<string, string>
  * Open-loop load: `rate` requests per second for `seconds`, each leaving on schedule whether or not
  * the earlier ones have answered (a closed loop would slow down with the server and hide its queueing).
  */
-export async function openLoop(rate: number, seconds: number, send: () => Promise<{ ms: number; ok: boolean }>, into: { samples: number[]; errors: number }): Promise<void> {
+export async function openLoop(rate: number, seconds: number, send: () => Promise<Answer>, into: { samples: number[]; errors: number; shed?: number }): Promise<void> {
   const total = Math.round(rate * seconds);
   const start = performance.now();
   const inFlight: Promise<void>[] = [];
@@ -46,9 +55,12 @@ export async function openLoop(rate: number, seconds: number, send: () => Promis
     const wait = start + (i * 1000) / rate - performance.now();
     if (wait > 1) await new Promise((r) => setTimeout(r, wait));
     inFlight.push(
-      send().then(({ ms, ok }) => {
-        into.samples.push(ms);
-        if (!ok) into.errors++;
+      send().then(({ ms, ok, shed }) => {
+        if (shed) into.shed = (into.shed ?? 0) + 1;
+        else {
+          into.samples.push(ms);
+          if (!ok) into.errors++;
+        }
       }),
     );
   }
@@ -77,7 +89,7 @@ export async function measureListLatency(base: string, opts: { rate: number; sec
   const { token } = await benchAccount(base, 'list');
   for (let i = 0; i < 10; i++) await generateKey(base, token);
   const agent = new Agent({ keepAlive: true, maxSockets: 64 });
-  const acc = { samples: [] as number[], errors: 0 };
+  const acc = { samples: [] as number[], errors: 0, shed: 0 };
   const get = () => timedGet(agent, new URL(`${base}/api/v1/keys/list`), { authorization: `Bearer ${token}` });
   try {
     // Steady state: a first second at the same rate warms the JIT and the connections, and is not counted.
@@ -85,8 +97,9 @@ export async function measureListLatency(base: string, opts: { rate: number; sec
     const before = opts.cpu?.();
     await openLoop(opts.rate, opts.seconds, get, acc);
     const after = opts.cpu?.();
-    const latency = summarise(acc.samples, acc.errors);
-    if (before && after) latency.cpuMs = Object.fromEntries(Object.entries(after).map(([k, v]) => [k, ((v - (before[k] ?? 0)) * 1000) / latency.requests]));
+    const latency = summarise(acc.samples, acc.errors, acc.shed);
+    // Per request answered, served or shed: a shed one costs a little too.
+    if (before && after) latency.cpuMs = Object.fromEntries(Object.entries(after).map(([k, v]) => [k, ((v - (before[k] ?? 0)) * 1000) / (latency.requests + acc.shed)]));
     return latency;
   } finally {
     agent.destroy();
@@ -138,6 +151,7 @@ export async function measureSmallJobs(base: string, opts: { concurrency: number
 
 const fmt = (l: Latency) =>
   `p50 ${l.p50.toFixed(1)} ms · p99 ${l.p99.toFixed(1)} ms · ${l.requests} requests, ${l.errors} unexpected answers` +
+  (l.shed ? `, ${l.shed} shed (503 overloaded, not in the percentiles)` : '') +
   (l.cpuMs ? ` · CPU ms per request: ${Object.entries(l.cpuMs).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(' · ')}` : '');
 
 export function latencyLines(list: Latency, listRate: number, small: { concurrency: number; latency: Latency }[]): string[] {
