@@ -67,7 +67,7 @@ const Env = z.object({
   MAX_FILE_BYTES: intish(8 * 1024 ** 3, 1),
   MAX_FILES_PER_JOB: intish(20, 1, 1000),
   JSON_BODY_LIMIT: z.string().default('256kb'),
-  /** Requests allowed to wait for a database connection per API process; past it new requests get 503 `overloaded` at once (0: no limit). */
+  /** Queries of one API process allowed to wait for a database connection; past it new requests get 503 `overloaded` at once (0: no limit). */
   DB_WAITING_LIMIT: intish(200, 0, 100_000),
   JOB_RETENTION_HOURS: intish(24, 1, 24 * 90),
   ARGON2_MEMORY_KIB: intish(19456, 1024),

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { waitingForConnection } from '../db/knex';
 import { registerUser, startTestService, type TestService } from './support/service';
 
@@ -19,24 +19,17 @@ async function holdPool(): Promise<() => void> {
   return () => conns.forEach((conn) => void client.releaseConnection(conn));
 }
 
-async function until(ok: () => boolean): Promise<void> {
-  for (const started = Date.now(); !ok(); ) {
-    if (Date.now() - started > 5000) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
-
 describe('load shedding (DB_WAITING_LIMIT)', () => {
   it('answers 503 overloaded with Retry-After while the limit of requests waits for Postgres, and lets the waiting ones finish', async () => {
     const user = await registerUser(s.api);
     const release = await holdPool();
-    let waiting: Promise<{ status: number }>[] = [];
+    const waiting: Promise<{ status: number }>[] = [];
     try {
       // One request at a time until LIMIT queries wait (a request may wait for more than one connection).
       while (waitingForConnection(s.c.db) < LIMIT) {
         const before = waitingForConnection(s.c.db);
         waiting.push(s.api('GET', '/keys/list', { token: user.token }));
-        await until(() => waitingForConnection(s.c.db) > before);
+        await vi.waitUntil(() => waitingForConnection(s.c.db) > before, { timeout: 5000, interval: 5 });
       }
 
       const shed = await s.api('GET', '/keys/list', { token: user.token });
