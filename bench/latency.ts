@@ -24,7 +24,7 @@ try {
   await service.startWeb();
   await service.addWorker('crypto=4');
   const list = await measureListLatency(service.baseUrl, { rate, seconds: arg('--seconds', 5), cpu: serviceCpuReader(service) });
-  const small = await measureSmallJobs(service.baseUrl, { concurrency: [1, 16], jobs: arg('--jobs', 50) });
+  const small = await measureSmallJobs(service.baseUrl, { concurrency: [1, 16], jobs: arg('--jobs', 50), cpu: serviceCpuReader(service) });
   for (const line of latencyLines(list, rate, small)) console.log(line);
   console.log(JSON.stringify({ bench: 'latency', rate, list, small }));
 } finally {

@@ -11,6 +11,8 @@ export interface Latency {
   shed?: number;
   /** CPU milliseconds per request of each process (the service's, Postgres, the bench), when measured. */
   cpuMs?: Record<string, number>;
+  /** Median milliseconds of each step of a request, when it has steps (small jobs: see measureSmallJobs). */
+  steps?: Record<string, number>;
 }
 
 /** CPU seconds so far of each process that serves the load (and of the bench that sends it). */
@@ -29,6 +31,10 @@ interface Answer {
   /** 503: the service shed the request (over capacity). */
   shed?: boolean;
 }
+
+/** CPU milliseconds each process spent per request between two readings. */
+const cpuMsPer = (before: Record<string, number>, after: Record<string, number>, requests: number) =>
+  Object.fromEntries(Object.entries(after).map(([k, v]) => [k, ((v - (before[k] ?? 0)) * 1000) / requests]));
 
 /** A keep-alive GET as the load generators send it: resolves with its latency and whether the status was `expect`. */
 export function timedGet(agent: Agent, url: URL, headers: Record<string, string>, expect = 200): Promise<Answer> {
@@ -99,7 +105,7 @@ export async function measureListLatency(base: string, opts: { rate: number; sec
     const after = opts.cpu?.();
     const latency = summarise(acc.samples, acc.errors, acc.shed);
     // Per request answered, served or shed: a shed one costs a little too.
-    if (before && after) latency.cpuMs = Object.fromEntries(Object.entries(after).map(([k, v]) => [k, ((v - (before[k] ?? 0)) * 1000) / (latency.requests + acc.shed)]));
+    if (before && after) latency.cpuMs = cpuMsPer(before, after, latency.requests + acc.shed);
     return latency;
   } finally {
     agent.destroy();
@@ -118,7 +124,7 @@ async function generateKey(base: string, token: string): Promise<string> {
  * Small jobs: a 1 KiB file encrypted with `Prefer: wait=30`, from submit to the finished result in the
  * answer, `jobs` times at each concurrency (closed loops: each client sends its next job when one ends).
  */
-export async function measureSmallJobs(base: string, opts: { concurrency: number[]; jobs: number }): Promise<{ concurrency: number; latency: Latency }[]> {
+export async function measureSmallJobs(base: string, opts: { concurrency: number[]; jobs: number; cpu?: CpuReader }): Promise<{ concurrency: number; latency: Latency }[]> {
   const { token } = await benchAccount(base, 'small');
   const fingerprint = await generateKey(base, token);
   const data = new Blob([new Uint8Array(1024).fill(7)]);
@@ -127,24 +133,38 @@ export async function measureSmallJobs(base: string, opts: { concurrency: number
     form.append('fingerprint', fingerprint);
     form.append('files', data, 'small.bin');
     const started = performance.now();
+    const sent = Date.now();
     const res = await call(base, 'POST', '/keys/encrypt', form, token, { prefer: 'wait=30' });
-    return { ms: performance.now() - started, ok: res.status === 200 && (res.json as { state?: string }).state === 'completed' };
+    const ms = performance.now() - started;
+    const job = res.json as { state?: string; created_at?: string; started_at?: string; finished_at?: string };
+    const ok = res.status === 200 && job.state === 'completed';
+    // The service's clocks are this machine's: the job's timestamps split the wait into its steps.
+    const [created, running, finished] = [job.created_at, job.started_at, job.finished_at].map((t) => Date.parse(t ?? ''));
+    const steps = ok ? { recorded: created! - sent, queued: running! - created!, ran: finished! - running!, answered: sent + ms - finished! } : undefined;
+    return { ms, ok, steps };
   };
   await one(); // warm-up: first job of a fresh worker
   const out = [];
   for (const concurrency of opts.concurrency) {
     const acc = { samples: [] as number[], errors: 0 };
+    const steps: Record<string, number[]> = {};
     let left = opts.jobs;
+    const before = opts.cpu?.();
     await Promise.all(
       Array.from({ length: concurrency }, async () => {
         while (left-- > 0) {
-          const { ms, ok } = await one();
-          acc.samples.push(ms);
-          if (!ok) acc.errors++;
+          const answer = await one();
+          acc.samples.push(answer.ms);
+          if (!answer.ok) acc.errors++;
+          for (const [k, v] of Object.entries(answer.steps ?? {})) (steps[k] ??= []).push(v);
         }
       }),
     );
-    out.push({ concurrency, latency: summarise(acc.samples, acc.errors) });
+    const after = opts.cpu?.();
+    const latency: Latency = summarise(acc.samples, acc.errors);
+    if (before && after) latency.cpuMs = cpuMsPer(before, after, opts.jobs);
+    latency.steps = Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, percentile([...v].sort((a, b) => a - b), 50)]));
+    out.push({ concurrency, latency });
   }
   return out;
 }
@@ -152,7 +172,8 @@ export async function measureSmallJobs(base: string, opts: { concurrency: number
 const fmt = (l: Latency) =>
   `p50 ${l.p50.toFixed(1)} ms · p99 ${l.p99.toFixed(1)} ms · ${l.requests} requests, ${l.errors} unexpected answers` +
   (l.shed ? `, ${l.shed} shed (503 overloaded, not in the percentiles)` : '') +
-  (l.cpuMs ? ` · CPU ms per request: ${Object.entries(l.cpuMs).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(' · ')}` : '');
+  (l.cpuMs ? ` · CPU ms per request: ${Object.entries(l.cpuMs).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(' · ')}` : '') +
+  (l.steps ? ` · median ms per step: ${Object.entries(l.steps).map(([k, v]) => `${k} ${v.toFixed(0)}`).join(' · ')}` : '');
 
 export function latencyLines(list: Latency, listRate: number, small: { concurrency: number; latency: Latency }[]): string[] {
   return [
