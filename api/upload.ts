@@ -88,10 +88,9 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
     if (handled) return await handled;
     return await handle(read!.fields, upload);
   } finally {
-    // Uploads that did not become a job (invalid form, refused key, replayed request) are dropped.
-    if (!asJob || !(await c.db('jobs').where({ id: upload.id }).first())) {
-      await c.blob.deletePrefix(jobBlob.dir(upload.id)).catch(() => undefined);
-    }
+    // Uploads that did not become a job (invalid form, refused key, replayed request) are dropped. One
+    // that did stays with its job (`begin(true)` comes only once the job is recorded and enqueued).
+    if (!asJob) await c.blob.deletePrefix(jobBlob.dir(upload.id)).catch(() => undefined);
   }
 }
 

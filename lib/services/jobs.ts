@@ -158,12 +158,13 @@ export async function completeUpload(c: Container, row: JobRow, files: { n: numb
     await enforceUploadLimits(c, trx, row.user_id, row.kind, files.map((f) => f.size));
     for (const f of files) await trx('job_files').where({ job_id: row.id, role: 'input', n: f.n }).update({ size: f.size });
     await mergeProgress(trx, row.id, { bytes_total: bytes, files_total: files.length });
-    const n: number = await trx('jobs').where({ id: row.id }).whereNull('uploaded_at').whereNot('state', 'failed').update({ uploaded_at: c.clock.now(), request_hash: hash });
-    return n > 0;
+    const [updated] = await trx<JobRow>('jobs').where({ id: row.id }).whereNull('uploaded_at').whereNot('state', 'failed').update({ uploaded_at: c.clock.now(), request_hash: hash }).returning('*');
+    return updated;
   });
+  if (recorded) return recorded;
   // The job failed while its files still arrived (a damaged first file): the answer is that job, and
   // what the rest of the upload stored after the worker's clean-up goes too.
-  if (!recorded) await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
+  await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
   return (await findUserJob(c.db, row.user_id, row.id))!;
 }
 
