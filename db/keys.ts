@@ -178,23 +178,25 @@ export async function listKeys(db: Knex, q: KeyListQuery): Promise<{ items: List
   return { items, total };
 }
 
-/** Usage counters, bumped in the transaction that completes the job which used the key. */
-export const recordKeyUse = (db: Knex, keyId: string, bytes: number, at: Date) =>
-  db('pgp_keys').where({ id: keyId }).update({ ops_count: db.raw('ops_count + 1'), bytes_count: db.raw('bytes_count + ?', [bytes]), last_used_at: at });
+type GenerationUse = 'encrypt' | 'decrypt' | 'rewrap_from' | 'rewrap_to';
 
-/** Per-generation usage (issue 14), in the transaction that completes the job; `files`/`bytes` of one job. */
-export function recordGenerationUse(db: Knex, keyId: string, use: 'encrypt' | 'decrypt' | 'rewrap_from' | 'rewrap_to', files: number, bytes: number, at: Date) {
+/** The per-generation usage columns (issue 14) that one job's `files`/`bytes` add to. */
+function generationCounters(db: Knex, use: GenerationUse, files: number, bytes: number, at: Date): Record<string, unknown> {
   const add = (col: string, n: number) => db.raw('?? + ?', [col, n]);
-  const patch: Record<string, unknown> =
-    use === 'encrypt'
-      ? { encrypt_files: add('encrypt_files', files), encrypt_bytes: add('encrypt_bytes', bytes) }
-      : use === 'decrypt'
-        ? { decrypt_files: add('decrypt_files', files), decrypt_bytes: add('decrypt_bytes', bytes), last_decrypt_at: at }
-        : use === 'rewrap_from'
-          ? { rewrap_from_files: add('rewrap_from_files', files) }
-          : { rewrap_to_files: add('rewrap_to_files', files) };
-  return db('pgp_keys').where({ id: keyId }).update(patch);
+  if (use === 'encrypt') return { encrypt_files: add('encrypt_files', files), encrypt_bytes: add('encrypt_bytes', bytes) };
+  if (use === 'decrypt') return { decrypt_files: add('decrypt_files', files), decrypt_bytes: add('decrypt_bytes', bytes), last_decrypt_at: at };
+  return use === 'rewrap_from' ? { rewrap_from_files: add('rewrap_from_files', files) } : { rewrap_to_files: add('rewrap_to_files', files) };
 }
+
+/** A job's use of a key, in the transaction that completes it: the key's counters and its generation's, one statement. */
+export const recordKeyUse = (db: Knex, keyId: string, use: 'encrypt' | 'decrypt', files: number, bytes: number, at: Date) =>
+  db('pgp_keys')
+    .where({ id: keyId })
+    .update({ ops_count: db.raw('ops_count + 1'), bytes_count: db.raw('bytes_count + ?', [bytes]), last_used_at: at, ...generationCounters(db, use, files, bytes, at) });
+
+/** Per-generation usage alone (a rewrap's, which is not counted as a use of the key). */
+export const recordGenerationUse = (db: Knex, keyId: string, use: GenerationUse, files: number, bytes: number, at: Date) =>
+  db('pgp_keys').where({ id: keyId }).update(generationCounters(db, use, files, bytes, at));
 
 export interface ExpiryCandidate {
   key_id: string;

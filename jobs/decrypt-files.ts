@@ -6,7 +6,7 @@ import { transformFiles } from './file-pipeline';
 import { unlockGeneration, unlockLineage } from '../lib/services/keys';
 import { recordAudit } from '../db/audit';
 import { insertOutputFiles } from '../db/jobs';
-import { lineageGenerations, lineageUsableBy, recordGenerationUse, recordKeyUse, type LineageRow } from '../db/keys';
+import { lineageGenerations, lineageUsableBy, recordKeyUse, type LineageRow } from '../db/keys';
 import { requireDecryptable } from '../lib/services/key-lifecycle';
 import { verifiedKey } from '../lib/services/key-integrity';
 
@@ -70,8 +70,7 @@ export const decryptFiles = defineTrackedJob({
           used.set(openedBy.get(f.n)!, { files: use.files + 1, bytes: use.bytes + f.size });
         }
         for (const [keyId, use] of used) {
-          await recordKeyUse(trx, keyId, use.bytes, c.clock.now());
-          await recordGenerationUse(trx, keyId, 'decrypt', use.files, use.bytes, c.clock.now());
+          await recordKeyUse(trx, keyId, 'decrypt', use.files, use.bytes, c.clock.now());
         }
         await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.decrypt', status: 'success', target: req.fingerprint, details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal } });
       },

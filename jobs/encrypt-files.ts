@@ -8,7 +8,7 @@ import { transformFiles } from './file-pipeline';
 import { jobBlob } from '../lib/services/jobs';
 import { recordAudit } from '../db/audit';
 import { insertOutputFiles } from '../db/jobs';
-import { findUsableKey, recordGenerationUse, recordKeyUse, type KeyRow } from '../db/keys';
+import { findUsableKey, recordKeyUse, type KeyRow } from '../db/keys';
 import { verifiedKey } from '../lib/services/key-integrity';
 
 /** What the API stores in the job row for an encryption (nothing secret). */
@@ -60,8 +60,7 @@ export const encryptFiles = defineTrackedJob({
       async commit(trx) {
         await insertOutputFiles(trx, row.id, done.outputs);
         await recordUsage(trx, { jobId: row.id, userId: row.user_id, bytes: done.bytesTotal, at: c.clock.now() }); // billing: once per job (job id unique)
-        if (key) await recordKeyUse(trx, key.id, done.bytesTotal, c.clock.now());
-        if (key) await recordGenerationUse(trx, key.id, 'encrypt', done.inputs.length, done.bytesTotal, c.clock.now()); // per-generation usage (issue 14)
+        if (key) await recordKeyUse(trx, key.id, 'encrypt', done.inputs.length, done.bytesTotal, c.clock.now());
         await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, recipient: req.recipient.type } });
       },
       after: done.deleteInputs,
