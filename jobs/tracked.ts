@@ -18,6 +18,8 @@ export interface Progress {
   /** Throttled: at most one write every PROGRESS_INTERVAL_MS. */
   report(p: JobProgress): void;
   flush(): Promise<void>;
+  /** Writes nothing more; resolves once a write in flight has landed (the completion writes the final progress). */
+  stop(): Promise<void>;
 }
 
 export interface Completion {
@@ -81,7 +83,7 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
       const progress = throttledProgress(c.db, jobId, row.progress, () => watchdog.touch());
       try {
         const done = await watchdog.race(spec.run(row, payload as z.infer<S> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal }));
-        await progress.flush();
+        await (done.progress ? progress.stop() : progress.flush());
         const finished = c.clock.now();
         const result = await c.db.transaction(async (trx) => {
           const committed = (await done.commit?.(trx)) ?? done.result ?? {};
@@ -141,6 +143,7 @@ function throttledProgress(db: Knex, jobId: string, initial: JobProgress, onRepo
   let written = Date.now();
   let chain: Promise<void> = Promise.resolve();
   let trailing: NodeJS.Timeout | undefined;
+  let stopped = false;
   const write = () => {
     clearTimeout(trailing);
     trailing = undefined;
@@ -154,6 +157,7 @@ function throttledProgress(db: Knex, jobId: string, initial: JobProgress, onRepo
   };
   return {
     report(p) {
+      if (stopped) return;
       onReport();
       latest = { ...latest, ...p };
       dirty = true;
@@ -163,5 +167,11 @@ function throttledProgress(db: Knex, jobId: string, initial: JobProgress, onRepo
       else trailing ??= setTimeout(() => void write(), wait).unref();
     },
     flush: () => write(),
+    stop() {
+      clearTimeout(trailing);
+      dirty = false;
+      stopped = true;
+      return chain;
+    },
   };
 }
