@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 // @ts-expect-error -- s3rver ships no type declarations
 import S3rverModule from 's3rver';
+import './atomic-s3rver.mjs';
 
 interface S3rverOptions {
   address: string;
