@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import type { Container } from '../lib/container';
 import { tooLarge } from '../lib/errors';
-import { counted } from '../lib/streams';
+import { ONE_PIECE, counted } from '../lib/streams';
 import { arrivingInput, jobBlob } from '../lib/services/jobs';
 import { UnrecoverableError } from 'bullmq';
 import { type JobFileRow, type JobProgress, type OutputFile } from '../db/jobs';
@@ -96,5 +96,5 @@ function withinQuota(stream: Readable, quota: { left: number }): Readable {
       yield chunk as Buffer;
     }
   }
-  return Readable.from(limit(), { objectMode: false, highWaterMark: 1 << 20 });
+  return Readable.from(limit(), ONE_PIECE);
 }

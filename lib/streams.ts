@@ -1,6 +1,15 @@
 import { Readable } from 'node:stream';
 
 /**
+ * Options of the generator-backed Readables between stages that only compute (count, encrypt, limit,
+ * cut): one piece at a time. A Readable's async iterator hands over everything it has buffered as ONE
+ * chunk, copied together into a fresh buffer, so a larger mark costs a copy per read wherever a stage
+ * yields several pieces per MiB (packet headers beside cipher output). Readables fed by I/O keep a
+ * larger mark: there it lets the next read overlap the work.
+ */
+export const ONE_PIECE = { objectMode: false, highWaterMark: 1 } as const;
+
+/**
  * Passes bytes through unchanged, reporting the running total (for job progress). A generator rather
  * than a Transform: no second buffer, and a consumer that stops early ends the source with it.
  */
@@ -13,7 +22,7 @@ export function counted(source: Readable, onBytes: (total: number) => void): Rea
       yield chunk as Buffer;
     }
   }
-  return Readable.from(pass(), { objectMode: false, highWaterMark: 1 << 20 });
+  return Readable.from(pass(), ONE_PIECE);
 }
 
 export async function readText(source: Readable, maxBytes: number): Promise<string> {

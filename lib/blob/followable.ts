@@ -20,7 +20,7 @@ import { createReadStream } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { readText } from '../streams';
+import { ONE_PIECE, readText } from '../streams';
 import { type BlobStore, type FollowOptions, type PutOptions, BlobNotFoundError, STREAM_CHUNK_BYTES } from './types';
 
 /**
@@ -153,7 +153,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
         putOpts.signal?.throwIfAborted();
         // Look ahead one piece: a file of whole segments ends without an empty segment after them.
         if (segments > 0 && !(carry = await next())) break;
-        await inner.put(partKey(key, write, segments), Readable.from(segment(), { objectMode: false, highWaterMark: STREAM_CHUNK_BYTES }), { signal: putOpts.signal });
+        await inner.put(partKey(key, write, segments), Readable.from(segment(), ONE_PIECE), { signal: putOpts.signal });
         segments += 1;
       }
       await putSmall(key, JSON.stringify({ write, segments, size } satisfies EndMarker));

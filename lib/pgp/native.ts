@@ -2,6 +2,7 @@ import { createCipheriv, createDecipheriv, createHash, randomBytes, timingSafeEq
 import { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
+import { ONE_PIECE } from '../streams';
 import { sessionKeyV1 } from './session';
 
 /**
@@ -125,7 +126,7 @@ export async function encryptNative(input: Readable, recipient: openpgp.PublicKe
   }
 
   // An input error ends the generator with that error, which destroys the output with it.
-  return Readable.from(message(), { objectMode: false, highWaterMark: CHUNK });
+  return Readable.from(message(), ONE_PIECE);
 }
 
 // ---------------------------------------------------------------------------------------- decrypt
