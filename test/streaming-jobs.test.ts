@@ -5,8 +5,7 @@
 import { randomBytes } from 'node:crypto';
 import { request, type ClientRequest, type IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createKey, download, PASSPHRASE, runJob } from './support/keys';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { startProcess, waitForOutput } from './support/process';
@@ -39,15 +38,8 @@ function openUpload(token: string, fields: Record<string, string>, fileName: str
   return { req, response, hinted, end: () => req.end(`\r\n--${BOUNDARY}--\r\n`) };
 }
 
-async function until<T>(what: string, probe: () => Promise<T | undefined>, ms = 20_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe();
-    if (v !== undefined) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
+/** Polls `probe` until it returns a value (vitest's vi.waitUntil, at the interval these jobs need). */
+const until = <T>(probe: () => Promise<T | undefined>) => vi.waitUntil(probe, { timeout: 20_000, interval: 20 }) as Promise<T>;
 
 const jobOf = (userId: string) => s.c.db('jobs').where({ user_id: userId }).orderBy('created_at', 'desc').first();
 
@@ -59,7 +51,7 @@ describe('a job runs while its upload arrives', () => {
     const upload = openUpload(u.token, { fingerprint: key.fingerprint }, 'big.bin');
     upload.req.write(data.subarray(0, data.length - 1024));
     // The job is active and has read most of the file while its last KiB is still held back.
-    const running = await until('the job to progress', async () => {
+    const running = await until(async () => {
       const row = await jobOf(u.id);
       return row && row.state === 'active' && (row.progress.bytes_done ?? 0) > 8 << 20 ? row : undefined;
     });
@@ -82,7 +74,7 @@ describe('a job runs while its upload arrives', () => {
     const data = randomBytes(20 << 20);
     const upload = openUpload(u.token, { fingerprint: key.fingerprint }, 'followed.bin');
     upload.req.write(data.subarray(0, 12 << 20));
-    const row = await until('the job to start', async () => {
+    const row = await until(async () => {
       const r = await jobOf(u.id);
       return r?.state === 'active' ? r : undefined;
     });
@@ -110,7 +102,7 @@ describe('a job runs while its upload arrives', () => {
     // Decrypted output is released after its integrity check only: never followed.
     const decrypting = openUpload(u.token, { fingerprint: key.fingerprint, passphrase: PASSPHRASE }, 'f.gpg', '/keys/decrypt');
     decrypting.req.write(streamed.subarray(0, 4 << 20));
-    const decRow = await until('the decryption to start', async () => {
+    const decRow = await until(async () => {
       const r = await s.c.db('jobs').where({ user_id: u.id, kind: 'decrypt', state: 'active' }).first();
       return r ?? undefined;
     });
@@ -134,7 +126,7 @@ describe('a job runs while its upload arrives', () => {
     expect(answer.status).toBe(202);
     expect([answer.body.state, answer.body.error?.code]).toEqual(['failed', 'malformed_message']);
     upload.req.destroy();
-    await until('the blobs to go', async () => ((await s.c.blob.stat(`jobs/${answer.body.job_id}/in/0`)) === null ? true : undefined));
+    await until(async () => ((await s.c.blob.stat(`jobs/${answer.body.job_id}/in/0`)) === null ? true : undefined));
   });
 
   it('a job that failed first is the answer when its clean-up breaks the upload before its event is heard (never a 500)', async () => {
@@ -160,7 +152,7 @@ describe('a job runs while its upload arrives', () => {
     try {
       const upload = openUpload(u.token, { fingerprint: key.fingerprint, passphrase: PASSPHRASE }, 'garbage.gpg', '/keys/decrypt');
       upload.req.write(randomBytes(1 << 20)); // not an OpenPGP message: the worker fails it at once
-      const row = await until('the job to fail', async () => ((await jobOf(u.id))?.state === 'failed' ? true : undefined));
+      const row = await until(async () => ((await jobOf(u.id))?.state === 'failed' ? true : undefined));
       expect(row).toBe(true);
       upload.req.write(randomBytes(1 << 20));
       upload.end();
@@ -179,12 +171,12 @@ describe('a job runs while its upload arrives', () => {
     const upload = openUpload(u.token, { fingerprint: key.fingerprint }, 'cut.bin');
     upload.response.catch(() => undefined);
     upload.req.write(randomBytes(12 << 20));
-    const row = await until('the job to start', async () => {
+    const row = await until(async () => {
       const r = await jobOf(u.id);
       return r?.state === 'active' ? r : undefined;
     });
     upload.req.destroy();
-    const failed = await until('the job to fail', async () => {
+    const failed = await until(async () => {
       const r = await s.c.db('jobs').where({ id: row.id }).first();
       return r.state === 'failed' ? r : undefined;
     });
