@@ -7,7 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream, mkdirSync } from 'node:fs';
-import { lstat, mkdir, open, readdir, rename, rm, stat, unlink } from 'node:fs/promises';
+import { lstat, mkdir, open, readdir, rename, rm, rmdir, stat, unlink } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -158,21 +158,16 @@ export class LocalBlobStore implements BlobStore {
 
   async deletePrefix(prefix: string): Promise<number> {
     const dir = join(this.root, assertValidPrefix(prefix));
-    try {
-      if (!(await lstat(dir)).isDirectory()) return 0;
-    } catch (err) {
-      if (isMissing(err)) return 0;
-      throw err;
-    }
     // Detach the folder first: readers see everything vanish at once, and the count is exact even if
     // a put into the prefix is finishing concurrently (it lands in a fresh folder).
     const detached = this.tmpPath();
-    await rename(dir, detached);
     try {
-      return await countFiles(detached);
-    } finally {
-      await rm(detached, { recursive: true, force: true });
+      await rename(dir, detached);
+    } catch (err) {
+      if (isMissing(err)) return 0; // no folder (or a file where one would be): nothing under the prefix
+      throw err;
     }
+    return removeTree(detached);
   }
 
   async sweepStale(olderThan: Date): Promise<number> {
@@ -211,11 +206,17 @@ export class LocalBlobStore implements BlobStore {
 
 const isMissing = (err: unknown) => errorCode(err) === 'ENOENT' || errorCode(err) === 'ENOTDIR';
 
-async function countFiles(dir: string): Promise<number> {
-  let count = 0;
+/** Removes a folder that nothing writes into any more, in one walk; returns how many files it held. */
+async function removeTree(dir: string): Promise<number> {
+  let files = 0;
   for (const entry of await readdir(dir, { withFileTypes: true })) {
-    if (entry.isDirectory()) count += await countFiles(join(dir, entry.name));
-    else count += 1;
+    const path = join(dir, entry.name);
+    if (entry.isDirectory()) files += await removeTree(path);
+    else {
+      await unlink(path);
+      files += 1;
+    }
   }
-  return count;
+  await rmdir(dir);
+  return files;
 }
