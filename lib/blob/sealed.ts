@@ -27,6 +27,7 @@ import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:cr
 import { createReadStream } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { Readable } from 'node:stream';
+import { LruCache } from '../lru';
 import type { Sealer } from '../sealer';
 import { type BlobStore, type ByteRange, type PutOptions, BlobNotFoundError, STREAM_CHUNK_BYTES } from './types';
 
@@ -164,35 +165,6 @@ async function* open(chunks: AsyncIterator<Frame>, dataKey: Buffer, blobKey: str
   if (!ended) throw fail('truncated');
 }
 
-/** A small LRU of data keys by job id, each kept a few minutes at most. */
-class KeyCache {
-  private readonly keys = new Map<string, { key: Buffer; until: number }>();
-
-  get(jobId: string): Buffer | undefined {
-    const hit = this.keys.get(jobId);
-    if (!hit) return undefined;
-    this.keys.delete(jobId);
-    if (hit.until < Date.now()) return undefined;
-    this.keys.set(jobId, hit);
-    return hit.key;
-  }
-
-  set(jobId: string, key: Buffer): Buffer {
-    this.keys.delete(jobId);
-    this.keys.set(jobId, { key, until: Date.now() + KEY_CACHE_MS });
-    if (this.keys.size > KEY_CACHE_SIZE) this.keys.delete(this.keys.keys().next().value!);
-    return key;
-  }
-
-  drop(jobId: string): void {
-    this.keys.delete(jobId);
-  }
-
-  clear(): void {
-    this.keys.clear();
-  }
-}
-
 async function readSmall(stream: Readable, max: number, what: string): Promise<Buffer> {
   const parts: Buffer[] = [];
   let bytes = 0;
@@ -209,7 +181,8 @@ async function readSmall(stream: Readable, max: number, what: string): Promise<B
 
 /** Wraps a store so that job blobs are sealed at rest (see the file comment). */
 export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
-  const cache = new KeyCache();
+  /** Data keys by job id, each kept a few minutes at most. */
+  const cache = new LruCache<string, Buffer>({ max: KEY_CACHE_SIZE, ttlMs: KEY_CACHE_MS });
   /** Loads and creations in progress, so that concurrent puts of a new job agree on one key. */
   const pending = new Map<string, Promise<Buffer>>();
 
@@ -339,12 +312,12 @@ export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
     async delete(key: string) {
       const dir = JOB_BLOB.exec(key);
       await inner.delete(key);
-      if (dir && dir[2] === KEY_NAME) cache.drop(dir[1]!);
+      if (dir && dir[2] === KEY_NAME) cache.delete(dir[1]!);
     },
     async deletePrefix(prefix: string) {
       const removed = await inner.deletePrefix(prefix);
       const dir = JOB_DIR.exec(prefix);
-      if (dir) cache.drop(dir[1]!);
+      if (dir) cache.delete(dir[1]!);
       else if (prefix === 'jobs/') cache.clear();
       return removed;
     },
