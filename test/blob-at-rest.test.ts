@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { mkdtemp, readFile, readdir, rm, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -47,6 +47,10 @@ describe('job blobs at rest', () => {
     const pool = await startWorkers(s.c, [{ queue: 'crypto', concurrency: 1 }]);
     try {
       expect((await waitJob(s.api, u.token, res.body.job_id)).state).toBe('completed');
+      // Then its uploads go, markers and segments (just after the job is announced); its output stays.
+      const jobDir = join(s.env.BLOB_STORE_URL!, 'jobs', res.body.job_id);
+      await vi.waitUntil(async () => !(await readdir(jobDir)).includes('in'), { timeout: 5000 });
+      expect(await readdir(join(jobDir, 'out'))).toContain('0');
       const ciphertext = await download(s.api, u.token, res.body.job_id);
       const dec = await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'm.gpg', data: ciphertext }] } });
       expect((await waitJob(s.api, u.token, dec.body.job_id)).state).toBe('completed');

@@ -13,6 +13,7 @@ import { failUnfinishedJob, findJobByIdempotencyKey, nextInput, type NextInput, 
  */
 export const jobBlob = {
   dir: (jobId: string) => `jobs/${jobId}/`,
+  inputs: (jobId: string) => `jobs/${jobId}/in/`,
   input: (jobId: string, n: number) => `jobs/${jobId}/in/${n}`,
   output: (jobId: string, n: number) => `jobs/${jobId}/out/${n}`,
   recipient: (jobId: string) => `jobs/${jobId}/recipient.asc`,
