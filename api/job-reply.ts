@@ -1,8 +1,7 @@
 import type { Container } from '../lib/container';
 import { invalid } from '../lib/errors';
-import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, jobView, preferWait, replayedJob, requestHash, statusUrl, submitJob, waitForJob } from '../lib/services/jobs';
+import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, jobView, preferWait, replayedJob, requestHash, statusUrl, submitJob, waitForJob, watchJobEnd, type JobEndWatch } from '../lib/services/jobs';
 import { findJob, findJobByIdempotencyKey, isFinished, type JobKind, type JobRow } from '../db/jobs';
-import { lastEventId } from '../lib/events';
 import type { Upload } from './upload';
 import type { AppContext, Reply } from './route';
 
@@ -10,17 +9,31 @@ import type { AppContext, Reply } from './route';
  * How every job-submitting endpoint answers: 202 with Location and the job, or, when the client sent
  * `Prefer: wait=N` and the job ended within N seconds, 200 with the finished job.
  */
-export async function replyWithJob(c: Container, ctx: AppContext, row: JobRow): Promise<Reply> {
-  const { row: current, wait } = await waitAsPreferred(c, ctx, row);
+export async function replyWithJob(c: Container, ctx: AppContext, row: JobRow, watch?: JobEndWatch): Promise<Reply> {
+  const { row: current, wait } = await waitAsPreferred(c, ctx, row, watch);
   const body = await jobView(c, current);
   if (wait !== undefined && isFinished(current.state)) return { status: 200, body, headers: { 'Preference-Applied': `wait=${wait}` } };
   return { status: 202, body, headers: { Location: body.status_url } };
 }
 
-/** Honours `Prefer: wait=N`: the job as it is after at most N seconds of waiting for it to end. */
-export async function waitAsPreferred(c: Container, ctx: AppContext, row: JobRow): Promise<{ row: JobRow; wait?: number }> {
+/**
+ * Honours `Prefer: wait=N`: the job as it is after at most N seconds of waiting for it to end. A `watch`
+ * begun before `row` was read saves reading it again (see waitForJob).
+ */
+export async function waitAsPreferred(c: Container, ctx: AppContext, row: JobRow, watch?: JobEndWatch): Promise<{ row: JobRow; wait?: number }> {
   const wait = preferWait(ctx.get('prefer'));
-  return { row: wait ? await waitForJob(c, row, wait) : row, wait };
+  return { row: wait ? await waitForJob(c, row, wait, watch) : row, wait };
+}
+
+/** A job read as `Prefer: wait=N` asks: when waiting, the watch begins before `read`, so the row is read once. */
+export async function readAsPreferred(c: Container, ctx: AppContext, userId: string, jobId: string, read: () => Promise<JobRow>): Promise<JobRow> {
+  if (!preferWait(ctx.get('prefer'))) return read();
+  const watch = await watchJobEnd(c, userId, jobId);
+  try {
+    return (await waitAsPreferred(c, ctx, await read(), watch)).row;
+  } finally {
+    watch.stop();
+  }
 }
 
 /** `Idempotency-Key` header: up to 255 visible ASCII characters, or absent. */
@@ -84,24 +97,30 @@ export async function submitAndReply(
     // `monitor` link, RFC 8297 and 5989), so that a client can follow it, or download the ciphertext of
     // an encryption as it is produced (`?follow=true`), before this request has been answered.
     ctx.res.writeEarlyHints({ link: `<${statusUrl(row.id)}>; rel="monitor"` });
-    // A job that fails while its files still arrive (a damaged first file) is answered at once: the rest
-    // of the upload is drained, not stored.
+    // The job's end is watched from before its files are stored. A job that fails while its files still
+    // arrive (a damaged first file) is answered at once: the rest of the upload is drained, not stored.
+    // And a `Prefer: wait` below needs no second watch nor a second read of the row.
     const ended = new JobEndedDuringUpload();
-    const jobId = row.id;
-    const unlisten = await c.eventHub.listen(job.userId, await lastEventId(c.redis, c.config.redisPrefix, job.userId), (events) => {
-      if (events.some((e) => e.type === 'job.failed' && e.data.job_id === jobId)) upload.stop(ended);
+    let uploading = true;
+    const watch = await watchJobEnd(c, job.userId, row.id, (e) => {
+      if (uploading && e.type === 'job.failed') upload.stop(ended);
     });
-    upload.begin(true);
     try {
-      const files = await upload.files();
-      row = await completeUpload(c, row, files, requestHash(job.kind, job.body, files));
-    } catch (err) {
-      // A job that failed first is the answer, whether its event stopped the upload or its clean-up
-      // (the job's files deleted) broke a write before the event arrived.
-      if (await failUpload(c, row, err)) throw err;
-      row = (await findJob(c.db, row.id)) ?? row;
+      upload.begin(true);
+      try {
+        const files = await upload.files();
+        row = await completeUpload(c, row, files, requestHash(job.kind, job.body, files));
+      } catch (err) {
+        // A job that failed first is the answer, whether its event stopped the upload or its clean-up
+        // (the job's files deleted) broke a write before the event arrived.
+        if (await failUpload(c, row, err)) throw err;
+        row = (await findJob(c.db, row.id)) ?? row;
+      } finally {
+        uploading = false;
+      }
+      return await replyWithJob(c, ctx, row, watch);
     } finally {
-      unlisten();
+      watch.stop();
     }
   }
   return replyWithJob(c, ctx, row);

@@ -56,6 +56,13 @@ describe('a job runs while its upload arrives', () => {
       return row && row.state === 'active' && (row.progress.bytes_done ?? 0) > 8 << 20 ? row : undefined;
     });
     expect(running.uploaded_at).toBeNull();
+    // `Prefer: wait` ends after its N seconds with the job as it is; for another user's job it is a 404 at once.
+    const waited = await s.api('GET', `/jobs/${running.id}`, { token: u.token, headers: { prefer: 'wait=1' } });
+    expect([waited.status, waited.body.state]).toEqual([200, 'active']);
+    const other = await registerUser(s.api);
+    const asked = Date.now();
+    expect((await s.api('GET', `/jobs/${running.id}`, { token: other.token, headers: { prefer: 'wait=10' } })).status).toBe(404);
+    expect(Date.now() - asked).toBeLessThan(5000);
     upload.req.write(data.subarray(data.length - 1024));
     upload.end();
     const answer = await upload.response;

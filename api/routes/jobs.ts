@@ -3,7 +3,7 @@ import { route } from '../route';
 import { Job } from '../schemas/jobs';
 import { conflict, gone, notFound } from '../../lib/errors';
 import { arrivingInput, jobBlob, jobView } from '../../lib/services/jobs';
-import { waitAsPreferred } from '../job-reply';
+import { readAsPreferred } from '../job-reply';
 import { findJob, findUserJob, isFinished, jobFiles, type JobRow } from '../../db/jobs';
 import { encryptedOutput, EncryptRequest } from '../../jobs/encrypt-files';
 import { FormBoolean } from '../schemas/keys';
@@ -34,7 +34,7 @@ export default [
     params: JobParams,
     responses: { 200: { description: 'The job', schema: Job } },
     async handler({ c, ctx, user, params, meta }) {
-      const { row } = await waitAsPreferred(c, ctx, await requireJob(c, user.id, params.job_id, meta));
+      const row = await readAsPreferred(c, ctx, user.id, params.job_id, () => requireJob(c, user.id, params.job_id, meta));
       return { body: await jobView(c, row) };
     },
   }),

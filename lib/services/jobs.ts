@@ -206,32 +206,60 @@ export async function arrivingInput(c: Container, jobId: string, n: number, sign
  */
 const WAIT_POLL_MS = 1000;
 
+/** The end of one job as this process's event hub sees it, from the moment the watch began. */
+export interface JobEndWatch {
+  /** Waits at most `ms` for the job's end event; true when it came (since the watch began or the last call). */
+  next(ms: number): Promise<boolean>;
+  stop(): void;
+}
+
+/** Watches for job `jobId`'s `job.completed` or `job.failed`; `onEnd` sees the event as it arrives. */
+export async function watchJobEnd(c: Container, userId: string, jobId: string, onEnd?: (event: AccountEvent) => void): Promise<JobEndWatch> {
+  let seen = false;
+  let wake = () => {};
+  const stop = await c.eventHub.listen(userId, await lastEventId(c.redis, c.config.redisPrefix, userId), (events) => {
+    for (const e of events) {
+      if ((e.type !== 'job.completed' && e.type !== 'job.failed') || e.data.job_id !== jobId) continue;
+      seen = true;
+      onEnd?.(e);
+      wake();
+    }
+  });
+  return {
+    stop,
+    next: (ms) =>
+      new Promise<boolean>((resolve) => {
+        const timer = setTimeout(() => resolve(false), ms);
+        wake = () => {
+          clearTimeout(timer);
+          seen = false;
+          resolve(true);
+        };
+        if (seen) wake();
+      }),
+  };
+}
+
 /**
  * `Prefer: wait=N` (RFC 7240): the job as it is when it ends, or after N seconds. The row in Postgres is
  * the one source of truth (the worker commits it before it announces the end); the job's end event,
  * through the process's event hub, says when to read it again, and a slow poll covers a missed event.
+ * `watch`, when given, began before `row` was read, so no end can have slipped between the two; without
+ * one, the wait begins its own and reads the row again.
  */
-export async function waitForJob(c: Container, row: JobRow, seconds: number): Promise<JobRow> {
+export async function waitForJob(c: Container, row: JobRow, seconds: number, watch?: JobEndWatch): Promise<JobRow> {
   if (isFinished(row.state)) return row;
   const deadline = Date.now() + seconds * 1000;
-  let wake = () => {};
-  const ended = (events: AccountEvent[]) => events.some((e) => (e.type === 'job.completed' || e.type === 'job.failed') && e.data.job_id === row.id);
-  const stop = await c.eventHub.listen(row.user_id, await lastEventId(c.redis, c.config.redisPrefix, row.user_id), (events) => ended(events) && wake());
+  const own = watch ? undefined : await watchJobEnd(c, row.user_id, row.id);
   try {
-    let current = (await findUserJob(c.db, row.user_id, row.id)) ?? row;
+    let current = own ? ((await findUserJob(c.db, row.user_id, row.id)) ?? row) : row;
     while (!isFinished(current.state) && Date.now() < deadline) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, Math.min(WAIT_POLL_MS, deadline - Date.now()));
-        wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
+      await (watch ?? own!).next(Math.min(WAIT_POLL_MS, deadline - Date.now()));
       current = (await findUserJob(c.db, row.user_id, row.id)) ?? current;
     }
     return current;
   } finally {
-    stop();
+    own?.stop();
   }
 }
 
