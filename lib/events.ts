@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Container } from './container';
-import { fanOut } from './services/webhooks';
+import { eventTargets, fanOut } from './services/webhooks';
 
 /**
  * Account events go to a Redis stream per account, trimmed to the newest ~STREAM_MAX_LEN, delivered
@@ -117,8 +117,8 @@ export async function eventHistory(redis: Redis, redisPrefix: string, userId: st
 export async function emitEvent(c: Container, userId: string, type: EventType, data: Record<string, unknown>): Promise<void> {
   const at = c.clock.now();
   try {
-    const id = await publishEvent(c.redis, c.config.redisPrefix, userId, type, data, at);
-    if (id) await fanOut(c, { id, type, created_at: at.toISOString(), account: userId, data });
+    const [id, endpoints] = await Promise.all([publishEvent(c.redis, c.config.redisPrefix, userId, type, data, at), eventTargets(c, userId)]);
+    if (id) await fanOut(c, { id, type, created_at: at.toISOString(), account: userId, data }, endpoints);
   } catch (err) {
     c.log.warn({ err, type }, 'could not publish an account event or queue its webhooks');
   }

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Container } from '../container';
 import { conflict, invalid } from '../errors';
+import { LruCache } from '../lru';
 import { notYours } from './access';
 import type { AccountEvent } from '../events';
 import { checkWebhookUrl } from '../webhooks/address';
@@ -125,8 +126,8 @@ async function enqueueAttempts(c: Container, delivery: Pick<DeliveryRow, 'id'>, 
  */
 const TARGETS_MAX_AGE_MS = 60_000;
 const TARGETS_MAX_ACCOUNTS = 10_000;
-type Targets = { version: string | null; readAt: number; endpoints: Pick<EndpointRow, 'id' | 'user_id' | 'event_types'>[] };
-const targetCaches = new WeakMap<Container, Map<string, Targets>>();
+type Targets = { version: string | null; endpoints: Pick<EndpointRow, 'id' | 'user_id' | 'event_types'>[] };
+const targetCaches = new WeakMap<Container, LruCache<string, Targets>>();
 const endpointsVersionKey = (c: Container, userId: string) => `${c.config.redisPrefix}:webhook-endpoints:${userId}`;
 
 /** After a committed change to an account's endpoints: every process reads them again at its next event. */
@@ -135,25 +136,22 @@ async function endpointsChanged(c: Container, userId: string): Promise<void> {
   await c.redis.incr(endpointsVersionKey(c, userId)).catch((err: unknown) => c.log.warn({ err, user_id: userId }, 'could not announce a webhook endpoint change; other processes see it within a minute'));
 }
 
-async function eventTargets(c: Container, userId: string): Promise<Targets['endpoints']> {
+/** The account's enabled endpoints (read in parallel with the event's publication: one round trip to Redis). */
+export async function eventTargets(c: Container, userId: string): Promise<Targets['endpoints']> {
   let cache = targetCaches.get(c);
-  if (!cache) targetCaches.set(c, (cache = new Map()));
+  if (!cache) targetCaches.set(c, (cache = new LruCache({ max: TARGETS_MAX_ACCOUNTS, ttlMs: TARGETS_MAX_AGE_MS })));
   const version = await c.redis.get(endpointsVersionKey(c, userId));
   const known = cache.get(userId);
-  if (known && known.version === version && Date.now() - known.readAt < TARGETS_MAX_AGE_MS) return known.endpoints;
-  const targets: Targets = { version, readAt: Date.now(), endpoints: await enabledEndpoints(c.db, userId) };
-  cache.delete(userId);
-  if (cache.size >= TARGETS_MAX_ACCOUNTS) cache.delete(cache.keys().next().value!);
-  cache.set(userId, targets);
-  return targets.endpoints;
+  if (known && known.version === version) return known.endpoints;
+  return cache.set(userId, { version, endpoints: await enabledEndpoints(c.db, userId) }).endpoints;
 }
 
 /**
  * Queues a delivery of an account event to every endpoint subscribed to its type. Called after the
  * event is published; a failure is the caller's to log (the event itself stands).
  */
-export async function fanOut(c: Container, event: AccountEvent): Promise<number> {
-  const targets = (await eventTargets(c, event.account)).filter((t) => takesEvent(t, event.type));
+export async function fanOut(c: Container, event: AccountEvent, endpoints?: Targets['endpoints']): Promise<number> {
+  const targets = (endpoints ?? (await eventTargets(c, event.account))).filter((t) => takesEvent(t, event.type));
   if (!targets.length) return 0;
   const body = JSON.stringify(event);
   const now = c.clock.now();
