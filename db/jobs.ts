@@ -77,6 +77,26 @@ export async function insertInputFile(db: Knex, jobId: string, f: Omit<JobFileRo
   await db('job_files').insert({ ...f, size: 0, job_id: jobId, role: 'input' });
 }
 
+/**
+ * Records the end of a job's upload in one statement: each input's size, the totals merged into its
+ * progress, `uploaded_at` and the request's hash. Undefined when the job failed meanwhile, or its upload
+ * was already recorded.
+ */
+export async function recordUploadEnd(db: Knex, jobId: string, files: { n: number; size: number }[], at: Date, requestHash: string): Promise<JobRow | undefined> {
+  const totals: JobProgress = { bytes_total: files.reduce((n, f) => n + f.size, 0), files_total: files.length };
+  const { rows } = await db.raw<{ rows: JobRow[] }>(
+    `with sizes as (
+       update job_files set size = s.size from unnest(?::int[], ?::bigint[]) as s(n, size)
+       where job_files.job_id = ? and job_files.role = 'input' and job_files.n = s.n
+     )
+     update jobs set progress = progress || ?::jsonb, uploaded_at = ?, request_hash = ?
+     where id = ? and uploaded_at is null and state <> 'failed'
+     returning *`,
+    [files.map((f) => f.n), files.map((f) => f.size), jobId, JSON.stringify(totals), at, requestHash, jobId],
+  );
+  return rows[0];
+}
+
 export interface NextInput {
   file?: JobFileRow;
   /** The upload has ended (no more inputs will come). */

@@ -5,7 +5,7 @@ import type { Knex } from 'knex';
 import { emitEvent, lastEventId, type AccountEvent } from '../events';
 import { AppError, conflict, invalid } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { failUnfinishedJob, findJobByIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, mergeProgress, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
+import { failUnfinishedJob, findJobByIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
 
 /**
  * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
@@ -74,8 +74,11 @@ export interface SubmitInput {
   /** The managed API key the request came with, if any. */
   apiKeyId?: string;
   requestId: string;
-  /** Enqueues the BullMQ job with the given id (the row id, so a retry of submit cannot double it). */
-  enqueue(jobId: string): Promise<unknown>;
+  /**
+   * Enqueues the BullMQ job with the given id (the row id, so a retry of submit cannot double it).
+   * Absent for a file job: its upload enqueues it once the first input has begun (api/upload.ts).
+   */
+  enqueue?(jobId: string): Promise<unknown>;
 }
 
 /** Fields never part of a request hash: secrets stay out of the database, hashed or not. */
@@ -140,7 +143,7 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
     throw err;
   }
   try {
-    await input.enqueue(input.id);
+    await input.enqueue?.(input.id);
   } catch (err) {
     await c.db('jobs').where({ id: input.id }).delete();
     await c.blob.deletePrefix(jobBlob.dir(input.id)).catch(() => undefined);
@@ -154,14 +157,14 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
  * checked on the real sizes, and `uploaded_at` set, which tells the worker that no more files come.
  */
 export async function completeUpload(c: Container, row: JobRow, files: { n: number; size: number }[], hash: string): Promise<JobRow> {
-  const bytes = files.reduce((n, f) => n + f.size, 0);
-  const recorded = await c.db.transaction(async (trx) => {
-    await enforceUploadLimits(c, trx, row.user_id, row.kind, files.map((f) => f.size));
-    for (const f of files) await trx('job_files').where({ job_id: row.id, role: 'input', n: f.n }).update({ size: f.size });
-    await mergeProgress(trx, row.id, { bytes_total: bytes, files_total: files.length });
-    const [updated] = await trx<JobRow>('jobs').where({ id: row.id }).whereNull('uploaded_at').whereNot('state', 'failed').update({ uploaded_at: c.clock.now(), request_hash: hash }).returning('*');
-    return updated;
-  });
+  const record = (db: Knex) => recordUploadEnd(db, row.id, files, c.clock.now(), hash);
+  // Plan limits are checked on the real sizes under the account's lock, in one transaction with the record.
+  const recorded = jobLimitsApply(c, row.kind)
+    ? await c.db.transaction(async (trx) => {
+        await enforceUploadLimits(c, trx, row.user_id, row.kind, files.map((f) => f.size));
+        return record(trx);
+      })
+    : await record(c.db);
   if (recorded) return recorded;
   // The job failed while its files still arrived (a damaged first file): the answer is that job, and
   // what the rest of the upload stored after the worker's clean-up goes too.
