@@ -1,8 +1,8 @@
 /**
  * The service's byte path in one process, without HTTP, Postgres or queues: what a job's bytes cost in
  * CPU (user and system separately) through the same code the service runs. Not a test.
- *   upload    file → SHA-256 pass (as api/route.ts) → job-file store as the service stacks it (followable
- *             segments, sealed, local folder)
+ *   upload    file in 64 KiB reads (as a socket's) → SHA-256 pass (as api/upload.ts) → job-file store as
+ *             the service stacks it (followable segments, sealed, local folder)
  *   encrypt   blob → progress count → encryptStream (native SEIPDv1) → output quota → sealed blob
  *   download  sealed blob → a sink (the API's response body)
  *   decrypt   sealed ciphertext blob → progress count → openEncrypted → decrypt → sealed blob (sha256 checked)
@@ -94,7 +94,7 @@ try {
   let progress = 0;
   for (let i = 0; i < runs; i++) {
     const [job1, job2] = [randomUUID(), randomUUID()];
-    keep('upload', await timed(async () => void (await store.put(`jobs/${job1}/in/0`, digested(createReadStream(input, { highWaterMark: MiB }))))));
+    keep('upload', await timed(async () => void (await store.put(`jobs/${job1}/in/0`, digested(createReadStream(input, { highWaterMark: 64 << 10 }))))));
     keep('encrypt', await timed(async () => {
       const source = counted(await store.get(`jobs/${job1}/in/0`), (n) => (progress = n));
       const out = await encryptStream(source, keys.publicKey, { armor: false, filename: 'input.bin' });

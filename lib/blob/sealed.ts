@@ -247,7 +247,9 @@ export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
         yield buf;
       }
     }
-    const sealed = Readable.from(seal(counted(), chunkKeyOf.key, chunkKeyOf.salt), { objectMode: false, highWaterMark: CHUNK });
+    // Object mode: the pieces as the cipher made them (the store's write stream gathers them into one
+    // writev). In byte mode each read copied a chunk and its tag together: every byte stored, once more.
+    const sealed = Readable.from(seal(counted(), chunkKeyOf.key, chunkKeyOf.salt), { objectMode: true, highWaterMark: 2 });
     try {
       await inner.put(key, sealed, { signal: opts.signal });
     } finally {
