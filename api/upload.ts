@@ -85,7 +85,7 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
           }
         : undefined;
       // The SHA-256 is only ever compared on an Idempotency-Key replay: without the header it is not worth its CPU.
-      return c.blob.put(jobBlob.input(upload.id, file.n), hashed ? digested(source, (hex) => digests.set(file.n, hex)) : source, { onOpen });
+      return c.blob.put(jobBlob.input(upload.id, file.n), hashed ? digested(source, (hex) => digests.set(file.n, hex)) : source, { onOpen, fresh: true });
     },
   });
   try {

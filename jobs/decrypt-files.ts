@@ -40,7 +40,7 @@ export const decryptFiles = defineTrackedJob({
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const generations = (await lineageGenerations(c.db, lineage.id)).map((g) => verifiedKey(c, g));
     const openedBy = new Map<number, string>(); // input n → the generation that opened it
-    const done = await transformFiles(c, row.id, progress, signal, async (source, file) => {
+    const done = await transformFiles(c, row, progress, signal, async (source, file) => {
       const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
       const key = generations.find((g) => g.encryption_key_ids.some((id) => message.encryptionKeyIds.includes(id)));
       if (!key) {

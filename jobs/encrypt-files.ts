@@ -49,7 +49,7 @@ export const encryptFiles = defineTrackedJob({
       const armored = await readText(await c.blob.get(jobBlob.recipient(row.id)), MAX_PUBLIC_KEY_BYTES);
       recipient = (await readRecipientKey(armored, c.clock.now())).key;
     }
-    const done = await transformFiles(c, row.id, progress, signal, async (source, file) => ({
+    const done = await transformFiles(c, row, progress, signal, async (source, file) => ({
       stream: await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name, signal }),
       ...encryptedOutput(file.name, req.armor),
     }));

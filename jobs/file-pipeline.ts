@@ -4,7 +4,7 @@ import { tooLarge } from '../lib/errors';
 import { ONE_PIECE, counted } from '../lib/streams';
 import { arrivingInput, jobBlob } from '../lib/services/jobs';
 import { UnrecoverableError } from 'bullmq';
-import { type JobFileRow, type JobProgress, type OutputFile } from '../db/jobs';
+import { type JobFileRow, type JobProgress, type JobRow, type OutputFile } from '../db/jobs';
 import type { Progress } from './tracked';
 
 export interface Transformed {
@@ -34,13 +34,16 @@ export interface FilesDone {
  */
 export async function transformFiles(
   c: Container,
-  jobId: string,
+  job: Pick<JobRow, 'id' | 'attempts'>,
   progress: Progress,
   signal: AbortSignal,
   transform: (source: Readable, file: JobFileRow) => Promise<Transformed>,
 ): Promise<FilesDone> {
   const inputs: JobFileRow[] = [];
   const outputs: OutputFile[] = [];
+  const jobId = job.id;
+  // No output of this job exists before its first attempt (the row counts attempts as they start).
+  const fresh = job.attempts === 1;
   const quota = { left: c.config.limits.maxJobOutputBytes };
   let before = 0;
   for (let file = await nextFile(c, jobId, 0, signal); file; file = await nextFile(c, jobId, inputs.length, signal)) {
@@ -56,7 +59,7 @@ export async function transformFiles(
       const out = await transform(source, file);
       // A put that fails before it reads (no data key, a storage error) leaves the output unread: it is
       // destroyed with its input, or its own later error (the input gone) would have no listener.
-      const { size } = await c.blob.put(jobBlob.output(jobId, file.n), withinQuota(out.stream, quota), { signal }).catch((err: unknown) => {
+      const { size } = await c.blob.put(jobBlob.output(jobId, file.n), withinQuota(out.stream, quota), { signal, fresh }).catch((err: unknown) => {
         out.stream.destroy();
         source.destroy();
         throw err;

@@ -87,7 +87,7 @@ export const rewrapFiles = defineTrackedJob({
     };
     const moved: { n: number; name: string; from: KeyRow }[] = [];
 
-    const done = await transformFiles(c, row.id, progress, signal, async (input, file) => {
+    const done = await transformFiles(c, row, progress, signal, async (input, file) => {
       let stream: Readable;
       let armored: boolean;
       let from: KeyRow;

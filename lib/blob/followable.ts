@@ -102,7 +102,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
     source.on('error', () => undefined);
     const it = source[Symbol.asyncIterator]() as AsyncIterator<Buffer | string>;
     const write = randomBytes(16).toString('hex');
-    const previous = await writesOf(key).catch(() => []);
+    const previous = putOpts.fresh ? [] : await writesOf(key).catch(() => []);
     let pending: Promise<IteratorResult<Buffer | string>> | undefined;
     let carry: Buffer | undefined;
     let ended = false;
@@ -146,7 +146,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
     let segments = 0;
     try {
       // The old end marker goes first: from now on nobody may take the old write for the file.
-      await inner.delete(key);
+      if (!putOpts.fresh) await inner.delete(key);
       await putSmall(headKey(key), write);
       await putOpts.onOpen?.();
       while (!ended) {

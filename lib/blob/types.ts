@@ -18,6 +18,11 @@ export interface PutOptions {
    * of its bytes is stored; an error fails the put.
    */
   onOpen?(): Promise<void>;
+  /**
+   * Followable job files: no earlier write of this key can exist (an input of a new job, the outputs of
+   * a job's first attempt), so none is looked for to be replaced: 3 fewer store operations per file.
+   */
+  fresh?: boolean;
 }
 
 /** Inclusive byte range, as in HTTP `Range: bytes=start-end`; `end` defaults to the last byte. */

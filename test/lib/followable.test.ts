@@ -119,6 +119,18 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
     expect(sha(await collect(await reader.get(k)))).toBe(sha(fresh));
   });
 
+  it.runIf(backend === 'local')("a fresh put (a new job's file) only writes: it looks for no earlier write to replace", async () => {
+    const calls: string[] = [];
+    const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), sealer);
+    const spied = new Proxy(sealed, { get: (target, name: keyof BlobStore) => (typeof target[name] === 'function' ? (...args: unknown[]) => (calls.push(String(name)), (target[name] as (...a: unknown[]) => unknown)(...args)) : target[name]) });
+    const store = followableJobFiles(spied, { segmentBytes: SEGMENT });
+    const k = key();
+    const data = randomBytes(2 * SEGMENT + 5);
+    await store.put(k, Readable.from([data]), { fresh: true });
+    expect(calls).toEqual(['put', 'put', 'put', 'put', 'put']); // head, three segments, end marker
+    expect(sha(await collect(await reader.get(k)))).toBe(sha(data));
+  });
+
   it.runIf(backend === 'local')('deleting the file or its folder removes every segment', async () => {
     const k = key();
     const dir = k.split('/').slice(0, 2).join('/');
