@@ -58,9 +58,8 @@ export interface JobSubmission {
 /**
  * What every job-submitting endpoint does: a replayed Idempotency-Key answers with the first job;
  * otherwise `prepare` (checks, the stored request, how to enqueue) runs and the job is recorded,
- * enqueued and answered (202, or 200 under `Prefer: wait`). A file job is enqueued once its first file
- * has begun to be stored, and runs while the rest arrives (api/upload.ts); it is answered when the
- * upload has ended.
+ * enqueued and answered (202, or 200 under `Prefer: wait`). A file job is enqueued at its first file
+ * and runs while the rest arrives (api/upload.ts); it is answered when the upload has ended.
  */
 export async function submitAndReply(
   c: Container,
@@ -86,7 +85,7 @@ export async function submitAndReply(
       requestHash: upload ? null : requestHash(job.kind, job.body),
       apiKeyId: ctx.state.user?.apiKey?.id,
       requestId: job.requestId,
-      enqueue: upload ? undefined : enqueue,
+      enqueue,
     });
   } catch (err) {
     // Two concurrent requests with one Idempotency-Key: the loser answers as a replay of the winner.
@@ -107,7 +106,7 @@ export async function submitAndReply(
       if (uploading && e.type === 'job.failed') upload.stop(ended);
     });
     try {
-      upload.begin(true, () => enqueue(job.id));
+      upload.begin(true);
       try {
         const files = await upload.files();
         row = await completeUpload(c, row, files, requestHash(job.kind, job.body, files));

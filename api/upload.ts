@@ -14,20 +14,16 @@ export interface StoredFile extends UploadedFile {
 /**
  * The files of a job submission (multipart field `files`), stored as the inputs of job `id` while that
  * job already runs (issue 13). The route's handler runs at the first file part, with the fields sent
- * before it (the form documents that files come last); it records the job, then calls `begin`. Only
- * then are the files stored, each one's input row written as it starts so that the worker can follow
- * it, and the job enqueued once the first one's row exists: its worker finds that input at once instead
- * of polling for it. `files()` settles when the whole form has been read.
+ * before it (the form documents that files come last); it records and enqueues the job, then calls
+ * `begin`. Only then are the files stored, each one's input row written as it starts so that the worker
+ * can follow it; `files()` settles when the whole form has been read.
  */
 export interface Upload {
   id: string;
   /** A file part arrived, so the handler runs while the files stream in. */
   streaming: boolean;
-  /**
-   * Lets the files be stored: as job `id`'s inputs, `enqueue` called once the first has begun, or (`asJob`
-   * false: a replay) only to be hashed and dropped.
-   */
-  begin(asJob: boolean, enqueue?: () => Promise<unknown>): void;
+  /** Lets the files be stored: as job `id`'s inputs, or (`asJob` false: a replay) only to be hashed and dropped. */
+  begin(asJob: boolean): void;
   /** The stored files once the form has been read; rejects with the upload's error. */
   files(): Promise<StoredFile[]>;
   /** Ends the upload early (its job ended): `files()` rejects with `reason`, the rest is drained, not stored. */
@@ -45,7 +41,6 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
   const hashed = Boolean(ctx.get('idempotency-key'));
   const digests = new Map<number, string>();
   let asJob = false;
-  let enqueueJob: (() => Promise<unknown>) | undefined;
   let release!: () => void;
   const released = new Promise<void>((resolve) => (release = resolve));
   let handled: Promise<R> | undefined;
@@ -53,9 +48,8 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
   const upload: Upload = {
     id: newJobId(),
     streaming: false,
-    begin(job, enqueue) {
+    begin(job) {
       asJob = job;
-      enqueueJob = enqueue;
       release();
     },
     files: () => form.then((f) => f.files.map((file) => ({ ...file, sha256: digests.get(file.n) ?? '' }))),
@@ -78,12 +72,7 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
     store(file, source) {
       // The input is recorded (and so followed by the worker) only once its put has opened: by then the
       // job's data key exists (lib/blob/sealed.ts), and the worker never makes one of its own.
-      const onOpen = asJob
-        ? async () => {
-            await insertInputFile(c.db, upload.id, { n: file.n, name: file.name, content_type: file.contentType });
-            if (file.n === 0) await enqueueJob?.();
-          }
-        : undefined;
+      const onOpen = asJob ? () => insertInputFile(c.db, upload.id, { n: file.n, name: file.name, content_type: file.contentType }) : undefined;
       // The SHA-256 is only ever compared on an Idempotency-Key replay: without the header it is not worth its CPU.
       return c.blob.put(jobBlob.input(upload.id, file.n), hashed ? digested(source, (hex) => digests.set(file.n, hex)) : source, { onOpen, fresh: true });
     },
@@ -100,7 +89,7 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
     return await handle(read!.fields, upload);
   } finally {
     // Uploads that did not become a job (invalid form, refused key, replayed request) are dropped. One
-    // that did stays with its job (`begin(true)` comes only once the job is recorded).
+    // that did stays with its job (`begin(true)` comes only once the job is recorded and enqueued).
     if (!asJob) await c.blob.deletePrefix(jobBlob.dir(upload.id)).catch(() => undefined);
   }
 }

@@ -74,11 +74,8 @@ export interface SubmitInput {
   /** The managed API key the request came with, if any. */
   apiKeyId?: string;
   requestId: string;
-  /**
-   * Enqueues the BullMQ job with the given id (the row id, so a retry of submit cannot double it).
-   * Absent for a file job: its upload enqueues it once the first input has begun (api/upload.ts).
-   */
-  enqueue?(jobId: string): Promise<unknown>;
+  /** Enqueues the BullMQ job with the given id (the row id, so a retry of submit cannot double it). */
+  enqueue(jobId: string): Promise<unknown>;
 }
 
 /** Fields never part of a request hash: secrets stay out of the database, hashed or not. */
@@ -143,7 +140,7 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
     throw err;
   }
   try {
-    await input.enqueue?.(input.id);
+    await input.enqueue(input.id);
   } catch (err) {
     await c.db('jobs').where({ id: input.id }).delete();
     await c.blob.deletePrefix(jobBlob.dir(input.id)).catch(() => undefined);
