@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { createKey, encrypt } from './support/keys';
 import { startProcess, waitForOutput } from './support/process';
 import { Webhook } from 'standardwebhooks';
-import { eventStream } from '../lib/events';
+import { emitEvent, eventStream } from '../lib/events';
+import { watchJobEnd } from '../lib/services/jobs';
 import { signedHeaders, startReceiver } from './support/webhook-receiver';
 
 /** Account events: live over SSE, resumable on another API process, per account, and listed. */
@@ -156,6 +157,26 @@ describe('job outcomes', () => {
       await live.close();
     } finally {
       await receiver.close();
+    }
+  });
+});
+
+describe('watching for the end of a job (Prefer: wait)', () => {
+  it('keeps an end that arrives while nobody waits, and gives up after its time otherwise', async () => {
+    const u = await registerUser(s.api);
+    const jobId = randomUUID();
+    const watch = await watchJobEnd(s.c, u.id, jobId);
+    try {
+      expect(await watch.next(50)).toBe(false);
+      await emitEvent(s.c, u.id, 'job.completed', { job_id: randomUUID(), kind: 'encrypt', state: 'completed' }); // another job
+      await emitEvent(s.c, u.id, 'job.completed', { job_id: jobId, kind: 'encrypt', state: 'completed' });
+      await new Promise((resolve) => setTimeout(resolve, 300)); // delivered while no `next` is pending
+      const asked = Date.now();
+      expect(await watch.next(5000)).toBe(true);
+      expect(Date.now() - asked).toBeLessThan(1000);
+      expect(await watch.next(50)).toBe(false); // used up
+    } finally {
+      watch.stop();
     }
   });
 });

@@ -216,26 +216,33 @@ export interface JobEndWatch {
 /** Watches for job `jobId`'s `job.completed` or `job.failed`; `onEnd` sees the event as it arrives. */
 export async function watchJobEnd(c: Container, userId: string, jobId: string, onEnd?: (event: AccountEvent) => void): Promise<JobEndWatch> {
   let seen = false;
-  let wake = () => {};
+  let wake: (() => void) | undefined;
   const stop = await c.eventHub.listen(userId, await lastEventId(c.redis, c.config.redisPrefix, userId), (events) => {
     for (const e of events) {
       if ((e.type !== 'job.completed' && e.type !== 'job.failed') || e.data.job_id !== jobId) continue;
       seen = true;
       onEnd?.(e);
-      wake();
+      wake?.();
     }
   });
   return {
     stop,
     next: (ms) =>
       new Promise<boolean>((resolve) => {
-        const timer = setTimeout(() => resolve(false), ms);
+        if (seen) {
+          seen = false;
+          return resolve(true);
+        }
+        const timer = setTimeout(() => {
+          wake = undefined;
+          resolve(false);
+        }, ms);
         wake = () => {
           clearTimeout(timer);
+          wake = undefined;
           seen = false;
           resolve(true);
         };
-        if (seen) wake();
       }),
   };
 }
