@@ -73,39 +73,42 @@ export async function submitAndReply(
   const replay = key ? await findJobByIdempotencyKey(c.db, job.userId, key) : undefined;
   if (replay) return replyToReplay(c, ctx, job, key!, replay);
   const { request, enqueue } = await prepare();
-  let row: JobRow;
+  // The job's end is watched from before it can end, when something waits for it: its upload (a job that
+  // fails while its files still arrive, a damaged first file, is answered at once: the rest of the upload
+  // is drained, not stored) and a `Prefer: wait`, which then needs no second read of the row.
+  const ended = new JobEndedDuringUpload();
+  let uploading = Boolean(upload);
+  const watch =
+    upload || preferWait(ctx.get('prefer'))
+      ? await watchJobEnd(c, job.userId, job.id, (e) => {
+          if (uploading && e.type === 'job.failed') upload!.stop(ended);
+        })
+      : undefined;
   try {
-    row = await submitJob(c, {
-      id: job.id,
-      userId: job.userId,
-      kind: job.kind,
-      request,
-      uploading: Boolean(upload),
-      idempotencyKey: key,
-      requestHash: upload ? null : requestHash(job.kind, job.body),
-      apiKeyId: ctx.state.user?.apiKey?.id,
-      requestId: job.requestId,
-      enqueue,
-    });
-  } catch (err) {
-    // Two concurrent requests with one Idempotency-Key: the loser answers as a replay of the winner.
-    if (err instanceof DuplicateIdempotencyKey) return replyToReplay(c, ctx, job, key!, (await findJobByIdempotencyKey(c.db, job.userId, key!))!);
-    throw err;
-  }
-  if (upload) {
-    // The job runs from now on, while its files arrive: say where it is at once (103 Early Hints, a
-    // `monitor` link, RFC 8297 and 5989), so that a client can follow it, or download the ciphertext of
-    // an encryption as it is produced (`?follow=true`), before this request has been answered.
-    ctx.res.writeEarlyHints({ link: `<${statusUrl(row.id)}>; rel="monitor"` });
-    // The job's end is watched from before its files are stored. A job that fails while its files still
-    // arrive (a damaged first file) is answered at once: the rest of the upload is drained, not stored.
-    // And a `Prefer: wait` below needs no second watch nor a second read of the row.
-    const ended = new JobEndedDuringUpload();
-    let uploading = true;
-    const watch = await watchJobEnd(c, job.userId, row.id, (e) => {
-      if (uploading && e.type === 'job.failed') upload.stop(ended);
-    });
+    let row: JobRow;
     try {
+      row = await submitJob(c, {
+        id: job.id,
+        userId: job.userId,
+        kind: job.kind,
+        request,
+        uploading: Boolean(upload),
+        idempotencyKey: key,
+        requestHash: upload ? null : requestHash(job.kind, job.body),
+        apiKeyId: ctx.state.user?.apiKey?.id,
+        requestId: job.requestId,
+        enqueue,
+      });
+    } catch (err) {
+      // Two concurrent requests with one Idempotency-Key: the loser answers as a replay of the winner.
+      if (err instanceof DuplicateIdempotencyKey) return await replyToReplay(c, ctx, job, key!, (await findJobByIdempotencyKey(c.db, job.userId, key!))!);
+      throw err;
+    }
+    if (upload) {
+      // The job runs from now on, while its files arrive: say where it is at once (103 Early Hints, a
+      // `monitor` link, RFC 8297 and 5989), so that a client can follow it, or download the ciphertext of
+      // an encryption as it is produced (`?follow=true`), before this request has been answered.
+      ctx.res.writeEarlyHints({ link: `<${statusUrl(row.id)}>; rel="monitor"` });
       upload.begin(true);
       try {
         const files = await upload.files();
@@ -118,12 +121,11 @@ export async function submitAndReply(
       } finally {
         uploading = false;
       }
-      return await replyWithJob(c, ctx, row, watch);
-    } finally {
-      watch.stop();
     }
+    return await replyWithJob(c, ctx, row, watch);
+  } finally {
+    watch?.stop();
   }
-  return replyWithJob(c, ctx, row);
 }
 
 /** What ends an upload whose job has already failed (the answer is then that job). */
