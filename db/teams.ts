@@ -112,7 +112,11 @@ export function grantedLineageIds(db: Knex, userId: string) {
 export const countGrants = async (db: Knex, granteeId: string) => Number(((await teamGrants(db).where({ grantee_id: granteeId }).count<{ count: string }[]>({ count: '*' }))[0]?.count) ?? 0);
 
 /** Accounts linked to `sourceId` (whose grants come from it). */
-export const granteesOf = (db: Knex, sourceId: string) => teamLinks(db).where({ source_id: sourceId }).pluck('grantee_id') as Promise<string[]>;
+/** Marks every link to the source pending (its keys changed); returns the accounts linked to it. One statement. */
+export async function markLinksToPending(db: Knex, sourceId: string, at: Date): Promise<string[]> {
+  const rows = (await teamLinks(db).where({ source_id: sourceId }).update({ state: 'pending', updated_at: at }).returning('grantee_id')) as { grantee_id: string }[];
+  return rows.map((r) => r.grantee_id);
+}
 
 /**
  * The account's membership; an account without one (registered after migration 012) gets its own

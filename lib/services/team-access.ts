@@ -8,7 +8,7 @@ import type { LineageRow } from '../../db/keys';
 import {
   ensureMembership,
   grantedLineageIds,
-  granteesOf,
+  markLinksToPending,
   membershipOf,
   pageMembers,
   teamGrants,
@@ -41,9 +41,7 @@ export async function enqueueSync(c: Container, granteeId: string, meta?: Partia
  */
 export async function resyncLinkedTo(c: Container, sourceId: string, reason: string, meta?: Partial<RequestMeta>): Promise<void> {
   try {
-    const grantees = await granteesOf(c.db, sourceId);
-    if (!grantees.length) return;
-    await teamLinks(c.db).whereIn('grantee_id', grantees).where({ source_id: sourceId }).update({ state: 'pending', updated_at: c.clock.now() });
+    const grantees = await markLinksToPending(c.db, sourceId, c.clock.now());
     await Promise.all(grantees.map((g) => enqueueSync(c, g, meta)));
   } catch (err) {
     c.log.warn({ err, reason }, 'could not queue team access re-syncs');
@@ -71,8 +69,7 @@ export async function detachMember(trx: Knex.Transaction, userId: string, at: Da
     await recordAudit(trx, { user_id: userId, action: 'team_access.unlinked', status: 'success', target: link.source_id, ip: meta?.ip, request_id: meta?.requestId, details: { reason, revoked } });
   }
   await teamGrants(trx).where({ source_id: userId }).delete();
-  const grantees = (await teamLinks(trx).where({ source_id: userId }).update({ state: 'pending', updated_at: at }).returning('grantee_id')) as { grantee_id: string }[];
-  return { link, grantees: grantees.map((g) => g.grantee_id) };
+  return { link, grantees: await markLinksToPending(trx, userId, at) };
 }
 
 /** After the departure committed: the departing account hears of its ended link; its grantees re-sync. */
