@@ -1,5 +1,6 @@
 import { SignJWT, jwtVerify, errors } from 'jose';
 import { webcrypto } from 'node:crypto';
+import { LruCache } from '../lru';
 
 /** Claims of our session tokens: user id, role and the token version that revokes older tokens. */
 export interface SessionClaims {
@@ -21,13 +22,13 @@ const CLOCK_SKEW_SECONDS = 30;
  * the same token with every request, and verifying its HMAC through WebCrypto cost ~0.18 ms each (8 % of
  * the API's CPU serving GET /keys/list). Only verified tokens enter; their times are checked again on
  * every use, and the token version and account are still looked up per request
- * (api/middleware/auth.ts). Bounded, oldest out. Another secret starts afresh.
+ * (api/middleware/auth.ts). Bounded, least recently used out. Another secret starts afresh.
  */
 const VERIFIED_MAX = 10_000;
-let kept: { secret: string; key: Promise<webcrypto.CryptoKey>; verified: Map<string, SessionClaims & { iat: number; exp: number }> } | undefined;
+let kept: { secret: string; key: Promise<webcrypto.CryptoKey>; verified: LruCache<string, SessionClaims & { iat: number; exp: number }> } | undefined;
 function keptFor(secret: string) {
   if (kept?.secret !== secret) {
-    kept = { secret, key: webcrypto.subtle.importKey('raw', new TextEncoder().encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']), verified: new Map() };
+    kept = { secret, key: webcrypto.subtle.importKey('raw', new TextEncoder().encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']), verified: new LruCache({ max: VERIFIED_MAX }) };
   }
   return kept;
 }
@@ -73,7 +74,6 @@ export async function verifySession(token: string, secret: string, now: Date, ma
     const { sub, role, tv, iat, exp } = payload;
     if (typeof sub !== 'string' || (role !== 'user' && role !== 'admin') || typeof tv !== 'number') return null;
     if (!timely({ iat: iat!, exp: exp! }, nowSeconds, maxTtlSeconds)) return null;
-    if (verified.size >= VERIFIED_MAX) verified.delete(verified.keys().next().value!);
     verified.set(token, { sub, role, tv, iat: iat!, exp: exp! });
     return { sub, role, tv };
   } catch (err) {
