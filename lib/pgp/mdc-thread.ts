@@ -127,7 +127,7 @@ function checkMdc(decryptor: typeof cfbDecryptor, threads: typeof WorkerThreads,
       if (body[0] !== 1) return fail('unsupported', `a version ${body[0]} encrypted data packet`);
       body = body.subarray(1);
     }
-    consume(decipher.update(body));
+    for (const d of decipher.update(body)) consume(d);
     parentPort!.postMessage({ done: size });
   });
 }

@@ -1,8 +1,9 @@
-import { createCipheriv, createDecipheriv, createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import * as crypto from 'node:crypto';
 import { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
 import { ONE_PIECE } from '../streams';
+import { cfbDecryptor } from './cfb';
 import { sessionKeyV1 } from './session';
 
 /**
@@ -85,7 +86,7 @@ class PacketWriter {
 export async function encryptNative(input: Readable, recipient: openpgp.PublicKey, opts: { filename?: string; date?: Date }): Promise<Readable> {
   const filename = Buffer.from(opts.filename ?? '', 'utf8');
   if (filename.length > 255) throw invalid('invalid_filename', 'filename must be at most 255 bytes of UTF-8');
-  const sessionKey = randomBytes(32);
+  const sessionKey = crypto.randomBytes(32);
   let pkesk: Uint8Array;
   try {
     pkesk = await openpgp.encryptSessionKey({ data: sessionKey, algorithm: 'aes256', encryptionKeys: recipient, format: 'binary' });
@@ -98,8 +99,8 @@ export async function encryptNative(input: Readable, recipient: openpgp.PublicKe
     yield Buffer.from(pkesk);
     const seipd = new PacketWriter(TAG_SEIPD);
     const literal = new PacketWriter(TAG_LITERAL);
-    const cipher = createCipheriv('aes-256-cfb', sessionKey, Buffer.alloc(16)); // SEIPDv1: CFB, zero IV, no resync
-    const mdc = createHash('sha1');
+    const cipher = crypto.createCipheriv('aes-256-cfb', sessionKey, Buffer.alloc(16)); // SEIPDv1: CFB, zero IV, no resync
+    const mdc = crypto.createHash('sha1');
     const seal = (plain: Buffer[], hashed = true): Buffer[] => {
       const out: Buffer[] = [];
       for (const p of plain) {
@@ -111,7 +112,7 @@ export async function encryptNative(input: Readable, recipient: openpgp.PublicKe
     };
 
     yield* seipd.push(Buffer.from([1])); // packet version, not encrypted
-    const prefix = randomBytes(16);
+    const prefix = crypto.randomBytes(16);
     yield* seal([prefix, prefix.subarray(14, 16)]); // random block, last two octets repeated (quick check)
     const date = Buffer.alloc(4);
     date.writeUInt32BE(Math.floor((opts.date ?? new Date()).getTime() / 1000));
@@ -140,7 +141,8 @@ export interface NativeOpened {
 const malformed = (why: string) => invalid('malformed_message', `not a readable OpenPGP message: ${why}`);
 const tampered = (why: string) => invalid('integrity_check_failed', `the message failed its integrity check (${why}); it was modified or damaged`);
 
-const CFB: Record<string, string> = { aes128: 'aes-128-cfb', aes192: 'aes-192-cfb', aes256: 'aes-256-cfb' };
+/** The AES of each session key algorithm we decrypt (in CFB mode, on its ECB: see cfb.ts). */
+const ECB: Record<string, string> = { aes128: 'aes-128-ecb', aes192: 'aes-192-ecb', aes256: 'aes-256-ecb' };
 
 /** The most `take` buffers at once: headers, session key packets and prefixes are far smaller. */
 const MAX_TAKE = 64 * 1024;
@@ -269,9 +271,9 @@ async function* replay(recorded: Buffer[], rest: AsyncIterator<Buffer>): AsyncGe
 
 /**
  * Opens a binary message of public-key session key packets (v3) and one SEIPDv1 packet holding a
- * literal data packet, and decrypts it on Node's AES-CFB and SHA-1. Anything else OpenPGP (passwords,
- * AEAD, compression, signatures, other ciphers) goes to `fallback`, given a stream that replays every
- * byte read; anything else inside the encrypted data is refused.
+ * literal data packet, and decrypts it on Node's AES (CFB computed through ECB: cfb.ts) and SHA-1.
+ * Anything else OpenPGP (passwords, AEAD, compression, signatures, other ciphers) goes to `fallback`,
+ * given a stream that replays every byte read; anything else inside the encrypted data is refused.
  * The final output chunk is held back until the MDC has been verified; a failed check errors the stream.
  */
 export async function openNative(input: Readable, fallback: Fallback): Promise<NativeOpened> {
@@ -323,14 +325,15 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
         input.destroy();
         throw err instanceof AppError ? err : invalid('no_matching_key', 'the message is not encrypted to this key');
       }
-      const cipherName = sessionKey?.algorithm ? CFB[sessionKey.algorithm] : undefined;
-      if ((await bodyPull.take(1))[0] !== 1 || !sessionKey || !cipherName) return (await giveUp(sessionKey)).decrypt(privateKey);
+      const ecbName = sessionKey?.algorithm ? ECB[sessionKey.algorithm] : undefined;
+      if ((await bodyPull.take(1))[0] !== 1 || !sessionKey || !ecbName) return (await giveUp(sessionKey)).decrypt(privateKey);
 
-      const decipher = createDecipheriv(cipherName, Buffer.from(sessionKey.data), Buffer.alloc(16));
+      const cfb = cfbDecryptor(crypto, ecbName, Buffer.from(sessionKey.data));
+      const decipher = (c: Buffer) => Buffer.concat(cfb.update(c));
       // The prefix's repeated octets ("quick check") are not consulted: RFC 9580 §14.4 warns against
       // acting on them (an oracle); the MDC, which covers the prefix, decides at the end.
-      const prefix = decipher.update(await bodyPull.take(18));
-      const ctb = decipher.update(await bodyPull.take(1));
+      const prefix = decipher(await bodyPull.take(18));
+      const ctb = decipher(await bodyPull.take(1));
       switch (innerTag(ctb[0]!)) {
         case 11: // literal data: ours to read
           break;
@@ -339,7 +342,7 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
         case 2:
         case 21: {
           // OpenPGP.js's cost is per partial chunk: hold its first one to the 512-octet minimum too.
-          const length = ctb[0]! & 0x40 ? decipher.update(await bodyPull.take(1))[0]! : 0;
+          const length = ctb[0]! & 0x40 ? decipher(await bodyPull.take(1))[0]! : 0;
           if (length >= 224 && length < 255 && 1 << (length & 0x1f) < MIN_PARTIAL) {
             input.destroy();
             throw malformed(`a partial body length of ${1 << (length & 0x1f)} octets (the minimum is ${MIN_PARTIAL})`);
@@ -355,12 +358,10 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
       p.record = undefined;
       recorded.length = 0;
 
-      const mdc = createHash('sha1').update(prefix);
+      const mdc = crypto.createHash('sha1').update(prefix);
       async function* plaintext(): AsyncGenerator<Buffer> {
         yield ctb;
-        for await (const c of bodyPull.drain()) yield decipher.update(c);
-        const last = decipher.final();
-        if (last.length) yield last;
+        for await (const c of bodyPull.drain()) yield* cfb.update(c);
         if (await p.fill(1)) throw malformed('data after the encrypted packet');
       }
       // Everything but the trailing MDC packet (22 octets), which is checked at the end.
@@ -384,7 +385,7 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
         }
         if (tail.length !== 22 || tail[0] !== 0xd3 || tail[1] !== 0x14) throw tampered('no MDC packet at the end');
         mdc.update(tail.subarray(0, 2));
-        if (!timingSafeEqual(mdc.digest(), tail.subarray(2))) throw tampered('MDC mismatch');
+        if (!crypto.timingSafeEqual(mdc.digest(), tail.subarray(2))) throw tampered('MDC mismatch');
       }
       const hashed = (b: Buffer) => (mdc.update(b), b);
 

@@ -16,9 +16,10 @@ describe('cfbDecryptor (AES-CFB decrypted through ECB)', () => {
       const piece = cipher.subarray(at, at + n);
       const holder = Buffer.alloc(piece.length + 3);
       piece.copy(holder, 3);
-      const plain = d.update(holder.subarray(3));
-      expect(plain.length).toBe(piece.length); // a stream mode: every octet at once
-      out.push(plain);
+      const pieces = d.update(holder.subarray(3));
+      expect(pieces.length).toBeLessThanOrEqual(3);
+      expect(Buffer.concat(pieces).length).toBe(piece.length); // a stream mode: every octet at once
+      out.push(...pieces);
     }
     expect(Buffer.concat(out).equals(plain)).toBe(true);
   });
