@@ -14,6 +14,7 @@ import * as m012 from './migrations/012_teams';
 import * as m013 from './migrations/013_api_key_usage';
 import * as m014 from './migrations/014_key_lifecycle';
 import * as m015 from './migrations/015_streaming_jobs';
+import * as m016 from './migrations/016_granted_lineages';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -35,6 +36,7 @@ const migrations: Record<string, Knex.Migration> = {
   '013_api_key_usage': m013,
   '014_key_lifecycle': m014,
   '015_streaming_jobs': m015,
+  '016_granted_lineages': m016,
 };
 
 const source: Knex.MigrationSource<string> = {

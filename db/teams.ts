@@ -91,23 +91,10 @@ export async function pageMembers(db: Knex, q: { organizationId: string; exclude
  * The lineages `userId` may use through team access: a grant counts only while the link that made it
  * still points at the same source, the source still owns the lineage, and both are members of the same
  * organization. So an unlink, a member's removal or departure revokes at once, even before the next
- * sync has deleted the rows. The one definition of "granted"; db/keys.ts builds on it.
+ * sync has deleted the rows. The one definition of "granted" is the SQL function of migration 016 (a
+ * function so that Postgres plans its join once per session); db/keys.ts builds on it.
  */
-export function grantedLineageIds(db: Knex, userId: string) {
-  return db('team_grants as g')
-    .join('team_links as tl', function () {
-      this.on('tl.grantee_id', '=', 'g.grantee_id').andOn('tl.source_id', '=', 'g.source_id');
-    })
-    .join('key_lineages as gl', function () {
-      this.on('gl.id', '=', 'g.lineage_id').andOn('gl.user_id', '=', 'g.source_id');
-    })
-    .join('organization_members as mg', 'mg.user_id', 'g.grantee_id')
-    .join('organization_members as ms', function () {
-      this.on('ms.user_id', '=', 'g.source_id').andOn('ms.organization_id', '=', 'mg.organization_id');
-    })
-    .where('g.grantee_id', userId)
-    .select('g.lineage_id');
-}
+export const grantedLineageIds = (db: Knex, userId: string) => db.select('lineage_id').from(db.raw('granted_lineage_ids(?) as g(lineage_id)', [userId]));
 
 export const countGrants = async (db: Knex, granteeId: string) => Number(((await teamGrants(db).where({ grantee_id: granteeId }).count<{ count: string }[]>({ count: '*' }))[0]?.count) ?? 0);
 
