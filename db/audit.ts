@@ -25,10 +25,11 @@ export interface AuditRow extends Required<Omit<AuditEntry, 'details'>> {
   created_at: Date;
 }
 
-/** Writes one audit row; pass the transaction of the change it records so both land or neither. */
-export async function recordAudit(db: Knex, entry: AuditEntry): Promise<void> {
-  await db('audit_logs').insert({ ...entry, details: JSON.stringify(entry.details ?? {}) });
-}
+/**
+ * Writes one audit row (a query builder: awaited, or run with the change it records, db/jobs.ts updateJob);
+ * pass the transaction of the change it records so both land or neither.
+ */
+export const recordAudit = (db: Knex, entry: AuditEntry) => db('audit_logs').insert({ ...entry, details: JSON.stringify(entry.details ?? {}) });
 
 export interface AuditQuery {
   userId: string;

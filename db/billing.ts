@@ -49,12 +49,11 @@ export async function insertBillingEvent(db: Knex, row: Omit<BillingEventRow, 'p
 export const usagePeriod = (at: Date) => at.toISOString().slice(0, 7);
 
 /** Counts an encrypt job's plaintext bytes once (its id is the key); call inside the job's commit transaction. */
-export async function recordUsage(db: Knex, entry: { jobId: string; userId: string; bytes: number; at: Date }): Promise<void> {
-  await db('billing_usage')
+export const recordUsage = (db: Knex, entry: { jobId: string; userId: string; bytes: number; at: Date }) =>
+  db('billing_usage')
     .insert({ job_id: entry.jobId, user_id: entry.userId, period: usagePeriod(entry.at), bytes: entry.bytes, created_at: entry.at })
     .onConflict('job_id')
     .ignore();
-}
 
 export interface Usage {
   keys: number;

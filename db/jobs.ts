@@ -58,14 +58,20 @@ export async function insertJob(db: Knex, row: Pick<JobRow, 'id' | 'user_id' | '
 
 export const jobFiles = (db: Knex, jobId: string, role: JobFileRow['role']) => db<JobFileRow>('job_files').where({ job_id: jobId, role }).orderBy('n');
 
-export async function updateJob(db: Knex, id: string, patch: Partial<Omit<JobRow, 'id' | 'user_id' | 'kind'>>): Promise<void> {
+/**
+ * Updates a job row; `alongside`, writes to other tables, run in the same statement as data-modifying
+ * CTEs (one round trip, atomic without a transaction). They must not touch the job row or each other's rows.
+ */
+export async function updateJob(db: Knex, id: string, patch: Partial<Omit<JobRow, 'id' | 'user_id' | 'kind'>>, alongside: Knex.QueryBuilder[] = []): Promise<void> {
   const jsonColumns = new Set(['request', 'progress', 'result', 'error']);
   const values = Object.fromEntries(
     Object.entries(patch)
       .filter(([, v]) => v !== undefined)
       .map(([k, v]) => [k, jsonColumns.has(k) && v !== null ? JSON.stringify(v) : v]),
   );
-  await db('jobs').where({ id }).update(values);
+  const update = db('jobs');
+  alongside.forEach((write, i) => update.with(`w${i}`, write));
+  await update.where({ id }).update(values);
 }
 
 /** Merges keys into the job's progress (the API adds totals when the upload ends, the worker what it has done). */
@@ -137,8 +143,9 @@ export async function failUnfinishedJob(db: Knex, id: string, error: { code: str
 
 export type OutputFile = Omit<JobFileRow, 'job_id' | 'role'>;
 
+/** A job's output rows (at least one file). */
 export const insertOutputFiles = (db: Knex, jobId: string, files: OutputFile[]) =>
-  files.length ? db('job_files').insert(files.map((f) => ({ ...f, job_id: jobId, role: 'output' }))).onConflict(['job_id', 'role', 'n']).merge() : Promise.resolve();
+  db('job_files').insert(files.map((f) => ({ ...f, job_id: jobId, role: 'output' }))).onConflict(['job_id', 'role', 'n']).merge();
 
 /** Jobs whose outputs have outlived their retention and not been deleted yet. */
 export const expiredJobs = (db: Knex, now: Date, limit: number) =>

@@ -61,18 +61,19 @@ export const decryptFiles = defineTrackedJob({
       result: { fingerprint: req.fingerprint, files: [] },
       progress: done.progress,
       processedBytes: done.bytesTotal,
-      async commit(trx) {
-        await insertOutputFiles(trx, row.id, done.outputs);
+      writes(db) {
         // Sizes are known once each input has been read (it may have arrived while the job ran).
         const used = new Map<string, { files: number; bytes: number }>();
         for (const f of done.inputs) {
           const use = used.get(openedBy.get(f.n)!) ?? { files: 0, bytes: 0 };
           used.set(openedBy.get(f.n)!, { files: use.files + 1, bytes: use.bytes + f.size });
         }
-        for (const [keyId, use] of used) {
-          await recordKeyUse(trx, keyId, 'decrypt', use.files, use.bytes, c.clock.now());
-        }
-        await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.decrypt', status: 'success', target: req.fingerprint, details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal } });
+        return [
+          insertOutputFiles(db, row.id, done.outputs),
+          // One write per key: each updates its own row.
+          ...[...used].map(([keyId, use]) => recordKeyUse(db, keyId, 'decrypt', use.files, use.bytes, c.clock.now())),
+          recordAudit(db, { ...origin, user_id: row.user_id, action: 'keys.decrypt', status: 'success', target: req.fingerprint, details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal } }),
+        ];
       },
       after: done.deleteInputs,
       // Plaintext: kept for less time than ciphertext (DECRYPT_RETENTION_HOURS).

@@ -57,12 +57,12 @@ export const encryptFiles = defineTrackedJob({
       result: { fingerprint_used: req.recipient.fingerprint, armor: req.armor, compressed: req.compress, files: [] },
       progress: done.progress,
       processedBytes: done.bytesTotal,
-      async commit(trx) {
-        await insertOutputFiles(trx, row.id, done.outputs);
-        await recordUsage(trx, { jobId: row.id, userId: row.user_id, bytes: done.bytesTotal, at: c.clock.now() }); // billing: once per job (job id unique)
-        if (key) await recordKeyUse(trx, key.id, 'encrypt', done.inputs.length, done.bytesTotal, c.clock.now());
-        await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, recipient: req.recipient.type } });
-      },
+      writes: (db) => [
+        insertOutputFiles(db, row.id, done.outputs),
+        recordUsage(db, { jobId: row.id, userId: row.user_id, bytes: done.bytesTotal, at: c.clock.now() }), // billing: once per job (job id unique)
+        ...(key ? [recordKeyUse(db, key.id, 'encrypt', done.inputs.length, done.bytesTotal, c.clock.now())] : []),
+        recordAudit(db, { ...origin, user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, recipient: req.recipient.type } }),
+      ],
       after: done.deleteInputs,
     };
   },

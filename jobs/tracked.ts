@@ -25,7 +25,12 @@ export interface Progress {
 export interface Completion {
   result?: Record<string, unknown>;
   progress?: JobProgress;
-  /** Effects that must land with the completed state; may return the result (made from the rows it wrote). */
+  /**
+   * Writes that land with the completed state, in the same statement as the job row's update (db/jobs.ts
+   * updateJob): one round trip. Each must touch its own rows (not the job's, not another write's).
+   */
+  writes?(db: Knex): Knex.QueryBuilder[];
+  /** Effects that need a transaction (reads, or rows written twice); may return the result (made from the rows it wrote). */
   commit?(trx: Knex.Transaction): Promise<Record<string, unknown> | void>;
   /** Events of the committed effects, announced before `job.completed` (a rotation's `key.rotated`). */
   announce?(): Promise<void>;
@@ -85,18 +90,15 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         const done = await watchdog.race(spec.run(row, payload as z.infer<S> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal }));
         await (done.progress ? progress.stop() : progress.flush());
         const finished = c.clock.now();
-        const result = await c.db.transaction(async (trx) => {
-          const committed = (await done.commit?.(trx)) ?? done.result ?? {};
-          if (done.processedBytes && row.api_key_id && (row.kind === 'encrypt' || row.kind === 'decrypt')) await addJobBytes(trx, row.api_key_id, row.kind, done.processedBytes);
-          await updateJob(trx, jobId, {
-            state: 'completed',
-            result: committed,
-            progress: done.progress ?? row.progress,
-            finished_at: finished,
-            expires_at: new Date(finished.getTime() + (done.retentionHours ?? c.config.jobRetentionHours) * 3600_000),
-          });
-          return committed;
-        });
+        const complete = async (db: Knex, result: Record<string, unknown>) => {
+          const writes = done.writes?.(db) ?? [];
+          if (done.processedBytes && row.api_key_id && (row.kind === 'encrypt' || row.kind === 'decrypt')) writes.push(addJobBytes(db, row.api_key_id, row.kind, done.processedBytes));
+          const expires_at = new Date(finished.getTime() + (done.retentionHours ?? c.config.jobRetentionHours) * 3600_000);
+          await updateJob(db, jobId, { state: 'completed', result, progress: done.progress ?? row.progress, finished_at: finished, expires_at }, writes);
+          return result;
+        };
+        const { commit } = done;
+        const result = commit ? await c.db.transaction(async (trx) => complete(trx, (await commit(trx)) ?? done.result ?? {})) : await complete(c.db, done.result ?? {});
         if (done.processedBytes) c.metrics.bytes.inc({ operation: row.kind }, done.processedBytes);
         await done.announce?.();
         // Announced before the clean-up: whoever waits for the job should not wait for that too.
