@@ -48,7 +48,7 @@ export async function insertBillingEvent(db: Knex, row: Omit<BillingEventRow, 'p
 /** `YYYY-MM` of a time, UTC: the usage period. */
 export const usagePeriod = (at: Date) => at.toISOString().slice(0, 7);
 
-/** Counts an encrypt job's plaintext bytes once (its id is the key); call inside the job's commit transaction. */
+/** Counts an encrypt job's plaintext bytes once (its id is the key); a write that lands with the job's completion (jobs/tracked.ts `writes`). */
 export const recordUsage = (db: Knex, entry: { jobId: string; userId: string; bytes: number; at: Date }) =>
   db('billing_usage')
     .insert({ job_id: entry.jobId, user_id: entry.userId, period: usagePeriod(entry.at), bytes: entry.bytes, created_at: entry.at })

@@ -98,7 +98,6 @@ export const grantedLineageIds = (db: Knex, userId: string) => db.select('lineag
 
 export const countGrants = async (db: Knex, granteeId: string) => Number(((await teamGrants(db).where({ grantee_id: granteeId }).count<{ count: string }[]>({ count: '*' }))[0]?.count) ?? 0);
 
-/** Accounts linked to `sourceId` (whose grants come from it). */
 /** Marks every link to the source pending (its keys changed); returns the accounts linked to it. One statement. */
 export async function markLinksToPending(db: Knex, sourceId: string, at: Date): Promise<string[]> {
   const rows = (await teamLinks(db).where({ source_id: sourceId }).update({ state: 'pending', updated_at: at }).returning('grantee_id')) as { grantee_id: string }[];
