@@ -8,6 +8,8 @@
  *   decrypt   sealed ciphertext blob → progress count → openEncrypted → decrypt → sealed blob (sha256 checked)
  * Each phase runs after `sync`; per phase, the run that used the least CPU is kept.
  *
+ * The machine's memory is warmed first, as in `npm run bench` (bench/README.md, "Fresh machines").
+ *
  *   tsx bench/pipeline.ts [size] [--runs N]        (default 256M, 3 runs)
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
@@ -25,7 +27,7 @@ import { encryptStream, openEncrypted } from '../lib/pgp/stream';
 import { createSealer } from '../lib/sealer';
 import { counted } from '../lib/streams';
 import { makePgpKeys } from './lib/baselines';
-import { GiB, MiB, formatSize, parseSize, run, sha256File, writeRandomFile } from './lib/util';
+import { GiB, MiB, formatSize, parseSize, run, sha256File, warmMemory, writeRandomFile } from './lib/util';
 
 const args = process.argv.slice(2);
 const runsAt = args.indexOf('--runs');
@@ -81,6 +83,7 @@ const hashSink = (hash: ReturnType<typeof createHash>) => new Writable({ write: 
 
 const dir = await mkdtemp(join(tmpdir(), 'kms-bench-pipeline-'));
 try {
+  await warmMemory(Math.max(4 * GiB, 8 * size));
   const input = join(dir, 'input.bin');
   await writeRandomFile(input, size);
   const inputSha = await sha256File(input);

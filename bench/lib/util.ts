@@ -27,6 +27,27 @@ export function formatSize(bytes: number): string {
 /** Throughput in MiB/s. */
 export const mibPerSec = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
 
+/**
+ * Touches `bytes` of memory once in a child process, which then exits and gives it back. On these VMs the
+ * hypervisor backs a guest page only when it is first touched: writing into memory no process has used
+ * since boot cost 2.6 CPU-s per GiB in the kernel here (dd into the page cache), 0.2 once warm. Every
+ * session starts on a fresh machine, so without this the first GiBs any process writes (the test file,
+ * gpg's output, the service's blobs) pay a cost that no long-running host pays, and which process pays it
+ * depends on the order of the sections. The kernel hands freed pages out again first, so what is touched
+ * here is what the run will use. Never more than the memory nothing uses (MemFree, less a margin): this
+ * must not evict the page cache.
+ */
+export async function warmMemory(wanted: number): Promise<{ bytes: number; cpuSeconds: number }> {
+  const free = Number(/^MemFree:\s+(\d+) kB/m.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1] ?? 0) * 1024;
+  const piece = 256 * MiB;
+  const pieces = Math.max(0, Math.floor(Math.min(wanted, free - 2 * GiB) / piece));
+  if (pieces === 0) return { bytes: 0, cpuSeconds: 0 };
+  const before = ownCpuSeconds().children;
+  // Kept referenced until exit, so every piece is resident at once (not one piece reused).
+  await run(process.execPath, ['-e', `const k = []; for (let i = 0; i < ${pieces}; i++) k.push(Buffer.allocUnsafeSlow(${piece}).fill(1));`]);
+  return { bytes: pieces * piece, cpuSeconds: ownCpuSeconds().children - before };
+}
+
 /** Writes `bytes` of crypto.randomBytes in 1 MiB chunks; returns the sha256 (hex) of what was written. */
 export async function writeRandomFile(path: string, bytes: number): Promise<string> {
   const hash = createHash('sha256');
