@@ -8,7 +8,8 @@
  *   decrypt   sealed ciphertext blob → progress count → openEncrypted → decrypt → sealed blob (sha256 checked)
  * Each phase runs after `sync`; per phase, the run that used the least CPU is kept.
  *
- * The machine's memory is warmed first, as in `npm run bench` (bench/README.md, "Fresh machines").
+ * Prints what a write into the page cache costs the kernel first, as `npm run bench` does (bench/README.md,
+ * "Memory the host takes back"): on these VMs it is a large part of every figure's system time.
  *
  *   tsx bench/pipeline.ts [size] [--runs N]        (default 256M, 3 runs)
  */
@@ -27,7 +28,7 @@ import { encryptStream, openEncrypted } from '../lib/pgp/stream';
 import { createSealer } from '../lib/sealer';
 import { counted } from '../lib/streams';
 import { makePgpKeys } from './lib/baselines';
-import { GiB, MiB, formatSize, parseSize, run, sha256File, warmMemory, writeRandomFile } from './lib/util';
+import { GiB, MiB, formatSize, parseSize, run, pageCacheWriteCost, sha256File, writeRandomFile } from './lib/util';
 
 const args = process.argv.slice(2);
 const runsAt = args.indexOf('--runs');
@@ -83,7 +84,7 @@ const hashSink = (hash: ReturnType<typeof createHash>) => new Writable({ write: 
 
 const dir = await mkdtemp(join(tmpdir(), 'kms-bench-pipeline-'));
 try {
-  await warmMemory(Math.max(4 * GiB, 8 * size));
+  const pageCache = pageCacheWriteCost(dir);
   const input = join(dir, 'input.bin');
   await writeRandomFile(input, size);
   const inputSha = await sha256File(input);
@@ -116,7 +117,7 @@ try {
     await store.deletePrefix(`jobs/${job2}/`);
   }
   void progress;
-  console.log(`byte path in one process, ${formatSize(size)} random file, followable sealed local store in ${tmpdir()}, best of ${runs} (least CPU); CPU s per GiB`);
+  console.log(`byte path in one process, ${formatSize(size)} random file, followable sealed local store in ${tmpdir()}, best of ${runs} (least CPU); CPU s per GiB (page cache writes ${pageCache.toFixed(2)} CPU-s/GiB in the kernel before the run)`);
   const per = (s: number) => (s / (size / GiB)).toFixed(2);
   for (const [k, t] of Object.entries(best)) {
     console.log(`  ${k.padEnd(9)} ${per(t.user + t.sys).padStart(5)}  (user ${per(t.user)} + sys ${per(t.sys)})  ${((size / MiB) / (t.ms / 1000)).toFixed(0)} MiB/s · GC ${t.gc.minor} minor + ${t.gc.major} major, ${t.gc.ms.toFixed(0)} ms paused`);

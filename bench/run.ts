@@ -23,7 +23,7 @@ import { eventLatencyLine, measureEventLatency } from './lib/events';
 import { authOverheadLines, measureAuthOverhead } from './lib/auth';
 import { latencyLines, measureListLatency, measureSmallJobs } from './lib/latency';
 import { Service } from './lib/service';
-import { GiB, children, formatSize, mibPerSec, parseSize, serviceCpuReader, spawnTracked, stopChild, warmMemory, writeRandomFile } from './lib/util';
+import { GiB, children, formatSize, mibPerSec, parseSize, serviceCpuReader, spawnTracked, stopChild, pageCacheWriteCost, writeRandomFile } from './lib/util';
 
 /** `sealing`: the blob store's at-rest sealing alone, in this process (bench/lib/sealing.ts). */
 const sealingSection = (b: Bench) => measureSealing(b.input, b.size, b.dir, b.runs);
@@ -65,12 +65,10 @@ interface Options {
   transfer: Transfer;
   store: 'local' | 's3';
   follow: boolean;
-  /** Skip warming the machine's memory first (warmMemory): figures as on a freshly booted VM. */
-  cold: boolean;
   json: boolean;
 }
 
-const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).join(',')}] [--runs N] [--transfer http|fetch] [--store local|s3] [--follow] [--cold] [--no-json]
+const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).join(',')}] [--runs N] [--transfer http|fetch] [--store local|s3] [--follow] [--no-json]
   size        of the random test file, binary units: 256M, 1G (default), 4G
   --only      sections to run (default: all)
   --runs      repeat each section N times and keep the fastest figures (default 1)
@@ -78,11 +76,10 @@ const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).jo
   --store     the service's blob store: a local folder (default) or S3 (s3rver, in its own process)
   --follow    encrypt end to end downloads the ciphertext as it is produced (GET …?follow=true, from the
               103 Early Hints), at the same time as the upload; http transfers only
-  --cold      do not warm the machine's memory first (bench/README.md, "Fresh machines")
   --no-json   omit the final JSON line`;
 
 function parseArgs(argv: string[]): Options {
-  const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, transfer: 'http', store: 'local', follow: false, cold: false, json: true };
+  const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, transfer: 'http', store: 'local', follow: false, json: true };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split('=', 2) as [string, string | undefined];
     const value = () => inline ?? argv[++i] ?? fail(`${flag} needs a value`);
@@ -94,7 +91,6 @@ function parseArgs(argv: string[]): Options {
     else if (flag === '--transfer') opts.transfer = transfer(value());
     else if (flag === '--store') opts.store = store(value());
     else if (flag === '--follow') opts.follow = true;
-    else if (flag === '--cold') opts.cold = true;
     else if (flag === '--no-json') opts.json = false;
     else if (flag === '-h' || flag === '--help') fail('', 0);
     else if (!flag.startsWith('-')) opts.size = size(flag);
@@ -177,6 +173,7 @@ async function main(): Promise<void> {
 
   try {
     gpg = await Gpg.create(join(dir, 'gnupg'));
+    const pageCacheAtStart = pageCacheWriteCost(dir);
     const snapshots: RssSnapshots = [];
     const bench = await prepare(opts, dir, service, gpg, snapshots);
     const results: Results = {};
@@ -189,7 +186,8 @@ async function main(): Promise<void> {
       Object.assign(results, await SECTIONS[name](bench));
       snapshots.push({ after: name, rss: service.rss() });
     }
-    report(opts, results, snapshots, `${tmpdir()} (${(await statfs(dir)).type === TMPFS_MAGIC ? 'tmpfs' : 'disk'})`);
+    const tmpKind = `${tmpdir()} (${(await statfs(dir)).type === TMPFS_MAGIC ? 'tmpfs' : 'disk'})`;
+    report(opts, results, snapshots, tmpKind, [pageCacheAtStart, pageCacheWriteCost(dir)]);
   } catch (err) {
     if (interrupted) return; // the failure is our own clean-up killing things
     console.error(err instanceof Error ? (err.stack ?? err.message) : err);
@@ -202,11 +200,6 @@ async function main(): Promise<void> {
 
 /** The test file, the OpenPGP.js key, the service (API + one worker), an account and a service key. */
 async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, snapshots: RssSnapshots): Promise<Bench> {
-  if (!opts.cold) {
-    // Enough for every file and process of the run at once (input, ciphertexts, blobs, outputs).
-    const warm = await warmMemory(Math.max(4 * GiB, 8 * opts.size));
-    if (warm.bytes) say(`warmed ${formatSize(warm.bytes)} of memory: ${(warm.cpuSeconds / (warm.bytes / GiB)).toFixed(2)} CPU-s per GiB`);
-  }
   say(`writing ${formatSize(opts.size)} of random data to ${dir}`);
   const input = join(dir, 'plain.bin');
   const inputSha = await writeRandomFile(input, opts.size);
@@ -231,10 +224,10 @@ async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, s
 }
 
 /** The table and ratios, then one JSON line for machine comparison. */
-function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKind: string): void {
+function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKind: string, pageCache: [number, number]): void {
   const rss = snapshots.at(-1)!.rss;
   const q = ratios(results, rss);
-  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, store: opts.store, follow: opts.follow, tmp: tmpKind, warm: !opts.cold };
+  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, store: opts.store, follow: opts.follow, tmp: tmpKind, page_cache_s_per_gib: pageCache.map((s) => Math.round(s * 100) / 100) };
   printReport(machine, results, snapshots, q);
   if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), cpu_s_per_gib: cpuPerGiBOf(results), ratios: q, peak_rss_mib: rss, idle_rss_mib: snapshots.find((s) => s.now)?.rss }));
 }

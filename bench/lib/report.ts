@@ -10,8 +10,8 @@ export interface Machine {
   runs: number;
   transfer: string;
   tmp: string;
-  /** Memory warmed before the run (bench/README.md, "Fresh machines"), or false with --cold. */
-  warm: boolean;
+  /** System CPU seconds per GiB written into the page cache, probed at the start and the end of the run (util.ts pageCacheWriteCost). */
+  page_cache_s_per_gib: number[];
 }
 
 /** Peak RSS (MiB) per service process, as read after each section. */
@@ -76,7 +76,7 @@ export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
 
 export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: Ratios): void {
   const out: string[] = [];
-  out.push(`KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s) · transfers via ${m.transfer} · temp ${m.tmp}${m.warm ? '' : ' · cold memory'}`);
+  out.push(`KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s) · transfers via ${m.transfer} · temp ${m.tmp} · page cache writes ${m.page_cache_s_per_gib.join(' → ')} CPU-s/GiB`);
   out.push('');
   out.push(`${'section'.padEnd(9)} ${'what'.padEnd(31)} ${'MiB/s'.padStart(7)} ${'seconds'.padStart(8)}   where the time went (s) [CPU s per process]`);
   for (const [key, t] of Object.entries(r)) {

@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, readdirSync, readFileSync } from 'node:fs';
+import { closeSync, createReadStream, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
 import { open } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
 import type { Timing } from './sections';
@@ -28,24 +29,25 @@ export function formatSize(bytes: number): string {
 export const mibPerSec = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
 
 /**
- * Touches `bytes` of memory once in a child process, which then exits and gives it back. On these VMs the
- * hypervisor backs a guest page only when it is first touched: writing into memory no process has used
- * since boot cost 2.6 CPU-s per GiB in the kernel here (dd into the page cache), 0.2 once warm. Every
- * session starts on a fresh machine, so without this the first GiBs any process writes (the test file,
- * gpg's output, the service's blobs) pay a cost that no long-running host pays, and which process pays it
- * depends on the order of the sections. The kernel hands freed pages out again first, so what is touched
- * here is what the run will use. Never more than the memory nothing uses (MemFree, less a margin): this
- * must not evict the page cache.
+ * What writing into the page cache costs this machine's kernel right now: system CPU seconds per GiB to
+ * write `bytes` of zeros to a new file in `dir` (then deleted). These VMs hand memory the guest frees back
+ * to the host within seconds (virtio-balloon free page reporting, `min_free_ms` 0), and the host backs a page
+ * again only when it is next written: 2.4–2.6 s per GiB here, against 0.2 for pages freed a moment ago. Every
+ * process that writes a new file or grows its heap pays it (gpg's output, the service's blobs, the download),
+ * so the bench prints it beside the figures it inflates (bench/README.md, "Memory the host takes back").
  */
-export async function warmMemory(wanted: number): Promise<{ bytes: number; cpuSeconds: number }> {
-  const free = Number(/^MemFree:\s+(\d+) kB/m.exec(readFileSync('/proc/meminfo', 'utf8'))?.[1] ?? 0) * 1024;
-  const piece = 256 * MiB;
-  const pieces = Math.max(0, Math.floor(Math.min(wanted, free - 2 * GiB) / piece));
-  if (pieces === 0) return { bytes: 0, cpuSeconds: 0 };
-  const before = ownCpuSeconds().children;
-  // Kept referenced until exit, so every piece is resident at once (not one piece reused).
-  await run(process.execPath, ['-e', `const k = []; for (let i = 0; i < ${pieces}; i++) k.push(Buffer.allocUnsafeSlow(${piece}).fill(1));`]);
-  return { bytes: pieces * piece, cpuSeconds: ownCpuSeconds().children - before };
+export function pageCacheWriteCost(dir: string, bytes = 256 * MiB): number {
+  const path = join(dir, `page-cache-probe-${randomId()}`);
+  const chunk = Buffer.alloc(MiB);
+  const fd = openSync(path, 'wx');
+  const before = process.cpuUsage().system;
+  try {
+    for (let left = bytes; left > 0; left -= MiB) writeSync(fd, chunk);
+    return (process.cpuUsage().system - before) / 1e6 / (bytes / GiB);
+  } finally {
+    closeSync(fd);
+    rmSync(path, { force: true });
+  }
 }
 
 /** Writes `bytes` of crypto.randomBytes in 1 MiB chunks; returns the sha256 (hex) of what was written. */
