@@ -1,4 +1,4 @@
-import Stripe from 'stripe';
+import type Stripe from 'stripe';
 import type { Config } from '../config';
 import { badRequest, conflict, unavailable } from '../errors';
 
@@ -6,6 +6,9 @@ import { badRequest, conflict, unavailable } from '../errors';
  * The payment provider (Stripe) through its own SDK. One client per configuration; STRIPE_API_URL points
  * it elsewhere (tests run a local stand-in). Every POST carries an Idempotency-Key chosen by the caller,
  * so the SDK's own retries and ours never create a second customer or session.
+ *
+ * The SDK is loaded on first use: its ~480 modules are ~37,000 objects that every mark-compact of a process
+ * would otherwise walk, in every API and worker process, billing or not (README, "Issue 13").
  */
 export type Provider = Stripe;
 export type ProviderEvent = Stripe.Event;
@@ -14,15 +17,19 @@ export type ProviderSubscription = Stripe.Subscription;
 /** Signed webhooks older (or newer) than this are refused: Stripe's own default tolerance. */
 export const WEBHOOK_TOLERANCE_SECONDS = 300;
 
+let sdk: Promise<typeof Stripe> | undefined;
+const loadSdk = () => (sdk ??= import('stripe').then((m) => m.default));
+
 const clients = new WeakMap<Config, Stripe>();
 
 /** The provider client, or 409 `billing_disabled` when no STRIPE_SECRET_KEY is configured. */
-export function providerClient(config: Config): Stripe {
+export async function providerClient(config: Config): Promise<Stripe> {
   const { mode, api } = config.billing;
   if (mode === 'disabled' || !config.stripe.secretKey) throw billingDisabled();
   let client = clients.get(config);
   if (!client) {
-    client = new Stripe(config.stripe.secretKey, { ...(api ?? {}), maxNetworkRetries: 2, timeout: 15_000, telemetry: false });
+    const Sdk = await loadSdk();
+    client = new Sdk(config.stripe.secretKey, { ...(api ?? {}), maxNetworkRetries: 2, timeout: 15_000, telemetry: false });
     clients.set(config, client);
   }
   return client;
@@ -35,18 +42,19 @@ export const billingDisabled = () => conflict('billing_disabled', 'Billing is no
  * `now` is the service clock: a signature outside WEBHOOK_TOLERANCE_SECONDS of it is refused (replays
  * of old captures). Any failure is 400 `invalid_signature`; nothing about the secret is said.
  */
-export function verifyWebhook(config: Config, raw: string | Buffer, signature: string | undefined, now: Date): ProviderEvent {
+export async function verifyWebhook(config: Config, raw: string | Buffer, signature: string | undefined, now: Date): Promise<ProviderEvent> {
   const secret = config.stripe.webhookSecret;
   if (config.billing.mode === 'disabled' || !secret) throw billingDisabled();
   if (!signature) throw badRequest('invalid_signature', 'The Stripe-Signature header is missing.');
   // The SDK refuses old timestamps only; one from the future is refused here too (a clock-skewed or forged capture).
   const t = Number(/(?:^|,)\s*t=(\d{1,12})(?:,|$)/.exec(signature)?.[1] ?? NaN);
   if (t > now.getTime() / 1000 + WEBHOOK_TOLERANCE_SECONDS) throw badRequest('invalid_signature', 'The webhook signature does not verify, or its timestamp is outside the tolerance.');
+  const Sdk = await loadSdk();
   try {
     // receivedAt is in milliseconds.
-    return Stripe.webhooks.constructEvent(raw, signature, secret, WEBHOOK_TOLERANCE_SECONDS, undefined, now.getTime());
+    return Sdk.webhooks.constructEvent(raw, signature, secret, WEBHOOK_TOLERANCE_SECONDS, undefined, now.getTime());
   } catch (err) {
-    if (err instanceof Stripe.errors.StripeSignatureVerificationError) throw badRequest('invalid_signature', 'The webhook signature does not verify, or its timestamp is outside the tolerance.');
+    if (err instanceof Sdk.errors.StripeSignatureVerificationError) throw badRequest('invalid_signature', 'The webhook signature does not verify, or its timestamp is outside the tolerance.');
     throw badRequest('malformed_event', 'The webhook body is not a provider event.');
   }
 }
@@ -56,7 +64,8 @@ export async function callProvider<T>(what: string, call: () => Promise<T>): Pro
   try {
     return await call();
   } catch (err) {
-    if (err instanceof Stripe.errors.StripeError) {
+    // A call reaches the provider only through a client, so the SDK is loaded by now.
+    if (err instanceof (await loadSdk()).errors.StripeError) {
       const e = new Error(`payment provider: ${what} failed (${err.type}${err.code ? `, ${err.code}` : ''}, status ${err.statusCode ?? 'none'})`);
       throw Object.assign(unavailable('provider_unavailable', 'The payment provider could not complete the request; try again shortly.'), { cause: e });
     }

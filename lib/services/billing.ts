@@ -152,7 +152,7 @@ const audit = (db: Knex, userId: string, action: string, target: string | null, 
  * a crash between the provider's answer and our commit get the same customer back.
  */
 async function ensureCustomer(c: Container, userId: string, meta: RequestMeta): Promise<string> {
-  const provider = providerClient(c.config);
+  const provider = await providerClient(c.config);
   return c.db.transaction(async (trx) => {
     const row = await lockBillingAccount(trx, userId, c.clock.now());
     if (row.customer_id) return row.customer_id;
@@ -171,7 +171,7 @@ async function ensureCustomer(c: Container, userId: string, meta: RequestMeta): 
  * retried request get the same session from the provider; without it each request is a new session.
  */
 export async function createCheckout(c: Container, userId: string, planId: PlanId, meta: RequestMeta, requestKey?: string) {
-  const provider = providerClient(c.config);
+  const provider = await providerClient(c.config);
   const plan = c.config.billing.plans[planId];
   if (!plan.priceId) throw invalid('plan_not_for_sale', `The ${planId} plan cannot be bought${planId === DEFAULT_PLAN ? ' (it is the default plan)' : ' (no provider price is configured for it)'}.`, [{ path: 'body.plan', message: 'not for sale' }]);
   const current = await findBillingAccount(c.db, userId);
@@ -202,7 +202,7 @@ export async function createCheckout(c: Container, userId: string, planId: PlanI
 
 /** A customer portal session (manage payment methods, change or cancel the plan); answers its URL. */
 export async function createPortal(c: Container, userId: string, meta: RequestMeta) {
-  const provider = providerClient(c.config);
+  const provider = await providerClient(c.config);
   const account = await findBillingAccount(c.db, userId);
   if (!account?.customer_id) throw conflict('no_billing_customer', 'The account has no billing customer yet; start with POST /billing/checkout.');
   const session = await callProvider('create portal session', () =>
@@ -242,7 +242,7 @@ function eventIds(event: ProviderEvent): { object_id: string | null; customer_id
  * first enqueue may have failed); the processor itself does nothing for an event already processed.
  */
 export async function receiveWebhook(c: Container, raw: string | Buffer, signature: string | undefined): Promise<{ event_id: string; duplicate: boolean }> {
-  const event = verifyWebhook(c.config, raw, signature, c.clock.now());
+  const event = await verifyWebhook(c.config, raw, signature, c.clock.now());
   if (!/^[A-Za-z0-9_]{1,255}$/.test(event.id) || typeof event.type !== 'string' || typeof event.created !== 'number') throw badRequest('malformed_event', 'The webhook body is not a provider event.');
   const ids = eventIds(event);
   const stored = await insertBillingEvent(c.db, {
@@ -311,7 +311,7 @@ export async function processBillingEvent(c: Container, eventId: string, origin:
   else if (event.livemode !== (c.config.billing.mode === 'live')) outcome = 'ignored_mode';
   else if (!event.subscription_id) outcome = 'ignored_no_subscription';
   // Read outside the transaction: no row lock is held while the provider answers.
-  const sub = outcome ? null : subscriptionState(c, await callProvider('retrieve subscription', () => providerClient(c.config).subscriptions.retrieve(event.subscription_id!)));
+  const sub = outcome ? null : subscriptionState(c, await callProvider('retrieve subscription', async () => (await providerClient(c.config)).subscriptions.retrieve(event.subscription_id!)));
 
   const done = await c.db.transaction(async (trx) => {
     const locked = await billingEvents(trx).where({ id: eventId }).forUpdate().first();
