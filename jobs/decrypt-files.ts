@@ -1,6 +1,5 @@
 import { z } from 'zod';
 import { defineTrackedJob } from './tracked';
-import { openEncrypted } from '../lib/pgp/stream';
 import { invalid } from '../lib/errors';
 import { transformFiles } from './file-pipeline';
 import { unlockGeneration, unlockLineage } from '../lib/services/keys';
@@ -34,6 +33,7 @@ export const decryptFiles = defineTrackedJob({
   watchProgress: true,
   async run(row, payload, progress, { c, origin, signal }) {
     const req = DecryptRequest.parse(row.request);
+    const { openEncrypted } = await import('../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job
     const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
     // Still the caller's, or still granted to it (team access revoked after submission refuses).
     if (!lineage || !(await lineageUsableBy(c.db, row.user_id, lineage.id))) throw invalid('key_not_found', 'The key no longer exists.');

@@ -1,7 +1,6 @@
 import { z } from 'zod';
 import { recordUsage } from '../db/billing';
 import { defineTrackedJob } from './tracked';
-import { encryptStream } from '../lib/pgp/stream';
 import { readRecipientKey, readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../lib/pgp/keys';
 import { readText } from '../lib/streams';
 import { transformFiles } from './file-pipeline';
@@ -37,6 +36,7 @@ export const encryptFiles = defineTrackedJob({
   watchProgress: true,
   async run(row, _payload, progress, { c, origin, signal }) {
     const req = EncryptRequest.parse(row.request);
+    const { encryptStream } = await import('../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job
     let key: KeyRow | undefined;
     let recipient;
     if (req.recipient.type === 'stored') {

@@ -4,8 +4,6 @@ import type * as openpgp from 'openpgp';
 import { defineTrackedJob } from './tracked';
 import { transformFiles } from './file-pipeline';
 import { passphraseAad } from './decrypt-files';
-import { openEncrypted, encryptStream } from '../lib/pgp/stream';
-import { openForRewrap } from '../lib/pgp/rewrap';
 import { readStoredPublicKey } from '../lib/pgp/keys';
 import { conflict, invalid } from '../lib/errors';
 import { keyStatus, unlockGeneration, unlockLineage } from '../lib/services/keys';
@@ -60,6 +58,8 @@ export const rewrapFiles = defineTrackedJob({
   watchProgress: true,
   async run(row, payload, progress, { c, origin, signal }) {
     const req = RewrapRequest.parse(row.request);
+    // The OpenPGP stack loads with a process's first crypto job.
+    const [{ openEncrypted, encryptStream }, { openForRewrap }] = await Promise.all([import('../lib/pgp/stream'), import('../lib/pgp/rewrap')]);
     const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
     if (!lineage || !(await lineageUsableBy(c.db, row.user_id, lineage.id))) throw invalid('key_not_found', 'The key no longer exists.');
     const generations = (await lineageGenerations(c.db, lineage.id)).map((g) => verifiedKey(c, g));

@@ -1,4 +1,4 @@
-import * as openpgp from 'openpgp';
+import type * as openpgp from 'openpgp';
 import { invalid, tooLarge } from '../errors';
 import { LruCache } from '../lru';
 
@@ -14,19 +14,25 @@ export const KEY_ALGORITHMS: readonly KeyAlgorithm[] = ['curve25519', 'rsa3072',
 /** Supplied public keys above this size are refused (413) before parsing; real certificates are a few KiB. */
 export const MAX_PUBLIC_KEY_BYTES = 1 << 20;
 
-const { enums } = openpgp;
+let library: Promise<typeof openpgp> | undefined;
+/**
+ * OpenPGP.js, loaded on first use: an API process parses keys only for some requests (a supplied public
+ * key, a passphrase check), and its ~22,000 heap objects would otherwise be walked by every mark-compact
+ * of every process. Workers load it with their first crypto job (jobs import lib/pgp/stream when they run).
+ */
+export const loadOpenpgp = () => (library ??= import('openpgp'));
 
 /**
  * Key generation preferences end up in the self-signatures: AES-256 first, SHA-512/256, compression
  * "uncompressed" first (peers that honour prefs will not compress on our behalf), MDC only (no SEIPDv2).
  */
-const KEYGEN_CONFIG: openpgp.PartialConfig = {
+const keygenConfig = ({ enums }: typeof openpgp): openpgp.PartialConfig => ({
   v6Keys: false,
   aeadProtect: false,
   preferredSymmetricAlgorithm: enums.symmetric.aes256,
   preferredHashAlgorithm: enums.hash.sha512,
   preferredCompressionAlgorithm: enums.compression.uncompressed,
-};
+});
 
 /**
  * How generated private keys are locked. The secret is 256 random bits (lineage.ts `randomSecret`), so
@@ -93,14 +99,15 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   const createdAt = new Date(Math.floor((input.date ?? new Date()).getTime() / 1000) * 1000);
   const keyExpirationTime = days ? days * 86_400 : 0;
 
-  const { privateKey } = await openpgp.generateKey({
+  const pgp = await loadOpenpgp();
+  const { privateKey } = await pgp.generateKey({
     ...keyTypeOptions(input.algorithm),
     userIDs: [{ name: input.name, email: input.email }],
     passphrase: input.secret,
     keyExpirationTime,
     date: createdAt,
     format: 'object',
-    config: { ...KEYGEN_CONFIG, s2kIterationCountByte: GENERATION_S2K_COUNT_BYTE },
+    config: { ...keygenConfig(pgp), s2kIterationCountByte: GENERATION_S2K_COUNT_BYTE },
   });
   return {
     fingerprint: privateKey.getFingerprint(),
@@ -124,7 +131,8 @@ export interface RecipientKey {
   userIds: string[];
 }
 
-const SECRET_TAGS = new Set<number>([enums.packet.secretKey, enums.packet.secretSubkey]);
+/** Packet tags of a secret key and a secret subkey (RFC 9580 §5.5.1; OpenPGP.js's enums.packet, fixed by the format). */
+const SECRET_TAGS = new Set<number>([5, 7]);
 
 /**
  * Validates a public key a user supplies (untrusted): one certificate, no secret material, at least one
@@ -142,7 +150,7 @@ export async function readRecipientKey(armored: string, now = new Date()): Promi
   }
   let keys: openpgp.Key[];
   try {
-    keys = await openpgp.readKeys({ armoredKeys: armored });
+    keys = await (await loadOpenpgp()).readKeys({ armoredKeys: armored });
   } catch (err) {
     // A secret subkey under a public primary is rejected by the parser rather than returned.
     if (await hasSecretPackets(armored)) throw invalid('private_key_supplied', 'the key contains secret key material');
@@ -185,7 +193,7 @@ const parsedKeys = new LruCache<string, openpgp.PublicKey>({ max: 256 });
 export async function readStoredPublicKey(armored: string): Promise<openpgp.PublicKey> {
   const cached = parsedKeys.get(armored);
   if (cached) return cached;
-  const key = await openpgp.readKey({ armoredKey: armored });
+  const key = await (await loadOpenpgp()).readKey({ armoredKey: armored });
   return parsedKeys.set(armored, key.isPrivate() ? key.toPublic() : key);
 }
 
@@ -195,10 +203,11 @@ export async function readStoredPublicKey(armored: string): Promise<openpgp.Publ
  * anything else (an unreadable block) is corrupt stored data and stays a plain Error.
  */
 export async function unlockPrivateKey(privateArmored: string, secret: string): Promise<openpgp.PrivateKey> {
-  const privateKey = await openpgp.readPrivateKey({ armoredKey: privateArmored });
+  const pgp = await loadOpenpgp();
+  const privateKey = await pgp.readPrivateKey({ armoredKey: privateArmored });
   let unlocked: openpgp.PrivateKey;
   try {
-    unlocked = await openpgp.decryptKey({ privateKey, passphrase: secret });
+    unlocked = await pgp.decryptKey({ privateKey, passphrase: secret });
   } catch (err) {
     if (/incorrect key passphrase/i.test(message(err))) throw invalid('wrong_passphrase', 'the key secret is wrong');
     throw err;
@@ -240,7 +249,7 @@ async function expiryOf(key: openpgp.Key): Promise<Date | null> {
 
 async function hasSecretPackets(armored: string): Promise<boolean> {
   try {
-    const { data } = await openpgp.unarmor(armored);
+    const { data } = await (await loadOpenpgp()).unarmor(armored);
     const bytes = await new Response(data as ReadableStream<Uint8Array>).arrayBuffer();
     return scanPacketTags(new Uint8Array(bytes)).some((tag) => SECRET_TAGS.has(tag));
   } catch {
