@@ -20,7 +20,7 @@ let library: Promise<typeof openpgp> | undefined;
  * key, a passphrase check), and its ~22,000 heap objects would otherwise be walked by every mark-compact
  * of every process. Workers load it with their first crypto job (jobs import lib/pgp/stream when they run).
  */
-export const loadOpenpgp = () => (library ??= import('openpgp'));
+const loadOpenpgp = () => (library ??= import('openpgp'));
 
 /**
  * Key generation preferences end up in the self-signatures: AES-256 first, SHA-512/256, compression
