@@ -24,7 +24,6 @@ export interface Mailer {
  */
 export function createMailer(opts: { smtpUrl?: string; from: string; dir: string; log: Logger }): Mailer {
   let transport: Promise<Transporter> | undefined;
-  let closed = false;
   const open = () =>
     (transport ??= import('nodemailer').then(({ default: nodemailer }) =>
       opts.smtpUrl ? nodemailer.createTransport(opts.smtpUrl) : nodemailer.createTransport({ streamTransport: true, buffer: true, newline: 'unix' }),
@@ -32,7 +31,6 @@ export function createMailer(opts: { smtpUrl?: string; from: string; dir: string
   const dir = resolve(opts.dir);
   return {
     async send(mail) {
-      if (closed) throw new Error('the mailer is closed');
       const info = (await (await open()).sendMail({ from: opts.from, ...mail })) as { messageId: string; message?: Buffer };
       if (!opts.smtpUrl) {
         await mkdir(dir, { recursive: true });
@@ -42,9 +40,6 @@ export function createMailer(opts: { smtpUrl?: string; from: string; dir: string
       }
       return { messageId: info.messageId };
     },
-    close() {
-      closed = true;
-      void transport?.then((t) => t.close());
-    },
+    close: () => void transport?.then((t) => t.close()),
   };
 }

@@ -17,8 +17,7 @@ export type ProviderSubscription = Stripe.Subscription;
 /** Signed webhooks older (or newer) than this are refused: Stripe's own default tolerance. */
 export const WEBHOOK_TOLERANCE_SECONDS = 300;
 
-let sdk: Promise<typeof Stripe> | undefined;
-const loadSdk = () => (sdk ??= import('stripe').then((m) => m.default));
+const loadSdk = async () => (await import('stripe')).default;
 
 const clients = new WeakMap<Config, Stripe>();
 

@@ -14,13 +14,12 @@ export const KEY_ALGORITHMS: readonly KeyAlgorithm[] = ['curve25519', 'rsa3072',
 /** Supplied public keys above this size are refused (413) before parsing; real certificates are a few KiB. */
 export const MAX_PUBLIC_KEY_BYTES = 1 << 20;
 
-let library: Promise<typeof openpgp> | undefined;
 /**
  * OpenPGP.js, loaded on first use: an API process parses keys only for some requests (a supplied public
  * key, a passphrase check), and its ~22,000 heap objects would otherwise be walked by every mark-compact
  * of every process. Workers load it with their first crypto job (jobs import lib/pgp/stream when they run).
  */
-const loadOpenpgp = () => (library ??= import('openpgp'));
+const loadOpenpgp = () => import('openpgp');
 
 /**
  * Key generation preferences end up in the self-signatures: AES-256 first, SHA-512/256, compression
