@@ -6,11 +6,28 @@
  * Keys never start a segment with a dot, so these names cannot collide with objects.
  */
 import { randomUUID } from 'node:crypto';
-import { createReadStream, createWriteStream, mkdirSync } from 'node:fs';
-import { lstat, mkdir, open, readdir, rename, rm, rmdir, stat, unlink } from 'node:fs/promises';
+import {
+  closeSync,
+  createReadStream,
+  fstatSync,
+  mkdirSync,
+  openSync,
+  read,
+  readSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  rmdirSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+  writev,
+} from 'node:fs';
+import { lstat, readdir, rm } from 'node:fs/promises';
 import { dirname, join, resolve } from 'node:path';
-import type { Readable } from 'node:stream';
+import { Readable, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
+import { promisify } from 'node:util';
 import {
   type BlobStore,
   type ByteRange,
@@ -24,6 +41,18 @@ import {
   byteCounter,
   errorCode,
 } from './types';
+
+/**
+ * Objects up to this size are written and read in one synchronous call each; so are opening, stat,
+ * mkdir, rename and unlink. An fs call through libuv's thread pool costs two hand-offs between threads,
+ * ~100 µs of CPU on these VMs, where the call itself takes ~10 µs on a local disk: a small job's
+ * markers, data key and segments made the thread pool a large share of its CPU (bench/README.md).
+ * Streams of data stay asynchronous. This store is for a local disk: on a network filesystem that
+ * stalls, these calls would stall the process.
+ */
+export const SMALL_BYTES = 64 * 1024;
+
+const readAsync = promisify(read);
 
 export class LocalBlobStore implements BlobStore {
   readonly root: string;
@@ -44,15 +73,10 @@ export class LocalBlobStore implements BlobStore {
     const tmp = this.tmpPath();
     const counter = byteCounter(opts.onProgress);
     try {
-      await pipeline(
-        source,
-        counter.stage,
-        createWriteStream(tmp, { flags: 'wx', highWaterMark: STREAM_CHUNK_BYTES }),
-        { signal: opts.signal },
-      );
-      await this.publish(tmp, dest);
+      await pipeline(source, counter.stage, new FileSink(tmp), { signal: opts.signal });
+      publish(tmp, dest);
     } catch (err) {
-      await rm(tmp, { force: true });
+      rmSync(tmp, { force: true });
       throw err;
     }
     return { size: counter.bytes };
@@ -60,10 +84,10 @@ export class LocalBlobStore implements BlobStore {
 
   async putFile(key: string, path: string): Promise<{ size: number }> {
     const dest = this.pathOf(key);
-    const info = await stat(path);
+    const info = statSync(path);
     if (!info.isFile()) throw new TypeError(`not a regular file: ${path}`);
     try {
-      await this.publish(path, dest);
+      publish(path, dest);
       return { size: info.size };
     } catch (err) {
       if (errorCode(err) !== 'EXDEV') throw err;
@@ -76,22 +100,32 @@ export class LocalBlobStore implements BlobStore {
 
   async get(key: string, range?: ByteRange): Promise<Readable> {
     if (range) assertValidRange(range);
-    const handle = await this.openFile(key);
-    return handle.createReadStream({ start: range?.start, end: range?.end, highWaterMark: STREAM_CHUNK_BYTES });
+    const { fd, size } = this.openFile(key);
+    if (size > SMALL_BYTES) return createReadStream('', { fd, start: range?.start, end: range?.end, highWaterMark: STREAM_CHUNK_BYTES });
+    const bytes = Buffer.allocUnsafe(size);
+    try {
+      for (let have = 0, n = 1; have < size && n > 0; have += n) n = readSync(fd, bytes, have, size - have, have);
+    } finally {
+      closeSync(fd);
+    }
+    const part = range ? bytes.subarray(range.start, range.end === undefined ? size : range.end + 1) : bytes;
+    return Readable.from(part.length ? [part] : [], { objectMode: false });
   }
 
-  /** Opens an object for reading: a missing object rejects here rather than as a stream error later. */
-  private async openFile(key: string) {
-    const path = this.pathOf(key);
-    const handle = await open(path, 'r').catch((err: unknown) => {
+  /** Opens an object for reading: a missing object throws here rather than as a stream error later. */
+  private openFile(key: string): { fd: number; size: number } {
+    let fd: number;
+    try {
+      fd = openSync(this.pathOf(key), 'r');
+    } catch (err) {
       throw errorCode(err) === 'ENOENT' || errorCode(err) === 'ENOTDIR' ? new BlobNotFoundError(key) : err;
-    });
-    const info = await handle.stat();
+    }
+    const info = fstatSync(fd);
     if (!info.isFile()) {
-      await handle.close();
+      closeSync(fd);
       throw new BlobNotFoundError(key);
     }
-    return Object.assign(handle, { size: info.size });
+    return { fd, size: info.size };
   }
 
   /**
@@ -99,18 +133,27 @@ export class LocalBlobStore implements BlobStore {
    * gigabytes is what drives V8's garbage collections (each 1 MiB buffer counts towards its limits).
    */
   async readFrames(key: string, first: number, size: number): Promise<AsyncIterableIterator<Frame>> {
-    const handle = await this.openFile(key);
+    const file = this.openFile(key);
     // No bigger than the object (markers are a few bytes): an unused megabyte per read still costs a GC.
-    const buf = Buffer.allocUnsafeSlow(Math.max(first, Math.min(size, handle.size)));
+    const buf = Buffer.allocUnsafeSlow(Math.max(first, Math.min(size, file.size)));
+    const small = file.size <= SMALL_BYTES;
+    let reading: Promise<unknown> = Promise.resolve();
+    const readInto = (at: number, length: number): number | Promise<number> => {
+      if (small) return readSync(file.fd, buf, at, length, null);
+      const done = readAsync(file.fd, buf, at, length, null).then((r) => r.bytesRead);
+      reading = done.catch(() => undefined);
+      return done;
+    };
     let closing: Promise<void> | undefined;
-    const close = () => (closing ??= handle.close()); // waits for a read in flight
+    // The descriptor is closed only once no read is under way (its number could be reused meanwhile).
+    const close = () => (closing ??= reading.then(() => closeSync(file.fd)));
     async function* frames(): AsyncGenerator<Frame> {
       try {
         // A buffer smaller than `size` holds the whole rest of the object, so its frame is the last.
         for (let want = first; ; want = Math.min(size, buf.length)) {
           let have = 0;
           while (have < want) {
-            const { bytesRead } = await handle.read(buf, have, want - have, null);
+            const bytesRead = await readInto(have, want - have);
             if (bytesRead === 0) break;
             have += bytesRead;
           }
@@ -138,7 +181,7 @@ export class LocalBlobStore implements BlobStore {
   async stat(key: string): Promise<{ size: number } | null> {
     const path = this.pathOf(key);
     try {
-      const info = await stat(path);
+      const info = statSync(path);
       return info.isFile() ? { size: info.size } : null;
     } catch (err) {
       if (isMissing(err)) return null;
@@ -149,7 +192,7 @@ export class LocalBlobStore implements BlobStore {
   async delete(key: string): Promise<void> {
     const path = this.pathOf(key);
     try {
-      await unlink(path);
+      unlinkSync(path);
     } catch (err) {
       // EISDIR: the key names a folder of other objects, not an object.
       if (!isMissing(err) && errorCode(err) !== 'EISDIR') throw err;
@@ -162,7 +205,7 @@ export class LocalBlobStore implements BlobStore {
     // a put into the prefix is finishing concurrently (it lands in a fresh folder).
     const detached = this.tmpPath();
     try {
-      await rename(dir, detached);
+      renameSync(dir, detached);
     } catch (err) {
       if (isMissing(err)) return 0; // no folder (or a file where one would be): nothing under the prefix
       throw err;
@@ -197,26 +240,92 @@ export class LocalBlobStore implements BlobStore {
   private tmpPath(): string {
     return join(this.tmpDir, randomUUID());
   }
-
-  private async publish(from: string, dest: string): Promise<void> {
-    await mkdir(dirname(dest), { recursive: true });
-    await rename(from, dest);
-  }
 }
 
 const isMissing = (err: unknown) => errorCode(err) === 'ENOENT' || errorCode(err) === 'ENOTDIR';
 
-/** Removes a folder that nothing writes into any more, in one walk; returns how many files it held. */
-async function removeTree(dir: string): Promise<number> {
+function publish(from: string, dest: string): void {
+  mkdirSync(dirname(dest), { recursive: true });
+  renameSync(from, dest);
+}
+
+/**
+ * Removes a folder that nothing writes into any more, in one walk; returns how many files it held.
+ * Synchronous: a job's folder holds a few entries per file (MAX_FILES_PER_JOB of them at most).
+ */
+function removeTree(dir: string): number {
   let files = 0;
-  for (const entry of await readdir(dir, { withFileTypes: true })) {
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name);
-    if (entry.isDirectory()) files += await removeTree(path);
+    if (entry.isDirectory()) files += removeTree(path);
     else {
-      await unlink(path);
+      unlinkSync(path);
       files += 1;
     }
   }
-  await rmdir(dir);
+  rmdirSync(dir);
   return files;
+}
+
+/**
+ * A put's temporary file. Up to SMALL_BYTES is held and written in one call at the end; past that the
+ * file is opened and written as the data comes, each batch of chunks in one asynchronous writev.
+ */
+class FileSink extends Writable {
+  private fd: number | undefined;
+  private held: Buffer[] = [];
+  private heldBytes = 0;
+
+  constructor(private readonly path: string) {
+    super({ highWaterMark: STREAM_CHUNK_BYTES });
+  }
+
+  override _writev(chunks: { chunk: Buffer }[], callback: (err?: Error | null) => void): void {
+    let bufs = chunks.map((c) => c.chunk);
+    if (this.fd === undefined) {
+      for (const b of bufs) this.held.push(b);
+      this.heldBytes += bufs.reduce((n, b) => n + b.length, 0);
+      if (this.heldBytes <= SMALL_BYTES) return callback();
+      try {
+        this.fd = openSync(this.path, 'wx');
+      } catch (err) {
+        return callback(err as Error);
+      }
+      bufs = this.held;
+      this.held = [];
+    }
+    writeAll(this.fd, bufs, callback);
+  }
+
+  override _final(callback: (err?: Error | null) => void): void {
+    try {
+      if (this.fd === undefined) writeFileSync(this.path, Buffer.concat(this.held, this.heldBytes), { flag: 'wx' });
+      else closeSync(this.fd);
+      this.fd = undefined;
+      callback();
+    } catch (err) {
+      callback(err as Error);
+    }
+  }
+
+  override _destroy(err: Error | null, callback: (err?: Error | null) => void): void {
+    try {
+      if (this.fd !== undefined) closeSync(this.fd);
+    } catch (closeErr) {
+      err ??= closeErr as Error;
+    }
+    this.fd = undefined;
+    callback(err);
+  }
+}
+
+/** writev until every byte is written (a write may be partial). */
+function writeAll(fd: number, bufs: Buffer[], callback: (err?: Error | null) => void): void {
+  writev(fd, bufs, (err, written) => {
+    if (err) return callback(err);
+    let i = 0;
+    for (; i < bufs.length && written >= bufs[i]!.length; i++) written -= bufs[i]!.length;
+    if (i === bufs.length) callback();
+    else writeAll(fd, [bufs[i]!.subarray(written), ...bufs.slice(i + 1)], callback);
+  });
 }

@@ -12,6 +12,7 @@ import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BlobNotFoundError, LocalBlobStore, createBlobStore, type BlobStore } from '../../lib/blob';
+import { SMALL_BYTES } from '../../lib/blob/local';
 import { S3BlobStore } from '../../lib/blob/s3';
 import { S3rver } from '../support/s3';
 
@@ -109,6 +110,17 @@ describe.each([
     expect(await buffer(await store.get('ranged', { start: 10, end: 4095 }))).toEqual(data.subarray(10, 4096));
     expect(await buffer(await store.get('ranged', { start: 60_000 }))).toEqual(data.subarray(60_000));
     await expect(store.get('ranged', { start: 5, end: 4 })).rejects.toThrow(RangeError);
+  });
+
+  // The local driver writes and reads objects up to SMALL_BYTES in one call, larger ones as streams.
+  it.each([SMALL_BYTES - 1, SMALL_BYTES, SMALL_BYTES + 1, 3 * SMALL_BYTES + 7])('round-trips %i bytes sent in odd pieces, whole and by range', async (n) => {
+    const data = randomBytes(n);
+    const key = `sized/${n}`;
+    expect(await store.put(key, Readable.from(chunks(data, 40_000)))).toEqual({ size: n });
+    expect(await store.stat(key)).toEqual({ size: n });
+    expect(sha256(await read(store, key))).toBe(sha256(data));
+    expect(await buffer(await store.get(key, { start: n - 10 }))).toEqual(data.subarray(n - 10));
+    expect(await buffer(await store.get(key, { start: 3, end: 40_002 }))).toEqual(data.subarray(3, 40_003));
   });
 
   it('stores an empty object', async () => {
