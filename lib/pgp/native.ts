@@ -4,6 +4,7 @@ import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
 import { ONE_PIECE } from '../streams';
 import { cfbDecryptor } from './cfb';
+import { sessionKeyPacket } from './pkesk';
 import { sessionKeyV1 } from './session';
 
 /**
@@ -89,7 +90,7 @@ export async function encryptNative(input: Readable, recipient: openpgp.PublicKe
   const sessionKey = crypto.randomBytes(32);
   let pkesk: Uint8Array;
   try {
-    pkesk = await openpgp.encryptSessionKey({ data: sessionKey, algorithm: 'aes256', encryptionKeys: recipient, format: 'binary' });
+    pkesk = await sessionKeyPacket(recipient, 'aes256', sessionKey);
   } catch (err) {
     input.destroy();
     throw invalid('no_encryption_key', `cannot encrypt to this key: ${err instanceof Error ? err.message : String(err)}`);

@@ -3,6 +3,7 @@ import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
 import { MdcThread } from './mdc-thread';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL } from './native';
+import { sessionKeyPacket } from './pkesk';
 import { sessionKeyV1 } from './session';
 import { dearmor, CHUNK_BYTES } from './stream';
 import { Watch, type WatchOptions } from './watch';
@@ -275,7 +276,7 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
           throw err instanceof AppError ? err : invalid('no_matching_key', 'the message cannot be decrypted with this key');
         });
         if (!sessionKey.algorithm || !AES[sessionKey.algorithm]) throw unsupported(`its cipher is ${sessionKey.algorithm ?? 'unknown'}, not AES`);
-        newPkesk = await watch.call(openpgp.encryptSessionKey({ data: sessionKey.data, algorithm: sessionKey.algorithm, encryptionKeys: recipient, format: 'binary' }));
+        newPkesk = await watch.call(sessionKeyPacket(recipient, sessionKey.algorithm, sessionKey.data));
       } catch (err) {
         input.destroy();
         watch.close();

@@ -1,0 +1,62 @@
+import { randomBytes } from 'node:crypto';
+import * as openpgp from 'openpgp';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { sessionKeyPacket } from '../../lib/pgp/pkesk';
+
+/**
+ * The session key packet built on Node's X25519 (lib/pgp/pkesk.ts) against OpenPGP.js's reading of it.
+ * gpg and sq read it in the interop tests (test/interop.test.ts, test/lib/pgp-interop.test.ts).
+ */
+const user = { name: 'PKESK', email: 'pkesk@example.com' };
+let curve: openpgp.PrivateKey;
+let rsa: openpgp.PrivateKey;
+const legacy = { type: 'ecc', curve: 'curve25519Legacy' } as const; // ECDH (18), as lib/pgp/keys.ts makes them
+
+beforeAll(async () => {
+  curve = (await openpgp.generateKey({ ...legacy, userIDs: [user], format: 'object' })).privateKey;
+  rsa = (await openpgp.generateKey({ type: 'rsa', rsaBits: 2048, userIDs: [user], format: 'object' })).privateKey;
+});
+
+async function opened(packet: Uint8Array, key: openpgp.PrivateKey) {
+  const message = await openpgp.readMessage({ binaryMessage: packet });
+  return openpgp.decryptSessionKeys({ message, decryptionKeys: key });
+}
+
+describe('sessionKeyPacket', () => {
+  it.each([
+    ['aes128', 16],
+    ['aes256', 32],
+  ] as const)('wraps a %s session key to a Curve25519 key so that OpenPGP.js unwraps it', async (algorithm, bytes) => {
+    const data = randomBytes(bytes);
+    const packet = await sessionKeyPacket(curve.toPublic(), algorithm, data);
+    expect(packet[0]).toBe(0xc1); // tag 1
+    expect(Buffer.from(packet.subarray(3, 11)).toString('hex')).toBe((await curve.getEncryptionKey()).getKeyID().toHex());
+    const [found] = await opened(packet, curve);
+    expect(found).toEqual({ data: new Uint8Array(data), algorithm });
+  });
+
+  it('uses a fresh ephemeral key each time', async () => {
+    const data = randomBytes(32);
+    const [a, b] = await Promise.all([sessionKeyPacket(curve.toPublic(), 'aes256', data), sessionKeyPacket(curve.toPublic(), 'aes256', data)]);
+    expect(Buffer.from(a).equals(Buffer.from(b))).toBe(false);
+  });
+
+  it('is refused by another key', async () => {
+    const other = (await openpgp.generateKey({ ...legacy, userIDs: [user], format: 'object' })).privateKey;
+    await expect(opened(await sessionKeyPacket(curve.toPublic(), 'aes256', randomBytes(32)), other)).rejects.toThrow();
+  });
+
+  it('leaves other keys to OpenPGP.js (RSA, and RFC 9580 X25519)', async () => {
+    const x25519 = (await openpgp.generateKey({ type: 'curve25519', userIDs: [user], format: 'object' })).privateKey;
+    for (const key of [rsa, x25519]) {
+      const data = randomBytes(32);
+      const [found] = await opened(await sessionKeyPacket(key.toPublic(), 'aes256', data), key);
+      expect(found).toEqual({ data: new Uint8Array(data), algorithm: 'aes256' });
+    }
+  });
+
+  it('refuses a key that cannot encrypt (expired)', async () => {
+    const { privateKey } = await openpgp.generateKey({ ...legacy, userIDs: [user], keyExpirationTime: 1, date: new Date(Date.now() - 10_000), format: 'object' });
+    await expect(sessionKeyPacket(privateKey.toPublic(), 'aes256', randomBytes(32))).rejects.toThrow(/expired|encryption key/i);
+  });
+});
