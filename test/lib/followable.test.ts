@@ -137,12 +137,33 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
     const files = () => readdirSync(join(root, 'store', dir), { recursive: true, withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name);
     await writer.put(k, Readable.from([randomBytes(3 * SEGMENT)]));
     await writer.put(k, Readable.from([randomBytes(2 * SEGMENT)])); // the first write's segments go too
-    expect(files().sort()).toEqual(['0', '0', '0.head', '1', 'key']);
+    // The second write's two segments beside the file (no folders), its head and end marker.
+    const write = files().find((f) => f.endsWith('.0') && f !== '0')!.slice(2, -2);
+    expect(files().sort()).toEqual(['0', `0.${write}.0`, `0.${write}.1`, '0.head', 'key']);
     await writer.delete(k);
     expect(await reader.stat(k)).toBeNull();
     expect(files()).toEqual(['key']);
     await writer.put(k, Readable.from([randomBytes(3 * SEGMENT)]));
     await writer.deletePrefix(`${dir}/`);
     await expect(reader.get(k)).rejects.toThrow(/not found/);
+  });
+
+  it.runIf(backend === 'local')('the segments of a writer that crashed go with the next write, or with the file', async () => {
+    const dir = key().replace(/\/0$/, '');
+    const files = (n: number) => readdirSync(join(root, 'store', dir)).filter((f) => f.split('.')[0] === String(n)).sort();
+    const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), sealer);
+    await writer.put(`${dir}/9`, Readable.from([randomBytes(5)]), { fresh: true }); // the job's data key and folder
+    /** What a writer leaves when its process dies: its head and segments, no end marker. */
+    const crashed = async (k: string) => {
+      const w = randomBytes(16).toString('hex');
+      for (const [name, text] of [[`${k}.head`, w], [`${k}.${w}.0`, 'a'], [`${k}.${w}.1`, 'b']]) await sealed.put(name!, Readable.from([Buffer.from(text!)]));
+    };
+    await crashed(`${dir}/0`);
+    await writer.put(`${dir}/0`, Readable.from([randomBytes(SEGMENT + 1)]));
+    const write = files(0).find((f) => f.endsWith('.1'))!.slice(2, -2);
+    expect(files(0)).toEqual(['0', `0.${write}.0`, `0.${write}.1`, '0.head']);
+    await crashed(`${dir}/1`);
+    await writer.delete(`${dir}/1`);
+    expect(files(1)).toEqual([]);
   });
 });
