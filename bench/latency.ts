@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { latencyLines, measureListLatency, measureSmallJobs } from './lib/latency';
 import { Service } from './lib/service';
-import { GiB, serviceCpuReader } from './lib/util';
+import { GiB, fileCreateCost, serviceCpuReader } from './lib/util';
 
 const arg = (name: string, def: number) => {
   const at = process.argv.indexOf(name);
@@ -20,13 +20,16 @@ const arg = (name: string, def: number) => {
 const rate = arg('--rate', 500);
 const dir = await mkdtemp(join(tmpdir(), 'kms-bench-latency-'));
 const service = new Service(dir, GiB);
+const creates = [fileCreateCost(dir)];
 try {
   await service.startWeb();
   await service.addWorker('crypto=4');
   const list = await measureListLatency(service.baseUrl, { rate, seconds: arg('--seconds', 5), cpu: serviceCpuReader(service) });
   const small = await measureSmallJobs(service.baseUrl, { concurrency: [1, 16], jobs: arg('--jobs', 50), cpu: serviceCpuReader(service) });
+  creates.push(fileCreateCost(dir));
   for (const line of latencyLines(list, rate, small)) console.log(line);
-  console.log(JSON.stringify({ bench: 'latency', rate, list, small }));
+  console.log(`file creates ${creates.map(Math.round).join(' → ')} µs at the start and the end (bench/README.md, "Files the filesystem hands out")`);
+  console.log(JSON.stringify({ bench: 'latency', rate, list, small, file_create_us: creates.map(Math.round) }));
 } finally {
   await service.stop();
   await rm(dir, { recursive: true, force: true });

@@ -23,7 +23,7 @@ import { eventLatencyLine, measureEventLatency } from './lib/events';
 import { authOverheadLines, measureAuthOverhead } from './lib/auth';
 import { latencyLines, measureListLatency, measureSmallJobs } from './lib/latency';
 import { Service } from './lib/service';
-import { GiB, children, formatSize, mibPerSec, parseSize, serviceCpuReader, spawnTracked, stopChild, pageCacheWriteCost, writeRandomFile } from './lib/util';
+import { GiB, children, formatSize, mibPerSec, parseSize, serviceCpuReader, spawnTracked, stopChild, pageCacheWriteCost, fileCreateCost, writeRandomFile } from './lib/util';
 
 /** `sealing`: the blob store's at-rest sealing alone, in this process (bench/lib/sealing.ts). */
 const sealingSection = (b: Bench) => measureSealing(b.input, b.size, b.dir, b.runs);
@@ -173,7 +173,7 @@ async function main(): Promise<void> {
 
   try {
     gpg = await Gpg.create(join(dir, 'gnupg'));
-    const pageCacheAtStart = pageCacheWriteCost(dir);
+    const atStart = { pageCache: pageCacheWriteCost(dir), fileCreate: fileCreateCost(dir) };
     const snapshots: RssSnapshots = [];
     const bench = await prepare(opts, dir, service, gpg, snapshots);
     const results: Results = {};
@@ -187,7 +187,7 @@ async function main(): Promise<void> {
       snapshots.push({ after: name, rss: service.rss() });
     }
     const tmpKind = `${tmpdir()} (${(await statfs(dir)).type === TMPFS_MAGIC ? 'tmpfs' : 'disk'})`;
-    report(opts, results, snapshots, tmpKind, [pageCacheAtStart, pageCacheWriteCost(dir)]);
+    report(opts, results, snapshots, tmpKind, { pageCache: [atStart.pageCache, pageCacheWriteCost(dir)], fileCreate: [atStart.fileCreate, fileCreateCost(dir)] });
   } catch (err) {
     if (interrupted) return; // the failure is our own clean-up killing things
     console.error(err instanceof Error ? (err.stack ?? err.message) : err);
@@ -224,10 +224,16 @@ async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, s
 }
 
 /** The table and ratios, then one JSON line for machine comparison. */
-function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKind: string, pageCache: [number, number]): void {
+/** What the machine charged at the start and the end of the run: page-cache writes, file creates (lib/util.ts). */
+interface Probes {
+  pageCache: [number, number];
+  fileCreate: [number, number];
+}
+
+function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKind: string, probes: Probes): void {
   const rss = snapshots.at(-1)!.rss;
   const q = ratios(results, rss);
-  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, store: opts.store, follow: opts.follow, tmp: tmpKind, page_cache_s_per_gib: pageCache.map((s) => Math.round(s * 100) / 100) };
+  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, store: opts.store, follow: opts.follow, tmp: tmpKind, page_cache_s_per_gib: probes.pageCache.map((s) => Math.round(s * 100) / 100), file_create_us: probes.fileCreate.map(Math.round) };
   printReport(machine, results, snapshots, q);
   if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), cpu_s_per_gib: cpuPerGiBOf(results), ratios: q, peak_rss_mib: rss, idle_rss_mib: snapshots.find((s) => s.now)?.rss }));
 }

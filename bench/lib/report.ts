@@ -12,6 +12,8 @@ export interface Machine {
   tmp: string;
   /** System CPU seconds per GiB written into the page cache, probed at the start and the end of the run (util.ts pageCacheWriteCost). */
   page_cache_s_per_gib: number[];
+  /** µs to create a file, probed likewise (util.ts fileCreateCost). */
+  file_create_us: number[];
 }
 
 /** Peak RSS (MiB) per service process, as read after each section. */
@@ -76,7 +78,7 @@ export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
 
 export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: Ratios): void {
   const out: string[] = [];
-  out.push(`KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s) · transfers via ${m.transfer} · temp ${m.tmp} · page cache writes ${m.page_cache_s_per_gib.join(' → ')} CPU-s/GiB`);
+  out.push(`KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s) · transfers via ${m.transfer} · temp ${m.tmp} · page cache writes ${m.page_cache_s_per_gib.join(' → ')} CPU-s/GiB · file creates ${m.file_create_us.join(' → ')} µs`);
   out.push('');
   out.push(`${'section'.padEnd(9)} ${'what'.padEnd(31)} ${'MiB/s'.padStart(7)} ${'seconds'.padStart(8)}   where the time went (s) [CPU s per process]`);
   for (const [key, t] of Object.entries(r)) {

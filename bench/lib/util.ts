@@ -1,6 +1,6 @@
 import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, createReadStream, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, createReadStream, mkdirSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { open } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
@@ -47,6 +47,26 @@ export function pageCacheWriteCost(dir: string, bytes = 256 * MiB): number {
   } finally {
     closeSync(fd);
     rmSync(path, { force: true });
+  }
+}
+
+/**
+ * What creating a file costs this machine's filesystem right now, in µs of wall time (`files` empty files
+ * in a new folder of `dir`, then removed). The root filesystem of these VMs is ext4 without a journal,
+ * and there ext4 scans past every inode freed in the last minutes before it hands one out: after a
+ * stream of small jobs a create takes ~1 ms, on a quiet disk ~30 µs. Each job creates a handful of files
+ * (markers, segments, its data key), so the small-job figures move with this one (bench/README.md, "Files
+ * the filesystem hands out").
+ */
+export function fileCreateCost(dir: string, files = 200): number {
+  const folder = join(dir, `create-probe-${randomId()}`);
+  mkdirSync(folder);
+  try {
+    const start = performance.now();
+    for (let i = 0; i < files; i++) closeSync(openSync(join(folder, String(i)), 'wx'));
+    return ((performance.now() - start) * 1000) / files;
+  } finally {
+    rmSync(folder, { recursive: true, force: true });
   }
 }
 
