@@ -6,7 +6,7 @@ import * as openpgp from 'openpgp';
  * OpenPGP.js picks and checks the encryption subkey (expiry, revocation, flags). For ECDH on
  * Curve25519 (the keys we make, and gpg's default) the packet is built here on Node's X25519, SHA-256
  * and AES key wrap (RFC 9580 §5.1.4, §11.5): OpenPGP.js does that through WebCrypto, a thread-pool round
- * trip per step, ~1.8 ms of CPU a message on these VMs against ~0.2 ms. Other keys go to OpenPGP.js.
+ * trip per step, ~1.6 ms of CPU a message on these VMs against ~0.5 ms. Other keys go to OpenPGP.js.
  */
 export async function sessionKeyPacket(recipient: openpgp.PublicKey, algorithm: openpgp.enums.symmetricNames, sessionKey: Uint8Array): Promise<Uint8Array> {
   const subkey = await recipient.getEncryptionKey();
