@@ -7,6 +7,12 @@ import { createRedis } from './redis';
 const BLOCK_MS = 10_000;
 /** Re-sent while the reader has not yet picked up a new stream: an UNBLOCK can overtake a read in flight. */
 const UNBLOCK_RETRIES_MS = [0, 20, 100, 500, 2000];
+/**
+ * How long a stream stays in the read after its last listener has left: an account that waits for its
+ * jobs one after another (`Prefer: wait`) then joins the read already under way, where a new stream
+ * costs an interruption (CLIENT UNBLOCK, and the XREAD sent again).
+ */
+const LINGER_MS = 30_000;
 
 interface Listener {
   /** The last event id this listener has been given. */
@@ -20,6 +26,8 @@ interface Stream {
   /** Where the hub reads this stream from next (exclusive). */
   cursor: string;
   listeners: Set<Listener>;
+  /** Set while the stream has no listener: ends it after LINGER_MS. */
+  linger?: NodeJS.Timeout;
 }
 
 /**
@@ -51,19 +59,25 @@ export class EventHub {
       this.start();
       void this.interrupt();
     } else {
+      clearTimeout(stream.linger);
+      stream.linger = undefined;
       stream.listeners.add(listener);
       if (compareEventIds(stream.cursor, cursor) > 0) await this.catchUp(userId, listener, stream.cursor);
     }
     const joined = stream;
     return () => {
       joined.listeners.delete(listener);
-      if (!joined.listeners.size && this.streams.get(userId) === joined) this.streams.delete(userId);
+      if (joined.listeners.size || joined.linger) return;
+      joined.linger = setTimeout(() => {
+        if (!joined.listeners.size && this.streams.get(userId) === joined) this.streams.delete(userId);
+      }, LINGER_MS).unref();
     };
   }
 
   /** Ends the reader; listeners get nothing more. */
   async stop(): Promise<void> {
     this.stopped = true;
+    for (const stream of this.streams.values()) clearTimeout(stream.linger);
     this.streams.clear();
     this.wake?.();
     this.reader?.disconnect();

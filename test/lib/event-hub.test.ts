@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { inject } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
@@ -92,5 +92,26 @@ describe('EventHub', () => {
     expect(Date.now() - started).toBeLessThan(5000); // interrupted, not left waiting for the 10 s block
     stopFresh();
     for (const stop of stops) stop();
+  });
+
+  it('keeps a stream in the read a while after its last listener left: the next one joins without an interruption', async () => {
+    const first = collector();
+    const stopFirst = await hub.listen('again', '0-0', first.deliver);
+    const id0 = await publish('again', 0);
+    await until(() => first.seen.length === 1);
+    stopFirst();
+    // Read by the hub while nobody listens; given to the next listener from its own cursor.
+    await publish('again', 1);
+    await publish('again', 2);
+    await new Promise((r) => setTimeout(r, 100));
+    const unblocks = vi.spyOn(redis, 'client');
+    const next = collector();
+    const stopNext = await hub.listen('again', id0, next.deliver);
+    await publish('again', 3);
+    await until(() => next.seen.length === 3);
+    expect(next.seen).toEqual([1, 2, 3]);
+    expect(unblocks.mock.calls.map((call) => String(call[0]))).not.toContain('UNBLOCK');
+    unblocks.mockRestore();
+    stopNext();
   });
 });
