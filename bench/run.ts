@@ -223,13 +223,13 @@ async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, s
   return { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {}, keepCiphertexts, follow: opts.follow };
 }
 
-/** The table and ratios, then one JSON line for machine comparison. */
 /** What the machine charged at the start and the end of the run: page-cache writes, file creates (lib/util.ts). */
 interface Probes {
   pageCache: [number, number];
   fileCreate: [number, number];
 }
 
+/** The table and ratios, then one JSON line for machine comparison. */
 function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKind: string, probes: Probes): void {
   const rss = snapshots.at(-1)!.rss;
   const q = ratios(results, rss);
