@@ -1,5 +1,6 @@
 import * as openpgp from 'openpgp';
 import { invalid } from '../errors';
+import { openSessionKeyPacket } from './pkesk';
 
 const { enums } = openpgp;
 
@@ -13,6 +14,13 @@ export const SESSION_KEY_CONFIG: openpgp.PartialConfig = { constantTimePKCS1Decr
 export const MAX_SESSION_KEY_TRIES = 16;
 const WILDCARD_KEY_ID = '0000000000000000';
 
+/** The session key packets `privateKey` would open: those naming one of its key ids, and anonymous ones. */
+function packetsFor(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
+  const ours = new Set(privateKey.getKeys().map((k) => k.getKeyID().toHex()));
+  const packets = message.packets.filterByTag(enums.packet.publicKeyEncryptedSessionKey) as unknown as (openpgp.PublicKeyEncryptedSessionKeyPacket & { publicKeyID: openpgp.KeyID })[];
+  return packets.filter((p) => p.publicKeyID.toHex() === WILDCARD_KEY_ID || ours.has(p.publicKeyID.toHex()));
+}
+
 /**
  * Refuses (422 malformed_message) a message with more than MAX_SESSION_KEY_TRIES session key packets
  * our key would open: those naming one of its key ids, and anonymous ones (tried with every key).
@@ -20,8 +28,7 @@ const WILDCARD_KEY_ID = '0000000000000000';
  * constant-time mode): 1000 copies of one packet, 400 KiB, took 64 s.
  */
 export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): void {
-  const ours = new Set(privateKey.getKeys().map((k) => k.getKeyID().toHex()));
-  const tries = message.getEncryptionKeyIDs().filter((id) => id.toHex() === WILDCARD_KEY_ID || ours.has(id.toHex())).length;
+  const tries = packetsFor(message, privateKey).length;
   if (tries > MAX_SESSION_KEY_TRIES) {
     throw invalid('malformed_message', `the message has ${tries} session key packets for this key (at most ${MAX_SESSION_KEY_TRIES} are tried)`);
   }
@@ -39,6 +46,10 @@ export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privat
  */
 export async function sessionKeyV1(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): Promise<openpgp.SessionKey> {
   checkSessionKeyPackets(message, privateKey);
+  // The common case, one packet for our key and it a Curve25519 one, opens on Node's crypto (pkesk.ts).
+  const mine = packetsFor(message, privateKey);
+  const opened = mine.length === 1 ? await openSessionKeyPacket(mine[0]!, privateKey) : undefined;
+  if (opened) return opened;
   const order = await preferenceOrder(privateKey);
   const aes = order.find((a) => AES.has(a))!;
   const candidates = await openpgp.decryptSessionKeys({

@@ -92,6 +92,7 @@ describe('hostile OpenPGP input', () => {
       const started = Date.now();
       expect(await code(decryptAll(tampered, stream))).toBe('malformed_message');
       expect(Date.now() - started).toBeLessThan(5000);
+      await new Promise((r) => setImmediate(r)); // destroy() passes on, and emits close, a tick later
       expect(state.destroyed).toBe(true);
     }
   });
@@ -143,6 +144,7 @@ describe('hostile OpenPGP input', () => {
       const started = Date.now();
       expect(await code(decryptAll(tampered, stream, priv, { idleMs: 60_000 }))).toBe('malformed_message');
       expect(Date.now() - started).toBeLessThan(5000);
+      await new Promise((r) => setImmediate(r)); // as above
       expect(state.destroyed).toBe(true);
     }
     // The same path still reads an honest message.

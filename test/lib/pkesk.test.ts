@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import * as openpgp from 'openpgp';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { sessionKeyPacket } from '../../lib/pgp/pkesk';
+import { openSessionKeyPacket, sessionKeyPacket } from '../../lib/pgp/pkesk';
 
 /**
  * The session key packet built on Node's X25519 (lib/pgp/pkesk.ts) against OpenPGP.js's reading of it.
@@ -16,6 +16,12 @@ beforeAll(async () => {
   curve = (await openpgp.generateKey({ ...legacy, userIDs: [user], format: 'object' })).privateKey;
   rsa = (await openpgp.generateKey({ type: 'rsa', rsaBits: 2048, userIDs: [user], format: 'object' })).privateKey;
 });
+
+/** The one session key packet of `packet` (a framed packet list). */
+async function pkesk(packet: Uint8Array): Promise<openpgp.PublicKeyEncryptedSessionKeyPacket> {
+  const message = await openpgp.readMessage({ binaryMessage: packet });
+  return message.packets.filterByTag(openpgp.enums.packet.publicKeyEncryptedSessionKey)[0] as openpgp.PublicKeyEncryptedSessionKeyPacket;
+}
 
 async function opened(packet: Uint8Array, key: openpgp.PrivateKey) {
   const message = await openpgp.readMessage({ binaryMessage: packet });
@@ -58,5 +64,25 @@ describe('sessionKeyPacket', () => {
   it('refuses a key that cannot encrypt (expired)', async () => {
     const { privateKey } = await openpgp.generateKey({ ...legacy, userIDs: [user], keyExpirationTime: 1, date: new Date(Date.now() - 10_000), format: 'object' });
     await expect(sessionKeyPacket(privateKey.toPublic(), 'aes256', randomBytes(32))).rejects.toThrow(/expired|encryption key/i);
+  });
+});
+
+describe('openSessionKeyPacket', () => {
+  it.each(['aes128', 'aes256'] as const)('opens a %s session key wrapped here and one wrapped by OpenPGP.js', async (algorithm) => {
+    const data = randomBytes(algorithm === 'aes128' ? 16 : 32);
+    const ours = await sessionKeyPacket(curve.toPublic(), algorithm, data);
+    const theirs = await openpgp.encryptSessionKey({ data, algorithm, encryptionKeys: curve.toPublic(), format: 'binary' });
+    for (const packet of [ours, theirs]) expect(await openSessionKeyPacket(await pkesk(packet), curve)).toEqual({ data: new Uint8Array(data), algorithm });
+  });
+
+  it('leaves to OpenPGP.js what does not open here: another key, a changed octet, RSA', async () => {
+    const other = (await openpgp.generateKey({ ...legacy, userIDs: [user], format: 'object' })).privateKey;
+    const packet = await sessionKeyPacket(curve.toPublic(), 'aes256', randomBytes(32));
+    expect(await openSessionKeyPacket(await pkesk(packet), other)).toBeUndefined();
+    const changed = Buffer.from(packet);
+    changed[changed.length - 3]! ^= 1; // inside the wrapped key
+    expect(await openSessionKeyPacket(await pkesk(changed), curve)).toBeUndefined();
+    const toRsa = await sessionKeyPacket(rsa.toPublic(), 'aes256', randomBytes(32));
+    expect(await openSessionKeyPacket(await pkesk(toRsa), rsa)).toBeUndefined();
   });
 });
