@@ -60,7 +60,7 @@ export async function openSessionKeyPacket(packet: openpgp.PublicKeyEncryptedSes
     if (pad < 1 || pad > 8 || !padded.subarray(padded.length - pad).every((b) => b === pad)) return undefined;
     const plain = padded.subarray(0, padded.length - pad);
     const data = plain.subarray(1, plain.length - 2);
-    const algorithm = AES_BY_ID[plain[0]!];
+    const algorithm = AES[plain[0]!];
     if (!algorithm || data.length !== algorithm.keyBytes || !crypto.timingSafeEqual(checksum(data), plain.subarray(plain.length - 2))) return undefined;
     return { data: new Uint8Array(data), algorithm: algorithm.name };
   } catch {
@@ -89,6 +89,7 @@ interface Curve25519Params {
   /** The KDF's parameters (RFC 9580 §11.5): curve OID, algorithm, KDF parameters, "Anonymous Sender    ", fingerprint. */
   param: Buffer;
   hash: string;
+  /** The key-wrap cipher (`id-aes<bits>-wrap`) and its key size. */
   wrap: { name: string; keyBytes: number };
 }
 
@@ -97,11 +98,11 @@ function curve25519Params(key: openpgp.PublicKeyPacket | openpgp.SecretKeyPacket
   const { oid, Q, kdfParams } = key.publicParams as { oid?: EcdhOid; Q?: Uint8Array; kdfParams?: EcdhKdfParams };
   const fingerprint = key.getFingerprintBytes();
   const hash = kdfParams && HASHES[kdfParams.hash];
-  const wrap = kdfParams && KEY_WRAPS[kdfParams.cipher];
+  const aes = kdfParams && AES[kdfParams.cipher];
   const ours = key.version === 4 && key.algorithm === openpgp.enums.publicKey.ecdh && oid?.getName() === 'curve25519Legacy';
-  if (!ours || Q?.length !== 33 || Q[0] !== 0x40 || fingerprint?.length !== 20 || !hash || !wrap) return undefined;
+  if (!ours || Q?.length !== 33 || Q[0] !== 0x40 || fingerprint?.length !== 20 || !hash || !aes) return undefined;
   const param = Buffer.concat([oid.write(), Buffer.from([openpgp.enums.publicKey.ecdh]), kdfParams.write(), Buffer.from('Anonymous Sender    '), fingerprint]);
-  return { point: Q.subarray(1), param, hash, wrap };
+  return { point: Q.subarray(1), param, hash, wrap: { name: `id-${aes.name}-wrap`, keyBytes: aes.keyBytes } };
 }
 
 /** The key-wrapping key: the hash of 00000001 ‖ shared secret ‖ parameters, cut to the wrap's key size. */
@@ -114,15 +115,10 @@ const checksum = (key: Uint8Array) => {
   return Buffer.from([sum >> 8, sum & 0xff]);
 };
 
-/** The KDF hashes and key-wrap ciphers RFC 9580 §11.5 allows, by their OpenPGP ids. */
+/** The KDF hashes RFC 9580 §11.5 allows, by their OpenPGP ids. */
 const HASHES: Record<number, string> = { 8: 'sha256', 9: 'sha384', 10: 'sha512' };
-const KEY_WRAPS: Record<number, { name: string; keyBytes: number }> = {
-  7: { name: 'id-aes128-wrap', keyBytes: 16 },
-  8: { name: 'id-aes192-wrap', keyBytes: 24 },
-  9: { name: 'id-aes256-wrap', keyBytes: 32 },
-};
-/** The session key ciphers opened here (the native decryption is AES only). */
-const AES_BY_ID: Record<number, { name: openpgp.enums.symmetricNames; keyBytes: number }> = {
+/** AES by OpenPGP id: the key-wrap ciphers RFC 9580 §11.5 allows, and the session key ciphers opened here (the native decryption is AES only). */
+const AES: Record<number, { name: openpgp.enums.symmetricNames; keyBytes: number }> = {
   7: { name: 'aes128', keyBytes: 16 },
   8: { name: 'aes192', keyBytes: 24 },
   9: { name: 'aes256', keyBytes: 32 },

@@ -25,13 +25,14 @@ function packetsFor(message: openpgp.Message<unknown>, privateKey: openpgp.Priva
  * Refuses (422 malformed_message) a message with more than MAX_SESSION_KEY_TRIES session key packets
  * our key would open: those naming one of its key ids, and anonymous ones (tried with every key).
  * OpenPGP.js opens them all, and in Node 20 RSA ones in JavaScript (~20 ms each, three times over in
- * constant-time mode): 1000 copies of one packet, 400 KiB, took 64 s.
+ * constant-time mode): 1000 copies of one packet, 400 KiB, took 64 s. Returns those packets.
  */
-export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): void {
-  const tries = packetsFor(message, privateKey).length;
-  if (tries > MAX_SESSION_KEY_TRIES) {
-    throw invalid('malformed_message', `the message has ${tries} session key packets for this key (at most ${MAX_SESSION_KEY_TRIES} are tried)`);
+export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
+  const packets = packetsFor(message, privateKey);
+  if (packets.length > MAX_SESSION_KEY_TRIES) {
+    throw invalid('malformed_message', `the message has ${packets.length} session key packets for this key (at most ${MAX_SESSION_KEY_TRIES} are tried)`);
   }
+  return packets;
 }
 
 /**
@@ -45,9 +46,8 @@ export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privat
  * would be an oracle again. A message to an RSA key under another AES size fails its integrity check.
  */
 export async function sessionKeyV1(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): Promise<openpgp.SessionKey> {
-  checkSessionKeyPackets(message, privateKey);
+  const mine = checkSessionKeyPackets(message, privateKey);
   // The common case, one packet for our key and it a Curve25519 one, opens on Node's crypto (pkesk.ts).
-  const mine = packetsFor(message, privateKey);
   const opened = mine.length === 1 ? await openSessionKeyPacket(mine[0]!, privateKey) : undefined;
   if (opened) return opened;
   const order = await preferenceOrder(privateKey);
