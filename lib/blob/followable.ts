@@ -101,6 +101,8 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
     return writes;
   }
 
+  const deleteSegments = (key: string, write: string, count: number) => Promise.all(Array.from({ length: count }, (_, i) => inner.delete(partKey(key, write, i))));
+
   /**
    * Deletes the segments of a write and its failed marker. Without a count (a write that never ended:
    * one that failed deleted its own, one that crashed did not) segments are looked for until one is missing.
@@ -108,7 +110,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
   async function deleteWrite(key: string, write: string, segments?: number): Promise<void> {
     let count = segments ?? 0;
     if (segments === undefined) while (await inner.stat(partKey(key, write, count))) count += 1;
-    await Promise.all([...Array.from({ length: count }, (_, i) => inner.delete(partKey(key, write, i))), inner.delete(failedKey(key, write))]);
+    await Promise.all([deleteSegments(key, write, count), inner.delete(failedKey(key, write))]);
   }
 
   async function put(key: string, source: Readable, putOpts: PutOptions = {}): Promise<{ size: number }> {
@@ -177,7 +179,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
       source.destroy();
       await putSmall(failedKey(key, write), 'failed').catch(() => undefined);
       // Segments go; the failed marker stays until the job's folder is deleted, for late followers.
-      await Promise.all(Array.from({ length: segments }, (_, i) => inner.delete(partKey(key, write, i)))).catch(() => undefined);
+      await deleteSegments(key, write, segments).catch(() => undefined);
       throw err;
     }
     await Promise.all(previous.filter((w) => w.write !== write).map((w) => deleteWrite(key, w.write, w.segments).catch(() => undefined)));
