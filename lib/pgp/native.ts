@@ -413,7 +413,7 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
           if (!complete) input.destroy(); // the reader went away or the message failed: stop reading the file
         }
       }
-      return Object.assign(Readable.from(output(), { objectMode: false, highWaterMark: CHUNK }), { filename });
+      return Object.assign(Readable.from(output(), ONE_PIECE), { filename });
     },
   };
 }

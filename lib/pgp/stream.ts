@@ -3,6 +3,7 @@ import { pipeline } from 'node:stream/promises';
 import { createDeflate, createInflate, createInflateRaw } from 'node:zlib';
 import * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
+import { ONE_PIECE } from '../streams';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
 import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyV1 } from './session';
 import { Watch, type WatchOptions } from './watch';
@@ -300,7 +301,7 @@ async function binaryPackets(input: Readable): Promise<Readable> {
     yield* head;
     for (let next = await it.next(); !next.done; next = await it.next()) yield next.value;
   }
-  const out = Readable.from(first === 0x2d ? dearmor(all()) : all(), { objectMode: false, highWaterMark: CHUNK_BYTES });
+  const out = Readable.from(first === 0x2d ? dearmor(all()) : all(), ONE_PIECE);
   out.once('close', () => input.destroy());
   return out;
 }
