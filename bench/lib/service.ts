@@ -15,8 +15,8 @@ const REDIS_URL = 'redis://127.0.0.1:6379';
 
 /** The service's node flags, as in package.json's start/web/worker scripts and the Procfile (see README "CPU per GiB"). */
 const NODE_FLAGS = ['--max-semi-space-size=4', '--single-threaded-gc'];
-/** A worker's, in addition: no incremental marking (README "CPU per GiB"). */
-const WORKER_FLAGS = ['--no-incremental-marking'];
+/** Each role's, in addition (README "The processes start as"). */
+const ROLE_FLAGS: Record<string, string[]> = { web: ['--heap-growing-percent=100'], worker: ['--no-incremental-marking'] };
 
 /**
  * BENCH_CPU_PROF=<dir>: each service process writes a V8 CPU profile there when it exits
@@ -152,7 +152,7 @@ export class Service {
   }
 
   private spawn(name: string, role: string, extra: Record<string, string>): ServiceProcess {
-    const child = spawnTracked(process.execPath, [...NODE_FLAGS, ...(role === 'worker' ? WORKER_FLAGS : []), ...extraFlags(), ...profileFlags(), ...entry(), role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnTracked(process.execPath, [...NODE_FLAGS, ...(ROLE_FLAGS[role] ?? []), ...extraFlags(), ...profileFlags(), ...entry(), role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
     const proc: ServiceProcess = { name, child, pid: child.pid!, tail: [] };
     const log = logTo(name);
     const keep = (data: Buffer) => {
