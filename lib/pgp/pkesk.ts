@@ -9,6 +9,9 @@ import * as openpgp from 'openpgp';
  * other kind of key and packet.
  */
 
+/** The key id a session key packet gives for a hidden recipient ("wildcard", RFC 9580 §5.1). */
+export const WILDCARD_KEY_ID = '0000000000000000';
+
 /** The packet of a message to `recipient`, framed. */
 export async function sessionKeyPacket(recipient: openpgp.PublicKey, algorithm: openpgp.enums.symmetricNames, sessionKey: Uint8Array): Promise<Uint8Array> {
   const subkey = await recipient.getEncryptionKey();
@@ -43,7 +46,7 @@ export async function openSessionKeyPacket(packet: openpgp.PublicKeyEncryptedSes
   const { version, publicKeyID, publicKeyAlgorithm, encrypted } = packet as unknown as PkeskFields;
   const V = encrypted?.V;
   const C = encrypted?.C?.data;
-  if (version !== 3 || publicKeyAlgorithm !== openpgp.enums.publicKey.ecdh || publicKeyID.toHex() === '0000000000000000') return undefined;
+  if (version !== 3 || publicKeyAlgorithm !== openpgp.enums.publicKey.ecdh || publicKeyID.toHex() === WILDCARD_KEY_ID) return undefined;
   if (V?.length !== 33 || V[0] !== 0x40 || !C || C.length < 24 || C.length % 8) return undefined;
   try {
     const [subkey] = await privateKey.getDecryptionKeys(publicKeyID); // throws when none has this key id

@@ -1,6 +1,6 @@
 import * as openpgp from 'openpgp';
 import { invalid } from '../errors';
-import { openSessionKeyPacket } from './pkesk';
+import { WILDCARD_KEY_ID, openSessionKeyPacket } from './pkesk';
 
 const { enums } = openpgp;
 
@@ -12,7 +12,6 @@ export const SESSION_KEY_CONFIG: openpgp.PartialConfig = { constantTimePKCS1Decr
 
 /** Most session key packets one message may have our key open: each is a private-key operation. */
 export const MAX_SESSION_KEY_TRIES = 16;
-const WILDCARD_KEY_ID = '0000000000000000';
 
 /** The session key packets `privateKey` would open: those naming one of its key ids, and anonymous ones. */
 function packetsFor(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): openpgp.PublicKeyEncryptedSessionKeyPacket[] {

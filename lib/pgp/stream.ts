@@ -5,6 +5,7 @@ import * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
 import { ONE_PIECE } from '../streams';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
+import { WILDCARD_KEY_ID } from './pkesk';
 import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyV1 } from './session';
 import { Watch, type WatchOptions } from './watch';
 
@@ -229,13 +230,12 @@ export interface DecryptedStream extends Readable {
 }
 
 export interface OpenedMessage {
-  /** Lowercase hex key ids the message is encrypted to ('0000000000000000' for a hidden recipient). */
+  /** Lowercase hex key ids the message is encrypted to (WILDCARD_KEY_ID for a hidden recipient). */
   encryptionKeyIds: string[];
   /** Decrypts as a stream. Call once. Integrity failures arrive as an error at the end of the stream. */
   decrypt(privateKey: openpgp.PrivateKey): Promise<DecryptedStream>;
 }
 
-const WILDCARD_KEY_ID = '0000000000000000';
 
 /**
  * Reads the head of an encrypted message (armored or binary, detected) up to its encrypted data packet,
