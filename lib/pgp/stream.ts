@@ -236,7 +236,6 @@ export interface OpenedMessage {
   decrypt(privateKey: openpgp.PrivateKey): Promise<DecryptedStream>;
 }
 
-
 /**
  * Reads the head of an encrypted message (armored or binary, detected) up to its encrypted data packet,
  * so the caller can pick the key by recipient key id, then decrypts as a stream.
