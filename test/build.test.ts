@@ -5,6 +5,7 @@ import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { startTestService, type TestService } from './support/service';
 import { waitForOutput } from './support/process';
+import { procfileFlags } from '../bench/lib/service';
 
 /**
  * The production build (`npm run build`, scripts/build.mjs): JavaScript that runs with plain `node`, no
@@ -36,6 +37,13 @@ function startBuilt(role: 'web' | 'worker', env: Record<string, string>) {
 }
 
 describe('the built service', () => {
+  it('starts each role with the same node flags from package.json as from the Procfile (and the bench)', async () => {
+    const { scripts } = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    const flags = (script: string, role: string) => new RegExp(`node ((?:--\\S+ )*)dist/main\\.js ${role}$`).exec(scripts[script]!)?.[1]!.trim().split(' ');
+    for (const role of ['web', 'worker', 'scheduler']) expect(flags(role, role)).toEqual(procfileFlags(role));
+    expect(flags('start', 'all')).toEqual(procfileFlags('web')); // one process that serves and works: the API's flags
+  });
+
   it('is plain JavaScript: one entry, lazy role chunks, no TypeScript left', async () => {
     const files = await readdir(out);
     expect(files).toContain('main.js');

@@ -1,5 +1,5 @@
 import { execFile, type ChildProcess } from 'node:child_process';
-import { appendFileSync } from 'node:fs';
+import { appendFileSync, readFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
@@ -13,10 +13,15 @@ const REPO = new URL('../../', import.meta.url).pathname;
 const POSTGRES = 'postgres://postgres@127.0.0.1:5432';
 const REDIS_URL = 'redis://127.0.0.1:6379';
 
-/** The service's node flags, as in package.json's start/web/worker scripts and the Procfile (see README "CPU per GiB"). */
-const NODE_FLAGS = ['--max-semi-space-size=4', '--single-threaded-gc'];
-/** Each role's, in addition (README "The processes start as"). */
-const ROLE_FLAGS: Record<string, string[]> = { web: ['--heap-growing-percent=100'], worker: ['--no-incremental-marking'] };
+/**
+ * The node flags the Procfile starts `role` with (package.json's scripts use the same: test/build.test.ts),
+ * so the bench measures the processes as they run (README "The processes start as").
+ */
+export function procfileFlags(role: string): string[] {
+  const words = readFileSync(join(REPO, 'Procfile'), 'utf8').split('\n').find((line) => line.startsWith(`${role}:`))?.slice(role.length + 1).trim().split(/\s+/) ?? [];
+  if (words[0] !== 'node' || words.at(-2) !== 'dist/main.js' || words.at(-1) !== role) throw new Error(`Procfile: no "${role}: node … dist/main.js ${role}" line`);
+  return words.slice(1, -2);
+}
 
 /**
  * BENCH_CPU_PROF=<dir>: each service process writes a V8 CPU profile there when it exits
@@ -152,7 +157,7 @@ export class Service {
   }
 
   private spawn(name: string, role: string, extra: Record<string, string>): ServiceProcess {
-    const child = spawnTracked(process.execPath, [...NODE_FLAGS, ...(ROLE_FLAGS[role] ?? []), ...extraFlags(), ...profileFlags(), ...entry(), role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnTracked(process.execPath, [...procfileFlags(role), ...extraFlags(), ...profileFlags(), ...entry(), role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
     const proc: ServiceProcess = { name, child, pid: child.pid!, tail: [] };
     const log = logTo(name);
     const keep = (data: Buffer) => {
