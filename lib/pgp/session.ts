@@ -14,7 +14,7 @@ export const SESSION_KEY_CONFIG: openpgp.PartialConfig = { constantTimePKCS1Decr
 export const MAX_SESSION_KEY_TRIES = 16;
 
 /** The session key packets `privateKey` would open: those naming one of its key ids, and anonymous ones. */
-function packetsFor(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
+export function sessionKeyPacketsFor(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
   const ours = new Set(privateKey.getKeys().map((k) => k.getKeyID().toHex()));
   const packets = message.packets.filterByTag(enums.packet.publicKeyEncryptedSessionKey) as unknown as (openpgp.PublicKeyEncryptedSessionKeyPacket & { publicKeyID: openpgp.KeyID })[];
   return packets.filter((p) => p.publicKeyID.toHex() === WILDCARD_KEY_ID || ours.has(p.publicKeyID.toHex()));
@@ -27,7 +27,7 @@ function packetsFor(message: openpgp.Message<unknown>, privateKey: openpgp.Priva
  * constant-time mode): 1000 copies of one packet, 400 KiB, took 64 s. Returns those packets.
  */
 export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
-  const packets = packetsFor(message, privateKey);
+  const packets = sessionKeyPacketsFor(message, privateKey);
   if (packets.length > MAX_SESSION_KEY_TRIES) {
     throw invalid('malformed_message', `the message has ${packets.length} session key packets for this key (at most ${MAX_SESSION_KEY_TRIES} are tried)`);
   }

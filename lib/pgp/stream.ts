@@ -5,8 +5,7 @@ import * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
 import { ONE_PIECE } from '../streams';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
-import { WILDCARD_KEY_ID } from './pkesk';
-import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyV1 } from './session';
+import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyPacketsFor, sessionKeyV1 } from './session';
 import { Watch, type WatchOptions } from './watch';
 
 /**
@@ -230,7 +229,7 @@ export interface DecryptedStream extends Readable {
 }
 
 export interface OpenedMessage {
-  /** Lowercase hex key ids the message is encrypted to (WILDCARD_KEY_ID for a hidden recipient). */
+  /** Lowercase hex key ids the message is encrypted to (pkesk.ts's WILDCARD_KEY_ID for a hidden recipient). */
   encryptionKeyIds: string[];
   /** Decrypts as a stream. Call once. Integrity failures arrive as an error at the end of the stream. */
   decrypt(privateKey: openpgp.PrivateKey): Promise<DecryptedStream>;
@@ -349,8 +348,7 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
       if (used) throw new Error('openEncrypted: decrypt() can be called once');
       if (!privateKey.isDecrypted()) throw new Error('openEncrypted: the private key must be unlocked first');
       used = true;
-      const ours = new Set(privateKey.getKeys().map((k) => k.getKeyID().toHex()));
-      if (!encryptionKeyIds.some((id) => id === WILDCARD_KEY_ID || ours.has(id))) {
+      if (!sessionKeyPacketsFor(message, privateKey).length) {
         throw fail(invalid('no_matching_key', 'the message is not encrypted to this key'));
       }
       let result: { data: unknown; filename: string };
