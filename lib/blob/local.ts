@@ -102,13 +102,16 @@ export class LocalBlobStore implements BlobStore {
     if (range) assertValidRange(range);
     const { fd, size } = this.openFile(key);
     if (size > SMALL_BYTES) return createReadStream('', { fd, start: range?.start, end: range?.end, highWaterMark: STREAM_CHUNK_BYTES });
-    const bytes = Buffer.allocUnsafe(size);
+    const buf = Buffer.allocUnsafe(size);
+    let have = 0;
     try {
-      for (let have = 0, n = 1; have < size && n > 0; have += n) n = readSync(fd, bytes, have, size - have, have);
+      for (let n = 1; have < size && n > 0; have += n) n = readSync(fd, buf, have, size - have, have);
     } finally {
       closeSync(fd);
     }
-    const part = range ? bytes.subarray(range.start, range.end === undefined ? size : range.end + 1) : bytes;
+    // What was read, never the unread (uninitialised) rest, should the file have been cut meanwhile.
+    const bytes = buf.subarray(0, have);
+    const part = range ? bytes.subarray(range.start, range.end === undefined ? have : range.end + 1) : bytes;
     return Readable.from(part.length ? [part] : [], { objectMode: false });
   }
 
