@@ -8,6 +8,9 @@
  *   <key>.<write id>.<i>       segment i: SEGMENT_BYTES of the file, the last one shorter
  *   <key>.<write id>.failed    left when the write failed, so followers stop at once
  *   <key>                      the end marker, only after the source ended cleanly: {write, segments, size}
+ * A file that ends within its first INLINE_BYTES (and SEGMENT_MAX_AGE_MS) is stored whole in its end marker
+ * instead ({write, segments: 0, size, data}, base64): no head, no segment. A small job is then one object
+ * per file where it was three, and on these VMs each object is a file to create and delete (see below).
  * The end marker is the only "whole file" signal: `get` and `stat` see nothing before it, as with any
  * atomic put, and a follower ends only on it. A truncated, failed or rewritten file therefore never reads
  * as a complete one. Segments carry the write id in their names, so a rewrite (a job's retry) can never
@@ -37,7 +40,9 @@ export const SEGMENT_BYTES = (8 << 20) - 4096;
 const SEGMENT_MAX_AGE_MS = 500;
 const FILE_BLOB = /^jobs\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\/(in|out)\/\d{1,5}$/;
 const WRITE_ID = /^[0-9a-f]{32}$/;
-const MARKER_MAX_BYTES = 1024;
+/** Files up to this size are kept in their end marker (base64), which stays under SMALL_BYTES of the local store. */
+export const INLINE_BYTES = 32 * 1024;
+const MARKER_MAX_BYTES = 48 * 1024;
 /** A follower polls for the next segment with this back-off (no notification channel in the blob layer). */
 const POLL_FIRST_MS = 2;
 const POLL_MAX_MS = 200;
@@ -51,6 +56,8 @@ interface EndMarker {
   write: string;
   segments: number;
   size: number;
+  /** A small file's bytes, base64 (then `segments` is 0). */
+  data?: string;
 }
 
 export const isFollowableKey = (key: string) => typeof key === 'string' && FILE_BLOB.test(key);
@@ -58,6 +65,8 @@ export const isFollowableKey = (key: string) => typeof key === 'string' && FILE_
 export interface FollowableOptions {
   /** Smaller segments for tests. */
   segmentBytes?: number;
+  /** Smaller inline files for tests (below `segmentBytes`). */
+  inlineBytes?: number;
 }
 
 /** The stack job code sees: every store, plus `follow` for job files. */
@@ -65,6 +74,7 @@ export type JobBlobStore = BlobStore & Required<Pick<BlobStore, 'follow'>>;
 
 export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {}): JobBlobStore {
   const segmentBytes = opts.segmentBytes ?? SEGMENT_BYTES;
+  const inlineBytes = opts.inlineBytes ?? INLINE_BYTES;
 
   /** A marker's text, or undefined when it does not exist. */
   async function readMarker(key: string): Promise<string | undefined> {
@@ -76,13 +86,22 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
     }
   }
 
-  async function readEnd(key: string): Promise<EndMarker | undefined> {
+  /** The end marker, with an inline file's bytes decoded; undefined when the file has not ended. */
+  async function readEnd(key: string): Promise<(EndMarker & { inline?: Buffer }) | undefined> {
     const raw = await readMarker(key);
     if (raw === undefined) return undefined;
     const m = JSON.parse(raw) as Partial<EndMarker>;
-    const ok = typeof m.write === 'string' && WRITE_ID.test(m.write) && Number.isSafeInteger(m.segments) && m.segments! >= 0 && Number.isSafeInteger(m.size) && m.size! >= 0;
+    const inline = typeof m.data === 'string' ? Buffer.from(m.data, 'base64') : undefined;
+    const ok =
+      typeof m.write === 'string' &&
+      WRITE_ID.test(m.write) &&
+      Number.isSafeInteger(m.segments) &&
+      m.segments! >= 0 &&
+      Number.isSafeInteger(m.size) &&
+      m.size! >= 0 &&
+      (m.data === undefined || (inline !== undefined && m.segments === 0 && inline.length === m.size && inline.toString('base64') === m.data));
     if (!ok) throw new Error(`blob ${key}: malformed end marker`);
-    return m as EndMarker;
+    return { ...(m as EndMarker), inline };
   }
 
   async function readHead(key: string): Promise<string | undefined> {
@@ -160,28 +179,64 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
         yield chunk;
       }
     }
+    /**
+     * The whole source when it ends within `inlineBytes` while its first segment is young; otherwise
+     * undefined, with what was read handed to the first segment (`carry`).
+     */
+    async function wholeIfSmall(): Promise<Buffer | undefined> {
+      const opened = Date.now();
+      const parts: Buffer[] = [];
+      let held = 0;
+      while (held <= inlineBytes) {
+        const chunk = await next(Math.max(0, opened + SEGMENT_MAX_AGE_MS - Date.now()));
+        if (!chunk) break;
+        parts.push(chunk);
+        held += chunk.length;
+      }
+      const all = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+      if (ended && held <= inlineBytes) return all;
+      if (held > 0) carry = all;
+      return undefined;
+    }
     let segments = 0;
+    let headed = false;
     try {
+      const whole = await wholeIfSmall();
       // The old end marker goes first: from now on nobody may take the old write for the file.
       if (!putOpts.fresh) await inner.delete(key);
-      await putSmall(headKey(key), write);
-      await putOpts.onOpen?.();
-      while (!ended) {
-        putOpts.signal?.throwIfAborted();
-        // Look ahead one piece: a file of whole segments ends without an empty segment after them.
-        if (segments > 0 && !(carry = await next())) break;
-        await inner.put(partKey(key, write, segments), Readable.from(segment(), ONE_PIECE), { signal: putOpts.signal });
-        segments += 1;
+      if (whole) {
+        size = whole.length;
+        putOpts.onProgress?.(size);
+        await putSmall(key, JSON.stringify({ write, segments: 0, size, data: whole.toString('base64') } satisfies EndMarker));
+        // Whole before anyone is told of it: a follower never waits on a write that could fail unseen.
+        await putOpts.onOpen?.().catch(async (err: unknown) => {
+          await inner.delete(key).catch(() => undefined);
+          throw err;
+        });
+      } else {
+        await putSmall(headKey(key), write);
+        headed = true;
+        await putOpts.onOpen?.();
+        while (!ended) {
+          putOpts.signal?.throwIfAborted();
+          // Look ahead one piece: a file of whole segments ends without an empty segment after them.
+          if (segments > 0 && !(carry = await next())) break;
+          await inner.put(partKey(key, write, segments), Readable.from(segment(), ONE_PIECE), { signal: putOpts.signal });
+          segments += 1;
+        }
+        await putSmall(key, JSON.stringify({ write, segments, size } satisfies EndMarker));
       }
-      await putSmall(key, JSON.stringify({ write, segments, size } satisfies EndMarker));
     } catch (err) {
       pending?.catch(() => undefined); // a read of the source still under way fails with it: not unhandled
       source.destroy();
-      await putSmall(failedKey(key, write), 'failed').catch(() => undefined);
+      // Followers know this write only from its head.
+      if (headed) await putSmall(failedKey(key, write), 'failed').catch(() => undefined);
       // Segments go; the failed marker stays until the job's folder is deleted, for late followers.
       await deleteSegments(key, write, segments).catch(() => undefined);
       throw err;
     }
+    // An inline write has no head of its own: an earlier write's would name a write that is gone.
+    if (!headed && previous.length) await inner.delete(headKey(key)).catch(() => undefined);
     await Promise.all(previous.filter((w) => w.write !== write).map((w) => deleteWrite(key, w.write, w.segments).catch(() => undefined)));
     return { size };
   }
@@ -206,9 +261,13 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
       };
       for (let i = 0; ; ) {
         signal?.throwIfAborted();
-        if (end && i >= end.segments) return;
+        if (end && i >= end.segments) {
+          if (end.inline?.length) yield end.inline;
+          return;
+        }
         if (!write) {
-          write = (await readEnd(key))?.write ?? (await readHead(key));
+          end = await readEnd(key);
+          write = end?.write ?? (await readHead(key));
           if (!write) await pause('not started');
           continue;
         }
@@ -229,7 +288,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
         end ??= await readEnd(key);
         if (end) {
           if (end.write !== write) throw new Error(`blob ${key} was rewritten while it was read`);
-          if (i >= end.segments) return;
+          if (i >= end.segments) continue;
           throw new Error(`blob ${key}: segment ${i} of ${end.segments} is missing`);
         }
         if (!wait) throw new Error(`blob ${key}: segment ${i} is missing`);

@@ -15,7 +15,8 @@ export interface PutOptions {
   signal?: AbortSignal;
   /**
    * Followable job files (lib/blob/followable.ts): awaited once the object can be followed and before any
-   * of its bytes is stored; an error fails the put.
+   * of its bytes is stored (a small file, stored whole in one object: once it is); an error fails the put
+   * and leaves nothing stored.
    */
   onOpen?(): Promise<void>;
   /**

@@ -119,6 +119,45 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
     expect(sha(await collect(await reader.get(k)))).toBe(sha(fresh));
   });
 
+  it('a small file is stored whole in its end marker: one object, followed, replaced and deleted like any other', async () => {
+    const k = key();
+    const early = reader.follow(k, { idleMs: 5000 }).then(collect); // a follower that starts before the writer
+    const small = randomBytes(1000);
+    let openedWith: number | null | undefined;
+    await writer.put(k, Readable.from([small]), { fresh: true, onOpen: async () => void (openedWith = (await reader.stat(k))?.size ?? null) });
+    expect(openedWith).toBe(1000); // told once whole, never before
+    expect(sha(await early)).toBe(sha(small));
+    expect(sha(await collect(await reader.get(k)))).toBe(sha(small));
+    // Replaced by a large write and back: each reads as itself, and the file goes with delete.
+    const large = randomBytes(2 * SEGMENT + 3);
+    await writer.put(k, Readable.from([large]));
+    expect(sha(await collect(await reader.get(k)))).toBe(sha(large));
+    const again = randomBytes(7);
+    await writer.put(k, Readable.from([again]));
+    expect(sha(await collect(await reader.follow(k)))).toBe(sha(again));
+    await writer.delete(k);
+    expect(await reader.stat(k)).toBeNull();
+  });
+
+  it('a small file whose announcement fails is not left behind', async () => {
+    const k = key();
+    await expect(writer.put(k, Readable.from([randomBytes(10)]), { fresh: true, onOpen: () => Promise.reject(new Error('job failed meanwhile')) })).rejects.toThrow(/job failed meanwhile/);
+    expect(await reader.stat(k)).toBeNull();
+  });
+
+  it('a small file that trickles in is followed as it arrives, not held back until it ends', async () => {
+    const k = key();
+    const source = new PassThrough();
+    const put = writer.put(k, source);
+    source.write(Buffer.from('first'));
+    const it = (await reader.follow(k, { idleMs: 5000 }))[Symbol.asyncIterator]();
+    expect(((await it.next()).value as Buffer).toString()).toBe('first');
+    source.end(Buffer.from('-second'));
+    await put;
+    expect(((await it.next()).value as Buffer).toString()).toBe('-second');
+    expect((await it.next()).done).toBe(true);
+  });
+
   it.runIf(backend === 'local')("a fresh put (a new job's file) only writes: it looks for no earlier write to replace", async () => {
     const calls: string[] = [];
     const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), sealer);
@@ -129,6 +168,29 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
     await store.put(k, Readable.from([data]), { fresh: true });
     expect(calls).toEqual(['put', 'put', 'put', 'put', 'put']); // head, three segments, end marker
     expect(sha(await collect(await reader.get(k)))).toBe(sha(data));
+  });
+
+  it.runIf(backend === 'local')('a small file is one object, and replacing a large one leaves no head or segment of it', async () => {
+    const k = key();
+    const dir = k.split('/').slice(0, 2).join('/');
+    const files = () => readdirSync(join(root, 'store', dir), { recursive: true, withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name).sort();
+    await writer.put(k, Readable.from([randomBytes(100)]), { fresh: true });
+    expect(files()).toEqual(['0', 'key']);
+    await writer.put(k, Readable.from([randomBytes(3 * SEGMENT)]));
+    await writer.put(k, Readable.from([randomBytes(100)]));
+    expect(files()).toEqual(['0', 'key']);
+  });
+
+  it.runIf(backend === 'local')('an end marker whose inline bytes do not match its size is refused', async () => {
+    const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), sealer);
+    const k = key();
+    const marker = (m: object) => sealed.put(k, Readable.from([Buffer.from(JSON.stringify({ write: 'ab'.repeat(16), ...m }))]));
+    await marker({ segments: 0, size: 4, data: Buffer.from('abc').toString('base64') });
+    await expect(reader.get(k).then(collect)).rejects.toThrow(/malformed end marker/);
+    await marker({ segments: 1, size: 3, data: Buffer.from('abc').toString('base64') });
+    await expect(reader.get(k).then(collect)).rejects.toThrow(/malformed end marker/);
+    await marker({ segments: 0, size: 3, data: Buffer.from('abc').toString('base64') });
+    expect((await reader.get(k).then(collect)).toString()).toBe('abc');
   });
 
   it.runIf(backend === 'local')('deleting the file or its folder removes every segment', async () => {
