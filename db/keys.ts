@@ -110,22 +110,32 @@ export async function findKeyByFingerprint(db: Knex, userId: string, fingerprint
 /** A generation's identity: what a rotation needs of the one it replaces. */
 export type GenerationRef = Pick<KeyRow, 'id' | 'fingerprint' | 'generation'>;
 
-/**
- * A lineage with its active generation, in one query; `lock` takes the lineage's row lock (in the
- * caller's transaction), so the active generation cannot change until it commits.
- */
-export async function lineageWithActive(db: Knex, lineageId: string, opts: { lock?: boolean } = {}): Promise<{ lineage: LineageRow; active: GenerationRef } | undefined> {
-  const query = db('key_lineages as l')
+/** A lineage with its active generation, in one query. */
+export async function lineageWithActive(db: Knex, lineageId: string): Promise<{ lineage: LineageRow; active: GenerationRef } | undefined> {
+  const row = await db('key_lineages as l')
     .join('pgp_keys as k', function () {
       this.on('k.lineage_id', '=', 'l.id').andOnVal('k.status', '=', 'active');
     })
     .where('l.id', lineageId)
     .first<(LineageRow & { active_id: string; active_fingerprint: string; active_generation: number }) | undefined>('l.*', 'k.id as active_id', 'k.fingerprint as active_fingerprint', 'k.generation as active_generation');
-  if (opts.lock) query.forUpdate('l');
-  const row = await query;
   if (!row) return undefined;
   const { active_id, active_fingerprint, active_generation, ...lineage } = row;
   return { lineage, active: { id: active_id, fingerprint: active_fingerprint, generation: active_generation } };
+}
+
+/**
+ * A rotation's compare-and-swap: retires the lineage's active generation if it is still `generation`,
+ * under the lineage's row lock (taken in the same statement and held by the caller's transaction).
+ * False when the lineage is gone or another rotation got there first.
+ */
+export async function retireActive(db: Knex, lineageId: string, generation: number, at: Date): Promise<boolean> {
+  const { rowCount } = await db.raw<{ rowCount: number }>(
+    `with locked as (select id from key_lineages where id = ? for update)
+     update pgp_keys set status = 'rotated', rotated_at = ? from locked
+     where pgp_keys.lineage_id = locked.id and pgp_keys.status = 'active' and pgp_keys.generation = ?`,
+    [lineageId, at, generation],
+  );
+  return rowCount === 1;
 }
 
 /** A job's re-check at run time: the generation it names is still the caller's own or granted to it. */

@@ -17,10 +17,11 @@ export interface RotationRow {
   created_at: Date;
 }
 
-export async function insertRotation(db: Knex, row: Omit<RotationRow, 'id' | 'created_at'>): Promise<RotationRow> {
-  const [inserted] = await db('rotation_history')
-    .insert({ ...row, error: row.error ? JSON.stringify(row.error) : null })
-    .returning('*');
+/** Inserts a history row; `alongside`, writes to other tables, run in the same statement as data-modifying CTEs. */
+export async function insertRotation(db: Knex, row: Omit<RotationRow, 'id' | 'created_at'>, alongside: Knex.QueryBuilder[] = []): Promise<RotationRow> {
+  const insert = db('rotation_history');
+  alongside.forEach((write, i) => insert.with(`w${i}`, write));
+  const [inserted] = await insert.insert({ ...row, error: row.error ? JSON.stringify(row.error) : null }).returning('*');
   return inserted as RotationRow;
 }
 

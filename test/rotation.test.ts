@@ -184,6 +184,20 @@ describe('schedules and policy', () => {
     expect(keys.map((k: { generation: number; status: string }) => [k.generation, k.status]).sort()).toEqual([[1, 'rotated'], [2, 'active']]);
   });
 
+  it('switches once when rotations of the same generation race to commit', async () => {
+    const v = await registerUser(s.api);
+    const key = await createKey(s.api, v.token, { label: 'commit race' });
+    const { lineage_id } = await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).first();
+    // All three read generation 1 and make a generation 2 before any commits: the switch decides.
+    const outcomes = await Promise.all([1, 2, 3].map(() => rotateLineage(s.c, { lineageId: lineage_id, fromGeneration: 1, trigger: 'schedule', actorId: null })));
+    expect(outcomes.filter((o) => o.rotated)).toHaveLength(1);
+    const won = outcomes.find((o) => o.rotated)!.entry!;
+    expect(outcomes.filter((o) => !o.rotated).map((o) => [o.reason, o.entry?.id])).toEqual([['already_rotated', won.id], ['already_rotated', won.id]]);
+    const keys = await s.c.db('pgp_keys').where({ lineage_id }).orderBy('generation');
+    expect(keys.map((k: { generation: number; status: string; fingerprint: string }) => [k.generation, k.status, k.fingerprint])).toEqual([[1, 'rotated', key.fingerprint], [2, 'active', won.new_fingerprint]]);
+    expect(await s.c.db('audit_logs').where({ user_id: v.id, action: 'keys.rotate' }).count({ n: '*' })).toEqual([{ n: 1 }]);
+  });
+
   it('records a rotation that fails for good, audits it and raises an event for the owner', async () => {
     const v = await registerUser(s.api);
     const key = await createKey(s.api, v.token, { label: 'broken' });

@@ -7,7 +7,7 @@ import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';
 import { resyncLinkedTo } from './team-access';
 import { recordAudit } from '../../db/audit';
-import { insertKey, lineageGenerations, lineageWithActive, type GenerationRef, type KeyView, type LineageRow } from '../../db/keys';
+import { lineageGenerations, lineageWithActive, retireActive, type GenerationRef, type KeyView, type LineageRow } from '../../db/keys';
 import type { RequestMeta } from '../../db/audit';
 import { insertRotation, succeededRotationFrom, type RotationRow, type RotationTrigger } from '../../db/rotation';
 
@@ -81,41 +81,39 @@ export async function prepareRotation(c: Container, input: RotateInput): Promise
 }
 
 /**
- * The switch, in the caller's transaction: under the lineage's row lock, and only if it is still at
- * `fromGeneration` (undefined otherwise: another rotation won).
+ * The switch, in the caller's transaction: only if the lineage is still at `fromGeneration`, under its
+ * row lock (undefined otherwise: another rotation won). Two statements: the compare-and-swap that retires
+ * the current generation, then the new generation, its history row and audit row together.
  */
 export async function commitRotation(c: Container, trx: Knex.Transaction, input: RotateInput, p: PreparedRotation): Promise<RotationRow | undefined> {
   const { lineage, current, next, rekeyed } = p;
-  const locked = await lineageWithActive(trx, lineage.id, { lock: true });
-  if (locked?.active.generation !== input.fromGeneration) return undefined;
   const now = c.clock.now();
-  await trx('pgp_keys').where({ id: current.id }).update({ status: 'rotated', rotated_at: now });
-  const created = await insertKey(trx, next);
+  if (!(await retireActive(trx, lineage.id, input.fromGeneration, now))) return undefined;
   if (rekeyed) {
     await trx('key_lineages').where({ id: lineage.id }).update({ unlock_public: rekeyed.unlock_public, unlock_locked: rekeyed.unlock_locked, unlock_mac: rekeyed.unlock_mac, updated_at: now });
     for (const g of rekeyed.secrets) await trx('pgp_keys').where({ id: g.id }).update({ secret_sealed: g.secret_sealed });
   }
-  const row = await insertRotation(trx, {
-    user_id: lineage.user_id,
-    lineage_id: lineage.id,
-    old_fingerprint: current.fingerprint,
-    new_fingerprint: created.fingerprint,
-    from_generation: current.generation,
-    trigger: input.trigger,
-    actor_id: input.actorId,
-    status: 'succeeded',
-    error: null,
-    job_id: input.jobId ?? null,
-  });
-  await recordAudit(trx, {
+  const audit = recordAudit(trx, {
     ...input.origin,
     user_id: lineage.user_id,
     action: 'keys.rotate',
     status: 'success',
     target: current.fingerprint,
-    details: { new_fingerprint: created.fingerprint, generation: created.generation, trigger: input.trigger, actor_id: input.actorId, passphrase_changed: Boolean(rekeyed), ...(input.jobId ? { job_id: input.jobId } : {}) },
+    details: { new_fingerprint: next.fingerprint, generation: next.generation, trigger: input.trigger, actor_id: input.actorId, passphrase_changed: Boolean(rekeyed), ...(input.jobId ? { job_id: input.jobId } : {}) },
   });
-  return row;
+  const history = {
+    user_id: lineage.user_id,
+    lineage_id: lineage.id,
+    old_fingerprint: current.fingerprint,
+    new_fingerprint: next.fingerprint,
+    from_generation: current.generation,
+    trigger: input.trigger,
+    actor_id: input.actorId,
+    status: 'succeeded' as const,
+    error: null,
+    job_id: input.jobId ?? null,
+  };
+  return insertRotation(trx, history, [trx('pgp_keys').insert(next), audit]);
 }
 
 /** Once committed: the owner's event, and re-syncs of the accounts that inherit this one's keys. */
