@@ -19,7 +19,9 @@ export const MAX_PUBLIC_KEY_BYTES = 1 << 20;
  * key, a passphrase check), and its ~22,000 heap objects would otherwise be walked by every mark-compact
  * of every process. Workers load it with their first crypto job (jobs import lib/pgp/stream when they run).
  */
-const loadOpenpgp = () => import('openpgp');
+let openpgpModule: Promise<typeof openpgp> | undefined;
+// Kept: each import() of a loaded module still goes through the module loader's resolution.
+const loadOpenpgp = () => (openpgpModule ??= import('openpgp'));
 
 /**
  * Key generation preferences end up in the self-signatures: AES-256 first, SHA-512/256, compression
