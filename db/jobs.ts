@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { withWrites } from './knex';
 
 export type JobState = 'queued' | 'active' | 'completed' | 'failed';
 export type JobKind = 'encrypt' | 'decrypt' | 'generate-key' | 'rotate-key' | 'rewrap';
@@ -69,9 +70,7 @@ export async function updateJob(db: Knex, id: string, patch: Partial<Omit<JobRow
       .filter(([, v]) => v !== undefined)
       .map(([k, v]) => [k, jsonColumns.has(k) && v !== null ? JSON.stringify(v) : v]),
   );
-  const update = db('jobs');
-  alongside.forEach((write, i) => update.with(`w${i}`, write));
-  await update.where({ id }).update(values);
+  await withWrites(db, 'jobs', alongside).where({ id }).update(values);
 }
 
 /** Merges keys into the job's progress (the API adds totals when the upload ends, the worker what it has done). */

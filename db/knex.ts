@@ -24,6 +24,17 @@ export function createDb(databaseUrl: string, pool: { min?: number; max?: number
 }
 
 /**
+ * `table`'s query builder with `writes` to other tables attached as data-modifying CTEs: they run in the
+ * statement it becomes (one round trip, atomic without a transaction). Each must touch its own rows: the
+ * parts of one statement see one snapshot, and the order among them is not defined.
+ */
+export function withWrites(db: Knex, table: string, writes: Knex.QueryBuilder[]): Knex.QueryBuilder {
+  const query = db(table);
+  writes.forEach((write, i) => query.with(`w${i}`, write));
+  return query;
+}
+
+/**
  * A failed query's error as knex throws it: `<sql> - <Postgres message>`. A data exception's message
  * repeats the bad input (`invalid input syntax for type uuid: "<value>"`): that value goes, the SQL and
  * the rest stay. `detail` and `where`, where Postgres repeats values too, are left for the logger to drop.

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { withWrites } from './knex';
 
 export type RotationTrigger = 'manual' | 'schedule' | 'policy';
 
@@ -17,11 +18,11 @@ export interface RotationRow {
   created_at: Date;
 }
 
-/** Inserts a history row; `alongside`, writes to other tables, run in the same statement as data-modifying CTEs. */
+/** Inserts a history row; `alongside`, writes to other tables, in the same statement (db/knex.ts `withWrites`). */
 export async function insertRotation(db: Knex, row: Omit<RotationRow, 'id' | 'created_at'>, alongside: Knex.QueryBuilder[] = []): Promise<RotationRow> {
-  const insert = db('rotation_history');
-  alongside.forEach((write, i) => insert.with(`w${i}`, write));
-  const [inserted] = await insert.insert({ ...row, error: row.error ? JSON.stringify(row.error) : null }).returning('*');
+  const [inserted] = await withWrites(db, 'rotation_history', alongside)
+    .insert({ ...row, error: row.error ? JSON.stringify(row.error) : null })
+    .returning('*');
   return inserted as RotationRow;
 }
 
