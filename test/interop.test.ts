@@ -1,15 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from './support/keys';
-import { createPgpHome, type PgpHome } from './support/gpg';
+import { createPgpHome, plaintextForGpg, type PgpHome } from './support/gpg';
 
 /** The service against the real OpenPGP peers from Debian: GnuPG 2.2 and Sequoia. */
 let s: TestService;
 let home: PgpHome;
 let u: Awaited<ReturnType<typeof registerUser>>;
-const plain = randomBytes(3 << 20);
+const plain = plaintextForGpg(3 << 20);
 
 beforeAll(async () => {
   s = await startTestService();

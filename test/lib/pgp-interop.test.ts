@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { pipeline } from 'node:stream/promises';
@@ -6,7 +5,7 @@ import * as openpgp from 'openpgp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateKey, readRecipientKey, readStoredPublicKey, unlockPrivateKey, type GeneratedKey } from '../../lib/pgp/keys';
 import { CHUNK_BYTES, encryptStream, openEncrypted } from '../../lib/pgp/stream';
-import { createPgpHome, type PgpHome } from '../support/gpg';
+import { createPgpHome, plaintextForGpg, type PgpHome } from '../support/gpg';
 
 /**
  * Real GnuPG 2.2 and Sequoia (sq 0.27) both ways: what we generate and encrypt, they read; what they
@@ -47,7 +46,7 @@ async function decryptFile(path: string, key: openpgp.PrivateKey): Promise<{ dat
 
 beforeAll(async () => {
   home = await createPgpHome();
-  plain = randomBytes(4 << 20);
+  plain = plaintextForGpg(4 << 20);
   plainPath = await home.put('plain.bin', plain);
   for (const algorithm of ['curve25519', 'rsa3072'] as const) {
     const gen = await generateKey({ name: `Ours ${algorithm}`, email: `${algorithm}@kms.example`, algorithm, secret: SECRET });

@@ -1,4 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,6 +8,17 @@ import { join } from 'node:path';
  * GnuPG and Sequoia (`sq`) for interop tests, each test suite in a private temporary home: the user's
  * keyrings and agent are never touched. gpg runs with `--batch --pinentry-mode loopback`.
  */
+/**
+ * Random plaintext that gpg compresses by default. gpg leaves an input uncompressed when its first octet
+ * reads as the header of an OpenPGP compressed packet (0xa0–0xa3 or 0xc8, ~2 % of random data): the
+ * compression tests then failed, or tested the uncompressed case, one run in fifty.
+ */
+export function plaintextForGpg(size: number): Buffer {
+  const data = randomBytes(size);
+  data[0] = 0x2a;
+  return data;
+}
+
 export interface ToolResult {
   code: number;
   stdout: Buffer;
