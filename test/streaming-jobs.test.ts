@@ -20,8 +20,8 @@ afterAll(() => s?.stop());
 const BOUNDARY = 'streaming-test-boundary';
 
 /** A multipart encrypt request whose body the test writes by hand, so it can hold bytes back. */
-function openUpload(token: string, fields: Record<string, string>, fileName: string, path = '/keys/encrypt') {
-  const url = new URL(`/api/v1${path}`, s.url);
+function openUpload(token: string, fields: Record<string, string>, fileName: string, path = '/keys/encrypt', service: TestService = s) {
+  const url = new URL(`/api/v1${path}`, service.url);
   const req: ClientRequest = request(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}` } });
   /** The job's status URL from the 103 Early Hints the API sends once the job exists. */
   const hinted = new Promise<string>((resolve) => req.on('information', (info) => info.statusCode === 103 && resolve(String(info.headers.link))));
@@ -169,6 +169,33 @@ describe('a job runs while its upload arrives', () => {
     } finally {
       eventHub.listen = listen;
       blob.put = put;
+    }
+  });
+
+  it('a follower of an encrypt job is cut off as soon as the job fails, also before its output has begun', async () => {
+    // No worker: the output never begins, so only the job's failure can end the follower (not JOB_IDLE_SECONDS).
+    const web = await startTestService({ roles: ['web'] });
+    try {
+      const u = await registerUser(web.api);
+      const key = await createKey(web.api, u.token);
+      const upload = openUpload(u.token, { fingerprint: key.fingerprint }, 'slow.bin', '/keys/encrypt', web);
+      upload.response.catch(() => undefined);
+      upload.req.write(randomBytes(100)); // the upload goes on: its input is followable after half a second
+      const jobId = (await upload.hinted).match(/jobs\/([0-9a-f-]+)/)![1]!;
+      await until(async () => ((await web.c.db('job_files').where({ job_id: jobId, role: 'input' }).first()) ? true : undefined));
+      // Nothing is produced, so not even the headers come: the follower waits for the output to begin.
+      const following = fetch(`${web.url}/jobs/${jobId}/files/0?follow=true`, { headers: { authorization: `Bearer ${u.token}` } }).then((r) => r.arrayBuffer());
+      following.catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 1000));
+      const cut = Date.now();
+      upload.req.destroy();
+      await expect(following).rejects.toThrow();
+      expect(Date.now() - cut).toBeLessThan(5000);
+      expect((await web.c.db('jobs').where({ id: jobId }).first()).error.code).toBe('upload_interrupted');
+      // Asked again once the job has failed: 409, not a wait.
+      expect((await web.api('GET', `/jobs/${jobId}/files/0?follow=true`, { token: u.token })).status).toBe(409);
+    } finally {
+      await web.stop();
     }
   });
 

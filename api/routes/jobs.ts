@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Job } from '../schemas/jobs';
-import { conflict, gone, notFound } from '../../lib/errors';
-import { arrivingInput, jobBlob, jobView } from '../../lib/services/jobs';
+import { AppError, conflict, gone, notFound } from '../../lib/errors';
+import { arrivingInput, jobBlob, jobView, watchJobEnd } from '../../lib/services/jobs';
 import { readAsPreferred } from '../job-reply';
 import { findJob, findUserJob, isFinished, jobFiles, type JobRow } from '../../db/jobs';
 import { encryptedOutput, EncryptRequest } from '../../jobs/encrypt-files';
@@ -85,14 +85,25 @@ function sendFile(ctx: AppContext, name: string, contentType: string, stream: Re
 
 /**
  * Output n of a running encrypt job, as it is produced (issue 13). Its input row names it (it may still
- * be uploading: then the input is waited for, as the worker does). An error of the follower (the job
- * failed) destroys the response, so a client never takes a cut-off file for a whole one.
+ * be uploading: then the input is waited for, as the worker does). An error of the follower destroys the
+ * response, so a client never takes a cut-off file for a whole one. The job's failure stops the follower
+ * at once, also before the output has begun (when no failed marker tells it).
  */
 async function followOutput(c: Container, ctx: AppContext, row: JobRow, n: number): Promise<void> {
-  const { file: input } = await arrivingInput(c, row.id, n);
-  if (!input) throw notFound('file_not_found', `The job has no output file ${n}.`);
+  const failed = () => conflict('job_not_completed', 'The job failed; outputs exist once it has completed.');
   const abort = new AbortController();
-  ctx.res.once('close', () => abort.abort(new Error('the response ended or the client went away')));
+  const watch = await watchJobEnd(c, row.user_id, row.id, (e) => e.type === 'job.failed' && abort.abort(failed()));
+  ctx.res.once('close', () => {
+    watch.stop();
+    abort.abort(new Error('the response ended or the client went away'));
+  });
+  // Read after the watch began: a failure from then on is heard, and one before is seen here.
+  const next = await arrivingInput(c, row.id, n, abort.signal).catch((err: unknown) => {
+    throw abort.signal.reason instanceof AppError ? abort.signal.reason : err;
+  });
+  if (next.state === 'failed') throw failed();
+  if (!next.file) throw notFound('file_not_found', `The job has no output file ${n}.`);
+  const input = next.file;
   const stream = await c.blob.follow(jobBlob.output(row.id, n), { signal: abort.signal, idleMs: c.config.jobLimits.idleMs });
   stream.once('error', () => ctx.res.destroy());
   const out = encryptedOutput(input.name, EncryptRequest.parse(row.request).armor);
