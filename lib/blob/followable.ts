@@ -9,8 +9,10 @@
  *   <key>.<write id>.failed    left when the write failed, so followers stop at once
  *   <key>                      the end marker, only after the source ended cleanly: {write, segments, size}
  * A file that ends within its first INLINE_BYTES (and SEGMENT_MAX_AGE_MS) is stored whole in its end marker
- * instead ({write, segments: 0, size, data}, base64): no head, no segment. A small job is then one object
- * per file where it was three, and on these VMs each object is a file to create and delete (see below).
+ * instead ({write, size, data}, base64): no head, no segment. A small job is then one object per file where
+ * it was three, and on these VMs each object is a file to create and delete (see below). Such a marker has
+ * no `segments`: a process of an earlier version (a rolling upgrade) finds it malformed and fails the job,
+ * where it would have read zero segments as an empty file.
  * The end marker is the only "whole file" signal: `get` and `stat` see nothing before it, as with any
  * atomic put, and a follower ends only on it. A truncated, failed or rewritten file therefore never reads
  * as a complete one. Segments carry the write id in their names, so a rewrite (a job's retry) can never
@@ -52,13 +54,8 @@ const headKey = (key: string) => `${key}.head`;
 const partKey = (key: string, write: string, i: number) => `${key}.${write}.${i}`;
 const failedKey = (key: string, write: string) => `${key}.${write}.failed`;
 
-interface EndMarker {
-  write: string;
-  segments: number;
-  size: number;
-  /** A small file's bytes, base64 (then `segments` is 0). */
-  data?: string;
-}
+/** The end marker as stored: segmented, or inline (a small file's bytes, base64, and no `segments`). */
+type EndMarker = { write: string; size: number } & ({ segments: number; data?: undefined } | { data: string; segments?: undefined });
 
 export const isFollowableKey = (key: string) => typeof key === 'string' && FILE_BLOB.test(key);
 
@@ -86,22 +83,18 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
     }
   }
 
-  /** The end marker, with an inline file's bytes decoded; undefined when the file has not ended. */
-  async function readEnd(key: string): Promise<(EndMarker & { inline?: Buffer }) | undefined> {
+  /** The end marker (an inline file: no segments, its bytes decoded); undefined when the file has not ended. */
+  async function readEnd(key: string): Promise<{ write: string; segments: number; size: number; inline?: Buffer } | undefined> {
     const raw = await readMarker(key);
     if (raw === undefined) return undefined;
-    const m = JSON.parse(raw) as Partial<EndMarker>;
+    const m = JSON.parse(raw) as { write?: unknown; segments?: unknown; size?: unknown; data?: unknown };
     const inline = typeof m.data === 'string' ? Buffer.from(m.data, 'base64') : undefined;
-    const ok =
-      typeof m.write === 'string' &&
-      WRITE_ID.test(m.write) &&
-      Number.isSafeInteger(m.segments) &&
-      m.segments! >= 0 &&
-      Number.isSafeInteger(m.size) &&
-      m.size! >= 0 &&
-      (m.data === undefined || (inline !== undefined && m.segments === 0 && inline.length === m.size && inline.toString('base64') === m.data));
-    if (!ok) throw new Error(`blob ${key}: malformed end marker`);
-    return { ...(m as EndMarker), inline };
+    const write = typeof m.write === 'string' && WRITE_ID.test(m.write) ? m.write : undefined;
+    const size = Number.isSafeInteger(m.size) && (m.size as number) >= 0 ? (m.size as number) : undefined;
+    const segmented = m.data === undefined && Number.isSafeInteger(m.segments) && (m.segments as number) >= 0;
+    const whole = inline !== undefined && m.segments === undefined && inline.length === size && inline.toString('base64') === m.data;
+    if (write === undefined || size === undefined || !(segmented || whole)) throw new Error(`blob ${key}: malformed end marker`);
+    return { write, size, segments: segmented ? (m.segments as number) : 0, inline };
   }
 
   async function readHead(key: string): Promise<string | undefined> {
@@ -207,7 +200,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
       if (whole) {
         size = whole.length;
         putOpts.onProgress?.(size);
-        await putSmall(key, JSON.stringify({ write, segments: 0, size, data: whole.toString('base64') } satisfies EndMarker));
+        await putSmall(key, JSON.stringify({ write, size, data: whole.toString('base64') } satisfies EndMarker));
         // Whole before anyone is told of it: a follower never waits on a write that could fail unseen.
         await putOpts.onOpen?.().catch(async (err: unknown) => {
           await inner.delete(key).catch(() => undefined);

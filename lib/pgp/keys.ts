@@ -20,7 +20,7 @@ export const MAX_PUBLIC_KEY_BYTES = 1 << 20;
  * of every process. Workers load it with their first crypto job (jobs import lib/pgp/stream when they run).
  */
 let openpgpModule: Promise<typeof openpgp> | undefined;
-// Kept: each import() of a loaded module still goes through the module loader's resolution.
+// The promise is kept: each import() of a loaded module goes through the loader's resolution again.
 const loadOpenpgp = () => (openpgpModule ??= import('openpgp'));
 
 /**
