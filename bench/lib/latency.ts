@@ -175,9 +175,12 @@ const fmt = (l: Latency) =>
   (l.cpuMs ? ` · CPU ms per request: ${Object.entries(l.cpuMs).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(' · ')}` : '') +
   (l.steps ? ` · median ms per step: ${Object.entries(l.steps).map(([k, v]) => `${k} ${v.toFixed(0)}`).join(' · ')}` : '');
 
+/** Issue 13's targets: `GET /keys/list` p99 ≤ 50 ms at 500 requests/s, a small job's p50 ≤ 20 ms on its own. */
+const met = (value: number, goal: number) => `(≤ ${goal} ms: ${value <= goal ? 'ok' : 'MISSED'})`;
+
 export function latencyLines(list: Latency, listRate: number, small: { concurrency: number; latency: Latency }[]): string[] {
   return [
-    `GET /keys/list at ${listRate} requests/s (open loop, 10 keys): ${fmt(list)}`,
-    ...small.map((s) => `1 KiB encrypt with Prefer: wait, submit → result, concurrency ${s.concurrency}: ${fmt(s.latency)}`),
+    `GET /keys/list at ${listRate} requests/s (open loop, 10 keys): ${fmt(list)}${listRate === 500 ? ` · p99 ${met(list.p99, 50)}` : ''}`,
+    ...small.map((s) => `1 KiB encrypt with Prefer: wait, submit → result, concurrency ${s.concurrency}: ${fmt(s.latency)}${s.concurrency === 1 ? ` · p50 ${met(s.latency.p50, 20)}` : ''}`),
   ];
 }

@@ -52,11 +52,34 @@ export interface Ratios {
   rotations_per_s_1_worker?: number;
   rotations_per_s_2_workers?: number;
   rotation_2_vs_1_workers?: number;
+  /** The worker's CPU per GiB over a whole job (upload, job, download) ÷ gpg's for the same file. */
+  worker_cpu_vs_gpg_encrypt?: number;
+  worker_cpu_vs_gpg_decrypt?: number;
+  /** The API's CPU seconds per GiB while it receives the upload and while it serves the download. */
+  api_cpu_s_per_gib_receiving_encrypt?: number;
+  api_cpu_s_per_gib_serving_encrypt?: number;
+  api_cpu_s_per_gib_receiving_decrypt?: number;
+  api_cpu_s_per_gib_serving_decrypt?: number;
 }
 
 /** Rotation figures count rotations, not bytes: `bytes` holds the number of rotations. */
 const isRotation = (key: string) => key.startsWith('rotation.');
 const perSecond = (t: Timing | undefined) => (t ? t.bytes / (t.ms / 1000) : undefined);
+
+const GiB = 2 ** 30;
+/** CPU seconds per GiB of the processes `who` picks, in one step of a timing (all steps without `step`). */
+function cpuPerGiBIn(t: Timing | undefined, who: (process: string) => boolean, step?: string): number | undefined {
+  const phases = t?.phaseCpu && (step ? [t.phaseCpu[step] ?? {}] : Object.values(t.phaseCpu));
+  if (!t || !phases) return undefined;
+  return phases.reduce((n, cpu) => n + Object.entries(cpu).reduce((m, [k, v]) => m + (who(k) ? v : 0), 0), 0) / (t.bytes / GiB);
+}
+const isWorker = (process: string) => process.startsWith('worker');
+const isApi = (process: string) => process === 'api';
+const workerVsGpg = (service: Timing | undefined, gpg: Timing | undefined) => {
+  const worker = cpuPerGiBIn(service, isWorker);
+  const base = gpg?.cpu?.gpg;
+  return worker !== undefined && base ? worker / (base / (gpg.bytes / GiB)) : undefined;
+};
 
 export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
   const workers = Object.entries(rss).filter(([k, v]) => k.startsWith('worker') && v !== null).map(([, v]) => v!);
@@ -73,6 +96,12 @@ export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
     rotations_per_s_1_worker: perSecond(r['rotation.1w']),
     rotations_per_s_2_workers: perSecond(r['rotation.2w']),
     rotation_2_vs_1_workers: r['rotation.1w'] && r['rotation.2w'] ? perSecond(r['rotation.2w'])! / perSecond(r['rotation.1w'])! : undefined,
+    worker_cpu_vs_gpg_encrypt: workerVsGpg(r['encrypt.service'], r['encrypt.gpg']),
+    worker_cpu_vs_gpg_decrypt: workerVsGpg(r['decrypt.service'], r['decrypt.gpg']),
+    api_cpu_s_per_gib_receiving_encrypt: cpuPerGiBIn(r['encrypt.service'], isApi, 'upload'),
+    api_cpu_s_per_gib_serving_encrypt: cpuPerGiBIn(r['encrypt.service'], isApi, 'download'),
+    api_cpu_s_per_gib_receiving_decrypt: cpuPerGiBIn(r['decrypt.service'], isApi, 'upload'),
+    api_cpu_s_per_gib_serving_decrypt: cpuPerGiBIn(r['decrypt.service'], isApi, 'download'),
   };
 }
 
@@ -92,17 +121,28 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
     out.push(s.now ? `RSS (VmRSS) after ${s.after.padEnd(15)} ${sizes} (≤ 120 each: ${Object.values(s.rss).every((v) => v !== null && v <= 120) ? 'ok' : 'MISSED'})` : `peak RSS (VmHWM) after ${s.after.padEnd(10)} ${sizes}`);
   }
   out.push('');
+  // Issue 13's targets.
   out.push(
     [
-      target('e2e encrypt ÷ OpenPGP.js', q.encrypt_e2e_vs_openpgp, '≥', 0.8),
-      target('e2e decrypt ÷ OpenPGP.js', q.decrypt_e2e_vs_openpgp, '≥', 0.8),
-      target('parallel jobs ÷ 2×gpg', q.parallel_jobs_vs_gpg, '≥', 1.0),
+      target('e2e encrypt ÷ OpenPGP.js', q.encrypt_e2e_vs_openpgp, '≥', 1.0),
+      target('e2e decrypt ÷ OpenPGP.js', q.decrypt_e2e_vs_openpgp, '≥', 1.0),
+      target('parallel jobs ÷ 2×gpg', q.parallel_jobs_vs_gpg, '≥', 0.6),
       target('peak RSS api MiB', q.peak_rss_api_mib, '≤', 200, 0),
       target('worker MiB', q.peak_rss_worker_mib, '≤', 200, 0),
     ].join(' | '),
   );
+  out.push(
+    [
+      target('worker CPU ÷ gpg: encrypt', q.worker_cpu_vs_gpg_encrypt, '≤', 1.5),
+      target('decrypt', q.worker_cpu_vs_gpg_decrypt, '≤', 2),
+      `API CPU-s/GiB receiving / serving: ${target('during encryption', q.api_cpu_s_per_gib_receiving_encrypt, '≤', 1.5, 1)} / ${target('', q.api_cpu_s_per_gib_serving_encrypt, '≤', 1.0, 1).trim()}`,
+      `${target('during decryption', q.api_cpu_s_per_gib_receiving_decrypt, '≤', 1.5, 1)} / ${target('', q.api_cpu_s_per_gib_serving_decrypt, '≤', 1.0, 1).trim()}`,
+    ].join(' | '),
+  );
   if (q.rotations_per_s_1_worker !== undefined) {
-    out.push(`rotation (${r['rotation.1w']!.bytes} keys at once, through the queue): 1 worker ${fixed(q.rotations_per_s_1_worker, 1)}/s · 2 workers ${fixed(q.rotations_per_s_2_workers, 1)}/s · 2 ÷ 1 workers ${fixed(q.rotation_2_vs_1_workers)}`);
+    out.push(
+      `rotation (${r['rotation.1w']!.bytes} keys at once, through the queue): ${target('1 worker, per second', q.rotations_per_s_1_worker, '≥', 100, 1)} · 2 workers ${fixed(q.rotations_per_s_2_workers, 1)}/s · ${target('2 ÷ 1 workers', q.rotation_2_vs_1_workers, '≥', 1.6)}`,
+    );
     for (const w of ['1w', '2w']) {
       const t = r[`rotation.${w}`];
       if (t?.cpu) out.push(`  CPU ms per rotation, ${w.replace('w', ' worker(s)')}: ${Object.entries(t.cpu).map(([k, s]) => `${k} ${fixed((s * 1000) / t.bytes, 1)}`).join(' · ')}`);
