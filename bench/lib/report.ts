@@ -135,8 +135,8 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
     [
       target('worker CPU ÷ gpg: encrypt', q.worker_cpu_vs_gpg_encrypt, '≤', 1.5),
       target('decrypt', q.worker_cpu_vs_gpg_decrypt, '≤', 2),
-      `API CPU-s/GiB receiving / serving: ${target('during encryption', q.api_cpu_s_per_gib_receiving_encrypt, '≤', 1.5, 1)} / ${target('', q.api_cpu_s_per_gib_serving_encrypt, '≤', 1.0, 1).trim()}`,
-      `${target('during decryption', q.api_cpu_s_per_gib_receiving_decrypt, '≤', 1.5, 1)} / ${target('', q.api_cpu_s_per_gib_serving_decrypt, '≤', 1.0, 1).trim()}`,
+      `API CPU-s/GiB receiving / serving: ${target('during encryption', q.api_cpu_s_per_gib_receiving_encrypt, '≤', 1.5)} / ${target('', q.api_cpu_s_per_gib_serving_encrypt, '≤', 1.0).trim()}`,
+      `${target('during decryption', q.api_cpu_s_per_gib_receiving_decrypt, '≤', 1.5)} / ${target('', q.api_cpu_s_per_gib_serving_decrypt, '≤', 1.0).trim()}`,
     ].join(' | '),
   );
   if (q.rotations_per_s_1_worker !== undefined) {
