@@ -1,6 +1,6 @@
 import type { Results, Timing } from './sections';
 import { SEALING_LABELS, sealingSummary } from './sealing';
-import { mibPerSec } from './util';
+import { GiB, mibPerSec } from './util';
 
 export interface Machine {
   size: string;
@@ -66,7 +66,6 @@ export interface Ratios {
 const isRotation = (key: string) => key.startsWith('rotation.');
 const perSecond = (t: Timing | undefined) => (t ? t.bytes / (t.ms / 1000) : undefined);
 
-const GiB = 2 ** 30;
 /** CPU seconds per GiB of the processes `who` picks, in one step of a timing (all steps without `step`). */
 function cpuPerGiBIn(t: Timing | undefined, who: (process: string) => boolean, step?: string): number | undefined {
   const phases = t?.phaseCpu && (step ? [t.phaseCpu[step] ?? {}] : Object.values(t.phaseCpu));
@@ -82,7 +81,7 @@ const workerVsGpg = (service: Timing | undefined, gpg: Timing | undefined) => {
 };
 
 export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
-  const workers = Object.entries(rss).filter(([k, v]) => k.startsWith('worker') && v !== null).map(([, v]) => v!);
+  const workers = Object.entries(rss).filter(([k, v]) => isWorker(k) && v !== null).map(([, v]) => v!);
   return {
     encrypt_e2e_vs_openpgp: ratio(r['encrypt.service'], r['encrypt.openpgp']),
     decrypt_e2e_vs_openpgp: ratio(r['decrypt.service'], r['decrypt.openpgp']),
