@@ -162,7 +162,7 @@ export function cpuPerGiBOf(r: Results): Record<string, number> {
     if (!t.cpu || isRotation(key)) continue;
     const own = Object.entries(t.cpu).filter(([k]) => k !== 'bench');
     const seconds = (own.length ? own : Object.entries(t.cpu)).reduce((n, [, v]) => n + v, 0);
-    out[key] = Math.round((seconds / (t.bytes / 2 ** 30)) * 100) / 100;
+    out[key] = Math.round((seconds / (t.bytes / GiB)) * 100) / 100;
   }
   return out;
 }
