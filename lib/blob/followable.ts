@@ -43,7 +43,7 @@ const SEGMENT_MAX_AGE_MS = 500;
 const FILE_BLOB = /^jobs\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\/(in|out)\/\d{1,5}$/;
 const WRITE_ID = /^[0-9a-f]{32}$/;
 /** Files up to this size are kept in their end marker (base64), which stays under SMALL_BYTES of the local store. */
-export const INLINE_BYTES = 32 * 1024;
+const INLINE_BYTES = 32 * 1024;
 const MARKER_MAX_BYTES = 48 * 1024;
 /** A follower polls for the next segment with this back-off (no notification channel in the blob layer). */
 const POLL_FIRST_MS = 2;
@@ -60,10 +60,8 @@ type EndMarker = { write: string; size: number } & ({ segments: number; data?: u
 export const isFollowableKey = (key: string) => typeof key === 'string' && FILE_BLOB.test(key);
 
 export interface FollowableOptions {
-  /** Smaller segments for tests. */
+  /** Smaller segments for tests (above INLINE_BYTES). */
   segmentBytes?: number;
-  /** Smaller inline files for tests (below `segmentBytes`). */
-  inlineBytes?: number;
 }
 
 /** The stack job code sees: every store, plus `follow` for job files. */
@@ -71,7 +69,6 @@ export type JobBlobStore = BlobStore & Required<Pick<BlobStore, 'follow'>>;
 
 export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {}): JobBlobStore {
   const segmentBytes = opts.segmentBytes ?? SEGMENT_BYTES;
-  const inlineBytes = opts.inlineBytes ?? INLINE_BYTES;
 
   /** A marker's text, or undefined when it does not exist. */
   async function readMarker(key: string): Promise<string | undefined> {
@@ -173,21 +170,21 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
       }
     }
     /**
-     * The whole source when it ends within `inlineBytes` while its first segment is young; otherwise
+     * The whole source when it ends within INLINE_BYTES while its first segment is young; otherwise
      * undefined, with what was read handed to the first segment (`carry`).
      */
     async function wholeIfSmall(): Promise<Buffer | undefined> {
       const opened = Date.now();
       const parts: Buffer[] = [];
       let held = 0;
-      while (held <= inlineBytes) {
+      while (held <= INLINE_BYTES) {
         const chunk = await next(Math.max(0, opened + SEGMENT_MAX_AGE_MS - Date.now()));
         if (!chunk) break;
         parts.push(chunk);
         held += chunk.length;
       }
       const all = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
-      if (ended && held <= inlineBytes) return all;
+      if (ended && held <= INLINE_BYTES) return all;
       if (held > 0) carry = all;
       return undefined;
     }
