@@ -106,6 +106,8 @@ export interface NextInput {
   file?: JobFileRow;
   /** The upload has ended (no more inputs will come). */
   uploaded: boolean;
+  /** Once the upload has ended: how many inputs it had (a reader of the last one need not ask again). */
+  inputs?: number;
   /** The job's state; undefined when the job is gone. */
   state?: JobState;
 }
@@ -115,10 +117,19 @@ export async function nextInput(db: Knex, jobId: string, n: number): Promise<Nex
   const row = await db('jobs')
     .leftJoin('job_files', (j) => j.on('job_files.job_id', 'jobs.id').andOn('job_files.role', db.raw('?', ['input'])).andOn('job_files.n', db.raw('?', [n])))
     .where('jobs.id', jobId)
-    .first<{ uploaded_at: Date | null; state: JobState; n: number | null; name: string; size: string | number; content_type: string } | undefined>('jobs.uploaded_at', 'jobs.state', 'job_files.n', 'job_files.name', 'job_files.size', 'job_files.content_type');
+    .first<{ uploaded_at: Date | null; state: JobState; n: number | null; name: string; size: string | number; content_type: string; inputs: number } | undefined>(
+      'jobs.uploaded_at',
+      'jobs.state',
+      'job_files.n',
+      'job_files.name',
+      'job_files.size',
+      'job_files.content_type',
+      db.raw("(select count(*)::int from job_files i where i.job_id = jobs.id and i.role = 'input') as inputs"),
+    );
   if (!row) return { uploaded: false };
   const file = row.n === null ? undefined : { job_id: jobId, role: 'input' as const, n: row.n, name: row.name, size: Number(row.size), content_type: row.content_type };
-  return { file, uploaded: row.uploaded_at !== null, state: row.state };
+  const uploaded = row.uploaded_at !== null;
+  return { file, uploaded, ...(uploaded ? { inputs: row.inputs } : {}), state: row.state };
 }
 
 /** Marks an unfinished job active for one more attempt; undefined when it has ended (or is gone). */

@@ -97,15 +97,43 @@ export async function insertKey(db: Knex, row: Omit<KeyRow, KeyDefaults>): Promi
  * another account's fingerprint is simply not found.
  */
 export async function findKeyByFingerprint(db: Knex, userId: string, fingerprint: string, opts: { inherited?: boolean } = {}): Promise<KeyView | undefined> {
-  const named = await db<KeyRow>('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).andWhere(usableBy(db, userId, opts)).first();
-  if (!named) return undefined;
-  const [lineage, current] = await Promise.all([
-    db<LineageRow>('key_lineages').where({ id: named.lineage_id }).first(),
-    // Usually the caller names the current generation: no second look needed.
-    named.status === 'active' ? named : db<KeyRow>('pgp_keys').where({ lineage_id: named.lineage_id, status: 'active' }).first(),
-  ]);
-  return lineage && current ? { lineage, current, named, inherited: named.user_id !== userId } : undefined;
+  // The generation and its lineage in one query: the lineage's columns come under LINEAGE_AS names.
+  const row = await db('pgp_keys as k')
+    .join('key_lineages as l', 'l.id', 'k.lineage_id')
+    .where('k.fingerprint', fingerprint.toLowerCase())
+    .andWhere(usableBy(db, userId, { ...opts, alias: 'k' }))
+    .first<Record<string, unknown> | undefined>('k.*', ...LINEAGE_COLUMNS.map((col) => `l.${col} as ${LINEAGE_AS}${col}`));
+  if (!row) return undefined;
+  const lineage = Object.fromEntries(LINEAGE_COLUMNS.map((col) => [col, row[LINEAGE_AS + col]])) as unknown as LineageRow;
+  const named = Object.fromEntries(Object.entries(row).filter(([col]) => !col.startsWith(LINEAGE_AS))) as unknown as KeyRow;
+  // Usually the caller names the current generation: no second look needed.
+  const current = named.status === 'active' ? named : await db<KeyRow>('pgp_keys').where({ lineage_id: named.lineage_id, status: 'active' }).first();
+  return current ? { lineage, current, named, inherited: named.user_id !== userId } : undefined;
 }
+
+/** Every column of `key_lineages` (the compiler holds the list to LineageRow), and the prefix they are selected under beside a key's. */
+const LINEAGE_COLUMNS = Object.keys({
+  id: 1,
+  user_id: 1,
+  label: 1,
+  environment: 1,
+  uid_name: 1,
+  uid_email: 1,
+  algorithm: 1,
+  unlock_public: 1,
+  unlock_locked: 1,
+  unlock_mac: 1,
+  key_ttl_days: 1,
+  disabled_at: 1,
+  rotation_mode: 1,
+  rotation_interval_days: 1,
+  min_decryption_generation: 1,
+  destroy_after: 1,
+  destroyed_at: 1,
+  created_at: 1,
+  updated_at: 1,
+} satisfies Record<keyof LineageRow, 1>);
+const LINEAGE_AS = 'lineage__';
 
 /** A generation's identity: what a rotation needs of the one it replaces. */
 export type GenerationRef = Pick<KeyRow, 'id' | 'fingerprint' | 'generation'>;

@@ -46,7 +46,9 @@ export async function transformFiles(
   const fresh = job.attempts === 1;
   const quota = { left: c.config.limits.maxJobOutputBytes };
   let before = 0;
-  for (let file = await nextFile(c, jobId, 0, signal); file; file = await nextFile(c, jobId, inputs.length, signal)) {
+  // The last input is known as such once the upload has ended: no look for one after it.
+  for (let next = await nextFile(c, jobId, 0, signal); next.file; next = next.last ? {} : await nextFile(c, jobId, inputs.length, signal)) {
+    const { file } = next;
     let read = 0;
     const input = await c.blob.follow(jobBlob.input(jobId, file.n), { signal, idleMs: c.config.jobLimits.idleMs });
     const source = counted(input, (n) => {
@@ -82,10 +84,10 @@ export async function transformFiles(
   };
 }
 
-/** Input n of the job, or undefined when the upload has ended with fewer files. */
-async function nextFile(c: Container, jobId: string, n: number, signal: AbortSignal): Promise<JobFileRow | undefined> {
+/** Input n of the job (none when the upload has ended with fewer files), and whether it is the last. */
+async function nextFile(c: Container, jobId: string, n: number, signal: AbortSignal): Promise<{ file?: JobFileRow; last?: boolean }> {
   const next = await arrivingInput(c, jobId, n, signal);
-  if (next.file || next.uploaded) return next.file;
+  if (next.file || next.uploaded) return { file: next.file, last: next.inputs === n + 1 };
   // The API failed the job (its upload broke): nothing more comes, and the row says why.
   throw new UnrecoverableError(`the upload of job ${jobId} failed`);
 }

@@ -24,9 +24,8 @@ export function startAuditRelay(c: Container): { stop(): Promise<void> } {
     const parsed = Notice.safeParse(JSON.parse(payload ?? 'null'));
     if (!parsed.success) return;
     const row = parsed.data;
-    const first = await c.redis.set(`${c.config.redisPrefix}:audit-relay:${row.id}`, '1', 'EX', DEDUPE_SECONDS, 'NX');
-    if (first !== 'OK') return;
-    await emitEvent(c, row.user_id, 'audit.recorded', { audit_id: row.id, action: row.action, status: row.status, target: row.target, recorded_at: new Date(row.created_at).toISOString() });
+    const once = { key: `${c.config.redisPrefix}:audit-relay:${row.id}`, seconds: DEDUPE_SECONDS };
+    await emitEvent(c, row.user_id, 'audit.recorded', { audit_id: row.id, action: row.action, status: row.status, target: row.target, recorded_at: new Date(row.created_at).toISOString() }, once);
   };
 
   const connect = async () => {

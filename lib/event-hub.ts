@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Logger } from './logger';
-import { compareEventIds, eventStream, readEvents, toEvent, type AccountEvent, type StreamEntry } from './events';
+import { compareEventIds, eventStream, lastEventId, readEvents, toEvent, type AccountEvent, type StreamEntry } from './events';
 import { createRedis } from './redis';
 
 /** How long one XREAD blocks; listeners that join meanwhile interrupt it (CLIENT UNBLOCK). */
@@ -49,12 +49,17 @@ export class EventHub {
 
   constructor(private readonly deps: { redis: Redis; redisUrl: string; redisPrefix: string; log: Logger }) {}
 
-  /** Follows an account's stream after `cursor` (exclusive). Returns the function that stops it. */
-  async listen(userId: string, cursor: string, deliver: (events: AccountEvent[]) => void): Promise<() => void> {
-    const listener: Listener = { cursor, deliver };
+  /**
+   * Follows an account's stream after `cursor` (exclusive), or without one from now: from where the hub
+   * has read a stream it already follows (everything newer reaches the listener; no round trip), else
+   * from the stream's newest id. Returns the function that stops it.
+   */
+  async listen(userId: string, cursor: string | undefined, deliver: (events: AccountEvent[]) => void): Promise<() => void> {
+    const from = cursor ?? this.streams.get(userId)?.cursor ?? (await lastEventId(this.deps.redis, this.deps.redisPrefix, userId));
+    const listener: Listener = { cursor: from, deliver };
     let stream = this.streams.get(userId);
     if (!stream) {
-      stream = { cursor, listeners: new Set([listener]) };
+      stream = { cursor: from, listeners: new Set([listener]) };
       this.streams.set(userId, stream);
       this.start();
       void this.interrupt();
@@ -62,7 +67,7 @@ export class EventHub {
       clearTimeout(stream.linger);
       stream.linger = undefined;
       stream.listeners.add(listener);
-      if (compareEventIds(stream.cursor, cursor) > 0) await this.catchUp(userId, listener, stream.cursor);
+      if (compareEventIds(stream.cursor, from) > 0) await this.catchUp(userId, listener, stream.cursor);
     }
     const joined = stream;
     return () => {

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Container } from './container';
-import { eventTargets, fanOut } from './services/webhooks';
+import { endpointsVersionKey, eventTargets, fanOut } from './services/webhooks';
 
 /**
  * Account events go to a Redis stream per account, trimmed to the newest ~STREAM_MAX_LEN, delivered
@@ -54,8 +54,36 @@ export const EVENT_ID = /^\d{1,16}-\d{1,16}$/;
 
 export const eventStream = (redisPrefix: string, userId: string) => `${redisPrefix}:events:${userId}`;
 
-export async function publishEvent(redis: Redis, redisPrefix: string, userId: string, type: EventType, data: Record<string, unknown>, at: Date): Promise<string | null> {
-  return redis.xadd(eventStream(redisPrefix, userId), 'MAXLEN', '~', String(STREAM_MAX_LEN), '*', 'type', type, 'data', JSON.stringify(data), 'at', at.toISOString());
+/** What publishing an event answers: its stream id, and the account's webhook endpoints version read with it. */
+export interface Published {
+  id: string;
+  endpointsVersion: string | null;
+}
+
+/**
+ * The event's XADD and the GET of the account's webhook endpoints version (lib/services/webhooks.ts
+ * `eventTargets`) in one round trip; with ARGV[1] > 0, only if the SET NX of KEYS[3] succeeds (nil
+ * otherwise): of the processes that hear the same audit row, one publishes it.
+ */
+const PUBLISH_LUA = `if ARGV[1] ~= '0' and not redis.call('SET', KEYS[3], '1', 'EX', ARGV[1], 'NX') then return false end
+return {redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'type', ARGV[3], 'data', ARGV[4], 'at', ARGV[5]), redis.call('GET', KEYS[2])}`;
+
+type Publisher = Redis & { kmsPublishEvent(...args: string[]): Promise<[string, string | null] | null> };
+
+function publisher(redis: Redis): Publisher {
+  // defineCommand: EVALSHA, and EVAL once when the server does not know the script yet.
+  if (!('kmsPublishEvent' in redis)) redis.defineCommand('kmsPublishEvent', { numberOfKeys: 3, lua: PUBLISH_LUA });
+  return redis as Publisher;
+}
+
+/**
+ * Appends an event to the account's stream. `once`: publish only if this key is new (it is kept for
+ * `seconds`); null when it was not. Emitting code calls `emitEvent`, which also queues webhooks.
+ */
+export async function publishEvent(redis: Redis, redisPrefix: string, userId: string, type: EventType, data: Record<string, unknown>, at: Date, once?: { key: string; seconds: number }): Promise<Published | null> {
+  const stream = eventStream(redisPrefix, userId);
+  const answer = await publisher(redis).kmsPublishEvent(stream, endpointsVersionKey(redisPrefix, userId), once?.key ?? stream, String(once?.seconds ?? 0), String(STREAM_MAX_LEN), type, JSON.stringify(data), at.toISOString());
+  return answer && { id: answer[0], endpointsVersion: answer[1] };
 }
 
 export type StreamEntry = [id: string, fields: string[]];
@@ -113,12 +141,15 @@ export async function eventHistory(redis: Redis, redisPrefix: string, userId: st
 /**
  * Publishes an account event after the change it reports has committed, then queues its webhook
  * deliveries. A failure is logged, not thrown: the change has happened and must not turn into an error.
+ * `once`: see publishEvent.
  */
-export async function emitEvent(c: Container, userId: string, type: EventType, data: Record<string, unknown>): Promise<void> {
+export async function emitEvent(c: Container, userId: string, type: EventType, data: Record<string, unknown>, once?: { key: string; seconds: number }): Promise<void> {
   const at = c.clock.now();
   try {
-    const [id, endpoints] = await Promise.all([publishEvent(c.redis, c.config.redisPrefix, userId, type, data, at), eventTargets(c, userId)]);
-    if (id) await fanOut(c, { id, type, created_at: at.toISOString(), account: userId, data }, endpoints);
+    const published = await publishEvent(c.redis, c.config.redisPrefix, userId, type, data, at, once);
+    if (!published) return;
+    const event = { id: published.id, type, created_at: at.toISOString(), account: userId, data };
+    await fanOut(c, event, await eventTargets(c, userId, published.endpointsVersion));
   } catch (err) {
     c.log.warn({ err, type }, 'could not publish an account event or queue its webhooks');
   }

@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { enforceJobLimits, enforceUploadLimits, jobLimitsApply } from './billing';
 import type { Container } from '../container';
 import type { Knex } from 'knex';
-import { emitEvent, lastEventId, type AccountEvent } from '../events';
+import { emitEvent, type AccountEvent } from '../events';
 import { AppError, conflict, invalid } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { failUnfinishedJob, findJobByIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
@@ -217,7 +217,7 @@ export interface JobEndWatch {
 export async function watchJobEnd(c: Container, userId: string, jobId: string, onEnd?: (event: AccountEvent) => void): Promise<JobEndWatch> {
   let seen = false;
   let wake: (() => void) | undefined;
-  const stop = await c.eventHub.listen(userId, await lastEventId(c.redis, c.config.redisPrefix, userId), (events) => {
+  const stop = await c.eventHub.listen(userId, undefined, (events) => {
     for (const e of events) {
       if ((e.type !== 'job.completed' && e.type !== 'job.failed') || e.data.job_id !== jobId) continue;
       seen = true;

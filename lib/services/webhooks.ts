@@ -121,26 +121,27 @@ async function enqueueAttempts(c: Container, delivery: Pick<DeliveryRow, 'id'>, 
  * Where an account's events go, without a Postgres query per event (that was 3 queries per rotation and
  * 2 per file job, for the many accounts that have no endpoint at all). Each process keeps an account's
  * enabled endpoints with the version of them it read; every change to an account's endpoints bumps that
- * version in Redis once committed, and each event reads it (one GET) before trusting what it keeps. A
- * bump lost after its commit (Redis gone at that moment) is outlived by TARGETS_MAX_AGE_MS.
+ * version in Redis once committed, and each event reads it (with its publication: lib/events.ts) before
+ * trusting what it keeps. A bump lost after its commit (Redis gone at that moment) is outlived by
+ * TARGETS_MAX_AGE_MS.
  */
 const TARGETS_MAX_AGE_MS = 60_000;
 const TARGETS_MAX_ACCOUNTS = 10_000;
 type Targets = { version: string | null; endpoints: Pick<EndpointRow, 'id' | 'user_id' | 'event_types'>[] };
 const targetCaches = new WeakMap<Container, LruCache<string, Targets>>();
-const endpointsVersionKey = (c: Container, userId: string) => `${c.config.redisPrefix}:webhook-endpoints:${userId}`;
+export const endpointsVersionKey = (redisPrefix: string, userId: string) => `${redisPrefix}:webhook-endpoints:${userId}`;
 
 /** After a committed change to an account's endpoints: every process reads them again at its next event. */
 async function endpointsChanged(c: Container, userId: string): Promise<void> {
   targetCaches.get(c)?.delete(userId);
-  await c.redis.incr(endpointsVersionKey(c, userId)).catch((err: unknown) => c.log.warn({ err, user_id: userId }, 'could not announce a webhook endpoint change; other processes see it within a minute'));
+  await c.redis.incr(endpointsVersionKey(c.config.redisPrefix, userId)).catch((err: unknown) => c.log.warn({ err, user_id: userId }, 'could not announce a webhook endpoint change; other processes see it within a minute'));
 }
 
-/** The account's enabled endpoints (read in parallel with the event's publication: one round trip to Redis). */
-export async function eventTargets(c: Container, userId: string): Promise<Targets['endpoints']> {
+/** The account's enabled endpoints, given their version in Redis (read here when not given). */
+export async function eventTargets(c: Container, userId: string, endpointsVersion?: string | null): Promise<Targets['endpoints']> {
   let cache = targetCaches.get(c);
   if (!cache) targetCaches.set(c, (cache = new LruCache({ max: TARGETS_MAX_ACCOUNTS, ttlMs: TARGETS_MAX_AGE_MS })));
-  const version = await c.redis.get(endpointsVersionKey(c, userId));
+  const version = endpointsVersion === undefined ? await c.redis.get(endpointsVersionKey(c.config.redisPrefix, userId)) : endpointsVersion;
   const known = cache.get(userId);
   if (known && known.version === version) return known.endpoints;
   return cache.set(userId, { version, endpoints: await enabledEndpoints(c.db, userId) }).endpoints;

@@ -21,7 +21,7 @@ afterAll(async () => {
   redis.disconnect();
 });
 
-const publish = (user: string, n: number) => publishEvent(redis, prefix, user, 'key.generated', { n }, new Date()) as Promise<string>;
+const publish = async (user: string, n: number) => (await publishEvent(redis, prefix, user, 'key.generated', { n }, new Date()))!.id;
 const collector = () => {
   const seen: number[] = [];
   return { seen, deliver: (events: { data: Record<string, unknown> }[]) => seen.push(...events.map((e) => e.data.n as number)) };
@@ -113,5 +113,40 @@ describe('EventHub', () => {
     expect(unblocks.mock.calls.map((call) => String(call[0]))).not.toContain('UNBLOCK');
     unblocks.mockRestore();
     stopNext();
+  });
+
+  it('starts a listener without a cursor at now: from the newest id, or where the hub reads a stream it follows (no round trip)', async () => {
+    await publish('now', 0);
+    const first = collector();
+    const stopFirst = await hub.listen('now', undefined, first.deliver);
+    await publish('now', 1);
+    await until(() => first.seen.length === 1);
+    const reads = vi.spyOn(redis, 'xrevrange');
+    const second = collector();
+    const stopSecond = await hub.listen('now', undefined, second.deliver);
+    await publish('now', 2);
+    await until(() => second.seen.length === 1 && first.seen.length === 2);
+    expect([first.seen, second.seen]).toEqual([[1, 2], [2]]);
+    expect(reads).not.toHaveBeenCalled();
+    reads.mockRestore();
+    stopFirst();
+    stopSecond();
+  });
+});
+
+describe('publishEvent', () => {
+  it('publishes once per `once` key, and reads the webhook endpoints version in the same round trip', async () => {
+    const user = randomBytes(4).toString('hex');
+    const once = { key: `${prefix}:once:${user}`, seconds: 60 };
+    const first = await publishEvent(redis, prefix, user, 'audit.recorded', { n: 1 }, new Date(), once);
+    expect(first).toEqual({ id: expect.stringMatching(/^\d+-\d+$/), endpointsVersion: null });
+    // Another process hearing the same row: nothing is written.
+    expect(await publishEvent(redis, prefix, user, 'audit.recorded', { n: 1 }, new Date(), once)).toBeNull();
+    expect(await redis.xlen(`${prefix}:events:${user}`)).toBe(1);
+    expect(await redis.ttl(once.key)).toBeGreaterThan(50);
+
+    await redis.incr(`${prefix}:webhook-endpoints:${user}`);
+    expect((await publishEvent(redis, prefix, user, 'key.generated', { n: 2 }, new Date()))?.endpointsVersion).toBe('1');
+    expect(await redis.xlen(`${prefix}:events:${user}`)).toBe(2);
   });
 });
