@@ -73,9 +73,12 @@ export class Api {
     return this.upload('/keys/decrypt', { fingerprint, passphrase }, file);
   }
 
-  /** Asks for an immediate rotation; resolves with the queued job. */
+  /**
+   * Asks for an immediate rotation as the client library does (client/helpers.ts `rotate`): with
+   * `Prefer: wait`, so the answer is the finished job when it ends within WAIT_SECONDS, else the queued one.
+   */
   rotate(fingerprint: string): Promise<JobView> {
-    return this.call<JobView>('POST', `/keys/${fingerprint}/rotate`, { json: {} }, 202);
+    return this.call<JobView>('POST', `/keys/${fingerprint}/rotate`, { json: {} }, [200, 202], { prefer: `wait=${WAIT_SECONDS}` });
   }
 
   job(id: string, waitSeconds = 0): Promise<JobView> {
@@ -144,12 +147,12 @@ export class Api {
     return this.token ? { authorization: `Bearer ${this.token}` } : {};
   }
 
-  private async call<T>(method: string, path: string, body: { json?: unknown; form?: FormData }, expect: number, extra: Record<string, string> = {}): Promise<T> {
+  private async call<T>(method: string, path: string, body: { json?: unknown; form?: FormData }, expect: number | number[], extra: Record<string, string> = {}): Promise<T> {
     const headers = { ...this.auth(), ...extra };
     if (body.json !== undefined) headers['content-type'] = 'application/json';
     const res = await fetch(`${this.base}/api/v1${path}`, { method, headers, body: body.form ?? (body.json === undefined ? undefined : JSON.stringify(body.json)) });
     const reply = await res.text();
-    if (res.status !== expect) throw new ApiError(res.status, `${method} ${path}`, reply);
+    if (![expect].flat().includes(res.status)) throw new ApiError(res.status, `${method} ${path}`, reply);
     return JSON.parse(reply) as T;
   }
 }
