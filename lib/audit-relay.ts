@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { z } from 'zod';
 import type { Container } from './container';
-import { emitEvent } from './events';
+import { besideStream, emitEvent } from './events';
 
 /** What the audit_logs trigger sends (migration 007) for every committed row of an account. */
 const Notice = z.object({ id: z.number(), user_id: z.uuid(), action: z.string(), status: z.string(), target: z.string().nullable(), created_at: z.string() });
@@ -24,7 +24,7 @@ export function startAuditRelay(c: Container): { stop(): Promise<void> } {
     const parsed = Notice.safeParse(JSON.parse(payload ?? 'null'));
     if (!parsed.success) return;
     const row = parsed.data;
-    const once = { key: `${c.config.redisPrefix}:audit-relay:${row.id}`, seconds: DEDUPE_SECONDS };
+    const once = { key: besideStream(c.config.redisPrefix, row.user_id, `audit-relay:${row.id}`), seconds: DEDUPE_SECONDS };
     await emitEvent(c, row.user_id, 'audit.recorded', { audit_id: row.id, action: row.action, status: row.status, target: row.target, recorded_at: new Date(row.created_at).toISOString() }, once);
   };
 

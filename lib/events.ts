@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { Container } from './container';
-import { endpointsVersionKey, eventTargets, fanOut } from './services/webhooks';
+import { eventTargets, fanOut } from './services/webhooks';
 
 /**
  * Account events go to a Redis stream per account, trimmed to the newest ~STREAM_MAX_LEN, delivered
@@ -54,6 +54,15 @@ export const EVENT_ID = /^\d{1,16}-\d{1,16}$/;
 
 export const eventStream = (redisPrefix: string, userId: string) => `${redisPrefix}:events:${userId}`;
 
+/**
+ * A key in the Redis Cluster hash slot of the account's event stream (the stream's name is its hash tag),
+ * so that one script may use both: publishEvent's.
+ */
+export const besideStream = (redisPrefix: string, userId: string, name: string) => `{${eventStream(redisPrefix, userId)}}:${name}`;
+
+/** The version of the account's webhook endpoints, bumped on every change (lib/services/webhooks.ts). */
+export const endpointsVersionKey = (redisPrefix: string, userId: string) => besideStream(redisPrefix, userId, 'webhook-endpoints');
+
 /** What publishing an event answers: its stream id, and the account's webhook endpoints version read with it. */
 export interface Published {
   id: string;
@@ -77,8 +86,9 @@ function publisher(redis: Redis): Publisher {
 }
 
 /**
- * Appends an event to the account's stream. `once`: publish only if this key is new (it is kept for
- * `seconds`); null when it was not. Emitting code calls `emitEvent`, which also queues webhooks.
+ * Appends an event to the account's stream. `once`: publish only if this key (made with besideStream)
+ * is new; it is kept for `seconds`; null when it was not. Emitting code calls `emitEvent`, which also
+ * queues webhooks.
  */
 export async function publishEvent(redis: Redis, redisPrefix: string, userId: string, type: EventType, data: Record<string, unknown>, at: Date, once?: { key: string; seconds: number }): Promise<Published | null> {
   const stream = eventStream(redisPrefix, userId);

@@ -3,7 +3,7 @@ import type { Container } from '../container';
 import { conflict, invalid } from '../errors';
 import { LruCache } from '../lru';
 import { notYours } from './access';
-import type { AccountEvent } from '../events';
+import { endpointsVersionKey, type AccountEvent } from '../events';
 import { checkWebhookUrl } from '../webhooks/address';
 import { newWebhookSecret, webhookHeaders } from '../webhooks/signature';
 import { postWebhook, type AttemptResult } from '../webhooks/send';
@@ -129,7 +129,6 @@ const TARGETS_MAX_AGE_MS = 60_000;
 const TARGETS_MAX_ACCOUNTS = 10_000;
 type Targets = { version: string | null; endpoints: Pick<EndpointRow, 'id' | 'user_id' | 'event_types'>[] };
 const targetCaches = new WeakMap<Container, LruCache<string, Targets>>();
-export const endpointsVersionKey = (redisPrefix: string, userId: string) => `${redisPrefix}:webhook-endpoints:${userId}`;
 
 /** After a committed change to an account's endpoints: every process reads them again at its next event. */
 async function endpointsChanged(c: Container, userId: string): Promise<void> {

@@ -3,7 +3,7 @@ import { inject } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { EventHub } from '../../lib/event-hub';
-import { publishEvent } from '../../lib/events';
+import { besideStream, endpointsVersionKey, eventStream, publishEvent } from '../../lib/events';
 import { createLogger } from '../../lib/logger';
 import { deleteKeysMatching } from '../../lib/redis';
 
@@ -17,7 +17,7 @@ beforeAll(() => {
 });
 afterAll(async () => {
   await hub.stop();
-  await deleteKeysMatching(redis, `${prefix}:*`);
+  await deleteKeysMatching(redis, `*${prefix}*`); // keys beside a stream begin with its hash tag
   redis.disconnect();
 });
 
@@ -136,17 +136,19 @@ describe('EventHub', () => {
 
 describe('publishEvent', () => {
   it('publishes once per `once` key, and reads the webhook endpoints version in the same round trip', async () => {
+    // One script, so one Redis Cluster hash slot: the keys beside a stream are tagged with its name.
+    expect(endpointsVersionKey(prefix, 'u1')).toBe(`{${eventStream(prefix, 'u1')}}:webhook-endpoints`);
     const user = randomBytes(4).toString('hex');
-    const once = { key: `${prefix}:once:${user}`, seconds: 60 };
+    const once = { key: besideStream(prefix, user, 'once'), seconds: 60 };
     const first = await publishEvent(redis, prefix, user, 'audit.recorded', { n: 1 }, new Date(), once);
     expect(first).toEqual({ id: expect.stringMatching(/^\d+-\d+$/), endpointsVersion: null });
     // Another process hearing the same row: nothing is written.
     expect(await publishEvent(redis, prefix, user, 'audit.recorded', { n: 1 }, new Date(), once)).toBeNull();
-    expect(await redis.xlen(`${prefix}:events:${user}`)).toBe(1);
+    expect(await redis.xlen(eventStream(prefix, user))).toBe(1);
     expect(await redis.ttl(once.key)).toBeGreaterThan(50);
 
-    await redis.incr(`${prefix}:webhook-endpoints:${user}`);
+    await redis.incr(endpointsVersionKey(prefix, user));
     expect((await publishEvent(redis, prefix, user, 'key.generated', { n: 2 }, new Date()))?.endpointsVersion).toBe('1');
-    expect(await redis.xlen(`${prefix}:events:${user}`)).toBe(2);
+    expect(await redis.xlen(eventStream(prefix, user))).toBe(2);
   });
 });
