@@ -1,5 +1,5 @@
 import { Agent, request } from 'node:http';
-import { randomId } from './util';
+import { randomId, verdict } from './util';
 
 export interface Latency {
   requests: number;
@@ -176,7 +176,7 @@ const fmt = (l: Latency) =>
   (l.steps ? ` · median ms per step: ${Object.entries(l.steps).map(([k, v]) => `${k} ${v.toFixed(0)}`).join(' · ')}` : '');
 
 /** Issue 13's targets: `GET /keys/list` p99 ≤ 50 ms at 500 requests/s, a small job's p50 ≤ 20 ms on its own. */
-const met = (value: number, goal: number) => `(≤ ${goal} ms: ${value <= goal ? 'ok' : 'MISSED'})`;
+const met = (value: number, goal: number) => verdict(value, '≤', goal, ' ms');
 
 export function latencyLines(list: Latency, listRate: number, small: { concurrency: number; latency: Latency }[]): string[] {
   return [

@@ -1,6 +1,6 @@
 import type { Results, Timing } from './sections';
 import { SEALING_LABELS, sealingSummary } from './sealing';
-import { GiB, mibPerSec } from './util';
+import { GiB, mibPerSec, verdict } from './util';
 
 export interface Machine {
   size: string;
@@ -179,7 +179,5 @@ function details(t: Timing): string {
 }
 
 function target(name: string, value: number | undefined, op: '≥' | '≤', goal: number, digits = 2): string {
-  if (value === undefined) return `${name} –`;
-  const met = op === '≥' ? value >= goal : value <= goal;
-  return `${name} ${fixed(value, digits)} (${op} ${goal}: ${met ? 'ok' : 'MISSED'})`;
+  return value === undefined ? `${name} –` : `${name} ${fixed(value, digits)} ${verdict(value, op, goal)}`;
 }

@@ -28,6 +28,9 @@ export function formatSize(bytes: number): string {
 /** Throughput in MiB/s. */
 export const mibPerSec = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
 
+/** How the bench marks a figure against one of issue 13's targets: `(≤ 50 ms: ok)`, `(≥ 1: MISSED)`. */
+export const verdict = (value: number, op: '≥' | '≤', goal: number, unit = '') => `(${op} ${goal}${unit}: ${(op === '≥' ? value >= goal : value <= goal) ? 'ok' : 'MISSED'})`;
+
 /**
  * What writing into the page cache costs this machine's kernel right now: system CPU seconds per GiB to
  * write `bytes` of zeros to a new file in `dir` (then deleted). These VMs hand memory the guest frees back
