@@ -109,14 +109,20 @@ function issues(error: z.ZodError, where: string): FieldError[] {
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
+/** Deeper request values are refused: no request of this API nests beyond a few levels. */
+const MAX_NESTING = 32;
+
 /**
  * Strings Postgres cannot store are refused here, once for every route and request part: U+0000
  * (SQLSTATE 22021 in text) and lone UTF-16 surrogates (22P02 in jsonb; JSON can carry them as \ud800).
+ * So are values nested deeper than MAX_NESTING, before this walk (or a schema's) runs out of stack.
  */
 function unstorableStrings(value: unknown, path: string[], out: FieldError[]): FieldError[] {
   if (typeof value === 'string') {
     if (value.includes('\u0000')) out.push({ path: path.join('.'), message: 'must not contain the NUL character (U+0000)' });
     else if (LONE_SURROGATE.test(value)) out.push({ path: path.join('.'), message: 'must be well-formed Unicode (a lone surrogate was sent)' });
+  } else if (value && typeof value === 'object' && path.length > MAX_NESTING) {
+    out.push({ path: path.join('.'), message: `is nested too deeply (more than ${MAX_NESTING} levels)` });
   } else if (Array.isArray(value)) {
     value.forEach((v, i) => unstorableStrings(v, [...path, String(i)], out));
   } else if (value && typeof value === 'object') {

@@ -483,4 +483,17 @@ describe('hostile text in every request part', () => {
     expect((await send(reqs[6]!)).body).toMatchObject({ status: 422, code: 'malformed_body' });
     expect((await send(reqs[7]!)).body).toMatchObject({ code: 'validation_failed', errors: [{ path: 'body.identifier' }] });
   });
+
+  it('refuses deeply nested bodies with 422 (the check used to run out of stack: 500)', async () => {
+    const deep = (n: number) => Buffer.from('['.repeat(n) + ']'.repeat(n));
+    for (const n of [33, 100_000]) {
+      const a = await send({ method: 'POST', path: `/keys/${key.fingerprint}/rotate`, token: owner.token, raw: { body: deep(n), type: 'application/json' } });
+      expect(a.status, `${n} levels`).toBe(422);
+      expect(a.body).toMatchObject({ code: 'validation_failed', errors: [{ message: expect.stringContaining('nested too deeply') }] });
+    }
+    // At the limit the value reaches the schema, which refuses it for what it is (not an object).
+    const atLimit = await send({ method: 'POST', path: `/keys/${key.fingerprint}/rotate`, token: owner.token, raw: { body: deep(32), type: 'application/json' } });
+    expect(atLimit.status).toBe(422);
+    expect(JSON.stringify(atLimit.body)).not.toContain('nested too deeply');
+  });
 });
