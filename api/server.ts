@@ -1,7 +1,10 @@
 import { createServer, type Server, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { Container } from '../lib/container';
 import { createApp } from './app';
 import { endEventStreams } from './routes/events';
+import { problemDocument, problemTitle } from './middleware/errors';
+import { AppError } from '../lib/errors';
 
 export interface WebServer {
   server: Server;
@@ -19,6 +22,7 @@ export async function startWeb(c: Container, port = c.config.port): Promise<WebS
   server.requestTimeout = 0;
   server.headersTimeout = 60_000;
   server.keepAliveTimeout = 65_000;
+  server.on('clientError', answerUnparsable);
   const inFlight = new Set<ServerResponse>();
   server.on('request', (_req, res: ServerResponse) => {
     inFlight.add(res);
@@ -45,4 +49,23 @@ export async function startWeb(c: Container, port = c.config.port): Promise<WebS
       await closed;
     },
   };
+}
+
+/**
+ * A request Node's parser refuses before the app sees it (a request line or headers over its limit, bytes
+ * that are not HTTP) is answered problem+json like every other error, where Node would send a bare status.
+ */
+function answerUnparsable(err: NodeJS.ErrnoException, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const problem =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? new AppError(431, 'headers_too_large', 'The request line or headers are larger than this server accepts.')
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? new AppError(408, 'request_timeout', 'The request did not arrive in time.')
+        : new AppError(400, 'malformed_request', 'The request is not valid HTTP.');
+  const body = JSON.stringify(problemDocument(problem));
+  socket.end(`HTTP/1.1 ${problem.status} ${problemTitle(problem.status)}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
 }

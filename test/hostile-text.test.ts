@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes, randomUUID } from 'node:crypto';
+import { connect } from 'node:net';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { PASSPHRASE, createKey, encrypt } from './support/keys';
 import * as accounts from '../lib/services/accounts';
@@ -482,6 +483,21 @@ describe('hostile text in every request part', () => {
     // A raw NUL byte inside a JSON string is not JSON.
     expect((await send(reqs[6]!)).body).toMatchObject({ status: 422, code: 'malformed_body' });
     expect((await send(reqs[7]!)).body).toMatchObject({ code: 'validation_failed', errors: [{ path: 'body.identifier' }] });
+  });
+
+  it('answers what is not parsable HTTP with problem+json too: an oversized request line, garbage bytes', async () => {
+    const long = await send({ method: 'GET', path: `/keys/${'a'.repeat(100_000)}`, token: owner.token });
+    expect([long.status, long.type]).toEqual([431, expect.stringMatching(/^application\/problem\+json/)]);
+    expect(long.body).toMatchObject({ status: 431, code: 'headers_too_large' });
+    const { port, hostname } = new URL(s.url);
+    const raw = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(port), hostname, () => socket.end('\u0000\u0001 NOT HTTP\r\n\r\n'));
+      let got = '';
+      socket.on('data', (d) => (got += d.toString('utf8'))).on('end', () => resolve(got)).on('error', reject);
+    });
+    expect(raw).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
+    expect(raw).toMatch(/content-type: application\/problem\+json/i);
+    expect(JSON.parse(raw.slice(raw.indexOf('\r\n\r\n') + 4))).toMatchObject({ status: 400, code: 'malformed_request' });
   });
 
   it('refuses deeply nested bodies with 422 (the check used to run out of stack: 500)', async () => {

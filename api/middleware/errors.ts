@@ -4,8 +4,8 @@ import type { AppContext } from '../route';
 
 const TITLES: Record<number, string> = {
   400: 'Bad Request', 401: 'Unauthorized', 402: 'Payment Required', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed',
-  409: 'Conflict', 410: 'Gone', 413: 'Content Too Large', 415: 'Unsupported Media Type', 422: 'Unprocessable Content',
-  429: 'Too Many Requests', 500: 'Internal Server Error', 501: 'Not Implemented', 503: 'Service Unavailable',
+  408: 'Request Timeout', 409: 'Conflict', 410: 'Gone', 413: 'Content Too Large', 415: 'Unsupported Media Type', 422: 'Unprocessable Content',
+  429: 'Too Many Requests', 431: 'Request Header Fields Too Large', 500: 'Internal Server Error', 501: 'Not Implemented', 503: 'Service Unavailable',
 };
 
 /** Errors thrown by libraries we use (body parsers, http-errors) carry a status but no code of ours. */
@@ -18,21 +18,28 @@ function fromForeign(err: { status?: number; statusCode?: number; type?: string;
   return null;
 }
 
+export const problemTitle = (status: number) => TITLES[status] ?? 'Error';
+
+/** The problem+json document of an error (RFC 9457). */
+export function problemDocument(err: AppError, requestId?: string): Record<string, unknown> {
+  return {
+    // Extension members first: the standard members cannot be overwritten by them.
+    ...err.extra.fields,
+    type: `urn:kms:problem:${err.code}`,
+    title: problemTitle(err.status),
+    status: err.status,
+    detail: err.message,
+    code: err.code,
+    request_id: requestId,
+    ...(err.extra.errors?.length ? { errors: err.extra.errors } : {}),
+  };
+}
+
 function send(ctx: AppContext, err: AppError) {
   ctx.status = err.status;
   for (const [k, v] of Object.entries(err.extra.headers ?? {})) ctx.set(k, v);
   ctx.type = 'application/problem+json';
-  ctx.body = {
-    // Extension members first: the standard members cannot be overwritten by them.
-    ...err.extra.fields,
-    type: `urn:kms:problem:${err.code}`,
-    title: TITLES[err.status] ?? 'Error',
-    status: err.status,
-    detail: err.message,
-    code: err.code,
-    request_id: ctx.state.requestId,
-    ...(err.extra.errors?.length ? { errors: err.extra.errors } : {}),
-  };
+  ctx.body = problemDocument(err, ctx.state.requestId);
 }
 
 /**
