@@ -93,6 +93,7 @@ export async function submitAndReply(
         kind: job.kind,
         request,
         uploading: Boolean(upload),
+        dataKey: upload?.dataKey,
         idempotencyKey: key,
         requestHash: upload ? null : requestHash(job.kind, job.body),
         apiKeyId: ctx.state.user?.apiKey?.id,

@@ -143,6 +143,7 @@ function parse<T>(schema: z.ZodType<T> | undefined, value: unknown, where: strin
 /** What handlers of routes without uploads see as `upload`: nothing was sent. */
 const noUpload: Upload = {
   id: '',
+  dataKey: '',
   streaming: false,
   begin() {},
   files: async () => [],

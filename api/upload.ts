@@ -20,6 +20,8 @@ export interface StoredFile extends UploadedFile {
  */
 export interface Upload {
   id: string;
+  /** The job's data key, sealed for its row (lib/blob/data-keys.ts): the files are sealed under it. */
+  dataKey: string;
   /** A file part arrived, so the handler runs while the files stream in. */
   streaming: boolean;
   /** Lets the files be stored: as job `id`'s inputs, or (`asJob` false: a replay) only to be hashed and dropped. */
@@ -45,8 +47,10 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
   const released = new Promise<void>((resolve) => (release = resolve));
   let handled: Promise<R> | undefined;
   const stopped = new AbortController();
+  const id = newJobId();
   const upload: Upload = {
-    id: newJobId(),
+    id,
+    dataKey: c.jobKeys.mint(id),
     streaming: false,
     begin(job) {
       asJob = job;
@@ -70,8 +74,8 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
       await Promise.race([released, handled.then(() => Promise.reject(new Error('the job handler ended before storing the upload')))]);
     },
     store(file, source) {
-      // The input is recorded (and so followed by the worker) only once its put has opened: by then the
-      // job's data key exists (lib/blob/sealed.ts), and the worker never makes one of its own.
+      // The input is recorded (and so followed by the worker) once its put has opened: a follower never
+      // waits for a file whose put could still fail to begin.
       const onOpen = asJob ? () => insertInputFile(c.db, upload.id, { n: file.n, name: file.name, content_type: file.contentType }) : undefined;
       // The SHA-256 is only ever compared on an Idempotency-Key replay: without the header it is not worth its CPU.
       return c.blob.put(jobBlob.input(upload.id, file.n), hashed ? digested(source, (hex) => digests.set(file.n, hex)) : source, { onOpen, fresh: true });
@@ -91,6 +95,7 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
     // Uploads that did not become a job (invalid form, refused key, replayed request) are dropped. One
     // that did stays with its job (`begin(true)` comes only once the job is recorded and enqueued).
     if (!asJob) await c.blob.deletePrefix(jobBlob.dir(upload.id)).catch(() => undefined);
+    c.jobKeys.release(upload.id);
   }
 }
 

@@ -29,6 +29,8 @@ export interface JobRow {
   api_key_id: string | null;
   /** When the last input finished uploading; null while the upload still arrives (the job may already run). */
   uploaded_at: Date | null;
+  /** The key its blobs are sealed under, itself sealed under the master key (lib/blob/data-keys.ts); null for jobs without files and jobs from before it was kept here. */
+  data_key: string | null;
   attempts: number;
   created_at: Date;
   started_at: Date | null;
@@ -48,9 +50,11 @@ export interface JobFileRow {
 
 export const findJob = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }).first();
 export const findUserJob = (db: Knex, userId: string, id: string) => db<JobRow>('jobs').where({ id, user_id: userId }).first();
+/** A job's sealed data key (lib/blob/data-keys.ts), for a process that has not read its row. */
+export const jobDataKey = async (db: Knex, id: string) => (await db<JobRow>('jobs').where({ id }).first('data_key'))?.data_key;
 export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();
 
-export async function insertJob(db: Knex, row: Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id' | 'uploaded_at'>): Promise<JobRow> {
+export async function insertJob(db: Knex, row: Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id' | 'uploaded_at' | 'data_key'>): Promise<JobRow> {
   const [inserted] = await db('jobs')
     .insert({ ...row, request: JSON.stringify(row.request), progress: JSON.stringify(row.progress) })
     .returning<JobRow[]>('*');

@@ -15,6 +15,7 @@ import * as m013 from './migrations/013_api_key_usage';
 import * as m014 from './migrations/014_key_lifecycle';
 import * as m015 from './migrations/015_streaming_jobs';
 import * as m016 from './migrations/016_granted_lineages';
+import * as m017 from './migrations/017_job_data_keys';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -37,6 +38,7 @@ const migrations: Record<string, Knex.Migration> = {
   '014_key_lifecycle': m014,
   '015_streaming_jobs': m015,
   '016_granted_lineages': m016,
+  '017_job_data_keys': m017,
 };
 
 const source: Knex.MigrationSource<string> = {

@@ -85,6 +85,8 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         if (!ended) throw new UnrecoverableError(`job row ${jobId} is gone`);
         return ended.result;
       }
+      // Its blobs are sealed under the row's key: no lookup of it.
+      c.jobKeys.admit(jobId, row.data_key);
       const progress = throttledProgress(c.db, jobId, row.progress, () => watchdog.touch());
       try {
         const done = await watchdog.race(spec.run(row, payload as z.infer<S> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal }));

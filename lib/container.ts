@@ -9,6 +9,7 @@ import { JobClient } from '../jobs/client';
 import { createLimiters, type Limiters } from './auth/limiters';
 import { createBlobStore } from './blob';
 import { sealedJobBlobs } from './blob/sealed';
+import { jobDataKeys, type JobDataKeys } from './blob/data-keys';
 import { followableJobFiles, type JobBlobStore } from './blob/followable';
 import { setLineageKdf } from './lineage';
 import { createMetrics, type Metrics } from './metrics';
@@ -16,6 +17,7 @@ import { UsageRecorder } from './usage';
 import { EventHub } from './event-hub';
 import { addUse } from '../db/api-keys';
 import { touchPartnerKey } from '../db/partner-keys';
+import { jobDataKey } from '../db/jobs';
 
 /**
  * The composition root: every long-lived dependency, built once per process and handed to the API,
@@ -32,6 +34,8 @@ export interface Container {
   clock: Clock;
   limiters: Limiters;
   blob: JobBlobStore;
+  /** The data keys job blobs are sealed under (made with a job, kept in its row). */
+  jobKeys: JobDataKeys;
   metrics: Metrics;
   /** API keys' request counts and last use, written once a second. */
   usage: UsageRecorder;
@@ -53,7 +57,9 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const sealer = createSealer(config.masterKeys.current, config.masterKeys.previous);
   // Job blobs (uploads, outputs) are sealed at rest under a per-job data key; job files are written in
   // segments that readers can follow while they grow.
-  const blob = followableJobFiles(sealedJobBlobs(await createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} }), sealer));
+  const store = await createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} });
+  const jobKeys = jobDataKeys(sealer, { lookup: (jobId) => jobDataKey(db, jobId), legacy: store });
+  const blob = followableJobFiles(sealedJobBlobs(store, jobKeys));
   const usage = new UsageRecorder((kind, id, count, last) => (kind === 'api_key' ? addUse(db, id, count, last) : touchPartnerKey(db, id, last)), log);
   const eventHub = new EventHub({ redis, redisUrl: config.redisUrl, redisPrefix: config.redisPrefix, log });
   return {
@@ -67,6 +73,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
     clock: overrides.clock ?? systemClock,
     limiters: createLimiters(redis, config),
     blob,
+    jobKeys,
     metrics: createMetrics(),
     usage,
     eventHub,

@@ -56,9 +56,9 @@ describe('job blobs at rest', () => {
       expect((await waitJob(s.api, u.token, dec.body.job_id)).state).toBe('completed');
       expect(Buffer.compare(await download(s.api, u.token, dec.body.job_id), marker)).toBe(0);
       expect((await everyBlobFile()).includes('PLAINTEXT-MARKER-')).toBe(false);
-      // Its blobs open only with the job's data key, which is itself sealed under the master key.
-      const keyFile = await readFile(join(s.env.BLOB_STORE_URL!, 'jobs', dec.body.job_id, 'key'), 'utf8');
-      expect(keyFile).toMatch(/^s1\./);
+      // Its blobs open only with the job's data key, kept in its row sealed under the master key, not beside them.
+      expect((await s.c.db('jobs').where({ id: dec.body.job_id }).first('data_key')).data_key).toMatch(/^s1\./);
+      expect(await readdir(join(s.env.BLOB_STORE_URL!, 'jobs', dec.body.job_id))).not.toContain('key');
     } finally {
       await pool.close();
     }

@@ -243,10 +243,10 @@ async function runJobDone(token: string, jobId: string) {
 }
 
 describe('an API and a separate worker process on one local blob folder', () => {
-  it('runs many small jobs at once while their uploads arrive: the worker never seals with a data key of its own', async () => {
+  it('runs many small jobs at once while their uploads arrive: the worker seals with the data key of the job row', async () => {
     // A job runs from its first file on, so its worker may write outputs before the API has stored much.
-    // A worker that made its own data key sealed with a key the API's inputs did not use: the inputs'
-    // chunk 0 failed authentication (seen here before the fix in about one job in twenty).
+    // When data keys were files made by a job's first put, a worker that made its own sealed with a key
+    // the API's inputs did not use: chunk 0 failed authentication (about one job in twenty).
     const web = await startTestService({ roles: ['web'] });
     const worker = startProcess('worker', { ...web.env, LOG_LEVEL: 'info', WORKER_QUEUES: 'crypto=1' });
     try {

@@ -55,6 +55,7 @@ export default [
     responses: { 200: { description: 'The file', schema: z.string(), contentType: 'application/octet-stream' } },
     async handler({ c, ctx, user, params, query, meta }) {
       const row = await requireJob(c, user.id, params.job_id, meta);
+      c.jobKeys.admit(row.id, row.data_key); // the blob's key is in the row just read
       if (row.state !== 'completed') {
         if (query.follow && row.kind === 'encrypt' && !isFinished(row.state)) return followOutput(c, ctx, row, params.n);
         const how = row.kind === 'encrypt' && !isFinished(row.state) ? ' Add ?follow=true to stream the ciphertext while it is produced.' : '';

@@ -12,6 +12,7 @@ import { Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { LocalBlobStore, type BlobStore } from '../../lib/blob';
 import { sealedJobBlobs } from '../../lib/blob/sealed';
+import { jobDataKeys } from '../../lib/blob/data-keys';
 import { createSealer } from '../../lib/sealer';
 import type { Results, Timing } from './sections';
 import { GiB, MiB, mibPerSec, timedInProcess } from './util';
@@ -29,9 +30,10 @@ const cpuOf = (t: Timing) => Object.values(t.cpu ?? {}).reduce((n, s) => n + s, 
 
 /** Puts `input` (of `size` bytes) into a plain and a sealed local store under `dir` and reads it back. */
 export async function measureSealing(input: string, size: number, dir: string, runs: number): Promise<Results> {
+  const jobKeys = jobDataKeys(createSealer(`bench:${randomBytes(32).toString('base64')}`));
   const stores: [string, BlobStore][] = [
     ['plain', new LocalBlobStore(join(dir, 'sealing-plain'))],
-    ['sealed', sealedJobBlobs(new LocalBlobStore(join(dir, 'sealing-sealed')), createSealer(`bench:${randomBytes(32).toString('base64')}`))],
+    ['sealed', sealedJobBlobs(new LocalBlobStore(join(dir, 'sealing-sealed')), jobKeys)],
   ];
   const sink = () => new Writable({ write: (_chunk, _enc, done) => done() });
   const best: Results = {};
@@ -41,7 +43,9 @@ export async function measureSealing(input: string, size: number, dir: string, r
   try {
     for (let i = 0; i < runs; i++) {
       for (const [name, store] of stores) {
-        const key = `jobs/${randomUUID()}/in/0`;
+        const job = randomUUID();
+        jobKeys.mint(job);
+        const key = `jobs/${job}/in/0`;
         keep(`sealing.put-${name}`, await timedInProcess(size, async () => {
           const { size: stored } = await store.put(key, createReadStream(input, { highWaterMark: MiB }));
           if (stored !== size) throw new Error(`${name} put stored ${stored} bytes of ${size}`);

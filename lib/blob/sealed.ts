@@ -1,11 +1,8 @@
 /**
  * Job blobs sealed at rest. Everything under `jobs/<job id>/` (uploads, outputs, a supplied public key)
- * is encrypted with a per-job data key, so a copy of the blob store alone reveals nothing: the data key
- * (32 random bytes) lives beside the blobs as `jobs/<id>/key`, sealed under the master key with
- * `job-data-key:<id>` as AAD. The API's upload is a job's first writer and creates the key; workers
- * only add outputs to a job that has one: a put under `out/` never creates a key (two processes creating
- * one each would each seal with their own), so a job must not run before its first input has begun
- * (api/upload.ts records an input only once its put has opened, through `PutOptions.onOpen`).
+ * is encrypted with a per-job data key, so a copy of the blob store alone reveals nothing. The key is
+ * made with the job and kept in its row, sealed under the master key (lib/blob/data-keys.ts); a put or
+ * a get of a job whose key is unknown fails.
  *
  * A sealed blob is a STREAM construction (as in age or Tink's streaming AEAD):
  *   header  "KMSB" ‖ version 0x01 ‖ salt (16 random bytes)                                  21 bytes
@@ -27,9 +24,8 @@ import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:cr
 import { createReadStream } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { Readable } from 'node:stream';
-import { LruCache } from '../lru';
-import type { Sealer } from '../sealer';
-import { type BlobStore, type ByteRange, type PutOptions, BlobNotFoundError, STREAM_CHUNK_BYTES } from './types';
+import { KEY_NAME, type JobDataKeys } from './data-keys';
+import { type BlobStore, type ByteRange, type PutOptions, STREAM_CHUNK_BYTES } from './types';
 
 const MAGIC = Buffer.from('KMSB\x01', 'latin1');
 const SALT_BYTES = 16;
@@ -39,15 +35,6 @@ const CHUNK = STREAM_CHUNK_BYTES;
 const SEALED_CHUNK = CHUNK + TAG_BYTES;
 const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
 const JOB_BLOB = new RegExp(`^jobs/(${UUID})/(.+)$`);
-const JOB_DIR = new RegExp(`^jobs/(${UUID})/$`);
-/** Name of the sealed data key inside a job's folder; reserved: callers cannot read or write it. */
-const KEY_NAME = 'key';
-const KEY_BLOB_MAX_BYTES = 4096;
-const KEY_CACHE_SIZE = 256;
-const KEY_CACHE_MS = 5 * 60_000;
-
-export const dataKeyAad = (jobId: string) => `job-data-key:${jobId}`;
-const keyBlobOf = (jobId: string) => `jobs/${jobId}/${KEY_NAME}`;
 
 /** Size of the sealed form of `size` plaintext bytes. */
 export function sealedSize(size: number): number {
@@ -165,60 +152,15 @@ async function* open(chunks: AsyncIterator<Frame>, dataKey: Buffer, blobKey: str
   if (!ended) throw fail('truncated');
 }
 
-async function readSmall(stream: Readable, max: number, what: string): Promise<Buffer> {
-  const parts: Buffer[] = [];
-  let bytes = 0;
-  for await (const chunk of stream) {
-    bytes += (chunk as Buffer).length;
-    if (bytes > max) {
-      stream.destroy();
-      throw new Error(`${what} is larger than ${max} bytes`);
-    }
-    parts.push(chunk as Buffer);
-  }
-  return Buffer.concat(parts);
-}
-
 /** Wraps a store so that job blobs are sealed at rest (see the file comment). */
-export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
-  /** Data keys by job id, each kept a few minutes at most. */
-  const cache = new LruCache<string, Buffer>({ max: KEY_CACHE_SIZE, ttlMs: KEY_CACHE_MS });
-  /** Loads and creations in progress, so that concurrent puts of a new job agree on one key. */
-  const pending = new Map<string, Promise<Buffer>>();
-
-  async function load(jobId: string, create: boolean): Promise<Buffer> {
-    try {
-      const sealed = await readSmall(await inner.get(keyBlobOf(jobId)), KEY_BLOB_MAX_BYTES, `data key of job ${jobId}`);
-      const key = sealer.open(sealed.toString('utf8'), dataKeyAad(jobId));
-      if (key.length !== 32) throw new Error(`data key of job ${jobId} has ${key.length} bytes`);
-      return cache.set(jobId, key);
-    } catch (err) {
-      if (!(err instanceof BlobNotFoundError)) throw err;
-    }
-    if (!create) throw new Error(`job ${jobId} has no data key: its blobs cannot be read`);
-    const key = randomBytes(32);
-    await inner.put(keyBlobOf(jobId), Readable.from([Buffer.from(sealer.seal(key, dataKeyAad(jobId)))]));
-    return cache.set(jobId, key);
-  }
-
-  function dataKey(jobId: string, create: boolean): Promise<Buffer> {
-    const cached = cache.get(jobId);
-    if (cached) return Promise.resolve(cached);
-    const id = `${create ? 'w' : 'r'}:${jobId}`;
-    let p = pending.get(id);
-    if (!p) {
-      p = load(jobId, create).finally(() => pending.delete(id));
-      pending.set(id, p);
-    }
-    return p;
-  }
-
+export function sealedJobBlobs(inner: BlobStore, dataKeys: JobDataKeys): BlobStore {
   /** The job id of a job blob, null for keys outside `jobs/`; throws for anything else under `jobs/`. */
   function jobOf(key: string): string | null {
     if (typeof key !== 'string' || !key.startsWith('jobs/')) return null;
     const match = JOB_BLOB.exec(key);
     // Fail closed: nothing under jobs/ is stored in the clear.
     if (!match) throw new TypeError(`invalid job blob key (not jobs/<job uuid>/...): ${JSON.stringify(key)}`);
+    // A legacy data key (lib/blob/data-keys.ts) is read only by the key store.
     if (match[2] === KEY_NAME) throw new TypeError(`reserved blob key: ${key}`);
     return match[1]!;
   }
@@ -230,8 +172,8 @@ export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
       jobId = jobOf(key);
       if (jobId) {
         const salt = randomBytes(SALT_BYTES);
-        // Derived now, not when the inner store starts reading: nothing later depends on the cache.
-        chunkKeyOf = { key: chunkKey(await dataKey(jobId, !key.startsWith(`jobs/${jobId}/out/`)), salt, key), salt };
+        // Derived now, before the inner store reads: a job without a key fails with nothing stored.
+        chunkKeyOf = { key: chunkKey(await dataKeys.get(jobId), salt, key), salt };
       }
     } catch (err) {
       source.destroy();
@@ -276,7 +218,7 @@ export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
         const read = await inner.readFrames(key, SEALED_HEADER_BYTES, SEALED_CHUNK);
         let dk: Buffer;
         try {
-          dk = await dataKey(jobId, false);
+          dk = await dataKeys.get(jobId);
         } catch (err) {
           await read.return?.();
           throw err;
@@ -294,7 +236,7 @@ export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
       const sealed = await inner.get(key);
       let dk: Buffer;
       try {
-        dk = await dataKey(jobId, false);
+        dk = await dataKeys.get(jobId);
       } catch (err) {
         sealed.destroy();
         throw err;
@@ -311,18 +253,8 @@ export function sealedJobBlobs(inner: BlobStore, sealer: Sealer): BlobStore {
       if (size === null) throw new Error(`sealed blob ${key}: ${found.size} bytes is not the size of a sealed blob (truncated?)`);
       return { size };
     },
-    async delete(key: string) {
-      const dir = JOB_BLOB.exec(key);
-      await inner.delete(key);
-      if (dir && dir[2] === KEY_NAME) cache.delete(dir[1]!);
-    },
-    async deletePrefix(prefix: string) {
-      const removed = await inner.deletePrefix(prefix);
-      const dir = JOB_DIR.exec(prefix);
-      if (dir) cache.delete(dir[1]!);
-      else if (prefix === 'jobs/') cache.clear();
-      return removed;
-    },
+    delete: (key) => inner.delete(key),
+    deletePrefix: (prefix) => inner.deletePrefix(prefix),
     sweepStale: (olderThan) => inner.sweepStale(olderThan),
     close: () => inner.close(),
   };

@@ -68,6 +68,8 @@ export interface SubmitInput {
   request: Record<string, unknown>;
   /** The job's inputs still arrive (api/upload.ts): sizes, totals and the request hash come with completeUpload. */
   uploading?: boolean;
+  /** The sealed data key its files are stored under (file jobs: Upload.dataKey). */
+  dataKey?: string;
   idempotencyKey?: string;
   /** requestHash() of the request, compared when its Idempotency-Key is replayed; null until the upload ends. */
   requestHash: string | null;
@@ -124,6 +126,7 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
       request_hash: input.requestHash,
       api_key_id: input.apiKeyId ?? null,
       uploaded_at: input.uploading ? null : c.clock.now(),
+      data_key: input.dataKey ?? null,
     });
   let row: JobRow;
   try {

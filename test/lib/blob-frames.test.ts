@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { readdirSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -8,6 +8,7 @@ import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { BlobNotFoundError, LocalBlobStore } from '../../lib/blob';
 import { sealedJobBlobs } from '../../lib/blob/sealed';
+import { jobKeyRows } from '../support/job-keys';
 import { createSealer } from '../../lib/sealer';
 
 /**
@@ -75,8 +76,9 @@ describe('LocalBlobStore.readFrames', () => {
   });
 
   it('lets a sealed blob be read back whole, and released when its reader is destroyed midway', async () => {
-    const sealed = sealedJobBlobs(store, createSealer(`t1:${randomBytes(32).toString('base64')}`));
-    const key = `jobs/${randomUUID()}/in/0`;
+    const jobs = jobKeyRows(createSealer(`t1:${randomBytes(32).toString('base64')}`));
+    const sealed = sealedJobBlobs(store, jobs.keys());
+    const key = `jobs/${jobs.newJob()}/in/0`;
     const data = randomBytes(3 * (1 << 20) + 5);
     await sealed.put(key, Readable.from([data]));
     const chunks: Buffer[] = [];

@@ -1,4 +1,4 @@
-import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,9 +9,11 @@ import { followableJobFiles, type JobBlobStore } from '../../lib/blob/followable
 import { sealedJobBlobs } from '../../lib/blob/sealed';
 import { createSealer } from '../../lib/sealer';
 import { startS3 } from '../support/s3';
+import { jobKeyRows } from '../support/job-keys';
 
 const SEGMENT = 64 * 1024;
-const key = (n = 0, dir: 'in' | 'out' = 'in') => `jobs/${randomUUID()}/${dir}/${n}`;
+const jobs = jobKeyRows(createSealer(`t1:${Buffer.alloc(32, 7).toString('base64')}`));
+const key = (n = 0, dir: 'in' | 'out' = 'in') => `jobs/${jobs.newJob()}/${dir}/${n}`;
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 async function collect(stream: Readable): Promise<Buffer> {
   const parts: Buffer[] = [];
@@ -25,7 +27,6 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
   let writer: JobBlobStore;
   let reader: JobBlobStore;
   let close = async () => {};
-  const sealer = createSealer(`t1:${Buffer.alloc(32, 7).toString('base64')}`);
 
   beforeAll(async () => {
     root = mkdtempSync(join(tmpdir(), 'followable-'));
@@ -35,7 +36,7 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
       close = s3.close;
       open = () => createBlobStore('s3://kms-blobs/followable', { s3: { endpoint: s3.endpoint, accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', uploadTmpDir: join(root, 'uploads') }, env: {} });
     }
-    const stack = async () => followableJobFiles(sealedJobBlobs(await open(), sealer), { segmentBytes: SEGMENT });
+    const stack = async () => followableJobFiles(sealedJobBlobs(await open(), jobs.keys()), { segmentBytes: SEGMENT });
     writer = await stack();
     reader = await stack();
   });
@@ -160,7 +161,7 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
 
   it.runIf(backend === 'local')("a fresh put (a new job's file) only writes: it looks for no earlier write to replace", async () => {
     const calls: string[] = [];
-    const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), sealer);
+    const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), jobs.keys());
     const spied = new Proxy(sealed, { get: (target, name: keyof BlobStore) => (typeof target[name] === 'function' ? (...args: unknown[]) => (calls.push(String(name)), (target[name] as (...a: unknown[]) => unknown)(...args)) : target[name]) });
     const store = followableJobFiles(spied, { segmentBytes: SEGMENT });
     const k = key();
@@ -175,14 +176,14 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
     const dir = k.split('/').slice(0, 2).join('/');
     const files = () => readdirSync(join(root, 'store', dir), { recursive: true, withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name).sort();
     await writer.put(k, Readable.from([randomBytes(100)]), { fresh: true });
-    expect(files()).toEqual(['0', 'key']);
+    expect(files()).toEqual(['0']);
     await writer.put(k, Readable.from([randomBytes(3 * SEGMENT)]));
     await writer.put(k, Readable.from([randomBytes(100)]));
-    expect(files()).toEqual(['0', 'key']);
+    expect(files()).toEqual(['0']);
   });
 
   it.runIf(backend === 'local')('an inline end marker has no segment count, and its bytes must match its size', async () => {
-    const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), sealer);
+    const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), jobs.keys());
     const k = key();
     await writer.put(k, Readable.from([Buffer.from('abc')]), { fresh: true });
     // No `segments`: a reader that predates inline files fails on it instead of reading an empty file.
@@ -204,10 +205,10 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
     await writer.put(k, Readable.from([randomBytes(2 * SEGMENT)])); // the first write's segments go too
     // The second write's two segments beside the file (no folders), its head and end marker.
     const write = files().find((f) => f.endsWith('.0') && f !== '0')!.slice(2, -2);
-    expect(files().sort()).toEqual(['0', `0.${write}.0`, `0.${write}.1`, '0.head', 'key']);
+    expect(files().sort()).toEqual(['0', `0.${write}.0`, `0.${write}.1`, '0.head']);
     await writer.delete(k);
     expect(await reader.stat(k)).toBeNull();
-    expect(files()).toEqual(['key']);
+    expect(files()).toEqual([]);
     await writer.put(k, Readable.from([randomBytes(3 * SEGMENT)]));
     await writer.deletePrefix(`${dir}/`);
     await expect(reader.get(k)).rejects.toThrow(/not found/);
@@ -216,8 +217,8 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
   it.runIf(backend === 'local')('the segments of a writer that crashed go with the next write, or with the file', async () => {
     const dir = key().replace(/\/0$/, '');
     const files = (n: number) => readdirSync(join(root, 'store', dir)).filter((f) => f.split('.')[0] === String(n)).sort();
-    const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), sealer);
-    await writer.put(`${dir}/9`, Readable.from([randomBytes(5)]), { fresh: true }); // the job's data key and folder
+    const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), jobs.keys());
+    await writer.put(`${dir}/9`, Readable.from([randomBytes(5)]), { fresh: true }); // the job's folder
     /** What a writer leaves when its process dies: its head and segments, no end marker. */
     const crashed = async (k: string) => {
       const w = randomBytes(16).toString('hex');

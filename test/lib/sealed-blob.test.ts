@@ -1,15 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { copyFile, mkdtemp, readFile, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import { LocalBlobStore, createBlobStore, type BlobStore } from '../../lib/blob';
 import { plaintextSize, sealedJobBlobs, sealedSize } from '../../lib/blob/sealed';
+import { jobDataKeys } from '../../lib/blob/data-keys';
 import { AppError } from '../../lib/errors';
 import { createSealer } from '../../lib/sealer';
 import { startS3 } from '../support/s3';
+import { jobKeyRows } from '../support/job-keys';
 
 /** Job blobs sealed at rest: round trips at the chunk boundaries, and every kind of tampering refused. */
 const MiB = 1 << 20;
@@ -19,13 +21,16 @@ let dir: string;
 let raw: LocalBlobStore;
 let store: BlobStore;
 const masterKey = `t1:${randomBytes(32).toString('base64')}`;
-/** The same store as seen by another process: nothing cached. */
-const fresh = () => sealedJobBlobs(raw, createSealer(masterKey));
+let jobs: ReturnType<typeof jobKeyRows>;
+/** The same store as seen by another process: no data key in memory. */
+const fresh = () => sealedJobBlobs(raw, jobs.keys());
+const newJob = () => jobs.newJob();
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'kms-sealed-'));
   raw = new LocalBlobStore(dir);
-  store = sealedJobBlobs(raw, createSealer(masterKey));
+  jobs = jobKeyRows(createSealer(masterKey), raw);
+  store = fresh();
 });
 afterAll(async () => {
   await rm(dir, { recursive: true, force: true });
@@ -57,7 +62,7 @@ async function readUntilFailure(key: string): Promise<{ got: Buffer; error?: Err
 
 describe('sealed job blobs', () => {
   it.each([0, 1, MiB - 1, MiB, MiB + 1, 3 * MiB])('round-trips %i bytes; the stored bytes are not the plaintext; stat gives the plaintext size', async (size) => {
-    const key = `jobs/${randomUUID()}/in/0`;
+    const key = `jobs/${newJob()}/in/0`;
     const data = Buffer.alloc(size, 'secret plaintext ');
     expect((await put(key, data)).size).toBe(size);
     expect(Buffer.compare(await read(key), data)).toBe(0);
@@ -67,7 +72,6 @@ describe('sealed job blobs', () => {
     expect(stored.length).toBe(sealedSize(size));
     expect(plaintextSize(stored.length)).toBe(size);
     if (size > 16) expect(stored.includes(data.subarray(0, 17))).toBe(false);
-    expect((await readFile(rawPath(key.replace(/in\/0$/, 'key')))).toString()).toMatch(/^s1\./);
   });
 
   it.each([
@@ -75,7 +79,7 @@ describe('sealed job blobs', () => {
     ['odd pieces', 2 * MiB + 3, 4093],
     ['pieces straddling the chunk size', 3 * MiB, MiB + 1],
   ])('round-trips a source of %s, reporting plaintext progress', async (_what, size, piece) => {
-    const key = `jobs/${randomUUID()}/in/0`;
+    const key = `jobs/${newJob()}/in/0`;
     const data = randomBytes(size);
     const progress: number[] = [];
     const src = piece ? source(data, piece) : Readable.from([data]);
@@ -85,7 +89,7 @@ describe('sealed job blobs', () => {
   });
 
   it('refuses a flipped byte, swapped or dropped chunks, truncation, extension and a blob moved to another key or job', async () => {
-    const job = randomUUID();
+    const job = newJob();
     const key = `jobs/${job}/in/0`;
     const data = randomBytes(3 * MiB + 10);
     await put(key, data);
@@ -117,19 +121,19 @@ describe('sealed job blobs', () => {
     }
     await writeFile(rawPath(key), sealed);
     expect(Buffer.compare(await read(key), data)).toBe(0);
-    // Moved to another name in the same job, or into another job (with that job's key file copied too).
+    // Moved to another name in the same job, or into another job (with the job's data key copied to that row too).
     await writeFile(rawPath(`jobs/${job}/in/1`), sealed);
     expect(await fails(`jobs/${job}/in/1`)).toMatch(/authentication/);
-    const other = randomUUID();
+    const other = newJob();
     await put(`jobs/${other}/in/0`, Buffer.from('x'));
     await writeFile(rawPath(`jobs/${other}/in/0`), sealed);
     expect(await fails(`jobs/${other}/in/0`)).not.toBe('read');
-    await copyFile(rawPath(`jobs/${job}/key`), rawPath(`jobs/${other}/key`));
+    jobs.rows.set(other, jobs.rows.get(job)!);
     expect(await fails(`jobs/${other}/in/0`, fresh())).not.toBe('read'); // the data key is bound to its job id
   });
 
   it('yields nothing of a chunk that fails: only the verified chunks before it', async () => {
-    const key = `jobs/${randomUUID()}/in/0`;
+    const key = `jobs/${newJob()}/in/0`;
     const data = randomBytes(3 * MiB + 10);
     await put(key, data);
     const sealed = await readFile(rawPath(key));
@@ -141,8 +145,8 @@ describe('sealed job blobs', () => {
     expect(Buffer.compare(got, data.subarray(0, 2 * MiB))).toBe(0);
   });
 
-  it('refuses byte ranges, impossible sizes, the key blob and jobs/ keys without a job id', async () => {
-    const job = randomUUID();
+  it('refuses byte ranges, impossible sizes, the legacy key blob and jobs/ keys without a job id', async () => {
+    const job = newJob();
     const key = `jobs/${job}/in/0`;
     await put(key, randomBytes(MiB + 3));
     await expect(store.get(key, { start: 0, end: 9 })).rejects.toThrow(/byte ranges/);
@@ -152,45 +156,72 @@ describe('sealed job blobs', () => {
       await expect(store.put(bad, Readable.from([Buffer.from('x')])), bad).rejects.toThrow(TypeError);
       await expect(store.get(bad), bad).rejects.toThrow(TypeError);
     }
-    expect((await readFile(rawPath(`jobs/${job}/key`))).toString()).toMatch(/^s1\./);
+    await expect(readFile(rawPath(`jobs/${job}/key`))).rejects.toThrow();
     await expect(readFile(rawPath('jobs/j1/in/0'))).rejects.toThrow();
   });
 
   it('cannot be read without the master key, nor without the job data key', async () => {
-    const job = randomUUID();
+    const job = newJob();
     await put(`jobs/${job}/in/0`, Buffer.from('secret'));
-    const otherMaster = sealedJobBlobs(raw, createSealer(`t2:${randomBytes(32).toString('base64')}`));
+    const otherMaster = sealedJobBlobs(raw, jobs.keys(createSealer(`t2:${randomBytes(32).toString('base64')}`)));
     expect(await fails(`jobs/${job}/in/0`, otherMaster)).not.toBe('read');
-    await rm(rawPath(`jobs/${job}/key`));
+    jobs.rows.delete(job);
     expect(await fails(`jobs/${job}/in/0`, fresh())).toMatch(/no data key/);
   });
 
-  it('never makes a data key for an output: only the first input of a job does (a worker would seal with a key of its own)', async () => {
+  it('writes nothing for a job without a data key (no row, or not minted)', async () => {
     const job = randomUUID();
-    await expect(put(`jobs/${job}/out/0`, Buffer.from('x'))).rejects.toThrow(/no data key/);
-    await put(`jobs/${job}/in/0`, Buffer.from('input'));
-    await put(`jobs/${job}/out/0`, Buffer.from('output'));
-    expect((await read(`jobs/${job}/out/0`)).toString()).toBe('output');
+    for (const key of [`jobs/${job}/in/0`, `jobs/${job}/out/0`]) {
+      await expect(put(key, Buffer.from('x')), key).rejects.toThrow(/no data key/);
+      expect(await raw.stat(key)).toBeNull();
+    }
   });
 
-  it('gives concurrent puts of one job one data key (several files of one upload)', async () => {
+  it('holds a minted key in memory until its upload is released (a blob may come before the row), then reads the row', async () => {
+    const keys = jobs.keys();
+    const api = sealedJobBlobs(raw, keys);
     const job = randomUUID();
+    const sealed = keys.mint(job);
+    expect(sealed).toMatch(/^s1\./);
+    // Another job's key in memory cannot stand in: each is sealed with its own job id as AAD.
+    expect(() => keys.admit(randomUUID(), sealed)).toThrow();
+    await put(`jobs/${job}/recipient.asc`, Buffer.from('before the row'), api);
+    expect(await fails(`jobs/${job}/recipient.asc`)).toMatch(/no data key/); // no row yet
+    jobs.rows.set(job, sealed);
+    keys.release(job);
+    expect((await read(`jobs/${job}/recipient.asc`, api)).toString()).toBe('before the row');
+    expect((await read(`jobs/${job}/recipient.asc`, fresh())).toString()).toBe('before the row');
+  });
+
+  it("takes a job's key from its row when handed over (admit), and looks a job's key up once for concurrent reads", async () => {
+    const job = newJob();
     const files = [0, 1, 2, 3].map(() => randomBytes(1000));
     await Promise.all(files.map((data, n) => put(`jobs/${job}/in/${n}`, data)));
+    const before = jobs.lookups();
+    const admitted = jobs.keys();
+    admitted.admit(job, jobs.rows.get(job)!);
+    expect(Buffer.compare(await read(`jobs/${job}/in/0`, sealedJobBlobs(raw, admitted)), files[0]!)).toBe(0);
+    expect(jobs.lookups()).toBe(before);
     const other = fresh();
-    for (const [n, data] of files.entries()) expect(Buffer.compare(await read(`jobs/${job}/in/${n}`, other), data)).toBe(0);
+    const read4 = await Promise.all(files.map((_, n) => read(`jobs/${job}/in/${n}`, other)));
+    for (const [n, data] of files.entries()) expect(Buffer.compare(read4[n]!, data)).toBe(0);
+    expect(jobs.lookups()).toBe(before + 1);
   });
 
-  it('forgets a data key with its job folder: a job written again gets a key file again', async () => {
+  it('reads and extends the blobs of a job from before data keys were kept in rows (its key file beside them)', async () => {
     const job = randomUUID();
-    await put(`jobs/${job}/in/0`, Buffer.from('first'));
-    expect(await store.deletePrefix(`jobs/${job}/`)).toBe(2);
-    await put(`jobs/${job}/in/0`, Buffer.from('second'));
-    expect((await read(`jobs/${job}/in/0`, fresh())).toString()).toBe('second');
+    const old = jobDataKeys(createSealer(masterKey)); // the previous version kept this key in jobs/<id>/key
+    await raw.put(`jobs/${job}/key`, Readable.from([Buffer.from(old.mint(job))]));
+    await put(`jobs/${job}/in/0`, Buffer.from('written by the previous version'), sealedJobBlobs(raw, old));
+    const worker = fresh();
+    expect((await read(`jobs/${job}/in/0`, worker)).toString()).toBe('written by the previous version');
+    await put(`jobs/${job}/out/0`, Buffer.from('output'), worker);
+    expect((await read(`jobs/${job}/out/0`, fresh())).toString()).toBe('output');
+    expect(await store.deletePrefix(`jobs/${job}/`)).toBe(3);
   });
 
   it('deletes a put that fails midway and the source with it', async () => {
-    const job = randomUUID();
+    const job = newJob();
     let sent = 0;
     const broken = new Readable({
       read() {
@@ -228,9 +259,9 @@ describe('sealed job blobs on the S3 driver (s3rver)', () => {
     const s3dir = await mkdtemp(join(tmpdir(), 'kms-sealed-s3-'));
     const s3 = await startS3(s3dir);
     const rawS3 = await createBlobStore(s3.env.BLOB_STORE_URL, { s3: { endpoint: s3.endpoint, region: 'us-east-1', accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', partSize: 5 * MiB }, env: {} });
-    const sealedS3 = sealedJobBlobs(rawS3, createSealer(masterKey));
+    const sealedS3 = sealedJobBlobs(rawS3, jobs.keys());
     try {
-      const job = randomUUID();
+      const job = newJob();
       for (const size of [0, MiB, 6 * MiB + 1]) {
         const key = `jobs/${job}/in/${size}`;
         const data = Buffer.alloc(size, 'S3-PLAINTEXT-MARKER ');
@@ -246,9 +277,7 @@ describe('sealed job blobs on the S3 driver (s3rver)', () => {
       stored[H + C + 7]! ^= 1;
       await rawS3.put(key, Readable.from([stored]));
       expect(await fails(key, sealedS3)).toMatch(/chunk 1 failed authentication/);
-      // Every object under the job is sealed: its data key included.
-      expect((await buffer(await rawS3.get(`jobs/${job}/key`))).toString()).toMatch(/^s1\./);
-      expect(await sealedS3.deletePrefix(`jobs/${job}/`)).toBe(4);
+      expect(await sealedS3.deletePrefix(`jobs/${job}/`)).toBe(3);
     } finally {
       await sealedS3.close();
       await s3.close();
