@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { createKey, download, PASSPHRASE, runJob } from './support/keys';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { startProcess, waitForOutput } from './support/process';
+import { startWorkers } from '../workers/worker';
 
 let s: TestService;
 
@@ -172,28 +173,66 @@ describe('a job runs while its upload arrives', () => {
     }
   });
 
-  it('a follower of an encrypt job is cut off as soon as the job fails, also before its output has begun', async () => {
+  it('a follower of an encrypt job is cut off as soon as the job fails, also before its output has begun (409 while it was queued)', async () => {
     // No worker: the output never begins, so only the job's failure can end the follower (not JOB_IDLE_SECONDS).
     const web = await startTestService({ roles: ['web'] });
     try {
       const u = await registerUser(web.api);
       const key = await createKey(web.api, u.token);
-      const upload = openUpload(u.token, { fingerprint: key.fingerprint }, 'slow.bin', '/keys/encrypt', web);
-      upload.response.catch(() => undefined);
-      upload.req.write(randomBytes(100)); // the upload goes on: its input is followable after half a second
-      const jobId = (await upload.hinted).match(/jobs\/([0-9a-f-]+)/)![1]!;
-      await until(async () => ((await web.c.db('job_files').where({ job_id: jobId, role: 'input' }).first()) ? true : undefined));
-      // Nothing is produced, so not even the headers come: the follower waits for the output to begin.
-      const following = fetch(`${web.url}/jobs/${jobId}/files/0?follow=true`, { headers: { authorization: `Bearer ${u.token}` } }).then((r) => r.arrayBuffer());
-      following.catch(() => undefined);
-      await new Promise((r) => setTimeout(r, 1000));
-      const cut = Date.now();
-      upload.req.destroy();
-      await expect(following).rejects.toThrow();
-      expect(Date.now() - cut).toBeLessThan(5000);
-      expect((await web.c.db('jobs').where({ id: jobId }).first()).error.code).toBe('upload_interrupted');
+      /** A job whose upload goes on (its input is followable after half a second), and a follower of its output. */
+      const follow = async (started: boolean) => {
+        const upload = openUpload(u.token, { fingerprint: key.fingerprint }, 'slow.bin', '/keys/encrypt', web);
+        upload.response.catch(() => undefined);
+        upload.req.write(randomBytes(100));
+        const jobId = (await upload.hinted).match(/jobs\/([0-9a-f-]+)/)![1]!;
+        await until(async () => ((await web.c.db('job_files').where({ job_id: jobId, role: 'input' }).first()) ? true : undefined));
+        // As a worker that has started but not yet written does.
+        if (started) await web.c.db('jobs').where({ id: jobId }).update({ state: 'active' });
+        const following = fetch(`${web.url}/jobs/${jobId}/files/0?follow=true`, { headers: { authorization: `Bearer ${u.token}` } }).then(async (r) => ({ status: r.status, body: await r.json() }));
+        following.catch(() => undefined);
+        await new Promise((r) => setTimeout(r, 1000));
+        const cut = Date.now();
+        upload.req.destroy();
+        return { jobId, following, cut };
+      };
+      // Started: nothing is produced, so not even the headers have come; the follower is cut off.
+      const active = await follow(true);
+      await expect(active.following).rejects.toThrow();
+      expect(Date.now() - active.cut).toBeLessThan(5000);
+      expect((await web.c.db('jobs').where({ id: active.jobId }).first()).error.code).toBe('upload_interrupted');
       // Asked again once the job has failed: 409, not a wait.
-      expect((await web.api('GET', `/jobs/${jobId}/files/0?follow=true`, { token: u.token })).status).toBe(409);
+      expect((await web.api('GET', `/jobs/${active.jobId}/files/0?follow=true`, { token: u.token })).status).toBe(409);
+      // Still queued: the follower waits for the job to start, and is answered 409 when it fails instead.
+      const queued = await follow(false);
+      expect(await queued.following).toMatchObject({ status: 409, body: { code: 'job_not_completed' } });
+      expect(Date.now() - queued.cut).toBeLessThan(5000);
+    } finally {
+      await web.stop();
+    }
+  });
+
+  it('a follower of a job still queued waits for it to start, past JOB_IDLE_SECONDS, and gets the whole ciphertext', async () => {
+    // No worker at first: the job waits in its queue for longer than a stalled writer would be given.
+    const web = await startTestService({ roles: ['web'], env: { JOB_IDLE_SECONDS: '1' } });
+    try {
+      const u = await registerUser(web.api);
+      const key = await createKey(web.api, u.token);
+      const data = randomBytes(3 << 20);
+      const queued = await web.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'q.bin', data }] } });
+      expect([queued.status, queued.body.state]).toEqual([202, 'queued']);
+      const jobId = queued.body.job_id as string;
+      const following = fetch(`${web.url}/jobs/${jobId}/files/0?follow=true`, { headers: { authorization: `Bearer ${u.token}` } }).then(async (r) => ({ status: r.status, body: Buffer.from(await r.arrayBuffer()) }));
+      following.catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 2500));
+      const pool = await startWorkers(web.c, [{ queue: 'crypto', concurrency: 1 }]);
+      try {
+        const followed = await following;
+        expect(followed.status).toBe(200);
+        expect((await web.api('GET', `/jobs/${jobId}`, { token: u.token, headers: { prefer: 'wait=30' } })).body.state).toBe('completed');
+        expect(Buffer.compare(followed.body, await download(web.api, u.token, jobId))).toBe(0);
+      } finally {
+        await pool.close();
+      }
     } finally {
       await web.stop();
     }

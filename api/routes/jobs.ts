@@ -49,7 +49,7 @@ export default [
     params: JobParams.extend({ n: z.coerce.number().int().min(0).max(10_000) }),
     query: z.object({
       follow: FormBoolean.optional().describe(
-        'For a queued or running encrypt job: stream the ciphertext while it is produced (chunked, without Content-Length). The response ends only when the output is whole; if the job fails it is cut off, never completed. Decrypted output is never followed: it is released after its integrity check.',
+        'For a queued or running encrypt job: stream the ciphertext while it is produced (chunked, without Content-Length). A queued job is waited for, however long it queues. The response ends only when the output is whole; if the job fails it is cut off, never completed (one that fails while still queued is answered 409). Decrypted output is never followed: it is released after its integrity check.',
       ),
     }),
     responses: { 200: { description: 'The file', schema: z.string(), contentType: 'application/octet-stream' } },
@@ -86,7 +86,8 @@ function sendFile(ctx: AppContext, name: string, contentType: string, stream: Re
 
 /**
  * Output n of a running encrypt job, as it is produced (issue 13). Its input row names it (it may still
- * be uploading: then the input is waited for, as the worker does). An error of the follower destroys the
+ * be uploading: then the input is waited for, as the worker does; a queued job is waited for to start,
+ * however long it queues). An error of the follower destroys the
  * response, so a client never takes a cut-off file for a whole one. The job's failure stops the follower
  * at once, also before the output has begun (when no failed marker tells it).
  */
@@ -99,7 +100,7 @@ async function followOutput(c: Container, ctx: AppContext, row: JobRow, n: numbe
     abort.abort(new Error('the response ended or the client went away'));
   });
   // Read after the watch began: a failure from then on is heard, and one before is seen here.
-  const next = await arrivingInput(c, row.id, n, abort.signal).catch((err: unknown) => {
+  const next = await arrivingInput(c, row.id, n, abort.signal, { started: true }).catch((err: unknown) => {
     throw abort.signal.reason instanceof AppError ? abort.signal.reason : err;
   });
   if (next.state === 'failed') throw failed();

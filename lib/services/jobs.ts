@@ -192,12 +192,15 @@ export async function failUpload(c: Container, row: JobRow, err: unknown): Promi
  * Input n of a job once its upload has begun (its row exists), else why there is none: the upload
  * ended with fewer files (`uploaded`), or the job ended (`state`). While the upload still arrives it
  * waits, polling the row with a short back-off: the worker and a follower of the output both do.
+ * `started`: a follower also waits while the job is queued, since its output has no writer yet (the
+ * follower's idle limit is for a writer that stopped, not for a queue).
  */
-export async function arrivingInput(c: Container, jobId: string, n: number, signal?: AbortSignal): Promise<NextInput> {
+export async function arrivingInput(c: Container, jobId: string, n: number, signal?: AbortSignal, opts: { started?: boolean } = {}): Promise<NextInput> {
   for (let delay = 2; ; delay = Math.min(delay * 2, 200)) {
     signal?.throwIfAborted();
     const next = await nextInput(c.db, jobId, n);
-    if (next.file || next.uploaded || next.state === undefined || isFinished(next.state)) return next;
+    const settled = next.state === undefined || isFinished(next.state) || (next.uploaded && !next.file);
+    if (settled || (next.file && !(opts.started && next.state === 'queued'))) return next;
     await sleep(delay, undefined, { signal });
   }
 }
