@@ -106,7 +106,8 @@ async function followOutput(c: Container, ctx: AppContext, row: JobRow, n: numbe
   if (next.state === 'failed') throw failed();
   if (!next.file) throw notFound('file_not_found', `The job has no output file ${n}.`);
   const input = next.file;
-  const stream = await c.blob.follow(jobBlob.output(row.id, n), { signal: abort.signal, idleMs: c.config.jobLimits.idleMs });
+  // Output n begins once the job has done the earlier ones: up to the job's own time limit.
+  const stream = await c.blob.follow(jobBlob.output(row.id, n), { signal: abort.signal, idleMs: c.config.jobLimits.idleMs, startMs: c.config.jobLimits.timeoutMs });
   stream.once('error', () => ctx.res.destroy());
   const out = encryptedOutput(input.name, EncryptRequest.parse(row.request).armor);
   sendFile(ctx, out.name, out.contentType, stream);

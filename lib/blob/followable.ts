@@ -239,13 +239,15 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
     let end = await readEnd(key);
     if (!end && !wait) throw new BlobNotFoundError(key);
     const idleMs = wait?.idleMs ?? DEFAULT_IDLE_MS;
+    const startMs = wait?.startMs ?? idleMs;
     const signal = wait?.signal;
     async function* segments(): AsyncGenerator<Buffer> {
       let write = end?.write;
       let idleSince = Date.now();
       let delay = POLL_FIRST_MS;
       const pause = async (why: string) => {
-        if (Date.now() - idleSince > idleMs) throw new Error(`blob ${key}: nothing new for ${idleMs} ms (${why})`);
+        const limit = write ? idleMs : startMs;
+        if (Date.now() - idleSince > limit) throw new Error(`blob ${key}: nothing new for ${limit} ms (${why})`);
         await sleep(delay, undefined, { signal });
         delay = Math.min(delay * 2, POLL_MAX_MS);
       };
@@ -259,6 +261,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
           end = await readEnd(key);
           write = end?.write ?? (await readHead(key));
           if (!write) await pause('not started');
+          else idleSince = Date.now(); // the writer's pace is timed from when it began
           continue;
         }
         let part: Readable | undefined;

@@ -37,6 +37,11 @@ export interface FollowOptions {
   signal?: AbortSignal;
   /** Give up when nothing new appeared for this long (a writer that crashed), default 60 s. */
   idleMs?: number;
+  /**
+   * Give up when no write has begun for this long, default `idleMs`. A job's later output begins only
+   * once the job has done the earlier ones: its follower waits up to the job's own time limit.
+   */
+  startMs?: number;
 }
 
 export interface BlobStore {

@@ -105,6 +105,21 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
     await put;
   });
 
+  it('a follower waits startMs for a write to begin, then idleMs between its segments', async () => {
+    const k = key();
+    await expect(reader.follow(k, { idleMs: 200 }).then(collect)).rejects.toThrow(/nothing new for 200 ms \(not started\)/);
+    const data = randomBytes(3 * SEGMENT);
+    const followed = reader.follow(k, { idleMs: 200, startMs: 5000 }).then(collect);
+    await new Promise((r) => setTimeout(r, 600));
+    const source = new PassThrough();
+    const put = writer.put(k, source);
+    source.write(data.subarray(0, SEGMENT + 1));
+    await new Promise((r) => setTimeout(r, 100));
+    source.end(data.subarray(SEGMENT + 1));
+    await put;
+    expect(sha(await followed)).toBe(sha(data));
+  });
+
   it('a rewrite never splices into a reader of the previous write', async () => {
     const k = key();
     // Larger than the reader's read-ahead (1 MiB), so that most of it is read after the rewrite.
