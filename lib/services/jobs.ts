@@ -196,12 +196,14 @@ export async function failUpload(c: Container, row: JobRow, err: unknown): Promi
  * follower's idle limit is for a writer that stopped, not for a queue).
  */
 export async function arrivingInput(c: Container, jobId: string, n: number, signal?: AbortSignal, opts: { started?: boolean } = {}): Promise<NextInput> {
-  for (let delay = 2; ; delay = Math.min(delay * 2, 200)) {
+  for (let delay = 2; ; ) {
     signal?.throwIfAborted();
     const next = await nextInput(c.db, jobId, n);
     const settled = next.state === undefined || isFinished(next.state) || (next.uploaded && !next.file);
     if (settled || (next.file && !(opts.started && next.state === 'queued'))) return next;
     await sleep(delay, undefined, { signal });
+    // A queue may hold a job for minutes: its followers ask less often than for an upload's next file.
+    delay = Math.min(delay * 2, next.state === 'queued' ? 1000 : 200);
   }
 }
 
