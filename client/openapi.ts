@@ -3478,7 +3478,7 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
-                    /** @description For a queued or running encrypt job: stream the ciphertext while it is produced (chunked, without Content-Length). A queued job is waited for, however long it queues. The response ends only when the output is whole; if the job fails it is cut off, never completed (one that fails while still queued is answered 409). Decrypted output is never followed: it is released after its integrity check. */
+                    /** @description For a queued or running encrypt job: stream the ciphertext while it is produced (chunked, without Content-Length). A queued job is waited for, however long it queues; once it runs, the status and headers come at once. The response ends only when the output is whole; if the job fails it is cut off, never completed (one that fails while still queued is answered 409). Decrypted output is never followed: it is released after its integrity check. */
                     follow?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "on" | "off");
                 };
                 header?: never;

@@ -188,15 +188,17 @@ describe('a job runs while its upload arrives', () => {
         await until(async () => ((await web.c.db('job_files').where({ job_id: jobId, role: 'input' }).first()) ? true : undefined));
         // As a worker that has started but not yet written does.
         if (started) await web.c.db('jobs').where({ id: jobId }).update({ state: 'active' });
-        const following = fetch(`${web.url}/jobs/${jobId}/files/0?follow=true`, { headers: { authorization: `Bearer ${u.token}` } }).then(async (r) => ({ status: r.status, body: await r.json() }));
+        const response = fetch(`${web.url}/jobs/${jobId}/files/0?follow=true`, { headers: { authorization: `Bearer ${u.token}` } });
+        const following = response.then(async (r) => ({ status: r.status, body: await r.json() }));
         following.catch(() => undefined);
         await new Promise((r) => setTimeout(r, 1000));
         const cut = Date.now();
         upload.req.destroy();
-        return { jobId, following, cut };
+        return { jobId, response, following, cut };
       };
-      // Started: nothing is produced, so not even the headers have come; the follower is cut off.
+      // Started: nothing is produced, but the status and headers came at once; then the follower is cut off.
       const active = await follow(true);
+      expect((await active.response).status).toBe(200);
       await expect(active.following).rejects.toThrow();
       expect(Date.now() - active.cut).toBeLessThan(5000);
       expect((await web.c.db('jobs').where({ id: active.jobId }).first()).error.code).toBe('upload_interrupted');

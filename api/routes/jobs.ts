@@ -49,7 +49,7 @@ export default [
     params: JobParams.extend({ n: z.coerce.number().int().min(0).max(10_000) }),
     query: z.object({
       follow: FormBoolean.optional().describe(
-        'For a queued or running encrypt job: stream the ciphertext while it is produced (chunked, without Content-Length). A queued job is waited for, however long it queues. The response ends only when the output is whole; if the job fails it is cut off, never completed (one that fails while still queued is answered 409). Decrypted output is never followed: it is released after its integrity check.',
+        'For a queued or running encrypt job: stream the ciphertext while it is produced (chunked, without Content-Length). A queued job is waited for, however long it queues; once it runs, the status and headers come at once. The response ends only when the output is whole; if the job fails it is cut off, never completed (one that fails while still queued is answered 409). Decrypted output is never followed: it is released after its integrity check.',
       ),
     }),
     responses: { 200: { description: 'The file', schema: z.string(), contentType: 'application/octet-stream' } },
@@ -111,5 +111,7 @@ async function followOutput(c: Container, ctx: AppContext, row: JobRow, n: numbe
   stream.once('error', () => ctx.res.destroy());
   const out = encryptedOutput(input.name, EncryptRequest.parse(row.request).armor);
   sendFile(ctx, out.name, out.contentType, stream);
+  // The job runs: the status and headers go at once, the bytes as the output's segments are published.
+  ctx.flushHeaders();
 }
 
