@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { prepared } from './knex';
 import { grantedLineageIds } from './teams';
 
 export interface LineageRow {
@@ -193,24 +194,27 @@ const LISTED_LINEAGE = ['id', 'user_id', 'label', 'environment', 'uid_name', 'ui
 const LISTED_KEY = ['fingerprint', 'algorithm', 'generation', 'created_at', 'expires_at'] as const;
 export type ListedKey = { lineage: Pick<LineageRow, (typeof LISTED_LINEAGE)[number]>; current: Pick<KeyRow, (typeof LISTED_KEY)[number]> };
 
+/**
+ * A page of keys and the total, one prepared statement (every filter a parameter: NULL leaves it out).
+ * `active` is the complement of "disabled or expired" (expires_at > now when it has one).
+ */
+const listPage = prepared<Record<string, unknown> & { list_total: number }>(
+  'list_keys',
+  `SELECT ${LISTED_LINEAGE.map((c) => `l.${c} AS l_${c}`).join(', ')}, ${LISTED_KEY.map((c) => `k.${c} AS k_${c}`).join(', ')}, count(*) OVER () AS list_total
+   FROM key_lineages l JOIN pgp_keys k ON k.lineage_id = l.id AND k.status = 'active'
+   WHERE (k.user_id = :user OR (:inherited AND k.lineage_id IN (SELECT granted_lineage_ids(:user))))
+     AND (CAST(:environment AS text) IS NULL OR l.environment = :environment)
+     AND (CAST(:label AS text) IS NULL OR l.label = :label)
+     AND (CAST(:active AS boolean) IS NULL OR :active = (l.disabled_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > :now)))
+   ORDER BY l.created_at DESC, l.id
+   LIMIT :limit OFFSET :offset`,
+);
+
 export async function listKeys(db: Knex, q: KeyListQuery): Promise<{ items: ListedKey[]; total: number }> {
-  const base = db('key_lineages as l').join('pgp_keys as k', function () {
-    this.on('k.lineage_id', '=', 'l.id').andOnVal('k.status', '=', 'active');
-  }).where(usableBy(db, q.userId, { inherited: q.inherited, alias: 'k' }));
-  if (q.environment) base.andWhere('l.environment', q.environment);
-  if (q.label) base.andWhere('l.label', q.label);
-  if (q.active === true) base.whereNull('l.disabled_at').andWhere((w) => w.whereNull('k.expires_at').orWhere('k.expires_at', '>', q.now));
-  if (q.active === false) base.andWhere((w) => w.whereNotNull('l.disabled_at').orWhere('k.expires_at', '<=', q.now));
-  // One query for the page and the total (a window count), with only the columns the list shows.
-  const rows = (await base
-    .clone()
-    .select(...LISTED_LINEAGE.map((c) => `l.${c} as l_${c}`), ...LISTED_KEY.map((c) => `k.${c} as k_${c}`), db.raw('count(*) over () as list_total'))
-    .orderBy('l.created_at', 'desc')
-    .orderBy('l.id')
-    .limit(q.pageSize)
-    .offset((q.page - 1) * q.pageSize)) as (Record<string, unknown> & { list_total: number })[];
-  // A page past the end has no row to carry the total: only then is it counted on its own.
-  const total = rows.length ? rows[0]!.list_total : q.page > 1 ? ((await base.clone().count<{ count: number }[]>({ count: '*' }))[0]?.count ?? 0) : 0;
+  const filters = { user: q.userId, inherited: q.inherited ?? false, environment: q.environment ?? null, label: q.label ?? null, active: q.active ?? null, now: q.now };
+  const rows = await listPage(db, { ...filters, limit: q.pageSize, offset: (q.page - 1) * q.pageSize });
+  // A page past the end has no row to carry the total: only then is it counted on its own (from the first page).
+  const total = rows.length ? rows[0]!.list_total : q.page > 1 ? ((await listPage(db, { ...filters, limit: 1, offset: 0 }))[0]?.list_total ?? 0) : 0;
   const pick = (row: Record<string, unknown>, prefix: string, columns: readonly string[]) => Object.fromEntries(columns.map((c) => [c, row[`${prefix}${c}`]]));
   const items = rows.map((row) => ({ lineage: pick(row, 'l_', LISTED_LINEAGE) as ListedKey['lineage'], current: pick(row, 'k_', LISTED_KEY) as ListedKey['current'] }));
   return { items, total };

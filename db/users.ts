@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { prepared } from './knex';
 
 export interface UserRow {
   id: string;
@@ -17,7 +18,10 @@ export interface UserRow {
 
 const live = (db: Knex) => db<UserRow>('users').whereNull('deleted_at');
 
-export const findUserById = (db: Knex, id: string) => live(db).where({ id }).first();
+// Every authenticated request reads its account (the token version): a prepared statement.
+const USER_COLUMNS = 'id, username, email, company_name, password_hash, role, token_version, rotation_days, email_verified_at, deleted_at, created_at, updated_at';
+const userById = prepared<UserRow>('users_by_id', `SELECT ${USER_COLUMNS} FROM users WHERE id = :id AND deleted_at IS NULL`);
+export const findUserById = async (db: Knex, id: string): Promise<UserRow | undefined> => (await userById(db, { id }))[0];
 
 /** Login accepts a username or an email, both case-insensitive. */
 export const findUserByLogin = (db: Knex, identifier: string) =>

@@ -64,19 +64,23 @@ describe('generate and list keys', () => {
     const b = await createKey(s.api, u.token, { label: 'b', environment: 'prod' });
     await createKey(s.api, u.token, { label: 'a', environment: 'test' });
     await s.api('POST', '/keys/disable-key', { token: u.token, body: { fingerprint: b.fingerprint } });
+    // An expired key is inactive too (no route makes one: its expiry is moved into the past).
+    const expired = await createKey(s.api, u.token, { label: 'c', environment: 'test' });
+    await s.c.db('pgp_keys').where({ fingerprint: expired.fingerprint }).update({ expires_at: new Date(Date.now() - 1000) });
     const all = await s.api('GET', '/keys/list?page_size=2', { token: u.token });
-    expect(all.body).toMatchObject({ total: 3, page: 1, page_size: 2 });
+    expect(all.body).toMatchObject({ total: 4, page: 1, page_size: 2 });
     expect(all.body.items).toHaveLength(2);
     // The last page, and a page past the end, still say how many there are.
-    expect((await s.api('GET', '/keys/list?page_size=2&page=2', { token: u.token })).body).toMatchObject({ total: 3, items: [{}] });
-    expect((await s.api('GET', '/keys/list?page_size=2&page=3', { token: u.token })).body).toMatchObject({ total: 3, items: [] });
+    expect((await s.api('GET', '/keys/list?page_size=3&page=2', { token: u.token })).body).toMatchObject({ total: 4, items: [{}] });
+    expect((await s.api('GET', '/keys/list?page_size=2&page=3', { token: u.token })).body).toMatchObject({ total: 4, items: [] });
     expect(JSON.stringify(all.body)).not.toMatch(/PRIVATE|private_sealed|secret/i);
     expect((await s.api('GET', '/keys/list?environment=prod', { token: u.token })).body.total).toBe(2);
     expect((await s.api('GET', '/keys/list?label=a', { token: u.token })).body.total).toBe(2);
+    expect((await s.api('GET', '/keys/list?label=a&environment=test&active=true', { token: u.token })).body.total).toBe(1);
     const active = await s.api('GET', '/keys/list?active=true', { token: u.token });
-    expect(active.body.total).toBe(2);
+    expect(active.body.items.map((k: { label: string }) => k.label).sort()).toEqual(['a', 'a']);
     const inactive = await s.api('GET', '/keys/list?active=false', { token: u.token });
-    expect(inactive.body.items.map((k: { label: string; status: string }) => [k.label, k.status])).toEqual([['b', 'disabled']]);
+    expect(inactive.body.items.map((k: { label: string; status: string }) => [k.label, k.status])).toEqual([['c', 'expired'], ['b', 'disabled']]);
     expect((await s.api('GET', '/keys/list?active=maybe', { token: u.token })).status).toBe(422);
     expect((await s.api('GET', '/keys/list', { token: other.token })).body.items.every((k: { id: string }) => k.id !== b.id)).toBe(true);
   });
