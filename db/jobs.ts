@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { withWrites } from './knex';
+import { columnsOf, prepared, withWrites } from './knex';
 
 export type JobState = 'queued' | 'active' | 'completed' | 'failed';
 export type JobKind = 'encrypt' | 'decrypt' | 'generate-key' | 'rotate-key' | 'rewrap';
@@ -48,8 +48,32 @@ export interface JobFileRow {
   content_type: string;
 }
 
+/** Every column of `jobs`, for the prepared statements of a job's hot path (db/knex.ts prepared). */
+const JOB_COLUMNS = columnsOf<JobRow>({
+  id: 1,
+  user_id: 1,
+  kind: 1,
+  state: 1,
+  request: 1,
+  progress: 1,
+  result: 1,
+  error: 1,
+  idempotency_key: 1,
+  request_hash: 1,
+  api_key_id: 1,
+  uploaded_at: 1,
+  data_key: 1,
+  attempts: 1,
+  created_at: 1,
+  started_at: 1,
+  finished_at: 1,
+  expires_at: 1,
+  purged_at: 1,
+}).join(', ');
+
 export const findJob = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }).first();
-export const findUserJob = (db: Knex, userId: string, id: string) => db<JobRow>('jobs').where({ id, user_id: userId }).first();
+const userJob = prepared<JobRow>('user_job', `SELECT ${JOB_COLUMNS} FROM jobs WHERE id = :id AND user_id = :user`);
+export const findUserJob = async (db: Knex, userId: string, id: string): Promise<JobRow | undefined> => (await userJob(db, { id, user: userId }))[0];
 /** A job's sealed data key (lib/blob/data-keys.ts), for a process that has not read its row. */
 export const jobDataKey = async (db: Knex, id: string) => (await db<JobRow>('jobs').where({ id }).first('data_key'))?.data_key;
 export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();
@@ -91,19 +115,20 @@ export async function insertInputFile(db: Knex, jobId: string, f: Omit<JobFileRo
  * progress, `uploaded_at` and the request's hash. Undefined when the job failed meanwhile, or its upload
  * was already recorded.
  */
+const uploadEnd = prepared<JobRow>(
+  'record_upload_end',
+  `WITH sizes AS (
+     UPDATE job_files SET size = s.size FROM unnest(CAST(:ns AS int[]), CAST(:sizes AS bigint[])) AS s(n, size)
+     WHERE job_files.job_id = :id AND job_files.role = 'input' AND job_files.n = s.n
+   )
+   UPDATE jobs SET progress = progress || CAST(:totals AS jsonb), uploaded_at = :at, request_hash = :hash
+   WHERE id = :id AND uploaded_at IS NULL AND state <> 'failed'
+   RETURNING ${JOB_COLUMNS}`,
+);
 export async function recordUploadEnd(db: Knex, jobId: string, files: { n: number; size: number }[], at: Date, requestHash: string): Promise<JobRow | undefined> {
   const totals: JobProgress = { bytes_total: files.reduce((n, f) => n + f.size, 0), files_total: files.length };
-  const { rows } = await db.raw<{ rows: JobRow[] }>(
-    `with sizes as (
-       update job_files set size = s.size from unnest(?::int[], ?::bigint[]) as s(n, size)
-       where job_files.job_id = ? and job_files.role = 'input' and job_files.n = s.n
-     )
-     update jobs set progress = progress || ?::jsonb, uploaded_at = ?, request_hash = ?
-     where id = ? and uploaded_at is null and state <> 'failed'
-     returning *`,
-    [files.map((f) => f.n), files.map((f) => f.size), jobId, JSON.stringify(totals), at, requestHash, jobId],
-  );
-  return rows[0];
+  const [row] = await uploadEnd(db, { id: jobId, ns: files.map((f) => f.n), sizes: files.map((f) => f.size), totals: JSON.stringify(totals), at, hash: requestHash });
+  return row;
 }
 
 export interface NextInput {
@@ -116,34 +141,33 @@ export interface NextInput {
   state?: JobState;
 }
 
+const inputOf = prepared<{ uploaded_at: Date | null; state: JobState; n: number | null; name: string; size: string | number; content_type: string; inputs: number }>(
+  'next_input',
+  `SELECT jobs.uploaded_at, jobs.state, f.n, f.name, f.size, f.content_type,
+     (SELECT CAST(count(*) AS int) FROM job_files i WHERE i.job_id = jobs.id AND i.role = 'input') AS inputs
+   FROM jobs LEFT JOIN job_files f ON f.job_id = jobs.id AND f.role = 'input' AND f.n = :n
+   WHERE jobs.id = :id`,
+);
+
 /** Input `n` of a job, or, when there is none, whether the upload has ended or failed. */
 export async function nextInput(db: Knex, jobId: string, n: number): Promise<NextInput> {
-  const row = await db('jobs')
-    .leftJoin('job_files', (j) => j.on('job_files.job_id', 'jobs.id').andOn('job_files.role', db.raw('?', ['input'])).andOn('job_files.n', db.raw('?', [n])))
-    .where('jobs.id', jobId)
-    .first<{ uploaded_at: Date | null; state: JobState; n: number | null; name: string; size: string | number; content_type: string; inputs: number } | undefined>(
-      'jobs.uploaded_at',
-      'jobs.state',
-      'job_files.n',
-      'job_files.name',
-      'job_files.size',
-      'job_files.content_type',
-      db.raw("(select count(*)::int from job_files i where i.job_id = jobs.id and i.role = 'input') as inputs"),
-    );
+  const [row] = await inputOf(db, { id: jobId, n });
   if (!row) return { uploaded: false };
   const file = row.n === null ? undefined : { job_id: jobId, role: 'input' as const, n: row.n, name: row.name, size: Number(row.size), content_type: row.content_type };
   const uploaded = row.uploaded_at !== null;
   return { file, uploaded, ...(uploaded ? { inputs: row.inputs } : {}), state: row.state };
 }
 
+const attempt = prepared<JobRow>(
+  'start_job_attempt',
+  `UPDATE jobs SET state = 'active', started_at = coalesce(started_at, :at), attempts = attempts + 1, error = NULL
+   WHERE id = :id AND state NOT IN ('completed', 'failed')
+   RETURNING ${JOB_COLUMNS}`,
+);
+
 /** Marks an unfinished job active for one more attempt; undefined when it has ended (or is gone). */
 export async function startJobAttempt(db: Knex, id: string, at: Date): Promise<JobRow | undefined> {
-  const [row] = await db<JobRow>('jobs')
-    .where({ id })
-    .whereNotIn('state', ['completed', 'failed'])
-    .update({ state: 'active', started_at: db.raw('coalesce(started_at, ?)', [at]), attempts: db.raw('attempts + 1'), error: null })
-    .returning('*');
-  return row;
+  return (await attempt(db, { id, at }))[0];
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { prepared } from './knex';
+import { columnsOf, prepared } from './knex';
 import { grantedLineageIds } from './teams';
 
 export interface LineageRow {
@@ -72,16 +72,11 @@ export interface KeyView {
 }
 
 /**
- * The one ownership predicate on `pgp_keys` rows (alias `alias`): the caller's own keys, and with
- * `inherited` the lineages team access grants it (db/teams.ts grantedLineageIds).
+ * The one ownership predicate on `pgp_keys` rows (alias `alias`), in SQL for the prepared statements that
+ * check it: `:user`'s own keys, and with `:inherited` the lineages team access grants it (db/teams.ts
+ * grantedLineageIds, migration 016).
  */
-export function usableBy(db: Knex, userId: string, opts: { inherited?: boolean; alias?: string } = {}) {
-  const col = (name: string) => (opts.alias ? `${opts.alias}.${name}` : name);
-  return (w: Knex.QueryBuilder) => {
-    w.where(col('user_id'), userId);
-    if (opts.inherited) w.orWhereIn(col('lineage_id'), grantedLineageIds(db, userId));
-  };
-}
+const usableSql = (alias: string) => `(${alias}.user_id = :user OR (:inherited AND ${alias}.lineage_id IN (SELECT granted_lineage_ids(:user))))`;
 
 export async function insertLineage(db: Knex, row: Omit<LineageRow, 'created_at' | 'updated_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days' | 'min_decryption_generation' | 'destroy_after' | 'destroyed_at'>): Promise<LineageRow> {
   const [inserted] = await db<LineageRow>('key_lineages').insert(row).returning('*');
@@ -98,22 +93,17 @@ export async function insertKey(db: Knex, row: Omit<KeyRow, KeyDefaults>): Promi
  * another account's fingerprint is simply not found.
  */
 export async function findKeyByFingerprint(db: Knex, userId: string, fingerprint: string, opts: { inherited?: boolean } = {}): Promise<KeyView | undefined> {
-  // The generation and its lineage in one query: the lineage's columns come under LINEAGE_AS names.
-  const row = await db('pgp_keys as k')
-    .join('key_lineages as l', 'l.id', 'k.lineage_id')
-    .where('k.fingerprint', fingerprint.toLowerCase())
-    .andWhere(usableBy(db, userId, { ...opts, alias: 'k' }))
-    .first<Record<string, unknown> | undefined>('k.*', ...LINEAGE_COLUMNS.map((col) => `l.${col} as ${LINEAGE_AS}${col}`));
+  const [row] = await keyByFingerprint(db, { fingerprint: fingerprint.toLowerCase(), user: userId, inherited: opts.inherited ?? false });
   if (!row) return undefined;
   const lineage = Object.fromEntries(LINEAGE_COLUMNS.map((col) => [col, row[LINEAGE_AS + col]])) as unknown as LineageRow;
-  const named = Object.fromEntries(Object.entries(row).filter(([col]) => !col.startsWith(LINEAGE_AS))) as unknown as KeyRow;
+  const named = Object.fromEntries(KEY_COLUMNS.map((col) => [col, row[col]])) as unknown as KeyRow;
   // Usually the caller names the current generation: no second look needed.
   const current = named.status === 'active' ? named : await db<KeyRow>('pgp_keys').where({ lineage_id: named.lineage_id, status: 'active' }).first();
   return current ? { lineage, current, named, inherited: named.user_id !== userId } : undefined;
 }
 
-/** Every column of `key_lineages` (the compiler holds the list to LineageRow), and the prefix they are selected under beside a key's. */
-const LINEAGE_COLUMNS = Object.keys({
+/** Every column of `key_lineages` and of `pgp_keys`, for the statements that name them (db/knex.ts prepared). */
+const LINEAGE_COLUMNS = columnsOf<LineageRow>({
   id: 1,
   user_id: 1,
   label: 1,
@@ -133,8 +123,46 @@ const LINEAGE_COLUMNS = Object.keys({
   destroyed_at: 1,
   created_at: 1,
   updated_at: 1,
-} satisfies Record<keyof LineageRow, 1>);
+});
+const KEY_COLUMNS = columnsOf<KeyRow>({
+  id: 1,
+  lineage_id: 1,
+  user_id: 1,
+  generation: 1,
+  fingerprint: 1,
+  encryption_key_ids: 1,
+  algorithm: 1,
+  public_armored: 1,
+  public_mac: 1,
+  private_sealed: 1,
+  secret_sealed: 1,
+  status: 1,
+  expires_at: 1,
+  rotated_at: 1,
+  ops_count: 1,
+  bytes_count: 1,
+  last_used_at: 1,
+  expiry_warned_at: 1,
+  destroy_after: 1,
+  destroyed_at: 1,
+  encrypt_files: 1,
+  encrypt_bytes: 1,
+  decrypt_files: 1,
+  decrypt_bytes: 1,
+  last_decrypt_at: 1,
+  rewrap_from_files: 1,
+  rewrap_to_files: 1,
+  created_at: 1,
+});
 const LINEAGE_AS = 'lineage__';
+
+// The generation and its lineage in one query: the lineage's columns come under LINEAGE_AS names.
+const keyByFingerprint = prepared<Record<string, unknown>>(
+  'key_by_fingerprint',
+  `SELECT ${KEY_COLUMNS.map((c) => `k.${c}`).join(', ')}, ${LINEAGE_COLUMNS.map((c) => `l.${c} AS ${LINEAGE_AS}${c}`).join(', ')}
+   FROM pgp_keys k JOIN key_lineages l ON l.id = k.lineage_id
+   WHERE k.fingerprint = :fingerprint AND ${usableSql('k')}`,
+);
 
 /** A generation's identity: what a rotation needs of the one it replaces. */
 export type GenerationRef = Pick<KeyRow, 'id' | 'fingerprint' | 'generation'>;
@@ -168,8 +196,9 @@ export async function retireActive(db: Knex, lineageId: string, generation: numb
 }
 
 /** A job's re-check at run time: the generation it names is still the caller's own or granted to it. */
-export const findUsableKey = (db: Knex, userId: string, where: { id: string; fingerprint: string }) =>
-  db<KeyRow>('pgp_keys').where(where).andWhere(usableBy(db, userId, { inherited: true })).first();
+const usableKey = prepared<KeyRow>('usable_key', `SELECT ${KEY_COLUMNS.join(', ')} FROM pgp_keys k WHERE id = :id AND fingerprint = :fingerprint AND ${usableSql('k')}`);
+export const findUsableKey = async (db: Knex, userId: string, where: { id: string; fingerprint: string }): Promise<KeyRow | undefined> =>
+  (await usableKey(db, { ...where, user: userId, inherited: true }))[0];
 
 /** Whether the caller may still use a lineage (its own, or granted): decrypt jobs re-check it. */
 export const lineageUsableBy = async (db: Knex, userId: string, lineageId: string) =>
@@ -202,7 +231,7 @@ const listPage = prepared<Record<string, unknown> & { list_total: number }>(
   'list_keys',
   `SELECT ${LISTED_LINEAGE.map((c) => `l.${c} AS l_${c}`).join(', ')}, ${LISTED_KEY.map((c) => `k.${c} AS k_${c}`).join(', ')}, count(*) OVER () AS list_total
    FROM key_lineages l JOIN pgp_keys k ON k.lineage_id = l.id AND k.status = 'active'
-   WHERE (k.user_id = :user OR (:inherited AND k.lineage_id IN (SELECT granted_lineage_ids(:user))))
+   WHERE ${usableSql('k')}
      AND (CAST(:environment AS text) IS NULL OR l.environment = :environment)
      AND (CAST(:label AS text) IS NULL OR l.label = :label)
      AND (CAST(:active AS boolean) IS NULL OR :active = (l.disabled_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > :now)))

@@ -27,8 +27,9 @@ export function createDb(databaseUrl: string, pool: { min?: number; max?: number
  * A statement Postgres parses and plans once per connection (a named prepared statement), for the few
  * queries nearly every request makes: on these VMs parsing and planning are ~90 of the ~140 µs of
  * Postgres CPU a simple query costs, and knex's query builder ~0.15 ms of the API's per query. `sql` takes
- * named bindings (`:name`), as `db.raw` does. It names the columns it reads: a prepared `SELECT *` fails once a
- * migration adds a column while the process runs ("cached plan must not change result type").
+ * named bindings (`:name`), as `db.raw` does (so casts are written `CAST(x AS t)`, not `x::t`). It names the
+ * columns it reads and returns: a prepared `SELECT *` fails once a migration adds a column while the process
+ * runs ("cached plan must not change result type").
  */
 export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: Knex.ValueDict) => Promise<Row[]> {
   if (preparedNames.has(name)) throw new Error(`prepared statement "${name}" is defined twice`);
@@ -36,6 +37,9 @@ export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: K
   return async (db, bindings) => ((await db.raw(sql, bindings).options({ name })) as { rows: Row[] }).rows;
 }
 const preparedNames = new Set<string>();
+
+/** Every column of a row type, as a list the compiler holds to the type (for statements that name their columns). */
+export const columnsOf = <Row>(all: Record<keyof Row & string, 1>) => Object.keys(all) as (keyof Row & string)[];
 
 /**
  * `table`'s query builder with `writes` to other tables attached as data-modifying CTEs: they run in the
