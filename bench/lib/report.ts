@@ -1,4 +1,4 @@
-import type { Results, Timing } from './sections';
+import { ROTATION_KEYS, type Results, type Timing } from './sections';
 import { SEALING_LABELS, sealingSummary } from './sealing';
 import { GiB, mibPerSec, verdict } from './util';
 
@@ -52,6 +52,9 @@ export interface Ratios {
   rotations_per_s_1_worker?: number;
   rotations_per_s_2_workers?: number;
   rotation_2_vs_1_workers?: number;
+  /** The first batch on fresh processes (before V8 has compiled the hot path). */
+  rotations_per_s_1_worker_cold?: number;
+  rotations_per_s_2_workers_cold?: number;
   /** The worker's CPU per GiB over a whole job (upload, job, download) ÷ gpg's for the same file. */
   worker_cpu_vs_gpg_encrypt?: number;
   worker_cpu_vs_gpg_decrypt?: number;
@@ -95,6 +98,8 @@ export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
     rotations_per_s_1_worker: perSecond(r['rotation.1w']),
     rotations_per_s_2_workers: perSecond(r['rotation.2w']),
     rotation_2_vs_1_workers: r['rotation.1w'] && r['rotation.2w'] ? perSecond(r['rotation.2w'])! / perSecond(r['rotation.1w'])! : undefined,
+    rotations_per_s_1_worker_cold: perSecond(r['rotation.1w.cold']),
+    rotations_per_s_2_workers_cold: perSecond(r['rotation.2w.cold']),
     worker_cpu_vs_gpg_encrypt: workerVsGpg(r['encrypt.service'], r['encrypt.gpg']),
     worker_cpu_vs_gpg_decrypt: workerVsGpg(r['decrypt.service'], r['decrypt.gpg']),
     api_cpu_s_per_gib_receiving_encrypt: cpuPerGiBIn(r['encrypt.service'], isApi, 'upload'),
@@ -140,7 +145,7 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
   );
   if (q.rotations_per_s_1_worker !== undefined) {
     out.push(
-      `rotation (${r['rotation.1w']!.bytes} keys at once, through the queue): ${target('1 worker, per second', q.rotations_per_s_1_worker, '≥', 100, 1)} · 2 workers ${fixed(q.rotations_per_s_2_workers, 1)}/s · ${target('2 ÷ 1 workers', q.rotation_2_vs_1_workers, '≥', 1.6)}`,
+      `rotation (${ROTATION_KEYS} keys at once, through the queue, after a warm-up): ${target('1 worker, per second', q.rotations_per_s_1_worker, '≥', 100, 1)} · 2 workers ${fixed(q.rotations_per_s_2_workers, 1)}/s · ${target('2 ÷ 1 workers', q.rotation_2_vs_1_workers, '≥', 1.6)} · first batch on fresh processes: 1 worker ${fixed(q.rotations_per_s_1_worker_cold, 1)}/s, 2 workers ${fixed(q.rotations_per_s_2_workers_cold, 1)}/s`,
     );
     for (const w of ['1w', '2w']) {
       const t = r[`rotation.${w}`];
