@@ -78,14 +78,18 @@ export const findUserJob = async (db: Knex, userId: string, id: string): Promise
 export const jobDataKey = async (db: Knex, id: string) => (await db<JobRow>('jobs').where({ id }).first('data_key'))?.data_key;
 export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();
 
-export async function insertJob(db: Knex, row: Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id' | 'uploaded_at' | 'data_key'>): Promise<JobRow> {
-  const [inserted] = await db('jobs')
-    .insert({ ...row, request: JSON.stringify(row.request), progress: JSON.stringify(row.progress) })
-    .returning<JobRow[]>('*');
+type NewJob = Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id' | 'uploaded_at' | 'data_key'>;
+const NEW_JOB_COLUMNS = columnsOf<NewJob>({ id: 1, user_id: 1, kind: 1, request: 1, progress: 1, idempotency_key: 1, request_hash: 1, api_key_id: 1, uploaded_at: 1, data_key: 1 });
+const newJob = prepared<JobRow>('insert_job', `INSERT INTO jobs (${NEW_JOB_COLUMNS.join(', ')}) VALUES (${NEW_JOB_COLUMNS.map((c) => `:${c}`).join(', ')}) RETURNING ${JOB_COLUMNS}`);
+
+export async function insertJob(db: Knex, row: NewJob): Promise<JobRow> {
+  const values = Object.fromEntries(NEW_JOB_COLUMNS.map((c) => [c, row[c] ?? null]));
+  const [inserted] = await newJob(db, { ...values, request: JSON.stringify(row.request), progress: JSON.stringify(row.progress) });
   return inserted!;
 }
 
-export const jobFiles = (db: Knex, jobId: string, role: JobFileRow['role']) => db<JobFileRow>('job_files').where({ job_id: jobId, role }).orderBy('n');
+const filesOf = prepared<JobFileRow>('job_files', `SELECT job_id, role, n, name, size, content_type FROM job_files WHERE job_id = :id AND role = :role ORDER BY n`);
+export const jobFiles = (db: Knex, jobId: string, role: JobFileRow['role']) => filesOf(db, { id: jobId, role });
 
 /**
  * Updates a job row; `alongside`, writes to other tables, run in the same statement as data-modifying
@@ -106,8 +110,9 @@ export const mergeProgress = (db: Knex, id: string, patch: JobProgress) =>
   db('jobs').where({ id }).update({ progress: db.raw('progress || ?::jsonb', [JSON.stringify(patch)]) });
 
 /** An input as its upload starts (size 0 until it ends): from then on the worker may follow it. */
+const inputFile = prepared<never>('insert_input_file', `INSERT INTO job_files (job_id, role, n, name, content_type, size) VALUES (:id, 'input', :n, :name, :content_type, 0)`);
 export async function insertInputFile(db: Knex, jobId: string, f: Omit<JobFileRow, 'job_id' | 'role' | 'size'>): Promise<void> {
-  await db('job_files').insert({ ...f, size: 0, job_id: jobId, role: 'input' });
+  await inputFile(db, { id: jobId, n: f.n, name: f.name, content_type: f.content_type });
 }
 
 /**

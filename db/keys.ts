@@ -167,14 +167,16 @@ const keyByFingerprint = prepared<Record<string, unknown>>(
 /** A generation's identity: what a rotation needs of the one it replaces. */
 export type GenerationRef = Pick<KeyRow, 'id' | 'fingerprint' | 'generation'>;
 
+const withActive = prepared<LineageRow & { active_id: string; active_fingerprint: string; active_generation: number }>(
+  'lineage_with_active',
+  `SELECT ${LINEAGE_COLUMNS.map((c) => `l.${c}`).join(', ')}, k.id AS active_id, k.fingerprint AS active_fingerprint, k.generation AS active_generation
+   FROM key_lineages l JOIN pgp_keys k ON k.lineage_id = l.id AND k.status = 'active'
+   WHERE l.id = :id`,
+);
+
 /** A lineage with its active generation, in one query. */
 export async function lineageWithActive(db: Knex, lineageId: string): Promise<{ lineage: LineageRow; active: GenerationRef } | undefined> {
-  const row = await db('key_lineages as l')
-    .join('pgp_keys as k', function () {
-      this.on('k.lineage_id', '=', 'l.id').andOnVal('k.status', '=', 'active');
-    })
-    .where('l.id', lineageId)
-    .first<(LineageRow & { active_id: string; active_fingerprint: string; active_generation: number }) | undefined>('l.*', 'k.id as active_id', 'k.fingerprint as active_fingerprint', 'k.generation as active_generation');
+  const [row] = await withActive(db, { id: lineageId });
   if (!row) return undefined;
   const { active_id, active_fingerprint, active_generation, ...lineage } = row;
   return { lineage, active: { id: active_id, fingerprint: active_fingerprint, generation: active_generation } };
@@ -185,14 +187,15 @@ export async function lineageWithActive(db: Knex, lineageId: string): Promise<{ 
  * under the lineage's row lock (taken in the same statement and held by the caller's transaction).
  * False when the lineage is gone or another rotation got there first.
  */
+const retire = prepared<{ id: string }>(
+  'retire_active',
+  `WITH locked AS (SELECT id FROM key_lineages WHERE id = :lineage FOR UPDATE)
+   UPDATE pgp_keys SET status = 'rotated', rotated_at = :at FROM locked
+   WHERE pgp_keys.lineage_id = locked.id AND pgp_keys.status = 'active' AND pgp_keys.generation = :generation
+   RETURNING pgp_keys.id`,
+);
 export async function retireActive(db: Knex, lineageId: string, generation: number, at: Date): Promise<boolean> {
-  const { rowCount } = await db.raw<{ rowCount: number }>(
-    `with locked as (select id from key_lineages where id = ? for update)
-     update pgp_keys set status = 'rotated', rotated_at = ? from locked
-     where pgp_keys.lineage_id = locked.id and pgp_keys.status = 'active' and pgp_keys.generation = ?`,
-    [lineageId, at, generation],
-  );
-  return rowCount === 1;
+  return (await retire(db, { lineage: lineageId, generation, at })).length === 1;
 }
 
 /** A job's re-check at run time: the generation it names is still the caller's own or granted to it. */

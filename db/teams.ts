@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { recordAudit } from './audit';
+import { prepared } from './knex';
 
 /** Organizations, their members and invitations, team access links and the grants the sync computes. */
 
@@ -99,9 +100,9 @@ export const grantedLineageIds = (db: Knex, userId: string) => db.select('lineag
 export const countGrants = async (db: Knex, granteeId: string) => Number(((await teamGrants(db).where({ grantee_id: granteeId }).count<{ count: string }[]>({ count: '*' }))[0]?.count) ?? 0);
 
 /** Marks every link to the source pending (its keys changed); returns the accounts linked to it. One statement. */
+const linksToPending = prepared<{ grantee_id: string }>('links_to_pending', `UPDATE team_links SET state = 'pending', updated_at = :at WHERE source_id = :source RETURNING grantee_id`);
 export async function markLinksToPending(db: Knex, sourceId: string, at: Date): Promise<string[]> {
-  const rows = (await teamLinks(db).where({ source_id: sourceId }).update({ state: 'pending', updated_at: at }).returning('grantee_id')) as { grantee_id: string }[];
-  return rows.map((r) => r.grantee_id);
+  return (await linksToPending(db, { source: sourceId, at })).map((r) => r.grantee_id);
 }
 
 /**
