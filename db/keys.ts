@@ -1,6 +1,5 @@
 import type { Knex } from 'knex';
 import { columnsOf, prepared } from './knex';
-import { grantedLineageIds } from './teams';
 
 export interface LineageRow {
   id: string;
@@ -72,11 +71,14 @@ export interface KeyView {
 }
 
 /**
- * The one ownership predicate on `pgp_keys` rows (alias `alias`), in SQL for the prepared statements that
- * check it: `:user`'s own keys, and with `:inherited` the lineages team access grants it (db/teams.ts
- * grantedLineageIds, migration 016).
+ * The one ownership predicate, in SQL for the prepared statements that check it: a row (a generation, or
+ * a lineage) whose owner column is `:user`, or, with `:inherited`, whose lineage team access grants it
+ * (db/teams.ts grantedLineageIds, migration 016). The grants are an array computed once (an InitPlan,
+ * skipped when every row is the caller's own), so that Postgres can look both sides up in indexes: as
+ * `IN (subquery)` the list scanned every current generation of every account (12.9 against 0.8 ms a
+ * list with 20,000 keys).
  */
-const usableSql = (alias: string) => `(${alias}.user_id = :user OR (:inherited AND ${alias}.lineage_id IN (SELECT granted_lineage_ids(:user))))`;
+const usableSql = (owner: string, lineage: string) => `(${owner} = :user OR ${lineage} = ANY (ARRAY(SELECT g FROM granted_lineage_ids(:user) g WHERE :inherited)))`;
 
 export async function insertLineage(db: Knex, row: Omit<LineageRow, 'created_at' | 'updated_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days' | 'min_decryption_generation' | 'destroy_after' | 'destroyed_at'>): Promise<LineageRow> {
   const [inserted] = await db<LineageRow>('key_lineages').insert(row).returning('*');
@@ -161,7 +163,7 @@ const keyByFingerprint = prepared<Record<string, unknown>>(
   'key_by_fingerprint',
   `SELECT ${KEY_COLUMNS.map((c) => `k.${c}`).join(', ')}, ${LINEAGE_COLUMNS.map((c) => `l.${c} AS ${LINEAGE_AS}${c}`).join(', ')}
    FROM pgp_keys k JOIN key_lineages l ON l.id = k.lineage_id
-   WHERE k.fingerprint = :fingerprint AND ${usableSql('k')}`,
+   WHERE k.fingerprint = :fingerprint AND ${usableSql('k.user_id', 'k.lineage_id')}`,
 );
 
 /** A generation's identity: what a rotation needs of the one it replaces. */
@@ -199,13 +201,13 @@ export async function retireActive(db: Knex, lineageId: string, generation: numb
 }
 
 /** A job's re-check at run time: the generation it names is still the caller's own or granted to it. */
-const usableKey = prepared<KeyRow>('usable_key', `SELECT ${KEY_COLUMNS.join(', ')} FROM pgp_keys k WHERE id = :id AND fingerprint = :fingerprint AND ${usableSql('k')}`);
+const usableKey = prepared<KeyRow>('usable_key', `SELECT ${KEY_COLUMNS.join(', ')} FROM pgp_keys k WHERE id = :id AND fingerprint = :fingerprint AND ${usableSql('k.user_id', 'k.lineage_id')}`);
 export const findUsableKey = async (db: Knex, userId: string, where: { id: string; fingerprint: string }): Promise<KeyRow | undefined> =>
   (await usableKey(db, { ...where, user: userId, inherited: true }))[0];
 
 /** Whether the caller may still use a lineage (its own, or granted): decrypt jobs re-check it. */
-export const lineageUsableBy = async (db: Knex, userId: string, lineageId: string) =>
-  Boolean(await db<LineageRow>('key_lineages').where({ id: lineageId }).andWhere((w) => w.where({ user_id: userId }).orWhereIn('id', grantedLineageIds(db, userId))).first());
+const usableLineage = prepared<{ id: string }>('usable_lineage', `SELECT id FROM key_lineages l WHERE id = :id AND ${usableSql('l.user_id', 'l.id')}`);
+export const lineageUsableBy = async (db: Knex, userId: string, lineageId: string) => (await usableLineage(db, { id: lineageId, user: userId, inherited: true })).length > 0;
 
 export const lineageGenerations = (db: Knex, lineageId: string) => db<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation', 'desc');
 
@@ -228,13 +230,14 @@ export type ListedKey = { lineage: Pick<LineageRow, (typeof LISTED_LINEAGE)[numb
 
 /**
  * A page of keys and the total, one prepared statement (every filter a parameter: NULL leaves it out).
- * `active` is the complement of "disabled or expired" (expires_at > now when it has one).
+ * Ownership is checked on the lineage (a generation belongs to its lineage's owner), whose account index
+ * finds the caller's rows. `active` is the complement of "disabled or expired" (expires_at > now when it has one).
  */
 const listPage = prepared<Record<string, unknown> & { list_total: number }>(
   'list_keys',
   `SELECT ${LISTED_LINEAGE.map((c) => `l.${c} AS l_${c}`).join(', ')}, ${LISTED_KEY.map((c) => `k.${c} AS k_${c}`).join(', ')}, count(*) OVER () AS list_total
    FROM key_lineages l JOIN pgp_keys k ON k.lineage_id = l.id AND k.status = 'active'
-   WHERE ${usableSql('k')}
+   WHERE ${usableSql('l.user_id', 'l.id')}
      AND (CAST(:environment AS text) IS NULL OR l.environment = :environment)
      AND (CAST(:label AS text) IS NULL OR l.label = :label)
      AND (CAST(:active AS boolean) IS NULL OR :active = (l.disabled_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > :now)))
