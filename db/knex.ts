@@ -23,6 +23,8 @@ export function createDb(databaseUrl: string, pool: { min?: number; max?: number
   return db;
 }
 
+const statements = new Map<string, string>();
+
 /**
  * A statement Postgres parses and plans once per connection (a named prepared statement), for the few
  * queries nearly every request makes: on these VMs parsing and planning are ~90 of the ~140 µs of
@@ -32,11 +34,13 @@ export function createDb(databaseUrl: string, pool: { min?: number; max?: number
  * runs ("cached plan must not change result type").
  */
 export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: Knex.ValueDict) => Promise<Row[]> {
-  if (preparedNames.has(name)) throw new Error(`prepared statement "${name}" is defined twice`);
-  preparedNames.add(name);
+  if (statements.has(name)) throw new Error(`prepared statement "${name}" is defined twice`);
+  statements.set(name, sql);
   return async (db, bindings) => ((await db.raw(sql, bindings).options({ name })) as { rows: Row[] }).rows;
 }
-const preparedNames = new Set<string>();
+
+/** Every prepared statement defined so far, by name (test/lib/prepared.test.ts checks they name their columns). */
+export const preparedStatements: ReadonlyMap<string, string> = statements;
 
 /** Every column of a row type, as a list the compiler holds to the type (for statements that name their columns). */
 export const columnsOf = <Row>(all: Record<keyof Row & string, 1>) => Object.keys(all) as (keyof Row & string)[];

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { prepared } from './knex';
+import { columnsOf, prepared } from './knex';
 
 export interface UserRow {
   id: string;
@@ -19,7 +19,20 @@ export interface UserRow {
 const live = (db: Knex) => db<UserRow>('users').whereNull('deleted_at');
 
 // Every authenticated request reads its account (the token version): a prepared statement.
-const USER_COLUMNS = 'id, username, email, company_name, password_hash, role, token_version, rotation_days, email_verified_at, deleted_at, created_at, updated_at';
+const USER_COLUMNS = columnsOf<UserRow>({
+  id: 1,
+  username: 1,
+  email: 1,
+  company_name: 1,
+  password_hash: 1,
+  role: 1,
+  token_version: 1,
+  rotation_days: 1,
+  email_verified_at: 1,
+  deleted_at: 1,
+  created_at: 1,
+  updated_at: 1,
+}).join(', ');
 const userById = prepared<UserRow>('users_by_id', `SELECT ${USER_COLUMNS} FROM users WHERE id = :id AND deleted_at IS NULL`);
 export const findUserById = async (db: Knex, id: string): Promise<UserRow | undefined> => (await userById(db, { id }))[0];
 
