@@ -30,14 +30,33 @@ const statements = new Map<string, string>();
  * queries nearly every request makes: on these VMs parsing and planning are ~90 of the ~140 µs of
  * Postgres CPU a simple query costs, and knex's query builder ~0.15 ms of the API's per query. `sql` takes
  * named bindings (`:name`), as `db.raw` does (so casts are written `CAST(x AS t)`, not `x::t`). It names the
- * columns it reads and returns: a prepared `SELECT *` fails once a migration adds a column while the process
- * runs ("cached plan must not change result type").
+ * columns it reads and returns: a prepared `SELECT *` would fail on every connection once a migration adds a
+ * column while the process runs ("cached plan must not change result type"); a change of a named column's
+ * type is recovered from below.
  */
 export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: Knex.ValueDict) => Promise<Row[]> {
   if (statements.has(name)) throw new Error(`prepared statement "${name}" is defined twice`);
   statements.set(name, sql);
-  return async (db, bindings) => ((await db.raw(sql, bindings).options({ name })) as { rows: Row[] }).rows;
+  let version = 0;
+  const nameOf = (v: number) => (v ? `${name}_${v}` : name);
+  const run = async (db: Knex, bindings: Knex.ValueDict, as: string) => ((await db.raw(sql, bindings).options({ name: as })) as { rows: Row[] }).rows;
+  return async (db, bindings) => {
+    const tried = version;
+    try {
+      return await run(db, bindings, nameOf(tried));
+    } catch (err) {
+      // A migration changed a column it returns while this process ran: a connection's plan of this name
+      // stays stale for good, so the statement goes on under a new name, which each connection prepares
+      // anew. In a transaction the error has aborted it: the caller's next attempt takes the new name.
+      if (!isStalePlan(err)) throw err;
+      if (version === tried) version++;
+      if (db.isTransaction) throw err;
+      return run(db, bindings, nameOf(version));
+    }
+  };
 }
+
+const isStalePlan = (err: unknown) => (err as { code?: string }).code === '0A000' && /cached plan must not change result type/.test((err as Error).message);
 
 /** Every prepared statement defined so far, by name (test/lib/prepared.test.ts checks they name their columns). */
 export const preparedStatements: ReadonlyMap<string, string> = statements;

@@ -1,5 +1,5 @@
-import { describe, expect, it } from 'vitest';
-import { prepared, preparedStatements } from '../../db/knex';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { createDb, dropDatabase, ensureDatabase, prepared, preparedStatements, type Db } from '../../db/knex';
 // The modules that define the service's prepared statements.
 import '../../db/jobs';
 import '../../db/keys';
@@ -18,5 +18,31 @@ describe('prepared statements', () => {
   it('refuse a name defined twice (the driver would reject the second text on a connection that has the first)', () => {
     const [name] = preparedStatements.keys();
     expect(() => prepared(name!, 'SELECT 1')).toThrow(/defined twice/);
+  });
+});
+
+describe('a prepared statement whose result type a migration changed under the running process', () => {
+  const url = new URL(inject('pgBase'));
+  url.pathname = `/${inject('runId')}_prepared`;
+  let db: Db;
+  const read = prepared<{ id: number; v: number | string }>('test_stale_plan', 'SELECT id, v FROM t WHERE id = :id');
+  beforeAll(async () => {
+    await ensureDatabase(url.toString());
+    db = createDb(url.toString(), { max: 1 }); // one connection: the one that holds the first plan
+    await db.raw('CREATE TABLE t (id int PRIMARY KEY, v int)');
+    await db.raw('INSERT INTO t VALUES (1, 10)');
+  });
+  afterAll(async () => {
+    await db?.destroy();
+    await dropDatabase(url.toString());
+  });
+
+  it('goes on under a new name (outside a transaction at once, inside at the next attempt)', async () => {
+    expect(await read(db, { id: 1 })).toEqual([{ id: 1, v: 10 }]);
+    await db.raw('ALTER TABLE t ALTER COLUMN v TYPE bigint');
+    expect(await read(db, { id: 1 })).toEqual([{ id: 1, v: 10 }]); // int8 is parsed as a number (db/knex.ts)
+    await db.raw('ALTER TABLE t ALTER COLUMN v TYPE text');
+    await expect(db.transaction((trx) => read(trx, { id: 1 }))).rejects.toThrow(/cached plan must not change result type/);
+    expect(await db.transaction((trx) => read(trx, { id: 1 }))).toEqual([{ id: 1, v: '10' }]);
   });
 });
