@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import type { Scope } from '../lib/auth/scopes';
+import { prepared } from './knex';
 
 export interface ApiKeyRow {
   id: string;
@@ -51,16 +52,16 @@ export interface ApiKeyCredential {
   role: 'user' | 'admin';
 }
 
-export function findCredentialByHash(db: Knex, keyHash: string): Promise<ApiKeyCredential | undefined> {
-  return db('api_key_secrets as s')
-    .join('api_keys as k', 'k.id', 's.key_id')
-    .join('users as u', 'u.id', 'k.user_id')
-    .whereNull('u.deleted_at')
-    .where('s.key_hash', keyHash)
-    .first<ApiKeyCredential | undefined>(
-      's.id as secret_id', 's.rotated_at', 's.valid_until', 'k.id as key_id', 'k.scopes', 'k.expires_at', 'k.revoked_at',
-      'u.id as user_id', 'u.username', 'u.email', 'u.role',
-    );
+// Every request authenticated by a managed API key makes this lookup: a prepared statement.
+const credentialByHash = prepared<ApiKeyCredential>(
+  'api_key_credential',
+  `SELECT s.id AS secret_id, s.rotated_at, s.valid_until, k.id AS key_id, k.scopes, k.expires_at, k.revoked_at,
+     u.id AS user_id, u.username, u.email, u.role
+   FROM api_key_secrets s JOIN api_keys k ON k.id = s.key_id JOIN users u ON u.id = k.user_id
+   WHERE s.key_hash = :hash AND u.deleted_at IS NULL`,
+);
+export async function findCredentialByHash(db: Knex, keyHash: string): Promise<ApiKeyCredential | undefined> {
+  return (await credentialByHash(db, { hash: keyHash }))[0];
 }
 
 /** Adds `count` authenticated requests (lib/usage.ts batches them): a single-row UPDATE by primary key. */

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { columnsOf, prepared } from './knex';
 
 export interface PartnerKeyRow {
   id: string;
@@ -15,7 +16,13 @@ export interface PartnerKeyRow {
 export const findActivePartnerKey = (db: Knex, userId: string) =>
   db<PartnerKeyRow>('partner_api_keys').where({ user_id: userId, status: 'active' }).first();
 
-export const findPartnerKeyByHash = (db: Knex, keyHash: string) => db<PartnerKeyRow>('partner_api_keys').where({ key_hash: keyHash }).first();
+// Every request authenticated by a partner key makes this lookup: a prepared statement.
+const partnerKeyByHash = prepared<PartnerKeyRow>(
+  'partner_key_by_hash',
+  `SELECT ${columnsOf<PartnerKeyRow>({ id: 1, user_id: 1, prefix: 1, key_hash: 1, status: 1, expires_at: 1, last_used_at: 1, revoked_at: 1, created_at: 1 }).join(', ')}
+   FROM partner_api_keys WHERE key_hash = :hash`,
+);
+export const findPartnerKeyByHash = async (db: Knex, keyHash: string): Promise<PartnerKeyRow | undefined> => (await partnerKeyByHash(db, { hash: keyHash }))[0];
 
 export async function insertPartnerKey(db: Knex, row: Pick<PartnerKeyRow, 'user_id' | 'prefix' | 'key_hash' | 'expires_at'>): Promise<PartnerKeyRow> {
   const [inserted] = await db<PartnerKeyRow>('partner_api_keys').insert(row).returning('*');

@@ -1,8 +1,10 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createDb, dropDatabase, ensureDatabase, prepared, preparedStatements, type Db } from '../../db/knex';
 // The modules that define the service's prepared statements.
+import '../../db/api-keys';
 import '../../db/jobs';
 import '../../db/keys';
+import '../../db/partner-keys';
 import '../../db/teams';
 import '../../db/users';
 
