@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
+import { armorMessage } from './armor';
 import { MdcThread } from './mdc-thread';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL } from './native';
 import { sessionKeyPacket } from './pkesk';
@@ -193,27 +194,6 @@ class FramingScanner {
   end(): void {
     if (this.state !== 'done' && this.state !== 'rest') throw malformed('the encrypted data packet is cut short');
   }
-}
-
-/** ASCII armor (RFC 9580 §6.2) of binary chunks, 64 characters a line; no CRC (§6.1: SHOULD NOT). */
-export async function* armorMessage(chunks: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-  yield Buffer.from('-----BEGIN PGP MESSAGE-----\n\n');
-  let carry = Buffer.alloc(0);
-  for await (const chunk of chunks) {
-    const all = carry.length ? Buffer.concat([carry, chunk]) : chunk;
-    const whole = all.length - (all.length % 48);
-    if (whole) yield lines(all.subarray(0, whole));
-    carry = Buffer.from(all.subarray(whole));
-  }
-  if (carry.length) yield lines(carry);
-  yield Buffer.from('-----END PGP MESSAGE-----\n');
-}
-
-function lines(bytes: Buffer): Buffer {
-  const b64 = bytes.toString('base64');
-  const out: string[] = [];
-  for (let i = 0; i < b64.length; i += 64) out.push(b64.slice(i, i + 64));
-  return Buffer.from(`${out.join('\n')}\n`);
 }
 
 /**
