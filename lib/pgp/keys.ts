@@ -1,6 +1,8 @@
 import type * as openpgp from 'openpgp';
 import { invalid, tooLarge } from '../errors';
 import { LruCache } from '../lru';
+import { armorKey } from './armor';
+import { curve25519Key } from './keygen';
 
 /**
  * OpenPGP keys we generate and keys users hand us. Everything here is chosen so that GnuPG 2.2 and
@@ -77,17 +79,8 @@ export interface GeneratedKey {
   expiresAt: Date | null;
 }
 
-function keyTypeOptions(algorithm: KeyAlgorithm): Pick<openpgp.KeyOptions, 'type' | 'curve' | 'rsaBits'> {
-  switch (algorithm) {
-    case 'curve25519':
-      // Legacy ids (EdDSA 22 + ECDH 18): the new `type: 'curve25519'` ids are unreadable for gpg 2.2.
-      return { type: 'ecc', curve: 'curve25519Legacy' };
-    case 'rsa3072':
-      return { type: 'rsa', rsaBits: 3072 };
-    case 'rsa4096':
-      return { type: 'rsa', rsaBits: 4096 };
-  }
-}
+/** RSA sizes; Curve25519 keys are made in keygen.ts. */
+const RSA_BITS: Record<Exclude<KeyAlgorithm, 'curve25519'>, number> = { rsa3072: 3072, rsa4096: 4096 };
 
 export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey> {
   if (!KEY_ALGORITHMS.includes(input.algorithm)) throw invalid('invalid_algorithm', `unknown key algorithm "${input.algorithm}"`);
@@ -100,9 +93,24 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   const createdAt = new Date(Math.floor((input.date ?? new Date()).getTime() / 1000) * 1000);
   const keyExpirationTime = days ? days * 86_400 : 0;
 
+  const expiresAt = keyExpirationTime ? new Date(createdAt.getTime() + keyExpirationTime * 1000) : null;
+  if (input.algorithm === 'curve25519') {
+    const key = curve25519Key({ userId: userIdOf(input), secret: input.secret, s2kCountByte: GENERATION_S2K_COUNT_BYTE, createdAt, expiresIn: keyExpirationTime });
+    return {
+      fingerprint: key.fingerprint,
+      keyId: key.keyId,
+      encryptionKeyIds: [key.subkeyId],
+      publicArmored: armorKey('PUBLIC KEY', key.publicPackets),
+      privateArmored: armorKey('PRIVATE KEY', key.privatePackets),
+      algorithm: input.algorithm,
+      createdAt,
+      expiresAt,
+    };
+  }
   const pgp = await loadOpenpgp();
   const { privateKey } = await pgp.generateKey({
-    ...keyTypeOptions(input.algorithm),
+    type: 'rsa',
+    rsaBits: RSA_BITS[input.algorithm],
     userIDs: [{ name: input.name, email: input.email }],
     passphrase: input.secret,
     keyExpirationTime,
@@ -118,9 +126,12 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
     privateArmored: privateKey.armor(),
     algorithm: input.algorithm,
     createdAt,
-    expiresAt: keyExpirationTime ? new Date(createdAt.getTime() + keyExpirationTime * 1000) : null,
+    expiresAt,
   };
 }
+
+/** The user id packet's text, as OpenPGP.js forms it: "name <email>", either part left out when empty. */
+const userIdOf = ({ name, email }: Pick<GenerateKeyInput, 'name' | 'email'>): string => [name, email && `<${email}>`].filter(Boolean).join(' ');
 
 export interface RecipientKey {
   key: openpgp.PublicKey;

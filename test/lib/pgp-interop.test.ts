@@ -72,8 +72,14 @@ describe.each(['curve25519', 'rsa3072'] as const)('our %s key', (algorithm) => {
     expect(sub?.split(':')[11]).toContain('e'); // capabilities of the subkey: encrypt
     expect(sub?.split(':')[4]?.toLowerCase()).toBe(gen.encryptionKeyIds[0]);
 
+    // gpg checks both self-signatures (the user id's certification, the subkey's binding).
+    const sigs = await home.gpg(['--check-sigs', gen.fingerprint]);
+    expect(sigs.stdout.toString().match(/^sig!/gm)).toHaveLength(2);
+    expect(sigs.stderr).toContain('2 good signatures');
+
     const inspect = (await home.sq(['inspect', publicPath])).stdout.toString();
     expect(inspect).toContain('OpenPGP Certificate');
+    expect(inspect).not.toMatch(/Bad Signature|Invalid/i);
     expect(inspect).toContain(gen.fingerprint.toUpperCase());
     expect(inspect).toMatch(/Key flags: transport encryption, data-at-rest encryption/);
   });
