@@ -72,8 +72,19 @@ const JOB_COLUMNS = columnsOf<JobRow>({
 }).join(', ');
 
 export const findJob = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }).first();
-const userJob = prepared<JobRow>('user_job', `SELECT ${JOB_COLUMNS} FROM jobs WHERE id = :id AND user_id = :user`);
-export const findUserJob = async (db: Knex, userId: string, id: string): Promise<JobRow | undefined> => (await userJob(db, { id, user: userId }))[0];
+/** A job as its owner reads it: with its output files once it has completed, until they are purged (else null). */
+export type UserJobRow = JobRow & { outputs: OutputFile[] | null };
+// The outputs come in the same statement: a status read of a finished job and a download need both.
+const userJob = prepared<UserJobRow>(
+  'user_job',
+  `SELECT ${JOB_COLUMNS},
+     CASE WHEN state = 'completed' AND purged_at IS NULL THEN
+       (SELECT coalesce(json_agg(json_build_object('n', f.n, 'name', f.name, 'size', f.size, 'content_type', f.content_type) ORDER BY f.n), '[]')
+        FROM job_files f WHERE f.job_id = jobs.id AND f.role = 'output')
+     END AS outputs
+   FROM jobs WHERE id = :id AND user_id = :user`,
+);
+export const findUserJob = async (db: Knex, userId: string, id: string): Promise<UserJobRow | undefined> => (await userJob(db, { id, user: userId }))[0];
 /** A job's sealed data key (lib/blob/data-keys.ts), for a process that has not read its row. */
 export const jobDataKey = async (db: Knex, id: string) => (await db<JobRow>('jobs').where({ id }).first('data_key'))?.data_key;
 export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();

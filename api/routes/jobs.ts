@@ -4,7 +4,7 @@ import { Job } from '../schemas/jobs';
 import { AppError, conflict, gone, notFound } from '../../lib/errors';
 import { arrivingInput, jobBlob, jobView, watchJobEnd } from '../../lib/services/jobs';
 import { readAsPreferred } from '../job-reply';
-import { findJob, findUserJob, isFinished, jobFiles, type JobRow } from '../../db/jobs';
+import { findJob, findUserJob, isFinished, type JobRow } from '../../db/jobs';
 import { encryptedOutput, EncryptRequest } from '../../jobs/encrypt-files';
 import { FormBoolean } from '../schemas/keys';
 import type { AppContext } from '../route';
@@ -62,7 +62,7 @@ export default [
         throw conflict('job_not_completed', `The job is ${row.state}; outputs exist once it has completed.${how}`);
       }
       if (row.purged_at) throw gone('output_expired', 'The outputs of this job have passed their retention and were deleted.');
-      const file = (await jobFiles(c.db, row.id, 'output')).find((f) => f.n === params.n);
+      const file = row.outputs?.find((f) => f.n === params.n);
       if (!file) throw notFound('file_not_found', `The job has no output file ${params.n}.`);
       let stream;
       try {

@@ -5,7 +5,7 @@ import type { Knex } from 'knex';
 import { emitEvent, type AccountEvent } from '../events';
 import { AppError, conflict, invalid } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { failUnfinishedJob, findJobByIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type JobFileRow, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
+import { failUnfinishedJob, findJobByIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
 
 /**
  * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
@@ -37,11 +37,12 @@ export interface JobView {
 
 export const statusUrl = (jobId: string) => `/api/v1/jobs/${jobId}`;
 
-export async function jobView(c: Container, row: JobRow): Promise<JobView> {
+/** A job as the API shows it; `outputs` when the row was read with them (findUserJob), else they are read here. */
+export async function jobView(c: Container, row: JobRow & { outputs?: OutputFile[] | null }): Promise<JobView> {
   let result = row.result;
   if (row.state === 'completed' && result && Array.isArray(result.files)) {
     // Download links are derived, not stored, and vanish with the outputs.
-    const outputs = row.purged_at ? [] : await jobFiles(c.db, row.id, 'output');
+    const outputs = row.purged_at ? [] : (row.outputs ?? (await jobFiles(c.db, row.id, 'output')));
     result = { ...result, files: outputs.map((f) => fileView(row.id, f)), outputs_expired: Boolean(row.purged_at) };
   }
   return {
@@ -59,7 +60,7 @@ export async function jobView(c: Container, row: JobRow): Promise<JobView> {
   };
 }
 
-const fileView = (jobId: string, f: JobFileRow) => ({ n: f.n, name: f.name, size: f.size, content_type: f.content_type, download_url: `${statusUrl(jobId)}/files/${f.n}` });
+const fileView = (jobId: string, f: OutputFile) => ({ n: f.n, name: f.name, size: f.size, content_type: f.content_type, download_url: `${statusUrl(jobId)}/files/${f.n}` });
 
 export interface SubmitInput {
   id: string;
