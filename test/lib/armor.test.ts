@@ -28,6 +28,19 @@ describe('armor', () => {
   it('computes the CRC-24 of RFC 9580 §6.1.1', () => {
     expect(crc24(Buffer.alloc(0), 0xb704ce)).toBe(0xb704ce);
     expect(crc24(Buffer.from('123456789'), 0xb704ce)).toBe(0x21cf02); // the algorithm's check value
+    // Against the definition, a bit at a time, over lengths around the 8-octet steps, whole and in pieces.
+    const bitwise = (bytes: Uint8Array, crc: number) => {
+      for (const b of bytes) {
+        crc ^= b << 16;
+        for (let i = 0; i < 8; i++) crc = crc & 0x800000 ? ((crc << 1) ^ 0x1864cfb) & 0xffffff : (crc << 1) & 0xffffff;
+      }
+      return crc;
+    };
+    for (let n = 0; n < 70; n++) {
+      const data = randomBytes(n);
+      expect(crc24(data, 0xb704ce)).toBe(bitwise(data, 0xb704ce));
+      expect(crc24(data.subarray(n >> 1), crc24(data.subarray(0, n >> 1), 0xb704ce))).toBe(bitwise(data, 0xb704ce));
+    }
   });
 
   // gpg 2.2 read armor without a CRC line and without `=` padding (data a multiple of 3 octets) on
