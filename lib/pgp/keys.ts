@@ -86,8 +86,9 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   if (!KEY_ALGORITHMS.includes(input.algorithm)) throw invalid('invalid_algorithm', `unknown key algorithm "${input.algorithm}"`);
   if (!input.secret) throw new Error('generateKey: a secret is required to protect the private key');
   const days = input.expiresInDays;
-  if (days !== undefined && (!Number.isInteger(days) || days < 1)) {
-    throw invalid('invalid_expiry', 'expires_in_days must be a positive integer');
+  // OpenPGP counts a key's lifetime in a 32-bit number of seconds (~136 years).
+  if (days !== undefined && (!Number.isInteger(days) || days < 1 || days * 86_400 > 0xffffffff)) {
+    throw invalid('invalid_expiry', 'expires_in_days must be a positive integer of at most 49710 days');
   }
   // Whole seconds: OpenPGP timestamps have no fractions, and expiresAt must equal what the key says.
   const createdAt = new Date(Math.floor((input.date ?? new Date()).getTime() / 1000) * 1000);

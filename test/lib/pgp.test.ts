@@ -121,6 +121,8 @@ describe('generateKey', () => {
       generateKey({ name: 'x', email: 'x@example.com', algorithm: 'curve25519', secret: SECRET, expiresInDays: 0 }),
       'invalid_expiry',
     );
+    await expectAppError(generateKey({ name: 'x', email: 'x@example.com', algorithm: 'curve25519', secret: SECRET, expiresInDays: 49_711 }), 'invalid_expiry');
+    expect((await generateKey({ name: 'x', email: 'x@example.com', algorithm: 'curve25519', secret: SECRET, expiresInDays: 49_710 })).expiresAt).not.toBeNull();
   });
 });
 
