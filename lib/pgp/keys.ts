@@ -93,8 +93,8 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   // Whole seconds: OpenPGP timestamps have no fractions, and expiresAt must equal what the key says.
   const createdAt = new Date(Math.floor((input.date ?? new Date()).getTime() / 1000) * 1000);
   const keyExpirationTime = days ? days * 86_400 : 0;
-
   const expiresAt = keyExpirationTime ? new Date(createdAt.getTime() + keyExpirationTime * 1000) : null;
+
   if (input.algorithm === 'curve25519') {
     const key = curve25519Key({ userId: userIdOf(input), secret: input.secret, s2kCountByte: GENERATION_S2K_COUNT_BYTE, createdAt, expiresIn: keyExpirationTime });
     return {
