@@ -28,22 +28,39 @@ const statements = new Map<string, string>();
 /**
  * A statement Postgres parses and plans once per connection (a named prepared statement), for the few
  * queries nearly every request makes: on these VMs parsing and planning are ~90 of the ~140 µs of
- * Postgres CPU a simple query costs, and knex's query builder ~0.15 ms of the API's per query. `sql` takes
- * named bindings (`:name`), as `db.raw` does (so casts are written `CAST(x AS t)`, not `x::t`). It names the
- * columns it reads and returns: a prepared `SELECT *` would fail on every connection once a migration adds a
- * column while the process runs ("cached plan must not change result type"); a change of a named column's
- * type is recovered from below.
+ * Postgres CPU a simple query costs. `sql` takes named bindings (`:name`), turned into positional ones
+ * here, once; casts are written `CAST(x AS t)`, not `x::t`. It runs on knex's pool and transactions
+ * through the client's own `query` (its events, error cleaning and completed-transaction check) without
+ * knex's raw builder and runner, which compiled the bindings again on every call. It names the columns it
+ * reads and returns: a prepared `SELECT *` would fail on every connection once a migration adds a column
+ * while the process runs ("cached plan must not change result type"); a change of a named column's type
+ * is recovered from below.
  */
 export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: Knex.ValueDict) => Promise<Row[]> {
   if (statements.has(name)) throw new Error(`prepared statement "${name}" is defined twice`);
+  if (/::|\?/.test(sql)) throw new Error(`prepared statement "${name}": write casts as CAST(x AS t), and no "?"`);
   statements.set(name, sql);
+  const names: string[] = [];
+  const text = sql.replace(/:([A-Za-z_]\w*)/g, (_, binding: string) => `$${names.push(binding)}`);
   let version = 0;
   const nameOf = (v: number) => (v ? `${name}_${v}` : name);
-  const run = async (db: Knex, bindings: Knex.ValueDict, as: string) => ((await db.raw(sql, bindings).options({ name: as })) as { rows: Row[] }).rows;
+  const run = async (db: Knex, values: unknown[], as: string): Promise<Row[]> => {
+    const client = db.client as QueryClient;
+    const connection = await client.acquireConnection();
+    try {
+      return (await client.query(connection, { sql: text, bindings: values, options: { name: as } })).response.rows as Row[];
+    } finally {
+      await client.releaseConnection(connection);
+    }
+  };
   return async (db, bindings) => {
+    const values = names.map((n) => {
+      if (bindings[n] === undefined) throw new Error(`prepared statement "${name}": no value for :${n}`);
+      return bindings[n];
+    });
     const tried = version;
     try {
-      return await run(db, bindings, nameOf(tried));
+      return await run(db, values, nameOf(tried));
     } catch (err) {
       // A migration changed a column it returns while this process ran: a connection's plan of this name
       // stays stale for good, so the statement goes on under a new name, which each connection prepares
@@ -51,9 +68,16 @@ export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: K
       if (!isStalePlan(err)) throw err;
       if (version === tried) version++;
       if (db.isTransaction) throw err;
-      return run(db, bindings, nameOf(version));
+      return run(db, values, nameOf(version));
     }
   };
+}
+
+/** The part of knex's client (a pool's, or a transaction's, which always hands out its connection) that `prepared` uses. */
+interface QueryClient {
+  acquireConnection(): Promise<unknown>;
+  releaseConnection(connection: unknown): Promise<void>;
+  query(connection: unknown, query: { sql: string; bindings: unknown[]; options: { name: string } }): Promise<{ response: { rows: unknown[] } }>;
 }
 
 const isStalePlan = (err: unknown) => (err as { code?: string }).code === '0A000' && /cached plan must not change result type/.test((err as Error).message);
