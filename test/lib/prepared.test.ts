@@ -47,4 +47,23 @@ describe('a prepared statement whose result type a migration changed under the r
     await expect(db.transaction((trx) => read(trx, { id: 1 }))).rejects.toThrow(/cached plan must not change result type/);
     expect(await db.transaction((trx) => read(trx, { id: 1 }))).toEqual([{ id: 1, v: '10' }]);
   });
+
+  it('binds each :name where it occurs, refuses a missing one, and keeps a transaction to its connection', async () => {
+    const pair = prepared<{ a: number; b: string; again: number }>('test_bindings', 'SELECT CAST(:a AS int) AS a, CAST(:b AS text) AS b, CAST(:a AS int) + 1 AS again');
+    expect(await pair(db, { a: 1, b: 'x' })).toEqual([{ a: 1, b: 'x', again: 2 }]);
+    expect(await pair(db, { a: 1, b: null })).toEqual([{ a: 1, b: null, again: 2 }]);
+    await expect(pair(db, { a: 1 })).rejects.toThrow(/no value for :b/);
+    expect(() => prepared('test_cast', 'SELECT :a::int')).toThrow(/CAST/);
+    // In a transaction it sees the transaction's own writes (one connection in the pool: any other would wait).
+    let seen: unknown;
+    await db
+      .transaction(async (trx) => {
+        await trx.raw('INSERT INTO t VALUES (2, 20)');
+        seen = await read(trx, { id: 2 });
+        await trx.rollback();
+      })
+      .catch(() => undefined); // the rollback rejects the transaction's promise
+    expect(seen).toEqual([{ id: 2, v: '20' }]);
+    expect(await read(db, { id: 2 })).toEqual([]);
+  });
 });
