@@ -2,7 +2,7 @@
  * Request and small-job latency (bench/lib/latency.ts), on its own: one API process and one worker.
  * `npm run bench -- --only latency` runs the same measurement inside the full bench.
  *
- *   npm run bench:latency -- [--rate N] [--seconds N] [--jobs N]     (default 500/s, 5 s, 50 jobs)
+ *   npm run bench:latency -- [--rate N] [--seconds N] [--jobs N] [--warmup S]     (default 500/s, 5 s, 50 jobs, 10 s)
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -25,7 +25,7 @@ try {
   await service.startWeb();
   await service.addWorker('crypto=4');
   const list = await measureListLatency(service.baseUrl, { rate, seconds: arg('--seconds', 5), cpu: serviceCpuReader(service) });
-  const small = await measureSmallJobs(service.baseUrl, { concurrency: [1, 16], jobs: arg('--jobs', 50), cpu: serviceCpuReader(service) });
+  const small = await measureSmallJobs(service.baseUrl, { concurrency: [1, 16], jobs: arg('--jobs', 50), warmupSeconds: arg('--warmup', 10), cpu: serviceCpuReader(service) });
   creates.push(fileCreateCost(dir));
   for (const line of latencyLines(list, rate, small)) console.log(line);
   console.log(`file creates ${creates.map(Math.round).join(' → ')} µs at the start and the end (bench/README.md, "Files the filesystem hands out")`);

@@ -46,7 +46,7 @@ const authSection = async (b: Bench) => {
 /** `latency`: GET /keys/list at 500 requests/s, and 1 KiB encrypt jobs with Prefer: wait at concurrency 1 and 16. */
 const latencySection = async (b: Bench) => {
   const list = await measureListLatency(b.service.baseUrl, { rate: 500, seconds: 5, cpu: serviceCpuReader(b.service) });
-  for (const line of latencyLines(list, 500, await measureSmallJobs(b.service.baseUrl, { concurrency: [1, 16], jobs: 50, cpu: serviceCpuReader(b.service) }))) console.log(line);
+  for (const line of latencyLines(list, 500, await measureSmallJobs(b.service.baseUrl, { concurrency: [1, 16], jobs: 50, warmupSeconds: 10, cpu: serviceCpuReader(b.service) }))) console.log(line);
   return {};
 };
 const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, rewrap: rewrapSection, events: eventsSection, auth: authSection, latency: latencySection };
