@@ -28,8 +28,9 @@ const loadOpenpgp = () => (openpgpModule ??= import('openpgp'));
 /**
  * Key generation preferences end up in the self-signatures: AES-256 first, SHA-512/256, compression
  * "uncompressed" first (peers that honour prefs will not compress on our behalf), MDC only (no SEIPDv2).
+ * OpenPGP.js makes RSA keys with them; keygen.ts writes the same into Curve25519 keys (its test compares).
  */
-const keygenConfig = ({ enums }: typeof openpgp): openpgp.PartialConfig => ({
+export const keygenConfig = ({ enums }: typeof openpgp): openpgp.PartialConfig => ({
   v6Keys: false,
   aeadProtect: false,
   preferredSymmetricAlgorithm: enums.symmetric.aes256,
