@@ -120,7 +120,7 @@ async function generateKey(base: string, token: string): Promise<string> {
   return res.json.fingerprint as string;
 }
 
-/** One timed series of small jobs; `cold`: the first ones on fresh processes, before the warm-up. */
+/** One timed series of small jobs; `cold`: the first ones, before the warm-up. */
 export interface SmallJobs {
   concurrency: number;
   latency: Latency;
@@ -130,8 +130,8 @@ export interface SmallJobs {
 /**
  * Small jobs: a 1 KiB file encrypted with `Prefer: wait=30`, from submit to the finished result in the
  * answer, `jobs` times at each concurrency (closed loops: each client sends its next job when one ends).
- * As rotations are (sections.ts), they are timed after `warmupSeconds` of untimed jobs: on fresh
- * processes V8 is still compiling their path (a p50 of 20–24 ms at concurrency 1 over the first 50
+ * As rotations are (sections.ts), they are timed after `warmupSeconds` of untimed jobs: until then
+ * V8 is still compiling their path (a p50 of 20–24 ms at concurrency 1 over the first 50
  * jobs, 17 ms after 600). The first `jobs` at concurrency 1 are timed on their own, before the warm-up.
  */
 export async function measureSmallJobs(base: string, opts: { concurrency: number[]; jobs: number; warmupSeconds: number; cpu?: CpuReader }): Promise<SmallJobs[]> {
@@ -201,7 +201,7 @@ export function latencyLines(list: Latency, listRate: number, small: SmallJobs[]
     `GET /keys/list at ${listRate} requests/s (open loop, 10 keys): ${fmt(list)}${listRate === 500 ? ` · p99 ${met(list.p99, 50)}` : ''}`,
     ...small.map((s) =>
       s.cold
-        ? `1 KiB encrypt with Prefer: wait, the first ${s.latency.requests} on fresh processes, concurrency ${s.concurrency}: ${fmt(s.latency)}`
+        ? `1 KiB encrypt with Prefer: wait, the first ${s.latency.requests} before the warm-up, concurrency ${s.concurrency}: ${fmt(s.latency)}`
         : `1 KiB encrypt with Prefer: wait, submit → result, after the warm-up, concurrency ${s.concurrency}: ${fmt(s.latency)}${s.concurrency === 1 ? ` · p50 ${met(s.latency.p50, 20)}` : ''}`,
     ),
   ];
