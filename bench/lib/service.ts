@@ -14,13 +14,17 @@ const POSTGRES = 'postgres://postgres@127.0.0.1:5432';
 const REDIS_URL = 'redis://127.0.0.1:6379';
 
 /**
- * The node flags the Procfile starts `role` with (package.json's scripts use the same: test/build.test.ts),
- * so the bench measures the processes as they run (README "The processes start as").
+ * How the Procfile starts `role`: its environment assignments and node flags (package.json's scripts use the
+ * same: test/build.test.ts), so the bench measures the processes as they run (README "The processes start as").
  */
-export function procfileFlags(role: string): string[] {
+export function procfileCommand(role: string): { env: Record<string, string>; flags: string[] } {
   const words = readFileSync(join(REPO, 'Procfile'), 'utf8').split('\n').find((line) => line.startsWith(`${role}:`))?.slice(role.length + 1).trim().split(/\s+/) ?? [];
-  if (words[0] !== 'node' || words.at(-2) !== 'dist/main.js' || words.at(-1) !== role) throw new Error(`Procfile: no "${role}: node … dist/main.js ${role}" line`);
-  return words.slice(1, -2);
+  const node = words.indexOf('node');
+  const assignments = words.slice(0, Math.max(node, 0));
+  if (node < 0 || !assignments.every((w) => /^[A-Z_]+=\S*$/.test(w)) || words.at(-2) !== 'dist/main.js' || words.at(-1) !== role) {
+    throw new Error(`Procfile: no "${role}: [NAME=value …] node … dist/main.js ${role}" line`);
+  }
+  return { env: Object.fromEntries(assignments.map((w) => [w.slice(0, w.indexOf('=')), w.slice(w.indexOf('=') + 1)])), flags: words.slice(node + 1, -2) };
 }
 
 /**
@@ -157,7 +161,9 @@ export class Service {
   }
 
   private spawn(name: string, role: string, extra: Record<string, string>): ServiceProcess {
-    const child = spawnTracked(process.execPath, [...procfileFlags(role), ...extraFlags(), ...profileFlags(), ...entry(), role], { cwd: REPO, env: this.env(extra), stdio: ['ignore', 'pipe', 'pipe'] });
+    const procfile = procfileCommand(role);
+    // The Procfile's environment as production has it, unless this shell sets the same name (experiments).
+    const child = spawnTracked(process.execPath, [...procfile.flags, ...extraFlags(), ...profileFlags(), ...entry(), role], { cwd: REPO, env: { ...procfile.env, ...this.env(extra) }, stdio: ['ignore', 'pipe', 'pipe'] });
     const proc: ServiceProcess = { name, child, pid: child.pid!, tail: [] };
     const log = logTo(name);
     const keep = (data: Buffer) => {
