@@ -53,7 +53,7 @@ describe('loadConfig', () => {
   it('npm start (the quick start) runs with NODE_ENV=development unless told otherwise; the Procfile roles do not', () => {
     const scripts = JSON.parse(readFileSync('package.json', 'utf8')).scripts as Record<string, string>;
     // The node process that runs the service gets the development default; the build before it needs none.
-    expect(scripts.start).toMatch(/(^|&& )NODE_ENV=\$\{NODE_ENV:-development\} node .*dist\/main\.js all$/);
+    expect(scripts.start).toMatch(/(^|&& )NODE_ENV=\$\{NODE_ENV:-development\} (?:[A-Z_]+=\S+ )*node .*dist\/main\.js all$/);
     for (const role of ['web', 'worker', 'scheduler']) expect(scripts[role]).not.toContain('NODE_ENV');
     for (const line of readFileSync('Procfile', 'utf8').trim().split('\n')) expect(line).not.toContain('NODE_ENV');
   });
