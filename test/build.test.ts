@@ -5,7 +5,7 @@ import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { startTestService, type TestService } from './support/service';
 import { waitForOutput } from './support/process';
-import { procfileCommand } from '../bench/lib/service';
+import { nodeCommand, procfileCommand } from '../bench/lib/service';
 
 /**
  * The production build (`npm run build`, scripts/build.mjs): JavaScript that runs with plain `node`, no
@@ -40,10 +40,10 @@ describe('the built service', () => {
   it('starts each role with the same environment and node flags from package.json as from the Procfile (and the bench)', async () => {
     const { scripts } = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
     const command = (script: string, role: string) => {
-      const [, assignments, flags] = new RegExp(`((?:[A-Z_]+=\\S+ )*)node ((?:--\\S+ )*)dist/main\\.js ${role}$`).exec(scripts[script]!)!;
+      const { env, flags } = nodeCommand(scripts[script]!.split('&&').at(-1)!, role);
       // NODE_ENV's development default is `npm start`'s own (README, Quick start), not the process's tuning.
-      const env = Object.fromEntries(assignments!.trim().split(' ').filter((w) => w && !w.startsWith('NODE_ENV=')).map((w) => w.split('=') as [string, string]));
-      return { env, flags: flags!.trim().split(' ') };
+      delete env.NODE_ENV;
+      return { env, flags };
     };
     for (const role of ['web', 'worker', 'scheduler']) expect(command(role, role)).toEqual(procfileCommand(role));
     expect(command('start', 'all')).toEqual(procfileCommand('web')); // one process that serves and works: the API's

@@ -18,11 +18,17 @@ const REDIS_URL = 'redis://127.0.0.1:6379';
  * same: test/build.test.ts), so the bench measures the processes as they run (README "The processes start as").
  */
 export function procfileCommand(role: string): { env: Record<string, string>; flags: string[] } {
-  const words = readFileSync(join(REPO, 'Procfile'), 'utf8').split('\n').find((line) => line.startsWith(`${role}:`))?.slice(role.length + 1).trim().split(/\s+/) ?? [];
+  const line = readFileSync(join(REPO, 'Procfile'), 'utf8').split('\n').find((l) => l.startsWith(`${role}:`));
+  return nodeCommand(line?.slice(role.length + 1) ?? '', role);
+}
+
+/** `[NAME=value …] node [--flag …] dist/main.js <role>` taken apart (a Procfile line, a package.json script's last command). */
+export function nodeCommand(command: string, role: string): { env: Record<string, string>; flags: string[] } {
+  const words = command.trim().split(/\s+/);
   const node = words.indexOf('node');
   const assignments = words.slice(0, Math.max(node, 0));
   if (node < 0 || !assignments.every((w) => /^[A-Z_]+=\S*$/.test(w)) || words.at(-2) !== 'dist/main.js' || words.at(-1) !== role) {
-    throw new Error(`Procfile: no "${role}: [NAME=value …] node … dist/main.js ${role}" line`);
+    throw new Error(`not a "[NAME=value …] node … dist/main.js ${role}" command: ${command}`);
   }
   return { env: Object.fromEntries(assignments.map((w) => [w.slice(0, w.indexOf('=')), w.slice(w.indexOf('=') + 1)])), flags: words.slice(node + 1, -2) };
 }
