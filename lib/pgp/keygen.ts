@@ -64,26 +64,27 @@ export function curve25519Key(input: Curve25519KeyInput): Curve25519Key {
 
   const fingerprint = crypto.createHash('sha1').update(keyHashPrefix(primary)).update(primary).digest();
   const subkeyFingerprint = crypto.createHash('sha1').update(keyHashPrefix(subkey)).update(subkey).digest();
-  const issuer = [subpacket(SUB.issuerKeyId, fingerprint.subarray(12)), subpacket(SUB.issuerFingerprint, Buffer.concat([Buffer.from([4]), fingerprint]))];
+  const issuerKeyId = subpacket(SUB.issuerKeyId, fingerprint.subarray(12));
+  const issuerFingerprint = subpacket(SUB.issuerFingerprint, Buffer.concat([Buffer.from([4]), fingerprint]));
   const validity = [subpacket(SUB.created | CRITICAL, created), ...(input.expiresIn ? [subpacket(SUB.keyExpires | CRITICAL, u32(input.expiresIn))] : [])];
 
   const userId = Buffer.from(input.userId, 'utf8');
   const certification = sign(ed.privateKey, POSITIVE_CERTIFICATION, [
     ...validity,
     subpacket(SUB.prefSymmetric, Buffer.from([AES256, AES128])),
-    issuer[0]!,
+    issuerKeyId,
     subpacket(SUB.prefHash, Buffer.from([SHA512, SHA256, 14, 12])), // then SHA3-512, SHA3-256
     subpacket(SUB.prefCompression, Buffer.from([0, 2, 1])), // uncompressed, zlib, zip
     subpacket(SUB.primaryUserId, Buffer.from([1])),
     subpacket(SUB.keyFlags | CRITICAL, Buffer.from([0x03])), // certify, sign
     subpacket(SUB.features, Buffer.from([0x01])), // MDC (no SEIPDv2: keys.ts)
-    issuer[1]!,
+    issuerFingerprint,
   ], [keyHashPrefix(primary), primary, Buffer.from([0xb4]), u32(userId.length), userId]);
   const binding = sign(ed.privateKey, SUBKEY_BINDING, [
     ...validity,
-    issuer[0]!,
+    issuerKeyId,
     subpacket(SUB.keyFlags | CRITICAL, Buffer.from([0x0c])), // encrypt communications and storage
-    issuer[1]!,
+    issuerFingerprint,
   ], [keyHashPrefix(primary), primary, keyHashPrefix(subkey), subkey]);
 
   // OpenPGP keeps the X25519 scalar big-endian, clamped (RFC 9580 §5.5.5.6.1); EdDSA its 32-octet seed.
