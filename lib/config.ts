@@ -84,6 +84,8 @@ const Env = z.object({
   DECRYPT_RETENTION_HOURS: intish(1, 1, 24 * 90),
   /** Temporary upload files and incomplete multipart uploads older than this are swept. */
   BLOB_TMP_MAX_AGE_HOURS: intish(24, 1),
+  /** A local store keeps up to this much of deleted job files for later writes to overwrite (0: delete them). */
+  BLOB_SPARE_MB: intish(256, 0, 1 << 20),
   /** Webhooks to loopback, private and link-local addresses (SSRF) are refused unless this is true. */
   WEBHOOK_ALLOW_PRIVATE_ADDRESSES: z.enum(['true', 'false']).default('false'),
   WEBHOOK_TIMEOUT_SECONDS: intish(15, 1, 60),
@@ -150,7 +152,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     jwt: { secret: jwtSecret, ttlSeconds: e.JWT_TTL_SECONDS },
     trustedProxyCount: e.TRUSTED_PROXY_COUNT,
     mail: { smtpUrl: e.SMTP_URL, from: e.MAIL_FROM, dir: e.MAIL_DIR, support: e.SUPPORT_EMAIL },
-    blob: { url: e.BLOB_STORE_URL, s3: { endpoint: e.S3_ENDPOINT, region: e.S3_REGION, accessKeyId: e.AWS_ACCESS_KEY_ID, secretAccessKey: e.AWS_SECRET_ACCESS_KEY } },
+    blob: { url: e.BLOB_STORE_URL, spareBytes: e.BLOB_SPARE_MB * 1024 * 1024, s3: { endpoint: e.S3_ENDPOINT, region: e.S3_REGION, accessKeyId: e.AWS_ACCESS_KEY_ID, secretAccessKey: e.AWS_SECRET_ACCESS_KEY } },
     workerQueues: parseQueueList(e.WORKER_QUEUES),
     workerLocks: { lockMs: e.WORKER_LOCK_MS, stalledCheckMs: e.WORKER_STALLED_CHECK_MS, shutdownGraceMs: e.WORKER_SHUTDOWN_GRACE_SECONDS * 1000 },
     adminEmails: e.ADMIN_EMAILS.map((x) => x.toLowerCase()),

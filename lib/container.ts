@@ -57,7 +57,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const sealer = createSealer(config.masterKeys.current, config.masterKeys.previous);
   // Job blobs (uploads, outputs) are sealed at rest under a per-job data key; job files are written in
   // segments that readers can follow while they grow.
-  const store = await createBlobStore(config.blob.url, { s3: config.blob.s3, env: {} });
+  const store = await createBlobStore(config.blob.url, { s3: config.blob.s3, spareBytes: config.blob.spareBytes, env: {} });
   const jobKeys = jobDataKeys(sealer, { lookup: (jobId) => jobDataKey(db, jobId), legacy: store });
   const blob = followableJobFiles(sealedJobBlobs(store, jobKeys));
   const usage = new UsageRecorder((kind, id, count, last) => (kind === 'api_key' ? addUse(db, id, count, last) : touchPartnerKey(db, id, last)), log);

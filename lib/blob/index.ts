@@ -14,6 +14,8 @@ export type { S3BlobStoreOptions, S3Settings } from './s3';
 export interface BlobStoreOptions {
   /** S3 settings; each one left undefined falls back to the environment. Ignored by the local driver. */
   s3?: S3Settings;
+  /** The local driver's spare files (LocalBlobStoreOptions); ignored by S3. */
+  spareBytes?: number;
   /** Environment for those fallbacks, default `process.env`. */
   env?: NodeJS.ProcessEnv;
 }
@@ -45,9 +47,9 @@ export async function createBlobStore(url: string, opts: BlobStoreOptions = {}):
       forcePathStyle: settings.forcePathStyle ?? (settings.endpoint !== undefined || fromEnv.forcePathStyle),
     });
   }
-  if (url.startsWith('file:')) return new LocalBlobStore(fileURLToPath(url));
+  if (url.startsWith('file:')) return new LocalBlobStore(fileURLToPath(url), { spareBytes: opts.spareBytes });
   // Anything else with a scheme is a typo or an unsupported store, not a folder named `http:`.
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(url)) throw new TypeError(`unsupported blob store URL: ${url}`);
   if (!url) throw new TypeError('blob store URL is empty');
-  return new LocalBlobStore(url);
+  return new LocalBlobStore(url, { spareBytes: opts.spareBytes });
 }

@@ -3,6 +3,7 @@
  *   <key>        published objects
  *   .tmp/        in-progress writes, renamed into place once complete (same filesystem: atomic)
  *   .uploads/    `uploadTmpDir`, where upload parsers write before `putFile` renames
+ *   .spare/      files of deleted objects kept for later writes to overwrite (SpareFiles)
  * Keys never start a segment with a dot, so these names cannot collide with objects.
  */
 import { randomUUID } from 'node:crypto';
@@ -10,6 +11,7 @@ import {
   closeSync,
   createReadStream,
   fstatSync,
+  ftruncateSync,
   mkdirSync,
   openSync,
   read,
@@ -54,18 +56,27 @@ export const SMALL_BYTES = 64 * 1024;
 
 const readAsync = promisify(read);
 
+export interface LocalBlobStoreOptions {
+  /** Bytes of deleted objects' files kept for later writes (SpareFiles); 0 deletes them at once. */
+  spareBytes?: number;
+}
+
 export class LocalBlobStore implements BlobStore {
   readonly root: string;
   readonly uploadTmpDir: string;
   private readonly tmpDir: string;
+  private readonly spareDir: string;
+  private readonly spares: SpareFiles;
 
   /** Creates the root and its working folders synchronously: this runs once at startup. */
-  constructor(root: string) {
+  constructor(root: string, opts: LocalBlobStoreOptions = {}) {
     this.root = resolve(root);
     this.tmpDir = join(this.root, '.tmp');
     this.uploadTmpDir = join(this.root, '.uploads');
     mkdirSync(this.tmpDir, { recursive: true });
     mkdirSync(this.uploadTmpDir, { recursive: true });
+    this.spareDir = join(this.root, '.spare');
+    this.spares = new SpareFiles(this.spareDir, opts.spareBytes ?? DEFAULT_SPARE_BYTES);
   }
 
   async put(key: string, source: Readable, opts: PutOptions = {}): Promise<{ size: number }> {
@@ -73,7 +84,7 @@ export class LocalBlobStore implements BlobStore {
     const tmp = this.tmpPath();
     const counter = byteCounter(opts.onProgress);
     try {
-      await pipeline(source, counter.stage, new FileSink(tmp), { signal: opts.signal });
+      await pipeline(source, counter.stage, new FileSink(tmp, this.spares), { signal: opts.signal });
       publish(tmp, dest);
     } catch (err) {
       rmSync(tmp, { force: true });
@@ -213,12 +224,13 @@ export class LocalBlobStore implements BlobStore {
       if (isMissing(err)) return 0; // no folder (or a file where one would be): nothing under the prefix
       throw err;
     }
-    return removeTree(detached);
+    return removeTree(detached, this.spares);
   }
 
   async sweepStale(olderThan: Date): Promise<number> {
     let removed = 0;
-    for (const dir of [this.tmpDir, this.uploadTmpDir]) {
+    // Spare files too: a store that stopped writing gives their disk back.
+    for (const dir of [this.tmpDir, this.uploadTmpDir, this.spareDir]) {
       // A folder removed by hand holds nothing to sweep.
       const names = await readdir(dir).catch((err: unknown) => (isMissing(err) ? [] : Promise.reject(err)));
       for (const name of names) {
@@ -256,18 +268,78 @@ function publish(from: string, dest: string): void {
  * Removes a folder that nothing writes into any more, in one walk; returns how many files it held.
  * Synchronous: a job's folder holds a few entries per file (MAX_FILES_PER_JOB of them at most).
  */
-function removeTree(dir: string): number {
+function removeTree(dir: string, spares: SpareFiles): number {
   let files = 0;
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name);
-    if (entry.isDirectory()) files += removeTree(path);
+    if (entry.isDirectory()) files += removeTree(path, spares);
     else {
-      unlinkSync(path);
+      if (!spares.keep(path)) unlinkSync(path);
       files += 1;
     }
   }
   rmdirSync(dir);
   return files;
+}
+
+/** Files smaller than this are deleted, not kept: a pool of whole segments (lib/blob/followable.ts). */
+const SPARE_MIN_BYTES = 1 << 20;
+export const DEFAULT_SPARE_BYTES = 256 << 20;
+
+/**
+ * Files of deleted objects, kept (up to a total size) for later writes to overwrite rather than create.
+ * A new file's pages are new page-cache memory; these VMs hand memory the guest frees back to the host
+ * within seconds, and each page written after that is a host fault: ~2 CPU-s per GiB of new file here,
+ * against ~0.2 to overwrite a file whose pages are still cached (bench/README.md, "Memory the host takes
+ * back"). Large objects are segments of job files, sealed (lib/blob/sealed.ts): what a kept file still
+ * holds is ciphertext, and a write that reuses it cuts it to its own length. PostgreSQL recycles its WAL
+ * files for the same reason. Several processes share the folder: a file is taken by renaming it away
+ * (only one rename wins), and the size limit may be overshot by a file per process that adds at once.
+ * Each kept file's name starts with its size, so the total is one `readdir`.
+ */
+class SpareFiles {
+  constructor(
+    private readonly dir: string,
+    private readonly maxBytes: number,
+  ) {
+    if (maxBytes > 0) mkdirSync(dir, { recursive: true });
+  }
+
+  /** Moves a spare file to `path` (for a new write to overwrite); false when there is none. */
+  takeInto(path: string): boolean {
+    if (this.maxBytes <= 0) return false;
+    for (const name of this.names()) {
+      try {
+        renameSync(join(this.dir, name), path);
+        return true;
+      } catch (err) {
+        if (!isMissing(err)) throw err; // another process took it first
+      }
+    }
+    return false;
+  }
+
+  /** Keeps the file at `path` instead of deleting it, when it is large enough and there is room; false otherwise. */
+  keep(path: string): boolean {
+    if (this.maxBytes <= 0) return false;
+    const { size } = statSync(path);
+    if (size < SPARE_MIN_BYTES) return false;
+    const held = this.names().reduce((n, name) => n + (Number.parseInt(name, 10) || 0), 0);
+    if (held + size > this.maxBytes) return false;
+    renameSync(path, join(this.dir, `${size}-${randomUUID()}`));
+    return true;
+  }
+
+  /** The kept files' names; the folder is made again if it was removed by hand. */
+  private names(): string[] {
+    try {
+      return readdirSync(this.dir);
+    } catch (err) {
+      if (!isMissing(err)) throw err;
+      mkdirSync(this.dir, { recursive: true });
+      return [];
+    }
+  }
 }
 
 /**
@@ -278,19 +350,28 @@ class FileSink extends Writable {
   private fd: number | undefined;
   private held: Buffer[] = [];
   private heldBytes = 0;
+  /** Overwriting a spare file, which may be longer than what is written: cut at the end. */
+  private reused = false;
+  private written = 0;
 
-  constructor(private readonly path: string) {
+  constructor(
+    private readonly path: string,
+    private readonly spares: SpareFiles,
+  ) {
     super({ highWaterMark: STREAM_CHUNK_BYTES });
   }
 
   override _writev(chunks: { chunk: Buffer }[], callback: (err?: Error | null) => void): void {
     let bufs = chunks.map((c) => c.chunk);
+    const bytes = bufs.reduce((n, b) => n + b.length, 0);
+    this.written += bytes;
     if (this.fd === undefined) {
       for (const b of bufs) this.held.push(b);
-      this.heldBytes += bufs.reduce((n, b) => n + b.length, 0);
+      this.heldBytes += bytes;
       if (this.heldBytes <= SMALL_BYTES) return callback();
       try {
-        this.fd = openSync(this.path, 'wx');
+        this.reused = this.spares.takeInto(this.path);
+        this.fd = openSync(this.path, this.reused ? 'r+' : 'wx');
       } catch (err) {
         return callback(err as Error);
       }
@@ -303,7 +384,10 @@ class FileSink extends Writable {
   override _final(callback: (err?: Error | null) => void): void {
     try {
       if (this.fd === undefined) writeFileSync(this.path, Buffer.concat(this.held, this.heldBytes), { flag: 'wx' });
-      else closeSync(this.fd);
+      else {
+        if (this.reused) ftruncateSync(this.fd, this.written);
+        closeSync(this.fd);
+      }
       this.fd = undefined;
       callback();
     } catch (err) {

@@ -3,7 +3,7 @@
  * 127.0.0.1). Objects of 20 MiB exceed the S3 part size, so multipart upload and abort are exercised.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtemp, readdir, rm, utimes, writeFile } from 'node:fs/promises';
+import { mkdtemp, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -220,6 +220,86 @@ describe.each([
       await expect(store.delete(key)).rejects.toThrow(TypeError);
     },
   );
+});
+
+describe('LocalBlobStore spare files', () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'blob-spare-'));
+  });
+  afterAll(() => rm(dir, { recursive: true, force: true }));
+
+  const spares = (root: string) => readdir(join(root, '.spare')).catch(() => []);
+  /** Puts `size` random bytes under `key`, in 256 KiB pieces, and returns them. */
+  async function putRandom(store: BlobStore, key: string, size: number): Promise<Buffer> {
+    const data = randomBytes(size);
+    const pieces = Array.from({ length: Math.ceil(size / (256 << 10)) }, (_, i) => data.subarray(i * (256 << 10), (i + 1) * (256 << 10)));
+    await store.put(key, Readable.from(pieces));
+    return data;
+  }
+
+  it('keeps the files of a deleted prefix up to the limit, and a later put overwrites one: bytes exact, shorter or longer', async () => {
+    const root = join(dir, 'reuse');
+    const store = new LocalBlobStore(root, { spareBytes: 5 * MiB });
+    for (const n of [0, 1, 2]) await putRandom(store, `jobs/a/in/${n}`, 2 * MiB);
+    await putRandom(store, 'jobs/a/in/small', MiB - 1); // under the spare minimum: deleted
+    expect(await store.deletePrefix('jobs/a/')).toBe(4);
+    // Two of the three 2 MiB files fit under 5 MiB.
+    const kept = await spares(root);
+    expect(kept).toHaveLength(2);
+    const inodes = new Set(await Promise.all(kept.map(async (name) => (await stat(join(root, '.spare', name))).ino)));
+
+    const shorter = await putRandom(store, 'jobs/b/out/0', MiB + 12345);
+    const longer = await putRandom(store, 'jobs/b/out/1', 3 * MiB + 1);
+    expect(await spares(root)).toEqual([]);
+    expect(inodes.has((await stat(join(root, 'jobs/b/out/0'))).ino)).toBe(true);
+    expect(inodes.has((await stat(join(root, 'jobs/b/out/1'))).ino)).toBe(true);
+    expect(sha256(await read(store, 'jobs/b/out/0'))).toBe(sha256(shorter));
+    expect(await store.stat('jobs/b/out/0')).toEqual({ size: shorter.length });
+    expect(sha256(await read(store, 'jobs/b/out/1'))).toBe(sha256(longer));
+    // No spare left: a new file (the spares' inodes are in use, so it cannot have one of them).
+    const fresh = await putRandom(store, 'jobs/b/out/2', 2 * MiB);
+    expect(inodes.has((await stat(join(root, 'jobs/b/out/2'))).ino)).toBe(false);
+    expect(sha256(await read(store, 'jobs/b/out/2'))).toBe(sha256(fresh));
+  });
+
+  it('a failed put that took a spare file leaves neither the file nor a temp behind', async () => {
+    const root = join(dir, 'failed');
+    const store = new LocalBlobStore(root, { spareBytes: 8 * MiB });
+    await putRandom(store, 'jobs/c/in/0', 2 * MiB);
+    await store.deletePrefix('jobs/c/');
+    expect(await spares(root)).toHaveLength(1);
+    await expect(store.put('jobs/c/out/0', failingSource(3 * MiB))).rejects.toThrow('source broke');
+    expect(await spares(root)).toEqual([]);
+    expect(await readdir(join(root, '.tmp'))).toEqual([]);
+    expect(await store.stat('jobs/c/out/0')).toBeNull();
+  });
+
+  it('with no room for spares (0), deletes the files and makes no spare folder', async () => {
+    const root = join(dir, 'off');
+    const store = new LocalBlobStore(root, { spareBytes: 0 });
+    await putRandom(store, 'jobs/d/in/0', 2 * MiB);
+    expect(await store.deletePrefix('jobs/d/')).toBe(1);
+    expect(existsSync(join(root, '.spare'))).toBe(false);
+    expect(await read(store, 'jobs/d/in/0').catch((e: unknown) => e)).toBeInstanceOf(BlobNotFoundError);
+  });
+
+  it('sweeps spare files older than the cut-off', async () => {
+    const root = join(dir, 'sweep');
+    const store = new LocalBlobStore(root, { spareBytes: 8 * MiB });
+    await putRandom(store, 'jobs/e/in/0', 2 * MiB);
+    await store.deletePrefix('jobs/e/');
+    const [name] = await spares(root);
+    const past = new Date(Date.now() - 48 * 3600_000);
+    await utimes(join(root, '.spare', name!), past, past);
+    expect(await store.sweepStale(new Date(Date.now() - 24 * 3600_000))).toBe(1);
+    expect(await spares(root)).toEqual([]);
+    // The folder removed by hand: puts and deletes go on, and it comes back.
+    await rm(join(root, '.spare'), { recursive: true });
+    await putRandom(store, 'jobs/e/in/1', 2 * MiB);
+    await store.deletePrefix('jobs/e/');
+    expect(await spares(root)).toHaveLength(1);
+  });
 });
 
 describe('createBlobStore', () => {
