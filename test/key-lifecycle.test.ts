@@ -85,6 +85,9 @@ describe('retire and destroy one generation', () => {
   it('retire → 409 generation_retired → un-retire → decrypts; the current generation is never retired', async () => {
     expect((await settings(fpr2, { min_decryption_generation: 3 })).status).toBe(422);
     expect((await settings(fpr2, { min_decryption_generation: 0 })).status).toBe(422);
+    // JSON's true and null are not numbers (z.coerce.number() read them as 1 and 0).
+    expect((await settings(fpr2, { min_decryption_generation: true })).status).toBe(422);
+    expect((await settings(fpr2, { min_decryption_generation: '2.0' })).status).toBe(422);
     const set = await settings(fpr2, { min_decryption_generation: 2 });
     expect(set.status).toBe(200);
     expect(set.body).toMatchObject({ min_decryption_generation: 2, current_generation: 2 });

@@ -265,6 +265,17 @@ describe('jobs', () => {
     expect((await s.api('GET', `/jobs/${enc.job_id}/files/0`, { token: other.token })).status).toBe(404);
     expect((await s.api('GET', `/jobs/${enc.job_id}/files/1`, { token: owner.token })).status).toBe(404);
     expect((await s.api('GET', '/jobs/not-a-uuid', { token: owner.token })).status).toBe(422);
+    // Numbers in a URL are decimal digits: not what Number() would also read (white space, hex, exponents, '').
+    for (const n of ['0%0A', '%200', '0x0', '0e0', '-0', '0.0', '+0']) {
+      const res = await s.api('GET', `/jobs/${enc.job_id}/files/${n}`, { token: owner.token });
+      expect(res.status, n).toBe(422);
+      expect(res.body.errors[0].path, n).toBe('params.n');
+    }
+    expect((await s.api('GET', `/jobs/${enc.job_id}/files/00`, { token: owner.token })).status).toBe(200);
+    for (const q of ['page=0x2', 'page=', 'page_size=1e1', 'page_size=%2010', 'page=true']) {
+      expect((await s.api('GET', `/keys/list?${q}`, { token: owner.token })).status, q).toBe(422);
+    }
+    expect((await s.api('GET', '/keys/list?page=1&page_size=10', { token: owner.token })).status).toBe(200);
   });
 
   it('returns the same job for a repeated Idempotency-Key', async () => {

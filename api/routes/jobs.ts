@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Job } from '../schemas/jobs';
+import { wholeNumber } from '../schemas/common';
 import { AppError, conflict, gone, notFound } from '../../lib/errors';
 import { arrivingInput, jobBlob, jobView, watchJobEnd } from '../../lib/services/jobs';
 import { readAsPreferred } from '../job-reply';
@@ -46,7 +47,7 @@ export default [
     tags,
     access: 'auth',
     scope: 'jobs:read',
-    params: JobParams.extend({ n: z.coerce.number().int().min(0).max(10_000) }),
+    params: JobParams.extend({ n: wholeNumber(0, 10_000) }),
     query: z.object({
       follow: FormBoolean.optional().describe(
         'For a queued or running encrypt job: stream the ciphertext while it is produced (chunked, without Content-Length). A queued job is waited for, however long it queues; once it runs, the status and headers come at once. The response ends only when the output is whole; if the job fails it is cut off, never completed (one that fails while still queued is answered 409). Decrypted output is never followed: it is released after its integrity check.',

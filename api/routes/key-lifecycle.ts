@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { route, type RouteDef } from '../route';
-import { Timestamp } from '../schemas/common';
+import { Timestamp, wholeNumber } from '../schemas/common';
 import { Fingerprint } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
@@ -14,7 +14,7 @@ import { cancelDestruction, DESTRUCTION_WAIT_DAYS, listGenerations, scheduleDest
 
 const tags = ['Key lifecycle'];
 const KeyParams = z.object({ fingerprint: Fingerprint });
-const GenerationNumber = z.coerce.number().int().min(1).max(1_000_000);
+const GenerationNumber = wholeNumber(1, 1_000_000);
 
 const Lifecycle = z
   .object({

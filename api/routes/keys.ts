@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { route, type Access, type HandlerInput } from '../route';
-import { Email, PageQuery, pageOf, text } from '../schemas/common';
+import { Email, PageQuery, pageOf, text, wholeNumber } from '../schemas/common';
 import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
@@ -34,7 +34,7 @@ const GenerateKeyForm = z.object({
   email: Email.describe('Email in the OpenPGP user id'),
   passphrase: Passphrase,
   algorithm: Algorithm.default('curve25519'),
-  expires_in_days: z.coerce.number().int().min(1).max(3650).optional(),
+  expires_in_days: wholeNumber(1, 3650).optional(),
 });
 
 type Input = HandlerInput<Access, unknown, unknown, unknown>;

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { route } from '../route';
-import { Email, Password, Timestamp } from '../schemas/common';
+import { Email, Password, Timestamp, wholeNumber } from '../schemas/common';
 import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
 import * as accounts from '../../lib/services/accounts';
 import { currentPartnerKeyStatus } from '../../lib/services/partner-keys';
@@ -95,7 +95,7 @@ export default [
     tags,
     access: 'auth',
     scope: 'audit:read',
-    query: z.object({ limit: z.coerce.number().int().min(1).max(100).default(20) }),
+    query: z.object({ limit: wholeNumber(1, 100).default(20) }),
     responses: { 200: { description: 'Newest first', schema: z.object({ items: z.array(ActivityItem) }) } },
     async handler({ c, user, query }) {
       const { items } = await listAudit(c.db, { userId: user.id, page: 1, pageSize: query.limit });

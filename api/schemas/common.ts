@@ -18,9 +18,17 @@ export const Timestamp = z.iso.datetime({ offset: true });
 export const iso = (d: Date) => d.toISOString();
 export const isoOrNull = (d: Date | null | undefined) => (d ? d.toISOString() : null);
 
+/**
+ * A whole number from min to max, as a JSON number or as decimal digits (a path or query parameter, a form
+ * field). Not z.coerce.number(), which reads Number(text): white space, '', '0x10', '1e3' and JSON's true
+ * and null would pass as numbers. Documented as an integer.
+ */
+export const wholeNumber = (min: number, max: number) =>
+  z.preprocess((v) => (typeof v === 'string' && /^\d{1,16}$/.test(v) ? Number(v) : v), z.number({ error: 'must be a whole number (decimal digits)' }).int().min(min).max(max));
+
 export const PageQuery = z.object({
-  page: z.coerce.number().int().min(1).max(100_000).default(1),
-  page_size: z.coerce.number().int().min(1).max(100).default(20),
+  page: wholeNumber(1, 100_000).default(1),
+  page_size: wholeNumber(1, 100).default(20),
 });
 
 export function pageOf<T extends z.ZodType>(item: T) {
