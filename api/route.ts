@@ -233,22 +233,6 @@ function describeUploads(schema: JsonSchema, components: Record<string, JsonSche
 }
 
 /**
- * zod-to-openapi takes a schema that accepts null for nullable, and an optional or nullable parameter
- * for not required: z.coerce.number() accepts null (as 0), so a coerced path parameter came out as
- * `required: false` with type [integer, null]. Values in a URL are text, never JSON null, and a path
- * parameter is always required.
- */
-function fixParameters(op: Operation): void {
-  for (const p of op.parameters ?? []) {
-    if (p.in === 'path') p.required = true;
-    if ((p.in === 'path' || p.in === 'query') && Array.isArray(p.schema?.type)) {
-      const types = (p.schema.type as string[]).filter((t) => t !== 'null');
-      p.schema.type = types.length === 1 ? types[0] : types;
-    }
-  }
-}
-
-/**
  * zod-to-openapi writes a regex with flags as `source/flags` (/^[^\p{Cc}]*$/u becomes `^[^\p{Cc}]*$/u`),
  * a pattern nothing matches. A pattern is an ECMAScript regular expression without delimiters or flags;
  * the flag is dropped (\p{…} classes are read in Unicode mode, as JSON Schema validators do).
@@ -316,7 +300,6 @@ export function openApiDocument(routes: RouteDef[], info: { title: string; versi
   for (const def of routes) {
     const op = (doc.paths?.[def.path] as Record<string, Operation> | undefined)?.[def.method];
     if (!op) continue;
-    fixParameters(op);
     const form = op.requestBody?.content['multipart/form-data'];
     if (form && def.multipart && (def.multipart.files || def.multipart.textFileFields?.length)) {
       form.schema = describeUploads(form.schema ?? {}, components, def.multipart);

@@ -198,5 +198,7 @@ describe('GET /events/history', () => {
     const future = (await s.api('GET', `/events/history?from=${new Date(Date.now() + 60_000).toISOString()}`, { token: u.token })).body;
     expect(future.total).toBe(0);
     expect((await s.api('GET', '/events/history?types=nope', { token: u.token })).status).toBe(422);
+    expect((await s.api('GET', '/events/history?from=0', { token: u.token })).status).toBe(422);
+    expect((await s.api('GET', '/events/history?to=2026', { token: u.token })).status).toBe(422);
   });
 });

@@ -232,6 +232,13 @@ describe('history', () => {
     expect((await s.api('GET', `/keys/rotation-history?from=${before}&trigger=manual`, { token: v.token })).body.total).toBe(2);
     expect((await s.api('GET', `/keys/rotation-history?to=${before}`, { token: v.token })).body.total).toBe(0);
     expect((await s.api('GET', '/keys/rotation-history?from=yesterday', { token: v.token })).status).toBe(422);
+    // ISO 8601 only: new Date() would read '0' and '2020' as years, and a time without offset in the server's zone.
+    for (const bad of ['0', '2020', 'Nov%2026%202026', '2026-11-26T10:00:00', '2026-11-26%2010:00Z']) {
+      expect((await s.api('GET', `/keys/rotation-history?to=${bad}`, { token: v.token })).status, bad).toBe(422);
+    }
+    const today = before.slice(0, 10);
+    expect((await s.api('GET', `/keys/rotation-history?from=${today}`, { token: v.token })).body.total).toBe(2);
+    expect((await s.api('GET', `/keys/rotation-history?to=${before.replace('Z', '%2B00:00')}`, { token: v.token })).body.total).toBe(0);
     expect((await s.api('GET', '/keys/rotation-history', { token: u.token })).body.items.every((e: { key_id: string }) => e.key_id)).toBe(true);
   });
 });

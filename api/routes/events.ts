@@ -1,7 +1,7 @@
 import { PassThrough } from 'node:stream';
 import { z } from 'zod';
 import { route } from '../route';
-import { PageQuery, Timestamp, pageOf } from '../schemas/common';
+import { PageQuery, Timestamp, instant, pageOf } from '../schemas/common';
 import { invalid } from '../../lib/errors';
 import type { Container } from '../../lib/container';
 import { EVENT_ID, EVENT_TYPES, eventHistory, lastEventId, readEvents, trimmedSince, type AccountEvent, type EventType } from '../../lib/events';
@@ -120,7 +120,7 @@ export default [
     tags,
     access: 'auth',
     scope: 'events:read',
-    query: PageQuery.extend({ types: Types.optional(), from: z.coerce.date().optional(), to: z.coerce.date().optional() }),
+    query: PageQuery.extend({ types: Types.optional(), from: instant.optional(), to: instant.optional() }),
     responses: { 200: { description: 'A page of events', schema: pageOf(Event) } },
     async handler({ c, user, query }) {
       if (query.from && query.to && query.from > query.to) throw invalid('validation_failed', '`from` must not be after `to`.');

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { route } from '../route';
-import { PageQuery, Timestamp, pageOf } from '../schemas/common';
+import { PageQuery, Timestamp, instant, pageOf } from '../schemas/common';
 import { Fingerprint, Passphrase } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
@@ -34,8 +34,8 @@ const RotationEntry = z
   .meta({ id: 'RotationEntry' });
 
 const HistoryQuery = PageQuery.extend({
-  from: z.coerce.date().optional().describe('Entries at or after this time (ISO 8601)'),
-  to: z.coerce.date().optional().describe('Entries before this time'),
+  from: instant.optional().describe('Entries at or after this time (ISO 8601)'),
+  to: instant.optional().describe('Entries before this time'),
   trigger: z.enum(['manual', 'schedule', 'policy']).optional(),
   status: z.enum(['succeeded', 'failed']).optional(),
 });

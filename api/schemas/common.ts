@@ -26,6 +26,16 @@ export const isoOrNull = (d: Date | null | undefined) => (d ? d.toISOString() : 
 export const wholeNumber = (min: number, max: number) =>
   z.preprocess((v) => (typeof v === 'string' && /^\d{1,16}$/.test(v) ? Number(v) : v), z.number({ error: 'must be a whole number (decimal digits)' }).int().min(min).max(max));
 
+/**
+ * A point in time from a query parameter: an ISO 8601 date (midnight UTC) or date-time with its offset. Not
+ * z.coerce.date(), which reads new Date(text): '0' and '2020' passed as years, and a time without an offset
+ * in the server's own time zone. Documented as a date-time.
+ */
+export const instant = z.preprocess(
+  (v) => (typeof v === 'string' && /^\d{4}-\d{2}-\d{2}(?:T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2}))?$/i.test(v) ? new Date(v) : v),
+  z.date({ error: 'must be an ISO 8601 date, or date-time with an offset (2026-11-26T10:00:00Z)' }),
+);
+
 export const PageQuery = z.object({
   page: wholeNumber(1, 100_000).default(1),
   page_size: wholeNumber(1, 100).default(20),
