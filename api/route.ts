@@ -203,7 +203,7 @@ function accessNote(def: RouteDef): string | undefined {
 const BinaryFile = { type: 'string', format: 'binary', contentMediaType: 'application/octet-stream' } as const;
 
 type JsonSchema = Record<string, unknown> & { type?: unknown; properties?: Record<string, JsonSchema>; required?: string[]; $ref?: string };
-type Operation = { parameters?: { in: string; required?: boolean; schema?: JsonSchema }[]; requestBody?: { content: Record<string, { schema?: JsonSchema }> } };
+type Operation = { requestBody?: { content: Record<string, { schema?: JsonSchema }> } };
 
 /**
  * Multipart forms with uploads: `files` (repeatable, one or more binary files, sent after the text
