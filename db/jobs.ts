@@ -157,7 +157,7 @@ export interface NextInput {
   state?: JobState;
 }
 
-const inputOf = prepared<{ uploaded_at: Date | null; state: JobState; n: number | null; name: string; size: string | number; content_type: string; inputs: number }>(
+const inputOf = prepared<{ uploaded_at: Date | null; state: JobState; n: number | null; name: string; size: number; content_type: string; inputs: number }>(
   'next_input',
   `SELECT jobs.uploaded_at, jobs.state, f.n, f.name, f.size, f.content_type,
      (SELECT CAST(count(*) AS int) FROM job_files i WHERE i.job_id = jobs.id AND i.role = 'input') AS inputs
@@ -169,7 +169,7 @@ const inputOf = prepared<{ uploaded_at: Date | null; state: JobState; n: number 
 export async function nextInput(db: Knex, jobId: string, n: number): Promise<NextInput> {
   const [row] = await inputOf(db, { id: jobId, n });
   if (!row) return { uploaded: false };
-  const file = row.n === null ? undefined : { job_id: jobId, role: 'input' as const, n: row.n, name: row.name, size: Number(row.size), content_type: row.content_type };
+  const file = row.n === null ? undefined : { job_id: jobId, role: 'input' as const, n: row.n, name: row.name, size: row.size, content_type: row.content_type };
   const uploaded = row.uploaded_at !== null;
   return { file, uploaded, ...(uploaded ? { inputs: row.inputs } : {}), state: row.state };
 }
