@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { DEFAULT_KDF } from './lineage';
 import { billingModeOf, buildPlans } from './billing/plans';
+import { DEFAULT_SPARE_BYTES } from './blob/local';
 
 /**
  * Twelve-factor configuration: every setting is an environment variable with a default that works on
@@ -85,7 +86,7 @@ const Env = z.object({
   /** Temporary upload files and incomplete multipart uploads older than this are swept. */
   BLOB_TMP_MAX_AGE_HOURS: intish(24, 1),
   /** A local store keeps up to this much of deleted job files for later writes to overwrite (0: delete them). */
-  BLOB_SPARE_MB: intish(256, 0, 1 << 20),
+  BLOB_SPARE_MB: intish(DEFAULT_SPARE_BYTES / 2 ** 20, 0, 1 << 20),
   /** Webhooks to loopback, private and link-local addresses (SSRF) are refused unless this is true. */
   WEBHOOK_ALLOW_PRIVATE_ADDRESSES: z.enum(['true', 'false']).default('false'),
   WEBHOOK_TIMEOUT_SECONDS: intish(15, 1, 60),
