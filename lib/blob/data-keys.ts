@@ -35,6 +35,8 @@ export interface JobDataKeys {
   admit(jobId: string, sealed: string | null): void;
   /** The job's key: held in memory, else from its row, else from a legacy key file; throws when it has none. */
   get(jobId: string): Promise<Buffer>;
+  /** The job's blobs are gone: its key leaves this process's memory now rather than at the cache's age limit. */
+  forget(jobId: string): void;
 }
 
 /**
@@ -91,6 +93,10 @@ export function jobDataKeys(sealer: Sealer, sources: { lookup?(jobId: string): P
         pending.set(jobId, p);
       }
       return p;
+    },
+    forget(jobId) {
+      minted.delete(jobId);
+      cache.delete(jobId);
     },
   };
 }

@@ -35,6 +35,7 @@ const CHUNK = STREAM_CHUNK_BYTES;
 const SEALED_CHUNK = CHUNK + TAG_BYTES;
 const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
 const JOB_BLOB = new RegExp(`^jobs/(${UUID})/(.+)$`);
+const JOB_DIR = new RegExp(`^jobs/(${UUID})/$`);
 
 /** Size of the sealed form of `size` plaintext bytes. */
 export function sealedSize(size: number): number {
@@ -254,7 +255,13 @@ export function sealedJobBlobs(inner: BlobStore, dataKeys: JobDataKeys): BlobSto
       return { size };
     },
     delete: (key) => inner.delete(key),
-    deletePrefix: (prefix) => inner.deletePrefix(prefix),
+    async deletePrefix(prefix: string) {
+      const removed = await inner.deletePrefix(prefix);
+      // A job's whole folder: nothing of it is left to read, nor its key to keep.
+      const job = JOB_DIR.exec(prefix)?.[1];
+      if (job) dataKeys.forget(job);
+      return removed;
+    },
     sweepStale: (olderThan) => inner.sweepStale(olderThan),
     close: () => inner.close(),
   };

@@ -208,6 +208,21 @@ describe('sealed job blobs', () => {
     expect(jobs.lookups()).toBe(before + 1);
   });
 
+  it("forgets a job's key once its folder is deleted (not when only its inputs are)", async () => {
+    const job = newJob();
+    await put(`jobs/${job}/in/0`, randomBytes(100));
+    await put(`jobs/${job}/out/0`, randomBytes(100));
+    const s = fresh();
+    await read(`jobs/${job}/out/0`, s);
+    const before = jobs.lookups();
+    await s.deletePrefix(`jobs/${job}/in/`);
+    await read(`jobs/${job}/out/0`, s);
+    expect(jobs.lookups()).toBe(before); // still held
+    await s.deletePrefix(`jobs/${job}/`);
+    await put(`jobs/${job}/out/1`, randomBytes(100), s); // a write after the deletion looks the key up again
+    expect(jobs.lookups()).toBe(before + 1);
+  });
+
   it('reads and extends the blobs of a job from before data keys were kept in rows (its key file beside them)', async () => {
     const job = randomUUID();
     const old = jobDataKeys(createSealer(masterKey)); // the previous version kept this key in jobs/<id>/key
