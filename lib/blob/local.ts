@@ -306,9 +306,8 @@ class SpareFiles {
     if (maxBytes > 0) mkdirSync(dir, { recursive: true });
   }
 
-  /** Moves a spare file to `path` (for a new write to overwrite); false when there is none. */
+  /** Moves a spare file to `path` (for a new write to overwrite); false when there is none. Under a lowered limit too: that drains the folder. */
   takeInto(path: string): boolean {
-    if (this.maxBytes <= 0) return false;
     for (const name of this.names()) {
       try {
         renameSync(join(this.dir, name), path);
@@ -331,13 +330,13 @@ class SpareFiles {
     return true;
   }
 
-  /** The kept files' names; the folder is made again if it was removed by hand. */
+  /** The kept files' names; the folder is made again if it was removed by hand (unless nothing is to be kept). */
   private names(): string[] {
     try {
       return readdirSync(this.dir);
     } catch (err) {
       if (!isMissing(err)) throw err;
-      mkdirSync(this.dir, { recursive: true });
+      if (this.maxBytes > 0) mkdirSync(this.dir, { recursive: true });
       return [];
     }
   }

@@ -284,6 +284,20 @@ describe('LocalBlobStore spare files', () => {
     expect(await read(store, 'jobs/d/in/0').catch((e: unknown) => e)).toBeInstanceOf(BlobNotFoundError);
   });
 
+  it('under a lowered limit keeps nothing more, and writes use up what was kept', async () => {
+    const root = join(dir, 'lowered');
+    const before = new LocalBlobStore(root, { spareBytes: 8 * MiB });
+    await putRandom(before, 'jobs/f/in/0', 2 * MiB);
+    await before.deletePrefix('jobs/f/');
+    expect(await spares(root)).toHaveLength(1);
+    const after = new LocalBlobStore(root, { spareBytes: 0 });
+    const data = await putRandom(after, 'jobs/g/out/0', MiB + 1);
+    expect(await spares(root)).toEqual([]);
+    expect(sha256(await read(after, 'jobs/g/out/0'))).toBe(sha256(data));
+    await after.deletePrefix('jobs/g/');
+    expect(await spares(root)).toEqual([]);
+  });
+
   it('sweeps spare files older than the cut-off', async () => {
     const root = join(dir, 'sweep');
     const store = new LocalBlobStore(root, { spareBytes: 8 * MiB });
