@@ -263,12 +263,18 @@ describe('LocalBlobStore spare files', () => {
     expect(sha256(await read(store, 'jobs/b/out/2'))).toBe(sha256(fresh));
   });
 
-  it('a failed put that took a spare file leaves neither the file nor a temp behind', async () => {
-    const root = join(dir, 'failed');
+  /** A store in a folder of its own holding one spare file: a 2 MiB file put, then its job's folder deleted. */
+  async function withOneSpare(name: string): Promise<{ root: string; store: LocalBlobStore }> {
+    const root = join(dir, name);
     const store = new LocalBlobStore(root, { spareBytes: 8 * MiB });
-    await putRandom(store, 'jobs/c/in/0', 2 * MiB);
-    await store.deletePrefix('jobs/c/');
+    await putRandom(store, 'jobs/s/in/0', 2 * MiB);
+    await store.deletePrefix('jobs/s/');
     expect(await spares(root)).toHaveLength(1);
+    return { root, store };
+  }
+
+  it('a failed put that took a spare file leaves neither the file nor a temp behind', async () => {
+    const { root, store } = await withOneSpare('failed');
     await expect(store.put('jobs/c/out/0', failingSource(3 * MiB))).rejects.toThrow('source broke');
     expect(await spares(root)).toEqual([]);
     expect(await readdir(join(root, '.tmp'))).toEqual([]);
@@ -285,11 +291,7 @@ describe('LocalBlobStore spare files', () => {
   });
 
   it('under a lowered limit keeps nothing more, and writes use up what was kept', async () => {
-    const root = join(dir, 'lowered');
-    const before = new LocalBlobStore(root, { spareBytes: 8 * MiB });
-    await putRandom(before, 'jobs/f/in/0', 2 * MiB);
-    await before.deletePrefix('jobs/f/');
-    expect(await spares(root)).toHaveLength(1);
+    const { root } = await withOneSpare('lowered');
     const after = new LocalBlobStore(root, { spareBytes: 0 });
     const data = await putRandom(after, 'jobs/g/out/0', MiB + 1);
     expect(await spares(root)).toEqual([]);
@@ -299,10 +301,7 @@ describe('LocalBlobStore spare files', () => {
   });
 
   it('sweeps spare files older than the cut-off', async () => {
-    const root = join(dir, 'sweep');
-    const store = new LocalBlobStore(root, { spareBytes: 8 * MiB });
-    await putRandom(store, 'jobs/e/in/0', 2 * MiB);
-    await store.deletePrefix('jobs/e/');
+    const { root, store } = await withOneSpare('sweep');
     const [name] = await spares(root);
     const past = new Date(Date.now() - 48 * 3600_000);
     await utimes(join(root, '.spare', name!), past, past);
