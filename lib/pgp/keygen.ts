@@ -1,4 +1,5 @@
 import * as crypto from 'node:crypto';
+import { legacyPoint, packet } from './packets';
 
 /**
  * Curve25519 keys (v4: an EdDSA primary key that certifies and signs, an ECDH subkey that encrypts; the
@@ -144,8 +145,8 @@ function locked(secretMpis: Buffer, input: Curve25519KeyInput): Buffer {
   return Buffer.concat([Buffer.from([254, AES256, 3, SHA256]), salt, Buffer.from([c]), iv, cipher.update(checked), cipher.final()]);
 }
 
-/** A public point as OpenPGP's legacy encoding: the MPI of 0x40 ‖ the 32 octets (263 bits). */
-const point = (x: string): Buffer => Buffer.concat([Buffer.from([0x01, 0x07, 0x40]), Buffer.from(x, 'base64url')]);
+/** A JWK's public point (base64url) in OpenPGP's legacy encoding. */
+const point = (x: string): Buffer => legacyPoint(Buffer.from(x, 'base64url'));
 
 /** An MPI (RFC 9580 §3.2): the bit count, then the octets without leading zero octets. */
 function mpi(bytes: Buffer): Buffer {
@@ -161,13 +162,6 @@ const keyHashPrefix = (body: Buffer): Buffer => Buffer.concat([Buffer.from([0x99
 
 /** A signature subpacket; every one here is shorter than 192 octets. */
 const subpacket = (type: number, data: Buffer): Buffer => Buffer.concat([Buffer.from([data.length + 1, type]), data]);
-
-/** A packet in the new format (RFC 9580 §4.2.1). */
-function packet(tag: number, body: Buffer): Buffer {
-  const n = body.length;
-  const length = n < 192 ? Buffer.from([n]) : n < 8384 ? Buffer.from([((n - 192) >> 8) + 192, (n - 192) & 0xff]) : Buffer.concat([Buffer.from([255]), u32(n)]);
-  return Buffer.concat([Buffer.from([0xc0 | tag]), length, body]);
-}
 
 function u16(n: number): Buffer {
   const b = Buffer.alloc(2);

@@ -4,6 +4,7 @@ import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
 import { ONE_PIECE } from '../streams';
 import { cfbDecryptor } from './cfb';
+import { lengthOctets, packet } from './packets';
 import { sessionKeyPacket } from './pkesk';
 import { sessionKeyV1 } from './session';
 
@@ -23,15 +24,6 @@ const MDC_HEADER = Buffer.from([0xd3, 0x14]); // new-format packet 19, length 20
 /** Whether encryptNative can produce this message (else the caller uses OpenPGP.js). */
 export function nativeEncryptable(recipient: openpgp.PublicKey, opts: { armor: boolean; compress?: boolean }): boolean {
   return !opts.armor && !opts.compress && recipient.keyPacket.version === 4;
-}
-
-function lengthOctets(n: number): Buffer {
-  if (n < 192) return Buffer.from([n]);
-  if (n < 8384) return Buffer.from([((n - 192) >> 8) + 192, (n - 192) & 0xff]);
-  const b = Buffer.alloc(5);
-  b[0] = 0xff;
-  b.writeUInt32BE(n, 1);
-  return b;
 }
 
 /**
@@ -297,10 +289,10 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
       const h = await header(p);
       if (h.tag === 18) seipd = h.length;
       else if (h.tag === 1 && h.length.kind === 'definite' && h.length.n < 8192) {
-        const packet = await p.take(h.length.n);
-        if (packet[0] !== 3) return giveUp(); // v6 session key packets go with SEIPDv2
-        keyIds.push(packet.subarray(1, 9).toString('hex'));
-        pkesks.push(Buffer.from([0xc1]), lengthOctets(packet.length), packet);
+        const body = await p.take(h.length.n);
+        if (body[0] !== 3) return giveUp(); // v6 session key packets go with SEIPDv2
+        keyIds.push(body.subarray(1, 9).toString('hex'));
+        pkesks.push(packet(1, body));
       } else if (h.tag === 10) {
         // A marker packet is the three octets "PGP" (RFC 9580 §5.8), nothing longer.
         if (h.length.kind !== 'definite' || h.length.n !== 3 || !(await p.take(3)).equals(MARKER)) throw malformed('a marker packet that is not "PGP"');

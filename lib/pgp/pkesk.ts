@@ -1,5 +1,6 @@
 import * as crypto from 'node:crypto';
 import * as openpgp from 'openpgp';
+import { legacyPoint, packet } from './packets';
 
 /**
  * Public-key encrypted session key packets (v3, RFC 9580 §5.1) for ECDH on Curve25519 (the keys we make,
@@ -29,12 +30,11 @@ export async function sessionKeyPacket(recipient: openpgp.PublicKey, algorithm: 
     Buffer.from([3]), // version
     Buffer.from(subkey.getKeyID().toHex(), 'hex'),
     Buffer.from([openpgp.enums.publicKey.ecdh]),
-    Buffer.from([0x01, 0x07, 0x40]), // the ephemeral point as an MPI: 263 bits, 0x40 and 32 octets
-    x25519Raw(ephemeral.publicKey),
+    legacyPoint(x25519Raw(ephemeral.publicKey)), // the ephemeral point
     Buffer.from([wrapped.length]),
     wrapped,
   ]);
-  return Buffer.concat([Buffer.from([0xc1, body.length]), body]); // tag 1, new format; the body is under 192 octets
+  return packet(1, body);
 }
 
 /**
