@@ -1,8 +1,9 @@
-import { mkdir } from 'node:fs/promises';
+import { mkdir, rename, rm } from 'node:fs/promises';
+import type { IncomingMessage } from 'node:http';
 import { basename, join } from 'node:path';
 import { ClientError } from './errors.js';
 import { newIdempotencyKey, type Kms } from './http.js';
-import { downloadJobFile, isFinished, submitMultipart, waitForJob, type Job, type OnProgress } from './jobs.js';
+import { dispositionName, downloadJobFile, exists, fetchOutput, isFinished, submitMultipart, waitForJob, type FetchedOutput, type Job, type JobFile, type OnProgress } from './jobs.js';
 import type { Upload } from './uploads.js';
 
 export interface FileJobOptions {
@@ -34,6 +35,12 @@ export interface FileJobResult {
 }
 
 export interface EncryptOptions extends FileJobOptions {
+  /**
+   * Download each ciphertext while the job produces it (`?follow=true`, from the moment the service
+   * names the job, while the upload still runs), and keep it only once the job has completed with
+   * exactly those bytes. Default true; false downloads after the job.
+   */
+  follow?: boolean;
   /** A stored key, by any generation's fingerprint; or */
   fingerprint?: string;
   /** an armored public key (the text), e.g. someone's gpg key. */
@@ -71,7 +78,7 @@ const flag = (b: boolean | undefined) => (b === undefined ? undefined : String(b
 /** Encrypts files to a stored key or a public key: upload (streamed), wait, download to `outDir`. */
 export function encryptFiles(kms: Kms, opts: EncryptOptions): Promise<FileJobResult> {
   if (Boolean(opts.fingerprint) === Boolean(opts.publicKey)) throw new ClientError('unexpected_answer', 'give exactly one of fingerprint and publicKey');
-  return fileJob(kms, '/keys/encrypt', { fingerprint: opts.fingerprint, public_key: opts.publicKey, armor: flag(opts.armor), compress: flag(opts.compress) }, opts);
+  return fileJob(kms, '/keys/encrypt', { fingerprint: opts.fingerprint, public_key: opts.publicKey, armor: flag(opts.armor), compress: flag(opts.compress) }, opts, opts.follow !== false);
 }
 
 /** Decrypts files with a stored key (any generation's fingerprint) and its passphrase. */
@@ -101,14 +108,91 @@ export async function rotate(kms: Kms, opts: RotateOptions): Promise<Job> {
   return opts.noWait ? job : waitForJob(kms, job, { onProgress: opts.onProgress });
 }
 
-async function fileJob(kms: Kms, path: string, fields: Record<string, string | undefined>, opts: FileJobOptions): Promise<FileJobResult> {
+async function fileJob(kms: Kms, path: string, fields: Record<string, string | undefined>, opts: FileJobOptions, follow = false): Promise<FileJobResult> {
   if (!opts.files.length) throw new ClientError('unexpected_answer', 'no files given');
   const outDir = opts.outDir ?? '.';
-  const submitted = await submitMultipart(kms, path, fields, opts.files, { idempotencyKey: opts.idempotencyKey, waitSeconds: opts.waitSeconds, onProgress: opts.onProgress });
-  opts.onSubmitted?.(submitted);
-  const job = isFinished(submitted) && submitted.state === 'completed' ? submitted : await waitForJob(kms, submitted, { onProgress: opts.onProgress });
+  let uploading = true;
+  let followed: Followed | undefined;
+  const startFollowing =
+    follow && !opts.noDownload
+      ? (jobId: string) => {
+          // Download progress is shown once the upload is done (the bar shows one phase at a time).
+          followed ??= followOutputs(kms, jobId, opts.files.length, outDir, { overwrite: opts.overwrite, onProgress: (p) => uploading || opts.onProgress?.(p) });
+        }
+      : undefined;
+  let job: Job;
+  try {
+    const submitted = await submitMultipart(kms, path, fields, opts.files, { idempotencyKey: opts.idempotencyKey, waitSeconds: opts.waitSeconds, onProgress: opts.onProgress, onJobId: startFollowing });
+    uploading = false;
+    opts.onSubmitted?.(submitted);
+    // No 103 Early Hints reached us (a proxy may drop them): follow from the answer.
+    if (!isFinished(submitted)) startFollowing?.(submitted.job_id);
+    await followed?.done;
+    job = isFinished(submitted) && submitted.state === 'completed' ? submitted : await waitForJob(kms, submitted, { onProgress: opts.onProgress });
+  } catch (err) {
+    await followed?.discard();
+    throw err;
+  }
   if (opts.noDownload) return { job, outputs: [] };
-  return { job, outputs: await downloadOutputs(kms, job, { outDir, overwrite: opts.overwrite, onProgress: opts.onProgress }) };
+  const kept = await followed?.keep(job);
+  return { job, outputs: kept ?? (await downloadOutputs(kms, job, { outDir, overwrite: opts.overwrite, onProgress: opts.onProgress })) };
+}
+
+/** Outputs downloaded while the job produced them, waiting for the job's verdict. */
+interface Followed {
+  /** Settles when every output has been fetched or one failed. */
+  done: Promise<unknown>;
+  /** The outputs under their names if they are exactly the completed job's (else undefined, parts removed). */
+  keep(job: Job): Promise<Output[] | undefined>;
+  discard(): Promise<void>;
+}
+
+/**
+ * Follows outputs 0 … count-1 of a running encryption, one after another, each into `<name>.part`
+ * (the name from the answer's Content-Disposition). Nothing gets its real name before the job has
+ * completed and its result lists the same names and sizes: a failed job cuts the download off, and a
+ * mismatch (say, a retried submission that made another job) falls back to downloading the outputs.
+ */
+function followOutputs(kms: Kms, jobId: string, count: number, outDir: string, opts: { overwrite?: boolean; onProgress?: OnProgress }): Followed {
+  const got: FetchedOutput[] = [];
+  const done = (async () => {
+    await mkdir(outDir, { recursive: true });
+    for (let n = 0; n < count; n++) {
+      const destOf = async (res: IncomingMessage) => {
+        const dest = join(outDir, basename(dispositionName(res) ?? '') || `output-${n}`);
+        if (!opts.overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
+        return dest;
+      };
+      got.push(await fetchOutput(kms, jobId, n, destOf, { follow: true, onProgress: opts.onProgress }));
+    }
+  })().then(
+    () => true,
+    () => false,
+  );
+  const discard = async () => {
+    await done;
+    await Promise.all(got.map((f) => rm(f.part, { force: true })));
+  };
+  return {
+    done,
+    discard,
+    async keep(job) {
+      const files = job.result?.files ?? [];
+      const fetched = new Map(got.map((f) => [f.n, f]));
+      const same = (f: JobFile) => fetched.get(f.n)?.size === f.size && basename(fetched.get(f.n)!.dest) === (basename(f.name) || `output-${f.n}`);
+      if (!(await done) || job.job_id !== jobId || files.length !== got.length || !files.every(same)) {
+        await discard();
+        return undefined;
+      }
+      try {
+        for (const f of got) await rename(f.part, f.dest);
+      } catch (err) {
+        await discard();
+        throw err;
+      }
+      return files.map((f) => ({ n: f.n, name: f.name, size: f.size, path: fetched.get(f.n)!.dest }));
+    },
+  };
 }
 
 /** Downloads every output of a completed job into `outDir`, under the names the job gave them. */

@@ -40,6 +40,14 @@ export function apiBase(url: string): string {
 /** A new Idempotency-Key: every retry of one logical submission sends the same one. */
 export const newIdempotencyKey = () => `kms-${randomUUID()}`;
 
+export interface RawRequestOptions {
+  /** Destroys the request after this long without data (ms). Default 120 s. */
+  idleMs?: number;
+  signal?: AbortSignal;
+  /** Told each 1xx answer that comes before the response (e.g. 103 Early Hints). */
+  onInformation?(status: number, headers: http.IncomingHttpHeaders): void;
+}
+
 /** What one attempt ended with, to the retry loop. */
 type Outcome<T> = { ok: T } | { retry: unknown; afterMs?: number; final: () => T };
 
@@ -136,12 +144,13 @@ export class Kms {
    * One raw request through node:http(s), streaming `body` (a fresh stream per call) and answering the
    * response head and body stream. The caller consumes or destroys the response.
    */
-  rawRequest(method: string, path: string, headers: Record<string, string>, body?: Readable, opts: { idleMs?: number; signal?: AbortSignal } = {}): Promise<http.IncomingMessage> {
+  rawRequest(method: string, path: string, headers: Record<string, string>, body?: Readable, opts: RawRequestOptions = {}): Promise<http.IncomingMessage> {
     const url = new URL(this.apiUrl + path);
     const lib = url.protocol === 'https:' ? https : http;
     return new Promise((resolve, reject) => {
       const req = lib.request(url, { method, headers: this.headers(headers), signal: opts.signal });
       req.setTimeout(opts.idleMs ?? 120_000, () => req.destroy(new Error('no data for too long')));
+      if (opts.onInformation) req.on('information', (info) => opts.onInformation!(info.statusCode, info.headers));
       req.once('response', (res) => {
         // The service may answer (an error) before it has read the whole upload: the answer counts.
         // The request is then never finished, so its socket is closed once the answer has been read

@@ -1,5 +1,7 @@
 import { createWriteStream } from 'node:fs';
 import { access, rename, rm } from 'node:fs/promises';
+import type { IncomingMessage } from 'node:http';
+import { basename } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { components } from './openapi.js';
@@ -36,6 +38,8 @@ export interface SubmitOptions {
   /** `Prefer: wait=N` (N ≤ 30): the first answer is the finished job when it ends within N s. Default 2. */
   waitSeconds?: number;
   onProgress?: OnProgress;
+  /** Told the job's id as soon as the service names it (103 Early Hints), while the upload still runs. */
+  onJobId?(jobId: string): void;
 }
 
 export const isFinished = (job: Job) => job.state === 'completed' || job.state === 'failed';
@@ -59,7 +63,10 @@ export async function submitMultipart(kms: Kms, path: string, fields: Record<str
     if (body.length !== undefined) headers['content-length'] = String(body.length);
     if (wait) headers.prefer = `wait=${wait}`;
     try {
-      const res = await kms.rawRequest('POST', path, headers, body.open(report));
+      const res = await kms.rawRequest('POST', path, headers, body.open(report), { onInformation: (status, h) => {
+        const id = status === 103 ? monitoredJob(h.link) : undefined;
+        if (id) opts.onJobId?.(id);
+      } });
       if (res.statusCode === 200 || res.statusCode === 202 || res.statusCode === 201) return { ok: JSON.parse(await readText(res)) as Job };
       const problem = await problemFrom(res);
       const decision = kms.classify(problem.status, header(res, 'retry-after'), body.replayable, problem.code);
@@ -71,6 +78,12 @@ export async function submitMultipart(kms: Kms, path: string, fields: Record<str
       return { retry: err, final: () => { throw err; } };
     }
   });
+}
+
+/** The job a `Link: </api/v1/jobs/{id}>; rel="monitor"` names (the service's 103 Early Hints). */
+function monitoredJob(link: string | string[] | undefined): string | undefined {
+  const id = /<[^>]*\/jobs\/([^/?#>]+)>\s*;\s*rel="?monitor"?/.exec([link ?? []].flat().join(', '))?.[1];
+  return id === undefined ? undefined : decodeURIComponent(id);
 }
 
 /** The job as it is now; `waitSeconds` asks the service to hold the answer until it ends (≤ 30 s). */
@@ -117,27 +130,54 @@ export interface DownloadOptions {
  */
 export async function downloadJobFile(kms: Kms, jobId: string, file: Pick<JobFile, 'n' | 'name' | 'size'>, dest: string, opts: DownloadOptions = {}): Promise<number> {
   if (!opts.overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
-  const part = `${dest}.part`;
-  return kms.retrying<number>(async () => {
+  const got = await fetchOutput(kms, jobId, file.n, async () => dest, { size: file.size, onProgress: opts.onProgress });
+  await rename(got.part, dest).catch(async (err: unknown) => {
+    await rm(got.part, { force: true });
+    throw err;
+  });
+  return got.size;
+}
+
+/** An output fetched into `part`, to be renamed to `dest` by whoever knows it is whole. */
+export interface FetchedOutput {
+  n: number;
+  dest: string;
+  part: string;
+  size: number;
+}
+
+/**
+ * GETs output `n` into `<dest>.part`; `destOf` names `dest` from the response head (a followed output
+ * takes its name from Content-Disposition). `size` is checked when given; a followed output has no
+ * length, and the service cuts it off when the job fails, which ends here as an error, never as a file.
+ * Network errors and 503 start it again; on any failure the part file is removed.
+ */
+export async function fetchOutput(kms: Kms, jobId: string, n: number, destOf: (res: IncomingMessage) => Promise<string>, opts: { follow?: boolean; size?: number; onProgress?: OnProgress }): Promise<FetchedOutput> {
+  return kms.retrying<FetchedOutput>(async () => {
+    let part: string | undefined;
     try {
-      const res = await kms.rawRequest('GET', `/jobs/${encodeURIComponent(jobId)}/files/${file.n}`, { accept: 'application/octet-stream, application/problem+json' });
+      const res = await kms.rawRequest('GET', `/jobs/${encodeURIComponent(jobId)}/files/${n}${opts.follow ? '?follow=true' : ''}`, { accept: 'application/octet-stream, application/problem+json' });
       if (res.statusCode !== 200) {
         const problem = await problemFrom(res);
         const decision = kms.classify(problem.status, header(res, 'retry-after'), true);
         if (!decision.retry) throw problem;
         return { retry: problem, afterMs: decision.afterMs, final: () => { throw problem; } };
       }
+      const dest = await destOf(res).catch((err: unknown) => {
+        res.destroy();
+        throw err;
+      });
+      part = `${dest}.part`;
       let done = 0;
       res.on('data', (chunk: Buffer) => {
         done += chunk.length;
-        opts.onProgress?.({ phase: 'download', bytes_done: done, bytes_total: file.size, file: file.name });
+        opts.onProgress?.({ phase: 'download', bytes_done: done, bytes_total: opts.size, file: basename(dest) });
       });
       await pipeline(res, createWriteStream(part, { highWaterMark: 1 << 20, mode: 0o600 }));
-      if (done !== file.size) throw new ClientError('network_error', `download of ${file.name} ended at ${done} of ${file.size} bytes`);
-      await rename(part, dest);
-      return { ok: done };
+      if (opts.size !== undefined && done !== opts.size) throw new ClientError('network_error', `download of ${basename(dest)} ended at ${done} of ${opts.size} bytes`);
+      return { ok: { n, dest, part, size: done } };
     } catch (err) {
-      await rm(part, { force: true });
+      if (part) await rm(part, { force: true });
       if (err instanceof ProblemError) throw err;
       const network = err instanceof ClientError ? err : new ClientError('network_error', describe(err), { cause: err });
       if (network.code !== 'network_error') throw network;
@@ -146,7 +186,21 @@ export async function downloadJobFile(kms: Kms, jobId: string, file: Pick<JobFil
   });
 }
 
-const exists = (path: string): Promise<boolean> => access(path).then(() => true, () => false);
+/** The file name a download's Content-Disposition gives (`filename*` first), or undefined. */
+export function dispositionName(res: IncomingMessage): string | undefined {
+  const value = header(res, 'content-disposition') ?? '';
+  const extended = /filename\*=UTF-8''([^;\s]+)/i.exec(value)?.[1];
+  if (extended) {
+    try {
+      return decodeURIComponent(extended);
+    } catch {
+      /* malformed: the plain parameter below */
+    }
+  }
+  return /filename="([^"]*)"/i.exec(value)?.[1];
+}
+
+export const exists = (path: string): Promise<boolean> => access(path).then(() => true, () => false);
 
 export interface FollowOptions {
   types?: string[];

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
@@ -36,6 +36,17 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
+/** The paths of the GETs `kms` sends through node:http (downloads) from now on. */
+function recordGets(client: Kms): string[] {
+  const gets: string[] = [];
+  const raw = Kms.prototype.rawRequest;
+  client.rawRequest = function (this: Kms, method, path, ...rest) {
+    if (method === 'GET') gets.push(path);
+    return raw.call(this, method, path, ...rest);
+  };
+  return gets;
+}
+
 describe('client types', () => {
   it('client/openapi.ts matches the document the service serves (run `npm run client:types` after changing a route)', async () => {
     const committed = await readFile(CLIENT_TYPES_FILE, 'utf8');
@@ -48,17 +59,17 @@ describe('client types', () => {
 });
 
 describe('file helpers', () => {
-  it('encrypts paths and a stream, reports every phase, and decrypts back to the same bytes', async () => {
+  it('encrypts paths and a stream, following the outputs as they are produced, and decrypts back to the same bytes', async () => {
     const plain = [randomBytes(3 << 20), Buffer.from('small file\n'), Buffer.alloc(0)];
     await writeFile(join(dir, 'a.bin'), plain[0]!);
     await writeFile(join(dir, 'b.txt'), plain[1]!);
     const phases = new Set<Progress['phase']>();
     let uploaded = 0;
+    const gets = recordGets(kms);
     const enc = await encryptFiles(kms, {
       fingerprint,
       files: [join(dir, 'a.bin'), { name: 'b.txt', path: join(dir, 'b.txt') }, { name: 'empty', open: () => Readable.from([]) }],
       outDir: join(dir, 'enc'),
-      waitSeconds: 0, // no Prefer: wait, so the job is seen queued or processing
       onProgress: (p) => {
         phases.add(p.phase);
         if (p.phase === 'upload') uploaded = p.bytes_done;
@@ -66,18 +77,51 @@ describe('file helpers', () => {
     });
     expect(enc.job.state).toBe('completed');
     expect(enc.outputs.map((o) => o.name)).toEqual(['a.bin.gpg', 'b.txt.gpg', 'empty.gpg']);
+    expect(enc.outputs.map((o) => o.size)).toEqual(enc.job.result!.files!.map((f) => f.size));
+    // Each output was downloaded once, while the job ran (the 103 Early Hints named it during the upload).
+    expect(gets).toEqual([0, 1, 2].map((n) => `/jobs/${enc.job.job_id}/files/${n}?follow=true`));
     expect(uploaded).toBe(plain[0]!.length + plain[1]!.length);
     expect(phases.has('upload') && phases.has('download')).toBe(true);
-    expect(phases.has('queued') || phases.has('processing')).toBe(true);
+    expect(await readdir(join(dir, 'enc'))).toEqual(['a.bin.gpg', 'b.txt.gpg', 'empty.gpg']); // no .part left
 
-    const dec = await decryptFiles(kms, { fingerprint, passphrase, files: enc.outputs.map((o) => o.path), outDir: join(dir, 'dec') });
+    const decPhases = new Set<Progress['phase']>();
+    const dec = await decryptFiles(kms, { fingerprint, passphrase, files: enc.outputs.map((o) => o.path), outDir: join(dir, 'dec'), waitSeconds: 0, onProgress: (p) => decPhases.add(p.phase) });
     expect(dec.outputs.map((o) => o.name)).toEqual(['a.bin', 'b.txt', 'empty']);
     for (const [i, o] of dec.outputs.entries()) expect(Buffer.compare(await readFile(o.path), plain[i]!)).toBe(0);
+    // Without Prefer: wait the job is seen queued or processing; decrypted output is downloaded after it.
+    expect(decPhases.has('queued') || decPhases.has('processing')).toBe(true);
 
-    // Outputs are never overwritten unless asked.
+    // Outputs are never overwritten unless asked: not by a followed download either.
     await expect(decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1]!.path], outDir: join(dir, 'dec') })).rejects.toMatchObject({ code: 'output_exists' });
+    await expect(encryptFiles(kms, { fingerprint, files: [join(dir, 'b.txt')], outDir: join(dir, 'enc') })).rejects.toMatchObject({ code: 'output_exists' });
+    expect(await readFile(enc.outputs[1]!.path)).toHaveLength(enc.outputs[1]!.size);
     const again = await decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1]!.path], outDir: join(dir, 'dec'), overwrite: true });
     expect(await readFile(again.outputs[0]!.path, 'utf8')).toBe('small file\n');
+
+    // follow: false downloads after the job, as decryptions do.
+    const gets2 = recordGets(kms);
+    const late = await encryptFiles(kms, { fingerprint, files: [join(dir, 'b.txt')], outDir: join(dir, 'enc-late'), follow: false });
+    expect(gets2).toEqual([`/jobs/${late.job.job_id}/files/0`]);
+  });
+
+  it('keeps nothing of a followed output when the upload fails and the job with it', async () => {
+    const gets = recordGets(kms);
+    let fail!: () => void;
+    const failed = new Promise<void>((r) => (fail = r));
+    async function* cut() {
+      yield randomBytes(4 << 20);
+      await failed;
+      throw new Error('the source failed');
+    }
+    const out = join(dir, 'cut');
+    const attempt = encryptFiles(kms, { fingerprint, files: [{ name: 'cut.bin', stream: Readable.from(cut()) }], outDir: out }).catch((e: unknown) => e);
+    // Wait until the output is being followed and its first segment (published within 500 ms) can have arrived.
+    for (let i = 0; i < 100 && gets.length === 0; i++) await new Promise((r) => setTimeout(r, 50));
+    expect(gets[0]).toMatch(/\/files\/0\?follow=true$/);
+    await new Promise((r) => setTimeout(r, 800));
+    fail();
+    expect(await attempt).toBeInstanceOf(ClientError);
+    expect(await readdir(out)).toEqual([]);
   });
 
   it('sends a one-time stream (size unknown: chunked) and names outputs from non-ASCII names', async () => {
