@@ -68,18 +68,19 @@ interface Options {
   json: boolean;
 }
 
-const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).join(',')}] [--runs N] [--transfer http|fetch] [--store local|s3] [--follow] [--no-json]
+const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).join(',')}] [--runs N] [--transfer http|fetch] [--store local|s3] [--no-follow] [--no-json]
   size        of the random test file, binary units: 256M, 1G (default), 4G
   --only      sections to run (default: all)
   --runs      repeat each section N times and keep the fastest figures (default 1)
   --transfer  how the bench uploads and downloads: node:http (default) or fetch + FormData(openAsBlob)
   --store     the service's blob store: a local folder (default) or S3 (s3rver, in its own process)
-  --follow    encrypt end to end downloads the ciphertext as it is produced (GET …?follow=true, from the
-              103 Early Hints), at the same time as the upload; http transfers only
+  --no-follow encrypt end to end downloads the ciphertext after the job; by default it is downloaded as it
+              is produced (GET …?follow=true, from the 103 Early Hints), as the client library and the CLI do
+              (fetch transfers cannot: fetch hides the 103)
   --no-json   omit the final JSON line`;
 
 function parseArgs(argv: string[]): Options {
-  const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, transfer: 'http', store: 'local', follow: false, json: true };
+  const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, transfer: 'http', store: 'local', follow: true, json: true };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i]!.split('=', 2) as [string, string | undefined];
     const value = () => inline ?? argv[++i] ?? fail(`${flag} needs a value`);
@@ -90,12 +91,13 @@ function parseArgs(argv: string[]): Options {
     else if (flag === '--runs') opts.runs = positiveInt(value());
     else if (flag === '--transfer') opts.transfer = transfer(value());
     else if (flag === '--store') opts.store = store(value());
-    else if (flag === '--follow') opts.follow = true;
+    else if (flag === '--no-follow') opts.follow = false;
     else if (flag === '--no-json') opts.json = false;
     else if (flag === '-h' || flag === '--help') fail('', 0);
     else if (!flag.startsWith('-')) opts.size = size(flag);
     else fail(`unknown option ${flag}`);
   }
+  if (opts.transfer !== 'http') opts.follow = false;
   return opts;
 }
 
@@ -219,7 +221,6 @@ async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, s
   const fingerprint = await api.generateKey(passphrase);
   snapshots.push({ after: 'key setup', rss: service.rss() });
   const keepCiphertexts = opts.sections.includes('decrypt');
-  if (opts.follow && opts.transfer !== 'http') fail('--follow needs --transfer http (fetch does not show the 103 Early Hints)');
   return { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {}, keepCiphertexts, follow: opts.follow };
 }
 
