@@ -140,8 +140,8 @@ async function fileJob(kms: Kms, path: string, fields: Record<string, string | u
 
 /** Outputs downloaded while the job produced them, waiting for the job's verdict. */
 interface Followed {
-  /** Settles when every output has been fetched or one failed. */
-  done: Promise<unknown>;
+  /** Whether every output was fetched (false once one failed). */
+  done: Promise<boolean>;
   /** The outputs under their names if they are exactly the completed job's (else undefined, parts removed). */
   keep(job: Job): Promise<Output[] | undefined>;
   discard(): Promise<void>;
@@ -160,7 +160,8 @@ function followOutputs(kms: Kms, jobId: string, count: number, outDir: string, o
     for (let n = 0; n < count; n++) {
       const destOf = async (res: IncomingMessage) => {
         const dest = join(outDir, basename(dispositionName(res) ?? '') || `output-${n}`);
-        if (!opts.overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
+        // Two outputs of one name (inputs from two folders) fall back to the download after the job.
+        if (got.some((f) => f.dest === dest) || (!opts.overwrite && (await exists(dest)))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
         return dest;
       };
       got.push(await fetchOutput(kms, jobId, n, destOf, { follow: true, onProgress: opts.onProgress }));
