@@ -54,7 +54,7 @@ export function registerFiles(program: Command) {
   common(
     program
       .command('encrypt <files...>')
-      .description('Encrypt files to a stored key or a public key: upload, wait for the job, download the results')
+      .description('Encrypt files to a stored key or a public key: upload, and download each ciphertext while the job produces it (kept once the job has completed)')
       .option('-k, --key <fingerprint>', 'a key of yours (any generation: the current one is used)')
       .option('--public-key <file>', 'an armored OpenPGP public key file (e.g. exported from gpg)')
       .option('-a, --armor', 'ASCII-armored output (.asc) instead of binary (.gpg)')
