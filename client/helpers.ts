@@ -159,7 +159,7 @@ function followOutputs(kms: Kms, jobId: string, count: number, outDir: string, o
     await mkdir(outDir, { recursive: true });
     for (let n = 0; n < count; n++) {
       const destOf = async (res: IncomingMessage) => {
-        const dest = join(outDir, basename(dispositionName(res) ?? '') || `output-${n}`);
+        const dest = outputPath(outDir, dispositionName(res), n);
         // Two outputs of one name (inputs from two folders) fall back to the download after the job.
         if (got.some((f) => f.dest === dest) || (!opts.overwrite && (await exists(dest)))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
         return dest;
@@ -180,7 +180,7 @@ function followOutputs(kms: Kms, jobId: string, count: number, outDir: string, o
     async keep(job) {
       const files = job.result?.files ?? [];
       const fetched = new Map(got.map((f) => [f.n, f]));
-      const same = (f: JobFile) => fetched.get(f.n)?.size === f.size && basename(fetched.get(f.n)!.dest) === (basename(f.name) || `output-${f.n}`);
+      const same = (f: JobFile) => fetched.get(f.n)?.size === f.size && fetched.get(f.n)!.dest === outputPath(outDir, f.name, f.n);
       if (!(await done) || job.job_id !== jobId || files.length !== got.length || !files.every(same)) {
         await discard();
         return undefined;
@@ -196,6 +196,15 @@ function followOutputs(kms: Kms, jobId: string, count: number, outDir: string, o
   };
 }
 
+/**
+ * Where output n goes: its name's last part, inside `outDir` whatever the answer says (the service gives
+ * base names already; `..`, `.` or nothing become `output-<n>`).
+ */
+function outputPath(outDir: string, name: string | undefined, n: number): string {
+  const base = basename(name ?? '');
+  return join(outDir, base === '' || base === '.' || base === '..' ? `output-${n}` : base);
+}
+
 /** Downloads every output of a completed job into `outDir`, under the names the job gave them. */
 export async function downloadOutputs(kms: Kms, job: Job, opts: { outDir?: string; overwrite?: boolean; onProgress?: OnProgress; only?: number[] } = {}): Promise<Output[]> {
   const outDir = opts.outDir ?? '.';
@@ -203,8 +212,7 @@ export async function downloadOutputs(kms: Kms, job: Job, opts: { outDir?: strin
   const files = (job.result?.files ?? []).filter((f) => !opts.only || opts.only.includes(f.n));
   const outputs: Output[] = [];
   for (const f of files) {
-    // The service already gives base names; basename() again so no answer can write outside outDir.
-    const path = join(outDir, basename(f.name) || `output-${f.n}`);
+    const path = outputPath(outDir, f.name, f.n);
     const size = await downloadJobFile(kms, job.job_id, f, path, { onProgress: opts.onProgress, overwrite: opts.overwrite });
     outputs.push({ n: f.n, name: f.name, size, path });
   }

@@ -232,6 +232,35 @@ describe('retry policy (against a scripted server)', () => {
     expect(seen).toHaveLength(1);
   });
 
+  it('writes outputs inside outDir whatever names the answers give, followed or not', async () => {
+    const named = (names: string[]) => ({ ...job, result: { files: names.map((name, n) => ({ n, name, size: 3, download_url: '' })) } });
+    const bytes = (res: import('node:http').ServerResponse, name: string) =>
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-disposition': `attachment; filename*=UTF-8''${encodeURIComponent(name)}` }).end('abc');
+    const client = new Kms({ url, token: 't' });
+    await writeFile(join(dir, 'in.txt'), 'x');
+    const out = join(dir, 'names', 'out');
+
+    // Downloaded after the job: the job's names.
+    seen = [];
+    script = [(req, res) => req.resume().on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(named(['..', '../up.gpg'])))), (_req, res) => bytes(res, ''), (_req, res) => bytes(res, '')];
+    const late = await encryptFiles(client, { fingerprint: 'F'.repeat(40), files: [join(dir, 'in.txt'), join(dir, 'in.txt')], outDir: out, follow: false });
+    expect(late.outputs.map((o) => o.path)).toEqual([join(out, 'output-0'), join(out, 'up.gpg')]);
+
+    // Followed (the 103 names the job): Content-Disposition's names, held to the job's.
+    seen = [];
+    script = [
+      (req, res) => {
+        res.writeEarlyHints({ link: `</api/v1/jobs/${job.job_id}>; rel="monitor"` });
+        req.resume().on('end', () => setTimeout(() => res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify(named(['../../x.gpg']))), 200));
+      },
+      (_req, res) => bytes(res, '../../x.gpg'),
+    ];
+    const followed = await encryptFiles(client, { fingerprint: 'F'.repeat(40), files: [join(dir, 'in.txt')], outDir: out });
+    expect(seen.map((x) => x.url)).toEqual(['/api/v1/keys/encrypt', `/api/v1/jobs/${job.job_id}/files/0?follow=true`]);
+    expect(followed.outputs.map((o) => o.path)).toEqual([join(out, 'x.gpg')]);
+    expect(await readdir(join(dir, 'names'))).toEqual(['out']);
+  });
+
   it('does not repeat a POST without an Idempotency-Key after a network error, nor a one-time stream', async () => {
     seen = [];
     script = [(req) => req.socket.destroy()];
