@@ -111,13 +111,17 @@ export async function rotate(kms: Kms, opts: RotateOptions): Promise<Job> {
 async function fileJob(kms: Kms, path: string, fields: Record<string, string | undefined>, opts: FileJobOptions, follow = false): Promise<FileJobResult> {
   if (!opts.files.length) throw new ClientError('unexpected_answer', 'no files given');
   const outDir = opts.outDir ?? '.';
+  // One progress bar at a time: the upload's, then the job's until the followed download's bytes flow.
   let uploading = true;
+  let downloading = false;
   let followed: Followed | undefined;
   const startFollowing =
     follow && !opts.noDownload
       ? (jobId: string) => {
-          // Download progress is shown once the upload is done (the bar shows one phase at a time).
-          followed ??= followOutputs(kms, jobId, opts.files.length, outDir, { overwrite: opts.overwrite, onProgress: (p) => uploading || opts.onProgress?.(p) });
+          followed ??= followOutputs(kms, jobId, opts.files.length, outDir, {
+            overwrite: opts.overwrite,
+            onProgress: (p) => uploading || ((downloading = true), opts.onProgress?.(p)),
+          });
         }
       : undefined;
   let job: Job;
@@ -127,8 +131,7 @@ async function fileJob(kms: Kms, path: string, fields: Record<string, string | u
     opts.onSubmitted?.(submitted);
     // No 103 Early Hints reached us (a proxy may drop them): follow from the answer.
     if (!isFinished(submitted)) startFollowing?.(submitted.job_id);
-    await followed?.done;
-    job = isFinished(submitted) && submitted.state === 'completed' ? submitted : await waitForJob(kms, submitted, { onProgress: opts.onProgress });
+    job = isFinished(submitted) && submitted.state === 'completed' ? submitted : await waitForJob(kms, submitted, { onProgress: (p) => downloading || opts.onProgress?.(p) });
   } catch (err) {
     await followed?.discard();
     throw err;
@@ -140,9 +143,7 @@ async function fileJob(kms: Kms, path: string, fields: Record<string, string | u
 
 /** Outputs downloaded while the job produced them, waiting for the job's verdict. */
 interface Followed {
-  /** Whether every output was fetched (false once one failed). */
-  done: Promise<boolean>;
-  /** The outputs under their names if they are exactly the completed job's (else undefined, parts removed). */
+  /** Once the downloads have ended: the outputs under their names if they are exactly the completed job's (else undefined, parts removed). */
   keep(job: Job): Promise<Output[] | undefined>;
   discard(): Promise<void>;
 }
@@ -150,11 +151,13 @@ interface Followed {
 /**
  * Follows outputs 0 … count-1 of a running encryption, one after another, each into `<name>.part`
  * (the name from the answer's Content-Disposition). Nothing gets its real name before the job has
- * completed and its result lists the same names and sizes: a failed job cuts the download off, and a
- * mismatch (say, a retried submission that made another job) falls back to downloading the outputs.
+ * completed and its result lists the same names and sizes: a failed job cuts the download off. Any
+ * failure or mismatch (a cut connection, a job queued longer than a request may stay silent, a retried
+ * submission that made another job) falls back to downloading the outputs after the job, which retries.
  */
 function followOutputs(kms: Kms, jobId: string, count: number, outDir: string, opts: { overwrite?: boolean; onProgress?: OnProgress }): Followed {
   const got: FetchedOutput[] = [];
+  // Whether every output was fetched (false once one failed).
   const done = (async () => {
     await mkdir(outDir, { recursive: true });
     for (let n = 0; n < count; n++) {
@@ -175,13 +178,13 @@ function followOutputs(kms: Kms, jobId: string, count: number, outDir: string, o
     await Promise.all(got.map((f) => rm(f.part, { force: true })));
   };
   return {
-    done,
     discard,
     async keep(job) {
+      const whole = await done;
       const files = job.result?.files ?? [];
       const fetched = new Map(got.map((f) => [f.n, f]));
       const same = (f: JobFile) => fetched.get(f.n)?.size === f.size && fetched.get(f.n)!.dest === outputPath(outDir, f.name, f.n);
-      if (!(await done) || job.job_id !== jobId || files.length !== got.length || !files.every(same)) {
+      if (!whole || job.job_id !== jobId || files.length !== got.length || !files.every(same)) {
         await discard();
         return undefined;
       }

@@ -93,13 +93,14 @@ export class Kms {
 
   /**
    * Runs `attempt` until it succeeds, retrying what it reports as retryable: back-off 0.5 s doubling
-   * to 8 s (with jitter), or the service's Retry-After. After the last retry, the outcome's `final`.
+   * to 8 s (with jitter), or the service's Retry-After. After the last retry (`retries`, default the
+   * client's), the outcome's `final`.
    */
-  async retrying<T>(attempt: (n: number) => Promise<Outcome<T>>): Promise<T> {
+  async retrying<T>(attempt: (n: number) => Promise<Outcome<T>>, retries = this.opts.retries): Promise<T> {
     for (let n = 0; ; n++) {
       const outcome = await attempt(n);
       if ('ok' in outcome) return outcome.ok;
-      if (n >= this.opts.retries) return outcome.final();
+      if (n >= retries) return outcome.final();
       const delayMs = outcome.afterMs ?? Math.min(8000, 500 * 2 ** n) * (0.5 + Math.random() / 2);
       this.opts.onRetry?.({ attempt: n + 1, delayMs, reason: describe(outcome.retry) });
       await sleep(delayMs);

@@ -150,7 +150,8 @@ export interface FetchedOutput {
  * GETs output `n` into `<dest>.part`; `destOf` names `dest` from the response head (a followed output
  * takes its name from Content-Disposition). `size` is checked when given; a followed output has no
  * length, and the service cuts it off when the job fails, which ends here as an error, never as a file.
- * Network errors and 503 start it again; on any failure the part file is removed.
+ * Network errors and 503 start it again, except a followed output's (its caller falls back to the
+ * download after the job); on any failure the part file is removed.
  */
 export async function fetchOutput(kms: Kms, jobId: string, n: number, destOf: (res: IncomingMessage) => Promise<string>, opts: { follow?: boolean; size?: number; onProgress?: OnProgress }): Promise<FetchedOutput> {
   return kms.retrying<FetchedOutput>(async () => {
@@ -183,7 +184,7 @@ export async function fetchOutput(kms: Kms, jobId: string, n: number, destOf: (r
       if (network.code !== 'network_error') throw network;
       return { retry: network, final: () => { throw network; } };
     }
-  });
+  }, opts.follow ? 0 : undefined);
 }
 
 /** The file name a download's Content-Disposition gives (`filename*` first), or undefined. */

@@ -261,6 +261,31 @@ describe('retry policy (against a scripted server)', () => {
     expect(await readdir(join(dir, 'names'))).toEqual(['out']);
   });
 
+  it('falls back to the download after the job when a followed download is cut (the follow itself is not retried)', async () => {
+    const done = { ...job, state: 'completed', result: { files: [{ n: 0, name: 'in.txt.gpg', size: 3, download_url: '' }] } };
+    seen = [];
+    script = [
+      (req, res) => {
+        const path = req.url!;
+        if (req.method === 'POST') {
+          res.writeEarlyHints({ link: `</api/v1/jobs/${job.job_id}>; rel="monitor"` });
+          req.resume().on('end', () => res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ ...job, state: 'running', result: null })));
+        } else if (path.endsWith('/files/0?follow=true')) {
+          res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-disposition': `attachment; filename="in.txt.gpg"` });
+          res.write('ab', () => setTimeout(() => req.socket.destroy(), 50)); // cut off: the job failed, or the network
+        } else if (path.endsWith('/files/0')) res.writeHead(200, { 'content-type': 'application/octet-stream' }).end('abc');
+        else setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(done)), 300);
+      },
+    ];
+    const client = new Kms({ url, token: 't' });
+    await writeFile(join(dir, 'in.txt'), 'x');
+    const out = join(dir, 'fallback');
+    const result = await encryptFiles(client, { fingerprint: 'F'.repeat(40), files: [join(dir, 'in.txt')], outDir: out });
+    expect(await readFile(result.outputs[0]!.path, 'utf8')).toBe('abc');
+    expect(seen.filter((x) => x.url.includes('/files/')).map((x) => x.url)).toEqual([`/api/v1/jobs/${job.job_id}/files/0?follow=true`, `/api/v1/jobs/${job.job_id}/files/0`]);
+    expect(await readdir(out)).toEqual(['in.txt.gpg']);
+  });
+
   it('does not repeat a POST without an Idempotency-Key after a network error, nor a one-time stream', async () => {
     seen = [];
     script = [(req) => req.socket.destroy()];
