@@ -80,10 +80,9 @@ export async function submitMultipart(kms: Kms, path: string, fields: Record<str
   });
 }
 
-/** The job a `Link: </api/v1/jobs/{id}>; rel="monitor"` names (the service's 103 Early Hints). */
+/** The job a `Link: </api/v1/jobs/{id}>; rel="monitor"` names (the service's 103 Early Hints; ids are UUIDs). */
 function monitoredJob(link: string | string[] | undefined): string | undefined {
-  const id = /<[^>]*\/jobs\/([^/?#>]+)>\s*;\s*rel="?monitor"?/.exec([link ?? []].flat().join(', '))?.[1];
-  return id === undefined ? undefined : decodeURIComponent(id);
+  return /<[^>]*\/jobs\/([0-9A-Za-z-]{1,64})>\s*;\s*rel="?monitor"?/.exec([link ?? []].flat().join(', '))?.[1];
 }
 
 /** The job as it is now; `waitSeconds` asks the service to hold the answer until it ends (≤ 30 s). */
