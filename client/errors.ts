@@ -43,7 +43,7 @@ export class JobFailedError extends Error {
 export class ClientError extends Error {
   override readonly name = 'ClientError';
   constructor(
-    readonly code: 'network_error' | 'output_exists' | 'timeout' | 'unexpected_answer' | 'not_replayable',
+    readonly code: 'network_error' | 'output_exists' | 'timeout' | 'unexpected_answer' | 'not_replayable' | 'job_not_completed',
     message: string,
     options?: { cause?: unknown },
   ) {

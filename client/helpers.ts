@@ -210,6 +210,8 @@ function outputPath(outDir: string, name: string | undefined, n: number): string
 
 /** Downloads every output of a completed job into `outDir`, under the names the job gave them. */
 export async function downloadOutputs(kms: Kms, job: Job, opts: { outDir?: string; overwrite?: boolean; onProgress?: OnProgress; only?: number[] } = {}): Promise<Output[]> {
+  // A queued or running job lists no outputs yet: say so rather than download nothing.
+  if (job.state !== 'completed') throw new ClientError('job_not_completed', `job ${job.job_id} is ${job.state}: its outputs exist once it has completed (wait for it first)`);
   const outDir = opts.outDir ?? '.';
   await mkdir(outDir, { recursive: true });
   const files = (job.result?.files ?? []).filter((f) => !opts.only || opts.only.includes(f.n));

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { CLIENT_TYPES_FILE, clientTypesFor, servedDocument } from '../client/generate-types';
-import { ClientError, JobFailedError, Kms, ProblemError, decryptFiles, encryptFiles, getJob, rewrap, rotate, type Progress } from '../client/index';
+import { ClientError, JobFailedError, Kms, ProblemError, decryptFiles, downloadOutputs, encryptFiles, getJob, rewrap, rotate, type Progress } from '../client/index';
 import { routes } from '../api/app';
 import { registerUser, startTestService, type TestService } from './support/service';
 
@@ -232,6 +232,11 @@ describe('retry policy (against a scripted server)', () => {
     expect(seen).toHaveLength(1);
   });
 
+  it('refuses to download the outputs of a job that has not completed (it lists none yet)', async () => {
+    const client = new Kms({ url, token: 't' });
+    await expect(downloadOutputs(client, { ...job, kind: 'encrypt', state: 'active', result: null }, { outDir: dir })).rejects.toMatchObject({ code: 'job_not_completed' });
+  });
+
   it('writes outputs inside outDir whatever names the answers give, followed or not', async () => {
     const named = (names: string[]) => ({ ...job, result: { files: names.map((name, n) => ({ n, name, size: 3, download_url: '' })) } });
     const bytes = (res: import('node:http').ServerResponse, name: string) =>
@@ -269,7 +274,7 @@ describe('retry policy (against a scripted server)', () => {
         const path = req.url!;
         if (req.method === 'POST') {
           res.writeEarlyHints({ link: `</api/v1/jobs/${job.job_id}>; rel="monitor"` });
-          req.resume().on('end', () => res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ ...job, state: 'running', result: null })));
+          req.resume().on('end', () => res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ ...job, state: 'active', result: null })));
         } else if (path.endsWith('/files/0?follow=true')) {
           res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-disposition': `attachment; filename="in.txt.gpg"` });
           res.write('ab', () => setTimeout(() => req.socket.destroy(), 50)); // cut off: the job failed, or the network
