@@ -2,9 +2,9 @@
  * The `kms` command line end to end against the bench's own client (bench/lib/client.ts: node:http
  * multipart, polling every 100 ms), on one file: upload → job → download, for encrypt and decrypt.
  * The CLI figure includes everything a user waits for: starting node and tsx, reading the login,
- * the upload, `Prefer: wait` / events / polling, and the download. An encryption's ciphertext is
- * downloaded while it is produced by both (`?follow=true` from the 103 Early Hints, as the CLI does). Ratio = client time ÷ CLI time
- * (1.0: the CLI is as fast as the bench's client; the issue's target is ≥ 0.9).
+ * the upload, `Prefer: wait` / events / polling, and the download. Both download an encryption's
+ * ciphertext while it is produced (`?follow=true` from the 103 Early Hints, as the CLI does). Ratio =
+ * client time ÷ CLI time (1.0: the CLI is as fast as the bench's client; the issue's target is ≥ 0.9).
  *
  *   npm run bench:cli -- [size]        (default 1G; e.g. 256M)
  */
