@@ -76,7 +76,7 @@ const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).jo
   --store     the service's blob store: a local folder (default) or S3 (s3rver, in its own process)
   --no-follow encrypt end to end downloads the ciphertext after the job; by default it is downloaded as it
               is produced (GET …?follow=true, from the 103 Early Hints), as the client library and the CLI do
-              (fetch transfers cannot: fetch hides the 103)
+              (fetch transfers cannot: fetch hides the 103); --follow says the default
   --no-json   omit the final JSON line`;
 
 function parseArgs(argv: string[]): Options {
@@ -91,7 +91,7 @@ function parseArgs(argv: string[]): Options {
     else if (flag === '--runs') opts.runs = positiveInt(value());
     else if (flag === '--transfer') opts.transfer = transfer(value());
     else if (flag === '--store') opts.store = store(value());
-    else if (flag === '--no-follow') opts.follow = false;
+    else if (flag === '--no-follow' || flag === '--follow') opts.follow = flag === '--follow'; // --follow: the default, as before
     else if (flag === '--no-json') opts.json = false;
     else if (flag === '-h' || flag === '--help') fail('', 0);
     else if (!flag.startsWith('-')) opts.size = size(flag);
