@@ -50,7 +50,8 @@ export async function transformFiles(
   for (let next = await nextFile(c, jobId, 0, signal); next.file; next = next.last ? {} : await nextFile(c, jobId, inputs.length, signal)) {
     const { file } = next;
     let read = 0;
-    const input = await c.blob.follow(jobBlob.input(jobId, file.n), { signal, idleMs: c.config.jobLimits.idleMs });
+    // Its row exists, so its put has opened: a file not there was deleted with a job the API failed.
+    const input = await c.blob.follow(jobBlob.input(jobId, file.n), { signal, idleMs: c.config.jobLimits.idleMs, begun: true });
     const source = counted(input, (n) => {
       read = n;
       progress.report({ bytes_done: before + n });

@@ -260,6 +260,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
         if (!write) {
           end = await readEnd(key);
           write = end?.write ?? (await readHead(key));
+          if (!write && wait?.begun) throw new Error(`blob ${key} is gone (deleted before it was read)`);
           if (!write) await pause('not started');
           else idleSince = Date.now(); // the writer's pace is timed from when it began
           continue;

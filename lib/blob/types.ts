@@ -42,6 +42,12 @@ export interface FollowOptions {
    * once the job has done the earlier ones: its follower waits up to the job's own time limit.
    */
   startMs?: number;
+  /**
+   * Whoever told the reader of this file saw its write begin (a job's input row is written once its put
+   * has opened): finding no write then means the file was deleted (its job failed), not that its write
+   * is still to start, and the reader fails at once rather than after `startMs`.
+   */
+  begun?: boolean;
 }
 
 export interface BlobStore {

@@ -105,6 +105,15 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
     await put;
   });
 
+  it('a follower told that the write has begun fails at once when the file is gone (its job failed), not after startMs', async () => {
+    const k = key();
+    await writer.put(k, Readable.from([randomBytes(10)]));
+    await writer.deletePrefix(k.slice(0, k.indexOf('/in/') + 1));
+    const started = Date.now();
+    await expect(reader.follow(k, { idleMs: 30_000, begun: true }).then(collect)).rejects.toThrow(/is gone/);
+    expect(Date.now() - started).toBeLessThan(5000);
+  });
+
   it('a follower waits startMs for a write to begin, then idleMs between its segments', async () => {
     const k = key();
     await expect(reader.follow(k, { idleMs: 200 }).then(collect)).rejects.toThrow(/nothing new for 200 ms \(not started\)/);
