@@ -46,10 +46,8 @@ async function clientRun(api: Api, submit: () => ReturnType<Api['submitEncrypt']
 /** An encryption as the CLI runs it: the ciphertext downloaded as it is produced, from the 103 Early Hints on. */
 async function clientFollowedRun(api: Api, input: string, fingerprint: string, dest: string): Promise<number> {
   const started = performance.now();
-  let downloaded: Promise<number> | undefined;
-  const { job_id } = await api.submitEncrypt(input, fingerprint, (id) => (downloaded = api.download(`/api/v1/jobs/${id}/files/0?follow=true`, dest)));
-  if (!downloaded) throw new Error('the API sent no 103 Early Hints naming the job');
-  await Promise.all([api.waitForJob(job_id, 120_000 * (1 + size / GiB)), downloaded]);
+  const { job, downloaded } = await api.submitEncryptFollowed(input, fingerprint, dest);
+  await Promise.all([api.waitForJob(job.job_id, 120_000 * (1 + size / GiB)), downloaded]);
   return performance.now() - started;
 }
 

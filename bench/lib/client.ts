@@ -69,6 +69,18 @@ export class Api {
     return this.upload('/keys/encrypt', { fingerprint }, file, onJob);
   }
 
+  /**
+   * Uploads the file for encryption and downloads its ciphertext to `dest` as it is produced (`?follow=true`,
+   * from the 103 Early Hints that name the job, during the upload): the job once the API answered, and the
+   * download's byte count once it has ended.
+   */
+  async submitEncryptFollowed(file: string, fingerprint: string, dest: string): Promise<{ job: JobView; downloaded: Promise<number> }> {
+    let downloaded: Promise<number> | undefined;
+    const job = await this.submitEncrypt(file, fingerprint, (id) => (downloaded = this.download(`/api/v1/jobs/${id}/files/0?follow=true`, dest)));
+    if (!downloaded) throw new Error('the API sent no 103 Early Hints naming the job');
+    return { job, downloaded };
+  }
+
   submitDecrypt(file: string, fingerprint: string, passphrase: string): Promise<JobView> {
     return this.upload('/keys/decrypt', { fingerprint, passphrase }, file);
   }

@@ -188,11 +188,9 @@ async function serviceRun(b: Bench, submit: () => Promise<JobView>, dest: string
 async function followedRun(b: Bench, dest: string): Promise<ServiceRun> {
   await settle();
   const m0 = mark(b);
-  let downloaded: Promise<number> | undefined;
   let m2!: Mark;
-  const { job_id } = await b.api.submitEncrypt(b.input, b.fingerprint, (id) => (downloaded = b.api.download(`/api/v1/jobs/${id}/files/0?follow=true`, dest)));
+  const { job: { job_id }, downloaded } = await b.api.submitEncryptFollowed(b.input, b.fingerprint, dest);
   const m1 = mark(b);
-  if (!downloaded) throw new Error('the API sent no 103 Early Hints naming the job');
   const [job, bytes] = await Promise.all([waitFor(b, job_id).then((j) => ((m2 = mark(b)), j)), downloaded]);
   const m3 = mark(b);
   await dropJobFiles(b, job_id);
