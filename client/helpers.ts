@@ -3,7 +3,7 @@ import type { IncomingMessage } from 'node:http';
 import { basename, join } from 'node:path';
 import { ClientError } from './errors.js';
 import { newIdempotencyKey, type Kms } from './http.js';
-import { dispositionName, downloadJobFile, exists, fetchOutput, isFinished, submitMultipart, waitForJob, type FetchedOutput, type Job, type JobFile, type OnProgress } from './jobs.js';
+import { dispositionName, downloadJobFile, fetchOutput, refuseExisting, isFinished, submitMultipart, waitForJob, type FetchedOutput, type Job, type JobFile, type OnProgress } from './jobs.js';
 import type { Upload } from './uploads.js';
 
 export interface FileJobOptions {
@@ -164,7 +164,7 @@ function followOutputs(kms: Kms, jobId: string, count: number, outDir: string, o
       const destOf = async (res: IncomingMessage) => {
         const dest = outputPath(outDir, dispositionName(res), n);
         // Two outputs of one name (inputs from two folders) fall back to the download after the job.
-        if (got.some((f) => f.dest === dest) || (!opts.overwrite && (await exists(dest)))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
+        await refuseExisting(dest, opts.overwrite, got.some((f) => f.dest === dest));
         return dest;
       };
       got.push(await fetchOutput(kms, jobId, n, destOf, { follow: true, onProgress: opts.onProgress }));

@@ -128,7 +128,7 @@ export interface DownloadOptions {
  * download never leaves a partial file under the real name. Network errors and 503 start it again.
  */
 export async function downloadJobFile(kms: Kms, jobId: string, file: Pick<JobFile, 'n' | 'name' | 'size'>, dest: string, opts: DownloadOptions = {}): Promise<number> {
-  if (!opts.overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
+  await refuseExisting(dest, opts.overwrite);
   const got = await fetchOutput(kms, jobId, file.n, async () => dest, { size: file.size, onProgress: opts.onProgress });
   await rename(got.part, dest).catch(async (err: unknown) => {
     await rm(got.part, { force: true });
@@ -200,7 +200,12 @@ export function dispositionName(res: IncomingMessage): string | undefined {
   return /filename="([^"]*)"/i.exec(value)?.[1];
 }
 
-export const exists = (path: string): Promise<boolean> => access(path).then(() => true, () => false);
+const exists = (path: string): Promise<boolean> => access(path).then(() => true, () => false);
+
+/** Outputs are never written over a file that exists, unless asked (`taken`: a name this run already uses). */
+export async function refuseExisting(dest: string, overwrite = false, taken = false): Promise<void> {
+  if (taken || (!overwrite && (await exists(dest)))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
+}
 
 export interface FollowOptions {
   types?: string[];
