@@ -1,10 +1,10 @@
-import { createReadStream, createWriteStream, openAsBlob } from 'node:fs';
-import { stat } from 'node:fs/promises';
+import { createWriteStream, openAsBlob } from 'node:fs';
 import { request, type IncomingMessage, type RequestOptions } from 'node:http';
 import { basename } from 'node:path';
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { ReadableStream as NodeReadableStream } from 'node:stream/web';
+import { multipartBody, partsOf } from '../../client/uploads';
 import { MiB, randomId } from './util';
 
 /** The parts of GET /jobs/{id} the bench reads. */
@@ -139,15 +139,15 @@ export class Api {
       form.append('files', await openAsBlob(file), basename(file));
       return this.call<JobView>('POST', path, { form }, 202);
     }
-    const body = await multipartBody(fields, file);
-    const req = request(`${this.base}/api/v1${path}`, { method: 'POST', headers: { ...this.auth(), 'content-type': body.type, 'content-length': body.length } });
+    const body = multipartBody(fields, 'files', await partsOf([file])); // the client library's encoder
+    const req = request(`${this.base}/api/v1${path}`, { method: 'POST', headers: { ...this.auth(), 'content-type': body.contentType, 'content-length': body.length } });
     const answer = new Promise<IncomingMessage>((resolve, reject) => req.once('response', resolve).once('error', reject));
     req.on('information', (info) => {
       const id = /\/jobs\/([0-9a-f-]{36})>/.exec(String(info.headers.link ?? ''))?.[1];
       if (info.statusCode === 103 && id) onJob?.(id);
     });
     // The API may answer (an error) before it has read everything; the answer is what counts then.
-    const sent = pipeline(body.stream, req).catch(() => undefined);
+    const sent = pipeline(body.open(() => undefined), req).catch(() => undefined);
     const res = await answer;
     const reply = await text(res);
     await sent;
@@ -167,23 +167,6 @@ export class Api {
     if (![expect].flat().includes(res.status)) throw new ApiError(res.status, `${method} ${path}`, reply);
     return JSON.parse(reply) as T;
   }
-}
-
-/** A multipart body around a file read in 1 MiB chunks, with its exact length. */
-async function multipartBody(fields: Record<string, string>, file: string): Promise<{ type: string; length: number; stream: Readable }> {
-  const boundary = `kms-bench-${randomId(12)}`;
-  const part = (disposition: string) => `--${boundary}\r\nContent-Disposition: form-data; ${disposition}\r\n`;
-  const head =
-    Object.entries(fields).map(([k, v]) => `${part(`name="${k}"`)}\r\n${v}\r\n`).join('') +
-    `${part(`name="files"; filename="${basename(file)}"`)}Content-Type: application/octet-stream\r\n\r\n`;
-  const tail = `\r\n--${boundary}--\r\n`;
-  const { size } = await stat(file);
-  async function* chunks() {
-    yield Buffer.from(head);
-    yield* createReadStream(file, { highWaterMark: MiB });
-    yield Buffer.from(tail);
-  }
-  return { type: `multipart/form-data; boundary=${boundary}`, length: Buffer.byteLength(head) + size + Buffer.byteLength(tail), stream: Readable.from(chunks(), { objectMode: false }) };
 }
 
 function httpRequest(url: string, opts: RequestOptions): Promise<IncomingMessage> {
