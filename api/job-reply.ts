@@ -139,7 +139,7 @@ class JobEndedDuringUpload extends Error {
 /** The same Idempotency-Key again: the first job if the request is the same (its files hashed as they arrive), else 422. */
 async function replyToReplay(c: Container, ctx: AppContext, job: JobSubmission, key: string, first: JobRow): Promise<Reply> {
   if (first.uploaded_at === null) throw idempotencyKeyInUse();
-  job.upload?.begin(false);
+  job.upload?.begin(false, first.data_key ? first.id : undefined);
   const files = job.upload ? await job.upload.files() : [];
   const same = await replayedJob(c, job.userId, key, requestHash(job.kind, job.body, files));
   return replyWithJob(c, ctx, same ?? first);

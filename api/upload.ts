@@ -1,14 +1,13 @@
-import { createHash } from 'node:crypto';
-import { Readable } from 'node:stream';
 import type { Container } from '../lib/container';
 import { jobBlob, newJobId } from '../lib/services/jobs';
 import { insertInputFile } from '../db/jobs';
+import { fingerprinted } from '../lib/upload-fingerprint';
 import { readMultipart, type MultipartOptions, type UploadedFile } from './middleware/multipart';
 import type { AppContext } from './route';
 
-/** An uploaded file as stored; `sha256` only when the request carries an Idempotency-Key (else ''). */
+/** An uploaded file as stored; `fingerprint` (lib/upload-fingerprint.ts) only when the request carries an Idempotency-Key (else ''). */
 export interface StoredFile extends UploadedFile {
-  sha256: string;
+  fingerprint: string;
 }
 
 /**
@@ -24,8 +23,13 @@ export interface Upload {
   dataKey: string;
   /** A file part arrived, so the handler runs while the files stream in. */
   streaming: boolean;
-  /** Lets the files be stored: as job `id`'s inputs, or (`asJob` false: a replay) only to be hashed and dropped. */
-  begin(asJob: boolean): void;
+  /**
+   * Lets the files be stored as job `id`'s inputs; or, for a replay, only fingerprinted and dropped: under
+   * the key of the job it repeats (`replayOf`) when that job has one (it had files), else under this
+   * upload's own (the request cannot match then).
+   */
+  begin(asJob: true): void;
+  begin(asJob: false, replayOf?: string): void;
   /** The stored files once the form has been read; rejects with the upload's error. */
   files(): Promise<StoredFile[]>;
   /** Ends the upload early (its job ended): `files()` rejects with `reason`, the rest is drained, not stored. */
@@ -43,6 +47,8 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
   const hashed = Boolean(ctx.get('idempotency-key'));
   const digests = new Map<number, string>();
   let asJob = false;
+  /** The job whose data key the files' fingerprints are made under: this one, or the one a replay repeats. */
+  let fingerprintJob = '';
   let release!: () => void;
   const released = new Promise<void>((resolve) => (release = resolve));
   let handled: Promise<R> | undefined;
@@ -52,11 +58,12 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
     id,
     dataKey: c.jobKeys.mint(id),
     streaming: false,
-    begin(job) {
+    begin(job: boolean, replayOf?: string) {
       asJob = job;
+      fingerprintJob = replayOf ?? id;
       release();
     },
-    files: () => form.then((f) => f.files.map((file) => ({ ...file, sha256: digests.get(file.n) ?? '' }))),
+    files: () => form.then((f) => f.files.map((file) => ({ ...file, fingerprint: digests.get(file.n) ?? '' }))),
     stop: (reason) => stopped.abort(reason),
   };
   const form = readMultipart(ctx, {
@@ -73,12 +80,13 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
       // A handler that ends before `begin` (an error) must stop the upload, not wait for it.
       await Promise.race([released, handled.then(() => Promise.reject(new Error('the job handler ended before storing the upload')))]);
     },
-    store(file, source) {
+    async store(file, source) {
       // The input is recorded (and so followed by the worker) once its put has opened: a follower never
       // waits for a file whose put could still fail to begin.
       const onOpen = asJob ? () => insertInputFile(c.db, upload.id, { n: file.n, name: file.name, content_type: file.contentType }) : undefined;
-      // The SHA-256 is only ever compared on an Idempotency-Key replay: without the header it is not worth its CPU.
-      return c.blob.put(jobBlob.input(upload.id, file.n), hashed ? digested(source, (hex) => digests.set(file.n, hex)) : source, { onOpen, fresh: true });
+      // The fingerprint is only ever compared on an Idempotency-Key replay: without the header it is not made.
+      const stored = hashed ? fingerprinted(source, await c.jobKeys.get(fingerprintJob), file.n, (hex) => digests.set(file.n, hex)) : source;
+      return c.blob.put(jobBlob.input(upload.id, file.n), stored, { onOpen, fresh: true });
     },
   });
   try {
@@ -97,17 +105,4 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
     if (!asJob) await c.blob.deletePrefix(jobBlob.dir(upload.id)).catch(() => undefined);
     c.jobKeys.release(upload.id);
   }
-}
-
-/** Passes an upload through unchanged and reports its SHA-256 at the end (Idempotency-Key replays compare it). */
-function digested(source: Readable, done: (hex: string) => void): Readable {
-  const hash = createHash('sha256');
-  async function* pass(): AsyncGenerator<Buffer> {
-    for await (const chunk of source) {
-      hash.update(chunk as Buffer);
-      yield chunk as Buffer;
-    }
-    done(hash.digest('hex'));
-  }
-  return Readable.from(pass(), { objectMode: false, highWaterMark: 1 << 20 });
 }

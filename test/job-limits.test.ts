@@ -105,6 +105,17 @@ describe('Idempotency-Key', () => {
     expect(otherKind.status).toBe(422);
     expect(await s.c.db('jobs').where({ user_id: u.id })).toHaveLength(1);
   });
+
+  it('refuses files under a key first used by a request without any (422, not an error: that job has no data key)', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const headers = { 'idempotency-key': 'k-rotate' };
+    const rotation = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.token, body: {}, headers });
+    expect(rotation.status).toBe(202); // queued (this service's worker takes no rotations): a replay needs it recorded only
+    const withFiles = await s.api('POST', '/keys/encrypt', { token: u.token, headers, form: { fingerprint: key.fingerprint, files: [{ name: 'x.bin', data: randomBytes(100) }] } });
+    expect(withFiles.status).toBe(422);
+    expect(withFiles.body.code).toBe('idempotency_key_reused');
+  });
 });
 
 describe("another account's job", () => {

@@ -86,11 +86,12 @@ const SECRET_FIELDS = new Set(['passphrase', 'current_passphrase', 'new_passphra
 
 /**
  * What a job-submitting request asked for, as a SHA-256: its kind, its fields (secrets left out) and
- * each uploaded file's name, size and SHA-256. Two requests with one Idempotency-Key must agree on it.
+ * each uploaded file's name, size and fingerprint (lib/upload-fingerprint.ts). Two requests with one
+ * Idempotency-Key must agree on it.
  */
-export function requestHash(kind: JobKind, body: unknown, files: { name: string; size: number; sha256: string }[] = []): string {
+export function requestHash(kind: JobKind, body: unknown, files: { name: string; size: number; fingerprint: string }[] = []): string {
   const fields = body && typeof body === 'object' ? Object.entries(body).filter(([k]) => !SECRET_FIELDS.has(k)).sort(([a], [b]) => (a < b ? -1 : 1)) : [];
-  return createHash('sha256').update(JSON.stringify({ kind, fields, files: files.map((f) => [f.name, f.size, f.sha256]) })).digest('hex');
+  return createHash('sha256').update(JSON.stringify({ kind, fields, files: files.map((f) => [f.name, f.size, f.fingerprint]) })).digest('hex');
 }
 
 /**
