@@ -1,7 +1,7 @@
 import type { Container } from '../lib/container';
 import { jobBlob, newJobId } from '../lib/services/jobs';
 import { insertInputFile } from '../db/jobs';
-import { fingerprinted } from '../lib/upload-fingerprint';
+import { fingerprintAsRead } from '../lib/upload-fingerprint';
 import { readMultipart, type MultipartOptions, type UploadedFile } from './middleware/multipart';
 import type { AppContext } from './route';
 
@@ -85,8 +85,8 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
       // waits for a file whose put could still fail to begin.
       const onOpen = asJob ? () => insertInputFile(c.db, upload.id, { n: file.n, name: file.name, content_type: file.contentType }) : undefined;
       // The fingerprint is only ever compared on an Idempotency-Key replay: without the header it is not made.
-      const stored = hashed ? fingerprinted(source, await c.jobKeys.get(fingerprintJob), file.n, (hex) => digests.set(file.n, hex)) : source;
-      return c.blob.put(jobBlob.input(upload.id, file.n), stored, { onOpen, fresh: true });
+      if (hashed) fingerprintAsRead(source, await c.jobKeys.get(fingerprintJob), file.n, (hex) => digests.set(file.n, hex));
+      return c.blob.put(jobBlob.input(upload.id, file.n), source, { onOpen, fresh: true });
     },
   });
   try {

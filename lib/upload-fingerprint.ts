@@ -1,5 +1,5 @@
 import { createCipheriv, hkdfSync } from 'node:crypto';
-import { Readable } from 'node:stream';
+import type { Readable } from 'node:stream';
 
 /**
  * What an Idempotency-Key replay compares of each uploaded file: its GMAC (AES-256-GCM over no plaintext,
@@ -12,18 +12,20 @@ import { Readable } from 'node:stream';
  */
 const fingerprintKey = (dataKey: Buffer) => Buffer.from(hkdfSync('sha256', dataKey, Buffer.alloc(0), 'kms/upload-fingerprint/v1', 32));
 
-/** Passes a file through unchanged and reports its fingerprint (hex) at its end. */
-export function fingerprinted(source: Readable, dataKey: Buffer, n: number, done: (hex: string) => void): Readable {
+/**
+ * Fingerprints a file as its reader takes it, and reports the fingerprint (hex) at its end. No stream layer
+ * goes between (one cost ~0.35 CPU-s per GiB here): Node emits 'data' for every chunk a Readable hands out,
+ * whether a 'data' listener, `pipe` or `read()` (an async iterator, as the blob stores use) takes it, so
+ * this listener sees exactly what the store reads, in order. It must not start the flow itself: paused.
+ */
+export function fingerprintAsRead(source: Readable, dataKey: Buffer, n: number, done: (hex: string) => void): void {
   const nonce = Buffer.alloc(12);
   nonce.writeUInt32BE(n, 8);
   const gmac = createCipheriv('aes-256-gcm', fingerprintKey(dataKey), nonce);
-  async function* pass(): AsyncGenerator<Buffer> {
-    for await (const chunk of source) {
-      gmac.setAAD(chunk as Buffer); // GCM takes its additional data in pieces, until the first plaintext
-      yield chunk as Buffer;
-    }
+  source.on('data', (chunk: Buffer) => gmac.setAAD(chunk)); // GCM takes its additional data in pieces, until the first plaintext
+  source.pause();
+  source.once('end', () => {
     gmac.final();
     done(gmac.getAuthTag().toString('hex'));
-  }
-  return Readable.from(pass(), { objectMode: false, highWaterMark: 1 << 20 });
+  });
 }
