@@ -1,7 +1,7 @@
 /**
  * The service's byte path in one process, without HTTP, Postgres or queues: what a job's bytes cost in
  * CPU (user and system separately) through the same code the service runs. Not a test.
- *   upload    file in 64 KiB reads (as a socket's) → SHA-256 pass (as api/upload.ts) → job-file store as
+ *   upload    file in 64 KiB reads (as a socket's) → fingerprint (as api/upload.ts) → job-file store as
  *             the service stacks it (followable segments, sealed, local folder)
  *   encrypt   blob → progress count → encryptStream (native SEIPDv1) → output quota → sealed blob
  *   download  sealed blob → a sink (the API's response body)
@@ -28,6 +28,7 @@ import { jobDataKeys } from '../lib/blob/data-keys';
 import { encryptStream, openEncrypted } from '../lib/pgp/stream';
 import { createSealer } from '../lib/sealer';
 import { counted } from '../lib/streams';
+import { fingerprintAsRead } from '../lib/upload-fingerprint';
 import { makePgpKeys } from './lib/baselines';
 import { GiB, MiB, formatSize, parseSize, run, pageCacheWriteCost, sha256File, writeRandomFile } from './lib/util';
 
@@ -67,17 +68,10 @@ async function timed(work: () => Promise<void>): Promise<Cpu> {
   return { user: c.user / 1e6, sys: c.system / 1e6, ms, gc };
 }
 
-/** As api/route.ts `digested`: the upload's SHA-256, for idempotent replays. */
-function digested(source: Readable): Readable {
-  const hash = createHash('sha256');
-  async function* pass(): AsyncGenerator<Buffer> {
-    for await (const chunk of source) {
-      hash.update(chunk as Buffer);
-      yield chunk as Buffer;
-    }
-    hash.digest('hex');
-  }
-  return Readable.from(pass(), { objectMode: false, highWaterMark: MiB });
+/** As api/upload.ts with an Idempotency-Key (the client library always sends one): the upload's fingerprint, for replays. */
+function fingerprinted(source: Readable, dataKey: Buffer): Readable {
+  fingerprintAsRead(source, dataKey, 0, () => undefined);
+  return source;
 }
 
 const sink = () => new Writable({ write: (_chunk, _enc, done) => done() });
@@ -101,7 +95,7 @@ try {
   for (let i = 0; i < runs; i++) {
     const [job1, job2] = [randomUUID(), randomUUID()];
     jobKeys.mint(job1); // as the API does when a job's upload begins
-    keep('upload', await timed(async () => void (await store.put(`jobs/${job1}/in/0`, digested(createReadStream(input, { highWaterMark: 64 << 10 }))))));
+    keep('upload', await timed(async () => void (await store.put(`jobs/${job1}/in/0`, fingerprinted(createReadStream(input, { highWaterMark: 64 << 10 }), await jobKeys.get(job1))))));
     keep('encrypt', await timed(async () => {
       const source = counted(await store.get(`jobs/${job1}/in/0`), (n) => (progress = n));
       const out = await encryptStream(source, keys.publicKey, { armor: false, filename: 'input.bin' });
