@@ -4,7 +4,7 @@ import { basename, join } from 'node:path';
 import { ClientError } from './errors.js';
 import { newIdempotencyKey, type Kms } from './http.js';
 import { dispositionName, downloadJobFile, fetchOutput, refuseExisting, isFinished, submitMultipart, waitForJob, type FetchedOutput, type Job, type JobFile, type OnProgress } from './jobs.js';
-import type { Upload } from './uploads.js';
+import { uploadName, type Upload } from './uploads.js';
 
 export interface FileJobOptions {
   files: Upload[];
@@ -111,6 +111,11 @@ export async function rotate(kms: Kms, opts: RotateOptions): Promise<Job> {
 async function fileJob(kms: Kms, path: string, fields: Record<string, string | undefined>, opts: FileJobOptions, follow = false): Promise<FileJobResult> {
   if (!opts.files.length) throw new ClientError('unexpected_answer', 'no files given');
   const outDir = opts.outDir ?? '.';
+  // Outputs are named after their inputs: two inputs of one name (from two folders) would make two outputs
+  // of one name in outDir. Said before anything is uploaded.
+  const names = opts.files.map(uploadName);
+  const twice = names.find((name, i) => names.indexOf(name) !== i);
+  if (twice !== undefined && !opts.noDownload) throw new ClientError('output_exists', `two files are named "${twice}": their outputs would have one name in ${outDir} (rename one, or send them in separate jobs)`);
   // One progress bar at a time: the upload's, then the job's until the followed download's bytes flow.
   let uploading = true;
   let downloading = false;
@@ -213,11 +218,18 @@ export async function downloadOutputs(kms: Kms, job: Job, opts: { outDir?: strin
   // A queued or running job lists no outputs yet: say so rather than download nothing.
   if (job.state !== 'completed') throw new ClientError('job_not_completed', `job ${job.job_id} is ${job.state}: its outputs exist once it has completed (wait for it first)`);
   const outDir = opts.outDir ?? '.';
-  await mkdir(outDir, { recursive: true });
   const files = (job.result?.files ?? []).filter((f) => !opts.only || opts.only.includes(f.n));
+  const paths = files.map((f) => outputPath(outDir, f.name, f.n));
+  // Two outputs of one name: the second would replace the first (with `overwrite`) or stop half-way.
+  const twice = paths.findIndex((p, i) => paths.indexOf(p) !== i);
+  if (twice >= 0) {
+    const first = files[paths.indexOf(paths[twice]!)]!.n;
+    throw new ClientError('output_exists', `outputs ${first} and ${files[twice]!.n} of job ${job.job_id} are both named ${basename(paths[twice]!)}: download them one at a time into separate folders (\`only\`; kms jobs download --file N --out DIR)`);
+  }
+  await mkdir(outDir, { recursive: true });
   const outputs: Output[] = [];
-  for (const f of files) {
-    const path = outputPath(outDir, f.name, f.n);
+  for (const [i, f] of files.entries()) {
+    const path = paths[i]!;
     const size = await downloadJobFile(kms, job.job_id, f, path, { onProgress: opts.onProgress, overwrite: opts.overwrite });
     outputs.push({ n: f.n, name: f.name, size, path });
   }

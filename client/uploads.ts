@@ -25,6 +25,9 @@ interface Part {
   replayable: boolean;
 }
 
+/** The name an upload is sent under: a path's base name, else the name given. */
+export const uploadName = (u: Upload): string => (typeof u === 'string' ? basename(u) : u.name);
+
 /** Normalises uploads: names, sizes where known (paths are stat'ed), and how to (re)open each. */
 export async function partsOf(uploads: Upload[]): Promise<Part[]> {
   return Promise.all(
@@ -33,7 +36,7 @@ export async function partsOf(uploads: Upload[]): Promise<Part[]> {
         const path = typeof u === 'string' ? u : u.path;
         const info = await stat(path);
         if (!info.isFile()) throw new ClientError('unexpected_answer', `${path} is not a file`);
-        return { name: typeof u === 'string' ? basename(u) : u.name, size: info.size, open: () => createReadStream(path, { highWaterMark: MiB }), replayable: true };
+        return { name: uploadName(u), size: info.size, open: () => createReadStream(path, { highWaterMark: MiB }), replayable: true };
       }
       if ('open' in u) return { name: u.name, size: u.size, open: () => u.open(), replayable: true };
       let used = false;

@@ -36,15 +36,15 @@ afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
 });
 
-/** The paths of the GETs `kms` sends through node:http (downloads) from now on. */
-function recordGets(client: Kms): string[] {
-  const gets: string[] = [];
+/** The paths of the requests of one method `kms` sends through node:http (GET: downloads) from now on. */
+function recordRequests(client: Kms, of = 'GET'): string[] {
+  const paths: string[] = [];
   const raw = Kms.prototype.rawRequest;
   client.rawRequest = function (this: Kms, method, path, ...rest) {
-    if (method === 'GET') gets.push(path);
+    if (method === of) paths.push(path);
     return raw.call(this, method, path, ...rest);
   };
-  return gets;
+  return paths;
 }
 
 describe('client types', () => {
@@ -65,7 +65,7 @@ describe('file helpers', () => {
     await writeFile(join(dir, 'b.txt'), plain[1]!);
     const phases = new Set<Progress['phase']>();
     let uploaded = 0;
-    const gets = recordGets(kms);
+    const gets = recordRequests(kms);
     const enc = await encryptFiles(kms, {
       fingerprint,
       files: [join(dir, 'a.bin'), { name: 'b.txt', path: join(dir, 'b.txt') }, { name: 'empty', open: () => Readable.from([]) }],
@@ -98,14 +98,26 @@ describe('file helpers', () => {
     const again = await decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1]!.path], outDir: join(dir, 'dec'), overwrite: true });
     expect(await readFile(again.outputs[0]!.path, 'utf8')).toBe('small file\n');
 
+    // Two outputs of one name never replace one another, even with overwrite: two inputs of one name are
+    // refused before the upload, two outputs of one name (decrypted files that name the same plaintext) before
+    // any download, and the job's outputs stay there to fetch one at a time.
+    const posts = recordRequests(kms, 'POST');
+    await expect(encryptFiles(kms, { fingerprint, files: [join(dir, 'b.txt'), { name: 'b.txt', path: join(dir, 'a.bin') }], outDir: join(dir, 'twice'), overwrite: true })).rejects.toMatchObject({ code: 'output_exists' });
+    expect(posts).toEqual([]);
+    const copy = join(dir, 'copy.gpg');
+    await writeFile(copy, await readFile(enc.outputs[1]!.path));
+    const sameName = decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1]!.path, copy], outDir: join(dir, 'twice'), overwrite: true });
+    await expect(sameName).rejects.toMatchObject({ code: 'output_exists', message: expect.stringContaining('outputs 0 and 1') });
+    expect(await readdir(join(dir, 'twice')).catch(() => [])).toEqual([]);
+
     // follow: false downloads after the job, as decryptions do.
-    const gets2 = recordGets(kms);
+    const gets2 = recordRequests(kms);
     const late = await encryptFiles(kms, { fingerprint, files: [join(dir, 'b.txt')], outDir: join(dir, 'enc-late'), follow: false });
     expect(gets2).toEqual([`/jobs/${late.job.job_id}/files/0`]);
   });
 
   it('keeps nothing of a followed output when the upload fails and the job with it', async () => {
-    const gets = recordGets(kms);
+    const gets = recordRequests(kms);
     let fail!: () => void;
     const failed = new Promise<void>((r) => (fail = r));
     async function* cut() {
@@ -248,7 +260,7 @@ describe('retry policy (against a scripted server)', () => {
     // Downloaded after the job: the job's names.
     seen = [];
     script = [(req, res) => req.resume().on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(named(['..', '../up.gpg'])))), (_req, res) => bytes(res, ''), (_req, res) => bytes(res, '')];
-    const late = await encryptFiles(client, { fingerprint: 'F'.repeat(40), files: [join(dir, 'in.txt'), join(dir, 'in.txt')], outDir: out, follow: false });
+    const late = await encryptFiles(client, { fingerprint: 'F'.repeat(40), files: [join(dir, 'in.txt'), { name: 'in2.txt', path: join(dir, 'in.txt') }], outDir: out, follow: false });
     expect(late.outputs.map((o) => o.path)).toEqual([join(out, 'output-0'), join(out, 'up.gpg')]);
 
     // Followed (the 103 names the job): Content-Disposition's names, held to the job's.
