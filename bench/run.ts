@@ -233,8 +233,9 @@ interface Probes {
 /** The table and ratios, then one JSON line for machine comparison. */
 function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKind: string, probes: Probes): void {
   const rss = snapshots.at(-1)!.rss;
-  const q = ratios(results, rss);
-  const machine = { size: formatSize(opts.size), nproc: availableParallelism(), node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, store: opts.store, follow: opts.follow, tmp: tmpKind, page_cache_s_per_gib: probes.pageCache.map((s) => Math.round(s * 100) / 100), file_create_us: probes.fileCreate.map(Math.round) };
+  const nproc = availableParallelism();
+  const q = ratios(results, rss, nproc);
+  const machine = { size: formatSize(opts.size), nproc, node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, store: opts.store, follow: opts.follow, tmp: tmpKind, page_cache_s_per_gib: probes.pageCache.map((s) => Math.round(s * 100) / 100), file_create_us: probes.fileCreate.map(Math.round) };
   printReport(machine, results, snapshots, q);
   if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), cpu_s_per_gib: cpuPerGiBOf(results), ratios: q, peak_rss_mib: rss, idle_rss_mib: snapshots.find((s) => s.now)?.rss }));
 }

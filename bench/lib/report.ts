@@ -65,6 +65,14 @@ export interface Ratios {
   api_cpu_s_per_gib_receiving_and_serving_encrypt?: number;
   api_cpu_s_per_gib_receiving_decrypt?: number;
   api_cpu_s_per_gib_serving_decrypt?: number;
+  /**
+   * The most each ratio could be on this machine at the CPU the run measured: the service's rate if its CPU per
+   * GiB (or per rotation), summed over all its processes and the bench client, kept every core busy.
+   */
+  ceiling_encrypt_e2e_vs_openpgp?: number;
+  ceiling_decrypt_e2e_vs_openpgp?: number;
+  ceiling_parallel_jobs_vs_gpg?: number;
+  ceiling_rotation_2_vs_1_workers?: number;
 }
 
 /** Rotation figures count rotations, not bytes: `bytes` holds the number of rotations. */
@@ -85,7 +93,18 @@ const workerVsGpg = (service: Timing | undefined, gpg: Timing | undefined) => {
   return worker !== undefined && base ? worker / (base / (gpg.bytes / GiB)) : undefined;
 };
 
-export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
+/**
+ * The rate (bytes or rotations per second) a run could reach on `cores` cores at the CPU it measured per unit,
+ * all its processes together (by default its whole span; `steps`: only those).
+ */
+function cpuBound(t: Timing | undefined, cores: number, steps?: string[]): number | undefined {
+  const spans = t && (steps ? steps.map((k) => t.phaseCpu?.[k] ?? {}) : [t.cpu ?? {}]);
+  const seconds = spans?.reduce((n, cpu) => n + Object.values(cpu).reduce((m, v) => m + v, 0), 0);
+  return t && seconds ? (cores * t.bytes) / seconds : undefined;
+}
+const over = (a: number | undefined, b: number | undefined) => (a !== undefined && b ? a / b : undefined);
+
+export function ratios(r: Results, rss: Record<string, number | null>, cores: number): Ratios {
   const workers = Object.entries(rss).filter(([k, v]) => isWorker(k) && v !== null).map(([, v]) => v!);
   return {
     encrypt_e2e_vs_openpgp: ratio(r['encrypt.service'], r['encrypt.openpgp']),
@@ -109,6 +128,11 @@ export function ratios(r: Results, rss: Record<string, number | null>): Ratios {
       : { api_cpu_s_per_gib_receiving_encrypt: cpuPerGiBIn(r['encrypt.service'], isApi, 'upload'), api_cpu_s_per_gib_serving_encrypt: cpuPerGiBIn(r['encrypt.service'], isApi, 'download') }),
     api_cpu_s_per_gib_receiving_decrypt: cpuPerGiBIn(r['decrypt.service'], isApi, 'upload'),
     api_cpu_s_per_gib_serving_decrypt: cpuPerGiBIn(r['decrypt.service'], isApi, 'download'),
+    ceiling_encrypt_e2e_vs_openpgp: over(cpuBound(r['encrypt.service'], cores), perSecond(r['encrypt.openpgp'])),
+    ceiling_decrypt_e2e_vs_openpgp: over(cpuBound(r['decrypt.service'], cores), perSecond(r['decrypt.openpgp'])),
+    // The jobs' rate runs from the upload's start to the last job's end: the download is not in it.
+    ceiling_parallel_jobs_vs_gpg: over(cpuBound(r['parallel.jobs'], cores, ['upload', 'jobs']), perSecond(r['parallel.gpg'])),
+    ceiling_rotation_2_vs_1_workers: over(cpuBound(r['rotation.1w'], cores), perSecond(r['rotation.1w'])),
   };
 }
 
@@ -157,6 +181,13 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
       if (t?.cpu) out.push(`  CPU ms per rotation, ${w.replace('w', ' worker(s)')}: ${Object.entries(t.cpu).map(([k, s]) => `${k} ${fixed((s * 1000) / t.bytes, 1)}`).join(' · ')}`);
     }
   }
+  const ceilings = [
+    ['e2e encrypt ÷ OpenPGP.js', q.ceiling_encrypt_e2e_vs_openpgp],
+    ['e2e decrypt ÷ OpenPGP.js', q.ceiling_decrypt_e2e_vs_openpgp],
+    ['parallel jobs ÷ 2×gpg', q.ceiling_parallel_jobs_vs_gpg],
+    ['rotations 2 ÷ 1 workers', q.ceiling_rotation_2_vs_1_workers],
+  ].filter((c): c is [string, number] => c[1] !== undefined);
+  if (ceilings.length) out.push(`at most, at this CPU per GiB or rotation (all processes, the bench's too, on ${m.nproc} busy cores): ${ceilings.map(([k, v]) => `${k} ${fixed(v)}`).join(' · ')}`);
   for (const line of sealingSummary(r)) out.push(line);
   out.push(`CPU seconds per GiB (service: its processes, not the bench client): ${cpuPerGiB(r)}`);
   out.push(
