@@ -136,7 +136,7 @@ class JobEndedDuringUpload extends Error {
   }
 }
 
-/** The same Idempotency-Key again: the first job if the request is the same (its files hashed as they arrive), else 422. */
+/** The same Idempotency-Key again: the first job if the request is the same (its files fingerprinted as they arrive), else 422. */
 async function replyToReplay(c: Container, ctx: AppContext, job: JobSubmission, key: string, first: JobRow): Promise<Reply> {
   if (first.uploaded_at === null) throw idempotencyKeyInUse();
   job.upload?.begin(false, first.data_key ? first.id : undefined);
