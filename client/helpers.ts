@@ -75,9 +75,21 @@ export interface RotateOptions {
 
 const flag = (b: boolean | undefined) => (b === undefined ? undefined : String(b));
 
+/**
+ * Encryptions and rewraps name each output after its input: two inputs of one name (from two folders) would
+ * make two outputs of one name in outDir. Said before anything is uploaded. (A decryption's outputs take the
+ * names the messages carry: those are checked once the job has them, in downloadOutputs.)
+ */
+function refuseSameNames(opts: FileJobOptions): void {
+  const names = opts.files.map(uploadName);
+  const twice = names.find((name, i) => names.indexOf(name) !== i);
+  if (twice !== undefined && !opts.noDownload) throw new ClientError('output_exists', `two files are named "${twice}": their outputs would have one name in ${opts.outDir ?? '.'} (rename one, or send them in separate jobs)`);
+}
+
 /** Encrypts files to a stored key or a public key: upload (streamed), wait, download to `outDir`. */
-export function encryptFiles(kms: Kms, opts: EncryptOptions): Promise<FileJobResult> {
+export async function encryptFiles(kms: Kms, opts: EncryptOptions): Promise<FileJobResult> {
   if (Boolean(opts.fingerprint) === Boolean(opts.publicKey)) throw new ClientError('unexpected_answer', 'give exactly one of fingerprint and publicKey');
+  refuseSameNames(opts);
   return fileJob(kms, '/keys/encrypt', { fingerprint: opts.fingerprint, public_key: opts.publicKey, armor: flag(opts.armor), compress: flag(opts.compress) }, opts, opts.follow !== false);
 }
 
@@ -90,7 +102,8 @@ export function decryptFiles(kms: Kms, opts: DecryptOptions): Promise<FileJobRes
  * Brings messages encrypted to an older generation of a key to its current one
  * (`POST /keys/rewrap`: fingerprint, passphrase, files, mode=rewrap|reencrypt).
  */
-export function rewrap(kms: Kms, opts: RewrapOptions): Promise<FileJobResult> {
+export async function rewrap(kms: Kms, opts: RewrapOptions): Promise<FileJobResult> {
+  refuseSameNames(opts);
   return fileJob(kms, '/keys/rewrap', { fingerprint: opts.fingerprint, passphrase: opts.passphrase, mode: opts.mode ?? 'rewrap' }, opts);
 }
 
@@ -111,11 +124,6 @@ export async function rotate(kms: Kms, opts: RotateOptions): Promise<Job> {
 async function fileJob(kms: Kms, path: string, fields: Record<string, string | undefined>, opts: FileJobOptions, follow = false): Promise<FileJobResult> {
   if (!opts.files.length) throw new ClientError('unexpected_answer', 'no files given');
   const outDir = opts.outDir ?? '.';
-  // Outputs are named after their inputs: two inputs of one name (from two folders) would make two outputs
-  // of one name in outDir. Said before anything is uploaded.
-  const names = opts.files.map(uploadName);
-  const twice = names.find((name, i) => names.indexOf(name) !== i);
-  if (twice !== undefined && !opts.noDownload) throw new ClientError('output_exists', `two files are named "${twice}": their outputs would have one name in ${outDir} (rename one, or send them in separate jobs)`);
   // One progress bar at a time: the upload's, then the job's until the followed download's bytes flow.
   let uploading = true;
   let downloading = false;

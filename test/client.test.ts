@@ -109,6 +109,9 @@ describe('file helpers', () => {
     const sameName = decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1]!.path, copy], outDir: join(dir, 'twice'), overwrite: true });
     await expect(sameName).rejects.toMatchObject({ code: 'output_exists', message: expect.stringContaining('outputs 0 and 1') });
     expect(await readdir(join(dir, 'twice')).catch(() => [])).toEqual([]);
+    // A decryption's outputs take the names inside the messages: two inputs of one name are fine when those differ.
+    const sameInputName = await decryptFiles(kms, { fingerprint, passphrase, files: [0, 1].map((i) => ({ name: 'same.gpg', path: enc.outputs[i]!.path })), outDir: join(dir, 'twice') });
+    expect(sameInputName.outputs.map((o) => o.name)).toEqual(['a.bin', 'b.txt']);
 
     // follow: false downloads after the job, as decryptions do.
     const gets2 = recordRequests(kms);
