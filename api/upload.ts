@@ -44,8 +44,8 @@ type Handler<R> = (fields: Record<string, string>, upload: Upload) => Promise<R>
  * throws before `begin` stops the upload (the client is answered before it sends gigabytes).
  */
 export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick<MultipartOptions, 'textFileFields'> & { precheck?(fields: Record<string, string>): Promise<void> }, handle: Handler<R>): Promise<R> {
-  const hashed = Boolean(ctx.get('idempotency-key'));
-  const digests = new Map<number, string>();
+  const fingerprinted = Boolean(ctx.get('idempotency-key'));
+  const fingerprints = new Map<number, string>();
   let asJob = false;
   /** The job whose data key the files' fingerprints are made under: this one, or the one a replay repeats. */
   let fingerprintJob = '';
@@ -63,7 +63,7 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
       fingerprintJob = replayOf ?? id;
       release();
     },
-    files: () => form.then((f) => f.files.map((file) => ({ ...file, fingerprint: digests.get(file.n) ?? '' }))),
+    files: () => form.then((f) => f.files.map((file) => ({ ...file, fingerprint: fingerprints.get(file.n) ?? '' }))),
     stop: (reason) => stopped.abort(reason),
   };
   const form = readMultipart(ctx, {
@@ -85,7 +85,7 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
       // waits for a file whose put could still fail to begin.
       const onOpen = asJob ? () => insertInputFile(c.db, upload.id, { n: file.n, name: file.name, content_type: file.contentType }) : undefined;
       // The fingerprint is only ever compared on an Idempotency-Key replay: without the header it is not made.
-      if (hashed) fingerprintAsRead(source, await c.jobKeys.get(fingerprintJob), file.n, (hex) => digests.set(file.n, hex));
+      if (fingerprinted) fingerprintAsRead(source, await c.jobKeys.get(fingerprintJob), file.n, (hex) => fingerprints.set(file.n, hex));
       return c.blob.put(jobBlob.input(upload.id, file.n), source, { onOpen, fresh: true });
     },
   });

@@ -82,8 +82,14 @@ const flag = (b: boolean | undefined) => (b === undefined ? undefined : String(b
  */
 function refuseSameNames(opts: FileJobOptions): void {
   const names = opts.files.map(uploadName);
-  const twice = names.find((name, i) => names.indexOf(name) !== i);
-  if (twice !== undefined && !opts.noDownload) throw new ClientError('output_exists', `two files are named "${twice}": their outputs would have one name in ${opts.outDir ?? '.'} (rename one, or send them in separate jobs)`);
+  const twice = firstRepeat(names);
+  if (twice && !opts.noDownload) throw new ClientError('output_exists', `two files are named "${names[twice[1]]}": their outputs would have one name in ${opts.outDir ?? '.'} (rename one, or send them in separate jobs)`);
+}
+
+/** The indices of the first value that occurs twice (its first place, then the second), if any. */
+function firstRepeat<T>(values: T[]): [number, number] | undefined {
+  const second = values.findIndex((v, i) => values.indexOf(v) !== i);
+  return second < 0 ? undefined : [values.indexOf(values[second]!), second];
 }
 
 /** Encrypts files to a stored key or a public key: upload (streamed), wait, download to `outDir`. */
@@ -176,7 +182,8 @@ function followOutputs(kms: Kms, jobId: string, count: number, outDir: string, o
     for (let n = 0; n < count; n++) {
       const destOf = async (res: IncomingMessage) => {
         const dest = outputPath(outDir, dispositionName(res), n);
-        // Two outputs of one name (inputs from two folders) fall back to the download after the job.
+        // Two outputs of one name (the service named them so: same-named inputs are refused before the
+        // upload) fall back to the download after the job, which refuses them by name.
         await refuseExisting(dest, opts.overwrite, got.some((f) => f.dest === dest));
         return dest;
       };
@@ -229,10 +236,10 @@ export async function downloadOutputs(kms: Kms, job: Job, opts: { outDir?: strin
   const files = (job.result?.files ?? []).filter((f) => !opts.only || opts.only.includes(f.n));
   const paths = files.map((f) => outputPath(outDir, f.name, f.n));
   // Two outputs of one name: the second would replace the first (with `overwrite`) or stop half-way.
-  const twice = paths.findIndex((p, i) => paths.indexOf(p) !== i);
-  if (twice >= 0) {
-    const first = files[paths.indexOf(paths[twice]!)]!.n;
-    throw new ClientError('output_exists', `outputs ${first} and ${files[twice]!.n} of job ${job.job_id} are both named ${basename(paths[twice]!)}: download them one at a time into separate folders (\`only\`; kms jobs download --file N --out DIR)`);
+  const twice = firstRepeat(paths);
+  if (twice) {
+    const [first, second] = twice;
+    throw new ClientError('output_exists', `outputs ${files[first]!.n} and ${files[second]!.n} of job ${job.job_id} are both named ${basename(paths[second]!)}: download them one at a time into separate folders (\`only\`; kms jobs download --file N --out DIR)`);
   }
   await mkdir(outDir, { recursive: true });
   const outputs: Output[] = [];
