@@ -204,7 +204,8 @@ const exists = (path: string): Promise<boolean> => access(path).then(() => true,
 
 /** Outputs are never written over a file that exists, unless asked (`taken`: a name this run already uses). */
 export async function refuseExisting(dest: string, overwrite = false, taken = false): Promise<void> {
-  if (taken || (!overwrite && (await exists(dest)))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
+  if (taken) throw new ClientError('output_exists', `two outputs of this job are named ${basename(dest)}`);
+  if (!overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
 }
 
 export interface FollowOptions {
