@@ -184,7 +184,8 @@ function followOutputs(kms: Kms, jobId: string, count: number, outDir: string, o
         const dest = outputPath(outDir, dispositionName(res), n);
         // Two outputs of one name (the service named them so: same-named inputs are refused before the
         // upload) fall back to the download after the job, which refuses them by name.
-        await refuseExisting(dest, opts.overwrite, got.some((f) => f.dest === dest));
+        if (got.some((f) => f.dest === dest)) throw new ClientError('output_exists', `two outputs of job ${jobId} are named ${basename(dest)}`);
+        await refuseExisting(dest, opts.overwrite);
         return dest;
       };
       got.push(await fetchOutput(kms, jobId, n, destOf, { follow: true, onProgress: opts.onProgress }));

@@ -202,9 +202,8 @@ export function dispositionName(res: IncomingMessage): string | undefined {
 
 const exists = (path: string): Promise<boolean> => access(path).then(() => true, () => false);
 
-/** Outputs are never written over a file that exists, unless asked (`taken`: a name this run already uses). */
-export async function refuseExisting(dest: string, overwrite = false, taken = false): Promise<void> {
-  if (taken) throw new ClientError('output_exists', `two outputs of this job are named ${basename(dest)}`);
+/** Outputs are never written over a file that exists, unless asked. */
+export async function refuseExisting(dest: string, overwrite = false): Promise<void> {
   if (!overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
 }
 
