@@ -2,16 +2,14 @@ import {
   createCipheriv,
   createDecipheriv,
   createHash,
-  createPrivateKey,
-  createPublicKey,
   diffieHellman,
-  generateKeyPairSync,
   hkdfSync,
   randomBytes,
   timingSafeEqual,
   type KeyObject,
 } from 'node:crypto';
 import { hashRaw } from '@node-rs/argon2';
+import { generateRawKeyPair, privateKeyFromRaw, publicKeyFromRaw, rawPublicKey } from './curve25519';
 import { invalid } from './errors';
 
 /**
@@ -118,9 +116,8 @@ const LOCK_INFO = 'kms/lineage-lock/v1';
 
 export async function createLineageLock(passphrase: string): Promise<LineageLock> {
   requirePassphrase(passphrase);
-  const { publicKey, privateKey } = generateKeyPairSync('x25519');
-  const pub = rawPublic(publicKey);
-  return { publicKey: pub.toString('base64'), lockedPrivate: await lockPrivate(privateKey, pub, passphrase) };
+  const { d, x } = generateRawKeyPair('x25519');
+  return { publicKey: x.toString('base64'), lockedPrivate: await lockPrivate(d, x, passphrase) };
 }
 
 /** Wrong passphrase → AppError 422 `wrong_passphrase`; a malformed or tampered lock → plain Error. */
@@ -140,21 +137,21 @@ export async function openLineageLock(lock: LineageLock, passphrase: string): Pr
   } catch {
     throw new Error('lineage lock: the locked private key is corrupt (authentication failed)');
   }
-  const privateKey = privateFromScalar(scalar, pub);
-  if (!rawPublic(createPublicKey(privateKey)).equals(pub)) {
+  const privateKey = privateKeyFromRaw('x25519', scalar);
+  if (!rawPublicKey('x25519', privateKey).equals(pub)) {
     throw new Error('lineage lock: private key does not match the public key');
   }
   return { publicKey: lock.publicKey, privateKey };
 }
 
-async function lockPrivate(privateKey: KeyObject, pub: Buffer, passphrase: string): Promise<string> {
+async function lockPrivate(scalar: Buffer, pub: Buffer, passphrase: string): Promise<string> {
   const params = kdf;
   const salt = randomBytes(16);
   const { aesKey, check } = await deriveKeys(passphrase, salt, params);
   const iv = randomBytes(12);
   const cipher = createCipheriv('aes-256-gcm', aesKey, iv);
   cipher.setAAD(lockAad(pub, params, salt));
-  const ct = Buffer.concat([cipher.update(rawPrivate(privateKey)), cipher.final()]);
+  const ct = Buffer.concat([cipher.update(scalar), cipher.final()]);
   const body: LockedPrivateV1 = {
     v: 1,
     kdf: 'argon2id',
@@ -224,14 +221,13 @@ const SEAL_PREFIX = 'ls1';
  */
 export function sealSecret(publicKey: string, secret: string, aad: string): string {
   const recipient = decodePublic(publicKey);
-  const eph = generateKeyPairSync('x25519');
-  const ephPub = rawPublic(eph.publicKey);
-  const key = sealKey(diffieHellman({ privateKey: eph.privateKey, publicKey: publicFromRaw(recipient) }), ephPub, recipient);
+  const eph = generateRawKeyPair('x25519');
+  const key = sealKey(diffieHellman({ privateKey: eph.privateKey, publicKey: publicKeyFromRaw('x25519', recipient) }), eph.x, recipient);
   const iv = randomBytes(12);
   const cipher = createCipheriv('aes-256-gcm', key, iv);
   cipher.setAAD(sealAad(aad));
   const ct = Buffer.concat([cipher.update(secret, 'utf8'), cipher.final()]);
-  const fields = [ephPub, iv, ct, cipher.getAuthTag()].map((b) => b.toString('base64url'));
+  const fields = [eph.x, iv, ct, cipher.getAuthTag()].map((b) => b.toString('base64url'));
   return [SEAL_PREFIX, ...fields].join('.');
 }
 
@@ -243,7 +239,7 @@ export function openSealedSecret(unlock: UnlockKey, sealed: string, aad: string)
   const ephPub = b64(e, 32);
   const recipient = decodePublic(unlock.publicKey);
   try {
-    const key = sealKey(diffieHellman({ privateKey: unlock.privateKey, publicKey: publicFromRaw(ephPub) }), ephPub, recipient);
+    const key = sealKey(diffieHellman({ privateKey: unlock.privateKey, publicKey: publicKeyFromRaw('x25519', ephPub) }), ephPub, recipient);
     const decipher = createDecipheriv('aes-256-gcm', key, b64(i, 12));
     decipher.setAAD(sealAad(aad));
     decipher.setAuthTag(b64(t, 16));
@@ -260,25 +256,6 @@ function sealKey(shared: Buffer, ephPub: Buffer, recipient: Buffer): Buffer {
 
 function sealAad(aad: string): Buffer {
   return Buffer.from(`${SEAL_INFO}\0${aad}`, 'utf8');
-}
-
-// ---------------------------------------------------------------------------------------- X25519 raw keys
-
-function rawPublic(key: KeyObject): Buffer {
-  return Buffer.from(key.export({ format: 'jwk' }).x ?? '', 'base64url');
-}
-
-function rawPrivate(key: KeyObject): Buffer {
-  return Buffer.from(key.export({ format: 'jwk' }).d ?? '', 'base64url');
-}
-
-function publicFromRaw(raw: Buffer): KeyObject {
-  return createPublicKey({ key: { kty: 'OKP', crv: 'X25519', x: raw.toString('base64url') }, format: 'jwk' });
-}
-
-function privateFromScalar(d: Buffer, pub: Buffer): KeyObject {
-  const jwk = { kty: 'OKP', crv: 'X25519', d: d.toString('base64url'), x: pub.toString('base64url') };
-  return createPrivateKey({ key: jwk, format: 'jwk' });
 }
 
 function decodePublic(publicKey: string): Buffer {

@@ -1,4 +1,5 @@
 import * as crypto from 'node:crypto';
+import { generateRawKeyPair } from '../curve25519';
 import { legacyPoint, packet } from './packets';
 
 /**
@@ -54,14 +55,12 @@ const CRITICAL = 0x80;
 export function curve25519Key(input: Curve25519KeyInput): Curve25519Key {
   const created = u32(input.createdAt.getTime() / 1000);
 
-  const ed = crypto.generateKeyPairSync('ed25519');
-  const edJwk = ed.privateKey.export({ format: 'jwk' });
-  const primary = Buffer.concat([Buffer.from([4]), created, Buffer.from([EDDSA_LEGACY]), ED25519_OID, point(edJwk.x!)]);
+  const ed = generateRawKeyPair('ed25519');
+  const primary = Buffer.concat([Buffer.from([4]), created, Buffer.from([EDDSA_LEGACY]), ED25519_OID, legacyPoint(ed.x)]);
 
-  const cv = crypto.generateKeyPairSync('x25519');
-  const cvJwk = cv.privateKey.export({ format: 'jwk' });
+  const cv = generateRawKeyPair('x25519');
   const kdf = Buffer.from([3, 1, SHA256, AES128]);
-  const subkey = Buffer.concat([Buffer.from([4]), created, Buffer.from([ECDH]), CV25519_OID, point(cvJwk.x!), kdf]);
+  const subkey = Buffer.concat([Buffer.from([4]), created, Buffer.from([ECDH]), CV25519_OID, legacyPoint(cv.x), kdf]);
 
   const fingerprint = crypto.createHash('sha1').update(keyHashPrefix(primary)).update(primary).digest();
   const subkeyFingerprint = crypto.createHash('sha1').update(keyHashPrefix(subkey)).update(subkey).digest();
@@ -88,12 +87,9 @@ export function curve25519Key(input: Curve25519KeyInput): Curve25519Key {
     issuerFingerprint,
   ], [keyHashPrefix(primary), primary, keyHashPrefix(subkey), subkey]);
 
-  // OpenPGP keeps the X25519 scalar big-endian, clamped (RFC 9580 §5.5.5.6.1); EdDSA its 32-octet seed.
-  const scalar = Buffer.from(cvJwk.d!, 'base64url');
-  scalar[0]! &= 248;
-  scalar[31] = (scalar[31]! & 127) | 64;
-  const edSecret = mpi(Buffer.from(edJwk.d!, 'base64url'));
-  const cvSecret = mpi(scalar.reverse());
+  // OpenPGP keeps the X25519 scalar big-endian, clamped (RFC 9580 §5.5.5.6.1; generateRawKeyPair clamps); EdDSA its 32-octet seed.
+  const edSecret = mpi(ed.d);
+  const cvSecret = mpi(Buffer.from(cv.d).reverse());
 
   const uid = packet(TAG.userId, userId);
   const certPacket = packet(TAG.signature, certification);
@@ -144,9 +140,6 @@ function locked(secretMpis: Buffer, input: Curve25519KeyInput): Buffer {
   const checked = Buffer.concat([secretMpis, crypto.createHash('sha1').update(secretMpis).digest()]);
   return Buffer.concat([Buffer.from([254, AES256, 3, SHA256]), salt, Buffer.from([c]), iv, cipher.update(checked), cipher.final()]);
 }
-
-/** A JWK's public point (base64url) in OpenPGP's legacy encoding. */
-const point = (x: string): Buffer => legacyPoint(Buffer.from(x, 'base64url'));
 
 /** An MPI (RFC 9580 §3.2): the bit count, then the octets without leading zero octets. */
 function mpi(bytes: Buffer): Buffer {

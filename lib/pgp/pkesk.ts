@@ -1,5 +1,6 @@
 import * as crypto from 'node:crypto';
 import * as openpgp from 'openpgp';
+import { generateRawKeyPair, privateKeyFromRaw, publicKeyFromRaw } from '../curve25519';
 import { legacyPoint, packet } from './packets';
 
 /**
@@ -19,8 +20,8 @@ export async function sessionKeyPacket(recipient: openpgp.PublicKey, algorithm: 
   const ecdh = curve25519Params(subkey.keyPacket);
   if (!ecdh) return openpgp.encryptSessionKey({ data: sessionKey, algorithm, encryptionKeys: recipient, format: 'binary' });
 
-  const ephemeral = crypto.generateKeyPairSync('x25519');
-  const shared = crypto.diffieHellman({ privateKey: ephemeral.privateKey, publicKey: x25519Key({ x: ecdh.point }) });
+  const ephemeral = generateRawKeyPair('x25519');
+  const shared = crypto.diffieHellman({ privateKey: ephemeral.privateKey, publicKey: publicKeyFromRaw('x25519', ecdh.point) });
   // The session key with its algorithm and checksum, PKCS#5-padded to a multiple of 8 octets.
   const plain = Buffer.concat([Buffer.from([openpgp.enums.symmetric[algorithm]]), sessionKey, checksum(sessionKey)]);
   const pad = 8 - (plain.length % 8);
@@ -30,7 +31,7 @@ export async function sessionKeyPacket(recipient: openpgp.PublicKey, algorithm: 
     Buffer.from([3]), // version
     Buffer.from(subkey.getKeyID().toHex(), 'hex'),
     Buffer.from([openpgp.enums.publicKey.ecdh]),
-    legacyPoint(x25519Raw(ephemeral.publicKey)), // the ephemeral point
+    legacyPoint(ephemeral.x), // the ephemeral point
     Buffer.from([wrapped.length]),
     wrapped,
   ]);
@@ -56,7 +57,7 @@ export async function openSessionKeyPacket(packet: openpgp.PublicKeyEncryptedSes
     // OpenPGP keeps the scalar big-endian; X25519 takes it little-endian.
     const scalar = Buffer.alloc(32);
     scalar.set(d, 32 - d.length);
-    const shared = crypto.diffieHellman({ privateKey: x25519Key({ x: ecdh.point, d: scalar.reverse() }), publicKey: x25519Key({ x: V.subarray(1) }) });
+    const shared = crypto.diffieHellman({ privateKey: privateKeyFromRaw('x25519', scalar.reverse()), publicKey: publicKeyFromRaw('x25519', V.subarray(1)) });
     const decipher = crypto.createDecipheriv(ecdh.wrap.name, kek(ecdh, shared), KEY_WRAP_IV);
     const padded = Buffer.concat([decipher.update(C), decipher.final()]); // throws unless the wrap's check holds
     const pad = padded[padded.length - 1]!;
@@ -128,8 +129,3 @@ const AES: Record<number, { name: openpgp.enums.symmetricNames; keyBytes: number
 };
 const KEY_WRAP_IV = Buffer.from('a6a6a6a6a6a6a6a6', 'hex'); // RFC 3394's default IV
 
-const x25519Key = (raw: { x: Uint8Array; d?: Uint8Array }) => {
-  const jwk = { kty: 'OKP', crv: 'X25519', x: Buffer.from(raw.x).toString('base64url'), ...(raw.d && { d: Buffer.from(raw.d).toString('base64url') }) };
-  return raw.d ? crypto.createPrivateKey({ key: jwk, format: 'jwk' }) : crypto.createPublicKey({ key: jwk, format: 'jwk' });
-};
-const x25519Raw = (key: crypto.KeyObject) => Buffer.from(key.export({ format: 'jwk' }).x!, 'base64url');

@@ -40,15 +40,17 @@ export class SoftAuthenticator {
   constructor(readonly opts: { rpId: string; backupEligible?: boolean; aaguid?: Buffer } = { rpId: 'localhost' }) {
     const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
     this.privateKey = privateKey;
-    const jwk = publicKey.export({ format: 'jwk' });
+    // The uncompressed point (04 ‖ x ‖ y) ends the SPKI form. Not a JWK export: in Node 20 that can deadlock
+    // on a key from generateKeyPairSync (lib/curve25519.ts).
+    const point = publicKey.export({ format: 'der', type: 'spki' }).subarray(-65);
     // COSE_Key: kty EC2 (2), alg ES256 (-7), crv P-256 (1), x, y.
     this.cosePublicKey = encodeCbor(
       new Map<number, number | Uint8Array>([
         [1, 2],
         [3, -7],
         [-1, 1],
-        [-2, Buffer.from(jwk.x!, 'base64url')],
-        [-3, Buffer.from(jwk.y!, 'base64url')],
+        [-2, point.subarray(1, 33)],
+        [-3, point.subarray(33)],
       ]),
     );
   }
