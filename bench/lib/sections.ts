@@ -120,7 +120,11 @@ export async function rotationSection(b: Bench): Promise<Results> {
   const batch = async () => {
     const jobs = await Promise.all(keys.map((fp) => b.api.rotate(fp)));
     // Long polling only for what had not ended within the submission's `Prefer: wait` (a failure throws there).
-    await Promise.all(jobs.map((j) => j.state === 'completed' || b.api.waitForJob(j.job_id, 120_000, () => b.service.assertRunning())));
+    const wait = (id: string) =>
+      b.api.waitForJob(id, 120_000, () => b.service.assertRunning()).catch(async (err: Error) => {
+        throw new Error(`${err.message}; ${await b.service.stuckJobReport('rotation', id).catch((e: Error) => `no report: ${e.message}`)}`);
+      });
+    await Promise.all(jobs.map((j) => j.state === 'completed' || wait(j.job_id)));
     return jobs.length;
   };
   const timed = async (key: string, batches: number) => {

@@ -204,6 +204,38 @@ export class Service {
     }
   }
 
+  /**
+   * What a job that does not end is waiting for: its BullMQ state and the queue's counts, the rows of the
+   * queue's active jobs, every Redis client (a frozen process's connections sit idle) and the service's
+   * Postgres sessions that are not idle (what each runs or waits for, and on whom). It found the worker
+   * that froze in a key export, holding its transactions open (lib/curve25519.ts).
+   */
+  async stuckJobReport(name: string, jobId: string): Promise<string> {
+    const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+    const queue = new Queue(name, { connection, prefix: `{${this.redisPrefix}}` });
+    const db = new pg.Client({ connectionString: `${POSTGRES}/${this.database}` });
+    try {
+      await db.connect();
+      const active = (await queue.getActive()).map((j) => j.id!);
+      const report = {
+        state: await queue.getJobState(jobId),
+        counts: await queue.getJobCounts(),
+        active: (await db.query('SELECT id, kind, state, attempts, started_at FROM jobs WHERE id = ANY($1::uuid[])', [active])).rows,
+        redis_clients: ((await connection.client('LIST')) as string).split('\n').filter(Boolean).map((l) => l.split(' ').filter((f) => /^(id|name|age|idle|flags|cmd)=/.test(f)).join(' ')),
+        postgres: (
+          await db.query(
+            `SELECT pid, state, wait_event_type, wait_event, pg_blocking_pids(pid) AS blocked_by, now() - xact_start AS in_transaction, left(query, 120) AS query
+               FROM pg_stat_activity WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid()`,
+          )
+        ).rows,
+      };
+      return JSON.stringify(report);
+    } finally {
+      await Promise.allSettled([queue.close(), db.end()]);
+      connection.disconnect();
+    }
+  }
+
   private async workersOn(name: string): Promise<number> {
     const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
     // The service's BullMQ prefix is its REDIS_PREFIX in a Cluster hash tag (jobs/client.ts).
