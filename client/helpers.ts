@@ -81,9 +81,10 @@ const flag = (b: boolean | undefined) => (b === undefined ? undefined : String(b
  * names the messages carry: those are checked once the job has them, in downloadOutputs.)
  */
 function refuseSameNames(opts: FileJobOptions): void {
+  if (opts.noDownload) return;
   const names = opts.files.map(uploadName);
   const twice = firstRepeat(names);
-  if (twice && !opts.noDownload) throw new ClientError('output_exists', `two files are named "${names[twice[1]]}": their outputs would have one name in ${opts.outDir ?? '.'} (rename one, or send them in separate jobs)`);
+  if (twice) throw new ClientError('output_exists', `two files are named "${names[twice[1]]}": their outputs would have one name in ${opts.outDir ?? '.'} (rename one, or send them in separate jobs)`);
 }
 
 /** The indices of the first value that occurs twice (its first place, then the second), if any. */
