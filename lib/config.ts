@@ -70,6 +70,8 @@ const Env = z.object({
   JSON_BODY_LIMIT: z.string().default('256kb'),
   /** Queries of one API process allowed to wait for a database connection; past it new requests get 503 `overloaded` at once (0: no limit). */
   DB_WAITING_LIMIT: intish(200, 0, 100_000),
+  /** Postgres ends a session idle inside a transaction this long, releasing its locks (db/knex.ts; 0: the server's setting). */
+  DB_IDLE_IN_TRANSACTION_SECONDS: intish(60, 0, 86400),
   JOB_RETENTION_HOURS: intish(24, 1, 24 * 90),
   ARGON2_MEMORY_KIB: intish(19456, 1024),
   LINEAGE_KDF_MEMORY_KIB: intish(DEFAULT_KDF.memoryKib, 1024),
@@ -147,6 +149,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     publicUrl: (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/$/, ''),
     logLevel: e.LOG_LEVEL,
     databaseUrl: e.DATABASE_URL,
+    dbIdleInTransactionMs: e.DB_IDLE_IN_TRANSACTION_SECONDS * 1000,
     redisUrl: e.REDIS_URL,
     redisPrefix: e.REDIS_PREFIX,
     masterKeys,

@@ -47,7 +47,7 @@ export interface Container {
 export async function createContainer(config: Config, overrides: { clock?: Clock; log?: Logger } = {}): Promise<Container> {
   const log = overrides.log ?? createLogger(config.logLevel);
   setLineageKdf({ memoryKib: config.lineageKdfMemoryKib });
-  const db = createDb(config.databaseUrl);
+  const db = createDb(config.databaseUrl, { idleInTransactionMs: config.dbIdleInTransactionMs });
   const redis = createRedis(config.redisUrl, 'producer');
   redis.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
   await connectRedis(redis);

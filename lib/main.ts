@@ -9,7 +9,7 @@ const ROLES: Record<string, Role[]> = { web: ['web'], worker: ['worker'], schedu
 /** Creates the database when missing and applies pending migrations (knex's lock serialises racers). */
 export async function prepareDatabase(config: Config): Promise<string[]> {
   await ensureDatabase(config.databaseUrl);
-  const db = createDb(config.databaseUrl, { max: 1 });
+  const db = createDb(config.databaseUrl, { max: 1, idleInTransactionMs: config.dbIdleInTransactionMs });
   try {
     return await migrateLatest(db);
   } finally {

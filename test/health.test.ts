@@ -24,6 +24,11 @@ afterAll(async () => {
 });
 
 describe('health', () => {
+  it("runs the service's Postgres sessions under the idle-in-transaction limit (test/lib/idle-transaction.test.ts)", async () => {
+    const { rows } = await s.c.db.raw('SHOW idle_in_transaction_session_timeout');
+    expect(rows).toEqual([{ idle_in_transaction_session_timeout: '1min' }]);
+  });
+
   it('is 200 while Postgres and Redis answer', async () => {
     const res = await s.api('GET', '/health');
     expect(res.status).toBe(200);

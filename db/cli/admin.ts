@@ -13,7 +13,8 @@ if ((action !== 'grant' && action !== 'revoke') || !identifier) {
   console.error('usage: npm run admin -- grant|revoke <username|email>');
   process.exit(2);
 }
-const db = createDb(loadConfig().databaseUrl, { max: 1 });
+const config = loadConfig();
+const db = createDb(config.databaseUrl, { max: 1, idleInTransactionMs: config.dbIdleInTransactionMs });
 try {
   const user = await findUserByLogin(db, identifier);
   if (!user) {
