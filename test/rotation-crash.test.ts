@@ -51,6 +51,49 @@ describe('a worker killed mid-rotation', () => {
   }, 120_000);
 });
 
+describe('a worker frozen inside its rotation transaction', () => {
+  it('loses its session after DB_IDLE_IN_TRANSACTION_SECONDS, and another worker finishes the rotation', async () => {
+    // A process that stops (here SIGSTOP; in the sixteenth session a deadlock in Node) keeps its transaction
+    // open: without the limit, the worker that takes the job over would wait on its row locks for good.
+    const env = { ...s.env, ...fast, DB_IDLE_IN_TRANSACTION_SECONDS: '1', WORKER_QUEUES: 'crypto=1,rotation=1' };
+    const frozen = startProcess('worker', env);
+    let other: ReturnType<typeof startProcess> | undefined;
+    const hold = await s.c.db.transaction();
+    try {
+      await waitForOutput(frozen, 'workers started');
+      const u = await registerUser(s.api);
+      const gen = await s.api('POST', '/keys/generate-key', { token: u.token, form: { label: 'frozen', name: 'F', email: 'f@example.test', passphrase: PASSPHRASE, algorithm: 'rsa4096' } });
+      const made = await waitJob(s.api, u.token, gen.body.job_id);
+      const lineageId = made.result.key.id as string;
+
+      const rotate = await s.api('POST', `/keys/${made.result.key.fingerprint}/rotate`, { token: u.token, body: {} });
+      expect(rotate.status).toBe(202);
+      const jobId = rotate.body.job_id as string;
+      await expect.poll(async () => (await s.api('GET', `/jobs/${jobId}`, { token: u.token })).body.state, { timeout: 10_000, interval: 10 }).toBe('active');
+      // Hold the job's row while the worker makes the new RSA key: its switch then waits inside the
+      // transaction, at the job row's update, with the lineage's rows already locked.
+      await hold('jobs').where({ id: jobId }).forUpdate();
+      const waiting = async () =>
+        (await s.c.db.raw(`SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE 'update "jobs"%'`)).rows[0].n;
+      await expect.poll(waiting, { timeout: 60_000, interval: 20 }).toBe(1);
+      frozen.kill('SIGSTOP');
+      await hold.rollback(); // the update goes through on the server; the frozen process never commits
+
+      other = startProcess('worker', env);
+      const job = await waitJob(s.api, u.token, jobId);
+      expect(job.state, other.output()).toBe('completed');
+      const after = await s.c.db('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation');
+      expect(after.map((k: { generation: number; status: string }) => [k.generation, k.status])).toEqual([[1, 'rotated'], [2, 'active']]);
+      expect(await s.c.db('rotation_history').where({ lineage_id: lineageId })).toHaveLength(1);
+      expect(job.result.new_fingerprint).toBe(after[1].fingerprint);
+    } finally {
+      if (!hold.isCompleted()) await hold.rollback();
+      frozen.kill('SIGKILL');
+      other?.kill('SIGKILL');
+    }
+  }, 120_000);
+});
+
 describe('several scheduler processes', () => {
   it('register one job scheduler per sweep, whatever their number', async () => {
     const schedulers = [1, 2].map(() => startProcess('scheduler', { ...s.env, LOG_LEVEL: 'info' }));
