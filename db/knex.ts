@@ -8,27 +8,22 @@ export type Db = Knex;
 // Postgres returns bigint (COUNT, bigserial) as strings; our counts fit in a JS number.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v: string) => Number(v));
 
-/**
- * Postgres ends a session left idle inside a transaction this long (`idle_in_transaction_session_timeout`):
- * a process that stops mid-transaction (frozen, or stopped by a debugger) would otherwise hold its row
- * locks for good, and the jobs BullMQ hands to other workers would wait on them. Our transactions await
- * only SQL, except a customer's creation at the payment provider (lib/billing/provider.ts: 3 tries of
- * 15 s at most), so a minute never ends a healthy one.
- */
-export const DEFAULT_IDLE_IN_TRANSACTION_MS = 60_000;
-
 export interface DbOptions {
   min?: number;
   max?: number;
-  /** 0 leaves the server's setting (DB_IDLE_IN_TRANSACTION_SECONDS). */
+  /**
+   * Postgres ends a session left idle inside a transaction this long (`idle_in_transaction_session_timeout`,
+   * DB_IDLE_IN_TRANSACTION_SECONDS), and with it the transaction and its row locks; unset or 0: the server's
+   * setting.
+   */
   idleInTransactionMs?: number;
 }
 
 export function createDb(databaseUrl: string, options: DbOptions = {}): Db {
-  const idleInTransactionMs = options.idleInTransactionMs ?? DEFAULT_IDLE_IN_TRANSACTION_MS;
+  const idleMs = options.idleInTransactionMs;
   const db = knexFactory({
     client: 'pg',
-    connection: { connectionString: databaseUrl, ...(idleInTransactionMs ? { idle_in_transaction_session_timeout: idleInTransactionMs } : {}) },
+    connection: { connectionString: databaseUrl, ...(idleMs ? { idle_in_transaction_session_timeout: idleMs } : {}) },
     pool: { min: options.min ?? 0, max: options.max ?? 10 },
     acquireConnectionTimeout: 10_000,
     // A failing query's message starts with its SQL: with `$1` placeholders, never the bound values

@@ -70,7 +70,13 @@ const Env = z.object({
   JSON_BODY_LIMIT: z.string().default('256kb'),
   /** Queries of one API process allowed to wait for a database connection; past it new requests get 503 `overloaded` at once (0: no limit). */
   DB_WAITING_LIMIT: intish(200, 0, 100_000),
-  /** Postgres ends a session idle inside a transaction this long, releasing its locks (db/knex.ts; 0: the server's setting). */
+  /**
+   * Postgres ends a service session left idle inside a transaction this long (0: the server's setting). A
+   * process that stops mid-transaction (frozen, or stopped in a debugger) would otherwise hold its row locks
+   * for good, and the jobs BullMQ hands to other workers would wait on them. Our transactions await only
+   * SQL, except a customer's creation at the payment provider (lib/billing/provider.ts: 3 tries of 15 s at
+   * most), so a minute never ends a healthy one.
+   */
   DB_IDLE_IN_TRANSACTION_SECONDS: intish(60, 0, 86400),
   JOB_RETENTION_HOURS: intish(24, 1, 24 * 90),
   ARGON2_MEMORY_KIB: intish(19456, 1024),

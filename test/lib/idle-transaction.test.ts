@@ -21,18 +21,19 @@ describe('a transaction whose process stops answering', () => {
   });
 
   it('loses its session and row locks after the idle limit, fails at its next statement, and the pool goes on', async () => {
-    const t0 = Date.now();
+    let woke = false;
     const held = stalled.transaction(async (trx) => {
       await trx('t').where({ id: 1 }).update({ v: 1 });
       await sleep(1500); // stands for a frozen event loop: nothing reaches the server meanwhile
+      woke = true;
       await trx('t').where({ id: 1 }).update({ v: 2 });
     });
     const heldOutcome = held.then(() => 'committed', (err: Error) => err.message);
     await sleep(50);
     // Another session waits on the row lock until the server ends the idle one, not for good.
     await other('t').where({ id: 1 }).update({ v: 3 });
-    expect(Date.now() - t0).toBeLessThan(1400);
-    expect(await heldOutcome).toMatch(/connection error|terminat/) // the next statement, or the ROLLBACK after it;
+    expect(woke).toBe(false);
+    expect(await heldOutcome).toMatch(/connection error|terminat/); // at its next statement, or the ROLLBACK after it
     expect(await other('t').where({ id: 1 }).first()).toEqual({ id: 1, v: 3 }); // its first update rolled back
     expect((await stalled.raw('SELECT 1 AS ok')).rows).toEqual([{ ok: 1 }]);
     // The limit is the process's setting, on every connection it opens.
