@@ -14,6 +14,16 @@ afterAll(async () => {
   await s?.stop();
 });
 
+/** The rotation job completed (on `worker`), and made exactly one new generation. */
+async function expectRotatedOnce(token: string, jobId: string, lineageId: string, worker: { output: () => string }) {
+  const job = await waitJob(s.api, token, jobId);
+  expect(job.state, worker.output()).toBe('completed');
+  const after = await s.c.db('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation');
+  expect(after.map((k: { generation: number; status: string }) => [k.generation, k.status])).toEqual([[1, 'rotated'], [2, 'active']]);
+  expect(await s.c.db('rotation_history').where({ lineage_id: lineageId })).toHaveLength(1);
+  expect(job.result.new_fingerprint).toBe(after[1].fingerprint);
+}
+
 describe('a worker killed mid-rotation', () => {
   it('leaves the old state or the new one, never half, and another worker finishes the job', async () => {
     let worker = startProcess('worker', { ...s.env, ...fast, WORKER_QUEUES: 'crypto=1,rotation=1' });
@@ -39,12 +49,7 @@ describe('a worker killed mid-rotation', () => {
       expect(keys).toHaveLength(entries.length + 1); // generation 1 alone, or generations 1 and 2 with their history row
 
       worker = startProcess('worker', { ...s.env, ...fast, WORKER_QUEUES: 'rotation=1' });
-      const job = await waitJob(s.api, u.token, rotate.body.job_id);
-      expect(job.state, worker.output()).toBe('completed');
-      const after = await s.c.db('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation');
-      expect(after.map((k: { generation: number; status: string }) => [k.generation, k.status])).toEqual([[1, 'rotated'], [2, 'active']]);
-      expect(await s.c.db('rotation_history').where({ lineage_id: lineageId })).toHaveLength(1);
-      expect(job.result.new_fingerprint).toBe(after[1].fingerprint);
+      await expectRotatedOnce(u.token, rotate.body.job_id, lineageId, worker);
     } finally {
       worker.kill('SIGKILL');
     }
@@ -80,12 +85,7 @@ describe('a worker frozen inside its rotation transaction', () => {
       await hold.rollback(); // the update goes through on the server; the frozen process never commits
 
       other = startProcess('worker', env);
-      const job = await waitJob(s.api, u.token, jobId);
-      expect(job.state, other.output()).toBe('completed');
-      const after = await s.c.db('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation');
-      expect(after.map((k: { generation: number; status: string }) => [k.generation, k.status])).toEqual([[1, 'rotated'], [2, 'active']]);
-      expect(await s.c.db('rotation_history').where({ lineage_id: lineageId })).toHaveLength(1);
-      expect(job.result.new_fingerprint).toBe(after[1].fingerprint);
+      await expectRotatedOnce(u.token, jobId, lineageId, other);
     } finally {
       if (!hold.isCompleted()) await hold.rollback();
       frozen.kill('SIGKILL');
