@@ -78,8 +78,14 @@ describe('a worker frozen inside its rotation transaction', () => {
       // Hold the job's row while the worker makes the new RSA key: its switch then waits inside the
       // transaction, at the job row's update, with the lineage's rows already locked.
       await hold('jobs').where({ id: jobId }).forUpdate();
+      // The worker's session waits on the job row, inside the transaction that has already written the keys.
       const waiting = async () =>
-        (await s.c.db.raw(`SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE 'update "jobs"%'`)).rows[0].n;
+        (
+          await s.c.db.raw(
+            `SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE 'update "jobs"%'
+               AND pid IN (SELECT pid FROM pg_locks WHERE relation = 'pgp_keys'::regclass AND mode = 'RowExclusiveLock' AND granted)`,
+          )
+        ).rows[0].n;
       await expect.poll(waiting, { timeout: 60_000, interval: 20 }).toBe(1);
       frozen.kill('SIGSTOP');
       await hold.rollback(); // the update goes through on the server; the frozen process never commits
