@@ -16,6 +16,7 @@ import {
   HeadObjectCommand,
   ListMultipartUploadsCommand,
   ListObjectsV2Command,
+  PutObjectCommand,
   S3Client,
   type S3ClientConfig,
 } from '@aws-sdk/client-s3';
@@ -90,8 +91,9 @@ export class S3BlobStore implements BlobStore {
     if (prefix && !isValidKey(prefix)) throw new TypeError(`invalid S3 key prefix: ${JSON.stringify(opts.prefix)}`);
     this.bucket = opts.bucket;
     this.base = prefix ? `${prefix}/` : '';
-    // Memory per put stays bounded at about (queueSize + 2) × partSize: parts in flight, the part being
-    // assembled and its concatenation copy. Defaults: ~32 MiB, whatever the object size.
+    // Memory per put stays bounded at one part for an object of one part, and at about (queueSize + 2) ×
+    // partSize for a multipart upload: parts in flight, the part being assembled and its concatenation
+    // copy. Defaults: 8 MiB and ~32 MiB, whatever the object size.
     this.partSize = opts.partSize ?? 8 * MiB;
     this.queueSize = opts.queueSize ?? 2;
     this.uploadTmpDir = opts.uploadTmpDir ?? join(tmpdir(), 'kms-uploads');
@@ -101,6 +103,10 @@ export class S3BlobStore implements BlobStore {
       region: opts.region ?? 'us-east-1',
       endpoint: opts.endpoint,
       forcePathStyle: opts.forcePathStyle ?? opts.endpoint !== undefined,
+      // No CRC32 on each write and no checksum check on each read (the SDK's defaults): every object is
+      // sealed with AES-GCM (lib/blob/sealed.ts), whose tag already fails a changed byte.
+      requestChecksumCalculation: 'WHEN_REQUIRED',
+      responseChecksumValidation: 'WHEN_REQUIRED',
     };
     if (opts.accessKeyId && opts.secretAccessKey) {
       config.credentials = { accessKeyId: opts.accessKeyId, secretAccessKey: opts.secretAccessKey, sessionToken: opts.sessionToken };
@@ -117,16 +123,32 @@ export class S3BlobStore implements BlobStore {
     let bodyError: unknown;
     body.on('error', (err) => (bodyError ??= err));
     if (opts.signal) addAbortSignal(opts.signal, body);
-
-    const upload = new Upload({
-      client: this.client,
-      params: { Bucket: this.bucket, Key, Body: body },
-      partSize: this.partSize,
-      queueSize: this.queueSize,
-      leavePartsOnError: false,
-    });
     try {
-      await upload.done();
+      // Up to one part (every segment of a job file) goes up as one PutObject of the pieces read, sent
+      // as a stream of known length: not copied into one buffer, and signed as UNSIGNED-PAYLOAD rather
+      // than hashed whole with SHA-256 (what this layer stores is sealed with AES-GCM above it).
+      const pieces = body[Symbol.asyncIterator]();
+      const head: Buffer[] = [];
+      let length = 0;
+      let next: IteratorResult<Buffer>;
+      while (!(next = await pieces.next()).done && length + next.value.byteLength <= this.partSize) {
+        head.push(next.value);
+        length += next.value.byteLength;
+      }
+      if (next.done) {
+        const Body = Readable.from(head, { objectMode: false });
+        await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key, Body, ContentLength: length }), { abortSignal: opts.signal });
+      } else {
+        head.push(next.value);
+        const upload = new Upload({
+          client: this.client,
+          params: { Bucket: this.bucket, Key, Body: Readable.from(rejoin(head, pieces), { objectMode: false, highWaterMark: STREAM_CHUNK_BYTES }) },
+          partSize: this.partSize,
+          queueSize: this.queueSize,
+          leavePartsOnError: false,
+        });
+        await upload.done();
+      }
     } catch (err) {
       body.destroy();
       source.destroy();
@@ -244,6 +266,12 @@ export class S3BlobStore implements BlobStore {
     assertValidKey(key);
     return this.base + key;
   }
+}
+
+/** The pieces already read, then the rest of the iterator's. */
+async function* rejoin(head: Buffer[], rest: AsyncIterator<Buffer>): AsyncGenerator<Buffer> {
+  yield* head;
+  for (let next; !(next = await rest.next()).done; ) yield next.value;
 }
 
 function isNotFound(err: unknown): boolean {

@@ -149,10 +149,11 @@ describe.each([
     expect((await read(store, 'keep')).toString()).toBe('intact');
   });
 
-  it('stops and cleans up when the signal aborts', async () => {
+  // Within the first part (S3: before any request) and past it (S3: inside a multipart upload).
+  it.each([3, 10])('stops and cleans up when the signal aborts after %i MiB', async (mib) => {
     const ac = new AbortController();
     const endless = new Readable({ read() { this.push(randomBytes(MiB)); } });
-    const put = store.put('aborted', endless, { signal: ac.signal, onProgress: (n) => n >= 10 * MiB && ac.abort() });
+    const put = store.put('aborted', endless, { signal: ac.signal, onProgress: (n) => n >= mib * MiB && ac.abort() });
     await expect(put).rejects.toMatchObject({ name: 'AbortError' });
     expect(await store.stat('aborted')).toBeNull();
     if (h.leftovers) expect(await h.leftovers()).toEqual([]);
