@@ -35,6 +35,11 @@ export function createDb(databaseUrl: string, options: DbOptions = {}): Db {
   return db;
 }
 
+/** The service's own pool, as configured: every process and CLI opens its database through this. */
+export function openDatabase(config: { databaseUrl: string; dbIdleInTransactionMs: number }, pool: Pick<DbOptions, 'max'> = {}): Db {
+  return createDb(config.databaseUrl, { ...pool, idleInTransactionMs: config.dbIdleInTransactionMs });
+}
+
 const statements = new Map<string, string>();
 
 /**

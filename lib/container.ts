@@ -1,6 +1,6 @@
 import type { Config } from './config';
 import { createLogger, type Logger } from './logger';
-import { createDb, type Db } from '../db/knex';
+import { openDatabase, type Db } from '../db/knex';
 import { createRedis, connectRedis, type Redis } from './redis';
 import { createSealer, type Sealer } from './sealer';
 import { createMailer, type Mailer } from './mailer';
@@ -47,7 +47,7 @@ export interface Container {
 export async function createContainer(config: Config, overrides: { clock?: Clock; log?: Logger } = {}): Promise<Container> {
   const log = overrides.log ?? createLogger(config.logLevel);
   setLineageKdf({ memoryKib: config.lineageKdfMemoryKib });
-  const db = createDb(config.databaseUrl, { idleInTransactionMs: config.dbIdleInTransactionMs });
+  const db = openDatabase(config);
   const redis = createRedis(config.redisUrl, 'producer');
   redis.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
   await connectRedis(redis);

@@ -1,6 +1,6 @@
 import { loadConfig, type Config } from './config';
 import { createContainer, type Container } from './container';
-import { ensureDatabase, createDb } from '../db/knex';
+import { ensureDatabase, openDatabase } from '../db/knex';
 import { migrateLatest } from '../db/migrate';
 
 export type Role = 'web' | 'worker' | 'scheduler';
@@ -9,7 +9,7 @@ const ROLES: Record<string, Role[]> = { web: ['web'], worker: ['worker'], schedu
 /** Creates the database when missing and applies pending migrations (knex's lock serialises racers). */
 export async function prepareDatabase(config: Config): Promise<string[]> {
   await ensureDatabase(config.databaseUrl);
-  const db = createDb(config.databaseUrl, { max: 1, idleInTransactionMs: config.dbIdleInTransactionMs });
+  const db = openDatabase(config, { max: 1 });
   try {
     return await migrateLatest(db);
   } finally {

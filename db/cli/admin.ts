@@ -1,5 +1,5 @@
 import { loadConfig } from '../../lib/config';
-import { createDb } from '../knex';
+import { openDatabase } from '../knex';
 import { findUserByLogin, updateUser } from '../users';
 import { recordAudit } from '../audit';
 
@@ -14,7 +14,7 @@ if ((action !== 'grant' && action !== 'revoke') || !identifier) {
   process.exit(2);
 }
 const config = loadConfig();
-const db = createDb(config.databaseUrl, { max: 1, idleInTransactionMs: config.dbIdleInTransactionMs });
+const db = openDatabase(config, { max: 1 });
 try {
   const user = await findUserByLogin(db, identifier);
   if (!user) {
