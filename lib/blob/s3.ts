@@ -140,9 +140,11 @@ export class S3BlobStore implements BlobStore {
         await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key, Body, ContentLength: length }), { abortSignal: opts.signal });
       } else {
         head.push(next.value);
+        const rest = Readable.from(rejoin(head, pieces), { objectMode: false, highWaterMark: STREAM_CHUNK_BYTES });
+        rest.on('error', (err) => (bodyError ??= err)); // the body's own error, or its premature close below
         const upload = new Upload({
           client: this.client,
-          params: { Bucket: this.bucket, Key, Body: Readable.from(rejoin(head, pieces), { objectMode: false, highWaterMark: STREAM_CHUNK_BYTES }) },
+          params: { Bucket: this.bucket, Key, Body: rest },
           partSize: this.partSize,
           queueSize: this.queueSize,
           leavePartsOnError: false,

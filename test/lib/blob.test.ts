@@ -413,3 +413,25 @@ describe('S3 sweep of incomplete multipart uploads', () => {
     }
   });
 });
+
+describe('S3 store, refused by the server', () => {
+  it('rejects a put of several parts with the server\'s error and closes its source', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'blob-s3-refused-'));
+    const server = new S3rver({ address: '127.0.0.1', port: 0, silent: true, directory: join(dir, 's3rver'), configureBuckets: [] });
+    const { port } = await server.run();
+    const store = await createBlobStore('s3://no-such-bucket', {
+      s3: { endpoint: `http://127.0.0.1:${port}`, accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', uploadTmpDir: join(dir, 'uploads') },
+      env: {},
+    });
+    try {
+      let left = 40;
+      const source = new Readable({ read() { this.push(left-- > 0 ? randomBytes(MiB) : null); } });
+      await expect(store.put('jobs/j1/out/0', source)).rejects.toMatchObject({ name: 'NoSuchBucket' });
+      expect(source.destroyed).toBe(true);
+    } finally {
+      await store.close();
+      await server.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
