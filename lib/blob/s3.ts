@@ -1,7 +1,8 @@
 /**
- * Blob store in an S3-compatible bucket, optionally under a key prefix. Writes go through
- * lib-storage's multipart `Upload`, which only completes the upload (making the object visible)
- * after the source ended cleanly, and aborts it otherwise.
+ * Blob store in an S3-compatible bucket, optionally under a key prefix. An object is visible only once
+ * its source ended cleanly: one of a single part is sent (one PutObject) only after its source ended,
+ * and a larger one goes through lib-storage's multipart `Upload`, which completes the upload only then
+ * and aborts it otherwise.
  */
 import { createReadStream, mkdirSync } from 'node:fs';
 import { readdir, rm, stat } from 'node:fs/promises';
