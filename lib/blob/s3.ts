@@ -1,8 +1,7 @@
 /**
- * Blob store in an S3-compatible bucket, optionally under a key prefix. An object is visible only once
- * its source ended cleanly: one of a single part is sent (one PutObject) only after its source ended,
- * and a larger one goes through lib-storage's multipart `Upload`, which completes the upload only then
- * and aborts it otherwise.
+ * Blob store in an S3-compatible bucket, optionally under a key prefix. Writes go through
+ * lib-storage's multipart `Upload`, which only completes the upload (making the object visible)
+ * after the source ended cleanly, and aborts it otherwise.
  */
 import { createReadStream, mkdirSync } from 'node:fs';
 import { readdir, rm, stat } from 'node:fs/promises';
@@ -17,7 +16,6 @@ import {
   HeadObjectCommand,
   ListMultipartUploadsCommand,
   ListObjectsV2Command,
-  PutObjectCommand,
   S3Client,
   type S3ClientConfig,
 } from '@aws-sdk/client-s3';
@@ -92,9 +90,8 @@ export class S3BlobStore implements BlobStore {
     if (prefix && !isValidKey(prefix)) throw new TypeError(`invalid S3 key prefix: ${JSON.stringify(opts.prefix)}`);
     this.bucket = opts.bucket;
     this.base = prefix ? `${prefix}/` : '';
-    // Memory per put stays bounded at one part for an object of one part, and at about (queueSize + 2) ×
-    // partSize for a multipart upload: parts in flight, the part being assembled and its concatenation
-    // copy. Defaults: 8 MiB and ~32 MiB, whatever the object size.
+    // Memory per put stays bounded at about (queueSize + 2) × partSize: parts in flight, the part being
+    // assembled and its concatenation copy. Defaults: ~32 MiB, whatever the object size.
     this.partSize = opts.partSize ?? 8 * MiB;
     this.queueSize = opts.queueSize ?? 2;
     this.uploadTmpDir = opts.uploadTmpDir ?? join(tmpdir(), 'kms-uploads');
@@ -113,6 +110,18 @@ export class S3BlobStore implements BlobStore {
       config.credentials = { accessKeyId: opts.accessKeyId, secretAccessKey: opts.secretAccessKey, sessionToken: opts.sessionToken };
     }
     this.client = new S3Client(config);
+    // Bodies are signed as UNSIGNED-PAYLOAD, not hashed whole with SHA-256 (~1 CPU-s per GiB) before they
+    // are sent: every object is sealed with AES-GCM above this layer, and TLS covers the request in transit.
+    this.client.middlewareStack.add(
+      (next, context) => async (args) => {
+        const request = args.request as { headers?: Record<string, string> };
+        if (request.headers && (context.commandName === 'PutObjectCommand' || context.commandName === 'UploadPartCommand')) {
+          request.headers['x-amz-content-sha256'] = 'UNSIGNED-PAYLOAD';
+        }
+        return next(args);
+      },
+      { step: 'build', name: 'unsignedPayload' },
+    );
   }
 
   async put(key: string, source: Readable, opts: PutOptions = {}): Promise<{ size: number }> {
@@ -124,34 +133,16 @@ export class S3BlobStore implements BlobStore {
     let bodyError: unknown;
     body.on('error', (err) => (bodyError ??= err));
     if (opts.signal) addAbortSignal(opts.signal, body);
+
+    const upload = new Upload({
+      client: this.client,
+      params: { Bucket: this.bucket, Key, Body: body },
+      partSize: this.partSize,
+      queueSize: this.queueSize,
+      leavePartsOnError: false,
+    });
     try {
-      // Up to one part (every segment of a job file) goes up as one PutObject of the pieces read, sent
-      // as a stream of known length: not copied into one buffer, and signed as UNSIGNED-PAYLOAD rather
-      // than hashed whole with SHA-256 (what this layer stores is sealed with AES-GCM above it).
-      const pieces = body[Symbol.asyncIterator]();
-      const head: Buffer[] = [];
-      let length = 0;
-      let next: IteratorResult<Buffer>;
-      while (!(next = await pieces.next()).done && length + next.value.byteLength <= this.partSize) {
-        head.push(next.value);
-        length += next.value.byteLength;
-      }
-      if (next.done) {
-        const Body = Readable.from(head, { objectMode: false });
-        await this.client.send(new PutObjectCommand({ Bucket: this.bucket, Key, Body, ContentLength: length }), { abortSignal: opts.signal });
-      } else {
-        head.push(next.value);
-        const rest = Readable.from(rejoin(head, pieces), { objectMode: false, highWaterMark: STREAM_CHUNK_BYTES });
-        rest.on('error', (err) => (bodyError ??= err)); // the body's own error, or its premature close below
-        const upload = new Upload({
-          client: this.client,
-          params: { Bucket: this.bucket, Key, Body: rest },
-          partSize: this.partSize,
-          queueSize: this.queueSize,
-          leavePartsOnError: false,
-        });
-        await upload.done();
-      }
+      await upload.done();
     } catch (err) {
       body.destroy();
       source.destroy();
@@ -269,12 +260,6 @@ export class S3BlobStore implements BlobStore {
     assertValidKey(key);
     return this.base + key;
   }
-}
-
-/** The pieces already read, then the rest of the iterator's. */
-async function* rejoin(head: Buffer[], rest: AsyncIterator<Buffer>): AsyncGenerator<Buffer> {
-  yield* head;
-  for (let next; !(next = await rest.next()).done; ) yield next.value;
 }
 
 function isNotFound(err: unknown): boolean {

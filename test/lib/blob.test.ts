@@ -414,7 +414,53 @@ describe('S3 sweep of incomplete multipart uploads', () => {
   });
 });
 
-describe('S3 store, refused by the server', () => {
+describe('S3 store, refused or slowed down by the server', () => {
+  // A stub that answers the first PutObject with S3's 503 SlowDown, then takes it: the SDK retries only a
+  // request whose body it can send again, and the body is not hashed for the signature.
+  it('retries a put of one part that S3 asks to slow down, sending the same bytes unsigned', async () => {
+    const { createServer } = await import('node:http');
+    const puts: { bytes: number; sha256: string | undefined }[] = [];
+    const server = createServer((req, res) => {
+      let bytes = 0;
+      req.on('data', (chunk: Buffer) => (bytes += chunk.length));
+      req.on('end', () => {
+        if (req.method !== 'PUT') {
+          res.statusCode = 500;
+          res.end(`unexpected ${req.method} ${req.url}`);
+          return;
+        }
+        puts.push({ bytes, sha256: req.headers['x-amz-content-sha256'] as string | undefined });
+        if (puts.length === 1) {
+          res.statusCode = 503;
+          res.setHeader('content-type', 'application/xml');
+          res.end('<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>');
+          return;
+        }
+        res.setHeader('etag', '"stub"');
+        res.end();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const dir = await mkdtemp(join(tmpdir(), 'blob-s3-slowdown-'));
+    const { port } = server.address() as { port: number };
+    const store = await createBlobStore('s3://kms-blobs/test-run', {
+      s3: { endpoint: `http://127.0.0.1:${port}`, accessKeyId: 'x', secretAccessKey: 'x', uploadTmpDir: join(dir, 'uploads') },
+      env: {},
+    });
+    try {
+      const data = randomBytes(3 * MiB + 5);
+      expect(await store.put('jobs/j1/out/0', Readable.from(chunks(data, MiB)))).toEqual({ size: data.length });
+      expect(puts).toEqual([
+        { bytes: data.length, sha256: 'UNSIGNED-PAYLOAD' },
+        { bytes: data.length, sha256: 'UNSIGNED-PAYLOAD' },
+      ]);
+    } finally {
+      await store.close();
+      await new Promise((resolve) => server.close(resolve));
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
   it('rejects a put of several parts with the server\'s error and closes its source', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'blob-s3-refused-'));
     const server = new S3rver({ address: '127.0.0.1', port: 0, silent: true, directory: join(dir, 's3rver'), configureBuckets: [] });
