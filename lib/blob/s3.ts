@@ -111,7 +111,8 @@ export class S3BlobStore implements BlobStore {
     }
     this.client = new S3Client(config);
     // Bodies are signed as UNSIGNED-PAYLOAD, not hashed whole with SHA-256 (~1 CPU-s per GiB) before they
-    // are sent: every object is sealed with AES-GCM above this layer, and TLS covers the request in transit.
+    // are sent: every object is sealed with AES-GCM above this layer, so a body changed on the way (over
+    // plain HTTP; TLS otherwise) fails to open on reading, as one changed at rest does.
     this.client.middlewareStack.add(
       (next, context) => async (args) => {
         const request = args.request as { headers?: Record<string, string> };
