@@ -13,8 +13,7 @@ if ((action !== 'grant' && action !== 'revoke') || !identifier) {
   console.error('usage: npm run admin -- grant|revoke <username|email>');
   process.exit(2);
 }
-const config = loadConfig();
-const db = openDatabase(config, { max: 1 });
+const db = openDatabase(loadConfig(), { max: 1 });
 try {
   const user = await findUserByLogin(db, identifier);
   if (!user) {
