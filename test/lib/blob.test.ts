@@ -5,6 +5,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, readdir, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
+import { createServer, type RequestListener } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -56,7 +57,7 @@ async function localHarness(): Promise<Harness> {
   };
 }
 
-async function s3Harness(): Promise<Harness> {
+async function s3Harness(url = 's3://kms-blobs/test-run'): Promise<Harness> {
   const dir = await mkdtemp(join(tmpdir(), 'blob-s3-'));
   const server = new S3rver({
     address: '127.0.0.1',
@@ -66,7 +67,7 @@ async function s3Harness(): Promise<Harness> {
     configureBuckets: [{ name: 'kms-blobs' }],
   });
   const { port } = await server.run();
-  const store = await createBlobStore('s3://kms-blobs/test-run', {
+  const store = await createBlobStore(url, {
     s3: { endpoint: `http://127.0.0.1:${port}`, accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', uploadTmpDir: join(dir, 'uploads') },
     env: {},
   });
@@ -345,6 +346,25 @@ function* chunks(buf: Buffer, size: number): Generator<Buffer> {
   for (let i = 0; i < buf.length; i += size) yield buf.subarray(i, i + size);
 }
 
+/** An S3 store at `s3://kms-blobs/test-run` on a stub server answering with `handler`, for `use`. */
+async function withStubS3(handler: RequestListener, use: (store: BlobStore) => Promise<void>): Promise<void> {
+  const server = createServer(handler);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const dir = await mkdtemp(join(tmpdir(), 'blob-s3-stub-'));
+  const { port } = server.address() as { port: number };
+  const store = await createBlobStore('s3://kms-blobs/test-run', {
+    s3: { endpoint: `http://127.0.0.1:${port}`, accessKeyId: 'x', secretAccessKey: 'x', uploadTmpDir: join(dir, 'uploads') },
+    env: {},
+  });
+  try {
+    await use(store);
+  } finally {
+    await store.close();
+    await new Promise((resolve) => server.close(resolve));
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 /**
  * s3rver answers ListMultipartUploads with 501 NotImplemented and AbortMultipartUpload with 405, so the
  * sweep of incomplete multipart uploads runs here against a stub speaking just those two calls (S3's
@@ -352,7 +372,6 @@ function* chunks(buf: Buffer, size: number): Generator<Buffer> {
  */
 describe('S3 sweep of incomplete multipart uploads', () => {
   it('aborts uploads under its prefix begun before the cut-off, page after page, and keeps newer ones', async () => {
-    const { createServer } = await import('node:http');
     const hour = 3600_000;
     const now = Date.now();
     const uploads = [
@@ -365,7 +384,7 @@ describe('S3 sweep of incomplete multipart uploads', () => {
     ];
     const aborted: string[] = [];
     const prefixes: (string | null)[] = [];
-    const server = createServer((req, res) => {
+    const stub: RequestListener = (req, res) => {
       const url = new URL(req.url!, 'http://stub');
       if (req.method === 'GET' && url.pathname.replace(/\/$/, '') === '/kms-blobs' && url.searchParams.has('uploads')) {
         const prefix = url.searchParams.get('prefix');
@@ -394,23 +413,12 @@ describe('S3 sweep of incomplete multipart uploads', () => {
       }
       res.statusCode = 500;
       res.end(`unexpected ${req.method} ${req.url}`);
-    });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const dir = await mkdtemp(join(tmpdir(), 'blob-s3-stub-'));
-    const { port } = server.address() as { port: number };
-    const store = await createBlobStore('s3://kms-blobs/test-run', {
-      s3: { endpoint: `http://127.0.0.1:${port}`, accessKeyId: 'x', secretAccessKey: 'x', uploadTmpDir: join(dir, 'uploads') },
-      env: {},
-    });
-    try {
+    };
+    await withStubS3(stub, async (store) => {
       expect(await store.sweepStale(new Date(now - 24 * hour))).toBe(3);
       expect(aborted.sort()).toEqual(['u1', 'u3', 'u4']);
       expect(prefixes).toEqual(['test-run/', 'test-run/', 'test-run/']);
-    } finally {
-      await store.close();
-      await new Promise((resolve) => server.close(resolve));
-      await rm(dir, { recursive: true, force: true });
-    }
+    });
   });
 });
 
@@ -418,9 +426,8 @@ describe('S3 store, refused or slowed down by the server', () => {
   // A stub that answers the first PutObject with S3's 503 SlowDown, then takes it: the SDK retries only a
   // request whose body it can send again, and the body is not hashed for the signature.
   it('retries a put of one part that S3 asks to slow down, sending the same bytes unsigned', async () => {
-    const { createServer } = await import('node:http');
     const puts: { bytes: number; sha256: string | undefined }[] = [];
-    const server = createServer((req, res) => {
+    const stub: RequestListener = (req, res) => {
       let bytes = 0;
       req.on('data', (chunk: Buffer) => (bytes += chunk.length));
       req.on('end', () => {
@@ -439,45 +446,26 @@ describe('S3 store, refused or slowed down by the server', () => {
         res.setHeader('etag', '"stub"');
         res.end();
       });
-    });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const dir = await mkdtemp(join(tmpdir(), 'blob-s3-slowdown-'));
-    const { port } = server.address() as { port: number };
-    const store = await createBlobStore('s3://kms-blobs/test-run', {
-      s3: { endpoint: `http://127.0.0.1:${port}`, accessKeyId: 'x', secretAccessKey: 'x', uploadTmpDir: join(dir, 'uploads') },
-      env: {},
-    });
-    try {
+    };
+    await withStubS3(stub, async (store) => {
       const data = randomBytes(3 * MiB + 5);
       expect(await store.put('jobs/j1/out/0', Readable.from(chunks(data, MiB)))).toEqual({ size: data.length });
       expect(puts).toEqual([
         { bytes: data.length, sha256: 'UNSIGNED-PAYLOAD' },
         { bytes: data.length, sha256: 'UNSIGNED-PAYLOAD' },
       ]);
-    } finally {
-      await store.close();
-      await new Promise((resolve) => server.close(resolve));
-      await rm(dir, { recursive: true, force: true });
-    }
+    });
   });
 
   it('rejects a put of several parts with the server\'s error and closes its source', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'blob-s3-refused-'));
-    const server = new S3rver({ address: '127.0.0.1', port: 0, silent: true, directory: join(dir, 's3rver'), configureBuckets: [] });
-    const { port } = await server.run();
-    const store = await createBlobStore('s3://no-such-bucket', {
-      s3: { endpoint: `http://127.0.0.1:${port}`, accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', uploadTmpDir: join(dir, 'uploads') },
-      env: {},
-    });
+    const h = await s3Harness('s3://no-such-bucket');
     try {
       let left = 40;
       const source = new Readable({ read() { this.push(left-- > 0 ? randomBytes(MiB) : null); } });
-      await expect(store.put('jobs/j1/out/0', source)).rejects.toMatchObject({ name: 'NoSuchBucket' });
+      await expect(h.store.put('jobs/j1/out/0', source)).rejects.toMatchObject({ name: 'NoSuchBucket' });
       expect(source.destroyed).toBe(true);
     } finally {
-      await store.close();
-      await server.close();
-      await rm(dir, { recursive: true, force: true });
+      await h.close();
     }
   });
 });
