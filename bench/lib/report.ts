@@ -73,6 +73,25 @@ export interface Ratios {
   ceiling_decrypt_e2e_vs_openpgp?: number;
   ceiling_parallel_jobs_vs_gpg?: number;
   ceiling_rotation_2_vs_1_workers?: number;
+  /**
+   * The same ratios with a core for each service process (an estimate of what more cores would give): each step
+   * lasts at least its busiest process's CPU time, and the steps follow one another.
+   */
+  core_each_encrypt_e2e_vs_openpgp?: Projection;
+  core_each_decrypt_e2e_vs_openpgp?: Projection;
+  core_each_parallel_jobs_vs_gpg?: Projection;
+  core_each_rotation_2_vs_1_workers?: Projection;
+}
+
+/**
+ * A projected ratio for the service's processes (the client on a machine of its own), the same with a core
+ * for the bench client too, the service process that bounds each step, and how many cores it assumes.
+ */
+export interface Projection {
+  ratio: number;
+  with_client: number;
+  busiest: string[];
+  processes: number;
 }
 
 /** Rotation figures count rotations, not bytes: `bytes` holds the number of rotations. */
@@ -104,6 +123,29 @@ function cpuBound(t: Timing | undefined, cores: number, steps?: string[]): numbe
 }
 const over = (a: number | undefined, b: number | undefined) => (a !== undefined && b ? a / b : undefined);
 
+/**
+ * The rate a run could reach with a core of its own for each of the processes `who` picks: each step (`steps`,
+ * or every step it has) lasts at least the CPU time of its busiest process. A process's threads count as one,
+ * so this leans low; the CPU is the one measured here, where more processes than cores inflate it.
+ */
+function coreEachBound(t: Timing | undefined, who: (process: string) => boolean, steps?: string[]) {
+  const spans = t && (steps ? steps.map((k) => t.phaseCpu?.[k] ?? {}) : t.phaseCpu ? Object.values(t.phaseCpu) : [t.cpu ?? {}]);
+  const busiest = spans?.map((cpu) => Object.entries(cpu).filter(([k]) => who(k)).reduce<[string, number]>((m, e) => (e[1] > m[1] ? e : m), ['', 0]));
+  const seconds = busiest?.reduce((n, [, s]) => n + s, 0);
+  if (!t || !spans || !busiest || !seconds) return undefined;
+  return { rate: t.bytes / seconds, busiest: busiest.filter(([, s]) => s > 0).map(([k]) => k), processes: new Set(spans.flatMap((cpu) => Object.keys(cpu).filter(who))).size };
+}
+// Postgres's backends are summed into one figure but run on as many cores as there are connections: left out.
+const isService = (process: string) => process !== 'bench' && process !== 'postgres';
+const orClient = (process: string) => process !== 'postgres';
+
+/** A ratio with a core for each service process, and the same with one more for the bench client. */
+function projection(t: Timing | undefined, base: (who: (process: string) => boolean) => number | undefined, steps?: string[]): Projection | undefined {
+  const [service, client] = [coreEachBound(t, isService, steps), coreEachBound(t, orClient, steps)];
+  const [b1, b2] = [base(isService), base(orClient)];
+  return service && client && b1 && b2 ? { ratio: service.rate / b1, with_client: client.rate / b2, busiest: service.busiest, processes: service.processes } : undefined;
+}
+
 export function ratios(r: Results, rss: Record<string, number | null>, cores: number): Ratios {
   const workers = Object.entries(rss).filter(([k, v]) => isWorker(k) && v !== null).map(([, v]) => v!);
   return {
@@ -133,6 +175,12 @@ export function ratios(r: Results, rss: Record<string, number | null>, cores: nu
     // The jobs' rate runs from the upload's start to the last job's end: the download is not in it.
     ceiling_parallel_jobs_vs_gpg: over(cpuBound(r['parallel.jobs'], cores, ['upload', 'jobs']), perSecond(r['parallel.gpg'])),
     ceiling_rotation_2_vs_1_workers: over(cpuBound(r['rotation.1w'], cores), perSecond(r['rotation.1w'])),
+    // The baselines keep their measured rates: each is one process per core already.
+    core_each_encrypt_e2e_vs_openpgp: projection(r['encrypt.service'], () => perSecond(r['encrypt.openpgp'])),
+    core_each_decrypt_e2e_vs_openpgp: projection(r['decrypt.service'], () => perSecond(r['decrypt.openpgp'])),
+    core_each_parallel_jobs_vs_gpg: projection(r['parallel.jobs'], () => perSecond(r['parallel.gpg']), ['upload', 'jobs']),
+    // One worker would be faster too with cores of its own: both sides are projected.
+    core_each_rotation_2_vs_1_workers: projection(r['rotation.2w'], (who) => coreEachBound(r['rotation.1w'], who)?.rate),
   };
 }
 
@@ -188,6 +236,17 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
     ['rotations 2 ÷ 1 workers', q.ceiling_rotation_2_vs_1_workers],
   ].filter((c): c is [string, number] => c[1] !== undefined);
   if (ceilings.length) out.push(`at most, at this CPU per GiB or rotation (all processes, the bench's too, on ${m.nproc} busy cores): ${ceilings.map(([k, v]) => `${k} ${fixed(v)}`).join(' · ')}`);
+  const projections = [
+    ['e2e encrypt ÷ OpenPGP.js', q.core_each_encrypt_e2e_vs_openpgp],
+    ['e2e decrypt ÷ OpenPGP.js', q.core_each_decrypt_e2e_vs_openpgp],
+    ['parallel jobs ÷ 2×gpg', q.core_each_parallel_jobs_vs_gpg],
+    ['rotations 2 ÷ 1 workers', q.core_each_rotation_2_vs_1_workers],
+  ].filter((c): c is [string, Projection] => c[1] !== undefined);
+  if (projections.length) {
+    out.push(
+      `with a core for each service process, at this CPU (each step as long as its busiest process [which, step by step]; with one more for the bench client): ${projections.map(([k, p]) => `${k} ${fixed(p.ratio)} on ${p.processes} cores [${p.busiest.join(', ')}] (${fixed(p.with_client)})`).join(' · ')}`,
+    );
+  }
   for (const line of sealingSummary(r)) out.push(line);
   out.push(`CPU seconds per GiB (service: its processes, not the bench client): ${cpuPerGiB(r)}`);
   out.push(
