@@ -6,13 +6,16 @@
  *   encrypt   blob → progress count → encryptStream (native SEIPDv1) → output quota → sealed blob
  *   download  sealed blob → a sink (the API's response body)
  *   decrypt   sealed ciphertext blob → progress count → openEncrypted → decrypt → sealed blob (sha256 checked)
- * Each phase runs after `sync`; per phase, the run that used the least CPU is kept.
+ * Each phase runs after `sync`; per phase, the run that used the least CPU is kept. Every phase runs under
+ * the worker's node flags and environment from the Procfile (and BENCH_NODE_FLAGS; the API's flags differ in
+ * one), the script re-executing itself under them.
  *
  * Prints what a write into the page cache costs the kernel first, as `npm run bench` does (bench/README.md,
  * "Memory the host takes back"): on these VMs it is a large part of every figure's system time.
  *
  *   tsx bench/pipeline.ts [size] [--runs N]        (default 256M, 3 runs)
  */
+import { spawnSync } from 'node:child_process';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -30,7 +33,17 @@ import { createSealer } from '../lib/sealer';
 import { counted } from '../lib/streams';
 import { fingerprintAsRead } from '../lib/upload-fingerprint';
 import { makePgpKeys } from './lib/baselines';
+import { extraFlags, procfileCommand } from './lib/service';
 import { GiB, MiB, formatSize, parseSize, run, pageCacheWriteCost, sha256File, writeRandomFile } from './lib/util';
+
+// V8's collector settings move these figures by half (encrypting 6.6 CPU-s per GiB under V8's defaults,
+// 4.0 under the worker's flags, the twentieth session): measure what a worker runs.
+if (!process.env.BENCH_PIPELINE_AS_WORKER) {
+  const { env, flags } = procfileCommand('worker');
+  const workerFlags = [...flags, ...extraFlags()];
+  const child = spawnSync(process.execPath, [...workerFlags, ...process.execArgv, ...process.argv.slice(1)], { stdio: 'inherit', env: { ...env, ...process.env, BENCH_PIPELINE_AS_WORKER: workerFlags.join(' ') || '(no flags)' } });
+  process.exit(child.status ?? 1);
+}
 
 const args = process.argv.slice(2);
 const runsAt = args.indexOf('--runs');
@@ -114,7 +127,7 @@ try {
     await store.deletePrefix(`jobs/${job2}/`);
   }
   void progress;
-  console.log(`byte path in one process, ${formatSize(size)} random file, followable sealed local store in ${tmpdir()}, best of ${runs} (least CPU); CPU s per GiB (page cache writes ${pageCache.toFixed(2)} CPU-s/GiB in the kernel before the run)`);
+  console.log(`byte path in one process, ${formatSize(size)} random file, followable sealed local store in ${tmpdir()}, best of ${runs} (least CPU), node ${process.env.BENCH_PIPELINE_AS_WORKER}; CPU s per GiB (page cache writes ${pageCache.toFixed(2)} CPU-s/GiB in the kernel before the run)`);
   const per = (s: number) => (s / (size / GiB)).toFixed(2);
   for (const [k, t] of Object.entries(best)) {
     console.log(`  ${k.padEnd(9)} ${per(t.user + t.sys).padStart(5)}  (user ${per(t.user)} + sys ${per(t.sys)})  ${((size / MiB) / (t.ms / 1000)).toFixed(0)} MiB/s · GC ${t.gc.minor} minor + ${t.gc.major} major, ${t.gc.ms.toFixed(0)} ms paused`);

@@ -43,7 +43,7 @@ function profileFlags(): string[] {
 }
 
 /** BENCH_NODE_FLAGS="--flag …": extra node flags for the service processes (after the defaults, so they win), for experiments. */
-const extraFlags = () => (process.env.BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+export const extraFlags = () => (process.env.BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
 
 /** BENCH_LOG_DIR=<dir>: each service process's whole output goes to <dir>/<name>.log (with BENCH_NODE_FLAGS=--trace-gc, its GC log). */
 const logTo = (name: string) => (process.env.BENCH_LOG_DIR ? (data: Buffer) => appendFileSync(join(process.env.BENCH_LOG_DIR!, `${name}.log`), data) : undefined);
