@@ -184,6 +184,14 @@ export function ratios(r: Results, rss: Record<string, number | null>, cores: nu
   };
 }
 
+/** The throughput ratios with a ceiling and a projection (`ceiling_<key>`, `core_each_<key>` in Ratios). */
+const BOUNDED = [
+  ['e2e encrypt ÷ OpenPGP.js', 'encrypt_e2e_vs_openpgp'],
+  ['e2e decrypt ÷ OpenPGP.js', 'decrypt_e2e_vs_openpgp'],
+  ['parallel jobs ÷ 2×gpg', 'parallel_jobs_vs_gpg'],
+  ['rotations 2 ÷ 1 workers', 'rotation_2_vs_1_workers'],
+] as const;
+
 export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: Ratios): void {
   const out: string[] = [];
   out.push(`KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s) · transfers via ${m.transfer} · temp ${m.tmp} · page cache writes ${m.page_cache_s_per_gib.join(' → ')} CPU-s/GiB · file creates ${m.file_create_us.join(' → ')} µs`);
@@ -229,19 +237,9 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
       if (t?.cpu) out.push(`  CPU ms per rotation, ${w.replace('w', ' worker(s)')}: ${Object.entries(t.cpu).map(([k, s]) => `${k} ${fixed((s * 1000) / t.bytes, 1)}`).join(' · ')}`);
     }
   }
-  const ceilings = [
-    ['e2e encrypt ÷ OpenPGP.js', q.ceiling_encrypt_e2e_vs_openpgp],
-    ['e2e decrypt ÷ OpenPGP.js', q.ceiling_decrypt_e2e_vs_openpgp],
-    ['parallel jobs ÷ 2×gpg', q.ceiling_parallel_jobs_vs_gpg],
-    ['rotations 2 ÷ 1 workers', q.ceiling_rotation_2_vs_1_workers],
-  ].filter((c): c is [string, number] => c[1] !== undefined);
+  const ceilings = BOUNDED.flatMap(([label, k]) => (q[`ceiling_${k}`] === undefined ? [] : [[label, q[`ceiling_${k}`]!] as const]));
   if (ceilings.length) out.push(`at most, at this CPU per GiB or rotation (all processes, the bench's too, on ${m.nproc} busy cores): ${ceilings.map(([k, v]) => `${k} ${fixed(v)}`).join(' · ')}`);
-  const projections = [
-    ['e2e encrypt ÷ OpenPGP.js', q.core_each_encrypt_e2e_vs_openpgp],
-    ['e2e decrypt ÷ OpenPGP.js', q.core_each_decrypt_e2e_vs_openpgp],
-    ['parallel jobs ÷ 2×gpg', q.core_each_parallel_jobs_vs_gpg],
-    ['rotations 2 ÷ 1 workers', q.core_each_rotation_2_vs_1_workers],
-  ].filter((c): c is [string, Projection] => c[1] !== undefined);
+  const projections = BOUNDED.flatMap(([label, k]) => (q[`core_each_${k}`] === undefined ? [] : [[label, q[`core_each_${k}`]!] as const]));
   if (projections.length) {
     out.push(
       `with a core for each service process, at this CPU (each step as long as its busiest process [which, step by step]; with one more for the bench client): ${projections.map(([k, p]) => `${k} ${fixed(p.ratio)} on ${p.processes} cores [${p.busiest.join(', ')}] (${fixed(p.with_client)})`).join(' · ')}`,
