@@ -105,7 +105,7 @@ export const ROTATION_KEYS = 40;
 /** Untimed rotations before the timed ones, per worker count: V8 is still compiling the hot path for ~15 s. */
 const ROTATION_WARMUP_MS = 15_000;
 /** Batches of ROTATION_KEYS in one timed run. */
-const ROTATION_BATCHES = 3;
+const ROTATION_BATCHES = 10;
 
 /**
  * Rotations per second through the queue: ROTATION_KEYS curve25519 keys rotated at once (submit all,
