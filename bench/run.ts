@@ -45,6 +45,7 @@ const authSection = async (b: Bench) => {
 };
 /** `latency`: GET /keys/list at 500 requests/s, and 1 KiB encrypt jobs with Prefer: wait at concurrency 1 and 16. */
 const latencySection = async (b: Bench) => {
+  await b.service.vacuum();
   const list = await measureListLatency(b.service.baseUrl, { rate: 500, seconds: 5, cpu: serviceCpuReader(b.service) });
   for (const line of latencyLines(list, 500, await measureSmallJobs(b.service.baseUrl, { concurrency: [1, 16], jobs: 50, warmupSeconds: 10, cpu: serviceCpuReader(b.service) }))) console.log(line);
   return {};

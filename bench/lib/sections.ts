@@ -128,6 +128,7 @@ export async function rotationSection(b: Bench): Promise<Results> {
     return jobs.length;
   };
   const timed = async (key: string, batches: number) => {
+    await b.service.vacuum();
     const m0 = { ...mark(b), postgres: postgresCpuSeconds() };
     let rotations = 0;
     for (let i = 0; i < batches; i++) rotations += await batch();
