@@ -17,6 +17,7 @@ import { join } from 'node:path';
 import { Gpg, gpgVersion, makePgpKeys } from './lib/baselines';
 import { Api, type Transfer } from './lib/client';
 import { cpuPerGiBOf, printReport, ratios, type RssSnapshots } from './lib/report';
+import { samplePostgres } from './lib/pg-sampler';
 import { decryptSection, encryptSection, parallelSection, rotationSection, type Bench, type Results } from './lib/sections';
 import { measureSealing } from './lib/sealing';
 import { eventLatencyLine, measureEventLatency } from './lib/events';
@@ -186,7 +187,9 @@ async function main(): Promise<void> {
         await service.addWorker('crypto=1');
       }
       say(`section ${name}`);
+      const sampled = process.env.BENCH_PG_SAMPLE ? await samplePostgres(service.database, `section ${name}`) : undefined;
       Object.assign(results, await SECTIONS[name](bench));
+      if (sampled) for (const line of await sampled()) console.log(line);
       snapshots.push({ after: name, rss: service.rss() });
     }
     const tmpKind = `${tmpdir()} (${(await statfs(dir)).type === TMPFS_MAGIC ? 'tmpfs' : 'disk'})`;
