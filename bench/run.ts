@@ -187,7 +187,7 @@ async function main(): Promise<void> {
         await service.addWorker('crypto=1');
       }
       say(`section ${name}`);
-      const sampled = process.env.BENCH_PG_SAMPLE ? await samplePostgres(service.database, `section ${name}`) : undefined;
+      const sampled = process.env.BENCH_PG_SAMPLE ? await samplePostgres(service.databaseUrl, `section ${name}`) : undefined;
       Object.assign(results, await SECTIONS[name](bench));
       if (sampled) for (const line of await sampled()) console.log(line);
       snapshots.push({ after: name, rss: service.rss() });

@@ -1,7 +1,6 @@
 import pg from 'pg';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-const POSTGRES = 'postgres://postgres@127.0.0.1:5432';
 const INTERVAL_MS = 3;
 const TOP = 15;
 
@@ -14,8 +13,10 @@ const TOP = 15;
  *
  * Returns the function that stops sampling and gives the report's lines.
  */
-export async function samplePostgres(database: string, label: string): Promise<() => Promise<string[]>> {
-  const db = new pg.Client({ connectionString: `${POSTGRES}/${database}` });
+export async function samplePostgres(databaseUrl: string, label: string): Promise<() => Promise<string[]>> {
+  const db = new pg.Client({ connectionString: databaseUrl });
+  let failure: unknown;
+  db.on('error', (err) => (failure ??= err));
   await db.connect();
   const counts = new Map<string, number>();
   let samples = 0;
@@ -35,14 +36,17 @@ export async function samplePostgres(database: string, label: string): Promise<(
       }
       await sleep(INTERVAL_MS);
     }
-  })();
+  })().catch((err: unknown) => {
+    failure = err; // reported at the end: the section goes on without its sampler
+  });
   return async () => {
     stopped = true;
     await loop;
-    await db.end();
+    await db.end().catch(() => {});
     const seconds = (Date.now() - t0) / 1000;
     const top = [...counts].sort((a, b) => b[1] - a[1]).slice(0, TOP);
     return [
+      ...(failure ? [`Postgres sampling stopped early: ${failure instanceof Error ? failure.message : String(failure)}`] : []),
       `Postgres sessions active during ${label} (${samples} samples of pg_stat_activity over ${seconds.toFixed(1)} s; sessions at once on average, by statement and wait):`,
       ...top.map(([key, n]) => `  ${(n / samples).toFixed(3)}  ${key}`),
     ];

@@ -90,6 +90,11 @@ export class Service {
     return join(this.dir, 'blobs');
   }
 
+  /** The service's database, as its processes reach it. */
+  get databaseUrl(): string {
+    return `${POSTGRES}/${this.database}`;
+  }
+
   get baseUrl(): string {
     return `http://127.0.0.1:${this.port}`;
   }
@@ -139,7 +144,7 @@ export class Service {
    * (Postgres's CPU per rotation grew by ~5–10 % from one phase to the next, whatever the worker count).
    */
   async vacuum(): Promise<void> {
-    const db = new pg.Client({ connectionString: `${POSTGRES}/${this.database}` });
+    const db = new pg.Client({ connectionString: this.databaseUrl });
     await db.connect();
     try {
       await db.query('VACUUM (ANALYZE)');
@@ -166,7 +171,7 @@ export class Service {
     return {
       ...process.env,
       NODE_ENV: 'development',
-      DATABASE_URL: `${POSTGRES}/${this.database}`,
+      DATABASE_URL: this.databaseUrl,
       REDIS_URL,
       REDIS_PREFIX: this.redisPrefix,
       PORT: String(this.port),
@@ -228,7 +233,7 @@ export class Service {
   async stuckJobReport(name: string, jobId: string): Promise<string> {
     const connection = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
     const queue = new Queue(name, { connection, prefix: `{${this.redisPrefix}}` });
-    const db = new pg.Client({ connectionString: `${POSTGRES}/${this.database}` });
+    const db = new pg.Client({ connectionString: this.databaseUrl });
     try {
       await db.connect();
       const active = (await queue.getActive()).map((j) => j.id!);
