@@ -37,7 +37,7 @@ export async function samplePostgres(databaseUrl: string, label: string): Promis
       await sleep(INTERVAL_MS);
     }
   })().catch((err: unknown) => {
-    failure = err; // reported at the end: the section goes on without its sampler
+    failure ??= err; // reported at the end: the section goes on without its sampler
   });
   return async () => {
     stopped = true;

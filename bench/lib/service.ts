@@ -143,14 +143,8 @@ export class Service {
    * Postgres with autovacuum off, where each timed phase would read the dead rows of every phase before it
    * (Postgres's CPU per rotation grew by ~5–10 % from one phase to the next, whatever the worker count).
    */
-  async vacuum(): Promise<void> {
-    const db = new pg.Client({ connectionString: this.databaseUrl });
-    await db.connect();
-    try {
-      await db.query('VACUUM (ANALYZE)');
-    } finally {
-      await db.end();
-    }
+  vacuum(): Promise<void> {
+    return runSql(this.databaseUrl, 'VACUUM (ANALYZE)');
   }
 
   /** Ends the processes, drops the database and deletes the Redis keys; safe to call twice. */
@@ -280,15 +274,18 @@ function freePort(): Promise<number> {
   });
 }
 
-async function dropDatabase(name: string): Promise<void> {
-  const admin = new pg.Client({ connectionString: `${POSTGRES}/postgres` });
-  await admin.connect();
+/** One statement on its own connection (utility statements the service's pool does not run). */
+async function runSql(url: string, sql: string): Promise<void> {
+  const db = new pg.Client({ connectionString: url });
+  await db.connect();
   try {
-    await admin.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+    await db.query(sql);
   } finally {
-    await admin.end();
+    await db.end();
   }
 }
+
+const dropDatabase = (name: string) => runSql(`${POSTGRES}/postgres`, `DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
 
 async function deleteRedisKeys(prefix: string): Promise<void> {
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
