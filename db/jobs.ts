@@ -74,7 +74,9 @@ const JOB_COLUMNS = columnsOf<JobRow>({
 export const findJob = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }).first();
 /** A job as its owner reads it: with its output files once it has completed, until they are purged (else null). */
 export type UserJobRow = JobRow & { outputs: OutputFile[] | null };
-// The outputs come in the same statement: a status read of a finished job and a download need both.
+// The outputs come in the same statement: a status read of a finished job and a download need both. The
+// row is found by its id alone and its owner compared below: with the owner in the WHERE clause, a plan made
+// while the table had no statistics took the (user_id, created_at) index and read every job of the account.
 const userJob = prepared<UserJobRow>(
   'user_job',
   `SELECT ${JOB_COLUMNS},
@@ -82,9 +84,12 @@ const userJob = prepared<UserJobRow>(
        (SELECT coalesce(json_agg(json_build_object('n', f.n, 'name', f.name, 'size', f.size, 'content_type', f.content_type) ORDER BY f.n), '[]')
         FROM job_files f WHERE f.job_id = jobs.id AND f.role = 'output')
      END AS outputs
-   FROM jobs WHERE id = :id AND user_id = :user`,
+   FROM jobs WHERE id = :id`,
 );
-export const findUserJob = async (db: Knex, userId: string, id: string): Promise<UserJobRow | undefined> => (await userJob(db, { id, user: userId }))[0];
+export async function findUserJob(db: Knex, userId: string, id: string): Promise<UserJobRow | undefined> {
+  const [row] = await userJob(db, { id });
+  return row?.user_id === userId ? row : undefined;
+}
 /** A job's sealed data key (lib/blob/data-keys.ts), for a process that has not read its row. */
 export const jobDataKey = async (db: Knex, id: string) => (await db<JobRow>('jobs').where({ id }).first('data_key'))?.data_key;
 export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();

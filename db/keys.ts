@@ -193,7 +193,7 @@ const retire = prepared<{ id: string }>(
   'retire_active',
   `WITH locked AS (SELECT id FROM key_lineages WHERE id = :lineage FOR UPDATE)
    UPDATE pgp_keys SET status = 'rotated', rotated_at = :at FROM locked
-   WHERE pgp_keys.lineage_id = locked.id AND pgp_keys.status = 'active' AND pgp_keys.generation = :generation
+   WHERE pgp_keys.lineage_id = :lineage AND pgp_keys.status = 'active' AND pgp_keys.generation = :generation
    RETURNING pgp_keys.id`,
 );
 export async function retireActive(db: Knex, lineageId: string, generation: number, at: Date): Promise<boolean> {

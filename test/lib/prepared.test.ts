@@ -1,5 +1,8 @@
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { randomUUID } from 'node:crypto';
 import { createDb, dropDatabase, ensureDatabase, prepared, preparedStatements, type Db } from '../../db/knex';
+import { findUserJob } from '../../db/jobs';
+import { retireActive } from '../../db/keys';
 // The modules that define the service's prepared statements.
 import '../../db/api-keys';
 import '../../db/jobs';
@@ -65,5 +68,69 @@ describe('a prepared statement whose result type a migration changed under the r
       .catch(() => undefined); // the rollback rejects the transaction's promise
     expect(seen).toEqual([{ id: 2, v: '20' }]);
     expect(await read(db, { id: 2 })).toEqual([]);
+  });
+});
+
+/**
+ * A connection keeps the plan it made of a prepared statement until the table's statistics change. One made
+ * on a fresh database (empty tables, never analyzed) must still read a row by its key once the table has
+ * grown: in the bench, `user_job` had taken the (user_id, created_at) index and read every job of the account.
+ */
+describe('prepared statements planned before the tables have statistics', () => {
+  const url = new URL(inject('pgBase'));
+  url.pathname = `/${inject('runId')}_plans`;
+  let db: Db;
+  const owner = randomUUID();
+  const stranger = randomUUID();
+  beforeAll(async () => {
+    await ensureDatabase(url.toString(), inject('templateDb'));
+    db = createDb(url.toString(), { max: 1 }); // one connection: the one that keeps the plans
+    await db.raw('SET plan_cache_mode = force_generic_plan'); // planned once, as after a few executions
+    for (const id of [owner, stranger]) await db('users').insert({ id, username: id, email: `${id}@example.com`, password_hash: 'x' });
+  });
+  afterAll(async () => {
+    await db?.destroy();
+    await dropDatabase(url.toString());
+  });
+
+  /** The scans of `statement`'s plan, run (in a transaction rolled back) with `args` as literals, one per `:name` in order. */
+  async function scans(statement: string, args: string[]) {
+    type Node = { 'Node Type': string; 'Relation Name'?: string; 'Index Name'?: string; 'Index Cond'?: string; 'Rows Removed by Filter'?: number; Plans?: Node[] };
+    const flat = (n: Node): Node[] => [n, ...(n.Plans ?? []).flatMap(flat)];
+    let plan: Node | undefined;
+    await db
+      .transaction(async (trx) => {
+        const { rows } = await trx.raw(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE ${statement}(${args.map((a) => `'${a}'`).join(', ')})`);
+        plan = (rows[0]['QUERY PLAN'] as { Plan: Node }[])[0]!.Plan;
+        await trx.rollback();
+      })
+      .catch(() => undefined);
+    return flat(plan!).filter((n) => n['Node Type'].endsWith('Scan') && n['Relation Name'] !== undefined);
+  }
+
+  it('user_job reads one job by its primary key, however many jobs its account has', async () => {
+    const id = randomUUID();
+    expect(await findUserJob(db, owner, id)).toBeUndefined(); // planned now, on an empty table
+    await db('jobs').insert(Array.from({ length: 300 }, () => ({ id: randomUUID(), user_id: owner, kind: 'encrypt' })));
+    await db('jobs').insert({ id, user_id: owner, kind: 'encrypt' });
+    expect((await findUserJob(db, owner, id))?.id).toBe(id);
+    expect(await findUserJob(db, stranger, id)).toBeUndefined(); // the owner is still checked
+    const [jobs] = (await scans('user_job', [id])).filter((n) => n['Relation Name'] === 'jobs');
+    expect(jobs).toMatchObject({ 'Index Name': 'jobs_pkey' });
+    expect(jobs!['Rows Removed by Filter'] ?? 0).toBe(0);
+  });
+
+  it("retire_active looks up the lineage's current generation by its lineage, not through every current key", async () => {
+    const lineage = randomUUID();
+    expect(await retireActive(db, lineage, 1, new Date())).toBe(false); // planned now, on empty tables
+    const lineages = [lineage, ...Array.from({ length: 300 }, () => randomUUID())];
+    const common = { user_id: owner, environment: 'production', uid_name: 'n', uid_email: 'n@example.com', algorithm: 'curve25519', unlock_public: 'x', unlock_locked: 'x' };
+    await db('key_lineages').insert(lineages.map((id, i) => ({ id, label: `k${i}`, ...common })));
+    await db('pgp_keys').insert(lineages.map((id, i) => ({ lineage_id: id, user_id: owner, generation: 1, fingerprint: `f${i}`, encryption_key_ids: [], algorithm: 'curve25519', public_armored: 'x', private_sealed: 'x', secret_sealed: 'x' })));
+    const keys = (await scans('retire_active', [lineage, new Date().toISOString(), lineage, '1'])).filter((n) => n['Relation Name'] === 'pgp_keys');
+    expect(keys).toHaveLength(1);
+    expect(keys[0]!['Index Cond']).toMatch(/lineage_id = /);
+    expect(keys[0]!['Rows Removed by Filter'] ?? 0).toBe(0);
+    expect(await retireActive(db, lineage, 1, new Date())).toBe(true);
   });
 });
