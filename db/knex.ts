@@ -52,8 +52,8 @@ const statements = new Map<string, string>();
  * reads and returns: a prepared `SELECT *` would fail on every connection once a migration adds a column
  * while the process runs ("cached plan must not change result type"); a change of a named column's type
  * is recovered from below. A connection keeps its plan until the table's statistics change, and one made
- * on a fresh database has none: look rows up by their key alone where one is given, and check the rest in
- * code (findUserJob), so that no plan can prefer another index.
+ * on a fresh database has none: give each table's key as a parameter in its own condition (retire_active),
+ * and check in code what another index could serve (the owner in findUserJob), so that no plan prefers it.
  */
 export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: Knex.ValueDict) => Promise<Row[]> {
   if (statements.has(name)) throw new Error(`prepared statement "${name}" is defined twice`);
