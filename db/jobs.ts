@@ -86,8 +86,10 @@ const userJob = prepared<UserJobRow>(
      END AS outputs
    FROM jobs WHERE id = :id`,
 );
+/** A job with its outputs, whoever owns it: the caller compares the owner (findUserJob, or a route that audits another's). */
+export const findJobWithOutputs = async (db: Knex, id: string): Promise<UserJobRow | undefined> => (await userJob(db, { id }))[0];
 export async function findUserJob(db: Knex, userId: string, id: string): Promise<UserJobRow | undefined> {
-  const [row] = await userJob(db, { id });
+  const row = await findJobWithOutputs(db, id);
   return row?.user_id === userId ? row : undefined;
 }
 /** A job's sealed data key (lib/blob/data-keys.ts), for a process that has not read its row. */

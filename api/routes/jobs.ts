@@ -5,7 +5,7 @@ import { wholeNumber } from '../schemas/common';
 import { AppError, conflict, gone, notFound } from '../../lib/errors';
 import { arrivingInput, jobBlob, jobView, watchJobEnd } from '../../lib/services/jobs';
 import { readAsPreferred } from '../job-reply';
-import { findJob, findUserJob, isFinished, type JobRow } from '../../db/jobs';
+import { findJobWithOutputs, isFinished, type JobRow } from '../../db/jobs';
 import { encryptedOutput, EncryptRequest } from '../../jobs/encrypt-files';
 import { FormBoolean } from '../schemas/keys';
 import type { AppContext } from '../route';
@@ -19,8 +19,8 @@ const tags = ['Jobs'];
 const JobParams = z.object({ job_id: z.uuid() });
 
 async function requireJob(c: Container, userId: string, id: string, meta: RequestMeta) {
-  const row = await findUserJob(c.db, userId, id);
-  if (!row) throw await notYours(c, { userId, resource: 'job', target: id, existsElsewhere: Boolean(await findJob(c.db, id)), meta });
+  const row = await findJobWithOutputs(c.db, id); // one read tells the owner's job from another's
+  if (row?.user_id !== userId) throw await notYours(c, { userId, resource: 'job', target: id, existsElsewhere: Boolean(row), meta });
   return row;
 }
 
