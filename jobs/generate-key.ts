@@ -2,7 +2,6 @@ import { z } from 'zod';
 import type { Container } from '../lib/container';
 import { defineTrackedJob } from './tracked';
 import { keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../lib/services/keys';
-import { emitEvent } from '../lib/events';
 import { resyncLinkedTo } from '../lib/services/team-access';
 import { recordAudit } from '../db/audit';
 import { keyOut } from '../lib/services/key-view';
@@ -46,10 +45,8 @@ export const generateKeyJob = defineTrackedJob({
         const { lineage, key } = await storeNewKey(c, trx, row.user_id, spec, first, { job_id: row.id, ip: origin.ip ?? undefined, requestId: origin.request_id ?? undefined });
         return { key: keyOut(lineage, key, c.clock.now()) };
       },
-      announce: async () => {
-        await emitEvent(c, row.user_id, 'key.generated', keyGeneratedData(spec, first));
-        await resyncLinkedTo(c, row.user_id, 'key.generated', { requestId: origin.request_id ?? undefined, ip: origin.ip ?? undefined });
-      },
+      events: () => [{ type: 'key.generated', data: keyGeneratedData(spec, first) }],
+      after: () => resyncLinkedTo(c, row.user_id, 'key.generated', { requestId: origin.request_id ?? undefined, ip: origin.ip ?? undefined }),
     };
   },
   async onFailure(trx, row, failure, { origin }) {

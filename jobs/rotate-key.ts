@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { defineTrackedJob } from './tracked';
 import type { JobOrigin } from './define';
-import { alreadyRotated, announceRotation, commitRotation, prepareRotation, recordRotationFailure, rotationOut, type RotateInput, type RotateOutcome } from '../lib/services/rotation';
+import { alreadyRotated, commitRotation, prepareRotation, recordRotationFailure, resyncAfterRotation, rotatedEvent, rotationOut, type RotateInput, type RotateOutcome } from '../lib/services/rotation';
 import type { RotationRow } from '../db/rotation';
 
 export const RotateRequest = z.object({ lineage_id: z.uuid(), from_generation: z.number().int(), fingerprint: z.string(), actor_id: z.uuid() });
@@ -37,8 +37,9 @@ export const rotateKey = defineTrackedJob({
         entry = await commitRotation(c, trx, input, prepared);
         return outcomeResult(entry ? { rotated: true, entry } : await alreadyRotated(trx, input));
       },
-      announce: async () => {
-        if (entry) await announceRotation(c, input, prepared.lineage, entry);
+      events: () => (entry ? [rotatedEvent(prepared.lineage, entry)] : []),
+      after: async () => {
+        if (entry) await resyncAfterRotation(c, input, prepared.lineage);
       },
     };
   },

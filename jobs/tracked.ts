@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { Knex } from 'knex';
 import type { JobContext, JobDefinition, QueueName } from './define';
 import { addJobBytes } from '../db/api-keys';
-import { emitEvent } from '../lib/events';
+import { emitEvent, emitEvents, type NewEvent } from '../lib/events';
 import { AppError } from '../lib/errors';
 import { failUnfinishedJob, findJob, mergeProgress, startJobAttempt, updateJob, type JobProgress, type JobRow } from '../db/jobs';
 import { jobBlob } from '../lib/services/jobs';
@@ -32,9 +32,12 @@ export interface Completion {
   writes?(db: Knex): Knex.QueryBuilder[];
   /** Effects that need a transaction (reads, or rows written twice); may return the result (made from the rows it wrote). */
   commit?(trx: Knex.Transaction): Promise<Record<string, unknown> | void>;
-  /** Events of the committed effects, announced before `job.completed` (a rotation's `key.rotated`). */
-  announce?(): Promise<void>;
-  /** Clean-up once committed and announced (deleting uploads); a crash before it leaves work for the retention sweep. */
+  /** Events of the committed effects (a rotation's `key.rotated`), published before `job.completed` in the same round trip. */
+  events?(): NewEvent[];
+  /**
+   * Work once committed and announced: re-syncs to queue, uploads to delete (a crash before it leaves those
+   * to the retention sweep). Failures are logged.
+   */
   after?(): Promise<void>;
   /** How long the outputs are kept (default JOB_RETENTION_HOURS). */
   retentionHours?: number;
@@ -102,10 +105,9 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         const { commit } = done;
         const result = commit ? await c.db.transaction(async (trx) => complete(trx, (await commit(trx)) ?? done.result ?? {})) : await complete(c.db, done.result ?? {});
         if (done.processedBytes) c.metrics.bytes.inc({ operation: row.kind }, done.processedBytes);
-        await done.announce?.();
         // Announced before the clean-up: whoever waits for the job should not wait for that too.
-        await emitEvent(c, row.user_id, 'job.completed', { job_id: jobId, kind: row.kind, state: 'completed' });
-        await done.after?.().catch((e: unknown) => log.warn({ err: e }, 'clean-up after job failed'));
+        await emitEvents(c, row.user_id, [...(done.events?.() ?? []), { type: 'job.completed', data: { job_id: jobId, kind: row.kind, state: 'completed' } }]);
+        await done.after?.().catch((e: unknown) => log.warn({ err: e }, 'work after the job\'s completion failed'));
         return result;
       } catch (err) {
         // Whatever is still running (a stalled parser) is told to stop and let go of its streams.

@@ -6,7 +6,7 @@ import { eventTargets, fanOut } from './services/webhooks';
  * Account events go to a Redis stream per account, trimmed to the newest ~STREAM_MAX_LEN, delivered
  * live (`GET /events`, Server-Sent Events, resumable by stream id) and listed (`GET /events/history`).
  * Every event has one envelope, `{id, type, created_at, account, data}`; data names resources by id,
- * fingerprint and state only, never secrets. Every kind is published through `publishEvent`.
+ * fingerprint and state only, never secrets. Every kind is published through `publishEvents`.
  */
 export const EVENT_TYPES = [
   'key.generated',
@@ -56,44 +56,64 @@ export const eventStream = (redisPrefix: string, userId: string) => `${redisPref
 
 /**
  * A key in the Redis Cluster hash slot of the account's event stream (the stream's name is its hash tag),
- * so that one script may use both: publishEvent's.
+ * so that one script may use both: publishEvents'.
  */
 export const besideStream = (redisPrefix: string, userId: string, name: string) => `{${eventStream(redisPrefix, userId)}}:${name}`;
 
 /** The version of the account's webhook endpoints, bumped on every change (lib/services/webhooks.ts). */
 export const endpointsVersionKey = (redisPrefix: string, userId: string) => besideStream(redisPrefix, userId, 'webhook-endpoints');
 
-/** What publishing an event answers: its stream id, and the account's webhook endpoints version read with it. */
+/** An event to publish: its kind and its data (ids, fingerprints, states; never secrets). */
+export interface NewEvent {
+  type: EventType;
+  data: Record<string, unknown>;
+}
+
+/** What publishing answers: the events' stream ids, and the account's webhook endpoints version read with them. */
 export interface Published {
-  id: string;
+  ids: string[];
   endpointsVersion: string | null;
 }
 
 /**
- * The event's XADD and the GET of the account's webhook endpoints version (lib/services/webhooks.ts
- * `eventTargets`) in one round trip; with ARGV[1] > 0, only if the SET NX of KEYS[3] succeeds (nil
- * otherwise): of the processes that hear the same audit row, one publishes it.
+ * The GET of the account's webhook endpoints version (lib/services/webhooks.ts `eventTargets`) and an
+ * XADD per event (ARGV from 4 on: type, data, ...), in order and in one round trip; with ARGV[1] > 0,
+ * only if the SET NX of KEYS[3] succeeds (nil otherwise): of the processes that hear the same audit row,
+ * one publishes it.
  */
 const PUBLISH_LUA = `if ARGV[1] ~= '0' and not redis.call('SET', KEYS[3], '1', 'EX', ARGV[1], 'NX') then return false end
-return {redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'type', ARGV[3], 'data', ARGV[4], 'at', ARGV[5]), redis.call('GET', KEYS[2])}`;
+local out = {redis.call('GET', KEYS[2])}
+for i = 4, #ARGV, 2 do
+  out[#out + 1] = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[2], '*', 'type', ARGV[i], 'data', ARGV[i + 1], 'at', ARGV[3])
+end
+return out`;
 
-type Publisher = Redis & { kmsPublishEvent(...args: string[]): Promise<[string, string | null] | null> };
+type Publisher = Redis & { kmsPublishEvents(...args: string[]): Promise<[string | null, ...string[]] | null> };
 
 function publisher(redis: Redis): Publisher {
   // defineCommand: EVALSHA, and EVAL once when the server does not know the script yet.
-  if (!('kmsPublishEvent' in redis)) redis.defineCommand('kmsPublishEvent', { numberOfKeys: 3, lua: PUBLISH_LUA });
+  if (!('kmsPublishEvents' in redis)) redis.defineCommand('kmsPublishEvents', { numberOfKeys: 3, lua: PUBLISH_LUA });
   return redis as Publisher;
 }
 
 /**
- * Appends an event to the account's stream. `once`: publish only if this key (made with besideStream)
- * is new; it is kept for `seconds`; null when it was not. Emitting code calls `emitEvent`, which also
- * queues webhooks.
+ * Appends events to the account's stream, in order. `once`: publish only if this key (made with
+ * besideStream) is new; it is kept for `seconds`; null when it was not. Emitting code calls `emitEvents`,
+ * which also queues webhooks.
  */
-export async function publishEvent(redis: Redis, redisPrefix: string, userId: string, type: EventType, data: Record<string, unknown>, at: Date, once?: { key: string; seconds: number }): Promise<Published | null> {
+export async function publishEvents(redis: Redis, redisPrefix: string, userId: string, events: NewEvent[], at: Date, once?: { key: string; seconds: number }): Promise<Published | null> {
   const stream = eventStream(redisPrefix, userId);
-  const answer = await publisher(redis).kmsPublishEvent(stream, endpointsVersionKey(redisPrefix, userId), once?.key ?? stream, String(once?.seconds ?? 0), String(STREAM_MAX_LEN), type, JSON.stringify(data), at.toISOString());
-  return answer && { id: answer[0], endpointsVersion: answer[1] };
+  const fields = events.flatMap((e) => [e.type, JSON.stringify(e.data)]);
+  const answer = await publisher(redis).kmsPublishEvents(stream, endpointsVersionKey(redisPrefix, userId), once?.key ?? stream, String(once?.seconds ?? 0), String(STREAM_MAX_LEN), at.toISOString(), ...fields);
+  if (!answer) return null;
+  const [endpointsVersion, ...ids] = answer;
+  return { ids: ids as string[], endpointsVersion };
+}
+
+/** One event: its stream id, or null as publishEvents. */
+export async function publishEvent(redis: Redis, redisPrefix: string, userId: string, type: EventType, data: Record<string, unknown>, at: Date, once?: { key: string; seconds: number }): Promise<{ id: string; endpointsVersion: string | null } | null> {
+  const published = await publishEvents(redis, redisPrefix, userId, [{ type, data }], at, once);
+  return published && { id: published.ids[0]!, endpointsVersion: published.endpointsVersion };
 }
 
 export type StreamEntry = [id: string, fields: string[]];
@@ -149,18 +169,22 @@ export async function eventHistory(redis: Redis, redisPrefix: string, userId: st
 }
 
 /**
- * Publishes an account event after the change it reports has committed, then queues its webhook
- * deliveries. A failure is logged, not thrown: the change has happened and must not turn into an error.
- * `once`: see publishEvent.
+ * Publishes account events after the change they report has committed (in order, one round trip), then
+ * queues their webhook deliveries. A failure is logged, not thrown: the change has happened and must not
+ * turn into an error. `once`: see publishEvents.
  */
-export async function emitEvent(c: Container, userId: string, type: EventType, data: Record<string, unknown>, once?: { key: string; seconds: number }): Promise<void> {
+export async function emitEvents(c: Container, userId: string, events: NewEvent[], once?: { key: string; seconds: number }): Promise<void> {
+  if (!events.length) return;
   const at = c.clock.now();
   try {
-    const published = await publishEvent(c.redis, c.config.redisPrefix, userId, type, data, at, once);
+    const published = await publishEvents(c.redis, c.config.redisPrefix, userId, events, at, once);
     if (!published) return;
-    const event = { id: published.id, type, created_at: at.toISOString(), account: userId, data };
-    await fanOut(c, event, await eventTargets(c, userId, published.endpointsVersion));
+    const targets = await eventTargets(c, userId, published.endpointsVersion);
+    for (const [i, e] of events.entries()) await fanOut(c, { id: published.ids[i]!, type: e.type, created_at: at.toISOString(), account: userId, data: e.data }, targets);
   } catch (err) {
-    c.log.warn({ err, type }, 'could not publish an account event or queue its webhooks');
+    c.log.warn({ err, types: events.map((e) => e.type) }, 'could not publish account events or queue their webhooks');
   }
 }
+
+/** One event: see emitEvents. */
+export const emitEvent = (c: Container, userId: string, type: EventType, data: Record<string, unknown>, once?: { key: string; seconds: number }): Promise<void> => emitEvents(c, userId, [{ type, data }], once);

@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { conflict } from '../errors';
-import { emitEvent } from '../events';
+import { emitEvent, emitEvents, type NewEvent } from '../events';
 import { newGeneration, rekeyLineage, requireKey, type GenerationRow, type Rekeyed } from './keys';
 import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';
@@ -116,11 +116,15 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
   return insertRotation(trx, history, [trx('pgp_keys').insert(next), audit]);
 }
 
-/** Once committed: the owner's event, and re-syncs of the accounts that inherit this one's keys. */
-export async function announceRotation(c: Container, input: RotateInput, lineage: LineageRow, entry: RotationRow): Promise<void> {
-  await emitEvent(c, lineage.user_id, 'key.rotated', { key_id: lineage.id, label: lineage.label, old_fingerprint: entry.old_fingerprint, new_fingerprint: entry.new_fingerprint, trigger: entry.trigger });
-  await resyncLinkedTo(c, lineage.user_id, 'key.rotated', { requestId: input.origin?.request_id ?? undefined, ip: input.origin?.ip ?? undefined });
-}
+/** The owner's event of a committed rotation. */
+export const rotatedEvent = (lineage: LineageRow, entry: RotationRow): NewEvent => ({
+  type: 'key.rotated',
+  data: { key_id: lineage.id, label: lineage.label, old_fingerprint: entry.old_fingerprint, new_fingerprint: entry.new_fingerprint, trigger: entry.trigger },
+});
+
+/** Once committed (and announced): re-syncs of the accounts that inherit this one's keys. */
+export const resyncAfterRotation = (c: Container, input: RotateInput, lineage: LineageRow) =>
+  resyncLinkedTo(c, lineage.user_id, 'key.rotated', { requestId: input.origin?.request_id ?? undefined, ip: input.origin?.ip ?? undefined });
 
 /** A whole rotation in its own transaction (the scheduler's; a tracked job commits it with the job). */
 export async function rotateLineage(c: Container, input: RotateInput): Promise<RotateOutcome> {
@@ -134,7 +138,8 @@ export async function rotateLineage(c: Container, input: RotateInput): Promise<R
     throw err;
   }
   if (!entry) return alreadyRotated(c.db, input);
-  await announceRotation(c, input, prepared.lineage, entry);
+  await emitEvents(c, prepared.lineage.user_id, [rotatedEvent(prepared.lineage, entry)]);
+  await resyncAfterRotation(c, input, prepared.lineage);
   return { rotated: true, entry };
 }
 

@@ -3,7 +3,7 @@ import { inject } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { EventHub } from '../../lib/event-hub';
-import { besideStream, endpointsVersionKey, eventStream, publishEvent } from '../../lib/events';
+import { besideStream, endpointsVersionKey, eventStream, publishEvent, publishEvents, readEvents } from '../../lib/events';
 import { createLogger } from '../../lib/logger';
 import { deleteKeysMatching } from '../../lib/redis';
 
@@ -134,7 +134,7 @@ describe('EventHub', () => {
   });
 });
 
-describe('publishEvent', () => {
+describe('publishEvents', () => {
   it('publishes once per `once` key, and reads the webhook endpoints version in the same round trip', async () => {
     // One script, so one Redis Cluster hash slot: the keys beside a stream are tagged with its name.
     expect(endpointsVersionKey(prefix, 'u1')).toBe(`{${eventStream(prefix, 'u1')}}:webhook-endpoints`);
@@ -150,5 +150,17 @@ describe('publishEvent', () => {
     await redis.incr(endpointsVersionKey(prefix, user));
     expect((await publishEvent(redis, prefix, user, 'key.generated', { n: 2 }, new Date()))?.endpointsVersion).toBe('1');
     expect(await redis.xlen(eventStream(prefix, user))).toBe(2);
+  });
+
+  it('appends several events in order in one round trip', async () => {
+    const user = randomBytes(4).toString('hex');
+    await publishEvent(redis, prefix, user, 'key.generated', { n: 0 }, new Date());
+    const sent = vi.spyOn(redis, 'sendCommand');
+    const published = await publishEvents(redis, prefix, user, [{ type: 'key.rotated', data: { n: 1 } }, { type: 'job.completed', data: { n: 2 } }], new Date());
+    expect(sent).toHaveBeenCalledTimes(1);
+    sent.mockRestore();
+    const events = await readEvents(redis, prefix, user);
+    expect(events.map((e) => [e.type, e.data.n])).toEqual([['key.generated', 0], ['key.rotated', 1], ['job.completed', 2]]);
+    expect(published?.ids).toEqual(events.slice(1).map((e) => e.id));
   });
 });
