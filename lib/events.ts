@@ -110,12 +110,6 @@ export async function publishEvents(redis: Redis, redisPrefix: string, userId: s
   return { ids: ids as string[], endpointsVersion };
 }
 
-/** One event: its stream id, or null as publishEvents. */
-export async function publishEvent(redis: Redis, redisPrefix: string, userId: string, type: EventType, data: Record<string, unknown>, at: Date, once?: { key: string; seconds: number }): Promise<{ id: string; endpointsVersion: string | null } | null> {
-  const published = await publishEvents(redis, redisPrefix, userId, [{ type, data }], at, once);
-  return published && { id: published.ids[0]!, endpointsVersion: published.endpointsVersion };
-}
-
 export type StreamEntry = [id: string, fields: string[]];
 
 export function toEvent(userId: string, [id, fields]: StreamEntry): AccountEvent {

@@ -1,6 +1,6 @@
 import { request } from 'node:http';
 import { Redis } from 'ioredis';
-import { publishEvent } from '../../lib/events';
+import { publishEvents } from '../../lib/events';
 import { randomId } from './util';
 
 export interface EventLatency {
@@ -74,7 +74,7 @@ export async function measureEventLatency(base: string, redisPrefix: string, opt
   try {
     for (let seq = 0; seq < opts.events; seq++) {
       sentAt.set(seq, performance.now());
-      await publishEvent(redis, redisPrefix, user.id, 'key.generated', { seq }, new Date());
+      await publishEvents(redis, redisPrefix, user.id, [{ type: 'key.generated', data: { seq } }], new Date());
       await new Promise((r) => setTimeout(r, opts.intervalMs));
     }
     const expected = opts.clients * opts.events;

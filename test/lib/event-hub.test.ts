@@ -3,7 +3,7 @@ import { inject } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { EventHub } from '../../lib/event-hub';
-import { besideStream, endpointsVersionKey, eventStream, publishEvent, publishEvents, readEvents } from '../../lib/events';
+import { besideStream, endpointsVersionKey, eventStream, publishEvents, readEvents, type EventType } from '../../lib/events';
 import { createLogger } from '../../lib/logger';
 import { deleteKeysMatching } from '../../lib/redis';
 
@@ -21,7 +21,8 @@ afterAll(async () => {
   redis.disconnect();
 });
 
-const publish = async (user: string, n: number) => (await publishEvent(redis, prefix, user, 'key.generated', { n }, new Date()))!.id;
+const publishEvent = (user: string, type: EventType, data: Record<string, unknown>, once?: { key: string; seconds: number }) => publishEvents(redis, prefix, user, [{ type, data }], new Date(), once);
+const publish = async (user: string, n: number) => (await publishEvent(user, 'key.generated', { n }))!.ids[0]!;
 const collector = () => {
   const seen: number[] = [];
   return { seen, deliver: (events: { data: Record<string, unknown> }[]) => seen.push(...events.map((e) => e.data.n as number)) };
@@ -140,21 +141,21 @@ describe('publishEvents', () => {
     expect(endpointsVersionKey(prefix, 'u1')).toBe(`{${eventStream(prefix, 'u1')}}:webhook-endpoints`);
     const user = randomBytes(4).toString('hex');
     const once = { key: besideStream(prefix, user, 'once'), seconds: 60 };
-    const first = await publishEvent(redis, prefix, user, 'audit.recorded', { n: 1 }, new Date(), once);
-    expect(first).toEqual({ id: expect.stringMatching(/^\d+-\d+$/), endpointsVersion: null });
+    const first = await publishEvent(user, 'audit.recorded', { n: 1 }, once);
+    expect(first).toEqual({ ids: [expect.stringMatching(/^\d+-\d+$/)], endpointsVersion: null });
     // Another process hearing the same row: nothing is written.
-    expect(await publishEvent(redis, prefix, user, 'audit.recorded', { n: 1 }, new Date(), once)).toBeNull();
+    expect(await publishEvent(user, 'audit.recorded', { n: 1 }, once)).toBeNull();
     expect(await redis.xlen(eventStream(prefix, user))).toBe(1);
     expect(await redis.ttl(once.key)).toBeGreaterThan(50);
 
     await redis.incr(endpointsVersionKey(prefix, user));
-    expect((await publishEvent(redis, prefix, user, 'key.generated', { n: 2 }, new Date()))?.endpointsVersion).toBe('1');
+    expect((await publishEvent(user, 'key.generated', { n: 2 }))?.endpointsVersion).toBe('1');
     expect(await redis.xlen(eventStream(prefix, user))).toBe(2);
   });
 
   it('appends several events in order in one round trip', async () => {
     const user = randomBytes(4).toString('hex');
-    await publishEvent(redis, prefix, user, 'key.generated', { n: 0 }, new Date());
+    await publishEvent(user, 'key.generated', { n: 0 });
     const sent = vi.spyOn(redis, 'sendCommand');
     const published = await publishEvents(redis, prefix, user, [{ type: 'key.rotated', data: { n: 1 } }, { type: 'job.completed', data: { n: 2 } }], new Date());
     expect(sent).toHaveBeenCalledTimes(1);
