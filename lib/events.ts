@@ -69,6 +69,12 @@ export interface NewEvent {
   data: Record<string, unknown>;
 }
 
+/** Publish only if `key` (made with besideStream) is new; it is kept for `seconds`. */
+export interface Once {
+  key: string;
+  seconds: number;
+}
+
 /** What publishing answers: the events' stream ids, and the account's webhook endpoints version read with them. */
 export interface Published {
   ids: string[];
@@ -96,12 +102,8 @@ function publisher(redis: Redis): Publisher {
   return redis as Publisher;
 }
 
-/**
- * Appends events to the account's stream, in order. `once`: publish only if this key (made with
- * besideStream) is new; it is kept for `seconds`; null when it was not. Emitting code calls `emitEvents`,
- * which also queues webhooks.
- */
-export async function publishEvents(redis: Redis, redisPrefix: string, userId: string, events: NewEvent[], at: Date, once?: { key: string; seconds: number }): Promise<Published | null> {
+/** Appends events to the account's stream, in order; null when `once` was not new. Emitting code calls `emitEvents`, which also queues webhooks. */
+export async function publishEvents(redis: Redis, redisPrefix: string, userId: string, events: NewEvent[], at: Date, once?: Once): Promise<Published | null> {
   const stream = eventStream(redisPrefix, userId);
   const fields = events.flatMap((e) => [e.type, JSON.stringify(e.data)]);
   const answer = await publisher(redis).kmsPublishEvents(stream, endpointsVersionKey(redisPrefix, userId), once?.key ?? stream, String(once?.seconds ?? 0), String(STREAM_MAX_LEN), at.toISOString(), ...fields);
@@ -167,7 +169,7 @@ export async function eventHistory(redis: Redis, redisPrefix: string, userId: st
  * queues their webhook deliveries. A failure is logged, not thrown: the change has happened and must not
  * turn into an error. `once`: see publishEvents.
  */
-export async function emitEvents(c: Container, userId: string, events: NewEvent[], once?: { key: string; seconds: number }): Promise<void> {
+export async function emitEvents(c: Container, userId: string, events: NewEvent[], once?: Once): Promise<void> {
   if (!events.length) return;
   const at = c.clock.now();
   try {
@@ -181,4 +183,4 @@ export async function emitEvents(c: Container, userId: string, events: NewEvent[
 }
 
 /** One event: see emitEvents. */
-export const emitEvent = (c: Container, userId: string, type: EventType, data: Record<string, unknown>, once?: { key: string; seconds: number }): Promise<void> => emitEvents(c, userId, [{ type, data }], once);
+export const emitEvent = (c: Container, userId: string, type: EventType, data: Record<string, unknown>, once?: Once): Promise<void> => emitEvents(c, userId, [{ type, data }], once);

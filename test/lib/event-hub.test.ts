@@ -3,7 +3,7 @@ import { inject } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { EventHub } from '../../lib/event-hub';
-import { besideStream, endpointsVersionKey, eventStream, publishEvents, readEvents, type EventType } from '../../lib/events';
+import { besideStream, endpointsVersionKey, eventStream, publishEvents, readEvents, type EventType, type Once } from '../../lib/events';
 import { createLogger } from '../../lib/logger';
 import { deleteKeysMatching } from '../../lib/redis';
 
@@ -21,7 +21,7 @@ afterAll(async () => {
   redis.disconnect();
 });
 
-const publishEvent = (user: string, type: EventType, data: Record<string, unknown>, once?: { key: string; seconds: number }) => publishEvents(redis, prefix, user, [{ type, data }], new Date(), once);
+const publishEvent = (user: string, type: EventType, data: Record<string, unknown>, once?: Once) => publishEvents(redis, prefix, user, [{ type, data }], new Date(), once);
 const publish = async (user: string, n: number) => (await publishEvent(user, 'key.generated', { n }))!.ids[0]!;
 const collector = () => {
   const seen: number[] = [];
