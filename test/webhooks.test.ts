@@ -266,7 +266,7 @@ describe('destinations', () => {
     const strict = await startTestService({ roles: ['web'], env: { WEBHOOK_ALLOW_PRIVATE_ADDRESSES: 'false' } });
     try {
       const u = await registerUser(strict.api);
-      for (const url of ['http://127.0.0.1:8080/x', 'http://localhost:8080/x', 'http://[::1]/x', 'http://[::ffff:127.0.0.1]/x', 'http://10.1.2.3/', 'http://169.254.169.254/latest/meta-data', 'https://192.168.0.1/', 'http://[fe80::1]/', 'http://0.0.0.0/']) {
+      for (const url of ['http://127.0.0.1:8080/x', 'http://localhost:8080/x', 'http://[::1]/x', 'http://[::ffff:127.0.0.1]/x', 'http://[::127.0.0.1]/x', 'http://[::ffff:0:10.0.0.1]/', 'http://[2002:7f00:1::1]/', 'http://[64:ff9b:1::a00:1]/', 'http://10.1.2.3/', 'http://169.254.169.254/latest/meta-data', 'https://192.168.0.1/', 'http://[fe80::1]/', 'http://0.0.0.0/']) {
         const res = await strict.api('POST', '/webhooks', { token: u.token, body: { url } });
         expect([res.status, res.body.code], url).toEqual([422, 'address_not_allowed']);
       }
@@ -290,9 +290,24 @@ describe('destinations', () => {
   });
 
   it('knows public from private addresses', () => {
-    for (const a of ['8.8.8.8', '1.1.1.1', '2606:4700:4700::1111', '::ffff:8.8.8.8']) expect(isPublicAddress(a), a).toBe(true);
+    for (const a of ['8.8.8.8', '1.1.1.1', '2606:4700:4700::1111', '::ffff:8.8.8.8', '2002:808:808::1', '64:ff9b::808:808', '2001:4860:4860::8888']) {
+      expect(isPublicAddress(a), a).toBe(true);
+    }
     for (const a of ['127.0.0.1', '10.0.0.1', '172.16.5.4', '192.168.1.1', '169.254.169.254', '100.64.0.1', '0.0.0.0', '224.0.0.1', '::1', '::', 'fe80::1', 'fd00::1', '::ffff:10.0.0.1', '::ffff:7f00:1', '64:ff9b::7f00:1', 'not-an-ip']) {
       expect(isPublicAddress(a), a).toBe(false);
     }
+  });
+
+  it('judges every IPv6 form that can carry an IPv4 address by the address it carries, and refuses the ones that hide it', () => {
+    const forms = (v4: string) => {
+      const [a, b, c, d] = v4.split('.').map(Number) as [number, number, number, number];
+      const hex = `${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+      return [`::${v4}`, `::${hex}`, `::ffff:${v4}`, `::ffff:0:${v4}`, `::ffff:0:${hex}`, `64:ff9b::${v4}`, `2002:${hex}::1`, `2002:${hex}:ffff::`, `0:0:0:0:0:ffff:${v4}`];
+    };
+    for (const v4 of ['127.0.0.1', '10.1.2.3', '169.254.169.254', '192.168.0.1', '0.0.0.0']) {
+      for (const a of forms(v4)) expect(isPublicAddress(a), a).toBe(false);
+    }
+    // Local-use NAT64 (RFC 8215) and Teredo put the IPv4 address where a public one cannot be told apart.
+    for (const a of ['64:ff9b:1::7f00:1', '64:ff9b:1:2::808:808', '2001::1', '2001:0:4136:e378:8000:63bf:3fff:fdd2']) expect(isPublicAddress(a), a).toBe(false);
   });
 });

@@ -4,7 +4,10 @@ import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 /**
  * Where webhooks may not go: the service's own network (SSRF). Loopback, private, link-local (cloud
  * metadata at 169.254.169.254), carrier-grade NAT, multicast, reserved and documentation ranges, and
- * their IPv6 counterparts; IPv4-mapped and NAT64 IPv6 addresses are judged by the IPv4 address inside.
+ * their IPv6 counterparts. An IPv6 address that carries an IPv4 address (RFC 6052's well-known NAT64
+ * prefix, IPv4-mapped, IPv4-translated, IPv4-compatible, 6to4) is judged by the IPv4 address inside;
+ * forms that hide it where it cannot be checked (local-use NAT64 of RFC 8215, Teredo and the rest of
+ * the IETF protocol block 2001::/23) are refused whole.
  */
 const blocked = new BlockList();
 for (const [net, bits] of [
@@ -13,25 +16,43 @@ for (const [net, bits] of [
   ['203.0.113.0', 24], ['224.0.0.0', 4], ['240.0.0.0', 4],
 ] as const) blocked.addSubnet(net, bits, 'ipv4');
 for (const [net, bits] of [
-  ['::', 128], ['::1', 128], ['100::', 64], ['2001:db8::', 32], ['fc00::', 7], ['fe80::', 10], ['fec0::', 10], ['ff00::', 8],
+  ['::', 128], ['::1', 128], ['64:ff9b:1::', 48], ['100::', 64], ['2001::', 23], ['2001:db8::', 32], ['fc00::', 7],
+  ['fe80::', 10], ['fec0::', 10], ['ff00::', 8],
 ] as const) blocked.addSubnet(net, bits, 'ipv6');
 
-/** The IPv4 address inside an IPv4-mapped (::ffff:a.b.c.d) or NAT64 (64:ff9b::a.b.c.d) IPv6 address. */
+/** The eight 16-bit groups of an IPv6 address (valid per isIP), a trailing dotted quad folded in. */
+function ipv6Groups(address: string): number[] {
+  const quad = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(address);
+  const hex = quad
+    ? `${address.slice(0, quad.index)}${((+quad[1]! << 8) | +quad[2]!).toString(16)}:${((+quad[3]! << 8) | +quad[4]!).toString(16)}`
+    : address;
+  const [head, tail] = hex.split('::') as [string, string | undefined];
+  const part = (s: string | undefined) => (s ? s.split(':').map((g) => parseInt(g, 16)) : []);
+  const left = part(head);
+  const right = part(tail);
+  return [...left, ...Array<number>(8 - left.length - right.length).fill(0), ...right];
+}
+
+const dotted = (hi: number, lo: number) => [hi >> 8, hi & 255, lo >> 8, lo & 255].join('.');
+
+/** The IPv4 address an IPv6 address carries, where its prefix says it carries one. */
 function embeddedIpv4(address: string): string | undefined {
-  const m = /^(?:::ffff:|64:ff9b::)(?:(\d+\.\d+\.\d+\.\d+)|([0-9a-f]{1,4}):([0-9a-f]{1,4}))$/i.exec(address);
-  if (!m) return undefined;
-  if (m[1]) return m[1];
-  const hi = parseInt(m[2]!, 16);
-  const lo = parseInt(m[3]!, 16);
-  return [hi >> 8, hi & 255, lo >> 8, lo & 255].join('.');
+  const g = ipv6Groups(address);
+  const zeros = (from: number, to: number) => g.slice(from, to).every((x) => x === 0);
+  if (g[0] === 0x2002) return dotted(g[1]!, g[2]!); // 6to4, RFC 3056
+  if (g[0] === 0x64 && g[1] === 0xff9b && zeros(2, 6)) return dotted(g[6]!, g[7]!); // NAT64, RFC 6052
+  if (zeros(0, 5) && (g[5] === 0xffff || g[5] === 0)) return dotted(g[6]!, g[7]!); // mapped, compatible
+  if (zeros(0, 4) && g[4] === 0xffff && g[5] === 0) return dotted(g[6]!, g[7]!); // translated, RFC 2765
+  return undefined;
 }
 
 export function isPublicAddress(address: string): boolean {
   const family = isIP(address);
   if (family === 4) return !blocked.check(address, 'ipv4');
   if (family !== 6) return false;
+  if (blocked.check(address, 'ipv6')) return false;
   const v4 = embeddedIpv4(address.toLowerCase());
-  return v4 ? !blocked.check(v4, 'ipv4') : !blocked.check(address, 'ipv6');
+  return v4 === undefined || !blocked.check(v4, 'ipv4');
 }
 
 export class AddressNotAllowed extends Error {
