@@ -1,6 +1,6 @@
 import type { Container } from '../lib/container';
 import { invalid } from '../lib/errors';
-import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, jobView, preferWait, replayedJob, requestHash, statusUrl, submitJob, waitForJob, watchJobEnd, type JobEndWatch } from '../lib/services/jobs';
+import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, idempotencyKeyReused, jobReadableBy, jobView, preferWait, replayedJob, requestHash, statusUrl, submitJob, waitForJob, watchJobEnd, type JobEndWatch } from '../lib/services/jobs';
 import { findJob, findJobByIdempotencyKey, isFinished, type JobKind, type JobRow } from '../db/jobs';
 import type { Upload } from './upload';
 import type { AppContext, Reply } from './route';
@@ -138,6 +138,8 @@ class JobEndedDuringUpload extends Error {
 
 /** The same Idempotency-Key again: the first job if the request is the same (its files fingerprinted as they arrive), else 422. */
 async function replyToReplay(c: Container, ctx: AppContext, job: JobSubmission, key: string, first: JobRow): Promise<Reply> {
+  // Another credential's job is not the caller's to read: its key is taken, whatever the request.
+  if (!jobReadableBy(first, ctx.state.user!)) throw idempotencyKeyReused();
   if (first.uploaded_at === null) throw idempotencyKeyInUse();
   job.upload?.begin(false, first.data_key ? first.id : undefined);
   const files = job.upload ? await job.upload.files() : [];

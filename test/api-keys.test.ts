@@ -214,7 +214,8 @@ describe('managed API keys: authentication', () => {
     const decrypt = await s.api('POST', '/keys/decrypt', { token: crypto.value, form: { fingerprint: key.fingerprint, passphrase: 'x', files: [{ name: 'a.gpg', data: Buffer.from('x') }] } });
     expect(decrypt.body.detail).toContain('crypto:decrypt');
     expect((await s.api('GET', `/jobs/${job.body.job_id}`, { token: crypto.value })).body.detail).toContain('jobs:read');
-    expect((await s.api('GET', `/jobs/${job.body.job_id}`, { token: jobs.value })).body).toMatchObject({ state: 'queued' });
+    // jobs:read reads the jobs the key itself submitted, not another credential's.
+    expect((await s.api('GET', `/jobs/${job.body.job_id}`, { token: jobs.value })).status).toBe(404);
 
     // Partner keys keep their full access, sessions too.
     expect((await s.api('GET', `/jobs/${job.body.job_id}`, { token: u.apiKey })).status).toBe(200);
@@ -227,6 +228,39 @@ describe('managed API keys: authentication', () => {
     expect(byId.get(writer.id)).toMatchObject({ use_count: 2 });
     expect(byId.get(crypto.id)).toMatchObject({ use_count: 3 });
     expect(Date.now() - Date.parse(byId.get(reader.id)!.last_used_at!)).toBeLessThan(60_000);
+  });
+
+  it('reads only the jobs the key submitted, never a session\'s or another key\'s; a session reads every job of the account', async () => {
+    const pool = await startWorkers(s.c, [{ queue: 'crypto', concurrency: 1 }]);
+    onTestFinished(() => pool.close());
+    const u = await registerUser(s.api);
+    const mine = await generate(u, { scopes: ['crypto:encrypt', 'jobs:read'] });
+    const other = await generate(u, { scopes: ['crypto:encrypt', 'jobs:read'] });
+    const key = await createKey(s.api, u.token);
+    const ciphertext = await download(s.api, u.token, (await encrypt(s.api, u.token, key.fingerprint, [{ name: 'a.txt', data: Buffer.from('secret') }])).job_id);
+    // A session's decryption: its plaintext output is the session's alone.
+    const decrypted = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.txt.gpg', data: ciphertext }] });
+    expect(decrypted.state).toBe('completed');
+    const own = await encrypt(s.api, mine.value, key.fingerprint, [{ name: 'b.txt', data: Buffer.from('hello') }]);
+
+    for (const path of [`/jobs/${decrypted.job_id}`, `/jobs/${decrypted.job_id}/files/0`, `/jobs/${own.job_id}`, `/jobs/${own.job_id}/files/0`]) {
+      const res = await s.api('GET', path, { token: other.value });
+      expect([res.status, res.body.code], path).toEqual([404, 'job_not_found']);
+    }
+    expect((await s.api('GET', `/jobs/${decrypted.job_id}/files/0`, { token: mine.value })).status).toBe(404);
+    expect((await s.api('GET', `/jobs/${own.job_id}`, { token: mine.value })).body).toMatchObject({ job_id: own.job_id, state: 'completed' });
+    expect((await download(s.api, mine.value, own.job_id)).length).toBeGreaterThan(0);
+    // The session and the partner key read every job of the account.
+    for (const token of [u.token, u.apiKey]) expect((await s.api('GET', `/jobs/${own.job_id}`, { token })).status).toBe(200);
+    expect((await auditOf(u.id, 'job.access_denied')).length).toBeGreaterThanOrEqual(4);
+
+    // An Idempotency-Key another credential used is not a way to read that credential's job.
+    const body = { fingerprint: key.fingerprint, files: [{ name: 'c.txt', data: Buffer.from('same') }] };
+    const first = await s.api('POST', '/keys/encrypt', { token: u.token, form: body, headers: { 'idempotency-key': 'shared-key-1' } });
+    expect(first.status).toBe(202);
+    const replay = await s.api('POST', '/keys/encrypt', { token: other.value, form: body, headers: { 'idempotency-key': 'shared-key-1' } });
+    expect([replay.status, replay.body.code]).toEqual([422, 'idempotency_key_reused']);
+    expect(JSON.stringify(replay.body)).not.toContain(first.body.job_id);
   });
 
   it('counts the plaintext bytes of the jobs a key submits, once per completed job', async () => {

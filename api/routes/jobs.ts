@@ -3,7 +3,7 @@ import { route } from '../route';
 import { Job } from '../schemas/jobs';
 import { wholeNumber } from '../schemas/common';
 import { AppError, conflict, gone, notFound } from '../../lib/errors';
-import { arrivingInput, jobBlob, jobView, watchJobEnd } from '../../lib/services/jobs';
+import { arrivingInput, jobBlob, jobReadableBy, jobView, watchJobEnd, type JobReader } from '../../lib/services/jobs';
 import { readAsPreferred } from '../job-reply';
 import { findJobWithOutputs, isFinished, type JobRow } from '../../db/jobs';
 import { encryptedOutput, EncryptRequest } from '../../jobs/encrypt-files';
@@ -18,9 +18,9 @@ import { BlobNotFoundError } from '../../lib/blob';
 const tags = ['Jobs'];
 const JobParams = z.object({ job_id: z.uuid() });
 
-async function requireJob(c: Container, userId: string, id: string, meta: RequestMeta) {
-  const row = await findJobWithOutputs(c.db, id); // one read tells the owner's job from another's
-  if (row?.user_id !== userId) throw await notYours(c, { userId, resource: 'job', target: id, existsElsewhere: Boolean(row), meta });
+async function requireJob(c: Container, reader: JobReader, id: string, meta: RequestMeta) {
+  const row = await findJobWithOutputs(c.db, id); // one read tells the caller's job from another's
+  if (!row || !jobReadableBy(row, reader)) throw await notYours(c, { userId: reader.id, resource: 'job', target: id, existsElsewhere: Boolean(row), meta });
   return row;
 }
 
@@ -35,7 +35,7 @@ export default [
     params: JobParams,
     responses: { 200: { description: 'The job', schema: Job } },
     async handler({ c, ctx, user, params, meta }) {
-      const row = await readAsPreferred(c, ctx, user.id, params.job_id, () => requireJob(c, user.id, params.job_id, meta));
+      const row = await readAsPreferred(c, ctx, user.id, params.job_id, () => requireJob(c, user, params.job_id, meta));
       return { body: await jobView(c, row) };
     },
   }),
@@ -55,7 +55,7 @@ export default [
     }),
     responses: { 200: { description: 'The file', schema: z.string(), contentType: 'application/octet-stream' } },
     async handler({ c, ctx, user, params, query, meta }) {
-      const row = await requireJob(c, user.id, params.job_id, meta);
+      const row = await requireJob(c, user, params.job_id, meta);
       c.jobKeys.admit(row.id, row.data_key); // the blob's key is in the row just read
       if (row.state !== 'completed') {
         if (query.follow && row.kind === 'encrypt' && !isFinished(row.state)) return followOutput(c, ctx, row, params.n);

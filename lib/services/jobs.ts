@@ -35,6 +35,20 @@ export interface JobView {
   expires_at: string | null;
 }
 
+/** Who is asking for a job: the account, and the managed API key when that is the credential. */
+export interface JobReader {
+  id: string;
+  apiKey?: { id: string };
+}
+
+/**
+ * Whose jobs a caller reads: a session (or the account's partner key) every job of the account; a
+ * managed API key only the jobs it submitted, so that a key scoped to its own work never reads the
+ * plaintext of another credential's decryption.
+ */
+export const jobReadableBy = (row: Pick<JobRow, 'user_id' | 'api_key_id'>, reader: JobReader): boolean =>
+  row.user_id === reader.id && (!reader.apiKey || row.api_key_id === reader.apiKey.id);
+
 export const statusUrl = (jobId: string) => `/api/v1/jobs/${jobId}`;
 
 /** A job as the API shows it; `outputs` when the row was read with them (findUserJob), else they are read here. */
@@ -103,10 +117,13 @@ export async function replayedJob(c: Container, userId: string, key: string | un
   const existing = await findJobByIdempotencyKey(c.db, userId, key);
   // Rows from before request hashes were kept (null) replay as they did.
   if (existing && existing.request_hash !== null && existing.request_hash !== hash) {
-    throw invalid('idempotency_key_reused', 'This Idempotency-Key was already used for a different request; use a new key for a new request.');
+    throw idempotencyKeyReused();
   }
   return existing;
 }
+
+export const idempotencyKeyReused = () =>
+  invalid('idempotency_key_reused', 'This Idempotency-Key was already used for a different request; use a new key for a new request.');
 
 /** A job with this Idempotency-Key whose upload still arrives: its request cannot be compared yet (409, as Stripe). */
 export const idempotencyKeyInUse = () =>
