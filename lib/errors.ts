@@ -32,4 +32,23 @@ export const invalid = (code: string, message: string, errors: FieldError[] = []
   new AppError(422, code, message, { errors });
 export const tooManyRequests = (message: string, retryAfterSeconds: number) =>
   new AppError(429, 'rate_limited', message, { headers: { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) } });
-export const unavailable = (code: string, message: string) => new AppError(503, code, message);
+/** 503: a dependency is down or out of reach; the client retries after a few seconds (Retry-After). */
+export const unavailable = (code: string, message: string, retryAfterSeconds = 5) =>
+  new AppError(503, code, message, { headers: { 'Retry-After': String(retryAfterSeconds) } });
+
+/** SQLSTATE classes and codes that mean Postgres cannot be reached or is going away, not that the query was wrong. */
+const PG_UNREACHABLE = /^(08...|57P0[123]|53300)$/;
+// knex puts the statement before the driver's message (`select … - Connection terminated unexpectedly`).
+const PG_UNREACHABLE_MESSAGES = /(^|- )(Connection terminated|Client has encountered a connection error|timeout exceeded when trying to connect)/;
+const SOCKET_FAILURES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
+
+const codeOf = (err: Error) => (err as { code?: unknown }).code;
+
+/** Postgres out of reach: a lost connection, no connection from the pool in time, a server shutting down. */
+export const isDatabaseUnreachable = (err: unknown): boolean =>
+  err instanceof Error &&
+  (err.name === 'KnexTimeoutError' || PG_UNREACHABLE.test(String(codeOf(err))) || PG_UNREACHABLE_MESSAGES.test(err.message));
+
+/** A socket refused, reset or timed out: some dependency is out of reach (the error does not say which). */
+export const isSocketFailure = (err: unknown): boolean =>
+  err instanceof Error && typeof (err as { syscall?: unknown }).syscall === 'string' && SOCKET_FAILURES.has(String(codeOf(err)));

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
-import { startTestService, type TestService } from './support/service';
+import { randomUUID } from 'node:crypto';
+import { registerUser, startTestService, type TestService } from './support/service';
 import { startProxy } from './support/proxy';
 
 let s: TestService;
@@ -44,6 +45,26 @@ describe('health', () => {
     expect(login.headers.get('content-type')).toContain('problem+json');
     redisProxy.restore();
     await expect.poll(async () => (await s.api('GET', '/health')).status, { timeout: 10_000, interval: 200 }).toBe(200);
+  });
+
+  it('answers 503 database_unavailable with Retry-After to every request that needs Postgres while it is down', async () => {
+    const u = await registerUser(s.api);
+    pgProxy.cut();
+    try {
+      const tried = [
+        await s.api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } }),
+        await s.api('POST', '/partners/register', { body: { username: 'newcomer', email: 'newcomer@example.test', password: 'correct horse battery staple' } }),
+        await s.api('GET', '/keys/list', { token: u.token }),
+        await s.api('GET', `/jobs/${randomUUID()}`, { token: u.token }),
+      ];
+      for (const res of tried) {
+        expect([res.status, res.body.code]).toEqual([503, 'database_unavailable']);
+        expect(res.headers.get('retry-after')).toMatch(/^\d+$/);
+      }
+    } finally {
+      pgProxy.restore();
+    }
+    await expect.poll(async () => (await s.api('GET', '/keys/list', { token: u.token })).status, { timeout: 15_000, interval: 300 }).toBe(200);
   });
 
   it('is 503 while Postgres is down, and recovers', async () => {

@@ -1,5 +1,5 @@
 import type { Next } from 'koa';
-import { AppError, notFound } from '../../lib/errors';
+import { AppError, isDatabaseUnreachable, isSocketFailure, notFound, unavailable } from '../../lib/errors';
 import type { AppContext } from '../route';
 
 const TITLES: Record<number, string> = {
@@ -16,6 +16,24 @@ function fromForeign(err: { status?: number; statusCode?: number; type?: string;
   if (err.type === 'encoding.unsupported' || status === 415) return new AppError(415, 'unsupported_media_type', 'This content type or encoding is not accepted.');
   if (status && status >= 400 && status < 500) return new AppError(status, 'bad_request', err.expose && err.message ? err.message : (TITLES[status] ?? 'Bad request'));
   return null;
+}
+
+/** Whether Postgres answers a trivial query within a second. */
+async function databaseAnswers(ctx: AppContext): Promise<boolean> {
+  const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), 1000).unref());
+  return Promise.race([ctx.container.db.raw('SELECT 1'), timeout]).then(() => true, () => false);
+}
+
+/**
+ * A dependency out of reach is 503 with Retry-After, never a 500: the same request may well succeed a
+ * moment later. A bare socket error does not name its peer, so Postgres is asked whether it answers.
+ */
+async function dependencyFailure(ctx: AppContext, err: unknown): Promise<AppError | undefined> {
+  const socket = isSocketFailure(err);
+  if (isDatabaseUnreachable(err) || (socket && !(await databaseAnswers(ctx)))) {
+    return unavailable('database_unavailable', 'The database is not reachable; try again shortly.');
+  }
+  return socket ? unavailable('dependency_unavailable', 'A service this request needs is not reachable; try again shortly.') : undefined;
 }
 
 export const problemTitle = (status: number) => TITLES[status] ?? 'Error';
@@ -55,7 +73,7 @@ export async function errorHandler(ctx: AppContext, next: Next) {
     if (ctx.status === 405) throw new AppError(405, 'method_not_allowed', `${ctx.method} is not allowed here; see the Allow header.`);
     if (ctx.status === 501) throw new AppError(501, 'not_implemented', `${ctx.method} is not supported.`);
   } catch (caught) {
-    const err = caught instanceof AppError ? caught : fromForeign(caught as object);
+    const err = caught instanceof AppError ? caught : ((await dependencyFailure(ctx, caught)) ?? fromForeign(caught as object));
     if (err) {
       if (err.status >= 500) ctx.state.log.warn({ code: err.code }, err.message);
       send(ctx, err);
