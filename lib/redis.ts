@@ -2,14 +2,18 @@ import { Redis, type RedisOptions } from 'ioredis';
 
 export type { Redis };
 
+/** How long a producer's command may wait for Redis's answer before it fails (a frozen or partitioned server). */
+export const PRODUCER_COMMAND_TIMEOUT_MS = 2000;
+
 /**
- * Producer connections fail fast (no offline queue) so an API request gets a 503 instead of hanging
- * while Redis is down; worker connections wait forever, as BullMQ requires for blocking commands.
+ * Producer connections fail fast (no offline queue, and every command answered within
+ * PRODUCER_COMMAND_TIMEOUT_MS) so an API request gets a 503 instead of hanging while Redis is down or
+ * frozen; worker connections wait forever, as BullMQ requires for blocking commands.
  */
 export function createRedis(url: string, role: 'producer' | 'worker', extra: RedisOptions = {}): Redis {
   const options: RedisOptions =
     role === 'producer'
-      ? { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true, ...extra }
+      ? { enableOfflineQueue: false, maxRetriesPerRequest: 1, commandTimeout: PRODUCER_COMMAND_TIMEOUT_MS, lazyConnect: true, ...extra }
       : { maxRetriesPerRequest: null, enableReadyCheck: true, lazyConnect: true, ...extra };
   return new Redis(url, options);
 }

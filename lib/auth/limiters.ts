@@ -46,6 +46,9 @@ export async function consume(limiter: RateLimiterRedis, key: string, message: s
     await limiter.consume(key);
   } catch (err) {
     if (err instanceof RateLimiterRes) throw tooManyRequests(message, err.msBeforeNext / 1000);
+    // A command that timed out may still run once Redis answers again; the point is given back behind it
+    // on the same connection, so a request refused 503 never counts against the budget.
+    limiter.reward(key, 1).catch(() => undefined);
     throw unavailable('rate_limiter_unavailable', 'The rate limiter is not reachable; try again shortly.');
   }
 }
