@@ -49,6 +49,11 @@ export const isDatabaseUnreachable = (err: unknown): boolean =>
   err instanceof Error &&
   (err.name === 'KnexTimeoutError' || PG_UNREACHABLE.test(String(codeOf(err))) || PG_UNREACHABLE_MESSAGES.test(err.message));
 
+/** ioredis out of reach: a command unanswered within its timeout, or a connection closed or not yet open. */
+export const isRedisUnreachable = (err: unknown): boolean =>
+  err instanceof Error &&
+  (err.name === 'MaxRetriesPerRequestError' || /^(Command timed out|Connection is closed|Stream isn't writeable)/.test(err.message));
+
 /** A socket refused, reset or timed out: some dependency is out of reach (the error does not say which). */
 export const isSocketFailure = (err: unknown): boolean =>
   err instanceof Error && typeof (err as { syscall?: unknown }).syscall === 'string' && SOCKET_FAILURES.has(String(codeOf(err)));

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { startRedisServer } from './support/redis-server';
+import { createKey } from './support/keys';
 
 let redis: Awaited<ReturnType<typeof startRedisServer>>;
 let s: TestService;
@@ -19,6 +20,7 @@ afterAll(async () => {
 describe('a frozen Redis', () => {
   it('answers requests that need it 503 within a few seconds, and the limits it could not count are not spent', async () => {
     const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
     redis.freeze();
     try {
       const tries = await Promise.all(
@@ -39,6 +41,11 @@ describe('a frozen Redis', () => {
         expect(t.retryAfter).toMatch(/^\d+$/);
         expect(t.ms).toBeLessThan(5_000);
       }
+      // A job's submission: its row is written, then it cannot be queued.
+      const started = Date.now();
+      const job = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'a.txt', data: Buffer.from('hello') }] } });
+      expect([job.status, job.body.code]).toEqual([503, 'redis_unavailable']);
+      expect(Date.now() - started).toBeLessThan(5_000);
     } finally {
       redis.thaw();
     }

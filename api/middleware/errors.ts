@@ -1,5 +1,5 @@
 import type { Next } from 'koa';
-import { AppError, isDatabaseUnreachable, isSocketFailure, notFound, unavailable } from '../../lib/errors';
+import { AppError, isDatabaseUnreachable, isRedisUnreachable, isSocketFailure, notFound, unavailable } from '../../lib/errors';
 import type { AppContext } from '../route';
 
 const TITLES: Record<number, string> = {
@@ -33,6 +33,7 @@ async function dependencyFailure(ctx: AppContext, err: unknown): Promise<AppErro
   if (isDatabaseUnreachable(err) || (socket && !(await databaseAnswers(ctx)))) {
     return unavailable('database_unavailable', 'The database is not reachable; try again shortly.');
   }
+  if (isRedisUnreachable(err)) return unavailable('redis_unavailable', 'Redis is not reachable; try again shortly.');
   return socket ? unavailable('dependency_unavailable', 'A service this request needs is not reachable; try again shortly.') : undefined;
 }
 
