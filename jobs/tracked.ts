@@ -4,7 +4,7 @@ import type { Knex } from 'knex';
 import type { JobContext, JobDefinition, QueueName } from './define';
 import { addJobBytes } from '../db/api-keys';
 import { emitEvent, emitEvents, type NewEvent } from '../lib/events';
-import { AppError } from '../lib/errors';
+import { AppError, isStorageFull, storageFull } from '../lib/errors';
 import { failUnfinishedJob, findJob, mergeProgress, startJobAttempt, updateJob, type JobProgress, type JobRow } from '../db/jobs';
 import { jobBlob } from '../lib/services/jobs';
 
@@ -109,12 +109,15 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         await emitEvents(c, row.user_id, [...(done.events?.() ?? []), { type: 'job.completed', data: { job_id: jobId, kind: row.kind, state: 'completed' } }]);
         await done.after?.().catch((e: unknown) => log.warn({ err: e }, 'work after the job\'s completion failed'));
         return result;
-      } catch (err) {
+      } catch (caught) {
+        // A full store fails the job at once: another attempt would find it as full.
+        const err = isStorageFull(caught) ? storageFull() : caught;
         // Whatever is still running (a stalled parser) is told to stop and let go of its streams.
         watchdog.abort(err instanceof Error ? err : new Error(String(err)));
         await progress.flush().catch(() => undefined);
         const failure = describe(err);
-        const final = err instanceof UnrecoverableError || (err instanceof AppError && err.status < 500) || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+        // An error of ours is final, but for a dependency out of reach (503), which may answer next time.
+        const final = err instanceof UnrecoverableError || (err instanceof AppError && err.status !== 503) || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
         if (!final) {
           log.warn({ err, attempt: job.attemptsMade + 1 }, 'job attempt failed; will retry');
           const requeued = await c.db('jobs').where({ id: jobId }).whereNotIn('state', ['completed', 'failed']).update({ state: 'queued', error: JSON.stringify(failure) });

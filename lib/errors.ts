@@ -54,6 +54,13 @@ export const isRedisUnreachable = (err: unknown): boolean =>
   err instanceof Error &&
   (err.name === 'MaxRetriesPerRequestError' || /^(Command timed out|Connection is closed|Stream isn't writeable)/.test(err.message));
 
+/** The disk (or quota) under a local blob store is full. */
+export const isStorageFull = (err: unknown): boolean => err instanceof Error && ['ENOSPC', 'EDQUOT'].includes(String(codeOf(err)));
+
+/** 507: nothing more can be stored now; retrying at once will not help, so it is never retried by itself. */
+export const storageFull = () =>
+  new AppError(507, 'storage_full', 'The file store is full; nothing was kept. Try again later or with smaller files.', { headers: { 'Retry-After': '60' } });
+
 /** A socket refused, reset or timed out: some dependency is out of reach (the error does not say which). */
 export const isSocketFailure = (err: unknown): boolean =>
   err instanceof Error && typeof (err as { syscall?: unknown }).syscall === 'string' && SOCKET_FAILURES.has(String(codeOf(err)));

@@ -1,11 +1,12 @@
 import type { Next } from 'koa';
-import { AppError, isDatabaseUnreachable, isRedisUnreachable, isSocketFailure, notFound, unavailable } from '../../lib/errors';
+import { AppError, isDatabaseUnreachable, isRedisUnreachable, isSocketFailure, isStorageFull, notFound, storageFull, unavailable } from '../../lib/errors';
 import type { AppContext } from '../route';
 
 const TITLES: Record<number, string> = {
   400: 'Bad Request', 401: 'Unauthorized', 402: 'Payment Required', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed',
   408: 'Request Timeout', 409: 'Conflict', 410: 'Gone', 413: 'Content Too Large', 415: 'Unsupported Media Type', 422: 'Unprocessable Content',
   429: 'Too Many Requests', 431: 'Request Header Fields Too Large', 500: 'Internal Server Error', 501: 'Not Implemented', 503: 'Service Unavailable',
+  507: 'Insufficient Storage',
 };
 
 /** Errors thrown by libraries we use (body parsers, http-errors) carry a status but no code of ours. */
@@ -33,6 +34,7 @@ async function dependencyFailure(ctx: AppContext, err: unknown): Promise<AppErro
   if (isDatabaseUnreachable(err) || (socket && !(await databaseAnswers(ctx)))) {
     return unavailable('database_unavailable', 'The database is not reachable; try again shortly.');
   }
+  if (isStorageFull(err)) return storageFull();
   if (isRedisUnreachable(err)) return unavailable('redis_unavailable', 'Redis is not reachable; try again shortly.');
   return socket ? unavailable('dependency_unavailable', 'A service this request needs is not reachable; try again shortly.') : undefined;
 }
