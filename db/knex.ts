@@ -17,7 +17,15 @@ export interface DbOptions {
    * setting.
    */
   idleInTransactionMs?: number;
+  /** Where knex's own warnings go (lost connections, pool errors); unset: knex prints them to stderr. */
+  log?: { warn(fields: object, message: string): void };
 }
+
+/** knex's warnings as one record each: its messages carry multi-line stacks, which only the first line needs. */
+const knexLog = (log: NonNullable<DbOptions['log']>): Knex.Config['log'] => {
+  const warn = (message: unknown) => log.warn({ source: 'knex' }, String(message).split('\n')[0]!);
+  return { warn, error: warn, deprecate: warn, debug: () => undefined };
+};
 
 export function createDb(databaseUrl: string, options: DbOptions = {}): Db {
   const idleMs = options.idleInTransactionMs;
@@ -29,6 +37,7 @@ export function createDb(databaseUrl: string, options: DbOptions = {}): Db {
     // A failing query's message starts with its SQL: with `$1` placeholders, never the bound values
     // (by default knex inlines bindings there, e.g. into a jsonb `\\?` it has unescaped).
     compileSqlOnError: false,
+    ...(options.log ? { log: knexLog(options.log) } : {}),
   });
   // Emitted (for transactions too) before the error reaches the caller: clean it once, at the source.
   db.on('query-error', (err: unknown, query: { sql?: string } | undefined) => cleanQueryError(err, query?.sql));
@@ -36,7 +45,7 @@ export function createDb(databaseUrl: string, options: DbOptions = {}): Db {
 }
 
 /** The service's own pool, as configured: every process and CLI opens its database through this. */
-export function openDatabase(config: { databaseUrl: string; dbIdleInTransactionMs: number }, pool: Pick<DbOptions, 'max'> = {}): Db {
+export function openDatabase(config: { databaseUrl: string; dbIdleInTransactionMs: number }, pool: Pick<DbOptions, 'max' | 'log'> = {}): Db {
   return createDb(config.databaseUrl, { ...pool, idleInTransactionMs: config.dbIdleInTransactionMs });
 }
 

@@ -26,6 +26,8 @@ export class JobClient {
   constructor(
     private readonly connection: Redis,
     private readonly redisPrefix: string,
+    /** Connection errors of the queues (they are already the connection's own: a lost Redis). */
+    private readonly onError: (err: Error) => void = () => undefined,
   ) {}
 
   queue(name: QueueName): Queue {
@@ -33,6 +35,8 @@ export class JobClient {
     let queue = this.queues.get(name);
     if (!queue) {
       queue = new Queue(name, { connection: this.connection, prefix: bullPrefix(this.redisPrefix) });
+      // Unheard, BullMQ prints the error to stderr itself, outside the process's JSON log.
+      queue.on('error', this.onError);
       this.queues.set(name, queue);
     }
     return queue;

@@ -47,12 +47,12 @@ export interface Container {
 export async function createContainer(config: Config, overrides: { clock?: Clock; log?: Logger } = {}): Promise<Container> {
   const log = overrides.log ?? createLogger(config.logLevel);
   setLineageKdf({ memoryKib: config.lineageKdfMemoryKib });
-  const db = openDatabase(config);
+  const db = openDatabase(config, { log });
   const redis = createRedis(config.redisUrl, 'producer');
   redis.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
   await connectRedis(redis);
   const mailer = createMailer({ ...config.mail, smtpUrl: config.mail.smtpUrl, log });
-  const jobs = new JobClient(redis, config.redisPrefix);
+  const jobs = new JobClient(redis, config.redisPrefix, (err) => log.warn({ err: err.message }, 'job queue error'));
   // Settings left unset fall through to the AWS SDK's own credential chain (instance roles, profiles).
   const sealer = createSealer(config.masterKeys.current, config.masterKeys.previous);
   // Job blobs (uploads, outputs) are sealed at rest under a per-job data key; job files are written in
