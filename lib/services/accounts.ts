@@ -19,8 +19,10 @@ import { insertPasswordReset, lockPasswordReset, usePasswordResets } from '../..
 
 /** Account life cycle: registration, login, password change and recovery, profile, deletion. */
 
+/** A session for a user who has just proved who they are: its sign-in time is now. */
 export async function newSession(c: Container, user: UserRow) {
-  const { token, expiresAt } = await signSession({ sub: user.id, role: user.role, tv: user.token_version }, c.config.jwt.secret, c.config.jwt.ttlSeconds, c.clock.now());
+  const now = c.clock.now();
+  const { token, expiresAt } = await signSession({ sub: user.id, role: user.role, tv: user.token_version, auth_time: Math.floor(now.getTime() / 1000) }, c.config.jwt.secret, c.config.jwt.ttlSeconds, now);
   return { token, token_type: 'Bearer' as const, expires_at: expiresAt.toISOString() };
 }
 
