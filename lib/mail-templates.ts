@@ -42,7 +42,7 @@ export function renderMail(template: MailTemplate, v: Vars, config: Pick<Config,
     case 'password-changed':
       return {
         subject: 'Your password was changed',
-        text: `Hello ${v.username ?? ''},\n\nThe password of your account was changed at ${v.at}. All earlier sessions were signed out and the partner API key was revoked; your managed API keys and passkeys stay.\nIf this was not you, reset your password at once (a reset ends them all) and contact support.`,
+        text: `Hello ${v.username ?? ''},\n\nThe password of your account was changed at ${v.at}. All earlier sessions were signed out and any partner API key revoked; your managed API keys and passkeys stay.\nIf this was not you, reset your password at once (a reset ends them all) and contact support.`,
       };
     case 'contact-received':
       return {

@@ -65,8 +65,8 @@ const timely = (t: { iat: number; exp: number; auth_time: number }, nowSeconds: 
 
 /**
  * Returns the claims, or null for any invalid, expired or foreign token: `exp`, `iat`, `sub` and
- * `auth_time` are required, `typ` must be ours, and a token issued in the future (beyond the clock skew) or living
- * longer than `maxTtlSeconds` is refused.
+ * `auth_time` are required, `typ` must be ours, and a token issued in the future (beyond the clock
+ * skew) or living longer than `maxTtlSeconds` is refused.
  */
 export async function verifySession(token: string, secret: string, now: Date, maxTtlSeconds: number): Promise<SessionClaims | null> {
   const { key, verified } = keptFor(secret);

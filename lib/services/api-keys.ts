@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { enforcePlanLimit } from './billing';
 import type { Knex } from 'knex';
+import { enforcePlanLimit } from './billing';
 import type { Container } from '../container';
 import { conflict, invalid } from '../errors';
 import { emitEvent, type NewEvent } from '../events';
