@@ -5,7 +5,7 @@ import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig, type ZodContent
 import type { Container } from '../lib/container';
 import type { Logger } from '../lib/logger';
 import { invalid, type FieldError } from '../lib/errors';
-import { authenticate, requireScope, type AuthUser } from './middleware/auth';
+import { authenticate, requireRecentSignIn, requireScope, type AuthUser } from './middleware/auth';
 import type { Scope } from '../lib/auth/scopes';
 import { requireAdmin } from './middleware/admin';
 import { Problem } from './schemas/common';
@@ -59,6 +59,8 @@ export interface HandlerInput<A extends Access, P, Q, B> {
 }
 
 
+export type RecentSignIn<B> = true | { when(body: B): boolean; description: string };
+
 export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B = unknown> {
   method: 'get' | 'post' | 'put' | 'patch' | 'delete';
   path: string;
@@ -70,6 +72,12 @@ export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B
    * and the partner key hold every scope; 'session' and 'admin' routes never take a managed key.
    */
   scope?: Scope;
+  /**
+   * Sudo mode: the route adds or renews a way into the account (or moves or deletes it), so a session
+   * must have signed in recently (requireRecentSignIn). `when` marks only some requests by their valid
+   * body (a profile update that changes the email), as `description` says in the OpenAPI document.
+   */
+  recentSignIn?: RecentSignIn<B>;
   params?: AnyObject;
   query?: AnyObject;
   body?: z.ZodType;
@@ -93,10 +101,11 @@ type ScopeField<A extends Access> = A extends 'auth' ? { scope: Scope } : { scop
 
 /** Declares a route; the generic parameters are inferred from the schemas. */
 export function route<A extends Access, PS extends AnyObject | undefined = undefined, QS extends AnyObject | undefined = undefined, BS extends z.ZodType | undefined = undefined>(
-  def: Omit<RouteDef<A>, 'params' | 'query' | 'body' | 'handler' | 'scope'> & ScopeField<A> & {
+  def: Omit<RouteDef<A>, 'params' | 'query' | 'body' | 'handler' | 'scope' | 'recentSignIn'> & ScopeField<A> & {
     params?: PS;
     query?: QS;
     body?: BS;
+    recentSignIn?: RecentSignIn<Infer<BS>>;
     handler(input: HandlerInput<A, Infer<PS>, Infer<QS>, Infer<BS>>): Promise<Reply | void>;
   },
 ): RouteDef {
@@ -167,7 +176,10 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       const query = parse(def.query, ctx.query, 'query');
       const user = ctx.state.user as AuthUser;
       const meta: RequestMeta = { ip: ctx.ip, requestId: ctx.state.requestId };
-      const run = (body: unknown, upload: Upload = noUpload) => def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta });
+      const run = async (body: unknown, upload: Upload = noUpload) => {
+        if (def.recentSignIn === true || def.recentSignIn?.when(body)) await requireRecentSignIn(ctx);
+        return def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta });
+      };
       let reply: Reply | void;
       if (def.multipart?.files && !ctx.is('json')) {
         const { precheck, textFileFields } = def.multipart;
@@ -193,10 +205,18 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
 const security = (def: RouteDef) => (def.access === 'public' ? [] : [{ bearer: def.scope ? [def.scope] : [] }]);
 
 function accessNote(def: RouteDef): string | undefined {
-  if (def.access === 'admin') return 'Administrators only (a session or the partner key; managed API keys are refused).';
-  if (def.access === 'session') return 'Needs a user session (JWT); API keys are refused.';
-  if (def.access === 'auth' && def.scope) return `A session, the partner key, or a managed API key with the scope \`${def.scope}\`.`;
-  return undefined;
+  const who =
+    def.access === 'admin'
+      ? 'Administrators only (a session or the partner key; managed API keys are refused).'
+      : def.access === 'session'
+        ? 'Needs a user session (JWT); API keys are refused.'
+        : def.access === 'auth' && def.scope
+          ? `A session, the partner key, or a managed API key with the scope \`${def.scope}\`.`
+          : undefined;
+  if (!def.recentSignIn) return who;
+  const which = def.recentSignIn === true ? 'A session' : `${def.recentSignIn.description}, a session`;
+  const sudo = `${which} must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 \`reauthentication_required\`: sign in again and retry.`;
+  return who ? `${who} ${sudo}` : sudo;
 }
 
 /** An uploaded file in a multipart form (OpenAPI 3.1: contentMediaType; `format: binary` for 3.0-minded tools). */
@@ -287,6 +307,7 @@ export function openApiDocument(routes: RouteDef[], info: { title: string; versi
       tags: def.tags,
       security: security(def),
       description: accessNote(def),
+      ...(def.recentSignIn ? { 'x-recent-sign-in': def.recentSignIn === true ? true : def.recentSignIn.description } : {}),
       request,
       responses,
     });

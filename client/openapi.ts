@@ -361,7 +361,7 @@ export interface paths {
         put?: never;
         /**
          * Begin registering a passkey for the signed-in user; returns WebAuthn creation options
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {
@@ -415,7 +415,7 @@ export interface paths {
         put?: never;
         /**
          * Complete the registration: verify the attestation and store the passkey
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {
@@ -685,7 +685,7 @@ export interface paths {
         head?: never;
         /**
          * Rename a passkey, or make it inactive or active again
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. To make a passkey active, a session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         patch: {
             parameters: {
@@ -796,7 +796,7 @@ export interface paths {
         put?: never;
         /**
          * Rotate the partner API key: a new key (shown once); the old one stops working at once. Needs a session: a key cannot replace itself
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {
@@ -891,7 +891,7 @@ export interface paths {
         get?: never;
         /**
          * Update username and/or company name; a new email (with current_password) takes effect once confirmed from the new address
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. To change the email, a session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         put: {
             parameters: {
@@ -1229,7 +1229,7 @@ export interface paths {
         put?: never;
         /**
          * Delete the current account (needs the password; refused for administrators)
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {
@@ -2736,7 +2736,7 @@ export interface paths {
         put?: never;
         /**
          * Generate a managed API key with scopes and an optional expiry; answers its value
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {
@@ -2937,7 +2937,7 @@ export interface paths {
         put?: never;
         /**
          * A new value for the key; the old one keeps working for `grace_seconds` (default 0: it stops at once)
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {
@@ -3041,7 +3041,7 @@ export interface paths {
         put?: never;
         /**
          * A share link to the key's value: expires in 24 h and allows one view unless told otherwise; answers the token and URL once
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {
@@ -3676,7 +3676,7 @@ export interface paths {
         put?: never;
         /**
          * Subscribe a URL to account events (Standard Webhooks); answers the signing secret once
-         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {
@@ -3882,7 +3882,7 @@ export interface paths {
         put?: never;
         /**
          * A new signing secret, answered once; the old one keeps signing beside it for a grace period
-         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {

@@ -93,6 +93,10 @@ export async function pageApiKeys(db: Knex, userId: string, q: { state?: ApiKeyS
   return { items, total: count[0]?.count ?? 0 };
 }
 
+/** Revokes every unrevoked key of the account and forgets their sealed values; answers the keys revoked. */
+export const revokeKeysOfAccount = (trx: Knex.Transaction, userId: string, at: Date): Promise<Pick<ApiKeyRow, 'id' | 'prefix'>[]> =>
+  apiKeys(trx).where({ user_id: userId }).whereNull('revoked_at').update({ revoked_at: at, value_sealed: null, updated_at: at }).returning(['id', 'prefix']);
+
 export async function countUnrevoked(db: Knex, userId: string): Promise<number> {
   const [row] = await apiKeys(db).where({ user_id: userId }).whereNull('revoked_at').count<{ count: number }[]>({ count: '*' });
   return row?.count ?? 0;

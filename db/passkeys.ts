@@ -63,6 +63,10 @@ export async function updatePasskey(db: Knex, userId: string, id: string, patch:
   return row && toRow(row as Stored);
 }
 
+/** Makes every active passkey of the account inactive (the owner can make them active again); answers them. */
+export const deactivatePasskeys = (trx: Knex.Transaction, userId: string, at: Date): Promise<Pick<PasskeyRow, 'id' | 'name'>[]> =>
+  table(trx).where({ user_id: userId, active: true }).update({ active: false, updated_at: at }).returning(['id', 'name']);
+
 export const deletePasskey = (db: Knex, userId: string, id: string) => table(db).where({ id, user_id: userId }).delete();
 
 /**

@@ -69,6 +69,14 @@ export async function pageShares(db: Knex, q: ShareListQuery): Promise<{ items: 
   return { items, total: count[0]?.count ?? 0 };
 }
 
+/** Revokes the account's usable shares of one kind (expired and used-up ones are over already); answers them. */
+export const revokeActiveShares = (trx: Knex.Transaction, q: { userId: string; kind: ShareKind; now: Date }): Promise<Pick<ShareRow, 'id' | 'target_id' | 'view_count'>[]> =>
+  shares(trx)
+    .where({ user_id: q.userId, kind: q.kind })
+    .andWhereRaw(`(${STATE_CASE}) = 'active'`, stateBindings(q.now, 'share_links'))
+    .update({ revoked_at: q.now })
+    .returning(['id', 'target_id', 'view_count']);
+
 /**
  * Takes one view of a share, atomically: the row is updated only while it is usable (not revoked, not
  * expired, under its view limit, its owner's account not deleted). Concurrent calls queue on the row

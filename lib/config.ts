@@ -62,6 +62,8 @@ const Env = z.object({
   /** Requests per managed API key (`kms_sk_…`) per minute, over every API process (429 with Retry-After past it). */
   API_KEY_RATE_LIMIT_PER_MINUTE: intish(600, 1, 1_000_000),
   RESET_TOKEN_TTL_MINUTES: intish(30, 5, 1440),
+  /** Routes that add a way into the account need a session signed in this recently (403 `reauthentication_required`). */
+  RECENT_SIGN_IN_MINUTES: intish(10, 1, 1440),
   LOGIN_MAX_FAILURES: intish(5, 1, 100),
   LOGIN_LOCK_SECONDS: intish(900, 1, 86400),
   LOGIN_IP_MAX_FAILURES: intish(50, 1, 10000),
@@ -171,6 +173,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     partnerKeyTtlDays: e.PARTNER_KEY_TTL_DAYS,
     apiKeys: { rateLimitPerMinute: e.API_KEY_RATE_LIMIT_PER_MINUTE },
     resetTokenTtlMinutes: e.RESET_TOKEN_TTL_MINUTES,
+    recentSignInSeconds: e.RECENT_SIGN_IN_MINUTES * 60,
     login: { maxFailures: e.LOGIN_MAX_FAILURES, lockSeconds: e.LOGIN_LOCK_SECONDS, ipMaxFailures: e.LOGIN_IP_MAX_FAILURES },
     limits: {
       maxFileBytes: e.MAX_FILE_BYTES,

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import type { Config } from './config';
 
 /** Plain-text emails the service sends; one place to read and change their wording. */
-export const MailTemplate = z.enum(['password-reset', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring', 'email-confirm', 'email-changed', 'key-shared', 'passkey-added', 'organization-invite']);
+export const MailTemplate = z.enum(['password-reset', 'password-reset-done', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring', 'email-confirm', 'email-changed', 'key-shared', 'passkey-added', 'organization-invite']);
 export type MailTemplate = z.infer<typeof MailTemplate>;
 
 type Vars = Record<string, string>;
@@ -25,10 +25,24 @@ export function renderMail(template: MailTemplate, v: Vars, config: Pick<Config,
           'If you did not ask for this, ignore this email: your password stays as it is.',
         ].join('\n'),
       };
+    case 'password-reset-done': {
+      const n = (count: string | undefined, one: string, many: string) => `${count ?? '0'} ${count === '1' ? one : many}`;
+      const ended = [
+        '- every session: signed out',
+        v.partner_keys !== '0' && `- ${n(v.partner_keys, 'partner API key', 'partner API keys')}: revoked (rotate to get a new one)`,
+        v.api_keys !== '0' && `- ${n(v.api_keys, 'managed API key', 'managed API keys')}: revoked (generate new ones where you need them)`,
+        v.api_key_shares !== '0' && `- ${n(v.api_key_shares, 'API key share link', 'API key share links')}: revoked`,
+        v.passkeys !== '0' && `- ${n(v.passkeys, 'passkey', 'passkeys')}: deactivated (sign in and make active again the ones you recognise)`,
+      ].filter(Boolean);
+      return {
+        subject: 'Your password was reset',
+        text: [`Hello ${v.username ?? ''},`, '', `The password of your account was reset at ${v.at}. Every other way into the account was ended:`, '', ...ended, '', 'If this was not you, reset your password again at once and contact support.'].join('\n'),
+      };
+    }
     case 'password-changed':
       return {
         subject: 'Your password was changed',
-        text: `Hello ${v.username ?? ''},\n\nThe password of your account was changed at ${v.at}. All earlier sessions were signed out.\nIf this was not you, reset your password at once and contact support.`,
+        text: `Hello ${v.username ?? ''},\n\nThe password of your account was changed at ${v.at}. All earlier sessions were signed out and any partner API key revoked; your managed API keys and passkeys stay.\nIf this was not you, reset your password at once (a reset ends them all) and contact support.`,
       };
     case 'contact-received':
       return {

@@ -138,10 +138,10 @@ describe('client addresses', () => {
 
 describe('session tokens', () => {
   const secret = () => new TextEncoder().encode(s.config.jwt.secret);
-  const forge = async (u: { id: string }, edit: (jwt: SignJWT) => SignJWT, typ = 'kms-session+jwt') =>
-    edit(new SignJWT({ role: 'user', tv: 0 }).setProtectedHeader({ alg: 'HS256', typ }).setSubject(u.id).setIssuer('kms').setAudience('kms-api')).sign(secret());
+  const forge = async (u: { id: string }, edit: (jwt: SignJWT) => SignJWT, typ = 'kms-session+jwt', claims: Record<string, unknown> = { auth_time: Math.floor(Date.now() / 1000) }) =>
+    edit(new SignJWT({ role: 'user', tv: 0, ...claims }).setProtectedHeader({ alg: 'HS256', typ }).setSubject(u.id).setIssuer('kms').setAudience('kms-api')).sign(secret());
 
-  it('must carry exp, iat and sub, our typ, and not be issued in the future or live too long', async () => {
+  it('must carry exp, iat, sub and auth_time, our typ, and not be issued in the future or live too long', async () => {
     const u = await registerUser(s.api);
     const now = Math.floor(Date.now() / 1000);
     const good = await forge(u, (j) => j.setIssuedAt(now).setExpirationTime(now + 600));
@@ -152,6 +152,8 @@ describe('session tokens', () => {
       future: await forge(u, (j) => j.setIssuedAt(now + 365 * 86400).setExpirationTime(now + 365 * 86400 + 600)),
       yearLong: await forge(u, (j) => j.setIssuedAt(now).setExpirationTime(now + 365 * 86400)),
       otherTyp: await forge(u, (j) => j.setIssuedAt(now).setExpirationTime(now + 600), 'JWT'),
+      noAuthTime: await forge(u, (j) => j.setIssuedAt(now).setExpirationTime(now + 600), undefined, {}),
+      signedInAfterIssue: await forge(u, (j) => j.setIssuedAt(now).setExpirationTime(now + 600), undefined, { auth_time: now + 120 }),
       noSub: await new SignJWT({ role: 'user', tv: 0 }).setProtectedHeader({ alg: 'HS256', typ: 'kms-session+jwt' }).setIssuer('kms').setAudience('kms-api').setIssuedAt(now).setExpirationTime(now + 600).sign(secret()),
     };
     for (const [name, token] of Object.entries(bad)) expect((await s.api('GET', '/auth/me', { token })).status, name).toBe(401);

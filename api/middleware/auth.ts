@@ -20,6 +20,8 @@ export interface AuthUser {
   via: 'jwt' | 'partner_key' | 'api_key';
   /** With `via: 'api_key'`: which managed key, and what it may do (route() checks the route's scope). */
   apiKey?: { id: string; scopes: readonly Scope[] };
+  /** With `via: 'jwt'`: when the user signed in (password or passkey) to get the session. */
+  signedInAt?: Date;
 }
 
 const toAuthUser = (u: Pick<UserRow, 'id' | 'username' | 'email' | 'role'>, via: AuthUser['via']): AuthUser => ({ id: u.id, username: u.username, email: u.email, role: u.role, via });
@@ -105,7 +107,28 @@ export async function authenticate(ctx: AppContext, access: Access): Promise<Aut
     }
     throw challenge('token_revoked', 'The session token is no longer valid (password changed, reset or account deleted); log in again.');
   }
-  return toAuthUser(user, 'jwt');
+  return { ...toAuthUser(user, 'jwt'), signedInAt: new Date(claims.auth_time * 1000) };
+}
+
+/**
+ * Sudo mode, checked once for every route declared with `recentSignIn` (by route()): a session signed in
+ * longer than RECENT_SIGN_IN_MINUTES ago is refused (403 `reauthentication_required`, audited), so a
+ * stolen session cannot add a way into the account that outlives it. API keys are not sessions and have
+ * no sign-in to be old: a route taking them (webhooks) lets them through, and a password reset ends them.
+ */
+export async function requireRecentSignIn(ctx: AppContext): Promise<void> {
+  const user = ctx.state.user;
+  if (user && user.via !== 'jwt') return;
+  const { db, clock, config } = ctx.container;
+  const maxAge = config.recentSignInSeconds;
+  if (user?.signedInAt && clock.now().getTime() - user.signedInAt.getTime() <= maxAge * 1000) return;
+  if (user) await recordAudit(db, { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), ip: ctx.ip, request_id: ctx.state.requestId, details: { reason: 'reauthentication_required' } });
+  const minutes = Math.round(maxAge / 60);
+  const err = forbidden('reauthentication_required', `This action needs a session signed in within the last ${minutes} minutes; sign in again (password or passkey) and retry with the new session.`);
+  // RFC 9470's step-up challenge: the sign-in is too old for this request.
+  err.extra.headers = { 'WWW-Authenticate': `Bearer realm="kms", error="insufficient_user_authentication", max_age=${maxAge}` };
+  err.extra.fields = { max_age_seconds: maxAge };
+  throw err;
 }
 
 /**

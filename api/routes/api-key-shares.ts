@@ -85,6 +85,7 @@ export default [
     summary: `A share link to the key's value: expires in ${DEFAULT_SHARE_HOURS} h and allows one view unless told otherwise; answers the token and URL once`,
     tags,
     access: 'session',
+    recentSignIn: true,
     params: KeyParams,
     body: CreateBody,
     responses: { 201: { description: 'The share, with its token and link (shown once)', schema: CreatedShare } },

@@ -68,6 +68,7 @@ export default [
     summary: 'Generate a managed API key with scopes and an optional expiry; answers its value',
     tags,
     access: 'session',
+    recentSignIn: true,
     body: z
       .object({
         name: text(100),
@@ -118,6 +119,7 @@ export default [
     summary: 'A new value for the key; the old one keeps working for `grace_seconds` (default 0: it stops at once)',
     tags,
     access: 'session',
+    recentSignIn: true,
     params: Params,
     body: z.object({
       grace_seconds: z.number().int().min(0).max(MAX_GRACE_SECONDS).optional().describe('How long the old value keeps working (0 to 7 days; default 0)'),

@@ -43,6 +43,7 @@ export default [
     summary: 'Rotate the partner API key: a new key (shown once); the old one stops working at once. Needs a session: a key cannot replace itself',
     tags,
     access: 'session',
+    recentSignIn: true,
     responses: { 200: { description: 'The new key', schema: IssuedKey } },
     async handler({ c, user, meta }) {
       const key = await c.db.transaction(async (trx) => {

@@ -119,6 +119,7 @@ export default [
     summary: 'Begin registering a passkey for the signed-in user; returns WebAuthn creation options',
     tags,
     access: 'session',
+    recentSignIn: true,
     responses: { 200: { description: 'Options for navigator.credentials.create() and the challenge id', schema: Begin(CreationOptions) } },
     async handler({ c, user }) {
       const begun = await passkeys.beginRegistration(c, user);
@@ -132,6 +133,7 @@ export default [
     summary: 'Complete the registration: verify the attestation and store the passkey',
     tags,
     access: 'session',
+    recentSignIn: true,
     body: z.object({ challenge_id: ChallengeId, credential: RegistrationCredential, name: Name.optional().describe('A name to tell passkeys apart; default "Passkey <date>"') }),
     responses: { 201: { description: 'The new passkey', schema: Passkey } },
     async handler({ c, user, body, meta }) {
@@ -187,6 +189,7 @@ export default [
     summary: 'Rename a passkey, or make it inactive or active again',
     tags,
     access: 'session',
+    recentSignIn: { when: (b) => b.active === true, description: 'To make a passkey active' },
     params: Params,
     body: z
       .object({ name: Name.optional(), active: z.boolean().optional() })

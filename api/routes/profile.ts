@@ -25,6 +25,7 @@ export default [
     summary: 'Update username and/or company name; a new email (with current_password) takes effect once confirmed from the new address',
     tags,
     access: 'session',
+    recentSignIn: { when: (b) => b.email !== undefined, description: 'To change the email' },
     body: z
       .object({
         username: Username.optional(),
@@ -124,6 +125,7 @@ export default [
     summary: 'Delete the current account (needs the password; refused for administrators)',
     tags,
     access: 'session',
+    recentSignIn: true,
     body: z.object({ password: z.string().min(1).max(256) }),
     responses: { 200: { description: 'Deleted', schema: z.object({ status: z.literal('deleted') }) } },
     async handler({ c, body, user, meta }) {

@@ -70,6 +70,7 @@ export default [
     tags,
     access: 'auth',
     scope: 'webhooks:write',
+    recentSignIn: true,
     body: EndpointBody,
     responses: { 201: { description: 'The endpoint and its secret', schema: WithSecret } },
     async handler({ c, user, body, meta }) {
@@ -143,6 +144,7 @@ export default [
     tags,
     access: 'auth',
     scope: 'webhooks:write',
+    recentSignIn: true,
     params: Params,
     body: z.object({ grace_hours: z.number().int().min(0).max(168).optional().describe('How long the old secret still signs (default WEBHOOK_SECRET_GRACE_HOURS, 24)') }),
     responses: { 200: { description: 'The new secret', schema: z.object({ secret: z.string(), previous_secret_expires_at: Timestamp.nullable() }) } },

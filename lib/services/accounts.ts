@@ -7,17 +7,22 @@ import { signSession } from '../auth/jwt';
 import { consume, spendThenCheck } from '../auth/limiters';
 import { hashToken, newToken } from '../tokens';
 import { issuePartnerKey } from './partner-keys';
+import { revokeAllApiKeys } from './api-keys';
+import { emitEvents } from '../events';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { notify } from './notify';
 import { afterAccountDeleted, leaveOnDeletion } from './organizations';
 import { bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertEmailChange, insertUser, lockEmailChange, lockLiveUser, updateUser, useEmailChanges, type UserRow } from '../../db/users';
 import { retirePartnerKeys } from '../../db/partner-keys';
+import { deactivatePasskeys } from '../../db/passkeys';
 import { insertPasswordReset, lockPasswordReset, usePasswordResets } from '../../db/password-resets';
 
 /** Account life cycle: registration, login, password change and recovery, profile, deletion. */
 
+/** A session for a user who has just proved who they are: its sign-in time is now. */
 export async function newSession(c: Container, user: UserRow) {
-  const { token, expiresAt } = await signSession({ sub: user.id, role: user.role, tv: user.token_version }, c.config.jwt.secret, c.config.jwt.ttlSeconds, c.clock.now());
+  const now = c.clock.now();
+  const { token, expiresAt } = await signSession({ sub: user.id, role: user.role, tv: user.token_version, auth_time: Math.floor(now.getTime() / 1000) }, c.config.jwt.secret, c.config.jwt.ttlSeconds, now);
   return { token, token_type: 'Bearer' as const, expires_at: expiresAt.toISOString() };
 }
 
@@ -150,10 +155,16 @@ export async function issuePasswordReset(c: Container, email: string, meta: Requ
   await notify(c, user.email, 'password-reset', { username: user.username, token, ttl_minutes: String(ttl) }, meta.requestId);
 }
 
+/**
+ * A reset is how an owner takes the account back from whoever else holds it, so it ends every credential
+ * other than the new password: sessions (the token version moves on), partner keys, managed API keys and
+ * their share links, and passkeys (deactivated: the owner makes active again the ones she recognises).
+ * All in the reset's transaction; the confirmation email lists what was ended.
+ */
 export async function resetPassword(c: Container, input: { token: string; new_password: string }, meta: RequestMeta) {
   const password_hash = await hashPassword(input.new_password, c.config.argon2MemoryKib);
   const now = c.clock.now();
-  const user = await c.db.transaction(async (trx) => {
+  const { user, ended } = await c.db.transaction(async (trx) => {
     const reset = await lockPasswordReset(trx, hashToken(input.token));
     if (!reset) throw badRequest('invalid_reset_token', 'The reset token is not valid.');
     const failure = reset.used_at ? 'reset_token_used' : reset.expires_at <= now ? 'reset_token_expired' : null;
@@ -167,12 +178,25 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
     // address): the email is verified. Partner keys and pending email changes do not outlive the old password.
     const verified = row.email_verified_at ? row : await updateUser(trx, row.id, { email_verified_at: now });
     const retired = await retirePartnerKeys(trx, row.id, 'revoked', now);
+    const apiKeys = await revokeAllApiKeys(trx, row.id, now, 'password_reset', meta);
+    const passkeys = await deactivatePasskeys(trx, row.id, now);
+    for (const p of passkeys) await audit(meta)(trx, { user_id: row.id, action: 'passkey.update', status: 'success', target: p.id, details: { active: false, reason: 'password_reset' } });
     const voided = await useEmailChanges(trx, row.id, now);
-    await audit(meta)(trx, { user_id: row.id, action: 'auth.reset_password', status: 'success', details: { partner_keys_revoked: retired, email_changes_voided: voided } });
-    return promoteAdminEmail(c, trx, verified, meta);
+    const counts = { partner_keys_revoked: retired, api_keys_revoked: apiKeys.keys, api_key_shares_revoked: apiKeys.shares, passkeys_deactivated: passkeys.length };
+    await audit(meta)(trx, { user_id: row.id, action: 'auth.reset_password', status: 'success', details: { ...counts, email_changes_voided: voided } });
+    return { user: await promoteAdminEmail(c, trx, verified, meta), ended: { counts, events: apiKeys.events } };
   });
   // A successful reset proves control of the mailbox: lift any login lockout on the account.
   await c.limiters.loginAccount.delete(lockoutKey(user, user.username)).catch(() => undefined);
+  await emitEvents(c, user.id, ended.events);
+  const { partner_keys_revoked, api_keys_revoked, api_key_shares_revoked, passkeys_deactivated } = ended.counts;
+  await notify(
+    c,
+    user.email,
+    'password-reset-done',
+    { username: user.username, at: now.toISOString(), partner_keys: String(partner_keys_revoked), api_keys: String(api_keys_revoked), api_key_shares: String(api_key_shares_revoked), passkeys: String(passkeys_deactivated) },
+    meta.requestId,
+  );
   return user;
 }
 

@@ -1,14 +1,16 @@
 import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
 import { enforcePlanLimit } from './billing';
 import type { Container } from '../container';
 import { conflict, invalid } from '../errors';
-import { emitEvent } from '../events';
+import { emitEvent, type NewEvent } from '../events';
 import { hashToken } from '../tokens';
 import { checkManagedKey, displayPrefix, newManagedKey } from '../api-key-format';
 import type { Scope } from '../auth/scopes';
 import { notYours } from './access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { apiKeys, apiKeySecrets, countUnrevoked, findCredentialByHash, pageApiKeys, type ApiKeyCredential, type ApiKeyRow, type ApiKeyState } from '../../db/api-keys';
+import { revokeActiveShares } from '../../db/share-links';
+import { apiKeys, apiKeySecrets, countUnrevoked, revokeKeysOfAccount, findCredentialByHash, pageApiKeys, type ApiKeyCredential, type ApiKeyRow, type ApiKeyState } from '../../db/api-keys';
 
 /**
  * Managed API keys: several per account, each with scopes and an optional expiry. A value is stored
@@ -144,6 +146,23 @@ export async function revokeApiKey(c: Container, userId: string, id: string, met
     return true;
   });
   if (revoked) await emitEvent(c, userId, 'api_key.revoked', { key_id: id });
+}
+
+/**
+ * Revokes every key of the account and every live share link of them, audited per key and per link in
+ * the caller's transaction (a password reset ends them all); answers the events to publish once it commits.
+ */
+export async function revokeAllApiKeys(trx: Knex.Transaction, userId: string, now: Date, reason: string, meta: RequestMeta): Promise<{ keys: number; shares: number; events: NewEvent[] }> {
+  const keys = await revokeKeysOfAccount(trx, userId, now);
+  const links = await revokeActiveShares(trx, { userId, kind: 'api_key', now });
+  const entry = { user_id: userId, status: 'success' as const, ip: meta.ip, request_id: meta.requestId };
+  for (const k of keys) await recordAudit(trx, { ...entry, action: 'api_key.revoked', target: k.id, details: { prefix: k.prefix, reason } });
+  for (const l of links) await recordAudit(trx, { ...entry, action: 'api_key_share.revoked', target: l.id, details: { kind: 'api_key', target_id: l.target_id, view_count: l.view_count, reason } });
+  const events: NewEvent[] = [
+    ...keys.map((k): NewEvent => ({ type: 'api_key.revoked', data: { key_id: k.id } })),
+    ...links.map((l): NewEvent => ({ type: 'share.revoked', data: { share_id: l.id, kind: 'api_key', target_id: l.target_id, view_count: l.view_count } })),
+  ];
+  return { keys: keys.length, shares: links.length, events };
 }
 
 export type ApiKeyCheck =

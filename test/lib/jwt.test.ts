@@ -4,8 +4,8 @@ import { signSession, verifySession } from '../../lib/auth/jwt';
 /** Session tokens: verified once per process, but every use is checked against the clock and the secret. */
 describe('verifySession', () => {
   const secret = 's'.repeat(48);
-  const claims = { sub: '6b3e1f0e-0000-4000-8000-000000000001', role: 'user' as const, tv: 3 };
   const t0 = new Date('2026-11-25T10:00:00Z');
+  const claims = { sub: '6b3e1f0e-0000-4000-8000-000000000001', role: 'user' as const, tv: 3, auth_time: t0.getTime() / 1000 - 3600 };
   const at = (seconds: number) => new Date(t0.getTime() + seconds * 1000);
 
   it('accepts a token again and again until it expires, then never (the second use comes from the cache)', async () => {
@@ -30,5 +30,12 @@ describe('verifySession', () => {
     forged.role = 'admin';
     expect(await verifySession(`${h}.${Buffer.from(JSON.stringify(forged)).toString('base64url')}.${sig}`, secret, at(1), 900)).toBeNull();
     expect(await verifySession(`${token.slice(0, -2)}AA`, secret, at(1), 900)).toBeNull();
+  });
+
+  it('carries the sign-in time it was given, and refuses one later than the issue', async () => {
+    const { token } = await signSession(claims, secret, 900, t0);
+    expect((await verifySession(token, secret, at(1), 900))?.auth_time).toBe(claims.auth_time);
+    const { token: later } = await signSession({ ...claims, auth_time: t0.getTime() / 1000 + 5 }, secret, 900, t0);
+    expect(await verifySession(later, secret, at(10), 900)).toBeNull();
   });
 });
