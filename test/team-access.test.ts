@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { registerUser, startTestService, type ManualClockFollowingTime, type TestService } from './support/service';
+import { startTestService, type ManualClockFollowingTime, type TestService } from './support/service';
+import { teamHelpers, type User } from './support/teams';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from './support/keys';
 import { startSmtpServer } from './support/smtp';
 import { syncGrants } from '../lib/services/team-access';
@@ -21,56 +22,8 @@ afterAll(async () => {
   await smtp?.close();
 });
 
-type User = Awaited<ReturnType<typeof registerUser>>;
-
-/** Registrations are limited per address; this file makes many accounts from one. */
-async function newUser(): Promise<User> {
-  await Promise.all(['127.0.0.1', '::ffff:127.0.0.1', '::1'].map((ip) => s.c.limiters.publicIp.delete(`register:${ip}`)));
-  return registerUser(s.api);
-}
+const { newUser, invite, team, status, settled, link } = teamHelpers(() => ({ s, smtp }));
 const file = (name = 'note.txt', text = 'team secret') => [{ name, data: Buffer.from(text) }];
-
-/** The invitation token from the newest mail to `email`. */
-async function mailedToken(email: string): Promise<string> {
-  await smtp.waitFor(email);
-  const mails = smtp.received.filter((m) => JSON.stringify(m.to).includes(email));
-  const token = /Invitation token: (kms_inv_[A-Za-z0-9_-]{43})/.exec(mails.at(-1)!.text ?? '')?.[1];
-  expect(token, mails.at(-1)!.text).toBeTruthy();
-  return token!;
-}
-
-async function invite(admin: User, email: string, role: 'member' | 'admin' = 'member') {
-  const before = smtp.received.length;
-  const res = await s.api('POST', '/organization/invitations', { token: admin.token, body: { email, role } });
-  expect(res.status, JSON.stringify(res.body)).toBe(201);
-  await expect.poll(() => smtp.received.slice(before).some((m) => JSON.stringify(m.to).includes(email.toLowerCase())), { timeout: 10_000 }).toBe(true);
-  return { invitation: res.body, token: await mailedToken(email.toLowerCase()) };
-}
-
-/** An owner and members who joined its organization by invitation. */
-async function team(size: number): Promise<User[]> {
-  const [owner, ...rest] = await Promise.all(Array.from({ length: size }, () => newUser()));
-  for (const m of rest) {
-    const { token } = await invite(owner!, m.email);
-    const res = await s.api('POST', '/organization/invitations/accept', { token: m.token, body: { token } });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
-  }
-  return [owner!, ...rest];
-}
-
-const status = async (u: User) => (await s.api('GET', '/team-access/status', { token: u.token })).body;
-
-/** Waits until no sync is queued or running for `u` and answers the status. */
-async function settled(u: User) {
-  await expect.poll(async () => (await status(u)).state, { timeout: 15_000, interval: 50 }).toMatch(/^(ok|failed|unlinked)$/);
-  return status(u);
-}
-
-async function link(u: User, source: User) {
-  const res = await s.api('POST', '/team-access/link', { token: u.token, body: { source_user_id: source.id } });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  return settled(u);
-}
 
 const keyList = async (u: User) => (await s.api('GET', '/keys/list?page_size=100', { token: u.token })).body.items as any[];
 const grantsOf = async (u: User) => (await s.c.db('team_grants').where({ grantee_id: u.id }).orderBy('lineage_id').select('lineage_id', 'source_id')) as { lineage_id: string; source_id: string }[];

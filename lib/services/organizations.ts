@@ -6,6 +6,7 @@ import { consume } from '../auth/limiters';
 import { hashToken, newToken } from '../tokens';
 import { notify } from './notify';
 import { notYours } from './access';
+import { isManager, outranks } from './org-roles';
 import { afterDetach, detachMember, memberOut, type Detached } from './team-access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { findUserById, lockLiveUser } from '../../db/users';
@@ -22,8 +23,6 @@ import { ensureMembership, invitations, memberViews, members, organizations, pag
 export const INVITATION_TTL_HOURS = 72;
 /** Open (unused, unexpired) invitations per organization. */
 export const MAX_OPEN_INVITATIONS = 100;
-
-const isManager = (m: Pick<MemberRow, 'role'>) => m.role === 'owner' || m.role === 'admin';
 
 const memberCount = async (db: Knex, organizationId: string) =>
   Number(((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count) ?? 0);
@@ -168,7 +167,7 @@ export async function removeMember(c: Container, actorId: string, targetId: stri
       const actor = (await members(trx).where({ user_id: actorId }).first())!;
       if (target.role === 'owner') throw forbidden(targetId === actorId ? 'owner_cannot_leave' : 'owner_cannot_be_removed', 'The owner stays in the organization.');
       if (targetId !== actorId && !isManager(actor)) throw forbidden('organization_admin_required', 'Only the owner or an admin may remove members.');
-      if (targetId !== actorId && target.role === 'admin' && actor.role !== 'owner') throw forbidden('organization_owner_required', 'Only the owner may remove an admin.');
+      if (targetId !== actorId && !outranks(actor.role, target.role)) throw forbidden('organization_owner_required', 'Only the owner may remove an admin.');
       const d = await detachMember(trx, targetId, now, 'removed_from_organization', meta);
       await members(trx).where({ user_id: targetId }).delete();
       await ensureMembership(trx, targetId);
