@@ -101,6 +101,24 @@ describe('team access links need the source’s approval', () => {
     expect(await settled(other!)).toMatchObject({ approval: 'pending', inherited_keys: 0 });
   });
 
+  it('approves once under parallel approvals, and a change of source racing an approval never inherits the approval', async () => {
+    const [owner, member, other] = await team(3);
+    await requestLink(member!, owner!);
+    const answers = await Promise.all(Array.from({ length: 5 }, () => s.api('POST', `/team-access/links/${member!.id}/approve`, { token: owner!.token, body: { source_user_id: owner!.id } })));
+    expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200, 200]);
+    expect(await s.c.db('audit_logs').where({ user_id: owner!.id, action: 'team_access.approved' })).toHaveLength(1);
+
+    await requestLink(other!, owner!);
+    const [approval, change] = await Promise.all([
+      s.api('POST', `/team-access/links/${other!.id}/approve`, { token: owner!.token, body: { source_user_id: owner!.id } }),
+      s.api('POST', '/team-access/link', { token: other!.token, body: { source_user_id: member!.id } }),
+    ]);
+    expect(change.status).toBe(200);
+    expect([200, 409]).toContain(approval.status);
+    // Whichever ran first, the link to the new source waits for the new source's approval.
+    expect(await settled(other!)).toMatchObject({ source_user_id: member!.id, approval: 'pending', inherited_keys: 0 });
+  });
+
   it('lets the source end a link: inherited access ends at once, both sides hear of it', async () => {
     const [owner, member] = await team(2);
     const key = await createKey(s.api, owner!.token);
