@@ -26,7 +26,7 @@ import {
  * see decidableLink) has approved the link. The link is a wish; the grants are what
  * the `sync-team-access` job (queue `team-sync`) computed from it, one grantee per run, in one
  * transaction, so any number of runs (crashed ones included) leave the same rows. Key lookups count a
- * grant only while its link and the shared organization still hold (db/teams.ts grantedLineageIds),
+ * grant only while its link is approved and the shared organization still holds (db/teams.ts grantedLineageIds),
  * so revocation does not wait for a sync.
  */
 
