@@ -2531,7 +2531,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Your public key shares with their view counts (never the tokens); filters: fingerprint, state
+         * Your public key shares, and every share of your own keys whoever made it, with their view counts (never the tokens); filters: fingerprint, state
          * @description A session, the partner key, or a managed API key with the scope `shares:read`.
          */
         get: {
@@ -2688,7 +2688,7 @@ export interface paths {
         put?: never;
         post?: never;
         /**
-         * Revoke a share at once (repeating it is harmless)
+         * Revoke a share you made, or any share of your own keys, at once (repeating it is harmless)
          * @description A session, the partner key, or a managed API key with the scope `shares:write`.
          */
         delete: {
@@ -3692,7 +3692,7 @@ export interface paths {
                         url: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed")[];
                         enabled?: boolean;
                     };
                 };
@@ -3843,7 +3843,7 @@ export interface paths {
                         url?: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed")[];
                         enabled?: boolean;
                     };
                 };
@@ -4401,6 +4401,180 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/team-access/links": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Links naming you as source, requested and approved (view=organization: every link of your organization, for its owner and admins)
+         * @description A session, the partner key, or a managed API key with the scope `account:read`.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                    view?: "source" | "organization";
+                    approval?: "pending" | "approved";
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A page of links, newest request first */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["TeamAccessLink"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/team-access/links/{grantee_user_id}/approve": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Approve a member's link to your keys (owners and admins: to the keys of a member they outrank); the grants follow from a sync job
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    grantee_user_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The source the approval is for: a link changed since is refused (409 `team_link_changed`)
+                         */
+                        source_user_id: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description The approved link */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["TeamAccessLink"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/team-access/links/{grantee_user_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * End a member's link to your keys (requested or approved; or, as owner or admin, one to a member you outrank): its inherited keys are revoked at once
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    grantee_user_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description What was ended */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** Format: uuid */
+                            grantee_user_id: string;
+                            /** Format: uuid */
+                            source_user_id: string;
+                            revoked_keys: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/organization": {
         parameters: {
             query?: never;
@@ -4512,7 +4686,48 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get?: never;
+        /**
+         * The organization's invitations with their expiry and state, newest first (owner or admin)
+         * @description A session, the partner key, or a managed API key with the scope `account:read`.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                    state?: "pending" | "accepted" | "revoked" | "expired";
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A page of invitations (never their tokens) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["OrganizationInvitation"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
         put?: never;
         /**
          * Invite an email address into the organization (owner or admin; admins only by the owner): the token goes by mail, valid 72 hours, once
@@ -4559,6 +4774,54 @@ export interface paths {
             };
         };
         delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/organization/invitations/{invitation_id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Revoke an invitation (owner or admin; an admin's invitation only by the owner): its token no longer joins
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        delete: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    invitation_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Revoked (or already revoked) */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
         options?: never;
         head?: never;
         patch?: never;
@@ -5209,6 +5472,12 @@ export interface components {
             recipient_email: string | null;
             /** Format: date-time */
             created_at: string;
+            /** @description Who made the share: you, or a teammate sharing your key through team access */
+            created_by: {
+                /** Format: uuid */
+                user_id: string;
+                username: string;
+            };
             /** @description `kms_ks_…`: shown once; only its hash is stored */
             token: string;
             /** @description The public link (shown once): GET it, with `Accept: application/pgp-keys` for the bare key */
@@ -5250,6 +5519,12 @@ export interface components {
             recipient_email: string | null;
             /** Format: date-time */
             created_at: string;
+            /** @description Who made the share: you, or a teammate sharing your key through team access */
+            created_by: {
+                /** Format: uuid */
+                user_id: string;
+                username: string;
+            };
         };
         KeyShareAnalytics: {
             totals: {
@@ -5540,7 +5815,7 @@ export interface components {
             /** @description Increasing; send it back as Last-Event-ID to resume */
             id: string;
             /** @enum {string} */
-            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed";
+            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed";
             /** Format: date-time */
             created_at: string;
             /**
@@ -5627,6 +5902,13 @@ export interface components {
             source_user_id: string | null;
             /** Format: date-time */
             linked_at: string | null;
+            /**
+             * @description pending: the source (or an organization manager) has not approved the link yet; it grants nothing
+             * @enum {string|null}
+             */
+            approval: "pending" | "approved" | null;
+            /** Format: date-time */
+            approved_at: string | null;
             /** Format: date-time */
             last_synced_at: string | null;
             /** @description `source_unavailable`: the source left the organization or was deleted; `sync_failed` */
@@ -5643,6 +5925,40 @@ export interface components {
             role: "owner" | "admin" | "member";
             /** Format: date-time */
             joined_at: string;
+        };
+        TeamAccessLink: {
+            /** @description The member who inherits (null once its account is gone) */
+            grantee: {
+                /** Format: uuid */
+                user_id: string;
+                username: string;
+                email: string;
+            } | null;
+            /** @description The member whose keys are inherited */
+            source: {
+                /** Format: uuid */
+                user_id: string;
+                username: string;
+                email: string;
+            } | null;
+            /** @enum {string} */
+            approval: "pending" | "approved";
+            /** Format: date-time */
+            requested_at: string;
+            /** Format: date-time */
+            approved_at: string | null;
+            /**
+             * Format: uuid
+             * @description The source, or the organization manager who approved
+             */
+            approved_by_user_id: string | null;
+            /**
+             * @description The grantee's sync state
+             * @enum {string}
+             */
+            state: "pending" | "running" | "ok" | "failed";
+            /** Format: date-time */
+            last_synced_at: string | null;
         };
         Organization: {
             /** Format: uuid */
@@ -5667,10 +5983,19 @@ export interface components {
             email: string;
             /** @enum {string} */
             role: "admin" | "member";
+            /**
+             * @description pending: its token still joins; accepted, revoked and expired ones never do
+             * @enum {string}
+             */
+            state: "pending" | "accepted" | "revoked" | "expired";
+            /** Format: uuid */
+            invited_by_user_id: string | null;
             /** Format: date-time */
             expires_at: string;
             /** Format: date-time */
             accepted_at: string | null;
+            /** Format: date-time */
+            revoked_at: string | null;
             /** Format: date-time */
             created_at: string;
         };

@@ -51,6 +51,8 @@ const stateBindings = (now: Date, alias: string) => [alias, alias, alias, now, a
 export interface ShareListQuery {
   userId: string;
   kind: ShareKind;
+  /** Also the shares of these targets (a subquery of target ids), whoever made them. */
+  orTargetIn?: Knex.QueryBuilder;
   targetId?: string;
   state?: ShareState;
   now: Date;
@@ -59,7 +61,7 @@ export interface ShareListQuery {
 }
 
 export async function pageShares(db: Knex, q: ShareListQuery): Promise<{ items: ShareRow[]; total: number }> {
-  const base = shares(db).where({ user_id: q.userId, kind: q.kind });
+  const base = shares(db).where({ kind: q.kind }).andWhere((w) => (q.orTargetIn ? w.where({ user_id: q.userId }).orWhereIn('target_id', q.orTargetIn) : w.where({ user_id: q.userId })));
   if (q.targetId) base.andWhere({ target_id: q.targetId });
   if (q.state) base.andWhereRaw(`(${STATE_CASE}) = ?`, [...stateBindings(q.now, 'share_links'), q.state]);
   const [items, count] = await Promise.all([

@@ -37,6 +37,8 @@ export interface InvitationRow {
   expires_at: Date;
   accepted_at: Date | null;
   accepted_by: string | null;
+  revoked_at: Date | null;
+  revoked_by: string | null;
   created_at: Date;
 }
 
@@ -48,6 +50,9 @@ export interface TeamLinkRow {
   linked_at: Date;
   last_synced_at: Date | null;
   updated_at: Date;
+  /** Null while requested: the link grants nothing until its source (or a manager) approves it. */
+  approved_at: Date | null;
+  approved_by: string | null;
 }
 
 export interface GrantRow {
@@ -90,10 +95,11 @@ export async function pageMembers(db: Knex, q: { organizationId: string; exclude
 
 /**
  * The lineages `userId` may use through team access: a grant counts only while the link that made it
- * still points at the same source, the source still owns the lineage, and both are members of the same
- * organization. So an unlink, a member's removal or departure revokes at once, even before the next
- * sync has deleted the rows. The one definition of "granted" is the SQL function of migration 016 (a
- * function so that Postgres plans its join once per session); db/keys.ts builds on it.
+ * is approved and still points at the same source, the source still owns the lineage, and both are
+ * members of the same organization. So an unlink, a member's removal or departure revokes at once, even
+ * before the next sync has deleted the rows. The one definition of "granted" is the SQL function
+ * `granted_lineage_ids` (migrations 016 and 019; a function so that Postgres plans its join once per
+ * session); db/keys.ts builds on it.
  */
 export const grantedLineageIds = (db: Knex, userId: string) => db.select('lineage_id').from(db.raw('granted_lineage_ids(?) as g(lineage_id)', [userId]));
 

@@ -31,11 +31,14 @@ export const EVENT_TYPES = [
   'team_access.linked',
   'team_access.synced',
   'team_access.unlinked',
+  'team_access.requested',
+  'team_access.approved',
   'organization.member_joined',
   'organization.member_removed',
   'key.destruction_scheduled',
   'key.destruction_cancelled',
   'key.generation_destroyed',
+  'key.passphrase_failed',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 

@@ -3,6 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { PASSPHRASE, createKey, download, encrypt, runJob, waitJob } from './support/keys';
 import { unlockLineage, unlockGeneration } from '../lib/services/keys';
+import { passphraseBudgetKey } from '../lib/services/passphrases';
 import { backfillKeyMacs } from '../lib/integrity';
 import { startService } from '../lib/main';
 import * as m005 from '../db/migrations/005_key_integrity';
@@ -100,7 +101,7 @@ describe('passphrase guessing', () => {
       expect(job.state).toBe('completed');
     }
     // Checked before the upload and in the handler, an honest request leaves the budget as it was.
-    expect((await s.c.limiters.passphrase.get(key.id))?.consumedPoints ?? 0).toBe(0);
+    expect((await s.c.limiters.passphrase.get(passphraseBudgetKey(key.id, u.id)))?.consumedPoints ?? 0).toBe(0);
   });
 });
 

@@ -5,6 +5,7 @@ import { registerUser, startTestService, type ManualClockFollowingTime, type Tes
 import { startSmtpServer } from './support/smtp';
 import { PASSPHRASE, createKey, download, runJob } from './support/keys';
 import { createPgpHome, type PgpHome } from './support/gpg';
+import { teamHelpers } from './support/teams';
 import { eventHistory } from '../lib/events';
 import { VIEW_RETENTION_DAYS } from '../lib/services/share-links';
 import { userAgentClass } from '../lib/user-agent';
@@ -533,5 +534,33 @@ describe('logs and the user agent classes', () => {
     expect(userAgentClass('')).toBe('other');
     expect(userAgentClass(undefined)).toBe('other');
     expect(userAgentClass('SomethingElse/1.0')).toBe('other');
+  });
+});
+
+describe('shares of a key made through team access', () => {
+  const { team, link } = teamHelpers(() => ({ s, smtp }));
+  const list = async (token: string, query = '') => (await s.api('GET', `/keys/share/${query}`, { token })).body.items as { id: string; state: string; created_by: { user_id: string; username: string } }[];
+
+  it("are listed to the key's owner, marked with who made them, and the owner revokes them; a teammate sees and revokes only its own", async () => {
+    const [owner, member] = await team(2);
+    const key = await createKey(s.api, owner!.token);
+    await link(member!, owner!);
+    const theirs = await share(member!.token, { fingerprint: key.fingerprint });
+    const hers = await share(owner!.token, { fingerprint: key.fingerprint });
+
+    const seen = await list(owner!.token);
+    expect(seen.map((x) => [x.id, x.created_by.user_id]).sort()).toEqual([[theirs.id, member!.id], [hers.id, owner!.id]].sort());
+    expect(seen.find((x) => x.id === theirs.id)!.created_by.username).toBe(member!.username);
+    expect((await list(owner!.token, `?fingerprint=${key.fingerprint}`)).map((x) => x.id).sort()).toEqual([theirs.id, hers.id].sort());
+    expect((await list(member!.token)).map((x) => x.id)).toEqual([theirs.id]);
+
+    expect((await s.api('DELETE', `/keys/share/${hers.id}`, { token: member!.token })).status).toBe(404);
+    expect((await view(hers.token)).status).toBe(200);
+    expect((await s.api('DELETE', `/keys/share/${theirs.id}`, { token: owner!.token })).status).toBe(204);
+    expect([(await view(theirs.token)).status, (await view(theirs.token)).body.code]).toEqual([410, 'share_revoked']);
+    expect((await list(member!.token))[0]).toMatchObject({ id: theirs.id, state: 'revoked' });
+    // Both hear of it: the maker through its event and audit row, the owner through hers.
+    expect((await eventHistory(s.c.redis, s.c.config.redisPrefix, member!.id, { types: ['share.revoked'] })).map((e) => e.data.share_id)).toEqual([theirs.id]);
+    expect(await s.c.db('audit_logs').where({ action: 'key_share.revoked', target: theirs.id }).pluck('user_id')).toEqual(expect.arrayContaining([owner!.id, member!.id]));
   });
 });

@@ -44,6 +44,7 @@ describe('a team-sync worker killed mid-sync', () => {
       const k1 = await createKey(s.api, owner.token, { label: 'k1' });
       const k2 = await createKey(s.api, owner.token, { label: 'k2' });
       expect((await s.api('POST', '/team-access/link', { token: member.token, body: { source_user_id: owner.id } })).status).toBe(200);
+      expect((await s.api('POST', `/team-access/links/${member.id}/approve`, { token: owner.token, body: { source_user_id: owner.id } })).status).toBe(200);
       await expect.poll(() => state(member.id), { timeout: 15_000 }).toBe('ok');
       const before = [k1.id, k2.id].sort();
       expect(await grants(member.id)).toEqual(before);

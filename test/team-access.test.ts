@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { registerUser, startTestService, type ManualClockFollowingTime, type TestService } from './support/service';
+import { startTestService, type ManualClockFollowingTime, type TestService } from './support/service';
+import { teamHelpers, type User } from './support/teams';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from './support/keys';
 import { startSmtpServer } from './support/smtp';
 import { syncGrants } from '../lib/services/team-access';
@@ -21,56 +22,8 @@ afterAll(async () => {
   await smtp?.close();
 });
 
-type User = Awaited<ReturnType<typeof registerUser>>;
-
-/** Registrations are limited per address; this file makes many accounts from one. */
-async function newUser(): Promise<User> {
-  await Promise.all(['127.0.0.1', '::ffff:127.0.0.1', '::1'].map((ip) => s.c.limiters.publicIp.delete(`register:${ip}`)));
-  return registerUser(s.api);
-}
+const { newUser, invite, team, status, settled, link } = teamHelpers(() => ({ s, smtp }));
 const file = (name = 'note.txt', text = 'team secret') => [{ name, data: Buffer.from(text) }];
-
-/** The invitation token from the newest mail to `email`. */
-async function mailedToken(email: string): Promise<string> {
-  await smtp.waitFor(email);
-  const mails = smtp.received.filter((m) => JSON.stringify(m.to).includes(email));
-  const token = /Invitation token: (kms_inv_[A-Za-z0-9_-]{43})/.exec(mails.at(-1)!.text ?? '')?.[1];
-  expect(token, mails.at(-1)!.text).toBeTruthy();
-  return token!;
-}
-
-async function invite(admin: User, email: string, role: 'member' | 'admin' = 'member') {
-  const before = smtp.received.length;
-  const res = await s.api('POST', '/organization/invitations', { token: admin.token, body: { email, role } });
-  expect(res.status, JSON.stringify(res.body)).toBe(201);
-  await expect.poll(() => smtp.received.slice(before).some((m) => JSON.stringify(m.to).includes(email.toLowerCase())), { timeout: 10_000 }).toBe(true);
-  return { invitation: res.body, token: await mailedToken(email.toLowerCase()) };
-}
-
-/** An owner and members who joined its organization by invitation. */
-async function team(size: number): Promise<User[]> {
-  const [owner, ...rest] = await Promise.all(Array.from({ length: size }, () => newUser()));
-  for (const m of rest) {
-    const { token } = await invite(owner!, m.email);
-    const res = await s.api('POST', '/organization/invitations/accept', { token: m.token, body: { token } });
-    expect(res.status, JSON.stringify(res.body)).toBe(200);
-  }
-  return [owner!, ...rest];
-}
-
-const status = async (u: User) => (await s.api('GET', '/team-access/status', { token: u.token })).body;
-
-/** Waits until no sync is queued or running for `u` and answers the status. */
-async function settled(u: User) {
-  await expect.poll(async () => (await status(u)).state, { timeout: 15_000, interval: 50 }).toMatch(/^(ok|failed|unlinked)$/);
-  return status(u);
-}
-
-async function link(u: User, source: User) {
-  const res = await s.api('POST', '/team-access/link', { token: u.token, body: { source_user_id: source.id } });
-  expect(res.status, JSON.stringify(res.body)).toBe(200);
-  return settled(u);
-}
 
 const keyList = async (u: User) => (await s.api('GET', '/keys/list?page_size=100', { token: u.token })).body.items as any[];
 const grantsOf = async (u: User) => (await s.c.db('team_grants').where({ grantee_id: u.id }).orderBy('lineage_id').select('lineage_id', 'source_id')) as { lineage_id: string; source_id: string }[];
@@ -135,6 +88,46 @@ describe('organizations and invitations', () => {
     const dup = await s.api('POST', '/organization/invitations', { token: owner!.token, body: { email: member!.email.toUpperCase() } });
     expect([dup.status, dup.body.code]).toEqual([409, 'already_member']);
     expect((await s.api('POST', '/organization/invitations', { token: owner!.token, body: { email: 'not an email' } })).status).toBe(422);
+  });
+
+  it('lists invitations with their expiry and state to the owner and admins, who revoke them; a revoked one cannot be accepted', async () => {
+    const [owner, admin, member] = await team(3, ['admin', 'member']);
+    const [invitee, future] = [await newUser(), await newUser()];
+    const { invitation, token } = await invite(admin!, invitee.email);
+    const { invitation: forAdmin } = await invite(owner!, future.email, 'admin');
+
+    const listed = await s.api('GET', '/organization/invitations?state=pending', { token: admin!.token });
+    expect(listed.status, JSON.stringify(listed.body)).toBe(200);
+    expect(listed.body.items.map((i: any) => i.id).sort()).toEqual([invitation.id, forAdmin.id].sort());
+    expect(listed.body.items.find((i: any) => i.id === invitation.id)).toMatchObject({ email: invitee.email.toLowerCase(), role: 'member', state: 'pending', invited_by_user_id: admin!.id, revoked_at: null });
+    expect(Date.parse(invitation.expires_at) - Date.parse(invitation.created_at)).toBe(72 * 3600_000);
+    expect((await s.api('GET', '/organization/invitations', { token: owner!.apiKey })).status).toBe(200);
+    const byMember = await s.api('GET', '/organization/invitations', { token: member!.token });
+    expect([byMember.status, byMember.body.code]).toEqual([403, 'organization_admin_required']);
+    expect((await s.api('DELETE', `/organization/invitations/${invitation.id}`, { token: member!.token })).status).toBe(403);
+
+    // Only the owner revokes an admin's invitation; another organization's is 404.
+    const byAdmin = await s.api('DELETE', `/organization/invitations/${forAdmin.id}`, { token: admin!.token });
+    expect([byAdmin.status, byAdmin.body.code]).toEqual([403, 'organization_owner_required']);
+    const [stranger] = await team(1);
+    expect((await s.api('DELETE', `/organization/invitations/${invitation.id}`, { token: stranger!.token })).body.code).toBe('invitation_not_found');
+    expect((await s.api('DELETE', `/organization/invitations/${invitation.id}`, { token: admin!.apiKey })).status).toBe(403);
+
+    expect((await s.api('DELETE', `/organization/invitations/${invitation.id}`, { token: admin!.token })).status).toBe(204);
+    expect((await s.api('DELETE', `/organization/invitations/${invitation.id}`, { token: admin!.token })).status).toBe(204);
+    const accept = await s.api('POST', '/organization/invitations/accept', { token: invitee.token, body: { token } });
+    expect([accept.status, accept.body.code]).toEqual([410, 'invitation_revoked']);
+    const revoked = (await s.api('GET', '/organization/invitations?state=revoked', { token: owner!.token })).body.items;
+    expect(revoked).toEqual([expect.objectContaining({ id: invitation.id, state: 'revoked' })]);
+    expect(revoked[0].revoked_at).toBeTruthy();
+    expect(await s.c.db('audit_logs').where({ user_id: admin!.id, action: 'organization.invitation_revoked', target: invitation.id })).toHaveLength(1);
+
+    // An accepted invitation is not revoked.
+    const { invitation: used, token: usedToken } = await invite(owner!, future.email, 'member');
+    expect((await s.api('POST', '/organization/invitations/accept', { token: future.token, body: { token: usedToken } })).status).toBe(200);
+    const late = await s.api('DELETE', `/organization/invitations/${used.id}`, { token: owner!.token });
+    expect([late.status, late.body.code]).toEqual([409, 'invitation_used']);
+    expect((await s.api('GET', '/organization/invitations?state=accepted', { token: owner!.token })).body.items.map((i: any) => i.id)).toContain(used.id);
   });
 
   it('refuses to take an owner with members out of its organization', async () => {

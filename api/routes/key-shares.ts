@@ -3,8 +3,8 @@ import { route } from '../route';
 import { Email, PageQuery, Timestamp, pageOf } from '../schemas/common';
 import { Fingerprint } from '../schemas/keys';
 import { SHARE_STATES, UA_CLASSES } from '../../db/share-links';
-import { SHARE_VIEW_HEADERS, revokeShare } from '../../lib/services/share-links';
-import { createKeyShare, keyShareAnalytics, listKeyShares, viewKeyShare } from '../../lib/services/key-shares';
+import { SHARE_VIEW_HEADERS } from '../../lib/services/share-links';
+import { createKeyShare, keyShareAnalytics, listKeyShares, revokeKeyShare, viewKeyShare } from '../../lib/services/key-shares';
 
 /**
  * Public key sharing (SPEC.md): tokenized links to a key lineage's current public key. Order matters:
@@ -31,6 +31,7 @@ const KeyShare = z
     revoked_at: Timestamp.nullable(),
     recipient_email: z.string().nullable().describe('Who was sent the notice (stored sealed)'),
     created_at: Timestamp,
+    created_by: z.object({ user_id: z.uuid(), username: z.string() }).describe("Who made the share: you, or a teammate sharing your key through team access"),
   })
   .meta({ id: 'KeyShare' });
 
@@ -96,7 +97,7 @@ export default [
   route({
     method: 'get',
     path: '/keys/share/',
-    summary: 'Your public key shares with their view counts (never the tokens); filters: fingerprint, state',
+    summary: 'Your public key shares, and every share of your own keys whoever made it, with their view counts (never the tokens); filters: fingerprint, state',
     tags,
     access: 'auth',
     scope: 'shares:read',
@@ -145,14 +146,14 @@ export default [
   route({
     method: 'delete',
     path: '/keys/share/{share_id}',
-    summary: 'Revoke a share at once (repeating it is harmless)',
+    summary: 'Revoke a share you made, or any share of your own keys, at once (repeating it is harmless)',
     tags,
     access: 'auth',
     scope: 'shares:write',
     params: z.object({ share_id: z.uuid() }),
     responses: { 204: { description: 'Revoked (or already revoked)' } },
     async handler({ c, user, params, meta }) {
-      await revokeShare(c, user.id, 'public_key', params.share_id, meta);
+      await revokeKeyShare(c, user.id, params.share_id, meta);
       return { status: 204 };
     },
   }),

@@ -1,11 +1,12 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Email, PageQuery, Timestamp, pageOf } from '../schemas/common';
-import { acceptInvitation, invite, listMembers, myOrganization, removeMember } from '../../lib/services/organizations';
+import { INVITATION_STATES, acceptInvitation, invite, listInvitations, listMembers, myOrganization, removeMember, revokeInvitation } from '../../lib/services/organizations';
 
 /**
  * Organizations (what team access needs; SPEC.md names no endpoints for them): read the caller's
- * organization and its members, invite by email, accept an invitation, remove a member (or leave).
+ * organization and its members, invite by email, list and revoke invitations, accept an invitation,
+ * remove a member (or leave).
  * Reading takes a managed API key with `account:read`; changing membership needs a session.
  */
 const tags = ['Organizations'];
@@ -37,8 +38,11 @@ const Invitation = z
     organization_id: z.uuid(),
     email: z.string(),
     role: z.enum(['admin', 'member']),
+    state: z.enum(INVITATION_STATES).describe('pending: its token still joins; accepted, revoked and expired ones never do'),
+    invited_by_user_id: z.uuid().nullable(),
     expires_at: Timestamp,
     accepted_at: Timestamp.nullable(),
+    revoked_at: Timestamp.nullable(),
     created_at: Timestamp,
   })
   .meta({ id: 'OrganizationInvitation' });
@@ -82,6 +86,35 @@ export default [
     responses: { 201: { description: 'The invitation (its token is only in the mail)', schema: Invitation } },
     async handler({ c, user, body, meta }) {
       return { status: 201, body: await invite(c, user, body, meta) };
+    },
+  }),
+
+  route({
+    method: 'get',
+    path: '/organization/invitations',
+    summary: "The organization's invitations with their expiry and state, newest first (owner or admin)",
+    tags,
+    access: 'auth',
+    scope: 'account:read',
+    query: PageQuery.extend({ state: z.enum(INVITATION_STATES).optional() }),
+    responses: { 200: { description: 'A page of invitations (never their tokens)', schema: pageOf(Invitation) } },
+    async handler({ c, user, query }) {
+      const { items, total } = await listInvitations(c, user.id, { state: query.state, page: query.page, pageSize: query.page_size });
+      return { body: { items, page: query.page, page_size: query.page_size, total } };
+    },
+  }),
+
+  route({
+    method: 'delete',
+    path: '/organization/invitations/{invitation_id}',
+    summary: "Revoke an invitation (owner or admin; an admin's invitation only by the owner): its token no longer joins",
+    tags,
+    access: 'session',
+    params: z.object({ invitation_id: z.uuid() }),
+    responses: { 204: { description: 'Revoked (or already revoked)' } },
+    async handler({ c, user, params, meta }) {
+      await revokeInvitation(c, user.id, params.invitation_id, meta);
+      return { status: 204 };
     },
   }),
 

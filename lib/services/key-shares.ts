@@ -1,3 +1,4 @@
+import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { AppError, gone } from '../errors';
 import { consume } from '../auth/limiters';
@@ -5,7 +6,7 @@ import { IntegrityError } from '../integrity';
 import { notify } from './notify';
 import { encryptionTarget, keyStatus, requireKey } from './keys';
 import { verifiedKey, verifiedLineage } from './key-integrity';
-import { createShare, listShares, shareAnalytics, shareOut, viewShare, type ShareRow, type ShareState } from './share-links';
+import { createShare, listShares, revokeShare, shareAnalytics, shareOut, viewShare, type ShareRow, type ShareState } from './share-links';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { keyTargets } from '../../db/share-links';
 import { lineageUsableBy, type KeyRow, type LineageRow } from '../../db/keys';
@@ -22,11 +23,14 @@ export const keyShareUrl = (c: Container, token: string) => `${c.config.publicUr
 
 type KeyTarget = { lineage: LineageRow; current: KeyRow };
 
-/** A share as its owner sees it, with the key it points at (its current fingerprint and label). */
-export function keyShareOut(c: Container, row: ShareRow, target: KeyTarget | undefined) {
+type Maker = { user_id: string; username: string };
+
+/** A share as its owner sees it, with the key it points at (its current fingerprint and label) and who made it. */
+export function keyShareOut(c: Container, row: ShareRow, target: KeyTarget | undefined, maker: Maker) {
   const { target_id, kind: _kind, ...rest } = shareOut(c, row);
   return {
     ...rest,
+    created_by: maker,
     key_id: target_id,
     fingerprint: target?.current.fingerprint ?? null,
     label: target?.lineage.label ?? null,
@@ -88,15 +92,29 @@ export async function createKeyShare(c: Container, owner: { id: string; username
       meta.requestId,
     );
   }
-  return { share: keyShareOut(c, share, view), token, url, notice_queued: Boolean(input.recipientEmail) };
+  return { share: keyShareOut(c, share, view, { user_id: owner.id, username: owner.username }), token, url, notice_queued: Boolean(input.recipientEmail) };
 }
 
-/** The caller's public key shares, newest first; by key (any generation's fingerprint) and state. */
+/** The keys whose shares `userId` sees and revokes whoever made them: its own lineages. */
+const ownLineageIds = (db: Knex, userId: string) => db('key_lineages').where({ user_id: userId }).select('id');
+
+/**
+ * Public key shares the caller made, and every share of the caller's own keys whoever made it (a
+ * teammate's, through team access), newest first; by key (any generation's fingerprint) and state.
+ */
 export async function listKeyShares(c: Container, userId: string, q: { fingerprint?: string; state?: ShareState; page: number; pageSize: number }, meta: RequestMeta) {
   const targetId = q.fingerprint ? (await requireKey(c, userId, q.fingerprint, meta, 'read')).lineage.id : undefined;
-  const { items, total } = await listShares(c, { userId, kind: 'public_key', targetId, state: q.state, page: q.page, pageSize: q.pageSize });
+  const { items, total } = await listShares(c, { userId, kind: 'public_key', orTargetIn: ownLineageIds(c.db, userId), targetId, state: q.state, page: q.page, pageSize: q.pageSize });
   const targets = await keyTargets(c.db, items.map((s) => s.target_id));
-  return { items: items.map((s) => keyShareOut(c, s, targets.get(s.target_id))), total };
+  const makers = new Map(
+    ((await c.db('users').whereIn('id', [...new Set(items.map((s) => s.user_id))]).select('id', 'username')) as { id: string; username: string }[]).map((u) => [u.id, { user_id: u.id, username: u.username }]),
+  );
+  return { items: items.map((s) => keyShareOut(c, s, targets.get(s.target_id), makers.get(s.user_id) ?? { user_id: s.user_id, username: '' })), total };
+}
+
+/** Revokes a public key share the caller made, or any share of the caller's own key (see revokeShare). */
+export function revokeKeyShare(c: Container, userId: string, shareId: string, meta: RequestMeta) {
+  return revokeShare(c, userId, 'public_key', shareId, meta, async (row, trx) => Boolean(await ownLineageIds(trx, userId).where({ id: row.target_id }).first()));
 }
 
 /**

@@ -6,6 +6,7 @@ import { consume } from '../auth/limiters';
 import { hashToken, newToken } from '../tokens';
 import { notify } from './notify';
 import { notYours } from './access';
+import { isManager, outranks } from './org-roles';
 import { afterDetach, detachMember, memberOut, type Detached } from './team-access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { findUserById, lockLiveUser } from '../../db/users';
@@ -14,7 +15,8 @@ import { ensureMembership, invitations, memberViews, members, organizations, pag
 /**
  * Organizations: every account belongs to one. It starts as the owner of its own one-member
  * organization; an owner or admin invites others by email (a single-use token, mailed through the
- * `notify` queue), and an invitee who accepts moves into the inviter's organization. Team access
+ * `notify` queue), lists the invitations and revokes them, and an invitee who accepts moves into the
+ * inviter's organization. Team access
  * (lib/services/team-access.ts) links members of one organization only.
  */
 
@@ -22,8 +24,6 @@ import { ensureMembership, invitations, memberViews, members, organizations, pag
 export const INVITATION_TTL_HOURS = 72;
 /** Open (unused, unexpired) invitations per organization. */
 export const MAX_OPEN_INVITATIONS = 100;
-
-const isManager = (m: Pick<MemberRow, 'role'>) => m.role === 'owner' || m.role === 'admin';
 
 const memberCount = async (db: Knex, organizationId: string) =>
   Number(((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count) ?? 0);
@@ -78,7 +78,7 @@ export async function invite(c: Container, inviter: { id: string }, input: { ema
     const org = (await organizations(trx).where({ id: mine.organization_id }).forUpdate().first())!;
     const already = await trx('organization_members as m').join('users as u', 'u.id', 'm.user_id').whereNull('u.deleted_at').where('m.organization_id', org.id).whereRaw('lower(u.email) = ?', [input.email]).first('m.user_id');
     if (already) throw conflict('already_member', 'An account with this email address is already a member.');
-    const open = await invitations(trx).where({ organization_id: org.id }).whereNull('accepted_at').where('expires_at', '>', now).count<{ count: string }[]>({ count: '*' });
+    const open = await invitations(trx).where({ organization_id: org.id }).whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '>', now).count<{ count: string }[]>({ count: '*' });
     if (Number(open[0]?.count ?? 0) >= MAX_OPEN_INVITATIONS) throw conflict('invitation_limit_reached', `An organization has at most ${MAX_OPEN_INVITATIONS} open invitations.`);
     const [row] = await invitations(trx)
       .insert({ organization_id: org.id, email: input.email, role: input.role, invited_by: inviter.id, token_hash: hashToken(token), expires_at: new Date(now.getTime() + INVITATION_TTL_HOURS * 3600_000), created_at: now })
@@ -88,18 +88,73 @@ export async function invite(c: Container, inviter: { id: string }, input: { ema
   });
   const who = await findUserById(c.db, inviter.id);
   await notify(c, input.email, 'organization-invite', { inviter: who?.username ?? '', organization: org.name, role: input.role, token, ttl_hours: String(INVITATION_TTL_HOURS) }, meta.requestId);
-  return invitationOut(row);
+  return invitationOut(row, now);
 }
 
-export const invitationOut = (row: InvitationRow) => ({
+export const INVITATION_STATES = ['pending', 'accepted', 'revoked', 'expired'] as const;
+export type InvitationState = (typeof INVITATION_STATES)[number];
+
+/** Computed from the row and the time, never stored: accepted or revoked for good, else expired once past expires_at. */
+export const invitationState = (row: Pick<InvitationRow, 'accepted_at' | 'revoked_at' | 'expires_at'>, now: Date): InvitationState =>
+  row.accepted_at ? 'accepted' : row.revoked_at ? 'revoked' : row.expires_at <= now ? 'expired' : 'pending';
+
+export const invitationOut = (row: InvitationRow, now: Date) => ({
   id: row.id,
   organization_id: row.organization_id,
   email: row.email,
   role: row.role,
+  state: invitationState(row, now),
+  invited_by_user_id: row.invited_by,
   expires_at: row.expires_at.toISOString(),
   accepted_at: row.accepted_at?.toISOString() ?? null,
+  revoked_at: row.revoked_at?.toISOString() ?? null,
   created_at: row.created_at.toISOString(),
 });
+
+/** The caller's organization's invitations, newest first, optionally in one state (owners and admins). */
+export async function listInvitations(c: Container, userId: string, q: { state?: InvitationState; page: number; pageSize: number }) {
+  const mine = await ensureMembership(c.db, userId);
+  if (!isManager(mine)) throw forbidden('organization_admin_required', "Only the owner or an admin may list the organization's invitations.");
+  const now = c.clock.now();
+  const base = invitations(c.db).where({ organization_id: mine.organization_id });
+  if (q.state === 'accepted') base.whereNotNull('accepted_at');
+  if (q.state === 'revoked') base.whereNull('accepted_at').whereNotNull('revoked_at');
+  if (q.state === 'expired') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '<=', now);
+  if (q.state === 'pending') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '>', now);
+  const [rows, count] = await Promise.all([
+    base.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base.clone().count<{ count: string }[]>({ count: '*' }),
+  ]);
+  return { items: rows.map((r) => invitationOut(r, now)), total: Number(count[0]?.count ?? 0) };
+}
+
+/**
+ * Revokes an invitation of the caller's organization: its token no longer joins (410
+ * `invitation_revoked`). Owners revoke any; admins those inviting plain members (only the owner
+ * invites admins). An accepted invitation: 409 `invitation_used`; repeating a revocation is harmless.
+ * Another organization's invitation, or an unknown id: 404 (audited as not_owner when it exists).
+ */
+export async function revokeInvitation(c: Container, actorId: string, invitationId: string, meta: RequestMeta): Promise<void> {
+  const mine = await ensureMembership(c.db, actorId);
+  const now = c.clock.now();
+  try {
+    await c.db.transaction(async (trx) => {
+      const inv = await invitations(trx).where({ id: invitationId }).forUpdate().first();
+      if (inv?.organization_id !== mine.organization_id) {
+        throw await notYours(c, { userId: actorId, resource: 'organization_invitation', target: invitationId, existsElsewhere: Boolean(inv), meta }, notFound('invitation_not_found', 'No such invitation in your organization.'));
+      }
+      if (!isManager(mine)) throw forbidden('organization_admin_required', 'Only the owner or an admin may revoke invitations.');
+      if (!outranks(mine.role, inv.role)) throw forbidden('organization_owner_required', "Only the owner may revoke an admin's invitation.");
+      if (inv.accepted_at) throw conflict('invitation_used', 'This invitation has already been accepted; remove the member instead.');
+      if (inv.revoked_at) return;
+      await invitations(trx).where({ id: inv.id }).update({ revoked_at: now, revoked_by: actorId });
+      await recordAudit(trx, { user_id: actorId, action: 'organization.invitation_revoked', status: 'success', target: inv.id, ip: meta.ip, request_id: meta.requestId, details: { organization_id: inv.organization_id, role: inv.role } });
+    });
+  } catch (err) {
+    if (!(err instanceof AppError && err.status === 404)) await failureAudit(c, actorId, 'organization.invitation_revoked', invitationId, meta, err);
+    throw err;
+  }
+}
 
 /**
  * The signed-in invitee accepts with the mailed token: the invitation must be unused, unexpired and
@@ -119,6 +174,7 @@ export async function acceptInvitation(c: Container, userId: string, token: stri
       const inv = await invitations(trx).where({ token_hash: hashToken(token) }).forUpdate().first();
       if (!inv) throw badRequest('invalid_invitation_token', 'This invitation token is not valid.');
       if (inv.accepted_at) throw gone('invitation_used', 'This invitation has already been used.');
+      if (inv.revoked_at) throw gone('invitation_revoked', 'This invitation was revoked; ask for a new one.');
       if (inv.expires_at <= now) throw gone('invitation_expired', 'This invitation has expired; ask for a new one.');
       if (inv.email.toLowerCase() !== account.email.toLowerCase()) throw forbidden('invitation_wrong_account', 'This invitation was sent to another email address; accept it from the account with that address.');
       const previous = (await members(trx).where({ user_id: userId }).forUpdate().first())!;
@@ -168,7 +224,7 @@ export async function removeMember(c: Container, actorId: string, targetId: stri
       const actor = (await members(trx).where({ user_id: actorId }).first())!;
       if (target.role === 'owner') throw forbidden(targetId === actorId ? 'owner_cannot_leave' : 'owner_cannot_be_removed', 'The owner stays in the organization.');
       if (targetId !== actorId && !isManager(actor)) throw forbidden('organization_admin_required', 'Only the owner or an admin may remove members.');
-      if (targetId !== actorId && target.role === 'admin' && actor.role !== 'owner') throw forbidden('organization_owner_required', 'Only the owner may remove an admin.');
+      if (targetId !== actorId && !outranks(actor.role, target.role)) throw forbidden('organization_owner_required', 'Only the owner may remove an admin.');
       const d = await detachMember(trx, targetId, now, 'removed_from_organization', meta);
       await members(trx).where({ user_id: targetId }).delete();
       await ensureMembership(trx, targetId);

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { oncePerRequest } from './once-per-request';
 import type { Container } from '../container';
 import { AppError } from '../errors';
+import { emitEvent } from '../events';
 import { spendThenCheck } from '../auth/limiters';
 import { requireKey, unlockLineage } from './keys';
 import type { UnlockKey } from '../lineage';
@@ -11,11 +12,19 @@ import type { KeyView } from '../../db/keys';
 export type PassphraseAction = 'keys.decrypt' | 'keys.rotate';
 
 /**
- * The one check of a key passphrase (decrypt, rotate, and any later use): a point of the key's guessing
- * budget (`limiters.passphrase`, per lineage: 10 per 15 minutes) is spent before argon2 runs, so
- * parallel guesses never get more checks than the budget; a right passphrase gets its point back. A
- * wrong one is audited under the caller's action (reason `wrong_passphrase`) and answered 422
- * `wrong_passphrase`; past the budget, 429 `rate_limited` with Retry-After, without a check.
+ * The guessing budget of one caller on one key lineage: a teammate who inherits the key spends his
+ * own, so no one's guesses can lock the owner (or another teammate) out of the key.
+ */
+export const passphraseBudgetKey = (lineageId: string, callerId: string) => `${lineageId}:${callerId}`;
+
+/**
+ * The one check of a key passphrase (decrypt, rotate, and any later use): a point of the caller's
+ * guessing budget on the key (`limiters.passphrase`, per lineage and caller: 10 per 15 minutes) is
+ * spent before argon2 runs, so parallel guesses never get more checks than the budget; a right
+ * passphrase gets its point back. A wrong one is audited under the caller's action (reason
+ * `wrong_passphrase`), reported to the key's owner (an audit row and event `key.passphrase_failed`
+ * naming the caller, never the guess) and answered 422 `wrong_passphrase`; past the budget, 429
+ * `rate_limited` with Retry-After, without a check.
  */
 export async function verifyKeyPassphrase(
   c: Container,
@@ -28,7 +37,7 @@ export async function verifyKeyPassphrase(
   let unlock: UnlockKey | null;
   try {
     unlock = await spendThenCheck(
-      [{ limiter: c.limiters.passphrase, key: view.lineage.id }],
+      [{ limiter: c.limiters.passphrase, key: passphraseBudgetKey(view.lineage.id, input.userId) }],
       'Too many wrong passphrases for this key; wait before trying again.',
       () =>
         unlockLineage(c, view.lineage, input.passphrase).catch((err: unknown) => {
@@ -45,7 +54,15 @@ export async function verifyKeyPassphrase(
   }
   if (unlock) return unlock;
   await audit('wrong_passphrase');
+  await reportToOwner(c, input.userId, view, input.action, meta);
   throw wrong!;
+}
+
+/** A wrong passphrase on a key, told to its owner (whoever guessed, the owner included). */
+async function reportToOwner(c: Container, callerId: string, view: KeyView, action: PassphraseAction, meta: RequestMeta): Promise<void> {
+  const facts = { key_id: view.lineage.id, fingerprint: view.named.fingerprint, caller_user_id: callerId, action };
+  await recordAudit(c.db, { user_id: view.lineage.user_id, action: 'key.passphrase_failed', status: 'failure', target: view.named.fingerprint, ip: meta.ip, request_id: meta.requestId, details: facts });
+  await emitEvent(c, view.lineage.user_id, 'key.passphrase_failed', facts);
 }
 
 /**

@@ -138,35 +138,50 @@ export async function ownShare(c: Container, userId: string, kind: ShareKind, id
 }
 
 /**
- * Revokes a share at once. Repeating it is harmless: a share already revoked is answered as it is,
- * with no second audit row or event (`changed` says which happened).
+ * Revokes a share at once: the caller's own, or one `mayRevoke` allows (the key's owner revoking a
+ * teammate's share of her key); its maker is then audited and told too. Repeating it is harmless: a
+ * share already revoked is answered as it is, with no second audit row or event (`changed` says which
+ * happened).
  */
-export async function revokeShare(c: Container, userId: string, kind: ShareKind, id: string, meta: RequestMeta): Promise<{ share: ShareRow; changed: boolean }> {
+export async function revokeShare(
+  c: Container,
+  userId: string,
+  kind: ShareKind,
+  id: string,
+  meta: RequestMeta,
+  mayRevoke: (row: ShareRow, trx: Knex.Transaction) => Promise<boolean> = async () => false,
+): Promise<{ share: ShareRow; changed: boolean }> {
   const now = c.clock.now();
   const result = await c.db.transaction(async (trx) => {
     const row = await shares(trx).where({ id }).forUpdate().first();
-    if (row?.user_id !== userId || row.kind !== kind) {
+    if (!row || row.kind !== kind || (row.user_id !== userId && !(await mayRevoke(row, trx)))) {
       throw await notYours(c, { userId, resource: SHARE_KIND_INFO[kind].audit, target: id, existsElsewhere: Boolean(row && row.user_id !== userId), meta }, shareNotFound());
     }
     if (row.revoked_at) return { share: row, changed: false };
     const [updated] = await shares(trx).where({ id }).update({ revoked_at: now }).returning('*');
-    await recordAudit(trx, {
-      user_id: userId,
-      action: `${SHARE_KIND_INFO[kind].audit}.revoked`,
-      status: 'success',
-      target: id,
-      ip: meta.ip,
-      request_id: meta.requestId,
-      details: { kind, target_id: row.target_id, view_count: row.view_count },
-    });
+    for (const who of new Set([userId, row.user_id])) {
+      await recordAudit(trx, {
+        user_id: who,
+        action: `${SHARE_KIND_INFO[kind].audit}.revoked`,
+        status: 'success',
+        target: id,
+        ip: meta.ip,
+        request_id: meta.requestId,
+        details: { kind, target_id: row.target_id, view_count: row.view_count, revoked_by: userId },
+      });
+    }
     return { share: updated!, changed: true };
   });
-  if (result.changed) await emitEvent(c, userId, 'share.revoked', { share_id: id, kind, target_id: result.share.target_id, view_count: result.share.view_count });
+  if (result.changed) {
+    for (const who of new Set([userId, result.share.user_id])) {
+      await emitEvent(c, who, 'share.revoked', { share_id: id, kind, target_id: result.share.target_id, view_count: result.share.view_count });
+    }
+  }
   return result;
 }
 
-/** The caller's shares of one kind, newest first; optionally of one target and in one state. */
-export function listShares(c: Container, q: { userId: string; kind: ShareKind; targetId?: string; state?: ShareState; page: number; pageSize: number }) {
+/** The caller's shares of one kind (and those of `orTargetIn`'s targets), newest first; optionally of one target and in one state. */
+export function listShares(c: Container, q: { userId: string; kind: ShareKind; orTargetIn?: Knex.QueryBuilder; targetId?: string; state?: ShareState; page: number; pageSize: number }) {
   return pageShares(c.db, { ...q, now: c.clock.now() });
 }
 
