@@ -164,6 +164,7 @@ function sample(name: string, schema: Json, ctx: { path: string; password: strin
   const type = Array.isArray(v.type) ? v.type.find((t: string) => t !== 'null') : v.type;
   if (type === 'integer' || type === 'number') return v.minimum ?? 1;
   if (type === 'boolean') return false;
+  if (v.format === 'uuid') return randomUUID();
   return 'x'.repeat(Math.max(v.minLength ?? 1, 5));
 }
 
