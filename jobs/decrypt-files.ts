@@ -1,8 +1,7 @@
 import { z } from 'zod';
 import { defineTrackedJob } from './tracked';
-import { AppError, invalid } from '../lib/errors';
-import { transformFiles } from './file-pipeline';
-import { integrityFailure } from '../lib/pgp/integrity';
+import { invalid } from '../lib/errors';
+import { decryptionLimits, transformFiles } from './file-pipeline';
 import { unlockGeneration, unlockLineage } from '../lib/services/keys';
 import { recordAudit } from '../db/audit';
 import { insertOutputFiles } from '../db/jobs';
@@ -41,11 +40,8 @@ export const decryptFiles = defineTrackedJob({
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const generations = (await lineageGenerations(c.db, lineage.id)).map((g) => verifiedKey(c, g));
     const openedBy = new Map<number, string>(); // input n → the generation that opened it
-    // While a file is decrypted (until its plaintext has ended, verified), the job's own limits (time, no
-    // progress, output size) answer as any other failure then does: how far unverified plaintext got, or how
-    // large it decompressed, must not show (lib/pgp/integrity.ts).
-    let decrypting = false;
-    failAs((err) => (decrypting && err instanceof AppError && (err === signal.reason || err.code === 'job_output_too_large') ? integrityFailure() : err));
+    const limits = decryptionLimits(signal);
+    failAs(limits.failAs);
     const done = await transformFiles(c, row, progress, signal, async (source, file) => {
       const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
       const key = generations.find((g) => g.encryption_key_ids.some((id) => message.encryptionKeyIds.includes(id)));
@@ -60,9 +56,8 @@ export const decryptFiles = defineTrackedJob({
         throw err;
       }
       const privateKey = await unlockGeneration(c, unlock, key);
-      decrypting = true;
-      const plaintext = await message.decrypt(privateKey);
-      plaintext.once('end', () => (decrypting = false));
+      limits.begin();
+      const plaintext = limits.decrypted(await message.decrypt(privateKey));
       openedBy.set(file.n, key.id);
       return { stream: plaintext, name: plainName(file.name, plaintext.filename), contentType: 'application/octet-stream' };
     });

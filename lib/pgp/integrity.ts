@@ -7,7 +7,8 @@ import { AppError, invalid } from '../errors';
  * takes) would tell whoever submits changed ciphertexts something about the plaintext, one query at a
  * time. So whatever failed once the session key was recovered (the MDC, a missing MDC, the inner packets
  * and their lengths, decompression and its size limit, truncation, a parser that stalls), the caller gets
- * this error, with nothing of the reason: the reason derives from unverified plaintext.
+ * this error, with nothing of the reason: the reason derives from unverified plaintext. A session key
+ * packet that fails its own integrity check (a modified ECDH key wrap) answers it too.
  */
 export function integrityFailure(): AppError {
   return invalid('integrity_check_failed', 'the message failed its integrity check: it was modified or damaged, or could not be read to its end within the limits');

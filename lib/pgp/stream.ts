@@ -2,11 +2,11 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createDeflate, createInflate, createInflateRaw } from 'node:zlib';
 import * as openpgp from 'openpgp';
-import { AppError, invalid, tooLarge } from '../errors';
+import { AppError, invalid } from '../errors';
 import { ONE_PIECE } from '../streams';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
 import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyPacketsFor, sessionKeyV1 } from './session';
-import { afterDecryption } from './integrity';
+import { afterDecryption, integrityFailure } from './integrity';
 import { Watch, type WatchOptions } from './watch';
 
 /**
@@ -217,7 +217,7 @@ function rewriteWeb(stream: WebStream, rewrite: (chunks: AsyncIterable<Uint8Arra
 // ---------------------------------------------------------------------------------------- decrypt
 
 export interface OpenEncryptedOptions extends WatchOptions {
-  /** Cap on the decompressed size of compressed messages (decompression bombs); 413 when exceeded. */
+  /** Cap on the decompressed size of compressed messages (decompression bombs): past it, integrity_check_failed. */
   maxDecompressedBytes: number;
   // `signal` aborts reading: every call into OpenPGP.js and every read of its output races it, and the
   // input is destroyed. Jobs pass their watchdog's signal (deadline and no-progress limit). `idleMs`
@@ -406,14 +406,9 @@ function mapDecryptError(err: unknown): Error {
   if (/session key decryption failed|no decryption key packets/i.test(msg)) {
     return invalid('no_matching_key', 'the message cannot be decrypted with this key');
   }
-  if (/maximum decompressed/i.test(msg)) {
-    return tooLarge('decompressed_too_large', 'the decompressed message exceeds the allowed size');
-  }
-  // "Modification detected." (MDC), "Authentication tag mismatch" (AEAD), "Key Data Integrity failed"
-  // (ECDH key unwrap of a modified session key packet), unauthenticated (SED) data.
-  if (/modification detected|authentication tag mismatch|unable to authenticate|integrity|not authenticated/i.test(msg)) {
-    return invalid('integrity_check_failed', 'the message failed its integrity check (modified or corrupt)');
-  }
+  // "Key Data Integrity failed" (ECDH key unwrap of a modified session key packet), unauthenticated
+  // (SED) data; failures once decrypting are classified by `afterDecryption` instead.
+  if (/modification detected|authentication tag mismatch|unable to authenticate|integrity|not authenticated/i.test(msg)) return integrityFailure();
   return invalid('malformed_message', `the message is malformed: ${msg}`);
 }
 
