@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { defineTrackedJob } from './tracked';
 import { invalid } from '../lib/errors';
-import { transformFiles } from './file-pipeline';
+import { decryptionLimits, transformFiles } from './file-pipeline';
 import { unlockGeneration, unlockLineage } from '../lib/services/keys';
 import { recordAudit } from '../db/audit';
 import { insertOutputFiles } from '../db/jobs';
@@ -31,7 +31,7 @@ export const decryptFiles = defineTrackedJob({
   name: 'decrypt-files',
   extra: z.object({ sealed_passphrase: z.string() }),
   watchProgress: true,
-  async run(row, payload, progress, { c, origin, signal }) {
+  async run(row, payload, progress, { c, origin, signal, failAs }) {
     const req = DecryptRequest.parse(row.request);
     const { openEncrypted } = await import('../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job
     const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
@@ -40,6 +40,8 @@ export const decryptFiles = defineTrackedJob({
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const generations = (await lineageGenerations(c.db, lineage.id)).map((g) => verifiedKey(c, g));
     const openedBy = new Map<number, string>(); // input n → the generation that opened it
+    const limits = decryptionLimits(signal);
+    failAs(limits.failAs);
     const done = await transformFiles(c, row, progress, signal, async (source, file) => {
       const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
       const key = generations.find((g) => g.encryption_key_ids.some((id) => message.encryptionKeyIds.includes(id)));
@@ -53,7 +55,9 @@ export const decryptFiles = defineTrackedJob({
         source.destroy();
         throw err;
       }
-      const plaintext = await message.decrypt(await unlockGeneration(c, unlock, key));
+      const privateKey = await unlockGeneration(c, unlock, key);
+      limits.begin();
+      const plaintext = limits.decrypted(await message.decrypt(privateKey));
       openedBy.set(file.n, key.id);
       return { stream: plaintext, name: plainName(file.name, plaintext.filename), contentType: 'application/octet-stream' };
     });

@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import type { Container } from '../lib/container';
-import { tooLarge } from '../lib/errors';
+import { AppError, tooLarge } from '../lib/errors';
+import { integrityFailure } from '../lib/pgp/integrity';
 import { ONE_PIECE, counted } from '../lib/streams';
 import { arrivingInput, jobBlob } from '../lib/services/jobs';
 import { UnrecoverableError } from 'bullmq';
@@ -93,11 +94,32 @@ async function nextFile(c: Container, jobId: string, n: number, signal: AbortSig
   throw new UnrecoverableError(`the upload of job ${jobId} failed`);
 }
 
+/**
+ * For jobs that decrypt: while a file's plaintext has not ended (verified), the job's own limits (its
+ * signal's reason: the deadline, the no-progress limit; and MAX_JOB_OUTPUT_BYTES) answer as any failure
+ * once decrypting does (lib/pgp/integrity.ts): how far unverified plaintext got, or how large it
+ * decompressed, must not show. `failAs` goes to the tracked job's `failAs`; `begin` is called before a
+ * file's decryption starts and `decrypted` with its plaintext stream.
+ */
+export function decryptionLimits(signal: AbortSignal) {
+  let decrypting = false;
+  return {
+    failAs: (err: unknown) => (decrypting && err instanceof AppError && (err === signal.reason || err.code === OUTPUT_TOO_LARGE) ? integrityFailure() : err),
+    begin: () => void (decrypting = true),
+    decrypted<T extends Readable>(plaintext: T): T {
+      plaintext.once('end', () => (decrypting = false));
+      return plaintext;
+    },
+  };
+}
+
+const OUTPUT_TOO_LARGE = 'job_output_too_large';
+
 function withinQuota(stream: Readable, quota: { left: number }): Readable {
   async function* limit(): AsyncGenerator<Buffer> {
     for await (const chunk of stream) {
       quota.left -= (chunk as Buffer).length;
-      if (quota.left < 0) throw tooLarge('job_output_too_large', 'The outputs of this job exceed the per-job limit (MAX_JOB_OUTPUT_BYTES).');
+      if (quota.left < 0) throw tooLarge(OUTPUT_TOO_LARGE, 'The outputs of this job exceed the per-job limit (MAX_JOB_OUTPUT_BYTES).');
       yield chunk as Buffer;
     }
   }

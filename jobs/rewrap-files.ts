@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import { z } from 'zod';
 import type * as openpgp from 'openpgp';
 import { defineTrackedJob } from './tracked';
-import { transformFiles } from './file-pipeline';
+import { decryptionLimits, transformFiles } from './file-pipeline';
 import { passphraseAad } from './decrypt-files';
 import { readStoredPublicKey } from '../lib/pgp/keys';
 import { conflict, invalid } from '../lib/errors';
@@ -56,8 +56,10 @@ export const rewrapFiles = defineTrackedJob({
   name: 'rewrap-files',
   extra: z.object({ sealed_passphrase: z.string() }),
   watchProgress: true,
-  async run(row, payload, progress, { c, origin, signal }) {
+  async run(row, payload, progress, { c, origin, signal, failAs }) {
     const req = RewrapRequest.parse(row.request);
+    const limits = decryptionLimits(signal); // `reencrypt` decrypts
+    failAs(limits.failAs);
     // The OpenPGP stack loads with a process's first crypto job.
     const [{ openEncrypted, encryptStream }, { openForRewrap }] = await Promise.all([import('../lib/pgp/stream'), import('../lib/pgp/rewrap')]);
     const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
@@ -101,7 +103,9 @@ export const rewrapFiles = defineTrackedJob({
         armored = sniffed.armored;
         const message = await openEncrypted(sniffed.stream, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
         from = pick(sniffed.stream, file.name, message.encryptionKeyIds);
-        const plaintext = await message.decrypt(await privateKeyOf(from));
+        const privateKey = await privateKeyOf(from);
+        limits.begin();
+        const plaintext = limits.decrypted(await message.decrypt(privateKey));
         // A fresh session key; the plaintext's last chunk is held back until its integrity check passed,
         // so a damaged input ends the encryption with an error and the output is never published.
         stream = await encryptStream(plaintext, recipient, { armor: armored, filename: plaintext.filename, signal });

@@ -58,8 +58,12 @@ export interface TrackedJobSpec<S extends z.ZodObject> {
   attempts?: number;
   /** Jobs that move bytes fail when their progress stops for JOB_IDLE_SECONDS (all jobs have JOB_TIMEOUT_SECONDS). */
   watchProgress?: boolean;
-  /** `signal` aborts when the job passes its limits: hand it to every stream and long call. */
-  run(row: JobRow, payload: z.infer<S> & { job_id: string }, progress: Progress, ctx: JobContext & { signal: AbortSignal }): Promise<Completion>;
+  /**
+   * `signal` aborts when the job passes its limits: hand it to every stream and long call. `failAs` sets
+   * what a failure of this attempt is recorded as, from the error that ended it (the run's own, or a
+   * limit's abort reason): a decryption says nothing that depends on unverified plaintext.
+   */
+  run(row: JobRow, payload: z.infer<S> & { job_id: string }, progress: Progress, ctx: JobContext & { signal: AbortSignal; failAs(map: (err: unknown) => unknown): void }): Promise<Completion>;
   /** Effects of a final failure (audit row), in the transaction that marks the job failed. */
   onFailure?(trx: Knex.Transaction, row: JobRow, failure: Failure, ctx: JobContext): Promise<void>;
 }
@@ -91,8 +95,9 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
       // Its blobs are sealed under the row's key: no lookup of it.
       c.jobKeys.admit(jobId, row.data_key);
       const progress = throttledProgress(c.db, jobId, row.progress, () => watchdog.touch());
+      let failAs = (err: unknown) => err;
       try {
-        const done = await watchdog.race(spec.run(row, payload as z.infer<S> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal }));
+        const done = await watchdog.race(spec.run(row, payload as z.infer<S> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal, failAs: (map) => void (failAs = map) }));
         await (done.progress ? progress.stop() : progress.flush());
         const finished = c.clock.now();
         const complete = async (db: Knex, result: Record<string, unknown>) => {
@@ -110,8 +115,8 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         await done.after?.().catch((e: unknown) => log.warn({ err: e }, 'work after the job\'s completion failed'));
         return result;
       } catch (caught) {
-        // A full store fails the job at once: another attempt would find it as full.
-        const err = isStorageFull(caught) ? storageFull() : caught;
+        // A full store fails the job at once (another attempt would find it as full); it says nothing of the input.
+        const err = isStorageFull(caught) ? storageFull() : failAs(caught);
         // Whatever is still running (a stalled parser) is told to stop and let go of its streams.
         watchdog.abort(err instanceof Error ? err : new Error(String(err)));
         await progress.flush().catch(() => undefined);

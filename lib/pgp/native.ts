@@ -6,6 +6,7 @@ import { ONE_PIECE } from '../streams';
 import { cfbDecryptor } from './cfb';
 import { lengthOctets, packet } from './packets';
 import { sessionKeyPacket } from './pkesk';
+import { afterDecryption, integrityFailure } from './integrity';
 import { sessionKeyV1 } from './session';
 
 /**
@@ -132,7 +133,6 @@ export interface NativeOpened {
 }
 
 const malformed = (why: string) => invalid('malformed_message', `not a readable OpenPGP message: ${why}`);
-const tampered = (why: string) => invalid('integrity_check_failed', `the message failed its integrity check (${why}); it was modified or damaged`);
 
 /** The AES of each session key algorithm we decrypt (in CFB mode, on its ECB: see cfb.ts). */
 const ECB: Record<string, string> = { aes128: 'aes-128-ecb', aes192: 'aes-192-ecb', aes256: 'aes-256-ecb' };
@@ -268,6 +268,7 @@ async function* replay(recorded: Buffer[], rest: AsyncIterator<Buffer>): AsyncGe
  * Anything else OpenPGP (passwords, AEAD, compression, signatures, other ciphers) goes to `fallback`,
  * given a stream that replays every byte read; anything else inside the encrypted data is refused.
  * The final output chunk is held back until the MDC has been verified; a failed check errors the stream.
+ * Once the session key is known, every failure is integrity.ts's one error (an input error excepted).
  */
 export async function openNative(input: Readable, fallback: Fallback): Promise<NativeOpened> {
   const it = input[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
@@ -321,74 +322,90 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
       const ecbName = sessionKey?.algorithm ? ECB[sessionKey.algorithm] : undefined;
       if ((await bodyPull.take(1))[0] !== 1 || !sessionKey || !ecbName) return (await giveUp(sessionKey)).decrypt(privateKey);
 
+      // Decryption begins: from here on a failure answers integrity.ts's one error, whatever failed.
+      const failed = (err: unknown) => {
+        input.destroy(); // stop reading the file
+        return afterDecryption(err, { inputError: p.failed });
+      };
       const cfb = cfbDecryptor(crypto, ecbName, Buffer.from(sessionKey.data));
       const decipher = (c: Buffer) => Buffer.concat(cfb.update(c));
-      // The prefix's repeated octets ("quick check") are not consulted: RFC 9580 §14.4 warns against
-      // acting on them (an oracle); the MDC, which covers the prefix, decides at the end.
-      const prefix = decipher(await bodyPull.take(18));
-      const ctb = decipher(await bodyPull.take(1));
-      switch (innerTag(ctb[0]!)) {
-        case 11: // literal data: ours to read
-          break;
-        case 8: // compressed, one-pass signature, signature, padding: OpenPGP.js reads those
-        case 4:
-        case 2:
-        case 21: {
-          // OpenPGP.js's cost is per partial chunk: hold its first one to the 512-octet minimum too.
-          const length = ctb[0]! & 0x40 ? decipher(await bodyPull.take(1))[0]! : 0;
-          if (length >= 224 && length < 255 && 1 << (length & 0x1f) < MIN_PARTIAL) {
-            input.destroy();
-            throw malformed(`a partial body length of ${1 << (length & 0x1f)} octets (the minimum is ${MIN_PARTIAL})`);
-          }
-          return (await giveUp(sessionKey)).decrypt(privateKey);
-        }
-        default:
-          // Anything else here (another encrypted packet: a one-octet change does that) is refused at
-          // once; OpenPGP.js never settles on some of these.
-          input.destroy();
-          throw malformed('the encrypted data does not hold a literal, compressed or signed message');
-      }
-      p.record = undefined;
-      recorded.length = 0;
-
-      const mdc = crypto.createHash('sha1').update(prefix);
-      async function* plaintext(): AsyncGenerator<Buffer> {
-        yield ctb;
-        for await (const c of bodyPull.drain()) yield* cfb.update(c);
-        if (await p.fill(1)) throw malformed('data after the encrypted packet');
-      }
-      // Everything but the trailing MDC packet (22 octets), which is checked at the end.
-      async function* verified(): AsyncGenerator<Buffer> {
-        let tail: Buffer = Buffer.alloc(0);
-        for await (const c of plaintext()) {
-          const all = tail.length + c.length;
-          if (all <= 22) {
-            tail = Buffer.concat([tail, c]);
-            continue;
-          }
-          const cut = all - 22;
-          if (cut >= tail.length) {
-            if (tail.length) yield hashed(tail);
-            yield hashed(c.subarray(0, cut - tail.length));
-            tail = c.subarray(cut - tail.length);
-          } else {
-            yield hashed(tail.subarray(0, cut));
-            tail = Buffer.concat([tail.subarray(cut), c]);
-          }
-        }
-        if (tail.length !== 22 || tail[0] !== 0xd3 || tail[1] !== 0x14) throw tampered('no MDC packet at the end');
-        mdc.update(tail.subarray(0, 2));
-        if (!crypto.timingSafeEqual(mdc.digest(), tail.subarray(2))) throw tampered('MDC mismatch');
-      }
+      const mdc = crypto.createHash('sha1');
       const hashed = (b: Buffer) => (mdc.update(b), b);
 
-      const inner = new Pull(verified()[Symbol.asyncIterator]());
-      const literal = await header(inner);
-      if (literal.tag !== 11) throw malformed('no literal data packet');
-      const data = new Pull(body(inner, literal.length));
-      const nameLength = (await data.take(2))[1]!; // format octet, then the file name's length
-      const filename = (await data.take(nameLength)).toString('utf8');
-      await data.take(4); // date
+      /** The literal packet's file name and data, or null when OpenPGP.js reads the inner packets. */
+      async function readHead(): Promise<{ filename: string; data: Pull; inner: Pull } | null> {
+        // The prefix's repeated octets ("quick check") are not consulted: RFC 9580 §14.4 warns against
+        // acting on them (an oracle); the MDC, which covers the prefix, decides at the end.
+        mdc.update(decipher(await bodyPull.take(18)));
+        const ctb = decipher(await bodyPull.take(1));
+        switch (innerTag(ctb[0]!)) {
+          case 11: // literal data: ours to read
+            break;
+          case 8: // compressed, one-pass signature, signature, padding: OpenPGP.js reads those
+          case 4:
+          case 2:
+          case 21: {
+            // OpenPGP.js's cost is per partial chunk: hold its first one to the 512-octet minimum too.
+            const length = ctb[0]! & 0x40 ? decipher(await bodyPull.take(1))[0]! : 0;
+            if (length >= 224 && length < 255 && 1 << (length & 0x1f) < MIN_PARTIAL) throw malformed('a partial body length below the minimum');
+            return null;
+          }
+          default:
+            // Anything else here (another encrypted packet: a one-octet change does that) is refused at
+            // once; OpenPGP.js never settles on some of these.
+            throw malformed('the encrypted data does not hold a literal, compressed or signed message');
+        }
+        p.record = undefined;
+        recorded.length = 0;
+
+        async function* plaintext(): AsyncGenerator<Buffer> {
+          yield ctb;
+          for await (const c of bodyPull.drain()) yield* cfb.update(c);
+          if (await p.fill(1)) throw malformed('data after the encrypted packet');
+        }
+        // Everything but the trailing MDC packet (22 octets), which is checked at the end.
+        async function* verified(): AsyncGenerator<Buffer> {
+          let tail: Buffer = Buffer.alloc(0);
+          for await (const c of plaintext()) {
+            const all = tail.length + c.length;
+            if (all <= 22) {
+              tail = Buffer.concat([tail, c]);
+              continue;
+            }
+            const cut = all - 22;
+            if (cut >= tail.length) {
+              if (tail.length) yield hashed(tail);
+              yield hashed(c.subarray(0, cut - tail.length));
+              tail = c.subarray(cut - tail.length);
+            } else {
+              yield hashed(tail.subarray(0, cut));
+              tail = Buffer.concat([tail.subarray(cut), c]);
+            }
+          }
+          if (tail.length !== 22 || tail[0] !== 0xd3 || tail[1] !== 0x14) throw integrityFailure();
+          mdc.update(tail.subarray(0, 2));
+          if (!crypto.timingSafeEqual(mdc.digest(), tail.subarray(2))) throw integrityFailure();
+        }
+
+        const inner = new Pull(verified()[Symbol.asyncIterator]());
+        const literal = await header(inner);
+        if (literal.tag !== 11) throw malformed('no literal data packet');
+        const data = new Pull(body(inner, literal.length));
+        const nameLength = (await data.take(2))[1]!; // format octet, then the file name's length
+        const filename = (await data.take(nameLength)).toString('utf8');
+        await data.take(4); // date
+        return { filename, data, inner };
+      }
+
+      let head: Awaited<ReturnType<typeof readHead>>;
+      try {
+        head = await readHead();
+      } catch (err) {
+        throw failed(err);
+      }
+      // The session key goes along: OpenPGP.js's failures from here on are classified alike (stream.ts).
+      if (!head) return (await giveUp(sessionKey)).decrypt(privateKey);
+      const { data, inner } = head;
 
       async function* output(): AsyncGenerator<Buffer> {
         let complete = false;
@@ -401,11 +418,13 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
           if (await inner.fill(1)) throw malformed('data after the literal packet'); // also runs the MDC check
           complete = true;
           if (held) yield held;
+        } catch (err) {
+          throw failed(err);
         } finally {
           if (!complete) input.destroy(); // the reader went away or the message failed: stop reading the file
         }
       }
-      return Object.assign(Readable.from(output(), ONE_PIECE), { filename });
+      return Object.assign(Readable.from(output(), ONE_PIECE), { filename: head.filename });
     },
   };
 }

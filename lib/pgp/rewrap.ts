@@ -2,6 +2,7 @@ import { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
 import { armorMessage } from './armor';
+import { integrityFailure } from './integrity';
 import { MdcThread } from './mdc-thread';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL } from './native';
 import { sessionKeyPacket } from './pkesk';
@@ -23,7 +24,6 @@ import { Watch, type WatchOptions } from './watch';
 
 const malformed = (why: string) => invalid('malformed_message', `the message is malformed: ${why}`);
 const unsupported = (why: string) => invalid('unsupported_message', `this message cannot be rewrapped (${why}); use mode "reencrypt"`);
-const tampered = (why: string) => invalid('integrity_check_failed', `the message failed its integrity check (${why}); it was modified or damaged`);
 
 /** OpenSSL's name of each AES in ECB mode, from which lib/pgp/cfb.ts decrypts CFB. */
 const AES: Record<string, string> = { aes128: 'aes-128-ecb', aes192: 'aes-192-ecb', aes256: 'aes-256-ecb' };
@@ -281,7 +281,8 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
           }
           scanner.end();
           const verdict = await check.verify();
-          if (!verdict.ok) throw { tampered, unsupported, malformed }[verdict.kind](verdict.why);
+          // A failure of the decrypted data is the one integrity error, whatever its reason (integrity.ts).
+          if (!verdict.ok) throw verdict.kind === 'tampered' ? integrityFailure() : { unsupported, malformed }[verdict.kind](verdict.why);
         } catch (err) {
           if (r.failed) throw r.failed;
           throw err;

@@ -2,10 +2,11 @@ import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createDeflate, createInflate, createInflateRaw } from 'node:zlib';
 import * as openpgp from 'openpgp';
-import { AppError, invalid, tooLarge } from '../errors';
+import { AppError, invalid } from '../errors';
 import { ONE_PIECE } from '../streams';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
 import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyPacketsFor, sessionKeyV1 } from './session';
+import { afterDecryption, integrityFailure } from './integrity';
 import { Watch, type WatchOptions } from './watch';
 
 /**
@@ -216,7 +217,7 @@ function rewriteWeb(stream: WebStream, rewrite: (chunks: AsyncIterable<Uint8Arra
 // ---------------------------------------------------------------------------------------- decrypt
 
 export interface OpenEncryptedOptions extends WatchOptions {
-  /** Cap on the decompressed size of compressed messages (decompression bombs); 413 when exceeded. */
+  /** Cap on the decompressed size of compressed messages (decompression bombs): past it, integrity_check_failed. */
   maxDecompressedBytes: number;
   // `signal` aborts reading: every call into OpenPGP.js and every read of its output races it, and the
   // input is destroyed. Jobs pass their watchdog's signal (deadline and no-progress limit). `idleMs`
@@ -239,10 +240,11 @@ export interface OpenedMessage {
  * Reads the head of an encrypted message (armored or binary, detected) up to its encrypted data packet,
  * so the caller can pick the key by recipient key id, then decrypts as a stream.
  *
- * Errors, AppError 422 unless said: malformed_message (not an OpenPGP public-key encrypted message, or
- * broken packets), no_matching_key (not encrypted to this key), integrity_check_failed (MDC or AEAD tag
- * mismatch; on the output stream, after the data), 413 decompressed_too_large. An error of the input
- * stream itself is passed on unchanged.
+ * Errors, AppError 422: before decryption, malformed_message (not an OpenPGP public-key encrypted
+ * message, or broken packets) and no_matching_key (not encrypted to this key); once decryption has
+ * begun, whatever fails (MDC or AEAD tag, inner packets, decompression and its size limit, truncation,
+ * the idle timeout), integrity_check_failed with one message (integrity.ts), from `decrypt` or on the
+ * output stream. An error of the input stream itself and the signal's reason are passed on unchanged.
  *
  * SEIPDv1 is decrypted with `allowUnauthenticatedStream` (otherwise OpenPGP.js buffers the whole file
  * until the MDC check), so unverified plaintext flows out before the check. The output holds back its
@@ -267,13 +269,15 @@ export async function openEncrypted(input: Readable, opts: OpenEncryptedOptions)
     async decrypt(privateKey) {
       try {
         const out = await opened.decrypt(privateKey);
-        // The native output would otherwise fail with the destroyed input's "premature close".
-        watch.onFail((err) => out.destroy(err));
+        // The native output would otherwise fail with the destroyed input's "premature close". Decryption
+        // has begun: an idle timeout answers like any other failure from here on (integrity.ts).
+        watch.onFail((err) => out.destroy(afterDecryption(err, { signal: opts.signal })));
         out.once('close', () => watch.close());
         return out;
       } catch (err) {
         watch.close();
-        throw watch.failure ?? err;
+        // The caller's stop is its own answer; any other failure is already classified by the path.
+        throw opts.signal?.aborted && watch.failure === opts.signal.reason ? watch.failure : err;
       }
     },
   };
@@ -351,12 +355,26 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
       if (!sessionKeyPacketsFor(message, privateKey).length) {
         throw fail(invalid('no_matching_key', 'the message is not encrypted to this key'));
       }
-      let result: { data: unknown; filename: string };
+      let sessionKeys: openpgp.SessionKey | undefined;
       try {
         // SEIPDv1: one session key, chosen by us (see sessionKeyV1); OpenPGP.js would try several at once.
         const v1 = (message.packets.findPacket(enums.packet.symEncryptedIntegrityProtectedData) as { version?: number } | undefined)?.version === 1;
         if (!sessionKey && !v1) checkSessionKeyPackets(message, privateKey); // sessionKeyV1 checks its own
-        const sessionKeys = sessionKey ?? (v1 ? await watch.call(sessionKeyV1(message, privateKey)) : undefined);
+        sessionKeys = sessionKey ?? (v1 ? await watch.call(sessionKeyV1(message, privateKey)) : undefined);
+      } catch (err) {
+        input.destroy();
+        throw watch.failure ?? source.failure ?? mapDecryptError(err);
+      }
+      // Decryption begins (with a session key of ours, or with the session key packet's opening for other
+      // formats): from then on a failure answers integrity.ts's one error, whatever failed.
+      const failed = (err: unknown, opening = !sessionKeys) => {
+        const cause = watch.failure ?? source.failure ?? err;
+        const mapped = opening ? mapDecryptError(cause) : undefined;
+        if (mapped instanceof AppError && mapped.code === 'no_matching_key') return mapped;
+        return afterDecryption(cause, { signal: opts.signal, inputError: source.failure });
+      };
+      let result: { data: unknown; filename: string };
+      try {
         result = await watch.call(
           sessionKeys
             ? openpgp.decrypt({ message, sessionKeys, format: 'binary', config })
@@ -364,9 +382,9 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
         );
       } catch (err) {
         input.destroy();
-        throw watch.failure ?? source.failure ?? mapDecryptError(err);
+        throw failed(err);
       }
-      const out = new WebSource(result.data as WebStream, (err) => watch.failure ?? source.failure ?? mapDecryptError(err), true, watch);
+      const out = new WebSource(result.data as WebStream, (err) => failed(err, false), true, watch);
       return Object.assign(out, { filename: result.filename ?? '' });
     },
   };
@@ -388,14 +406,9 @@ function mapDecryptError(err: unknown): Error {
   if (/session key decryption failed|no decryption key packets/i.test(msg)) {
     return invalid('no_matching_key', 'the message cannot be decrypted with this key');
   }
-  if (/maximum decompressed/i.test(msg)) {
-    return tooLarge('decompressed_too_large', 'the decompressed message exceeds the allowed size');
-  }
-  // "Modification detected." (MDC), "Authentication tag mismatch" (AEAD), "Key Data Integrity failed"
-  // (ECDH key unwrap of a modified session key packet), unauthenticated (SED) data.
-  if (/modification detected|authentication tag mismatch|unable to authenticate|integrity|not authenticated/i.test(msg)) {
-    return invalid('integrity_check_failed', 'the message failed its integrity check (modified or corrupt)');
-  }
+  // "Key Data Integrity failed" (ECDH key unwrap of a modified session key packet), unauthenticated
+  // (SED) data; failures once decrypting are classified by `afterDecryption` instead.
+  if (/modification detected|authentication tag mismatch|unable to authenticate|integrity|not authenticated/i.test(msg)) return integrityFailure();
   return invalid('malformed_message', `the message is malformed: ${msg}`);
 }
 
@@ -774,7 +787,7 @@ class WebSource extends Readable {
     super({ highWaterMark: CHUNK_BYTES });
     this.reader = stream.getReader();
     if (watch) {
-      watch.onFail((err) => this.destroy(err));
+      watch.onFail((err) => this.destroy(this.mapError(err)));
       this.once('close', () => watch.close());
     }
   }

@@ -255,8 +255,8 @@ describe('encryptStream / openEncrypted', () => {
         },
       }),
     ).catch((e: unknown) => e);
-    expect((err as AppError).code).toBe('decompressed_too_large');
-    expect((err as AppError).status).toBe(413);
+    // The decompressed size is a fact of unverified plaintext: answered like any damage found once decrypting.
+    expect((err as AppError).code).toBe('integrity_check_failed');
     expect(received).toBeLessThanOrEqual(4 * MiB);
   });
 
@@ -398,19 +398,21 @@ describe('input framing we accept', () => {
     }
   });
 
-  it('rejects broken armor as malformed_message', async () => {
+  it('rejects broken armor: malformed_message before decryption, the integrity error once it has begun', async () => {
     const good = armorWith(message, { lineLength: 64, eol: '\n' }).toString();
-    const broken = [
-      good.replace('-----END PGP MESSAGE-----', ''), // truncated
-      good.replace(/\n([A-Za-z0-9+/]{10})/, '\n$1*'), // not base64
-      good.replace(/PGP MESSAGE/g, 'PGP PUBLIC KEY BLOCK'),
+    const broken: [string, string][] = [
+      [good.replace(/\n([A-Za-z0-9+/]{10})/, '\n$1*'), 'malformed_message'], // not base64, in the head
+      [good.replace(/PGP MESSAGE/g, 'PGP PUBLIC KEY BLOCK'), 'malformed_message'],
+      [good.replace('-----END PGP MESSAGE-----', ''), 'integrity_check_failed'], // truncated
+      [good.replace(/(\n[A-Za-z0-9+/]{64}){400}\n([A-Za-z0-9+/]{10})/, '$&*'), 'integrity_check_failed'], // not base64, further on
     ];
-    for (const text of broken) {
+    for (const [text, expected] of broken) {
+      expect(text).not.toBe(good);
       const err = await decryptChunked(Buffer.from(text), 4096).then(
         () => undefined,
         (e: unknown) => e,
       );
-      expect((err as AppError).code).toBe('malformed_message');
+      expect((err as AppError).code, text.slice(-80)).toBe(expected);
     }
   });
 });
