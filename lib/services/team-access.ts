@@ -150,17 +150,20 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
   return teamStatus(c, userId);
 }
 
-/** Ends the caller's link and every key it inherited through it, at once. */
-export async function unlinkSource(c: Container, userId: string, meta: RequestMeta): Promise<{ source_user_id: string; revoked_keys: number }> {
+/**
+ * Ends the caller's link and every key it inherited through it, at once. Without a link there is nothing
+ * to end (undefined): repeating an unlink is harmless, as repeating any DELETE of the API is.
+ */
+export async function unlinkSource(c: Container, userId: string, meta: RequestMeta): Promise<{ source_user_id: string; revoked_keys: number } | undefined> {
   const done = await c.db.transaction(async (trx) => {
     const link = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();
-    if (!link) throw notFound('team_link_not_found', 'This account is not linked to a source member.');
+    if (!link) return undefined;
     const revoked = await teamGrants(trx).where({ grantee_id: userId }).delete();
     await teamLinks(trx).where({ grantee_id: userId }).delete();
     await recordAudit(trx, { user_id: userId, action: 'team_access.unlinked', status: 'success', target: link.source_id, ip: meta.ip, request_id: meta.requestId, details: { reason: 'unlinked', revoked } });
     return { source_user_id: link.source_id, revoked_keys: revoked };
   });
-  await emitEvent(c, userId, 'team_access.unlinked', { source_user_id: done.source_user_id, reason: 'unlinked' });
+  if (done) await emitEvent(c, userId, 'team_access.unlinked', { source_user_id: done.source_user_id, reason: 'unlinked' });
   return done;
 }
 
