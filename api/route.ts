@@ -167,7 +167,8 @@ const noUpload: Upload = {
   stop() {},
 };
 
-const koaPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1');
+/** A trailing slash never matters (SPEC writes `/keys/share/`): the router's optional trailing slash serves both spellings. */
+const koaPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1').replace(/(.)\/$/, '$1');
 
 export function mountRoutes(router: Router<AppState, { container: Container }>, routes: RouteDef[]): void {
   for (const def of routes) {
