@@ -31,7 +31,7 @@ const GenerateKeyForm = z
   .object({
     label: Label,
     environment: Environment.optional().describe('Default: production'),
-    env: Environment.optional().describe('The same as environment (the spelling of SPEC.md\'s sample)'),
+    env: Environment.optional().describe('Another name for environment (the one the illustrative create-key sample uses)'),
     name: text(100).describe('Name in the OpenPGP user id'),
     email: Email.describe('Email in the OpenPGP user id'),
     passphrase: Passphrase,
