@@ -225,11 +225,36 @@ def main():
     assert team["linked"] is False, team
     call("DELETE", "/team-access/link", 204, token)
 
+    members = json_of(call("GET", "/team-access/members?page_size=5", 200, token))
+    assert isinstance(members["items"], list) and members["page_size"] == 5, members
+
+    # Billing, partners, monitoring (administrators only), public account recovery and contact.
+    billing = json_of(call("GET", "/billing/status", 200, token))
+    assert "plan" in billing, billing
+    partner = json_of(call("POST", "/partners/rotate-api-key", 200, token, json={}))
+    assert partner["api_key"].startswith("kms_pk_"), partner
+    for path in ("/status", "/keys/health", "/keys/%s/metrics" % fingerprint):
+        denied = json_of(call("GET", path, 403, token))
+        assert denied["status"] == 403, denied
+    accepted = json_of(call("POST", "/auth/forgot-password", 202, json={"email": user["email"]}))
+    assert accepted["status"] == "accepted", accepted
+    reset = json_of(call("POST", "/auth/reset-password", (400, 410), json={"token": "not-a-reset-token", "new_password": "a new long password"}))
+    assert reset["code"] in ("invalid_reset_token", "reset_token_expired", "reset_token_used"), reset
+    contact = json_of(call("POST", "/auth/contact", 202, json={"name": "Py", "email": user["email"], "subject": "Hello", "message": "From the Python client."}))
+    assert contact["status"] == "received" and contact["reference"], contact
+    begun = json_of(call("POST", "/auth/passkeys/login/begin", 200, json={"username": user["username"]}))
+    assert begun["challenge_id"] and begun["options"]["challenge"], begun
+
     # Disable the key: listed as disabled.
     disabled = json_of(call("POST", "/keys/disable-key", 200, token, json={"fingerprint": fingerprint}))
     assert disabled["fingerprint"] in (fingerprint, schedule["fingerprint"]), disabled
     me = json_of(call("GET", "/auth/me", 200, token))
     assert ident(me, "id", "user_id") == user_id, me
+
+    # Delete the account: its sessions end.
+    deleted = json_of(call("POST", "/profile/delete-account", 200, token, json={"password": new_password}))
+    assert deleted["status"] == "deleted", deleted
+    call("GET", "/auth/me", 401, token)
 
     print("ok: %d calls on one session" % len(CALLS))
 
