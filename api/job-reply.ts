@@ -1,6 +1,6 @@
 import type { Container } from '../lib/container';
 import { invalid } from '../lib/errors';
-import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, idempotencyKeyReused, jobReadableBy, jobView, preferWait, replayedJob, requestHash, statusUrl, submitJob, waitForJob, watchJobEnd, type JobEndWatch } from '../lib/services/jobs';
+import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, idempotencyKeyReused, jobReadableBy, jobView, preferEarlyHints, preferWait, replayedJob, requestHash, statusUrl, submitJob, waitForJob, watchJobEnd, type JobEndWatch } from '../lib/services/jobs';
 import { findJob, findJobByIdempotencyKey, isFinished, type JobKind, type JobRow } from '../db/jobs';
 import type { Upload } from './upload';
 import type { AppContext, Reply } from './route';
@@ -106,10 +106,11 @@ export async function submitAndReply(
       throw err;
     }
     if (upload) {
-      // The job runs from now on, while its files arrive: say where it is at once (103 Early Hints, a
-      // `monitor` link, RFC 8297 and 5989), so that a client can follow it, or download the ciphertext of
-      // an encryption as it is produced (`?follow=true`), before this request has been answered.
-      ctx.res.writeEarlyHints({ link: `<${statusUrl(row.id)}>; rel="monitor"` });
+      // The job runs from now on, while its files arrive: to a client that asked (`Prefer: early-hints`),
+      // say where it is at once (103 Early Hints, a `monitor` link, RFC 8297 and 5989), so that it can
+      // follow the job, or download the ciphertext of an encryption as it is produced (`?follow=true`),
+      // before this request has been answered.
+      if (preferEarlyHints(ctx.get('prefer'))) ctx.res.writeEarlyHints({ link: `<${statusUrl(row.id)}>; rel="monitor"` });
       upload.begin(true);
       try {
         const files = await upload.files();

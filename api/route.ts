@@ -109,11 +109,28 @@ export function route<A extends Access, PS extends AnyObject | undefined = undef
     handler(input: HandlerInput<A, Infer<PS>, Infer<QS>, Infer<BS>>): Promise<Reply | void>;
   },
 ): RouteDef {
-  return def as unknown as RouteDef;
+  return { ...def, query: def.query && closed(def.query), body: def.body && closed(def.body) } as unknown as RouteDef;
+}
+
+/**
+ * One rule for every request: a field the route does not name is refused (422 `validation_failed`, the
+ * field named), in JSON bodies, multipart text fields and query strings alike, never dropped in silence.
+ * Plain objects at the top of a request schema are closed here (the OpenAPI document then says
+ * `additionalProperties: false`); an object declared loose (z.looseObject: WebAuthn's browser JSON) stays open.
+ */
+function closed<S extends z.ZodType>(schema: S): S {
+  if (schema instanceof z.ZodObject) return (schema._zod.def.catchall ? schema : schema.strict()) as unknown as S;
+  if (schema instanceof z.ZodPipe) return schema.clone({ ...schema._zod.def, in: closed(schema._zod.def.in as z.ZodType), out: closed(schema._zod.def.out as z.ZodType) }) as unknown as S;
+  if (schema instanceof z.ZodUnion) return schema.clone({ ...schema._zod.def, options: schema._zod.def.options.map((o) => closed(o as z.ZodType)) }) as unknown as S;
+  return schema;
 }
 
 function issues(error: z.ZodError, where: string): FieldError[] {
-  return error.issues.map((i) => ({ path: [where, ...i.path.map(String)].join('.'), message: i.message }));
+  return error.issues.flatMap((i) =>
+    i.code === 'unrecognized_keys'
+      ? i.keys.map((k) => ({ path: [where, ...i.path.map(String), k].join('.'), message: 'is not a field of this request' }))
+      : [{ path: [where, ...i.path.map(String)].join('.'), message: i.message }],
+  );
 }
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
@@ -159,7 +176,8 @@ const noUpload: Upload = {
   stop() {},
 };
 
-const koaPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1');
+/** A trailing slash never matters (SPEC writes `/keys/share/`): the router's optional trailing slash serves both spellings. */
+const koaPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1').replace(/(.)\/$/, '$1');
 
 export function mountRoutes(router: Router<AppState, { container: Container }>, routes: RouteDef[]): void {
   for (const def of routes) {
@@ -222,6 +240,16 @@ function accessNote(def: RouteDef): string | undefined {
 /** An uploaded file in a multipart form (OpenAPI 3.1: contentMediaType; `format: binary` for 3.0-minded tools). */
 const BinaryFile = { type: 'string', format: 'binary', contentMediaType: 'application/octet-stream' } as const;
 
+/** RFC 7240 preferences a file job's submission honours (lib/services/jobs.ts preferWait, preferEarlyHints). */
+const UploadPreferences = z.object({
+  prefer: z
+    .string()
+    .optional()
+    .describe(
+      '`wait=N` (N ≤ 30): answer 200 with the finished job if it ends within N seconds of the upload. `early-hints`: once the job exists, while the files still upload, send `103 Early Hints` with `Link: </api/v1/jobs/{id}>; rel="monitor"` (never sent without it). Both may be given: `wait=2, early-hints`.',
+    ),
+});
+
 type JsonSchema = Record<string, unknown> & { type?: unknown; properties?: Record<string, JsonSchema>; required?: string[]; $ref?: string };
 type Operation = { requestBody?: { content: Record<string, { schema?: JsonSchema }> } };
 
@@ -280,6 +308,7 @@ export function openApiDocument(routes: RouteDef[], info: { title: string; versi
     const request: RouteConfig['request'] = {};
     if (def.params) request.params = def.params as unknown as z.ZodObject;
     if (def.query) request.query = def.query as unknown as z.ZodObject;
+    if (def.multipart?.files) request.headers = UploadPreferences;
     if (def.body || def.multipart?.files) {
       const schema = def.body ?? z.object({});
       // mountRoutes reads a JSON body too where it is sent; with uploads a form is the only useful way.

@@ -38,7 +38,7 @@ export interface SubmitOptions {
   /** `Prefer: wait=N` (N ≤ 30): the first answer is the finished job when it ends within N s. Default 2. */
   waitSeconds?: number;
   onProgress?: OnProgress;
-  /** Told the job's id as soon as the service names it (103 Early Hints), while the upload still runs. */
+  /** Told the job's id as soon as the service names it (103 Early Hints, asked for with `Prefer: early-hints`), while the upload still runs. */
   onJobId?(jobId: string): void;
 }
 
@@ -61,7 +61,9 @@ export async function submitMultipart(kms: Kms, path: string, fields: Record<str
     };
     const headers: Record<string, string> = { 'content-type': body.contentType, 'idempotency-key': key, accept: 'application/json' };
     if (body.length !== undefined) headers['content-length'] = String(body.length);
-    if (wait) headers.prefer = `wait=${wait}`;
+    // Early Hints are asked for only by a caller that listens for them.
+    const prefer = [wait ? `wait=${wait}` : '', opts.onJobId ? 'early-hints' : ''].filter(Boolean).join(', ');
+    if (prefer) headers.prefer = prefer;
     try {
       const res = await kms.rawRequest('POST', path, headers, body.open(report), { onInformation: (status, h) => {
         const id = status === 103 ? monitoredJob(h.link) : undefined;

@@ -26,7 +26,9 @@ export interface paths {
                 content: {
                     "application/json": {
                         /** @description Username or email */
-                        identifier: string;
+                        identifier?: string;
+                        username?: string;
+                        email?: string;
                         password: string;
                     };
                 };
@@ -701,6 +703,11 @@ export interface paths {
                     "application/json": {
                         name?: string;
                         active?: boolean;
+                        /**
+                         * @description The same as active, in words: active (true) or inactive (false)
+                         * @enum {string}
+                         */
+                        state?: "active" | "inactive";
                     };
                 };
             };
@@ -1431,8 +1438,10 @@ export interface paths {
                 content: {
                     "multipart/form-data": {
                         label: string;
-                        /** @default production */
+                        /** @description Default: production */
                         environment?: string;
+                        /** @description Another name for environment (the one the illustrative create-key sample uses) */
+                        env?: string;
                         /** @description Name in the OpenPGP user id */
                         name: string;
                         /** @description Email in the OpenPGP user id */
@@ -1447,8 +1456,10 @@ export interface paths {
                     };
                     "application/json": {
                         label: string;
-                        /** @default production */
+                        /** @description Default: production */
                         environment?: string;
+                        /** @description Another name for environment (the one the illustrative create-key sample uses) */
+                        env?: string;
                         /** @description Name in the OpenPGP user id */
                         name: string;
                         /** @description Email in the OpenPGP user id */
@@ -1790,7 +1801,10 @@ export interface paths {
         post: {
             parameters: {
                 query?: never;
-                header?: never;
+                header?: {
+                    /** @description `wait=N` (N ≤ 30): answer 200 with the finished job if it ends within N seconds of the upload. `early-hints`: once the job exists, while the files still upload, send `103 Early Hints` with `Link: </api/v1/jobs/{id}>; rel="monitor"` (never sent without it). Both may be given: `wait=2, early-hints`. */
+                    prefer?: string;
+                };
                 path?: never;
                 cookie?: never;
             };
@@ -1861,7 +1875,10 @@ export interface paths {
         post: {
             parameters: {
                 query?: never;
-                header?: never;
+                header?: {
+                    /** @description `wait=N` (N ≤ 30): answer 200 with the finished job if it ends within N seconds of the upload. `early-hints`: once the job exists, while the files still upload, send `103 Early Hints` with `Link: </api/v1/jobs/{id}>; rel="monitor"` (never sent without it). Both may be given: `wait=2, early-hints`. */
+                    prefer?: string;
+                };
                 path?: never;
                 cookie?: never;
             };
@@ -2180,7 +2197,10 @@ export interface paths {
         post: {
             parameters: {
                 query?: never;
-                header?: never;
+                header?: {
+                    /** @description `wait=N` (N ≤ 30): answer 200 with the finished job if it ends within N seconds of the upload. `early-hints`: once the job exists, while the files still upload, send `103 Early Hints` with `Link: </api/v1/jobs/{id}>; rel="monitor"` (never sent without it). Both may be given: `wait=2, early-hints`. */
+                    prefer?: string;
+                };
                 path?: never;
                 cookie?: never;
             };
@@ -4384,6 +4404,13 @@ export interface paths {
                             revoked_keys: number;
                         };
                     };
+                };
+                /** @description Not linked (already unlinked): nothing to do */
+                204: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
                 };
                 /** @description Error (RFC 9457 problem details) */
                 default: {

@@ -31,6 +31,11 @@ export interface AuditRow extends Required<Omit<AuditEntry, 'details'>> {
  */
 export const recordAudit = (db: Knex, entry: AuditEntry) => db('audit_logs').insert({ ...entry, details: JSON.stringify(entry.details ?? {}) });
 
+/** Whether the account's audit trail records `action` done successfully to `target` (a deleted row's only trace). */
+export async function auditedSuccess(db: Knex, userId: string, action: string, target: string): Promise<boolean> {
+  return Boolean(await db('audit_logs').where({ user_id: userId, action, target, status: 'success' }).first('id'));
+}
+
 export interface AuditQuery {
   userId: string;
   action?: string;

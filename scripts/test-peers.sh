@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# The external programs the tests talk to, as Debian packages: `command package` per line. The test
-# command (`npm test`) and CI both run this, so there is one list. Missing peers are installed when we
-# run as root with apt; otherwise we stop at once with the one command that installs them.
+# The external programs the tests talk to, as Debian packages: `package check` per line, where the check
+# is a command that succeeds when the package is usable (a program on PATH, or a Python module of the
+# system's python: test/python-client.test.ts runs /usr/bin/python3, whatever python3 PATH finds first).
+# The test command (`npm test`) and CI both run this, so there is one list. Missing peers are installed
+# when we run as root with apt; otherwise we stop at once with the one command that installs them.
 set -euo pipefail
 
 PEERS=(
-  "gpg gnupg"
-  "sq sq"
-  "chromium chromium"
-  "tmux tmux"
+  "gnupg command -v gpg"
+  "sq command -v sq"
+  "chromium command -v chromium"
+  "tmux command -v tmux"
+  "python3-requests /usr/bin/python3 -c 'import requests'"
 )
 
 missing=()
 for peer in "${PEERS[@]}"; do
-  read -r cmd pkg <<<"$peer"
-  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+  read -r pkg check <<<"$peer"
+  eval "$check" >/dev/null 2>&1 || missing+=("$pkg")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 

@@ -41,8 +41,8 @@ afterAll(async () => {
 
 let seq = 0;
 /** A provider event as the provider sends it (pretty-printed JSON, as Stripe does), signed. */
-function signedEvent(type: string, object: Record<string, unknown>, opts: { created?: number; id?: string; timestamp?: number; secret?: string } = {}) {
-  const event = {
+function signedEvent(type: string, object: Record<string, unknown>, opts: { created?: number; id?: string; timestamp?: number; secret?: string; without?: string } = {}) {
+  const event: Record<string, unknown> & { id: string } = {
     id: opts.id ?? `evt_${randomBytes(10).toString('hex')}${seq++}`,
     object: 'event',
     api_version: '2026-10-28',
@@ -53,6 +53,7 @@ function signedEvent(type: string, object: Record<string, unknown>, opts: { crea
     type,
     data: { object },
   };
+  if (opts.without) delete event[opts.without];
   const payload = JSON.stringify(event, null, 2);
   const header = Stripe.webhooks.generateTestHeaderString({ payload, secret: opts.secret ?? WEBHOOK_SECRET, timestamp: opts.timestamp });
   return { event, payload, header };
@@ -272,6 +273,16 @@ describe('verified webhooks', () => {
       (s.c.clock as ManualClockFollowingTime).advance(-600_000);
     }
     expect(await s.c.db('billing_events').where({ id: good.event.id }).first()).toBeUndefined();
+  });
+
+  it('refuses a signed event without one of the fields it stores: 400 malformed_event, nothing stored', async () => {
+    for (const field of ['livemode', 'created', 'type']) {
+      const e = signedEvent('customer.subscription.updated', { id: 'sub_x', object: 'subscription' }, { without: field });
+      const res = await post(s, e);
+      expect(res.status, `${field}: ${JSON.stringify(res.body)}`).toBe(400);
+      expect(res.body.code).toBe('malformed_event');
+      expect(await s.c.db('billing_events').where({ id: e.event.id }).first()).toBeUndefined();
+    }
   });
 
   it('stores a replayed event id once and applies it once', async () => {

@@ -289,7 +289,9 @@ describe('managing passkeys', () => {
     expect((await auditRows(u.id, 'passkey.update')).map((r) => r.details)).toEqual([{ name: 'Work phone' }, { active: false }, { active: true }]);
 
     expect((await s.api('DELETE', path, { token: u.token })).status).toBe(204);
-    expect((await s.api('DELETE', path, { token: u.token })).status).toBe(404);
+    // Deleting it again is harmless, as revoking a share or an API key again is: nothing more happens.
+    expect((await s.api('DELETE', path, { token: u.token })).status).toBe(204);
+    expect(await auditRows(u.id, 'passkey.remove')).toHaveLength(1);
     // A deleted credential is unknown: the failure is audited without an account.
     const unknown = () => s.c.db('audit_logs').whereNull('user_id').where({ action: 'auth.login' }).whereRaw(`details->>'reason' = 'unknown_credential'`).count<{ count: string }[]>({ count: '*' });
     const before = Number((await unknown())[0]!.count);
@@ -299,6 +301,24 @@ describe('managing passkeys', () => {
     const events = await s.api('GET', '/events/history?types=passkey.removed', { token: u.token });
     expect(events.body.items).toMatchObject([{ type: 'passkey.removed', data: { passkey_id: passkey.passkey_id } }]);
     expect(await auditRows(u.id, 'passkey.remove')).toMatchObject([{ status: 'success', target: passkey.passkey_id }]);
+  });
+
+  it('takes the state in words (active or inactive), and says which fields an empty or contradictory change may name', async () => {
+    const u = await registerUser(s.api);
+    const { auth, passkey } = await addPasskey(u);
+    const path = `/auth/passkeys/${passkey.passkey_id}`;
+    const inactive = await s.api('PATCH', path, { token: u.token, body: { state: 'inactive' } });
+    expect([inactive.status, inactive.body.active]).toEqual([200, false]);
+    expect((await login(auth)).status).toBe(401);
+    expect((await s.api('PATCH', path, { token: u.token, body: { state: 'active' } })).body.active).toBe(true);
+    expect((await login(auth)).status).toBe(200);
+    const empty = await s.api('PATCH', path, { token: u.token, body: {} });
+    expect([empty.status, empty.body.code]).toEqual([422, 'validation_failed']);
+    expect(JSON.stringify(empty.body.errors)).toContain('name, active (true or false) or state (active or inactive)');
+    const both = await s.api('PATCH', path, { token: u.token, body: { active: true, state: 'inactive' } });
+    expect([both.status, both.body.errors]).toEqual([422, [{ path: 'body.state', message: 'active and state disagree: give one' }]]);
+    const word = await s.api('PATCH', path, { token: u.token, body: { state: 'disabled' } });
+    expect([word.status, word.body.errors?.[0]?.path]).toEqual([422, 'body.state']);
   });
 
   it("answers 404 for another account's passkey id (audited for the caller) and leaves it alone", async () => {

@@ -23,8 +23,8 @@ const BOUNDARY = 'streaming-test-boundary';
 /** A multipart encrypt request whose body the test writes by hand, so it can hold bytes back. */
 function openUpload(token: string, fields: Record<string, string>, fileName: string, path = '/keys/encrypt', service: TestService = s) {
   const url = new URL(`/api/v1${path}`, service.url);
-  const req: ClientRequest = request(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}` } });
-  /** The job's status URL from the 103 Early Hints the API sends once the job exists. */
+  const req: ClientRequest = request(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, prefer: 'early-hints' } });
+  /** The job's status URL from the 103 Early Hints the API sends once the job exists (asked for above). */
   const hinted = new Promise<string>((resolve) => req.on('information', (info) => info.statusCode === 103 && resolve(String(info.headers.link))));
   const response = new Promise<{ status: number; body: any }>((resolve, reject) => {
     req.on('response', (res: IncomingMessage) => {

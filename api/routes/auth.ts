@@ -10,6 +10,9 @@ import { findUserById } from '../../db/users';
 
 const tags = ['Authentication'];
 
+/** Whichever of a username and an email a login names: both are looked up (lib/services/accounts.ts login). */
+const LoginName = z.string().trim().min(1).max(254);
+
 const Accepted = z.object({ status: z.literal('accepted'), message: z.string() });
 
 export default [
@@ -19,13 +22,21 @@ export default [
     summary: 'Log in with a username or email and a password; returns a JWT',
     tags,
     access: 'public',
-    body: z.object({
-      identifier: z.string().trim().min(1).max(254).describe('Username or email'),
-      password: z.string().min(1).max(256),
-    }),
+    body: z
+      .object({
+        identifier: LoginName.optional().describe('Username or email'),
+        username: LoginName.optional(),
+        email: LoginName.optional(),
+        password: z.string().min(1).max(256),
+      })
+      .refine((b) => [b.identifier, b.username, b.email].filter((v) => v !== undefined).length === 1, {
+        message: 'give exactly one of identifier, username and email',
+        path: ['identifier'],
+      }),
     responses: { 200: { description: 'Session token and the user', schema: Session.extend({ user: User }) } },
     async handler({ c, body, meta }) {
-      const { user, session } = await accounts.login(c, body, meta);
+      const identifier = (body.identifier ?? body.username ?? body.email)!;
+      const { user, session } = await accounts.login(c, { identifier, password: body.password }, meta);
       return { body: { ...session, user: userOut(user) } };
     },
   }),

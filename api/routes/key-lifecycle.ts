@@ -132,7 +132,7 @@ export default [
     access: 'auth',
     scope: 'keys:write',
     params: KeyParams,
-    body: z.object({ min_decryption_generation: GenerationNumber.optional() }).strict(),
+    body: z.object({ min_decryption_generation: GenerationNumber.optional() }),
     responses: { 200: { description: 'The settings now', schema: Lifecycle } },
     async handler({ c, user, params, body, meta }) {
       return { body: await updateKeySettings(c, user.id, params.fingerprint, body, meta) };
@@ -151,8 +151,7 @@ export default [
       .object({
         generation: GenerationNumber.optional().describe('A retired generation; omit for the whole key'),
         waiting_days: z.number().int().min(DESTRUCTION_WAIT_DAYS.min).max(DESTRUCTION_WAIT_DAYS.max).default(DESTRUCTION_WAIT_DAYS.default),
-      })
-      .strict(),
+      }),
     responses: { 202: { description: 'Scheduled; cancel it before `destroy_after`', schema: Destruction } },
     async handler({ c, user, params, body, meta }) {
       return { status: 202, body: await scheduleDestruction(c, user.id, params.fingerprint, body, meta) };

@@ -27,15 +27,18 @@ import type { EncryptRequest } from '../../jobs/encrypt-files';
 
 const tags = ['PGP keys'];
 
-const GenerateKeyForm = z.object({
-  label: Label,
-  environment: Environment.default('production'),
-  name: text(100).describe('Name in the OpenPGP user id'),
-  email: Email.describe('Email in the OpenPGP user id'),
-  passphrase: Passphrase,
-  algorithm: Algorithm.default('curve25519'),
-  expires_in_days: wholeNumber(1, 3650).optional(),
-});
+const GenerateKeyForm = z
+  .object({
+    label: Label,
+    environment: Environment.optional().describe('Default: production'),
+    env: Environment.optional().describe('Another name for environment (the one the illustrative create-key sample uses)'),
+    name: text(100).describe('Name in the OpenPGP user id'),
+    email: Email.describe('Email in the OpenPGP user id'),
+    passphrase: Passphrase,
+    algorithm: Algorithm.default('curve25519'),
+    expires_in_days: wholeNumber(1, 3650).optional(),
+  })
+  .refine((b) => !b.env || !b.environment || b.env === b.environment, { message: 'env and environment name the same field: give one', path: ['env'] });
 
 type Input = HandlerInput<Access, unknown, unknown, unknown>;
 
@@ -45,7 +48,7 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
   await c.db.transaction((trx) => enforcePlanLimit(c, trx, userId, 'keys')); // early 402, before the KDF; storeNewKey checks again when it inserts
   const spec = await newLineage(
     c,
-    { label: form.label, environment: form.environment, uid_name: form.name, uid_email: form.email, algorithm: form.algorithm, key_ttl_days: form.expires_in_days ?? null },
+    { label: form.label, environment: form.environment ?? form.env ?? 'production', uid_name: form.name, uid_email: form.email, algorithm: form.algorithm, key_ttl_days: form.expires_in_days ?? null },
     form.passphrase,
   );
   if (form.algorithm === 'curve25519') {

@@ -192,11 +192,18 @@ export default [
     recentSignIn: { when: (b) => b.active === true, description: 'To make a passkey active' },
     params: Params,
     body: z
-      .object({ name: Name.optional(), active: z.boolean().optional() })
-      .refine((b) => b.name !== undefined || b.active !== undefined, 'name at least one of name, active'),
+      .object({
+        name: Name.optional(),
+        active: z.boolean().optional(),
+        state: z.enum(['active', 'inactive']).optional().describe('The same as active, in words: active (true) or inactive (false)'),
+      })
+      .refine((b) => b.name !== undefined || b.active !== undefined || b.state !== undefined, 'name at least one field to change: name, active (true or false) or state (active or inactive)')
+      .refine((b) => b.active === undefined || b.state === undefined || b.active === (b.state === 'active'), { message: 'active and state disagree: give one', path: ['state'] }),
     responses: { 200: { description: 'The passkey', schema: Passkey } },
     async handler({ c, user, params, body, meta }) {
-      return { body: passkeyView(await passkeys.changePasskey(c, user.id, params.passkey_id, body, meta)) };
+      const { state, ...patch } = body;
+      if (state !== undefined) patch.active = state === 'active';
+      return { body: passkeyView(await passkeys.changePasskey(c, user.id, params.passkey_id, patch, meta)) };
     },
   }),
 

@@ -85,8 +85,8 @@ export default [
     scope: 'keys:write',
     params: KeyParams,
     body: z.union([
-      z.object({ interval_days: z.number().int().min(ROTATION_DAYS.min).max(ROTATION_DAYS.max).nullable() }).strict(),
-      z.object({ use_account_policy: z.literal(true) }).strict(),
+      z.object({ interval_days: z.number().int().min(ROTATION_DAYS.min).max(ROTATION_DAYS.max).nullable() }),
+      z.object({ use_account_policy: z.literal(true) }),
     ]),
     responses: { 200: { description: 'The schedule now in force', schema: Schedule } },
     async handler({ c, user, params, body, meta }) {

@@ -93,9 +93,13 @@ export default [
     summary: 'Remove the link: every inherited key is revoked at once',
     tags,
     access: 'session',
-    responses: { 200: { description: 'What was unlinked', schema: z.object({ source_user_id: z.uuid(), revoked_keys: z.number().int() }) } },
+    responses: {
+      200: { description: 'What was unlinked', schema: z.object({ source_user_id: z.uuid(), revoked_keys: z.number().int() }) },
+      204: { description: 'Not linked (already unlinked): nothing to do' },
+    },
     async handler({ c, user, meta }) {
-      return { body: await unlinkSource(c, user.id, meta) };
+      const unlinked = await unlinkSource(c, user.id, meta);
+      return unlinked ? { body: unlinked } : { status: 204 };
     },
   }),
 

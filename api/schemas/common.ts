@@ -24,7 +24,14 @@ export const isoOrNull = (d: Date | null | undefined) => (d ? d.toISOString() : 
  * and null would pass as numbers. Documented as an integer.
  */
 export const wholeNumber = (min: number, max: number) =>
-  z.preprocess((v) => (typeof v === 'string' && /^\d{1,16}$/.test(v) ? Number(v) : v), z.number({ error: 'must be a whole number (decimal digits)' }).int().min(min).max(max));
+  z.preprocess(
+    (v) => (typeof v === 'string' && /^\d{1,16}$/.test(v) ? Number(v) : v),
+    z
+      .number({ error: 'must be a whole number (decimal digits)' })
+      .int({ error: 'must be a whole number (decimal digits)' })
+      .min(min, { error: `must be at least ${min}` })
+      .max(max, { error: `must be at most ${max}` }),
+  );
 
 /**
  * A point in time from a query parameter: an ISO 8601 date (midnight UTC) or date-time with its offset. Not

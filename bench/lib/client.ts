@@ -130,7 +130,8 @@ export class Api {
 
   /**
    * multipart/form-data: `fields`, then the file in the field `files`. `onJob` hears the job's id from the
-   * 103 Early Hints the API sends once the job runs, before the upload ends (node:http only: fetch hides 1xx).
+   * 103 Early Hints the API sends, when asked (`Prefer: early-hints`), once the job runs, before the upload
+   * ends (node:http only: fetch hides 1xx).
    */
   private async upload(path: string, fields: Record<string, string>, file: string, onJob?: (jobId: string) => void): Promise<JobView> {
     if (this.transfer === 'fetch') {
@@ -140,7 +141,7 @@ export class Api {
       return this.call<JobView>('POST', path, { form }, 202);
     }
     const body = multipartBody(fields, 'files', await partsOf([file])); // the client library's encoder
-    const req = request(`${this.base}/api/v1${path}`, { method: 'POST', headers: { ...this.auth(), 'content-type': body.contentType, 'content-length': body.length } });
+    const req = request(`${this.base}/api/v1${path}`, { method: 'POST', headers: { ...this.auth(), 'content-type': body.contentType, 'content-length': body.length, ...(onJob ? { prefer: 'early-hints' } : {}) } });
     const answer = new Promise<IncomingMessage>((resolve, reject) => req.once('response', resolve).once('error', reject));
     req.on('information', (info) => {
       const id = /\/jobs\/([0-9a-f-]{36})>/.exec(String(info.headers.link ?? ''))?.[1];

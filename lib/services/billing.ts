@@ -243,7 +243,10 @@ function eventIds(event: ProviderEvent): { object_id: string | null; customer_id
  */
 export async function receiveWebhook(c: Container, raw: string | Buffer, signature: string | undefined): Promise<{ event_id: string; duplicate: boolean }> {
   const event = await verifyWebhook(c.config, raw, signature, c.clock.now());
-  if (!/^[A-Za-z0-9_]{1,255}$/.test(event.id) || typeof event.type !== 'string' || typeof event.created !== 'number') throw badRequest('malformed_event', 'The webhook body is not a provider event.');
+  // Every field stored is checked here: a signed event without one is the sender's error (400), not ours.
+  if (!/^[A-Za-z0-9_]{1,255}$/.test(event.id) || typeof event.type !== 'string' || typeof event.created !== 'number' || typeof event.livemode !== 'boolean') {
+    throw badRequest('malformed_event', 'The webhook body is not a provider event (it needs id, type, created and livemode).');
+  }
   const ids = eventIds(event);
   const stored = await insertBillingEvent(c.db, {
     id: event.id,

@@ -297,6 +297,15 @@ export async function waitForJob(c: Container, row: JobRow, seconds: number, wat
   }
 }
 
+/**
+ * `Prefer: early-hints`: the client reads informational answers, so a file job may say where it is
+ * (103 Early Hints) before its upload has been answered. Never sent unasked: many HTTP clients take a
+ * 1xx for the final answer and then read the real one as the reply to their next request.
+ */
+export function preferEarlyHints(header: string | undefined): boolean {
+  return /(?:^|,)\s*early-hints\s*(?:[,;]|$)/i.test(header ?? '');
+}
+
 /** Parses `Prefer: wait=N`, capped at 30 s; undefined when absent. */
 export function preferWait(header: string | undefined): number | undefined {
   const match = /(?:^|[,;\s])wait=(\d+)/i.exec(header ?? '');

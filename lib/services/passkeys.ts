@@ -7,7 +7,7 @@ import { emitEvent } from '../events';
 import { notify } from './notify';
 import { signIn, type newSession } from './accounts';
 import { notYours } from './access';
-import { recordAudit, type RequestMeta } from '../../db/audit';
+import { auditedSuccess, recordAudit, type RequestMeta } from '../../db/audit';
 import { findUserById, findUserByLogin, lockLiveUser, type UserRow } from '../../db/users';
 import {
   advanceCounter,
@@ -336,11 +336,17 @@ export async function changePasskey(c: Container, userId: string, passkeyId: str
   });
 }
 
+/**
+ * Deletes the passkey. Repeating it is harmless, as revoking a share or an API key is: a passkey of the
+ * caller's already removed (its audit row is what is left of it) is done; one never theirs is a 404.
+ */
 export async function removePasskey(c: Container, userId: string, passkeyId: string, meta: RequestMeta): Promise<void> {
+  if (!(await findPasskey(c.db, passkeyId)) && (await auditedSuccess(c.db, userId, 'passkey.remove', passkeyId))) return;
   const row = await ownPasskey(c, userId, passkeyId, meta);
-  await c.db.transaction(async (trx) => {
-    if (!(await deletePasskey(trx, userId, passkeyId))) throw notFound('passkey_not_found', 'No such passkey in your account.'); // deleted meanwhile
+  const removed = await c.db.transaction(async (trx) => {
+    if (!(await deletePasskey(trx, userId, passkeyId))) return false; // removed meanwhile, by a concurrent call
     await audit(c, meta, { user_id: userId, action: 'passkey.remove', status: 'success', target: passkeyId, details: { name: row.name } }, trx);
+    return true;
   });
-  await emitEvent(c, userId, 'passkey.removed', { passkey_id: passkeyId });
+  if (removed) await emitEvent(c, userId, 'passkey.removed', { passkey_id: passkeyId });
 }

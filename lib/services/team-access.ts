@@ -174,14 +174,17 @@ async function endLink(trx: Knex.Transaction, link: TeamLinkRow, reason: string,
   return revoked;
 }
 
-/** Ends the caller's link and every key it inherited through it, at once. */
-export async function unlinkSource(c: Container, userId: string, meta: RequestMeta): Promise<{ source_user_id: string; revoked_keys: number }> {
+/**
+ * Ends the caller's link and every key it inherited through it, at once. Without a link there is nothing
+ * to end (undefined): repeating an unlink is harmless, as repeating any DELETE of the API is.
+ */
+export async function unlinkSource(c: Container, userId: string, meta: RequestMeta): Promise<{ source_user_id: string; revoked_keys: number } | undefined> {
   const done = await c.db.transaction(async (trx) => {
     const link = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();
-    if (!link) throw notFound('team_link_not_found', 'This account is not linked to a source member.');
+    if (!link) return undefined;
     return { source_user_id: link.source_id, revoked_keys: await endLink(trx, link, 'unlinked', meta) };
   });
-  await emitEvent(c, userId, 'team_access.unlinked', { source_user_id: done.source_user_id, reason: 'unlinked' });
+  if (done) await emitEvent(c, userId, 'team_access.unlinked', { source_user_id: done.source_user_id, reason: 'unlinked' });
   return done;
 }
 
