@@ -23,10 +23,10 @@ export default [
       identifier: z.string().trim().min(1).max(254).describe('Username or email'),
       password: z.string().min(1).max(256),
     }),
-    responses: { 200: { description: 'Session token and the user', schema: Session.extend({ user: User }) } },
+    responses: { 200: { description: 'Session token and the user', schema: z.object({ session: Session, user: User }) } },
     async handler({ c, body, meta }) {
       const { user, session } = await accounts.login(c, body, meta);
-      return { body: { ...session, user: userOut(user) } };
+      return { body: { session, user: userOut(user) } };
     },
   }),
 

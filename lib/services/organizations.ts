@@ -29,7 +29,7 @@ const memberCount = async (db: Knex, organizationId: string) =>
   Number(((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count) ?? 0);
 
 export function organizationOut(org: OrganizationRow, mine: MemberRow, count: number) {
-  return { id: org.id, name: org.name, owner_user_id: org.owner_id, role: mine.role, member_count: count, created_at: org.created_at.toISOString() };
+  return { organization_id: org.id, name: org.name, owner_user_id: org.owner_id, role: mine.role, member_count: count, created_at: org.created_at.toISOString() };
 }
 
 /** The caller's organization (made on first use for accounts that have none yet). */
@@ -92,7 +92,7 @@ export async function invite(c: Container, inviter: { id: string }, input: { ema
 }
 
 export const invitationOut = (row: InvitationRow) => ({
-  id: row.id,
+  invitation_id: row.id,
   organization_id: row.organization_id,
   email: row.email,
   role: row.role,
