@@ -19,7 +19,7 @@ describe('key monitoring', () => {
   it('is for administrators only', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    for (const path of ['/keys/health', `/keys/${key.id}/metrics`]) {
+    for (const path of ['/keys/health', `/keys/${key.lineage_id}/metrics`]) {
       expect((await s.api('GET', path)).status).toBe(401);
       expect((await s.api('GET', path, { token: u.token })).status).toBe(403);
       expect((await s.api('GET', path, { token: u.apiKey })).status).toBe(403);
@@ -39,14 +39,14 @@ describe('key monitoring', () => {
     expect(after.expiring_30d - before.expiring_30d).toBe(1);
 
     // A rotation policy of one day, and the clock two days on: due, and overdue.
-    await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_days: 1 } });
+    await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_interval_days: 1 } });
     const clock = s.c.clock as ManualClockFollowingTime;
     clock.advance(2 * 86400_000);
     try {
       // Two days on, sessions have expired: the admin's API key works on admin routes.
-      const one = (await s.api('GET', `/keys/health?key_id=${b.id}`, { token: admin.apiKey })).body;
-      expect(one).toMatchObject({ key_id: b.id, account: u.id, state: 'active', rotation_days: 1, rotation_due: true, rotation_overdue: true, expires_in_days: 7 });
-      expect((await s.api('GET', `/keys/health?key_id=${a.id}`, { token: admin.apiKey })).body).toMatchObject({ state: 'disabled', rotation_due: false });
+      const one = (await s.api('GET', `/keys/health?key_id=${b.lineage_id}`, { token: admin.apiKey })).body;
+      expect(one).toMatchObject({ lineage_id: b.lineage_id, account: u.id, status: 'active', rotation_interval_days: 1, rotation_due: true, rotation_overdue: true, expires_in_days: 7 });
+      expect((await s.api('GET', `/keys/health?key_id=${a.lineage_id}`, { token: admin.apiKey })).body).toMatchObject({ status: 'disabled', rotation_due: false });
     } finally {
       clock.advance(-2 * 86400_000);
     }
@@ -63,7 +63,7 @@ describe('key monitoring', () => {
     await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: 'a wrong passphrase', files: [{ name: 'm.gpg', data }] } });
     expect((await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.token, headers: { prefer: 'wait=30' }, body: {} })).status).toBe(200);
 
-    const m = await s.api('GET', `/keys/${key.id}/metrics`, { token: admin.token });
+    const m = await s.api('GET', `/keys/${key.lineage_id}/metrics`, { token: admin.token });
     expect(m.status).toBe(200);
     expect(m.body.operations).toEqual(
       expect.arrayContaining([
