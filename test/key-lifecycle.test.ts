@@ -51,10 +51,10 @@ describe('generations and their usage', () => {
 
     const res = await generations(key.fingerprint);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body).toMatchObject({ lineage_id: key.lineage_id, fingerprint: fpr2, current_generation: 2, min_decryption_generation: 1 });
+    expect(res.body).toMatchObject({ lineage_id: key.lineage_id, fingerprint: fpr2, current_generation: 2, min_decryption_generation: 1, page: 1, page_size: 20, total: 2 });
     const [g2, g1] = res.body.items;
-    expect(g2).toMatchObject({ generation: 2, state: 'current', safe_to_retire: false, usage: { files_encrypted: 0, files_rewrapped_to: 1, files_rewrapped_from: 0 } });
-    expect(g1).toMatchObject({ generation: 1, fingerprint: key.fingerprint, state: 'rotated', safe_to_retire: false, usage: { files_encrypted: 2, bytes_encrypted: 1024, files_decrypted: 1, files_rewrapped_from: 1, files_rewrapped_to: 0 } });
+    expect(g2).toMatchObject({ generation: 2, status: 'current', safe_to_retire: false, usage: { files_encrypted: 0, files_rewrapped_to: 1, files_rewrapped_from: 0 } });
+    expect(g1).toMatchObject({ generation: 1, fingerprint: key.fingerprint, status: 'rotated', safe_to_retire: false, usage: { files_encrypted: 2, bytes_encrypted: 1024, files_decrypted: 1, files_rewrapped_from: 1, files_rewrapped_to: 0 } });
     expect(g1.usage.last_decrypt_at).not.toBeNull();
     expect(g1.rotated_at).not.toBeNull();
     // No decrypt for KEY_RETIRE_SAFE_DAYS (30) since its rotation: safe to retire.
