@@ -170,9 +170,9 @@ describe('team access', () => {
     expect(st.last_synced_at).toBeTruthy();
 
     const list = await keyList(member!);
-    expect(list.find((k) => k.id === own.lineage_id)).toMatchObject({ inherited: false, owner: null });
-    expect(list.find((k) => k.id === key.lineage_id)).toMatchObject({ inherited: true, owner: { user_id: owner!.id, username: owner!.username } });
-    expect((await keyList(owner!)).map((k) => k.id)).toEqual([key.lineage_id]);
+    expect(list.find((k) => k.lineage_id === own.lineage_id)).toMatchObject({ inherited: false, owner: null });
+    expect(list.find((k) => k.lineage_id === key.lineage_id)).toMatchObject({ inherited: true, owner: { user_id: owner!.id, username: owner!.username } });
+    expect((await keyList(owner!)).map((k) => k.lineage_id)).toEqual([key.lineage_id]);
 
     const job = await encrypt(s.api, member!.token, key.fingerprint, file());
     expect(job.result.fingerprint_used).toBe(key.fingerprint);
@@ -220,7 +220,7 @@ describe('team access', () => {
 
     const second = await createKey(s.api, owner!.token, { label: 'second' });
     await expect.poll(async () => (await settled(member!)).inherited_keys, { timeout: 15_000 }).toBe(2);
-    expect((await keyList(member!)).map((k) => k.id)).toContain(second.lineage_id);
+    expect((await keyList(member!)).map((k) => k.lineage_id)).toContain(second.lineage_id);
 
     expect((await s.api('POST', '/keys/disable-key', { token: owner!.token, body: { fingerprint: second.fingerprint } })).status).toBe(200);
     await expect.poll(async () => (await grantsOf(member!)).map((g) => g.lineage_id), { timeout: 15_000 }).toEqual([key.lineage_id]);
@@ -267,13 +267,13 @@ describe('team access', () => {
     const cKey = await createKey(s.api, c!.token, { label: 'c' });
     await link(b!, c!);
     await link(a!, b!);
-    expect((await keyList(b!)).map((k) => k.id).sort()).toEqual([bKey.lineage_id, cKey.lineage_id].sort());
-    expect((await keyList(a!)).map((k) => k.id)).toEqual([bKey.lineage_id]);
+    expect((await keyList(b!)).map((k) => k.lineage_id).sort()).toEqual([bKey.lineage_id, cKey.lineage_id].sort());
+    expect((await keyList(a!)).map((k) => k.lineage_id)).toEqual([bKey.lineage_id]);
     expect(await encryptStatus(a!, cKey.fingerprint)).toBe(404);
     // Changing the source swaps the grants.
     const changed = await link(a!, c!);
     expect(changed.source.user_id).toBe(c!.id);
-    expect((await keyList(a!)).map((k) => k.id)).toEqual([cKey.lineage_id]);
+    expect((await keyList(a!)).map((k) => k.lineage_id)).toEqual([cKey.lineage_id]);
   });
 
   it("revokes a removed member's inherited access, and what others inherited from it", async () => {
