@@ -5612,7 +5612,7 @@ export interface components {
             }[];
         };
         AuditEntry: {
-            entry_id: number;
+            audit_id: number;
             action: string;
             /** @enum {string} */
             status: "success" | "failure";

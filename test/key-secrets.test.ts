@@ -161,7 +161,7 @@ describe('a generate-key job', () => {
     expect(row.request.lineage).not.toHaveProperty('unlock_public');
     const job = await waitJob(s.api, u.token, res.body.job_id);
     expect(job.state, JSON.stringify(job.error)).toBe('completed');
-    const lineage = await s.c.db('key_lineages').where({ id: job.result.key.id }).first();
+    const lineage = await s.c.db('key_lineages').where({ id: job.result.key.lineage_id }).first();
     expect(lineage.unlock_locked).toMatch(/^s1\./);
   });
 });
