@@ -41,11 +41,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            token: string;
-                            /** @enum {string} */
-                            token_type: "Bearer";
-                            /** Format: date-time */
-                            expires_at: string;
+                            session: components["schemas"]["Session"];
                             user: components["schemas"]["User"];
                         };
                     };
@@ -95,7 +91,7 @@ export interface paths {
                     content: {
                         "application/json": {
                             /** Format: uuid */
-                            id: string;
+                            user_id: string;
                             username: string;
                             email: string;
                             /** @description The owner proved this mailbox (a confirmed change or a password reset) */
@@ -103,7 +99,8 @@ export interface paths {
                             company_name: string | null;
                             /** @enum {string} */
                             role: "user" | "admin";
-                            rotation_days: number | null;
+                            /** @description The account rotation policy in days (null: off); keys in `policy` mode follow it */
+                            rotation_interval_days: number | null;
                             /** Format: date-time */
                             created_at: string;
                             /** Format: date-time */
@@ -556,11 +553,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            token: string;
-                            /** @enum {string} */
-                            token_type: "Bearer";
-                            /** Format: date-time */
-                            expires_at: string;
+                            session: components["schemas"]["Session"];
                             user: components["schemas"]["User"];
                             /** Format: uuid */
                             passkey_id: string;
@@ -928,7 +921,7 @@ export interface paths {
                     content: {
                         "application/json": {
                             /** Format: uuid */
-                            id: string;
+                            user_id: string;
                             username: string;
                             email: string;
                             /** @description The owner proved this mailbox (a confirmed change or a password reset) */
@@ -936,7 +929,8 @@ export interface paths {
                             company_name: string | null;
                             /** @enum {string} */
                             role: "user" | "admin";
-                            rotation_days: number | null;
+                            /** @description The account rotation policy in days (null: off); keys in `policy` mode follow it */
+                            rotation_interval_days: number | null;
                             /** Format: date-time */
                             created_at: string;
                             /** Format: date-time */
@@ -1049,7 +1043,9 @@ export interface paths {
                         [name: string]: unknown;
                     };
                     content: {
-                        "application/json": components["schemas"]["Session"];
+                        "application/json": {
+                            session: components["schemas"]["Session"];
+                        };
                     };
                 };
                 /** @description Error (RFC 9457 problem details) */
@@ -1131,7 +1127,8 @@ export interface paths {
         get: {
             parameters: {
                 query?: {
-                    limit?: number;
+                    page?: number;
+                    page_size?: number;
                 };
                 header?: never;
                 path?: never;
@@ -1147,6 +1144,9 @@ export interface paths {
                     content: {
                         "application/json": {
                             items: components["schemas"]["ActivityItem"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
                         };
                     };
                 };
@@ -1192,7 +1192,7 @@ export interface paths {
             requestBody: {
                 content: {
                     "application/json": {
-                        rotation_days: number | null;
+                        rotation_interval_days: number | null;
                     };
                 };
             };
@@ -1204,7 +1204,7 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            rotation_days: number | null;
+                            rotation_interval_days: number | null;
                         };
                     };
                 };
@@ -1290,12 +1290,13 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Key health across accounts (states, rotations due and overdue, expiries, failed rotations), or one key with `key_id`
+         * Key health across accounts (states, rotations due and overdue, expiries, failed rotations), or one key with `key_id` (a fingerprint)
          * @description Administrators only (a session or the partner key; managed API keys are refused).
          */
         get: {
             parameters: {
                 query?: {
+                    /** @description Any generation's fingerprint (or the key's `lineage_id`) */
                     key_id?: string;
                 };
                 header?: never;
@@ -1324,15 +1325,16 @@ export interface paths {
                             overdue_after: string;
                         } | {
                             /** Format: uuid */
-                            key_id: string;
+                            lineage_id: string;
                             /** Format: uuid */
                             account: string;
                             label: string;
                             fingerprint: string;
                             generation: number;
                             /** @enum {string} */
-                            state: "active" | "disabled" | "expired";
-                            rotation_days: number | null;
+                            status: "active" | "disabled" | "expired";
+                            /** @description The interval in effect: the key's own, or its owner's policy */
+                            rotation_interval_days: number | null;
                             /** Format: date-time */
                             next_rotation_at: string | null;
                             rotation_due: boolean;
@@ -1379,6 +1381,7 @@ export interface paths {
                 query?: never;
                 header?: never;
                 path: {
+                    /** @description Any generation's fingerprint (or the key's `lineage_id`) */
                     key_id: string;
                 };
                 cookie?: never;
@@ -1556,8 +1559,11 @@ export interface paths {
                     };
                     content: {
                         "application/json": {
-                            /** Format: uuid */
-                            id: string;
+                            /**
+                             * Format: uuid
+                             * @description The key across its generations (rotation history, shares, monitoring); paths and bodies name a key by fingerprint
+                             */
+                            lineage_id: string;
                             fingerprint: string;
                             label: string;
                             environment: string;
@@ -1577,7 +1583,7 @@ export interface paths {
                             /** Format: date-time */
                             disabled_at: string | null;
                             /**
-                             * @description policy: follows the account rotation_days
+                             * @description policy: follows the account's rotation_interval_days
                              * @enum {string}
                              */
                             rotation_mode: "policy" | "interval" | "off";
@@ -2020,7 +2026,7 @@ export interface paths {
             requestBody: {
                 content: {
                     "application/json": {
-                        interval_days: number | null;
+                        rotation_interval_days: number | null;
                     } | {
                         /** @enum {boolean} */
                         use_account_policy: true;
@@ -2271,7 +2277,10 @@ export interface paths {
          */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                };
                 header?: never;
                 path: {
                     fingerprint: string;
@@ -2280,7 +2289,7 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description The key and its generations, newest first */
+                /** @description The key and a page of its generations, newest first */
                 200: {
                     headers: {
                         [name: string]: unknown;
@@ -2288,7 +2297,7 @@ export interface paths {
                     content: {
                         "application/json": {
                             /** Format: uuid */
-                            key_id: string;
+                            lineage_id: string;
                             /** @description The current generation */
                             fingerprint: string;
                             current_generation: number;
@@ -2304,6 +2313,9 @@ export interface paths {
                             /** Format: date-time */
                             destroyed_at: string | null;
                             items: components["schemas"]["KeyGeneration"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
                         };
                     };
                 };
@@ -2823,7 +2835,7 @@ export interface paths {
                 query?: {
                     page?: number;
                     page_size?: number;
-                    state?: "active" | "expired" | "revoked";
+                    status?: "active" | "expired" | "revoked";
                 };
                 header?: never;
                 path?: never;
@@ -3664,14 +3676,17 @@ export interface paths {
          */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                };
                 header?: never;
                 path?: never;
                 cookie?: never;
             };
             requestBody?: never;
             responses: {
-                /** @description Endpoints, newest first */
+                /** @description A page of endpoints, newest first */
                 200: {
                     headers: {
                         [name: string]: unknown;
@@ -3679,6 +3694,9 @@ export interface paths {
                     content: {
                         "application/json": {
                             items: components["schemas"]["WebhookEndpoint"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
                         };
                     };
                 };
@@ -3726,7 +3744,7 @@ export interface paths {
                     content: {
                         "application/json": {
                             /** Format: uuid */
-                            id: string;
+                            webhook_id: string;
                             url: string;
                             description: string;
                             event_types: string[];
@@ -5082,9 +5100,16 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        Session: {
+            token: string;
+            /** @enum {string} */
+            token_type: "Bearer";
+            /** Format: date-time */
+            expires_at: string;
+        };
         User: {
             /** Format: uuid */
-            id: string;
+            user_id: string;
             username: string;
             email: string;
             /** @description The owner proved this mailbox (a confirmed change or a password reset) */
@@ -5092,7 +5117,8 @@ export interface components {
             company_name: string | null;
             /** @enum {string} */
             role: "user" | "admin";
-            rotation_days: number | null;
+            /** @description The account rotation policy in days (null: off); keys in `policy` mode follow it */
+            rotation_interval_days: number | null;
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -5216,13 +5242,6 @@ export interface components {
                 [key: string]: unknown;
             };
         };
-        Session: {
-            token: string;
-            /** @enum {string} */
-            token_type: "Bearer";
-            /** Format: date-time */
-            expires_at: string;
-        };
         IssuedPartnerKey: {
             /** @description Shown once; store it now. Send as "Authorization: Bearer <api_key>". */
             api_key: string;
@@ -5253,7 +5272,7 @@ export interface components {
         };
         KeyMetrics: {
             /** Format: uuid */
-            key_id: string;
+            lineage_id: string;
             /** Format: uuid */
             account: string;
             label: string;
@@ -5340,8 +5359,11 @@ export interface components {
             download_url: string;
         };
         Key: {
-            /** Format: uuid */
-            id: string;
+            /**
+             * Format: uuid
+             * @description The key across its generations (rotation history, shares, monitoring); paths and bodies name a key by fingerprint
+             */
+            lineage_id: string;
             fingerprint: string;
             label: string;
             environment: string;
@@ -5361,7 +5383,7 @@ export interface components {
             /** Format: date-time */
             disabled_at: string | null;
             /**
-             * @description policy: follows the account rotation_days
+             * @description policy: follows the account's rotation_interval_days
              * @enum {string}
              */
             rotation_mode: "policy" | "interval" | "off";
@@ -5379,17 +5401,17 @@ export interface components {
             fingerprint: string;
             /** @enum {string} */
             mode: "policy" | "interval" | "off";
-            interval_days: number | null;
+            rotation_interval_days: number | null;
             /** @description What the scheduler uses: the key’s own interval, or the account policy */
-            effective_interval_days: number | null;
+            effective_rotation_interval_days: number | null;
             /** Format: date-time */
             next_rotation_at: string | null;
         };
         RotationEntry: {
             /** Format: uuid */
-            id: string;
+            rotation_id: string;
             /** Format: uuid */
-            key_id: string;
+            lineage_id: string;
             old_fingerprint: string;
             new_fingerprint: string | null;
             from_generation: number;
@@ -5412,7 +5434,7 @@ export interface components {
             fingerprint: string;
             algorithm: string;
             /** @enum {string} */
-            state: "current" | "rotated" | "retired" | "pending_destruction" | "destroyed";
+            status: "current" | "rotated" | "retired" | "pending_destruction" | "destroyed";
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -5440,7 +5462,7 @@ export interface components {
         };
         KeyLifecycle: {
             /** Format: uuid */
-            key_id: string;
+            lineage_id: string;
             /** @description The current generation */
             fingerprint: string;
             current_generation: number;
@@ -5468,14 +5490,14 @@ export interface components {
         CreatedKeyShare: {
             /**
              * Format: uuid
-             * @description The share id: revoke with DELETE /keys/share/{share_id}
+             * @description Revoke with DELETE /keys/share/{share_id}
              */
-            id: string;
+            share_id: string;
             /**
              * Format: uuid
              * @description The key (lineage) shared: the link follows its rotations
              */
-            key_id: string;
+            lineage_id: string;
             /** @description The key's current generation */
             fingerprint: string | null;
             label: string | null;
@@ -5506,7 +5528,7 @@ export interface components {
                 username: string;
             };
             /** @description `kms_ks_…`: shown once; only its hash is stored */
-            token: string;
+            share_token: string;
             /** @description The public link (shown once): GET it, with `Accept: application/pgp-keys` for the bare key */
             url: string;
             /** @description A notice to recipient_email was queued (sent by a worker, not awaited) */
@@ -5515,14 +5537,14 @@ export interface components {
         KeyShare: {
             /**
              * Format: uuid
-             * @description The share id: revoke with DELETE /keys/share/{share_id}
+             * @description Revoke with DELETE /keys/share/{share_id}
              */
-            id: string;
+            share_id: string;
             /**
              * Format: uuid
              * @description The key (lineage) shared: the link follows its rotations
              */
-            key_id: string;
+            lineage_id: string;
             /** @description The key's current generation */
             fingerprint: string | null;
             label: string | null;
@@ -5571,7 +5593,7 @@ export interface components {
             /** @description Most viewed keys (up to 10) */
             top_keys: {
                 /** Format: uuid */
-                key_id: string;
+                lineage_id: string;
                 fingerprint: string | null;
                 label: string | null;
                 views: number;
@@ -5584,7 +5606,7 @@ export interface components {
                 /** Format: uuid */
                 share_id: string;
                 /** Format: uuid */
-                key_id: string;
+                lineage_id: string;
                 /** @enum {string} */
                 ua_class: "browser" | "cli" | "library" | "bot" | "other";
             }[];
@@ -5611,17 +5633,14 @@ export interface components {
             views_remaining: number | null;
         };
         ManagedApiKeyWithValue: {
-            /**
-             * Format: uuid
-             * @description The `key_id`
-             */
-            id: string;
+            /** Format: uuid */
+            key_id: string;
             name: string;
             /** @description The first characters of the current value (`kms_sk_` + 6), safe to show */
             prefix: string;
             scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
             /** @enum {string} */
-            state: "active" | "expired" | "revoked";
+            status: "active" | "expired" | "revoked";
             /** Format: date-time */
             created_at: string;
             /**
@@ -5650,17 +5669,14 @@ export interface components {
             value: string | null;
         };
         ManagedApiKey: {
-            /**
-             * Format: uuid
-             * @description The `key_id`
-             */
-            id: string;
+            /** Format: uuid */
+            key_id: string;
             name: string;
             /** @description The first characters of the current value (`kms_sk_` + 6), safe to show */
             prefix: string;
             scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
             /** @enum {string} */
-            state: "active" | "expired" | "revoked";
+            status: "active" | "expired" | "revoked";
             /** Format: date-time */
             created_at: string;
             /**
@@ -5706,9 +5722,9 @@ export interface components {
         CreatedApiKeyShare: {
             /**
              * Format: uuid
-             * @description The share id: revoke with DELETE /api-keys/shares/{share_id}
+             * @description Revoke with DELETE /api-keys/shares/{share_id}
              */
-            id: string;
+            share_id: string;
             /** Format: uuid */
             key_id: string;
             key_name: string;
@@ -5718,7 +5734,7 @@ export interface components {
              * @description A revoked or expired key’s links answer 410 whatever their own state
              * @enum {string}
              */
-            key_state: "active" | "expired" | "revoked";
+            key_status: "active" | "expired" | "revoked";
             /** @enum {string} */
             state: "active" | "expired" | "revoked" | "exhausted";
             /** Format: date-time */
@@ -5733,16 +5749,16 @@ export interface components {
             /** Format: date-time */
             created_at: string;
             /** @description `kms_as_…`: shown once; only its hash is stored */
-            token: string;
+            share_token: string;
             /** @description The public link (shown once); each GET of it is one view */
             url: string;
         };
         ApiKeyShare: {
             /**
              * Format: uuid
-             * @description The share id: revoke with DELETE /api-keys/shares/{share_id}
+             * @description Revoke with DELETE /api-keys/shares/{share_id}
              */
-            id: string;
+            share_id: string;
             /** Format: uuid */
             key_id: string;
             key_name: string;
@@ -5752,7 +5768,7 @@ export interface components {
              * @description A revoked or expired key’s links answer 410 whatever their own state
              * @enum {string}
              */
-            key_state: "active" | "expired" | "revoked";
+            key_status: "active" | "expired" | "revoked";
             /** @enum {string} */
             state: "active" | "expired" | "revoked" | "exhausted";
             /** Format: date-time */
@@ -5819,7 +5835,7 @@ export interface components {
             };
             plans: {
                 /** @enum {string} */
-                id: "free" | "pro" | "business";
+                plan_id: "free" | "pro" | "business";
                 for_sale: boolean;
                 limits: components["schemas"]["PlanLimits"];
             }[];
@@ -5857,7 +5873,7 @@ export interface components {
         };
         WebhookEndpoint: {
             /** Format: uuid */
-            id: string;
+            webhook_id: string;
             url: string;
             description: string;
             event_types: string[];
@@ -5879,7 +5895,7 @@ export interface components {
              * Format: uuid
              * @description The `webhook-id` header: the same on every attempt
              */
-            id: string;
+            delivery_id: string;
             event_id: string;
             event_type: string;
             /** @enum {string} */
@@ -5898,7 +5914,7 @@ export interface components {
             }[];
         };
         AuditEntry: {
-            id: number;
+            audit_id: number;
             action: string;
             /** @enum {string} */
             status: "success" | "failure";
@@ -5989,7 +6005,7 @@ export interface components {
         };
         Organization: {
             /** Format: uuid */
-            id: string;
+            organization_id: string;
             name: string;
             /** Format: uuid */
             owner_user_id: string | null;
@@ -6004,7 +6020,7 @@ export interface components {
         };
         OrganizationInvitation: {
             /** Format: uuid */
-            id: string;
+            invitation_id: string;
             /** Format: uuid */
             organization_id: string;
             email: string;
@@ -6054,14 +6070,14 @@ export interface components {
                 /** @description Their summed concurrency */
                 concurrency: number;
                 schedulers: {
-                    id: string;
+                    scheduler_id: string;
                     every_ms: number | null;
                     /** Format: date-time */
                     next_run_at: string | null;
                 }[];
             }[];
             workers: {
-                id: string;
+                worker_id: string;
                 host: string;
                 pid: number;
                 queues: {

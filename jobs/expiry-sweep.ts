@@ -41,7 +41,7 @@ export const expirySweep = defineJob({
       if (!claimed) continue;
       warned++;
       const expired = key.expires_at <= now;
-      const data = { key_id: key.lineage_id, fingerprint: key.fingerprint, label: key.label, expires_at: key.expires_at.toISOString(), lead_days: nearest };
+      const data = { lineage_id: key.lineage_id, fingerprint: key.fingerprint, label: key.label, expires_at: key.expires_at.toISOString(), lead_days: nearest };
       await emitEvent(c, key.user_id, expired ? 'key.expired' : 'key.expiring', data); // SSE, history and webhooks
       await notify(c, key.email, 'key-expiring', { label: key.label, fingerprint: key.fingerprint, expires_at: key.expires_at.toISOString() });
     }

@@ -29,11 +29,11 @@ afterAll(async () => {
 
 type User = Awaited<ReturnType<typeof registerUser>>;
 interface Generated {
-  id: string;
+  key_id: string;
   value: string;
   prefix: string;
   scopes: Scope[];
-  state: string;
+  status: string;
   expires_at: string | null;
   use_count: number;
 }
@@ -91,7 +91,7 @@ describe('managed API keys: management', () => {
     const key = await generate(u, { name: 'deploy bot', scopes: ['keys:read', 'keys:read', 'account:read'], expires_in_days: 30 });
     expect(key.value.startsWith('kms_sk_')).toBe(true);
     expect(checkManagedKey(key.value)).toBe('ok');
-    expect(key).toMatchObject({ name: 'deploy bot', prefix: key.value.slice(0, 13), scopes: ['keys:read', 'account:read'], state: 'active', use_count: 0, last_used_at: null, revoked_at: null });
+    expect(key).toMatchObject({ name: 'deploy bot', prefix: key.value.slice(0, 13), scopes: ['keys:read', 'account:read'], status: 'active', use_count: 0, last_used_at: null, revoked_at: null });
     expect(Date.parse(key.expires_at!) - before).toBeGreaterThanOrEqual(30 * 86400_000 - 5000);
     expect(Date.parse(key.expires_at!) - before).toBeLessThanOrEqual(30 * 86400_000 + 5000);
 
@@ -104,19 +104,19 @@ describe('managed API keys: management', () => {
     const list = await s.api('GET', '/api-keys?page_size=2', { token: u.token });
     expect(list.status).toBe(200);
     expect(list.body).toMatchObject({ page: 1, page_size: 2, total: 3 });
-    expect(list.body.items.map((k: { id: string }) => k.id)).toEqual([third.id, second.id]);
+    expect(list.body.items.map((k: { key_id: string }) => k.key_id)).toEqual([third.key_id, second.key_id]);
     const all = await s.api('GET', '/api-keys', { token: u.token });
     for (const k of [key, second, third]) expect(JSON.stringify(all.body)).not.toContain(k.value);
-    expect(all.body.items[2]).toMatchObject({ id: key.id, prefix: key.prefix, scopes: ['keys:read', 'account:read'], state: 'active', use_count: 0 });
+    expect(all.body.items[2]).toMatchObject({ key_id: key.key_id, prefix: key.prefix, scopes: ['keys:read', 'account:read'], status: 'active', use_count: 0 });
     expect(all.body.items[2]).not.toHaveProperty('value');
 
-    const one = await s.api('GET', `/api-keys/${key.id}`, { token: u.token });
+    const one = await s.api('GET', `/api-keys/${key.key_id}`, { token: u.token });
     expect(one.status).toBe(200);
-    expect(one.body).toMatchObject({ id: key.id, value: key.value, state: 'active' });
+    expect(one.body).toMatchObject({ key_id: key.key_id, value: key.value, status: 'active' });
     expect(one.headers.get('cache-control')).toBe('no-store');
     const reads = await auditOf(u.id, 'api_key.value_read');
-    expect(reads.map((r) => r.target)).toEqual([key.id]);
-    expect((await auditOf(u.id, 'api_key.created')).map((r) => r.target).sort()).toEqual([key.id, second.id, third.id].sort());
+    expect(reads.map((r) => r.target)).toEqual([key.key_id]);
+    expect((await auditOf(u.id, 'api_key.created')).map((r) => r.target).sort()).toEqual([key.key_id, second.key_id, third.key_id].sort());
   });
 
   it('refuses bad input with 422', async () => {
@@ -145,10 +145,10 @@ describe('managed API keys: management', () => {
       expect(res.body.code).toBe('validation_failed');
     }
     expect((await s.api('GET', '/api-keys/not-a-uuid', { token: u.token })).status).toBe(422);
-    expect((await s.api('GET', '/api-keys?state=gone', { token: u.token })).status).toBe(422);
+    expect((await s.api('GET', '/api-keys?status=gone', { token: u.token })).status).toBe(422);
     const key = await generate(u, { scopes: ['keys:read'] });
     for (const body of [{ grace_seconds: -1 }, { grace_seconds: 7 * 86400 + 1 }, { grace_seconds: 'soon' }]) {
-      expect((await s.api('POST', `/api-keys/${key.id}/rotate`, { token: u.token, body })).status, JSON.stringify(body)).toBe(422);
+      expect((await s.api('POST', `/api-keys/${key.key_id}/rotate`, { token: u.token, body })).status, JSON.stringify(body)).toBe(422);
     }
     expect((await s.api('GET', '/api-keys', { token: u.token })).body.total).toBe(1);
   });
@@ -158,7 +158,7 @@ describe('managed API keys: management', () => {
     const eve = await registerUser(s.api);
     const key = await generate(ann, { scopes: ['keys:read'] });
     for (const [method, path, body] of [['GET', '', undefined], ['POST', '/rotate', {}], ['DELETE', '', undefined]] as const) {
-      const res = await s.api(method, `/api-keys/${key.id}${path}`, { token: eve.token, body });
+      const res = await s.api(method, `/api-keys/${key.key_id}${path}`, { token: eve.token, body });
       expect(res.status, `${method} ${path}`).toBe(404);
       expect(res.body.code).toBe('api_key_not_found');
       expect(JSON.stringify(res.body)).not.toContain(key.value);
@@ -167,7 +167,7 @@ describe('managed API keys: management', () => {
     expect((await s.api('GET', '/api-keys', { token: eve.token })).body.total).toBe(0);
     expect(await auditOf(eve.id, 'api_key.access_denied')).toHaveLength(3);
     // Nothing changed for the owner.
-    expect((await s.api('GET', `/api-keys/${key.id}`, { token: ann.token })).body).toMatchObject({ state: 'active', value: key.value });
+    expect((await s.api('GET', `/api-keys/${key.key_id}`, { token: ann.token })).body).toMatchObject({ status: 'active', value: key.value });
     expect(await call('GET', '/keys/list', key.value)).toMatchObject({ status: 200 });
   });
 
@@ -179,7 +179,7 @@ describe('managed API keys: management', () => {
     expect(refused.map((r) => `${r.status} ${r.body.code}`)).toEqual(Array(5).fill('409 api_key_limit_reached'));
     // A revoked key makes room.
     const first = results.find((r) => r.status === 201)!.body as Generated;
-    expect((await s.api('DELETE', `/api-keys/${first.id}`, { token: u.token })).status).toBe(204);
+    expect((await s.api('DELETE', `/api-keys/${first.key_id}`, { token: u.token })).status).toBe(204);
     await generate(u, { scopes: ['keys:read'] });
   });
 });
@@ -194,7 +194,7 @@ describe('managed API keys: authentication', () => {
 
     const me = await s.api('GET', '/auth/me', { token: reader.value });
     expect(me.status).toBe(200);
-    expect(me.body).toMatchObject({ id: u.id, authenticated_via: 'api_key' });
+    expect(me.body).toMatchObject({ user_id: u.id, authenticated_via: 'api_key' });
     expect((await s.api('GET', '/keys/list', { token: reader.value })).status).toBe(200);
 
     const refused = await s.api('POST', '/keys/generate-key', { token: reader.value, form: { label: 'x', name: 'A', email: 'a@example.test', passphrase: 'correct horse battery staple' } });
@@ -203,7 +203,7 @@ describe('managed API keys: authentication', () => {
     expect(refused.body.detail).toContain('keys:write');
     expect(refused.headers.get('www-authenticate')).toBe('Bearer realm="kms", error="insufficient_scope", scope="keys:write"');
     const denied = await auditOf(u.id, 'auth.denied');
-    expect(denied.at(-1)).toMatchObject({ status: 'failure', target: '/api/v1/keys/generate-key', details: { reason: 'insufficient_scope', scope: 'keys:write', api_key_id: reader.id } });
+    expect(denied.at(-1)).toMatchObject({ status: 'failure', target: '/api/v1/keys/generate-key', details: { reason: 'insufficient_scope', scope: 'keys:write', api_key_id: reader.key_id } });
 
     const key = await createKey(s.api, writer.value);
     expect((await s.api('GET', '/keys/list', { token: writer.value })).body.code).toBe('insufficient_scope');
@@ -222,12 +222,12 @@ describe('managed API keys: authentication', () => {
     expect((await s.api('GET', '/auth/me', { token: u.apiKey })).body.authenticated_via).toBe('partner_key');
 
     const list = (await s.api('GET', '/api-keys', { token: u.token })).body.items as (Generated & { last_used_at: string | null })[];
-    const byId = new Map(list.map((k) => [k.id, k]));
-    expect(byId.get(reader.id)).toMatchObject({ use_count: 4 });
-    expect(byId.get(jobs.id)).toMatchObject({ use_count: 1 });
-    expect(byId.get(writer.id)).toMatchObject({ use_count: 2 });
-    expect(byId.get(crypto.id)).toMatchObject({ use_count: 3 });
-    expect(Date.now() - Date.parse(byId.get(reader.id)!.last_used_at!)).toBeLessThan(60_000);
+    const byId = new Map(list.map((k) => [k.key_id, k]));
+    expect(byId.get(reader.key_id)).toMatchObject({ use_count: 4 });
+    expect(byId.get(jobs.key_id)).toMatchObject({ use_count: 1 });
+    expect(byId.get(writer.key_id)).toMatchObject({ use_count: 2 });
+    expect(byId.get(crypto.key_id)).toMatchObject({ use_count: 3 });
+    expect(Date.now() - Date.parse(byId.get(reader.key_id)!.last_used_at!)).toBeLessThan(60_000);
   });
 
   it('reads only the jobs the key submitted, never a session\'s or another key\'s; a session reads every job of the account', async () => {
@@ -277,7 +277,7 @@ describe('managed API keys: authentication', () => {
     expect(decrypted.state).toBe('completed');
     // A session's jobs count for no key.
     await encrypt(s.api, u.token, key.fingerprint, [{ name: 'c.bin', data }]);
-    const listed = ((await s.api('GET', '/api-keys', { token: u.token })).body.items as { id: string }[]).find((k) => k.id === worker.id);
+    const listed = ((await s.api('GET', '/api-keys', { token: u.token })).body.items as { key_id: string }[]).find((k) => k.key_id === worker.key_id);
     expect(listed).toMatchObject({ bytes_encrypted: 12_445, bytes_decrypted: ciphertext.length });
   });
 
@@ -288,9 +288,9 @@ describe('managed API keys: authentication', () => {
     const tried = [
       ['POST', '/api-keys/generate', { name: 'x', scopes: ['keys:read'] }],
       ['GET', '/api-keys', undefined],
-      ['GET', `/api-keys/${other.id}`, undefined],
-      ['POST', `/api-keys/${other.id}/rotate`, {}],
-      ['DELETE', `/api-keys/${other.id}`, undefined],
+      ['GET', `/api-keys/${other.key_id}`, undefined],
+      ['POST', `/api-keys/${other.key_id}/rotate`, {}],
+      ['DELETE', `/api-keys/${other.key_id}`, undefined],
       ['POST', '/auth/logout', undefined],
       ['POST', '/partners/rotate-api-key', undefined],
       ['POST', '/profile/change-password', { current_password: u.password, new_password: 'another long password' }],
@@ -305,7 +305,7 @@ describe('managed API keys: authentication', () => {
     expect((await call('GET', '/api-keys', u.apiKey)).code).toBe('session_required');
     expect((await call('POST', '/api-keys/generate', u.apiKey, { name: 'x', scopes: ['keys:read'] })).code).toBe('session_required');
     // Nothing happened: the other key is untouched, and the account still logs in with its password.
-    expect((await s.api('GET', `/api-keys/${other.id}`, { token: u.token })).body).toMatchObject({ state: 'active', value: other.value });
+    expect((await s.api('GET', `/api-keys/${other.key_id}`, { token: u.token })).body).toMatchObject({ status: 'active', value: other.value });
     expect((await s.api('GET', '/api-keys', { token: u.token })).body.total).toBe(2);
     await login(s.api, u);
     expect((await auditOf(u.id, 'auth.denied')).filter((r) => r.details.reason === 'session_required').length).toBeGreaterThanOrEqual(tried.length);
@@ -315,26 +315,26 @@ describe('managed API keys: authentication', () => {
     const u = await registerUser(s.api);
     const key = await generate(u, { scopes: ['keys:read'] });
     expect((await call('GET', '/keys/list', key.value)).status).toBe(200);
-    const results = await Promise.all(Array.from({ length: 5 }, () => s.api('DELETE', `/api-keys/${key.id}`, { token: u.token })));
+    const results = await Promise.all(Array.from({ length: 5 }, () => s.api('DELETE', `/api-keys/${key.key_id}`, { token: u.token })));
     expect(results.map((r) => r.status)).toEqual([204, 204, 204, 204, 204]);
     expect(await auditOf(u.id, 'api_key.revoked')).toHaveLength(1);
 
     const used = await call('GET', '/keys/list', key.value);
     expect(used).toMatchObject({ status: 401, code: 'api_key_revoked' });
     expect(used.headers.get('www-authenticate')).toBe('Bearer realm="kms", error="invalid_token"');
-    expect((await auditOf(u.id, 'auth.denied')).at(-1)!.details).toMatchObject({ reason: 'api_key_revoked', api_key_id: key.id });
+    expect((await auditOf(u.id, 'auth.denied')).at(-1)!.details).toMatchObject({ reason: 'api_key_revoked', api_key_id: key.key_id });
 
-    const one = await s.api('GET', `/api-keys/${key.id}`, { token: u.token });
-    expect(one.body).toMatchObject({ state: 'revoked', value: null });
+    const one = await s.api('GET', `/api-keys/${key.key_id}`, { token: u.token });
+    expect(one.body).toMatchObject({ status: 'revoked', value: null });
     expect(one.body.revoked_at).toBeTruthy();
-    expect((await s.c.db('api_keys').where({ id: key.id }).first()).value_sealed).toBeNull();
-    const rotate = await s.api('POST', `/api-keys/${key.id}/rotate`, { token: u.token, body: {} });
+    expect((await s.c.db('api_keys').where({ id: key.key_id }).first()).value_sealed).toBeNull();
+    const rotate = await s.api('POST', `/api-keys/${key.key_id}/rotate`, { token: u.token, body: {} });
     expect(rotate).toMatchObject({ status: 409, body: { code: 'api_key_revoked' } });
-    expect((await s.api('GET', '/api-keys?state=revoked', { token: u.token })).body.items.map((k: Generated) => k.id)).toEqual([key.id]);
-    expect((await s.api('GET', '/api-keys?state=active', { token: u.token })).body.total).toBe(0);
+    expect((await s.api('GET', '/api-keys?status=revoked', { token: u.token })).body.items.map((k: Generated) => k.key_id)).toEqual([key.key_id]);
+    expect((await s.api('GET', '/api-keys?status=active', { token: u.token })).body.total).toBe(0);
 
     const events = (await s.api('GET', '/events/history?types=api_key.created,api_key.revoked', { token: u.token })).body.items as { type: string; data: Record<string, unknown> }[];
-    expect(events.map((e) => [e.type, e.data.key_id])).toEqual([['api_key.revoked', key.id], ['api_key.created', key.id]]);
+    expect(events.map((e) => [e.type, e.data.key_id])).toEqual([['api_key.revoked', key.key_id], ['api_key.created', key.key_id]]);
   });
 
   it('stops working when the account is deleted', async () => {
@@ -349,15 +349,15 @@ describe('managed API keys: authentication', () => {
     const u = await registerUser(s.api);
     const key = await generate(u, { scopes: ['keys:read'] });
     const before = Date.now();
-    const rotated = await s.api('POST', `/api-keys/${key.id}/rotate`, { token: u.token, body: { grace_seconds: 3600 } });
+    const rotated = await s.api('POST', `/api-keys/${key.key_id}/rotate`, { token: u.token, body: { grace_seconds: 3600 } });
     expect(rotated.status).toBe(200);
     const next = rotated.body as Generated & { previous_value_expires_at: string };
-    expect(next.id).toBe(key.id);
+    expect(next.key_id).toBe(key.key_id);
     expect(next.value).not.toBe(key.value);
     expect(checkManagedKey(next.value)).toBe('ok');
     expect(next.prefix).toBe(next.value.slice(0, 13));
     expect(Math.abs(Date.parse(next.previous_value_expires_at) - (before + 3600_000))).toBeLessThan(5000);
-    expect((await s.api('GET', `/api-keys/${key.id}`, { token: u.token })).body.value).toBe(next.value);
+    expect((await s.api('GET', `/api-keys/${key.key_id}`, { token: u.token })).body.value).toBe(next.value);
 
     expect((await call('GET', '/keys/list', key.value)).status).toBe(200);
     expect((await call('GET', '/keys/list', next.value)).status).toBe(200);
@@ -372,7 +372,7 @@ describe('managed API keys: authentication', () => {
     });
 
     // Without a grace period the replaced value stops at once; the one replaced earlier keeps its own end.
-    const third = (await s.api('POST', `/api-keys/${key.id}/rotate`, { token: u.token, body: {} })).body as Generated & { previous_value_expires_at: string };
+    const third = (await s.api('POST', `/api-keys/${key.key_id}/rotate`, { token: u.token, body: {} })).body as Generated & { previous_value_expires_at: string };
     expect(Date.parse(third.previous_value_expires_at)).toBeLessThanOrEqual(Date.now());
     expect(await call('GET', '/keys/list', next.value)).toMatchObject({ status: 401, code: 'api_key_rotated' });
     expect((await call('GET', '/keys/list', key.value)).status).toBe(200);
@@ -380,14 +380,14 @@ describe('managed API keys: authentication', () => {
 
     // Counters belong to the key, whatever value was used.
     const listed = (await s.api('GET', '/api-keys', { token: u.token })).body.items[0];
-    expect(listed).toMatchObject({ id: key.id, use_count: 6, prefix: third.prefix });
+    expect(listed).toMatchObject({ key_id: key.key_id, use_count: 6, prefix: third.prefix });
     expect(listed.last_rotated_at).toBeTruthy();
     expect(await auditOf(u.id, 'api_key.rotated')).toHaveLength(2);
     const events = (await s.api('GET', '/events/history?types=api_key.rotated', { token: u.token })).body.items as { data: Record<string, unknown> }[];
     expect(events).toHaveLength(2);
-    expect(events[1]!.data).toEqual({ key_id: key.id, previous_value_expires_at: next.previous_value_expires_at });
+    expect(events[1]!.data).toEqual({ key_id: key.key_id, previous_value_expires_at: next.previous_value_expires_at });
     // Revocation ends every value at once, grace or not.
-    await s.api('DELETE', `/api-keys/${key.id}`, { token: u.token });
+    await s.api('DELETE', `/api-keys/${key.key_id}`, { token: u.token });
     expect((await call('GET', '/keys/list', key.value)).code).toBe('api_key_revoked');
     expect((await call('GET', '/keys/list', third.value)).code).toBe('api_key_revoked');
   });
@@ -399,10 +399,10 @@ describe('managed API keys: authentication', () => {
     await withClockAhead(clock(), 86400_000 + 1000, async () => {
       expect(await call('GET', '/keys/list', key.value)).toMatchObject({ status: 401, code: 'api_key_expired' });
       const token = await login(s.api, u);
-      expect((await s.api('GET', '/api-keys', { token })).body.items[0]).toMatchObject({ id: key.id, state: 'expired' });
-      expect((await s.api('GET', '/api-keys?state=expired', { token })).body.total).toBe(1);
-      expect((await s.api('GET', '/api-keys?state=active', { token })).body.total).toBe(0);
-      expect((await s.api('POST', `/api-keys/${key.id}/rotate`, { token, body: {} })).body.code).toBe('api_key_expired');
+      expect((await s.api('GET', '/api-keys', { token })).body.items[0]).toMatchObject({ key_id: key.key_id, status: 'expired' });
+      expect((await s.api('GET', '/api-keys?status=expired', { token })).body.total).toBe(1);
+      expect((await s.api('GET', '/api-keys?status=active', { token })).body.total).toBe(0);
+      expect((await s.api('POST', `/api-keys/${key.key_id}/rotate`, { token, body: {} })).body.code).toBe('api_key_expired');
     });
     expect((await call('GET', '/keys/list', key.value)).status).toBe(200);
   });
@@ -452,9 +452,9 @@ describe('managed API keys: authentication', () => {
     // Another key of the same account has its own budget; refused requests were not counted as use.
     expect((await call('GET', '/auth/me', other.value)).status).toBe(200);
     const listed = (await s.api('GET', '/api-keys', { token: u.token })).body.items as Generated[];
-    expect(listed.find((k) => k.id === key.id)!.use_count).toBe(RATE_LIMIT);
+    expect(listed.find((k) => k.key_id === key.key_id)!.use_count).toBe(RATE_LIMIT);
     // A rotated value shares the key's budget.
-    const rotated = (await s.api('POST', `/api-keys/${key.id}/rotate`, { token: u.token, body: {} })).body as Generated;
+    const rotated = (await s.api('POST', `/api-keys/${key.key_id}/rotate`, { token: u.token, body: {} })).body as Generated;
     expect((await call('GET', '/auth/me', rotated.value)).status).toBe(429);
   });
 });
@@ -532,11 +532,11 @@ describe('secrets stay secret', () => {
       const typo = key.value.slice(0, 30) + (key.value[30] === 'Z' ? 'Y' : 'Z') + key.value.slice(31);
       values.push(typo);
       bodies.push((await s.api('GET', '/keys/list', { token: typo })).body);
-      await s.api('GET', `/api-keys/${key.id}`, { token: u.token });
-      const rotated = (await s.api('POST', `/api-keys/${key.id}/rotate`, { token: u.token, body: { grace_seconds: 60 } })).body as Generated;
+      await s.api('GET', `/api-keys/${key.key_id}`, { token: u.token });
+      const rotated = (await s.api('POST', `/api-keys/${key.key_id}/rotate`, { token: u.token, body: { grace_seconds: 60 } })).body as Generated;
       values.push(rotated.value);
       bodies.push((await s.api('GET', '/keys/list', { token: rotated.value })).body);
-      await s.api('DELETE', `/api-keys/${key.id}`, { token: u.token });
+      await s.api('DELETE', `/api-keys/${key.key_id}`, { token: u.token });
       bodies.push((await s.api('GET', '/keys/list', { token: rotated.value })).body);
       bodies.push((await s.api('GET', '/keys/list', { token: key.value })).body);
       for (const v of values) expect(JSON.stringify(bodies)).not.toContain(v);

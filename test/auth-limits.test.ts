@@ -166,7 +166,7 @@ describe('session tokens', () => {
 
   it('POST /auth/logout ends every session of the account', async () => {
     const u = await registerUser(s.api);
-    const other = (await s.api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } })).body.token;
+    const other = (await s.api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } })).body.session.token;
     expect((await s.api('POST', '/auth/logout', { token: u.apiKey })).status).toBe(403);
     expect((await s.api('POST', '/auth/logout', { token: u.token })).status).toBe(200);
     for (const token of [u.token, other]) expect((await s.api('GET', '/auth/me', { token })).body.code).toBe('token_revoked');

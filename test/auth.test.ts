@@ -17,10 +17,11 @@ describe('registration and login', () => {
     for (const identifier of [u.username, u.email.toUpperCase()]) {
       const res = await s.api('POST', '/auth/login', { body: { identifier, password: u.password } });
       expect(res.status).toBe(200);
-      expect(res.body.token_type).toBe('Bearer');
-      const me = await s.api('GET', '/auth/me', { token: res.body.token });
+      expect(res.body.session.token_type).toBe('Bearer');
+      expect(res.body.token).toBeUndefined();
+      const me = await s.api('GET', '/auth/me', { token: res.body.session.token });
       expect(me.status).toBe(200);
-      expect(me.body).toMatchObject({ id: u.id, username: u.username, role: 'user', authenticated_via: 'jwt' });
+      expect(me.body).toMatchObject({ user_id: u.id, username: u.username, role: 'user', authenticated_via: 'jwt' });
       expect(me.body.password_hash).toBeUndefined();
     }
   });

@@ -221,17 +221,17 @@ describe('kms command line', { timeout: 90_000 }, () => {
     const denied = await kms(['encrypt', 'two.txt', '--key', fingerprint, '--out', 'denied'], { env: asReader });
     expect(denied.code).toBe(3);
     expect(denied.stderr).toContain('insufficient_scope');
-    ok(await kms(['api-keys', 'revoke', created.id]));
+    ok(await kms(['api-keys', 'revoke', created.key_id]));
     const revoked = await kms(['keys', 'list'], { env: asReader });
     expect(revoked.code).toBe(3);
     expect(revoked.stderr).toContain('api_key_revoked');
 
     const share = json(await kms(['shares', 'create', fingerprint, '--max-views', '2', '--json']));
-    expect(share.token).toMatch(/^kms_ks_/);
-    expect(ok(await kms(['shares', 'list'])).stdout).toContain(share.id);
-    expect(ok(await kms(['shares', 'get', share.token])).stdout).toContain('BEGIN PGP PUBLIC KEY BLOCK');
-    ok(await kms(['shares', 'revoke', share.id]));
-    expect((await kms(['shares', 'get', share.token])).code).toBe(4); // 410 share_revoked
+    expect(share.share_token).toMatch(/^kms_ks_/);
+    expect(ok(await kms(['shares', 'list'])).stdout).toContain(share.share_id);
+    expect(ok(await kms(['shares', 'get', share.share_token])).stdout).toContain('BEGIN PGP PUBLIC KEY BLOCK');
+    ok(await kms(['shares', 'revoke', share.share_id]));
+    expect((await kms(['shares', 'get', share.share_token])).code).toBe(4); // 410 share_revoked
   });
 
   it('registers a new account and is logged in as it', async () => {

@@ -84,7 +84,7 @@ describe('email change', () => {
     const late = await s.api('POST', '/profile/confirm-email', { body: { token } });
     expect(late.status).toBe(410);
     expect(late.body.code).toBe('email_token_used');
-    expect((await s.api('GET', '/auth/me', { token: changed.body.token })).body.email).toBe(u.email);
+    expect((await s.api('GET', '/auth/me', { token: changed.body.session.token })).body.email).toBe(u.email);
     const failure = await s.c.db('audit_logs').where({ user_id: u.id, action: 'profile.change_email', status: 'failure' }).first();
     expect(failure.details).toEqual({ stage: 'confirmation', reason: 'email_token_used' });
   });

@@ -89,7 +89,7 @@ describe('GET /events', () => {
     await expect.poll(() => live.frames.some((f) => f.retry), { timeout: 5000 }).toBe(true);
     expect((await rotate(u.token, key.fingerprint)).status).toBe(200);
     const [rotated] = await live.until(1);
-    expect(rotated).toMatchObject({ type: 'key.rotated', account: u.id, data: { key_id: key.id, old_fingerprint: key.fingerprint } });
+    expect(rotated).toMatchObject({ type: 'key.rotated', account: u.id, data: { lineage_id: key.lineage_id, old_fingerprint: key.fingerprint } });
     expect(JSON.stringify(rotated)).not.toMatch(/passphrase|sealed|secret/);
     await live.close();
 

@@ -49,7 +49,7 @@ describe('client generated from the OpenAPI document', () => {
     const login = await anon.POST('/auth/login', { body: { identifier: `gen_${n}`, password } });
     expect(login.data?.user.username).toBe(`gen_${n}`);
 
-    const api = createClient<paths>({ baseUrl: s.url, headers: { authorization: `Bearer ${login.data!.token}` } });
+    const api = createClient<paths>({ baseUrl: s.url, headers: { authorization: `Bearer ${login.data!.session.token}` } });
     const passphrase = 'a passphrase for the generated client';
     const made = await api.POST('/keys/generate-key', { body: { label: 'generated', name: 'Gen Client', email: `gen_${n}@example.test`, passphrase } });
     expect(made.response.status, JSON.stringify(made.error)).toBe(201);

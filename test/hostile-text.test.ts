@@ -22,7 +22,7 @@ type Where = 'params' | 'query' | 'body';
 let s: TestService;
 let owner: Awaited<ReturnType<typeof registerUser>>;
 let doc: Json;
-let key: { fingerprint: string; id: string };
+let key: { fingerprint: string; lineage_id: string };
 let rotated: { fingerprint: string };
 let jobId: string;
 let webhook: { id: string; delivery: string };
@@ -35,7 +35,7 @@ beforeAll(async () => {
   [key, rotated] = await Promise.all([createKey(s.api, owner.token), createKey(s.api, owner.token, { label: 'rotated' })]);
   jobId = (await encrypt(s.api, owner.token, key.fingerprint, [{ name: 'a.txt', data: Buffer.from('hello') }])).job_id;
   const hook = (await s.api('POST', '/webhooks', { token: owner.token, body: { url: 'http://127.0.0.1:9/hook' } })).body;
-  webhook = { id: hook.id, delivery: (await s.api('POST', `/webhooks/${hook.id}/test`, { token: owner.token })).body.id };
+  webhook = { id: hook.webhook_id, delivery: (await s.api('POST', `/webhooks/${hook.webhook_id}/test`, { token: owner.token })).body.delivery_id };
   doc = (await s.api('GET', '/openapi.json')).body;
 }, 60_000);
 afterAll(async () => {
@@ -129,7 +129,7 @@ function sample(name: string, schema: Json, ctx: { path: string; password: strin
   const byName: Record<string, unknown> = {
     fingerprint: ctx.path.startsWith('/keys/{fingerprint}') ? rotated.fingerprint : key.fingerprint,
     job_id: jobId,
-    key_id: key.id,
+    key_id: key.lineage_id,
     webhook_id: webhook.id,
     delivery_id: webhook.delivery,
     // Ids of resources the walk does not create: well-formed, so the NUL-bearing field is what is refused.

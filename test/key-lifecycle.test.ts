@@ -51,10 +51,10 @@ describe('generations and their usage', () => {
 
     const res = await generations(key.fingerprint);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body).toMatchObject({ key_id: key.id, fingerprint: fpr2, current_generation: 2, min_decryption_generation: 1 });
+    expect(res.body).toMatchObject({ lineage_id: key.lineage_id, fingerprint: fpr2, current_generation: 2, min_decryption_generation: 1, page: 1, page_size: 20, total: 2 });
     const [g2, g1] = res.body.items;
-    expect(g2).toMatchObject({ generation: 2, state: 'current', safe_to_retire: false, usage: { files_encrypted: 0, files_rewrapped_to: 1, files_rewrapped_from: 0 } });
-    expect(g1).toMatchObject({ generation: 1, fingerprint: key.fingerprint, state: 'rotated', safe_to_retire: false, usage: { files_encrypted: 2, bytes_encrypted: 1024, files_decrypted: 1, files_rewrapped_from: 1, files_rewrapped_to: 0 } });
+    expect(g2).toMatchObject({ generation: 2, status: 'current', safe_to_retire: false, usage: { files_encrypted: 0, files_rewrapped_to: 1, files_rewrapped_from: 0 } });
+    expect(g1).toMatchObject({ generation: 1, fingerprint: key.fingerprint, status: 'rotated', safe_to_retire: false, usage: { files_encrypted: 2, bytes_encrypted: 1024, files_decrypted: 1, files_rewrapped_from: 1, files_rewrapped_to: 0 } });
     expect(g1.usage.last_decrypt_at).not.toBeNull();
     expect(g1.rotated_at).not.toBeNull();
     // No decrypt for KEY_RETIRE_SAFE_DAYS (30) since its rotation: safe to retire.
@@ -91,7 +91,7 @@ describe('retire and destroy one generation', () => {
     const set = await settings(fpr2, { min_decryption_generation: 2 });
     expect(set.status).toBe(200);
     expect(set.body).toMatchObject({ min_decryption_generation: 2, current_generation: 2 });
-    expect((await generations(fpr2)).body.items[1].state).toBe('retired');
+    expect((await generations(fpr2)).body.items[1].status).toBe('retired');
     const refused = await decrypt(fpr2, old);
     expect(refused.state).toBe('failed');
     expect(refused.error.code).toBe('generation_retired');
@@ -117,13 +117,13 @@ describe('retire and destroy one generation', () => {
     expect(first.status, JSON.stringify(first.body)).toBe(202);
     expect((await schedule({ generation: 1, waiting_days: 7 })).body.code).toBe('destruction_already_scheduled');
     expect((await settings(fpr2, { min_decryption_generation: 1 })).body.code).toBe('destruction_pending');
-    expect((await generations(fpr2)).body.items[1]).toMatchObject({ state: 'pending_destruction', destroy_after: first.body.destroy_after });
+    expect((await generations(fpr2)).body.items[1]).toMatchObject({ status: 'pending_destruction', destroy_after: first.body.destroy_after });
     // Cancel during the wait: nothing is destroyed when the wait would have ended.
     const cancel = await s.api('DELETE', `/keys/${fpr2}/destruction?generation=1`, { token: u.apiKey });
     expect(cancel.status, JSON.stringify(cancel.body)).toBe(200);
     expect((await s.api('DELETE', `/keys/${fpr2}/destruction?generation=1`, { token: u.apiKey })).body.code).toBe('destruction_not_scheduled');
     await withClockAdvanced(8 * DAY, async () => expect(await destroyDueGenerations(s.c)).toEqual({ destroyed: 0, postponed: 0 }));
-    expect((await generations(fpr2)).body.items[1].state).toBe('retired');
+    expect((await generations(fpr2)).body.items[1].status).toBe('retired');
 
     expect((await schedule({ generation: 1, waiting_days: 7 })).status).toBe(202);
     await withClockAdvanced(6 * DAY, async () => expect((await destroyDueGenerations(s.c)).destroyed).toBe(0));
@@ -148,7 +148,7 @@ describe('retire and destroy one generation', () => {
     expect(gone.error.code).toBe('generation_destroyed');
     expect((await settings(fpr2, { min_decryption_generation: 1 })).body.code).toBe('generation_destroyed');
     expect((await s.api('DELETE', `/keys/${fpr2}/destruction?generation=1`, { token: u.apiKey })).status).toBe(410);
-    expect((await generations(fpr2)).body.items[1].state).toBe('destroyed');
+    expect((await generations(fpr2)).body.items[1].status).toBe('destroyed');
     // The current generation still works, and a passphrase change skips the destroyed secret.
     const fresh = await download(s.api, u.token, (await encrypt(s.api, u.token, fpr2, [{ name: 'q', data: plain }])).job_id);
     expect((await decrypt(fpr2, fresh)).state).toBe('completed');
@@ -166,18 +166,18 @@ describe('destroying a whole key', () => {
     expect(res.body.key.disabled_at).not.toBeNull();
     const refused = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'x', data: randomBytes(10) }] } });
     expect(refused.body.code).toBe('key_disabled');
-    expect((await s.api('GET', `/keys/share/${share.body.token}`, {})).status).toBe(410);
+    expect((await s.api('GET', `/keys/share/${share.body.share_token}`, {})).status).toBe(410);
 
     // A job that still needs the key (queued or running) holds the destruction back.
-    const lineage = await s.c.db('key_lineages').where({ id: key.id }).first();
+    const lineage = await s.c.db('key_lineages').where({ id: key.lineage_id }).first();
     const jobId = (await import('node:crypto')).randomUUID();
     await s.c.db('jobs').insert({ id: jobId, user_id: u.id, kind: 'decrypt', state: 'active', request: JSON.stringify({ lineage_id: lineage.id, fingerprint: key.fingerprint }) });
     await withClockAdvanced(8 * DAY, async () => expect(await destroyDueGenerations(s.c)).toEqual({ destroyed: 0, postponed: 1 }));
-    expect((await s.c.db('pgp_keys').where({ lineage_id: key.id }).first()).destroyed_at).toBeNull();
+    expect((await s.c.db('pgp_keys').where({ lineage_id: key.lineage_id }).first()).destroyed_at).toBeNull();
     await s.c.db('jobs').where({ id: jobId }).update({ state: 'completed' });
     await withClockAdvanced(8 * DAY, async () => expect((await destroyDueGenerations(s.c)).destroyed).toBe(1));
-    expect((await s.c.db('key_lineages').where({ id: key.id }).first()).destroyed_at).not.toBeNull();
-    const view = await s.api('GET', `/keys/share/${share.body.token}`, {});
+    expect((await s.c.db('key_lineages').where({ id: key.lineage_id }).first()).destroyed_at).not.toBeNull();
+    const view = await s.api('GET', `/keys/share/${share.body.share_token}`, {});
     expect(view.status).toBe(410);
     expect(view.body.code).toBe('key_destroyed');
     expect((await s.api('DELETE', `/keys/${key.fingerprint}/destruction`, { token: u.apiKey })).status).toBe(410);
@@ -227,6 +227,6 @@ describe('expiry warnings and jobs to keys about to expire', () => {
       expect(res.status).toBe(409);
       expect(res.body.code).toBe('key_expires_during_job');
     });
-    expect(await s.c.db('key_expiry_warnings').whereIn('key_id', s.c.db('pgp_keys').select('id').where({ lineage_id: key.id }))).toHaveLength(4);
+    expect(await s.c.db('key_expiry_warnings').whereIn('key_id', s.c.db('pgp_keys').select('id').where({ lineage_id: key.lineage_id }))).toHaveLength(4);
   });
 });

@@ -19,7 +19,7 @@ describe('key monitoring', () => {
   it('is for administrators only', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    for (const path of ['/keys/health', `/keys/${key.id}/metrics`]) {
+    for (const path of ['/keys/health', `/keys/${key.lineage_id}/metrics`]) {
       expect((await s.api('GET', path)).status).toBe(401);
       expect((await s.api('GET', path, { token: u.token })).status).toBe(403);
       expect((await s.api('GET', path, { token: u.apiKey })).status).toBe(403);
@@ -39,18 +39,23 @@ describe('key monitoring', () => {
     expect(after.expiring_30d - before.expiring_30d).toBe(1);
 
     // A rotation policy of one day, and the clock two days on: due, and overdue.
-    await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_days: 1 } });
+    await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_interval_days: 1 } });
     const clock = s.c.clock as ManualClockFollowingTime;
     clock.advance(2 * 86400_000);
     try {
       // Two days on, sessions have expired: the admin's API key works on admin routes.
-      const one = (await s.api('GET', `/keys/health?key_id=${b.id}`, { token: admin.apiKey })).body;
-      expect(one).toMatchObject({ key_id: b.id, account: u.id, state: 'active', rotation_days: 1, rotation_due: true, rotation_overdue: true, expires_in_days: 7 });
-      expect((await s.api('GET', `/keys/health?key_id=${a.id}`, { token: admin.apiKey })).body).toMatchObject({ state: 'disabled', rotation_due: false });
+      // SPEC names a key by its fingerprint; the lineage id answers the same.
+      const one = (await s.api('GET', `/keys/health?key_id=${b.fingerprint.toUpperCase()}`, { token: admin.apiKey })).body;
+      expect((await s.api('GET', `/keys/health?key_id=${b.lineage_id}`, { token: admin.apiKey })).body).toEqual(one);
+      expect(one).toMatchObject({ lineage_id: b.lineage_id, account: u.id, status: 'active', rotation_interval_days: 1, rotation_due: true, rotation_overdue: true, expires_in_days: 7 });
+      expect((await s.api('GET', `/keys/health?key_id=${a.fingerprint}`, { token: admin.apiKey })).body).toMatchObject({ status: 'disabled', rotation_due: false });
     } finally {
       clock.advance(-2 * 86400_000);
     }
     expect((await s.api('GET', `/keys/health?key_id=${crypto.randomUUID()}`, { token: admin.token })).status).toBe(404);
+    const unknown = await s.api('GET', `/keys/health?key_id=${'0'.repeat(40)}`, { token: admin.token });
+    expect([unknown.status, unknown.body.code]).toEqual([404, 'key_not_found']);
+    expect((await s.api('GET', '/keys/health?key_id=not-a-key', { token: admin.token })).status).toBe(422);
   });
 
   it("reports one key's operations, bytes, rotations, generations and job latencies", async () => {
@@ -63,8 +68,14 @@ describe('key monitoring', () => {
     await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: 'a wrong passphrase', files: [{ name: 'm.gpg', data }] } });
     expect((await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.token, headers: { prefer: 'wait=30' }, body: {} })).status).toBe(200);
 
-    const m = await s.api('GET', `/keys/${key.id}/metrics`, { token: admin.token });
+    // Any generation's fingerprint names the key (the first one here, rotated since); so does the lineage id.
+    const m = await s.api('GET', `/keys/${key.fingerprint}/metrics`, { token: admin.token });
     expect(m.status).toBe(200);
+    expect(m.body.lineage_id).toBe(key.lineage_id);
+    const current = m.body.generations[0].fingerprint as string;
+    expect((await s.api('GET', `/keys/${current}/metrics`, { token: admin.token })).body.generations).toEqual(m.body.generations);
+    expect((await s.api('GET', `/keys/${key.lineage_id}/metrics`, { token: admin.token })).body.lineage_id).toBe(key.lineage_id);
+    expect((await s.api('GET', `/keys/${'0'.repeat(40)}/metrics`, { token: admin.token })).status).toBe(404);
     expect(m.body.operations).toEqual(
       expect.arrayContaining([
         { action: 'keys.encrypt', status: 'success', count: 1 },

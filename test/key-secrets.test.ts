@@ -101,7 +101,7 @@ describe('passphrase guessing', () => {
       expect(job.state).toBe('completed');
     }
     // Checked before the upload and in the handler, an honest request leaves the budget as it was.
-    expect((await s.c.limiters.passphrase.get(passphraseBudgetKey(key.id, u.id)))?.consumedPoints ?? 0).toBe(0);
+    expect((await s.c.limiters.passphrase.get(passphraseBudgetKey(key.lineage_id, u.id)))?.consumedPoints ?? 0).toBe(0);
   });
 });
 
@@ -111,16 +111,16 @@ describe('a passphrase change', () => {
     const key = await createKey(s.api, u.token);
     const data = randomBytes(500);
     const before = await download(s.api, u.token, (await encrypt(s.api, u.token, key.fingerprint, [{ name: 'b.bin', data }])).job_id);
-    const oldLineage = await s.c.db('key_lineages').where({ id: key.id }).first();
+    const oldLineage = await s.c.db('key_lineages').where({ id: key.lineage_id }).first();
 
     const res = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.token, headers: { prefer: 'wait=30' }, body: { current_passphrase: PASSPHRASE, new_passphrase: 'a brand new passphrase' } });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    const newLineage = await s.c.db('key_lineages').where({ id: key.id }).first();
+    const newLineage = await s.c.db('key_lineages').where({ id: key.lineage_id }).first();
     expect(newLineage.unlock_public).not.toBe(oldLineage.unlock_public);
 
     // An attacker with the old row (a backup) and the old passphrase:
     const oldUnlock = await unlockLineage(s.c, oldLineage, PASSPHRASE);
-    for (const g of await s.c.db('pgp_keys').where({ lineage_id: key.id })) {
+    for (const g of await s.c.db('pgp_keys').where({ lineage_id: key.lineage_id })) {
       await expect(unlockGeneration(s.c, oldUnlock, g), `generation ${g.generation}`).rejects.toThrow();
     }
     // The owner with the new passphrase decrypts old and new ciphertexts.
@@ -162,7 +162,7 @@ describe('a generate-key job', () => {
     expect(row.request.lineage).not.toHaveProperty('unlock_public');
     const job = await waitJob(s.api, u.token, res.body.job_id);
     expect(job.state, JSON.stringify(job.error)).toBe('completed');
-    const lineage = await s.c.db('key_lineages').where({ id: job.result.key.id }).first();
+    const lineage = await s.c.db('key_lineages').where({ id: job.result.key.lineage_id }).first();
     expect(lineage.unlock_locked).toMatch(/^s1\./);
   });
 });
@@ -194,10 +194,10 @@ describe('public key columns', () => {
     expect((await s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(500);
 
     // The lineage's unlock key (what rotation seals new generations to) likewise.
-    const other = await s.c.db('key_lineages').where({ id: attacker.id }).first();
-    await s.c.db('key_lineages').where({ id: attacker.id }).update({ unlock_public: (await s.c.db('key_lineages').where({ id: key.id }).first()).unlock_public });
+    const other = await s.c.db('key_lineages').where({ id: attacker.lineage_id }).first();
+    await s.c.db('key_lineages').where({ id: attacker.lineage_id }).update({ unlock_public: (await s.c.db('key_lineages').where({ id: key.lineage_id }).first()).unlock_public });
     expect((await s.api('POST', `/keys/${attacker.fingerprint}/rotate`, { token: u.token, body: {} })).status).toBe(500);
-    await s.c.db('key_lineages').where({ id: attacker.id }).update({ unlock_public: other.unlock_public });
+    await s.c.db('key_lineages').where({ id: attacker.lineage_id }).update({ unlock_public: other.unlock_public });
     expect((await s.api('POST', `/keys/${attacker.fingerprint}/rotate`, { token: u.token, body: {} })).status).toBe(202);
   });
 

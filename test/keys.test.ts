@@ -51,7 +51,7 @@ describe('generate and list keys', () => {
     const res = await s.api('POST', '/keys', { token: owner.apiKey, body: { label: 'sample', env: 'dev' } });
     expect(res.status).toBe(201);
     expect(res.body).toMatchObject({ label: 'sample', env: 'dev', status: 'active' });
-    expect(res.body.id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(res.body.lineage_id).toMatch(/^[0-9a-f-]{36}$/);
     const data = randomBytes(2048);
     const enc = await encrypt(s.api, owner.apiKey, res.body.fingerprint, [{ name: 'x.bin', data }]);
     const dec = await runJob(s.api, owner.apiKey, '/keys/decrypt', { fingerprint: res.body.fingerprint, passphrase: res.body.passphrase, files: [{ name: 'x.bin.gpg', data: await download(s.api, owner.apiKey, enc.job_id) }] });
@@ -82,7 +82,7 @@ describe('generate and list keys', () => {
     const inactive = await s.api('GET', '/keys/list?active=false', { token: u.token });
     expect(inactive.body.items.map((k: { label: string; status: string }) => [k.label, k.status])).toEqual([['c', 'expired'], ['b', 'disabled']]);
     expect((await s.api('GET', '/keys/list?active=maybe', { token: u.token })).status).toBe(422);
-    expect((await s.api('GET', '/keys/list', { token: other.token })).body.items.every((k: { id: string }) => k.id !== b.id)).toBe(true);
+    expect((await s.api('GET', '/keys/list', { token: other.token })).body.items.every((k: { lineage_id: string }) => k.lineage_id !== b.lineage_id)).toBe(true);
   });
 });
 

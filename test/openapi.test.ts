@@ -120,4 +120,44 @@ describe('OpenAPI document', () => {
     expect(re.test('Quarterly reports 2026')).toBe(true);
     expect(re.test('a\u0001b')).toBe(false);
   });
+
+  /**
+   * One spelling per field (README, "Names"): identifiers are `<resource>_id`, a key's state is `status`,
+   * a rotation interval is `rotation_interval_days`, a session is one `Session` object, lists are pages.
+   * Third-party shapes keep their own names: WebAuthn options and credentials, and the event envelope.
+   */
+  it('names fields one way in every response: <resource>_id, status on keys, rotation_interval_days, sessions and pages', () => {
+    const THIRD_PARTY = /^(Passkey(Creation|Request)Options|Passkey(Registration|Authentication)Credential|Event)$/;
+    const KEY_SCHEMAS = /^(Key|KeyGeneration|ManagedApiKey.*|PartnerApiKeyStatus|SharedPublicKey|SharedApiKey)$/;
+    const found: string[] = [];
+    const lists: string[] = [];
+    const seen = new Set<string>();
+    const walk = (schema: Json | undefined, where: string, name: string) => {
+      if (!schema || typeof schema !== 'object') return;
+      if (schema.$ref) {
+        const ref = schema.$ref.split('/').pop() as string;
+        if (THIRD_PARTY.test(ref) || seen.has(`${where}>${ref}`)) return;
+        seen.add(`${where}>${ref}`);
+        return walk(doc.components.schemas[ref], `${where}>${ref}`, ref);
+      }
+      for (const k of ['anyOf', 'oneOf', 'allOf']) for (const v of (schema[k] ?? []) as Json[]) walk(v, where, name);
+      if (schema.items) walk(schema.items, `${where}[]`, name);
+      const props = (schema.properties ?? {}) as Json;
+      if ('items' in props && !['page', 'page_size', 'total'].every((k) => k in props)) lists.push(where);
+      for (const [prop, v] of Object.entries(props)) {
+        const at = `${where}.${prop}`;
+        if (prop === 'id' || prop === 'key_state' || prop === 'rotation_days' || prop === 'interval_days') found.push(at);
+        if (prop === 'token' && name !== 'Session') found.push(at);
+        if (prop === 'state' && KEY_SCHEMAS.test(name)) found.push(at);
+        walk(v as Json, at, name);
+      }
+    };
+    for (const { path, method, op } of operations()) {
+      for (const [status, res] of Object.entries((op.responses ?? {}) as Json)) {
+        for (const media of Object.values(((res as Json).content ?? {}) as Json)) walk((media as Json).schema, `${method.toUpperCase()} ${path} ${status}`, '');
+      }
+    }
+    expect(found).toEqual([]);
+    expect(lists).toEqual([]);
+  });
 });

@@ -115,14 +115,14 @@ describe('the passkey page in Chromium', () => {
     await page.click('#passkey-login');
     const login = await completed;
     expect(login.status()).toBe(200);
-    const session = (await login.json()) as { token: string; user: { id: string } };
+    const { session } = (await login.json()) as { session: { token: string } };
     await statusSays(page, new RegExp(`Signed in as ${user.username} with a passkey`));
     await expect.poll(() => page.locator('#passkeys li .name').allTextContents()).toEqual(['Renamed in Chromium']);
 
     // The JWT from the passkey login is a session like password login's; the password session was ended.
     const me = await s.api('GET', '/auth/me', { token: session.token });
     expect(me.status).toBe(200);
-    expect(me.body).toMatchObject({ id: user.id, username: user.username, authenticated_via: 'jwt' });
+    expect(me.body).toMatchObject({ user_id: user.id, username: user.username, authenticated_via: 'jwt' });
     expect((await s.api('GET', '/auth/me', { token: user.token })).status).toBe(401);
     const list = await s.api('GET', '/auth/passkeys/list', { token: session.token });
     expect(list.body.items).toMatchObject([{ name: 'Renamed in Chromium', active: true, last_used_at: expect.any(String) }]);

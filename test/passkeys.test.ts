@@ -96,12 +96,12 @@ describe('passkey registration and login', () => {
     expect(options.options.allowCredentials ?? []).toEqual([]);
     const res = await s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: options.challenge_id, credential: auth.assert(options.options, { origin: ORIGIN }) } });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body).toMatchObject({ token_type: 'Bearer', user: { id: u.id, username: u.username }, passkey_id: done.body.passkey_id });
-    const me = await s.api('GET', '/auth/me', { token: res.body.token });
+    expect(res.body).toMatchObject({ session: { token_type: 'Bearer' }, user: { user_id: u.id, username: u.username }, passkey_id: done.body.passkey_id });
+    const me = await s.api('GET', '/auth/me', { token: res.body.session.token });
     expect(me.status).toBe(200);
-    expect(me.body).toMatchObject({ id: u.id, authenticated_via: 'jwt' });
+    expect(me.body).toMatchObject({ user_id: u.id, authenticated_via: 'jwt' });
     // The same kind of session as password login: it manages passkeys too.
-    expect((await s.api('GET', '/auth/passkeys/list', { token: res.body.token })).body.items[0].last_used_at).not.toBeNull();
+    expect((await s.api('GET', '/auth/passkeys/list', { token: res.body.session.token })).body.items[0].last_used_at).not.toBeNull();
     expect((await auditRows(u.id, 'auth.login')).at(-1)).toMatchObject({ status: 'success', details: { method: 'passkey' } });
 
     // With a username: that account's passkeys are offered.

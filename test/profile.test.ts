@@ -38,7 +38,7 @@ describe('profile', () => {
     const old = await s.api('GET', '/auth/me', { token: u.token });
     expect(old.status).toBe(401);
     expect(old.body.code).toBe('token_revoked');
-    expect((await s.api('GET', '/auth/me', { token: ok.body.token })).status).toBe(200);
+    expect((await s.api('GET', '/auth/me', { token: ok.body.session.token })).status).toBe(200);
     // the partner key does not outlive the password it was issued under
     expect((await s.api('GET', '/auth/me', { token: u.apiKey })).status).toBe(401);
     const revoked = await s.c.db('audit_logs').where({ user_id: u.id, action: 'profile.change_password', status: 'success' }).first();
@@ -47,23 +47,24 @@ describe('profile', () => {
 
   it('stores the rotation policy within bounds', async () => {
     const u = await registerUser(s.api);
-    const ok = await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_days: 30 } });
-    expect(ok.body).toEqual({ rotation_days: 30 });
-    expect((await s.api('GET', '/auth/me', { token: u.token })).body.rotation_days).toBe(30);
-    for (const rotation_days of [0, 731, 1.5, '30']) {
-      const bad = await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_days } });
+    const ok = await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_interval_days: 30 } });
+    expect(ok.body).toEqual({ rotation_interval_days: 30 });
+    expect((await s.api('GET', '/auth/me', { token: u.token })).body.rotation_interval_days).toBe(30);
+    for (const rotation_interval_days of [0, 731, 1.5, '30']) {
+      const bad = await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_interval_days } });
       expect(bad.status).toBe(422);
     }
-    const off = await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_days: null } });
-    expect(off.body).toEqual({ rotation_days: null });
+    const off = await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_interval_days: null } });
+    expect(off.body).toEqual({ rotation_interval_days: null });
   });
 
   it('shows recent activity from the audit log, own rows only', async () => {
     const u = await registerUser(s.api);
     const other = await registerUser(s.api);
-    await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_days: 7 } });
-    const res = await s.api('GET', '/profile/recent-activity?limit=5', { token: u.token });
+    await s.api('POST', '/profile/update-rotation-days', { token: u.token, body: { rotation_interval_days: 7 } });
+    const res = await s.api('GET', '/profile/recent-activity?page_size=5', { token: u.token });
     expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ page: 1, page_size: 5, total: 2 });
     expect(res.body.items.map((i: { action: string }) => i.action)).toEqual(['profile.update_rotation_days', 'partner.register']);
     const theirs = await s.api('GET', '/profile/recent-activity', { token: other.token });
     expect(theirs.body.items.map((i: { action: string }) => i.action)).toEqual(['partner.register']);

@@ -35,7 +35,7 @@ describe('a worker killed mid-rotation', () => {
       const made = await waitJob(s.api, u.token, gen.body.job_id);
       expect(made.state).toBe('completed');
       const fingerprint = made.result.key.fingerprint as string;
-      const lineageId = made.result.key.id as string;
+      const lineageId = made.result.key.lineage_id as string;
 
       const rotate = await s.api('POST', `/keys/${fingerprint}/rotate`, { token: u.token, body: {} });
       expect(rotate.status).toBe(202);
@@ -69,7 +69,7 @@ describe('a worker frozen inside its rotation transaction', () => {
       const u = await registerUser(s.api);
       const gen = await s.api('POST', '/keys/generate-key', { token: u.token, form: { label: 'frozen', name: 'F', email: 'f@example.test', passphrase: PASSPHRASE, algorithm: 'rsa4096' } });
       const made = await waitJob(s.api, u.token, gen.body.job_id);
-      const lineageId = made.result.key.id as string;
+      const lineageId = made.result.key.lineage_id as string;
 
       const rotate = await s.api('POST', `/keys/${made.result.key.fingerprint}/rotate`, { token: u.token, body: {} });
       expect(rotate.status).toBe(202);

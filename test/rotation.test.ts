@@ -112,7 +112,7 @@ describe('rotate now', () => {
     const key = await createKey(s.api, u.token);
     const other = await registerUser(s.api);
     for (const [method, path] of [['POST', 'rotate'], ['POST', 'rotation-schedule'], ['GET', 'rotation-history']] as const) {
-      const res = await s.api(method, `/keys/${key.fingerprint}/${path}`, { token: other.token, ...(method === 'POST' ? { body: path === 'rotate' ? {} : { interval_days: 5 } } : {}) });
+      const res = await s.api(method, `/keys/${key.fingerprint}/${path}`, { token: other.token, ...(method === 'POST' ? { body: path === 'rotate' ? {} : { rotation_interval_days: 5 } } : {}) });
       expect(res.status, path).toBe(404);
     }
     expect((await s.api('GET', `/keys/rotation-history?fingerprint=${key.fingerprint}`, { token: other.token })).status).toBe(404);
@@ -135,9 +135,9 @@ describe('rotate now', () => {
 describe('schedules and policy', () => {
   it('rotates on the key’s schedule with a controllable clock, without the passphrase, which still opens the new generation', async () => {
     const key = await createKey(s.api, u.token, { label: 'scheduled' });
-    const set = await s.api('POST', `/keys/${key.fingerprint}/rotation-schedule`, { token: u.token, body: { interval_days: 7 } });
+    const set = await s.api('POST', `/keys/${key.fingerprint}/rotation-schedule`, { token: u.token, body: { rotation_interval_days: 7 } });
     expect(set.status).toBe(200);
-    expect(set.body).toMatchObject({ mode: 'interval', interval_days: 7, effective_interval_days: 7 });
+    expect(set.body).toMatchObject({ mode: 'interval', rotation_interval_days: 7, effective_rotation_interval_days: 7 });
     await sweep();
     expect((await history(key.fingerprint)).total).toBe(0);
     await withClockAdvanced(8 * DAY, sweep);
@@ -156,22 +156,22 @@ describe('schedules and policy', () => {
     const byPolicy = await createKey(s.api, v.token, { label: 'policy' });
     const off = await createKey(s.api, v.token, { label: 'off' });
     const disabled = await createKey(s.api, v.token, { label: 'disabled' });
-    await s.api('POST', `/keys/${off.fingerprint}/rotation-schedule`, { token: v.token, body: { interval_days: null } });
+    await s.api('POST', `/keys/${off.fingerprint}/rotation-schedule`, { token: v.token, body: { rotation_interval_days: null } });
     await s.api('POST', '/keys/disable-key', { token: v.token, body: { fingerprint: disabled.fingerprint } });
-    await s.api('POST', '/profile/update-rotation-days', { token: v.token, body: { rotation_days: 30 } });
+    await s.api('POST', '/profile/update-rotation-days', { token: v.token, body: { rotation_interval_days: 30 } });
     await withClockAdvanced(31 * DAY, sweep);
     const all = await s.api('GET', '/keys/rotation-history', { token: v.token });
     expect(all.body.items.map((e: { old_fingerprint: string; trigger: string }) => [e.old_fingerprint, e.trigger])).toEqual([[byPolicy.fingerprint, 'policy']]);
     const back = await s.api('POST', `/keys/${off.fingerprint}/rotation-schedule`, { token: v.token, body: { use_account_policy: true } });
-    expect(back.body).toMatchObject({ mode: 'policy', effective_interval_days: 30 });
-    expect((await s.api('POST', `/keys/${off.fingerprint}/rotation-schedule`, { token: v.token, body: { interval_days: 0 } })).status).toBe(422);
-    expect((await s.api('POST', `/keys/${off.fingerprint}/rotation-schedule`, { token: v.token, body: { interval_days: 3, use_account_policy: true } })).status).toBe(422);
+    expect(back.body).toMatchObject({ mode: 'policy', effective_rotation_interval_days: 30 });
+    expect((await s.api('POST', `/keys/${off.fingerprint}/rotation-schedule`, { token: v.token, body: { rotation_interval_days: 0 } })).status).toBe(422);
+    expect((await s.api('POST', `/keys/${off.fingerprint}/rotation-schedule`, { token: v.token, body: { rotation_interval_days: 3, use_account_policy: true } })).status).toBe(422);
   });
 
   it('rotates a due window exactly once with racing sweeps and racing rotations', async () => {
     const v = await registerUser(s.api);
     const key = await createKey(s.api, v.token, { label: 'race' });
-    await s.api('POST', `/keys/${key.fingerprint}/rotation-schedule`, { token: v.token, body: { interval_days: 1 } });
+    await s.api('POST', `/keys/${key.fingerprint}/rotation-schedule`, { token: v.token, body: { rotation_interval_days: 1 } });
     await withClockAdvanced(2 * DAY, async () => {
       await Promise.all([sweep(), sweep(), sweep()]);
       const lineage = await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).first();
@@ -180,7 +180,7 @@ describe('schedules and policy', () => {
     });
     const h = await s.api('GET', `/keys/rotation-history?fingerprint=${key.fingerprint}`, { token: v.token });
     expect(h.body.total).toBe(1);
-    const keys = await s.c.db('pgp_keys').where({ lineage_id: h.body.items[0].key_id });
+    const keys = await s.c.db('pgp_keys').where({ lineage_id: h.body.items[0].lineage_id });
     expect(keys.map((k: { generation: number; status: string }) => [k.generation, k.status]).sort()).toEqual([[1, 'rotated'], [2, 'active']]);
   });
 
@@ -239,7 +239,7 @@ describe('history', () => {
     const today = before.slice(0, 10);
     expect((await s.api('GET', `/keys/rotation-history?from=${today}`, { token: v.token })).body.total).toBe(2);
     expect((await s.api('GET', `/keys/rotation-history?to=${before.replace('Z', '%2B00:00')}`, { token: v.token })).body.total).toBe(0);
-    expect((await s.api('GET', '/keys/rotation-history', { token: u.token })).body.items.every((e: { key_id: string }) => e.key_id)).toBe(true);
+    expect((await s.api('GET', '/keys/rotation-history', { token: u.token })).body.items.every((e: { lineage_id: string }) => e.lineage_id)).toBe(true);
   });
 });
 

@@ -32,7 +32,7 @@ describe('GET /status', () => {
     expect(first.status).toBe(200);
     expect(first.body).toMatchObject({ version: expect.any(String), postgres: { state: 'up' }, redis: { state: 'up' } });
     const maintenance = first.body.queues.find((q: { queue: string }) => q.queue === 'maintenance');
-    expect(maintenance.schedulers.map((x: { id: string }) => x.id)).toContain('purge-job-outputs');
+    expect(maintenance.schedulers.map((x: { scheduler_id: string }) => x.scheduler_id)).toContain('purge-job-outputs');
     expect(maintenance.schedulers[0].next_run_at).toBeTruthy();
     const before = first.body.workers.length;
     expect(before).toBeGreaterThanOrEqual(1);

@@ -46,7 +46,7 @@ describe('a team-sync worker killed mid-sync', () => {
       expect((await s.api('POST', '/team-access/link', { token: member.token, body: { source_user_id: owner.id } })).status).toBe(200);
       expect((await s.api('POST', `/team-access/links/${member.id}/approve`, { token: owner.token, body: { source_user_id: owner.id } })).status).toBe(200);
       await expect.poll(() => state(member.id), { timeout: 15_000 }).toBe('ok');
-      const before = [k1.id, k2.id].sort();
+      const before = [k1.lineage_id, k2.lineage_id].sort();
       expect(await grants(member.id)).toEqual(before);
 
       worker.kill('SIGKILL');
@@ -60,7 +60,7 @@ describe('a team-sync worker killed mid-sync', () => {
       // An uncommitted grant of k3 makes the sync's insert wait: the worker is then inside its
       // transaction with k1's grant already deleted.
       blocker = await s.c.db.transaction();
-      await blocker('team_grants').insert({ grantee_id: member.id, lineage_id: k3.id, source_id: owner.id });
+      await blocker('team_grants').insert({ grantee_id: member.id, lineage_id: k3.lineage_id, source_id: owner.id });
       worker = startProcess('worker', { ...env, WORKER_QUEUES: 'team-sync=1' });
       await expect
         .poll(async () => Number((await s.c.db.raw(`SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).rows[0].n), { timeout: 20_000, interval: 50 })
@@ -76,7 +76,7 @@ describe('a team-sync worker killed mid-sync', () => {
       expect(await grants(member.id)).toEqual(before);
 
       worker = startProcess('worker', { ...env, WORKER_QUEUES: 'team-sync=1' });
-      const after = [k2.id, k3.id].sort();
+      const after = [k2.lineage_id, k3.lineage_id].sort();
       await expect.poll(() => grants(member.id), { timeout: 30_000, interval: 100 }).toEqual(after);
       await expect.poll(() => state(member.id), { timeout: 30_000 }).toBe('ok');
       const status = await s.api('GET', '/team-access/status', { token: member.token });

@@ -35,7 +35,7 @@ describe('organizations and invitations', () => {
     const org = await s.api('GET', '/organization', { token: owner!.token });
     expect(org.body).toMatchObject({ owner_user_id: owner!.id, role: 'owner', member_count: 2 });
     const mine = await s.api('GET', '/organization', { token: member!.token });
-    expect(mine.body).toMatchObject({ id: org.body.id, role: 'member' });
+    expect(mine.body).toMatchObject({ organization_id: org.body.organization_id, role: 'member' });
     const members = await s.api('GET', '/organization/members', { token: member!.token });
     expect(members.body).toMatchObject({ page: 1, page_size: 20, total: 2 });
     expect(members.body.items.map((m: any) => [m.user_id, m.role])).toEqual([[owner!.id, 'owner'], [member!.id, 'member']]);
@@ -71,7 +71,7 @@ describe('organizations and invitations', () => {
     clock.advance(73 * 3600_000);
     try {
       const login = await s.api('POST', '/auth/login', { body: { identifier: late.username, password: late.password } });
-      const expired = await s.api('POST', '/organization/invitations/accept', { token: login.body.token ?? login.body.session?.token, body: { token: stale } });
+      const expired = await s.api('POST', '/organization/invitations/accept', { token: login.body.session.token, body: { token: stale } });
       expect([expired.status, expired.body.code]).toEqual([410, 'invitation_expired']);
     } finally {
       clock.advance(-73 * 3600_000);
@@ -163,9 +163,9 @@ describe('team access', () => {
     expect(st.last_synced_at).toBeTruthy();
 
     const list = await keyList(member!);
-    expect(list.find((k) => k.id === own.id)).toMatchObject({ inherited: false, owner: null });
-    expect(list.find((k) => k.id === key.id)).toMatchObject({ inherited: true, owner: { user_id: owner!.id, username: owner!.username } });
-    expect((await keyList(owner!)).map((k) => k.id)).toEqual([key.id]);
+    expect(list.find((k) => k.lineage_id === own.lineage_id)).toMatchObject({ inherited: false, owner: null });
+    expect(list.find((k) => k.lineage_id === key.lineage_id)).toMatchObject({ inherited: true, owner: { user_id: owner!.id, username: owner!.username } });
+    expect((await keyList(owner!)).map((k) => k.lineage_id)).toEqual([key.lineage_id]);
 
     const job = await encrypt(s.api, member!.token, key.fingerprint, file());
     expect(job.result.fingerprint_used).toBe(key.fingerprint);
@@ -173,7 +173,7 @@ describe('team access', () => {
     expect(pub.status).toBe(200);
     const share = await s.api('POST', '/keys/share/create', { token: member!.token, body: { fingerprint: key.fingerprint } });
     expect(share.status, JSON.stringify(share.body)).toBe(201);
-    expect((await s.api('GET', `/keys/share/${share.body.token}`)).status).toBe(200);
+    expect((await s.api('GET', `/keys/share/${share.body.share_token}`)).status).toBe(200);
 
     // Decrypt still needs the key's passphrase.
     const ciphertext = await download(s.api, member!.token, job.job_id ?? job.id);
@@ -185,7 +185,7 @@ describe('team access', () => {
     // Managing stays with the owner.
     expect((await s.api('POST', '/keys/disable-key', { token: member!.token, body: { fingerprint: key.fingerprint } })).status).toBe(404);
     expect((await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: member!.token, body: {} })).status).toBe(404);
-    expect((await s.api('POST', `/keys/${key.fingerprint}/rotation-schedule`, { token: member!.token, body: { interval_days: 5 } })).status).toBe(404);
+    expect((await s.api('POST', `/keys/${key.fingerprint}/rotation-schedule`, { token: member!.token, body: { rotation_interval_days: 5 } })).status).toBe(404);
 
     const events = (await s.api('GET', '/events/history', { token: member!.token })).body.items.map((e: any) => e.type);
     expect(events).toEqual(expect.arrayContaining(['team_access.linked', 'team_access.synced']));
@@ -213,10 +213,10 @@ describe('team access', () => {
 
     const second = await createKey(s.api, owner!.token, { label: 'second' });
     await expect.poll(async () => (await settled(member!)).inherited_keys, { timeout: 15_000 }).toBe(2);
-    expect((await keyList(member!)).map((k) => k.id)).toContain(second.id);
+    expect((await keyList(member!)).map((k) => k.lineage_id)).toContain(second.lineage_id);
 
     expect((await s.api('POST', '/keys/disable-key', { token: owner!.token, body: { fingerprint: second.fingerprint } })).status).toBe(200);
-    await expect.poll(async () => (await grantsOf(member!)).map((g) => g.lineage_id), { timeout: 15_000 }).toEqual([key.id]);
+    await expect.poll(async () => (await grantsOf(member!)).map((g) => g.lineage_id), { timeout: 15_000 }).toEqual([key.lineage_id]);
     expect(await encryptStatus(member!, second.fingerprint)).toBe(404);
   });
 
@@ -232,7 +232,7 @@ describe('team access', () => {
     expect(await encryptStatus(member!, key.fingerprint)).toBe(404);
     expect((await s.api('POST', '/keys/get-public-key', { token: member!.token, body: { fingerprint: key.fingerprint } })).status).toBe(404);
     expect((await keyList(member!)).length).toBe(0);
-    const view = await s.api('GET', `/keys/share/${share.body.token}`);
+    const view = await s.api('GET', `/keys/share/${share.body.share_token}`);
     expect([view.status, view.body.code]).toEqual([410, 'share_access_revoked']);
     expect(await status(member!)).toMatchObject({ linked: false, state: 'unlinked', inherited_keys: 0 });
     // Unlinking again is harmless (204, nothing done), as repeating any DELETE is.
@@ -261,13 +261,13 @@ describe('team access', () => {
     const cKey = await createKey(s.api, c!.token, { label: 'c' });
     await link(b!, c!);
     await link(a!, b!);
-    expect((await keyList(b!)).map((k) => k.id).sort()).toEqual([bKey.id, cKey.id].sort());
-    expect((await keyList(a!)).map((k) => k.id)).toEqual([bKey.id]);
+    expect((await keyList(b!)).map((k) => k.lineage_id).sort()).toEqual([bKey.lineage_id, cKey.lineage_id].sort());
+    expect((await keyList(a!)).map((k) => k.lineage_id)).toEqual([bKey.lineage_id]);
     expect(await encryptStatus(a!, cKey.fingerprint)).toBe(404);
     // Changing the source swaps the grants.
     const changed = await link(a!, c!);
     expect(changed.source.user_id).toBe(c!.id);
-    expect((await keyList(a!)).map((k) => k.id)).toEqual([cKey.id]);
+    expect((await keyList(a!)).map((k) => k.lineage_id)).toEqual([cKey.lineage_id]);
   });
 
   it("revokes a removed member's inherited access, and what others inherited from it", async () => {
@@ -305,7 +305,7 @@ describe('team access', () => {
     const keys = [await createKey(s.api, owner!.token, { label: 'k1' }), await createKey(s.api, owner!.token, { label: 'k2' })];
     await link(member!, owner!);
     const expected = await grantsOf(member!);
-    expect(expected.map((g) => g.lineage_id).sort()).toEqual(keys.map((k) => k.id).sort());
+    expect(expected.map((g) => g.lineage_id).sort()).toEqual(keys.map((k) => k.lineage_id).sort());
 
     await Promise.all(Array.from({ length: 5 }, () => syncGrants(s.c, member!.id, {})));
     expect(await grantsOf(member!)).toEqual(expected);
@@ -317,9 +317,9 @@ describe('team access', () => {
       throw new Error('crash');
     }).catch(() => undefined);
     expect(await grantsOf(member!)).toEqual(expected);
-    await s.c.db('team_grants').where({ grantee_id: member!.id, lineage_id: keys[0]!.id }).delete();
+    await s.c.db('team_grants').where({ grantee_id: member!.id, lineage_id: keys[0]!.lineage_id }).delete();
     const repaired = await syncGrants(s.c, member!.id, {});
-    expect(repaired.added).toEqual([keys[0]!.id]);
+    expect(repaired.added).toEqual([keys[0]!.lineage_id]);
     expect(await grantsOf(member!)).toEqual(expected);
     expect((await syncGrants(s.c, member!.id, {})).added).toEqual([]);
     expect(await grantsOf(member!)).toEqual(expected);

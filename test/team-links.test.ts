@@ -62,7 +62,7 @@ describe('team access links need the source’s approval', () => {
     const key = await createKey(s.api, owner!.token);
     await requestLink(member!, owner!);
     await settled(member!);
-    await s.c.db('team_grants').insert({ grantee_id: member!.id, lineage_id: key.id, source_id: owner!.id });
+    await s.c.db('team_grants').insert({ grantee_id: member!.id, lineage_id: key.lineage_id, source_id: owner!.id });
     expect(await encryptStatus(member!, key.fingerprint)).toBe(404);
     expect((await status(member!)).inherited_keys).toBe(0);
   });
@@ -156,10 +156,10 @@ describe('wrong passphrases on an inherited key', () => {
 
     const rows = (await s.api('GET', '/audit-logs?action=key.passphrase_failed&page_size=100', { token: owner!.token })).body.items;
     expect(rows).toHaveLength(10);
-    expect(rows[0]).toMatchObject({ status: 'failure', target: key.fingerprint, details: { caller_user_id: member!.id, key_id: key.id, action: 'keys.decrypt' } });
+    expect(rows[0]).toMatchObject({ status: 'failure', target: key.fingerprint, details: { caller_user_id: member!.id, lineage_id: key.lineage_id, action: 'keys.decrypt' } });
     const events = (await s.api('GET', '/events/history?types=key.passphrase_failed', { token: owner!.token })).body.items;
     expect(events.length).toBe(10);
-    expect(events[0].data).toMatchObject({ key_id: key.id, fingerprint: key.fingerprint, caller_user_id: member!.id });
+    expect(events[0].data).toMatchObject({ lineage_id: key.lineage_id, fingerprint: key.fingerprint, caller_user_id: member!.id });
     expect(JSON.stringify([rows, events, await s.c.db('audit_logs')])).not.toContain(guess);
     // The guesser's own failures stay in its own log; none of them reach its events as the owner's.
     expect(await eventTypes(member!)).not.toContain('key.passphrase_failed');

@@ -33,7 +33,7 @@ const PINGS_ONLY = { event_types: ['key.expired'] };
 async function subscribe(token: string, url: string, body: Record<string, unknown> = {}) {
   const res = await s.api('POST', '/webhooks', { token, body: { url, ...body } });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
-  return res.body as { id: string; secret: string; event_types: string[] };
+  return res.body as { webhook_id: string; secret: string; event_types: string[] };
 }
 
 const deliveriesOf = async (token: string, id: string, query = '') => (await s.api('GET', `/webhooks/${id}/deliveries${query}`, { token })).body.items as any[];
@@ -47,24 +47,24 @@ describe('webhook endpoints', () => {
     expect(hook.event_types).toEqual(['key.generated']);
 
     const list = await s.api('GET', '/webhooks', { token: u.token });
-    expect(list.body.items).toHaveLength(1);
+    expect(list.body).toMatchObject({ items: [{ webhook_id: hook.webhook_id }], page: 1, page_size: 20, total: 1 });
     expect(JSON.stringify(list.body)).not.toContain('whsec_');
-    expect((await s.api('GET', `/webhooks/${hook.id}`, { token: u.token })).body.description).toBe('ops');
+    expect((await s.api('GET', `/webhooks/${hook.webhook_id}`, { token: u.token })).body.description).toBe('ops');
 
-    const patched = await s.api('PATCH', `/webhooks/${hook.id}`, { token: u.token, body: { enabled: false, event_types: [] } });
+    const patched = await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { enabled: false, event_types: [] } });
     expect(patched.body).toMatchObject({ enabled: false, event_types: [] });
-    expect((await s.api('PATCH', `/webhooks/${hook.id}`, { token: u.token, body: {} })).status).toBe(422);
-    expect((await s.api('PATCH', `/webhooks/${hook.id}`, { token: u.token, body: { event_types: ['no.such'] } })).status).toBe(422);
+    expect((await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: {} })).status).toBe(422);
+    expect((await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { event_types: ['no.such'] } })).status).toBe(422);
 
     for (const [method, path] of [['GET', ''], ['PATCH', ''], ['DELETE', ''], ['POST', '/rotate-secret'], ['POST', '/test'], ['GET', '/deliveries']] as const) {
-      const res = await s.api(method, `/webhooks/${hook.id}${path}`, { token: eve.token, body: method === 'PATCH' ? { enabled: true } : method === 'POST' ? {} : undefined });
+      const res = await s.api(method, `/webhooks/${hook.webhook_id}${path}`, { token: eve.token, body: method === 'PATCH' ? { enabled: true } : method === 'POST' ? {} : undefined });
       expect(res.status, `${method} ${path}`).toBe(404);
     }
     const denied = await s.c.db('audit_logs').where({ user_id: eve.id, action: 'webhook.access_denied' });
     expect(denied.length).toBeGreaterThanOrEqual(6);
 
-    expect((await s.api('DELETE', `/webhooks/${hook.id}`, { token: u.token })).status).toBe(204);
-    expect((await s.api('GET', `/webhooks/${hook.id}`, { token: u.token })).status).toBe(404);
+    expect((await s.api('DELETE', `/webhooks/${hook.webhook_id}`, { token: u.token })).status).toBe(204);
+    expect((await s.api('GET', `/webhooks/${hook.webhook_id}`, { token: u.token })).status).toBe(404);
     const actions = (await s.c.db('audit_logs').where({ user_id: u.id }).pluck('action')) as string[];
     expect(actions).toEqual(expect.arrayContaining(['webhook.created', 'webhook.updated', 'webhook.deleted']));
     expect(JSON.stringify(await s.c.db('audit_logs').where({ user_id: u.id }))).not.toContain(hook.secret);
@@ -80,7 +80,7 @@ describe('webhook endpoints', () => {
   it('stores the secret sealed', async () => {
     const u = await registerUser(s.api);
     const hook = await subscribe(u.token, 'http://127.0.0.1:9/sealed');
-    const row = await s.c.db('webhook_endpoints').where({ id: hook.id }).first();
+    const row = await s.c.db('webhook_endpoints').where({ id: hook.webhook_id }).first();
     expect(JSON.stringify(row)).not.toContain(hook.secret.slice(6));
   });
 });
@@ -103,9 +103,9 @@ describe('deliveries', () => {
     expect(() => new Webhook(hook.secret).verify(got!.body.replace(u.id, '00000000-0000-4000-8000-000000000000'), signedHeaders(got!))).toThrow();
     expect(() => new Webhook('whsec_' + Buffer.alloc(32, 1).toString('base64')).verify(got!.body, signedHeaders(got!))).toThrow();
 
-    await expect.poll(async () => (await deliveriesOf(u.token, hook.id))[0]?.state).toBe('succeeded');
-    const [d] = await deliveriesOf(u.token, hook.id);
-    expect(d).toMatchObject({ id: got!.headers['webhook-id'], event_id: event.id, event_type: 'key.generated', attempts: 1 });
+    await expect.poll(async () => (await deliveriesOf(u.token, hook.webhook_id))[0]?.state).toBe('succeeded');
+    const [d] = await deliveriesOf(u.token, hook.webhook_id);
+    expect(d).toMatchObject({ delivery_id: got!.headers['webhook-id'], event_id: event.id, event_type: 'key.generated', attempts: 1 });
     expect(d.attempt_log).toEqual([expect.objectContaining({ status_code: 200, error: null })]);
     expect(other.received).toHaveLength(0);
   });
@@ -126,13 +126,13 @@ describe('deliveries', () => {
       const hook = await subscribe(u.token, 'http://127.0.0.1:9/x', { event_types: ['key.generated'] });
       expect(await fanOut(other, event('key.generated'))).toBe(1);
       expect(await fanOut(other, event('key.rotated'))).toBe(0);
-      await s.api('PATCH', `/webhooks/${hook.id}`, { token: u.token, body: { event_types: ['key.rotated'] } });
+      await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { event_types: ['key.rotated'] } });
       expect(await fanOut(other, event('key.rotated'))).toBe(1);
-      await s.api('PATCH', `/webhooks/${hook.id}`, { token: u.token, body: { enabled: false } });
+      await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { enabled: false } });
       expect(await fanOut(other, event('key.rotated'))).toBe(0);
-      await s.api('PATCH', `/webhooks/${hook.id}`, { token: u.token, body: { enabled: true } });
+      await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { enabled: true } });
       expect(await fanOut(other, event('key.rotated'))).toBe(1);
-      expect((await s.api('DELETE', `/webhooks/${hook.id}`, { token: u.token })).status).toBe(204);
+      expect((await s.api('DELETE', `/webhooks/${hook.webhook_id}`, { token: u.token })).status).toBe(204);
       expect(await fanOut(other, event('key.rotated'))).toBe(0);
     } finally {
       await other.close();
@@ -153,7 +153,7 @@ describe('deliveries', () => {
     const u = await registerUser(s.api);
     const r = await receiver([500, 503, 200]);
     const hook = await subscribe(u.token, r.url, PINGS_ONLY);
-    expect((await s.api('POST', `/webhooks/${hook.id}/test`, { token: u.token })).status).toBe(202);
+    expect((await s.api('POST', `/webhooks/${hook.webhook_id}/test`, { token: u.token })).status).toBe(202);
 
     await expect.poll(() => r.received.length, { timeout: 10_000 }).toBe(3);
     const ids = new Set(r.received.map((x) => x.headers['webhook-id']));
@@ -162,8 +162,8 @@ describe('deliveries', () => {
     // The waits follow WEBHOOK_RETRY_SCHEDULE (200 ms, then 400 ms).
     expect(r.received[1]!.at - r.received[0]!.at).toBeGreaterThanOrEqual(180);
     expect(r.received[2]!.at - r.received[1]!.at).toBeGreaterThanOrEqual(380);
-    await expect.poll(async () => (await deliveriesOf(u.token, hook.id))[0]?.state).toBe('succeeded');
-    const [d] = await deliveriesOf(u.token, hook.id);
+    await expect.poll(async () => (await deliveriesOf(u.token, hook.webhook_id))[0]?.state).toBe('succeeded');
+    const [d] = await deliveriesOf(u.token, hook.webhook_id);
     expect(d.attempts).toBe(3);
     expect(d.attempt_log.map((a: { status_code: number; error: string | null }) => [a.status_code, a.error])).toEqual([[500, 'http_500'], [503, 'http_503'], [200, null]]);
   });
@@ -172,24 +172,24 @@ describe('deliveries', () => {
     const u = await registerUser(s.api);
     const r = await receiver([500]);
     const hook = await subscribe(u.token, r.url, PINGS_ONLY);
-    await s.api('POST', `/webhooks/${hook.id}/test`, { token: u.token });
-    await expect.poll(async () => (await deliveriesOf(u.token, hook.id))[0]?.state, { timeout: 10_000 }).toBe('failed');
-    const [d] = await deliveriesOf(u.token, hook.id);
+    await s.api('POST', `/webhooks/${hook.webhook_id}/test`, { token: u.token });
+    await expect.poll(async () => (await deliveriesOf(u.token, hook.webhook_id))[0]?.state, { timeout: 10_000 }).toBe('failed');
+    const [d] = await deliveriesOf(u.token, hook.webhook_id);
     expect(d.attempts).toBe(4); // the first try and three retries
     expect(r.received).toHaveLength(4);
-    expect((await deliveriesOf(u.token, hook.id, '?state=failed'))).toHaveLength(1);
-    expect((await deliveriesOf(u.token, hook.id, '?state=succeeded'))).toHaveLength(0);
+    expect((await deliveriesOf(u.token, hook.webhook_id, '?state=failed'))).toHaveLength(1);
+    expect((await deliveriesOf(u.token, hook.webhook_id, '?state=succeeded'))).toHaveLength(0);
 
     r.answer([204]);
-    const again = await s.api('POST', `/webhooks/${hook.id}/deliveries/${d.id}/redeliver`, { token: u.token });
+    const again = await s.api('POST', `/webhooks/${hook.webhook_id}/deliveries/${d.delivery_id}/redeliver`, { token: u.token });
     expect(again.status).toBe(202);
     expect(again.body.state).toBe('pending');
-    await expect.poll(async () => (await s.api('GET', `/webhooks/${hook.id}/deliveries/${d.id}`, { token: u.token })).body.state).toBe('succeeded');
-    expect(r.received.at(-1)!.headers['webhook-id']).toBe(d.id);
+    await expect.poll(async () => (await s.api('GET', `/webhooks/${hook.webhook_id}/deliveries/${d.delivery_id}`, { token: u.token })).body.state).toBe('succeeded');
+    expect(r.received.at(-1)!.headers['webhook-id']).toBe(d.delivery_id);
     r.answer(['hang']);
-    expect((await s.api('POST', `/webhooks/${hook.id}/deliveries/${d.id}/redeliver`, { token: u.token })).status).toBe(202);
+    expect((await s.api('POST', `/webhooks/${hook.webhook_id}/deliveries/${d.delivery_id}/redeliver`, { token: u.token })).status).toBe(202);
     // Still being tried (the receiver does not answer): a second redelivery is refused rather than doubled.
-    expect((await s.api('POST', `/webhooks/${hook.id}/deliveries/${d.id}/redeliver`, { token: u.token })).body.code).toBe('delivery_pending');
+    expect((await s.api('POST', `/webhooks/${hook.webhook_id}/deliveries/${d.delivery_id}/redeliver`, { token: u.token })).body.code).toBe('delivery_pending');
   });
 
   it('a 410 Gone answer disables the endpoint: later events are not sent', async () => {
@@ -197,14 +197,14 @@ describe('deliveries', () => {
     const r = await receiver([410]);
     const hook = await subscribe(u.token, r.url);
     await createKey(s.api, u.token);
-    await expect.poll(async () => (await s.api('GET', `/webhooks/${hook.id}`, { token: u.token })).body).toMatchObject({ enabled: false, disabled_reason: 'gone' });
+    await expect.poll(async () => (await s.api('GET', `/webhooks/${hook.webhook_id}`, { token: u.token })).body).toMatchObject({ enabled: false, disabled_reason: 'gone' });
     expect(r.received).toHaveLength(1);
     await createKey(s.api, u.token, { label: 'second' });
     await new Promise((done) => setTimeout(done, 500));
     expect(r.received).toHaveLength(1);
     expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'webhook.disabled' })).toHaveLength(1);
     // Enabling it again clears the reason.
-    expect((await s.api('PATCH', `/webhooks/${hook.id}`, { token: u.token, body: { enabled: true } })).body).toMatchObject({ enabled: true, disabled_reason: null });
+    expect((await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { enabled: true } })).body).toMatchObject({ enabled: true, disabled_reason: null });
   });
 
   it('records a timeout, and never follows a redirect', async () => {
@@ -214,10 +214,10 @@ describe('deliveries', () => {
     const bouncing = await receiver([302], { location: target.url });
     const a = await subscribe(u.token, slow.url, PINGS_ONLY);
     const b = await subscribe(u.token, bouncing.url, PINGS_ONLY);
-    await s.api('POST', `/webhooks/${a.id}/test`, { token: u.token });
-    await s.api('POST', `/webhooks/${b.id}/test`, { token: u.token });
-    await expect.poll(async () => (await deliveriesOf(u.token, a.id))[0]?.attempt_log[0]?.error, { timeout: 10_000 }).toBe('timeout');
-    await expect.poll(async () => (await deliveriesOf(u.token, b.id))[0]?.attempt_log[0]?.error).toBe('redirect_not_followed');
+    await s.api('POST', `/webhooks/${a.webhook_id}/test`, { token: u.token });
+    await s.api('POST', `/webhooks/${b.webhook_id}/test`, { token: u.token });
+    await expect.poll(async () => (await deliveriesOf(u.token, a.webhook_id))[0]?.attempt_log[0]?.error, { timeout: 10_000 }).toBe('timeout');
+    await expect.poll(async () => (await deliveriesOf(u.token, b.webhook_id))[0]?.attempt_log[0]?.error).toBe('redirect_not_followed');
     expect(target.received).toHaveLength(0);
   });
 
@@ -225,13 +225,13 @@ describe('deliveries', () => {
     const u = await registerUser(s.api);
     const r = await receiver();
     const hook = await subscribe(u.token, r.url, PINGS_ONLY);
-    const rotated = await s.api('POST', `/webhooks/${hook.id}/rotate-secret`, { token: u.token, body: { grace_hours: 1 } });
+    const rotated = await s.api('POST', `/webhooks/${hook.webhook_id}/rotate-secret`, { token: u.token, body: { grace_hours: 1 } });
     expect(rotated.status).toBe(200);
     const fresh = rotated.body.secret as string;
     expect(fresh).not.toBe(hook.secret);
-    expect((await s.api('GET', `/webhooks/${hook.id}`, { token: u.token })).body.secret_rotation_ends_at).toBe(rotated.body.previous_secret_expires_at);
+    expect((await s.api('GET', `/webhooks/${hook.webhook_id}`, { token: u.token })).body.secret_rotation_ends_at).toBe(rotated.body.previous_secret_expires_at);
 
-    await s.api('POST', `/webhooks/${hook.id}/test`, { token: u.token });
+    await s.api('POST', `/webhooks/${hook.webhook_id}/test`, { token: u.token });
     await expect.poll(() => r.received.length).toBe(1);
     const during = r.received[0]!;
     expect(String(during.headers['webhook-signature']).split(' ')).toHaveLength(2);
@@ -239,7 +239,7 @@ describe('deliveries', () => {
     expect(new Webhook(fresh).verify(during.body, signedHeaders(during))).toBeTruthy();
 
     (s.c.clock as ManualClockFollowingTime).advance(3600_000 + 1000);
-    await s.api('POST', `/webhooks/${hook.id}/test`, { token: u.token });
+    await s.api('POST', `/webhooks/${hook.webhook_id}/test`, { token: u.token });
     await expect.poll(() => r.received.length).toBe(2);
     const after = r.received[1]!;
     expect(String(after.headers['webhook-signature']).split(' ')).toHaveLength(1);
@@ -251,10 +251,10 @@ describe('deliveries', () => {
     const u = await registerUser(s.api);
     const r = await receiver();
     const hook = await subscribe(u.token, r.url, { event_types: ['audit.recorded'] });
-    await s.api('PATCH', `/webhooks/${hook.id}`, { token: u.token, body: { description: 'changed' } });
+    await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { description: 'changed' } });
     await expect.poll(() => r.received.map((x) => JSON.parse(x.body).data.action), { timeout: 10_000 }).toContain('webhook.updated');
     const event = JSON.parse(r.received.find((x) => JSON.parse(x.body).data.action === 'webhook.updated')!.body);
-    expect(event).toMatchObject({ type: 'audit.recorded', account: u.id, data: { action: 'webhook.updated', status: 'success', target: hook.id } });
+    expect(event).toMatchObject({ type: 'audit.recorded', account: u.id, data: { action: 'webhook.updated', status: 'success', target: hook.webhook_id } });
     // Exactly once each, though every API and scheduler process listens.
     const ids = r.received.map((x) => JSON.parse(x.body).data.audit_id);
     expect(new Set(ids).size).toBe(ids.length);

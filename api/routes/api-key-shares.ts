@@ -19,11 +19,11 @@ const KeyParams = z.object({ key_id: z.uuid() });
 
 const ApiKeyShare = z
   .object({
-    id: z.uuid().describe('The share id: revoke with DELETE /api-keys/shares/{share_id}'),
+    share_id: z.uuid().describe('Revoke with DELETE /api-keys/shares/{share_id}'),
     key_id: z.uuid(),
     key_name: z.string(),
     key_prefix: z.string().describe("The first characters of the key's current value, safe to show"),
-    key_state: z.enum(['active', 'expired', 'revoked']).describe('A revoked or expired key’s links answer 410 whatever their own state'),
+    key_status: z.enum(['active', 'expired', 'revoked']).describe('A revoked or expired key’s links answer 410 whatever their own state'),
     state: z.enum(SHARE_STATES),
     expires_at: Timestamp.nullable(),
     max_views: z.number().int().nullable(),
@@ -36,7 +36,7 @@ const ApiKeyShare = z
   .meta({ id: 'ApiKeyShare' });
 
 const CreatedShare = ApiKeyShare.extend({
-  token: z.string().describe('`kms_as_…`: shown once; only its hash is stored'),
+  share_token: z.string().describe('`kms_as_…`: shown once; only its hash is stored'),
   url: z.string().describe('The public link (shown once); each GET of it is one view'),
 }).meta({ id: 'CreatedApiKeyShare' });
 
@@ -93,7 +93,7 @@ export default [
       const now = c.clock.now().getTime();
       const expiresAt = body.expires_at ? new Date(body.expires_at) : new Date(now + (body.expires_in_hours ?? DEFAULT_SHARE_HOURS) * HOUR_MS);
       const created = await createApiKeyShare(c, user.id, params.key_id, { expiresAt, maxViews: body.max_views ?? 1 }, meta);
-      return { status: 201, headers: { 'Cache-Control': 'no-store' }, body: { ...created.share, token: created.token, url: created.url } };
+      return { status: 201, headers: { 'Cache-Control': 'no-store' }, body: { ...created.share, share_token: created.token, url: created.url } };
     },
   }),
 

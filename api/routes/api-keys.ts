@@ -13,7 +13,7 @@ import type { Container } from '../../lib/container';
 const tags = ['Managed API keys'];
 
 const Params = z.object({ key_id: z.uuid() });
-const State = z.enum(['active', 'expired', 'revoked']);
+const Status = z.enum(['active', 'expired', 'revoked']);
 const MAX_GRACE_SECONDS = 7 * 86400;
 
 const Scopes = z
@@ -25,11 +25,11 @@ const Scopes = z
 
 const ApiKey = z
   .object({
-    id: z.uuid().describe('The `key_id`'),
+    key_id: z.uuid(),
     name: z.string(),
     prefix: z.string().describe('The first characters of the current value (`kms_sk_` + 6), safe to show'),
     scopes: z.array(z.enum(SCOPES)),
-    state: State,
+    status: Status,
     created_at: Timestamp,
     expires_at: Timestamp.nullable().describe('null: never expires'),
     revoked_at: Timestamp.nullable(),
@@ -45,11 +45,11 @@ const ApiKey = z
 const WithValue = ApiKey.extend({ value: z.string().nullable().describe('The current value (`kms_sk_…`); null once revoked') }).meta({ id: 'ManagedApiKeyWithValue' });
 
 const view = (c: Container, row: ApiKeyRow) => ({
-  id: row.id,
+  key_id: row.id,
   name: row.name,
   prefix: row.prefix,
   scopes: row.scopes,
-  state: apiKeyState(row, c.clock.now()),
+  status: apiKeyState(row, c.clock.now()),
   created_at: iso(row.created_at),
   expires_at: isoOrNull(row.expires_at),
   revoked_at: isoOrNull(row.revoked_at),
@@ -90,10 +90,10 @@ export default [
     summary: "The account's managed API keys: metadata and usage, never values",
     tags,
     access: 'session',
-    query: PageQuery.extend({ state: State.optional() }),
+    query: PageQuery.extend({ status: Status.optional() }),
     responses: { 200: { description: 'A page of keys, newest first', schema: pageOf(ApiKey) } },
     async handler({ c, user, query }) {
-      const { items, total } = await listApiKeys(c, user.id, { state: query.state, page: query.page, pageSize: query.page_size });
+      const { items, total } = await listApiKeys(c, user.id, { state: query.status, page: query.page, pageSize: query.page_size });
       return { body: { items: items.map((row) => view(c, row)), page: query.page, page_size: query.page_size, total } };
     },
   }),

@@ -5,7 +5,7 @@ import { listAudit } from '../../db/audit';
 
 const AuditEntry = z
   .object({
-    id: z.number().int(),
+    audit_id: z.number().int(),
     action: z.string(),
     status: z.enum(['success', 'failure']),
     target: z.string().nullable(),
@@ -35,7 +35,7 @@ export default [
     responses: { 200: { description: 'A page of audit entries', schema: pageOf(AuditEntry) } },
     async handler({ c, user, query }) {
       const { items, total } = await listAudit(c.db, { userId: user.id, action: query.action, status: query.status, page: query.page, pageSize: query.page_size });
-      return { body: { items: items.map((r) => ({ ...r, created_at: r.created_at.toISOString() })), page: query.page, page_size: query.page_size, total } };
+      return { body: { items: items.map((r) => ({ ...r, audit_id: r.id, created_at: r.created_at.toISOString() })), page: query.page, page_size: query.page_size, total } };
     },
   }),
 ];

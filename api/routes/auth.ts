@@ -33,11 +33,11 @@ export default [
         message: 'give exactly one of identifier, username and email',
         path: ['identifier'],
       }),
-    responses: { 200: { description: 'Session token and the user', schema: Session.extend({ user: User }) } },
+    responses: { 200: { description: 'Session token and the user', schema: z.object({ session: Session, user: User }) } },
     async handler({ c, body, meta }) {
       const identifier = (body.identifier ?? body.username ?? body.email)!;
       const { user, session } = await accounts.login(c, { identifier, password: body.password }, meta);
-      return { body: { ...session, user: userOut(user) } };
+      return { body: { session, user: userOut(user) } };
     },
   }),
 

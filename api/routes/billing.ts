@@ -42,7 +42,7 @@ const Status = z
       grace_ends_at: Timestamp.nullable().describe('Past due: when the default plan’s limits take over'),
       synced_at: Timestamp.nullable().describe('When the subscription was last read from the provider'),
     }),
-    plans: z.array(z.object({ id: z.enum(PLAN_IDS), for_sale: z.boolean(), limits: Limits })),
+    plans: z.array(z.object({ plan_id: z.enum(PLAN_IDS), for_sale: z.boolean(), limits: Limits })),
   })
   .meta({ id: 'BillingStatus' });
 

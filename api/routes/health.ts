@@ -26,7 +26,7 @@ const QueueStatus = z.object({
   counts: z.object({ waiting: z.number().int(), active: z.number().int(), delayed: z.number().int(), failed: z.number().int(), completed: z.number().int() }),
   workers: z.number().int().describe('Live worker processes taking this queue'),
   concurrency: z.number().int().describe('Their summed concurrency'),
-  schedulers: z.array(z.object({ id: z.string(), every_ms: z.number().nullable(), next_run_at: Timestamp.nullable() })),
+  schedulers: z.array(z.object({ scheduler_id: z.string(), every_ms: z.number().nullable(), next_run_at: Timestamp.nullable() })),
 });
 const Status = z
   .object({
@@ -35,7 +35,7 @@ const Status = z
     postgres: Dependency,
     redis: Dependency,
     queues: z.array(QueueStatus),
-    workers: z.array(z.object({ id: z.string(), host: z.string(), pid: z.number().int(), queues: z.array(z.object({ queue: z.string(), concurrency: z.number().int() })), started_at: Timestamp, seen_at: Timestamp })),
+    workers: z.array(z.object({ worker_id: z.string(), host: z.string(), pid: z.number().int(), queues: z.array(z.object({ queue: z.string(), concurrency: z.number().int() })), started_at: Timestamp, seen_at: Timestamp })),
   })
   .meta({ id: 'Status' });
 
@@ -50,7 +50,7 @@ async function queueStatus(c: Container, workers: Awaited<ReturnType<typeof live
         counts: { waiting: counts.waiting ?? 0, active: counts.active ?? 0, delayed: counts.delayed ?? 0, failed: counts.failed ?? 0, completed: counts.completed ?? 0 },
         workers: taking.length,
         concurrency: taking.reduce((n, q) => n + q.concurrency, 0),
-        schedulers: schedulers.map((s) => ({ id: s.key, every_ms: s.every ? Number(s.every) : null, next_run_at: s.next ? new Date(s.next).toISOString() : null })),
+        schedulers: schedulers.map((s) => ({ scheduler_id: s.key, every_ms: s.every ? Number(s.every) : null, next_run_at: s.next ? new Date(s.next).toISOString() : null })),
       };
     }),
   );
@@ -101,7 +101,7 @@ export default [
           postgres: { state: pg === null ? 'down' : 'up', latency_ms: pg },
           redis: { state: redis === null ? 'down' : 'up', latency_ms: redis },
           queues: redis === null ? [] : await queueStatus(c, workers),
-          workers,
+          workers: workers.map(({ id, ...w }) => ({ worker_id: id, ...w })),
         },
       };
     },

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { route, type RouteDef } from '../route';
-import { Timestamp, wholeNumber } from '../schemas/common';
+import { PageQuery, Timestamp, pageOf, wholeNumber } from '../schemas/common';
 import { Fingerprint } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
@@ -18,7 +18,7 @@ const GenerationNumber = wholeNumber(1, 1_000_000);
 
 const Lifecycle = z
   .object({
-    key_id: z.uuid(),
+    lineage_id: z.uuid(),
     fingerprint: z.string().describe('The current generation'),
     current_generation: z.number().int(),
     min_decryption_generation: z.number().int().describe('Generations below it are retired: no decrypt, no rewrap (409 generation_retired)'),
@@ -33,7 +33,7 @@ const Generation = z
     generation: z.number().int(),
     fingerprint: z.string(),
     algorithm: z.string(),
-    state: z.enum(['current', 'rotated', 'retired', 'pending_destruction', 'destroyed']),
+    status: z.enum(['current', 'rotated', 'retired', 'pending_destruction', 'destroyed']),
     created_at: Timestamp,
     rotated_at: Timestamp.nullable(),
     expires_at: Timestamp.nullable(),
@@ -118,9 +118,10 @@ export default [
     access: 'auth',
     scope: 'keys:read',
     params: KeyParams,
-    responses: { 200: { description: 'The key and its generations, newest first', schema: Lifecycle.extend({ items: z.array(Generation) }) } },
-    async handler({ c, user, params, meta }) {
-      return { body: await listGenerations(c, user.id, params.fingerprint, meta) };
+    query: PageQuery,
+    responses: { 200: { description: 'The key and a page of its generations, newest first', schema: Lifecycle.extend(pageOf(Generation).shape) } },
+    async handler({ c, user, params, query, meta }) {
+      return { body: await listGenerations(c, user.id, params.fingerprint, { page: query.page, pageSize: query.page_size }, meta) };
     },
   }),
 

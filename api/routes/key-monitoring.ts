@@ -1,9 +1,13 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Timestamp } from '../schemas/common';
-import { healthOverview, keyHealth, keyMetricsOf } from '../../lib/services/key-health';
+import { Fingerprint } from '../schemas/keys';
+import { healthOverview, keyHealth, keyMetricsOf, lineageOf } from '../../lib/services/key-health';
 
 const tags = ['Monitoring'];
+
+/** A PGP key: any generation's fingerprint, or its lineage id. */
+const KeyRef = z.union([Fingerprint, z.uuid()]).describe("Any generation's fingerprint (or the key's `lineage_id`)");
 
 const Overview = z.object({
   total: z.number().int(),
@@ -19,13 +23,13 @@ const Overview = z.object({
 });
 
 const OneKey = z.object({
-  key_id: z.uuid(),
+  lineage_id: z.uuid(),
   account: z.uuid(),
   label: z.string(),
   fingerprint: z.string(),
   generation: z.number().int(),
-  state: z.enum(['active', 'disabled', 'expired']),
-  rotation_days: z.number().int().nullable(),
+  status: z.enum(['active', 'disabled', 'expired']),
+  rotation_interval_days: z.number().int().nullable().describe("The interval in effect: the key's own, or its owner's policy"),
   next_rotation_at: Timestamp.nullable(),
   rotation_due: z.boolean(),
   rotation_overdue: z.boolean(),
@@ -36,7 +40,7 @@ const OneKey = z.object({
 
 const Metrics = z
   .object({
-    key_id: z.uuid(),
+    lineage_id: z.uuid(),
     account: z.uuid(),
     label: z.string(),
     operations: z.array(z.object({ action: z.string(), status: z.string(), count: z.number().int() })).describe('From the audit log, by action and outcome'),
@@ -55,13 +59,13 @@ export default [
   route({
     method: 'get',
     path: '/keys/health',
-    summary: 'Key health across accounts (states, rotations due and overdue, expiries, failed rotations), or one key with `key_id`',
+    summary: 'Key health across accounts (states, rotations due and overdue, expiries, failed rotations), or one key with `key_id` (a fingerprint)',
     tags,
     access: 'admin',
-    query: z.object({ key_id: z.uuid().optional() }),
+    query: z.object({ key_id: KeyRef.optional() }),
     responses: { 200: { description: 'The overview, or the one key', schema: z.union([Overview, OneKey]) } },
     async handler({ c, query }) {
-      return { body: query.key_id ? await keyHealth(c, query.key_id) : await healthOverview(c) };
+      return { body: query.key_id ? await keyHealth(c, await lineageOf(c, query.key_id)) : await healthOverview(c) };
     },
   }),
 
@@ -71,10 +75,10 @@ export default [
     summary: "One key's metrics: operations by kind and outcome, bytes, last use, rotations, generations, job latencies",
     tags,
     access: 'admin',
-    params: z.object({ key_id: z.uuid() }),
+    params: z.object({ key_id: KeyRef }),
     responses: { 200: { description: 'The metrics', schema: Metrics } },
     async handler({ c, params }) {
-      return { body: await keyMetricsOf(c, params.key_id) };
+      return { body: await keyMetricsOf(c, await lineageOf(c, params.key_id)) };
     },
   }),
 ];

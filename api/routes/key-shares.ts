@@ -17,8 +17,8 @@ const tags = ['Public key sharing'];
 
 const KeyShare = z
   .object({
-    id: z.uuid().describe('The share id: revoke with DELETE /keys/share/{share_id}'),
-    key_id: z.uuid().describe('The key (lineage) shared: the link follows its rotations'),
+    share_id: z.uuid().describe('Revoke with DELETE /keys/share/{share_id}'),
+    lineage_id: z.uuid().describe('The key (lineage) shared: the link follows its rotations'),
     fingerprint: z.string().nullable().describe("The key's current generation"),
     label: z.string().nullable(),
     key_status: z.enum(['active', 'disabled', 'expired']).nullable().describe('A disabled key’s links answer 410 `key_disabled`'),
@@ -36,7 +36,7 @@ const KeyShare = z
   .meta({ id: 'KeyShare' });
 
 const CreatedShare = KeyShare.extend({
-  token: z.string().describe('`kms_ks_…`: shown once; only its hash is stored'),
+  share_token: z.string().describe('`kms_ks_…`: shown once; only its hash is stored'),
   url: z.string().describe('The public link (shown once): GET it, with `Accept: application/pgp-keys` for the bare key'),
   notice_queued: z.boolean().describe('A notice to recipient_email was queued (sent by a worker, not awaited)'),
 }).meta({ id: 'CreatedKeyShare' });
@@ -70,8 +70,8 @@ const Analytics = z
   .object({
     totals: z.object({ active: z.number().int(), expired: z.number().int(), revoked: z.number().int(), exhausted: z.number().int(), shares: z.number().int(), views: z.number().int() }),
     views_by_day: z.array(z.object({ day: z.string().describe('UTC day, YYYY-MM-DD'), views: z.number().int() })).describe('The last 30 days, oldest first, zeros included'),
-    top_keys: z.array(z.object({ key_id: z.uuid(), fingerprint: z.string().nullable(), label: z.string().nullable(), views: z.number().int(), shares: z.number().int() })).describe('Most viewed keys (up to 10)'),
-    recent_views: z.array(z.object({ viewed_at: Timestamp, share_id: z.uuid(), key_id: z.uuid(), ua_class: z.enum(UA_CLASSES) })).describe('The latest views (up to 20); never addresses or raw user agents'),
+    top_keys: z.array(z.object({ lineage_id: z.uuid(), fingerprint: z.string().nullable(), label: z.string().nullable(), views: z.number().int(), shares: z.number().int() })).describe('Most viewed keys (up to 10)'),
+    recent_views: z.array(z.object({ viewed_at: Timestamp, share_id: z.uuid(), lineage_id: z.uuid(), ua_class: z.enum(UA_CLASSES) })).describe('The latest views (up to 20); never addresses or raw user agents'),
   })
   .meta({ id: 'KeyShareAnalytics' });
 
@@ -90,7 +90,7 @@ export default [
     async handler({ c, user, body, meta }) {
       const expiresAt = body.expires_at ? new Date(body.expires_at) : body.expires_in_hours ? new Date(c.clock.now().getTime() + body.expires_in_hours * HOUR_MS) : null;
       const created = await createKeyShare(c, user, { fingerprint: body.fingerprint, expiresAt, maxViews: body.max_views ?? null, recipientEmail: body.recipient_email ?? null }, meta);
-      return { status: 201, body: { ...created.share, token: created.token, url: created.url, notice_queued: created.notice_queued } };
+      return { status: 201, body: { ...created.share, share_token: created.token, url: created.url, notice_queued: created.notice_queued } };
     },
   }),
 

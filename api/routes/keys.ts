@@ -198,7 +198,7 @@ export default [
         if (row) await recordAudit(trx, { user_id: user.id, action: 'keys.disable', status: 'success', target: view.current.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { label: view.lineage.label } });
         return row ? { lineage: row as LineageRow, changed: true } : { lineage: view.lineage, changed: false };
       });
-      if (lineage.changed) await emitEvent(c, user.id, 'key.disabled', { key_id: view.lineage.id, fingerprint: view.current.fingerprint, label: view.lineage.label });
+      if (lineage.changed) await emitEvent(c, user.id, 'key.disabled', { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint, label: view.lineage.label });
       if (lineage.changed) await resyncLinkedTo(c, user.id, 'key.disabled', meta);
       return { body: keyOut(lineage.lineage, view.current, now) };
     },

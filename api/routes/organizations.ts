@@ -23,7 +23,7 @@ export const Member = z
 
 const Organization = z
   .object({
-    id: z.uuid(),
+    organization_id: z.uuid(),
     name: z.string(),
     owner_user_id: z.uuid().nullable(),
     role: z.enum(['owner', 'admin', 'member']).describe("The caller's role"),
@@ -34,7 +34,7 @@ const Organization = z
 
 const Invitation = z
   .object({
-    id: z.uuid(),
+    invitation_id: z.uuid(),
     organization_id: z.uuid(),
     email: z.string(),
     role: z.enum(['admin', 'member']),

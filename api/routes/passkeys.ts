@@ -162,10 +162,10 @@ export default [
     tags,
     access: 'public',
     body: z.object({ challenge_id: ChallengeId, credential: AuthenticationCredential }),
-    responses: { 200: { description: 'Session token, the user and the passkey used', schema: Session.extend({ user: User, passkey_id: z.uuid() }) } },
+    responses: { 200: { description: 'Session token, the user and the passkey used', schema: z.object({ session: Session, user: User, passkey_id: z.uuid() }) } },
     async handler({ c, body, meta }) {
       const { user, session, passkey } = await passkeys.completeLogin(c, body, meta);
-      return { body: { ...session, user: userOut(user), passkey_id: passkey.id } };
+      return { body: { session, user: userOut(user), passkey_id: passkey.id } };
     },
   }),
 

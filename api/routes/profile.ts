@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { route } from '../route';
-import { Email, Password, Timestamp, wholeNumber } from '../schemas/common';
+import { Email, PageQuery, Password, Timestamp, pageOf } from '../schemas/common';
 import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
 import * as accounts from '../../lib/services/accounts';
 import { currentPartnerKeyStatus } from '../../lib/services/partner-keys';
@@ -69,9 +69,9 @@ export default [
       message: 'must differ from the current password',
       path: ['new_password'],
     }),
-    responses: { 200: { description: 'A fresh session', schema: Session } },
+    responses: { 200: { description: 'A fresh session', schema: z.object({ session: Session }) } },
     async handler({ c, body, user, meta }) {
-      return { body: await accounts.changePassword(c, user.id, body, meta) };
+      return { body: { session: await accounts.changePassword(c, user.id, body, meta) } };
     },
   }),
 
@@ -95,11 +95,11 @@ export default [
     tags,
     access: 'auth',
     scope: 'audit:read',
-    query: z.object({ limit: wholeNumber(1, 100).default(20) }),
-    responses: { 200: { description: 'Newest first', schema: z.object({ items: z.array(ActivityItem) }) } },
+    query: PageQuery,
+    responses: { 200: { description: 'Newest first', schema: pageOf(ActivityItem) } },
     async handler({ c, user, query }) {
-      const { items } = await listAudit(c.db, { userId: user.id, page: 1, pageSize: query.limit });
-      return { body: { items: items.map((r) => ({ ...r, created_at: r.created_at.toISOString() })) } };
+      const { items, total } = await listAudit(c.db, { userId: user.id, page: query.page, pageSize: query.page_size });
+      return { body: { items: items.map((r) => ({ ...r, created_at: r.created_at.toISOString() })), page: query.page, page_size: query.page_size, total } };
     },
   }),
 
@@ -110,11 +110,11 @@ export default [
     tags,
     access: 'auth',
     scope: 'keys:write',
-    body: z.object({ rotation_days: z.number().int().min(ROTATION_DAYS.min).max(ROTATION_DAYS.max).nullable() }),
-    responses: { 200: { description: 'The stored policy', schema: z.object({ rotation_days: z.number().int().nullable() }) } },
+    body: z.object({ rotation_interval_days: z.number().int().min(ROTATION_DAYS.min).max(ROTATION_DAYS.max).nullable() }),
+    responses: { 200: { description: 'The stored policy', schema: z.object({ rotation_interval_days: z.number().int().nullable() }) } },
     async handler({ c, body, user, meta }) {
-      const row = await accounts.setRotationPolicy(c, user.id, body.rotation_days, meta);
-      return { body: { rotation_days: row.rotation_days } };
+      const row = await accounts.setRotationPolicy(c, user.id, body.rotation_interval_days, meta);
+      return { body: { rotation_interval_days: row.rotation_days } };
     },
   }),
 

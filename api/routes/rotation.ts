@@ -19,8 +19,8 @@ const KeyParams = z.object({ fingerprint: Fingerprint });
 
 const RotationEntry = z
   .object({
-    id: z.uuid(),
-    key_id: z.uuid(),
+    rotation_id: z.uuid(),
+    lineage_id: z.uuid(),
     old_fingerprint: z.string(),
     new_fingerprint: z.string().nullable(),
     from_generation: z.number().int(),
@@ -44,8 +44,8 @@ const Schedule = z
   .object({
     fingerprint: z.string(),
     mode: z.enum(['policy', 'interval', 'off']),
-    interval_days: z.number().int().nullable(),
-    effective_interval_days: z.number().int().nullable().describe('What the scheduler uses: the key’s own interval, or the account policy'),
+    rotation_interval_days: z.number().int().nullable(),
+    effective_rotation_interval_days: z.number().int().nullable().describe('What the scheduler uses: the key’s own interval, or the account policy'),
     next_rotation_at: Timestamp.nullable(),
   })
   .meta({ id: 'RotationSchedule' });
@@ -85,7 +85,7 @@ export default [
     scope: 'keys:write',
     params: KeyParams,
     body: z.union([
-      z.object({ interval_days: z.number().int().min(ROTATION_DAYS.min).max(ROTATION_DAYS.max).nullable() }),
+      z.object({ rotation_interval_days: z.number().int().min(ROTATION_DAYS.min).max(ROTATION_DAYS.max).nullable() }),
       z.object({ use_account_policy: z.literal(true) }),
     ]),
     responses: { 200: { description: 'The schedule now in force', schema: Schedule } },
@@ -94,9 +94,9 @@ export default [
       const change =
         'use_account_policy' in body
           ? { rotation_mode: 'policy' as const, rotation_interval_days: null }
-          : body.interval_days === null
+          : body.rotation_interval_days === null
             ? { rotation_mode: 'off' as const, rotation_interval_days: null }
-            : { rotation_mode: 'interval' as const, rotation_interval_days: body.interval_days };
+            : { rotation_mode: 'interval' as const, rotation_interval_days: body.rotation_interval_days };
       await c.db.transaction(async (trx) => {
         await trx('key_lineages').where({ id: view.lineage.id }).update({ ...change, updated_at: c.clock.now() });
         await recordAudit(trx, { user_id: user.id, action: 'keys.rotation_schedule', status: 'success', target: view.current.fingerprint, ip: meta.ip, request_id: meta.requestId, details: change });
@@ -107,8 +107,8 @@ export default [
         body: {
           fingerprint: view.current.fingerprint,
           mode: change.rotation_mode,
-          interval_days: change.rotation_interval_days,
-          effective_interval_days: effective,
+          rotation_interval_days: change.rotation_interval_days,
+          effective_rotation_interval_days: effective,
           next_rotation_at: effective && !view.lineage.disabled_at ? new Date(view.current.created_at.getTime() + effective * 86400_000).toISOString() : null,
         },
       };

@@ -18,7 +18,7 @@ const DeliveryParams = Params.extend({ delivery_id: z.uuid() });
 
 const Endpoint = z
   .object({
-    id: z.uuid(),
+    webhook_id: z.uuid(),
     url: z.string(),
     description: z.string(),
     event_types: z.array(z.string()),
@@ -35,7 +35,7 @@ const WithSecret = Endpoint.extend({ secret: z.string().describe('`whsec_…`: s
 const Attempt = z.object({ status_code: z.number().int().nullable(), latency_ms: z.number().int(), error: z.string().nullable(), created_at: Timestamp });
 const Delivery = z
   .object({
-    id: z.uuid().describe('The `webhook-id` header: the same on every attempt'),
+    delivery_id: z.uuid().describe('The `webhook-id` header: the same on every attempt'),
     event_id: z.string(),
     event_type: z.string(),
     state: z.enum(['pending', 'succeeded', 'failed']),
@@ -48,6 +48,7 @@ const Delivery = z
 
 const endpointView = (row: EndpointRow) => ({
   ...row,
+  webhook_id: row.id,
   secret_rotation_ends_at: row.previous_secret_sealed ? isoOrNull(row.previous_secret_expires_at) : null,
   created_at: iso(row.created_at),
   updated_at: iso(row.updated_at),
@@ -55,6 +56,7 @@ const endpointView = (row: EndpointRow) => ({
 
 const deliveryView = (row: DeliveryRow, log: AttemptRow[]) => ({
   ...row,
+  delivery_id: row.id,
   next_attempt_at: isoOrNull(row.next_attempt_at),
   created_at: iso(row.created_at),
   attempt_log: log.filter((a) => a.delivery_id === row.id).map((a) => ({ ...a, created_at: iso(a.created_at) })),
@@ -86,10 +88,15 @@ export default [
     tags,
     access: 'auth',
     scope: 'webhooks:write',
-    responses: { 200: { description: 'Endpoints, newest first', schema: z.object({ items: z.array(Endpoint) }) } },
-    async handler({ c, user }) {
-      const rows = await c.db<EndpointRow>('webhook_endpoints').where({ user_id: user.id }).orderBy('created_at', 'desc');
-      return { body: { items: rows.map(endpointView) } };
+    query: PageQuery,
+    responses: { 200: { description: 'A page of endpoints, newest first', schema: pageOf(Endpoint) } },
+    async handler({ c, user, query }) {
+      const mine = () => c.db<EndpointRow>('webhook_endpoints').where({ user_id: user.id });
+      const [rows, [count]] = await Promise.all([
+        mine().orderBy('created_at', 'desc').orderBy('id').limit(query.page_size).offset((query.page - 1) * query.page_size),
+        mine().count<{ count: string }[]>({ count: '*' }),
+      ]);
+      return { body: { items: rows.map(endpointView), page: query.page, page_size: query.page_size, total: Number(count?.count ?? 0) } };
     },
   }),
 

@@ -27,7 +27,7 @@ export const Algorithm = z.enum(['curve25519', 'rsa3072', 'rsa4096']);
 
 export const Key = z
   .object({
-    id: z.uuid(),
+    lineage_id: z.uuid().describe('The key across its generations (rotation history, shares, monitoring); paths and bodies name a key by fingerprint'),
     fingerprint: z.string(),
     label: z.string(),
     environment: z.string(),
@@ -40,7 +40,7 @@ export const Key = z
     key_created_at: Timestamp,
     expires_at: Timestamp.nullable(),
     disabled_at: Timestamp.nullable(),
-    rotation_mode: z.enum(['policy', 'interval', 'off']).describe('policy: follows the account rotation_days'),
+    rotation_mode: z.enum(['policy', 'interval', 'off']).describe("policy: follows the account's rotation_interval_days"),
     rotation_interval_days: z.number().int().nullable(),
     inherited: z.boolean().optional().describe("In key lists: true for a teammate's key inherited through team access (encrypt, share, public key; decrypt with its passphrase)"),
     owner: z.object({ user_id: z.uuid(), username: z.string() }).nullable().optional().describe('In key lists: the owning account of an inherited key (null for your own)'),

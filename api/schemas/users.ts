@@ -13,26 +13,26 @@ export const CompanyName = text(200).nullable();
 
 export const User = z
   .object({
-    id: z.uuid(),
+    user_id: z.uuid(),
     username: z.string(),
     email: z.string(),
     email_verified: z.boolean().describe('The owner proved this mailbox (a confirmed change or a password reset)'),
     company_name: z.string().nullable(),
     role: z.enum(['user', 'admin']),
-    rotation_days: z.number().int().nullable(),
+    rotation_interval_days: z.number().int().nullable().describe('The account rotation policy in days (null: off); keys in `policy` mode follow it'),
     created_at: Timestamp,
     updated_at: Timestamp,
   })
   .meta({ id: 'User' });
 
 export const userOut = (u: UserRow): z.infer<typeof User> => ({
-  id: u.id,
+  user_id: u.id,
   username: u.username,
   email: u.email,
   email_verified: u.email_verified_at !== null,
   company_name: u.company_name,
   role: u.role,
-  rotation_days: u.rotation_days,
+  rotation_interval_days: u.rotation_days,
   created_at: u.created_at.toISOString(),
   updated_at: u.updated_at.toISOString(),
 });

@@ -33,7 +33,7 @@ export async function measureEventLatency(base: string, redisPrefix: string, opt
     body: JSON.stringify({ username: `events_${id}`, email: `events-${id}@example.com`, password: `bench-password-${id}`, company_name: 'KMS bench' }),
   });
   if (register.status !== 201) throw new Error(`register answered ${register.status}: ${await register.text()}`);
-  const { user, session } = (await register.json()) as { user: { id: string }; session: { token: string } };
+  const { user, session } = (await register.json()) as { user: { user_id: string }; session: { token: string } };
 
   const redis = new Redis('redis://127.0.0.1:6379');
   const connectionsBefore = await connectedClients(redis);
@@ -74,7 +74,7 @@ export async function measureEventLatency(base: string, redisPrefix: string, opt
   try {
     for (let seq = 0; seq < opts.events; seq++) {
       sentAt.set(seq, performance.now());
-      await publishEvents(redis, redisPrefix, user.id, [{ type: 'key.generated', data: { seq } }], new Date());
+      await publishEvents(redis, redisPrefix, user.user_id, [{ type: 'key.generated', data: { seq } }], new Date());
       await new Promise((r) => setTimeout(r, opts.intervalMs));
     }
     const expected = opts.clients * opts.events;

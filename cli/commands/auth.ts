@@ -48,9 +48,9 @@ export function registerAuth(program: Command) {
         const password = opts.passwordStdin
           ? firstLine(await readStdin())
           : await readSecret({ fd: opts.passwordFd, env: 'KMS_PASSWORD', prompt: 'Password: ', what: 'password', fdFlag: '--password-fd' });
-        const session = await anon.data(anon.api.POST('/auth/login', { body: { identifier, password } }));
-        const path = await saveCredentials({ url, token: session.token, kind: 'session', username: session.user.username, expires_at: session.expires_at });
-        print(opts, { url, kind: 'session', username: session.user.username, expires_at: session.expires_at, credentials: path }, `logged in to ${url} as ${session.user.username} (session until ${session.expires_at})`);
+        const { session, user } = await anon.data(anon.api.POST('/auth/login', { body: { identifier, password } }));
+        const path = await saveCredentials({ url, token: session.token, kind: 'session', username: user.username, expires_at: session.expires_at });
+        print(opts, { url, kind: 'session', username: user.username, expires_at: session.expires_at, credentials: path }, `logged in to ${url} as ${user.username} (session until ${session.expires_at})`);
       }),
     );
 
@@ -74,7 +74,7 @@ export function registerAuth(program: Command) {
         const path = await saveCredentials({ url, token: made.session.token, kind: 'session', username: made.user.username, expires_at: made.session.expires_at });
         print(
           opts,
-          { url, username: made.user.username, user_id: made.user.id, partner_api_key: made.partner_api_key, credentials: path },
+          { url, username: made.user.username, user_id: made.user.user_id, partner_api_key: made.partner_api_key, credentials: path },
           `registered ${made.user.username} at ${url} and logged in\npartner API key (shown once, store it now): ${made.partner_api_key.api_key}`,
         );
       }),

@@ -134,7 +134,7 @@ export function registerKeys(program: Command) {
         const given = [opts.days !== undefined, Boolean(opts.off), Boolean(opts.accountPolicy)].filter(Boolean).length;
         if (given !== 1) throw new UsageError('give exactly one of --days N, --off and --account-policy');
         const { kms } = await connect(opts);
-        const body = opts.accountPolicy ? { use_account_policy: true as const } : { interval_days: opts.off ? null : opts.days! };
+        const body = opts.accountPolicy ? { use_account_policy: true as const } : { rotation_interval_days: opts.off ? null : opts.days! };
         const schedule = await kms.data(kms.api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path: { fingerprint } }, body }));
         print(opts, schedule, () => fields(schedule));
       }),

@@ -5,8 +5,8 @@ import { examples, int, run } from './common.js';
 
 type Scope = components['schemas']['ManagedApiKey']['scopes'][number];
 const SCOPES: Scope[] = ['keys:read', 'keys:write', 'crypto:encrypt', 'crypto:decrypt', 'jobs:read', 'shares:read', 'shares:write', 'audit:read', 'events:read', 'webhooks:write', 'account:read'];
-const API_KEY_COLUMNS = ['id', 'name', 'prefix', 'state', 'scopes', 'expires_at', 'last_used_at', 'use_count'];
-const SHARE_COLUMNS = ['id', 'state', 'view_count', 'max_views', 'expires_at', 'created_at'];
+const API_KEY_COLUMNS = ['key_id', 'name', 'prefix', 'status', 'scopes', 'expires_at', 'last_used_at', 'use_count'];
+const SHARE_COLUMNS = ['share_id', 'state', 'view_count', 'max_views', 'expires_at', 'created_at'];
 const states = ['active', 'expired', 'revoked', 'exhausted'] as const;
 
 export function registerApiKeys(program: Command) {
@@ -16,13 +16,13 @@ export function registerApiKeys(program: Command) {
   apiKeys
     .command('list')
     .description('Your API keys: metadata and usage, never values')
-    .addOption(new Option('--state <state>', 'only keys in this state').choices(['active', 'expired', 'revoked']))
+    .addOption(new Option('--status <status>', 'only keys in this status').choices(['active', 'expired', 'revoked']))
     .option('--page <n>', 'page number', int('--page'), 1)
-    .addHelpText('after', examples('kms api-keys list', 'kms api-keys list --state active --json'))
+    .addHelpText('after', examples('kms api-keys list', 'kms api-keys list --status active --json'))
     .action(
-      run<{ state?: 'active' | 'expired' | 'revoked'; page: number }>(async (opts) => {
+      run<{ status?: 'active' | 'expired' | 'revoked'; page: number }>(async (opts) => {
         const { kms } = await connect(opts);
-        const page = await kms.data(kms.api.GET('/api-keys', { params: { query: { state: opts.state, page: opts.page } } }));
+        const page = await kms.data(kms.api.GET('/api-keys', { params: { query: { status: opts.status, page: opts.page } } }));
         print(opts, page, () => table(page.items.map((k) => ({ ...k, scopes: k.scopes.join(',') })), API_KEY_COLUMNS) + pagedFooter(page));
       }),
     );
@@ -38,7 +38,7 @@ export function registerApiKeys(program: Command) {
       run<{ name: string; scope: Scope[]; expiresInDays?: number }>(async (opts) => {
         const { kms } = await connect(opts);
         const key = await kms.data(kms.api.POST('/api-keys/generate', { body: { name: opts.name, scopes: opts.scope, expires_in_days: opts.expiresInDays } }));
-        print(opts, key, () => `${fields(key, ['id', 'name', 'prefix', 'scopes', 'expires_at'])}\nvalue  ${key.value}`);
+        print(opts, key, () => `${fields(key, ['key_id', 'name', 'prefix', 'scopes', 'expires_at'])}\nvalue  ${key.value}`);
       }),
     );
 
@@ -63,7 +63,7 @@ export function registerApiKeys(program: Command) {
       run<{ graceSeconds?: number }, [string]>(async (opts, id) => {
         const { kms } = await connect(opts);
         const key = await kms.data(kms.api.POST('/api-keys/{key_id}/rotate', { params: { path: { key_id: id } }, body: { grace_seconds: opts.graceSeconds } }));
-        print(opts, key, () => `${fields(key, ['id', 'name', 'previous_value_expires_at'])}\nvalue  ${key.value}`);
+        print(opts, key, () => `${fields(key, ['key_id', 'name', 'previous_value_expires_at'])}\nvalue  ${key.value}`);
       }),
     );
 
@@ -89,7 +89,7 @@ export function registerApiKeys(program: Command) {
       run<{ expiresInHours?: number; maxViews?: number }, [string]>(async (opts, id) => {
         const { kms } = await connect(opts);
         const share = await kms.data(kms.api.POST('/api-keys/{key_id}/share', { params: { path: { key_id: id } }, body: { expires_in_hours: opts.expiresInHours, max_views: opts.maxViews } }));
-        print(opts, share, () => fields(share, ['id', 'url', 'expires_at', 'max_views']));
+        print(opts, share, () => fields(share, ['share_id', 'url', 'expires_at', 'max_views']));
       }),
     );
 
@@ -134,7 +134,7 @@ export function registerShares(program: Command) {
       run<{ fingerprint?: string; state?: (typeof states)[number]; page: number }>(async (opts) => {
         const { kms } = await connect(opts);
         const page = await kms.data(kms.api.GET('/keys/share/', { params: { query: { fingerprint: opts.fingerprint, state: opts.state, page: opts.page } } }));
-        print(opts, page, () => table(page.items, ['id', 'fingerprint', 'label', ...SHARE_COLUMNS.slice(1)]) + pagedFooter(page));
+        print(opts, page, () => table(page.items, ['share_id', 'fingerprint', 'label', ...SHARE_COLUMNS.slice(1)]) + pagedFooter(page));
       }),
     );
 
@@ -149,7 +149,7 @@ export function registerShares(program: Command) {
       run<{ expiresInHours?: number; maxViews?: number; recipientEmail?: string }, [string]>(async (opts, fingerprint) => {
         const { kms } = await connect(opts);
         const share = await kms.data(kms.api.POST('/keys/share/create', { body: { fingerprint, expires_in_hours: opts.expiresInHours, max_views: opts.maxViews, recipient_email: opts.recipientEmail } }));
-        print(opts, share, () => fields(share, ['id', 'fingerprint', 'url', 'token', 'expires_at', 'max_views']));
+        print(opts, share, () => fields(share, ['share_id', 'fingerprint', 'url', 'share_token', 'expires_at', 'max_views']));
       }),
     );
 

@@ -276,7 +276,7 @@ export async function logout(c: Container, userId: string, meta: RequestMeta): P
 export async function setRotationPolicy(c: Container, userId: string, days: number | null, meta: RequestMeta) {
   return c.db.transaction(async (trx) => {
     const row = await updateUser(trx, userId, { rotation_days: days });
-    await audit(meta)(trx, { user_id: userId, action: 'profile.update_rotation_days', status: 'success', details: { rotation_days: days } });
+    await audit(meta)(trx, { user_id: userId, action: 'profile.update_rotation_days', status: 'success', details: { rotation_interval_days: days } });
     return row;
   });
 }

@@ -25,7 +25,7 @@ export const MAX_SHARE_VIEWS = 100;
 /** A share as the key's owner sees it, with the key it points at (never the token or the value). */
 export function apiKeyShareOut(c: Container, row: ShareRow, key: Pick<ApiKeyRow, 'name' | 'prefix' | 'revoked_at' | 'expires_at'>) {
   const { target_id, kind: _kind, recipient_email: _recipient, ...rest } = shareOut(c, row);
-  return { ...rest, key_id: target_id, key_name: key.name, key_prefix: key.prefix, key_state: apiKeyState(key, c.clock.now()) };
+  return { ...rest, key_id: target_id, key_name: key.name, key_prefix: key.prefix, key_status: apiKeyState(key, c.clock.now()) };
 }
 
 /**

@@ -139,7 +139,7 @@ export async function billingStatus(c: Container, userId: string) {
       grace_ends_at: effective.graceEndsAt,
       synced_at: account?.synced_at ?? null,
     },
-    plans: Object.values(c.config.billing.plans).map((p) => ({ id: p.id, for_sale: Boolean(p.priceId), limits: p.limits })),
+    plans: Object.values(c.config.billing.plans).map((p) => ({ plan_id: p.id, for_sale: Boolean(p.priceId), limits: p.limits })),
   };
 }
 

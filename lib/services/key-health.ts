@@ -1,15 +1,27 @@
 import type { Container } from '../container';
 import { notFound } from '../errors';
 import { failedRotationsSince, healthCounts, keyHealthRow, keyMetrics, OVERDUE_AFTER } from '../../db/key-health';
-import { lineageGenerations, type LineageRow } from '../../db/keys';
+import { lineageGenerations, type KeyRow, type LineageRow } from '../../db/keys';
 
 /** Administrators' view of keys across accounts: health overview, one key's health, one key's metrics. */
 const DAY = 86400_000;
+const FINGERPRINT = /^[0-9a-f]{40}$/;
 
 export async function healthOverview(c: Container) {
   const now = c.clock.now();
   const [counts, failed] = await Promise.all([healthCounts(c.db, now), failedRotationsSince(c.db, new Date(now.getTime() - DAY))]);
   return { ...counts, failed_rotations_24h: failed, overdue_after: OVERDUE_AFTER };
+}
+
+/**
+ * The lineage a key reference names: any generation's fingerprint (40 hex digits, unique across
+ * accounts) or the lineage id. An unknown fingerprint answers 404 `key_not_found`.
+ */
+export async function lineageOf(c: Container, ref: string): Promise<string> {
+  if (!FINGERPRINT.test(ref)) return ref;
+  const row = await c.db<KeyRow>('pgp_keys').where({ fingerprint: ref }).first('lineage_id');
+  if (!row) throw notFound('key_not_found', 'No key with this fingerprint.');
+  return row.lineage_id;
 }
 
 export async function keyHealth(c: Container, lineageId: string) {
@@ -20,13 +32,13 @@ export async function keyHealth(c: Container, lineageId: string) {
   const next = row.disabled_at ? null : row.next_rotation_at;
   const daysLeft = (d: Date | null) => (d ? Math.floor((d.getTime() - now.getTime()) / DAY) : null);
   return {
-    key_id: row.lineage_id,
+    lineage_id: row.lineage_id,
     account: row.user_id,
     label: row.label,
     fingerprint: row.fingerprint,
     generation: row.generation,
-    state,
-    rotation_days: row.rotation_days,
+    status: state,
+    rotation_interval_days: row.rotation_days,
     next_rotation_at: next?.toISOString() ?? null,
     rotation_due: Boolean(next && next <= now),
     rotation_overdue: Boolean(next && next.getTime() <= now.getTime() - 3600_000),
@@ -48,7 +60,7 @@ export async function keyMetricsOf(c: Container, lineageId: string) {
   );
   const lastUsed = generations.map((g) => g.last_used_at).filter((d): d is Date => Boolean(d)).sort((a, b) => b.getTime() - a.getTime())[0];
   return {
-    key_id: lineage.id,
+    lineage_id: lineage.id,
     account: lineage.user_id,
     label: lineage.label,
     operations: metrics.operations,

@@ -53,7 +53,7 @@ export function generationOut(c: Container, lineage: LineageRow, g: KeyRow) {
     generation: g.generation,
     fingerprint: g.fingerprint,
     algorithm: g.algorithm,
-    state,
+    status: state,
     created_at: g.created_at.toISOString(),
     rotated_at: iso(g.rotated_at),
     expires_at: iso(g.expires_at),
@@ -74,7 +74,7 @@ export function generationOut(c: Container, lineage: LineageRow, g: KeyRow) {
 
 export function lifecycleOut(lineage: LineageRow, current: KeyRow) {
   return {
-    key_id: lineage.id,
+    lineage_id: lineage.id,
     fingerprint: current.fingerprint,
     current_generation: current.generation,
     min_decryption_generation: lineage.min_decryption_generation,
@@ -84,11 +84,12 @@ export function lifecycleOut(lineage: LineageRow, current: KeyRow) {
   };
 }
 
-/** Every generation of the key, newest first, with its state and usage. Team members may read it. */
-export async function listGenerations(c: Container, userId: string, fingerprint: string, meta: RequestMeta) {
+/** A page of the key's generations, newest first, with their state and usage. Team members may read it. */
+export async function listGenerations(c: Container, userId: string, fingerprint: string, q: { page: number; pageSize: number }, meta: RequestMeta) {
   const view = await requireKey(c, userId, fingerprint, meta, 'read');
-  const generations = (await lineageGenerations(c.db, view.lineage.id)).map((g) => verifiedKey(c, g));
-  return { ...lifecycleOut(view.lineage, view.current), items: generations.map((g) => generationOut(c, view.lineage, g)) };
+  const all = await lineageGenerations(c.db, view.lineage.id);
+  const generations = all.slice((q.page - 1) * q.pageSize, q.page * q.pageSize).map((g) => verifiedKey(c, g));
+  return { ...lifecycleOut(view.lineage, view.current), items: generations.map((g) => generationOut(c, view.lineage, g)), page: q.page, page_size: q.pageSize, total: all.length };
 }
 
 /** The lineage and its generations, locked for a lifecycle change (one change at a time per key). */
@@ -178,10 +179,10 @@ export async function scheduleDestruction(c: Container, userId: string, fingerpr
     if (!lineage.disabled_at) await recordAudit(trx, auditOf(userId, meta, 'keys.disable', current.fingerprint, { label: lineage.label, reason: 'destruction_scheduled' }));
     return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, newlyDisabled: !lineage.disabled_at, lineage: row!, current };
   });
-  const data = { key_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation, destroy_after: when.toISOString() };
+  const data = { lineage_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation, destroy_after: when.toISOString() };
   await emitEvent(c, userId, 'key.destruction_scheduled', data);
   if (out.newlyDisabled) {
-    await emitEvent(c, userId, 'key.disabled', { key_id: view.lineage.id, fingerprint: out.current.fingerprint, label: out.lineage.label });
+    await emitEvent(c, userId, 'key.disabled', { lineage_id: view.lineage.id, fingerprint: out.current.fingerprint, label: out.lineage.label });
     await resyncLinkedTo(c, userId, 'key.disabled', meta);
   }
   return { scope: out.scope, generation: out.generation, fingerprint: out.fingerprint, destroy_after: when.toISOString(), key: lifecycleOut(out.lineage, out.current) };
@@ -209,7 +210,7 @@ export async function cancelDestruction(c: Container, userId: string, fingerprin
     await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_cancel', current.fingerprint, { scope: 'key' }));
     return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, lineage: row!, current };
   });
-  await emitEvent(c, userId, 'key.destruction_cancelled', { key_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation });
+  await emitEvent(c, userId, 'key.destruction_cancelled', { lineage_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation });
   return { scope: out.scope, generation: out.generation, fingerprint: out.fingerprint, key: lifecycleOut(out.lineage, out.current) };
 }
 
@@ -253,15 +254,15 @@ export async function destroyDueGenerations(c: Container, limit = 200): Promise<
         const [row] = await trx<KeyRow>('pgp_keys').where({ id: g.id }).whereNull('destroyed_at').update({ private_sealed: '', secret_sealed: '', destroyed_at: now }).returning('*');
         if (!row) continue;
         gone.push(row);
-        await recordAudit(trx, { user_id: lineage.user_id, action: 'keys.generation_destroy', status: 'success', target: g.fingerprint, details: { key_id: lineage.id, generation: g.generation, scheduled_for: g.destroy_after!.toISOString() } });
+        await recordAudit(trx, { user_id: lineage.user_id, action: 'keys.generation_destroy', status: 'success', target: g.fingerprint, details: { lineage_id: lineage.id, generation: g.generation, scheduled_for: g.destroy_after!.toISOString() } });
       }
       const left = generations.filter((g) => !g.destroyed_at && !gone.some((x) => x.id === g.id));
       if (lineage.destroy_after && !left.length) await trx('key_lineages').where({ id: lineage.id }).update({ destroyed_at: now, updated_at: now });
-      return gone.map((g) => ({ user: lineage.user_id, key_id: lineage.id, fingerprint: g.fingerprint, generation: g.generation, whole: Boolean(lineage.destroy_after) && !left.length }));
+      return gone.map((g) => ({ user: lineage.user_id, lineage_id: lineage.id, fingerprint: g.fingerprint, generation: g.generation, whole: Boolean(lineage.destroy_after) && !left.length }));
     });
     for (const d of done) {
       destroyed++;
-      await emitEvent(c, d.user, 'key.generation_destroyed', { key_id: d.key_id, fingerprint: d.fingerprint, generation: d.generation, key_destroyed: d.whole });
+      await emitEvent(c, d.user, 'key.generation_destroyed', { lineage_id: d.lineage_id, fingerprint: d.fingerprint, generation: d.generation, key_destroyed: d.whole });
     }
   }
   return { destroyed, postponed };

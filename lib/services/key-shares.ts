@@ -31,7 +31,7 @@ export function keyShareOut(c: Container, row: ShareRow, target: KeyTarget | und
   return {
     ...rest,
     created_by: maker,
-    key_id: target_id,
+    lineage_id: target_id,
     fingerprint: target?.current.fingerprint ?? null,
     label: target?.lineage.label ?? null,
     // A disabled key's links answer 410 whatever their own state.
@@ -71,7 +71,7 @@ export async function createKeyShare(c: Container, owner: { id: string; username
       expiresAt: input.expiresAt,
       maxViews: input.maxViews,
       recipientEmail: input.recipientEmail,
-      details: { key_id: view.lineage.id, fingerprint: view.current.fingerprint },
+      details: { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint },
     },
     meta,
   );
@@ -160,11 +160,11 @@ export async function viewKeyShare(c: Container, req: { token: string; ip: strin
 export async function keyShareAnalytics(c: Container, userId: string) {
   const a = await shareAnalytics(c, userId, 'public_key', { days: 30, top: 10, recent: 20 });
   const targets = await keyTargets(c.db, [...a.top_targets.map((t) => t.target_id), ...a.recent_views.map((v) => v.target_id)]);
-  const about = (id: string) => ({ key_id: id, fingerprint: targets.get(id)?.current.fingerprint ?? null, label: targets.get(id)?.lineage.label ?? null });
+  const about = (id: string) => ({ lineage_id: id, fingerprint: targets.get(id)?.current.fingerprint ?? null, label: targets.get(id)?.lineage.label ?? null });
   return {
     totals: a.totals,
     views_by_day: a.views_by_day,
     top_keys: a.top_targets.map((t) => ({ ...about(t.target_id), views: t.views, shares: t.shares })),
-    recent_views: a.recent_views.map(({ target_id, ...v }) => ({ ...v, key_id: target_id })),
+    recent_views: a.recent_views.map(({ target_id, ...v }) => ({ ...v, lineage_id: target_id })),
   };
 }

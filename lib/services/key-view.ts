@@ -8,7 +8,7 @@ import { keyStatus } from './keys';
 export function keyOut(lineage: ListedKey['lineage'], current: ListedKey['current'], now: Date) {
   const status = keyStatus(lineage, current, now);
   return {
-    id: lineage.id,
+    lineage_id: lineage.id,
     fingerprint: current.fingerprint,
     label: lineage.label,
     environment: lineage.environment,

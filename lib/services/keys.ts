@@ -69,7 +69,7 @@ export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id
 
 /** What a `key.generated` event says (ids and names, nothing secret). */
 export const keyGeneratedData = (spec: Pick<LineageSpec, 'id' | 'label' | 'environment' | 'algorithm'>, first: Pick<GenerationRow, 'fingerprint'>) => ({
-  key_id: spec.id,
+  lineage_id: spec.id,
   fingerprint: first.fingerprint,
   label: spec.label,
   environment: spec.environment,

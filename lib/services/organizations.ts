@@ -29,7 +29,7 @@ const memberCount = async (db: Knex, organizationId: string) =>
   Number(((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count) ?? 0);
 
 export function organizationOut(org: OrganizationRow, mine: MemberRow, count: number) {
-  return { id: org.id, name: org.name, owner_user_id: org.owner_id, role: mine.role, member_count: count, created_at: org.created_at.toISOString() };
+  return { organization_id: org.id, name: org.name, owner_user_id: org.owner_id, role: mine.role, member_count: count, created_at: org.created_at.toISOString() };
 }
 
 /** The caller's organization (made on first use for accounts that have none yet). */
@@ -99,7 +99,7 @@ export const invitationState = (row: Pick<InvitationRow, 'accepted_at' | 'revoke
   row.accepted_at ? 'accepted' : row.revoked_at ? 'revoked' : row.expires_at <= now ? 'expired' : 'pending';
 
 export const invitationOut = (row: InvitationRow, now: Date) => ({
-  id: row.id,
+  invitation_id: row.id,
   organization_id: row.organization_id,
   email: row.email,
   role: row.role,

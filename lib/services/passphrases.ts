@@ -60,7 +60,7 @@ export async function verifyKeyPassphrase(
 
 /** A wrong passphrase on a key, told to its owner (whoever guessed, the owner included). */
 async function reportToOwner(c: Container, callerId: string, view: KeyView, action: PassphraseAction, meta: RequestMeta): Promise<void> {
-  const facts = { key_id: view.lineage.id, fingerprint: view.named.fingerprint, caller_user_id: callerId, action };
+  const facts = { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, caller_user_id: callerId, action };
   await recordAudit(c.db, { user_id: view.lineage.user_id, action: 'key.passphrase_failed', status: 'failure', target: view.named.fingerprint, ip: meta.ip, request_id: meta.requestId, details: facts });
   await emitEvent(c, view.lineage.user_id, 'key.passphrase_failed', facts);
 }

@@ -119,7 +119,7 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
 /** The owner's event of a committed rotation. */
 export const rotatedEvent = (lineage: LineageRow, entry: RotationRow): NewEvent => ({
   type: 'key.rotated',
-  data: { key_id: lineage.id, label: lineage.label, old_fingerprint: entry.old_fingerprint, new_fingerprint: entry.new_fingerprint, trigger: entry.trigger },
+  data: { lineage_id: lineage.id, label: lineage.label, old_fingerprint: entry.old_fingerprint, new_fingerprint: entry.new_fingerprint, trigger: entry.trigger },
 });
 
 /** Once committed (and announced): re-syncs of the accounts that inherit this one's keys. */
@@ -160,13 +160,13 @@ export async function recordRotationFailure(c: Container, input: RotateInput, er
     job_id: input.jobId ?? null,
   });
   await recordAudit(trx, { ...input.origin, user_id: found.lineage.user_id, action: 'keys.rotate', status: 'failure', target: found.active.fingerprint, details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) } });
-  await emitEvent(c, found.lineage.user_id, 'key.rotation_failed', { key_id: found.lineage.id, fingerprint: found.active.fingerprint, trigger: input.trigger, code: error.code });
+  await emitEvent(c, found.lineage.user_id, 'key.rotation_failed', { lineage_id: found.lineage.id, fingerprint: found.active.fingerprint, trigger: input.trigger, code: error.code });
 }
 
 export function rotationOut(r: RotationRow) {
   return {
-    id: r.id,
-    key_id: r.lineage_id,
+    rotation_id: r.id,
+    lineage_id: r.lineage_id,
     old_fingerprint: r.old_fingerprint,
     new_fingerprint: r.new_fingerprint,
     from_generation: r.from_generation,

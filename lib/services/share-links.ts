@@ -62,7 +62,7 @@ export function shareState(row: Pick<ShareRow, 'revoked_at' | 'expires_at' | 'vi
 /** A share as its owner sees it (never the token or its hash). */
 export function shareOut(c: Container, row: ShareRow) {
   return {
-    id: row.id,
+    share_id: row.id,
     kind: row.kind,
     target_id: row.target_id,
     state: shareState(row, c.clock.now()),

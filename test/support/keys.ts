@@ -9,7 +9,7 @@ export async function createKey(api: ApiClient, token: string, fields: Record<st
     form: { label: 'main', environment: 'production', name: 'Ann Example', email: 'ann@example.test', passphrase: PASSPHRASE, ...fields },
   });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
-  return res.body as { id: string; fingerprint: string; status: string };
+  return res.body as { lineage_id: string; fingerprint: string; status: string };
 }
 
 /** Submits a job and waits for it to end (Prefer: wait); returns the finished job. */

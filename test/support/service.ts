@@ -155,7 +155,7 @@ let counter = 0;
 export async function login(api: ApiClient, u: { username: string; password: string }): Promise<string> {
   const res = await api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } });
   expect(res.status).toBe(200);
-  return res.body.token as string;
+  return res.body.session.token as string;
 }
 
 /** A fresh account through the public API: its session token, partner API key and ids. */
@@ -164,5 +164,5 @@ export async function registerUser(api: ApiClient, over: Partial<{ username: str
   const input = { username: `user_${n}`, email: `user_${n}@example.test`, password: 'correct horse battery', company_name: 'Acme', ...over };
   const res = await api('POST', '/partners/register', { body: input });
   if (res.status !== 201) throw new Error(`register failed: ${res.status} ${JSON.stringify(res.body)}`);
-  return { ...input, id: res.body.user.id as string, token: res.body.session.token as string, apiKey: res.body.partner_api_key.api_key as string };
+  return { ...input, id: res.body.user.user_id as string, token: res.body.session.token as string, apiKey: res.body.partner_api_key.api_key as string };
 }

@@ -62,7 +62,7 @@
   }
 
   async function signedIn(body, how) {
-    session = { token: body.token, user: body.user };
+    session = { token: body.session.token, user: body.user };
     // The token is checked once against /auth/me: the page shows what the API says it is.
     session.user = await call('GET', '/auth/me');
     render();
