@@ -3863,7 +3863,7 @@ export interface paths {
         head?: never;
         /**
          * Change a webhook endpoint: URL, description, event types, enabled
-         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`.
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`. To change the URL, a session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         patch: {
             parameters: {

@@ -32,13 +32,13 @@ type User = Awaited<ReturnType<typeof registerUser>>;
 async function plantCredentials(u: User) {
   const key = await s.api('POST', '/api-keys/generate', { token: u.token, body: { name: 'ci', scopes: ['keys:read', 'webhooks:write'] } });
   expect(key.status).toBe(201);
-  const share = await s.api('POST', `/api-keys/${key.body.id}/share`, { token: u.token, body: { max_views: 5 } });
+  const share = await s.api('POST', `/api-keys/${key.body.key_id}/share`, { token: u.token, body: { max_views: 5 } });
   expect(share.status).toBe(201);
   const auth = new SoftAuthenticator({ rpId: 'localhost' });
   const begun = await s.api('POST', '/auth/passkeys/register/begin', { token: u.token });
   const passkey = await s.api('POST', '/auth/passkeys/register/complete', { token: u.token, body: { challenge_id: begun.body.challenge_id, credential: auth.register(begun.body.options, { origin: ORIGIN }) } });
   expect(passkey.status).toBe(201);
-  return { apiKey: key.body.value as string, shareToken: share.body.token as string, auth, passkeyId: passkey.body.passkey_id as string };
+  return { apiKey: key.body.value as string, shareToken: share.body.share_token as string, auth, passkeyId: passkey.body.passkey_id as string };
 }
 
 async function passkeyLogin(auth: SoftAuthenticator) {

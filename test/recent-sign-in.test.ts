@@ -43,7 +43,7 @@ async function setUp(u: User) {
   expect((await s.api('PATCH', `/auth/passkeys/${passkey.passkeyId}`, { token: u.token, body: { active: false } })).status).toBe(200);
   // A challenge begun while the session was fresh must not let an old session complete the registration.
   const pending = await s.api('POST', '/auth/passkeys/register/begin', { token: u.token });
-  return { keyId: key.body.id as string, apiKey: key.body.value as string, webhookId: hook.body.id as string, passkey, pending: pending.body as { challenge_id: string; options: never } };
+  return { keyId: key.body.key_id as string, apiKey: key.body.value as string, webhookId: hook.body.webhook_id as string, passkey, pending: pending.body as { challenge_id: string; options: never } };
 }
 
 const sudoCalls = (t: Awaited<ReturnType<typeof setUp>>, u: User): [string, string, unknown][] => [
@@ -55,6 +55,7 @@ const sudoCalls = (t: Awaited<ReturnType<typeof setUp>>, u: User): [string, stri
   ['PATCH', `/auth/passkeys/${t.passkey.passkeyId}`, { active: true }],
   ['POST', '/webhooks', { url: 'http://127.0.0.1:9/other' }],
   ['POST', `/webhooks/${t.webhookId}/rotate-secret`, {}],
+  ['PATCH', `/webhooks/${t.webhookId}`, { url: 'http://127.0.0.1:9/moved' }],
   ['POST', '/partners/rotate-api-key', undefined],
   ['PUT', '/profile/update', { email: `new-${u.email}`, current_password: u.password }],
   ['POST', '/profile/delete-account', { password: u.password }],
@@ -78,9 +79,10 @@ describe('routes that add a credential need a recent sign-in', () => {
     expect((await s.c.db('passkeys').where({ id: t.passkey.passkeyId }).first()).active).toBe(false);
     expect((await s.api('GET', '/auth/me', { token: u.token })).body.email).toBe(u.email);
 
-    // Other changes do not need one: the username, a passkey's name, reading keys.
+    // Other changes do not need one: the company name, a passkey's or a webhook's description, reading keys.
     expect((await s.api('PUT', '/profile/update', { token: u.token, body: { company_name: 'Other' } })).status).toBe(200);
     expect((await s.api('PATCH', `/auth/passkeys/${t.passkey.passkeyId}`, { token: u.token, body: { name: 'Old laptop' } })).status).toBe(200);
+    expect((await s.api('PATCH', `/webhooks/${t.webhookId}`, { token: u.token, body: { description: 'renamed' } })).status).toBe(200);
     expect((await s.api('GET', '/api-keys', { token: u.token })).status).toBe(200);
     // An API key is not a session: it has no sign-in to be old (and it ends at a password reset).
     expect((await s.api('POST', '/webhooks', { token: t.apiKey, body: { url: 'http://127.0.0.1:9/by-key' } })).status).toBe(201);
@@ -101,7 +103,7 @@ describe('routes that add a credential need a recent sign-in', () => {
     const begun = await s.api('POST', '/auth/passkeys/login/begin', { body: {} });
     const signedIn = await s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: begun.body.challenge_id, credential: passkey.auth.assert(begun.body.options, { origin: ORIGIN }) } });
     expect(signedIn.status).toBe(200);
-    expect((await s.api('POST', '/webhooks', { token: signedIn.body.token, body: { url: 'http://127.0.0.1:9/after-passkey' } })).status).toBe(201);
+    expect((await s.api('POST', '/webhooks', { token: signedIn.body.session.token, body: { url: 'http://127.0.0.1:9/after-passkey' } })).status).toBe(201);
   });
 
   it('answers a password change with a fresh session (the change checked the password)', async () => {
@@ -110,7 +112,7 @@ describe('routes that add a credential need a recent sign-in', () => {
     // The change itself checks the current password: the session it answers is a fresh sign-in.
     const changed = await s.api('POST', '/profile/change-password', { token: u.token, body: { current_password: u.password, new_password: 'a brand new password' } });
     expect(changed.status).toBe(200);
-    expect((await s.api('POST', '/api-keys/generate', { token: changed.body.token, body: { name: 'after change', scopes: ['keys:read'] } })).status).toBe(201);
+    expect((await s.api('POST', '/api-keys/generate', { token: changed.body.session.token, body: { name: 'after change', scopes: ['keys:read'] } })).status).toBe(201);
   });
 
   it('declares the rule in the OpenAPI document of exactly those routes', () => {
@@ -126,6 +128,7 @@ describe('routes that add a credential need a recent sign-in', () => {
         'PATCH /auth/passkeys/{passkey_id}',
         'POST /webhooks',
         'POST /webhooks/{webhook_id}/rotate-secret',
+        'PATCH /webhooks/{webhook_id}',
         'POST /partners/rotate-api-key',
         'PUT /profile/update',
         'POST /profile/delete-account',

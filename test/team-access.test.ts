@@ -98,36 +98,36 @@ describe('organizations and invitations', () => {
 
     const listed = await s.api('GET', '/organization/invitations?state=pending', { token: admin!.token });
     expect(listed.status, JSON.stringify(listed.body)).toBe(200);
-    expect(listed.body.items.map((i: any) => i.id).sort()).toEqual([invitation.id, forAdmin.id].sort());
-    expect(listed.body.items.find((i: any) => i.id === invitation.id)).toMatchObject({ email: invitee.email.toLowerCase(), role: 'member', state: 'pending', invited_by_user_id: admin!.id, revoked_at: null });
+    expect(listed.body.items.map((i: any) => i.invitation_id).sort()).toEqual([invitation.invitation_id, forAdmin.invitation_id].sort());
+    expect(listed.body.items.find((i: any) => i.invitation_id === invitation.invitation_id)).toMatchObject({ email: invitee.email.toLowerCase(), role: 'member', state: 'pending', invited_by_user_id: admin!.id, revoked_at: null });
     expect(Date.parse(invitation.expires_at) - Date.parse(invitation.created_at)).toBe(72 * 3600_000);
     expect((await s.api('GET', '/organization/invitations', { token: owner!.apiKey })).status).toBe(200);
     const byMember = await s.api('GET', '/organization/invitations', { token: member!.token });
     expect([byMember.status, byMember.body.code]).toEqual([403, 'organization_admin_required']);
-    expect((await s.api('DELETE', `/organization/invitations/${invitation.id}`, { token: member!.token })).status).toBe(403);
+    expect((await s.api('DELETE', `/organization/invitations/${invitation.invitation_id}`, { token: member!.token })).status).toBe(403);
 
     // Only the owner revokes an admin's invitation; another organization's is 404.
-    const byAdmin = await s.api('DELETE', `/organization/invitations/${forAdmin.id}`, { token: admin!.token });
+    const byAdmin = await s.api('DELETE', `/organization/invitations/${forAdmin.invitation_id}`, { token: admin!.token });
     expect([byAdmin.status, byAdmin.body.code]).toEqual([403, 'organization_owner_required']);
     const [stranger] = await team(1);
-    expect((await s.api('DELETE', `/organization/invitations/${invitation.id}`, { token: stranger!.token })).body.code).toBe('invitation_not_found');
-    expect((await s.api('DELETE', `/organization/invitations/${invitation.id}`, { token: admin!.apiKey })).status).toBe(403);
+    expect((await s.api('DELETE', `/organization/invitations/${invitation.invitation_id}`, { token: stranger!.token })).body.code).toBe('invitation_not_found');
+    expect((await s.api('DELETE', `/organization/invitations/${invitation.invitation_id}`, { token: admin!.apiKey })).status).toBe(403);
 
-    expect((await s.api('DELETE', `/organization/invitations/${invitation.id}`, { token: admin!.token })).status).toBe(204);
-    expect((await s.api('DELETE', `/organization/invitations/${invitation.id}`, { token: admin!.token })).status).toBe(204);
+    expect((await s.api('DELETE', `/organization/invitations/${invitation.invitation_id}`, { token: admin!.token })).status).toBe(204);
+    expect((await s.api('DELETE', `/organization/invitations/${invitation.invitation_id}`, { token: admin!.token })).status).toBe(204);
     const accept = await s.api('POST', '/organization/invitations/accept', { token: invitee.token, body: { token } });
     expect([accept.status, accept.body.code]).toEqual([410, 'invitation_revoked']);
     const revoked = (await s.api('GET', '/organization/invitations?state=revoked', { token: owner!.token })).body.items;
-    expect(revoked).toEqual([expect.objectContaining({ id: invitation.id, state: 'revoked' })]);
+    expect(revoked).toEqual([expect.objectContaining({ invitation_id: invitation.invitation_id, state: 'revoked' })]);
     expect(revoked[0].revoked_at).toBeTruthy();
-    expect(await s.c.db('audit_logs').where({ user_id: admin!.id, action: 'organization.invitation_revoked', target: invitation.id })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: admin!.id, action: 'organization.invitation_revoked', target: invitation.invitation_id })).toHaveLength(1);
 
     // An accepted invitation is not revoked.
     const { invitation: used, token: usedToken } = await invite(owner!, future.email, 'member');
     expect((await s.api('POST', '/organization/invitations/accept', { token: future.token, body: { token: usedToken } })).status).toBe(200);
-    const late = await s.api('DELETE', `/organization/invitations/${used.id}`, { token: owner!.token });
+    const late = await s.api('DELETE', `/organization/invitations/${used.invitation_id}`, { token: owner!.token });
     expect([late.status, late.body.code]).toEqual([409, 'invitation_used']);
-    expect((await s.api('GET', '/organization/invitations?state=accepted', { token: owner!.token })).body.items.map((i: any) => i.id)).toContain(used.id);
+    expect((await s.api('GET', '/organization/invitations?state=accepted', { token: owner!.token })).body.items.map((i: any) => i.invitation_id)).toContain(used.invitation_id);
   });
 
   it('refuses to take an owner with members out of its organization', async () => {

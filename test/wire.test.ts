@@ -70,7 +70,7 @@ describe('login by SPEC’s words: username or email plus password', () => {
     const u = await registerUser(s.api);
     for (const body of [{ identifier: u.username }, { identifier: u.email }, { username: u.username }, { email: u.email }]) {
       const res = await s.api('POST', '/auth/login', { body: { ...body, password: u.password } });
-      expect([res.status, res.body.user?.id], JSON.stringify(body)).toEqual([200, u.id]);
+      expect([res.status, res.body.user?.user_id], JSON.stringify(body)).toEqual([200, u.id]);
     }
     const wrong = await s.api('POST', '/auth/login', { body: { email: u.email, password: 'not the password' } });
     expect(wrong.status).toBe(401);

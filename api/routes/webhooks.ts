@@ -123,6 +123,8 @@ export default [
     scope: 'webhooks:write',
     params: Params,
     body: EndpointBody.partial().refine((b) => Object.values(b).some((v) => v !== undefined), 'name at least one field to change'),
+    // Pointing an endpoint somewhere else sends the account's events there: as much a new credential as a new endpoint.
+    recentSignIn: { when: (b) => b.url !== undefined, description: 'To change the URL' },
     responses: { 200: { description: 'The endpoint', schema: Endpoint } },
     async handler({ c, user, params, body, meta }) {
       return { body: endpointView(await updateEndpoint(c, user.id, params.webhook_id, body, meta)) };
