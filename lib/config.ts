@@ -91,6 +91,12 @@ const Env = z.object({
   JOB_TIMEOUT_SECONDS: intish(6 * 3600, 1),
   /** A file job whose bytes stop moving for this long fails (hostile input that stalls a parser). */
   JOB_IDLE_SECONDS: intish(60, 1),
+  /**
+   * An upload must bring at least UPLOAD_MIN_BYTES_PER_SECOND on average over every window of
+   * UPLOAD_RATE_WINDOW_SECONDS in which the service is reading it, or it ends with 408 `upload_too_slow`.
+   */
+  UPLOAD_MIN_BYTES_PER_SECOND: intish(1024, 1),
+  UPLOAD_RATE_WINDOW_SECONDS: intish(30, 1, 3600),
   /** Decrypted outputs are plaintext: they are kept for less time than encrypted ones. */
   DECRYPT_RETENTION_HOURS: intish(1, 1, 24 * 90),
   /** Temporary upload files and incomplete multipart uploads older than this are swept. */
@@ -184,6 +190,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       maxJobOutputBytes: e.MAX_JOB_OUTPUT_BYTES || 4 * e.MAX_FILE_BYTES,
     },
     jobLimits: { timeoutMs: e.JOB_TIMEOUT_SECONDS * 1000, idleMs: e.JOB_IDLE_SECONDS * 1000 },
+    uploadRate: { minBytesPerSecond: e.UPLOAD_MIN_BYTES_PER_SECOND, windowSeconds: e.UPLOAD_RATE_WINDOW_SECONDS },
     jobRetentionHours: e.JOB_RETENTION_HOURS,
     decryptRetentionHours: Math.min(e.DECRYPT_RETENTION_HOURS, e.JOB_RETENTION_HOURS),
     blobTmpMaxAgeHours: e.BLOB_TMP_MAX_AGE_HOURS,

@@ -36,6 +36,30 @@ export interface MultipartOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * Calls `slow` when the request brings fewer than minBytesPerSecond × windowSeconds bytes within a window
+ * of seconds during which it was read: time in which the service held the stream back (a busy blob
+ * store) is not the client's and does not count. Answers the function that stops watching.
+ */
+function watchRate(req: Readable, rate: { minBytesPerSecond: number; windowSeconds: number }, slow: () => void): () => void {
+  let bytes = 0;
+  let seconds = 0;
+  const count = (chunk: Buffer) => (bytes += chunk.length);
+  req.on('data', count);
+  const timer = setInterval(() => {
+    if (req.readableFlowing === false) return;
+    if (++seconds < rate.windowSeconds) return;
+    if (bytes < rate.minBytesPerSecond * rate.windowSeconds) slow();
+    bytes = 0;
+    seconds = 0;
+  }, 1000);
+  timer.unref();
+  return () => {
+    clearInterval(timer);
+    req.off('data', count);
+  };
+}
+
 export interface MultipartBody {
   fields: Record<string, string>;
   files: UploadedFile[];
@@ -76,9 +100,17 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
     } catch {
       return reject(invalid('malformed_multipart', 'The multipart body is malformed (boundary missing?).'));
     }
+    // The slowest upload taken (UPLOAD_MIN_BYTES_PER_SECOND): a client this slow is not waited for; the
+    // answer goes at once and the connection with it.
+    const rate = ctx.container.config.uploadRate;
+    const unwatch = watchRate(ctx.req, rate, () => {
+      ctx.set('Connection', 'close');
+      fail(new AppError(408, 'upload_too_slow', `The upload arrived slower than ${rate.minBytesPerSecond} bytes a second over ${rate.windowSeconds} s; send it again on a faster connection.`));
+    });
     const fail = (err: unknown) => {
       if (failed) return;
       failed = err;
+      unwatch();
       ctx.req.unpipe(bb);
       ctx.req.resume(); // drain the rest so the client sees our answer
       // Stop files still streaming and let their stores settle, so the caller's clean-up runs last.
@@ -155,6 +187,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
     bb.on('partsLimit', () => fail(tooLarge('too_many_fields', 'Too many form parts.')));
     bb.on('error', () => fail(invalid('malformed_multipart', 'The multipart body is malformed or was cut off.')));
     bb.on('close', () => {
+      unwatch();
       Promise.all(pending).then(() => {
         if (!failed) resolve({ fields, files });
       }, fail);
