@@ -105,6 +105,7 @@ export async function submitAndReply(
       if (err instanceof DuplicateIdempotencyKey) return await replyToReplay(c, ctx, job, key!, (await findJobByIdempotencyKey(c.db, job.userId, key!))!);
       throw err;
     }
+    ctx.state.jobId = row.id;
     if (upload) {
       // The job runs from now on, while its files arrive: to a client that asked (`Prefer: early-hints`),
       // say where it is at once (103 Early Hints, a `monitor` link, RFC 8297 and 5989), so that it can

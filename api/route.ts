@@ -25,6 +25,8 @@ export interface AppState {
   requestId: string;
   log: Logger;
   user?: AuthUser;
+  /** The job this request recorded: a problem answered after that names it, so the client can follow it. */
+  jobId?: string;
 }
 export type AppContext = ParameterizedContext<AppState> & { container: Container };
 

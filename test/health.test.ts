@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { randomUUID } from 'node:crypto';
 import { registerUser, startTestService, type TestService } from './support/service';
+import { createKey } from './support/keys';
 import { startProxy } from './support/proxy';
 
 let s: TestService;
@@ -65,6 +66,38 @@ describe('health', () => {
       pgProxy.restore();
     }
     await expect.poll(async () => (await s.api('GET', '/keys/list', { token: u.token })).status, { timeout: 15_000, interval: 300 }).toBe(200);
+  });
+
+  it('answers an upload whose job was recorded, and which then could not reach Postgres, 503 with the job id', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const boundary = 'pgdown';
+    const head = `--${boundary}\r\ncontent-disposition: form-data; name="fingerprint"\r\n\r\n${key.fingerprint}\r\n--${boundary}\r\ncontent-disposition: form-data; name="files"; filename="a.bin"\r\n\r\n`;
+    let release!: () => void;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    const body = new ReadableStream<Uint8Array>({
+      async start(controller) {
+        controller.enqueue(Buffer.from(head + 'x'.repeat(1 << 16)));
+        await gate;
+        controller.enqueue(Buffer.from(`${'y'.repeat(1 << 16)}\r\n--${boundary}--\r\n`));
+        controller.close();
+      },
+    });
+    const answer = fetch(`${s.url}/keys/encrypt`, { method: 'POST', body, duplex: 'half', headers: { authorization: `Bearer ${u.token}`, 'content-type': `multipart/form-data; boundary=${boundary}` } } as RequestInit);
+    await expect.poll(async () => (await s.c.db('jobs').where({ user_id: u.id }).first())?.id, { timeout: 10_000 }).toBeDefined();
+    const { id: jobId } = await s.c.db('jobs').where({ user_id: u.id }).first();
+    pgProxy.cut();
+    let res: Response;
+    try {
+      release();
+      res = await answer;
+    } finally {
+      pgProxy.restore();
+    }
+    const problem = (await res.json()) as { code: string; job_id?: string; status_url?: string };
+    expect([res.status, problem.code]).toEqual([503, 'database_unavailable']);
+    expect(problem).toMatchObject({ job_id: jobId, status_url: `/api/v1/jobs/${jobId}` });
+    await expect.poll(async () => (await s.api('GET', `/jobs/${jobId}`, { token: u.token })).status, { timeout: 15_000, interval: 300 }).toBe(200);
   });
 
   it('is 503 while Postgres is down, and recovers', async () => {

@@ -1,6 +1,7 @@
 import type { Next } from 'koa';
 import { AppError, isDatabaseUnreachable, isRedisUnreachable, isSocketFailure, isStorageFull, notFound, storageFull, unavailable } from '../../lib/errors';
 import type { AppContext } from '../route';
+import { statusUrl } from '../../lib/services/jobs';
 
 const TITLES: Record<number, string> = {
   400: 'Bad Request', 401: 'Unauthorized', 402: 'Payment Required', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed',
@@ -60,7 +61,8 @@ function send(ctx: AppContext, err: AppError) {
   ctx.status = err.status;
   for (const [k, v] of Object.entries(err.extra.headers ?? {})) ctx.set(k, v);
   ctx.type = 'application/problem+json';
-  ctx.body = problemDocument(err, ctx.state.requestId);
+  const { jobId } = ctx.state;
+  ctx.body = { ...problemDocument(err, ctx.state.requestId), ...(jobId ? { job_id: jobId, status_url: statusUrl(jobId) } : {}) };
 }
 
 /**
