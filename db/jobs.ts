@@ -208,6 +208,10 @@ export type OutputFile = Omit<JobFileRow, 'job_id' | 'role'>;
 export const insertOutputFiles = (db: Knex, jobId: string, files: OutputFile[]) =>
   db('job_files').insert(files.map((f) => ({ ...f, job_id: jobId, role: 'output' }))).onConflict(['job_id', 'role', 'n']).merge();
 
+/** Jobs not finished that were created before `before`, oldest first (the reconciler's candidates). */
+export const unfinishedJobsBefore = (db: Knex, before: Date, limit: number) =>
+  db<JobRow>('jobs').whereIn('state', ['queued', 'active']).where('created_at', '<', before).orderBy('created_at').limit(limit);
+
 /** Jobs whose outputs have outlived their retention and not been deleted yet. */
 export const expiredJobs = (db: Knex, now: Date, limit: number) =>
   db<JobRow>('jobs').whereNull('purged_at').where('expires_at', '<=', now).orderBy('expires_at').limit(limit);

@@ -1,6 +1,7 @@
 import type { Job, JobsOptions } from 'bullmq';
 import type { z } from 'zod';
 import type { Container } from '../lib/container';
+import type { JobRow } from '../db/jobs';
 import type { Logger } from '../lib/logger';
 import type { Watchdog } from './watchdog';
 
@@ -44,6 +45,12 @@ export interface JobDefinition<S extends z.ZodType = z.ZodType, R = unknown> {
   /** For `backoff: {type: <custom>}`: the wait before the next try after `attemptsMade` tries, or -1 to stop. */
   retryDelayMs?(attemptsMade: number, c: Container): number;
   process(payload: z.infer<S>, ctx: JobContext): Promise<R>;
+  /**
+   * Jobs the client polls (jobs/tracked.ts): fails the job's row from outside any attempt, with the
+   * effects of its kind's failure (audit row), deletes its files and publishes `job.failed`. False,
+   * and nothing done, when the job had already ended.
+   */
+  failUnfinished?(c: Container, row: JobRow, failure: { code: string; message: string }, origin: JobOrigin): Promise<boolean>;
 }
 
 /** A job whose attempt loses to its wall-clock limit: a call that never settles cannot hold a worker slot. */

@@ -17,6 +17,7 @@ import { billingEvent, billingSweep } from './billing-event';
 import { syncTeamAccess } from './sync-team-access';
 import { destructionSweep } from './destruction-sweep';
 import { rewrapFiles } from './rewrap-files';
+import { reconcileJobs } from './reconcile-jobs';
 
 /**
  * The contract between producers (API, scheduler, other jobs) and consumers (workers): every job kind
@@ -41,6 +42,7 @@ export const jobs = {
   'sync-team-access': syncTeamAccess,
   'destruction-sweep': destructionSweep,
   'rewrap-files': rewrapFiles,
+  'reconcile-jobs': reconcileJobs,
 } as const;
 
 export type JobName = keyof typeof jobs;

@@ -1,7 +1,8 @@
 import { UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import type { Knex } from 'knex';
-import type { JobContext, JobDefinition, QueueName } from './define';
+import type { JobContext, JobDefinition, JobOrigin, QueueName } from './define';
+import type { Container } from '../lib/container';
 import { addJobBytes } from '../db/api-keys';
 import { emitEvent, emitEvents, type NewEvent } from '../lib/events';
 import { AppError, isStorageFull, storageFull } from '../lib/errors';
@@ -65,7 +66,7 @@ export interface TrackedJobSpec<S extends z.ZodObject> {
    */
   run(row: JobRow, payload: z.infer<S> & { job_id: string }, progress: Progress, ctx: JobContext & { signal: AbortSignal; failAs(map: (err: unknown) => unknown): void }): Promise<Completion>;
   /** Effects of a final failure (audit row), in the transaction that marks the job failed. */
-  onFailure?(trx: Knex.Transaction, row: JobRow, failure: Failure, ctx: JobContext): Promise<void>;
+  onFailure?(trx: Knex.Transaction, row: JobRow, failure: Failure, ctx: Pick<JobContext, 'c' | 'origin'>): Promise<void>;
 }
 
 const PROGRESS_INTERVAL_MS = 500;
@@ -74,6 +75,15 @@ type TrackedSchema<S extends z.ZodObject> = z.ZodObject<S['shape'] & { job_id: z
 
 export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: TrackedJobSpec<S>): JobDefinition<TrackedSchema<S>> {
   const schema = (spec.extra ?? z.object({})).extend({ job_id: z.uuid() }) as unknown as TrackedSchema<S>;
+  /** Marks the job failed with its kind's failure effects, in one transaction; false when it had already ended. */
+  const recordFailure = (c: Container, row: JobRow, failure: Failure, origin: JobOrigin) =>
+    c.db.transaction(async (trx) => {
+      if (!(await failUnfinishedJob(trx, row.id, failure, c.clock.now()))) return false;
+      await spec.onFailure?.(trx, row, failure, { c, origin });
+      return true;
+    });
+  const announceFailure = (c: Container, row: JobRow, failure: Failure) =>
+    emitEvent(c, row.user_id, 'job.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: failure.code });
   // Not defineJob: this job races its own limits, so that a failure is recorded before the attempt ends.
   return {
     queue: spec.queue,
@@ -130,17 +140,19 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
           throw new UnrecoverableError(`job ${jobId} was failed by the API (its upload broke)`);
         }
         if (!(err instanceof AppError)) log.error({ err }, 'job failed');
-        const finished = c.clock.now();
-        const failedHere = await c.db.transaction(async (trx) => {
-          if (!(await failUnfinishedJob(trx, jobId, failure, finished))) return false;
-          await spec.onFailure?.(trx, row, failure, ctx);
-          return true;
-        });
+        const failedHere = await recordFailure(c, row, failure, ctx.origin);
         // No partial output is ever offered: everything the job stored goes.
         await c.blob.deletePrefix(jobBlob.dir(jobId)).catch((e: unknown) => log.warn({ err: e }, 'could not delete job files'));
-        if (failedHere) await emitEvent(c, row.user_id, 'job.failed', { job_id: jobId, kind: row.kind, state: 'failed', code: failure.code });
+        if (failedHere) await announceFailure(c, row, failure);
         throw err instanceof AppError ? new UnrecoverableError(`${failure.code}: ${failure.message}`) : err;
       }
+    },
+    async failUnfinished(c, row, failure, origin) {
+      if (!(await recordFailure(c, row, failure, origin))) return false;
+      // Only a job failed here loses its files: one that ended meanwhile keeps its outputs.
+      await c.blob.deletePrefix(jobBlob.dir(row.id));
+      await announceFailure(c, row, failure);
+      return true;
     },
   };
 }

@@ -92,6 +92,12 @@ const Env = z.object({
   /** A file job whose bytes stop moving for this long fails (hostile input that stalls a parser). */
   JOB_IDLE_SECONDS: intish(60, 1),
   /**
+   * How often the job reconciler looks for unfinished jobs whose queue entry is gone (jobs/reconcile-jobs.ts),
+   * and how old a job must be before it looks at it (one being enqueued right now has no entry yet).
+   */
+  JOB_RECONCILE_INTERVAL_SECONDS: intish(60, 1, 86400),
+  JOB_RECONCILE_GRACE_SECONDS: intish(120, 1, 86400),
+  /**
    * An upload must bring at least UPLOAD_MIN_BYTES_PER_SECOND on average over every window of
    * UPLOAD_RATE_WINDOW_SECONDS in which the service is reading it, or it ends with 408 `upload_too_slow`.
    */
@@ -190,6 +196,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       maxJobOutputBytes: e.MAX_JOB_OUTPUT_BYTES || 4 * e.MAX_FILE_BYTES,
     },
     jobLimits: { timeoutMs: e.JOB_TIMEOUT_SECONDS * 1000, idleMs: e.JOB_IDLE_SECONDS * 1000 },
+    jobReconcile: { intervalMs: e.JOB_RECONCILE_INTERVAL_SECONDS * 1000, graceMs: e.JOB_RECONCILE_GRACE_SECONDS * 1000 },
     uploadRate: { minBytesPerSecond: e.UPLOAD_MIN_BYTES_PER_SECOND, windowSeconds: e.UPLOAD_RATE_WINDOW_SECONDS },
     jobRetentionHours: e.JOB_RETENTION_HOURS,
     decryptRetentionHours: Math.min(e.DECRYPT_RETENTION_HOURS, e.JOB_RETENTION_HOURS),

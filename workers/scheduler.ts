@@ -1,4 +1,5 @@
 import type { Container } from '../lib/container';
+import type { Config } from '../lib/config';
 import type { JobEnvelope } from '../jobs/define';
 import { jobDefinition, type JobName } from '../jobs/registry';
 
@@ -6,7 +7,7 @@ import { jobDefinition, type JobName } from '../jobs/registry';
  * Recurring work, registered as BullMQ job schedulers. Upserting is idempotent, so any number of
  * scheduler processes may run: Redis holds one scheduler per id, and each tick enqueues one job.
  */
-export const SCHEDULES: { id: string; job: JobName; every: number }[] = [
+export const SCHEDULES: { id: string; job: JobName; every: number | ((config: Config) => number) }[] = [
   { id: 'purge-expired', job: 'purge-expired', every: 3600_000 },
   { id: 'purge-job-outputs', job: 'purge-job-outputs', every: 600_000 },
   { id: 'sweep-blobs', job: 'sweep-blobs', every: 3600_000 },
@@ -14,6 +15,7 @@ export const SCHEDULES: { id: string; job: JobName; every: number }[] = [
   { id: 'expiry-sweep', job: 'expiry-sweep', every: 3600_000 },
   { id: 'billing-sweep', job: 'billing-sweep', every: 300_000 },
   { id: 'destruction-sweep', job: 'destruction-sweep', every: 300_000 },
+  { id: 'reconcile-jobs', job: 'reconcile-jobs', every: (config) => config.jobReconcile.intervalMs },
 ];
 
 export interface Scheduler {
@@ -25,7 +27,8 @@ export async function startScheduler(c: Container): Promise<Scheduler> {
     for (const s of SCHEDULES) {
       const def = jobDefinition(s.job)!;
       const data: JobEnvelope = { payload: {}, meta: { enqueued_at: new Date().toISOString() } };
-      await c.jobs.queue(def.queue).upsertJobScheduler(s.id, { every: s.every }, { name: def.name, data, opts: def.options });
+      const every = typeof s.every === 'number' ? s.every : s.every(c.config);
+      await c.jobs.queue(def.queue).upsertJobScheduler(s.id, { every }, { name: def.name, data, opts: def.options });
     }
   };
   await register();
