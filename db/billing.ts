@@ -59,8 +59,9 @@ export interface Usage {
   keys: number;
   api_keys: number;
   shares: number;
-  /** Completed this month plus encrypt jobs still queued or running (their bytes will count). */
+  /** Completed this month plus encrypt jobs that can still finish (their bytes will count). */
   monthly_encrypted_bytes: number;
+  /** File jobs that can still finish: unfinished, and submitted less than the job time limit ago. */
   concurrent_jobs: number;
 }
 
@@ -70,7 +71,11 @@ const FILE_JOB_KINDS = ['encrypt', 'decrypt'];
  * Everything a plan limits, for one account, in ONE statement (one snapshot: a job that completes
  * meanwhile is counted either as running or as used, never as both or neither).
  */
-export async function accountUsage(db: Knex, userId: string, now: Date): Promise<Usage> {
+export async function accountUsage(db: Knex, userId: string, now: Date, jobTimeoutMs: number): Promise<Usage> {
+  // A job past its deadline (submission + JOB_TIMEOUT_SECONDS, by the database's clock, as `created_at`)
+  // cannot finish any more: it is lost, and the job reconciler fails it; it holds no place meanwhile.
+  const live = (q: Knex.QueryBuilder) =>
+    q.where({ user_id: userId }).whereIn('state', ['queued', 'active']).where('created_at', '>', db.raw('now() - make_interval(secs => ?)', [jobTimeoutMs / 1000]));
   const row = await db
     .select({
       keys: db('key_lineages').count('*').where({ user_id: userId }).whereNull('disabled_at'),
@@ -82,11 +87,8 @@ export async function accountUsage(db: Knex, userId: string, now: Date): Promise
         .andWhere((q) => q.whereNull('expires_at').orWhere('expires_at', '>', now))
         .andWhere((q) => q.whereNull('view_limit').orWhereRaw('view_count < view_limit')),
       used_bytes: db('billing_usage').sum('bytes').where({ user_id: userId, period: usagePeriod(now) }),
-      pending_bytes: db('jobs')
-        .select(db.raw("coalesce(sum((progress->>'bytes_total')::bigint), 0)"))
-        .where({ user_id: userId, kind: 'encrypt' })
-        .whereIn('state', ['queued', 'active']),
-      concurrent_jobs: db('jobs').count('*').where({ user_id: userId }).whereIn('kind', FILE_JOB_KINDS).whereIn('state', ['queued', 'active']),
+      pending_bytes: live(db('jobs').select(db.raw("coalesce(sum((progress->>'bytes_total')::bigint), 0)")).where({ kind: 'encrypt' })),
+      concurrent_jobs: live(db('jobs').count('*').whereIn('kind', FILE_JOB_KINDS)),
     })
     .first<Record<string, string | number | null>>();
   const n = (v: string | number | null | undefined) => Number(v ?? 0);

@@ -463,6 +463,28 @@ describe('plan limits (402 plan_limit_reached)', () => {
     // Decryption is not counted as encrypted bytes.
     expect(await s.c.db('billing_usage').where({ user_id: u.id })).toHaveLength(2);
   });
+
+  it('concurrent jobs count only jobs that can still finish: one unfinished past the job time limit holds no place', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const submit = () => s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'f.bin', data: randomBytes(10) }] } });
+    const crypto = s.c.jobs.queue('crypto');
+    await crypto.pause();
+    let second;
+    try {
+      const first = await submit();
+      expect(first.status).toBe(202);
+      expectLimit(await submit(), 'concurrent_jobs', FREE.concurrent_jobs, 1);
+      // Lost: still queued in Postgres, submitted longer ago than JOB_TIMEOUT_SECONDS.
+      await s.c.db('jobs').where({ id: first.body.job_id }).update({ created_at: s.c.db.raw("now() - make_interval(secs => ?)", [s.config.jobLimits.timeoutMs / 1000 + 1]) });
+      expect((await status(s, u.token)).usage.concurrent_jobs).toBe(0);
+      second = await submit();
+      expect(second.status, JSON.stringify(second.body)).toBe(202);
+    } finally {
+      await crypto.resume();
+    }
+    expect((await waitJob(s.api, u.token, second.body.job_id)).state).toBe('completed');
+  });
 });
 
 describe('a worker killed mid billing event', () => {

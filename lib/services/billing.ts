@@ -78,7 +78,7 @@ async function enforcePlanLimits(c: Container, trx: Knex.Transaction, userId: st
   for (const { limit, amount } of checks) {
     const value = plan.limits[limit];
     if (value === null) continue;
-    const usage = limit === 'file_size' ? 0 : (await (usageNow ??= accountUsage(trx, userId, now)))[limit];
+    const usage = limit === 'file_size' ? 0 : (await (usageNow ??= accountUsage(trx, userId, now, c.config.jobLimits.timeoutMs)))[limit];
     const over = limit === 'file_size' ? amount > value : usage + amount > value;
     if (!over) continue;
     const what = limit === 'file_size' ? `a file of ${amount} bytes; files may have at most ${value}` : `${usage} of ${value} used, ${amount} more requested`;
@@ -121,7 +121,7 @@ export async function billingStatus(c: Container, userId: string) {
   const now = c.clock.now();
   const account = await findBillingAccount(c.db, userId);
   const effective = effectivePlan(c, account, now);
-  const usage: Usage = await accountUsage(c.db, userId, now);
+  const usage: Usage = await accountUsage(c.db, userId, now, c.config.jobLimits.timeoutMs);
   return {
     mode: c.config.billing.mode,
     plan: effective.plan.id,
