@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createKey } from './support/keys';
 import { registerUser, startTestService, type TestService } from './support/service';
 
 /** Problem details read as sentences a person would write. */
@@ -20,5 +21,12 @@ describe('problem details', () => {
     expect([query.status, query.body.detail]).toEqual([422, 'The query string is invalid.']);
     const body = await s.api('POST', '/auth/login', { body: { identifier: 'x' } });
     expect([body.status, body.body.detail]).toEqual([422, 'The request body is invalid.']);
+  });
+
+  it('say what is wrong as a sentence', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const res = await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: 'not the passphrase of this key', files: [{ name: 'a.gpg', data: Buffer.from('x') }] } });
+    expect([res.status, res.body.code, res.body.detail]).toEqual([422, 'wrong_passphrase', 'The passphrase is wrong.']);
   });
 });
