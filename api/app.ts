@@ -68,6 +68,9 @@ export function createApp(container: Container): Koa<AppState, { container: Cont
     ctx.body = doc;
   });
   mountRoutes(router, routes);
+  // Load balancers probe `/health` at the root first: the same route answers there, outside the API's document.
+  const root = new Router<AppState, { container: Container }>();
+  mountRoutes(root, healthRoutes.filter((r) => r.path === '/health'));
 
   app.use(requestContext as Koa.Middleware<AppState, { container: Container }>);
   app.use(errorHandler as Koa.Middleware<AppState, { container: Container }>);
@@ -78,5 +81,7 @@ export function createApp(container: Container): Koa<AppState, { container: Cont
   mountPages(app);
   app.use(router.routes());
   app.use(router.allowedMethods());
+  app.use(root.routes());
+  app.use(root.allowedMethods());
   return app;
 }

@@ -159,12 +159,15 @@ function unstorableStrings(value: unknown, path: string[], out: FieldError[]): F
   return out;
 }
 
-function parse<T>(schema: z.ZodType<T> | undefined, value: unknown, where: string): T {
+/** The problem detail for each part of a request, as a person would name it. */
+const INVALID_PART = { params: 'The path parameters are invalid.', query: 'The query string is invalid.', body: 'The request body is invalid.' } as const;
+
+function parse<T>(schema: z.ZodType<T> | undefined, value: unknown, where: keyof typeof INVALID_PART): T {
   const unstorable = unstorableStrings(value, [where], []);
-  if (unstorable.length) throw invalid('validation_failed', `The request ${where} is invalid.`, unstorable);
+  if (unstorable.length) throw invalid('validation_failed', INVALID_PART[where], unstorable);
   if (!schema) return undefined as T;
   const result = schema.safeParse(value);
-  if (!result.success) throw invalid('validation_failed', `The request ${where} is invalid.`, issues(result.error, where));
+  if (!result.success) throw invalid('validation_failed', INVALID_PART[where], issues(result.error, where));
   return result.data;
 }
 

@@ -13,6 +13,15 @@ export function isQueueName(name: string): name is QueueName {
   return (QUEUES as readonly string[]).includes(name);
 }
 
+/**
+ * How long an ended job stays in its queue, for the dashboard (/admin/queues) to show: a day, and at most
+ * the last thousand of each queue and state. Its data holds ids and sealed values only (JobEnvelope).
+ */
+export const KEEP_ENDED_JOBS = {
+  removeOnComplete: { age: 24 * 3600, count: 1000 },
+  removeOnFail: { age: 24 * 3600, count: 1000 },
+} as const satisfies JobsOptions;
+
 /** What a job carries in Redis: ids and small values only, secrets sealed under the master key. */
 export interface JobEnvelope<P = unknown> {
   payload: P;

@@ -1,7 +1,7 @@
 import { UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import type { Knex } from 'knex';
-import type { JobContext, JobDefinition, JobOrigin, QueueName } from './define';
+import { KEEP_ENDED_JOBS, type JobContext, type JobDefinition, type JobOrigin, type QueueName } from './define';
 import type { Container } from '../lib/container';
 import { addJobBytes } from '../db/api-keys';
 import { emitEvent, emitEvents, type NewEvent } from '../lib/events';
@@ -90,8 +90,8 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
     watchProgress: spec.watchProgress,
     name: spec.name,
     schema,
-    // Payloads may carry sealed secrets: nothing of the job stays in Redis once it has ended.
-    options: { attempts: spec.attempts ?? 3, backoff: { type: 'exponential', delay: 2000 }, removeOnComplete: true, removeOnFail: true },
+    // The ended job stays a while for the dashboard, its sealed secrets blanked (forgetSecrets).
+    options: { attempts: spec.attempts ?? 3, backoff: { type: 'exponential', delay: 2000 }, ...KEEP_ENDED_JOBS },
     async process(payload, ctx) {
       const { c, job, log, watchdog } = ctx;
       const jobId = (payload as { job_id: string }).job_id;
@@ -100,6 +100,7 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
       if (!row) {
         const ended = await findJob(c.db, jobId);
         if (!ended) throw new UnrecoverableError(`job row ${jobId} is gone`);
+        await forgetSecrets(ctx);
         return ended.result;
       }
       // Its blobs are sealed under the row's key: no lookup of it.
@@ -119,6 +120,7 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         };
         const { commit } = done;
         const result = commit ? await c.db.transaction(async (trx) => complete(trx, (await commit(trx)) ?? done.result ?? {})) : await complete(c.db, done.result ?? {});
+        await forgetSecrets(ctx);
         if (done.processedBytes) c.metrics.bytes.inc({ operation: row.kind }, done.processedBytes);
         // Announced before the clean-up: whoever waits for the job should not wait for that too.
         await emitEvents(c, row.user_id, [...(done.events?.() ?? []), { type: 'job.completed', data: { job_id: jobId, kind: row.kind, state: 'completed' } }]);
@@ -141,6 +143,7 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         }
         if (!(err instanceof AppError)) log.error({ err }, 'job failed');
         const failedHere = await recordFailure(c, row, failure, ctx.origin);
+        await forgetSecrets(ctx);
         // No partial output is ever offered: everything the job stored goes.
         await c.blob.deletePrefix(jobBlob.dir(jobId)).catch((e: unknown) => log.warn({ err: e }, 'could not delete job files'));
         if (failedHere) await announceFailure(c, row, failure);
@@ -155,6 +158,19 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
       return true;
     },
   };
+}
+
+/** What a kept job holds in place of each payload field but its id. */
+export const FORGOTTEN = '[removed]';
+
+/**
+ * Beyond `job_id`, a tracked payload is sealed secrets, of no use once the job's row is final: the job
+ * kept in its queue (KEEP_ENDED_JOBS) keeps its id only. The fields stay, blanked, so that a run of the
+ * job after a crash still parses and finds its row ended.
+ */
+async function forgetSecrets({ job, log }: JobContext): Promise<void> {
+  const payload = Object.fromEntries(Object.entries(job.data.payload as Record<string, unknown>).map(([k, v]) => [k, k === 'job_id' ? v : FORGOTTEN]));
+  await job.updateData({ ...job.data, payload }).catch((err: unknown) => log.warn({ err }, 'could not blank the ended job\'s sealed payload'));
 }
 
 /** What a client may see of an error: our codes and messages, never internals. */

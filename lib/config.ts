@@ -174,6 +174,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     redisPrefix: e.REDIS_PREFIX,
     masterKeys,
     jwt: { secret: jwtSecret, ttlSeconds: e.JWT_TTL_SECONDS },
+    /** Settings that hold their public development value (development and test only): start-up warns of them. */
+    developmentSecrets: [
+      ...(keyMaterial(masterKeys.current).equals(DEV_MASTER_KEY_MATERIAL) ? ['MASTER_KEY' as const] : []),
+      ...(jwtSecret === DEV_JWT_SECRET ? ['JWT_SECRET' as const] : []),
+    ],
     trustedProxyCount: e.TRUSTED_PROXY_COUNT,
     mail: { smtpUrl: e.SMTP_URL, from: e.MAIL_FROM, dir: e.MAIL_DIR, support: e.SUPPORT_EMAIL },
     blob: { url: e.BLOB_STORE_URL, spareBytes: e.BLOB_SPARE_MB * 1024 * 1024, s3: { endpoint: e.S3_ENDPOINT, region: e.S3_REGION, accessKeyId: e.AWS_ACCESS_KEY_ID, secretAccessKey: e.AWS_SECRET_ACCESS_KEY } },
@@ -215,6 +220,30 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     webauthn: webauthnConfig(e, production),
     keyLifecycle: { expiryWarningDays: e.KEY_EXPIRY_WARNING_DAYS, retireSafeDays: e.KEY_RETIRE_SAFE_DAYS },
   };
+}
+
+/**
+ * The start-up error for a dependency that `name` (REDIS_URL, DATABASE_URL) points at and that failed: one
+ * line naming the setting, where it points (without a password) and what failed.
+ */
+export function dependencyFailed(name: string, url: string, what: string, err: unknown): Error {
+  let where: string;
+  try {
+    const u = new URL(url);
+    u.password = '';
+    where = u.toString();
+  } catch {
+    where = 'a value that is not a URL';
+  }
+  return new Error(`${name}: ${what} at ${where} failed: ${reasonOf(err)}`);
+}
+
+/** An error's message; a connection refused on every address of a name (AggregateError) has none of its own. */
+function reasonOf(err: unknown): string {
+  if (!(err instanceof Error)) return String(err);
+  if (err.message) return err.message;
+  if (err instanceof AggregateError) return [...new Set(err.errors.map(reasonOf))].join('; ');
+  return (err as NodeJS.ErrnoException).code ?? err.name;
 }
 
 const keyId = (spec: string) => (spec.indexOf(':') > 0 ? spec.slice(0, spec.indexOf(':')) : 'k1');

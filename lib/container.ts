@@ -1,4 +1,4 @@
-import type { Config } from './config';
+import { dependencyFailed, type Config } from './config';
 import { createLogger, type Logger } from './logger';
 import { openDatabase, type Db } from '../db/knex';
 import { createRedis, connectRedis, type Redis } from './redis';
@@ -49,8 +49,15 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   setLineageKdf({ memoryKib: config.lineageKdfMemoryKib });
   const db = openDatabase(config, { log });
   const redis = createRedis(config.redisUrl, 'producer');
-  redis.on('error', (err) => log.warn({ err: err.message }, 'redis connection error'));
-  await connectRedis(redis);
+  // Until the first connection, an error is what start-up fails with (one line naming REDIS_URL), not a log record.
+  let connected = false;
+  let refused: unknown;
+  redis.on('error', (err) => (connected ? log.warn({ err: err.message }, 'redis connection error') : (refused = err)));
+  await connectRedis(redis).catch((err: unknown) => {
+    redis.disconnect();
+    throw dependencyFailed('REDIS_URL', config.redisUrl, 'connecting to Redis', refused ?? err);
+  });
+  connected = true;
   const mailer = createMailer({ ...config.mail, smtpUrl: config.mail.smtpUrl, log });
   const jobs = new JobClient(redis, config.redisPrefix, (err) => log.warn({ err: err.message }, 'job queue error'));
   // Settings left unset fall through to the AWS SDK's own credential chain (instance roles, profiles).

@@ -127,7 +127,7 @@ export async function openLineageLock(lock: LineageLock, passphrase: string): Pr
   const params: KdfParams = { memoryKib: locked.m, timeCost: locked.t, parallelism: locked.p };
   const salt = b64(locked.salt, 16);
   const { aesKey, check } = await deriveKeys(passphrase, salt, params);
-  if (!timingSafeEqual(check, b64(locked.check, 32))) throw invalid('wrong_passphrase', 'the passphrase is wrong');
+  if (!timingSafeEqual(check, b64(locked.check, 32))) throw invalid('wrong_passphrase', 'The passphrase is wrong.');
   let scalar: Buffer;
   try {
     const decipher = createDecipheriv('aes-256-gcm', aesKey, b64(locked.iv, 12));
@@ -207,7 +207,7 @@ function parseLocked(text: string): LockedPrivateV1 {
 }
 
 function requirePassphrase(passphrase: string): void {
-  if (typeof passphrase !== 'string' || passphrase.length === 0) throw invalid('invalid_passphrase', 'a passphrase is required');
+  if (typeof passphrase !== 'string' || passphrase.length === 0) throw invalid('invalid_passphrase', 'A passphrase is required.');
 }
 
 // ---------------------------------------------------------------------------------------- seal

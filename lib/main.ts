@@ -1,4 +1,4 @@
-import { loadConfig, type Config } from './config';
+import { dependencyFailed, loadConfig, type Config } from './config';
 import { createContainer, type Container } from './container';
 import { ensureDatabase, openDatabase } from '../db/knex';
 import { migrateLatest } from '../db/migrate';
@@ -8,7 +8,9 @@ const ROLES: Record<string, Role[]> = { web: ['web'], worker: ['worker'], schedu
 
 /** Creates the database when missing and applies pending migrations (knex's lock serialises racers). */
 export async function prepareDatabase(config: Config): Promise<string[]> {
-  await ensureDatabase(config.databaseUrl);
+  await ensureDatabase(config.databaseUrl).catch((err: unknown) => {
+    throw dependencyFailed('DATABASE_URL', config.databaseUrl, 'connecting to Postgres', err);
+  });
   const db = openDatabase(config, { max: 1 });
   try {
     return await migrateLatest(db);
@@ -69,12 +71,42 @@ export async function startService(roles: Role[], config: Config = loadConfig(),
   };
 }
 
+export interface Notice {
+  level: 'info' | 'warn';
+  fields: Record<string, unknown>;
+  text: string;
+}
+
+/** What the person who started the service should read once: where it answers, and what is unsafe about it. */
+export function startupNotices(config: Config, port: number | undefined): Notice[] {
+  const notices: Notice[] = [];
+  if (port !== undefined) {
+    // PORT=0 takes any free port: the URLs name the one taken.
+    const base = config.port === 0 ? config.publicUrl.replace(/:0$/, `:${port}`) : config.publicUrl;
+    const urls = { api_url: `${base}/api/v1`, console_url: `${base}/passkeys`, queue_dashboard_url: config.monitoring.queueDashboard === 'off' ? undefined : `${base}/admin/queues` };
+    const dashboard = urls.queue_dashboard_url ? `, queue dashboard ${urls.queue_dashboard_url}` : '';
+    notices.push({ level: 'info', fields: urls, text: `The service is ready: console ${urls.console_url}, API ${urls.api_url}${dashboard}.` });
+  }
+  const dev = config.developmentSecrets;
+  if (dev.length) {
+    const names = dev.join(' and ');
+    const what = dev.length > 1 ? 'are the public development values' : 'is the public development value';
+    notices.push({ level: 'warn', fields: { settings: dev }, text: `${names} ${what}: anyone can open what this service seals or sign in as anyone. Set your own before it holds anything real.` });
+  }
+  return notices;
+}
+
 async function main() {
   const role = process.argv[2] ?? 'all';
   const roles = ROLES[role];
   if (!roles) throw new Error(`usage: main.ts ${Object.keys(ROLES).join('|')}`);
   const service = await startService(roles);
-  const { log } = service.container;
+  const { log, config } = service.container;
+  // A person at a terminal reads a plain line; anything else (a log collector) gets one JSON record per line.
+  for (const notice of startupNotices(config, service.port)) {
+    if (process.stderr.isTTY) process.stderr.write(`${notice.text}\n`);
+    else log[notice.level](notice.fields, notice.text);
+  }
   let stopping = false;
   const shutdown = (signal: string) => {
     if (stopping) return;

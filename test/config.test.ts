@@ -33,6 +33,14 @@ describe('loadConfig', () => {
     expect(loadConfig({ NODE_ENV: 'test', MASTER_KEYS_PREVIOUS: renamed }).masterKeys.previous).toEqual([renamed]);
   });
 
+  it('names the settings that use their public development value (start-up warns of them)', () => {
+    expect(loadConfig({ NODE_ENV: 'development' }).developmentSecrets).toEqual(['MASTER_KEY', 'JWT_SECRET']);
+    expect(loadConfig({ NODE_ENV: 'test', JWT_SECRET: secrets.JWT_SECRET }).developmentSecrets).toEqual(['MASTER_KEY']);
+    const dev = loadConfig({ NODE_ENV: 'development' }).masterKeys.current;
+    expect(loadConfig({ NODE_ENV: 'test', MASTER_KEY: `renamed:${dev.slice(dev.indexOf(':') + 1)}` }).developmentSecrets).toEqual(['MASTER_KEY', 'JWT_SECRET']);
+    expect(loadConfig(secrets).developmentSecrets).toEqual([]);
+  });
+
   it('refuses the development JWT secret outside development and test', () => {
     const devSecret = loadConfig({ NODE_ENV: 'development' }).jwt.secret;
     expect(() => loadConfig({ ...secrets, JWT_SECRET: devSecret })).toThrow(/JWT_SECRET is the public development secret/);

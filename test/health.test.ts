@@ -36,6 +36,21 @@ describe('health', () => {
     expect(res.status).toBe(200);
   });
 
+  it('answers at /health outside /api/v1 too (what load balancers probe), as /api/v1/health does', async () => {
+    const root = await fetch(new URL('/health', s.url));
+    expect(root.status).toBe(200);
+    expect(root.headers.get('cache-control')).toBe('no-store');
+    expect(await root.json()).toMatchObject({ status: 'ok', checks: { postgres: 'up', redis: 'up' } });
+    redisProxy.cut();
+    try {
+      const down = await fetch(new URL('/health', s.url));
+      expect([down.status, ((await down.json()) as { checks: unknown }).checks]).toEqual([503, { postgres: 'up', redis: 'down' }]);
+    } finally {
+      redisProxy.restore();
+    }
+    await expect.poll(async () => (await fetch(new URL('/health', s.url))).status, { timeout: 10_000, interval: 200 }).toBe(200);
+  });
+
   it('is 503 with the failing check named while Redis is down, and recovers', async () => {
     redisProxy.cut();
     const res = await s.api('GET', '/health');

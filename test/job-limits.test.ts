@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { PASSPHRASE, createKey, download, encrypt, waitJob } from './support/keys';
 import { armorMessage, flipInnerTag } from './support/tamper';
+import { FORGOTTEN } from '../jobs/tracked';
 
 /**
  * Job limits: hostile input fails a job within seconds (no-progress limit) and frees its worker slot;
@@ -49,7 +50,7 @@ describe('hostile input', () => {
       expect(Buffer.compare(await download(s.api, u.token, next.body.job_id), plain)).toBe(0);
       // Nothing of the failed job is left: not its blobs, not its sealed passphrase in Redis.
       expect(await blobsOf(bad.body.job_id)).toEqual([]);
-      expect(await s.c.jobs.queue('crypto').getJob(bad.body.job_id)).toBeUndefined();
+      await expect.poll(async () => (await s.c.jobs.queue('crypto').getJob(bad.body.job_id))?.data.payload).toEqual({ job_id: bad.body.job_id, sealed_passphrase: FORGOTTEN });
     }
   }, 60_000);
 

@@ -4,7 +4,7 @@ import { AppError } from '../../lib/errors';
 import type { AppContext } from '../route';
 
 /** Readiness must tell the truth under load: a load balancer reads it to take the process out. */
-const EXEMPT = new Set(['/api/v1/health']);
+const EXEMPT = new Set(['/api/v1/health', '/health']);
 
 /**
  * Load shedding. Past capacity, an open-loop load makes requests queue for a Postgres connection without

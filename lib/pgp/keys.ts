@@ -223,7 +223,7 @@ export async function unlockPrivateKey(privateArmored: string, secret: string): 
   try {
     unlocked = await pgp.decryptKey({ privateKey, passphrase: secret });
   } catch (err) {
-    if (/incorrect key passphrase/i.test(message(err))) throw invalid('wrong_passphrase', 'the key secret is wrong');
+    if (/incorrect key passphrase/i.test(message(err))) throw invalid('wrong_passphrase', 'The key secret is wrong.');
     throw err;
   }
   // decryptKey checks only the primary key's secret against its public parameters; the v4 lock does not
