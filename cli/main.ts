@@ -4,7 +4,7 @@
  * 4 not found, 5 limit.
  */
 import { Command, CommanderError, Option } from 'commander';
-import { ProblemError } from '../client/index.js';
+import { ClientError, ProblemError } from '../client/index.js';
 import { CLI_VERSION } from './context.js';
 import { EXIT, errorCode, exitCodeFor } from './exit-codes.js';
 import { registerAuth } from './commands/auth.js';
@@ -12,7 +12,7 @@ import { registerKeys } from './commands/keys.js';
 import { registerFiles } from './commands/files.js';
 import { registerJobs } from './commands/jobs.js';
 import { registerApiKeys, registerShares } from './commands/sharing.js';
-import { examples } from './commands/common.js';
+import { checkIds, examples } from './commands/common.js';
 
 export function buildProgram(): Command {
   const program = new Command('kms')
@@ -46,13 +46,15 @@ Exit codes: 0 ok, 1 failed (job failed, request refused), 2 usage, 3 authenticat
     cmd.commands.forEach(inherit);
   };
   inherit(program);
+  checkIds(program);
   return program;
 }
 
 /** Prints an error (human or --json) and answers its exit code. */
 export function reportError(err: unknown, json: boolean): number {
   const code = exitCodeFor(err);
-  const message = err instanceof Error ? err.message : String(err);
+  // The client library names its own option for replacing outputs; the CLI's is --force.
+  const message = err instanceof ClientError && err.code === 'output_exists' && err.path ? `${err.path} exists (use --force to replace it)` : err instanceof Error ? err.message : String(err);
   if (json) {
     const problem = err instanceof ProblemError ? err.problem : undefined;
     process.stderr.write(`${JSON.stringify({ error: { code: errorCode(err), message, status: problem?.status, errors: problem?.errors, exit_code: code } })}\n`);

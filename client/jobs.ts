@@ -206,7 +206,7 @@ const exists = (path: string): Promise<boolean> => access(path).then(() => true,
 
 /** Outputs are never written over a file that exists, unless asked. */
 export async function refuseExisting(dest: string, overwrite = false): Promise<void> {
-  if (!overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
+  if (!overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`, { path: dest });
 }
 
 export interface FollowOptions {

@@ -53,6 +53,27 @@ function kms(args: string[], opts: { env?: Record<string, string>; stdin?: strin
   });
 }
 
+/** A terminal (tmux, 160x20) running `kms …` with the test's environment; `screen()` is what it shows. */
+function terminal(args: string[], env: Record<string, string> = {}) {
+  const socket = `kms-cli-${randomBytes(4).toString('hex')}`;
+  const all = { HOME: home, XDG_CONFIG_HOME: join(home, 'config'), KMS_URL: s.url, PATH: process.env.PATH!, ...env };
+  const command = `cd ${dir} && env ${Object.entries(all).map(([k, v]) => `${k}='${v}'`).join(' ')} '${process.execPath}' '${BIN}' ${args.join(' ')}; echo "exit $?"; sleep 60`;
+  const tmux = (...a: string[]) => spawnSync('tmux', ['-L', socket, ...a], { encoding: 'utf8' });
+  expect(tmux('new-session', '-d', '-x', '160', '-y', '20', command).status).toBe(0);
+  const screen = () => tmux('capture-pane', '-p').stdout;
+  return {
+    screen,
+    type: (text: string) => tmux('send-keys', '-l', text) && tmux('send-keys', 'Enter'),
+    /** Waits until the screen matches (or 30 s have passed) and answers it. */
+    async until(re: RegExp) {
+      const deadline = Date.now() + 30_000;
+      while (!re.test(screen()) && Date.now() < deadline) await sleep(100);
+      return screen();
+    },
+    close: () => tmux('kill-server'),
+  };
+}
+
 const ok = (r: Run) => {
   expect(r.code, `kms ${r.args.join(' ')}: exit ${r.code}\nstdout: ${r.stdout}\nstderr: ${r.stderr}`).toBe(0);
   return r;
@@ -317,4 +338,55 @@ describe('kms command line', { timeout: 90_000 }, () => {
     const piped = ok(await kms(['encrypt', 'two.txt', '--key', fingerprint, '--out', 'piped']));
     expect(piped.stderr).not.toMatch(/[█░]|\x1b\[/);
   }, 120_000);
+
+  it('refuses what it can before any upload or second prompt: an existing output (naming --force), a short new password, a malformed fingerprint or job id (exit 2)', async () => {
+    const jobs = async () => Number((await s.c.db('jobs').where({ user_id: user.id }).count({ n: '*' }).first())!.n);
+    const before = await jobs();
+    for (const args of [['encrypt', 'two.txt', '--key', fingerprint, '--out', 'encrypted'], ['encrypt', 'two.txt', 'one.bin', '--key', fingerprint, '--out', 'encrypted', '--json']]) {
+      const exists = await kms(args);
+      expect(exists.code).toBe(1);
+      expect(exists.stderr).toContain('output_exists');
+      expect(exists.stderr).toContain(`${join('encrypted', 'two.txt.gpg')} exists (use --force to replace it)`);
+      expect(exists.stderr).not.toContain('overwrite');
+    }
+    expect(await jobs()).toBe(before); // nothing was uploaded
+    ok(await kms(['encrypt', 'two.txt', '--key', fingerprint, '--out', 'encrypted', '--force']));
+    // An armored output has another name: it does not exist yet.
+    ok(await kms(['encrypt', 'two.txt', '--key', fingerprint, '--out', 'encrypted', '--armor']));
+
+    // Malformed ids are usage errors before any request; a fingerprint as gpg prints it is fine.
+    for (const args of [['jobs', 'show', 'not-a-job'], ['jobs', 'wait', '1234'], ['jobs', 'download', 'x'], ['keys', 'show', 'abc'], ['keys', 'rotate', `${fingerprint}00`], ['encrypt', 'two.txt', '--key', 'zz'], ['decrypt', 'x.gpg', '--key', 'nope'], ['shares', 'create', 'short']]) {
+      const bad = await kms(args);
+      expect(bad.code, `kms ${args.join(' ')}: ${bad.stderr}`).toBe(2);
+      expect(bad.stderr).toMatch(/40 hexadecimal digits|UUID/);
+    }
+    const spaced = fingerprint.toUpperCase().replace(/(.{4})/g, '$1 ').trim();
+    expect(ok(await kms(['keys', 'show', spaced])).stdout).toContain(fingerprint);
+
+    // A new password below the service's minimum: refused at once, from any source, with no account made.
+    const { Password } = await import('../api/schemas/common');
+    const { Passphrase } = await import('../api/schemas/keys');
+    const { MIN_SECRET_LENGTH } = await import('../cli/secrets');
+    for (const schema of [Password, Passphrase]) {
+      expect(schema.safeParse('x'.repeat(MIN_SECRET_LENGTH - 1)).success).toBe(false);
+      expect(schema.safeParse('x'.repeat(MIN_SECRET_LENGTH)).success).toBe(true);
+    }
+    const name = `cli_${randomBytes(4).toString('hex')}`;
+    const short = await kms(['register', '-u', name, '--email', `${name}@example.test`], { env: { KMS_PASSWORD: 'too short' } });
+    expect(short.code).toBe(2);
+    expect(short.stderr).toContain('at least 12 characters');
+    expect(await s.c.db('users').where({ username: name }).first()).toBeUndefined();
+    // At the prompt: refused after the first entry, without asking for it again.
+    const term = terminal(['register', '-u', name, '--email', `${name}@example.test`], { HOME: join(dir, 'short-home'), XDG_CONFIG_HOME: join(dir, 'short-home', 'config') });
+    try {
+      await term.until(/New password/);
+      term.type('too short');
+      const screen = await term.until(/exit \d+/);
+      expect(screen).toContain('at least 12 characters');
+      expect(screen).not.toContain('Repeat');
+      expect(screen).toContain('exit 2');
+    } finally {
+      term.close();
+    }
+  });
 });
