@@ -389,4 +389,20 @@ describe('kms command line', { timeout: 90_000 }, () => {
       term.close();
     }
   });
+
+  it('ends the upload bar at 100% on a terminal (tmux)', async () => {
+    const file = join(dir, 'full.bin');
+    const fh = await open(file, 'w');
+    await fh.truncate(24 << 20);
+    await fh.close();
+    const term = terminal(['encrypt', 'full.bin', '--key', fingerprint, '--out', 'full-out']);
+    try {
+      const screen = await term.until(/exit \d+/);
+      expect(screen).toContain('exit 0');
+      expect(screen, screen).toMatch(/upload\s*\|█+\|\s*100% \| 24\.0 MiB \/ 24\.0 MiB/);
+      expect(screen).toMatch(/^job [0-9a-f-]{36}$/m);
+    } finally {
+      term.close();
+    }
+  });
 });
