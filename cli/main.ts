@@ -12,6 +12,7 @@ import { registerKeys } from './commands/keys.js';
 import { registerFiles } from './commands/files.js';
 import { registerJobs } from './commands/jobs.js';
 import { registerApiKeys, registerShares } from './commands/sharing.js';
+import { registerAccount } from './commands/account.js';
 import { checkIds, examples } from './commands/common.js';
 
 export function buildProgram(): Command {
@@ -29,7 +30,7 @@ export function buildProgram(): Command {
       examples('kms login -u ann', 'kms keys generate --label backups --name Ann --email ann@example.com', 'kms encrypt report.pdf --key <FPR> --out encrypted/', 'kms decrypt encrypted/report.pdf.gpg --key <FPR> --out plain/') +
         `
 Environment: KMS_URL (service), KMS_API_KEY (wins over the stored login), KMS_PASSPHRASE, KMS_NEW_PASSPHRASE,
-KMS_PASSWORD. Credentials: $XDG_CONFIG_HOME/kms/credentials.json (else ~/.config/kms/credentials.json), mode 0600.
+KMS_PASSWORD, KMS_NEW_PASSWORD. Credentials: $XDG_CONFIG_HOME/kms/credentials.json (else ~/.config/kms/credentials.json), mode 0600.
 Exit codes: 0 ok, 1 failed (job failed, request refused), 2 usage, 3 authentication or permission,
 4 not found or gone, 5 limit (rate limit, size, quota).
 `,
@@ -40,6 +41,7 @@ Exit codes: 0 ok, 1 failed (job failed, request refused), 2 usage, 3 authenticat
   registerJobs(program);
   registerApiKeys(program);
   registerShares(program);
+  registerAccount(program);
   // exitOverride and the error output apply to every subcommand.
   const inherit = (cmd: Command) => {
     cmd.exitOverride();

@@ -405,4 +405,58 @@ describe('kms command line', { timeout: 90_000 }, () => {
       term.close();
     }
   });
+
+  it('covers the account: audit (with its filters), profile, org members and invitations, password change, forgot and reset', async () => {
+    const ann = await registerUser(s.api);
+    const annHome = join(dir, 'ann-home');
+    await mkdir(annHome);
+    const env = { HOME: annHome, XDG_CONFIG_HOME: join(annHome, 'config') };
+    json(await kms(['login', '-u', ann.username, '--password-stdin', '--json'], { env, stdin: ann.password }));
+
+    expect(json(await kms(['profile', 'show', '--json'], { env }))).toMatchObject({ user_id: ann.id, username: ann.username, email: ann.email });
+    expect(json(await kms(['profile', 'update', '--company', 'Cli Co', '--json'], { env }))).toMatchObject({ company_name: 'Cli Co' });
+    expect(ok(await kms(['profile', 'show'], { env })).stdout).toContain('Cli Co');
+    expect(json(await kms(['profile', 'update', '--no-company', '--json'], { env }))).toMatchObject({ company_name: null });
+    expect((await kms(['profile', 'update'], { env })).code).toBe(2);
+
+    const logins = json(await kms(['audit', '--action', 'auth.*', '--status', 'success', '--page-size', '5', '--json'], { env }));
+    expect(logins).toMatchObject({ page: 1, page_size: 5 });
+    expect(logins.items.map((e: { action: string }) => e.action)).toContain('auth.login');
+    expect(logins.items.every((e: { action: string; status: string }) => e.action.startsWith('auth.') && e.status === 'success')).toBe(true);
+    expect(ok(await kms(['audit'], { env })).stdout).toMatch(/created_at\s+action\s+status/);
+    expect((await kms(['audit', '--status', 'maybe'], { env })).code).toBe(2);
+
+    expect(json(await kms(['org', 'show', '--json'], { env }))).toMatchObject({ role: 'owner', member_count: 1 });
+    const members = json(await kms(['org', 'members', '--json'], { env }));
+    expect(members.items).toEqual([expect.objectContaining({ user_id: ann.id, username: ann.username, role: 'owner' })]);
+    expect(json(await kms(['org', 'invitations', '--state', 'pending', '--json'], { env }))).toMatchObject({ items: [], total: 0 });
+
+    // A change keeps this login (the stored session is replaced) and the new password logs in.
+    const second = 'the second password of ann';
+    const changed = json(await kms(['password', 'change', '--json'], { env: { ...env, KMS_PASSWORD: ann.password, KMS_NEW_PASSWORD: second } }));
+    expect(changed).toMatchObject({ status: 'password_changed', stored: true });
+    expect(json(await kms(['whoami', '--json'], { env }))).toMatchObject({ username: ann.username });
+    expect((await s.api('POST', '/auth/login', { body: { identifier: ann.username, password: second } })).status).toBe(200);
+    const wrong = await kms(['password', 'change'], { env: { ...env, KMS_PASSWORD: 'not the current one', KMS_NEW_PASSWORD: 'a third password here' } });
+    expect(wrong.code).not.toBe(0);
+
+    // Forgot, then reset with the mailed token (the test service writes mail into MAIL_DIR).
+    expect(json(await kms(['password', 'forgot', '--email', ann.email, '--json'], { env }))).toMatchObject({ status: 'accepted' });
+    let token: string | undefined;
+    const deadline = Date.now() + 15_000;
+    while (!token && Date.now() < deadline) {
+      await sleep(100);
+      for (const f of await readdir(s.env.MAIL_DIR!).catch(() => [] as string[])) {
+        const mail = await readFile(join(s.env.MAIL_DIR!, f), 'utf8');
+        if (mail.includes(ann.email)) token ??= /Reset token: (\S+)/.exec(mail)?.[1];
+      }
+    }
+    expect(token, 'no reset mail').toBeDefined();
+    const third = 'the third password of ann';
+    const reset = json(await kms(['password', 'reset', '--token', token!, '--json'], { env: { ...env, KMS_NEW_PASSWORD: third } }));
+    expect(reset).toMatchObject({ status: 'password_reset' });
+    json(await kms(['login', '-u', ann.username, '--password-stdin', '--json'], { env, stdin: third }));
+    const reused = await kms(['password', 'reset', '--token', token!], { env: { ...env, KMS_NEW_PASSWORD: 'a fourth password here' } });
+    expect(reused.code).not.toBe(0);
+  });
 });
