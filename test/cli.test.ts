@@ -30,11 +30,11 @@ interface Run {
   stderr: string;
 }
 
-/** Runs `kms …`; `stdin` is written to its standard input, `fd3` to file descriptor 3. */
-function kms(args: string[], opts: { env?: Record<string, string>; stdin?: string; fd3?: string; cwd?: string } = {}): Promise<Run> {
+/** Runs `kms …` (cli/kms.mjs, or `bin`); `stdin` is written to its standard input, `fd3` to file descriptor 3. */
+function kms(args: string[], opts: { env?: Record<string, string>; stdin?: string; fd3?: string; cwd?: string; bin?: string } = {}): Promise<Run> {
   const env: Record<string, string> = { PATH: process.env.PATH!, HOME: home, XDG_CONFIG_HOME: join(home, 'config'), KMS_URL: s.url, ...opts.env };
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { env, cwd: opts.cwd ?? dir, stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
+    const child = spawn(opts.bin ?? process.execPath, opts.bin ? args : [BIN, ...args], { env, cwd: opts.cwd ?? dir, stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout!.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -458,5 +458,28 @@ describe('kms command line', { timeout: 90_000 }, () => {
     json(await kms(['login', '-u', ann.username, '--password-stdin', '--json'], { env, stdin: third }));
     const reused = await kms(['password', 'reset', '--token', token!], { env: { ...env, KMS_NEW_PASSWORD: 'a fourth password here' } });
     expect(reused.code).not.toBe(0);
+  });
+
+  it('installs on its own: `npm pack` in cli/ then `npm install -g` of the tarball gives a `kms` that works outside the checkout', { timeout: 180_000 }, async () => {
+    const place = await mkdtemp(join(tmpdir(), 'kms-cli-install-'));
+    try {
+      const npm = (args: string[], cwd: string) => {
+        const r = spawnSync('npm', args, { cwd, encoding: 'utf8', env: { ...process.env, npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' } });
+        expect(r.status, `npm ${args.join(' ')}\n${r.stdout}\n${r.stderr}`).toBe(0);
+        return r.stdout;
+      };
+      const [packed] = JSON.parse(npm(['pack', '--json', '--pack-destination', place], fileURLToPath(new URL('../cli/', import.meta.url)))) as { name: string; filename: string; files: { path: string }[] }[];
+      expect(packed!.name).toBe('@kms/cli');
+      expect(packed!.files.map((f) => f.path).sort()).toEqual(['dist/kms.js', 'package.json']);
+      // Its dependencies come from the npm cache where it has them.
+      npm(['install', '-g', '--prefix', join(place, 'global'), '--prefer-offline', join(place, packed!.filename)], place);
+      const installed = { bin: join(place, 'global', 'bin', 'kms'), cwd: place, env: { HOME: place, XDG_CONFIG_HOME: join(place, 'config') } };
+      expect(ok(await kms(['--version'], installed)).stdout.trim()).toBe('0.1.0');
+      json(await kms(['login', '-u', user.username, '--password-stdin', '--json'], { ...installed, stdin: user.password }));
+      expect(json(await kms(['whoami', '--json'], installed))).toMatchObject({ username: user.username });
+      expect((await kms(['jobs', 'show', 'nope'], installed)).code).toBe(2);
+    } finally {
+      await rm(place, { recursive: true, force: true });
+    }
   });
 });
