@@ -315,24 +315,20 @@ describe('kms command line', { timeout: 90_000 }, () => {
     const fh = await open(file, 'w');
     await fh.truncate(512 << 20);
     await fh.close();
-    const socket = `kms-cli-${randomBytes(4).toString('hex')}`;
-    const env = { HOME: home, XDG_CONFIG_HOME: join(home, 'config'), KMS_URL: s.url, PATH: process.env.PATH! };
-    const command = `cd ${dir} && env ${Object.entries(env).map(([k, v]) => `${k}='${v}'`).join(' ')} '${process.execPath}' '${BIN}' encrypt big.bin --key ${fingerprint} --out big-out; sleep 60`;
-    const tmux = (...args: string[]) => spawnSync('tmux', ['-L', socket, ...args], { encoding: 'utf8' });
-    expect(tmux('new-session', '-d', '-x', '160', '-y', '20', command).status).toBe(0);
+    const term = terminal(['encrypt', 'big.bin', '--key', fingerprint, '--out', 'big-out']);
     try {
       let screen = '';
       let bar: RegExpMatchArray | null = null;
       const deadline = Date.now() + 60_000;
       while (!bar && Date.now() < deadline) {
         await sleep(100);
-        screen = tmux('capture-pane', '-p').stdout;
+        screen = term.screen();
         bar = screen.match(/(upload|processing|download)\s*\|[█░]+\|\s*(\d+)%/);
         if (bar && (Number(bar[2]) === 0 || Number(bar[2]) === 100)) bar = null; // mid-transfer only
       }
       expect(bar, `no progress bar seen; the pane showed:\n${screen}`).not.toBeNull();
     } finally {
-      tmux('kill-server');
+      term.close();
     }
     // Piped (not a terminal): no bar, no control characters.
     const piped = ok(await kms(['encrypt', 'two.txt', '--key', fingerprint, '--out', 'piped']));
