@@ -4,7 +4,7 @@
  * 4 not found, 5 limit.
  */
 import { Command, CommanderError, Option } from 'commander';
-import { ProblemError } from '../client/index.js';
+import { ClientError, ProblemError } from '../client/index.js';
 import { CLI_VERSION } from './context.js';
 import { EXIT, errorCode, exitCodeFor } from './exit-codes.js';
 import { registerAuth } from './commands/auth.js';
@@ -12,7 +12,8 @@ import { registerKeys } from './commands/keys.js';
 import { registerFiles } from './commands/files.js';
 import { registerJobs } from './commands/jobs.js';
 import { registerApiKeys, registerShares } from './commands/sharing.js';
-import { examples } from './commands/common.js';
+import { registerAccount } from './commands/account.js';
+import { checkIds, examples } from './commands/common.js';
 
 export function buildProgram(): Command {
   const program = new Command('kms')
@@ -29,7 +30,7 @@ export function buildProgram(): Command {
       examples('kms login -u ann', 'kms keys generate --label backups --name Ann --email ann@example.com', 'kms encrypt report.pdf --key <FPR> --out encrypted/', 'kms decrypt encrypted/report.pdf.gpg --key <FPR> --out plain/') +
         `
 Environment: KMS_URL (service), KMS_API_KEY (wins over the stored login), KMS_PASSPHRASE, KMS_NEW_PASSPHRASE,
-KMS_PASSWORD. Credentials: $XDG_CONFIG_HOME/kms/credentials.json (else ~/.config/kms/credentials.json), mode 0600.
+KMS_PASSWORD, KMS_NEW_PASSWORD. Credentials: $XDG_CONFIG_HOME/kms/credentials.json (else ~/.config/kms/credentials.json), mode 0600.
 Exit codes: 0 ok, 1 failed (job failed, request refused), 2 usage, 3 authentication or permission,
 4 not found or gone, 5 limit (rate limit, size, quota).
 `,
@@ -40,19 +41,22 @@ Exit codes: 0 ok, 1 failed (job failed, request refused), 2 usage, 3 authenticat
   registerJobs(program);
   registerApiKeys(program);
   registerShares(program);
+  registerAccount(program);
   // exitOverride and the error output apply to every subcommand.
   const inherit = (cmd: Command) => {
     cmd.exitOverride();
     cmd.commands.forEach(inherit);
   };
   inherit(program);
+  checkIds(program);
   return program;
 }
 
 /** Prints an error (human or --json) and answers its exit code. */
 export function reportError(err: unknown, json: boolean): number {
   const code = exitCodeFor(err);
-  const message = err instanceof Error ? err.message : String(err);
+  // The client library names its own option for replacing outputs; the CLI's is --force.
+  const message = err instanceof ClientError && err.code === 'output_exists' && err.path ? `${err.path} exists (use --force to replace it)` : err instanceof Error ? err.message : String(err);
   if (json) {
     const problem = err instanceof ProblemError ? err.problem : undefined;
     process.stderr.write(`${JSON.stringify({ error: { code: errorCode(err), message, status: problem?.status, errors: problem?.errors, exit_code: code } })}\n`);

@@ -2,11 +2,23 @@ import { readFileSync } from 'node:fs';
 import { UsageError } from './exit-codes.js';
 
 /**
+ * The shortest new password or key passphrase the service accepts (its `Password` and `Passphrase`
+ * schemas); test/cli.test.ts holds the two together.
+ */
+export const MIN_SECRET_LENGTH = 12;
+
+/**
  * Reads a secret (passphrase, password, API key) without it ever being in argv (where `ps` and shell
  * history show it): from a file descriptor, then an environment variable, then a prompt without echo
- * on a terminal. `confirm` asks twice at the prompt.
+ * on a terminal. A new secret (`confirm`) is held to MIN_SECRET_LENGTH from any source, at a prompt
+ * before it is asked a second time.
  */
 export async function readSecret(opts: { fd?: string; env: string; prompt: string; what: string; fdFlag: string; confirm?: boolean }): Promise<string> {
+  const secret = await readSecretFrom(opts);
+  return opts.confirm ? longEnough(secret, opts.what) : secret;
+}
+
+async function readSecretFrom(opts: { fd?: string; env: string; prompt: string; what: string; fdFlag: string; confirm?: boolean }): Promise<string> {
   if (opts.fd !== undefined) {
     const fd = Number(opts.fd);
     if (!Number.isInteger(fd) || fd < 0) throw new UsageError(`${opts.fdFlag} needs a file descriptor number`);
@@ -22,6 +34,7 @@ export async function readSecret(opts: { fd?: string; env: string; prompt: strin
   if (fromEnv) return fromEnv;
   if (!process.stdin.isTTY) throw new UsageError(`no ${opts.what}: give ${opts.fdFlag} N or ${opts.env}, or run on a terminal to be asked`);
   const first = nonEmpty(await promptHidden(opts.prompt), opts.what);
+  if (opts.confirm) longEnough(first, opts.what);
   if (opts.confirm && (await promptHidden(`Repeat the ${opts.what}: `)) !== first) throw new UsageError(`the ${opts.what}s do not match`);
   return first;
 }
@@ -31,6 +44,11 @@ export const firstLine = (text: string) => text.replace(/\r?\n[\s\S]*$/, '');
 
 const nonEmpty = (s: string, what: string) => {
   if (!s) throw new UsageError(`the ${what} is empty`);
+  return s;
+};
+
+const longEnough = (s: string, what: string) => {
+  if (s.length < MIN_SECRET_LENGTH) throw new UsageError(`the ${what} must be at least ${MIN_SECRET_LENGTH} characters`);
   return s;
 };
 

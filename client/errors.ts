@@ -42,12 +42,15 @@ export class JobFailedError extends Error {
  */
 export class ClientError extends Error {
   override readonly name = 'ClientError';
+  /** The file an `output_exists` is about. */
+  readonly path?: string;
   constructor(
     readonly code: 'network_error' | 'output_exists' | 'timeout' | 'unexpected_answer' | 'not_replayable' | 'job_not_completed',
     message: string,
-    options?: { cause?: unknown },
+    options?: { cause?: unknown; path?: string },
   ) {
     super(message, options);
+    this.path = options?.path;
   }
 }
 

@@ -87,6 +87,15 @@ function refuseSameNames(opts: FileJobOptions): void {
   if (twice) throw new ClientError('output_exists', `two files are named "${names[twice[1]]}": their outputs would have one name in ${opts.outDir ?? '.'} (rename one, or send them in separate jobs)`);
 }
 
+/**
+ * An encryption's outputs are named after its inputs (`<name>.gpg`, `.asc` armored): one that exists
+ * is refused before the upload, not after the job.
+ */
+async function refuseExistingOutputs(opts: EncryptOptions): Promise<void> {
+  if (opts.noDownload || opts.overwrite) return;
+  for (const f of opts.files) await refuseExisting(outputPath(opts.outDir ?? '.', `${uploadName(f)}${opts.armor ? '.asc' : '.gpg'}`, 0), opts.overwrite);
+}
+
 /** The indices of the first value that occurs twice (its first place, then the second), if any. */
 function firstRepeat<T>(values: T[]): [number, number] | undefined {
   const second = values.findIndex((v, i) => values.indexOf(v) !== i);
@@ -97,6 +106,7 @@ function firstRepeat<T>(values: T[]): [number, number] | undefined {
 export async function encryptFiles(kms: Kms, opts: EncryptOptions): Promise<FileJobResult> {
   if (Boolean(opts.fingerprint) === Boolean(opts.publicKey)) throw new ClientError('unexpected_answer', 'give exactly one of fingerprint and publicKey');
   refuseSameNames(opts);
+  await refuseExistingOutputs(opts);
   return fileJob(kms, '/keys/encrypt', { fingerprint: opts.fingerprint, public_key: opts.publicKey, armor: flag(opts.armor), compress: flag(opts.compress) }, opts, opts.follow !== false);
 }
 

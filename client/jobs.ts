@@ -50,14 +50,17 @@ export const isFinished = (job: Job) => job.state === 'completed' || job.state =
  * submission cut mid-upload and sent again makes one job), 429 after its Retry-After.
  */
 export async function submitMultipart(kms: Kms, path: string, fields: Record<string, string | undefined>, files: Upload[], opts: SubmitOptions = {}): Promise<Job> {
-  const body = multipartBody(fields, 'files', await partsOf(files));
+  const parts = await partsOf(files);
+  const body = multipartBody(fields, 'files', parts);
+  // Progress counts the files' bytes (the multipart framing around them is not theirs), so it ends at their total.
+  const fileBytes = parts.every((p) => p.size !== undefined) ? parts.reduce((n, p) => n + p.size!, 0) : undefined;
   const key = opts.idempotencyKey ?? newIdempotencyKey();
   const wait = Math.min(30, Math.max(0, Math.round(opts.waitSeconds ?? 2)));
   return kms.retrying<Job>(async () => {
     let done = 0;
     const report = (n: number) => {
       done += n;
-      opts.onProgress?.({ phase: 'upload', bytes_done: done, bytes_total: body.length });
+      opts.onProgress?.({ phase: 'upload', bytes_done: done, bytes_total: fileBytes });
     };
     const headers: Record<string, string> = { 'content-type': body.contentType, 'idempotency-key': key, accept: 'application/json' };
     if (body.length !== undefined) headers['content-length'] = String(body.length);
@@ -206,7 +209,7 @@ const exists = (path: string): Promise<boolean> => access(path).then(() => true,
 
 /** Outputs are never written over a file that exists, unless asked. */
 export async function refuseExisting(dest: string, overwrite = false): Promise<void> {
-  if (!overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`);
+  if (!overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`, { path: dest });
 }
 
 export interface FollowOptions {

@@ -30,11 +30,11 @@ interface Run {
   stderr: string;
 }
 
-/** Runs `kms …`; `stdin` is written to its standard input, `fd3` to file descriptor 3. */
-function kms(args: string[], opts: { env?: Record<string, string>; stdin?: string; fd3?: string; cwd?: string } = {}): Promise<Run> {
+/** Runs `kms …` (cli/kms.mjs, or `bin`); `stdin` is written to its standard input, `fd3` to file descriptor 3. */
+function kms(args: string[], opts: { env?: Record<string, string>; stdin?: string; fd3?: string; cwd?: string; bin?: string } = {}): Promise<Run> {
   const env: Record<string, string> = { PATH: process.env.PATH!, HOME: home, XDG_CONFIG_HOME: join(home, 'config'), KMS_URL: s.url, ...opts.env };
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { env, cwd: opts.cwd ?? dir, stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
+    const child = spawn(opts.bin ?? process.execPath, opts.bin ? args : [BIN, ...args], { env, cwd: opts.cwd ?? dir, stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout!.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -51,6 +51,27 @@ function kms(args: string[], opts: { env?: Record<string, string>; stdin?: strin
     fd3.on('error', () => undefined);
     fd3.end(opts.fd3 ?? '');
   });
+}
+
+/** A terminal (tmux, 160x20) running `kms …` with the test's environment; `screen()` is what it shows. */
+function terminal(args: string[], env: Record<string, string> = {}) {
+  const socket = `kms-cli-${randomBytes(4).toString('hex')}`;
+  const all = { HOME: home, XDG_CONFIG_HOME: join(home, 'config'), KMS_URL: s.url, PATH: process.env.PATH!, ...env };
+  const command = `cd ${dir} && env ${Object.entries(all).map(([k, v]) => `${k}='${v}'`).join(' ')} '${process.execPath}' '${BIN}' ${args.join(' ')}; echo "exit $?"; sleep 60`;
+  const tmux = (...a: string[]) => spawnSync('tmux', ['-L', socket, ...a], { encoding: 'utf8' });
+  expect(tmux('new-session', '-d', '-x', '160', '-y', '20', command).status).toBe(0);
+  const screen = () => tmux('capture-pane', '-p').stdout;
+  return {
+    screen,
+    type: (text: string) => tmux('send-keys', '-l', text) && tmux('send-keys', 'Enter'),
+    /** Waits until the screen matches (or 30 s have passed) and answers it. */
+    async until(re: RegExp) {
+      const deadline = Date.now() + 30_000;
+      while (!re.test(screen()) && Date.now() < deadline) await sleep(100);
+      return screen();
+    },
+    close: () => tmux('kill-server'),
+  };
 }
 
 const ok = (r: Run) => {
@@ -294,27 +315,167 @@ describe('kms command line', { timeout: 90_000 }, () => {
     const fh = await open(file, 'w');
     await fh.truncate(512 << 20);
     await fh.close();
-    const socket = `kms-cli-${randomBytes(4).toString('hex')}`;
-    const env = { HOME: home, XDG_CONFIG_HOME: join(home, 'config'), KMS_URL: s.url, PATH: process.env.PATH! };
-    const command = `cd ${dir} && env ${Object.entries(env).map(([k, v]) => `${k}='${v}'`).join(' ')} '${process.execPath}' '${BIN}' encrypt big.bin --key ${fingerprint} --out big-out; sleep 60`;
-    const tmux = (...args: string[]) => spawnSync('tmux', ['-L', socket, ...args], { encoding: 'utf8' });
-    expect(tmux('new-session', '-d', '-x', '160', '-y', '20', command).status).toBe(0);
+    const term = terminal(['encrypt', 'big.bin', '--key', fingerprint, '--out', 'big-out']);
     try {
       let screen = '';
       let bar: RegExpMatchArray | null = null;
       const deadline = Date.now() + 60_000;
       while (!bar && Date.now() < deadline) {
         await sleep(100);
-        screen = tmux('capture-pane', '-p').stdout;
+        screen = term.screen();
         bar = screen.match(/(upload|processing|download)\s*\|[█░]+\|\s*(\d+)%/);
         if (bar && (Number(bar[2]) === 0 || Number(bar[2]) === 100)) bar = null; // mid-transfer only
       }
       expect(bar, `no progress bar seen; the pane showed:\n${screen}`).not.toBeNull();
     } finally {
-      tmux('kill-server');
+      term.close();
     }
     // Piped (not a terminal): no bar, no control characters.
     const piped = ok(await kms(['encrypt', 'two.txt', '--key', fingerprint, '--out', 'piped']));
     expect(piped.stderr).not.toMatch(/[█░]|\x1b\[/);
   }, 120_000);
+
+  it('refuses what it can before any upload or second prompt: an existing output (naming --force), a short new password, a malformed fingerprint or job id (exit 2)', async () => {
+    const jobs = async () => Number((await s.c.db('jobs').where({ user_id: user.id }).count({ n: '*' }).first())!.n);
+    const before = await jobs();
+    for (const args of [['encrypt', 'two.txt', '--key', fingerprint, '--out', 'encrypted'], ['encrypt', 'two.txt', 'one.bin', '--key', fingerprint, '--out', 'encrypted', '--json']]) {
+      const exists = await kms(args);
+      expect(exists.code).toBe(1);
+      expect(exists.stderr).toContain('output_exists');
+      expect(exists.stderr).toContain(`${join('encrypted', 'two.txt.gpg')} exists (use --force to replace it)`);
+      expect(exists.stderr).not.toContain('overwrite');
+    }
+    expect(await jobs()).toBe(before); // nothing was uploaded
+    ok(await kms(['encrypt', 'two.txt', '--key', fingerprint, '--out', 'encrypted', '--force']));
+    // An armored output has another name: it does not exist yet.
+    ok(await kms(['encrypt', 'two.txt', '--key', fingerprint, '--out', 'encrypted', '--armor']));
+
+    // Malformed ids are usage errors before any request; a fingerprint as gpg prints it is fine.
+    for (const args of [['jobs', 'show', 'not-a-job'], ['jobs', 'wait', '1234'], ['jobs', 'download', 'x'], ['keys', 'show', 'abc'], ['keys', 'rotate', `${fingerprint}00`], ['encrypt', 'two.txt', '--key', 'zz'], ['decrypt', 'x.gpg', '--key', 'nope'], ['shares', 'create', 'short']]) {
+      const bad = await kms(args);
+      expect(bad.code, `kms ${args.join(' ')}: ${bad.stderr}`).toBe(2);
+      expect(bad.stderr).toMatch(/40 hexadecimal digits|UUID/);
+    }
+    const spaced = fingerprint.toUpperCase().replace(/(.{4})/g, '$1 ').trim();
+    expect(ok(await kms(['keys', 'show', spaced])).stdout).toContain(fingerprint);
+
+    // A new password below the service's minimum: refused at once, from any source, with no account made.
+    const { Password } = await import('../api/schemas/common');
+    const { Passphrase } = await import('../api/schemas/keys');
+    const { MIN_SECRET_LENGTH } = await import('../cli/secrets');
+    for (const schema of [Password, Passphrase]) {
+      expect(schema.safeParse('x'.repeat(MIN_SECRET_LENGTH - 1)).success).toBe(false);
+      expect(schema.safeParse('x'.repeat(MIN_SECRET_LENGTH)).success).toBe(true);
+    }
+    const name = `cli_${randomBytes(4).toString('hex')}`;
+    const short = await kms(['register', '-u', name, '--email', `${name}@example.test`], { env: { KMS_PASSWORD: 'too short' } });
+    expect(short.code).toBe(2);
+    expect(short.stderr).toContain('at least 12 characters');
+    expect(await s.c.db('users').where({ username: name }).first()).toBeUndefined();
+    // At the prompt: refused after the first entry, without asking for it again.
+    const term = terminal(['register', '-u', name, '--email', `${name}@example.test`], { HOME: join(dir, 'short-home'), XDG_CONFIG_HOME: join(dir, 'short-home', 'config') });
+    try {
+      await term.until(/New password/);
+      term.type('too short');
+      const screen = await term.until(/exit \d+/);
+      expect(screen).toContain('at least 12 characters');
+      expect(screen).not.toContain('Repeat');
+      expect(screen).toContain('exit 2');
+    } finally {
+      term.close();
+    }
+  });
+
+  it('ends the upload bar at 100% on a terminal (tmux)', async () => {
+    const file = join(dir, 'full.bin');
+    const fh = await open(file, 'w');
+    await fh.truncate(24 << 20);
+    await fh.close();
+    const term = terminal(['encrypt', 'full.bin', '--key', fingerprint, '--out', 'full-out']);
+    try {
+      const screen = await term.until(/exit \d+/);
+      expect(screen).toContain('exit 0');
+      expect(screen, screen).toMatch(/upload\s*\|█+\|\s*100% \| 24\.0 MiB \/ 24\.0 MiB/);
+      expect(screen).toMatch(/^job [0-9a-f-]{36}$/m);
+    } finally {
+      term.close();
+    }
+  });
+
+  it('covers the account: audit (with its filters), profile, org members and invitations, password change, forgot and reset', async () => {
+    const ann = await registerUser(s.api);
+    const annHome = join(dir, 'ann-home');
+    await mkdir(annHome);
+    const env = { HOME: annHome, XDG_CONFIG_HOME: join(annHome, 'config') };
+    json(await kms(['login', '-u', ann.username, '--password-stdin', '--json'], { env, stdin: ann.password }));
+
+    expect(json(await kms(['profile', 'show', '--json'], { env }))).toMatchObject({ user_id: ann.id, username: ann.username, email: ann.email });
+    expect(json(await kms(['profile', 'update', '--company', 'Cli Co', '--json'], { env }))).toMatchObject({ company_name: 'Cli Co' });
+    expect(ok(await kms(['profile', 'show'], { env })).stdout).toContain('Cli Co');
+    expect(json(await kms(['profile', 'update', '--no-company', '--json'], { env }))).toMatchObject({ company_name: null });
+    expect((await kms(['profile', 'update'], { env })).code).toBe(2);
+
+    const logins = json(await kms(['audit', '--action', 'auth.*', '--status', 'success', '--page-size', '5', '--json'], { env }));
+    expect(logins).toMatchObject({ page: 1, page_size: 5 });
+    expect(logins.items.map((e: { action: string }) => e.action)).toContain('auth.login');
+    expect(logins.items.every((e: { action: string; status: string }) => e.action.startsWith('auth.') && e.status === 'success')).toBe(true);
+    expect(ok(await kms(['audit'], { env })).stdout).toMatch(/created_at\s+action\s+status/);
+    expect((await kms(['audit', '--status', 'maybe'], { env })).code).toBe(2);
+
+    expect(json(await kms(['org', 'show', '--json'], { env }))).toMatchObject({ role: 'owner', member_count: 1 });
+    const members = json(await kms(['org', 'members', '--json'], { env }));
+    expect(members.items).toEqual([expect.objectContaining({ user_id: ann.id, username: ann.username, role: 'owner' })]);
+    expect(json(await kms(['org', 'invitations', '--state', 'pending', '--json'], { env }))).toMatchObject({ items: [], total: 0 });
+
+    // A change keeps this login (the stored session is replaced) and the new password logs in.
+    const second = 'the second password of ann';
+    const changed = json(await kms(['password', 'change', '--json'], { env: { ...env, KMS_PASSWORD: ann.password, KMS_NEW_PASSWORD: second } }));
+    expect(changed).toMatchObject({ status: 'password_changed', stored: true });
+    expect(json(await kms(['whoami', '--json'], { env }))).toMatchObject({ username: ann.username });
+    expect((await s.api('POST', '/auth/login', { body: { identifier: ann.username, password: second } })).status).toBe(200);
+    const wrong = await kms(['password', 'change'], { env: { ...env, KMS_PASSWORD: 'not the current one', KMS_NEW_PASSWORD: 'a third password here' } });
+    expect(wrong.code).not.toBe(0);
+
+    // Forgot, then reset with the mailed token (the test service writes mail into MAIL_DIR).
+    expect(json(await kms(['password', 'forgot', '--email', ann.email, '--json'], { env }))).toMatchObject({ status: 'accepted' });
+    let token: string | undefined;
+    const deadline = Date.now() + 15_000;
+    while (!token && Date.now() < deadline) {
+      await sleep(100);
+      for (const f of await readdir(s.env.MAIL_DIR!).catch(() => [] as string[])) {
+        const mail = await readFile(join(s.env.MAIL_DIR!, f), 'utf8');
+        if (mail.includes(ann.email)) token ??= /Reset token: (\S+)/.exec(mail)?.[1];
+      }
+    }
+    expect(token, 'no reset mail').toBeDefined();
+    const third = 'the third password of ann';
+    const reset = json(await kms(['password', 'reset', '--token', token!, '--json'], { env: { ...env, KMS_NEW_PASSWORD: third } }));
+    expect(reset).toMatchObject({ status: 'password_reset' });
+    json(await kms(['login', '-u', ann.username, '--password-stdin', '--json'], { env, stdin: third }));
+    const reused = await kms(['password', 'reset', '--token', token!], { env: { ...env, KMS_NEW_PASSWORD: 'a fourth password here' } });
+    expect(reused.code).not.toBe(0);
+  });
+
+  it('installs on its own: `npm pack` in cli/ then `npm install -g` of the tarball gives a `kms` that works outside the checkout', { timeout: 180_000 }, async () => {
+    const place = await mkdtemp(join(tmpdir(), 'kms-cli-install-'));
+    try {
+      const npm = (args: string[], cwd: string) => {
+        const r = spawnSync('npm', args, { cwd, encoding: 'utf8', env: { ...process.env, npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' } });
+        expect(r.status, `npm ${args.join(' ')}\n${r.stdout}\n${r.stderr}`).toBe(0);
+        return r.stdout;
+      };
+      const [packed] = JSON.parse(npm(['pack', '--json', '--pack-destination', place], fileURLToPath(new URL('../cli/', import.meta.url)))) as { name: string; filename: string; files: { path: string }[] }[];
+      expect(packed!.name).toBe('@kms/cli');
+      expect(packed!.files.map((f) => f.path).sort()).toEqual(['dist/kms.js', 'package.json']);
+      // Its dependencies come from the npm cache where it has them.
+      npm(['install', '-g', '--prefix', join(place, 'global'), '--prefer-offline', join(place, packed!.filename)], place);
+      const installed = { bin: join(place, 'global', 'bin', 'kms'), cwd: place, env: { HOME: place, XDG_CONFIG_HOME: join(place, 'config') } };
+      expect(ok(await kms(['--version'], installed)).stdout.trim()).toBe('0.1.0');
+      json(await kms(['login', '-u', user.username, '--password-stdin', '--json'], { ...installed, stdin: user.password }));
+      expect(json(await kms(['whoami', '--json'], installed))).toMatchObject({ username: user.username });
+      expect((await kms(['jobs', 'show', 'nope'], installed)).code).toBe(2);
+    } finally {
+      await rm(place, { recursive: true, force: true });
+    }
+  });
 });

@@ -20,3 +20,33 @@ export const int = (name: string) => (value: string) => {
   if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n)) throw new InvalidArgumentError(`${name} must be an integer`);
   return n;
 };
+
+/** A key fingerprint as the service takes it: 40 hexadecimal digits; spaces (as gpg prints them) and case do not matter. */
+export const fingerprint = (value: string) => {
+  const fpr = value.replace(/\s+/g, '').toLowerCase();
+  if (!/^[0-9a-f]{40}$/.test(fpr)) throw new InvalidArgumentError('a fingerprint is 40 hexadecimal digits');
+  return fpr;
+};
+
+/** A job id: a UUID. */
+export const jobId = (value: string) => {
+  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(value.trim())) throw new InvalidArgumentError('a job id is a UUID (as `kms encrypt` and `kms jobs` print it)');
+  return value.trim().toLowerCase();
+};
+
+/**
+ * Checks every `<fingerprint>` and `<job_id>` argument and option of a command tree as commander parses
+ * it, so a malformed one is a usage error (exit 2) before any request.
+ */
+export function checkIds(cmd: Command): void {
+  const parsers: Record<string, (value: string) => string> = { fingerprint, job_id: jobId };
+  for (const arg of cmd.registeredArguments) {
+    const parse = parsers[arg.name()];
+    if (parse) arg.argParser(parse);
+  }
+  for (const opt of cmd.options) {
+    const parse = /<(\w+)>/.exec(opt.flags)?.[1];
+    if (parse && parsers[parse]) opt.argParser(parsers[parse]);
+  }
+  cmd.commands.forEach(checkIds);
+}

@@ -41,6 +41,8 @@ async function checkFiles(files: string[]) {
 async function withBar<T>(opts: GlobalOptions, fn: (onProgress: ReturnType<typeof bars>['onProgress'], onSubmitted: (job: { job_id: string }) => void) => Promise<T>): Promise<T> {
   const bar = bars(opts);
   const onSubmitted = (job: { job_id: string }) => {
+    // The upload is over: its bar ends before the job's id gets a line of its own.
+    bar.stop();
     if (!opts.quiet && !opts.json && process.stderr.isTTY) process.stderr.write(`job ${job.job_id}\n`);
   };
   try {
