@@ -84,12 +84,12 @@ export interface GeneratedKey {
 const RSA_BITS: Record<Exclude<KeyAlgorithm, 'curve25519'>, number> = { rsa3072: 3072, rsa4096: 4096 };
 
 export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey> {
-  if (!KEY_ALGORITHMS.includes(input.algorithm)) throw invalid('invalid_algorithm', `unknown key algorithm "${input.algorithm}"`);
+  if (!KEY_ALGORITHMS.includes(input.algorithm)) throw invalid('invalid_algorithm', `Unknown key algorithm "${input.algorithm}".`);
   if (!input.secret) throw new Error('generateKey: a secret is required to protect the private key');
   const days = input.expiresInDays;
   // OpenPGP counts a key's lifetime in a 32-bit number of seconds (~136 years).
   if (days !== undefined && (!Number.isInteger(days) || days < 1 || days * 86_400 > 0xffffffff)) {
-    throw invalid('invalid_expiry', 'expires_in_days must be a positive integer of at most 49710 days');
+    throw invalid('invalid_expiry', '`expires_in_days` must be a positive integer of at most 49710 days.');
   }
   // Whole seconds: OpenPGP timestamps have no fractions, and expiresAt must equal what the key says.
   const createdAt = new Date(Math.floor((input.date ?? new Date()).getTime() / 1000) * 1000);
@@ -154,26 +154,26 @@ const SECRET_TAGS = new Set<number>([5, 7]);
  * Errors: 413 public_key_too_large; 422 invalid_public_key, private_key_supplied, no_encryption_key.
  */
 export async function readRecipientKey(armored: string, now = new Date()): Promise<RecipientKey> {
-  if (typeof armored !== 'string' || !armored.trim()) throw invalid('invalid_public_key', 'public key is empty');
+  if (typeof armored !== 'string' || !armored.trim()) throw invalid('invalid_public_key', 'The public key is empty.');
   if (Buffer.byteLength(armored) > MAX_PUBLIC_KEY_BYTES) {
-    throw tooLarge('public_key_too_large', `public key is larger than ${MAX_PUBLIC_KEY_BYTES} bytes`);
+    throw tooLarge('public_key_too_large', `The public key is larger than ${MAX_PUBLIC_KEY_BYTES} bytes.`);
   }
   // Checked before parsing so the message is right even when the private block itself is malformed.
   if (/-----BEGIN PGP PRIVATE KEY BLOCK-----/.test(armored)) {
-    throw invalid('private_key_supplied', 'a private key was supplied; send only the public key');
+    throw invalid('private_key_supplied', 'A private key was supplied; send only the public key.');
   }
   let keys: openpgp.Key[];
   try {
     keys = await (await loadOpenpgp()).readKeys({ armoredKeys: armored });
   } catch (err) {
     // A secret subkey under a public primary is rejected by the parser rather than returned.
-    if (await hasSecretPackets(armored)) throw invalid('private_key_supplied', 'the key contains secret key material');
-    throw invalid('invalid_public_key', `not a readable OpenPGP public key: ${message(err)}`);
+    if (await hasSecretPackets(armored)) throw invalid('private_key_supplied', 'The key contains secret key material.');
+    throw invalid('invalid_public_key', `Not a readable OpenPGP public key: ${message(err)}`);
   }
-  if (keys.length !== 1) throw invalid('invalid_public_key', `expected exactly one key, found ${keys.length}`);
+  if (keys.length !== 1) throw invalid('invalid_public_key', `Expected exactly one key, found ${keys.length}.`);
   const key = keys[0]!;
   if (key.isPrivate() || key.getKeys().some((k) => SECRET_TAGS.has(tagOf(k.keyPacket)))) {
-    throw invalid('private_key_supplied', 'the key contains secret key material; send only the public key');
+    throw invalid('private_key_supplied', 'The key contains secret key material; send only the public key.');
   }
   const ids = await validEncryptionKeyIds(key, now);
   if (ids.length === 0) {
@@ -183,7 +183,7 @@ export async function readRecipientKey(armored: string, now = new Date()): Promi
     } catch (err) {
       reason = message(err);
     }
-    throw invalid('no_encryption_key', `the key cannot be encrypted to (revoked, expired, too weak or sign-only): ${reason}`);
+    throw invalid('no_encryption_key', `The key cannot be encrypted to (revoked, expired, too weak or sign-only): ${reason}`);
   }
   return {
     key,

@@ -79,14 +79,14 @@ class PacketWriter {
 
 export async function encryptNative(input: Readable, recipient: openpgp.PublicKey, opts: { filename?: string; date?: Date }): Promise<Readable> {
   const filename = Buffer.from(opts.filename ?? '', 'utf8');
-  if (filename.length > 255) throw invalid('invalid_filename', 'filename must be at most 255 bytes of UTF-8');
+  if (filename.length > 255) throw invalid('invalid_filename', 'The file name must be at most 255 bytes of UTF-8.');
   const sessionKey = crypto.randomBytes(32);
   let pkesk: Uint8Array;
   try {
     pkesk = await sessionKeyPacket(recipient, 'aes256', sessionKey);
   } catch (err) {
     input.destroy();
-    throw invalid('no_encryption_key', `cannot encrypt to this key: ${err instanceof Error ? err.message : String(err)}`);
+    throw invalid('no_encryption_key', `Cannot encrypt to this key: ${err instanceof Error ? err.message : String(err)}`);
   }
 
   async function* message(): AsyncGenerator<Buffer> {
@@ -132,7 +132,7 @@ export interface NativeOpened {
   decrypt(privateKey: openpgp.PrivateKey): Promise<Readable & { filename: string }>;
 }
 
-const malformed = (why: string) => invalid('malformed_message', `not a readable OpenPGP message: ${why}`);
+const malformed = (why: string) => invalid('malformed_message', `Not a readable OpenPGP message: ${why}`);
 
 /** The AES of each session key algorithm we decrypt (in CFB mode, on its ECB: see cfb.ts). */
 const ECB: Record<string, string> = { aes128: 'aes-128-ecb', aes192: 'aes-192-ecb', aes256: 'aes-256-ecb' };
@@ -317,7 +317,7 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
         sessionKey = await sessionKeyV1(message, privateKey);
       } catch (err) {
         input.destroy();
-        throw err instanceof AppError ? err : invalid('no_matching_key', 'the message is not encrypted to this key');
+        throw err instanceof AppError ? err : invalid('no_matching_key', 'The message is not encrypted to this key.');
       }
       const ecbName = sessionKey?.algorithm ? ECB[sessionKey.algorithm] : undefined;
       if ((await bodyPull.take(1))[0] !== 1 || !sessionKey || !ecbName) return (await giveUp(sessionKey)).decrypt(privateKey);

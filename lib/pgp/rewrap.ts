@@ -22,8 +22,8 @@ import { Watch, type WatchOptions } from './watch';
  * packets) are refused with 422 `unsupported_message`: re-encrypt them instead.
  */
 
-const malformed = (why: string) => invalid('malformed_message', `the message is malformed: ${why}`);
-const unsupported = (why: string) => invalid('unsupported_message', `this message cannot be rewrapped (${why}); use mode "reencrypt"`);
+const malformed = (why: string) => invalid('malformed_message', `The message is malformed: ${why}`);
+const unsupported = (why: string) => invalid('unsupported_message', `This message cannot be rewrapped (${why}); use mode "reencrypt".`);
 
 /** OpenSSL's name of each AES in ECB mode, from which lib/pgp/cfb.ts decrypts CFB. */
 const AES: Record<string, string> = { aes128: 'aes-128-ecb', aes192: 'aes-192-ecb', aes256: 'aes-256-ecb' };
@@ -98,10 +98,10 @@ async function readHead(r: HeadReader): Promise<{ packets: Packet[]; seipdTag: B
   const packets: Packet[] = [];
   for (let n = 1; ; n++) {
     if (n > MAX_SMALL_PACKETS) throw malformed(`more than ${MAX_SMALL_PACKETS} packets before the encrypted data`);
-    if (await r.atEnd()) throw n === 1 ? invalid('malformed_message', 'the message is empty') : malformed('there is no encrypted data packet');
+    if (await r.atEnd()) throw n === 1 ? invalid('malformed_message', 'The message is empty.') : malformed('there is no encrypted data packet');
     const ctb = await r.take(1);
     const c = ctb[0]!;
-    if (!(c & 0x80)) throw invalid('malformed_message', 'not an OpenPGP message (neither armored nor binary packets)');
+    if (!(c & 0x80)) throw invalid('malformed_message', 'Not an OpenPGP message (neither armored nor binary packets).');
     const tag = c & 0x40 ? c & 0x3f : (c >> 2) & 0x0f;
     if (tag === TAG_SEIPD) return { packets, seipdTag: Buffer.from(ctb) };
     if (tag !== TAG_PKESK && tag !== TAG_SKESK && tag !== TAG_MARKER) {
@@ -223,7 +223,7 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
   const r = new HeadReader((armored ? dearmor(raw()) : raw())[Symbol.asyncIterator]());
   let parsed: Awaited<ReturnType<typeof readHead>>;
   try {
-    if (first === undefined) throw invalid('malformed_message', 'the message is empty');
+    if (first === undefined) throw invalid('malformed_message', 'The message is empty.');
     parsed = await readHead(r);
   } catch (err) {
     input.destroy();
@@ -236,7 +236,7 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
   if (!pkesks.length) {
     input.destroy();
     watch.close();
-    throw invalid('malformed_message', 'the message is not encrypted to a public key');
+    throw invalid('malformed_message', 'The message is not encrypted to a public key.');
   }
   let used = false;
   return {
@@ -250,10 +250,10 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
       let sessionKey: openpgp.SessionKey;
       let newPkesk: Uint8Array;
       try {
-        if (!ours.length) throw invalid('no_matching_key', 'the message is not encrypted to this key');
+        if (!ours.length) throw invalid('no_matching_key', 'The message is not encrypted to this key.');
         const message = await watch.call(openpgp.readMessage({ binaryMessage: Buffer.concat(ours.map((p) => p.raw)) }));
         sessionKey = await watch.call(sessionKeyV1(message, oldKey)).catch((err: unknown) => {
-          throw err instanceof AppError ? err : invalid('no_matching_key', 'the message cannot be decrypted with this key');
+          throw err instanceof AppError ? err : invalid('no_matching_key', 'The message cannot be decrypted with this key.');
         });
         if (!sessionKey.algorithm || !AES[sessionKey.algorithm]) throw unsupported(`its cipher is ${sessionKey.algorithm ?? 'unknown'}, not AES`);
         newPkesk = await watch.call(sessionKeyPacket(recipient, sessionKey.algorithm, sessionKey.data));

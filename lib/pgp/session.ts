@@ -29,7 +29,7 @@ export function sessionKeyPacketsFor(message: openpgp.Message<unknown>, privateK
 export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
   const packets = sessionKeyPacketsFor(message, privateKey);
   if (packets.length > MAX_SESSION_KEY_TRIES) {
-    throw invalid('malformed_message', `the message has ${packets.length} session key packets for this key (at most ${MAX_SESSION_KEY_TRIES} are tried)`);
+    throw invalid('malformed_message', `The message has ${packets.length} session key packets for this key (at most ${MAX_SESSION_KEY_TRIES} are tried).`);
   }
   return packets;
 }

@@ -58,7 +58,7 @@ export async function encryptStream(input: Readable, recipient: openpgp.PublicKe
   const filename = opts.filename ?? '';
   if (Buffer.byteLength(filename) > 255) {
     watch.close();
-    throw invalid('invalid_filename', 'filename must be at most 255 bytes of UTF-8');
+    throw invalid('invalid_filename', 'The file name must be at most 255 bytes of UTF-8.');
   }
   const source = new NodeSource(input, watch);
   let message = await openpgp.createMessage({ binary: source.open(), filename, format: 'binary', date: opts.date });
@@ -83,7 +83,7 @@ export async function encryptStream(input: Readable, recipient: openpgp.PublicKe
     watch.close();
     if (watch.failure) throw watch.failure;
     if (/encryption key|expired|revoked/i.test(errMessage(err))) {
-      throw invalid('no_encryption_key', `cannot encrypt to this key: ${errMessage(err)}`);
+      throw invalid('no_encryption_key', `Cannot encrypt to this key: ${errMessage(err)}`);
     }
     throw err;
   }
@@ -319,8 +319,8 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
     return err;
   };
   const kind = await source.sniff();
-  if (kind === 'empty') throw fail(invalid('malformed_message', 'the message is empty'));
-  if (kind === 'unknown') throw fail(invalid('malformed_message', 'not an OpenPGP message (neither armored nor binary packets)'));
+  if (kind === 'empty') throw fail(invalid('malformed_message', 'The message is empty.'));
+  if (kind === 'unknown') throw fail(invalid('malformed_message', 'Not an OpenPGP message (neither armored nor binary packets).'));
 
   const config: openpgp.PartialConfig = {
     ...SESSION_KEY_CONFIG,
@@ -336,14 +336,14 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
     message = await watch.call(openpgp.readMessage({ binaryMessage: bytes as WebStream, config }));
   } catch (err) {
     input.destroy();
-    throw watch.failure ?? source.failure ?? invalid('malformed_message', `not a readable OpenPGP message: ${errMessage(err)}`);
+    throw watch.failure ?? source.failure ?? invalid('malformed_message', `Not a readable OpenPGP message: ${errMessage(err)}`);
   }
   const chunkSizeByte = aeadChunkSizeByte(message);
   if (chunkSizeByte > MAX_AEAD_CHUNK_SIZE_BYTE) {
-    throw fail(invalid('malformed_message', `the message is malformed: AEAD chunks of 2^${chunkSizeByte + 6} octets (at most 2^22)`));
+    throw fail(invalid('malformed_message', `The message is malformed: AEAD chunks of 2^${chunkSizeByte + 6} octets (at most 2^22).`));
   }
   const encryptionKeyIds = [...new Set(message.getEncryptionKeyIDs().map((id) => id.toHex()))];
-  if (encryptionKeyIds.length === 0) throw fail(invalid('malformed_message', 'the message is not encrypted to a public key'));
+  if (encryptionKeyIds.length === 0) throw fail(invalid('malformed_message', 'The message is not encrypted to a public key.'));
 
   let used = false;
   return {
@@ -353,7 +353,7 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
       if (!privateKey.isDecrypted()) throw new Error('openEncrypted: the private key must be unlocked first');
       used = true;
       if (!sessionKeyPacketsFor(message, privateKey).length) {
-        throw fail(invalid('no_matching_key', 'the message is not encrypted to this key'));
+        throw fail(invalid('no_matching_key', 'The message is not encrypted to this key.'));
       }
       let sessionKeys: openpgp.SessionKey | undefined;
       try {
@@ -404,12 +404,12 @@ function mapDecryptError(err: unknown): Error {
   if (ours) return ours;
   const msg = errMessage(err);
   if (/session key decryption failed|no decryption key packets/i.test(msg)) {
-    return invalid('no_matching_key', 'the message cannot be decrypted with this key');
+    return invalid('no_matching_key', 'The message cannot be decrypted with this key.');
   }
   // "Key Data Integrity failed" (ECDH key unwrap of a modified session key packet), unauthenticated
   // (SED) data; failures once decrypting are classified by `afterDecryption` instead.
   if (/modification detected|authentication tag mismatch|unable to authenticate|integrity|not authenticated/i.test(msg)) return integrityFailure();
-  return invalid('malformed_message', `the message is malformed: ${msg}`);
+  return invalid('malformed_message', `The message is malformed: ${msg}`);
 }
 
 /** Our own error (the inner re-framing's), also where OpenPGP.js has wrapped it (as the `cause`). */
@@ -420,7 +420,7 @@ function appErrorIn(err: unknown): AppError | undefined {
 
 // ---------------------------------------------------------------------------------------- framing
 
-const malformed = (why: string) => invalid('malformed_message', `the message is malformed: ${why}`);
+const malformed = (why: string) => invalid('malformed_message', `The message is malformed: ${why}`);
 
 /**
  * Decodes ASCII armor with Node's base64 (OpenPGP.js decodes in JS, ~3× slower). Header lines are

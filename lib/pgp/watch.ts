@@ -120,7 +120,7 @@ export class Watch {
     if (this.failure || this.waits === 0) return;
     if (this.pulls > 0) this.moved();
     else if (Date.now() - this.last >= this.idleMs) {
-      return this.fail(invalid('malformed_message', `the message is malformed: OpenPGP.js made no progress on it for ${this.idleMs} ms`));
+      return this.fail(invalid('malformed_message', `The message is malformed: OpenPGP.js made no progress on it for ${this.idleMs} ms.`));
     }
     this.arm();
   }
