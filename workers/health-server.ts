@@ -1,11 +1,10 @@
 import { createServer, type Server } from 'node:http';
 import type { Container } from '../lib/container';
 import { metricsAccess, scrapeMetrics } from '../lib/metrics';
+import { within } from '../lib/within';
 
 /** Each dependency gets this long to answer a readiness check. */
 const CHECK_MS = 2000;
-
-const within = <T>(p: Promise<T>) => Promise.race([p, new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), CHECK_MS).unref())]);
 
 /**
  * A worker process's own small HTTP server (WORKER_HTTP_PORT), without the API's stack: `/healthz`
@@ -23,8 +22,8 @@ export async function startHealthServer(c: Container, port: number): Promise<{ p
     if (path === '/healthz') return send(200, JSON.stringify({ status: 'ok' }));
     if (path === '/readyz') {
       void Promise.all([
-        within(c.db.raw('select 1')).then(() => 'up' as const, () => 'down' as const),
-        within(c.redis.ping()).then(() => 'up' as const, () => 'down' as const),
+        within(c.db.raw('select 1'), CHECK_MS).then(() => 'up' as const, () => 'down' as const),
+        within(c.redis.ping(), CHECK_MS).then(() => 'up' as const, () => 'down' as const),
       ]).then(([postgres, redis]) => {
         const ready = postgres === 'up' && redis === 'up';
         send(ready ? 200 : 503, JSON.stringify({ status: ready ? 'ready' : 'not_ready', checks: { postgres, redis } }));

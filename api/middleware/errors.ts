@@ -2,6 +2,7 @@ import type { Next } from 'koa';
 import { AppError, isDatabaseUnreachable, isRedisUnreachable, isSocketFailure, isStorageFull, notFound, storageFull, unavailable } from '../../lib/errors';
 import type { AppContext } from '../route';
 import { statusUrl } from '../../lib/services/jobs';
+import { within } from '../../lib/within';
 
 const TITLES: Record<number, string> = {
   400: 'Bad Request', 401: 'Unauthorized', 402: 'Payment Required', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed',
@@ -21,10 +22,7 @@ function fromForeign(err: { status?: number; statusCode?: number; type?: string;
 }
 
 /** Whether Postgres answers a trivial query within a second. */
-async function databaseAnswers(ctx: AppContext): Promise<boolean> {
-  const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), 1000).unref());
-  return Promise.race([ctx.container.db.raw('SELECT 1'), timeout]).then(() => true, () => false);
-}
+const databaseAnswers = (ctx: AppContext): Promise<boolean> => within(ctx.container.db.raw('SELECT 1'), 1000).then(() => true, () => false);
 
 /**
  * A dependency out of reach is 503 with Retry-After, never a 500: the same request may well succeed a

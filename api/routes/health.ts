@@ -5,16 +5,19 @@ import { QUEUES } from '../../jobs/define';
 import { liveWorkers } from '../../lib/heartbeats';
 import { Timestamp } from '../schemas/common';
 import type { Container } from '../../lib/container';
+import { within } from '../../lib/within';
 
 const Check = z.enum(['up', 'down']);
 
 const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
-/** How long a dependency takes to answer (ms), or null when it does not answer within 2 s. */
+/** Each dependency gets this long to answer a health check. */
+const CHECK_MS = 2000;
+
+/** How long a dependency takes to answer (ms), or null when it does not answer within CHECK_MS. */
 async function latency(work: () => Promise<unknown>): Promise<number | null> {
   const started = process.hrtime.bigint();
-  const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), 2000).unref());
-  return Promise.race([work(), timeout]).then(
+  return within(work(), CHECK_MS).then(
     () => Math.round(Number(process.hrtime.bigint() - started) / 1e4) / 100,
     () => null,
   );
@@ -69,10 +72,9 @@ export default [
       503: { description: 'A dependency is down', schema: z.object({ status: z.enum(['ok', 'degraded']), checks: z.object({ postgres: Check, redis: Check }), uptime_seconds: z.number() }) },
     },
     async handler({ c }) {
-      const within = <T>(p: Promise<T>) => Promise.race([p, new Promise<never>((_, reject) => setTimeout(() => reject(new Error('timeout')), 2000).unref())]);
       const [postgres, redis] = await Promise.all([
-        within(c.db.raw('select 1')).then(() => 'up' as const, () => 'down' as const),
-        within(c.redis.ping()).then(() => 'up' as const, () => 'down' as const),
+        within(c.db.raw('select 1'), CHECK_MS).then(() => 'up' as const, () => 'down' as const),
+        within(c.redis.ping(), CHECK_MS).then(() => 'up' as const, () => 'down' as const),
       ]);
       const ok = postgres === 'up' && redis === 'up';
       return {

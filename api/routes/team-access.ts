@@ -34,7 +34,7 @@ const Status = z
   .object({
     linked: z.boolean(),
     state: z.enum(['unlinked', 'pending', 'running', 'ok', 'failed']).describe('pending: a sync is queued; failed: see last_error'),
-    source: z.object({ user_id: z.uuid(), username: z.string(), email: z.string() }).nullable().describe('The linked source member (null when unlinked or the account is gone)'),
+    source: Person.nullable().describe('The linked source member (null when unlinked or the account is gone)'),
     source_user_id: z.uuid().nullable(),
     linked_at: Timestamp.nullable(),
     approval: Approval.nullable().describe('pending: the source (or an organization manager) has not approved the link yet; it grants nothing'),
