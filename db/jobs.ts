@@ -94,6 +94,8 @@ export async function findUserJob(db: Knex, userId: string, id: string): Promise
 }
 /** A job's sealed data key (lib/blob/data-keys.ts), for a process that has not read its row. */
 export const jobDataKey = async (db: Knex, id: string) => (await db<JobRow>('jobs').where({ id }).first('data_key'))?.data_key;
+/** A job whose request was never done (an upload that broke, a lost job): its Idempotency-Key can be sent again. */
+export const freeIdempotencyKey = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }).update({ idempotency_key: null });
 export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();
 
 type NewJob = Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id' | 'uploaded_at' | 'data_key'>;

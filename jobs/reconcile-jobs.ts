@@ -7,7 +7,7 @@ import { rotateKey } from './rotate-key';
 import { rewrapFiles } from './rewrap-files';
 import type { Container } from '../lib/container';
 import type { Logger } from '../lib/logger';
-import { findJob, isFinished, jobFiles, unfinishedJobsBefore, type JobKind, type JobRow } from '../db/jobs';
+import { findJob, freeIdempotencyKey, isFinished, jobFiles, unfinishedJobsBefore, type JobKind, type JobRow } from '../db/jobs';
 import { jobBlob } from '../lib/services/jobs';
 
 /**
@@ -91,7 +91,7 @@ export async function reconcileJob(c: Container, row: JobRow, log: Logger): Prom
   };
   if (!(await def.failUnfinished!(c, current, failure, SCHEDULER))) return 'kept';
   // Nothing of the request was done: its Idempotency-Key is free for the client to send it again.
-  await c.db('jobs').where({ id: current.id }).update({ idempotency_key: null });
+  await freeIdempotencyKey(c.db, current.id);
   log.warn({ job_id: current.id, kind: current.kind, code: failure.code }, 'job had lost its queue entry; failed');
   return 'lost';
 }

@@ -5,7 +5,7 @@ import type { Knex } from 'knex';
 import { emitEvent, type AccountEvent } from '../events';
 import { AppError, conflict, invalid } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { failUnfinishedJob, findJobByIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
+import { failUnfinishedJob, findJobByIdempotencyKey, freeIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
 
 /**
  * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
@@ -201,7 +201,7 @@ export async function failUpload(c: Container, row: JobRow, err: unknown): Promi
   const error = err instanceof AppError ? { code: err.code, message: err.message } : { code: 'upload_failed', message: 'The upload could not be stored.' };
   const failed = await failUnfinishedJob(c.db, row.id, error, c.clock.now());
   // The request never arrived whole: its Idempotency-Key is free for the client to send it again.
-  await c.db('jobs').where({ id: row.id }).update({ idempotency_key: null });
+  await freeIdempotencyKey(c.db, row.id);
   await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
   if (failed) await emitEvent(c, row.user_id, 'job.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: error.code });
   return failed;
