@@ -217,3 +217,18 @@ export const unfinishedJobsBefore = (db: Knex, before: Date, limit: number) =>
 /** Jobs whose outputs have outlived their retention and not been deleted yet. */
 export const expiredJobs = (db: Knex, now: Date, limit: number) =>
   db<JobRow>('jobs').whereNull('purged_at').where('expires_at', '<=', now).orderBy('expires_at').limit(limit);
+
+/**
+ * The account's jobs whose upload still arrives (they start before their files have all come), among
+ * those that can still finish (younger than the job time limit, by the database's clock).
+ */
+export async function countUploading(db: Knex, userId: string, jobTimeoutMs: number): Promise<number> {
+  const row = await db('jobs')
+    .count<{ n: string }>({ n: '*' })
+    .where({ user_id: userId })
+    .whereIn('state', ['queued', 'active'])
+    .whereNull('uploaded_at')
+    .where('created_at', '>', db.raw('now() - make_interval(secs => ?)', [jobTimeoutMs / 1000]))
+    .first();
+  return Number(row?.n ?? 0);
+}

@@ -31,7 +31,7 @@ export const decryptFiles = defineTrackedJob({
   name: 'decrypt-files',
   extra: z.object({ sealed_passphrase: z.string() }),
   watchProgress: true,
-  async run(row, payload, progress, { c, origin, signal, failAs }) {
+  async run(row, payload, progress, { c, origin, signal, failAs, slot }) {
     const req = DecryptRequest.parse(row.request);
     const { openEncrypted } = await import('../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job
     const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
@@ -42,7 +42,7 @@ export const decryptFiles = defineTrackedJob({
     const openedBy = new Map<number, string>(); // input n → the generation that opened it
     const limits = decryptionLimits(signal);
     failAs(limits.failAs);
-    const done = await transformFiles(c, row, progress, signal, async (source, file) => {
+    const done = await transformFiles(c, row, progress, { signal, slot }, async (source, file) => {
       const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
       const key = generations.find((g) => g.encryption_key_ids.some((id) => message.encryptionKeyIds.includes(id)));
       if (!key) {

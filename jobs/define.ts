@@ -4,10 +4,18 @@ import type { Container } from '../lib/container';
 import type { JobRow } from '../db/jobs';
 import type { Logger } from '../lib/logger';
 import type { Watchdog } from './watchdog';
+import type { Slot } from '../lib/slots';
 
 /** Every queue is a worker pool that ops size on its own (WORKER_QUEUES). */
 export const QUEUES = ['crypto', 'rotation', 'notify', 'billing', 'team-sync', 'maintenance'] as const;
 export type QueueName = (typeof QUEUES)[number];
+
+/**
+ * The queue whose jobs may start while their upload still arrives. Its concurrency (crypto=N) is a pool
+ * of N slots that such a job gives back while it waits for bytes; the worker keeps WORKER_UPLOAD_WAITERS
+ * more of its jobs open for that.
+ */
+export const UPLOAD_QUEUE: QueueName = 'crypto';
 
 export function isQueueName(name: string): name is QueueName {
   return (QUEUES as readonly string[]).includes(name);
@@ -41,6 +49,8 @@ export interface JobContext {
   origin: JobOrigin;
   /** This attempt's limits (JOB_TIMEOUT_SECONDS; JOB_IDLE_SECONDS for jobs that watch progress). */
   watchdog: Watchdog;
+  /** The job's slot of its queue's pool (held while it runs); give it back while waiting for upload bytes. */
+  slot: Slot;
 }
 
 export interface JobDefinition<S extends z.ZodType = z.ZodType, R = unknown> {

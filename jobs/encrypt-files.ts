@@ -34,7 +34,7 @@ export const encryptFiles = defineTrackedJob({
   queue: 'crypto',
   name: 'encrypt-files',
   watchProgress: true,
-  async run(row, _payload, progress, { c, origin, signal }) {
+  async run(row, _payload, progress, { c, origin, signal, slot }) {
     const req = EncryptRequest.parse(row.request);
     const { encryptStream } = await import('../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job
     let key: KeyRow | undefined;
@@ -49,7 +49,7 @@ export const encryptFiles = defineTrackedJob({
       const armored = await readText(await c.blob.get(jobBlob.recipient(row.id)), MAX_PUBLIC_KEY_BYTES);
       recipient = (await readRecipientKey(armored, c.clock.now())).key;
     }
-    const done = await transformFiles(c, row, progress, signal, async (source, file) => ({
+    const done = await transformFiles(c, row, progress, { signal, slot }, async (source, file) => ({
       stream: await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name, signal }),
       ...encryptedOutput(file.name, req.armor),
     }));

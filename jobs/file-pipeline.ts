@@ -7,6 +7,7 @@ import { arrivingInput, jobBlob } from '../lib/services/jobs';
 import { UnrecoverableError } from 'bullmq';
 import { type JobFileRow, type JobProgress, type JobRow, type OutputFile } from '../db/jobs';
 import type { Progress } from './tracked';
+import type { Slot } from '../lib/slots';
 
 export interface Transformed {
   stream: Readable;
@@ -29,6 +30,7 @@ export interface FilesDone {
  * input n is followed as it is written, and the inputs end when the upload has (`uploaded_at`).
  * Outputs are written so that readers can follow them too, but they are whole only once their stream
  * ended without error (a decryption's, after its integrity check).
+ * While it waits for upload bytes (the next file, the next piece of one) the job gives `slot` back.
  * When `signal` aborts (the job passed its limits), the input is destroyed and the output put abandoned,
  * so nothing keeps reading for a job that has already failed. All outputs together may not exceed
  * MAX_JOB_OUTPUT_BYTES (decompression bombs spread over many files).
@@ -37,7 +39,7 @@ export async function transformFiles(
   c: Container,
   job: Pick<JobRow, 'id' | 'attempts'>,
   progress: Progress,
-  signal: AbortSignal,
+  { signal, slot }: { signal: AbortSignal; slot: Slot },
   transform: (source: Readable, file: JobFileRow) => Promise<Transformed>,
 ): Promise<FilesDone> {
   const inputs: JobFileRow[] = [];
@@ -48,11 +50,11 @@ export async function transformFiles(
   const quota = { left: c.config.limits.maxJobOutputBytes };
   let before = 0;
   // The last input is known as such once the upload has ended: no look for one after it.
-  for (let next = await nextFile(c, jobId, 0, signal); next.file; next = next.last ? {} : await nextFile(c, jobId, inputs.length, signal)) {
+  for (let next = await nextFile(c, jobId, 0, signal, slot); next.file; next = next.last ? {} : await nextFile(c, jobId, inputs.length, signal, slot)) {
     const { file } = next;
     let read = 0;
     // Its row exists, so its put has opened: a file not there was deleted with a job the API failed.
-    const input = await c.blob.follow(jobBlob.input(jobId, file.n), { signal, idleMs: c.config.jobLimits.idleMs, begun: true });
+    const input = await c.blob.follow(jobBlob.input(jobId, file.n), { signal, idleMs: c.config.jobLimits.idleMs, begun: true, slot });
     const source = counted(input, (n) => {
       read = n;
       progress.report({ bytes_done: before + n });
@@ -87,8 +89,9 @@ export async function transformFiles(
 }
 
 /** Input n of the job (none when the upload has ended with fewer files), and whether it is the last. */
-async function nextFile(c: Container, jobId: string, n: number, signal: AbortSignal): Promise<{ file?: JobFileRow; last?: boolean }> {
-  const next = await arrivingInput(c, jobId, n, signal);
+async function nextFile(c: Container, jobId: string, n: number, signal: AbortSignal, slot: Slot): Promise<{ file?: JobFileRow; last?: boolean }> {
+  const next = await arrivingInput(c, jobId, n, signal, { slot });
+  await slot.acquire(signal);
   if (next.file || next.uploaded) return { file: next.file, last: next.inputs === n + 1 };
   // The API failed the job (its upload broke): nothing more comes, and the row says why.
   throw new UnrecoverableError(`the upload of job ${jobId} failed`);

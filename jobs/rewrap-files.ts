@@ -56,7 +56,7 @@ export const rewrapFiles = defineTrackedJob({
   name: 'rewrap-files',
   extra: z.object({ sealed_passphrase: z.string() }),
   watchProgress: true,
-  async run(row, payload, progress, { c, origin, signal, failAs }) {
+  async run(row, payload, progress, { c, origin, signal, failAs, slot }) {
     const req = RewrapRequest.parse(row.request);
     const limits = decryptionLimits(signal); // `reencrypt` decrypts
     failAs(limits.failAs);
@@ -89,7 +89,7 @@ export const rewrapFiles = defineTrackedJob({
     };
     const moved: { n: number; name: string; from: KeyRow }[] = [];
 
-    const done = await transformFiles(c, row, progress, signal, async (input, file) => {
+    const done = await transformFiles(c, row, progress, { signal, slot }, async (input, file) => {
       let stream: Readable;
       let armored: boolean;
       let from: KeyRow;

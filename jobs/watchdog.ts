@@ -20,13 +20,15 @@ export class Watchdog {
   private readonly controller = new AbortController();
   private readonly timers: NodeJS.Timeout[] = [];
   private last = Date.now();
+  /** Waits that are not the job's own lack of progress (for a worker slot): the idle limit does not run meanwhile. */
+  private excused = 0;
 
   constructor(limits: { timeoutMs: number; idleMs?: number }) {
     const { timeoutMs, idleMs } = limits;
     this.timers.push(setTimeout(() => this.abort(new AppError(422, 'job_timeout', `The job ran past its limit of ${Math.round(timeoutMs / 1000)} s and was stopped.`)), timeoutMs));
     if (idleMs) {
       const check = () => {
-        if (Date.now() - this.last >= idleMs) this.abort(new AppError(422, 'job_stalled', `The job made no progress for ${Math.round(idleMs / 1000)} s (an input that cannot be processed) and was stopped.`));
+        if (this.excused === 0 && Date.now() - this.last >= idleMs) this.abort(new AppError(422, 'job_stalled', `The job made no progress for ${Math.round(idleMs / 1000)} s (an input that cannot be processed) and was stopped.`));
       };
       this.timers.push(setInterval(check, Math.max(50, Math.min(1000, idleMs / 4))));
     }
@@ -41,6 +43,17 @@ export class Watchdog {
   /** Progress was made: bytes moved. */
   touch(): void {
     this.last = Date.now();
+  }
+
+  /** Settles with `wait` (raced against the limits) without it counting as a lack of progress. */
+  async excuse<T>(wait: Promise<T>): Promise<T> {
+    this.excused += 1;
+    try {
+      return await this.race(wait);
+    } finally {
+      this.excused -= 1;
+      this.touch();
+    }
   }
 
   abort(reason: Error): void {

@@ -103,6 +103,13 @@ const Env = z.object({
    */
   UPLOAD_MIN_BYTES_PER_SECOND: intish(1024, 1),
   UPLOAD_RATE_WINDOW_SECONDS: intish(30, 1, 3600),
+  /** Uploads one account may have arriving at once (jobs started before their files have all come); more get 429. */
+  UPLOADS_PER_ACCOUNT: intish(8, 1),
+  /**
+   * Jobs a worker keeps open beyond its crypto slots (WORKER_QUEUES' crypto=N): a job waiting for its
+   * upload's next bytes gives its slot back and waits among these, so slow clients cannot starve the pool.
+   */
+  WORKER_UPLOAD_WAITERS: intish(16, 0),
   /** Decrypted outputs are plaintext: they are kept for less time than encrypted ones. */
   DECRYPT_RETENTION_HOURS: intish(1, 1, 24 * 90),
   /** Temporary upload files and incomplete multipart uploads older than this are swept. */
@@ -203,6 +210,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     jobLimits: { timeoutMs: e.JOB_TIMEOUT_SECONDS * 1000, idleMs: e.JOB_IDLE_SECONDS * 1000 },
     jobReconcile: { intervalMs: e.JOB_RECONCILE_INTERVAL_SECONDS * 1000, graceMs: e.JOB_RECONCILE_GRACE_SECONDS * 1000 },
     uploadRate: { minBytesPerSecond: e.UPLOAD_MIN_BYTES_PER_SECOND, windowSeconds: e.UPLOAD_RATE_WINDOW_SECONDS },
+    uploadsPerAccount: e.UPLOADS_PER_ACCOUNT,
+    uploadWaiters: e.WORKER_UPLOAD_WAITERS,
     jobRetentionHours: e.JOB_RETENTION_HOURS,
     decryptRetentionHours: Math.min(e.DECRYPT_RETENTION_HOURS, e.JOB_RETENTION_HOURS),
     blobTmpMaxAgeHours: e.BLOB_TMP_MAX_AGE_HOURS,

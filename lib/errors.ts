@@ -30,8 +30,8 @@ export const gone = (code: string, message: string) => new AppError(410, code, m
 export const tooLarge = (code: string, message: string) => new AppError(413, code, message);
 export const invalid = (code: string, message: string, errors: FieldError[] = []) =>
   new AppError(422, code, message, { errors });
-export const tooManyRequests = (message: string, retryAfterSeconds: number) =>
-  new AppError(429, 'rate_limited', message, { headers: { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) } });
+export const tooManyRequests = (message: string, retryAfterSeconds: number, code = 'rate_limited') =>
+  new AppError(429, code, message, { headers: { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) } });
 /** 503: a dependency is down or out of reach; the client retries after a few seconds (Retry-After). */
 export const unavailable = (code: string, message: string, retryAfterSeconds = 5) =>
   new AppError(503, code, message, { headers: { 'Retry-After': String(retryAfterSeconds) } });

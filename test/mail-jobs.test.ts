@@ -9,6 +9,7 @@ import { mailAad, notify } from '../lib/services/notify';
 import { sendEmail } from '../jobs/send-email';
 import { createMailer } from '../lib/mailer';
 import { createLogger } from '../lib/logger';
+import { NO_POOL } from '../lib/slots';
 import { Watchdog } from '../jobs/watchdog';
 import type { Job } from 'bullmq';
 import type { JobEnvelope } from '../jobs/define';
@@ -110,6 +111,7 @@ describe('mail jobs', () => {
       log: createLogger('silent'),
       origin: { request_id: null, ip: null },
       watchdog: new Watchdog({ timeoutMs: 10_000 }),
+      slot: NO_POOL,
     };
     for (const template of ['password-reset', 'email-confirm'] as const) {
       await expect(sendEmail.process({ mail_id: randomUUID(), template, sealed }, ctx)).rejects.toMatchObject({ name: 'UnrecoverableError' });

@@ -3,7 +3,8 @@ import type { Container } from '../lib/container';
 import { AppError } from '../lib/errors';
 import { createRedis, connectRedis } from '../lib/redis';
 import { bullPrefix } from '../jobs/client';
-import { isQueueName, type JobEnvelope, type QueueName } from '../jobs/define';
+import { UPLOAD_QUEUE, isQueueName, type JobEnvelope, type QueueName } from '../jobs/define';
+import { NO_POOL, SlotPool } from '../lib/slots';
 import { jobDefinition } from '../jobs/registry';
 import { Watchdog, abortRunningJobs } from '../jobs/watchdog';
 import { startHeartbeat } from '../lib/heartbeats';
@@ -27,10 +28,11 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
 
   const workers = queues.map(({ queue, concurrency }) => {
     if (!isQueueName(queue)) throw new Error(`WORKER_QUEUES names an unknown queue "${queue}"`);
-    const worker = new Worker<JobEnvelope>(queue, (job) => processJob(c, queue, job), {
+    const pool = queue === UPLOAD_QUEUE ? new SlotPool(concurrency) : undefined;
+    const worker = new Worker<JobEnvelope>(queue, (job) => processJob(c, queue, job, pool), {
       connection,
       prefix: bullPrefix(c.config.redisPrefix),
-      concurrency,
+      concurrency: pool ? concurrency + c.config.uploadWaiters : concurrency,
       autorun: true,
       lockDuration: c.config.workerLocks.lockMs,
       stalledInterval: c.config.workerLocks.stalledCheckMs,
@@ -63,7 +65,7 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
 }
 
 /** One attempt, counted and timed: completed, retried (it will run again) or failed (for good). */
-async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>): Promise<unknown> {
+async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>, pool: SlotPool | undefined): Promise<unknown> {
   const started = process.hrtime.bigint();
   const record = (outcome: 'completed' | 'retried' | 'failed') => {
     const labels = { queue, job: jobDefinition(job.name) ? job.name : '(unknown)', outcome };
@@ -71,7 +73,7 @@ async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>)
     c.metrics.jobDuration.observe(labels, Number(process.hrtime.bigint() - started) / 1e9);
   };
   try {
-    const result = await runJob(c, queue, job);
+    const result = await runJob(c, queue, job, pool);
     record('completed');
     return result;
   } catch (err) {
@@ -81,7 +83,7 @@ async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>)
   }
 }
 
-async function runJob(c: Container, queue: QueueName, job: Job<JobEnvelope>): Promise<unknown> {
+async function runJob(c: Container, queue: QueueName, job: Job<JobEnvelope>, pool: SlotPool | undefined): Promise<unknown> {
   const def = jobDefinition(job.name);
   if (!def || def.queue !== queue) throw new UnrecoverableError(`no job "${job.name}" on queue "${queue}"`);
   const parsed = def.schema.safeParse(job.data?.payload);
@@ -91,9 +93,12 @@ async function runJob(c: Container, queue: QueueName, job: Job<JobEnvelope>): Pr
     const origin = { request_id: job.data.meta?.request_id ?? null, ip: job.data.meta?.ip ?? null };
     const { timeoutMs, idleMs } = c.config.jobLimits;
     const watchdog = new Watchdog({ timeoutMs, idleMs: def.watchProgress ? idleMs : undefined });
+    const slot = pool?.slot() ?? NO_POOL;
     try {
-      return await def.process(parsed.data, { c, job, log, origin, watchdog });
+      await watchdog.excuse(slot.acquire(watchdog.signal));
+      return await def.process(parsed.data, { c, job, log, origin, watchdog, slot });
     } finally {
+      slot.release();
       watchdog.stop();
     }
   } catch (err) {

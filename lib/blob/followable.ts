@@ -248,13 +248,17 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
       const pause = async (why: string) => {
         const limit = write ? idleMs : startMs;
         if (Date.now() - idleSince > limit) throw new Error(`blob ${key}: nothing new for ${limit} ms (${why})`);
+        wait?.slot?.release();
         await sleep(delay, undefined, { signal });
         delay = Math.min(delay * 2, POLL_MAX_MS);
       };
       for (let i = 0; ; ) {
         signal?.throwIfAborted();
         if (end && i >= end.segments) {
-          if (end.inline?.length) yield end.inline;
+          if (end.inline?.length) {
+            await wait?.slot?.acquire(signal);
+            yield end.inline;
+          }
           return;
         }
         if (!write) {
@@ -272,6 +276,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
           if (!(err instanceof BlobNotFoundError)) throw err;
         }
         if (part) {
+          await wait?.slot?.acquire(signal);
           for await (const chunk of part) yield chunk as Buffer;
           i += 1;
           idleSince = Date.now();

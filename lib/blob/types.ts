@@ -4,6 +4,7 @@
  * `jobs/<uuid>/out/0`; nothing here ever holds a whole blob in memory.
  */
 import type { Readable } from 'node:stream';
+import type { Slot } from '../slots';
 
 /** Stream chunk size used for files and pipes: large enough for throughput, small enough to keep memory flat. */
 export const STREAM_CHUNK_BYTES = 1 << 20;
@@ -48,6 +49,8 @@ export interface FollowOptions {
    * is still to start, and the reader fails at once rather than after `startMs`.
    */
   begun?: boolean;
+  /** A worker slot the reader gives back while it waits for the writer, and takes again before it passes bytes on. */
+  slot?: Slot;
 }
 
 export interface BlobStore {

@@ -3,9 +3,10 @@ import { enforceJobLimits, enforceUploadLimits, jobLimitsApply } from './billing
 import type { Container } from '../container';
 import type { Knex } from 'knex';
 import { emitEvent, type AccountEvent } from '../events';
-import { AppError, conflict, invalid } from '../errors';
+import { AppError, conflict, invalid, tooManyRequests } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { failUnfinishedJob, findJobByIdempotencyKey, freeIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
+import type { Slot } from '../slots';
+import { countUploading, failUnfinishedJob, findJobByIdempotencyKey, freeIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
 
 /**
  * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
@@ -132,6 +133,19 @@ export const idempotencyKeyInUse = () =>
 /** The loser of two concurrent inserts with one Idempotency-Key. */
 export class DuplicateIdempotencyKey extends Error {}
 
+/**
+ * One account may have at most UPLOADS_PER_ACCOUNT uploads arriving at once: the workers keep a bounded
+ * number of jobs open while they wait for bytes (WORKER_UPLOAD_WAITERS), and one account's slow clients
+ * must not take all of them.
+ */
+async function enforceUploadShare(c: Container, trx: Knex.Transaction, userId: string): Promise<void> {
+  // NO KEY UPDATE: serialises with the account's other submissions, not with inserts that merely reference it.
+  await trx('users').where({ id: userId }).forNoKeyUpdate().first();
+  const limit = c.config.uploadsPerAccount;
+  if ((await countUploading(trx, userId, c.config.jobLimits.timeoutMs)) < limit) return;
+  throw tooManyRequests(`This account already has ${limit} uploads in progress; send this one when one of them has arrived.`, 5, 'too_many_uploads');
+}
+
 /** Records the job and enqueues it. A failure to enqueue removes the row and the uploads (503 follows). */
 export async function submitJob(c: Container, input: SubmitInput): Promise<JobRow> {
   const record = (db: Knex) =>
@@ -149,14 +163,17 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
     });
   let row: JobRow;
   try {
-    // Plan limits (concurrent jobs, monthly bytes so far) are counted under the account's row lock;
-    // an upload's own sizes are checked as it arrives and again when it ends (completeUpload).
-    row = jobLimitsApply(c, input.kind)
-      ? await c.db.transaction(async (trx) => {
-          await enforceJobLimits(c, trx, input.userId, input.kind, []);
-          return record(trx);
-        })
-      : await record(c.db);
+    // Plan limits (concurrent jobs, monthly bytes so far) and the account's share of uploads are counted
+    // under the account's row lock; an upload's own sizes are checked as it arrives and again when it
+    // ends (completeUpload).
+    row =
+      input.uploading || jobLimitsApply(c, input.kind)
+        ? await c.db.transaction(async (trx) => {
+            if (input.uploading) await enforceUploadShare(c, trx, input.userId);
+            await enforceJobLimits(c, trx, input.userId, input.kind, []);
+            return record(trx);
+          })
+        : await record(c.db);
   } catch (err) {
     if ((err as { constraint?: string }).constraint === 'jobs_idempotency' && input.idempotencyKey) throw new DuplicateIdempotencyKey();
     throw err;
@@ -212,14 +229,16 @@ export async function failUpload(c: Container, row: JobRow, err: unknown): Promi
  * ended with fewer files (`uploaded`), or the job ended (`state`). While the upload still arrives it
  * waits, polling the row with a short back-off: the worker and a follower of the output both do.
  * `started`: a follower also waits while the job is queued, since its output has no writer yet (the
- * follower's idle limit is for a writer that stopped, not for a queue).
+ * follower's idle limit is for a writer that stopped, not for a queue). A job waiting for its own
+ * upload gives its `slot` back meanwhile (it takes it again itself).
  */
-export async function arrivingInput(c: Container, jobId: string, n: number, signal?: AbortSignal, opts: { started?: boolean } = {}): Promise<NextInput> {
+export async function arrivingInput(c: Container, jobId: string, n: number, signal?: AbortSignal, opts: { started?: boolean; slot?: Slot } = {}): Promise<NextInput> {
   for (let delay = 2; ; ) {
     signal?.throwIfAborted();
     const next = await nextInput(c.db, jobId, n);
     const settled = next.state === undefined || isFinished(next.state) || (next.uploaded && !next.file);
     if (settled || (next.file && !(opts.started && next.state === 'queued'))) return next;
+    opts.slot?.release();
     await sleep(delay, undefined, { signal });
     // A queue may hold a job for minutes: its followers ask less often than for an upload's next file.
     delay = Math.min(delay * 2, next.state === 'queued' ? 1000 : 200);
