@@ -1,6 +1,8 @@
 import type { Redis } from 'ioredis';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Container } from './container';
 import { eventTargets, fanOut } from './services/webhooks';
+import { accountsWithPendingEvents, deleteOutbox, insertOutbox, lockAccountOutbox, pendingEvents } from '../db/event-outbox';
 
 /**
  * Account events go to a Redis stream per account, trimmed to the newest ~STREAM_MAX_LEN, delivered
@@ -167,23 +169,129 @@ export async function eventHistory(redis: Redis, redisPrefix: string, userId: st
   return q.types?.length ? events.filter((e) => q.types!.includes(e.type)) : events;
 }
 
+/** How long a relayed event's Redis key is kept: a relayer that published it but could not delete its row skips it. */
+const RELAYED_ONCE_SECONDS = 24 * 3600;
+const RELAY_BATCH = 100;
+/** How long, in all, an emitter retries while another process relays the same account before leaving its events to it. */
+const RELAY_WAIT_MS = 2000;
+const RELAY_RETRY_MS = 50;
+
 /**
- * Publishes account events after the change they report has committed (in order, one round trip), then
- * queues their webhook deliveries. A failure is logged, not thrown: the change has happened and must not
- * turn into an error. `once`: see publishEvents.
+ * Emits account events once the change they report has committed: they are stored in Postgres (the
+ * outbox), then published to the account's stream in order and their webhook deliveries queued
+ * (relayEvents). When Redis cannot be reached they wait in the outbox, and the event relay publishes
+ * them when it can. A failure is logged, not thrown: the change has happened and must not turn into an
+ * error.
  */
 export async function emitEvents(c: Container, userId: string, events: NewEvent[], once?: Once): Promise<void> {
   if (!events.length) return;
   const at = c.clock.now();
   try {
-    const published = await publishEvents(c.redis, c.config.redisPrefix, userId, events, at, once);
-    if (!published) return;
-    const targets = await eventTargets(c, userId, published.endpointsVersion);
-    for (const [i, e] of events.entries()) await fanOut(c, { id: published.ids[i]!, type: e.type, created_at: at.toISOString(), account: userId, data: e.data }, targets);
+    // A `once` key stands for one event: the rows of a call are stored together or not at all.
+    if (once && events.length > 1) throw new TypeError('a once-only emit carries one event');
+    await insertOutbox(
+      c.db,
+      events.map((e) => ({ user_id: userId, type: e.type, data: e.data, once_key: once?.key ?? null, once_seconds: once?.seconds ?? null, created_at: at })),
+    );
   } catch (err) {
-    c.log.warn({ err, types: events.map((e) => e.type) }, 'could not publish account events or queue their webhooks');
+    c.log.warn({ err, types: events.map((e) => e.type) }, 'could not store account events');
+    return;
+  }
+  await relayEvents(c, userId, RELAY_WAIT_MS);
+}
+
+/** One event: see emitEvents. `once`: see publishEvents. */
+export const emitEvent = (c: Container, userId: string, type: EventType, data: Record<string, unknown>, once?: Once): Promise<void> => emitEvents(c, userId, [{ type, data }], once);
+
+/** The relay of each account running in this process: emitters that come meanwhile ask it to go round once more. */
+const relaying = new WeakMap<Container, Map<string, { again: boolean; done: Promise<void> }>>();
+
+/**
+ * Publishes the account's stored events, oldest first, each once (a Redis key per event, kept a day),
+ * queues their webhooks, and deletes them from the outbox; stops where Redis fails (the rest wait).
+ * One relayer per account: in this process, callers share the running one; across processes, an
+ * account lock in Postgres, retried for up to `waitMs` without holding a connection meanwhile.
+ */
+export function relayEvents(c: Container, userId: string, waitMs = 0): Promise<void> {
+  let mine = relaying.get(c);
+  if (!mine) relaying.set(c, (mine = new Map()));
+  const running = mine.get(userId);
+  if (running) {
+    running.again = true;
+    return running.done;
+  }
+  const state = { again: false, done: Promise.resolve() };
+  state.done = (async () => {
+    try {
+      do {
+        state.again = false;
+        await relayAccount(c, userId, waitMs);
+      } while (state.again);
+    } catch (err) {
+      c.log.warn({ err }, 'could not relay account events; they wait in the outbox');
+    } finally {
+      mine.delete(userId);
+    }
+  })();
+  mine.set(userId, state);
+  return state.done;
+}
+
+async function relayAccount(c: Container, userId: string, waitMs: number): Promise<void> {
+  const prefix = c.config.redisPrefix;
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    if (c.redis.status !== 'ready') return;
+    const outcome = await c.db.transaction(async (trx): Promise<'busy' | 'more' | 'done'> => {
+      if (!(await lockAccountOutbox(trx, userId))) return 'busy';
+      const rows = await pendingEvents(trx, userId, RELAY_BATCH);
+      const done: string[] = [];
+      try {
+        for (const row of rows) {
+          const once = { key: row.once_key ?? besideStream(prefix, userId, `outbox:${row.id}`), seconds: row.once_seconds ?? RELAYED_ONCE_SECONDS };
+          const event: NewEvent = { type: row.type as EventType, data: row.data };
+          const published = await publishEvents(c.redis, prefix, userId, [event], row.created_at, once);
+          done.push(row.id);
+          // Null: published already (by another process hearing the same audit row, or before a failed delete).
+          if (!published) continue;
+          const targets = await eventTargets(c, userId, published.endpointsVersion);
+          await fanOut(c, { id: published.ids[0]!, type: event.type, created_at: row.created_at.toISOString(), account: userId, data: event.data }, targets).catch((err: unknown) =>
+            c.log.warn({ err, type: event.type }, 'could not queue the webhooks of an account event'),
+          );
+        }
+      } catch (err) {
+        c.log.warn({ err, waiting: rows.length - done.length }, 'could not publish account events; they wait in the outbox');
+        await deleteOutbox(trx, done);
+        return 'done';
+      }
+      await deleteOutbox(trx, done);
+      return rows.length === RELAY_BATCH ? 'more' : 'done';
+    });
+    if (outcome === 'done') return;
+    if (outcome === 'busy') {
+      // Another process relays this account; it may have read the outbox before these events were in it.
+      if (Date.now() >= deadline) return;
+      await sleep(RELAY_RETRY_MS);
+    }
   }
 }
 
-/** One event: see emitEvents. */
-export const emitEvent = (c: Container, userId: string, type: EventType, data: Record<string, unknown>, once?: Once): Promise<void> => emitEvents(c, userId, [{ type, data }], once);
+const RELAY_INTERVAL_MS = 2000;
+
+/** Publishes events that could not be published when they were emitted (Redis was down), every two seconds. */
+export function startEventRelay(c: Container): { stop(): Promise<void> } {
+  let running: Promise<void> | undefined;
+  const tick = async () => {
+    if (c.redis.status !== 'ready') return;
+    const accounts = await accountsWithPendingEvents(c.db, RELAY_BATCH).catch(() => [] as string[]);
+    for (const userId of accounts) await relayEvents(c, userId, 0);
+  };
+  const timer = setInterval(() => void (running ??= tick().finally(() => (running = undefined))), RELAY_INTERVAL_MS);
+  timer.unref();
+  return {
+    async stop() {
+      clearInterval(timer);
+      await running;
+    },
+  };
+}

@@ -58,7 +58,8 @@ export async function startService(roles: Role[], config: Config = loadConfig(),
   }
   if (roles.includes('web') || roles.includes('scheduler')) {
     const { startAuditRelay } = await import('./audit-relay');
-    stops.push(startAuditRelay(c).stop);
+    const { startEventRelay } = await import('./events');
+    stops.push(startAuditRelay(c).stop, startEventRelay(c).stop);
   }
   return {
     container: c,
