@@ -15,7 +15,7 @@ const ORDINAL =
 const PATTERNS: Array<{ name: string; re: RegExp }> = [
   { name: 'an issue number', re: /\bissues?\s+#?\d+/i },
   { name: 'a numbered work session', re: new RegExp(`\\b${ORDINAL}\\s+session(?:'s|s)?\\b(?!\\s+(?:token|cookie|id)\\b)`, 'i') },
-  { name: 'a numbered work session', re: /\bsessions?\s+\d+(?:\s*[–-]\s*\d+)?(?!\d)(?![\d\s]*(?:ms|s|seconds|minutes)\b)/i },
+  { name: 'a numbered work session', re: /\bsessions?\s+\d{1,2}(?:\s*[–-]\s*\d{1,2})?(?!\d)(?![\d\s]*(?:ms|s|seconds|minutes)\b)/i },
   { name: 'a work session long ago', re: /\bsessions?\s+ago\b/i },
   { name: 'a virtual machine the project ran on', re: /\bVMs?\b/ },
   { name: 'the machine the project ran on', re: /\b(?:this|these|that|those|the bench|the shared|the development|our)\s+machines?\b/i },
@@ -65,5 +65,6 @@ describe('repository hygiene', () => {
     expect(hits('answers a session token and a partner API key, shown once')).toEqual([]);
     expect(hits('the first session token a login issues')).toEqual([]);
     expect(hits('GET /sessions ends 2 sessions; session 30 s skew')).toEqual([]);
+    expect(hits('stores the session 0600 in XDG_CONFIG_HOME')).toEqual([]);
   });
 });
