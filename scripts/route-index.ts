@@ -4,8 +4,8 @@
  * test/route-index.test.ts fails when the committed file differs from what this prints.
  *
  * The route file is found by identity: each default import of api/app.ts is loaded and its declarations
- * matched against the route list. The job is read from the route file's source: a `jobs.enqueue('name'`
- * in the handler, or in a function of the same file that the handler calls. Test files are matched by the
+ * matched against the route list. The job is read from the sources: a `jobs.enqueue('name'` in the
+ * handler, or in a function the handler calls by name, of the same file or of lib/services/. Test files are matched by the
  * paths they write (`/keys/${fpr}/rotate` matches `/keys/{fingerprint}/rotate`; a literal segment beats a
  * parameter), and by method where the call names one.
  */
@@ -50,10 +50,20 @@ function enqueuesByFunction(source: string): Map<string, Set<string>> {
   return found;
 }
 
-function jobsOf(def: RouteDef, source: string): string[] {
+/** Functions of lib/services/ that enqueue a job themselves (a route reaches them by name). */
+function serviceEnqueues(): Map<string, Set<string>> {
+  const dir = join(root, 'lib', 'services');
+  const found = new Map<string, Set<string>>();
+  for (const f of readdirSync(dir).filter((n) => n.endsWith('.ts')).sort()) {
+    for (const [fn, names] of enqueuesByFunction(readFileSync(join(dir, f), 'utf8'))) found.set(fn, new Set([...(found.get(fn) ?? []), ...names]));
+  }
+  return found;
+}
+
+function jobsOf(def: RouteDef, callable: Map<string, Set<string>>): string[] {
   const handler = def.handler.toString();
   const jobs = new Set([...handler.matchAll(ENQUEUE)].map((m) => m[1]!));
-  for (const [fn, names] of enqueuesByFunction(source)) {
+  for (const [fn, names] of callable) {
     if (new RegExp(`\\b${fn}\\s*\\(`).test(handler)) for (const n of names) jobs.add(n);
   }
   return [...jobs].sort();
@@ -107,7 +117,9 @@ export async function routeIndex(): Promise<string> {
   const files = await routeFiles();
   const fileOf = new Map<RouteDef, string>();
   for (const { file, defs } of files) for (const d of defs) fileOf.set(d, file);
-  const sources = new Map(files.map(({ file }) => [file, readFileSync(join(root, file), 'utf8')]));
+  const services = serviceEnqueues();
+  // What a handler can call by name: the functions of its own file, then those of lib/services/.
+  const callable = new Map(files.map(({ file }) => [file, new Map([...services, ...enqueuesByFunction(readFileSync(join(root, file), 'utf8'))])]));
 
   const segmentsOf = (d: RouteDef) => d.path.replace(/\/$/, '').split('/').slice(1);
   const tested = new Map<RouteDef, Set<string>>(routes.map((d) => [d, new Set()]));
@@ -137,7 +149,7 @@ export async function routeIndex(): Promise<string> {
   for (const d of routes) {
     const file = fileOf.get(d) ?? '?';
     const access = d.access === 'auth' ? `\`${d.scope ?? '?'}\`` : d.access;
-    const jobs = jobsOf(d, sources.get(file) ?? '').map((j) => `\`${j}\``).join(', ') || '–';
+    const jobs = jobsOf(d, callable.get(file) ?? services).map((j) => `\`${j}\``).join(', ') || '–';
     const tests = [...tested.get(d)!].sort().map((t) => t.replace(/^test\//, '')).join(', ') || '**none**';
     lines.push(`| ${d.method.toUpperCase()} | \`${cell(d.path)}\` | ${file} | ${access} | ${jobs} | ${tests} |`);
   }
