@@ -4,8 +4,8 @@
  * test/route-index.test.ts fails when the committed file differs from what this prints.
  *
  * The route file is found by identity: each default import of api/app.ts is loaded and its declarations
- * matched against the route list. The job is read from the sources: a `jobs.enqueue('name'` in the
- * handler, or in a function the handler calls by name, of the same file or of lib/services/. Test files are matched by the
+ * matched against the route list. The job is read from the route's declaration in that file: a
+ * `jobs.enqueue('name'` in it, or in a function it calls by name, of the same file or of lib/services/. Test files are matched by the
  * paths they write (`/keys/${fpr}/rotate` matches `/keys/{fingerprint}/rotate`; a literal segment beats a
  * parameter), and by method where the call names one.
  */
@@ -60,11 +60,20 @@ function serviceEnqueues(): Map<string, Set<string>> {
   return found;
 }
 
-function jobsOf(def: RouteDef, callable: Map<string, Set<string>>): string[] {
-  const handler = def.handler.toString();
-  const jobs = new Set([...handler.matchAll(ENQUEUE)].map((m) => m[1]!));
+/** The route's own declaration in its file's source, from its method and path to the next `route(`. */
+function declaration(def: RouteDef, source: string): string | undefined {
+  const esc = (t: string) => t.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  const start = new RegExp(`method:\\s*'${def.method}',\\s*path:\\s*'${esc(def.path)}'`).exec(source);
+  if (!start) return undefined;
+  const end = source.indexOf('route(', start.index);
+  return source.slice(start.index, end < 0 ? undefined : end);
+}
+
+function jobsOf(def: RouteDef, source: string, callable: Map<string, Set<string>>): string[] {
+  const text = declaration(def, source) ?? def.handler.toString();
+  const jobs = new Set([...text.matchAll(ENQUEUE)].map((m) => m[1]!));
   for (const [fn, names] of callable) {
-    if (new RegExp(`\\b${fn}\\s*\\(`).test(handler)) for (const n of names) jobs.add(n);
+    if (new RegExp(`\\b${fn}\\s*\\(`).test(text)) for (const n of names) jobs.add(n);
   }
   return [...jobs].sort();
 }
@@ -119,7 +128,8 @@ export async function routeIndex(): Promise<string> {
   for (const { file, defs } of files) for (const d of defs) fileOf.set(d, file);
   const services = serviceEnqueues();
   // What a handler can call by name: the functions of its own file, then those of lib/services/.
-  const callable = new Map(files.map(({ file }) => [file, new Map([...services, ...enqueuesByFunction(readFileSync(join(root, file), 'utf8'))])]));
+  const sources = new Map(files.map(({ file }) => [file, readFileSync(join(root, file), 'utf8')]));
+  const callable = new Map([...sources].map(([file, text]) => [file, new Map([...services, ...enqueuesByFunction(text)])]));
 
   const segmentsOf = (d: RouteDef) => d.path.replace(/\/$/, '').split('/').slice(1);
   const tested = new Map<RouteDef, Set<string>>(routes.map((d) => [d, new Set()]));
@@ -149,7 +159,7 @@ export async function routeIndex(): Promise<string> {
   for (const d of routes) {
     const file = fileOf.get(d) ?? '?';
     const access = d.access === 'auth' ? `\`${d.scope ?? '?'}\`` : d.access;
-    const jobs = jobsOf(d, callable.get(file) ?? services).map((j) => `\`${j}\``).join(', ') || '–';
+    const jobs = jobsOf(d, sources.get(file) ?? '', callable.get(file) ?? services).map((j) => `\`${j}\``).join(', ') || '–';
     const tests = [...tested.get(d)!].sort().map((t) => t.replace(/^test\//, '')).join(', ') || '**none**';
     lines.push(`| ${d.method.toUpperCase()} | \`${cell(d.path)}\` | ${file} | ${access} | ${jobs} | ${tests} |`);
   }
