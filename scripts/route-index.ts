@@ -5,9 +5,9 @@
  *
  * The route file is found by identity: each default import of api/app.ts is loaded and its declarations
  * matched against the route list. The job is read from the route's declaration in that file: a
- * `jobs.enqueue('name'` in it, or in a function it calls by name, of the same file or of lib/services/. Test files are matched by the
- * paths they write (`/keys/${fpr}/rotate` matches `/keys/{fingerprint}/rotate`; a literal segment beats a
- * parameter), and by method where the call names one.
+ * `jobs.enqueue('name'` in it, or in a function it calls by name, of the same file or of lib/services/.
+ * Test files are matched by the paths they write (`/keys/${fpr}/rotate` matches `/keys/{fingerprint}/rotate`;
+ * a literal segment beats a parameter), and by method where the call names one.
  */
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
@@ -39,7 +39,8 @@ async function routeFiles(): Promise<Array<{ file: string; defs: RouteDef[] }>> 
 function enqueuesByFunction(source: string): Map<string, Set<string>> {
   const found = new Map<string, Set<string>>();
   // Every declaration starts at column 0; an enqueue belongs to the last one before it, if that names a function.
-  const starts = [...source.matchAll(/^[a-z].*$/gm)].map((m) => ({ at: m.index, name: /^(?:export\s+)?(?:async\s+)?(?:function\s+(\w+)|const\s+(\w+)\s*=)/.exec(m[0]) }));
+  const named = /^(?:export\s+)?(?:async\s+)?(?:function\s+(\w+)|const\s+(\w+)\s*=)/;
+  const starts = [...source.matchAll(/^[a-z].*$/gm)].map((m) => ({ at: m.index, name: named.exec(m[0]) }));
   for (const m of source.matchAll(ENQUEUE)) {
     const owner = starts.filter((s) => s.at < m.index).at(-1)?.name;
     if (!owner) continue;

@@ -148,7 +148,8 @@ export async function measureSmallJobs(base: string, opts: { concurrency: number
     const ms = performance.now() - started;
     const job = res.json as { state?: string; created_at?: string; started_at?: string; finished_at?: string };
     const ok = res.status === 200 && job.state === 'completed';
-    // The service runs on the bench's host, so its clocks are the bench's: the job's timestamps split the wait into its steps.
+    // The service runs on the bench's host, so its clocks are the bench's: the job's timestamps split the
+    // wait into its steps.
     const [created, running, finished] = [job.created_at, job.started_at, job.finished_at].map((t) => Date.parse(t ?? ''));
     const steps = ok ? { recorded: created! - sent, queued: running! - created!, ran: finished! - running!, answered: sent + ms - finished! } : undefined;
     return { ms, ok, steps };

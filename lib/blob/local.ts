@@ -291,7 +291,8 @@ export const DEFAULT_SPARE_BYTES = 1 << 30;
  * Files of deleted objects, kept (up to a total size) for later writes to overwrite rather than create.
  * A new file's pages are new page-cache memory; a virtualised host that takes back the memory a guest
  * frees makes each page written after that a host fault, about ten times the cost of overwriting a file
- * whose pages are still cached (docs/performance.md, "Spare files"). Large objects are segments of job files, sealed (lib/blob/sealed.ts): what a kept file still
+ * whose pages are still cached (docs/performance.md, "Spare files"). Large objects are segments of job
+ * files, sealed (lib/blob/sealed.ts): what a kept file still
  * holds is ciphertext, and a write that reuses it cuts it to its own length. PostgreSQL recycles its WAL
  * files for the same reason. Several processes share the folder: a file is taken by renaming it away
  * (only one rename wins), and the size limit may be overshot by a file per process that adds at once.
