@@ -12,7 +12,7 @@ export interface StoredFile extends UploadedFile {
 
 /**
  * The files of a job submission (multipart field `files`), stored as the inputs of job `id` while that
- * job already runs (issue 13). The route's handler runs at the first file part, with the fields sent
+ * job already runs. The route's handler runs at the first file part, with the fields sent
  * before it (the form documents that files come last); it records and enqueues the job, then calls
  * `begin`. Only then are the files stored, each one's input row written as it starts so that the worker
  * can follow it; `files()` settles when the whole form has been read.

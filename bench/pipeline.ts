@@ -11,7 +11,8 @@
  * one), the script re-executing itself under them.
  *
  * Prints what a write into the page cache costs the kernel first, as `npm run bench` does (bench/README.md,
- * "Memory the host takes back"): on these VMs it is a large part of every figure's system time.
+ * "Memory the host takes back"): on a host that takes back freed memory it is a large part of every
+ * figure's system time.
  *
  *   tsx bench/pipeline.ts [size] [--runs N]        (default 256M, 3 runs)
  */
@@ -36,8 +37,8 @@ import { makePgpKeys } from './lib/baselines';
 import { extraFlags, procfileCommand } from './lib/service';
 import { GiB, MiB, formatSize, parseSize, run, pageCacheWriteCost, sha256File, writeRandomFile } from './lib/util';
 
-// V8's collector settings move these figures by half (encrypting 6.6 CPU-s per GiB under V8's defaults,
-// 4.0 under the worker's flags, the twentieth session): measure what a worker runs.
+// V8's collector settings move these figures by half (docs/performance.md, "Process flags"): measure
+// what a worker runs.
 if (!process.env.BENCH_PIPELINE_AS_WORKER) {
   const { env, flags } = procfileCommand('worker');
   const workerFlags = [...flags, ...extraFlags()];

@@ -1,6 +1,6 @@
 import { ClientError, JobFailedError, ProblemError } from '../client/index.js';
 
-/** The documented exit codes (README "Command line"). */
+/** The documented exit codes (docs/cli.md). */
 export const EXIT = { ok: 0, failed: 1, usage: 2, auth: 3, notFound: 4, limit: 5 } as const;
 
 /** A wrong invocation found after parsing (a missing passphrase source, conflicting options). */

@@ -16,7 +16,7 @@ export interface LineageRow {
   disabled_at: Date | null;
   rotation_mode: 'policy' | 'interval' | 'off';
   rotation_interval_days: number | null;
-  /** Generations below this no longer decrypt or rewrap (issue 14); 1 retires nothing. */
+  /** Generations below this no longer decrypt or rewrap; 1 retires nothing. */
   min_decryption_generation: number;
   /** Whole-key destruction: when it is due, and when it was done. */
   destroy_after: Date | null;
@@ -257,7 +257,7 @@ export async function listKeys(db: Knex, q: KeyListQuery): Promise<{ items: List
 
 type GenerationUse = 'encrypt' | 'decrypt' | 'rewrap_from' | 'rewrap_to';
 
-/** The per-generation usage columns (issue 14) that one job's `files`/`bytes` add to. */
+/** The per-generation usage columns that one job's `files`/`bytes` add to. */
 function generationCounters(db: Knex, use: GenerationUse, files: number, bytes: number, at: Date): Record<string, unknown> {
   const add = (col: string, n: number) => db.raw('?? + ?', [col, n]);
   if (use === 'encrypt') return { encrypt_files: add('encrypt_files', files), encrypt_bytes: add('encrypt_bytes', bytes) };

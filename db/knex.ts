@@ -53,9 +53,9 @@ const statements = new Map<string, string>();
 
 /**
  * A statement Postgres parses and plans once per connection (a named prepared statement), for the few
- * queries nearly every request makes: on these VMs parsing and planning are ~90 of the ~140 µs of
- * Postgres CPU a simple query costs. `sql` takes named bindings (`:name`), turned into positional ones
- * here, once; casts are written `CAST(x AS t)`, not `x::t`. It runs on knex's pool and transactions
+ * queries nearly every request makes: for a simple query, parsing and planning are most of the CPU
+ * Postgres spends on it (docs/performance.md). `sql` takes named bindings (`:name`), turned into
+ * positional ones here, once; casts are written `CAST(x AS t)`, not `x::t`. It runs on knex's pool and transactions
  * through the client's own `query` (its events, error cleaning and completed-transaction check) without
  * knex's raw builder and runner, which compiled the bindings again on every call. It names the columns it
  * reads and returns: a prepared `SELECT *` would fail on every connection once a migration adds a column

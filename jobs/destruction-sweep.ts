@@ -3,7 +3,7 @@ import { defineJob } from './define';
 import { destroyDueGenerations } from '../lib/services/key-lifecycle';
 
 /**
- * Every few minutes (scheduler): destroys generations whose destruction wait is over (issue 14). Safe
+ * Every few minutes (scheduler): destroys generations whose destruction wait is over. Safe
  * to run on several schedulers at once: each lineage is destroyed under its row lock, once.
  */
 export const destructionSweep = defineJob({

@@ -45,7 +45,7 @@ async function sniffArmor(input: Readable): Promise<{ armored: boolean; stream: 
 }
 
 /**
- * Addresses each uploaded message to the lineage's current generation (issue 14). Mode `rewrap` swaps
+ * Addresses each uploaded message to the lineage's current generation. Mode `rewrap` swaps
  * the session-key packet and copies the encrypted data byte for byte (lib/pgp/rewrap.ts); `reencrypt`
  * decrypts and encrypts again under a fresh session key, streaming. Both verify the message's integrity
  * before the output is published (atomic blob puts; one failing file fails the job and nothing is kept).

@@ -139,7 +139,7 @@ const Env = z.object({
   WORKER_HTTP_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   /** The BullMQ dashboard at /admin/queues (admins only): off, read-only, or read-write (retry, remove, ...). */
   QUEUE_DASHBOARD: z.enum(['off', 'read-only', 'read-write']).default('read-only'),
-  /** Key lifecycle (issue 14): days before expiry at which owners are warned, each once per generation. */
+  /** Key lifecycle: days before expiry at which owners are warned, each once per generation. */
   KEY_EXPIRY_WARNING_DAYS: z
     .string()
     .default('30,14,7,1')

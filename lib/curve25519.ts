@@ -5,10 +5,10 @@ import { createPrivateKey, createPublicKey, randomBytes, type KeyObject } from '
  * and the lineage lock keep. New key pairs are 32 random octets imported, never `generateKeyPairSync`:
  * in Node 20 the job object that call leaves behind takes the key's lock in its destructor, which the
  * garbage collector runs, and a JWK export holds that same lock while it allocates. A collection that
- * falls inside such an export deadlocks the process for good. It froze rotation workers mid-transaction
- * in the bench (bench/HISTORY.md, "The sixteenth session"); `generateKeyPairSync(c).privateKey.export({ format: 'jwk' })`
+ * falls inside such an export deadlocks the process for good: it froze rotation workers mid-transaction.
+ * `generateKeyPairSync(c).privateKey.export({ format: 'jwk' })`
  * in a loop with a 1 MiB young generation hung within 60k rounds in four runs of four. Imported keys have
- * no such job. JWK is Node's raw-key path (DER goes through OpenSSL's decoders: ~0.6 ms an import).
+ * no such job. JWK is Node's raw-key path (DER goes through OpenSSL's decoders, which cost more).
  */
 export type Curve = 'x25519' | 'ed25519';
 

@@ -59,7 +59,7 @@ try {
     splitting: true,
     format: 'esm',
     platform: 'node',
-    target: 'node20',
+    target: 'node24',
     packages: 'external',
     chunkNames: '[name]-[hash]',
     // Class and function names survive bundling (error names, logs); renaming would change them.

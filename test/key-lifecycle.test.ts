@@ -5,7 +5,7 @@ import { PASSPHRASE, createKey, download, encrypt, runJob } from './support/keys
 import { readEvents } from '../lib/events';
 import { destroyDueGenerations } from '../lib/services/key-lifecycle';
 
-/** Issue 14: per-generation usage, retiring generations, scheduled destruction, expiry warnings. */
+/** Key lifecycle: per-generation usage, retiring generations, scheduled destruction, expiry warnings. */
 let s: TestService;
 let u: Awaited<ReturnType<typeof registerUser>>;
 const DAY = 86_400_000;

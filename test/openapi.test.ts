@@ -122,7 +122,7 @@ describe('OpenAPI document', () => {
   });
 
   /**
-   * One spelling per field (README, "Names"): identifiers are `<resource>_id`, a key's state is `status`,
+   * One spelling per field (docs/api-conventions.md, "Names"): identifiers are `<resource>_id`, a key's state is `status`,
    * a rotation interval is `rotation_interval_days`, a session is one `Session` object, lists are pages.
    * Third-party shapes keep their own names: WebAuthn options and credentials, and the event envelope.
    */

@@ -6,7 +6,7 @@ import { PASSPHRASE, createKey, download, waitJob } from './support/keys';
 import { createPgpHome, type PgpHome } from './support/gpg';
 
 /**
- * Rewrap and re-encrypt (issue 14) through the service, against messages made by gpg, sq and the
+ * Rewrap and re-encrypt through the service, against messages made by gpg, sq and the
  * service itself: the data packet is copied byte for byte (rewrap) or made anew (reencrypt), the
  * result decrypts with the current generation and still does after older generations are retired,
  * and a damaged message publishes nothing.

@@ -58,7 +58,7 @@ describe('a worker killed mid-rotation', () => {
 
 describe('a worker frozen inside its rotation transaction', () => {
   it('loses its session after DB_IDLE_IN_TRANSACTION_SECONDS, and another worker finishes the rotation', async () => {
-    // A process that stops (here SIGSTOP; in the sixteenth session a deadlock in Node) keeps its transaction
+    // A process that stops (here SIGSTOP; a deadlock or a paused host does the same) keeps its transaction
     // open: without the limit, the worker that takes the job over would wait on its row locks for good.
     const env = { ...s.env, ...fast, DB_IDLE_IN_TRANSACTION_SECONDS: '1', WORKER_QUEUES: 'crypto=1,rotation=1' };
     const frozen = startProcess('worker', env);

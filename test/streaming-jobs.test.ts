@@ -1,5 +1,5 @@
 /**
- * Issue 13: a file job starts while its upload still arrives (the worker follows the inputs as they
+ * A file job starts while its upload still arrives (the worker follows the inputs as they
  * are written) and is answered when the upload ends; a broken upload fails the job and leaves nothing.
  */
 import { randomBytes } from 'node:crypto';

@@ -86,7 +86,7 @@ function sendFile(ctx: AppContext, name: string, contentType: string, stream: Re
 }
 
 /**
- * Output n of a running encrypt job, as it is produced (issue 13). Its input row names it (it may still
+ * Output n of a running encrypt job, as it is produced. Its input row names it (it may still
  * be uploading: then the input is waited for, as the worker does; a queued job is waited for to start,
  * however long it queues). An error of the follower destroys the
  * response, so a client never takes a cut-off file for a whole one. The job's failure stops the follower

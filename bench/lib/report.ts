@@ -66,7 +66,7 @@ export interface Ratios {
   api_cpu_s_per_gib_receiving_decrypt?: number;
   api_cpu_s_per_gib_serving_decrypt?: number;
   /**
-   * The most each ratio could be on this machine at the CPU the run measured: the service's rate if its CPU per
+   * The most each ratio could be on the host that ran it, at the CPU the run measured: the service's rate if its CPU per
    * GiB (or per rotation), summed over all its processes and the bench client, kept every core busy.
    */
   ceiling_encrypt_e2e_vs_openpgp?: number;
@@ -126,7 +126,7 @@ const over = (a: number | undefined, b: number | undefined) => (a !== undefined 
 /**
  * The rate a run could reach with a core of its own for each of the processes `who` picks: each step (`steps`,
  * or every step it has) lasts at least the CPU time of its busiest process. A process's threads count as one,
- * so this leans low; the CPU is the one measured here, where more processes than cores inflate it.
+ * so this leans low; the CPU is the one measured in this run, where more processes than cores inflate it.
  */
 function coreEachBound(t: Timing | undefined, who: (process: string) => boolean, steps?: string[]) {
   const spans = t && (steps ? steps.map((k) => t.phaseCpu?.[k] ?? {}) : t.phaseCpu ? Object.values(t.phaseCpu) : [t.cpu ?? {}]);
@@ -208,7 +208,7 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
     out.push(s.now ? `RSS (VmRSS) after ${s.after.padEnd(15)} ${sizes} (≤ 120 each: ${Object.values(s.rss).every((v) => v !== null && v <= 120) ? 'ok' : 'MISSED'})` : `peak RSS (VmHWM) after ${s.after.padEnd(10)} ${sizes}`);
   }
   out.push('');
-  // Issue 13's targets.
+  // The service's targets (docs/performance.md).
   out.push(
     [
       target('e2e encrypt ÷ OpenPGP.js', q.encrypt_e2e_vs_openpgp, '≥', 1.0),

@@ -1,5 +1,5 @@
 /**
- * What rewrap and re-encryption cost (issue 14), in this process, file to file on the bench's disk:
+ * What rewrap and re-encryption cost, in this process, file to file on the bench's disk:
  * - rewrap (lib/pgp/rewrap.ts: new session-key packet, data packet copied while its MDC is checked on
  *   the side) ÷ a plain copy of the same file (a stream pipeline, as the job's blob put is);
  * - reencrypt (decrypt piped into encrypt, a fresh session key) ÷ decrypt then encrypt run one after

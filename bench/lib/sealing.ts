@@ -2,8 +2,8 @@
  * What sealing job blobs at rest costs: one file put into and read back from the local blob store, plain
  * and through the sealing decorator (lib/blob/sealed.ts: AES-256-GCM per 1 MiB chunk), in this process.
  * Interleaved plain/sealed, each after `sync`; per figure the run that used the least CPU.
- * CPU is split into user (our work: copies, AES-GCM) and system (the kernel's page cache, which on
- * these VMs moves by a factor of 3 between identical runs).
+ * CPU is split into user (our work: copies, AES-GCM) and system (the kernel's page cache, which on a
+ * virtualised host that takes back freed memory moves by a factor of 3 between identical runs).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { createReadStream } from 'node:fs';

@@ -6,9 +6,10 @@ import type { Service } from './service';
 import { ownCpuSeconds, postgresCpuSeconds, run, sha256File } from './util';
 
 /**
- * What every section works with. Files are deleted as soon as they are not needed: on these VMs,
- * writing into memory the guest has not touched recently costs several times more kernel CPU, so a
- * bigger footprint slows whichever measurement comes later (bench/README.md, "Memory the host takes back").
+ * What every section works with. Files are deleted as soon as they are not needed: on a virtualised
+ * host that takes back freed memory, writing into memory the guest has not touched recently costs
+ * several times more kernel CPU, so a bigger footprint slows whichever measurement comes later
+ * (bench/README.md, "Memory the host takes back").
  */
 export interface Bench {
   dir: string;

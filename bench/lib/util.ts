@@ -28,14 +28,14 @@ export function formatSize(bytes: number): string {
 /** Throughput in MiB/s. */
 export const mibPerSec = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
 
-/** How the bench marks a figure against one of issue 13's targets: `(≤ 50 ms: ok)`, `(≥ 1: MISSED)`. */
+/** How the bench marks a figure against one of its targets (docs/performance.md): `(≤ 50 ms: ok)`, `(≥ 1: MISSED)`. */
 export const verdict = (value: number, op: '≥' | '≤', goal: number, unit = '') => `(${op} ${goal}${unit}: ${(op === '≥' ? value >= goal : value <= goal) ? 'ok' : 'MISSED'})`;
 
 /**
- * What writing into the page cache costs this machine's kernel right now: system CPU seconds per GiB to
- * write `bytes` of zeros to a new file in `dir` (then deleted). These VMs hand memory the guest frees back
- * to the host within seconds (virtio-balloon free page reporting, `min_free_ms` 0), and the host backs a page
- * again only when it is next written: 2.4–2.6 s per GiB here, against 0.2 for pages freed a moment ago. Every
+ * What writing into the page cache costs the host's kernel right now: system CPU seconds per GiB to
+ * write `bytes` of zeros to a new file in `dir` (then deleted). A virtual machine may hand memory the guest
+ * frees back to the host within seconds (virtio-balloon free page reporting), and the host backs a page
+ * again only when it is next written, at about ten times the cost of pages freed a moment ago. Every
  * process that writes a new file or grows its heap pays it (gpg's output, the service's blobs, the download),
  * so the bench prints it beside the figures it inflates (bench/README.md, "Memory the host takes back").
  */
@@ -54,10 +54,10 @@ export function pageCacheWriteCost(dir: string, bytes = 256 * MiB): number {
 }
 
 /**
- * What creating a file costs this machine's filesystem right now, in µs of wall time (`files` empty files
- * in a new folder of `dir`, then removed). The root filesystem of these VMs is ext4 without a journal,
- * and there ext4 scans past every inode freed in the last minutes before it hands one out: after a
- * stream of small jobs a create takes ~1 ms, on a quiet disk ~30 µs. Each job creates a handful of files
+ * What creating a file costs the host's filesystem right now, in µs of wall time (`files` empty files
+ * in a new folder of `dir`, then removed). Without a journal, ext4 scans past every inode freed in the
+ * last minutes before it hands one out, so a create costs far more after a stream of small jobs than on
+ * a quiet disk (docs/performance.md). Each job creates a handful of files
  * (markers, segments, its data key), so the small-job figures move with this one (bench/README.md, "Files
  * the filesystem hands out").
  */

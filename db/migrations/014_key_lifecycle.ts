@@ -1,7 +1,7 @@
 import type { Knex } from 'knex';
 
 /**
- * Key lifecycle beyond rotation (issue 14): retiring old generations (a per-lineage minimum generation
+ * Key lifecycle beyond rotation: retiring old generations (a per-lineage minimum generation
  * that may decrypt), scheduled destruction (crypto-shredding the sealed secret, keeping the public part
  * for history), per-generation usage counters, and expiry warnings sent once per generation and lead time.
  */

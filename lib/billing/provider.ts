@@ -7,8 +7,8 @@ import { badRequest, conflict, unavailable } from '../errors';
  * it elsewhere (tests run a local stand-in). Every POST carries an Idempotency-Key chosen by the caller,
  * so the SDK's own retries and ours never create a second customer or session.
  *
- * The SDK is loaded on first use: its ~480 modules are ~37,000 objects that every mark-compact of a process
- * would otherwise walk, in every API and worker process, billing or not (bench/HISTORY.md, "The fourth session").
+ * The SDK is loaded on first use: its hundreds of modules are tens of thousands of objects that every
+ * mark-compact of a process would otherwise walk, in every API and worker process, billing or not.
  */
 export type Provider = Stripe;
 export type ProviderEvent = Stripe.Event;

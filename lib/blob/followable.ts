@@ -1,5 +1,5 @@
 /**
- * Job files a reader can follow while they are written (issue 13): an upload the worker encrypts as it
+ * Job files a reader can follow while they are written: an upload the worker encrypts as it
  * arrives, an output the client downloads as it is produced, across processes and on any store.
  *
  * A job file (`jobs/<id>/in/<n>`, `jobs/<id>/out/<n>`) is written as a sequence of segment objects, each an
@@ -10,7 +10,7 @@
  *   <key>                      the end marker, only after the source ended cleanly: {write, segments, size}
  * A file that ends within its first INLINE_BYTES (and SEGMENT_MAX_AGE_MS) is stored whole in its end marker
  * instead ({write, size, data}, base64): no head, no segment. A small job is then one object per file where
- * it was three, and on these VMs each object is a file to create and delete (see below). Such a marker has
+ * it was three, and on a local store each object is a file to create and delete (see below). Such a marker has
  * no `segments`: a process of an earlier version (a rolling upgrade) finds it malformed and fails the job,
  * where it would have read zero segments as an empty file.
  * The end marker is the only "whole file" signal: `get` and `stat` see nothing before it, as with any
@@ -19,8 +19,8 @@
  * splice its segments into a reader of the previous write: the reader fails instead.
  *
  * Segments sit beside the file, not in a folder of their own: on a local disk each folder is one more
- * inode to allocate and free per file, and on ext4 without a journal (these VMs) allocating an inode
- * scans past every one freed in the last minutes, ~1 ms each under a steady flow of small jobs.
+ * inode to allocate and free per file, and on ext4 without a journal allocating an inode scans past
+ * every one freed in the last minutes, which grows with a steady flow of small jobs.
  *
  * Other keys pass through unchanged.
  */

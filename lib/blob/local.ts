@@ -47,8 +47,8 @@ import {
 /**
  * Objects up to this size are written and read in one synchronous call each; so are opening, stat,
  * mkdir, rename and unlink. An fs call through libuv's thread pool costs two hand-offs between threads,
- * ~100 µs of CPU on these VMs, where the call itself takes ~10 µs on a local disk: a small job's
- * markers, data key and segments made the thread pool a large share of its CPU (bench/README.md).
+ * several times what the call itself costs on a local disk: a small job's markers, data key and
+ * segments would make the thread pool a large share of its CPU (docs/performance.md).
  * Streams of data stay asynchronous. This store is for a local disk: on a network filesystem that
  * stalls, these calls would stall the process.
  */
@@ -289,10 +289,10 @@ export const DEFAULT_SPARE_BYTES = 1 << 30;
 
 /**
  * Files of deleted objects, kept (up to a total size) for later writes to overwrite rather than create.
- * A new file's pages are new page-cache memory; these VMs hand memory the guest frees back to the host
- * within seconds, and each page written after that is a host fault: ~2 CPU-s per GiB of new file here,
- * against ~0.2 to overwrite a file whose pages are still cached (bench/README.md, "Memory the host takes
- * back"). Large objects are segments of job files, sealed (lib/blob/sealed.ts): what a kept file still
+ * A new file's pages are new page-cache memory; a virtualised host that takes back the memory a guest
+ * frees makes each page written after that a host fault, about ten times the cost of overwriting a file
+ * whose pages are still cached (docs/performance.md, "Spare files"). Large objects are segments of job
+ * files, sealed (lib/blob/sealed.ts): what a kept file still
  * holds is ciphertext, and a write that reuses it cuts it to its own length. PostgreSQL recycles its WAL
  * files for the same reason. Several processes share the folder: a file is taken by renaming it away
  * (only one rename wins), and the size limit may be overshot by a file per process that adds at once.

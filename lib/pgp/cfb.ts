@@ -11,9 +11,9 @@ export interface CfbDecryptor {
 /**
  * AES-CFB decryption with a zero IV and no resync, as OpenPGP's SEIPDv1 packet uses it, at the speed of
  * AES-ECB. CFB decrypts P_i = C_i XOR E(C_{i-1}); all the E(C_{i-1}) of a chunk are known up front, so
- * OpenSSL computes them in one pipelined ECB call, where its CFB mode goes block after block:
- * bench/pipeline.ts's decrypt ~1 CPU-s per GiB less (OpenSSL's CFB alone costs 2–3 on these VMs, its
- * ECB 0.4–1.2). `ecb` is e.g. 'aes-256-ecb'.
+ * OpenSSL computes them in one pipelined ECB call, where its CFB mode goes block after block (ECB is
+ * several times cheaper; docs/performance.md; `npm run bench` with bench/pipeline.ts shows it). `ecb` is
+ * e.g. 'aes-256-ecb'.
  *
  * Self-contained (the crypto module is passed in): lib/pgp/mdc-thread.ts runs it from its source text.
  */

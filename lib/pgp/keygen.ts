@@ -5,8 +5,8 @@ import { legacyPoint, packet } from './packets';
 /**
  * Curve25519 keys (v4: an EdDSA primary key that certifies and signs, an ECDH subkey that encrypts; the
  * legacy algorithm ids, since gpg 2.2 cannot read RFC 9580's new Ed25519 and X25519 ones) made on Node's
- * crypto. OpenPGP.js took ~3.4 CPU-ms a key on these VMs (each Ed25519 signature through WebCrypto, with a
- * key import and a thread-pool hop), half of a warm rotation worker's CPU; this takes ~0.5. The packets
+ * crypto. OpenPGP.js spends several times more CPU a key (each Ed25519 signature through WebCrypto, with a
+ * key import and a thread-pool hop), half of a warm rotation worker's CPU (docs/performance.md). The packets
  * are those OpenPGP.js wrote under keys.ts's settings (same subpackets, same lock), less the random salt
  * notation it adds against fault attacks on deterministic signatures: such an attack needs the same
  * message signed twice, and each message here is signed once. RSA keys are still made by OpenPGP.js.

@@ -6,8 +6,8 @@ import { legacyPoint, packet } from './packets';
 /**
  * Public-key encrypted session key packets (v3, RFC 9580 §5.1) for ECDH on Curve25519 (the keys we make,
  * and gpg's default), made and opened on Node's X25519, the RFC 9580 §11.5 KDF and AES key wrap.
- * OpenPGP.js does the same through WebCrypto, a thread-pool round trip per step: ~1.6 ms of CPU a
- * message on these VMs against ~0.5 ms. OpenPGP.js still picks and checks the keys, and handles every
+ * OpenPGP.js does the same through WebCrypto, a thread-pool round trip per step, at about three times the
+ * CPU a message (docs/performance.md). OpenPGP.js still picks and checks the keys, and handles every
  * other kind of key and packet.
  */
 

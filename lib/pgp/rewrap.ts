@@ -11,7 +11,7 @@ import { dearmor, CHUNK_BYTES } from './stream';
 import { Watch, type WatchOptions } from './watch';
 
 /**
- * Rewrap (issue 14): a public-key encrypted SEIPDv1 message (gpg's, sq's, ours; binary or armored) is
+ * Rewrap: a public-key encrypted SEIPDv1 message (gpg's, sq's, ours; binary or armored) is
  * addressed to another key by replacing its session-key packets (PKESK) for the old key with one for the
  * new key. The encrypted data packet is copied byte for byte (its framing included), so the cost is the
  * copy, whatever the size. While it is copied, the data is decrypted on the side (Node's AES-CFB) and its

@@ -23,8 +23,9 @@ export function sessionKeyPacketsFor(message: openpgp.Message<unknown>, privateK
 /**
  * Refuses (422 malformed_message) a message with more than MAX_SESSION_KEY_TRIES session key packets
  * our key would open: those naming one of its key ids, and anonymous ones (tried with every key).
- * OpenPGP.js opens them all, and in Node 20 RSA ones in JavaScript (~20 ms each, three times over in
- * constant-time mode): 1000 copies of one packet, 400 KiB, took 64 s. Returns those packets.
+ * OpenPGP.js opens them all, RSA ones in JavaScript at tens of milliseconds each (three times over in
+ * constant-time mode), so a message of a few hundred KiB repeating one packet would hold a worker for
+ * minutes. Returns those packets.
  */
 export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
   const packets = sessionKeyPacketsFor(message, privateKey);

@@ -9,7 +9,7 @@ import { recordAudit, type RequestMeta } from '../../db/audit';
 import { lineageGenerations, type KeyRow, type LineageRow } from '../../db/keys';
 
 /**
- * Key lifecycle beyond rotation (issue 14): retiring old generations (`min_decryption_generation`, as
+ * Key lifecycle beyond rotation: retiring old generations (`min_decryption_generation`, as
  * Vault's `min_decryption_version`), destroying retired generations or whole keys after a waiting
  * period (as AWS KMS), and what still depends on each generation. Destruction is crypto-shredding: the
  * sealed private key and its secret are emptied; the public key, fingerprint and counters stay.
