@@ -232,3 +232,9 @@ export async function countUploading(db: Knex, userId: string, jobTimeoutMs: num
     .first();
   return Number(row?.n ?? 0);
 }
+
+/** An attempt failed and another comes: the job is queued again (unless it has ended meanwhile). False when it had ended. */
+export async function requeueJob(db: Knex, id: string, error: { code: string; message: string }): Promise<boolean> {
+  const n = await db('jobs').where({ id }).whereNotIn('state', ['completed', 'failed']).update({ state: 'queued', error: JSON.stringify(error) });
+  return n > 0;
+}

@@ -5,8 +5,8 @@ import { KEEP_ENDED_JOBS, type JobContext, type JobDefinition, type JobOrigin, t
 import type { Container } from '../lib/container';
 import { addJobBytes } from '../db/api-keys';
 import { emitEvent, emitEvents, type NewEvent } from '../lib/events';
-import { AppError, isStorageFull, storageFull } from '../lib/errors';
-import { failUnfinishedJob, findJob, mergeProgress, startJobAttempt, updateJob, type JobProgress, type JobRow } from '../db/jobs';
+import { AppError, isOutOfReach, isStorageFull, storageFull } from '../lib/errors';
+import { failUnfinishedJob, findJob, mergeProgress, requeueJob, startJobAttempt, updateJob, type JobProgress, type JobRow } from '../db/jobs';
 import { jobBlob } from '../lib/services/jobs';
 
 /**
@@ -133,11 +133,14 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
         watchdog.abort(err instanceof Error ? err : new Error(String(err)));
         await progress.flush().catch(() => undefined);
         const failure = describe(err);
-        // An error of ours is final, but for a dependency out of reach (503), which may answer next time.
-        const final = err instanceof UnrecoverableError || (err instanceof AppError && err.status !== 503) || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
+        // An error of ours is final; a dependency out of reach never is (the worker puts the job back
+        // without spending an attempt, and the reconciler ends it once it is past its time limit).
+        const outOfReach = isOutOfReach(err);
+        const final = !outOfReach && (err instanceof UnrecoverableError || err instanceof AppError || job.attemptsMade + 1 >= (job.opts.attempts ?? 1));
         if (!final) {
           log.warn({ err, attempt: job.attemptsMade + 1 }, 'job attempt failed; will retry');
-          const requeued = await c.db('jobs').where({ id: jobId }).whereNotIn('state', ['completed', 'failed']).update({ state: 'queued', error: JSON.stringify(failure) });
+          // The row may be out of reach too: then it says `active` until the next attempt starts it again.
+          const requeued = await requeueJob(c.db, jobId, failure).catch((e: unknown) => (outOfReach ? true : Promise.reject(e)));
           if (requeued) throw err;
           throw new UnrecoverableError(`job ${jobId} was failed by the API (its upload broke)`);
         }

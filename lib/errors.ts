@@ -64,3 +64,10 @@ export const storageFull = () =>
 /** A socket refused, reset or timed out: some dependency is out of reach (the error does not say which). */
 export const isSocketFailure = (err: unknown): boolean =>
   err instanceof Error && typeof (err as { syscall?: unknown }).syscall === 'string' && SOCKET_FAILURES.has(String(codeOf(err)));
+
+/**
+ * A dependency (Postgres, Redis, the blob store's socket) out of reach, or our own 503 saying so: the
+ * failure of the moment, not of the work, which may well succeed once the dependency answers again.
+ */
+export const isOutOfReach = (err: unknown): boolean =>
+  (err instanceof AppError && err.status === 503) || isDatabaseUnreachable(err) || isRedisUnreachable(err) || isSocketFailure(err);

@@ -1,6 +1,6 @@
-import { UnrecoverableError, Worker, type Job } from 'bullmq';
+import { DelayedError, UnrecoverableError, Worker, type Job } from 'bullmq';
 import type { Container } from '../lib/container';
-import { AppError } from '../lib/errors';
+import { AppError, isOutOfReach } from '../lib/errors';
 import { createRedis, connectRedis } from '../lib/redis';
 import { bullPrefix } from '../jobs/client';
 import { UPLOAD_QUEUE, isQueueName, type JobEnvelope, type QueueName } from '../jobs/define';
@@ -29,7 +29,7 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
   const workers = queues.map(({ queue, concurrency }) => {
     if (!isQueueName(queue)) throw new Error(`WORKER_QUEUES names an unknown queue "${queue}"`);
     const pool = queue === UPLOAD_QUEUE ? new SlotPool(concurrency) : undefined;
-    const worker = new Worker<JobEnvelope>(queue, (job) => processJob(c, queue, job, pool), {
+    const worker = new Worker<JobEnvelope>(queue, (job, token) => processJob(c, queue, job, pool, token), {
       connection,
       prefix: bullPrefix(c.config.redisPrefix),
       concurrency: pool ? concurrency + c.config.uploadWaiters : concurrency,
@@ -64,8 +64,11 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
   };
 }
 
+/** How long a job waits after a dependency was out of reach before it runs again. */
+const OUT_OF_REACH_RETRY_MS = 5000;
+
 /** One attempt, counted and timed: completed, retried (it will run again) or failed (for good). */
-async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>, pool: SlotPool | undefined): Promise<unknown> {
+async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>, pool: SlotPool | undefined, token: string | undefined): Promise<unknown> {
   const started = process.hrtime.bigint();
   const record = (outcome: 'completed' | 'retried' | 'failed') => {
     const labels = { queue, job: jobDefinition(job.name) ? job.name : '(unknown)', outcome };
@@ -77,6 +80,19 @@ async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>,
     record('completed');
     return result;
   } catch (err) {
+    // A dependency out of reach is not the job's fault: it goes back to wait without spending an attempt
+    // (unless Redis itself cannot take it back: then its lock lapses and it runs again as a stalled job).
+    if (!(err instanceof UnrecoverableError) && isOutOfReach(err) && token) {
+      const putBack = await job.moveToDelayed(Date.now() + OUT_OF_REACH_RETRY_MS, token).then(
+        () => true,
+        () => false,
+      );
+      if (putBack) {
+        record('retried');
+        c.log.warn({ queue, job: job.name, job_id: job.id, err: (err as Error).message }, 'a dependency is out of reach: job put back without spending an attempt');
+        throw new DelayedError();
+      }
+    }
     const last = err instanceof UnrecoverableError || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
     record(last ? 'failed' : 'retried');
     throw err;
