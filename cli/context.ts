@@ -24,7 +24,7 @@ export async function connect(opts: GlobalOptions, { auth = true } = {}): Promis
   const target = await resolveTarget(opts.url);
   if (auth && !target.token) {
     throw new AuthMissingError(
-      target.creds ? `the stored login is for ${target.creds.url}, not ${target.url}: run \`kms login\` for it or set KMS_API_KEY` : `not logged in to ${target.url}: run \`kms login\` or set KMS_API_KEY`,
+      target.creds ? `The stored login is for ${target.creds.url}, not ${target.url}: run \`kms login\` for it or set KMS_API_KEY.` : `Not logged in to ${target.url}: run \`kms login\` or set KMS_API_KEY.`,
     );
   }
   const kms = new Kms({
@@ -32,7 +32,7 @@ export async function connect(opts: GlobalOptions, { auth = true } = {}): Promis
     token: target.token,
     userAgent: `kms-cli/${CLI_VERSION} node/${process.versions.node}`,
     onRetry: ({ attempt, delayMs, reason }) => {
-      if (!opts.quiet) process.stderr.write(`kms: ${reason}; retrying in ${(delayMs / 1000).toFixed(1)} s (attempt ${attempt})\n`);
+      if (!opts.quiet) process.stderr.write(`kms: ${reason.charAt(0).toUpperCase()}${reason.slice(1)}; retrying in ${(delayMs / 1000).toFixed(1)} s (attempt ${attempt}).\n`);
     },
   });
   return { opts, kms, target };

@@ -56,14 +56,14 @@ Exit codes: 0 ok, 1 failed (job failed, request refused), 2 usage, 3 authenticat
 export function reportError(err: unknown, json: boolean): number {
   const code = exitCodeFor(err);
   // The client library names its own option for replacing outputs; the CLI's is --force.
-  const message = err instanceof ClientError && err.code === 'output_exists' && err.path ? `${err.path} exists (use --force to replace it)` : err instanceof Error ? err.message : String(err);
+  const message = err instanceof ClientError && err.code === 'output_exists' && err.path ? `${err.path} exists (use --force to replace it).` : err instanceof Error ? err.message : String(err);
   if (json) {
     const problem = err instanceof ProblemError ? err.problem : undefined;
     process.stderr.write(`${JSON.stringify({ error: { code: errorCode(err), message, status: problem?.status, errors: problem?.errors, exit_code: code } })}\n`);
   } else {
     process.stderr.write(`kms: ${message}${message.includes(`(${errorCode(err)})`) ? '' : ` [${errorCode(err)}]`}\n`);
     if (err instanceof ProblemError) for (const e of err.problem.errors ?? []) process.stderr.write(`  ${e.path}: ${e.message}\n`);
-    if (code === EXIT.auth && err instanceof ProblemError && err.status === 401) process.stderr.write('  log in again with `kms login` (or check KMS_API_KEY)\n');
+    if (code === EXIT.auth && err instanceof ProblemError && err.status === 401) process.stderr.write('  Log in again with `kms login` (or check KMS_API_KEY).\n');
   }
   return code;
 }

@@ -21,21 +21,21 @@ export async function readSecret(opts: { fd?: string; env: string; prompt: strin
 async function readSecretFrom(opts: { fd?: string; env: string; prompt: string; what: string; fdFlag: string; confirm?: boolean }): Promise<string> {
   if (opts.fd !== undefined) {
     const fd = Number(opts.fd);
-    if (!Number.isInteger(fd) || fd < 0) throw new UsageError(`${opts.fdFlag} needs a file descriptor number`);
+    if (!Number.isInteger(fd) || fd < 0) throw new UsageError(`${opts.fdFlag} needs a file descriptor number.`);
     let text: string;
     try {
       text = readFileSync(fd, 'utf8');
     } catch (err) {
-      throw new UsageError(`cannot read the ${opts.what} from file descriptor ${fd}: ${(err as Error).message}`);
+      throw new UsageError(`Cannot read the ${opts.what} from file descriptor ${fd}: ${(err as Error).message}.`);
     }
     return nonEmpty(firstLine(text), opts.what);
   }
   const fromEnv = process.env[opts.env];
   if (fromEnv) return fromEnv;
-  if (!process.stdin.isTTY) throw new UsageError(`no ${opts.what}: give ${opts.fdFlag} N or ${opts.env}, or run on a terminal to be asked`);
+  if (!process.stdin.isTTY) throw new UsageError(`No ${opts.what}: give ${opts.fdFlag} N or ${opts.env}, or run on a terminal to be asked.`);
   const first = nonEmpty(await promptHidden(opts.prompt), opts.what);
   if (opts.confirm) longEnough(first, opts.what);
-  if (opts.confirm && (await promptHidden(`Repeat the ${opts.what}: `)) !== first) throw new UsageError(`the ${opts.what}s do not match`);
+  if (opts.confirm && (await promptHidden(`Repeat the ${opts.what}: `)) !== first) throw new UsageError(`The ${opts.what}s do not match.`);
   return first;
 }
 
@@ -43,12 +43,12 @@ async function readSecretFrom(opts: { fd?: string; env: string; prompt: string; 
 export const firstLine = (text: string) => text.replace(/\r?\n[\s\S]*$/, '');
 
 const nonEmpty = (s: string, what: string) => {
-  if (!s) throw new UsageError(`the ${what} is empty`);
+  if (!s) throw new UsageError(`The ${what} is empty.`);
   return s;
 };
 
 const longEnough = (s: string, what: string) => {
-  if (s.length < MIN_SECRET_LENGTH) throw new UsageError(`the ${what} must be at least ${MIN_SECRET_LENGTH} characters`);
+  if (s.length < MIN_SECRET_LENGTH) throw new UsageError(`The ${what} must be at least ${MIN_SECRET_LENGTH} characters.`);
   return s;
 };
 

@@ -84,7 +84,7 @@ function refuseSameNames(opts: FileJobOptions): void {
   if (opts.noDownload) return;
   const names = opts.files.map(uploadName);
   const twice = firstRepeat(names);
-  if (twice) throw new ClientError('output_exists', `two files are named "${names[twice[1]]}": their outputs would have one name in ${opts.outDir ?? '.'} (rename one, or send them in separate jobs)`);
+  if (twice) throw new ClientError('output_exists', `Two files are named "${names[twice[1]]}": their outputs would have one name in ${opts.outDir ?? '.'} (rename one, or send them in separate jobs).`);
 }
 
 /**
@@ -104,7 +104,7 @@ function firstRepeat<T>(values: T[]): [number, number] | undefined {
 
 /** Encrypts files to a stored key or a public key: upload (streamed), wait, download to `outDir`. */
 export async function encryptFiles(kms: Kms, opts: EncryptOptions): Promise<FileJobResult> {
-  if (Boolean(opts.fingerprint) === Boolean(opts.publicKey)) throw new ClientError('unexpected_answer', 'give exactly one of fingerprint and publicKey');
+  if (Boolean(opts.fingerprint) === Boolean(opts.publicKey)) throw new ClientError('unexpected_answer', 'Give exactly one of fingerprint and publicKey.');
   refuseSameNames(opts);
   await refuseExistingOutputs(opts);
   return fileJob(kms, '/keys/encrypt', { fingerprint: opts.fingerprint, public_key: opts.publicKey, armor: flag(opts.armor), compress: flag(opts.compress) }, opts, opts.follow !== false);
@@ -139,7 +139,7 @@ export async function rotate(kms: Kms, opts: RotateOptions): Promise<Job> {
 }
 
 async function fileJob(kms: Kms, path: string, fields: Record<string, string | undefined>, opts: FileJobOptions, follow = false): Promise<FileJobResult> {
-  if (!opts.files.length) throw new ClientError('unexpected_answer', 'no files given');
+  if (!opts.files.length) throw new ClientError('unexpected_answer', 'No files given.');
   const outDir = opts.outDir ?? '.';
   // One progress bar at a time: the upload's, then the job's until the followed download's bytes flow.
   let uploading = true;
@@ -195,7 +195,7 @@ function followOutputs(kms: Kms, jobId: string, count: number, outDir: string, o
         const dest = outputPath(outDir, dispositionName(res), n);
         // Two outputs of one name (the service named them so: same-named inputs are refused before the
         // upload) fall back to the download after the job, which refuses them by name.
-        if (got.some((f) => f.dest === dest)) throw new ClientError('output_exists', `two outputs of job ${jobId} are named ${basename(dest)}`);
+        if (got.some((f) => f.dest === dest)) throw new ClientError('output_exists', `Two outputs of job ${jobId} are named ${basename(dest)}.`);
         await refuseExisting(dest, opts.overwrite);
         return dest;
       };
@@ -243,7 +243,7 @@ function outputPath(outDir: string, name: string | undefined, n: number): string
 /** Downloads every output of a completed job into `outDir`, under the names the job gave them. */
 export async function downloadOutputs(kms: Kms, job: Job, opts: { outDir?: string; overwrite?: boolean; onProgress?: OnProgress; only?: number[] } = {}): Promise<Output[]> {
   // A queued or running job lists no outputs yet: say so rather than download nothing.
-  if (job.state !== 'completed') throw new ClientError('job_not_completed', `job ${job.job_id} is ${job.state}: its outputs exist once it has completed (wait for it first)`);
+  if (job.state !== 'completed') throw new ClientError('job_not_completed', `Job ${job.job_id} is ${job.state}: its outputs exist once it has completed (wait for it first).`);
   const outDir = opts.outDir ?? '.';
   const files = (job.result?.files ?? []).filter((f) => !opts.only || opts.only.includes(f.n));
   const paths = files.map((f) => outputPath(outDir, f.name, f.n));
@@ -251,7 +251,7 @@ export async function downloadOutputs(kms: Kms, job: Job, opts: { outDir?: strin
   const twice = firstRepeat(paths);
   if (twice) {
     const [first, second] = twice;
-    throw new ClientError('output_exists', `outputs ${files[first]!.n} and ${files[second]!.n} of job ${job.job_id} are both named ${basename(paths[second]!)}: download them one at a time into separate folders (\`only\`; kms jobs download --file N --out DIR)`);
+    throw new ClientError('output_exists', `Outputs ${files[first]!.n} and ${files[second]!.n} of job ${job.job_id} are both named ${basename(paths[second]!)}: download them one at a time into separate folders (\`only\`; kms jobs download --file N --out DIR).`);
   }
   await mkdir(outDir, { recursive: true });
   const outputs: Output[] = [];

@@ -130,7 +130,7 @@ export class Kms {
         res = await fetch(request.clone());
       } catch (err) {
         const { retry } = this.classify('network', null, replayable);
-        const error = new ClientError('network_error', `${request.method} ${new URL(request.url).pathname}: ${describe(err)}`, { cause: err });
+        const error = new ClientError('network_error', `${request.method} ${new URL(request.url).pathname}: ${describe(err)}.`, { cause: err });
         if (!retry) throw error;
         return { retry: err, final: () => { throw error; } };
       }
@@ -165,7 +165,7 @@ export class Kms {
       });
       req.once('error', (err) => {
         body?.destroy();
-        reject(new ClientError('network_error', `${method} ${url.pathname}: ${describe(err)}`, { cause: err }));
+        reject(new ClientError('network_error', `${method} ${url.pathname}: ${describe(err)}.`, { cause: err }));
       });
       if (body) {
         body.once('error', (err) => req.destroy(err));

@@ -79,7 +79,7 @@ export async function submitMultipart(kms: Kms, path: string, fields: Record<str
       return { retry: problem, afterMs: decision.afterMs, final: () => { throw problem; } };
     } catch (err) {
       if (!(err instanceof ClientError) || err.code !== 'network_error') throw err;
-      if (!body.replayable) throw new ClientError('not_replayable', `${describe(err)}; the upload was a one-time stream, so it is not sent again`, { cause: err });
+      if (!body.replayable) throw new ClientError('not_replayable', `${describe(err)}; the upload was a one-time stream, so it is not sent again.`, { cause: err });
       return { retry: err, final: () => { throw err; } };
     }
   });
@@ -114,7 +114,7 @@ export async function waitForJob(kms: Kms, jobOrId: Job | string, opts: WaitOpti
   const deadline = opts.timeoutSeconds === undefined ? Infinity : Date.now() + opts.timeoutSeconds * 1000;
   while (!isFinished(job)) {
     reportJob(job, opts.onProgress);
-    if (Date.now() > deadline) throw new ClientError('timeout', `job ${job.job_id} is still ${job.state} after ${opts.timeoutSeconds} s`);
+    if (Date.now() > deadline) throw new ClientError('timeout', `Job ${job.job_id} is still ${job.state} after ${opts.timeoutSeconds} s.`);
     if (opts.signal?.aborted) throw opts.signal.reason ?? new Error('aborted');
     job = await getJob(kms, job.job_id, LONG_POLL_SECONDS);
   }
@@ -179,7 +179,7 @@ export async function fetchOutput(kms: Kms, jobId: string, n: number, destOf: (r
         opts.onProgress?.({ phase: 'download', bytes_done: done, bytes_total: opts.size, file: basename(dest) });
       });
       await pipeline(res, createWriteStream(part, { highWaterMark: 1 << 20, mode: 0o600 }));
-      if (opts.size !== undefined && done !== opts.size) throw new ClientError('network_error', `download of ${basename(dest)} ended at ${done} of ${opts.size} bytes`);
+      if (opts.size !== undefined && done !== opts.size) throw new ClientError('network_error', `Download of ${basename(dest)} ended at ${done} of ${opts.size} bytes.`);
       return { ok: { n, dest, part, size: done } };
     } catch (err) {
       if (part) await rm(part, { force: true });
@@ -209,7 +209,7 @@ const exists = (path: string): Promise<boolean> => access(path).then(() => true,
 
 /** Outputs are never written over a file that exists, unless asked. */
 export async function refuseExisting(dest: string, overwrite = false): Promise<void> {
-  if (!overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it)`, { path: dest });
+  if (!overwrite && (await exists(dest))) throw new ClientError('output_exists', `${dest} exists (use overwrite to replace it).`, { path: dest });
 }
 
 export interface FollowOptions {

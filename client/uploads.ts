@@ -35,7 +35,7 @@ export async function partsOf(uploads: Upload[]): Promise<Part[]> {
       if (typeof u === 'string' || 'path' in u) {
         const path = typeof u === 'string' ? u : u.path;
         const info = await stat(path);
-        if (!info.isFile()) throw new ClientError('unexpected_answer', `${path} is not a file`);
+        if (!info.isFile()) throw new ClientError('unexpected_answer', `${path} is not a file.`);
         return { name: uploadName(u), size: info.size, open: () => createReadStream(path, { highWaterMark: MiB }), replayable: true };
       }
       if ('open' in u) return { name: u.name, size: u.size, open: () => u.open(), replayable: true };
@@ -45,7 +45,7 @@ export async function partsOf(uploads: Upload[]): Promise<Part[]> {
         size: u.size,
         replayable: false,
         open() {
-          if (used) throw new ClientError('not_replayable', `the stream of "${u.name}" was already sent once; pass a path or an open() function to allow retries`);
+          if (used) throw new ClientError('not_replayable', `The stream of "${u.name}" was already sent once; pass a path or an open() function to allow retries.`);
           used = true;
           return u.stream;
         },

@@ -107,7 +107,7 @@ describe('file helpers', () => {
     const copy = join(dir, 'copy.gpg');
     await writeFile(copy, await readFile(enc.outputs[1]!.path));
     const sameName = decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1]!.path, copy], outDir: join(dir, 'twice'), overwrite: true });
-    await expect(sameName).rejects.toMatchObject({ code: 'output_exists', message: expect.stringContaining('outputs 0 and 1') });
+    await expect(sameName).rejects.toMatchObject({ code: 'output_exists', message: expect.stringContaining('Outputs 0 and 1') });
     expect(await readdir(join(dir, 'twice')).catch(() => [])).toEqual([]);
     // A decryption's outputs take the names inside the messages: two inputs of one name are fine when those differ.
     const sameInputName = await decryptFiles(kms, { fingerprint, passphrase, files: [0, 1].map((i) => ({ name: 'same.gpg', path: enc.outputs[i]!.path })), outDir: join(dir, 'twice') });

@@ -61,7 +61,7 @@ export function registerAccount(program: Command) {
     .addHelpText('after', examples('kms profile update --company "Example Ltd"', 'kms profile update --email ann@new.example   # asks for the current password') + `\n${passwordHelp('--password-fd', 'KMS_PASSWORD')}\n`)
     .action(
       run<{ username?: string; company?: string | false; email?: string; passwordFd?: string }>(async (opts) => {
-        if (opts.username === undefined && opts.company === undefined && opts.email === undefined) throw new UsageError('give at least one of --username, --company, --no-company and --email');
+        if (opts.username === undefined && opts.company === undefined && opts.email === undefined) throw new UsageError('Give at least one of --username, --company, --no-company and --email.');
         const { kms } = await connect(opts);
         const currentPassword = opts.email === undefined ? undefined : await readSecret({ fd: opts.passwordFd, env: 'KMS_PASSWORD', prompt: 'Current password: ', what: 'password', fdFlag: '--password-fd' });
         const body = { username: opts.username, email: opts.email, company_name: opts.company === false ? null : opts.company, current_password: currentPassword };

@@ -29,7 +29,7 @@ export function registerAuth(program: Command) {
         const anon = new Kms({ url, userAgent: `kms-cli/${CLI_VERSION}` });
         if (opts.apiKey) {
           const key = process.stdin.isTTY ? await promptHidden('API key: ') : firstLine(await readStdin()).trim();
-          if (!key) throw new UsageError('no API key on standard input');
+          if (!key) throw new UsageError('No API key on standard input.');
           anon.token = key;
           // Checks the key before storing it; a key without `account:read` is stored all the same.
           const me = await anon.data(anon.api.GET('/auth/me', {})).catch((err: unknown) => {
@@ -42,7 +42,7 @@ export function registerAuth(program: Command) {
         }
         let identifier = opts.username;
         if (!identifier) {
-          if (!process.stdin.isTTY) throw new UsageError('give --username when not on a terminal');
+          if (!process.stdin.isTTY) throw new UsageError('Give --username when not on a terminal.');
           identifier = await promptLine('Username or email: ');
         }
         const password = opts.passwordStdin

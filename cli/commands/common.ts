@@ -17,20 +17,20 @@ export const examples = (...lines: string[]) => `\nExamples:\n${lines.map((l) =>
 
 export const int = (name: string) => (value: string) => {
   const n = Number(value);
-  if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n)) throw new InvalidArgumentError(`${name} must be an integer`);
+  if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n)) throw new InvalidArgumentError(`${name} must be an integer.`);
   return n;
 };
 
 /** A key fingerprint as the service takes it: 40 hexadecimal digits; spaces (as gpg prints them) and case do not matter. */
 export const fingerprint = (value: string) => {
   const fpr = value.replace(/\s+/g, '').toLowerCase();
-  if (!/^[0-9a-f]{40}$/.test(fpr)) throw new InvalidArgumentError('a fingerprint is 40 hexadecimal digits');
+  if (!/^[0-9a-f]{40}$/.test(fpr)) throw new InvalidArgumentError('A fingerprint is 40 hexadecimal digits.');
   return fpr;
 };
 
 /** A job id: a UUID. */
 export const jobId = (value: string) => {
-  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(value.trim())) throw new InvalidArgumentError('a job id is a UUID (as `kms encrypt` and `kms jobs` print it)');
+  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(value.trim())) throw new InvalidArgumentError('A job id is a UUID (as `kms encrypt` and `kms jobs` print it).');
   return value.trim().toLowerCase();
 };
 

@@ -33,7 +33,7 @@ function report(opts: GlobalOptions, verb: string, result: FileJobResult) {
 async function checkFiles(files: string[]) {
   for (const f of files) {
     const info = await stat(f).catch(() => undefined);
-    if (!info?.isFile()) throw new UsageError(`${f} is not a readable file`);
+    if (!info?.isFile()) throw new UsageError(`${f} is not a readable file.`);
   }
 }
 
@@ -65,9 +65,9 @@ export function registerFiles(program: Command) {
     .addHelpText('after', examples('kms encrypt report.pdf data.csv --key 8F3A… --out encrypted/', 'kms encrypt notes.txt --public-key bob.asc --armor', 'kms encrypt big.tar --key 8F3A… --json > result.json'))
     .action(
       run<Common & { key?: string; publicKey?: string; armor?: boolean; compress?: boolean }, [string[]]>(async (opts, files) => {
-        if (Boolean(opts.key) === Boolean(opts.publicKey)) throw new UsageError('give exactly one of --key FINGERPRINT and --public-key FILE');
+        if (Boolean(opts.key) === Boolean(opts.publicKey)) throw new UsageError('Give exactly one of --key FINGERPRINT and --public-key FILE.');
         await checkFiles(files);
-        const publicKey = opts.publicKey ? await readFile(opts.publicKey, 'utf8').catch(() => Promise.reject(new UsageError(`cannot read ${opts.publicKey}`))) : undefined;
+        const publicKey = opts.publicKey ? await readFile(opts.publicKey, 'utf8').catch(() => Promise.reject(new UsageError(`Cannot read ${opts.publicKey}.`))) : undefined;
         const { kms } = await connect(opts);
         const result = await withBar(opts, (onProgress, onSubmitted) =>
           encryptFiles(kms, { files, fingerprint: opts.key, publicKey, armor: opts.armor, compress: opts.compress, outDir: opts.out, overwrite: opts.force, idempotencyKey: opts.idempotencyKey, noDownload: !opts.download, onProgress, onSubmitted }),
@@ -107,7 +107,7 @@ export function registerFiles(program: Command) {
     .addHelpText('after', examples('kms rewrap old/*.gpg --key 8F3A… --out current/', 'kms rewrap old.gpg --key 8F3A… --mode reencrypt'))
     .action(
       run<Common & { key: string; mode: string; passphraseFd?: string }, [string[]]>(async (opts, files) => {
-        if (opts.mode !== 'rewrap' && opts.mode !== 'reencrypt') throw new UsageError('--mode is rewrap or reencrypt');
+        if (opts.mode !== 'rewrap' && opts.mode !== 'reencrypt') throw new UsageError('--mode is rewrap or reencrypt.');
         await checkFiles(files);
         const { kms } = await connect(opts);
         const passphrase = await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'Key passphrase: ', what: 'passphrase', fdFlag: '--passphrase-fd' });

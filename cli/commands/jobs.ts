@@ -46,7 +46,7 @@ export function registerJobs(program: Command) {
     .action(
       run<{ out: string; file?: string[]; force?: boolean }, [string]>(async (opts, id) => {
         const only = opts.file?.map((n) => {
-          if (!/^\d+$/.test(n)) throw new UsageError(`--file takes output numbers, not "${n}"`);
+          if (!/^\d+$/.test(n)) throw new UsageError(`--file takes output numbers, not "${n}".`);
           return Number(n);
         });
         const { kms } = await connect(opts);

@@ -132,7 +132,7 @@ export function registerKeys(program: Command) {
     .action(
       run<{ days?: number; off?: boolean; accountPolicy?: boolean }, [string]>(async (opts, fingerprint) => {
         const given = [opts.days !== undefined, Boolean(opts.off), Boolean(opts.accountPolicy)].filter(Boolean).length;
-        if (given !== 1) throw new UsageError('give exactly one of --days N, --off and --account-policy');
+        if (given !== 1) throw new UsageError('Give exactly one of --days N, --off and --account-policy.');
         const { kms } = await connect(opts);
         const body = opts.accountPolicy ? { use_account_policy: true as const } : { rotation_interval_days: opts.off ? null : opts.days! };
         const schedule = await kms.data(kms.api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path: { fingerprint } }, body }));
