@@ -19,6 +19,7 @@ import { build } from 'esbuild';
 import { mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { buildConsole } from './build-console.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const outdir = resolve(root, process.argv[2] ?? 'dist');
@@ -75,7 +76,7 @@ try {
   // Files of earlier builds go once nothing can still be starting from them.
   const now = Date.now();
   for (const name of existing) {
-    if (built.includes(name)) continue;
+    if (built.includes(name) || name === 'console') continue;
     const { mtimeMs } = await stat(join(outdir, name)).catch(() => ({ mtimeMs: now }));
     if (now - mtimeMs > STALE_MS) await rm(join(outdir, name), { force: true });
   }
@@ -84,3 +85,6 @@ try {
 }
 const files = Object.keys(result.metafile.outputs).filter((f) => f.endsWith('.js'));
 console.log(`built ${files.length} files into ${relative(root, outdir) || '.'}/ (entry: main.js)`);
+// The web console, served by the web role from CONSOLE_DIR (default dist/console).
+const web = await buildConsole(join(outdir, 'console'));
+console.log(`built the console into ${relative(root, join(outdir, 'console'))}/app.js: ${(web.bytes / 1024).toFixed(1)} KiB, ${(web.gzip / 1024).toFixed(1)} KiB gzipped`);
