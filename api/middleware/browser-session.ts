@@ -34,7 +34,8 @@ export function presentedCredential(ctx: AppContext): PresentedCredential | unde
   const reading = ctx.method === 'GET' || ctx.method === 'HEAD';
   if (!reading && ctx.get(CONSOLE_HEADER) !== '1') throw forbidden('console_header_missing', `A request signed in by the console's cookie must carry the header "${CONSOLE_HEADER}: 1".`);
   const origin = ctx.get('origin');
-  if (origin && origin !== ctx.origin && origin !== new URL(ctx.container.config.publicUrl).origin) {
+  // The request's own origin from protocol and host (Koa's ctx.origin echoes the Origin header when sent).
+  if (origin && origin !== `${ctx.protocol}://${ctx.host}` && origin !== new URL(ctx.container.config.publicUrl).origin) {
     throw forbidden('cross_origin_request', "A request signed in by the console's cookie must come from the service's own origin.");
   }
   return { token, via: 'cookie' };

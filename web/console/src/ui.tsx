@@ -67,6 +67,8 @@ interface InputProps {
   min?: number;
   max?: number;
   value?: string;
+  /** The starting value of an uncontrolled field (re-renders keep what was typed). */
+  defaultValue?: string;
   placeholder?: string;
   onInput?: (e: Event & { currentTarget: HTMLInputElement }) => void;
 }

@@ -29,10 +29,10 @@ export function Profile() {
           });
         }}
       >
-        <Field label="Username" name="username" autocomplete="username" required minLength={3} maxLength={64} value={user.username} action={details} />
-        <Field label="Email" name="email" type="email" autocomplete="email" required value={user.email} hint={user.email_verified ? 'Confirmed.' : 'Not confirmed yet.'} action={details} />
+        <Field label="Username" name="username" autocomplete="username" required minLength={3} maxLength={64} defaultValue={user.username} action={details} />
+        <Field label="Email" name="email" type="email" autocomplete="email" required defaultValue={user.email} hint={user.email_verified ? 'Confirmed.' : 'Not confirmed yet.'} action={details} />
         <Field label="Current password (needed to change the email)" name="current_password" type="password" autocomplete="current-password" maxLength={256} action={details} />
-        <Field label="Company" name="company_name" autocomplete="organization" maxLength={200} value={user.company_name ?? ''} action={details} />
+        <Field label="Company" name="company_name" autocomplete="organization" maxLength={200} defaultValue={user.company_name ?? ''} action={details} />
         <Submit action={details}>Save</Submit>
         <ProblemText action={details} />
       </form>
@@ -68,7 +68,7 @@ export function Profile() {
           });
         }}
       >
-        <Field label="Rotate keys every (days, empty for off)" name="days" type="number" min={1} max={730} value={user.rotation_interval_days?.toString() ?? ''} action={rotation} />
+        <Field label="Rotate keys every (days, empty for off)" name="days" type="number" min={1} max={730} defaultValue={user.rotation_interval_days?.toString() ?? ''} action={rotation} />
         <Submit action={rotation}>Save</Submit>
       </form>
       <ProblemText action={rotation} />

@@ -1,0 +1,299 @@
+import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
+import { existsSync } from 'node:fs';
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { startTestService, type TestService } from './support/service';
+import { startSmtpServer } from './support/smtp';
+import { buildConsole } from '../scripts/build-console.mjs';
+
+/**
+ * The web console end to end in Debian's Chromium against the real service (API, workers, SMTP): the
+ * console is built into a temporary folder first, as `npm run build` does. Every page visited is
+ * checked with axe-core (no serious or critical violation); a failing test leaves a screenshot in
+ * test-artifacts/ (gitignored).
+ */
+const CHROMIUM = '/usr/bin/chromium';
+const ARTIFACTS = join(process.cwd(), 'test-artifacts');
+const AXE = await readFile(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as { port: number }).port;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+let s: TestService;
+let smtp: Awaited<ReturnType<typeof startSmtpServer>>;
+let origin: string;
+let work: string;
+let context: BrowserContext;
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: run \`bash scripts/test-peers.sh\` (it installs Debian's chromium)`);
+  work = await mkdtemp(join(tmpdir(), 'kms-console-'));
+  await buildConsole(join(work, 'console'));
+  smtp = await startSmtpServer();
+  for (let attempt = 1; !s; attempt++) {
+    const port = await freePort();
+    origin = `http://localhost:${port}`;
+    try {
+      s = await startTestService({ env: { PORT: String(port), WEBAUTHN_ORIGINS: origin, CONSOLE_DIR: join(work, 'console'), SMTP_URL: smtp.url, QUEUE_DASHBOARD: 'read-only' } });
+    } catch (err) {
+      if (attempt >= 3 || (err as { code?: string }).code !== 'EADDRINUSE') throw err;
+    }
+  }
+  context = await chromium.launchPersistentContext(join(work, 'profile'), {
+    executablePath: CHROMIUM,
+    headless: true,
+    acceptDownloads: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    viewport: { width: 1100, height: 1000 },
+  });
+});
+afterAll(async () => {
+  await context?.close();
+  await s?.stop();
+  await smtp?.close();
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+/** A fresh page whose script errors, CSP violations and failed requests are collected. */
+async function open(name: string) {
+  await context.clearCookies();
+  const page = await context.newPage();
+  const problems: string[] = [];
+  page.on('console', (m) => {
+    if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) problems.push(m.text());
+  });
+  page.on('pageerror', (e) => problems.push(e.message));
+  onTestFailed(async () => {
+    await mkdir(ARTIFACTS, { recursive: true });
+    await page.screenshot({ path: join(ARTIFACTS, `console-${name}.png`), fullPage: true }).catch(() => undefined);
+  });
+  return { page, problems };
+}
+
+/** axe-core in the page (evaluated through the DevTools protocol, which the page's CSP does not govern). */
+async function accessible(page: Page): Promise<void> {
+  await page.evaluate(AXE);
+  const violations = await page.evaluate(async () => {
+    const result = await (window as unknown as { axe: { run(): Promise<{ violations: { id: string; impact: string; nodes: { target: string[] }[] }[] }> } }).axe.run();
+    return result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
+  });
+  expect(violations, `axe on ${page.url()}`).toEqual([]);
+}
+
+const says = (page: Page, text: string | RegExp) => expect.poll(() => page.locator('main').innerText(), { timeout: 15_000 }).toMatch(text);
+
+describe("the web console in Chromium", { timeout: 90_000 }, () => {
+  it('serves its shell with the strict CSP at / and at the emailed paths; other paths stay 404 JSON', async () => {
+    for (const path of ['/', '/reset-password', '/confirm-email', '/accept-invitation', '/keys']) {
+      const res = await fetch(origin + path);
+      expect(res.status, path).toBe(200);
+      expect(res.headers.get('content-type')).toMatch(/text\/html/);
+      const csp = res.headers.get('content-security-policy')!;
+      expect(csp).toMatch(/script-src 'self';/);
+      expect(csp).toMatch(/frame-ancestors 'none'/);
+      expect(csp).not.toMatch(/unsafe-inline|unsafe-eval/);
+    }
+    const js = await fetch(`${origin}/console/app.js`);
+    expect(js.headers.get('content-security-policy')).toMatch(/default-src 'none'/);
+    expect((await fetch(`${origin}/nothing-here`)).status).toBe(404);
+  });
+
+  it('refuses a state change signed in by the cookie without the console header, and from another origin', async () => {
+    const reg = await s.api('POST', '/partners/register', { body: { username: 'cookie-user', email: 'cookie@example.test', password: 'a long enough password' } });
+    const token = reg.body.session.token as string;
+    const set = await fetch(`${s.url}/auth/session`, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
+    expect(set.status).toBe(200);
+    const cookie = set.headers.get('set-cookie')!;
+    expect(cookie).toMatch(/^kms_session=/);
+    expect(cookie).toMatch(/httponly/i);
+    expect(cookie).toMatch(/samesite=strict/i);
+    const jar = cookie.split(';')[0]!;
+    const body = JSON.stringify({ rotation_interval_days: 30 });
+    const json = { cookie: jar, 'content-type': 'application/json' };
+    // A read needs no header; a change without it is refused, and so is one from another origin.
+    expect((await fetch(`${s.url}/auth/me`, { headers: { cookie: jar } })).status).toBe(200);
+    const bare = await fetch(`${s.url}/profile/update-rotation-days`, { method: 'POST', headers: json, body });
+    expect(bare.status).toBe(403);
+    expect(await bare.json()).toMatchObject({ code: 'console_header_missing' });
+    const foreign = await fetch(`${s.url}/profile/update-rotation-days`, { method: 'POST', headers: { ...json, 'x-kms-console': '1', origin: 'https://evil.example' }, body });
+    expect(foreign.status, JSON.stringify(await foreign.clone().json())).toBe(403);
+    expect(await foreign.json()).toMatchObject({ code: 'cross_origin_request' });
+    const good = await fetch(`${s.url}/profile/update-rotation-days`, { method: 'POST', headers: { ...json, 'x-kms-console': '1', origin }, body });
+    expect(good.status).toBe(200);
+    // The cookie holds session tokens only: an API key in it is not accepted.
+    const key = reg.body.partner_api_key.api_key as string;
+    expect((await fetch(`${s.url}/auth/me`, { headers: { cookie: `kms_session=${key}` } })).status).toBe(401);
+    // Bearer requests are unchanged (no header needed).
+    expect((await s.api('POST', '/profile/update-rotation-days', { token, body: { rotation_interval_days: 40 } })).status).toBe(200);
+  });
+
+  it('register → sign in → generate a key → encrypt two files → download → decrypt → audit rows and live job events', async () => {
+    const { page, problems } = await open('files');
+    await page.goto(origin + '/');
+    await expect.poll(() => page.url()).toBe(`${origin}/sign-in`);
+    await accessible(page);
+
+    await page.getByRole('link', { name: 'Register a partner account' }).click();
+    await page.getByLabel('Username').fill('console-user');
+    await page.getByLabel('Email').fill('console-user@example.test');
+    await page.getByLabel('Password').fill('console password 123');
+    await accessible(page);
+    await page.getByRole('button', { name: 'Register' }).click();
+    await says(page, /only time the key is shown/);
+    expect(await page.locator('#partner-key').innerText()).toMatch(/^kms_pk_/);
+    await accessible(page);
+    await page.getByRole('button', { name: /I stored it/ }).click();
+    await says(page, /No keys yet/);
+
+    // Sign out, then in with the password; a reload keeps the session, and nothing is stored in script reach.
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await expect.poll(() => page.url()).toBe(`${origin}/sign-in`);
+    await page.getByLabel('Username or email').fill('console-user@example.test');
+    await page.getByLabel('Password').fill('wrong password here');
+    await page.getByRole('button', { name: 'Sign in', exact: true }).click();
+    await says(page, /password/i);
+    await expect.poll(() => page.getByRole('alert').innerText()).toMatch(/\.$/);
+    await page.getByLabel('Password').fill('console password 123');
+    await page.getByRole('button', { name: 'Sign in', exact: true }).click();
+    await expect.poll(() => page.url()).toBe(`${origin}/keys`);
+    await page.reload();
+    await says(page, /Generate a key/);
+    expect(await page.evaluate(() => [localStorage.length, sessionStorage.length, document.cookie])).toEqual([0, 0, '']);
+    await accessible(page);
+
+    // A curve25519 key, at once.
+    await page.getByLabel('Label', { exact: true }).last().fill('console key');
+    await page.getByLabel('Name in the key').fill('Console User');
+    await page.getByLabel('Email in the key').fill('console-user@example.test');
+    await page.getByLabel('Passphrase').fill('key passphrase 123');
+    await page.getByRole('button', { name: 'Generate' }).click();
+    await says(page, /Key "console key" generated\./);
+    await expect.poll(() => page.locator('tbody tr').count()).toBe(1);
+    const download = page.waitForEvent('download');
+    await page.getByRole('button', { name: /Download the public key/ }).click();
+    expect(await readFile(await (await download).path(), 'utf8')).toMatch(/^-----BEGIN PGP PUBLIC KEY BLOCK-----/);
+
+    // The activity page follows events live in a second tab.
+    const { page: watcher } = await open('activity');
+    await context.addCookies([]); // same context: the session cookie is shared
+    await watcher.goto(origin + '/activity');
+    await expect.poll(() => watcher.getByRole('status').first().innerText(), { timeout: 10_000 }).toMatch(/Following events/);
+
+    await page.getByRole('link', { name: 'Files' }).click();
+    await says(page, /What to do/);
+    await accessible(page);
+    const inputs = [
+      { name: 'one.txt', mimeType: 'text/plain', buffer: Buffer.from('the first file\n'.repeat(1000)) },
+      { name: 'two.bin', mimeType: 'application/octet-stream', buffer: Buffer.from(Array.from({ length: 70_000 }, (_, i) => i % 251)) },
+    ];
+    await page.getByLabel(/Files \(choose/).setInputFiles(inputs);
+    await page.getByRole('button', { name: 'Encrypt' }).click();
+    await says(page, /2 files encrypted\./);
+    const encrypted: { name: string; path: string }[] = [];
+    for (const link of await page.locator('ul.outputs a').all()) {
+      const d = page.waitForEvent('download');
+      await link.click();
+      const file = await d;
+      encrypted.push({ name: file.suggestedFilename(), path: await file.path() });
+    }
+    expect(encrypted.map((e) => e.name).sort()).toEqual(['one.txt.pgp', 'two.bin.pgp']);
+    await expect.poll(() => watcher.locator('ul.live li[data-type="job.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(0);
+
+    // Decrypt what was downloaded, and get the originals back.
+    await page.getByLabel('Decrypt').check();
+    await page.getByLabel('Passphrase of the key').fill('key passphrase 123');
+    await page.getByLabel(/Files \(choose/).setInputFiles(encrypted.map((e) => e.path));
+    await page.getByRole('button', { name: 'Decrypt' }).click();
+    await says(page, /2 files decrypted\./);
+    const row = page.locator('tbody tr').first();
+    for (const link of await row.locator('ul.outputs a').all()) {
+      const d = page.waitForEvent('download');
+      await link.click();
+      const file = await d;
+      const original = inputs.find((i) => file.suggestedFilename().startsWith(i.name.split('.')[0]!))!;
+      expect(Buffer.compare(await readFile(await file.path()), original.buffer), file.suggestedFilename()).toBe(0);
+    }
+    await expect.poll(() => watcher.locator('ul.live li[data-type="job.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(1);
+    await accessible(watcher);
+
+    // The audit log shows what was done, filtered.
+    await page.getByRole('link', { name: 'Activity' }).click();
+    await expect.poll(() => page.locator('table.audit').innerText()).toMatch(/keys\.encrypt/);
+    await page.getByLabel('Action').fill('keys.generate');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await expect.poll(() => page.locator('table.audit caption').innerText()).toMatch(/^1 entries/);
+    await accessible(page);
+    expect(problems).toEqual([]);
+    await watcher.close();
+    await page.close();
+  });
+
+  it('forgot password → the emailed link → a new password → sign in; an email change → its confirmation link', async () => {
+    const { page, problems } = await open('recovery');
+    await s.api('POST', '/partners/register', { body: { username: 'forgetful', email: 'forgetful@example.test', password: 'the old password 1' } });
+    await page.goto(`${origin}/forgot-password`);
+    await accessible(page);
+    await page.getByLabel('Email').fill('forgetful@example.test');
+    await page.getByRole('button', { name: 'Send the reset email' }).click();
+    await says(page, /reset email is on its way/);
+    const mail = await smtp.waitFor('forgetful@example.test');
+    const link = /Or open: (\S+)/.exec(mail.text ?? '')![1]!;
+    expect(link.startsWith(`${origin}/reset-password#token=`)).toBe(true);
+    await page.goto(link);
+    await says(page, /Set a new password/);
+    expect(page.url()).toBe(`${origin}/reset-password`); // the token left the address bar
+    await accessible(page);
+    await page.getByLabel('New password').fill('short');
+    await page.getByRole('button', { name: 'Set the password' }).click();
+    await says(page, /Set a new password/);
+    await page.getByLabel('New password').fill('the new password 2');
+    await page.getByRole('button', { name: 'Set the password' }).click();
+    await says(page, /Your password was changed/);
+    await page.getByRole('link', { name: /Sign in with the new password/ }).click();
+    await page.getByLabel('Username or email').fill('forgetful');
+    await page.getByLabel('Password').fill('the new password 2');
+    await page.getByRole('button', { name: 'Sign in', exact: true }).click();
+    await expect.poll(() => page.url()).toBe(`${origin}/keys`);
+
+    await page.getByRole('link', { name: 'Profile' }).click();
+    await accessible(page);
+    await page.getByLabel('Email', { exact: true }).fill('remembered@example.test');
+    await page.getByLabel(/Current password \(needed/).fill('the new password 2');
+    await page.getByRole('button', { name: 'Save' }).first().click();
+    await says(page, /confirmation link to remembered@example.test/);
+    const confirm = await smtp.waitFor('remembered@example.test');
+    const confirmLink = /Or open: (\S+)/.exec(confirm.text ?? '')![1]!;
+    expect(confirmLink.startsWith(`${origin}/confirm-email#token=`)).toBe(true);
+    await page.goto(confirmLink);
+    await says(page, /Your email address is now remembered@example.test\./);
+    await accessible(page);
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
+  it('an administrator opens the queue dashboard from the console', async () => {
+    const { page } = await open('admin');
+    const reg = await s.api('POST', '/partners/register', { body: { username: 'operator', email: 'operator@example.test', password: 'operator password 1' } });
+    await s.c.db('users').where({ id: reg.body.user.user_id }).update({ role: 'admin' });
+    await page.goto(`${origin}/sign-in`);
+    await page.getByLabel('Username or email').fill('operator');
+    await page.getByLabel('Password').fill('operator password 1');
+    await page.getByRole('button', { name: 'Sign in', exact: true }).click();
+    await page.getByRole('link', { name: 'Administration' }).click();
+    await says(page, /Postgres up, Redis up/);
+    await accessible(page);
+    await page.getByRole('button', { name: 'Open the queue dashboard' }).click();
+    await expect.poll(() => page.url()).toBe(`${origin}/admin/queues`);
+    await expect.poll(() => page.title(), { timeout: 15_000 }).toMatch(/KMS queues|Bull/i);
+    await page.close();
+  });
+});
