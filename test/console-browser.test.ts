@@ -64,8 +64,8 @@ afterAll(async () => {
 });
 
 /** A fresh page whose script errors, CSP violations and failed requests are collected. */
-async function open(name: string) {
-  await context.clearCookies();
+async function open(name: string, { signedOut = true } = {}) {
+  if (signedOut) await context.clearCookies();
   const page = await context.newPage();
   const problems: string[] = [];
   page.on('console', (m) => {
@@ -171,7 +171,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await accessible(page);
 
     // A curve25519 key, at once.
-    await page.getByLabel('Label', { exact: true }).last().fill('console key');
+    await page.getByLabel('Key label').fill('console key');
     await page.getByLabel('Name in the key').fill('Console User');
     await page.getByLabel('Email in the key').fill('console-user@example.test');
     await page.getByLabel('Passphrase').fill('key passphrase 123');
@@ -183,8 +183,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     expect(await readFile(await (await download).path(), 'utf8')).toMatch(/^-----BEGIN PGP PUBLIC KEY BLOCK-----/);
 
     // The activity page follows events live in a second tab.
-    const { page: watcher } = await open('activity');
-    await context.addCookies([]); // same context: the session cookie is shared
+    const { page: watcher } = await open('activity', { signedOut: false });
     await watcher.goto(origin + '/activity');
     await expect.poll(() => watcher.getByRole('status').first().innerText(), { timeout: 10_000 }).toMatch(/Following events/);
 
@@ -205,7 +204,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
       const file = await d;
       encrypted.push({ name: file.suggestedFilename(), path: await file.path() });
     }
-    expect(encrypted.map((e) => e.name).sort()).toEqual(['one.txt.pgp', 'two.bin.pgp']);
+    expect(encrypted.map((e) => e.name).sort()).toEqual(['one.txt.gpg', 'two.bin.gpg']);
     await expect.poll(() => watcher.locator('ul.live li[data-type="job.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(0);
 
     // Decrypt what was downloaded, and get the originals back.

@@ -1,5 +1,5 @@
 import type { ComponentChildren } from 'preact';
-import { useState } from 'preact/hooks';
+import { useId, useState } from 'preact/hooks';
 import { ApiProblem } from './api';
 import { useSession } from './session';
 
@@ -77,11 +77,11 @@ interface InputProps {
 export function Field(props: InputProps & { label: string; name: string; action?: Action; hint?: string }) {
   const { label, name, action, hint, ...input } = props;
   const error = action?.fields[name];
-  const id = `f-${name}`;
+  const id = useId();
   const described = [error && `${id}-error`, hint && `${id}-hint`].filter(Boolean).join(' ') || undefined;
   return (
-    <label>
-      {label}
+    <div class="field">
+      <label for={id}>{label}</label>
       {/* Preact's input types discriminate on `type`; the field's own union is narrower than theirs. */}
       <input {...input} type={(input.type ?? 'text') as 'text'} id={id} name={name} aria-invalid={error ? 'true' : undefined} aria-describedby={described} />
       {hint && (
@@ -94,7 +94,7 @@ export function Field(props: InputProps & { label: string; name: string; action?
           {error}
         </span>
       )}
-    </label>
+    </div>
   );
 }
 

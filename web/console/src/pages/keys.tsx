@@ -154,7 +154,7 @@ export function Keys() {
           });
         }}
       >
-        <Field label="Label" name="label" required maxLength={100} action={generate} />
+        <Field label="Key label" name="label" required maxLength={100} action={generate} />
         <Field label="Environment (optional)" name="environment" action={generate} />
         <Field label="Name in the key" name="name" required maxLength={100} action={generate} />
         <Field label="Email in the key" name="email" type="email" required action={generate} />
