@@ -82,10 +82,10 @@ async function open(name: string, { signedOut = true } = {}) {
 /** axe-core in the page (evaluated through the DevTools protocol, which the page's CSP does not govern). */
 async function accessible(page: Page): Promise<void> {
   await page.evaluate(AXE);
-  const violations = await page.evaluate(async () => {
-    const result = await (window as unknown as { axe: { run(): Promise<{ violations: { id: string; impact: string; nodes: { target: string[] }[] }[] }> } }).axe.run();
-    return result.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => `${v.id}: ${v.nodes.map((n) => n.target.join(' ')).join(', ')}`);
-  });
+  // A string: the test's TypeScript has no DOM types; this runs in the page.
+  const violations = await page.evaluate<string[]>(`axe.run().then((r) => r.violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => v.id + ': ' + v.nodes.map((n) => n.target.join(' ')).join(', ')))`);
   expect(violations, `axe on ${page.url()}`).toEqual([]);
 }
 
@@ -167,7 +167,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await expect.poll(() => page.url()).toBe(`${origin}/keys`);
     await page.reload();
     await says(page, /Generate a key/);
-    expect(await page.evaluate(() => [localStorage.length, sessionStorage.length, document.cookie])).toEqual([0, 0, '']);
+    expect(await page.evaluate('[localStorage.length, sessionStorage.length, document.cookie]')).toEqual([0, 0, '']);
     await accessible(page);
 
     // A curve25519 key, at once.

@@ -9,6 +9,8 @@ import { Files } from './pages/files';
 import { Activity } from './pages/activity';
 import { Profile } from './pages/profile';
 import { Admin } from './pages/admin';
+import { Credentials } from './pages/credentials';
+import { Team } from './pages/team';
 
 interface Page {
   title: string;
@@ -31,6 +33,8 @@ const PAGES: Record<Exclude<ConsolePath, '/'>, Page> = {
   '/keys': { title: 'Keys', component: Keys, access: 'user', nav: true },
   '/files': { title: 'Files', component: Files, access: 'user', nav: true },
   '/activity': { title: 'Activity', component: Activity, access: 'user', nav: true },
+  '/credentials': { title: 'Credentials', component: Credentials, access: 'user', nav: true },
+  '/team': { title: 'Team and billing', component: Team, access: 'user', nav: true },
   '/profile': { title: 'Profile', component: Profile, access: 'user', nav: true },
   '/admin': { title: 'Administration', component: Admin, access: 'admin', nav: true },
 };

@@ -15,6 +15,8 @@ export const CONSOLE_PATHS = [
   '/keys',
   '/files',
   '/activity',
+  '/credentials',
+  '/team',
   '/profile',
   '/admin',
 ] as const;

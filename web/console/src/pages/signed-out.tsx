@@ -235,6 +235,7 @@ export function AcceptInvitation() {
             Accept the invitation
           </button>
           <ProblemText action={action} />
+          {action.notice && <Link href="/team">Go to your team</Link>}
         </>
       )}
     </>
