@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
 import type Koa from 'koa';
 import type { Container } from '../lib/container';
@@ -40,7 +41,11 @@ const PAGE_HEADERS: Record<string, string> = {
 interface Asset {
   type: string;
   body: Buffer;
+  /** The body gzipped once at start, for clients that accept it (the console's script and stylesheet). */
+  gzip?: Buffer;
 }
+
+const compressed = (type: string, body: Buffer): Asset => ({ type, body, gzip: gzipSync(body, { level: 9 }) });
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const WEB = join(ROOT, 'web', 'passkeys');
@@ -74,8 +79,8 @@ function consolePages(dir: string): Map<string, Asset> | undefined {
   const html = { type: 'text/html; charset=utf-8', body: readFileSync(join(CONSOLE_WEB, 'index.html')) };
   return new Map<string, Asset>([
     ...CONSOLE_PATHS.map((p): [string, Asset] => [p, html]),
-    ['/console/app.js', { type: 'text/javascript; charset=utf-8', body: readFileSync(script) }],
-    ['/console/app.css', { type: 'text/css; charset=utf-8', body: readFileSync(join(CONSOLE_WEB, 'app.css')) }],
+    ['/console/app.js', compressed('text/javascript; charset=utf-8', readFileSync(script))],
+    ['/console/app.css', compressed('text/css; charset=utf-8', readFileSync(join(CONSOLE_WEB, 'app.css')))],
     ['/console/icon.svg', { type: 'image/svg+xml', body: readFileSync(join(WEB, 'icon.svg')) }],
   ]);
 }
@@ -97,6 +102,12 @@ export function mountPages(app: Koa<AppState, { container: Container }>): void {
     ctx.set(PAGE_HEADERS);
     ctx.set('Cache-Control', 'no-cache');
     ctx.type = asset.type;
-    ctx.body = asset.body;
+    if (asset.gzip) ctx.vary('Accept-Encoding');
+    if (asset.gzip && ctx.acceptsEncodings('gzip', 'identity') === 'gzip') {
+      ctx.set('Content-Encoding', 'gzip');
+      ctx.body = asset.gzip;
+    } else {
+      ctx.body = asset.body;
+    }
   });
 }

@@ -44,7 +44,8 @@ const sourceUrls = {
 // Never write into a folder that holds the project, nor into one that is not a build.
 if (!relative(outdir, root).startsWith('..')) throw new Error(`build: refusing to write into ${outdir}, which contains the project`);
 const existing = await readdir(outdir).catch(() => []);
-if (existing.length && !existing.includes('main.js')) throw new Error(`build: ${outdir} is not empty and holds no earlier build`);
+// A folder holding only a console built alone (bench/console.ts) is a build too.
+if (existing.some((name) => name !== 'console') && !existing.includes('main.js')) throw new Error(`build: ${outdir} is not empty and holds no earlier build`);
 
 // Built next to the output, then moved in file by file (rename is atomic; chunks first, main.js last), so
 // processes starting while another build runs (`npm run web` and `npm run worker` together) never read a

@@ -112,6 +112,8 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     }
     const js = await fetch(`${origin}/console/app.js`);
     expect(js.headers.get('content-security-policy')).toMatch(/default-src 'none'/);
+    expect(js.headers.get('content-encoding')).toBe('gzip');
+    expect((await js.text()).length).toBeGreaterThan(10_000);
     expect((await fetch(`${origin}/nothing-here`)).status).toBe(404);
   });
 
