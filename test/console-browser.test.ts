@@ -192,6 +192,22 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await page.getByRole('button', { name: /Download the public key/ }).click();
     expect(await readFile(await (await download).path(), 'utf8')).toMatch(/^-----BEGIN PGP PUBLIC KEY BLOCK-----/);
 
+    // Its lifecycle: schedule, rotation (a job) and its history, generations, a share link.
+    await page.getByRole('button', { name: 'Details of console key' }).click();
+    await page.getByLabel(/Rotate every/).fill('30');
+    await page.getByRole('button', { name: 'Set the schedule' }).click();
+    await says(page, /Next rotation .* \(interval\)\./);
+    await page.getByRole('button', { name: 'Rotate console key now' }).click();
+    await says(page, /console key rotated\./);
+    await page.getByRole('button', { name: 'Details of console key' }).click();
+    await expect.poll(() => page.locator('table.generations tbody tr').count()).toBe(2);
+    await expect.poll(() => page.locator('ul.history').innerText()).toMatch(/generation 1 → .*manual, succeeded/);
+    await page.getByLabel('Valid for (hours, optional)').fill('24');
+    await page.getByRole('button', { name: 'Create a share link' }).click();
+    await says(page, /Share link created\./);
+    await expect.poll(() => page.locator('ul.shares').innerText()).toMatch(/active, 0 view/);
+    await accessible(page);
+
     // The activity page follows events live in a second tab.
     const { page: watcher } = await open('activity', { signedOut: false });
     await watcher.goto(origin + '/activity');
@@ -378,6 +394,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await signIn(page, 'operator', 'operator password 1');
     await page.getByRole('link', { name: 'Administration' }).click();
     await says(page, /Postgres up, Redis up/);
+    await says(page, /Key health/);
     await accessible(page);
     await page.getByRole('button', { name: 'Open the queue dashboard' }).click();
     await expect.poll(() => page.url()).toBe(`${origin}/admin/queues`);

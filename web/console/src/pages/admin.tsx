@@ -1,12 +1,36 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, CONSOLE_HEADER, ok, problemOf, type Schemas } from '../api';
-import { ProblemText, useAction } from '../ui';
+import { Field, formValues, ProblemText, Submit, useAction } from '../ui';
+
+/** A flat object's numbers and strings as a definition list (nested values as JSON). */
+function Facts({ of }: { of: Record<string, unknown> }) {
+  return (
+    <dl class="facts">
+      {Object.entries(of).map(([k, v]) => (
+        <div key={k}>
+          <dt>{k.replaceAll('_', ' ')}</dt>
+          <dd class="mono">{typeof v === 'object' ? JSON.stringify(v) : String(v)}</dd>
+        </div>
+      ))}
+    </dl>
+  );
+}
 
 export function Admin() {
   const action = useAction();
   const dashboard = useAction();
+  const metrics = useAction();
   const [status, setStatus] = useState<Schemas['Status']>();
-  useEffect(() => void action.run(async () => setStatus(await ok(api.GET('/status')))), []);
+  const [health, setHealth] = useState<Record<string, unknown>>();
+  const [keyMetrics, setKeyMetrics] = useState<Record<string, unknown>>();
+  useEffect(
+    () =>
+      void action.run(async () => {
+        setStatus(await ok(api.GET('/status')));
+        setHealth(await ok(api.GET('/keys/health')));
+      }),
+    [],
+  );
   return (
     <>
       <h1>Administration</h1>
@@ -35,6 +59,23 @@ export function Admin() {
           </table>
         </>
       )}
+      <h2>Key health</h2>
+      {health && <Facts of={health} />}
+      <form
+        class="inline"
+        onSubmit={(e) => {
+          const v = formValues(e);
+          void metrics.run(async () => setKeyMetrics(await ok(api.GET('/keys/{key_id}/metrics', { params: { path: { key_id: v.key_id! } } }))));
+        }}
+      >
+        <Field label="Key (fingerprint or lineage id)" name="key_id" required action={metrics} />
+        <Submit action={metrics} class="secondary">
+          Show its metrics
+        </Submit>
+      </form>
+      <ProblemText action={metrics} />
+      {keyMetrics && <Facts of={keyMetrics} />}
+
       <h2>Queue dashboard</h2>
       <p>Opens the BullMQ dashboard with this session (it gets its own cookie, scoped to the dashboard).</p>
       <button

@@ -1,6 +1,8 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, followJob, ok, problemOf, saveText, type Job, type Schemas } from '../api';
 import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
+import { KeyDetail, ShareAnalytics } from './key-detail';
+import { Fragment } from 'preact';
 
 type Key = Schemas['Key'];
 
@@ -24,6 +26,7 @@ export function Keys() {
   const generate = useAction();
   const row = useAction();
   const [job, setJob] = useState<Job>();
+  const [open, setOpen] = useState<string>();
   const load = () => list.run(async () => setKeys((await ok(api.GET('/keys/list', { params: { query: { ...filters, page_size: 100 } } }))).items));
   useEffect(() => void load(), [filters]);
 
@@ -72,7 +75,8 @@ export function Keys() {
           </thead>
           <tbody>
             {keys.map((k) => (
-              <tr key={k.fingerprint} data-fingerprint={k.fingerprint}>
+              <Fragment key={k.fingerprint}>
+              <tr data-fingerprint={k.fingerprint}>
                 <td>{k.label}</td>
                 <td>{k.environment}</td>
                 <td class="mono">{k.fingerprint}</td>
@@ -80,6 +84,9 @@ export function Keys() {
                 <td>{k.generation}</td>
                 <td>{when(k.expires_at)}</td>
                 <td class="actions">
+                  <button type="button" class="secondary" aria-expanded={open === k.fingerprint} aria-label={`Details of ${k.label}`} onClick={() => setOpen(open === k.fingerprint ? undefined : k.fingerprint)}>
+                    Details
+                  </button>
                   <button
                     type="button"
                     class="secondary"
@@ -129,6 +136,14 @@ export function Keys() {
                   )}
                 </td>
               </tr>
+              {open === k.fingerprint && (
+                <tr>
+                  <td colSpan={7}>
+                    <KeyDetail k={k} onChange={load} />
+                  </td>
+                </tr>
+              )}
+              </Fragment>
             ))}
           </tbody>
         </table>
@@ -171,6 +186,9 @@ export function Keys() {
         <ProblemText action={generate} />
       </form>
       <JobProgress job={job} />
+
+      <h2>Sharing</h2>
+      <ShareAnalytics />
     </>
   );
 }
