@@ -3,7 +3,13 @@ import { api, followJob, ok, outputUrl, uploadFiles, type Job, type Schemas, typ
 import { bytes, formValues, ProblemText, Submit, useAction } from '../ui';
 import { JobProgress } from './keys';
 
-type Mode = 'encrypt' | 'decrypt';
+type Mode = 'encrypt' | 'decrypt' | 'rewrap';
+
+const MODES: Record<Mode, { label: string; done: string; path: '/keys/encrypt' | '/keys/decrypt' | '/keys/rewrap' }> = {
+  encrypt: { label: 'Encrypt', done: 'encrypted', path: '/keys/encrypt' },
+  decrypt: { label: 'Decrypt', done: 'decrypted', path: '/keys/decrypt' },
+  rewrap: { label: 'Rewrap to the current generation', done: 'rewrapped', path: '/keys/rewrap' },
+};
 
 /** The jobs of this page's visit, newest first (the API lists no jobs: it names them in events). */
 const recent: Job[] = [];
@@ -36,21 +42,20 @@ export function Files() {
           void action.run(async () => {
             if (!files.length) return 'Choose or drop at least one file first.';
             const fields: Record<string, string> = mode === 'encrypt' ? { fingerprint: v.fingerprint! } : { fingerprint: v.fingerprint!, passphrase: v.passphrase! };
-            const started = await uploadFiles(mode === 'encrypt' ? '/keys/encrypt' : '/keys/decrypt', fields, files, setUpload);
+            const started = await uploadFiles(MODES[mode].path, fields, files, setUpload);
             remember(started);
             const done = await followJob(started.job_id, remember);
-            return done.state === 'completed' ? `${files.length} file${files.length === 1 ? '' : 's'} ${mode}ed.` : undefined;
+            return done.state === 'completed' ? `${files.length} file${files.length === 1 ? '' : 's'} ${MODES[mode].done}.` : undefined;
           });
         }}
       >
         <fieldset>
           <legend>What to do</legend>
-          <label class="check">
-            <input type="radio" name="mode" value="encrypt" checked={mode === 'encrypt'} onChange={() => setMode('encrypt')} /> Encrypt
-          </label>
-          <label class="check">
-            <input type="radio" name="mode" value="decrypt" checked={mode === 'decrypt'} onChange={() => setMode('decrypt')} /> Decrypt
-          </label>
+          {(Object.keys(MODES) as Mode[]).map((m) => (
+            <label class="check" key={m}>
+              <input type="radio" name="mode" value={m} checked={mode === m} onChange={() => setMode(m)} /> {MODES[m].label}
+            </label>
+          ))}
         </fieldset>
         <label>
           Key
@@ -62,7 +67,7 @@ export function Files() {
             ))}
           </select>
         </label>
-        {mode === 'decrypt' && (
+        {mode !== 'encrypt' && (
           <label>
             Passphrase of the key
             <input type="password" name="passphrase" autocomplete="current-password" required maxLength={1024} />
@@ -91,7 +96,7 @@ export function Files() {
             </p>
           )}
         </div>
-        <Submit action={action}>{mode === 'encrypt' ? 'Encrypt' : 'Decrypt'}</Submit>
+        <Submit action={action}>{MODES[mode].label}</Submit>
         <ProblemText action={action} />
       </form>
       {upload && upload.total > 0 && (
