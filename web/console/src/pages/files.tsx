@@ -11,8 +11,15 @@ const MODES: Record<Mode, { label: string; done: string; path: '/keys/encrypt' |
   rewrap: { label: 'Rewrap to the current generation', done: 'rewrapped', path: '/keys/rewrap' },
 };
 
-/** The jobs of this page's visit, newest first (the API lists no jobs: it names them in events). */
-const recent: Job[] = [];
+const RECENT = 10;
+
+/** The account's recent file jobs, from the event history (the API has no job list): newest first. */
+async function recentJobs(): Promise<Job[]> {
+  const history = await ok(api.GET('/events/history', { params: { query: { types: 'job.completed,job.failed', page_size: RECENT } } }));
+  const ids = [...new Set(history.items.map((e) => e.data.job_id).filter((id): id is string => typeof id === 'string'))];
+  const jobs = await Promise.all(ids.map((job_id) => api.GET('/jobs/{job_id}', { params: { path: { job_id } } }).then((r) => r.data)));
+  return jobs.filter((j): j is Job => j !== undefined && (j.kind === 'encrypt' || j.kind === 'decrypt' || j.kind === 'rewrap'));
+}
 
 export function Files() {
   const action = useAction();
@@ -22,15 +29,20 @@ export function Files() {
   const [over, setOver] = useState(false);
   const [upload, setUpload] = useState<UploadProgress>();
   const [job, setJob] = useState<Job>();
-  const [, redraw] = useState(0);
-  useEffect(() => void action.run(async () => setKeys((await ok(api.GET('/keys/list', { params: { query: { active: 'true', page_size: 100 } } }))).items)), []);
+  const [recent, setRecent] = useState<Job[]>([]);
+  useEffect(
+    () =>
+      void action.run(async () => {
+        setKeys((await ok(api.GET('/keys/list', { params: { query: { active: 'true', page_size: 100 } } }))).items);
+        const earlier = await recentJobs();
+        setRecent((mine) => [...mine, ...earlier.filter((j) => !mine.some((m) => m.job_id === j.job_id))]);
+      }),
+    [],
+  );
 
   const remember = (j: Job) => {
     setJob(j);
-    const i = recent.findIndex((r) => r.job_id === j.job_id);
-    if (i >= 0) recent[i] = j;
-    else recent.unshift(j);
-    redraw((n) => n + 1);
+    setRecent((list) => (list.some((r) => r.job_id === j.job_id) ? list.map((r) => (r.job_id === j.job_id ? j : r)) : [j, ...list]));
   };
 
   return (
@@ -108,7 +120,7 @@ export function Files() {
 
       <h2>Recent jobs</h2>
       {recent.length === 0 ? (
-        <p class="muted">No jobs yet in this visit; the Activity page lists earlier ones.</p>
+        <p class="muted">No file jobs yet.</p>
       ) : (
         <table>
           <thead>
