@@ -249,6 +249,9 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     }
     await expect.poll(() => watcher.locator('ul.live li[data-type="job.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(1);
     await accessible(watcher);
+    // After a reload the recent jobs come from the event history.
+    await page.reload();
+    await expect.poll(() => page.locator('tr[data-job]').count()).toBe(2);
 
     // The audit log shows what was done, filtered.
     await page.getByRole('link', { name: 'Activity' }).click();

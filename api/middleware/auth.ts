@@ -72,7 +72,8 @@ function challenge(code: string, message: string): AppError {
 
 /**
  * Bearer credentials: a JWT from login, the partner API key or a managed API key (each recognised by
- * its prefix); or the console's session cookie, which holds a JWT (api/middleware/browser-session.ts). Routes with access 'session' manage the account's own credentials and need a JWT: a
+ * its prefix); or the console's session cookie, which holds a JWT (api/middleware/browser-session.ts).
+ * Routes with access 'session' manage the account's own credentials and need a JWT: a
  * leaked API key must not be able to change the password or delete the account.
  */
 export async function authenticate(ctx: AppContext, access: Access): Promise<AuthUser> {

@@ -27,7 +27,7 @@ export function SignIn() {
   return (
     <>
       <h1>Sign in</h1>
-      {session.user && <p class="warning">Your sign-in is too old for that action: sign in again to go on.</p>}
+      {session.user && returnTo && <p class="warning">Your sign-in is too old for that action: sign in again to go on.</p>}
       <form
         onSubmit={(e) => {
           const v = formValues(e);
