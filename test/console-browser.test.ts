@@ -308,6 +308,24 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await page.close();
   });
 
+  it('a sign-in refused for too many failures (429) shows the API\'s detail and its wait', async () => {
+    const { page } = await open('locked');
+    await s.api('POST', '/partners/register', { body: { username: 'hammered', email: 'hammered@example.test', password: 'hammered password 1' } });
+    await page.goto(`${origin}/sign-in`);
+    await page.getByLabel('Username or email').fill('hammered');
+    let alert = '';
+    for (let i = 0; i < 8 && !/Try again in/.test(alert); i++) {
+      await page.getByLabel('Password').fill(`wrong password ${i}`);
+      const answered = page.waitForResponse((r) => r.url().endsWith('/api/v1/auth/login'));
+      await page.getByRole('button', { name: 'Sign in', exact: true }).click();
+      await answered;
+      await expect.poll(() => page.getByRole('alert').count()).toBe(1);
+      alert = await page.getByRole('alert').innerText();
+    }
+    expect(alert).toMatch(/\. Try again in \d+ seconds?\.$/);
+    await page.close();
+  });
+
   it('passkeys: a stale sign-in leads to re-sign-in and back, a passkey is added (virtual authenticator), then signs in', async () => {
     const { page, problems } = await open('passkeys');
     const cdp = await context.newCDPSession(page);
