@@ -189,7 +189,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await says(page, /Key "console key" generated\./);
     await expect.poll(() => page.locator('tbody tr').count()).toBe(1);
     const download = page.waitForEvent('download');
-    await page.getByRole('button', { name: /Download the public key/ }).click();
+    await page.getByRole('button', { name: 'Public key (.asc) of console key' }).click();
     expect(await readFile(await (await download).path(), 'utf8')).toMatch(/^-----BEGIN PGP PUBLIC KEY BLOCK-----/);
 
     // Its lifecycle: schedule, rotation (a job) and its history, generations, a share link.
@@ -358,6 +358,19 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await page.getByRole('button', { name: 'Sign in with a passkey' }).click();
     await expect.poll(() => page.url()).toBe(`${origin}/keys`);
     await expect.poll(() => page.locator('header .who').innerText()).toMatch(/keyholder/);
+
+    // A managed API key with one scope, its value shown once, a share link, revoked.
+    await page.getByRole('link', { name: 'Credentials' }).click();
+    await page.getByLabel('Name', { exact: true }).fill('ci reader');
+    await page.getByLabel('keys:read').check();
+    await page.getByRole('button', { name: 'Generate an API key' }).click();
+    await expect.poll(() => page.locator('.warning .secret').innerText()).toMatch(/^kms_sk_/);
+    await page.getByRole('button', { name: 'Share link of ci reader' }).click();
+    await expect.poll(() => page.locator('ul.api-key-shares').innerText()).toMatch(/ci reader: active, 0 view/);
+    await page.locator('ul.api-key-shares').getByRole('button', { name: 'Revoke' }).click();
+    await says(page, /Share link revoked\./);
+    await expect.poll(() => page.locator('ul.api-key-shares').innerText()).toMatch(/ci reader: revoked/);
+    await accessible(page);
     // The 403 on the way was the API's answer, shown as a page change rather than an error.
     expect(problems.filter((p) => !/403/.test(p))).toEqual([]);
     await page.close();

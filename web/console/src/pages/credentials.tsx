@@ -55,7 +55,9 @@ function ApiKeys() {
   const action = useAction();
   const [items, setItems] = useState<Schemas['ManagedApiKey'][]>([]);
   const [shown, setShown] = useState<{ label: string; value: string | null }>();
+  const [shares, setShares] = useState<{ keyId: string; items: Schemas['ApiKeyShare'][] }>();
   const load = () => action.run(async () => setItems((await ok(api.GET('/api-keys', { params: { query: { page_size: 100 } } }))).items));
+  const loadShares = async (keyId: string) => setShares({ keyId, items: (await ok(api.GET('/api-keys/{key_id}/shares', { params: { path: { key_id: keyId }, query: { page_size: 50 } } }))).items });
   useEffect(() => void load(), []);
   return (
     <section aria-labelledby="apikeys-h">
@@ -123,15 +125,19 @@ function ApiKeys() {
                 <button
                   type="button"
                   class="secondary"
-                  aria-label={`Share ${k.name}`}
+                  aria-label={`Share link of ${k.name}`}
                   onClick={() =>
                     action.run(async () => {
                       const sh = await ok(api.POST('/api-keys/{key_id}/share', { params: { path: { key_id: k.key_id } }, body: { expires_in_hours: 24, max_views: 1 } }));
                       setShown({ label: 'A one-view share link, valid 24 hours', value: sh.url });
+                      await loadShares(k.key_id);
                     })
                   }
                 >
                   Share link
+                </button>
+                <button type="button" class="secondary" aria-label={`Share links of ${k.name}`} onClick={() => action.run(() => loadShares(k.key_id))}>
+                  Links
                 </button>
                 <button
                   type="button"
@@ -152,6 +158,21 @@ function ApiKeys() {
           ))}
         </tbody>
       </table>
+      {shares && (
+        <ul class="api-key-shares" aria-label="Share links of the key">
+          {shares.items.length === 0 && <li class="muted">No share links.</li>}
+          {shares.items.map((sh) => (
+            <li key={sh.share_id}>
+              {sh.key_name}: {sh.state}, {sh.view_count} view(s), until {when(sh.expires_at)}{' '}
+              {sh.state === 'active' && (
+                <button type="button" class="secondary" onClick={() => action.run(async () => { await ok(api.DELETE('/api-keys/shares/{share_id}', { params: { path: { share_id: sh.share_id } } })); await loadShares(shares.keyId); return 'Share link revoked.'; })}>
+                  Revoke
+                </button>
+              )}
+            </li>
+          ))}
+        </ul>
+      )}
     </section>
   );
 }
@@ -230,6 +251,9 @@ function Webhooks() {
             <span class="mono">{w.url}</span> {w.enabled ? '' : `(disabled: ${w.disabled_reason ?? ''})`}{' '}
             <button type="button" class="secondary" onClick={() => action.run(async () => setSecret((await ok(api.POST('/webhooks/{webhook_id}/rotate-secret', { params: { path: { webhook_id: w.webhook_id } }, body: { grace_hours: 24 } }))).secret))}>
               Rotate secret
+            </button>{' '}
+            <button type="button" class="secondary" onClick={() => action.run(async () => { const d = await ok(api.POST('/webhooks/{webhook_id}/test', { params: { path: { webhook_id: w.webhook_id } } })); return `Test delivery ${d.state}.`; })}>
+              Send a test
             </button>{' '}
             <button type="button" class="secondary" onClick={() => action.run(async () => setDeliveries({ id: w.webhook_id, items: (await ok(api.GET('/webhooks/{webhook_id}/deliveries', { params: { path: { webhook_id: w.webhook_id }, query: { page_size: 20 } } }))).items }))}>
               Deliveries

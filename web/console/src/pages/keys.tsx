@@ -90,7 +90,7 @@ export function Keys() {
                   <button
                     type="button"
                     class="secondary"
-                    aria-label={`Download the public key of ${k.label}`}
+                    aria-label={`Public key (.asc) of ${k.label}`}
                     onClick={() =>
                       row.run(async () => {
                         const pk = await ok(api.POST('/keys/get-public-key', { body: { fingerprint: k.fingerprint } }));

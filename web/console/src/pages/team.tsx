@@ -27,6 +27,7 @@ function Organization() {
             <th scope="col">Username</th>
             <th scope="col">Email</th>
             <th scope="col">Role</th>
+            {org && org.role !== 'member' && <th scope="col">Actions</th>}
           </tr>
         </thead>
         <tbody>
@@ -35,6 +36,15 @@ function Organization() {
               <td>{m.username}</td>
               <td>{m.email}</td>
               <td>{m.role}</td>
+              {org && org.role !== 'member' && (
+                <td>
+                  {m.role !== 'owner' && (
+                    <button type="button" class="danger" aria-label={`Remove ${m.username}`} onClick={() => confirm(`Remove ${m.username} from the organization?`) && action.run(async () => { await ok(api.DELETE('/organization/members/{user_id}', { params: { path: { user_id: m.user_id } } })); await load(); return `${m.username} removed.`; })}>
+                      Remove
+                    </button>
+                  )}
+                </td>
+              )}
             </tr>
           ))}
         </tbody>
