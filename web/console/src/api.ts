@@ -60,6 +60,14 @@ export async function ok<D>(call: Promise<{ data?: D; error?: unknown; response:
 
 export type Job = Schemas['Job'];
 
+/**
+ * A WebAuthn response from @simplewebauthn/browser as the API's schema types it: the same JSON, with
+ * its extension results as a plain object (an interface has no index signature; a copy does).
+ */
+export function asJson<T extends { clientExtensionResults: object }>(credential: T): Omit<T, 'clientExtensionResults'> & { clientExtensionResults: Record<string, unknown> } {
+  return { ...credential, clientExtensionResults: { ...credential.clientExtensionResults } as Record<string, unknown> };
+}
+
 export interface UploadProgress {
   loaded: number;
   total: number;

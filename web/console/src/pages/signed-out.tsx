@@ -1,6 +1,6 @@
 import { startAuthentication } from '@simplewebauthn/browser';
 import { useEffect, useState } from 'preact/hooks';
-import { api, ok } from '../api';
+import { api, asJson, ok } from '../api';
 import { fragmentToken, Link, navigate } from '../router';
 import { useSession } from '../session';
 import { CopyButton, Field, formValues, ProblemText, Submit, useAction } from '../ui';
@@ -47,8 +47,9 @@ export function SignIn() {
           onClick={() =>
             passkey.run(async () => {
               const begun = await ok(api.POST('/auth/passkeys/login/begin', { body: identifier.trim() ? { username: identifier.trim() } : {} }));
+              // The API's schema names transports as strings; the library's type narrows them to its known names.
               const credential = await startAuthentication({ optionsJSON: begun.options as Parameters<typeof startAuthentication>[0]['optionsJSON'] });
-              const finished = await ok(api.POST('/auth/passkeys/login/complete', { body: { challenge_id: begun.challenge_id, credential: credential as never } }));
+              const finished = await ok(api.POST('/auth/passkeys/login/complete', { body: { challenge_id: begun.challenge_id, credential: asJson(credential) } }));
               return done(finished.session.token);
             })
           }
