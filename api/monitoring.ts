@@ -6,6 +6,7 @@ import { QUEUES } from '../jobs/define';
 import { authenticate } from './middleware/auth';
 import { requireAdmin } from './middleware/admin';
 import type { AppContext } from './route';
+import { presentedCredential } from './middleware/browser-session';
 
 /** Where the BullMQ dashboard lives, outside /api/v1 (it is a page, not part of the API). */
 export const DASHBOARD_PATH = '/admin/queues';
@@ -62,7 +63,8 @@ export function mountMonitoring(app: App, c: Container): void {
 }
 
 /**
- * `POST /admin/queues/session` with an administrator's session token (Bearer) sets it as an HttpOnly,
+ * `POST /admin/queues/session` with an administrator's session token (Bearer, or the console's session
+ * cookie with its header: the console opens the dashboard this way) sets it as an HttpOnly,
  * SameSite=Strict cookie scoped to the dashboard, so a browser can open it; `DELETE` clears it. The
  * token is checked on every dashboard request, so logout and password changes end this session too.
  */
@@ -77,7 +79,7 @@ async function dashboardSession(ctx: AppContext, c: Container): Promise<void> {
   if (ctx.method !== 'POST') throw new AppError(405, 'method_not_allowed', 'Use POST to open a dashboard session, DELETE to close it.');
   ctx.state.user = await authenticate(ctx, 'session');
   await requireAdmin(ctx, DASHBOARD_PATH);
-  const token = /^Bearer\s+(\S+)$/i.exec(ctx.get('authorization'))![1]!;
+  const { token } = presentedCredential(ctx)!;
   ctx.cookies.set(COOKIE, token, { ...cookie, maxAge: c.config.jwt.ttlSeconds * 1000 });
   ctx.status = 204;
 }

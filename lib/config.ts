@@ -18,6 +18,8 @@ const Env = z.object({
   NODE_ENV: z.enum(['development', 'production', 'test']).default('production'),
   PORT: intish(3000, 0, 65535),
   PUBLIC_URL: z.string().url().optional(),
+  /** The web console's built script (`npm run build` writes dist/console); unset: dist/console of the project. */
+  CONSOLE_DIR: z.string().optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   DATABASE_URL: z.string().default('postgres://postgres@127.0.0.1:5432/kms'),
   REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
@@ -175,6 +177,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     port: e.PORT,
     publicUrl: (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/$/, ''),
     logLevel: e.LOG_LEVEL,
+    consoleDir: e.CONSOLE_DIR,
     databaseUrl: e.DATABASE_URL,
     dbIdleInTransactionMs: e.DB_IDLE_IN_TRANSACTION_SECONDS * 1000,
     redisUrl: e.REDIS_URL,

@@ -19,6 +19,7 @@ import { build } from 'esbuild';
 import { mkdir, readdir, readFile, rename, rm, stat } from 'node:fs/promises';
 import { dirname, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { buildConsole } from './build-console.mjs';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const outdir = resolve(root, process.argv[2] ?? 'dist');
@@ -43,7 +44,8 @@ const sourceUrls = {
 // Never write into a folder that holds the project, nor into one that is not a build.
 if (!relative(outdir, root).startsWith('..')) throw new Error(`build: refusing to write into ${outdir}, which contains the project`);
 const existing = await readdir(outdir).catch(() => []);
-if (existing.length && !existing.includes('main.js')) throw new Error(`build: ${outdir} is not empty and holds no earlier build`);
+// A folder holding only a console built alone (bench/console.ts) is a build too.
+if (existing.some((name) => name !== 'console') && !existing.includes('main.js')) throw new Error(`build: ${outdir} is not empty and holds no earlier build`);
 
 // Built next to the output, then moved in file by file (rename is atomic; chunks first, main.js last), so
 // processes starting while another build runs (`npm run web` and `npm run worker` together) never read a
@@ -75,7 +77,7 @@ try {
   // Files of earlier builds go once nothing can still be starting from them.
   const now = Date.now();
   for (const name of existing) {
-    if (built.includes(name)) continue;
+    if (built.includes(name) || name === 'console') continue;
     const { mtimeMs } = await stat(join(outdir, name)).catch(() => ({ mtimeMs: now }));
     if (now - mtimeMs > STALE_MS) await rm(join(outdir, name), { force: true });
   }
@@ -84,3 +86,6 @@ try {
 }
 const files = Object.keys(result.metafile.outputs).filter((f) => f.endsWith('.js'));
 console.log(`built ${files.length} files into ${relative(root, outdir) || '.'}/ (entry: main.js)`);
+// The web console, served by the web role from CONSOLE_DIR (default dist/console).
+const web = await buildConsole(join(outdir, 'console'));
+console.log(`built the console into ${relative(root, join(outdir, 'console'))}/app.js: ${(web.bytes / 1024).toFixed(1)} KiB, ${(web.gzip / 1024).toFixed(1)} KiB gzipped`);

@@ -24,7 +24,7 @@ describe('start-up', () => {
       const port = all.find((r) => r.msg === 'api listening')?.port;
       const ready = all.filter((r) => typeof r.msg === 'string' && r.msg.includes('console'));
       expect(ready).toHaveLength(1);
-      expect(ready[0]).toMatchObject({ level: 30, api_url: `http://localhost:${port}/api/v1`, console_url: `http://localhost:${port}/passkeys` });
+      expect(ready[0]).toMatchObject({ level: 30, api_url: `http://localhost:${port}/api/v1`, console_url: `http://localhost:${port}/` });
       const warnings = all.filter((r) => typeof r.msg === 'string' && r.msg.includes('development'));
       expect(warnings).toHaveLength(1);
       expect(warnings[0]).toMatchObject({ level: 40, settings: ['MASTER_KEY', 'JWT_SECRET'] });

@@ -10,6 +10,7 @@ import { findUserById, type UserRow } from '../../db/users';
 import { findPartnerKeyByHash } from '../../db/partner-keys';
 import { recordAudit } from '../../db/audit';
 import type { Access, AppContext } from '../route';
+import { presentedCredential } from './browser-session';
 
 export interface AuthUser {
   id: string;
@@ -71,20 +72,21 @@ function challenge(code: string, message: string): AppError {
 
 /**
  * Bearer credentials: a JWT from login, the partner API key or a managed API key (each recognised by
- * its prefix). Routes with access 'session' manage the account's own credentials and need a JWT: a
+ * its prefix); or the console's session cookie, which holds a JWT (api/middleware/browser-session.ts).
+ * Routes with access 'session' manage the account's own credentials and need a JWT: a
  * leaked API key must not be able to change the password or delete the account.
  */
 export async function authenticate(ctx: AppContext, access: Access): Promise<AuthUser> {
   const { db, clock, config } = ctx.container;
-  const header = ctx.get('authorization');
-  const match = /^Bearer\s+(\S+)$/i.exec(header);
-  if (!match) throw challenge('missing_credentials', 'Send "Authorization: Bearer <token>" with a session token or an API key.');
-  const credential = match[1]!;
+  const presented = presentedCredential(ctx);
+  if (!presented) throw challenge('missing_credentials', 'Send "Authorization: Bearer <token>" with a session token or an API key.');
+  const credential = presented.token;
   const now = clock.now();
 
-  if (credential.startsWith(MANAGED_KEY_PREFIX)) return authenticateApiKey(ctx, access, credential);
+  // The console's cookie only ever holds a session token: API keys are Bearer credentials.
+  if (presented.via === 'bearer' && credential.startsWith(MANAGED_KEY_PREFIX)) return authenticateApiKey(ctx, access, credential);
 
-  if (credential.startsWith(PARTNER_KEY_PREFIX)) {
+  if (presented.via === 'bearer' && credential.startsWith(PARTNER_KEY_PREFIX)) {
     const key = await findPartnerKeyByHash(db, hashToken(credential));
     if (!key || key.status !== 'active') throw challenge('invalid_api_key', 'The API key is unknown or was rotated or revoked.');
     if (key.expires_at <= now) throw challenge('api_key_expired', 'The API key has expired; rotate it to get a new one.');

@@ -7,6 +7,7 @@ import * as accounts from '../../lib/services/accounts';
 import { notify } from '../../lib/services/notify';
 import { recordAudit } from '../../db/audit';
 import { findUserById } from '../../db/users';
+import { CONSOLE_HEADER, clearSessionCookie, presentedCredential, setSessionCookie } from '../middleware/browser-session';
 
 const tags = ['Authentication'];
 
@@ -65,6 +66,32 @@ export default [
     async handler({ c, user, meta }) {
       await accounts.logout(c, user.id, meta);
       return { body: { status: 'logged_out' } };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/auth/session',
+    summary: `Keep the session token sent as Bearer in an HttpOnly, SameSite=Strict cookie for the web console; requests then authenticate with the cookie and the header \`${CONSOLE_HEADER}: 1\``,
+    tags,
+    access: 'session',
+    responses: { 200: { description: 'The cookie is set', schema: z.object({ status: z.literal('cookie_set'), user: User }) } },
+    async handler({ c, ctx, user }) {
+      setSessionCookie(ctx, presentedCredential(ctx)!.token, c.config.jwt.ttlSeconds);
+      return { body: { status: 'cookie_set', user: userOut((await findUserById(c.db, user.id))!) } };
+    },
+  }),
+
+  route({
+    method: 'delete',
+    path: '/auth/session',
+    summary: "Clear the web console's session cookie (the token itself stays valid until it expires or /auth/logout ends it)",
+    tags,
+    access: 'public',
+    responses: { 200: { description: 'The cookie is cleared', schema: z.object({ status: z.literal('cookie_cleared') }) } },
+    async handler({ ctx }) {
+      clearSessionCookie(ctx);
+      return { body: { status: 'cookie_cleared' } };
     },
   }),
 

@@ -1,0 +1,172 @@
+import { useEffect, useState } from 'preact/hooks';
+import { api, ok, type Schemas } from '../api';
+import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
+
+type Key = Schemas['Key'];
+
+/** One key's lifecycle: rotation schedule, generations and their destruction, rotation history, share links. */
+export function KeyDetail({ k, onChange }: { k: Key; onChange(): void }) {
+  const action = useAction();
+  const path = { fingerprint: k.fingerprint };
+  const [generations, setGenerations] = useState<Schemas['KeyGeneration'][]>([]);
+  const [lifecycle, setLifecycle] = useState<{ destroy_after: string | null; min_decryption_generation: number }>();
+  const [history, setHistory] = useState<Schemas['RotationEntry'][]>([]);
+  const [shares, setShares] = useState<Schemas['KeyShare'][]>([]);
+  const [link, setLink] = useState<string>();
+  const load = () =>
+    action.run(async () => {
+      const g = await ok(api.GET('/keys/{fingerprint}/generations', { params: { path, query: { page_size: 100 } } }));
+      setGenerations(g.items);
+      setLifecycle({ destroy_after: g.destroy_after, min_decryption_generation: g.min_decryption_generation });
+      setHistory((await ok(api.GET('/keys/{fingerprint}/rotation-history', { params: { path, query: { page_size: 20 } } }))).items);
+      setShares((await ok(api.GET('/keys/share/', { params: { query: { fingerprint: k.fingerprint, page_size: 50 } } }))).items);
+    });
+  useEffect(() => void load(), [k.fingerprint]);
+  const destroy = (generation: number | undefined, waitingDays: number) =>
+    action.run(async () => {
+      const d = await ok(api.POST('/keys/{fingerprint}/destruction', { params: { path }, body: { waiting_days: waitingDays, ...(generation ? { generation } : {}) } }));
+      await load();
+      onChange();
+      return `${generation ? `Generation ${generation}` : 'The whole key'} will be destroyed after ${when(d.destroy_after)}; until then it can be cancelled.`;
+    });
+  const cancel = (generation: number | undefined) =>
+    action.run(async () => {
+      await ok(api.DELETE('/keys/{fingerprint}/destruction', { params: { path, query: generation ? { generation } : {} } }));
+      await load();
+      onChange();
+      return 'Destruction cancelled.';
+    });
+
+  return (
+    <section class="key-detail" aria-label={`Details of ${k.label}`}>
+      <h3>Rotation schedule</h3>
+      <form
+        class="inline"
+        onSubmit={(e) => {
+          const v = formValues(e);
+          void action.run(async () => {
+            const body = v.days === 'policy' ? { use_account_policy: true as const } : { rotation_interval_days: v.days ? Number(v.days) : null };
+            const s = await ok(api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path }, body }));
+            return s.next_rotation_at ? `Next rotation ${when(s.next_rotation_at)} (${s.mode}).` : `Scheduled rotation is ${s.mode === 'off' ? 'off' : s.mode}.`;
+          });
+        }}
+      >
+        <Field label="Rotate every (days; empty: off; 'policy': the account's)" name="days" maxLength={6} action={action} />
+        <Submit action={action} class="secondary">
+          Set the schedule
+        </Submit>
+      </form>
+
+      <h3>Generations</h3>
+      <table class="generations">
+        <thead>
+          <tr>
+            <th scope="col">Generation</th>
+            <th scope="col">Fingerprint</th>
+            <th scope="col">State</th>
+            <th scope="col">Created</th>
+            <th scope="col">Destroyed after</th>
+            <th scope="col">Actions</th>
+          </tr>
+        </thead>
+        <tbody>
+          {generations.map((g) => (
+            <tr key={g.generation}>
+              <td>{g.generation}</td>
+              <td class="mono">{g.fingerprint}</td>
+              <td>{g.status}</td>
+              <td>{when(g.created_at)}</td>
+              <td>{when(g.destroy_after)}</td>
+              <td>
+                {g.status === 'pending_destruction' ? (
+                  <button type="button" class="secondary" onClick={() => cancel(g.generation)}>
+                    Cancel destruction
+                  </button>
+                ) : g.status !== 'current' && g.status !== 'destroyed' ? (
+                  <button type="button" class="danger" title={g.safe_to_retire ? undefined : 'Data may still be encrypted to it'} onClick={() => confirm(`Destroy generation ${g.generation} after 30 days? Data encrypted to it can no longer be decrypted then.`) && destroy(g.generation, 30)}>
+                    Destroy (30-day wait)
+                  </button>
+                ) : null}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {lifecycle?.destroy_after ? (
+        <p class="warning">
+          The whole key is scheduled for destruction after {when(lifecycle.destroy_after)}.{' '}
+          <button type="button" class="secondary" onClick={() => cancel(undefined)}>
+            Cancel
+          </button>
+        </p>
+      ) : (
+        <p>
+          <button type="button" class="danger" onClick={() => confirm(`Destroy the key "${k.label}" and every generation after a 30-day wait?`) && destroy(undefined, 30)}>
+            Destroy the whole key (30-day wait)
+          </button>
+        </p>
+      )}
+
+      <h3>Rotation history</h3>
+      {history.length === 0 ? (
+        <p class="muted">Never rotated.</p>
+      ) : (
+        <ul class="history">
+          {history.map((h) => (
+            <li key={h.rotation_id}>
+              {when(h.created_at)}: generation {h.from_generation} → {h.new_fingerprint ? <span class="mono">{h.new_fingerprint}</span> : '—'} ({h.trigger}, {h.status})
+            </li>
+          ))}
+        </ul>
+      )}
+
+      <h3>Share links</h3>
+      <form
+        class="inline"
+        onSubmit={(e) => {
+          const v = formValues(e);
+          void action.run(async () => {
+            const made = await ok(api.POST('/keys/share/create', { body: { fingerprint: k.fingerprint, ...(v.hours ? { expires_in_hours: Number(v.hours) } : {}), ...(v.recipient ? { recipient_email: v.recipient } : {}) } }));
+            setLink(made.url);
+            await load();
+            return v.recipient ? `Share link created and mailed to ${v.recipient}.` : 'Share link created.';
+          });
+        }}
+      >
+        <Field label="Valid for (hours, optional)" name="hours" type="number" min={1} max={8760} action={action} />
+        <Field label="Notify by email (optional)" name="recipient" type="email" action={action} />
+        <Submit action={action} class="secondary">
+          Create a share link
+        </Submit>
+      </form>
+      {link && <p class="secret">{link}</p>}
+      <ul class="shares">
+        {shares.map((s) => (
+          <li key={s.share_id}>
+            {s.state}, {s.view_count} view(s){s.recipient_email ? `, sent to ${s.recipient_email}` : ''}, until {when(s.expires_at)}{' '}
+            {s.state === 'active' && (
+              <button type="button" class="secondary" onClick={() => action.run(async () => { await ok(api.DELETE('/keys/share/{share_id}', { params: { path: { share_id: s.share_id } } })); await load(); return 'Share link revoked.'; })}>
+                Revoke
+              </button>
+            )}
+          </li>
+        ))}
+      </ul>
+      <ProblemText action={action} />
+    </section>
+  );
+}
+
+/** The account's share analytics: totals and the last 30 days' views. */
+export function ShareAnalytics() {
+  const action = useAction();
+  const [a, setA] = useState<Schemas['KeyShareAnalytics']>();
+  useEffect(() => void action.run(async () => setA(await ok(api.GET('/keys/share/analytics')))), []);
+  if (!a) return <ProblemText action={action} />;
+  const last30 = a.views_by_day.reduce((n, d) => n + d.views, 0);
+  return (
+    <p>
+      Share links: {a.totals.shares} ({a.totals.active} active, {a.totals.revoked} revoked, {a.totals.expired} expired, {a.totals.exhausted} used up); {a.totals.views} views, {last30} in the last 30 days.
+    </p>
+  );
+}
