@@ -357,8 +357,8 @@ function billingConfig(e: z.infer<typeof Env>) {
     enforceLimits: e.BILLING_ENFORCE_LIMITS ? e.BILLING_ENFORCE_LIMITS === 'true' : mode !== 'disabled',
     graceMs: e.BILLING_GRACE_DAYS * 86_400_000,
     api: api ? { host: api.hostname, port: Number(api.port || (api.protocol === 'https:' ? 443 : 80)), protocol: api.protocol.replace(':', '') as 'http' | 'https' } : undefined,
-    successUrl: e.BILLING_SUCCESS_URL ?? `${base}/billing?checkout=success`,
-    cancelUrl: e.BILLING_CANCEL_URL ?? `${base}/billing?checkout=cancelled`,
-    returnUrl: e.BILLING_RETURN_URL ?? `${base}/billing`,
+    successUrl: e.BILLING_SUCCESS_URL ?? `${base}/team?checkout=success`,
+    cancelUrl: e.BILLING_CANCEL_URL ?? `${base}/team?checkout=cancelled`,
+    returnUrl: e.BILLING_RETURN_URL ?? `${base}/team`,
   };
 }

@@ -181,7 +181,7 @@ describe('checkout and portal against the provider', () => {
     expect(portal.status, JSON.stringify(portal.body)).toBe(200);
     expect(portal.body.url).toMatch(/^https:\/\/billing\.stripe\.test\/p\/session\/bps_/);
     const [req] = stripe.requests.slice(before);
-    expect(req).toMatchObject({ method: 'POST', path: '/v1/billing_portal/sessions', form: { customer: u.customer, return_url: expect.stringContaining('/billing') } });
+    expect(req).toMatchObject({ method: 'POST', path: '/v1/billing_portal/sessions', form: { customer: u.customer, return_url: expect.stringContaining('/team') } });
     expect(req!.idempotencyKey).toMatch(/^kms-portal-/);
     expect(await auditRows(s, u.id, 'billing.portal_opened')).toHaveLength(1);
   });
