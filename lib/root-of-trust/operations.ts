@@ -83,14 +83,14 @@ export async function resealProgress(db: Knex, target?: string): Promise<ResealP
  * commit together, so after a crash the run resumes where it stopped. An update is a compare-and-set on
  * the value read: a value changed meanwhile (by live traffic, under the current key) is left as it is.
  * A value that does not open or a MAC that does not verify is left too (counted as skipped, logged):
- * it keeps its key in use, so the key cannot be retired over it. `onBatch` lets tests stop a run.
+ * it keeps its key in use, so the key cannot be retired over it. `between` runs between a batch's reads
+ * and its writes (tests crash or race a run there).
  */
-export async function reseal(db: Knex, keyring: Keyring, sealer: Sealer, target: string, opts: { batch?: number; onBatch?(done: number): void; onSkip?(where: string, err: unknown): void } = {}): Promise<ResealProgress> {
+export async function reseal(db: Knex, keyring: Keyring, sealer: Sealer, target: string, opts: { batch?: number; between?(step: { table: string; column: string; ids: string[] }): void | Promise<void>; onSkip?(where: string, err: unknown): void } = {}): Promise<ResealProgress> {
   const batch = opts.batch ?? 200;
   const run = await db('keyring_reseals').where({ target_kid: target }).first();
   if (!run) throw new Error(`no re-seal run for data key "${target}"`);
   let { seal, after } = run.position as ResealProgress['position'];
-  let done = 0;
   while (!run.finished_at && seal < STORED_SEALS.length) {
     const s = STORED_SEALS[seal]!;
     const rows = await db(s.table)
@@ -111,6 +111,7 @@ export async function reseal(db: Knex, keyring: Keyring, sealer: Sealer, target:
         opts.onSkip?.(`${s.table}.${s.column} ${row.id}`, err);
       }
     }
+    await opts.between?.({ table: s.table, column: s.column, ids: updates.map((u) => u.id) });
     const last = rows.at(-1)?.id as string | undefined;
     const next = rows.length < batch ? { seal: seal + 1, after: null } : { seal, after: last! };
     await db.transaction(async (trx) => {
@@ -121,8 +122,6 @@ export async function reseal(db: Knex, keyring: Keyring, sealer: Sealer, target:
         .update({ position: JSON.stringify(next), resealed: trx.raw('resealed + ?', [moved]), skipped: trx.raw('skipped + ?', [skipped + updates.length - moved]), updated_at: trx.fn.now() });
     });
     ({ seal, after } = next);
-    done += rows.length;
-    opts.onBatch?.(done);
   }
   await db('keyring_reseals').where({ target_kid: target }).whereNull('finished_at').update({ finished_at: db.fn.now() });
   return (await resealProgress(db, target))!;
