@@ -114,6 +114,8 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
 export async function openKeyring(config: Config, db: Db): Promise<Keyring> {
   const roots = rootsOf(config.masterKeys);
   try {
+    // The configured root opens first, so a wrong token, object or PIN is what start-up reports.
+    roots.current();
     const { current, previous } = config.masterKeys;
     await ensureKeyring(db, roots, current ? [current, ...previous] : previous);
     const keyring = new Keyring(db, roots);
