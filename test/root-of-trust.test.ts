@@ -156,7 +156,7 @@ describe('root key in a PKCS#11 token', () => {
     await s.c.keyring.load();
     expect(s.c.keyring.get(old)).toBeUndefined();
     await opensEverything(s, a);
-  });
+  }, 120_000);
 });
 
 describe('re-seal runs', () => {
