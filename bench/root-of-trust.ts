@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { loadConfig } from '../lib/config';
 import { openKeyring } from '../lib/container';
-import { sealerOver } from '../lib/sealer';
+import { createSealer, sealerOver } from '../lib/sealer';
 import { initPkcs11Root } from '../lib/root-of-trust/pkcs11-root';
 import { reseal, rotateDataKey } from '../lib/root-of-trust/operations';
 import { createDb, dropDatabase, ensureDatabase } from '../db/knex';
@@ -41,6 +41,7 @@ const configs = {
 const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const ms = (t0: bigint) => Number(process.hrtime.bigint() - t0) / 1e6;
 const result: Record<string, unknown> = { rows };
+const keyrings: Partial<Record<'token' | 'env', Awaited<ReturnType<typeof openKeyring>>>> = {};
 
 try {
   for (const which of ['token', 'env'] as const) {
@@ -60,15 +61,9 @@ try {
     }
     result[`startup_ms_${which}`] = Number(median(loads).toFixed(2));
 
-    // Sealing throughput: 64-byte secrets sealed and opened, as the services do.
     const keyring = await openKeyring(configs[which], db);
+    keyrings[which] = keyring;
     const sealer = sealerOver(keyring);
-    const secret = randomBytes(64);
-    const n = 100_000;
-    const t0 = process.hrtime.bigint();
-    for (let i = 0; i < n; i++) sealer.open(sealer.seal(secret, `aad:${i}`), `aad:${i}`);
-    result[`seal_open_per_s_${which}`] = Math.round(n / (ms(t0) / 1000));
-
     if (which === 'token') {
       // The re-seal rate: webhook secrets under the current key, moved to a new one in batches of 200.
       const [user] = await db('users').insert({ id: randomUUID(), username: 'bench', email: 'bench@example.test', password_hash: 'x' }).returning('id');
@@ -88,9 +83,23 @@ try {
       result.reseal_rows = run.resealed;
       result.reseal_rows_per_s = Math.round(run.resealed / seconds);
     }
-    await keyring.close();
     await db.destroy();
   }
+  // Sealing throughput, 64-byte secrets sealed and opened as the services do: rounds alternate between
+  // the providers (and a fixed key, no keyring) so that the machine's other load falls on all alike.
+  const sealers = { env: sealerOver(keyrings.env!), token: sealerOver(keyrings.token!), fixed: createSealer(`f1:${randomBytes(32).toString('base64')}`) };
+  const best: Record<string, number> = {};
+  const secret = randomBytes(64);
+  for (let round = 0; round < 7; round++) {
+    for (const [which, sealer] of Object.entries(sealers)) {
+      const n = 20_000;
+      const t0 = process.hrtime.bigint();
+      for (let i = 0; i < n; i++) sealer.open(sealer.seal(secret, `aad:${i}`), `aad:${i}`);
+      best[which] = Math.max(best[which] ?? 0, Math.round(n / (ms(t0) / 1000)));
+    }
+  }
+  for (const [which, rate] of Object.entries(best)) result[`seal_open_per_s_${which}`] = rate;
+  for (const k of Object.values(keyrings)) await k!.close();
   result.seal_ratio_token_over_env = Number(((result.seal_open_per_s_token as number) / (result.seal_open_per_s_env as number)).toFixed(3));
   console.log(JSON.stringify({ bench: 'root-of-trust', ...result }));
 } finally {

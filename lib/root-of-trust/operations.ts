@@ -115,8 +115,17 @@ export async function reseal(db: Knex, keyring: Keyring, sealer: Sealer, target:
     const last = rows.at(-1)?.id as string | undefined;
     const next = rows.length < batch ? { seal: seal + 1, after: null } : { seal, after: last! };
     await db.transaction(async (trx) => {
-      let moved = 0;
-      for (const u of updates) moved += await trx(s.table).where({ id: u.id, [s.column]: u.old }).update({ [s.column]: u.value });
+      // One compare-and-set statement for the batch: a row whose value is no longer the one read is left.
+      const moved = updates.length
+        ? (
+            await trx.raw(`UPDATE ?? AS t SET ?? = v.value FROM (VALUES ${updates.map(() => '(?::uuid, ?, ?)').join(', ')}) AS v(id, old, value) WHERE t.id = v.id AND t.?? = v.old`, [
+              s.table,
+              s.column,
+              ...updates.flatMap((u) => [u.id, u.old, u.value]),
+              s.column,
+            ])
+          ).rowCount
+        : 0;
       await trx('keyring_reseals')
         .where({ target_kid: target })
         .update({ position: JSON.stringify(next), resealed: trx.raw('resealed + ?', [moved]), skipped: trx.raw('skipped + ?', [skipped + updates.length - moved]), updated_at: trx.fn.now() });
