@@ -131,7 +131,7 @@ describe('root key in a PKCS#11 token', () => {
     expect(rotated.code, rotated.err).toBe(0);
     const kid = /Data key (\S+) is current/.exec(rotated.out)![1]!;
     // Traffic goes on while the job runs: none of it fails, and what it seals uses the new key.
-    const traffic: Promise<unknown>[] = [];
+    const traffic: Promise<unknown>[] = [s.api('POST', `/keys/${a.key.fingerprint}/rotate`, { token: a.u.token, body: {} }).then((r) => expect(r.status, JSON.stringify(r.body)).toBe(202))];
     let finished = false;
     while (!finished) {
       traffic.push(encrypt(s.api, a.u.token, a.key.fingerprint, [{ name: 'b.txt', data: randomBytes(64) }]));
