@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Sealer } from '../sealer';
-import { ensureKeyring, newKid, type Keyring, type KeyringRow, type Roots } from './keyring';
+import { newKid, type Keyring, type KeyringRow, type Roots } from './keyring';
 import { holdsSeal, kidSql, STORED_SEALS } from './stored-seals';
 
 /** Per key id, how many stored values and row MACs use it, by `table.column`. */
@@ -23,7 +23,6 @@ export const totalUses = (usage: KeyUsage, kid: string) => Object.values(usage[k
  * by then every process has loaded it, so none meets a value under a key it does not know).
  */
 export async function rotateDataKey(db: Knex, roots: Roots, graceMs: number): Promise<{ kid: string; current_from: Date }> {
-  await ensureKeyring(db, roots, []);
   const kid = newKid();
   const root = roots.current();
   const current_from = new Date(Date.now() + graceMs);
