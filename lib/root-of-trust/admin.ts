@@ -5,8 +5,22 @@ import { RootKeyError } from './root-key';
 import { initPkcs11Root } from './pkcs11-root';
 import { keyUsage, KeyringRefusal, resealProgress, retireDataKey, rewrapKeyring, rotateDataKey, totalUses } from './operations';
 import type { KeyringRow } from './keyring';
+import { QUEUES } from '../../jobs/define';
 
 export const MASTER_KEY_USAGE = 'npm run admin -- master-key init | status [--json] | rotate | reseal | retire <kid> | rewrap';
+
+/**
+ * Jobs not yet run (or being retried) whose payload carries a value sealed under `kid`: job payloads
+ * live in Redis only and are not re-sealed, so the key stays until they have run.
+ */
+async function queuedSeals(c: Container, kid: string): Promise<number> {
+  let n = 0;
+  for (const name of QUEUES) {
+    const jobs = await c.jobs.queue(name).getJobs(['waiting', 'delayed', 'active', 'prioritized', 'waiting-children']);
+    n += jobs.filter((job) => JSON.stringify(job.data).includes(`s1.${kid}.`)).length;
+  }
+  return n;
+}
 
 /** The state of the keyring as `master-key status` prints it (and GET /status summarises it). */
 export async function keyringStatus(c: Container) {
@@ -66,7 +80,7 @@ export async function masterKeyCommand(args: string[], config: Config): Promise<
           say(`Enqueued the re-seal to ${run.target_kid} again; it resumes where it stopped.`);
         }
       } else if (command === 'retire') {
-        await retireDataKey(c.db, arg!, c.keyring.current().kid);
+        await retireDataKey(c.db, arg!, c.keyring.current().kid, (kid) => queuedSeals(c, kid));
         say(`Data key ${arg} is retired: its material is gone from the database (backups from before still hold it).`);
       } else {
         const n = await rewrapKeyring(c.db, c.keyring.roots);

@@ -34,11 +34,11 @@ export async function rotateDataKey(db: Knex, roots: Roots, graceMs: number): Pr
 export class KeyringRefusal extends Error {}
 
 /**
- * Retires a data key: refused while it is current, while a stored value or row MAC uses it, or while a
- * re-seal run is unfinished. Its material is deleted from the row; the row stays, so a value that still
+ * Retires a data key: refused while it is current, while a stored value or row MAC uses it, while a job
+ * not yet run carries a value sealed under it (`queuedUses`), or while a re-seal run is unfinished. Its material is deleted from the row; the row stays, so a value that still
  * names it is reported as under a retired key. A backup from before still holds the wrapped material.
  */
-export async function retireDataKey(db: Knex, kid: string, current: string): Promise<void> {
+export async function retireDataKey(db: Knex, kid: string, current: string, queuedUses: (kid: string) => Promise<number>): Promise<void> {
   const row = await db<KeyringRow>('keyring').where({ kid }).first();
   if (!row) throw new KeyringRefusal(`there is no data key "${kid}"`);
   if (row.retired_at) throw new KeyringRefusal(`data key "${kid}" is retired already`);
@@ -47,6 +47,8 @@ export async function retireDataKey(db: Knex, kid: string, current: string): Pro
   if (running) throw new KeyringRefusal(`the re-seal to "${running.target_kid}" has not finished`);
   const uses = totalUses(await keyUsage(db), kid);
   if (uses > 0) throw new KeyringRefusal(`data key "${kid}" still seals ${uses} stored value(s) or row MAC(s)`);
+  const queued = await queuedUses(kid);
+  if (queued > 0) throw new KeyringRefusal(`data key "${kid}" still seals values in ${queued} job(s) waiting in the queues; retire it once they have run`);
   await db('keyring').where({ kid }).whereNull('retired_at').update({ wrapped: null, retired_at: db.fn.now() });
 }
 
