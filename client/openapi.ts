@@ -6173,6 +6173,26 @@ export interface components {
                 /** Format: date-time */
                 seen_at: string;
             }[];
+            master_key: {
+                /** @description The root key that wraps the keyring (no secret): `master-key:<kid>` or `pkcs11:token=…;object=…` */
+                root_id: string;
+                /** @description The data key new seals and row MACs use in this process */
+                current_kid: string;
+                /** @description The latest re-seal run (`npm run admin -- master-key rotate`), null before the first */
+                reseal: {
+                    target_kid: string;
+                    /** @description Values and row MACs moved to the target key */
+                    resealed: number;
+                    /** @description Values changed meanwhile, or that did not open (left as they were) */
+                    skipped: number;
+                    /** Format: date-time */
+                    started_at: string;
+                    /** Format: date-time */
+                    updated_at: string;
+                    /** Format: date-time */
+                    finished_at: string | null;
+                } | null;
+            };
         };
     };
     responses: never;

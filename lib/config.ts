@@ -28,6 +28,15 @@ const Env = z.object({
   /** Current master key, `kid:base64(32 bytes)`; MASTER_KEYS_PREVIOUS (comma separated) still open old seals. */
   MASTER_KEY: z.string().optional(),
   MASTER_KEYS_PREVIOUS: list,
+  /**
+   * The root key in a PKCS#11 token instead (RFC 7512: `pkcs11:token=…;object=…?module-path=…&pin-source=file:…`);
+   * MASTER_KEY, when also set, is then a previous root (moving to the token). MASTER_KEY_URI_PREVIOUS names the
+   * token object the root moves away from.
+   */
+  MASTER_KEY_URI: z.string().startsWith('pkcs11:').optional(),
+  MASTER_KEY_URI_PREVIOUS: z.string().startsWith('pkcs11:').optional(),
+  /** How often a process reloads the keyring; a rotation's new key becomes current after twice this. */
+  KEYRING_REFRESH_MS: intish(10_000, 100, 600_000),
   JWT_SECRET: z.string().min(32).optional(),
   JWT_TTL_SECONDS: intish(3600, 60, 86400),
   SMTP_URL: z.string().optional(),
@@ -166,7 +175,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
   const production = e.NODE_ENV === 'production';
   // Says why the development defaults were not used: NODE_ENV unset counts as production.
   const why = `NODE_ENV is ${env.NODE_ENV ? e.NODE_ENV : 'unset (counts as production)'}; the public development defaults apply only with NODE_ENV=development or test (npm start sets development)`;
-  const masterKeys = checkMasterKeys(e.MASTER_KEY ?? (production ? undefined : DEV_MASTER_KEY), e.MASTER_KEYS_PREVIOUS, production, why);
+  // With a token as the root, MASTER_KEY is only what it moves from: no development default then.
+  const masterKeys = { ...checkMasterKeys(e.MASTER_KEY ?? (production || e.MASTER_KEY_URI ? undefined : DEV_MASTER_KEY), e.MASTER_KEYS_PREVIOUS, production, why, e.MASTER_KEY_URI), uri: e.MASTER_KEY_URI, previousUri: e.MASTER_KEY_URI_PREVIOUS, refreshMs: e.KEYRING_REFRESH_MS };
   const jwtSecret = e.JWT_SECRET ?? (production ? undefined : DEV_JWT_SECRET);
   if (!jwtSecret) throw new Error(`JWT_SECRET must be set (32+ random characters): ${why}`);
   if (production && jwtSecret === DEV_JWT_SECRET) throw new Error('JWT_SECRET is the public development secret, which is not allowed outside development and test');
@@ -186,7 +196,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     jwt: { secret: jwtSecret, ttlSeconds: e.JWT_TTL_SECONDS },
     /** Settings that hold their public development value (development and test only): start-up warns of them. */
     developmentSecrets: [
-      ...(keyMaterial(masterKeys.current).equals(DEV_MASTER_KEY_MATERIAL) ? ['MASTER_KEY' as const] : []),
+      ...(masterKeys.current && keyMaterial(masterKeys.current).equals(DEV_MASTER_KEY_MATERIAL) ? ['MASTER_KEY' as const] : []),
       ...(jwtSecret === DEV_JWT_SECRET ? ['JWT_SECRET' as const] : []),
     ],
     trustedProxyCount: e.TRUSTED_PROXY_COUNT,
@@ -267,12 +277,13 @@ const DEV_MASTER_KEY_MATERIAL = keyMaterial(DEV_MASTER_KEY);
  * Fails closed: no master key outside development and test, never the public development key there
  * (current or previous), and no key id twice (a previous key with the current id would replace it).
  */
-function checkMasterKeys(current: string | undefined, previous: string[], production: boolean, why: string): { current: string; previous: string[] } {
-  if (!current) throw new Error(`MASTER_KEY must be set (kid:base64 of 32 random bytes): ${why}`);
-  if (production && [current, ...previous].some((spec) => keyMaterial(spec).equals(DEV_MASTER_KEY_MATERIAL))) {
+function checkMasterKeys(current: string | undefined, previous: string[], production: boolean, why: string, uri: string | undefined): { current: string | undefined; previous: string[] } {
+  if (!current && !uri) throw new Error(`MASTER_KEY must be set (kid:base64 of 32 random bytes), or MASTER_KEY_URI to a key in a PKCS#11 token: ${why}`);
+  const given = current ? [current, ...previous] : previous;
+  if (production && given.some((spec) => keyMaterial(spec).equals(DEV_MASTER_KEY_MATERIAL))) {
     throw new Error('the public development master key is not allowed in MASTER_KEY or MASTER_KEYS_PREVIOUS outside development and test');
   }
-  const ids = [current, ...previous].map(keyId);
+  const ids = given.map(keyId);
   const repeated = ids.find((id, i) => ids.indexOf(id) !== i);
   if (repeated) throw new Error(`master key id "${repeated}" appears more than once in MASTER_KEY and MASTER_KEYS_PREVIOUS`);
   return { current, previous };

@@ -2,7 +2,8 @@ import { dependencyFailed, type Config } from './config';
 import { createLogger, type Logger } from './logger';
 import { openDatabase, type Db } from '../db/knex';
 import { createRedis, connectRedis, type Redis } from './redis';
-import { createSealer, type Sealer } from './sealer';
+import { sealerOver, type Sealer } from './sealer';
+import { ensureKeyring, Keyring, rootsOf } from './root-of-trust/keyring';
 import { createMailer, type Mailer } from './mailer';
 import { systemClock, type Clock } from './clock';
 import { JobClient } from '../jobs/client';
@@ -28,6 +29,8 @@ export interface Container {
   log: Logger;
   db: Db;
   redis: Redis;
+  /** The data keys the sealer uses, wrapped by the root key (MASTER_KEY or a PKCS#11 token). */
+  keyring: Keyring;
   sealer: Sealer;
   mailer: Mailer;
   jobs: JobClient;
@@ -58,10 +61,16 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
     throw dependencyFailed('REDIS_URL', config.redisUrl, 'connecting to Redis', refused ?? err);
   });
   connected = true;
+  const keyring = await openKeyring(config, db).catch(async (err: unknown) => {
+    redis.disconnect();
+    await db.destroy();
+    throw err;
+  });
+  keyring.start(config.masterKeys.refreshMs, (err) => log.warn({ err: err.message }, 'keyring reload failed; the keys known are kept'));
   const mailer = createMailer({ ...config.mail, smtpUrl: config.mail.smtpUrl, log });
   const jobs = new JobClient(redis, config.redisPrefix, (err) => log.warn({ err: err.message }, 'job queue error'));
+  const sealer = sealerOver(keyring);
   // Settings left unset fall through to the AWS SDK's own credential chain (instance roles, profiles).
-  const sealer = createSealer(config.masterKeys.current, config.masterKeys.previous);
   // Job blobs (uploads, outputs) are sealed at rest under a per-job data key; job files are written in
   // segments that readers can follow while they grow.
   const store = await createBlobStore(config.blob.url, { s3: config.blob.s3, spareBytes: config.blob.spareBytes, env: {} });
@@ -74,6 +83,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
     log,
     db,
     redis,
+    keyring,
     sealer,
     mailer,
     jobs,
@@ -91,7 +101,28 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
       mailer.close();
       await blob.close();
       redis.disconnect();
+      await keyring.close();
       await db.destroy();
     },
   };
+}
+
+/**
+ * The keyring under the configured root, loaded (the database is migrated). An empty keyring first gets
+ * the MASTER_KEY and MASTER_KEYS_PREVIOUS keys that sealed what is stored (lib/root-of-trust/keyring.ts).
+ */
+export async function openKeyring(config: Config, db: Db): Promise<Keyring> {
+  const roots = rootsOf(config.masterKeys);
+  try {
+    // The configured root opens first, so a wrong token, object or PIN is what start-up reports.
+    roots.current();
+    const { current, previous } = config.masterKeys;
+    await ensureKeyring(db, roots, current ? [current, ...previous] : previous);
+    const keyring = new Keyring(db, roots);
+    await keyring.load();
+    return keyring;
+  } catch (err) {
+    await roots.close();
+    throw err;
+  }
 }

@@ -29,8 +29,9 @@ export interface Service {
 
 /** Starts the given roles in this process; `stop` shuts them down in order (API first, workers drain). */
 export async function startService(roles: Role[], config: Config = loadConfig(), container?: Container): Promise<Service> {
-  const c = container ?? (await createContainer(config));
+  // Migrations first: the container loads the keyring from the database.
   const applied = await prepareDatabase(config);
+  const c = container ?? (await createContainer(config));
   if (applied.length) c.log.info({ applied }, 'migrations applied');
   const stops: (() => Promise<void>)[] = [];
   let port: number | undefined;

@@ -12,6 +12,7 @@ PEERS=(
   "chromium command -v chromium"
   "tmux command -v tmux"
   "python3-requests /usr/bin/python3 -c 'import requests'"
+  "softhsm2 command -v softhsm2-util"
 )
 
 missing=()

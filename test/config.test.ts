@@ -23,7 +23,7 @@ describe('loadConfig', () => {
   });
 
   it('refuses the development master key among the previous keys outside development and test', () => {
-    const dev = loadConfig({ NODE_ENV: 'development' }).masterKeys.current;
+    const dev = loadConfig({ NODE_ENV: 'development' }).masterKeys.current!;
     expect(() => loadConfig({ ...secrets, MASTER_KEYS_PREVIOUS: dev })).toThrow(/development master key/);
     expect(() => loadConfig({ ...secrets, MASTER_KEY: dev })).toThrow(/development master key/);
     // The same public key material under another id is still the development key.
@@ -36,7 +36,7 @@ describe('loadConfig', () => {
   it('names the settings that use their public development value (start-up warns of them)', () => {
     expect(loadConfig({ NODE_ENV: 'development' }).developmentSecrets).toEqual(['MASTER_KEY', 'JWT_SECRET']);
     expect(loadConfig({ NODE_ENV: 'test', JWT_SECRET: secrets.JWT_SECRET }).developmentSecrets).toEqual(['MASTER_KEY']);
-    const dev = loadConfig({ NODE_ENV: 'development' }).masterKeys.current;
+    const dev = loadConfig({ NODE_ENV: 'development' }).masterKeys.current!;
     expect(loadConfig({ NODE_ENV: 'test', MASTER_KEY: `renamed:${dev.slice(dev.indexOf(':') + 1)}` }).developmentSecrets).toEqual(['MASTER_KEY', 'JWT_SECRET']);
     expect(loadConfig(secrets).developmentSecrets).toEqual([]);
   });

@@ -6,6 +6,7 @@ import { liveWorkers } from '../../lib/heartbeats';
 import { Timestamp } from '../schemas/common';
 import type { Container } from '../../lib/container';
 import { within } from '../../lib/within';
+import { resealProgress } from '../../lib/root-of-trust/operations';
 
 const Check = z.enum(['up', 'down']);
 
@@ -39,6 +40,21 @@ const Status = z
     redis: Dependency,
     queues: z.array(QueueStatus),
     workers: z.array(z.object({ worker_id: z.string(), host: z.string(), pid: z.number().int(), queues: z.array(z.object({ queue: z.string(), concurrency: z.number().int() })), started_at: Timestamp, seen_at: Timestamp })),
+    master_key: z.object({
+      root_id: z.string().describe('The root key that wraps the keyring (no secret): `master-key:<kid>` or `pkcs11:token=…;object=…`'),
+      current_kid: z.string().describe('The data key new seals and row MACs use in this process'),
+      reseal: z
+        .object({
+          target_kid: z.string(),
+          resealed: z.number().int().describe('Values and row MACs moved to the target key'),
+          skipped: z.number().int().describe('Values changed meanwhile, or that did not open (left as they were)'),
+          started_at: Timestamp,
+          updated_at: Timestamp,
+          finished_at: Timestamp.nullable(),
+        })
+        .nullable()
+        .describe('The latest re-seal run (`npm run admin -- master-key rotate`), null before the first'),
+    }),
   })
   .meta({ id: 'Status' });
 
@@ -95,6 +111,7 @@ export default [
     async handler({ c }) {
       const [pg, redis] = await Promise.all([latency(() => c.db.raw('select 1')), latency(() => c.redis.ping())]);
       const workers = redis === null ? [] : await liveWorkers(c.redis, c.config.redisPrefix);
+      const reseal = pg === null ? undefined : await resealProgress(c.db);
       return {
         headers: { 'Cache-Control': 'no-store' },
         body: {
@@ -104,6 +121,11 @@ export default [
           redis: { state: redis === null ? 'down' : 'up', latency_ms: redis },
           queues: redis === null ? [] : await queueStatus(c, workers),
           workers: workers.map(({ id, ...w }) => ({ worker_id: id, ...w })),
+          master_key: {
+            root_id: c.keyring.roots.currentId,
+            current_kid: c.keyring.current().kid,
+            reseal: reseal ? { target_kid: reseal.target_kid, resealed: reseal.resealed, skipped: reseal.skipped, started_at: reseal.started_at.toISOString(), updated_at: reseal.updated_at.toISOString(), finished_at: reseal.finished_at?.toISOString() ?? null } : null,
+          },
         },
       };
     },

@@ -34,5 +34,7 @@ export async function down(knex: Knex): Promise<void> {
 async function environmentSealer(): Promise<Sealer> {
   const [{ loadConfig }, { createSealer }] = await Promise.all([import('../../lib/config'), import('../../lib/sealer')]);
   const { masterKeys } = loadConfig();
+  // Rows this old predate the keyring: their data key is MASTER_KEY itself (the keyring imports it later).
+  if (!masterKeys.current) throw new Error('MASTER_KEY must be set to give the key rows from before row MACs their MACs');
   return createSealer(masterKeys.current, masterKeys.previous);
 }

@@ -21,7 +21,7 @@ const KEY_BLOB_MAX_BYTES = 4096;
 const CACHE_SIZE = 256;
 const CACHE_MS = 5 * 60_000;
 
-const dataKeyAad = (jobId: string) => `job-data-key:${jobId}`;
+export const dataKeyAad = (jobId: string) => `job-data-key:${jobId}`;
 
 export interface JobDataKeys {
   /**

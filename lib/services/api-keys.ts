@@ -26,7 +26,7 @@ export const MAX_API_KEYS = 50;
 /** The longest expiry a key can be given (expires_in_days has the same bound); no expiry at all is allowed. */
 export const MAX_LIFETIME_DAYS = 3650;
 
-const valueAad = (keyId: string, secretId: string) => `api-key-value:${keyId}:${secretId}`;
+export const valueAad = (keyId: string, secretId: string) => `api-key-value:${keyId}:${secretId}`;
 
 export function apiKeyState(row: Pick<ApiKeyRow, 'revoked_at' | 'expires_at'>, now: Date): ApiKeyState {
   if (row.revoked_at) return 'revoked';

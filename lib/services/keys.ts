@@ -30,7 +30,7 @@ export interface LineageSpec {
   unlock_locked: string;
 }
 
-const aad = {
+export const aad = {
   unlock: (lineageId: string) => `lineage-unlock:${lineageId}`,
   private: (lineageId: string, generation: number) => `pgp-private:${lineageId}:${generation}`,
   secret: (lineageId: string, generation: number) => `pgp-secret:${lineageId}:${generation}`,

@@ -47,7 +47,7 @@ export const SHARE_KIND_INFO: Record<ShareKind, KindInfo> = {
 };
 
 const TOKEN_BODY = /^[A-Za-z0-9_-]{43}$/;
-const recipientAad = (shareId: string) => `share-recipient:${shareId}`;
+export const recipientAad = (shareId: string) => `share-recipient:${shareId}`;
 
 /** Whether `token` has the shape of a token of this kind (a lookup is pointless otherwise). */
 export const isShareToken = (kind: ShareKind, token: string) => token.startsWith(SHARE_KIND_INFO[kind].prefix) && TOKEN_BODY.test(token.slice(SHARE_KIND_INFO[kind].prefix.length));

@@ -19,7 +19,7 @@ import { attempts, deliveries, enabledEndpoints, endpoints, takesEvent, type Del
 /** Endpoints per account: deliveries fan out per endpoint, so the count bounds the work of one event. */
 export const MAX_ENDPOINTS = 20;
 
-const secretAad = (endpointId: string, which: 'current' | 'previous') => `webhook-secret:${endpointId}:${which}`;
+export const secretAad = (endpointId: string, which: 'current' | 'previous') => `webhook-secret:${endpointId}:${which}`;
 
 export interface EndpointInput {
   url: string;

@@ -1,0 +1,138 @@
+import { randomBytes } from 'node:crypto';
+import type { Knex } from 'knex';
+import type { Sealer } from '../sealer';
+import { newKid, type Keyring, type KeyringRow, type Roots } from './keyring';
+import { holdsSeal, kidSql, STORED_SEALS } from './stored-seals';
+
+/** Per key id, how many stored values and row MACs use it, by `table.column`. */
+export type KeyUsage = Record<string, Record<string, number>>;
+
+export async function keyUsage(db: Knex): Promise<KeyUsage> {
+  const usage: KeyUsage = {};
+  for (const { table, column } of STORED_SEALS) {
+    const rows = await db(table).whereRaw(holdsSeal(column)).select(db.raw(`${kidSql(column)} AS kid`)).count('* as n').groupByRaw(kidSql(column));
+    for (const r of rows as unknown as { kid: string; n: string }[]) (usage[r.kid] ??= {})[`${table}.${column}`] = Number(r.n);
+  }
+  return usage;
+}
+
+export const totalUses = (usage: KeyUsage, kid: string) => Object.values(usage[kid] ?? {}).reduce((a, b) => a + b, 0);
+
+/**
+ * Adds a new data key, wrapped by the current root, current from `graceMs` ahead (two keyring refreshes:
+ * by then every process has loaded it, so none meets a value under a key it does not know).
+ */
+export async function rotateDataKey(db: Knex, roots: Roots, graceMs: number): Promise<{ kid: string; current_from: Date }> {
+  const kid = newKid();
+  const root = roots.current();
+  const current_from = new Date(Date.now() + graceMs);
+  await db('keyring').insert({ kid, wrapped: await root.wrap(kid, randomBytes(32)), root_id: root.id, current_from });
+  await db('keyring_reseals').insert({ target_kid: kid, position: JSON.stringify({ seal: 0, after: null }) });
+  return { kid, current_from };
+}
+
+export class KeyringRefusal extends Error {}
+
+/**
+ * Retires a data key: refused while it is current, while a stored value or row MAC uses it, while a job
+ * not yet run carries a value sealed under it (`queuedUses`), or while a re-seal run is unfinished. Its material is deleted from the row; the row stays, so a value that still
+ * names it is reported as under a retired key. A backup from before still holds the wrapped material.
+ */
+export async function retireDataKey(db: Knex, kid: string, current: string, queuedUses: (kid: string) => Promise<number>): Promise<void> {
+  const row = await db<KeyringRow>('keyring').where({ kid }).first();
+  if (!row) throw new KeyringRefusal(`there is no data key "${kid}"`);
+  if (row.retired_at) throw new KeyringRefusal(`data key "${kid}" is retired already`);
+  if (kid === current) throw new KeyringRefusal(`data key "${kid}" is the current key; rotate first`);
+  const running = await db('keyring_reseals').whereNull('finished_at').first('target_kid');
+  if (running) throw new KeyringRefusal(`the re-seal to "${running.target_kid}" has not finished`);
+  const uses = totalUses(await keyUsage(db), kid);
+  if (uses > 0) throw new KeyringRefusal(`data key "${kid}" still seals ${uses} stored value(s) or row MAC(s)`);
+  const queued = await queuedUses(kid);
+  if (queued > 0) throw new KeyringRefusal(`data key "${kid}" still seals values in ${queued} job(s) waiting in the queues; retire it once they have run`);
+  await db('keyring').where({ kid }).whereNull('retired_at').update({ wrapped: null, retired_at: db.fn.now() });
+}
+
+/** Re-wraps every live data key under the current root (the root key rotated); answers how many moved. */
+export async function rewrapKeyring(db: Knex, roots: Roots): Promise<number> {
+  const root = roots.current();
+  let n = 0;
+  for (const row of await db<KeyringRow>('keyring').whereNull('retired_at').whereNot({ root_id: root.id })) {
+    const wrapped = await root.wrap(row.kid, await roots.unwrap(row));
+    n += await db('keyring').where({ kid: row.kid, wrapped: row.wrapped }).update({ wrapped, root_id: root.id });
+  }
+  return n;
+}
+
+export interface ResealProgress {
+  target_kid: string;
+  position: { seal: number; after: string | null };
+  resealed: number;
+  skipped: number;
+  started_at: Date;
+  updated_at: Date;
+  finished_at: Date | null;
+}
+
+/** The run to `target`, or the latest one. */
+export async function resealProgress(db: Knex, target?: string): Promise<ResealProgress | undefined> {
+  const row = await db('keyring_reseals').modify((q) => (target ? q.where({ target_kid: target }) : q.orderBy('started_at', 'desc'))).first();
+  return row && { ...row, resealed: Number(row.resealed), skipped: Number(row.skipped) };
+}
+
+/**
+ * Moves every stored seal and row MAC to `target` in batches. Each batch's updates and its position
+ * commit together, so after a crash the run resumes where it stopped. An update is a compare-and-set on
+ * the value read: a value changed meanwhile (by live traffic, under the current key) is left as it is.
+ * A value that does not open or a MAC that does not verify is left too (counted as skipped, logged):
+ * it keeps its key in use, so the key cannot be retired over it. `between` runs between a batch's reads
+ * and its writes (tests crash or race a run there).
+ */
+export async function reseal(db: Knex, keyring: Keyring, sealer: Sealer, target: string, opts: { batch?: number; between?(step: { table: string; column: string; ids: string[] }): void | Promise<void>; onSkip?(where: string, err: unknown): void } = {}): Promise<ResealProgress> {
+  const batch = opts.batch ?? 200;
+  const run = await db('keyring_reseals').where({ target_kid: target }).first();
+  if (!run) throw new Error(`no re-seal run for data key "${target}"`);
+  let { seal, after } = run.position as ResealProgress['position'];
+  while (!run.finished_at && seal < STORED_SEALS.length) {
+    const s = STORED_SEALS[seal]!;
+    const rows = await db(s.table)
+      .select('id', s.column, ...s.reads)
+      .whereRaw(holdsSeal(s.column))
+      .whereRaw(`${kidSql(s.column)} <> ?`, [target])
+      .modify((q) => (after ? q.where('id', '>', after) : q))
+      .orderBy('id')
+      .limit(batch);
+    if (keyring.current().kid !== target) throw new Error(`data key "${target}" is not (or no longer) current here; the re-seal waits for it`);
+    const updates: { id: string; old: string; value: string }[] = [];
+    let skipped = 0;
+    for (const row of rows) {
+      try {
+        updates.push({ id: row.id, old: row[s.column], value: s.renew(sealer, row) });
+      } catch (err) {
+        skipped++;
+        opts.onSkip?.(`${s.table}.${s.column} ${row.id}`, err);
+      }
+    }
+    await opts.between?.({ table: s.table, column: s.column, ids: updates.map((u) => u.id) });
+    const last = rows.at(-1)?.id as string | undefined;
+    const next = rows.length < batch ? { seal: seal + 1, after: null } : { seal, after: last! };
+    await db.transaction(async (trx) => {
+      // One compare-and-set statement for the batch: a row whose value is no longer the one read is left.
+      const moved = updates.length
+        ? (
+            await trx.raw(`UPDATE ?? AS t SET ?? = v.value FROM (VALUES ${updates.map(() => '(?::uuid, ?, ?)').join(', ')}) AS v(id, old, value) WHERE t.id = v.id AND t.?? = v.old`, [
+              s.table,
+              s.column,
+              ...updates.flatMap((u) => [u.id, u.old, u.value]),
+              s.column,
+            ])
+          ).rowCount
+        : 0;
+      await trx('keyring_reseals')
+        .where({ target_kid: target })
+        .update({ position: JSON.stringify(next), resealed: trx.raw('resealed + ?', [moved]), skipped: trx.raw('skipped + ?', [skipped + updates.length - moved]), updated_at: trx.fn.now() });
+    });
+    ({ seal, after } = next);
+  }
+  await db('keyring_reseals').where({ target_kid: target }).whereNull('finished_at').update({ finished_at: db.fn.now() });
+  return (await resealProgress(db, target))!;
+}
