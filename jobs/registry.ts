@@ -18,6 +18,7 @@ import { syncTeamAccess } from './sync-team-access';
 import { destructionSweep } from './destruction-sweep';
 import { rewrapFiles } from './rewrap-files';
 import { reconcileJobs } from './reconcile-jobs';
+import { auditCheckpoint } from './audit-checkpoint';
 
 /**
  * The contract between producers (API, scheduler, other jobs) and consumers (workers): every job kind
@@ -43,6 +44,7 @@ export const jobs = {
   'destruction-sweep': destructionSweep,
   'rewrap-files': rewrapFiles,
   'reconcile-jobs': reconcileJobs,
+  'audit-checkpoint': auditCheckpoint,
 } as const;
 
 export type JobName = keyof typeof jobs;
