@@ -127,7 +127,7 @@ export interface Verdict {
 }
 
 /**
- * Checks an export line by line in constant memory and stops at the first break: a row whose content
+ * Checks an export line by line in constant memory (a resumed export appended to an interrupted one too) and stops at the first break: a row whose content
  * or place does not give its hash (a changed field, a swapped sequence), a row that does not follow the
  * previous one (a deleted, inserted or reordered row), a checkpoint whose signature does not verify
  * with the published keys or that signs another head than the rows have (a deleted tail, a rewritten chain).
@@ -149,8 +149,9 @@ export class EvidenceVerifier {
     if (this.broken) return false;
     const at = this.last ? this.last.sequence + 1 : this.from;
     if (line.type === 'header') {
-      if (this.chain !== null || this.rows) return this.fail(at, 'A second header line was found.');
       if (line.format !== EXPORT_FORMAT) return this.fail(at, `The export format ${JSON.stringify(line.format)} is not ${EXPORT_FORMAT}.`);
+      // A resumed export appended to the first part: it goes on exactly where that part ended.
+      if (this.chain !== null) return line.chain === this.chain && line.from_sequence === at ? true : this.fail(at, 'A header line of another chain or place was found inside the export.');
       this.chain = line.chain;
       this.from = line.from_sequence;
       return true;
