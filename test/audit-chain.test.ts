@@ -1,4 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { execFile } from 'node:child_process';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { compactVerify, createLocalJWKSet } from 'jose';
 import { Webhook } from 'standardwebhooks';
 import { registerUser, startTestService, withClockAhead, type ManualClockFollowingTime, type TestService } from './support/service';
@@ -339,4 +344,54 @@ describe('tampering done directly in Postgres', () => {
     await expectBreak(u, rows.length, /another account's chain|says something else/);
   });
 
+});
+
+describe('kms audit export and verify', () => {
+  const BIN = fileURLToPath(new URL('../cli/kms.mjs', import.meta.url));
+  const kms = (args: string[], env: Record<string, string>) =>
+    new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+      execFile(process.execPath, [BIN, ...args], { env: { PATH: process.env.PATH!, HOME: tmpdir(), KMS_URL: s.url, ...env } }, (err, stdout, stderr) =>
+        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+      );
+    });
+
+  it('exports, resumes an interrupted file, verifies offline with saved keys, and exits 1 at the row an edit broke', async () => {
+    const u = await accountWithRows(8);
+    await checkpointChains(s.c);
+    await recordAudit(s.c.db, { user_id: u.id, action: 'test.after_checkpoint', status: 'success' });
+    const dir = await mkdtemp(join(tmpdir(), 'kms-audit-'));
+    try {
+      const env = { KMS_API_KEY: u.apiKey };
+      const file = join(dir, 'audit.ndjson');
+      expect((await kms(['audit', 'export', '-o', file], env)).code).toBe(0);
+      const whole = await readFile(file, 'utf8');
+      // Cut it inside the fifth row's line, as an interrupted download would, then resume.
+      const lines = whole.split('\n');
+      await writeFile(file, `${lines.slice(0, 5).join('\n')}\n${lines[5]!.slice(0, 20)}`);
+      expect((await kms(['audit', 'export', '-o', file, '--resume'], env)).code).toBe(0);
+      const resumed = (await readFile(file, 'utf8')).split('\n').filter(Boolean).map((l) => JSON.parse(l) as ExportLine);
+      expect(resumed.filter((l) => l.type === 'row')).toEqual(whole.split('\n').filter(Boolean).map((l) => JSON.parse(l) as ExportLine).filter((l) => l.type === 'row'));
+
+      const keysFile = join(dir, 'keys.json');
+      await writeFile(keysFile, JSON.stringify(await jwks()));
+      const ok = await kms(['audit', 'verify', file, '--keys', keysFile, '--json'], {});
+      expect(ok.code, ok.stderr).toBe(0);
+      expect(JSON.parse(ok.stdout)).toMatchObject({ ok: true, unanchored_rows: 1, first_break: null });
+      expect((await kms(['audit', 'verify', file], {})).stdout).toMatch(/^OK: .* 1 row\(s\) after the last checkpoint are protected by the chain alone/);
+
+      const rows = await rowsOf(u.id);
+      await s.c.db('audit_logs').where({ id: rows[2]!.id }).update({ status: 'failure' });
+      const tampered = join(dir, 'tampered.ndjson');
+      expect((await kms(['audit', 'export', '-o', tampered], env)).code).toBe(0);
+      const broken = await kms(['audit', 'verify', tampered, '--keys', keysFile], {});
+      expect(broken.code).toBe(1);
+      expect(broken.stdout).toMatch(/^BROKEN at row 3: Row 3 does not match its hash/);
+      expect(broken.stderr).toContain('the audit evidence breaks at row 3');
+      // A key the file's signatures were not made with: every checkpoint fails.
+      await writeFile(keysFile, JSON.stringify({ keys: [] }));
+      expect((await kms(['audit', 'verify', file, '--keys', keysFile], {})).stdout).toMatch(/published keys do not hold/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 });
