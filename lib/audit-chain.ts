@@ -106,6 +106,28 @@ export function verifyCheckpointJws(jws: string, jwks: { keys: Jwk[] }): { claim
   return { claim: claim as CheckpointClaim, kid: header.kid };
 }
 
+const HEX64 = /^[0-9a-f]{64}$/;
+const textOrNull = (v: unknown) => v === null || typeof v === 'string';
+
+/** The fields a row line must have, of the right types, before its hash can be computed. */
+function wellFormedRow(r: Record<string, unknown>): boolean {
+  return (
+    Number.isSafeInteger(r.sequence) &&
+    typeof r.prev_hash === 'string' &&
+    typeof r.hash === 'string' &&
+    HEX64.test(r.hash) &&
+    typeof r.created_at === 'string' &&
+    typeof r.action === 'string' &&
+    typeof r.status === 'string' &&
+    textOrNull(r.target) &&
+    textOrNull(r.ip) &&
+    textOrNull(r.request_id) &&
+    typeof r.details === 'object' &&
+    r.details !== null &&
+    !Array.isArray(r.details)
+  );
+}
+
 export interface Break {
   /** The sequence number where the evidence breaks (of the row, or of the checkpoint's row). */
   sequence: number;
@@ -149,6 +171,7 @@ export class EvidenceVerifier {
     if (this.broken) return false;
     const at = this.last ? this.last.sequence + 1 : this.from;
     if (line.type === 'header') {
+      if (typeof line.chain !== 'string' || !Number.isSafeInteger(line.from_sequence) || line.from_sequence < 1) return this.fail(at, 'The header line is malformed.');
       if (line.format !== EXPORT_FORMAT) return this.fail(at, `The export format ${JSON.stringify(line.format)} is not ${EXPORT_FORMAT}.`);
       // A resumed export appended to the first part: it goes on exactly where that part ended.
       if (this.chain !== null) return line.chain === this.chain && line.from_sequence === at ? true : this.fail(at, 'A header line of another chain or place was found inside the export.');
@@ -164,6 +187,7 @@ export class EvidenceVerifier {
 
   private row(r: Extract<ExportLine, { type: 'row' }>): boolean {
     const expected = this.last ? this.last.sequence + 1 : this.from;
+    if (!wellFormedRow(r)) return this.fail(expected, `The row line after row ${expected - 1} is malformed (a field is missing or of the wrong type).`);
     if (r.sequence !== expected) {
       if (r.sequence > expected) return this.fail(expected, r.sequence === expected + 1 ? `Row ${expected} is missing (deleted).` : `Rows ${expected} to ${r.sequence - 1} are missing (deleted).`);
       return this.fail(r.sequence, `Row ${r.sequence} appears again or out of order after row ${expected - 1} (an inserted or reordered row).`);
@@ -182,6 +206,7 @@ export class EvidenceVerifier {
   }
 
   private checkpoint(cp: Extract<ExportLine, { type: 'checkpoint' }>): boolean {
+    if (typeof cp.jws !== 'string' || !Number.isSafeInteger(cp.sequence)) return this.fail(this.last ? this.last.sequence : this.from, 'A checkpoint line is malformed.');
     const signed = verifyCheckpointJws(cp.jws, this.jwks);
     if ('error' in signed) return this.fail(cp.sequence, `The checkpoint of row ${cp.sequence} ${signed.error}.`);
     const { claim } = signed;
