@@ -110,7 +110,8 @@ const HEX64 = /^[0-9a-f]{64}$/;
 const textOrNull = (v: unknown) => v === null || typeof v === 'string';
 
 /** The fields a row line must have, of the right types, before its hash can be computed. */
-function wellFormedRow(r: Record<string, unknown>): boolean {
+function wellFormedRow(line: object): boolean {
+  const r = line as Record<string, unknown>;
   return (
     Number.isSafeInteger(r.sequence) &&
     typeof r.prev_hash === 'string' &&

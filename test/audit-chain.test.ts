@@ -250,6 +250,25 @@ describe('the export', () => {
   });
 });
 
+describe('the verifier on malformed exports', () => {
+  it('reports an empty file, a missing header, a malformed row and a header of another chain as breaks, never as evidence', async () => {
+    const keys = await jwks();
+    const verdictOf = (lines: unknown[]) => {
+      const v = new EvidenceVerifier(keys);
+      for (const l of lines) if (!v.add(l as ExportLine)) break;
+      return v.verdict();
+    };
+    expect(verdictOf([])).toMatchObject({ ok: false, first_break: { reason: expect.stringMatching(/empty/) } });
+    const u = await accountWithRows(2);
+    const lines = await exportOf(u.token);
+    expect(verdictOf(lines.slice(1))).toMatchObject({ ok: false, first_break: { sequence: 1, reason: expect.stringMatching(/header/) } });
+    const { details: _gone, ...noDetails } = lines[2] as Extract<ExportLine, { type: 'row' }>;
+    expect(verdictOf([lines[0], lines[1], noDetails])).toMatchObject({ ok: false, first_break: { sequence: 2, reason: expect.stringMatching(/malformed/) } });
+    expect(verdictOf([lines[0], lines[1], { ...lines[0], chain: 'system', from_sequence: 2 }])).toMatchObject({ ok: false, first_break: { sequence: 2 } });
+    expect(verdictOf([lines[0], lines[1], { ...lines[0], from_sequence: 2 }, ...lines.slice(2)])).toMatchObject({ ok: true });
+  });
+});
+
 describe('tampering done directly in Postgres', () => {
   /** An account with 6 rows beyond registering, checkpointed; answers the sequence of its 3rd test row. */
   async function checkpointed() {
