@@ -45,7 +45,7 @@ export async function auditJwks(c: Container): Promise<{ keys: (Jwk & { kid: str
 
 const BATCH = 500;
 
-export const checkpointOut = (cp: CheckpointRow) => ({ type: 'checkpoint' as const, sequence: cp.sequence, hash: cp.hash, chain: cp.chain, signed_at: cp.signed_at.toISOString(), kid: cp.kid, jws: cp.jws });
+const checkpointOut = (cp: CheckpointRow): ExportLine => ({ type: 'checkpoint', sequence: cp.sequence, hash: cp.hash, chain: cp.chain, signed_at: cp.signed_at.toISOString(), kid: cp.kid, jws: cp.jws });
 
 /**
  * Signs the head of every chain that moved since its last checkpoint and sends each account its own as
@@ -64,10 +64,7 @@ export async function checkpointChains(c: Container): Promise<{ signed: number }
       const stored = await insertCheckpoint(c.db, { ...claim, signed_at: new Date(claim.signed_at), kid: signer.kid, jws });
       if (!stored) continue;
       signed++;
-      if (head.chain !== 'system') {
-        const { type: _type, chain: _chain, ...data } = checkpointOut(stored);
-        await emitEvent(c, head.chain, 'audit.checkpoint', data);
-      }
+      if (head.chain !== 'system') await emitEvent(c, head.chain, 'audit.checkpoint', { sequence: stored.sequence, hash: stored.hash, signed_at: stored.signed_at.toISOString(), kid: stored.kid, jws: stored.jws });
     }
     if (heads.length < BATCH) break;
     after = heads[heads.length - 1]!.chain;
