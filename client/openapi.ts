@@ -3814,7 +3814,7 @@ export interface paths {
                         url: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed")[];
                         enabled?: boolean;
                     };
                 };
@@ -3965,7 +3965,7 @@ export interface paths {
                         url?: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed")[];
                         enabled?: boolean;
                     };
                 };
@@ -4302,6 +4302,150 @@ export interface paths {
                             page_size: number;
                             total: number;
                         };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/audit-logs/keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The public keys that sign audit checkpoints (a JWKS, retired keys included) */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Ed25519 keys as JWKs; `kms audit verify` checks an export with them */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AuditKeys"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/audit-logs/export": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The account's audit chain with its signed checkpoints, as NDJSON, resumable from a sequence number
+         * @description A session, the partner key, or a managed API key with the scope `audit:read`.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description The first row to send (a resumed export goes on after the last row it received) */
+                    from_sequence?: number;
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description One JSON object per line: `{"type":"header",…}`, then `{"type":"row",…}` in sequence order with each `{"type":"checkpoint",…}` after the row it covers. Rows after the last checkpoint are protected by the chain alone. docs/audit-evidence.md gives the rule to verify it; `kms audit verify FILE` applies it. */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/x-ndjson": string;
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/audit-logs/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The service's own check of the account's audit chain and checkpoints (the same rule as `kms audit verify`)
+         * @description A session, the partner key, or a managed API key with the scope `audit:read`.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The verdict, with the first row where the evidence breaks */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AuditVerdict"];
                     };
                 };
                 /** @description Error (RFC 9457 problem details) */
@@ -5942,7 +6086,7 @@ export interface components {
             /** @description Increasing; send it back as Last-Event-ID to resume */
             id: string;
             /** @enum {string} */
-            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed";
+            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed";
             /** Format: date-time */
             created_at: string;
             /**
@@ -6010,6 +6154,48 @@ export interface components {
             };
             /** Format: date-time */
             created_at: string;
+            /** @description The row's place in the account's audit chain (1, 2, …) */
+            sequence: number;
+            /** @description The row's chain hash (docs/audit-evidence.md): GET /audit-logs/export carries what it covers */
+            hash: string;
+        };
+        AuditKeys: {
+            keys: {
+                /** @enum {string} */
+                kty: "OKP";
+                /** @enum {string} */
+                crv: "Ed25519";
+                x: string;
+                kid: string;
+                /** @enum {string} */
+                alg: "EdDSA";
+                /** @enum {string} */
+                use: "sig";
+                /** Format: date-time */
+                created_at: string;
+                /**
+                 * Format: date-time
+                 * @description Set once the key signs no more: it stays here so that what it signed still verifies
+                 */
+                retired_at: string | null;
+            }[];
+        };
+        AuditVerdict: {
+            ok: boolean;
+            chain: string | null;
+            rows: number;
+            checkpoints: number;
+            first_sequence: number | null;
+            last_sequence: number | null;
+            /** @description The newest row a verified signed checkpoint covers */
+            last_checkpoint_sequence: number | null;
+            /** @description Rows after the last checkpoint: protected by the chain alone until the next checkpoint */
+            unanchored_rows: number;
+            /** @description Where the evidence first breaks, and how */
+            first_break: {
+                sequence: number;
+                reason: string;
+            } | null;
         };
         TeamAccessStatus: {
             linked: boolean;

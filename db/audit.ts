@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { rowDigest } from '../lib/audit-chain';
 
 /** Who and where a request came from, as audit rows record it. */
 export interface RequestMeta {
@@ -23,13 +24,23 @@ export interface AuditRow extends Required<Omit<AuditEntry, 'details'>> {
   id: number;
   details: Record<string, unknown>;
   created_at: Date;
+  /** The account's chain (its id at write time, `system` without one): lib/audit-chain.ts. */
+  chain: string;
+  sequence: number;
+  hash: string;
 }
 
 /**
  * Writes one audit row (a query builder: awaited, or run with the change it records, db/jobs.ts updateJob);
- * pass the transaction of the change it records so both land or neither.
+ * pass the transaction of the change it records so both land or neither. The row carries its content
+ * digest; the audit_logs trigger links it to its account's chain, holding the chain's head until the
+ * transaction ends (writers of one account take turns there).
  */
-export const recordAudit = (db: Knex, entry: AuditEntry) => db('audit_logs').insert({ ...entry, details: JSON.stringify(entry.details ?? {}) });
+export function recordAudit(db: Knex, entry: AuditEntry) {
+  const details = entry.details ?? {};
+  const digest = rowDigest({ action: entry.action, status: entry.status, target: entry.target ?? null, ip: entry.ip ?? null, request_id: entry.request_id ?? null, details });
+  return db('audit_logs').insert({ ...entry, details: JSON.stringify(details), digest });
+}
 
 /** Whether the account's audit trail records `action` done successfully to `target` (a deleted row's only trace). */
 export async function auditedSuccess(db: Knex, userId: string, action: string, target: string): Promise<boolean> {

@@ -19,6 +19,7 @@ import { destructionSweep } from './destruction-sweep';
 import { rewrapFiles } from './rewrap-files';
 import { reconcileJobs } from './reconcile-jobs';
 import { resealKeyring } from './reseal-keyring';
+import { auditCheckpoint } from './audit-checkpoint';
 
 /**
  * The contract between producers (API, scheduler, other jobs) and consumers (workers): every job kind
@@ -45,6 +46,7 @@ export const jobs = {
   'rewrap-files': rewrapFiles,
   'reconcile-jobs': reconcileJobs,
   'reseal-keyring': resealKeyring,
+  'audit-checkpoint': auditCheckpoint,
 } as const;
 
 export type JobName = keyof typeof jobs;

@@ -108,6 +108,9 @@ const Env = z.object({
    */
   JOB_RECONCILE_INTERVAL_SECONDS: intish(60, 1, 86400),
   JOB_RECONCILE_GRACE_SECONDS: intish(120, 1, 86400),
+  /** How often every audit chain that moved gets a signed checkpoint; the signing key's age before it is replaced. */
+  AUDIT_CHECKPOINT_INTERVAL_SECONDS: intish(300, 1, 86400),
+  AUDIT_SIGNING_KEY_DAYS: intish(90, 1, 3650),
   /**
    * An upload must bring at least UPLOAD_MIN_BYTES_PER_SECOND on average over every window of
    * UPLOAD_RATE_WINDOW_SECONDS in which the service is reading it, or it ends with 408 `upload_too_slow`.
@@ -222,6 +225,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     },
     jobLimits: { timeoutMs: e.JOB_TIMEOUT_SECONDS * 1000, idleMs: e.JOB_IDLE_SECONDS * 1000 },
     jobReconcile: { intervalMs: e.JOB_RECONCILE_INTERVAL_SECONDS * 1000, graceMs: e.JOB_RECONCILE_GRACE_SECONDS * 1000 },
+    auditCheckpoints: { intervalMs: e.AUDIT_CHECKPOINT_INTERVAL_SECONDS * 1000, signingKeyMaxAgeMs: e.AUDIT_SIGNING_KEY_DAYS * 86400_000 },
     uploadRate: { minBytesPerSecond: e.UPLOAD_MIN_BYTES_PER_SECOND, windowSeconds: e.UPLOAD_RATE_WINDOW_SECONDS },
     uploadsPerAccount: e.UPLOADS_PER_ACCOUNT,
     uploadWaiters: e.WORKER_UPLOAD_WAITERS,

@@ -20,6 +20,7 @@ export const EVENT_TYPES = [
   'job.completed',
   'job.failed',
   'audit.recorded',
+  'audit.checkpoint',
   'share.created',
   'share.revoked',
   'share.viewed',

@@ -53,7 +53,7 @@ async function call(method: string, path: string, token: string, body?: unknown)
     headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
-  const json = (res.headers.get('content-type') ?? '').includes('json') ? ((await res.json()) as { code?: string; detail?: string }) : undefined;
+  const json = /^application\/(problem\+)?json/.test(res.headers.get('content-type') ?? '') ? ((await res.json()) as { code?: string; detail?: string }) : undefined;
   if (!json) await res.body?.cancel().catch(() => undefined);
   return { status: res.status, code: json?.code, detail: json?.detail, headers: res.headers };
 }

@@ -108,7 +108,7 @@ describe('several scheduler processes', () => {
       const rotation = await s.c.jobs.queue('rotation').getJobSchedulers();
       expect(rotation.map((j) => j.key)).toEqual(['rotation-sweep']);
       const maintenance = await s.c.jobs.queue('maintenance').getJobSchedulers();
-      expect(maintenance.map((j) => j.key).sort()).toEqual(['destruction-sweep', 'expiry-sweep', 'purge-expired', 'purge-job-outputs', 'reconcile-jobs', 'sweep-blobs']);
+      expect(maintenance.map((j) => j.key).sort()).toEqual(['audit-checkpoint', 'destruction-sweep', 'expiry-sweep', 'purge-expired', 'purge-job-outputs', 'reconcile-jobs', 'sweep-blobs']);
     } finally {
       for (const p of schedulers) p.kill('SIGTERM');
       await Promise.all(schedulers.map((p) => p.exited));

@@ -16,6 +16,7 @@ export const SCHEDULES: { id: string; job: JobName; every: number | ((config: Co
   { id: 'billing-sweep', job: 'billing-sweep', every: 300_000 },
   { id: 'destruction-sweep', job: 'destruction-sweep', every: 300_000 },
   { id: 'reconcile-jobs', job: 'reconcile-jobs', every: (config) => config.jobReconcile.intervalMs },
+  { id: 'audit-checkpoint', job: 'audit-checkpoint', every: (config) => config.auditCheckpoints.intervalMs },
 ];
 
 export interface Scheduler {

@@ -5,6 +5,7 @@ import { CLI_VERSION, connect, fields, pagedFooter, print, table } from '../cont
 import { UsageError } from '../exit-codes.js';
 import { readSecret } from '../secrets.js';
 import { examples, int, run } from './common.js';
+import { registerAuditEvidence } from './audit.js';
 
 const PROFILE_FIELDS = ['user_id', 'username', 'email', 'pending_email', 'email_verified', 'company_name', 'role', 'rotation_interval_days', 'created_at'];
 const passwordHelp = (fdFlag: string, env: string) => `The ${fdFlag === '--password-fd' ? 'current ' : ''}password comes from ${fdFlag} N, else ${env}, else a prompt without echo.`;
@@ -19,7 +20,7 @@ interface Paging {
 
 /** `kms audit`, `kms profile`, `kms org` and `kms password`: the account's own records and settings. */
 export function registerAccount(program: Command) {
-  paging(
+  const audit = paging(
     program
       .command('audit')
       .description("Your account's audit log, newest first")
@@ -35,6 +36,7 @@ export function registerAccount(program: Command) {
         print(opts, page, () => table(page.items, ['created_at', 'action', 'status', 'target', 'ip']) + pagedFooter(page));
       }),
     );
+  registerAuditEvidence(audit);
 
   const profile = program.command('profile').description('Your profile: show it, change your username, email or company name');
   profile.addHelpText('after', examples('kms profile show', 'kms profile update --company "Example Ltd"'));

@@ -94,12 +94,13 @@ export async function reseal(db: Knex, keyring: Keyring, sealer: Sealer, target:
   let { seal, after } = run.position as ResealProgress['position'];
   while (!run.finished_at && seal < STORED_SEALS.length) {
     const s = STORED_SEALS[seal]!;
+    const key = s.key ?? { column: 'id', type: 'uuid' };
     const rows = await db(s.table)
-      .select('id', s.column, ...s.reads)
+      .select({ id: key.column }, s.column, ...s.reads)
       .whereRaw(holdsSeal(s.column))
       .whereRaw(`${kidSql(s.column)} <> ?`, [target])
-      .modify((q) => (after ? q.where('id', '>', after) : q))
-      .orderBy('id')
+      .modify((q) => (after ? q.where(key.column, '>', after) : q))
+      .orderBy(key.column)
       .limit(batch);
     if (keyring.current().kid !== target) throw new Error(`data key "${target}" is not (or no longer) current here; the re-seal waits for it`);
     const updates: { id: string; old: string; value: string }[] = [];
@@ -119,10 +120,11 @@ export async function reseal(db: Knex, keyring: Keyring, sealer: Sealer, target:
       // One compare-and-set statement for the batch: a row whose value is no longer the one read is left.
       const moved = updates.length
         ? (
-            await trx.raw(`UPDATE ?? AS t SET ?? = v.value FROM (VALUES ${updates.map(() => '(?::uuid, ?, ?)').join(', ')}) AS v(id, old, value) WHERE t.id = v.id AND t.?? = v.old`, [
+            await trx.raw(`UPDATE ?? AS t SET ?? = v.value FROM (VALUES ${updates.map(() => `(?::${key.type}, ?, ?)`).join(', ')}) AS v(id, old, value) WHERE t.?? = v.id AND t.?? = v.old`, [
               s.table,
               s.column,
               ...updates.flatMap((u) => [u.id, u.old, u.value]),
+              key.column,
               s.column,
             ])
           ).rowCount

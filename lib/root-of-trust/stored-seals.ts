@@ -4,6 +4,7 @@ import { valueAad } from '../services/api-keys';
 import { secretAad } from '../services/webhooks';
 import { recipientAad } from '../services/share-links';
 import { dataKeyAad } from '../blob/data-keys';
+import { signingKeyAad } from '../services/audit-evidence';
 import { keyMac, lineageMac, verifiedKey, verifiedLineage, type KeyMacFields, type LineageMacFields } from '../integrity';
 
 type Row = Record<string, unknown> & { id: string };
@@ -16,6 +17,8 @@ type Row = Record<string, unknown> & { id: string };
 export interface StoredSeal {
   table: string;
   column: string;
+  /** The row's key column and its SQL type, when not a uuid `id` (`renew` sees it as `row.id`). */
+  key?: { column: string; type: 'text' };
   /** The other columns `renew` reads. */
   reads: string[];
   /**
@@ -48,6 +51,7 @@ export const STORED_SEALS: StoredSeal[] = [
   { table: 'webhook_endpoints', column: 'previous_secret_sealed', reads: [], renew: resealed((r) => secretAad(r.id, 'previous'), 'previous_secret_sealed') },
   { table: 'share_links', column: 'recipient_sealed', reads: [], renew: resealed((r) => recipientAad(r.id), 'recipient_sealed') },
   { table: 'jobs', column: 'data_key', reads: [], renew: resealed((r) => dataKeyAad(r.id), 'data_key') },
+  { table: 'audit_signing_keys', column: 'private_sealed', key: { column: 'kid', type: 'text' }, reads: [], renew: resealed((r) => signingKeyAad(r.id), 'private_sealed') },
 ];
 
 /** The key id of a stored `s1.<kid>.…` or `m1.<kid>.…` value, in SQL. */
