@@ -18,6 +18,8 @@ import { syncTeamAccess } from './sync-team-access';
 import { destructionSweep } from './destruction-sweep';
 import { rewrapFiles } from './rewrap-files';
 import { reconcileJobs } from './reconcile-jobs';
+import { signFiles } from './sign-files';
+import { verifyFiles } from './verify-files';
 
 /**
  * The contract between producers (API, scheduler, other jobs) and consumers (workers): every job kind
@@ -43,6 +45,8 @@ export const jobs = {
   'destruction-sweep': destructionSweep,
   'rewrap-files': rewrapFiles,
   'reconcile-jobs': reconcileJobs,
+  'sign-files': signFiles,
+  'verify-files': verifyFiles,
 } as const;
 
 export type JobName = keyof typeof jobs;

@@ -114,7 +114,7 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
 }
 
 /** Counts and sizes packets before any parse: what OpenPGP.js would otherwise verify one by one. */
-function checkPacketLimits(binary: Uint8Array): void {
+export function checkPacketLimits(binary: Uint8Array): void {
   const packets = scanPackets(binary);
   if (packets.length === 0) throw refuse('invalid_key', 'Not a readable OpenPGP key: no packets.');
   if (packets.length > MAX_KEY_PACKETS) throw refuse('invalid_key', `The key has more than ${MAX_KEY_PACKETS} packets.`);

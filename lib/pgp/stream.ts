@@ -36,6 +36,8 @@ export interface EncryptStreamOptions extends WatchOptions {
   filename?: string;
   /** Literal packet date; defaults to now. */
   date?: Date;
+  /** Signs too (sign-then-encrypt: one-pass signature inside the encryption, hashed as bytes flow). */
+  signingKey?: openpgp.PrivateKey;
 }
 
 /**
@@ -48,7 +50,7 @@ export interface EncryptStreamOptions extends WatchOptions {
 export async function encryptStream(input: Readable, recipient: openpgp.PublicKey, opts: EncryptStreamOptions): Promise<Readable> {
   const watch = new Watch(input, opts);
   watch.check();
-  if (nativeEncryptable(recipient, opts)) {
+  if (!opts.signingKey && nativeEncryptable(recipient, opts)) {
     // Node's crypto cannot stall; only the signal applies.
     const out = await watch.call(encryptNative(input, recipient, opts));
     watch.onFail((err) => out.destroy(err));
@@ -73,7 +75,7 @@ export async function encryptStream(input: Readable, recipient: openpgp.PublicKe
   };
   let out: WebStream;
   try {
-    const base = { message, encryptionKeys: recipient, config };
+    const base = { message, encryptionKeys: recipient, config, ...(opts.signingKey ? { signingKeys: opts.signingKey } : {}) };
     const encrypted = opts.armor
       ? await watch.call(openpgp.encrypt({ ...base, format: 'armored' }))
       : await watch.call(openpgp.encrypt({ ...base, format: 'binary' }));
@@ -328,16 +330,7 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
     allowUnauthenticatedMessages: false,
     maxDecompressedMessageSize: opts.maxDecompressedBytes,
   };
-  let message: openpgp.Message<WebStream>;
-  try {
-    // Our own de-armoring and re-framing: see `dearmor` and `reframe` for why.
-    const bytes = source.open((chunks) => reframe(kind === 'armored' ? dearmor(chunks) : chunks));
-    reframed.add(bytes);
-    message = await watch.call(openpgp.readMessage({ binaryMessage: bytes as WebStream, config }));
-  } catch (err) {
-    input.destroy();
-    throw watch.failure ?? source.failure ?? invalid('malformed_message', `Not a readable OpenPGP message: ${errMessage(err)}`);
-  }
+  const message = await readMessageFrom(source, kind, input, watch, config);
   const chunkSizeByte = aeadChunkSizeByte(message);
   if (chunkSizeByte > MAX_AEAD_CHUNK_SIZE_BYTE) {
     throw fail(invalid('malformed_message', `The message is malformed: AEAD chunks of 2^${chunkSizeByte + 6} octets (at most 2^22).`));
@@ -388,6 +381,21 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
       return Object.assign(out, { filename: result.filename ?? '' });
     },
   };
+}
+
+/**
+ * The message of a sniffed source, through our own de-armoring and re-framing (see `dearmor` and
+ * `reframe` for why), parsed by OpenPGP.js under `watch`: 422 malformed_message when it cannot be read.
+ */
+export async function readMessageFrom(source: NodeSource, kind: 'armored' | 'binary', input: Readable, watch: Watch, config: openpgp.PartialConfig): Promise<openpgp.Message<WebStream>> {
+  try {
+    const bytes = source.open((chunks) => reframe(kind === 'armored' ? dearmor(chunks) : chunks));
+    reframed.add(bytes);
+    return await watch.call(openpgp.readMessage({ binaryMessage: bytes as WebStream, config }));
+  } catch (err) {
+    input.destroy();
+    throw watch.failure ?? source.failure ?? invalid('malformed_message', `Not a readable OpenPGP message: ${errMessage(err)}`);
+  }
 }
 
 /** RFC 9580 §5.13.2: 2^22-octet chunks at most. OpenPGP.js reads a whole chunk before it decrypts it, whatever its size. */
@@ -690,14 +698,14 @@ class ByteReader {
 // ---------------------------------------------------------------------------------------- adapters
 
 /** OpenPGP.js declares its stream type through a package it does not install: name ours. */
-type WebStream = ReadableStream<Uint8Array | string>;
+export type WebStream = ReadableStream<Uint8Array | string>;
 
 /**
  * A Node Readable as a pull-based web stream of Uint8Array, optionally through a byte-level rewrite.
  * `failure` keeps the first error raised on our side of OpenPGP.js (the input's own error, or a
  * malformed_message from the rewrite), because OpenPGP.js rewraps errors that pass through it.
  */
-class NodeSource {
+export class NodeSource {
   failure: Error | undefined;
   private readonly iterator: AsyncIterator<unknown>;
   private readonly head: Uint8Array[] = [];
@@ -773,7 +781,7 @@ class NodeSource {
  * A web stream as a Node Readable, errors mapped. With `holdBack`, the last chunk is released only once
  * the source has ended without error, so an integrity failure at the end never lets all of it through.
  */
-class WebSource extends Readable {
+export class WebSource extends Readable {
   private readonly reader: ReadableStreamDefaultReader<Uint8Array | string>;
   private pumping = false;
   private held: Buffer | null = null;
@@ -833,10 +841,10 @@ class WebSource extends Readable {
   }
 }
 
-function asError(err: unknown): Error {
+export function asError(err: unknown): Error {
   return err instanceof Error ? err : new Error(String(err));
 }
 
-function errMessage(err: unknown): string {
+export function errMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }

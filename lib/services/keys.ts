@@ -214,5 +214,14 @@ export function encryptionTarget(view: KeyView, now: Date, jobEndsBy?: Date): Ke
   return view.current;
 }
 
+/** The generation signatures are made with: the lineage's current one, if it may sign (409 otherwise). */
+export function signingTarget(view: Pick<KeyView, 'lineage' | 'current'>, now: Date): KeyRow {
+  requireManaged(view.lineage);
+  const status = keyStatus(view.lineage, view.current, now);
+  if (status === 'disabled') throw conflict('key_disabled', 'This key is disabled and no longer signs.');
+  if (status === 'expired') throw conflict('key_expired', 'This key has expired and no longer signs; rotate it or generate a new one.');
+  return view.current;
+}
+
 /** The latest time a job submitted at `now` may still be running: its wall-clock limit (JOB_TIMEOUT_SECONDS). */
 export const jobDeadline = (c: Container, now: Date) => new Date(now.getTime() + c.config.jobLimits.timeoutMs);
