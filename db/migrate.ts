@@ -18,6 +18,7 @@ import * as m016 from './migrations/016_granted_lineages';
 import * as m017 from './migrations/017_job_data_keys';
 import * as m019 from './migrations/019_team_link_approval';
 import * as m020 from './migrations/020_unfinished_jobs';
+import * as m021 from './migrations/021_signatures_and_import';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -43,6 +44,7 @@ const migrations: Record<string, Knex.Migration> = {
   '017_job_data_keys': m017,
   '019_team_link_approval': m019,
   '020_unfinished_jobs': m020,
+  '021_signatures_and_import': m021,
 };
 
 const source: Knex.MigrationSource<string> = {
