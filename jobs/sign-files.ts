@@ -1,13 +1,10 @@
 import { z } from 'zod';
 import { defineTrackedJob } from './tracked';
-import { invalid } from '../lib/errors';
 import { transformFiles } from './file-pipeline';
 import { passphraseAad } from './decrypt-files';
-import { requireManaged, signingTarget, unlockGeneration, unlockLineage } from '../lib/services/keys';
-import { verifiedKey, verifiedLineage } from '../lib/services/key-integrity';
+import { openSigningKey } from '../lib/services/keys';
 import { recordAudit } from '../db/audit';
 import { insertOutputFiles } from '../db/jobs';
-import { lineageUsableBy, type KeyRow, type LineageRow } from '../db/keys';
 
 /** What the API stores in the job row for a signing (nothing secret). */
 export const SignRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string(), detached: z.boolean(), armor: z.boolean() });
@@ -32,16 +29,7 @@ export const signFiles = defineTrackedJob({
   async run(row, payload, progress, { c, origin, signal }) {
     const req = SignRequest.parse(row.request);
     const { signStream } = await import('../lib/pgp/signatures'); // the OpenPGP stack loads with a process's first crypto job
-    const found = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
-    // Still the caller's, or still granted to it (team access revoked after submission refuses).
-    if (!found || !(await lineageUsableBy(c.db, row.user_id, found.id))) throw invalid('key_not_found', 'The key no longer exists.');
-    const lineage = verifiedLineage(c, found);
-    requireManaged(lineage);
-    const current = await c.db<KeyRow>('pgp_keys').where({ lineage_id: lineage.id, status: 'active' }).first();
-    if (!current) throw invalid('key_not_found', 'The key no longer exists.');
-    signingTarget({ lineage, current: verifiedKey(c, current) }, c.clock.now());
-    const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
-    const privateKey = await unlockGeneration(c, unlock, current);
+    const { lineage, current, privateKey } = await openSigningKey(c, row.user_id, req.lineage_id, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const done = await transformFiles(c, row, progress, signal, async (source, file) => ({
       stream: await signStream(source, privateKey, { detached: req.detached, armor: req.armor, filename: file.name, signal }),
       ...signedOutput(file.name, req),

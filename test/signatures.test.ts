@@ -182,3 +182,46 @@ describe('who may sign', () => {
     expect(JSON.stringify(events.body)).toContain('key.signed');
   });
 });
+
+describe('sign and encrypt, decrypt and verify', () => {
+  it('gpg -d reads our sign-and-encrypt with a good signature by our key', async () => {
+    const gpgKey = await home.gpg(['--quick-generate-key', 'Receiver <receiver@example.test>', 'future-default', 'default', 'never'], { passphrase: '' }).then(() => home.gpg(['--export', '--armor', 'receiver@example.test']));
+    const job = await runJob(s.api, u.token, '/keys/encrypt', { public_key: gpgKey.stdout.toString(), sign_with: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'se.bin', data: plain }] });
+    expect(job.state, JSON.stringify(job.error)).toBe('completed');
+    expect(job.result.signed_by).toBe(key.fingerprint);
+    const encrypted = await home.put('se.gpg', await download(s.api, u.token, job.job_id));
+    const out = home.file('se-out.bin');
+    const gpg = await home.gpg(['--status-fd', '2', '-o', out, '--decrypt', encrypted], { passphrase: '' });
+    expect(gpg.stderr).toContain(`VALIDSIG ${key.fingerprint.toUpperCase()}`);
+    expect(Buffer.compare(await readFile(out), plain)).toBe(0);
+  }, 60_000);
+
+  it('decrypts and verifies gpg -se and sq encrypt --signer-key output; require_signature fails unsigned files', async () => {
+    await home.gpg(['--quick-generate-key', 'Sender <sender@example.test>', 'future-default', 'default', 'never'], { passphrase: '' });
+    const senderCert = (await home.gpg(['--export', '--armor', 'sender@example.test'])).stdout.toString();
+    const senderFpr = /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', 'sender@example.test'])).stdout.toString())![1]!.toLowerCase();
+    await home.gpg(['-u', senderFpr, '-r', key.fingerprint, '-se', '-o', home.file('gpg-se.gpg'), plainPath], { passphrase: '' });
+    await home.gpg(['-r', key.fingerprint, '-e', '-o', home.file('gpg-e.gpg'), plainPath]);
+    const decrypt = (data: Buffer, extra: Record<string, string>) => runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, verify_public_key: senderCert, ...extra, files: [{ name: 'in.gpg', data }] });
+    const signed = await decrypt(await readFile(home.file('gpg-se.gpg')), { require_signature: 'true' });
+    expect(signed.state, JSON.stringify(signed.error)).toBe('completed');
+    expect(signed.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: senderFpr });
+    expect(Buffer.compare(await download(s.api, u.token, signed.job_id), plain)).toBe(0);
+
+    const unsigned = await decrypt(await readFile(home.file('gpg-e.gpg')), {});
+    expect(unsigned.result.signatures[0]).toMatchObject({ valid: false, reason: 'unsigned' });
+    const required = await decrypt(await readFile(home.file('gpg-e.gpg')), { require_signature: 'true' });
+    expect([required.state, required.error?.code]).toEqual(['failed', 'signature_required']);
+
+    // Signed by someone else than the expected signer: the plaintext is not published.
+    const keyPath = home.file('sq-sender.pgp');
+    await home.sq(['key', 'generate', '--userid', 'Sq Sender <sq-sender@example.test>', '--export', keyPath]);
+    await home.sq(['encrypt', '--recipient-cert', certPath, '--signer-key', keyPath, '-o', home.file('sq-se.pgp'), plainPath]);
+    const wrongSigner = await decrypt(await readFile(home.file('sq-se.pgp')), { require_signature: 'true' });
+    expect([wrongSigner.state, wrongSigner.error?.code]).toEqual(['failed', 'signature_invalid']);
+    const sqCert = (await home.sq(['key', 'extract-cert', keyPath])).stdout.toString();
+    const sq = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, verify_public_key: sqCert, require_signature: 'true', files: [{ name: 'sq.pgp', data: await readFile(home.file('sq-se.pgp')) }] });
+    expect(sq.state, JSON.stringify(sq.error)).toBe('completed');
+    expect(sq.result.signatures[0].valid).toBe(true);
+  }, 60_000);
+});

@@ -5,9 +5,11 @@ import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
 import { ONE_PIECE } from '../streams';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
+import type { Verified } from './signatures';
 import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyPacketsFor, sessionKeyV1 } from './session';
 import { afterDecryption, integrityFailure } from './integrity';
 import { Watch, type WatchOptions } from './watch';
+import type { SignatureCheck, VerificationKey } from './signatures';
 
 /**
  * Streaming OpenPGP encryption and decryption with flat memory, whatever the file size.
@@ -221,6 +223,12 @@ function rewriteWeb(stream: WebStream, rewrite: (chunks: AsyncIterable<Uint8Arra
 export interface OpenEncryptedOptions extends WatchOptions {
   /** Cap on the decompressed size of compressed messages (decompression bombs): past it, integrity_check_failed. */
   maxDecompressedBytes: number;
+  /**
+   * Decrypt and verify: the signatures inside are checked against `keys` once the last byte has been
+   * read (`DecryptedStream.signature`); with `require`, a missing or bad one fails the stream before
+   * its end (422 signature_required / signature_invalid), so no plaintext is published.
+   */
+  verify?: { keys: VerificationKey[]; require: boolean };
   // `signal` aborts reading: every call into OpenPGP.js and every read of its output races it, and the
   // input is destroyed. Jobs pass their watchdog's signal (deadline and no-progress limit). `idleMs`
   // (default 30 s): OpenPGP.js never settles on some hostile messages; 422 malformed_message after it.
@@ -229,6 +237,8 @@ export interface OpenEncryptedOptions extends WatchOptions {
 export interface DecryptedStream extends Readable {
   /** File name from the literal data packet ('' when none). */
   filename: string;
+  /** With `verify`: the signatures' verdict, settled once the stream has ended. */
+  signature?: Promise<SignatureCheck>;
 }
 
 export interface OpenedMessage {
@@ -270,7 +280,15 @@ export async function openEncrypted(input: Readable, opts: OpenEncryptedOptions)
     encryptionKeyIds: opened.encryptionKeyIds,
     async decrypt(privateKey) {
       try {
-        const out = await opened.decrypt(privateKey);
+        const out: DecryptedStream = await opened.decrypt(privateKey);
+        // A message the native path reads whole holds no signature (signed ones go to OpenPGP.js).
+        if (opts.verify && !out.signature) {
+          if (opts.verify.require) {
+            out.destroy();
+            throw invalid('signature_required', 'The message is not signed, and a signature is required.');
+          }
+          out.signature = Promise.resolve({ valid: false, signer_fingerprint: null, signed_at: null, reason: 'unsigned' });
+        }
         // The native output would otherwise fail with the destroyed input's "premature close". Decryption
         // has begun: an idle timeout answers like any other failure from here on (integrity.ts).
         watch.onFail((err) => out.destroy(afterDecryption(err, { signal: opts.signal })));
@@ -366,19 +384,34 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
         if (mapped instanceof AppError && mapped.code === 'no_matching_key') return mapped;
         return afterDecryption(cause, { signal: opts.signal, inputError: source.failure });
       };
-      let result: { data: unknown; filename: string };
+      let result: { data: unknown; filename: string; signatures: Verified['signatures'] };
+      const verificationKeys = opts.verify ? { verificationKeys: opts.verify.keys.map((k) => k.key) } : {};
       try {
         result = await watch.call(
           sessionKeys
-            ? openpgp.decrypt({ message, sessionKeys, format: 'binary', config })
-            : openpgp.decrypt({ message, decryptionKeys: privateKey, format: 'binary', config }),
+            ? openpgp.decrypt({ message, sessionKeys, format: 'binary', config, ...verificationKeys })
+            : openpgp.decrypt({ message, decryptionKeys: privateKey, format: 'binary', config, ...verificationKeys }),
         );
       } catch (err) {
         input.destroy();
         throw failed(err);
       }
-      const out = new WebSource(result.data as WebStream, (err) => failed(err, false), true, watch);
-      return Object.assign(out, { filename: result.filename ?? '' });
+      const verify = opts.verify;
+      if (!verify) return Object.assign(new WebSource(result.data as WebStream, (err) => failed(err, false), true, watch), { filename: result.filename ?? '' });
+      // The signatures verify once every byte has been hashed: judged at the end, before the held last chunk goes out.
+      let verdict!: (check: SignatureCheck) => void;
+      const signature = new Promise<SignatureCheck>((resolve) => (verdict = resolve));
+      const { judge } = await import('./signatures');
+      const out = new WebSource(result.data as WebStream, (err) => failed(err, false), true, watch, async () => {
+        const check = await judge(result.signatures, verify.keys);
+        verdict(check);
+        if (verify.require && !check.valid) {
+          throw check.reason === 'unsigned'
+            ? invalid('signature_required', 'The message is not signed, and a signature is required.')
+            : invalid('signature_invalid', `The message's signature is not valid (${check.reason}).`);
+        }
+      });
+      return Object.assign(out, { filename: result.filename ?? '', signature });
     },
   };
 }
@@ -791,6 +824,8 @@ export class WebSource extends Readable {
     private readonly mapError: (err: unknown) => Error,
     private readonly holdBack: boolean,
     private readonly watch?: Watch,
+    /** Runs once the source has ended, before the end (and a held chunk) goes out; its error ends the stream as is. */
+    private readonly beforeEnd?: () => Promise<void>,
   ) {
     super({ highWaterMark: CHUNK_BYTES });
     this.reader = stream.getReader();
@@ -814,6 +849,15 @@ export class WebSource extends Readable {
         if (this.destroyed) return;
         this.watch?.moved();
         if (done) {
+          if (this.beforeEnd) {
+            try {
+              await this.beforeEnd();
+            } catch (err) {
+              this.held = null;
+              if (!this.destroyed) this.destroy(asError(err));
+              return;
+            }
+          }
           if (this.held) this.push(this.held);
           this.held = null;
           this.push(null);

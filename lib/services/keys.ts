@@ -3,13 +3,13 @@ import { enforcePlanLimit } from './billing';
 import type { Knex } from 'knex';
 import type * as openpgp from 'openpgp';
 import type { Container } from '../container';
-import { conflict, gone, notFound } from '../errors';
+import { conflict, gone, invalid, notFound } from '../errors';
 import { notYours } from './access';
 import { keyMac, lineageMac, verifiedKey, verifiedLineage } from './key-integrity';
 import { generateKey, unlockPrivateKey, type GeneratedKey, type KeyAlgorithm } from '../pgp/keys';
 import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { findKeyByFingerprint, insertKey, insertLineage, type KeyRow, type KeyView, type LineageKind, type LineageRow } from '../../db/keys';
+import { findKeyByFingerprint, insertKey, insertLineage, lineageUsableBy, type KeyRow, type KeyView, type LineageKind, type LineageRow } from '../../db/keys';
 
 /**
  * Keys as users see them. A lineage holds the label, environment and the passphrase-locked unlock key;
@@ -221,6 +221,20 @@ export function signingTarget(view: Pick<KeyView, 'lineage' | 'current'>, now: D
   if (status === 'disabled') throw conflict('key_disabled', 'This key is disabled and no longer signs.');
   if (status === 'expired') throw conflict('key_expired', 'This key has expired and no longer signs; rotate it or generate a new one.');
   return view.current;
+}
+
+/**
+ * In a job: the lineage (still the caller's, or still granted to it), its current generation if it may
+ * sign, and that generation's private key opened with the passphrase the job carries.
+ */
+export async function openSigningKey(c: Container, userId: string, lineageId: string, passphrase: string): Promise<{ lineage: LineageRow; current: KeyRow; privateKey: openpgp.PrivateKey }> {
+  const found = await c.db<LineageRow>('key_lineages').where({ id: lineageId }).first();
+  const current = found && (await lineageUsableBy(c.db, userId, found.id)) ? await c.db<KeyRow>('pgp_keys').where({ lineage_id: found.id, status: 'active' }).first() : undefined;
+  if (!found || !current) throw invalid('key_not_found', 'The key no longer exists.');
+  const lineage = verifiedLineage(c, found);
+  signingTarget({ lineage, current: verifiedKey(c, current) }, c.clock.now());
+  const unlock = await unlockLineage(c, lineage, passphrase);
+  return { lineage, current, privateKey: await unlockGeneration(c, unlock, current) };
 }
 
 /** The latest time a job submitted at `now` may still be running: its wall-clock limit (JOB_TIMEOUT_SECONDS). */
