@@ -362,7 +362,8 @@ export function openApiDocument(routes: RouteDef[], info: { title: string; versi
     const op = (doc.paths?.[def.path] as Record<string, Operation> | undefined)?.[def.method];
     if (!op) continue;
     const form = op.requestBody?.content['multipart/form-data'];
-    if (form && def.multipart && (def.multipart.files || def.multipart.textFileFields?.length || def.multipart.binaryFields?.length)) {
+    // A form without files is the JSON body's schema (binary parts are described by their text field's description).
+    if (form && def.multipart && (def.multipart.files || def.multipart.textFileFields?.length)) {
       form.schema = describeUploads(form.schema ?? {}, components, def.multipart);
     }
   }

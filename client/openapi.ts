@@ -1979,7 +1979,7 @@ export interface paths {
                 content: {
                     "multipart/form-data": {
                         /** @description The transferable key (armored, or binary as a file part): a secret key (gpg --export-secret-keys, sq key generate) or a public key */
-                        key?: Blob[];
+                        key?: string;
                         /** @description What unlocks the key as sent, when it is protected; used once, never stored */
                         key_passphrase?: string;
                         /** @description The passphrase the key will have here (a secret key only; same rules as generate-key) */
