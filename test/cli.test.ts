@@ -153,6 +153,29 @@ describe('kms command line', { timeout: 90_000 }, () => {
     }
   });
 
+  it('signs files (gpg verifies), signs while encrypting to gpg, and decrypts with --verify-with', async () => {
+    const plain = randomBytes(200_000);
+    await writeFile(join(dir, 'signed.bin'), plain);
+    const signed = json(await kms(['sign', 'signed.bin', '--key', fingerprint, '--armor', '--out', 'sigs', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
+    expect(signed.outputs[0].path).toMatch(/signed\.bin\.asc$/);
+    ok(await kms(['keys', 'public', fingerprint, '-o', pgp.file('ours.asc')]));
+    await pgp.gpg(['--import', pgp.file('ours.asc')]);
+    const verified = await pgp.gpg(['--status-fd', '2', '--verify', join(dir, signed.outputs[0].path), join(dir, 'signed.bin')]);
+    expect(verified.stderr).toContain(`VALIDSIG ${fingerprint.toUpperCase()}`);
+
+    const enc = json(await kms(['encrypt', 'signed.bin', '--public-key', pgp.file('peer.asc'), '--sign-with', fingerprint, '--passphrase-fd', '3', '--out', 'signed-enc', '--json'], { fd3: `${passphrase}\n` }));
+    const decrypted = pgp.file('signed-from-kms');
+    const gpg = await pgp.gpg(['--status-fd', '2', '-o', decrypted, '--decrypt', join(dir, enc.outputs[0].path)], { passphrase: '' });
+    expect(gpg.stderr).toContain(`VALIDSIG ${fingerprint.toUpperCase()}`);
+    expect(Buffer.compare(await readFile(decrypted), plain)).toBe(0);
+
+    // Encrypted to our key and signed by it: decrypted and verified; --require-signature needs --verify-with.
+    const own = json(await kms(['encrypt', 'signed.bin', '--key', fingerprint, '--sign-with', fingerprint, '--out', 'own-signed', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
+    const dec = json(await kms(['decrypt', own.outputs[0].path, '--key', fingerprint, '--verify-with', fingerprint, '--require-signature', '--out', 'own-verified', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
+    expect(dec.job.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: fingerprint });
+    expect((await kms(['decrypt', own.outputs[0].path, '--key', fingerprint, '--require-signature'], { env: { KMS_PASSPHRASE: passphrase } })).code).toBe(2);
+  });
+
   it('exits 1 with the code for a wrong passphrase, 2 for bad usage, 4 for a missing job, 5 once the passphrase limit is hit', async () => {
     const wrong = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'nowhere'], { env: { KMS_PASSPHRASE: 'certainly not the passphrase' } });
     expect(wrong.code).toBe(1);
