@@ -176,6 +176,18 @@ describe('kms command line', { timeout: 90_000 }, () => {
     expect((await kms(['decrypt', own.outputs[0].path, '--key', fingerprint, '--require-signature'], { env: { KMS_PASSPHRASE: passphrase } })).code).toBe(2);
   });
 
+  it('imports a gpg secret key and a partner public key (keys import)', async () => {
+    await pgp.gpg(['--quick-generate-key', 'Imported <imported@example.test>', 'future-default', 'default', 'never'], { passphrase: 'gpg lock passphrase' });
+    await pgp.put('imported-secret.asc', (await pgp.gpg(['--export-secret-keys', '--armor', 'imported@example.test'], { passphrase: 'gpg lock passphrase' })).stdout);
+    const managed = json(await kms(['keys', 'import', pgp.file('imported-secret.asc'), '--label', 'imported', '--json'], { env: { KMS_PASSPHRASE: passphrase, KMS_KEY_PASSPHRASE: 'gpg lock passphrase' } }));
+    expect(managed).toMatchObject({ kind: 'managed', imported: true, label: 'imported' });
+    const recipient = json(await kms(['keys', 'import', pgp.file('peer.asc'), '--label', 'partner', '--json']));
+    expect(recipient).toMatchObject({ kind: 'recipient', imported: true });
+    const wrong = await kms(['keys', 'import', pgp.file('imported-secret.asc'), '--label', 'again'], { env: { KMS_PASSPHRASE: passphrase, KMS_KEY_PASSPHRASE: 'not it' } });
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toContain('wrong_key_passphrase');
+  });
+
   it('exits 1 with the code for a wrong passphrase, 2 for bad usage, 4 for a missing job, 5 once the passphrase limit is hit', async () => {
     const wrong = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'nowhere'], { env: { KMS_PASSPHRASE: 'certainly not the passphrase' } });
     expect(wrong.code).toBe(1);
