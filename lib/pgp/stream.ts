@@ -5,11 +5,10 @@ import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
 import { ONE_PIECE } from '../streams';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
-import type { Verified } from './signatures';
 import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyPacketsFor, sessionKeyV1 } from './session';
 import { afterDecryption, integrityFailure } from './integrity';
 import { Watch, type WatchOptions } from './watch';
-import type { SignatureCheck, VerificationKey } from './signatures';
+import type { SignatureCheck, VerificationKey, Verified } from './signatures';
 
 /**
  * Streaming OpenPGP encryption and decryption with flat memory, whatever the file size.
