@@ -61,6 +61,15 @@ export interface DecryptOptions extends FileJobOptions {
   requireSignature?: boolean;
 }
 
+export interface VerifyOptions extends Omit<FileJobOptions, 'outDir' | 'overwrite' | 'noDownload'> {
+  /** A stored key (any of its generations may have signed); or */
+  fingerprint?: string;
+  /** the signer's armored public key. */
+  publicKey?: string;
+  /** Detached signatures, one per file in the same order; none: the files are signed messages. */
+  signatures?: Buffer[];
+}
+
 export interface SignOptions extends FileJobOptions {
   fingerprint: string;
   passphrase: string;
@@ -128,6 +137,15 @@ export async function encryptFiles(kms: Kms, opts: EncryptOptions): Promise<File
 /** Decrypts files with a stored key (any generation's fingerprint) and its passphrase; optionally verifies their signatures. */
 export function decryptFiles(kms: Kms, opts: DecryptOptions): Promise<FileJobResult> {
   return fileJob(kms, '/keys/decrypt', { fingerprint: opts.fingerprint, passphrase: opts.passphrase, verify_with: opts.verifyWith, require_signature: flag(opts.requireSignature) }, opts);
+}
+
+/** Verifies signatures (no outputs): the job's `result.signatures` has each file's verdict. */
+export async function verifyFiles(kms: Kms, opts: VerifyOptions): Promise<Job> {
+  if (Boolean(opts.fingerprint) === Boolean(opts.publicKey)) throw new ClientError('unexpected_answer', 'give exactly one of fingerprint and publicKey');
+  const smallParts = (opts.signatures ?? []).map((data, n) => ({ field: 'signatures', name: `signature-${n + 1}.sig`, data }));
+  const submitted = await submitMultipart(kms, '/keys/verify', { fingerprint: opts.fingerprint, public_key: opts.publicKey }, opts.files, { idempotencyKey: opts.idempotencyKey, waitSeconds: opts.waitSeconds, onProgress: opts.onProgress, smallParts });
+  opts.onSubmitted?.(submitted);
+  return waitForJob(kms, submitted, { onProgress: opts.onProgress });
 }
 
 /** Signs files with a stored key's current generation: detached signatures (`.sig`, `.asc` armored) or signed messages. */

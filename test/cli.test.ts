@@ -174,6 +174,15 @@ describe('kms command line', { timeout: 90_000 }, () => {
     const dec = json(await kms(['decrypt', own.outputs[0].path, '--key', fingerprint, '--verify-with', fingerprint, '--require-signature', '--out', 'own-verified', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
     expect(dec.job.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: fingerprint });
     expect((await kms(['decrypt', own.outputs[0].path, '--key', fingerprint, '--require-signature'], { env: { KMS_PASSPHRASE: passphrase } })).code).toBe(2);
+
+    // kms verify: our signature, then gpg's (invalid against our key: unknown signer, exit 1).
+    const good = json(await kms(['verify', 'signed.bin', '--key', fingerprint, '--signature', signed.outputs[0].path, '--json']));
+    expect(good.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: fingerprint });
+    await pgp.gpg(['-u', 'peer@example.test', '--detach-sign', '-o', pgp.file('peer.sig'), join(dir, 'signed.bin')], { passphrase: '' });
+    const byPeer = await kms(['verify', 'signed.bin', '--key', fingerprint, '--signature', pgp.file('peer.sig')]);
+    expect(byPeer.code).toBe(1);
+    expect(byPeer.stdout).toContain('unknown_signer');
+    expect(ok(await kms(['verify', 'signed.bin', '--public-key', pgp.file('peer.asc'), '--signature', pgp.file('peer.sig')])).stdout).toContain('true');
   });
 
   it('imports a gpg secret key and a partner public key (keys import)', async () => {

@@ -1,8 +1,8 @@
 import { readFile, stat } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { decryptFiles, encryptFiles, rewrap, signFiles, type FileJobResult } from '../../client/index.js';
+import { decryptFiles, encryptFiles, rewrap, signFiles, verifyFiles, type FileJobResult } from '../../client/index.js';
 import { bars, connect, print, table, type GlobalOptions } from '../context.js';
-import { UsageError } from '../exit-codes.js';
+import { EXIT, UsageError } from '../exit-codes.js';
 import { readSecret } from '../secrets.js';
 import { examples, run } from './common.js';
 
@@ -121,6 +121,28 @@ export function registerFiles(program: Command) {
           signFiles(kms, { files, fingerprint: opts.key, passphrase, detached: !opts.inline, armor: opts.armor, outDir: opts.out, overwrite: opts.force, idempotencyKey: opts.idempotencyKey, noDownload: !opts.download, onProgress, onSubmitted }),
         );
         report(opts, 'signed', result);
+      }),
+    );
+
+  program
+    .command('verify <files...>')
+    .description('Verify signatures: detached ones (--signature, one per file, same order) or signed messages; exits 1 unless every file has a valid signature')
+    .option('-k, --key <fingerprint>', 'a stored key (any of its generations may have signed)')
+    .option('--public-key <file>', "the signer's armored OpenPGP public key file")
+    .option('-s, --signature <file>', 'a detached signature (.sig or .asc), repeatable: one per file', (v: string, all: string[]) => [...all, v], [] as string[])
+    .addHelpText('after', examples('kms verify report.pdf --key 8F3A… --signature report.pdf.sig', 'kms verify signed.gpg --public-key partner.asc --json'))
+    .action(
+      run<{ key?: string; publicKey?: string; signature: string[] }, [string[]]>(async (opts, files) => {
+        if (Boolean(opts.key) === Boolean(opts.publicKey)) throw new UsageError('give exactly one of --key FINGERPRINT and --public-key FILE');
+        if (opts.signature.length && opts.signature.length !== files.length) throw new UsageError(`${opts.signature.length} signature(s) for ${files.length} file(s): give one --signature per file, in the same order`);
+        await checkFiles([...files, ...opts.signature]);
+        const publicKey = opts.publicKey ? await readFile(opts.publicKey, 'utf8').catch(() => Promise.reject(new UsageError(`cannot read ${opts.publicKey}`))) : undefined;
+        const signatures = await Promise.all(opts.signature.map((f) => readFile(f)));
+        const { kms } = await connect(opts);
+        const job = await verifyFiles(kms, { files, fingerprint: opts.key, publicKey, signatures });
+        const verdicts = (job.result?.signatures ?? []).map((v) => ({ file: files[v.n] ?? v.name, valid: String(v.valid), signer: v.signer_fingerprint ?? '', signed_at: v.signed_at ?? '', reason: v.reason ?? '' }));
+        print(opts, job, () => table(verdicts, ['file', 'valid', 'signer', 'signed_at', 'reason']));
+        if (job.state !== 'completed' || !verdicts.length || verdicts.some((v) => v.valid !== 'true')) process.exitCode = EXIT.failed;
       }),
     );
 
