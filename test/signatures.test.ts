@@ -184,7 +184,7 @@ describe('who may sign', () => {
 });
 
 describe('sign and encrypt, decrypt and verify', () => {
-  it('gpg -d reads our sign-and-encrypt with a good signature by our key', async () => {
+  it('gpg -d and sq decrypt read our sign-and-encrypt with a good signature by our key', async () => {
     const gpgKey = await home.gpg(['--quick-generate-key', 'Receiver <receiver@example.test>', 'future-default', 'default', 'never'], { passphrase: '' }).then(() => home.gpg(['--export', '--armor', 'receiver@example.test']));
     const job = await runJob(s.api, u.token, '/keys/encrypt', { public_key: gpgKey.stdout.toString(), sign_with: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'se.bin', data: plain }] });
     expect(job.state, JSON.stringify(job.error)).toBe('completed');
@@ -194,6 +194,19 @@ describe('sign and encrypt, decrypt and verify', () => {
     const gpg = await home.gpg(['--status-fd', '2', '-o', out, '--decrypt', encrypted], { passphrase: '' });
     expect(gpg.stderr).toContain(`VALIDSIG ${key.fingerprint.toUpperCase()}`);
     expect(Buffer.compare(await readFile(out), plain)).toBe(0);
+
+    // sq decrypt with --signer-cert fails unless one good signature by that certificate is in the message.
+    const sqKey = home.file('sq-receiver.pgp');
+    await home.sq(['key', 'generate', '--userid', 'Sq Receiver <sq-receiver@example.test>', '--export', sqKey]);
+    const sqCert = (await home.sq(['key', 'extract-cert', sqKey])).stdout.toString();
+    const toSq = await runJob(s.api, u.token, '/keys/encrypt', { public_key: sqCert, sign_with: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'se-sq.bin', data: plain }] });
+    expect(toSq.state, JSON.stringify(toSq.error)).toBe('completed');
+    const sqOut = home.file('se-sq-out.bin');
+    await home.sq(['decrypt', '--recipient-key', sqKey, '--signer-cert', certPath, '-o', sqOut, await home.put('se-sq.pgp', await download(s.api, u.token, toSq.job_id))]);
+    expect(Buffer.compare(await readFile(sqOut), plain)).toBe(0);
+    const otherCert = await home.put('other.cert', sqCert);
+    const unverified = await home.sq(['decrypt', '--recipient-key', sqKey, '--signer-cert', otherCert, '-o', home.file('nope.bin'), home.file('se-sq.pgp')], { allowFailure: true });
+    expect(unverified.code).not.toBe(0);
   }, 60_000);
 
   it('decrypts and verifies gpg -se and sq encrypt --signer-key output; require_signature fails unsigned files', async () => {
