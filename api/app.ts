@@ -25,6 +25,7 @@ import billingRoutes from './routes/billing';
 import teamAccessRoutes from './routes/team-access';
 import organizationRoutes from './routes/organizations';
 import apiKeyRoutes from './routes/api-keys';
+import signatureRoutes from './routes/signatures';
 import { mountPages } from './pages';
 import { mountMonitoring } from './monitoring';
 
@@ -38,6 +39,7 @@ export const routes: RouteDef[] = [
   ...profileRoutes,
   ...keyMonitoringRoutes,
   ...keyRoutes,
+  ...signatureRoutes,
   ...rotationRoutes,
   ...keyLifecycleRoutes,
   ...keyShareRoutes,

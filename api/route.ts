@@ -91,8 +91,10 @@ export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B
     description: string;
     files?: boolean;
     textFileFields?: string[];
+    /** Small binary parts, repeatable (readMultipart's `binaryFields`): the handler finds them in `upload.parts`. */
+    binaryFields?: string[];
     /** Checks on the fields sent before the files (see readMultipart's beforeFiles). */
-    precheck?(fields: Record<string, string>, input: { c: Container; user: AuthUser; meta: RequestMeta }): Promise<void>;
+    precheck?(fields: Record<string, string>, input: { c: Container; user: AuthUser; meta: RequestMeta; parts: Record<string, Buffer[]> }): Promise<void>;
   };
   responses: Record<number, ResponseSpec>;
   handler(input: HandlerInput<A, P, Q, B>): Promise<Reply | void>;
@@ -175,6 +177,7 @@ function parse<T>(schema: z.ZodType<T> | undefined, value: unknown, where: keyof
 const noUpload: Upload = {
   id: '',
   dataKey: '',
+  parts: {},
   streaming: false,
   begin() {},
   files: async () => [],
@@ -205,11 +208,11 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       };
       let reply: Reply | void;
       if (def.multipart?.files && !ctx.is('json')) {
-        const { precheck, textFileFields } = def.multipart;
-        reply = await receiveUpload(ctx, c, { textFileFields, precheck: precheck && ((fields) => precheck(fields, { c, user, meta })) }, (fields, upload) => run(parse(def.body, fields, 'body'), upload));
+        const { precheck, textFileFields, binaryFields } = def.multipart;
+        reply = await receiveUpload(ctx, c, { textFileFields, binaryFields, precheck: precheck && ((fields, parts) => precheck(fields, { c, user, meta, parts })) }, (fields, upload) => run(parse(def.body, fields, 'body'), upload));
       } else if (def.multipart && !ctx.is('json')) {
-        const form = await readMultipart(ctx, { fileFields: [], textFileFields: def.multipart.textFileFields, maxFiles: 0, maxFileBytes: 0 });
-        reply = await run(parse(def.body, form.fields, 'body'));
+        const form = await readMultipart(ctx, { fileFields: [], textFileFields: def.multipart.textFileFields, binaryFields: def.multipart.binaryFields, maxFiles: 0, maxFileBytes: 0 });
+        reply = await run(parse(def.body, form.fields, 'body'), { ...noUpload, parts: form.parts });
       } else {
         reply = await run(parse(def.body, ctx.request.body ?? {}, 'body'));
       }
@@ -267,6 +270,9 @@ function describeUploads(schema: JsonSchema, components: Record<string, JsonSche
   const form: JsonSchema = structuredClone(ref ? (components[ref] ?? {}) : schema);
   form.type ??= 'object';
   const properties = { ...(form.properties ?? {}) };
+  for (const field of multipart.binaryFields ?? []) {
+    properties[field] = { type: 'array', items: { ...BinaryFile }, description: properties[field]?.description ?? 'One or more binary parts (or text) under this name' };
+  }
   for (const field of multipart.textFileFields ?? []) {
     const text = properties[field] ?? { type: 'string' };
     properties[field] = { anyOf: [text, { ...BinaryFile, description: 'The same text as a file part' }] };
@@ -320,7 +326,7 @@ export function openApiDocument(routes: RouteDef[], info: { title: string; versi
       const content: ZodContentObject = {};
       if (def.multipart) {
         content['multipart/form-data'] = def.multipart.files
-          ? { schema, encoding: { files: { contentType: 'application/octet-stream' }, ...Object.fromEntries((def.multipart.textFileFields ?? []).map((f) => [f, { contentType: 'text/plain, application/pgp-keys, application/octet-stream' }])) } }
+          ? { schema, encoding: { files: { contentType: 'application/octet-stream' }, ...Object.fromEntries([...(def.multipart.textFileFields ?? []), ...(def.multipart.binaryFields ?? [])].map((f) => [f, { contentType: 'text/plain, application/pgp-keys, application/pgp-signature, application/octet-stream' }])) } }
           : { schema };
       }
       if (!def.multipart?.files) content['application/json'] = { schema };
@@ -356,6 +362,7 @@ export function openApiDocument(routes: RouteDef[], info: { title: string; versi
     const op = (doc.paths?.[def.path] as Record<string, Operation> | undefined)?.[def.method];
     if (!op) continue;
     const form = op.requestBody?.content['multipart/form-data'];
+    // A form without files is the JSON body's schema (binary parts are described by their text field's description).
     if (form && def.multipart && (def.multipart.files || def.multipart.textFileFields?.length)) {
       form.schema = describeUploads(form.schema ?? {}, components, def.multipart);
     }

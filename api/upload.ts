@@ -21,6 +21,8 @@ export interface Upload {
   id: string;
   /** The job's data key, sealed for its row (lib/blob/data-keys.ts): the files are sealed under it. */
   dataKey: string;
+  /** The small binary parts sent before the files (the route's `binaryFields`), by name, in order. */
+  parts: Record<string, Buffer[]>;
   /** A file part arrived, so the handler runs while the files stream in. */
   streaming: boolean;
   /**
@@ -43,7 +45,12 @@ type Handler<R> = (fields: Record<string, string>, upload: Upload) => Promise<R>
  * `begin`), or after the form when it holds no file. Its answer is the request's answer; an error it
  * throws before `begin` stops the upload (the client is answered before it sends gigabytes).
  */
-export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick<MultipartOptions, 'textFileFields'> & { precheck?(fields: Record<string, string>): Promise<void> }, handle: Handler<R>): Promise<R> {
+export async function receiveUpload<R>(
+  ctx: AppContext,
+  c: Container,
+  opts: Pick<MultipartOptions, 'textFileFields' | 'binaryFields'> & { precheck?(fields: Record<string, string>, parts: Record<string, Buffer[]>): Promise<void> },
+  handle: Handler<R>,
+): Promise<R> {
   const fingerprinted = Boolean(ctx.get('idempotency-key'));
   const fingerprints = new Map<number, string>();
   let asJob = false;
@@ -57,6 +64,7 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
   const upload: Upload = {
     id,
     dataKey: c.jobKeys.mint(id),
+    parts: {},
     streaming: false,
     begin(job: boolean, replayOf?: string) {
       asJob = job;
@@ -69,12 +77,14 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
   const form = readMultipart(ctx, {
     fileFields: ['files'],
     textFileFields: opts.textFileFields,
+    binaryFields: opts.binaryFields,
     maxFiles: c.config.limits.maxFilesPerJob,
     maxFileBytes: c.config.limits.maxFileBytes,
     fieldsFirst: true,
     signal: stopped.signal,
-    async beforeFiles(fields) {
-      await opts.precheck?.(fields);
+    async beforeFiles(fields, parts) {
+      upload.parts = parts;
+      await opts.precheck?.(fields, parts);
       upload.streaming = true;
       handled = handle(fields, upload);
       // A handler that ends before `begin` (an error) must stop the upload, not wait for it.
@@ -98,6 +108,7 @@ export async function receiveUpload<R>(ctx: AppContext, c: Container, opts: Pick
     );
     // The handler has seen the upload's end (or its error) through files(): its answer is the answer.
     if (handled) return await handled;
+    upload.parts = read!.parts;
     return await handle(read!.fields, upload);
   } finally {
     // Uploads that did not become a job (invalid form, refused key, replayed request) are dropped. One

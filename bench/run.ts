@@ -34,6 +34,8 @@ const sealingSection = (b: Bench) => measureSealing(b.input, b.size, b.dir, b.ru
  * change the in-process OpenPGP.js baseline of the encrypt and decrypt sections (they run before it).
  */
 const rewrapSection = async (b: Bench) => (await import('./lib/rewrap')).measureRewrap(b.input, b.size, b.dir, b.runs);
+/** `signatures`: sign-and-encrypt and verify in this process ÷ gpg -se and gpg --verify (bench/lib/signatures.ts); imported when it runs, as rewrap. */
+const signaturesSection = async (b: Bench) => (await import('./lib/signatures')).measureSignatures(b.input, b.size, b.dir, b.runs, b.gpg);
 /** `events`: publish → SSE latency with 100 live clients on the API process; printed as it is measured (not a byte rate). */
 const eventsSection = async (b: Bench) => {
   console.log(eventLatencyLine(await measureEventLatency(b.service.baseUrl, b.service.redisPrefix, { clients: 100, events: 200, intervalMs: 10 })));
@@ -51,7 +53,7 @@ const latencySection = async (b: Bench) => {
   for (const line of latencyLines(list, 500, await measureSmallJobs(b.service.baseUrl, { concurrency: [1, 16], jobs: 50, warmupSeconds: 10, cpu: serviceCpuReader(b.service) }))) console.log(line);
   return {};
 };
-const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, rewrap: rewrapSection, events: eventsSection, auth: authSection, latency: latencySection };
+const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, rewrap: rewrapSection, signatures: signaturesSection, events: eventsSection, auth: authSection, latency: latencySection };
 type Section = keyof typeof SECTIONS;
 
 /** How long the service idles after start-up before its idle resident set is read. */

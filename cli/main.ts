@@ -73,7 +73,8 @@ export async function main(argv: string[]): Promise<number> {
   const json = argv.includes('--json');
   try {
     await program.parseAsync(argv, { from: 'user' });
-    return EXIT.ok;
+    // A command that printed its answer without succeeding (kms verify of a bad signature) set the code.
+    return Number(process.exitCode ?? EXIT.ok);
   } catch (err) {
     if (err instanceof CommanderError) {
       // Help and version are not errors; everything else commander refuses is a usage error.

@@ -48,11 +48,34 @@ export interface EncryptOptions extends FileJobOptions {
   /** ASCII armor (`.asc`) instead of binary (`.gpg`). */
   armor?: boolean;
   compress?: boolean;
+  /** Sign and encrypt: a key of yours (its current generation signs) and its passphrase. */
+  signWith?: { fingerprint: string; passphrase: string };
 }
 
 export interface DecryptOptions extends FileJobOptions {
   fingerprint: string;
   passphrase: string;
+  /** Decrypt and verify: a stored key whose signatures are checked (`job.result.signatures`). */
+  verifyWith?: string;
+  /** With verifyWith: a file without a valid signature fails the job (no plaintext). */
+  requireSignature?: boolean;
+}
+
+export interface VerifyOptions extends Omit<FileJobOptions, 'outDir' | 'overwrite' | 'noDownload'> {
+  /** A stored key (any of its generations may have signed); or */
+  fingerprint?: string;
+  /** the signer's armored public key. */
+  publicKey?: string;
+  /** Detached signatures, one per file in the same order; none: the files are signed messages. */
+  signatures?: Buffer[];
+}
+
+export interface SignOptions extends FileJobOptions {
+  fingerprint: string;
+  passphrase: string;
+  /** Detached signatures (default) or signed messages. */
+  detached?: boolean;
+  armor?: boolean;
 }
 
 export interface RewrapOptions extends DecryptOptions {
@@ -107,12 +130,28 @@ export async function encryptFiles(kms: Kms, opts: EncryptOptions): Promise<File
   if (Boolean(opts.fingerprint) === Boolean(opts.publicKey)) throw new ClientError('unexpected_answer', 'Give exactly one of fingerprint and publicKey.');
   refuseSameNames(opts);
   await refuseExistingOutputs(opts);
-  return fileJob(kms, '/keys/encrypt', { fingerprint: opts.fingerprint, public_key: opts.publicKey, armor: flag(opts.armor), compress: flag(opts.compress) }, opts, opts.follow !== false);
+  const signing = { sign_with: opts.signWith?.fingerprint, passphrase: opts.signWith?.passphrase };
+  return fileJob(kms, '/keys/encrypt', { fingerprint: opts.fingerprint, public_key: opts.publicKey, armor: flag(opts.armor), compress: flag(opts.compress), ...signing }, opts, opts.follow !== false);
 }
 
-/** Decrypts files with a stored key (any generation's fingerprint) and its passphrase. */
+/** Decrypts files with a stored key (any generation's fingerprint) and its passphrase; optionally verifies their signatures. */
 export function decryptFiles(kms: Kms, opts: DecryptOptions): Promise<FileJobResult> {
-  return fileJob(kms, '/keys/decrypt', { fingerprint: opts.fingerprint, passphrase: opts.passphrase }, opts);
+  return fileJob(kms, '/keys/decrypt', { fingerprint: opts.fingerprint, passphrase: opts.passphrase, verify_with: opts.verifyWith, require_signature: flag(opts.requireSignature) }, opts);
+}
+
+/** Verifies signatures (no outputs): the job's `result.signatures` has each file's verdict. */
+export async function verifyFiles(kms: Kms, opts: VerifyOptions): Promise<Job> {
+  if (Boolean(opts.fingerprint) === Boolean(opts.publicKey)) throw new ClientError('unexpected_answer', 'give exactly one of fingerprint and publicKey');
+  const smallParts = (opts.signatures ?? []).map((data, n) => ({ field: 'signatures', name: `signature-${n + 1}.sig`, data }));
+  const submitted = await submitMultipart(kms, '/keys/verify', { fingerprint: opts.fingerprint, public_key: opts.publicKey }, opts.files, { idempotencyKey: opts.idempotencyKey, waitSeconds: opts.waitSeconds, onProgress: opts.onProgress, smallParts });
+  opts.onSubmitted?.(submitted);
+  return waitForJob(kms, submitted, { onProgress: opts.onProgress });
+}
+
+/** Signs files with a stored key's current generation: detached signatures (`.sig`, `.asc` armored) or signed messages. */
+export function signFiles(kms: Kms, opts: SignOptions): Promise<FileJobResult> {
+  refuseSameNames(opts);
+  return fileJob(kms, '/keys/sign', { fingerprint: opts.fingerprint, passphrase: opts.passphrase, detached: flag(opts.detached), armor: flag(opts.armor) }, opts);
 }
 
 /**

@@ -7,7 +7,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { components } from './openapi.js';
 import { ClientError, JobFailedError, ProblemError } from './errors.js';
 import { describe, header, newIdempotencyKey, problemFrom, readText, type Kms } from './http.js';
-import { multipartBody, partsOf, type Upload } from './uploads.js';
+import { multipartBody, partsOf, type SmallPart, type Upload } from './uploads.js';
 
 export type Job = components['schemas']['Job'];
 export type JobFile = components['schemas']['JobFile'];
@@ -38,6 +38,8 @@ export interface SubmitOptions {
   /** `Prefer: wait=N` (N ≤ 30): the first answer is the finished job when it ends within N s. Default 2. */
   waitSeconds?: number;
   onProgress?: OnProgress;
+  /** Small binary parts sent before the files (detached signatures). */
+  smallParts?: SmallPart[];
   /** Told the job's id as soon as the service names it (103 Early Hints, asked for with `Prefer: early-hints`), while the upload still runs. */
   onJobId?(jobId: string): void;
 }
@@ -51,7 +53,7 @@ export const isFinished = (job: Job) => job.state === 'completed' || job.state =
  */
 export async function submitMultipart(kms: Kms, path: string, fields: Record<string, string | undefined>, files: Upload[], opts: SubmitOptions = {}): Promise<Job> {
   const parts = await partsOf(files);
-  const body = multipartBody(fields, 'files', parts);
+  const body = multipartBody(fields, 'files', parts, opts.smallParts);
   // Progress counts the files' bytes (the multipart framing around them is not theirs), so it ends at their total.
   const fileBytes = parts.every((p) => p.size !== undefined) ? parts.reduce((n, p) => n + p.size!, 0) : undefined;
   const key = opts.idempotencyKey ?? newIdempotencyKey();

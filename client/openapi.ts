@@ -1652,6 +1652,13 @@ export interface paths {
                             label: string;
                             environment: string;
                             algorithm: string;
+                            /**
+                             * @description managed: holds its private key (generated or imported); recipient: an imported public key that encrypts and verifies, never decrypts or signs
+                             * @enum {string}
+                             */
+                            kind: "managed" | "recipient";
+                            /** @description The current generation was imported (POST /keys/import), not generated here */
+                            imported: boolean;
                             /** @description The OpenPGP user id of the key, "Name <email>" (not an account id) */
                             uid: string;
                             /** @enum {string} */
@@ -1898,7 +1905,7 @@ export interface paths {
                 path?: never;
                 cookie?: never;
             };
-            /** @description Fields: fingerprint or public_key (text or file), armor, compress; files */
+            /** @description Fields: fingerprint or public_key (text or file), armor, compress, sign_with and passphrase (sign and encrypt); files */
             requestBody: {
                 content: {
                     "multipart/form-data": {
@@ -1908,6 +1915,10 @@ export interface paths {
                         armor?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "on" | "off");
                         /** @default false */
                         compress?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "on" | "off");
+                        /** @description Sign and encrypt: a key of yours whose current generation signs (one-pass signature inside the encryption) */
+                        sign_with?: string;
+                        /** @description sign_with's passphrase */
+                        passphrase?: string;
                         /** @description The files, one form part each under the name `files`; the part’s file name names the output. Send them after every other field: the job starts at the first file and works on the files while they arrive, and a field sent after a file is refused (422 `field_after_files`). */
                         files: Blob[];
                     };
@@ -1972,12 +1983,245 @@ export interface paths {
                 path?: never;
                 cookie?: never;
             };
-            /** @description Fields: fingerprint, passphrase; files */
+            /** @description Fields: fingerprint, passphrase, verify_with or verify_public_key (text or file), require_signature; files */
             requestBody: {
                 content: {
                     "multipart/form-data": {
                         fingerprint: string;
                         passphrase: string;
+                        /** @description Decrypt and verify: a stored key whose generations may have signed */
+                        verify_with?: string;
+                        verify_public_key?: string | Blob;
+                        /**
+                         * @description With verify_with or verify_public_key: a file without a valid signature fails (no plaintext is published)
+                         * @default false
+                         */
+                        require_signature?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "on" | "off");
+                        /** @description The files, one form part each under the name `files`; the part’s file name names the output. Send them after every other field: the job starts at the first file and works on the files while they arrive, and a field sent after a file is refused (422 `field_after_files`). */
+                        files: Blob[];
+                    };
+                };
+            };
+            responses: {
+                /** @description Finished within `Prefer: wait=N` */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Job"];
+                    };
+                };
+                /** @description Accepted; poll `status_url` (also in Location) */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Job"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/import": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Import an OpenPGP key: a secret key becomes a managed key (its first generation is the imported key); a public key becomes a recipient key (encrypt and verify only)
+         * @description A session, the partner key, or a managed API key with the scope `keys:write`.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            /** @description Fields: key (a file part or text), key_passphrase, passphrase, label, environment (JSON with the same fields, key armored, is accepted too) */
+            requestBody: {
+                content: {
+                    "multipart/form-data": {
+                        /** @description The transferable key (armored, or binary as a file part): a secret key (gpg --export-secret-keys, sq key generate) or a public key */
+                        key?: string;
+                        /** @description What unlocks the key as sent, when it is protected; used once, never stored */
+                        key_passphrase?: string;
+                        /** @description The passphrase the key will have here (a secret key only; same rules as generate-key) */
+                        passphrase?: string;
+                        label: string;
+                        /** @description Default: production */
+                        environment?: string;
+                    };
+                    "application/json": {
+                        /** @description The transferable key (armored, or binary as a file part): a secret key (gpg --export-secret-keys, sq key generate) or a public key */
+                        key?: string;
+                        /** @description What unlocks the key as sent, when it is protected; used once, never stored */
+                        key_passphrase?: string;
+                        /** @description The passphrase the key will have here (a secret key only; same rules as generate-key) */
+                        passphrase?: string;
+                        label: string;
+                        /** @description Default: production */
+                        environment?: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description The imported key */
+                201: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Key"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/sign": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sign files (field `files`) with a key's current generation: detached signatures or signed messages (SHA-256 or stronger, with the signing time)
+         * @description A session, the partner key, or a managed API key with the scope `crypto:sign`.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: {
+                    /** @description `wait=N` (N ≤ 30): answer 200 with the finished job if it ends within N seconds of the upload. `early-hints`: once the job exists, while the files still upload, send `103 Early Hints` with `Link: </api/v1/jobs/{id}>; rel="monitor"` (never sent without it). Both may be given: `wait=2, early-hints`. */
+                    prefer?: string;
+                };
+                path?: never;
+                cookie?: never;
+            };
+            /** @description Fields: fingerprint, passphrase, detached, armor; files */
+            requestBody: {
+                content: {
+                    "multipart/form-data": {
+                        /** @description Any generation's fingerprint: the key's current generation signs */
+                        fingerprint: string;
+                        passphrase: string;
+                        /**
+                         * @description true: a detached signature per file (name.sig, or name.asc armored); false: a signed message holding the file
+                         * @default true
+                         */
+                        detached?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "on" | "off");
+                        /** @default false */
+                        armor?: boolean | ("0" | "1" | "true" | "false" | "yes" | "no" | "on" | "off");
+                        /** @description The files, one form part each under the name `files`; the part’s file name names the output. Send them after every other field: the job starts at the first file and works on the files while they arrive, and a field sent after a file is refused (422 `field_after_files`). */
+                        files: Blob[];
+                    };
+                };
+            };
+            responses: {
+                /** @description Finished within `Prefer: wait=N` */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Job"];
+                    };
+                };
+                /** @description Accepted; poll `status_url` (also in Location) */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Job"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/keys/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Verify signatures: detached ones (field `signatures`, one per file, in the order of `files`) or signed messages (no `signatures`); the result has each file’s verdict
+         * @description A session, the partner key, or a managed API key with the scope `crypto:verify`.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: {
+                    /** @description `wait=N` (N ≤ 30): answer 200 with the finished job if it ends within N seconds of the upload. `early-hints`: once the job exists, while the files still upload, send `103 Early Hints` with `Link: </api/v1/jobs/{id}>; rel="monitor"` (never sent without it). Both may be given: `wait=2, early-hints`. */
+                    prefer?: string;
+                };
+                path?: never;
+                cookie?: never;
+            };
+            /** @description Fields: fingerprint or public_key (text or file), signatures (repeatable, before the files); files */
+            requestBody: {
+                content: {
+                    "multipart/form-data": {
+                        /** @description A stored key: any of its generations may have signed */
+                        fingerprint?: string;
+                        public_key?: string | Blob;
+                        /** @description One or more binary parts (or text) under this name */
+                        signatures?: Blob[];
                         /** @description The files, one form part each under the name `files`; the part’s file name names the output. Send them after every other field: the job starts at the first file and works on the files while they arrive, and a field sent after a file is refused (422 `field_after_files`). */
                         files: Blob[];
                     };
@@ -2865,8 +3109,8 @@ export interface paths {
                 content: {
                     "application/json": {
                         name: string;
-                        /** @description What the key may do: `keys:read` (list keys, read public keys and rotation history); `keys:write` (generate, disable and rotate keys, set rotation schedules and the account rotation policy); `crypto:encrypt` (submit encryption jobs); `crypto:decrypt` (submit decryption jobs (the key passphrase is still needed)); `jobs:read` (read jobs and download their outputs (encrypt and decrypt clients need it to fetch results)); `shares:read` (list public key shares and their analytics); `shares:write` (create and revoke public key shares); `audit:read` (read the audit log and recent activity); `events:read` (follow account events (SSE) and read their history); `webhooks:write` (manage webhook endpoints and their deliveries); `account:read` (read the profile (GET /auth/me) and the partner key status). */
-                        scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
+                        /** @description What the key may do: `keys:read` (list keys, read public keys and rotation history); `keys:write` (generate, disable and rotate keys, set rotation schedules and the account rotation policy); `crypto:encrypt` (submit encryption jobs); `crypto:decrypt` (submit decryption jobs (the key passphrase is still needed)); `crypto:sign` (submit signing jobs (the key passphrase is still needed)); `crypto:verify` (submit signature verification jobs); `jobs:read` (read jobs and download their outputs (encrypt and decrypt clients need it to fetch results)); `shares:read` (list public key shares and their analytics); `shares:write` (create and revoke public key shares); `audit:read` (read the audit log and recent activity); `events:read` (follow account events (SSE) and read their history); `webhooks:write` (manage webhook endpoints and their deliveries); `account:read` (read the profile (GET /auth/me) and the partner key status). */
+                        scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "crypto:sign" | "crypto:verify" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
                         /**
                          * Format: date-time
                          * @description When the key stops working (in the future); or use expires_in_days
@@ -3814,7 +4058,7 @@ export interface paths {
                         url: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified")[];
                         enabled?: boolean;
                     };
                 };
@@ -3965,7 +4209,7 @@ export interface paths {
                         url?: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified")[];
                         enabled?: boolean;
                     };
                 };
@@ -5543,7 +5787,7 @@ export interface components {
             /** Format: uuid */
             job_id: string;
             /** @enum {string} */
-            kind: "encrypt" | "decrypt" | "generate-key" | "rotate-key" | "rewrap";
+            kind: "encrypt" | "decrypt" | "generate-key" | "rotate-key" | "rewrap" | "sign" | "verify";
             /** @enum {string} */
             state: "queued" | "active" | "completed" | "failed";
             status_url: string;
@@ -5559,6 +5803,8 @@ export interface components {
                 files?: components["schemas"]["JobFile"][];
                 /** @description encrypt, decrypt: true once the outputs have passed their retention and were deleted */
                 outputs_expired?: boolean;
+                /** @description verify, and decrypt with verify_with: what each file's signature is, in input order */
+                signatures?: components["schemas"]["SignatureCheck"][];
             } & {
                 [key: string]: unknown;
             }) | null;
@@ -5586,6 +5832,21 @@ export interface components {
             /** @description GET it for the file (`/jobs/{job_id}/files/{n}`) */
             download_url: string;
         };
+        SignatureCheck: {
+            /** @description The input file it is about */
+            n: number;
+            name: string;
+            valid: boolean;
+            /** @description The generation (its fingerprint) whose key made the signature */
+            signer_fingerprint: string | null;
+            /** Format: date-time */
+            signed_at: string | null;
+            /**
+             * @description Why it is not valid (null when valid)
+             * @enum {string|null}
+             */
+            reason: "bad_signature" | "unknown_signer" | "signer_key_expired" | "signer_key_revoked" | "weak_hash" | "unsigned" | null;
+        };
         Key: {
             /**
              * Format: uuid
@@ -5596,6 +5857,13 @@ export interface components {
             label: string;
             environment: string;
             algorithm: string;
+            /**
+             * @description managed: holds its private key (generated or imported); recipient: an imported public key that encrypts and verifies, never decrypts or signs
+             * @enum {string}
+             */
+            kind: "managed" | "recipient";
+            /** @description The current generation was imported (POST /keys/import), not generated here */
+            imported: boolean;
             /** @description The OpenPGP user id of the key, "Name <email>" (not an account id) */
             uid: string;
             /** @enum {string} */
@@ -5866,7 +6134,7 @@ export interface components {
             name: string;
             /** @description The first characters of the current value (`kms_sk_` + 6), safe to show */
             prefix: string;
-            scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
+            scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "crypto:sign" | "crypto:verify" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
             /** @enum {string} */
             status: "active" | "expired" | "revoked";
             /** Format: date-time */
@@ -5902,7 +6170,7 @@ export interface components {
             name: string;
             /** @description The first characters of the current value (`kms_sk_` + 6), safe to show */
             prefix: string;
-            scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
+            scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "crypto:sign" | "crypto:verify" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
             /** @enum {string} */
             status: "active" | "expired" | "revoked";
             /** Format: date-time */
@@ -5935,7 +6203,7 @@ export interface components {
             key_id: string;
             name: string;
             prefix: string;
-            scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
+            scopes: ("keys:read" | "keys:write" | "crypto:encrypt" | "crypto:decrypt" | "crypto:sign" | "crypto:verify" | "jobs:read" | "shares:read" | "shares:write" | "audit:read" | "events:read" | "webhooks:write" | "account:read")[];
             /** @description The key’s current value (`kms_sk_…`): a rotated key’s link gives the new value */
             value: string;
             /**
@@ -6086,7 +6354,7 @@ export interface components {
             /** @description Increasing; send it back as Last-Event-ID to resume */
             id: string;
             /** @enum {string} */
-            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed";
+            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified";
             /** Format: date-time */
             created_at: string;
             /**

@@ -73,20 +73,32 @@ export interface MultipartBody {
  * passphrase or an unknown key, before it stores any upload), then each file read in 1 MiB chunks.
  * Nothing is buffered beyond the chunk in flight.
  */
-export function multipartBody(fields: Record<string, string | undefined>, fileField: string, parts: Part[]): MultipartBody {
+/** A small binary part sent with the fields, before the files (a detached signature). */
+export interface SmallPart {
+  field: string;
+  name: string;
+  data: Buffer;
+}
+
+export function multipartBody(fields: Record<string, string | undefined>, fileField: string, parts: Part[], small: SmallPart[] = []): MultipartBody {
   // The longest boundary RFC 2046 allows (70 characters): the service's multipart parser searches for it
   // Boyer-Moore-Horspool style, skipping up to its length per step, so a long one costs the API less per
   // byte received: 0.15 CPU-s per GiB against 0.29 for the 32 characters this used before.
   const boundary = `kms-${randomBytes(33).toString('hex')}`;
-  const fieldHead = Object.entries(fields)
-    .filter((e): e is [string, string] => e[1] !== undefined)
-    .map(([k, v]) => `--${boundary}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`)
-    .join('');
+  const fieldHead = Buffer.concat([
+    Buffer.from(
+      Object.entries(fields)
+        .filter((e): e is [string, string] => e[1] !== undefined)
+        .map(([k, v]) => `--${boundary}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`)
+        .join(''),
+    ),
+    ...small.flatMap((p) => [Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${p.field}"; ${filenameParam(p.name)}\r\nContent-Type: application/octet-stream\r\n\r\n`), p.data, Buffer.from('\r\n')]),
+  ]);
   const heads = parts.map((p) => `--${boundary}\r\nContent-Disposition: form-data; name="${fileField}"; ${filenameParam(p.name)}\r\nContent-Type: application/octet-stream\r\n\r\n`);
   const tail = `--${boundary}--\r\n`;
   const sizes = parts.map((p) => p.size);
   const length = sizes.every((s) => s !== undefined)
-    ? Buffer.byteLength(fieldHead) + heads.reduce((n, h) => n + Buffer.byteLength(h) + 2, 0) + (sizes as number[]).reduce((a, b) => a + b, 0) + Buffer.byteLength(tail)
+    ? fieldHead.length + heads.reduce((n, h) => n + Buffer.byteLength(h) + 2, 0) + (sizes as number[]).reduce((a, b) => a + b, 0) + Buffer.byteLength(tail)
     : undefined;
   return {
     contentType: `multipart/form-data; boundary=${boundary}`,
@@ -94,7 +106,7 @@ export function multipartBody(fields: Record<string, string | undefined>, fileFi
     replayable: parts.every((p) => p.replayable),
     open(onBytes) {
       async function* chunks() {
-        yield Buffer.from(fieldHead);
+        yield fieldHead;
         for (const [i, part] of parts.entries()) {
           yield Buffer.from(heads[i]!);
           let sent = 0;

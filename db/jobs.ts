@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import { columnsOf, prepared, withWrites } from './knex';
 
 export type JobState = 'queued' | 'active' | 'completed' | 'failed';
-export type JobKind = 'encrypt' | 'decrypt' | 'generate-key' | 'rotate-key' | 'rewrap';
+export type JobKind = 'encrypt' | 'decrypt' | 'generate-key' | 'rotate-key' | 'rewrap' | 'sign' | 'verify';
 
 /** A job in one of these states will not change again. */
 export const isFinished = (state: JobState) => state === 'completed' || state === 'failed';

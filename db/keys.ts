@@ -1,6 +1,8 @@
 import type { Knex } from 'knex';
 import { columnsOf, prepared } from './knex';
 
+export type LineageKind = 'managed' | 'recipient';
+
 export interface LineageRow {
   id: string;
   user_id: string;
@@ -9,6 +11,8 @@ export interface LineageRow {
   uid_name: string;
   uid_email: string;
   algorithm: string;
+  /** `recipient`: an imported public key (encrypts and verifies only); its unlock columns are ''. */
+  kind: LineageKind;
   unlock_public: string;
   unlock_locked: string;
   unlock_mac: string | null;
@@ -35,6 +39,8 @@ export interface KeyRow {
   algorithm: string;
   public_armored: string;
   public_mac: string | null;
+  /** Brought in through /keys/import rather than generated here. */
+  imported: boolean;
   /** Both '' once the generation is destroyed (crypto-shredded; `destroyed_at` says so). */
   private_sealed: string;
   secret_sealed: string;
@@ -58,7 +64,7 @@ export interface KeyRow {
 }
 
 /** Columns a new generation row leaves to their defaults. */
-type KeyDefaults = 'id' | 'status' | 'rotated_at' | 'ops_count' | 'bytes_count' | 'last_used_at' | 'expiry_warned_at' | 'created_at' | 'destroy_after' | 'destroyed_at' | 'encrypt_files' | 'encrypt_bytes' | 'decrypt_files' | 'decrypt_bytes' | 'last_decrypt_at' | 'rewrap_from_files' | 'rewrap_to_files';
+type KeyDefaults = 'id' | 'imported' | 'status' | 'rotated_at' | 'ops_count' | 'bytes_count' | 'last_used_at' | 'expiry_warned_at' | 'created_at' | 'destroy_after' | 'destroyed_at' | 'encrypt_files' | 'encrypt_bytes' | 'decrypt_files' | 'decrypt_bytes' | 'last_decrypt_at' | 'rewrap_from_files' | 'rewrap_to_files';
 
 /** A lineage with its current generation: what the API calls "a key". */
 export interface KeyView {
@@ -80,12 +86,12 @@ export interface KeyView {
  */
 const usableSql = (owner: string, lineage: string) => `(${owner} = :user OR ${lineage} = ANY (ARRAY(SELECT g FROM granted_lineage_ids(:user) g WHERE :inherited)))`;
 
-export async function insertLineage(db: Knex, row: Omit<LineageRow, 'created_at' | 'updated_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days' | 'min_decryption_generation' | 'destroy_after' | 'destroyed_at'>): Promise<LineageRow> {
+export async function insertLineage(db: Knex, row: Omit<LineageRow, 'kind' | 'created_at' | 'updated_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days' | 'min_decryption_generation' | 'destroy_after' | 'destroyed_at'> & Partial<Pick<LineageRow, 'kind'>>): Promise<LineageRow> {
   const [inserted] = await db<LineageRow>('key_lineages').insert(row).returning('*');
   return inserted!;
 }
 
-export async function insertKey(db: Knex, row: Omit<KeyRow, KeyDefaults>): Promise<KeyRow> {
+export async function insertKey(db: Knex, row: Omit<KeyRow, KeyDefaults> & Partial<Pick<KeyRow, 'imported'>>): Promise<KeyRow> {
   const [inserted] = await db<KeyRow>('pgp_keys').insert(row).returning('*');
   return inserted!;
 }
@@ -113,6 +119,7 @@ const LINEAGE_COLUMNS = columnsOf<LineageRow>({
   uid_name: 1,
   uid_email: 1,
   algorithm: 1,
+  kind: 1,
   unlock_public: 1,
   unlock_locked: 1,
   unlock_mac: 1,
@@ -136,6 +143,7 @@ const KEY_COLUMNS = columnsOf<KeyRow>({
   algorithm: 1,
   public_armored: 1,
   public_mac: 1,
+  imported: 1,
   private_sealed: 1,
   secret_sealed: 1,
   status: 1,
@@ -224,8 +232,8 @@ export interface KeyListQuery {
 }
 
 /** What a key list shows of each lineage and its current generation (never the key material). */
-const LISTED_LINEAGE = ['id', 'user_id', 'label', 'environment', 'uid_name', 'uid_email', 'created_at', 'disabled_at', 'rotation_mode', 'rotation_interval_days'] as const;
-const LISTED_KEY = ['fingerprint', 'algorithm', 'generation', 'created_at', 'expires_at'] as const;
+const LISTED_LINEAGE = ['id', 'user_id', 'label', 'environment', 'uid_name', 'uid_email', 'kind', 'created_at', 'disabled_at', 'rotation_mode', 'rotation_interval_days'] as const;
+const LISTED_KEY = ['fingerprint', 'algorithm', 'generation', 'imported', 'created_at', 'expires_at'] as const;
 export type ListedKey = { lineage: Pick<LineageRow, (typeof LISTED_LINEAGE)[number]>; current: Pick<KeyRow, (typeof LISTED_KEY)[number]> };
 
 /**

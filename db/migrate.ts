@@ -18,6 +18,7 @@ import * as m016 from './migrations/016_granted_lineages';
 import * as m017 from './migrations/017_job_data_keys';
 import * as m019 from './migrations/019_team_link_approval';
 import * as m020 from './migrations/020_unfinished_jobs';
+import * as m021 from './migrations/021_signatures_and_import';
 import * as m022 from './migrations/022_keyring';
 import * as m023 from './migrations/023_audit_chain';
 import * as m025 from './migrations/025_event_outbox';
@@ -46,6 +47,7 @@ const migrations: Record<string, Knex.Migration> = {
   '017_job_data_keys': m017,
   '019_team_link_approval': m019,
   '020_unfinished_jobs': m020,
+  '021_signatures_and_import': m021,
   '022_keyring': m022,
   '023_audit_chain': m023,
   '025_event_outbox': m025,

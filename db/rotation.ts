@@ -63,7 +63,8 @@ export interface DueRotation {
 
 /**
  * Lineages whose current generation is older than their interval: the key's own ('schedule') or the
- * account's rotation_days ('policy'). Disabled keys and deleted accounts are never due.
+ * account's rotation_days ('policy'). Disabled keys, recipient keys (no private key of ours to replace)
+ * and deleted accounts are never due.
  */
 export function dueRotations(db: Knex, now: Date, limit: number): Promise<DueRotation[]> {
   return db
@@ -74,6 +75,7 @@ export function dueRotations(db: Knex, now: Date, limit: number): Promise<DueRot
     })
     .join('users as u', 'u.id', 'l.user_id')
     .whereNull('l.disabled_at')
+    .where('l.kind', 'managed')
     .whereNull('u.deleted_at')
     .whereRaw(
       `k.created_at + make_interval(days => CASE l.rotation_mode WHEN 'interval' THEN l.rotation_interval_days WHEN 'policy' THEN u.rotation_days END) <= ?`,

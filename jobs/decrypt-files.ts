@@ -8,8 +8,16 @@ import { insertOutputFiles } from '../db/jobs';
 import { lineageGenerations, lineageUsableBy, recordKeyUse, type LineageRow } from '../db/keys';
 import { requireDecryptable } from '../lib/services/key-lifecycle';
 import { verifiedKey } from '../lib/services/key-integrity';
+import { Signer, signerKeys } from '../lib/services/signers';
+import type { FileSignature } from './verify-files';
 
-export const DecryptRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string() });
+export const DecryptRequest = z.object({
+  lineage_id: z.uuid(),
+  fingerprint: z.string(),
+  /** Decrypt and verify: whose signatures are checked, and whether a file without a valid one fails. */
+  verify_with: Signer.optional(),
+  require_signature: z.boolean().optional(),
+});
 
 /** AAD of the sealed passphrase: it opens for this one job only. */
 export const passphraseAad = (jobId: string) => `decrypt-passphrase:${jobId}`;
@@ -40,10 +48,12 @@ export const decryptFiles = defineTrackedJob({
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const generations = (await lineageGenerations(c.db, lineage.id)).map((g) => verifiedKey(c, g));
     const openedBy = new Map<number, string>(); // input n → the generation that opened it
+    const verify = req.verify_with ? { keys: await signerKeys(c, row.user_id, row.id, req.verify_with), require: req.require_signature ?? false } : undefined;
+    const signatures: Promise<FileSignature>[] = [];
     const limits = decryptionLimits(signal);
     failAs(limits.failAs);
     const done = await transformFiles(c, row, progress, { signal, slot }, async (source, file) => {
-      const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
+      const message = await openEncrypted(source, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal, verify });
       const key = generations.find((g) => g.encryption_key_ids.some((id) => message.encryptionKeyIds.includes(id)));
       if (!key) {
         source.destroy();
@@ -59,10 +69,11 @@ export const decryptFiles = defineTrackedJob({
       limits.begin();
       const plaintext = limits.decrypted(await message.decrypt(privateKey));
       openedBy.set(file.n, key.id);
+      if (plaintext.signature) signatures.push(plaintext.signature.then((check) => ({ n: file.n, name: file.name, ...check })));
       return { stream: plaintext, name: plainName(file.name, plaintext.filename), contentType: 'application/octet-stream' };
     });
     return {
-      result: { fingerprint: req.fingerprint, files: [] },
+      result: { fingerprint: req.fingerprint, files: [], ...(verify ? { signatures: await Promise.all(signatures) } : {}) },
       progress: done.progress,
       processedBytes: done.bytesTotal,
       writes(db) {

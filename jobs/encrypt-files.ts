@@ -9,6 +9,9 @@ import { recordAudit } from '../db/audit';
 import { insertOutputFiles } from '../db/jobs';
 import { findUsableKey, recordKeyUse, type KeyRow } from '../db/keys';
 import { verifiedKey } from '../lib/services/key-integrity';
+import { openSigningKey } from '../lib/services/keys';
+import { invalid } from '../lib/errors';
+import { passphraseAad } from './decrypt-files';
 
 /** What the API stores in the job row for an encryption (nothing secret). */
 export const EncryptRequest = z.object({
@@ -18,6 +21,8 @@ export const EncryptRequest = z.object({
   ]),
   armor: z.boolean(),
   compress: z.boolean(),
+  /** Sign and encrypt: the key whose current generation signs (its passphrase travels sealed in the payload). */
+  sign_with: z.object({ lineage_id: z.uuid(), fingerprint: z.string() }).optional(),
 });
 export type EncryptRequest = z.infer<typeof EncryptRequest>;
 
@@ -33,8 +38,9 @@ export const encryptedOutput = (name: string, armor: boolean) => ({
 export const encryptFiles = defineTrackedJob({
   queue: 'crypto',
   name: 'encrypt-files',
+  extra: z.object({ sealed_passphrase: z.string().optional() }),
   watchProgress: true,
-  async run(row, _payload, progress, { c, origin, signal, slot }) {
+  async run(row, payload, progress, { c, origin, signal, slot }) {
     const req = EncryptRequest.parse(row.request);
     const { encryptStream } = await import('../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job
     let key: KeyRow | undefined;
@@ -49,19 +55,25 @@ export const encryptFiles = defineTrackedJob({
       const armored = await readText(await c.blob.get(jobBlob.recipient(row.id)), MAX_PUBLIC_KEY_BYTES);
       recipient = (await readRecipientKey(armored, c.clock.now())).key;
     }
+    let signingKey: Awaited<ReturnType<typeof openSigningKey>>['privateKey'] | undefined;
+    if (req.sign_with) {
+      // A job enqueued again from its row alone has no passphrase: it cannot sign.
+      if (!payload.sealed_passphrase) throw invalid('job_lost', 'The signing passphrase of this job was lost; submit it again.');
+      signingKey = (await openSigningKey(c, row.user_id, req.sign_with.lineage_id, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)))).privateKey;
+    }
     const done = await transformFiles(c, row, progress, { signal, slot }, async (source, file) => ({
-      stream: await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name, signal }),
+      stream: await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name, signal, signingKey }),
       ...encryptedOutput(file.name, req.armor),
     }));
     return {
-      result: { fingerprint_used: req.recipient.fingerprint, armor: req.armor, compressed: req.compress, files: [] },
+      result: { fingerprint_used: req.recipient.fingerprint, armor: req.armor, compressed: req.compress, ...(req.sign_with ? { signed_by: req.sign_with.fingerprint } : {}), files: [] },
       progress: done.progress,
       processedBytes: done.bytesTotal,
       writes: (db) => [
         insertOutputFiles(db, row.id, done.outputs),
         recordUsage(db, { jobId: row.id, userId: row.user_id, bytes: done.bytesTotal, at: c.clock.now() }), // billing: once per job (job id unique)
         ...(key ? [recordKeyUse(db, key.id, 'encrypt', done.inputs.length, done.bytesTotal, c.clock.now())] : []),
-        recordAudit(db, { ...origin, user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, recipient: req.recipient.type } }),
+        recordAudit(db, { ...origin, user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, recipient: req.recipient.type, ...(req.sign_with ? { signed_by: req.sign_with.fingerprint } : {}) } }),
       ],
       after: done.deleteInputs,
     };

@@ -33,14 +33,15 @@ export interface FilesDone {
  * While it waits for upload bytes (the next file, the next piece of one) the job gives `slot` back.
  * When `signal` aborts (the job passed its limits), the input is destroyed and the output put abandoned,
  * so nothing keeps reading for a job that has already failed. All outputs together may not exceed
- * MAX_JOB_OUTPUT_BYTES (decompression bombs spread over many files).
+ * MAX_JOB_OUTPUT_BYTES (decompression bombs spread over many files). A transform that answers null
+ * has read its input to the end itself and has no output (a verification).
  */
 export async function transformFiles(
   c: Container,
   job: Pick<JobRow, 'id' | 'attempts'>,
   progress: Progress,
   { signal, slot }: { signal: AbortSignal; slot: Slot },
-  transform: (source: Readable, file: JobFileRow) => Promise<Transformed>,
+  transform: (source: Readable, file: JobFileRow) => Promise<Transformed | null>,
 ): Promise<FilesDone> {
   const inputs: JobFileRow[] = [];
   const outputs: OutputFile[] = [];
@@ -63,14 +64,16 @@ export async function transformFiles(
     signal.addEventListener('abort', release, { once: true });
     try {
       const out = await transform(source, file);
-      // A put that fails before it reads (no data key, a storage error) leaves the output unread: it is
-      // destroyed with its input, or its own later error (the input gone) would have no listener.
-      const { size } = await c.blob.put(jobBlob.output(jobId, file.n), withinQuota(out.stream, quota), { signal, fresh }).catch((err: unknown) => {
-        out.stream.destroy();
-        source.destroy();
-        throw err;
-      });
-      outputs.push({ n: file.n, name: out.name, size, content_type: out.contentType });
+      if (out) {
+        // A put that fails before it reads (no data key, a storage error) leaves the output unread: it is
+        // destroyed with its input, or its own later error (the input gone) would have no listener.
+        const { size } = await c.blob.put(jobBlob.output(jobId, file.n), withinQuota(out.stream, quota), { signal, fresh }).catch((err: unknown) => {
+          out.stream.destroy();
+          source.destroy();
+          throw err;
+        });
+        outputs.push({ n: file.n, name: out.name, size, content_type: out.contentType });
+      }
     } finally {
       signal.removeEventListener('abort', release);
     }

@@ -5,6 +5,8 @@ import { decryptFiles } from './decrypt-files';
 import { generateKeyJob } from './generate-key';
 import { rotateKey } from './rotate-key';
 import { rewrapFiles } from './rewrap-files';
+import { signFiles } from './sign-files';
+import { verifyFiles } from './verify-files';
 import type { Container } from '../lib/container';
 import type { Logger } from '../lib/logger';
 import { findJob, freeIdempotencyKey, isFinished, jobFiles, unfinishedJobsBefore, type JobKind, type JobRow } from '../db/jobs';
@@ -21,6 +23,8 @@ const KINDS: Record<JobKind, { def: JobDefinition; requeue?(c: Container, row: J
   rewrap: { def: rewrapFiles },
   'generate-key': { def: generateKeyJob },
   'rotate-key': { def: rotateKey },
+  sign: { def: signFiles },
+  verify: { def: verifyFiles, requeue: (c, row) => c.jobs.enqueue('verify-files', { job_id: row.id }, { jobId: row.id }) },
 };
 
 const BATCH = 200;

@@ -20,6 +20,8 @@ import { rewrapFiles } from './rewrap-files';
 import { reconcileJobs } from './reconcile-jobs';
 import { resealKeyring } from './reseal-keyring';
 import { auditCheckpoint } from './audit-checkpoint';
+import { signFiles } from './sign-files';
+import { verifyFiles } from './verify-files';
 
 /**
  * The contract between producers (API, scheduler, other jobs) and consumers (workers): every job kind
@@ -47,6 +49,8 @@ export const jobs = {
   'reconcile-jobs': reconcileJobs,
   'reseal-keyring': resealKeyring,
   'audit-checkpoint': auditCheckpoint,
+  'sign-files': signFiles,
+  'verify-files': verifyFiles,
 } as const;
 
 export type JobName = keyof typeof jobs;

@@ -42,6 +42,9 @@ export const EVENT_TYPES = [
   'key.destruction_cancelled',
   'key.generation_destroyed',
   'key.passphrase_failed',
+  'key.imported',
+  'key.signed',
+  'key.verified',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 

@@ -26,6 +26,11 @@ export function counted(source: Readable, onBytes: (total: number) => void): Rea
 }
 
 export async function readText(source: Readable, maxBytes: number): Promise<string> {
+  return (await readBytes(source, maxBytes)).toString('utf8');
+}
+
+/** The whole of a small stream (a stored key or signature); longer than `maxBytes` is an error. */
+export async function readBytes(source: Readable, maxBytes: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of source) {
@@ -33,5 +38,5 @@ export async function readText(source: Readable, maxBytes: number): Promise<stri
     if (size > maxBytes) throw new Error(`stream longer than ${maxBytes} bytes`);
     chunks.push(chunk as Buffer);
   }
-  return Buffer.concat(chunks).toString('utf8');
+  return Buffer.concat(chunks);
 }

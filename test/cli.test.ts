@@ -153,6 +153,50 @@ describe('kms command line', { timeout: 90_000 }, () => {
     }
   });
 
+  it('signs files (gpg verifies), signs while encrypting to gpg, and decrypts with --verify-with', async () => {
+    const plain = randomBytes(200_000);
+    await writeFile(join(dir, 'signed.bin'), plain);
+    const signed = json(await kms(['sign', 'signed.bin', '--key', fingerprint, '--armor', '--out', 'sigs', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
+    expect(signed.outputs[0].path).toMatch(/signed\.bin\.asc$/);
+    ok(await kms(['keys', 'public', fingerprint, '-o', pgp.file('ours.asc')]));
+    await pgp.gpg(['--import', pgp.file('ours.asc')]);
+    const verified = await pgp.gpg(['--status-fd', '2', '--verify', join(dir, signed.outputs[0].path), join(dir, 'signed.bin')]);
+    expect(verified.stderr).toContain(`VALIDSIG ${fingerprint.toUpperCase()}`);
+
+    const enc = json(await kms(['encrypt', 'signed.bin', '--public-key', pgp.file('peer.asc'), '--sign-with', fingerprint, '--passphrase-fd', '3', '--out', 'signed-enc', '--json'], { fd3: `${passphrase}\n` }));
+    const decrypted = pgp.file('signed-from-kms');
+    const gpg = await pgp.gpg(['--status-fd', '2', '-o', decrypted, '--decrypt', join(dir, enc.outputs[0].path)], { passphrase: '' });
+    expect(gpg.stderr).toContain(`VALIDSIG ${fingerprint.toUpperCase()}`);
+    expect(Buffer.compare(await readFile(decrypted), plain)).toBe(0);
+
+    // Encrypted to our key and signed by it: decrypted and verified; --require-signature needs --verify-with.
+    const own = json(await kms(['encrypt', 'signed.bin', '--key', fingerprint, '--sign-with', fingerprint, '--out', 'own-signed', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
+    const dec = json(await kms(['decrypt', own.outputs[0].path, '--key', fingerprint, '--verify-with', fingerprint, '--require-signature', '--out', 'own-verified', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
+    expect(dec.job.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: fingerprint });
+    expect((await kms(['decrypt', own.outputs[0].path, '--key', fingerprint, '--require-signature'], { env: { KMS_PASSPHRASE: passphrase } })).code).toBe(2);
+
+    // kms verify: our signature, then gpg's (invalid against our key: unknown signer, exit 1).
+    const good = json(await kms(['verify', 'signed.bin', '--key', fingerprint, '--signature', signed.outputs[0].path, '--json']));
+    expect(good.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: fingerprint });
+    await pgp.gpg(['-u', 'peer@example.test', '--detach-sign', '-o', pgp.file('peer.sig'), join(dir, 'signed.bin')], { passphrase: '' });
+    const byPeer = await kms(['verify', 'signed.bin', '--key', fingerprint, '--signature', pgp.file('peer.sig')]);
+    expect(byPeer.code).toBe(1);
+    expect(byPeer.stdout).toContain('unknown_signer');
+    expect(ok(await kms(['verify', 'signed.bin', '--public-key', pgp.file('peer.asc'), '--signature', pgp.file('peer.sig')])).stdout).toContain('true');
+  });
+
+  it('imports a gpg secret key and a partner public key (keys import)', async () => {
+    await pgp.gpg(['--quick-generate-key', 'Imported <imported@example.test>', 'future-default', 'default', 'never'], { passphrase: 'gpg lock passphrase' });
+    await pgp.put('imported-secret.asc', (await pgp.gpg(['--export-secret-keys', '--armor', 'imported@example.test'], { passphrase: 'gpg lock passphrase' })).stdout);
+    const managed = json(await kms(['keys', 'import', pgp.file('imported-secret.asc'), '--label', 'imported', '--json'], { env: { KMS_PASSPHRASE: passphrase, KMS_KEY_PASSPHRASE: 'gpg lock passphrase' } }));
+    expect(managed).toMatchObject({ kind: 'managed', imported: true, label: 'imported' });
+    const recipient = json(await kms(['keys', 'import', pgp.file('peer.asc'), '--label', 'partner', '--json']));
+    expect(recipient).toMatchObject({ kind: 'recipient', imported: true });
+    const wrong = await kms(['keys', 'import', pgp.file('imported-secret.asc'), '--label', 'again'], { env: { KMS_PASSPHRASE: passphrase, KMS_KEY_PASSPHRASE: 'not it' } });
+    expect(wrong.code).toBe(1);
+    expect(wrong.stderr).toContain('wrong_key_passphrase');
+  });
+
   it('exits 1 with the code for a wrong passphrase, 2 for bad usage, 4 for a missing job, 5 once the passphrase limit is hit', async () => {
     const wrong = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'nowhere'], { env: { KMS_PASSPHRASE: 'certainly not the passphrase' } });
     expect(wrong.code).toBe(1);

@@ -21,6 +21,11 @@ export interface MultipartOptions {
   fileFields: string[];
   /** File fields read into memory as text (an armored public key), at most `smallFileBytes`. */
   textFileFields?: string[];
+  /**
+   * Small binary parts (a key, detached signatures), each read whole (at most `smallFileBytes`), in the
+   * order sent; repeatable; a text field of the same name counts as a part too.
+   */
+  binaryFields?: string[];
   smallFileBytes?: number;
   maxFiles: number;
   maxFileBytes: number;
@@ -29,7 +34,7 @@ export interface MultipartOptions {
    * Runs once, with the fields sent so far, before the first file is stored: a request that will be
    * refused anyway (unknown key, wrong passphrase) is answered before the client uploads gigabytes.
    */
-  beforeFiles?(fields: Record<string, string>): Promise<void>;
+  beforeFiles?(fields: Record<string, string>, parts: Record<string, Buffer[]>): Promise<void>;
   /** Refuse fields sent after the first file (422): they would come too late for `beforeFiles`. */
   fieldsFirst?: boolean;
   /** Aborting ends the form with the signal's reason: what is left of the upload is drained, not stored. */
@@ -63,6 +68,8 @@ function watchRate(req: Readable, rate: { minBytesPerSecond: number; windowSecon
 export interface MultipartBody {
   fields: Record<string, string>;
   files: UploadedFile[];
+  /** The `binaryFields` parts, by field name, in the order sent. */
+  parts: Record<string, Buffer[]>;
 }
 
 const FIELD_BYTES = 64 * 1024;
@@ -82,6 +89,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
   const smallMax = opts.smallFileBytes ?? 1 << 20;
   return new Promise<MultipartBody>((resolve, reject) => {
     const fields: Record<string, string> = {};
+    const parts: Record<string, Buffer[]> = {};
     const files: UploadedFile[] = [];
     const pending: Promise<unknown>[] = [];
     const streams = new Set<Readable>();
@@ -95,7 +103,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
         headers: ctx.req.headers,
         fileHwm: FILE_HWM,
         // busboy signals `limit` on reaching fileSize, so one byte more lets a file of exactly the limit through.
-        limits: { fileSize: Math.max(opts.maxFileBytes, smallMax) + 1, files: opts.maxFiles + (opts.textFileFields?.length ?? 0), fields: 50, fieldSize: FIELD_BYTES, parts: 200 },
+        limits: { fileSize: Math.max(opts.maxFileBytes, smallMax) + 1, files: opts.maxFiles + (opts.textFileFields?.length ?? 0) + (opts.binaryFields?.length ?? 0) * Math.max(opts.maxFiles, 1), fields: 50, fieldSize: FIELD_BYTES, parts: 200 },
       });
     } catch {
       return reject(invalid('malformed_multipart', 'The multipart body is malformed (boundary missing?).'));
@@ -123,14 +131,18 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
     bb.on('field', (name, value, info) => {
       if (late(name)) return;
       if (info.valueTruncated) return fail(tooLarge('field_too_large', `Form field "${name}" is longer than ${FIELD_BYTES} bytes.`));
+      if (opts.binaryFields?.includes(name)) return void (parts[name] ??= []).push(Buffer.from(value, 'utf8'));
       if (value.includes('\u0000')) return fail(nulField(name));
       fields[name] ??= value;
     });
 
     bb.on('file', (field, stream, info) => {
       if (failed) return stream.resume();
-      if (opts.textFileFields?.includes(field)) {
+      const binary = opts.binaryFields?.includes(field);
+      if (binary || opts.textFileFields?.includes(field)) {
         if (late(field)) return stream.resume();
+        // Its place in the order is where it began, not where it ended.
+        const slot = binary ? (parts[field] ??= []).push(Buffer.alloc(0)) - 1 : -1;
         const chunks: Buffer[] = [];
         let size = 0;
         stream.on('data', (chunk: Buffer) => {
@@ -142,6 +154,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
           new Promise<void>((resolve) => {
             stream.on('close', resolve);
             stream.on('end', () => {
+              if (binary) return void (parts[field]![slot] = Buffer.concat(chunks));
               const value = Buffer.concat(chunks).toString('utf8');
               if (value.includes('\u0000')) return fail(nulField(field));
               fields[field] ??= value;
@@ -169,7 +182,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
         stream.destroy(tooLarge('file_too_large', `"${file.name}" is larger than the limit of ${opts.maxFileBytes} bytes.`));
       });
       const before = opts.beforeFiles;
-      checked ??= before ? Promise.all(texts).then(() => before({ ...fields })) : Promise.resolve();
+      checked ??= before ? Promise.all(texts).then(() => before({ ...fields }, parts)) : Promise.resolve();
       const store = opts.store;
       pending.push(
         checked.then(() => store(file, stream)).then(
@@ -189,7 +202,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
     bb.on('close', () => {
       unwatch();
       Promise.all(pending).then(() => {
-        if (!failed) resolve({ fields, files });
+        if (!failed) resolve({ fields, files, parts });
       }, fail);
     });
     ctx.req.on('aborted', () => fail(new AppError(400, 'upload_interrupted', 'The client closed the connection during the upload.')));

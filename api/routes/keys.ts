@@ -8,7 +8,8 @@ import { submitAndReply } from '../job-reply';
 import { enforcePlanLimit } from '../../lib/services/billing';
 import { newToken } from '../../lib/tokens';
 import { readRecipientKey } from '../../lib/pgp/keys';
-import { encryptionTarget, jobDeadline, keyGeneratedData, newGeneration, newLineage, requireKey, storeNewKey } from '../../lib/services/keys';
+import { encryptionTarget, jobDeadline, keyGeneratedData, newGeneration, newLineage, requireKey, signingTarget, storeNewKey } from '../../lib/services/keys';
+import { resolveSigner, type Signer } from '../../lib/services/signers';
 import { emitEvent } from '../../lib/events';
 import { inheritedOwners, resyncLinkedTo } from '../../lib/services/team-access';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
@@ -68,10 +69,42 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
 }
 
 const EncryptForm = z
-  .object({ fingerprint: Fingerprint.optional(), public_key: z.string().max(1 << 20).optional(), armor: FormBoolean.default(false), compress: FormBoolean.default(false) })
-  .refine((b) => Boolean(b.fingerprint) !== Boolean(b.public_key), { message: 'give exactly one of fingerprint and public_key', path: ['fingerprint'] });
+  .object({
+    fingerprint: Fingerprint.optional(),
+    public_key: z.string().max(1 << 20).optional(),
+    armor: FormBoolean.default(false),
+    compress: FormBoolean.default(false),
+    sign_with: Fingerprint.optional().describe("Sign and encrypt: a key of yours whose current generation signs (one-pass signature inside the encryption)"),
+    passphrase: z.string().min(1).max(1024).optional().describe("sign_with's passphrase"),
+  })
+  .refine((b) => Boolean(b.fingerprint) !== Boolean(b.public_key), { message: 'give exactly one of fingerprint and public_key', path: ['fingerprint'] })
+  .refine((b) => Boolean(b.sign_with) === Boolean(b.passphrase), { message: 'sign_with and passphrase go together', path: ['sign_with'] });
 
-const DecryptForm = z.object({ fingerprint: Fingerprint, passphrase: z.string().min(1).max(1024) });
+const DecryptForm = z
+  .object({
+    fingerprint: Fingerprint,
+    passphrase: z.string().min(1).max(1024),
+    verify_with: Fingerprint.optional().describe('Decrypt and verify: a stored key whose generations may have signed'),
+    verify_public_key: z.string().max(1 << 20).optional().describe("Decrypt and verify: the signer's armored public key"),
+    require_signature: FormBoolean.default(false).describe('With verify_with or verify_public_key: a file without a valid signature fails (no plaintext is published)'),
+  })
+  .refine((b) => !(b.verify_with && b.verify_public_key), { message: 'give at most one of verify_with and verify_public_key', path: ['verify_with'] })
+  .refine((b) => !b.require_signature || Boolean(b.verify_with || b.verify_public_key), { message: 'require_signature needs verify_with or verify_public_key', path: ['require_signature'] });
+
+/** Sign and encrypt: the signing key, opened by its passphrase (the one limited, audited check), if it may sign. */
+const signerForEncryption = (c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<KeyView | undefined> =>
+  body.sign_with
+    ? requireKeyWithPassphrase(c, { userId, fingerprint: body.sign_with, passphrase: body.passphrase!, action: 'keys.sign', meta }).then((view) => {
+        signingTarget(view, c.clock.now());
+        return view;
+      })
+    : Promise.resolve(undefined);
+
+/** Decrypt and verify: whose signatures are checked (a stored key the caller may read, or a supplied public key). */
+const signerForDecryption = (c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta, jobId?: string): Promise<Signer | undefined> =>
+  body.verify_with || body.verify_public_key
+    ? oncePerRequest(meta, `verify-with:${jobId ?? ''}`, () => resolveSigner(c, userId, { fingerprint: body.verify_with, publicKey: body.verify_public_key }, meta, jobId))
+    : Promise.resolve(undefined);
 
 /**
  * Where an encryption goes: a stored key's current generation (409 if it may not encrypt, audited) or a
@@ -212,12 +245,13 @@ export default [
     access: 'auth',
     scope: 'crypto:encrypt',
     multipart: {
-      description: 'Fields: fingerprint or public_key (text or file), armor, compress; files',
+      description: 'Fields: fingerprint or public_key (text or file), armor, compress, sign_with and passphrase (sign and encrypt); files',
       files: true,
       textFileFields: ['public_key'],
       async precheck(fields, { c, user, meta }) {
         const body = EncryptForm.safeParse(fields);
         if (body.success) await recipientFor(c, user.id, body.data, meta);
+        if (body.success) await signerForEncryption(c, user.id, body.data, meta);
       },
     },
     body: EncryptForm,
@@ -225,9 +259,11 @@ export default [
     async handler({ c, ctx, user, body, upload, meta }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'encrypt', requestId: meta.requestId, body, upload }, async () => {
         const recipient = await recipientFor(c, user.id, body, meta);
+        const signer = await signerForEncryption(c, user.id, body, meta);
         if (body.public_key) await c.blob.put(jobBlob.recipient(upload.id), Readable.from([Buffer.from(body.public_key)]));
-        const request: EncryptRequest = { recipient, armor: body.armor, compress: body.compress };
-        return { request, enqueue: (jobId) => c.jobs.enqueue('encrypt-files', { job_id: jobId }, { jobId, meta }) };
+        const request: EncryptRequest = { recipient, armor: body.armor, compress: body.compress, ...(signer ? { sign_with: { lineage_id: signer.lineage.id, fingerprint: signer.current.fingerprint } } : {}) };
+        const sealed = (jobId: string) => (body.passphrase ? { sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) } : {});
+        return { request, enqueue: (jobId) => c.jobs.enqueue('encrypt-files', { job_id: jobId, ...sealed(jobId) }, { jobId, meta }) };
       });
     },
   }),
@@ -240,11 +276,13 @@ export default [
     access: 'auth',
     scope: 'crypto:decrypt',
     multipart: {
-      description: 'Fields: fingerprint, passphrase; files',
+      description: 'Fields: fingerprint, passphrase, verify_with or verify_public_key (text or file), require_signature; files',
       files: true,
+      textFileFields: ['verify_public_key'],
       async precheck(fields, { c, user, meta }) {
         const body = DecryptForm.safeParse(fields);
         if (body.success) await keyForDecryption(c, user.id, body.data, meta);
+        if (body.success) await signerForDecryption(c, user.id, body.data, meta);
       },
     },
     body: DecryptForm,
@@ -252,8 +290,9 @@ export default [
     async handler({ c, ctx, user, body, upload, meta }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'decrypt', requestId: meta.requestId, body, upload }, async () => {
         const view = await keyForDecryption(c, user.id, body, meta);
+        const signer = await signerForDecryption(c, user.id, body, meta, upload.id);
         return {
-          request: { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint },
+          request: { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, ...(signer ? { verify_with: signer, require_signature: body.require_signature } : {}) },
           enqueue: (jobId) => c.jobs.enqueue('decrypt-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, meta }),
         };
       });

@@ -32,6 +32,8 @@ export const Key = z
     label: z.string(),
     environment: z.string(),
     algorithm: z.string(),
+    kind: z.enum(['managed', 'recipient']).describe('managed: holds its private key (generated or imported); recipient: an imported public key that encrypts and verifies, never decrypts or signs'),
+    imported: z.boolean().describe("The current generation was imported (POST /keys/import), not generated here"),
     uid: z.string().describe('The OpenPGP user id of the key, "Name <email>" (not an account id)'),
     status: z.enum(['active', 'disabled', 'expired']),
     active: z.boolean(),

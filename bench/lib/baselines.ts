@@ -34,6 +34,19 @@ export class Gpg {
     return this.exec(['--yes', '--passphrase', '', '-o', output, '-d', input]);
   }
 
+  /** Sign and encrypt to its own key, uncompressed (as encrypt). */
+  signEncrypt(input: string, output: string): Promise<void> {
+    return this.exec(['--yes', '--passphrase', '', '--trust-model', 'always', '--compress-algo', 'none', '-u', 'bench@example.com', '-r', 'bench@example.com', '-o', output, '-se', input]);
+  }
+
+  detachSign(input: string, output: string): Promise<void> {
+    return this.exec(['--yes', '--passphrase', '', '-u', 'bench@example.com', '-o', output, '--detach-sign', input]);
+  }
+
+  verify(signature: string, input: string): Promise<void> {
+    return this.exec(['--trust-model', 'always', '--verify', signature, input]);
+  }
+
   /** Ends the gpg-agent this homedir started. */
   close(): Promise<void> {
     return run('gpgconf', ['--homedir', this.home, '--kill', 'gpg-agent']).catch(() => undefined);

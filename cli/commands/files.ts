@@ -1,8 +1,8 @@
 import { readFile, stat } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { decryptFiles, encryptFiles, rewrap, type FileJobResult } from '../../client/index.js';
+import { decryptFiles, encryptFiles, rewrap, signFiles, verifyFiles, type FileJobResult } from '../../client/index.js';
 import { bars, connect, print, table, type GlobalOptions } from '../context.js';
-import { UsageError } from '../exit-codes.js';
+import { EXIT, UsageError } from '../exit-codes.js';
 import { readSecret } from '../secrets.js';
 import { examples, run } from './common.js';
 
@@ -60,17 +60,20 @@ export function registerFiles(program: Command) {
       .option('-k, --key <fingerprint>', 'a key of yours (any generation: the current one is used)')
       .option('--public-key <file>', 'an armored OpenPGP public key file (e.g. exported from gpg)')
       .option('-a, --armor', 'ASCII-armored output (.asc) instead of binary (.gpg)')
-      .option('--compress', 'compress before encrypting'),
+      .option('--compress', 'compress before encrypting')
+      .option('--sign-with <fingerprint>', "sign too, with this key of yours (its passphrase from --passphrase-fd, KMS_PASSPHRASE or a prompt)")
+      .option('--passphrase-fd <n>', "read --sign-with's passphrase from this file descriptor"),
   )
     .addHelpText('after', examples('kms encrypt report.pdf data.csv --key 8F3A… --out encrypted/', 'kms encrypt notes.txt --public-key bob.asc --armor', 'kms encrypt big.tar --key 8F3A… --json > result.json'))
     .action(
-      run<Common & { key?: string; publicKey?: string; armor?: boolean; compress?: boolean }, [string[]]>(async (opts, files) => {
+      run<Common & { key?: string; publicKey?: string; armor?: boolean; compress?: boolean; signWith?: string; passphraseFd?: string }, [string[]]>(async (opts, files) => {
         if (Boolean(opts.key) === Boolean(opts.publicKey)) throw new UsageError('Give exactly one of --key FINGERPRINT and --public-key FILE.');
         await checkFiles(files);
         const publicKey = opts.publicKey ? await readFile(opts.publicKey, 'utf8').catch(() => Promise.reject(new UsageError(`Cannot read ${opts.publicKey}.`))) : undefined;
         const { kms } = await connect(opts);
+        const signWith = opts.signWith ? { fingerprint: opts.signWith, passphrase: await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'Signing key passphrase: ', what: 'passphrase', fdFlag: '--passphrase-fd' }) } : undefined;
         const result = await withBar(opts, (onProgress, onSubmitted) =>
-          encryptFiles(kms, { files, fingerprint: opts.key, publicKey, armor: opts.armor, compress: opts.compress, outDir: opts.out, overwrite: opts.force, idempotencyKey: opts.idempotencyKey, noDownload: !opts.download, onProgress, onSubmitted }),
+          encryptFiles(kms, { files, fingerprint: opts.key, publicKey, armor: opts.armor, compress: opts.compress, signWith, outDir: opts.out, overwrite: opts.force, idempotencyKey: opts.idempotencyKey, noDownload: !opts.download, onProgress, onSubmitted }),
         );
         report(opts, 'encrypted', result);
       }),
@@ -81,18 +84,65 @@ export function registerFiles(program: Command) {
       .command('decrypt <files...>')
       .description('Decrypt files with a stored key and its passphrase: upload, wait, download the plaintext')
       .requiredOption('-k, --key <fingerprint>', "the key (any generation's fingerprint)")
-      .option('--passphrase-fd <n>', 'read the passphrase from this file descriptor'),
+      .option('--passphrase-fd <n>', 'read the passphrase from this file descriptor')
+      .option('--verify-with <fingerprint>', 'verify the signatures inside with this stored key (the job result lists each file’s verdict)')
+      .option('--require-signature', 'with --verify-with: a file without a valid signature fails (no plaintext is kept)'),
   )
     .addHelpText('after', examples('kms decrypt encrypted/*.gpg --key 8F3A… --out plain/', 'KMS_PASSPHRASE=… kms decrypt report.pdf.gpg --key 8F3A…', 'kms decrypt x.gpg --key 8F3A… --passphrase-fd 3 3<pass.txt') + '\nThe passphrase comes from --passphrase-fd N, else KMS_PASSPHRASE, else a prompt without echo.\n')
     .action(
-      run<Common & { key: string; passphraseFd?: string }, [string[]]>(async (opts, files) => {
+      run<Common & { key: string; passphraseFd?: string; verifyWith?: string; requireSignature?: boolean }, [string[]]>(async (opts, files) => {
+        if (opts.requireSignature && !opts.verifyWith) throw new UsageError('--require-signature needs --verify-with FINGERPRINT');
         await checkFiles(files);
         const { kms } = await connect(opts);
         const passphrase = await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'Key passphrase: ', what: 'passphrase', fdFlag: '--passphrase-fd' });
         const result = await withBar(opts, (onProgress, onSubmitted) =>
-          decryptFiles(kms, { files, fingerprint: opts.key, passphrase, outDir: opts.out, overwrite: opts.force, idempotencyKey: opts.idempotencyKey, noDownload: !opts.download, onProgress, onSubmitted }),
+          decryptFiles(kms, { files, fingerprint: opts.key, passphrase, verifyWith: opts.verifyWith, requireSignature: opts.requireSignature, outDir: opts.out, overwrite: opts.force, idempotencyKey: opts.idempotencyKey, noDownload: !opts.download, onProgress, onSubmitted }),
         );
         report(opts, 'decrypted', result);
+      }),
+    );
+
+  common(
+    program
+      .command('sign <files...>')
+      .description("Sign files with a stored key's current generation: detached signatures (.sig, .asc armored) or signed messages")
+      .requiredOption('-k, --key <fingerprint>', "the key (any generation's fingerprint)")
+      .option('-a, --armor', 'ASCII-armored output (.asc)')
+      .option('--inline', 'signed messages holding the files instead of detached signatures')
+      .option('--passphrase-fd <n>', 'read the passphrase from this file descriptor'),
+  )
+    .addHelpText('after', examples('kms sign report.pdf --key 8F3A…', 'KMS_PASSPHRASE=… kms sign data.csv --key 8F3A… --armor --out signatures/') + '\nThe passphrase comes from --passphrase-fd N, else KMS_PASSPHRASE, else a prompt without echo.\n')
+    .action(
+      run<Common & { key: string; armor?: boolean; inline?: boolean; passphraseFd?: string }, [string[]]>(async (opts, files) => {
+        await checkFiles(files);
+        const { kms } = await connect(opts);
+        const passphrase = await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'Key passphrase: ', what: 'passphrase', fdFlag: '--passphrase-fd' });
+        const result = await withBar(opts, (onProgress, onSubmitted) =>
+          signFiles(kms, { files, fingerprint: opts.key, passphrase, detached: !opts.inline, armor: opts.armor, outDir: opts.out, overwrite: opts.force, idempotencyKey: opts.idempotencyKey, noDownload: !opts.download, onProgress, onSubmitted }),
+        );
+        report(opts, 'signed', result);
+      }),
+    );
+
+  program
+    .command('verify <files...>')
+    .description('Verify signatures: detached ones (--signature, one per file, same order) or signed messages; exits 1 unless every file has a valid signature')
+    .option('-k, --key <fingerprint>', 'a stored key (any of its generations may have signed)')
+    .option('--public-key <file>', "the signer's armored OpenPGP public key file")
+    .option('-s, --signature <file>', 'a detached signature (.sig or .asc), repeatable: one per file', (v: string, all: string[]) => [...all, v], [] as string[])
+    .addHelpText('after', examples('kms verify report.pdf --key 8F3A… --signature report.pdf.sig', 'kms verify signed.gpg --public-key partner.asc --json'))
+    .action(
+      run<{ key?: string; publicKey?: string; signature: string[] }, [string[]]>(async (opts, files) => {
+        if (Boolean(opts.key) === Boolean(opts.publicKey)) throw new UsageError('give exactly one of --key FINGERPRINT and --public-key FILE');
+        if (opts.signature.length && opts.signature.length !== files.length) throw new UsageError(`${opts.signature.length} signature(s) for ${files.length} file(s): give one --signature per file, in the same order`);
+        await checkFiles([...files, ...opts.signature]);
+        const publicKey = opts.publicKey ? await readFile(opts.publicKey, 'utf8').catch(() => Promise.reject(new UsageError(`cannot read ${opts.publicKey}`))) : undefined;
+        const signatures = await Promise.all(opts.signature.map((f) => readFile(f)));
+        const { kms } = await connect(opts);
+        const job = await verifyFiles(kms, { files, fingerprint: opts.key, publicKey, signatures });
+        const verdicts = (job.result?.signatures ?? []).map((v) => ({ file: files[v.n] ?? v.name, valid: String(v.valid), signer: v.signer_fingerprint ?? '', signed_at: v.signed_at ?? '', reason: v.reason ?? '' }));
+        print(opts, job, () => table(verdicts, ['file', 'valid', 'signer', 'signed_at', 'reason']));
+        if (job.state !== 'completed' || !verdicts.length || verdicts.some((v) => v.valid !== 'true')) process.exitCode = EXIT.failed;
       }),
     );
 

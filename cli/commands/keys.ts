@@ -1,4 +1,4 @@
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { Option, type Command } from 'commander';
 import { rotate, waitForJob, type Job } from '../../client/index.js';
 import { bars, connect, fields, pagedFooter, print, table } from '../context.js';
@@ -55,6 +55,32 @@ export function registerKeys(program: Command) {
         const bar = bars(opts);
         const job = await waitForJob(kms, answer as Job, { onProgress: bar.onProgress }).finally(() => bar.stop());
         print(opts, job, () => `generated: ${JSON.stringify(job.result)}`);
+      }),
+    );
+
+  keys
+    .command('import <file>')
+    .description('Import an armored OpenPGP key: a secret key becomes a managed key, a public key a recipient key (encrypt and verify only)')
+    .requiredOption('--label <label>', 'a name for the key')
+    .option('--environment <env>', 'environment', 'production')
+    .option('--passphrase-fd <n>', 'read the passphrase the key will have here from this file descriptor (secret keys)')
+    .option('--key-passphrase-fd <n>', 'read the passphrase the key is locked with now from this file descriptor')
+    .option('--unprotected', 'the secret key is not locked with a passphrase (as `sq key generate` makes them)')
+    .addHelpText(
+      'after',
+      examples('gpg --export-secret-keys --armor ann@example.com > ann.asc && kms keys import ann.asc --label ann', 'gpg --export --armor partner@example.com > partner.asc && kms keys import partner.asc --label partner') +
+        `\nA secret key's new passphrase comes from --passphrase-fd N, else KMS_PASSPHRASE, else a prompt; the one it is locked with from --key-passphrase-fd N, else KMS_KEY_PASSPHRASE, else a prompt.\n`,
+    )
+    .action(
+      run<{ label: string; environment: string; passphraseFd?: string; keyPassphraseFd?: string; unprotected?: boolean }, [string]>(async (opts, file) => {
+        const key = await readFile(file, 'utf8').catch(() => Promise.reject(new UsageError(`cannot read ${file}`)));
+        if (!/-----BEGIN PGP (PUBLIC|PRIVATE) KEY BLOCK-----/.test(key)) throw new UsageError(`${file} is not an armored OpenPGP key (export it with --armor)`);
+        const secret = key.includes('-----BEGIN PGP PRIVATE KEY BLOCK-----');
+        const { kms } = await connect(opts);
+        const keyPassphrase = secret && !opts.unprotected ? await readSecret({ fd: opts.keyPassphraseFd, env: 'KMS_KEY_PASSPHRASE', prompt: 'Passphrase the key is locked with: ', what: 'key passphrase', fdFlag: '--key-passphrase-fd' }) : undefined;
+        const passphrase = secret ? await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'New key passphrase (12+ characters): ', what: 'passphrase', fdFlag: '--passphrase-fd', confirm: true }) : undefined;
+        const answer = await kms.data(kms.api.POST('/keys/import', { body: { key, label: opts.label, environment: opts.environment, passphrase, key_passphrase: keyPassphrase } }));
+        print(opts, answer, () => fields(answer, KEY_COLUMNS.concat('kind', 'uid')));
       }),
     );
 

@@ -23,7 +23,7 @@ export const MAX_PUBLIC_KEY_BYTES = 1 << 20;
  */
 let openpgpModule: Promise<typeof openpgp> | undefined;
 // The promise is kept: each import() of a loaded module goes through the loader's resolution again.
-const loadOpenpgp = () => (openpgpModule ??= import('openpgp'));
+export const loadOpenpgp = () => (openpgpModule ??= import('openpgp'));
 
 /**
  * Key generation preferences end up in the self-signatures: AES-256 first, SHA-512/256, compression
@@ -239,7 +239,7 @@ export async function unlockPrivateKey(privateArmored: string, secret: string): 
   return unlocked;
 }
 
-async function validEncryptionKeyIds(key: openpgp.Key, now: Date): Promise<string[]> {
+export async function validEncryptionKeyIds(key: openpgp.Key, now: Date): Promise<string[]> {
   const ids: string[] = [];
   for (const k of key.getKeys()) {
     try {
@@ -252,7 +252,7 @@ async function validEncryptionKeyIds(key: openpgp.Key, now: Date): Promise<strin
   return ids;
 }
 
-async function expiryOf(key: openpgp.Key): Promise<Date | null> {
+export async function expiryOf(key: openpgp.Key): Promise<Date | null> {
   try {
     const t = await key.getExpirationTime();
     return t instanceof Date ? t : null;
@@ -265,15 +265,15 @@ async function hasSecretPackets(armored: string): Promise<boolean> {
   try {
     const { data } = await (await loadOpenpgp()).unarmor(armored);
     const bytes = await new Response(data as ReadableStream<Uint8Array>).arrayBuffer();
-    return scanPacketTags(new Uint8Array(bytes)).some((tag) => SECRET_TAGS.has(tag));
+    return scanPackets(new Uint8Array(bytes)).some((p) => SECRET_TAGS.has(p.tag));
   } catch {
     return false;
   }
 }
 
-/** Packet tags of a binary packet sequence (RFC 9580 §4.2), without parsing bodies. Stops at garbage. */
-function scanPacketTags(bytes: Uint8Array): number[] {
-  const tags: number[] = [];
+/** Tags and body lengths of a binary packet sequence (RFC 9580 §4.2), without parsing bodies. Stops at garbage. */
+export function scanPackets(bytes: Uint8Array): { tag: number; length: number }[] {
+  const tags: { tag: number; length: number }[] = [];
   let i = 0;
   while (i < bytes.length) {
     const h = bytes[i]!;
@@ -299,7 +299,7 @@ function scanPacketTags(bytes: Uint8Array): number[] {
       for (let j = 0; j < n; j++) len = len * 256 + (bytes[i + j] ?? 0);
       i += n;
     }
-    tags.push(tag);
+    tags.push({ tag, length: len });
     i += len;
   }
   return tags;

@@ -8,6 +8,7 @@ import { MAX_SMALL_PACKETS, MIN_PARTIAL, encryptNative, nativeEncryptable, openN
 import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyPacketsFor, sessionKeyV1 } from './session';
 import { afterDecryption, integrityFailure } from './integrity';
 import { Watch, type WatchOptions } from './watch';
+import type { SignatureCheck, VerificationKey, Verified } from './signatures';
 
 /**
  * Streaming OpenPGP encryption and decryption with flat memory, whatever the file size.
@@ -36,6 +37,8 @@ export interface EncryptStreamOptions extends WatchOptions {
   filename?: string;
   /** Literal packet date; defaults to now. */
   date?: Date;
+  /** Signs too (sign-then-encrypt: one-pass signature inside the encryption, hashed as bytes flow). */
+  signingKey?: openpgp.PrivateKey;
 }
 
 /**
@@ -48,7 +51,7 @@ export interface EncryptStreamOptions extends WatchOptions {
 export async function encryptStream(input: Readable, recipient: openpgp.PublicKey, opts: EncryptStreamOptions): Promise<Readable> {
   const watch = new Watch(input, opts);
   watch.check();
-  if (nativeEncryptable(recipient, opts)) {
+  if (!opts.signingKey && nativeEncryptable(recipient, opts)) {
     // Node's crypto cannot stall; only the signal applies.
     const out = await watch.call(encryptNative(input, recipient, opts));
     watch.onFail((err) => out.destroy(err));
@@ -73,7 +76,7 @@ export async function encryptStream(input: Readable, recipient: openpgp.PublicKe
   };
   let out: WebStream;
   try {
-    const base = { message, encryptionKeys: recipient, config };
+    const base = { message, encryptionKeys: recipient, config, ...(opts.signingKey ? { signingKeys: opts.signingKey } : {}) };
     const encrypted = opts.armor
       ? await watch.call(openpgp.encrypt({ ...base, format: 'armored' }))
       : await watch.call(openpgp.encrypt({ ...base, format: 'binary' }));
@@ -219,6 +222,12 @@ function rewriteWeb(stream: WebStream, rewrite: (chunks: AsyncIterable<Uint8Arra
 export interface OpenEncryptedOptions extends WatchOptions {
   /** Cap on the decompressed size of compressed messages (decompression bombs): past it, integrity_check_failed. */
   maxDecompressedBytes: number;
+  /**
+   * Decrypt and verify: the signatures inside are checked against `keys` once the last byte has been
+   * read (`DecryptedStream.signature`); with `require`, a missing or bad one fails the stream before
+   * its end (422 signature_required / signature_invalid), so no plaintext is published.
+   */
+  verify?: { keys: VerificationKey[]; require: boolean };
   // `signal` aborts reading: every call into OpenPGP.js and every read of its output races it, and the
   // input is destroyed. Jobs pass their watchdog's signal (deadline and no-progress limit). `idleMs`
   // (default 30 s): OpenPGP.js never settles on some hostile messages; 422 malformed_message after it.
@@ -227,6 +236,8 @@ export interface OpenEncryptedOptions extends WatchOptions {
 export interface DecryptedStream extends Readable {
   /** File name from the literal data packet ('' when none). */
   filename: string;
+  /** With `verify`: the signatures' verdict, settled once the stream has ended. */
+  signature?: Promise<SignatureCheck>;
 }
 
 export interface OpenedMessage {
@@ -268,7 +279,15 @@ export async function openEncrypted(input: Readable, opts: OpenEncryptedOptions)
     encryptionKeyIds: opened.encryptionKeyIds,
     async decrypt(privateKey) {
       try {
-        const out = await opened.decrypt(privateKey);
+        const out: DecryptedStream = await opened.decrypt(privateKey);
+        // A message the native path reads whole holds no signature (signed ones go to OpenPGP.js).
+        if (opts.verify && !out.signature) {
+          if (opts.verify.require) {
+            out.destroy();
+            throw invalid('signature_required', 'The message is not signed, and a signature is required.');
+          }
+          out.signature = Promise.resolve({ valid: false, signer_fingerprint: null, signed_at: null, reason: 'unsigned' });
+        }
         // The native output would otherwise fail with the destroyed input's "premature close". Decryption
         // has begun: an idle timeout answers like any other failure from here on (integrity.ts).
         watch.onFail((err) => out.destroy(afterDecryption(err, { signal: opts.signal })));
@@ -328,16 +347,7 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
     allowUnauthenticatedMessages: false,
     maxDecompressedMessageSize: opts.maxDecompressedBytes,
   };
-  let message: openpgp.Message<WebStream>;
-  try {
-    // Our own de-armoring and re-framing: see `dearmor` and `reframe` for why.
-    const bytes = source.open((chunks) => reframe(kind === 'armored' ? dearmor(chunks) : chunks));
-    reframed.add(bytes);
-    message = await watch.call(openpgp.readMessage({ binaryMessage: bytes as WebStream, config }));
-  } catch (err) {
-    input.destroy();
-    throw watch.failure ?? source.failure ?? invalid('malformed_message', `Not a readable OpenPGP message: ${errMessage(err)}`);
-  }
+  const message = await readMessageFrom(source, kind, input, watch, config);
   const chunkSizeByte = aeadChunkSizeByte(message);
   if (chunkSizeByte > MAX_AEAD_CHUNK_SIZE_BYTE) {
     throw fail(invalid('malformed_message', `The message is malformed: AEAD chunks of 2^${chunkSizeByte + 6} octets (at most 2^22).`));
@@ -373,21 +383,51 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
         if (mapped instanceof AppError && mapped.code === 'no_matching_key') return mapped;
         return afterDecryption(cause, { signal: opts.signal, inputError: source.failure });
       };
-      let result: { data: unknown; filename: string };
+      let result: { data: unknown; filename: string; signatures: Verified['signatures'] };
+      const verificationKeys = opts.verify ? { verificationKeys: opts.verify.keys.map((k) => k.key) } : {};
       try {
         result = await watch.call(
           sessionKeys
-            ? openpgp.decrypt({ message, sessionKeys, format: 'binary', config })
-            : openpgp.decrypt({ message, decryptionKeys: privateKey, format: 'binary', config }),
+            ? openpgp.decrypt({ message, sessionKeys, format: 'binary', config, ...verificationKeys })
+            : openpgp.decrypt({ message, decryptionKeys: privateKey, format: 'binary', config, ...verificationKeys }),
         );
       } catch (err) {
         input.destroy();
         throw failed(err);
       }
-      const out = new WebSource(result.data as WebStream, (err) => failed(err, false), true, watch);
-      return Object.assign(out, { filename: result.filename ?? '' });
+      const verify = opts.verify;
+      if (!verify) return Object.assign(new WebSource(result.data as WebStream, (err) => failed(err, false), true, watch), { filename: result.filename ?? '' });
+      // The signatures verify once every byte has been hashed: judged at the end, before the held last chunk goes out.
+      let verdict!: (check: SignatureCheck) => void;
+      const signature = new Promise<SignatureCheck>((resolve) => (verdict = resolve));
+      const { judge } = await import('./signatures');
+      const out = new WebSource(result.data as WebStream, (err) => failed(err, false), true, watch, async () => {
+        const check = await judge(result.signatures, verify.keys);
+        verdict(check);
+        if (verify.require && !check.valid) {
+          throw check.reason === 'unsigned'
+            ? invalid('signature_required', 'The message is not signed, and a signature is required.')
+            : invalid('signature_invalid', `The message's signature is not valid (${check.reason}).`);
+        }
+      });
+      return Object.assign(out, { filename: result.filename ?? '', signature });
     },
   };
+}
+
+/**
+ * The message of a sniffed source, through our own de-armoring and re-framing (see `dearmor` and
+ * `reframe` for why), parsed by OpenPGP.js under `watch`: 422 malformed_message when it cannot be read.
+ */
+export async function readMessageFrom(source: NodeSource, kind: 'armored' | 'binary', input: Readable, watch: Watch, config: openpgp.PartialConfig): Promise<openpgp.Message<WebStream>> {
+  try {
+    const bytes = source.open((chunks) => reframe(kind === 'armored' ? dearmor(chunks) : chunks));
+    reframed.add(bytes);
+    return await watch.call(openpgp.readMessage({ binaryMessage: bytes as WebStream, config }));
+  } catch (err) {
+    input.destroy();
+    throw watch.failure ?? source.failure ?? invalid('malformed_message', `Not a readable OpenPGP message: ${errMessage(err)}`);
+  }
 }
 
 /** RFC 9580 §5.13.2: 2^22-octet chunks at most. OpenPGP.js reads a whole chunk before it decrypts it, whatever its size. */
@@ -690,14 +730,14 @@ class ByteReader {
 // ---------------------------------------------------------------------------------------- adapters
 
 /** OpenPGP.js declares its stream type through a package it does not install: name ours. */
-type WebStream = ReadableStream<Uint8Array | string>;
+export type WebStream = ReadableStream<Uint8Array | string>;
 
 /**
  * A Node Readable as a pull-based web stream of Uint8Array, optionally through a byte-level rewrite.
  * `failure` keeps the first error raised on our side of OpenPGP.js (the input's own error, or a
  * malformed_message from the rewrite), because OpenPGP.js rewraps errors that pass through it.
  */
-class NodeSource {
+export class NodeSource {
   failure: Error | undefined;
   private readonly iterator: AsyncIterator<unknown>;
   private readonly head: Uint8Array[] = [];
@@ -773,7 +813,7 @@ class NodeSource {
  * A web stream as a Node Readable, errors mapped. With `holdBack`, the last chunk is released only once
  * the source has ended without error, so an integrity failure at the end never lets all of it through.
  */
-class WebSource extends Readable {
+export class WebSource extends Readable {
   private readonly reader: ReadableStreamDefaultReader<Uint8Array | string>;
   private pumping = false;
   private held: Buffer | null = null;
@@ -783,6 +823,8 @@ class WebSource extends Readable {
     private readonly mapError: (err: unknown) => Error,
     private readonly holdBack: boolean,
     private readonly watch?: Watch,
+    /** Runs once the source has ended, before the end (and a held chunk) goes out; its error ends the stream as is. */
+    private readonly beforeEnd?: () => Promise<void>,
   ) {
     super({ highWaterMark: CHUNK_BYTES });
     this.reader = stream.getReader();
@@ -806,6 +848,15 @@ class WebSource extends Readable {
         if (this.destroyed) return;
         this.watch?.moved();
         if (done) {
+          if (this.beforeEnd) {
+            try {
+              await this.beforeEnd();
+            } catch (err) {
+              this.held = null;
+              if (!this.destroyed) this.destroy(asError(err));
+              return;
+            }
+          }
           if (this.held) this.push(this.held);
           this.held = null;
           this.push(null);
@@ -833,10 +884,10 @@ class WebSource extends Readable {
   }
 }
 
-function asError(err: unknown): Error {
+export function asError(err: unknown): Error {
   return err instanceof Error ? err : new Error(String(err));
 }
 
-function errMessage(err: unknown): string {
+export function errMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }

@@ -18,6 +18,8 @@ export const jobBlob = {
   input: (jobId: string, n: number) => `jobs/${jobId}/in/${n}`,
   output: (jobId: string, n: number) => `jobs/${jobId}/out/${n}`,
   recipient: (jobId: string) => `jobs/${jobId}/recipient.asc`,
+  /** Detached signature n of a verification (the signature of input n). */
+  signature: (jobId: string, n: number) => `jobs/${jobId}/sig/${n}`,
 };
 
 export const newJobId = () => randomUUID();

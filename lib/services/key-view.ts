@@ -13,6 +13,8 @@ export function keyOut(lineage: ListedKey['lineage'], current: ListedKey['curren
     label: lineage.label,
     environment: lineage.environment,
     algorithm: current.algorithm,
+    kind: lineage.kind,
+    imported: current.imported,
     uid: `${lineage.uid_name} <${lineage.uid_email}>`,
     status,
     active: status === 'active',

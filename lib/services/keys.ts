@@ -3,13 +3,13 @@ import { enforcePlanLimit } from './billing';
 import type { Knex } from 'knex';
 import type * as openpgp from 'openpgp';
 import type { Container } from '../container';
-import { conflict, gone, notFound } from '../errors';
+import { conflict, gone, invalid, notFound } from '../errors';
 import { notYours } from './access';
 import { keyMac, lineageMac, verifiedKey, verifiedLineage } from './key-integrity';
-import { generateKey, unlockPrivateKey, type KeyAlgorithm } from '../pgp/keys';
+import { generateKey, unlockPrivateKey, type GeneratedKey, type KeyAlgorithm } from '../pgp/keys';
 import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { findKeyByFingerprint, insertKey, insertLineage, type KeyRow, type KeyView, type LineageRow } from '../../db/keys';
+import { findKeyByFingerprint, insertKey, insertLineage, lineageUsableBy, type KeyRow, type KeyView, type LineageKind, type LineageRow } from '../../db/keys';
 
 /**
  * Keys as users see them. A lineage holds the label, environment and the passphrase-locked unlock key;
@@ -43,7 +43,7 @@ export async function newLineage(c: Container, input: Omit<LineageSpec, 'id' | '
   return { ...input, id, unlock_public: lock.publicKey, unlock_locked: c.sealer.seal(lock.lockedPrivate, aad.unlock(id)) };
 }
 
-export type GenerationRow = Parameters<typeof insertKey>[1];
+export type GenerationRow = Omit<Parameters<typeof insertKey>[1], 'imported'>;
 
 /** Makes generation `generation` of a lineage. Needs no passphrase: the secret is sealed to the lineage's public key. */
 export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id' | 'uid_name' | 'uid_email' | 'algorithm' | 'key_ttl_days' | 'unlock_public'> & { user_id: string }, generation: number): Promise<GenerationRow> {
@@ -56,13 +56,26 @@ export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id
     expiresInDays: lineage.key_ttl_days ?? undefined,
     // Wall-clock time, not c.clock: OpenPGP.js checks key validity against the real time.
   });
+  return generationRow(c, lineage, generation, key, secret);
+}
+
+/** The OpenPGP key of a generation, whether generated here or imported; `privateArmored` null for a recipient key. */
+export type GenerationKey = Pick<GeneratedKey, 'fingerprint' | 'encryptionKeyIds' | 'publicArmored' | 'expiresAt'> & { algorithm: string; privateArmored: string | null };
+
+/**
+ * A generation row for `key`: its public columns MAC'd, its private key (locked with `secret`, from
+ * randomSecret) sealed under the master key and `secret` sealed to the lineage's unlock key, each bound
+ * to the row. Generated and imported generations are stored alike.
+ */
+export function generationRow(c: Container, lineage: Pick<LineageSpec, 'id' | 'unlock_public'> & { user_id: string }, generation: number, key: GenerationKey, secret: string): GenerationRow {
   const identity = { lineage_id: lineage.id, user_id: lineage.user_id, generation, fingerprint: key.fingerprint, encryption_key_ids: key.encryptionKeyIds, public_armored: key.publicArmored };
+  const where = aad.secret(lineage.id, generation);
   return {
     ...identity,
     public_mac: keyMac(c, identity),
     algorithm: key.algorithm,
-    private_sealed: c.sealer.seal(key.privateArmored, aad.private(lineage.id, generation)),
-    secret_sealed: c.sealer.seal(sealSecret(lineage.unlock_public, secret, aad.secret(lineage.id, generation)), aad.secret(lineage.id, generation)),
+    private_sealed: key.privateArmored === null ? '' : c.sealer.seal(key.privateArmored, aad.private(lineage.id, generation)),
+    secret_sealed: key.privateArmored === null ? '' : c.sealer.seal(sealSecret(lineage.unlock_public, secret, where), where),
     expires_at: key.expiresAt,
   };
 }
@@ -77,18 +90,26 @@ export const keyGeneratedData = (spec: Pick<LineageSpec, 'id' | 'label' | 'envir
 });
 
 /** Stores a new lineage with its first generation and the audit row, in the caller's transaction. */
-export async function storeNewKey(c: Container, trx: Knex.Transaction, userId: string, spec: LineageSpec, first: GenerationRow, meta: Partial<RequestMeta> & { job_id?: string }): Promise<{ lineage: LineageRow; key: KeyRow }> {
+export async function storeNewKey(
+  c: Container,
+  trx: Knex.Transaction,
+  userId: string,
+  spec: LineageSpec,
+  first: GenerationRow,
+  meta: Partial<RequestMeta> & { job_id?: string },
+  imported?: { kind: LineageKind },
+): Promise<{ lineage: LineageRow; key: KeyRow }> {
   await enforcePlanLimit(c, trx, userId, 'keys'); // plan limit (402), counted under the account's row lock
-  const lineage = await insertLineage(trx, { ...spec, user_id: userId, unlock_mac: lineageMac(c, { ...spec, user_id: userId }) });
-  const key = await insertKey(trx, first);
+  const lineage = await insertLineage(trx, { ...spec, kind: imported?.kind ?? 'managed', user_id: userId, unlock_mac: lineageMac(c, { ...spec, user_id: userId }) });
+  const key = await insertKey(trx, { ...first, imported: Boolean(imported) });
   await recordAudit(trx, {
     user_id: userId,
-    action: 'keys.generate',
+    action: imported ? 'keys.import' : 'keys.generate',
     status: 'success',
     target: key.fingerprint,
     ip: meta.ip,
     request_id: meta.requestId,
-    details: { label: spec.label, environment: spec.environment, algorithm: spec.algorithm, ...(meta.job_id ? { job_id: meta.job_id } : {}) },
+    details: { label: spec.label, environment: spec.environment, algorithm: first.algorithm, ...(imported ? { kind: imported.kind } : {}), ...(meta.job_id ? { job_id: meta.job_id } : {}) },
   });
   return { lineage, key };
 }
@@ -140,6 +161,14 @@ export async function unlockGeneration(c: Container, unlock: UnlockKey, key: Key
   return unlockPrivateKey(c.sealer.openText(key.private_sealed, aad.private(key.lineage_id, key.generation)), secret);
 }
 
+/**
+ * A recipient key (an imported public key) has no private key: it encrypts and verifies only. Every use
+ * of a private key (decrypt, sign, rotate, a passphrase check) goes through here first.
+ */
+export function requireManaged(lineage: Pick<LineageRow, 'kind'>): void {
+  if (lineage.kind === 'recipient') throw conflict('recipient_key', 'This is a recipient key (an imported public key): it encrypts and verifies, but has no private key to decrypt, sign or rotate with.');
+}
+
 export type KeyStatus = 'active' | 'disabled' | 'expired';
 
 export function keyStatus(lineage: Pick<LineageRow, 'disabled_at'>, current: Pick<KeyRow, 'expires_at'>, now: Date): KeyStatus {
@@ -153,8 +182,8 @@ export function keyStatus(lineage: Pick<LineageRow, 'disabled_at'>, current: Pic
  * the source's keys to read, encrypt, share and (with the key's passphrase) decrypt; managing a key
  * (disable, rotate, schedule, history) stays with its owner.
  */
-export type KeyUse = 'manage' | 'read' | 'encrypt' | 'share' | 'decrypt';
-const INHERITABLE: ReadonlySet<KeyUse> = new Set(['read', 'encrypt', 'share', 'decrypt']);
+export type KeyUse = 'manage' | 'read' | 'encrypt' | 'share' | 'decrypt' | 'sign';
+const INHERITABLE: ReadonlySet<KeyUse> = new Set(['read', 'encrypt', 'share', 'decrypt', 'sign']);
 
 /**
  * Finds the caller's key by any generation's fingerprint, or for an inheritable `use` one granted to it
@@ -183,6 +212,29 @@ export function encryptionTarget(view: KeyView, now: Date, jobEndsBy?: Date): Ke
     throw conflict('key_expires_during_job', `This key expires at ${expires.toISOString()}, before a job started now is sure to finish (${jobEndsBy.toISOString()}); rotate it first.`);
   }
   return view.current;
+}
+
+/** The generation signatures are made with: the lineage's current one, if it may sign (409 otherwise). */
+export function signingTarget(view: Pick<KeyView, 'lineage' | 'current'>, now: Date): KeyRow {
+  requireManaged(view.lineage);
+  const status = keyStatus(view.lineage, view.current, now);
+  if (status === 'disabled') throw conflict('key_disabled', 'This key is disabled and no longer signs.');
+  if (status === 'expired') throw conflict('key_expired', 'This key has expired and no longer signs; rotate it or generate a new one.');
+  return view.current;
+}
+
+/**
+ * In a job: the lineage (still the caller's, or still granted to it), its current generation if it may
+ * sign, and that generation's private key opened with the passphrase the job carries.
+ */
+export async function openSigningKey(c: Container, userId: string, lineageId: string, passphrase: string): Promise<{ lineage: LineageRow; current: KeyRow; privateKey: openpgp.PrivateKey }> {
+  const found = await c.db<LineageRow>('key_lineages').where({ id: lineageId }).first();
+  const current = found && (await lineageUsableBy(c.db, userId, found.id)) ? await c.db<KeyRow>('pgp_keys').where({ lineage_id: found.id, status: 'active' }).first() : undefined;
+  if (!found || !current) throw invalid('key_not_found', 'The key no longer exists.');
+  const lineage = verifiedLineage(c, found);
+  signingTarget({ lineage, current: verifiedKey(c, current) }, c.clock.now());
+  const unlock = await unlockLineage(c, lineage, passphrase);
+  return { lineage, current, privateKey: await unlockGeneration(c, unlock, current) };
 }
 
 /** The latest time a job submitted at `now` may still be running: its wall-clock limit (JOB_TIMEOUT_SECONDS). */

@@ -4,12 +4,12 @@ import type { Container } from '../container';
 import { AppError } from '../errors';
 import { emitEvent } from '../events';
 import { spendThenCheck } from '../auth/limiters';
-import { requireKey, unlockLineage } from './keys';
+import { requireKey, requireManaged, unlockLineage, type KeyUse } from './keys';
 import type { UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { KeyView } from '../../db/keys';
 
-export type PassphraseAction = 'keys.decrypt' | 'keys.rotate';
+export type PassphraseAction = 'keys.decrypt' | 'keys.rotate' | 'keys.sign';
 
 /**
  * The guessing budget of one caller on one key lineage: a teammate who inherits the key spends his
@@ -31,6 +31,7 @@ export async function verifyKeyPassphrase(
   input: { userId: string; view: KeyView; passphrase: string; action: PassphraseAction; meta: RequestMeta },
 ): Promise<UnlockKey> {
   const { view, meta } = input;
+  requireManaged(view.lineage); // no passphrase opens a recipient key: nothing to guess, no point spent
   const audit = (reason: 'wrong_passphrase' | 'rate_limited') =>
     recordAudit(c.db, { user_id: input.userId, action: input.action, status: 'failure', target: view.named.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason } });
   let wrong: AppError | undefined;
@@ -65,6 +66,8 @@ async function reportToOwner(c: Container, callerId: string, view: KeyView, acti
   await emitEvent(c, view.lineage.user_id, 'key.passphrase_failed', facts);
 }
 
+const USES: Record<PassphraseAction, KeyUse> = { 'keys.decrypt': 'decrypt', 'keys.sign': 'sign', 'keys.rotate': 'manage' };
+
 /**
  * The caller's key, found by any generation's fingerprint (404 otherwise), once `passphrase` has opened
  * it through verifyKeyPassphrase; at most one check per request for the same key and passphrase.
@@ -73,7 +76,7 @@ export function requireKeyWithPassphrase(c: Container, input: { userId: string; 
   // One check per request (decrypt's pre-upload check and its handler): one point spent, argon2 run once.
   const id = createHash('sha256').update(JSON.stringify(['passphrase', input.userId, input.fingerprint.toLowerCase(), input.passphrase, input.action])).digest('base64url');
   return oncePerRequest(input.meta, id, async () => {
-    const view = await requireKey(c, input.userId, input.fingerprint, input.meta, input.action === 'keys.decrypt' ? 'decrypt' : 'manage');
+    const view = await requireKey(c, input.userId, input.fingerprint, input.meta, USES[input.action]);
     await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.passphrase, action: input.action, meta: input.meta });
     return view;
   });

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { conflict } from '../errors';
 import { emitEvent, emitEvents, type NewEvent } from '../events';
-import { newGeneration, rekeyLineage, requireKey, type GenerationRow, type Rekeyed } from './keys';
+import { newGeneration, rekeyLineage, requireKey, requireManaged, type GenerationRow, type Rekeyed } from './keys';
 import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';
 import { resyncLinkedTo } from './team-access';
@@ -41,6 +41,7 @@ export type RotateOutcome = { rotated: true; entry: RotationRow } | { rotated: f
  */
 export async function manualRotationTarget(c: Container, input: { userId: string; fingerprint: string; currentPassphrase?: string; meta: RequestMeta }): Promise<KeyView> {
   const view = await requireKey(c, input.userId, input.fingerprint, input.meta);
+  requireManaged(view.lineage);
   if (view.lineage.disabled_at) throw conflict('key_disabled', 'This key is disabled and is not rotated.');
   if (input.currentPassphrase !== undefined) {
     await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.currentPassphrase, action: 'keys.rotate', meta: input.meta });
@@ -70,6 +71,10 @@ export async function prepareRotation(c: Container, input: RotateInput): Promise
   const lineage = verifiedLineage(c, found.lineage);
   const current = found.active;
   if (current.generation !== input.fromGeneration) return alreadyRotated(c.db, input);
+  if (lineage.kind === 'recipient') {
+    if (input.trigger === 'manual') requireManaged(lineage);
+    return { rotated: false, reason: 'disabled' }; // a recipient key's generations are its owner's to make
+  }
   if (lineage.disabled_at) {
     if (input.trigger === 'manual') throw conflict('key_disabled', 'This key is disabled and is not rotated.');
     return { rotated: false, reason: 'disabled' };

@@ -1,0 +1,138 @@
+import { Readable } from 'node:stream';
+import { z } from 'zod';
+import { route } from '../route';
+import { Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/keys';
+import { jobResponses } from '../schemas/jobs';
+import { submitAndReply } from '../job-reply';
+import { invalid } from '../../lib/errors';
+import { importKey } from '../../lib/services/key-import';
+import { keyOut } from '../../lib/services/key-view';
+import { signingTarget } from '../../lib/services/keys';
+import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
+import { oncePerRequest } from '../../lib/services/once-per-request';
+import { resolveSigner } from '../../lib/services/signers';
+import { jobBlob } from '../../lib/services/jobs';
+import { MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
+import type { Container } from '../../lib/container';
+import type { RequestMeta } from '../../db/audit';
+import type { KeyView } from '../../db/keys';
+import { passphraseAad } from '../../jobs/decrypt-files';
+
+const tags = ['PGP keys'];
+
+const ImportForm = z.object({
+  key: z.string().max(MAX_PUBLIC_KEY_BYTES).optional().describe('The transferable key (armored, or binary as a file part): a secret key (gpg --export-secret-keys, sq key generate) or a public key'),
+  key_passphrase: z.string().min(1).max(1024).optional().describe('What unlocks the key as sent, when it is protected; used once, never stored'),
+  passphrase: Passphrase.optional().describe('The passphrase the key will have here (a secret key only; same rules as generate-key)'),
+  label: Label,
+  environment: Environment.optional().describe('Default: production'),
+});
+
+const SignForm = z.object({
+  fingerprint: Fingerprint.describe("Any generation's fingerprint: the key's current generation signs"),
+  passphrase: z.string().min(1).max(1024),
+  detached: FormBoolean.default(true).describe('true: a detached signature per file (name.sig, or name.asc armored); false: a signed message holding the file'),
+  armor: FormBoolean.default(false),
+});
+
+const VerifyForm = z
+  .object({
+    fingerprint: Fingerprint.optional().describe('A stored key: any of its generations may have signed'),
+    public_key: z.string().max(MAX_PUBLIC_KEY_BYTES).optional().describe("The signer's armored public key"),
+  })
+  .refine((b) => Boolean(b.fingerprint) !== Boolean(b.public_key), { message: 'give exactly one of fingerprint and public_key', path: ['fingerprint'] });
+
+/** The key to sign with, opened by its passphrase (the one limited, audited check), and its signing generation. */
+const keyForSigning = (c: Container, userId: string, body: z.infer<typeof SignForm>, meta: RequestMeta): Promise<KeyView> =>
+  requireKeyWithPassphrase(c, { userId, fingerprint: body.fingerprint, passphrase: body.passphrase, action: 'keys.sign', meta }).then((view) => {
+    signingTarget(view, c.clock.now());
+    return view;
+  });
+
+/** Detached signatures sent with a verification, each read (and refused when malformed) before the upload. */
+async function readSignatures(meta: RequestMeta, parts: Buffer[]): Promise<void> {
+  await oncePerRequest(meta, 'detached-signatures', async () => {
+    const { readDetachedSignature } = await import('../../lib/pgp/signatures'); // OpenPGP.js loads on first use
+    for (const part of parts) await readDetachedSignature(part);
+  });
+}
+
+export default [
+  route({
+    method: 'post',
+    path: '/keys/import',
+    summary: 'Import an OpenPGP key: a secret key becomes a managed key (its first generation is the imported key); a public key becomes a recipient key (encrypt and verify only)',
+    tags,
+    access: 'auth',
+    scope: 'keys:write',
+    multipart: { description: 'Fields: key (a file part or text), key_passphrase, passphrase, label, environment (JSON with the same fields, key armored, is accepted too)', binaryFields: ['key'] },
+    body: ImportForm,
+    responses: { 201: { description: 'The imported key', schema: Key } },
+    async handler({ c, user, body, upload, meta }) {
+      const parts = upload.parts.key ?? (body.key ? [Buffer.from(body.key)] : []);
+      if (parts.length !== 1) throw invalid('key_required', 'Send exactly one key in the field `key`.');
+      const stored = await importKey(c, user.id, { key: parts[0]!, keyPassphrase: body.key_passphrase, passphrase: body.passphrase, label: body.label, environment: body.environment ?? 'production' }, meta);
+      return { status: 201, body: keyOut(stored.lineage, stored.key, c.clock.now()) };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/keys/sign',
+    summary: "Sign files (field `files`) with a key's current generation: detached signatures or signed messages (SHA-256 or stronger, with the signing time)",
+    tags,
+    access: 'auth',
+    scope: 'crypto:sign',
+    multipart: {
+      description: 'Fields: fingerprint, passphrase, detached, armor; files',
+      files: true,
+      async precheck(fields, { c, user, meta }) {
+        const body = SignForm.safeParse(fields);
+        if (body.success) await keyForSigning(c, user.id, body.data, meta);
+      },
+    },
+    body: SignForm,
+    responses: jobResponses,
+    async handler({ c, ctx, user, body, upload, meta }) {
+      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'sign', requestId: meta.requestId, body, upload }, async () => {
+        const view = await keyForSigning(c, user.id, body, meta);
+        return {
+          request: { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint, detached: body.detached, armor: body.armor },
+          enqueue: (jobId) => c.jobs.enqueue('sign-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, meta }),
+        };
+      });
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/keys/verify',
+    summary: 'Verify signatures: detached ones (field `signatures`, one per file, in the order of `files`) or signed messages (no `signatures`); the result has each file’s verdict',
+    tags,
+    access: 'auth',
+    scope: 'crypto:verify',
+    multipart: {
+      description: 'Fields: fingerprint or public_key (text or file), signatures (repeatable, before the files); files',
+      files: true,
+      textFileFields: ['public_key'],
+      binaryFields: ['signatures'],
+      async precheck(fields, { c, user, meta, parts }) {
+        const body = VerifyForm.safeParse(fields);
+        if (!body.success) return;
+        await oncePerRequest(meta, 'signer', () => resolveSigner(c, user.id, { fingerprint: body.data.fingerprint, publicKey: body.data.public_key }, meta));
+        await readSignatures(meta, parts.signatures ?? []);
+      },
+    },
+    body: VerifyForm,
+    responses: jobResponses,
+    async handler({ c, ctx, user, body, upload, meta }) {
+      const signatures = upload.parts.signatures ?? [];
+      return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'verify', requestId: meta.requestId, body, upload }, async () => {
+        await readSignatures(meta, signatures);
+        const signer = await resolveSigner(c, user.id, { fingerprint: body.fingerprint, publicKey: body.public_key }, meta, upload.id);
+        for (const [n, signature] of signatures.entries()) await c.blob.put(jobBlob.signature(upload.id, n), Readable.from([signature]));
+        return { request: { signer, signatures: signatures.length }, enqueue: (jobId) => c.jobs.enqueue('verify-files', { job_id: jobId }, { jobId, meta }) };
+      });
+    },
+  }),
+];

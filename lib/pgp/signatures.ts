@@ -1,0 +1,208 @@
+import type { Readable } from 'node:stream';
+import * as openpgp from 'openpgp';
+import { AppError, invalid, tooLarge } from '../errors';
+import { within } from '../within';
+import { KEY_PARSE_MS, MAX_SIGNATURE_PACKET_BYTES, checkPacketLimits } from './import';
+import { MAX_PUBLIC_KEY_BYTES, scanPackets } from './keys';
+import { NodeSource, WebSource, asError, errMessage, readMessageFrom, type WebStream } from './stream';
+import { Watch, type WatchOptions } from './watch';
+
+/**
+ * OpenPGP signatures, streamed: one pass over the data, hashed as bytes flow, memory flat whatever the
+ * size. Signing makes v4 signatures with SHA-256 or stronger (OpenPGP.js never picks less than its
+ * MUST-implement SHA-256) and the signing time; verifying reports its result only after the last byte.
+ * Every call into OpenPGP.js races the caller's signal and the idle limit (watch.ts).
+ */
+
+/** A detached signature file: a few signatures of a few hundred octets each. */
+export const MAX_SIGNATURE_BYTES = 64 * 1024;
+/** Signatures in one detached signature file. */
+const MAX_SIGNATURES = 16;
+
+export interface SignOptions extends WatchOptions {
+  /** Detached signature (`.sig`/`.asc`) rather than a signed message holding the data. */
+  detached: boolean;
+  armor: boolean;
+  /** Kept in a signed message's literal packet (max 255 UTF-8 bytes). */
+  filename?: string;
+}
+
+export async function signStream(input: Readable, signingKey: openpgp.PrivateKey, opts: SignOptions): Promise<Readable> {
+  const watch = new Watch(input, opts);
+  watch.check();
+  const filename = opts.filename ?? '';
+  if (Buffer.byteLength(filename) > 255) {
+    watch.close();
+    throw invalid('invalid_filename', 'The file name must be at most 255 bytes of UTF-8.');
+  }
+  const source = new NodeSource(input, watch);
+  let out: WebStream;
+  try {
+    const message = await openpgp.createMessage({ binary: source.open(), filename, format: 'binary' });
+    const base = { message, signingKeys: signingKey, detached: opts.detached };
+    out = (opts.armor ? await watch.call(openpgp.sign({ ...base, format: 'armored' })) : await watch.call(openpgp.sign({ ...base, format: 'binary' }))) as unknown as WebStream;
+  } catch (err) {
+    input.destroy();
+    watch.close();
+    if (watch.failure) throw watch.failure;
+    if (/signing key|expired|revoked/i.test(errMessage(err))) throw invalid('no_signing_key', `This key cannot sign: ${errMessage(err)}`);
+    throw err;
+  }
+  return new WebSource(out, (err) => watch.failure ?? source.failure ?? asError(err), false, watch);
+}
+
+/** A key that may have made a signature, with the fingerprint it is reported under (its generation's). */
+export interface VerificationKey {
+  key: openpgp.PublicKey;
+  fingerprint: string;
+}
+
+export type SignatureProblem = 'bad_signature' | 'unknown_signer' | 'signer_key_expired' | 'signer_key_revoked' | 'weak_hash' | 'unsigned';
+
+/** What a verification found, per file (the job result's shape). */
+export interface SignatureCheck {
+  valid: boolean;
+  /** The generation whose key made the signature (null when no known key did). */
+  signer_fingerprint: string | null;
+  signed_at: string | null;
+  reason: SignatureProblem | null;
+}
+
+/**
+ * Reads a detached signature file (armored or binary) sent with a request: only signature packets,
+ * each at most MAX_SIGNATURE_PACKET_BYTES (huge subpacket areas are refused unread), parsed under
+ * KEY_PARSE_MS. 413 signature_too_large; 422 malformed_signature.
+ */
+export async function readDetachedSignature(bytes: Uint8Array): Promise<openpgp.Signature> {
+  if (bytes.length > MAX_SIGNATURE_BYTES) throw tooLarge('signature_too_large', `A signature is larger than ${MAX_SIGNATURE_BYTES} bytes.`);
+  const malformed = (why: string) => invalid('malformed_signature', `A signature cannot be read: ${why}`);
+  const armored = Buffer.from(bytes.subarray(0, 64)).toString('latin1').trimStart().startsWith('-----BEGIN PGP SIGNATURE-----');
+  try {
+    const binary = armored
+      ? await within(openpgp.unarmor(Buffer.from(bytes).toString('utf8')).then(async ({ data }) => new Uint8Array(await new Response(data as ReadableStream<Uint8Array>).arrayBuffer())), KEY_PARSE_MS)
+      : bytes;
+    const packets = scanPackets(binary);
+    if (packets.length === 0 || packets.length > MAX_SIGNATURES || packets.some((p) => p.tag !== 2)) throw malformed(`expected 1 to ${MAX_SIGNATURES} signature packets.`);
+    if (packets.some((p) => p.length > MAX_SIGNATURE_PACKET_BYTES)) throw malformed(`a signature packet is longer than ${MAX_SIGNATURE_PACKET_BYTES} octets.`);
+    return await within(openpgp.readSignature({ binarySignature: binary }), KEY_PARSE_MS);
+  } catch (err) {
+    if (err instanceof AppError) throw err;
+    throw malformed(`${errMessage(err)}.`);
+  }
+}
+
+/**
+ * Reads a public key a caller supplies to verify with (untrusted): one key, no secret material, within
+ * the import's packet limits, parsed under KEY_PARSE_MS. 413 public_key_too_large; 422 invalid_public_key.
+ */
+export async function readSignerKey(armored: string): Promise<VerificationKey> {
+  if (Buffer.byteLength(armored) > MAX_PUBLIC_KEY_BYTES) throw tooLarge('public_key_too_large', `The public key is larger than ${MAX_PUBLIC_KEY_BYTES} bytes.`);
+  try {
+    const { data, type } = await within(openpgp.unarmor(armored), KEY_PARSE_MS);
+    if (type !== openpgp.enums.armor.publicKey) throw invalid('invalid_public_key', 'Expected an armored PGP PUBLIC KEY BLOCK.');
+    const binary = new Uint8Array(await new Response(data as ReadableStream<Uint8Array>).arrayBuffer());
+    checkPacketLimits(binary);
+    const keys = await within(openpgp.readKeys({ binaryKeys: binary }), KEY_PARSE_MS);
+    if (keys.length !== 1 || keys[0]!.isPrivate()) throw invalid('invalid_public_key', 'Expected exactly one public key.');
+    return { key: keys[0]!, fingerprint: keys[0]!.getFingerprint() };
+  } catch (err) {
+    if (err instanceof AppError) throw err.code === 'invalid_key' ? invalid('invalid_public_key', err.message) : err;
+    throw invalid('invalid_public_key', `Not a readable OpenPGP public key: ${errMessage(err)}.`);
+  }
+}
+
+export interface VerifyOptions extends WatchOptions {
+  /** Cap on the decompressed size of a compressed signed message. */
+  maxDecompressedBytes: number;
+}
+
+/** Verifies `data` against a detached signature; resolves after the last byte of `data`. */
+export async function verifyDetached(data: Readable, signature: openpgp.Signature, keys: VerificationKey[], opts: VerifyOptions): Promise<SignatureCheck> {
+  const watch = new Watch(data, opts);
+  watch.check();
+  const source = new NodeSource(data, watch);
+  try {
+    const message = await openpgp.createMessage({ binary: source.open(), format: 'binary' });
+    const result = await watch.call(openpgp.verify({ message, signature, verificationKeys: keys.map((k) => k.key), format: 'binary' }));
+    return await settle(result as unknown as Verified, keys, watch, source);
+  } catch (err) {
+    data.destroy();
+    throw watch.failure ?? source.failure ?? err;
+  } finally {
+    watch.close();
+  }
+}
+
+/** Verifies a signed message (armored or binary, compressed or not; not encrypted); its content is read and dropped. */
+export async function verifySignedMessage(input: Readable, keys: VerificationKey[], opts: VerifyOptions): Promise<SignatureCheck> {
+  const watch = new Watch(input, opts);
+  watch.check();
+  const source = new NodeSource(input, watch);
+  try {
+    const kind = await source.sniff();
+    if (kind === 'empty' || kind === 'unknown') throw invalid('malformed_message', 'Not an OpenPGP signed message (neither armored nor binary packets).');
+    const config: openpgp.PartialConfig = { maxDecompressedMessageSize: opts.maxDecompressedBytes };
+    const message = await readMessageFrom(source, kind, input, watch, config);
+    if (message.getEncryptionKeyIDs().length > 0) throw invalid('malformed_message', 'The message is encrypted: decrypt it with verify_with instead.');
+    const result = await watch.call(openpgp.verify({ message, verificationKeys: keys.map((k) => k.key), format: 'binary', config }));
+    return await settle(result as unknown as Verified, keys, watch, source);
+  } catch (err) {
+    input.destroy();
+    throw watch.failure ?? source.failure ?? (err instanceof AppError ? err : invalid('malformed_message', `The signed message is malformed: ${errMessage(err)}.`));
+  } finally {
+    watch.close();
+  }
+}
+
+/** One signature of a verified message (OpenPGP.js's type, which its declarations do not export). */
+export type VerificationResult = Awaited<ReturnType<typeof openpgp.verify>>['signatures'][number];
+
+/** What openpgp.verify and openpgp.decrypt give for a streamed message. */
+export interface Verified {
+  data: WebStream;
+  signatures: VerificationResult[];
+}
+
+/** Reads the data to its end, then judges the signatures (each verifies only once all bytes were hashed). */
+async function settle(result: Verified, keys: VerificationKey[], watch: Watch, source: NodeSource): Promise<SignatureCheck> {
+  const drained = new WebSource(result.data, (err) => watch.failure ?? source.failure ?? asError(err), false, watch);
+  for await (const _ of drained);
+  return judge(result.signatures, keys);
+}
+
+/**
+ * The verdict over a message's signatures: valid when one by a known key verifies (reported: that one);
+ * otherwise the first failure, in the words of SignatureProblem.
+ */
+export async function judge(signatures: VerificationResult[], keys: VerificationKey[]): Promise<SignatureCheck> {
+  if (signatures.length === 0) return { valid: false, signer_fingerprint: null, signed_at: null, reason: 'unsigned' };
+  let first: SignatureCheck | undefined;
+  for (const s of signatures) {
+    const signer = keys.find((k) => k.key.getKeys(s.keyID).length > 0);
+    let signedAt: string | null = null;
+    try {
+      const packet = (await s.signature).packets[0];
+      signedAt = packet?.created ? packet.created.toISOString() : null;
+    } catch {
+      /* unreadable: reported as a bad signature below */
+    }
+    const base = { signer_fingerprint: signer?.fingerprint ?? null, signed_at: signedAt };
+    try {
+      await s.verified;
+      if (signer) return { ...base, valid: true, reason: null };
+      first ??= { ...base, valid: false, reason: 'unknown_signer' };
+    } catch (err) {
+      first ??= { ...base, valid: false, reason: signer ? problem(err) : 'unknown_signer' };
+    }
+  }
+  return first!;
+}
+
+function problem(err: unknown): SignatureProblem {
+  const text = errMessage(err);
+  if (/revoked/i.test(text)) return 'signer_key_revoked';
+  if (/expired/i.test(text)) return 'signer_key_expired';
+  if (/hash algorithm|insecure/i.test(text)) return 'weak_hash';
+  if (/could not find signing key/i.test(text)) return 'unknown_signer';
+  return 'bad_signature';
+}

@@ -1,0 +1,60 @@
+import { randomUUID } from 'node:crypto';
+import type { Container } from '../container';
+import { AppError, conflict, invalid } from '../errors';
+import { emitEvent } from '../events';
+import { enforcePlanLimit } from './billing';
+import { generationRow, newLineage, storeNewKey, type LineageSpec } from './keys';
+import { resyncLinkedTo } from './team-access';
+import { readImportedKey } from '../pgp/import';
+import { randomSecret } from '../lineage';
+import { recordAudit, type RequestMeta } from '../../db/audit';
+import type { KeyRow, LineageRow } from '../../db/keys';
+
+export interface ImportInput {
+  /** The transferable key as sent (armored or binary). */
+  key: Uint8Array;
+  /** Unlocks the key as it came, when it is protected; used here once and kept nowhere. */
+  keyPassphrase?: string;
+  /** The passphrase the key has here (a secret key only). */
+  passphrase?: string;
+  label: string;
+  environment: string;
+}
+
+/**
+ * Brings a key in. A secret key becomes a managed key whose first generation is the imported key, its
+ * private key locked with a random secret and sealed like a generated generation's (lib/services/keys.ts
+ * generationRow), behind a lineage lock made from `passphrase`. A public-only key becomes a recipient
+ * key: a lineage with no unlock key whose generation has no private key (encrypt and verify only).
+ * Audited (`keys.import`, success or the refusal's code; never key material) and announced
+ * (`key.imported`).
+ */
+export async function importKey(c: Container, userId: string, input: ImportInput, meta: RequestMeta): Promise<{ lineage: LineageRow; key: KeyRow }> {
+  await c.db.transaction((trx) => enforcePlanLimit(c, trx, userId, 'keys')); // early 402, before any parse; storeNewKey checks again
+  const fail = async (err: unknown, target: string | null = null) => {
+    const code = err instanceof AppError ? err.code : 'error';
+    await recordAudit(c.db, { user_id: userId, action: 'keys.import', status: 'failure', target, ip: meta.ip, request_id: meta.requestId, details: { reason: code } });
+    return err;
+  };
+  const secret = randomSecret();
+  // Wall-clock time, not c.clock: OpenPGP.js checks key validity against the real time.
+  const imported = await readImportedKey(input.key, { keyPassphrase: input.keyPassphrase, secret, now: new Date() }).catch(async (err: unknown) => {
+    throw await fail(err);
+  });
+  if (imported.secret && !input.passphrase) throw await fail(invalid('passphrase_required', 'A secret key needs `passphrase`: the passphrase it will have here (at least 12 characters).'), imported.fingerprint);
+  const described = { label: input.label, environment: input.environment, uid_name: imported.uidName, uid_email: imported.uidEmail, algorithm: imported.rotationAlgorithm, key_ttl_days: null };
+  const spec: LineageSpec = imported.secret ? await newLineage(c, described, input.passphrase!) : { ...described, id: randomUUID(), unlock_public: '', unlock_locked: '' };
+  const first = generationRow(c, { ...spec, user_id: userId }, 1, imported, secret);
+  const kind = imported.secret ? 'managed' : 'recipient';
+  let stored: { lineage: LineageRow; key: KeyRow };
+  try {
+    stored = await c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta, { kind }));
+  } catch (err) {
+    // Fingerprints are unique across the service.
+    if ((err as { code?: string }).code === '23505') throw await fail(conflict('key_exists', 'This key is already stored in the service.'), imported.fingerprint);
+    throw err;
+  }
+  await emitEvent(c, userId, 'key.imported', { lineage_id: spec.id, fingerprint: first.fingerprint, label: spec.label, environment: spec.environment, algorithm: first.algorithm, kind });
+  await resyncLinkedTo(c, userId, 'key.imported', meta);
+  return stored;
+}

@@ -1,0 +1,49 @@
+import { Readable } from 'node:stream';
+import { z } from 'zod';
+import type { Container } from '../container';
+import { invalid } from '../errors';
+import { requireKey } from './keys';
+import { verifiedKey } from './key-integrity';
+import { jobBlob } from './jobs';
+import { readText } from '../streams';
+import { MAX_PUBLIC_KEY_BYTES, readStoredPublicKey } from '../pgp/keys';
+import type { VerificationKey } from '../pgp/signatures';
+import { lineageGenerations, lineageUsableBy } from '../../db/keys';
+import type { RequestMeta } from '../../db/audit';
+
+/**
+ * Whose signatures a job checks, as its row records it: a stored key (every generation of it: old
+ * generations verify what they signed) or a public key sent with the request (kept with the job's files).
+ */
+export const Signer = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('stored'), lineage_id: z.uuid(), fingerprint: z.string() }),
+  z.object({ type: z.literal('supplied'), fingerprint: z.string() }),
+]);
+export type Signer = z.infer<typeof Signer>;
+
+/**
+ * The signer a request names: a key the caller may read (404 otherwise, through requireKey), or a
+ * supplied public key, read under the import's limits and stored for job `jobId`.
+ */
+export async function resolveSigner(c: Container, userId: string, input: { fingerprint?: string; publicKey?: string }, meta: RequestMeta, jobId?: string): Promise<Signer> {
+  if (input.fingerprint) {
+    const view = await requireKey(c, userId, input.fingerprint, meta, 'read');
+    return { type: 'stored', lineage_id: view.lineage.id, fingerprint: view.named.fingerprint };
+  }
+  const { readSignerKey } = await import('../pgp/signatures'); // OpenPGP.js loads on first use
+  const key = await readSignerKey(input.publicKey ?? '');
+  if (jobId) await c.blob.put(jobBlob.recipient(jobId), Readable.from([Buffer.from(input.publicKey!)]));
+  return { type: 'supplied', fingerprint: key.fingerprint };
+}
+
+/** The keys a job verifies with (in a worker): the lineage's generations, MAC-checked, or the supplied key. */
+export async function signerKeys(c: Container, userId: string, jobId: string, signer: Signer): Promise<VerificationKey[]> {
+  if (signer.type === 'supplied') {
+    const { readSignerKey } = await import('../pgp/signatures');
+    return [await readSignerKey(await readText(await c.blob.get(jobBlob.recipient(jobId)), MAX_PUBLIC_KEY_BYTES))];
+  }
+  // Still the caller's, or still granted to it.
+  if (!(await lineageUsableBy(c.db, userId, signer.lineage_id))) throw invalid('key_not_found', 'The key no longer exists.');
+  const generations = (await lineageGenerations(c.db, signer.lineage_id)).map((g) => verifiedKey(c, g));
+  return Promise.all(generations.map(async (g) => ({ key: await readStoredPublicKey(g.public_armored), fingerprint: g.fingerprint })));
+}
