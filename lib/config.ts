@@ -21,7 +21,9 @@ const Env = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   DATABASE_URL: z.string().default('postgres://postgres@127.0.0.1:5432/kms'),
   REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
-  /** Prefix of every Redis key; wrapped in a Cluster hash tag for BullMQ (`{kms}`). */
+  /** A Redis Cluster's seed nodes, `host:port,…`: set, the service runs on the cluster (REDIS_URL then gives only user, password and scheme). */
+  REDIS_CLUSTER_NODES: list,
+  /** Prefix of every Redis key; hash tags built from it keep what one script or queue touches in one Cluster slot. */
   REDIS_PREFIX: z.string().regex(/^[A-Za-z0-9_-]+$/).default('kms'),
   /** Current master key, `kid:base64(32 bytes)`; MASTER_KEYS_PREVIOUS (comma separated) still open old seals. */
   MASTER_KEY: z.string().optional(),
@@ -171,6 +173,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     databaseUrl: e.DATABASE_URL,
     dbIdleInTransactionMs: e.DB_IDLE_IN_TRANSACTION_SECONDS * 1000,
     redisUrl: e.REDIS_URL,
+    redisClusterNodes: e.REDIS_CLUSTER_NODES.map(clusterNode),
     redisPrefix: e.REDIS_PREFIX,
     masterKeys,
     jwt: { secret: jwtSecret, ttlSeconds: e.JWT_TTL_SECONDS },
@@ -278,6 +281,14 @@ export function parseQueueList(spec: string): { queue: string; concurrency: numb
       if (!queue || !Number.isInteger(concurrency) || concurrency < 1) throw new Error(`WORKER_QUEUES: bad entry "${item}"`);
       return { queue, concurrency };
     });
+}
+
+/** `10.0.0.5:7000` or `[::1]:7000` → {host, port}: a seed node of REDIS_CLUSTER_NODES. */
+function clusterNode(item: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/\[\]]+)):(\d{1,5})$/.exec(item);
+  const port = Number(m?.[3]);
+  if (!m || port < 1 || port > 65535) throw new Error(`REDIS_CLUSTER_NODES: bad entry "${item}" (use host:port)`);
+  return { host: m[1] ?? m[2]!, port };
 }
 
 const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;

@@ -21,7 +21,7 @@ export interface WorkerPool {
  * cannot fix it.
  */
 export async function startWorkers(c: Container, queues: { queue: string; concurrency: number }[]): Promise<WorkerPool> {
-  const connection = createRedis(c.config.redisUrl, 'worker');
+  const connection = createRedis(c.config, 'worker');
   connection.on('error', (err) => c.log.warn({ err: err.message }, 'worker redis connection error'));
   await connectRedis(connection);
 
@@ -29,7 +29,7 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
     if (!isQueueName(queue)) throw new Error(`WORKER_QUEUES names an unknown queue "${queue}"`);
     const worker = new Worker<JobEnvelope>(queue, (job) => processJob(c, queue, job), {
       connection,
-      prefix: bullPrefix(c.config.redisPrefix),
+      prefix: bullPrefix(c.config.redisPrefix, queue, connection.isCluster),
       concurrency,
       autorun: true,
       lockDuration: c.config.workerLocks.lockMs,
