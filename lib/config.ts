@@ -98,6 +98,8 @@ const Env = z.object({
    * and how old a job must be before it looks at it (one being enqueued right now has no entry yet).
    */
   JOB_RECONCILE_INTERVAL_SECONDS: intish(60, 1, 86400),
+  /** How often the scheduler looks for keys whose rotation (schedule or account policy) is due. */
+  ROTATION_SWEEP_SECONDS: intish(60, 1, 86400),
   JOB_RECONCILE_GRACE_SECONDS: intish(120, 1, 86400),
   /**
    * An upload must bring at least UPLOAD_MIN_BYTES_PER_SECOND on average over every window of
@@ -204,6 +206,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       maxJobOutputBytes: e.MAX_JOB_OUTPUT_BYTES || 4 * e.MAX_FILE_BYTES,
     },
     jobLimits: { timeoutMs: e.JOB_TIMEOUT_SECONDS * 1000, idleMs: e.JOB_IDLE_SECONDS * 1000 },
+    rotationSweepMs: e.ROTATION_SWEEP_SECONDS * 1000,
     jobReconcile: { intervalMs: e.JOB_RECONCILE_INTERVAL_SECONDS * 1000, graceMs: e.JOB_RECONCILE_GRACE_SECONDS * 1000 },
     uploadRate: { minBytesPerSecond: e.UPLOAD_MIN_BYTES_PER_SECOND, windowSeconds: e.UPLOAD_RATE_WINDOW_SECONDS },
     jobRetentionHours: e.JOB_RETENTION_HOURS,

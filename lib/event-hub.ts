@@ -1,6 +1,6 @@
 import type { Logger } from './logger';
 import { compareEventIds, eventStream, lastEventId, readEvents, streamTag, toEvent, type AccountEvent, type StreamEntry } from './events';
-import { createRedis, sameServer, serverOf, type Redis, type RedisTarget, type SingleRedis } from './redis';
+import { connectRedis, createRedis, sameServer, serverOf, type Redis, type RedisTarget, type SingleRedis } from './redis';
 
 /** How long one XREAD blocks; listeners that join meanwhile interrupt it (CLIENT UNBLOCK). */
 const BLOCK_MS = 10_000;
@@ -185,7 +185,8 @@ class GroupReader {
       try {
         const users = [...this.streams.keys()];
         const keys = users.map((u) => eventStream(this.deps.redisPrefix, u, this.deps.redis.isCluster));
-        // The server that holds the group's slot (it changes when a cluster fails over).
+        // The server that holds the group's slot (it changes when a cluster fails over): known once connected.
+        await connectRedis(this.reader!);
         const server = serverOf(this.reader!, keys[0]!);
         if (!server) throw new Error('no server holds the event streams\' slot yet');
         if (this.readerId?.server !== server) this.readerId = { server, id: Number(await server.client('ID')) };

@@ -12,6 +12,8 @@ PEERS=(
   "chromium command -v chromium"
   "tmux command -v tmux"
   "python3-requests /usr/bin/python3 -c 'import requests'"
+  "redis-server command -v redis-server"
+  "redis-tools command -v redis-cli"
 )
 
 missing=()
