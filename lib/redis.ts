@@ -37,6 +37,8 @@ export function createRedis(target: RedisTarget, role: 'producer' | 'worker', ex
     retryDelayOnFailover: 200,
     retryDelayOnClusterDown: 200,
     retryDelayOnTryAgain: 200,
+    // An idle connection (a blocking reader) hears of a failover from this poll, not from a failed command.
+    slotsRefreshInterval: 2000,
     redisOptions: {
       username: decodeURIComponent(url.username) || undefined,
       password: decodeURIComponent(url.password) || undefined,

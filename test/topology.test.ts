@@ -349,6 +349,7 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     const jobs = await db('jobs').where({ user_id: u.id }).where('created_at', '>', new Date(t0 - 60_000)).where({ kind: 'encrypt' }).select('id', 'state', 'idempotency_key');
     expect(jobs.filter((j) => j.state === 'completed' && j.id === retry.body.job_id)).toHaveLength(1);
     expect(jobs.filter((j) => j.idempotency_key === idem)).toHaveLength(1);
+    expect(jobs.filter((j) => j.state === 'failed')).toHaveLength(1); // the interrupted request's
     // The process comes back (as a supervisor would start it) on its port.
     apis[0] = await startApi(a.port);
   }, 150_000);
