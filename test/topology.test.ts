@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -75,7 +75,8 @@ beforeAll(async () => {
   dbUrl = url.toString();
   await ensureDatabase(dbUrl, inject('templateDb'));
   db = createDb(dbUrl, { max: 1 });
-  [cluster, s3, receiver] = await Promise.all([startRedisCluster(3), startS3(dir), startReceiver()]);
+  // Each kept as soon as it runs, so that afterAll removes it even when another fails to start.
+  await Promise.all([startRedisCluster(3).then((c) => (cluster = c)), startS3(dir).then((s) => (s3 = s)), startReceiver().then((r) => (receiver = r))]);
   env = {
     NODE_ENV: 'test',
     LOG_LEVEL: 'info',
@@ -102,8 +103,14 @@ beforeAll(async () => {
   await Promise.all(schedulers.map((s) => waitForOutput(s, 'scheduler started', 60_000)));
 }, 180_000);
 
+let failed = false;
+afterEach(({ task }) => {
+  failed ||= task.result?.state === 'fail';
+});
+
 afterAll(async () => {
-  if (process.env.TOPOLOGY_LOGS) for (const p of procs) console.info(p.output().split('\n').filter((l) => /"level":(40|50|60)/.test(l)).join('\n'));
+  // What the processes warned of is what explains a failure here.
+  if (failed) for (const p of procs) console.info(p.output().split('\n').filter((l) => /"level":(40|50|60)/.test(l)).slice(-30).join('\n'));
   await Promise.all([...procs].map(kill));
   await cluster?.stop();
   await s3?.close();
