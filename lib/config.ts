@@ -98,9 +98,9 @@ const Env = z.object({
    * and how old a job must be before it looks at it (one being enqueued right now has no entry yet).
    */
   JOB_RECONCILE_INTERVAL_SECONDS: intish(60, 1, 86400),
+  JOB_RECONCILE_GRACE_SECONDS: intish(120, 1, 86400),
   /** How often the scheduler looks for keys whose rotation (schedule or account policy) is due. */
   ROTATION_SWEEP_SECONDS: intish(60, 1, 86400),
-  JOB_RECONCILE_GRACE_SECONDS: intish(120, 1, 86400),
   /**
    * An upload must bring at least UPLOAD_MIN_BYTES_PER_SECOND on average over every window of
    * UPLOAD_RATE_WINDOW_SECONDS in which the service is reading it, or it ends with 408 `upload_too_slow`.

@@ -160,7 +160,6 @@ class GroupReader {
     // Named, so an operator (and a test) can tell the readers of a process in CLIENT LIST.
     this.reader = createRedis(this.deps.target, 'worker', { connectionName: this.connectionName });
     this.reader.on('error', (err: Error) => this.deps.log.warn({ err: err.message }, 'event hub: redis connection error'));
-    this.reader.on('ready', () => (this.readerId = undefined)); // a new connection has a new id
     this.running = this.loop();
   }
 
@@ -189,15 +188,19 @@ class GroupReader {
         await connectRedis(this.reader!);
         const server = serverOf(this.reader!, keys[0]!);
         if (!server) throw new Error('no server holds the event streams\' slot yet');
-        if (this.readerId?.server !== server) this.readerId = { server, id: Number(await server.client('ID')) };
+        if (this.readerId?.server !== server) {
+          this.readerId = { server, id: Number(await server.client('ID')) };
+          // A new connection to the server has a new id.
+          server.once('ready', () => this.readerId?.server === server && (this.readerId = undefined));
+        }
         this.readGeneration = this.generation;
         const cursors = users.map((u) => this.streams.get(u)!.cursor);
         const answer = (await this.reader!.xread('COUNT', 100, 'BLOCK', BLOCK_MS, 'STREAMS', ...keys, ...cursors)) as [string, StreamEntry[]][] | null;
         for (const [key, entries] of answer ?? []) {
-          const userId = users[keys.indexOf(key)];
-          const stream = userId === undefined ? undefined : this.streams.get(userId);
+          const userId = users[keys.indexOf(key)]!;
+          const stream = this.streams.get(userId);
           if (!stream || !entries.length) continue;
-          const events = entries.map((e) => toEvent(userId!, e));
+          const events = entries.map((e) => toEvent(userId, e));
           const last = events[events.length - 1]!.id;
           if (compareEventIds(last, stream.cursor) > 0) stream.cursor = last;
           for (const listener of stream.listeners) this.give(listener, events);

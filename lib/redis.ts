@@ -1,9 +1,9 @@
 import calculateSlot from 'cluster-key-slot';
-import { Cluster, Redis as SingleRedis, type ClusterNode, type RedisOptions } from 'ioredis';
+import { Cluster, Redis as SingleRedis, type RedisOptions } from 'ioredis';
 
 /** A connection to one Redis server or to a Redis Cluster: the rest of the service uses either alike. */
 export type Redis = SingleRedis | Cluster;
-export { Cluster, SingleRedis };
+export type { SingleRedis };
 
 /**
  * Where Redis is: one server (REDIS_URL), or a Redis Cluster found from its seed nodes
@@ -27,8 +27,7 @@ export function createRedis(target: RedisTarget, role: 'producer' | 'worker', ex
   const perServer: RedisOptions = producer ? { maxRetriesPerRequest: 1, commandTimeout: PRODUCER_COMMAND_TIMEOUT_MS } : { maxRetriesPerRequest: null };
   if (!target.redisClusterNodes.length) return new SingleRedis(target.redisUrl, { enableOfflineQueue: !producer, enableReadyCheck: true, lazyConnect: true, ...perServer, ...extra });
   const url = new URL(target.redisUrl);
-  const nodes: ClusterNode[] = target.redisClusterNodes;
-  return new Cluster(nodes, {
+  return new Cluster(target.redisClusterNodes, {
     lazyConnect: true,
     enableOfflineQueue: !producer,
     enableReadyCheck: true,
@@ -62,7 +61,7 @@ export async function connectRedis(redis: Redis, timeoutMs = 10_000): Promise<vo
 }
 
 /** The servers that hold keys: the one server, or each primary of a cluster (SCAN and KEYS see one server's keys). */
-export const primaries = (redis: Redis): SingleRedis[] => (redis instanceof Cluster ? redis.nodes('master') : [redis]);
+const primaries = (redis: Redis): SingleRedis[] => (redis instanceof Cluster ? redis.nodes('master') : [redis]);
 
 const addressOf = (server: SingleRedis) => `${server.options.host}:${server.options.port}`;
 
