@@ -39,7 +39,9 @@ export async function startRedisCluster(primaries = 3, nodeTimeoutMs = 2000) {
   try {
     for (let i = 0; i < primaries * 2; i++) {
       const port = await freePort();
-      const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--cluster-enabled', 'yes'];
+      // The cluster bus on a free port of its own (by default port + 10000, past 65535 for high ports).
+      const busPort = await freePort();
+      const args = ['--port', String(port), '--cluster-port', String(busPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--cluster-enabled', 'yes'];
       args.push('--cluster-config-file', join(dir, `nodes-${port}.conf`), '--cluster-node-timeout', String(nodeTimeoutMs), '--dir', dir);
       nodes.push({ port, child: spawn('redis-server', args, { stdio: 'ignore' }) });
     }
