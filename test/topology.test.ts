@@ -7,7 +7,7 @@ import calculateSlot from 'cluster-key-slot';
 import { Redis } from 'ioredis';
 import { createDb, dropDatabase, ensureDatabase } from '../db/knex';
 import { QUEUES } from '../jobs/define';
-import { EVENT_STREAM_GROUPS } from '../lib/events';
+import { EVENT_STREAM_GROUPS, streamTag } from '../lib/events';
 import { apiClient, registerUser, type ApiClient } from './support/service';
 import { PASSPHRASE, createKey, download, waitJob } from './support/keys';
 import { startS3 } from './support/s3';
@@ -138,9 +138,12 @@ function ownerOf(layout: ClusterNodeInfo[], key: string): number {
 function openEvents(base: string, token: string) {
   const events: { id: string; type: string; data: { data: Record<string, unknown> } }[] = [];
   const controller = new AbortController();
+  let open = () => undefined as void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
   const done = (async () => {
     const res = await fetch(`${base}/events`, { headers: { authorization: `Bearer ${token}` }, signal: controller.signal });
     expect(res.status).toBe(200);
+    open();
     let buffer = '';
     for await (const chunk of res.body!) {
       buffer += Buffer.from(chunk).toString('utf8');
@@ -155,7 +158,7 @@ function openEvents(base: string, token: string) {
       }
     }
   })().catch(() => undefined);
-  return { events, close: () => (controller.abort(), done) };
+  return { events, opened, close: () => (controller.abort(), done) };
 }
 
 /** A multipart encryption request whose file part streams `size` bytes; `onSent` hears the running total. */
@@ -308,25 +311,33 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     expect((await b.api('POST', '/auth/login', { body: { identifier: other.username, password: other.password } })).status).toBe(429);
   }, 180_000);
 
-  it('loses a Redis primary: its replica takes over, and work goes on without losing what was written', async () => {
+  it('loses a Redis primary: its replica takes over, and work and live events go on without losing what was written', async () => {
     const [a, b] = apis as [(typeof apis)[0], (typeof apis)[0]];
-    const before = await eventIds(a.api, u.token);
+    const victim = ownerOf(await cluster.layout(), `{${PREFIX}:crypto}`);
+    // An account whose event stream lives on the same primary: its live SSE reader must follow the failover.
+    let w = await registerUser(a.api);
+    while (ownerOf(await cluster.layout(), `{${streamTag(PREFIX, w.id, true)}}`) !== victim) w = await registerUser(a.api);
+    const wKey = await createKey(a.api, w.token);
+    const sse = openEvents(b.base, w.token);
+    await sse.opened;
+    const before = await eventIds(a.api, w.token);
     expect(before.length).toBeGreaterThan(0);
     await new Promise((r) => setTimeout(r, 500)); // replication is asynchronous: what was acknowledged a moment ago is on the replica
-    const victim = ownerOf(await cluster.layout(), `{${PREFIX}:crypto}`);
     const t0 = Date.now();
     await cluster.kill(victim);
     const data = randomBytes(MiB);
-    const enc = await untilAnswered(() => a.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: currentFp, files: [{ name: 'f.bin', data }] } }), (r) => r.status === 202);
+    const enc = await untilAnswered(() => a.api('POST', '/keys/encrypt', { token: w.token, form: { fingerprint: wKey.fingerprint, files: [{ name: 'f.bin', data }] } }), (r) => r.status === 202);
     recovery.redis_primary_until_accepted = Date.now() - t0;
-    expect((await waitJob(b.api, u.token, enc.body.job_id)).state).toBe('completed');
+    expect((await waitJob(b.api, w.token, enc.body.job_id)).state).toBe('completed');
     recovery.redis_primary_until_job_done = Date.now() - t0;
+    await expect.poll(() => sse.events.some((e) => e.type === 'job.completed' && e.data.data.job_id === enc.body.job_id), { timeout: 15_000 }).toBe(true);
+    recovery.redis_primary_until_live_event = Date.now() - t0;
+    await sse.close();
     await cluster.waitHealthy();
     expect((await cluster.layout()).some((n) => n.port === victim)).toBe(false);
     // Nothing written before the failure is gone from the account's stream; the job ended once.
-    const after = await eventIds(b.api, u.token);
-    expect(after).toEqual(expect.arrayContaining(before));
-    expect((await jobEvents(b.api, u.token, enc.body.job_id)).map((e) => e.type)).toEqual(['job.completed']);
+    expect(await eventIds(b.api, w.token)).toEqual(expect.arrayContaining(before));
+    expect((await jobEvents(b.api, w.token, enc.body.job_id)).map((e) => e.type)).toEqual(['job.completed']);
   }, 120_000);
 
   it('loses an API process mid-upload: the retry with the same Idempotency-Key becomes one job', async () => {
