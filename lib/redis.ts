@@ -32,7 +32,9 @@ export function createRedis(target: RedisTarget, role: 'producer' | 'worker', ex
     enableOfflineQueue: !producer,
     enableReadyCheck: true,
     // While a replica takes over a failed primary (cluster-node-timeout, then the election), commands
-    // routed to its slots wait and are sent again, up to the producer's own deadline.
+    // routed to its slots wait and are sent again: a producer's up to its own deadline, a worker's for a
+    // minute (cluster-node-timeout is 15 s by default), as a worker on one server waits for it to return.
+    maxRedirections: producer ? 16 : 300,
     retryDelayOnFailover: 200,
     retryDelayOnClusterDown: 200,
     retryDelayOnTryAgain: 200,
