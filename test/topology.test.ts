@@ -36,7 +36,8 @@ let dbUrl: string;
 let db: ReturnType<typeof createDb>;
 let env: Record<string, string>;
 const apis: { proc: Proc; api: ApiClient; base: string; port: number }[] = [];
-const workers: Record<'crypto' | 'rotation' | 'rest', Proc> = {} as never;
+/** The one process consuming the crypto queue (replaced when it is killed). */
+let cryptoWorker: Proc;
 const schedulers: Proc[] = [];
 const recovery: Record<string, number> = {};
 
@@ -96,9 +97,9 @@ beforeAll(async () => {
     JOB_IDLE_SECONDS: '4',
     ROTATION_SWEEP_SECONDS: '1',
   };
-  const started = await Promise.all([startApi(), startApi(), startWorker('crypto'), startWorker('rotation'), startWorker('rest')]);
-  apis.push(started[0], started[1]);
-  [workers.crypto, workers.rotation, workers.rest] = [started[2], started[3], started[4]];
+  const [api1, api2, crypto] = await Promise.all([startApi(), startApi(), startWorker('crypto'), startWorker('rotation'), startWorker('rest')]);
+  apis.push(api1, api2);
+  cryptoWorker = crypto;
   schedulers.push(spawnRole('scheduler'), spawnRole('scheduler'));
   await Promise.all(schedulers.map((s) => waitForOutput(s, 'scheduler started', 60_000)));
 }, 180_000);
@@ -379,8 +380,8 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     expect(enc.status, JSON.stringify(enc.body)).toBe(202);
     await expect.poll(async () => (await b.api('GET', `/jobs/${enc.body.job_id}`, { token: u.token })).body.state, { timeout: 30_000, interval: 20 }).toBe('active');
     const t0 = Date.now();
-    await kill(workers.crypto);
-    workers.crypto = await startWorker('crypto'); // a supervisor starts it again
+    await kill(cryptoWorker);
+    cryptoWorker = await startWorker('crypto'); // a supervisor starts it again
     expect((await waitJob(b.api, u.token, enc.body.job_id)).state).toBe('completed');
     recovery.crypto_worker_until_job_done = Date.now() - t0;
     const dec = await a.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: currentFp, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: await download(a.api, u.token, enc.body.job_id) }] } });
