@@ -197,10 +197,13 @@ export async function startJobAttempt(db: Knex, id: string, at: Date): Promise<J
 
 /**
  * Marks an unfinished job failed (an upload that broke); false when it had already finished. Workers'
- * own failure writes use the same guard, so neither overwrites the other.
+ * own failure writes use the same guard, so neither overwrites the other. A job that fails before its
+ * upload ended (the API process that received it died) frees its Idempotency-Key: the request never
+ * arrived whole, and the client's retry must become a job.
  */
 export async function failUnfinishedJob(db: Knex, id: string, error: { code: string; message: string }, at: Date): Promise<boolean> {
-  const n = await db('jobs').where({ id }).whereNotIn('state', ['completed', 'failed']).update({ state: 'failed', error: JSON.stringify(error), finished_at: at, expires_at: at });
+  const idempotency_key = db.raw('CASE WHEN uploaded_at IS NULL THEN NULL ELSE idempotency_key END');
+  const n = await db('jobs').where({ id }).whereNotIn('state', ['completed', 'failed']).update({ state: 'failed', error: JSON.stringify(error), finished_at: at, expires_at: at, idempotency_key });
   return n > 0;
 }
 

@@ -1,5 +1,5 @@
 import { Queue, type JobsOptions } from 'bullmq';
-import type { Redis } from 'ioredis';
+import type { Redis } from '../lib/redis';
 import { unavailable } from '../lib/errors';
 import type { RequestMeta } from '../db/audit';
 import { QUEUES, type JobEnvelope, type QueueName } from './define';
@@ -13,8 +13,12 @@ export interface EnqueueOptions {
   meta?: Partial<RequestMeta>;
 }
 
-/** BullMQ keys live under a Cluster hash tag, so all of a queue's keys land in one slot. */
-export const bullPrefix = (redisPrefix: string) => `{${redisPrefix}}`;
+/**
+ * BullMQ's key prefix of a queue: a hash tag, so that all of a queue's keys share one slot (its scripts
+ * touch many of them at once). On a Redis Cluster each queue has its own tag, so the queues spread over
+ * the shards; one server keeps the one tag every queue has always had there.
+ */
+export const bullPrefix = (redisPrefix: string, queue: QueueName, cluster: boolean) => (cluster ? `{${redisPrefix}:${queue}}` : `{${redisPrefix}}`);
 
 /**
  * Any process may enqueue. Payloads are validated against the registry's schema before they reach
@@ -34,7 +38,7 @@ export class JobClient {
     if (!QUEUES.includes(name)) throw new Error(`unknown queue "${name}"`);
     let queue = this.queues.get(name);
     if (!queue) {
-      queue = new Queue(name, { connection: this.connection, prefix: bullPrefix(this.redisPrefix) });
+      queue = new Queue(name, { connection: this.connection, prefix: bullPrefix(this.redisPrefix, name, this.connection.isCluster) });
       // Unheard, BullMQ prints the error to stderr itself, outside the process's JSON log.
       queue.on('error', this.onError);
       this.queues.set(name, queue);

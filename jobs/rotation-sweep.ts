@@ -3,7 +3,7 @@ import { defineJob } from './define';
 import { dueRotations } from '../db/rotation';
 import { dueJobId } from './rotate-due-key';
 
-/** Once a minute (scheduler): enqueue every due rotation, under a deterministic job id. */
+/** Every ROTATION_SWEEP_SECONDS (scheduler): enqueue every due rotation, under a deterministic job id. */
 export const rotationSweep = defineJob({
   queue: 'rotation',
   name: 'rotation-sweep',

@@ -24,7 +24,7 @@ export function startAuditRelay(c: Container): { stop(): Promise<void> } {
     const parsed = Notice.safeParse(JSON.parse(payload ?? 'null'));
     if (!parsed.success) return;
     const row = parsed.data;
-    const once = { key: besideStream(c.config.redisPrefix, row.user_id, `audit-relay:${row.id}`), seconds: DEDUPE_SECONDS };
+    const once = { key: besideStream(c.config.redisPrefix, row.user_id, `audit-relay:${row.id}`, c.redis.isCluster), seconds: DEDUPE_SECONDS };
     await emitEvent(c, row.user_id, 'audit.recorded', { audit_id: row.id, action: row.action, status: row.status, target: row.target, recorded_at: new Date(row.created_at).toISOString() }, once);
   };
 

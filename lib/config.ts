@@ -23,7 +23,9 @@ const Env = z.object({
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   DATABASE_URL: z.string().default('postgres://postgres@127.0.0.1:5432/kms'),
   REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
-  /** Prefix of every Redis key; wrapped in a Cluster hash tag for BullMQ (`{kms}`). */
+  /** A Redis Cluster's seed nodes, `host:port,…`: set, the service runs on the cluster (REDIS_URL then gives only user, password and scheme). */
+  REDIS_CLUSTER_NODES: list,
+  /** Prefix of every Redis key; hash tags built from it keep what one script or queue touches in one Cluster slot. */
   REDIS_PREFIX: z.string().regex(/^[A-Za-z0-9_-]+$/).default('kms'),
   /** Current master key, `kid:base64(32 bytes)`; MASTER_KEYS_PREVIOUS (comma separated) still open old seals. */
   MASTER_KEY: z.string().optional(),
@@ -111,6 +113,8 @@ const Env = z.object({
   /** How often every audit chain that moved gets a signed checkpoint; the signing key's age before it is replaced. */
   AUDIT_CHECKPOINT_INTERVAL_SECONDS: intish(300, 1, 86400),
   AUDIT_SIGNING_KEY_DAYS: intish(90, 1, 3650),
+  /** How often the scheduler looks for keys whose rotation (schedule or account policy) is due. */
+  ROTATION_SWEEP_SECONDS: intish(60, 1, 86400),
   /**
    * An upload must bring at least UPLOAD_MIN_BYTES_PER_SECOND on average over every window of
    * UPLOAD_RATE_WINDOW_SECONDS in which the service is reading it, or it ends with 408 `upload_too_slow`.
@@ -194,6 +198,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     databaseUrl: e.DATABASE_URL,
     dbIdleInTransactionMs: e.DB_IDLE_IN_TRANSACTION_SECONDS * 1000,
     redisUrl: e.REDIS_URL,
+    redisClusterNodes: e.REDIS_CLUSTER_NODES.map(clusterNode),
     redisPrefix: e.REDIS_PREFIX,
     masterKeys,
     jwt: { secret: jwtSecret, ttlSeconds: e.JWT_TTL_SECONDS },
@@ -224,6 +229,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       maxJobOutputBytes: e.MAX_JOB_OUTPUT_BYTES || 4 * e.MAX_FILE_BYTES,
     },
     jobLimits: { timeoutMs: e.JOB_TIMEOUT_SECONDS * 1000, idleMs: e.JOB_IDLE_SECONDS * 1000 },
+    rotationSweepMs: e.ROTATION_SWEEP_SECONDS * 1000,
     jobReconcile: { intervalMs: e.JOB_RECONCILE_INTERVAL_SECONDS * 1000, graceMs: e.JOB_RECONCILE_GRACE_SECONDS * 1000 },
     auditCheckpoints: { intervalMs: e.AUDIT_CHECKPOINT_INTERVAL_SECONDS * 1000, signingKeyMaxAgeMs: e.AUDIT_SIGNING_KEY_DAYS * 86400_000 },
     uploadRate: { minBytesPerSecond: e.UPLOAD_MIN_BYTES_PER_SECOND, windowSeconds: e.UPLOAD_RATE_WINDOW_SECONDS },
@@ -305,6 +311,14 @@ export function parseQueueList(spec: string): { queue: string; concurrency: numb
       if (!queue || !Number.isInteger(concurrency) || concurrency < 1) throw new Error(`WORKER_QUEUES: bad entry "${item}"`);
       return { queue, concurrency };
     });
+}
+
+/** `10.0.0.5:7000` or `[::1]:7000` → {host, port}: a seed node of REDIS_CLUSTER_NODES. */
+function clusterNode(item: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/\[\]]+)):(\d{1,5})$/.exec(item);
+  const port = Number(m?.[3]);
+  if (!m || port < 1 || port > 65535) throw new Error(`REDIS_CLUSTER_NODES: bad entry "${item}" (use host:port)`);
+  return { host: m[1] ?? m[2]!, port };
 }
 
 const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;

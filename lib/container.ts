@@ -51,14 +51,16 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const log = overrides.log ?? createLogger(config.logLevel);
   setLineageKdf({ memoryKib: config.lineageKdfMemoryKib });
   const db = openDatabase(config, { log });
-  const redis = createRedis(config.redisUrl, 'producer');
+  const redis = createRedis(config, 'producer');
   // Until the first connection, an error is what start-up fails with (one line naming REDIS_URL), not a log record.
   let connected = false;
   let refused: unknown;
   redis.on('error', (err) => (connected ? log.warn({ err: err.message }, 'redis connection error') : (refused = err)));
   await connectRedis(redis).catch((err: unknown) => {
     redis.disconnect();
-    throw dependencyFailed('REDIS_URL', config.redisUrl, 'connecting to Redis', refused ?? err);
+    throw config.redisClusterNodes.length
+      ? dependencyFailed('REDIS_CLUSTER_NODES', `redis://${config.redisClusterNodes[0]!.host}:${config.redisClusterNodes[0]!.port}`, 'connecting to the Redis Cluster', refused ?? err)
+      : dependencyFailed('REDIS_URL', config.redisUrl, 'connecting to Redis', refused ?? err);
   });
   connected = true;
   const keyring = await openKeyring(config, db).catch(async (err: unknown) => {
@@ -77,7 +79,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const jobKeys = jobDataKeys(sealer, { lookup: (jobId) => jobDataKey(db, jobId), legacy: store });
   const blob = followableJobFiles(sealedJobBlobs(store, jobKeys));
   const usage = new UsageRecorder((kind, id, count, last) => (kind === 'api_key' ? addUse(db, id, count, last) : touchPartnerKey(db, id, last)), log);
-  const eventHub = new EventHub({ redis, redisUrl: config.redisUrl, redisPrefix: config.redisPrefix, log });
+  const eventHub = new EventHub({ redis, target: config, redisPrefix: config.redisPrefix, log });
   return {
     config,
     log,

@@ -49,10 +49,14 @@ export const isDatabaseUnreachable = (err: unknown): boolean =>
   err instanceof Error &&
   (err.name === 'KnexTimeoutError' || PG_UNREACHABLE.test(String(codeOf(err))) || PG_UNREACHABLE_MESSAGES.test(err.message));
 
-/** ioredis out of reach: a command unanswered within its timeout, or a connection closed or not yet open. */
+/**
+ * ioredis out of reach: a command unanswered within its timeout, a connection closed or not yet open,
+ * or a Redis Cluster without a reachable server for the command's slot (during a failover).
+ */
 export const isRedisUnreachable = (err: unknown): boolean =>
   err instanceof Error &&
-  (err.name === 'MaxRetriesPerRequestError' || /^(Command timed out|Connection is closed|Stream isn't writeable)/.test(err.message));
+  (['MaxRetriesPerRequestError', 'ClusterAllFailedError'].includes(err.name) ||
+    /^(Command timed out|Connection is closed|Stream isn't writeable|Cluster isn't ready|Too many Cluster redirections|CLUSTERDOWN)/.test(err.message));
 
 /** The disk (or quota) under a local blob store is full. */
 export const isStorageFull = (err: unknown): boolean => err instanceof Error && ['ENOSPC', 'EDQUOT'].includes(String(codeOf(err)));

@@ -1,7 +1,6 @@
-import type { Redis } from 'ioredis';
 import type { Logger } from './logger';
-import { compareEventIds, eventStream, lastEventId, readEvents, toEvent, type AccountEvent, type StreamEntry } from './events';
-import { createRedis } from './redis';
+import { compareEventIds, eventStream, lastEventId, readEvents, streamTag, toEvent, type AccountEvent, type StreamEntry } from './events';
+import { connectRedis, createRedis, sameServer, serverOf, type Redis, type RedisTarget, type SingleRedis } from './redis';
 
 /** How long one XREAD blocks; listeners that join meanwhile interrupt it (CLIENT UNBLOCK). */
 const BLOCK_MS = 10_000;
@@ -30,16 +29,54 @@ interface Stream {
   linger?: NodeJS.Timeout;
 }
 
+interface HubDeps {
+  redis: Redis;
+  target: RedisTarget;
+  redisPrefix: string;
+  log: Logger;
+}
+
 /**
  * Every live event stream of one process on ONE blocking Redis connection: a single XREAD BLOCK over
  * all streams with listeners, each from where the hub has read it, instead of a connection per open
  * SSE client. Each listener gets every event after its own cursor exactly once and in order, however
- * it joins (before, after or while the hub reads its stream).
+ * it joins (before, after or while the hub reads its stream). On a Redis Cluster one XREAD may only
+ * name keys of one slot: there the hub keeps one such reader per stream group (lib/events.ts
+ * `streamTag`) that has listeners.
  */
 export class EventHub {
+  private readonly groups = new Map<string, GroupReader>();
+  private stopped = false;
+
+  constructor(private readonly deps: HubDeps) {}
+
+  /**
+   * Follows an account's stream after `cursor` (exclusive), or without one from now: from where the hub
+   * has read a stream it already follows (everything newer reaches the listener; no round trip), else
+   * from the stream's newest id. Returns the function that stops it.
+   */
+  listen(userId: string, cursor: string | undefined, deliver: (events: AccountEvent[]) => void): Promise<() => void> {
+    if (this.stopped) return Promise.resolve(() => undefined);
+    const cluster = this.deps.redis.isCluster;
+    const tag = cluster ? streamTag(this.deps.redisPrefix, userId, true) : '';
+    let group = this.groups.get(tag);
+    if (!group) this.groups.set(tag, (group = new GroupReader(this.deps, cluster ? `${this.deps.redisPrefix}:event-hub:${tag}` : `${this.deps.redisPrefix}:event-hub`)));
+    return group.listen(userId, cursor, deliver);
+  }
+
+  /** Ends the readers; listeners get nothing more. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await Promise.all([...this.groups.values()].map((g) => g.stop()));
+  }
+}
+
+/** The streams one XREAD can follow (all of them on one server; one group's on a cluster), on one connection. */
+class GroupReader {
   private readonly streams = new Map<string, Stream>();
   private reader?: Redis;
-  private readerId?: number;
+  /** The reader's connection id, and the server it is on (CLIENT UNBLOCK goes there). */
+  private readerId?: { server: SingleRedis; id: number };
   private running?: Promise<void>;
   private stopped = false;
   private wake?: () => void;
@@ -47,13 +84,11 @@ export class EventHub {
   private generation = 0;
   private readGeneration = 0;
 
-  constructor(private readonly deps: { redis: Redis; redisUrl: string; redisPrefix: string; log: Logger }) {}
+  constructor(
+    private readonly deps: HubDeps,
+    private readonly connectionName: string,
+  ) {}
 
-  /**
-   * Follows an account's stream after `cursor` (exclusive), or without one from now: from where the hub
-   * has read a stream it already follows (everything newer reaches the listener; no round trip), else
-   * from the stream's newest id. Returns the function that stops it.
-   */
   async listen(userId: string, cursor: string | undefined, deliver: (events: AccountEvent[]) => void): Promise<() => void> {
     const from = cursor ?? this.streams.get(userId)?.cursor ?? (await lastEventId(this.deps.redis, this.deps.redisPrefix, userId));
     const listener: Listener = { cursor: from, deliver };
@@ -79,7 +114,6 @@ export class EventHub {
     };
   }
 
-  /** Ends the reader; listeners get nothing more. */
   async stop(): Promise<void> {
     this.stopped = true;
     for (const stream of this.streams.values()) clearTimeout(stream.linger);
@@ -123,10 +157,9 @@ export class EventHub {
   private start(): void {
     this.wake?.();
     if (this.running || this.stopped) return;
-    // Named, so an operator (and a test) can tell the one reader per process in CLIENT LIST.
-    this.reader = createRedis(this.deps.redisUrl, 'worker', { connectionName: `${this.deps.redisPrefix}:event-hub` });
+    // Named, so an operator (and a test) can tell the readers of a process in CLIENT LIST.
+    this.reader = createRedis(this.deps.target, 'worker', { connectionName: this.connectionName });
     this.reader.on('error', (err: Error) => this.deps.log.warn({ err: err.message }, 'event hub: redis connection error'));
-    this.reader.on('ready', () => (this.readerId = undefined)); // a new connection has a new id
     this.running = this.loop();
   }
 
@@ -136,12 +169,12 @@ export class EventHub {
     for (const ms of UNBLOCK_RETRIES_MS) {
       if (ms) await new Promise((r) => setTimeout(r, ms));
       if (this.stopped || this.readGeneration >= wanted) return;
-      if (this.readerId !== undefined) await this.deps.redis.client('UNBLOCK', this.readerId).catch(() => undefined);
+      const reading = this.readerId;
+      if (reading) await sameServer(this.deps.redis, reading.server)?.client('UNBLOCK', reading.id).catch(() => undefined);
     }
   }
 
   private async loop(): Promise<void> {
-    const prefix = `${this.deps.redisPrefix}:events:`;
     while (!this.stopped) {
       if (!this.streams.size) {
         await new Promise<void>((resolve) => (this.wake = resolve));
@@ -149,13 +182,22 @@ export class EventHub {
         continue;
       }
       try {
-        this.readerId ??= Number(await this.reader!.client('ID'));
-        this.readGeneration = this.generation;
         const users = [...this.streams.keys()];
+        const keys = users.map((u) => eventStream(this.deps.redisPrefix, u, this.deps.redis.isCluster));
+        // The server that holds the group's slot (it changes when a cluster fails over): known once connected.
+        await connectRedis(this.reader!);
+        const server = serverOf(this.reader!, keys[0]!);
+        if (!server) throw new Error('no server holds the event streams\' slot yet');
+        if (this.readerId?.server !== server) {
+          this.readerId = { server, id: Number(await server.client('ID')) };
+          // A new connection to the server has a new id.
+          server.once('ready', () => this.readerId?.server === server && (this.readerId = undefined));
+        }
+        this.readGeneration = this.generation;
         const cursors = users.map((u) => this.streams.get(u)!.cursor);
-        const answer = (await this.reader!.xread('COUNT', 100, 'BLOCK', BLOCK_MS, 'STREAMS', ...users.map((u) => eventStream(this.deps.redisPrefix, u)), ...cursors)) as [string, StreamEntry[]][] | null;
+        const answer = (await this.reader!.xread('COUNT', 100, 'BLOCK', BLOCK_MS, 'STREAMS', ...keys, ...cursors)) as [string, StreamEntry[]][] | null;
         for (const [key, entries] of answer ?? []) {
-          const userId = key.slice(prefix.length);
+          const userId = users[keys.indexOf(key)]!;
           const stream = this.streams.get(userId);
           if (!stream || !entries.length) continue;
           const events = entries.map((e) => toEvent(userId, e));
@@ -165,6 +207,7 @@ export class EventHub {
         }
       } catch (err) {
         if (this.stopped) return;
+        this.readerId = undefined;
         this.deps.log.warn({ err: (err as Error).message }, 'event hub: read failed; retrying');
         await new Promise((r) => setTimeout(r, 1000));
       }

@@ -1,5 +1,6 @@
-import type { Redis } from 'ioredis';
+import calculateSlot from 'cluster-key-slot';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { Redis } from './redis';
 import type { Container } from './container';
 import { eventTargets, fanOut } from './services/webhooks';
 import { accountsWithPendingEvents, deleteOutbox, insertOutbox, lockAccountOutbox, pendingEvents } from '../db/event-outbox';
@@ -61,16 +62,28 @@ export interface AccountEvent {
 const STREAM_MAX_LEN = 1000;
 export const EVENT_ID = /^\d{1,16}-\d{1,16}$/;
 
-export const eventStream = (redisPrefix: string, userId: string) => `${redisPrefix}:events:${userId}`;
+/**
+ * How many groups a Redis Cluster spreads account streams over: each group is one hash slot, so one
+ * blocking XREAD per group (an API process's event hub) follows every stream of it.
+ */
+export const EVENT_STREAM_GROUPS = 16;
 
 /**
- * A key in the Redis Cluster hash slot of the account's event stream (the stream's name is its hash tag),
- * so that one script may use both: publishEvents'.
+ * The hash tag of an account's stream and of the keys beside it. On one server it is the stream's own
+ * name; on a cluster, the account's group, so that the streams of a group share a slot and the groups
+ * spread over the shards.
  */
-export const besideStream = (redisPrefix: string, userId: string, name: string) => `{${eventStream(redisPrefix, userId)}}:${name}`;
+export const streamTag = (redisPrefix: string, userId: string, cluster: boolean) =>
+  cluster ? `${redisPrefix}:events:g${calculateSlot(userId) % EVENT_STREAM_GROUPS}` : `${redisPrefix}:events:${userId}`;
+
+export const eventStream = (redisPrefix: string, userId: string, cluster: boolean) => (cluster ? `{${streamTag(redisPrefix, userId, true)}}:${userId}` : streamTag(redisPrefix, userId, false));
+
+/** A key in the hash slot of the account's event stream, so that one script may use both: publishEvents'. */
+export const besideStream = (redisPrefix: string, userId: string, name: string, cluster: boolean) =>
+  `{${streamTag(redisPrefix, userId, cluster)}}:${cluster ? `${userId}:` : ''}${name}`;
 
 /** The version of the account's webhook endpoints, bumped on every change (lib/services/webhooks.ts). */
-export const endpointsVersionKey = (redisPrefix: string, userId: string) => besideStream(redisPrefix, userId, 'webhook-endpoints');
+export const endpointsVersionKey = (redisPrefix: string, userId: string, cluster: boolean) => besideStream(redisPrefix, userId, 'webhook-endpoints', cluster);
 
 /** An event to publish: its kind and its data (ids, fingerprints, states; never secrets). */
 export interface NewEvent {
@@ -113,9 +126,9 @@ function publisher(redis: Redis): Publisher {
 
 /** Appends events to the account's stream, in order; null when `once` was not new. Emitting code calls `emitEvents`, which also queues webhooks. */
 export async function publishEvents(redis: Redis, redisPrefix: string, userId: string, events: NewEvent[], at: Date, once?: Once): Promise<Published | null> {
-  const stream = eventStream(redisPrefix, userId);
+  const stream = eventStream(redisPrefix, userId, redis.isCluster);
   const fields = events.flatMap((e) => [e.type, JSON.stringify(e.data)]);
-  const answer = await publisher(redis).kmsPublishEvents(stream, endpointsVersionKey(redisPrefix, userId), once?.key ?? stream, String(once?.seconds ?? 0), String(STREAM_MAX_LEN), at.toISOString(), ...fields);
+  const answer = await publisher(redis).kmsPublishEvents(stream, endpointsVersionKey(redisPrefix, userId, redis.isCluster), once?.key ?? stream, String(once?.seconds ?? 0), String(STREAM_MAX_LEN), at.toISOString(), ...fields);
   if (!answer) return null;
   const [endpointsVersion, ...ids] = answer;
   return { ids: ids as string[], endpointsVersion };
@@ -132,13 +145,13 @@ export function toEvent(userId: string, [id, fields]: StreamEntry): AccountEvent
 /** Events after `afterId` (exclusive), oldest first. */
 export async function readEvents(redis: Redis, redisPrefix: string, userId: string, afterId = '-', count = 100): Promise<AccountEvent[]> {
   const start = afterId === '-' ? '-' : `(${afterId}`;
-  const entries = (await redis.xrange(eventStream(redisPrefix, userId), start, '+', 'COUNT', count)) as StreamEntry[];
+  const entries = (await redis.xrange(eventStream(redisPrefix, userId, redis.isCluster), start, '+', 'COUNT', count)) as StreamEntry[];
   return entries.map((e) => toEvent(userId, e));
 }
 
 /** The newest event id, or `0-0` when there is none: where a new live reader starts. */
 export async function lastEventId(redis: Redis, redisPrefix: string, userId: string): Promise<string> {
-  const [newest] = (await redis.xrevrange(eventStream(redisPrefix, userId), '+', '-', 'COUNT', 1)) as StreamEntry[];
+  const [newest] = (await redis.xrevrange(eventStream(redisPrefix, userId, redis.isCluster), '+', '-', 'COUNT', 1)) as StreamEntry[];
   return newest?.[0] ?? '0-0';
 }
 
@@ -156,7 +169,7 @@ export const compareEventIds = (a: string, b: string) => {
  * written, some may be. Cautious by one event: a client whose own last event was just trimmed hears it.
  */
 export async function trimmedSince(redis: Redis, redisPrefix: string, userId: string, afterId: string): Promise<boolean> {
-  const key = eventStream(redisPrefix, userId);
+  const key = eventStream(redisPrefix, userId, redis.isCluster);
   if (((await redis.xrange(key, afterId, afterId)) as StreamEntry[]).length) return false;
   const info = (await redis.call('XINFO', 'STREAM', key).catch(() => null)) as unknown[] | null;
   if (!info) return false; // no stream: nothing was ever written
@@ -168,7 +181,7 @@ export async function trimmedSince(redis: Redis, redisPrefix: string, userId: st
 export async function eventHistory(redis: Redis, redisPrefix: string, userId: string, q: { types?: EventType[]; from?: Date; to?: Date }): Promise<AccountEvent[]> {
   const end = q.to ? String(q.to.getTime()) : '+';
   const start = q.from ? String(q.from.getTime()) : '-';
-  const entries = (await redis.xrevrange(eventStream(redisPrefix, userId), end, start)) as StreamEntry[];
+  const entries = (await redis.xrevrange(eventStream(redisPrefix, userId, redis.isCluster), end, start)) as StreamEntry[];
   const events = entries.map((e) => toEvent(userId, e));
   return q.types?.length ? events.filter((e) => q.types!.includes(e.type)) : events;
 }
@@ -252,7 +265,7 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
       const done: string[] = [];
       try {
         for (const row of rows) {
-          const once = { key: row.once_key ?? besideStream(prefix, userId, `outbox:${row.id}`), seconds: row.once_seconds ?? RELAYED_ONCE_SECONDS };
+          const once = { key: row.once_key ?? besideStream(prefix, userId, `outbox:${row.id}`, c.redis.isCluster), seconds: row.once_seconds ?? RELAYED_ONCE_SECONDS };
           const event: NewEvent = { type: row.type as EventType, data: row.data };
           const published = await publishEvents(c.redis, prefix, userId, [event], row.created_at, once);
           done.push(row.id);

@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import { scanKeys, type Redis } from './redis';
 
 /**
  * Each worker process says it is alive: a Redis key per process with its queues and concurrency,
@@ -18,7 +18,8 @@ export interface WorkerBeat {
   seen_at: string;
 }
 
-const keyOf = (prefix: string, id: string) => `${prefix}:workers:${id}`;
+/** One hash tag for every beat, so that one MGET reads them on a Redis Cluster too. */
+const keyOf = (prefix: string, id: string) => `{${prefix}:workers}:${id}`;
 
 export function startHeartbeat(redis: Redis, prefix: string, queues: WorkerBeat['queues']): { stop(): Promise<void> } {
   const id = randomUUID();
@@ -38,12 +39,7 @@ export function startHeartbeat(redis: Redis, prefix: string, queues: WorkerBeat[
 /** The worker processes alive now. */
 export async function liveWorkers(redis: Redis, prefix: string): Promise<WorkerBeat[]> {
   const keys: string[] = [];
-  let cursor = '0';
-  do {
-    const [next, page] = await redis.scan(cursor, 'MATCH', keyOf(prefix, '*'), 'COUNT', 200);
-    cursor = next;
-    keys.push(...page);
-  } while (cursor !== '0');
+  for await (const page of scanKeys(redis, keyOf(prefix, '*'))) keys.push(...page.keys);
   if (!keys.length) return [];
   const values = await redis.mget(...keys);
   return values.filter((v): v is string => Boolean(v)).map((v) => JSON.parse(v) as WorkerBeat);

@@ -13,6 +13,8 @@ PEERS=(
   "tmux command -v tmux"
   "python3-requests /usr/bin/python3 -c 'import requests'"
   "softhsm2 command -v softhsm2-util"
+  "redis-server command -v redis-server"
+  "redis-tools command -v redis-cli"
 )
 
 missing=()

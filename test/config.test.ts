@@ -17,6 +17,18 @@ describe('loadConfig', () => {
     expect(loadConfig(secrets).production).toBe(true);
   });
 
+  it('runs on one Redis by default, and on a Redis Cluster when REDIS_CLUSTER_NODES names its seed nodes', () => {
+    expect(loadConfig({ NODE_ENV: 'test' }).redisClusterNodes).toEqual([]);
+    expect(loadConfig({ NODE_ENV: 'test', REDIS_CLUSTER_NODES: '10.0.0.5:7000, redis-b.internal:7001,[::1]:7002' }).redisClusterNodes).toEqual([
+      { host: '10.0.0.5', port: 7000 },
+      { host: 'redis-b.internal', port: 7001 },
+      { host: '::1', port: 7002 },
+    ]);
+    for (const bad of ['10.0.0.5', '10.0.0.5:0', 'redis://10.0.0.5:7000', '10.0.0.5:70000', ':7000']) {
+      expect(() => loadConfig({ NODE_ENV: 'test', REDIS_CLUSTER_NODES: bad })).toThrow(/REDIS_CLUSTER_NODES: bad entry/);
+    }
+  });
+
   it('uses the development secrets only for NODE_ENV development or test', () => {
     expect(loadConfig({ NODE_ENV: 'development' }).masterKeys.current).toMatch(/^dev:/);
     expect(loadConfig({ NODE_ENV: 'test' }).jwt.secret.length).toBeGreaterThanOrEqual(32);

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { startRedisServer } from './support/redis-server';
-import { emitEvent, emitEvents } from '../lib/events';
+import { besideStream, emitEvent, emitEvents } from '../lib/events';
 
 let redis: Awaited<ReturnType<typeof startRedisServer>>;
 let s: TestService;
@@ -47,7 +47,7 @@ describe('account events while Redis is down', () => {
 
   it('an event heard by several processes (the same once key) is published once', async () => {
     const u = await registerUser(s.api);
-    const once = { key: `{${s.c.config.redisPrefix}:events:${u.id}}:test-once`, seconds: 60 };
+    const once = { key: besideStream(s.c.config.redisPrefix, u.id, 'test-once', s.c.redis.isCluster), seconds: 60 };
     await Promise.all([1, 2, 3].map(() => emitEvent(s.c, u.id, 'key.rotated', { n: 1 }, once)));
     expect(await history(u.token)).toHaveLength(1);
   });

@@ -129,7 +129,7 @@ describe('GET /events', () => {
     const [first] = (await s.api('GET', '/events/history?types=key.generated', { token: u.token })).body.items;
     expect(first.type).toBe('key.generated');
     await rotate(u.token, key.fingerprint);
-    await s.c.redis.xtrim(eventStream(s.config.redisPrefix, u.id), 'MAXLEN', 0);
+    await s.c.redis.xtrim(eventStream(s.config.redisPrefix, u.id, false), 'MAXLEN', 0);
     const resumed = subscribe(s.url, u.token, { lastEventId: first.id });
     await expect.poll(() => resumed.frames.some((f) => f.event === 'gap'), { timeout: 5000 }).toBe(true);
     await resumed.close();

@@ -11,7 +11,7 @@ export const SCHEDULES: { id: string; job: JobName; every: number | ((config: Co
   { id: 'purge-expired', job: 'purge-expired', every: 3600_000 },
   { id: 'purge-job-outputs', job: 'purge-job-outputs', every: 600_000 },
   { id: 'sweep-blobs', job: 'sweep-blobs', every: 3600_000 },
-  { id: 'rotation-sweep', job: 'rotation-sweep', every: 60_000 },
+  { id: 'rotation-sweep', job: 'rotation-sweep', every: (config) => config.rotationSweepMs },
   { id: 'expiry-sweep', job: 'expiry-sweep', every: 3600_000 },
   { id: 'billing-sweep', job: 'billing-sweep', every: 300_000 },
   { id: 'destruction-sweep', job: 'destruction-sweep', every: 300_000 },

@@ -22,7 +22,7 @@ export interface WorkerPool {
  * cannot fix it.
  */
 export async function startWorkers(c: Container, queues: { queue: string; concurrency: number }[]): Promise<WorkerPool> {
-  const connection = createRedis(c.config.redisUrl, 'worker');
+  const connection = createRedis(c.config, 'worker');
   connection.on('error', (err) => c.log.warn({ err: err.message }, 'worker redis connection error'));
   await connectRedis(connection);
 
@@ -31,7 +31,7 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
     const pool = queue === UPLOAD_QUEUE ? new SlotPool(concurrency) : undefined;
     const worker = new Worker<JobEnvelope>(queue, (job, token) => processJob(c, queue, job, pool, token), {
       connection,
-      prefix: bullPrefix(c.config.redisPrefix),
+      prefix: bullPrefix(c.config.redisPrefix, queue, connection.isCluster),
       concurrency: pool ? concurrency + c.config.uploadWaiters : concurrency,
       autorun: true,
       lockDuration: c.config.workerLocks.lockMs,

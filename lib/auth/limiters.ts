@@ -1,5 +1,5 @@
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
-import type { Redis } from 'ioredis';
+import type { Redis } from '../redis';
 import type { Config } from '../config';
 import { tooManyRequests, unavailable } from '../errors';
 

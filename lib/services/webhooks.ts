@@ -133,14 +133,14 @@ const targetCaches = new WeakMap<Container, LruCache<string, Targets>>();
 /** After a committed change to an account's endpoints: every process reads them again at its next event. */
 async function endpointsChanged(c: Container, userId: string): Promise<void> {
   targetCaches.get(c)?.delete(userId);
-  await c.redis.incr(endpointsVersionKey(c.config.redisPrefix, userId)).catch((err: unknown) => c.log.warn({ err, user_id: userId }, 'could not announce a webhook endpoint change; other processes see it within a minute'));
+  await c.redis.incr(endpointsVersionKey(c.config.redisPrefix, userId, c.redis.isCluster)).catch((err: unknown) => c.log.warn({ err, user_id: userId }, 'could not announce a webhook endpoint change; other processes see it within a minute'));
 }
 
 /** The account's enabled endpoints, given their version in Redis (read here when not given). */
 export async function eventTargets(c: Container, userId: string, endpointsVersion?: string | null): Promise<Targets['endpoints']> {
   let cache = targetCaches.get(c);
   if (!cache) targetCaches.set(c, (cache = new LruCache({ max: TARGETS_MAX_ACCOUNTS, ttlMs: TARGETS_MAX_AGE_MS })));
-  const version = endpointsVersion === undefined ? await c.redis.get(endpointsVersionKey(c.config.redisPrefix, userId)) : endpointsVersion;
+  const version = endpointsVersion === undefined ? await c.redis.get(endpointsVersionKey(c.config.redisPrefix, userId, c.redis.isCluster)) : endpointsVersion;
   const known = cache.get(userId);
   if (known && known.version === version) return known.endpoints;
   return cache.set(userId, { version, endpoints: await enabledEndpoints(c.db, userId) }).endpoints;

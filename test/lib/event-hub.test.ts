@@ -13,7 +13,7 @@ let redis: Redis;
 let hub: EventHub;
 beforeAll(() => {
   redis = new Redis(inject('redisUrl'));
-  hub = new EventHub({ redis, redisUrl: inject('redisUrl'), redisPrefix: prefix, log: createLogger('silent') });
+  hub = new EventHub({ redis, target: { redisUrl: inject('redisUrl'), redisClusterNodes: [] }, redisPrefix: prefix, log: createLogger('silent') });
 });
 afterAll(async () => {
   await hub.stop();
@@ -138,19 +138,19 @@ describe('EventHub', () => {
 describe('publishEvents', () => {
   it('publishes once per `once` key, and reads the webhook endpoints version in the same round trip', async () => {
     // One script, so one Redis Cluster hash slot: the keys beside a stream are tagged with its name.
-    expect(endpointsVersionKey(prefix, 'u1')).toBe(`{${eventStream(prefix, 'u1')}}:webhook-endpoints`);
+    expect(endpointsVersionKey(prefix, 'u1', false)).toBe(`{${eventStream(prefix, 'u1', false)}}:webhook-endpoints`);
     const user = randomBytes(4).toString('hex');
-    const once = { key: besideStream(prefix, user, 'once'), seconds: 60 };
+    const once = { key: besideStream(prefix, user, 'once', false), seconds: 60 };
     const first = await publishEvent(user, 'audit.recorded', { n: 1 }, once);
     expect(first).toEqual({ ids: [expect.stringMatching(/^\d+-\d+$/)], endpointsVersion: null });
     // Another process hearing the same row: nothing is written.
     expect(await publishEvent(user, 'audit.recorded', { n: 1 }, once)).toBeNull();
-    expect(await redis.xlen(eventStream(prefix, user))).toBe(1);
+    expect(await redis.xlen(eventStream(prefix, user, false))).toBe(1);
     expect(await redis.ttl(once.key)).toBeGreaterThan(50);
 
-    await redis.incr(endpointsVersionKey(prefix, user));
+    await redis.incr(endpointsVersionKey(prefix, user, false));
     expect((await publishEvent(user, 'key.generated', { n: 2 }))?.endpointsVersion).toBe('1');
-    expect(await redis.xlen(eventStream(prefix, user))).toBe(2);
+    expect(await redis.xlen(eventStream(prefix, user, false))).toBe(2);
   });
 
   it('appends several events in order in one round trip', async () => {
