@@ -4,6 +4,7 @@ import { connect } from 'node:net';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { PASSPHRASE, createKey, encrypt } from './support/keys';
 import * as accounts from '../lib/services/accounts';
+import { routes } from '../api/app';
 
 /**
  * Hostile text in every request part of every route the OpenAPI document lists. Postgres refuses
@@ -116,7 +117,11 @@ async function pool<T>(tasks: (() => Promise<T>)[], limit: number): Promise<T[]>
 
 const resolve = (schema: Json | undefined): Json => (schema?.$ref ? doc.components.schemas[String(schema.$ref).split('/').pop()!] : (schema ?? {}));
 const variantsOf = (schema: Json): Json[] => [schema, ...((schema.anyOf ?? schema.oneOf ?? []) as Json[]).map(resolve)];
-const isBinary = (s: Json) => s.type === 'string' && (s.contentMediaType === 'application/octet-stream' || s.format === 'binary');
+/** Bytes, where NUL is content: a binary string, or a repeatable field of them (a form's binary parts). */
+const isBinary = (s: Json): boolean =>
+  (s.type === 'string' && (s.contentMediaType === 'application/octet-stream' || s.format === 'binary')) || (s.type === 'array' && isBinary(resolve(s.items as Json)));
+/** Form fields read as bytes whether sent as text or as a file part (a key, detached signatures): NUL is content there. */
+const BINARY_PARTS = new Set(routes.flatMap((r) => (r.multipart?.binaryFields ?? []).map((f) => `${r.method.toUpperCase()} ${r.path} ${f}`)));
 /** Top-level properties of a body schema, and of each variant of a union of objects. */
 const bodyVariants = (schema: Json): Json[] => (schema.properties ? [schema] : ((schema.anyOf ?? schema.oneOf ?? []) as Json[]).map(resolve).filter((v) => v.properties));
 const patternOf = (s: Json): RegExp | undefined => {
@@ -266,6 +271,7 @@ function casesFor(path: string, method: string, op: Json, chars: string[]): Case
         const p = resolve(prop);
         // Every property, text or not (text where a number is due is hostile too); uploads excepted.
         if (seen.has(name) || variantsOf(p).every(isBinary)) continue;
+        if (media === 'multipart/form-data' && BINARY_PARTS.has(`${route} ${name}`)) continue;
         seen.add(name);
         fields.push({ where: 'body', name, schema: p, media });
       }

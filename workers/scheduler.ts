@@ -19,6 +19,9 @@ export const SCHEDULES: { id: string; job: JobName; every: number | ((config: Co
   { id: 'audit-checkpoint', job: 'audit-checkpoint', every: (config) => config.auditCheckpoints.intervalMs },
 ];
 
+/** How late past its period a schedule's next run may be before it counts as lost (a busy worker starts it late). */
+const LOST_ITERATION_SLACK_MS = 30_000;
+
 export interface Scheduler {
   close(): Promise<void>;
 }
@@ -29,7 +32,15 @@ export async function startScheduler(c: Container): Promise<Scheduler> {
       const def = jobDefinition(s.job)!;
       const data: JobEnvelope = { payload: {}, meta: { enqueued_at: new Date().toISOString() } };
       const every = typeof s.every === 'number' ? s.every : s.every(c.config);
-      await c.jobs.queue(def.queue).upsertJobScheduler(s.id, { every }, { name: def.name, data, opts: def.options });
+      const queue = c.jobs.queue(def.queue);
+      // A schedule whose next iteration is overdue by a whole period has lost it (a failover dropped the
+      // delayed job that stood for it): upserting would keep the stale record, so it is made anew.
+      const existing = await queue.getJobScheduler(s.id);
+      if (existing?.next !== undefined && existing.next < Date.now() - every - LOST_ITERATION_SLACK_MS) {
+        c.log.warn({ schedule: s.id, next: new Date(existing.next).toISOString() }, 'a schedule lost its next run: made anew');
+        await queue.removeJobScheduler(s.id);
+      }
+      await queue.upsertJobScheduler(s.id, { every }, { name: def.name, data, opts: def.options });
     }
   };
   await register();

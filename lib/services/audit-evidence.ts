@@ -1,4 +1,5 @@
-import { createPrivateKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
+import { createPrivateKey, type KeyObject } from 'node:crypto';
+import { generateRawKeyPair } from '../curve25519';
 import { CompactSign, calculateJwkThumbprint } from 'jose';
 import type { Container } from '../container';
 import { CHECKPOINT_TYP, EXPORT_FORMAT, EvidenceVerifier, type CheckpointClaim, type ExportLine, type Jwk, type Verdict } from '../audit-chain';
@@ -22,9 +23,9 @@ async function signingKey(c: Container): Promise<{ kid: string; key: KeyObject }
   if (current && now.getTime() - current.created_at.getTime() < c.config.auditCheckpoints.signingKeyMaxAgeMs) {
     return { kid: current.kid, key: createPrivateKey({ key: c.sealer.open(current.private_sealed, signingKeyAad(current.kid)), format: 'der', type: 'pkcs8' }) };
   }
-  const pair = generateKeyPairSync('ed25519');
-  const jwk = pair.publicKey.export({ format: 'jwk' });
-  const publicJwk = { kty: 'OKP', crv: 'Ed25519', x: jwk.x! };
+  // Made from raw bytes, as every Curve25519 key of the service is (lib/curve25519.ts says why).
+  const pair = generateRawKeyPair('ed25519');
+  const publicJwk = { kty: 'OKP', crv: 'Ed25519', x: pair.x.toString('base64url') };
   const kid = await calculateJwkThumbprint(publicJwk, 'sha256');
   const privateDer = pair.privateKey.export({ format: 'der', type: 'pkcs8' });
   try {
