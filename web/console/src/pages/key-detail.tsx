@@ -39,6 +39,8 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange(): void }) {
 
   return (
     <section class="key-detail" aria-label={`Details of ${k.label}`}>
+      {k.kind === 'managed' && (
+        <>
       <h3>Rotation schedule</h3>
       <form
         class="inline"
@@ -56,6 +58,8 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange(): void }) {
           Set the schedule
         </Submit>
       </form>
+        </>
+      )}
 
       <h3>Generations</h3>
       <table class="generations">
