@@ -398,7 +398,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
       await page.getByLabel(/Files \(choose/).setInputFiles(encrypted);
       await page.getByRole('button', { name: 'Decrypt', exact: true }).click();
       await expect.poll(() => page.locator('p.job').getAttribute('data-state'), { timeout: 15_000 }).toBe('failed');
-      await says(page, /failed: /);
+      await says(page, /failed: The message's signature is not valid \(unknown_signer\)\./);
       expect(await page.locator('tr[data-job]').first().locator('ul.outputs a').count()).toBe(0);
       await accessible(page);
       expect(problems).toEqual([]);

@@ -66,7 +66,7 @@ export function SignatureChecks({ checks }: { checks: Schemas['SignatureCheck'][
             </>
           ) : (
             <>
-              <strong class="error">not valid</strong> ({c.reason}){c.signer_fingerprint && <> , signer <span class="mono">{c.signer_fingerprint}</span></>}
+              <strong class="error">not valid</strong> ({c.reason}){c.signer_fingerprint && <>, signer <span class="mono">{c.signer_fingerprint}</span></>}
             </>
           )}
         </li>

@@ -52,23 +52,23 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange(): void }) {
     <section class="key-detail" aria-label={`Details of ${k.label}`}>
       {k.kind === 'managed' && (
         <>
-      <h3>Rotation schedule</h3>
-      <form
-        class="inline"
-        onSubmit={(e) => {
-          const v = formValues(e);
-          void action.run(async () => {
-            const body = v.days === 'policy' ? { use_account_policy: true as const } : { rotation_interval_days: v.days ? Number(v.days) : null };
-            const s = await ok(api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path }, body }));
-            return s.next_rotation_at ? `Next rotation ${when(s.next_rotation_at)} (${s.mode}).` : `Scheduled rotation is ${s.mode === 'off' ? 'off' : s.mode}.`;
-          });
-        }}
-      >
-        <Field label="Rotate every (days; empty: off; 'policy': the account's)" name="days" maxLength={6} action={action} />
-        <Submit action={action} class="secondary">
-          Set the schedule
-        </Submit>
-      </form>
+          <h3>Rotation schedule</h3>
+          <form
+            class="inline"
+            onSubmit={(e) => {
+              const v = formValues(e);
+              void action.run(async () => {
+                const body = v.days === 'policy' ? { use_account_policy: true as const } : { rotation_interval_days: v.days ? Number(v.days) : null };
+                const s = await ok(api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path }, body }));
+                return s.next_rotation_at ? `Next rotation ${when(s.next_rotation_at)} (${s.mode}).` : `Scheduled rotation is ${s.mode === 'off' ? 'off' : s.mode}.`;
+              });
+            }}
+          >
+            <Field label="Rotate every (days; empty: off; 'policy': the account's)" name="days" maxLength={6} action={action} />
+            <Submit action={action} class="secondary">
+              Set the schedule
+            </Submit>
+          </form>
         </>
       )}
 
