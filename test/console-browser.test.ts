@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { ManualClockFollowingTime, startTestService, withClockAhead, type TestService } from './support/service';
 import { startSmtpServer } from './support/smtp';
+import { createPgpHome } from './support/gpg';
 import { buildConsole } from '../scripts/build-console.mjs';
 
 /**
@@ -184,7 +185,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await page.getByLabel('Key label').fill('console key');
     await page.getByLabel('Name in the key').fill('Console User');
     await page.getByLabel('Email in the key').fill('console-user@example.test');
-    await page.getByLabel('Passphrase').fill('key passphrase 123');
+    await page.getByLabel('Passphrase', { exact: true }).fill('key passphrase 123');
     await page.getByRole('button', { name: 'Generate' }).click();
     await says(page, /Key "console key" generated\./);
     await expect.poll(() => page.locator('tbody tr').count()).toBe(1);
@@ -202,6 +203,26 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await page.getByRole('button', { name: 'Details of console key' }).click();
     await expect.poll(() => page.locator('table.generations tbody tr').count()).toBe(2);
     await expect.poll(() => page.locator('ul.history').innerText()).toMatch(/generation 1 → .*manual, succeeded/);
+    // Retire generation 1, schedule its destruction after the shortest wait, cancel, bring it back.
+    page.on('dialog', (d) => void d.accept());
+    const first = page.locator('table.generations tr[data-generation="1"]');
+    await page.getByRole('button', { name: 'Retire generation 1' }).click();
+    await says(page, /Generations up to 1 retired\./);
+    await expect.poll(() => first.innerText()).toMatch(/retired/);
+    await says(page, /Generations below 2 are retired/);
+    await page.getByLabel(/Waiting period before a destruction/).fill('3');
+    await page.getByRole('button', { name: 'Destroy generation 1' }).click();
+    await says(page, /at least 7|greater than or equal to 7|>=\s?7/i);
+    await page.getByLabel(/Waiting period before a destruction/).fill('7');
+    await page.getByRole('button', { name: 'Destroy generation 1' }).click();
+    await says(page, /Generation 1 will be destroyed after .*; until then it can be cancelled\./);
+    await expect.poll(() => first.innerText()).toMatch(/pending_destruction/);
+    await accessible(page);
+    await page.getByRole('button', { name: 'Cancel destruction of generation 1' }).click();
+    await says(page, /Destruction cancelled\./);
+    await page.getByRole('button', { name: 'Bring back generation 1' }).click();
+    await says(page, /Generation 1 decrypts again\./);
+    await expect.poll(() => first.innerText()).toMatch(/rotated/);
     await page.getByLabel('Valid for (hours, optional)').fill('24');
     await page.getByRole('button', { name: 'Create a share link' }).click();
     await says(page, /Share link created\./);
@@ -263,6 +284,128 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     expect(problems).toEqual([]);
     await watcher.close();
     await page.close();
+  });
+
+  it('imports gpg keys (secret from a file, public pasted), signs and verifies files, signs while encrypting and verifies while decrypting', async () => {
+    const { page, problems } = await open('signatures');
+    const home = await createPgpHome();
+    try {
+      const GPG_PASS = 'what gpg locked it with';
+      const gpgKey = async (uid: string) => {
+        await home.gpg(['--quick-generate-key', uid, 'future-default', 'default', 'never'], { passphrase: GPG_PASS });
+        // The service writes fingerprints in lower case.
+        return /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', uid])).stdout.toString())![1]!.toLowerCase();
+      };
+      const partner = await gpgKey('Partner Signer <signer@example.test>');
+      const recipient = await gpgKey('Partner Recipient <recipient@example.test>');
+      await s.api('POST', '/partners/register', { body: { username: 'signer', email: 'signer@example.test', password: 'signer password 123' } });
+      await signIn(page, 'signer', 'signer password 123');
+
+      // A binary secret key through the file chooser: a managed key; its 201 answer is shown.
+      const secret = (await home.gpg(['--export-secret-keys', partner], { passphrase: GPG_PASS })).stdout;
+      await page.getByLabel('Key file (armored or binary)').setInputFiles({ name: 'partner.gpg', mimeType: 'application/octet-stream', buffer: secret });
+      await page.getByLabel('Label of the imported key').fill('partner signer');
+      await page.getByLabel('Passphrase the key has now').fill('a wrong passphrase');
+      await page.getByLabel('New passphrase here').fill('imported passphrase 1');
+      await page.getByRole('button', { name: 'Import', exact: true }).click();
+      await expect.poll(() => page.getByRole('alert').innerText()).toMatch(/\.$/);
+      await page.getByLabel('Passphrase the key has now').fill(GPG_PASS);
+      await page.getByRole('button', { name: 'Import', exact: true }).click();
+      await says(page, /Key "partner signer" imported as a managed key\./);
+      await expect.poll(() => page.locator('dl.imported').innerText()).toContain(partner);
+      // An armored public key pasted: a recipient key, listed as such, that cannot be rotated.
+      const pub = (await home.gpg(['--export', '--armor', recipient])).stdout.toString();
+      await page.getByLabel('Or paste an armored key').fill(pub);
+      await page.getByLabel('Label of the imported key').fill('partner recipient');
+      await page.getByRole('button', { name: 'Import', exact: true }).click();
+      await says(page, /Key "partner recipient" imported as a recipient key\./);
+      const recipientRow = page.locator(`tr[data-fingerprint="${recipient}"]`);
+      await expect.poll(() => recipientRow.innerText()).toMatch(/recipient \(public key only\)/);
+      expect(await recipientRow.getByRole('button', { name: /Rotate/ }).count()).toBe(0);
+      expect(await page.locator(`tr[data-fingerprint="${partner}"]`).getByRole('button', { name: /Rotate/ }).count()).toBe(1);
+      await accessible(page);
+
+      // Sign a file in the page (armored detached signature), then verify it; a wrong pairing is not valid.
+      await page.getByRole('link', { name: 'Files' }).click();
+      await says(page, /What to do/);
+      const text = { name: 'contract.txt', mimeType: 'text/plain', buffer: Buffer.from('the terms\n'.repeat(500)) };
+      const other = { name: 'other.txt', mimeType: 'text/plain', buffer: Buffer.from('something else\n') };
+      await page.getByLabel('Sign', { exact: true }).check();
+      expect(await page.getByLabel(/^Key/).locator('option').allInnerTexts()).toEqual([expect.stringMatching(/^partner signer/)]);
+      await page.getByLabel('Passphrase of the key').fill('imported passphrase 1');
+      await page.getByLabel(/ASCII armor/).check();
+      await page.getByLabel(/Files \(choose/).setInputFiles([text]);
+      await page.getByRole('button', { name: 'Sign', exact: true }).click();
+      await says(page, /1 file signed\./);
+      const sigLink = page.locator('tr[data-job]').first().locator('ul.outputs a');
+      const d = page.waitForEvent('download');
+      await sigLink.click();
+      const sig = await d;
+      expect(sig.suggestedFilename()).toBe('contract.txt.asc');
+      const sigPath = await home.put('contract.txt.asc', await readFile(await sig.path()));
+      expect(await readFile(sigPath, 'utf8')).toMatch(/^-----BEGIN PGP SIGNATURE-----/);
+      // gpg agrees: the imported key's current generation made it.
+      await home.gpg(['--verify', sigPath, await home.put('contract.txt', text.buffer)]);
+      await accessible(page);
+
+      await page.getByLabel('Verify signatures').check();
+      await page.getByLabel(/^Key/).selectOption(partner);
+      await page.getByLabel(/Files \(choose/).setInputFiles([text, other]);
+      await page.getByLabel(/Detached signatures \(one per file/).setInputFiles([sigPath, sigPath]);
+      await expect.poll(() => page.locator('ol.pairs').innerText()).toMatch(/contract\.txt ← contract\.txt\.asc[\s\S]*other\.txt ← contract\.txt\.asc/);
+      await page.getByRole('button', { name: 'Verify signatures' }).click();
+      await says(page, /2 files checked\. Signatures: 1 of 2 valid\./);
+      const verdicts = page.locator('tr[data-job]').first().locator('ul.signatures li');
+      await expect.poll(() => verdicts.allInnerTexts()).toEqual([
+        expect.stringMatching(new RegExp(`^contract\\.txt: valid, signed by ${partner} at `)),
+        expect.stringMatching(/^other\.txt: not valid \(bad_signature\)/),
+      ]);
+      // A signature gpg made verifies against a public key file given in the page.
+      await page.getByLabel('Verify signatures').check();
+      const gpgSig = home.file('other.txt.sig');
+      await home.gpg(['--local-user', recipient, '--detach-sign', '-o', gpgSig, await home.put('other.txt', other.buffer)], { passphrase: GPG_PASS });
+      await page.getByLabel(/signer's public key file/).setInputFiles({ name: 'recipient.asc', mimeType: 'application/pgp-keys', buffer: Buffer.from(pub) });
+      await page.getByLabel(/Files \(choose/).setInputFiles([other]);
+      await page.getByLabel(/Detached signatures \(one per file/).setInputFiles([gpgSig]);
+      await page.getByRole('button', { name: 'Verify signatures' }).click();
+      await says(page, /1 file checked\. Signatures: 1 of 1 valid\./);
+      await accessible(page);
+
+      // Sign while encrypting to the recipient key; decrypting needs its secret, so encrypt to our own key
+      // too: sign with it and encrypt to it, then decrypt requiring the signature.
+      await page.getByLabel('Encrypt', { exact: true }).check();
+      await page.getByLabel(/^Key/).selectOption(partner);
+      await page.getByLabel('Sign with (optional)').selectOption(partner);
+      await page.getByLabel('Passphrase of the signing key').fill('imported passphrase 1');
+      await page.getByLabel(/Files \(choose/).setInputFiles([text]);
+      await page.getByRole('button', { name: 'Encrypt', exact: true }).click();
+      await says(page, /1 file encrypted\./);
+      const e = page.waitForEvent('download');
+      await page.locator('tr[data-job]').first().locator('ul.outputs a').click();
+      const encrypted = await (await e).path();
+      await page.getByLabel('Decrypt', { exact: true }).check();
+      await page.getByLabel(/^Key/).selectOption(partner);
+      await page.getByLabel('Passphrase of the key').fill('imported passphrase 1');
+      await page.getByLabel('Verify with (optional)').selectOption(partner);
+      await page.getByLabel(/Require a valid signature/).check();
+      await page.getByLabel(/Files \(choose/).setInputFiles(encrypted);
+      await page.getByRole('button', { name: 'Decrypt', exact: true }).click();
+      await says(page, /1 file decrypted\. Signatures: 1 of 1 valid\./);
+      await expect.poll(() => page.locator('tr[data-job]').first().locator('ul.signatures').innerText()).toMatch(/valid, signed by/);
+      // The same file required to be signed by the recipient key fails, and publishes nothing.
+      await page.getByLabel('Verify with (optional)').selectOption(recipient);
+      await page.getByLabel('Passphrase of the key').fill('imported passphrase 1');
+      await page.getByLabel(/Files \(choose/).setInputFiles(encrypted);
+      await page.getByRole('button', { name: 'Decrypt', exact: true }).click();
+      await expect.poll(() => page.locator('p.job').getAttribute('data-state'), { timeout: 15_000 }).toBe('failed');
+      await says(page, /failed: The message's signature is not valid \(unknown_signer\)\./);
+      expect(await page.locator('tr[data-job]').first().locator('ul.outputs a').count()).toBe(0);
+      await accessible(page);
+      expect(problems).toEqual([]);
+    } finally {
+      await home.cleanup();
+      await page.close();
+    }
   });
 
   it('forgot password → the emailed link → a new password → sign in; an email change → its confirmation link', async () => {

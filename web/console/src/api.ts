@@ -73,25 +73,33 @@ export interface UploadProgress {
   total: number;
 }
 
+/** The routes that take a multipart form, and the field names each accepts (from the OpenAPI document). */
+export type FormPath = '/keys/encrypt' | '/keys/decrypt' | '/keys/rewrap' | '/keys/sign' | '/keys/verify' | '/keys/import';
+type FormFields<P extends FormPath> = keyof NonNullable<paths[P]['post']['requestBody']>['content']['multipart/form-data'] & string;
+/** One part of a form, in the order sent: a text field, or a file (streamed from disk, never read whole). */
+export type FormPart<P extends FormPath> = readonly [name: FormFields<P>, value: string | File];
+
 /**
- * A multipart upload of files (encrypt, decrypt, rewrap). The browser streams each File from disk into
- * the request body: nothing is read whole into the page. XMLHttpRequest rather than fetch, for upload
- * progress. Text fields go first, files last, as the API asks.
+ * Posts a multipart form. The browser streams each File from disk into the request body: nothing is
+ * read whole into the page. XMLHttpRequest rather than fetch, for upload progress. Parts go in the order
+ * given: the API asks for text fields first, then small binary parts (signatures, a key), files last.
  */
-export function uploadFiles(path: '/keys/encrypt' | '/keys/decrypt' | '/keys/rewrap', fields: Record<string, string>, files: File[], onProgress: (p: UploadProgress) => void): Promise<Job> {
+export function postForm<P extends FormPath, T = Job>(path: P, parts: FormPart<P>[], onProgress?: (p: UploadProgress) => void): Promise<T> {
   const form = new FormData();
-  for (const [k, v] of Object.entries(fields)) form.append(k, v);
-  for (const f of files) form.append('files', f, f.name);
+  for (const [name, value] of parts) {
+    if (typeof value === 'string') form.append(name, value);
+    else form.append(name, value, value.name);
+  }
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
     xhr.open('POST', API + path);
     xhr.setRequestHeader(CONSOLE_HEADER, '1');
     xhr.responseType = 'json';
-    xhr.upload.onprogress = (e) => onProgress({ loaded: e.loaded, total: e.total });
+    if (onProgress) xhr.upload.onprogress = (e) => onProgress({ loaded: e.loaded, total: e.total });
     xhr.onerror = () => reject(new ApiProblem(0, { type: 'about:blank', title: 'Network error', status: 0, code: 'network_error', detail: 'The upload was cut off; try again.' }));
     xhr.onload = () => {
       const headers = new Headers({ 'retry-after': xhr.getResponseHeader('retry-after') ?? '' });
-      if (xhr.status >= 200 && xhr.status < 300) resolve(xhr.response as Job);
+      if (xhr.status >= 200 && xhr.status < 300) resolve(xhr.response as T);
       else reject(problemOf(new Response(null, { status: xhr.status, statusText: xhr.statusText, headers }), xhr.response));
     };
     xhr.send(form);

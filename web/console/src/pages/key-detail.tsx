@@ -4,6 +4,9 @@ import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
 
 type Key = Schemas['Key'];
 
+/** The destruction waiting period the API accepts (days), and its default. */
+const DESTRUCTION_WAIT = { min: 7, max: 30, default: 30 };
+
 /** One key's lifecycle: rotation schedule, generations and their destruction, rotation history, share links. */
 export function KeyDetail({ k, onChange }: { k: Key; onChange(): void }) {
   const action = useAction();
@@ -13,6 +16,7 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange(): void }) {
   const [history, setHistory] = useState<Schemas['RotationEntry'][]>([]);
   const [shares, setShares] = useState<Schemas['KeyShare'][]>([]);
   const [link, setLink] = useState<string>();
+  const [waitingDays, setWaitingDays] = useState(DESTRUCTION_WAIT.default);
   const load = () =>
     action.run(async () => {
       const g = await ok(api.GET('/keys/{fingerprint}/generations', { params: { path, query: { page_size: 100 } } }));
@@ -29,6 +33,13 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange(): void }) {
       onChange();
       return `${generation ? `Generation ${generation}` : 'The whole key'} will be destroyed after ${when(d.destroy_after)}; until then it can be cancelled.`;
     });
+  /** Generations below `min` are retired: they decrypt and rewrap no more (lowering it again undoes that). */
+  const retireBelow = (min: number, said: string) =>
+    action.run(async () => {
+      await ok(api.PATCH('/keys/{fingerprint}/settings', { params: { path }, body: { min_decryption_generation: min } }));
+      await load();
+      return said;
+    });
   const cancel = (generation: number | undefined) =>
     action.run(async () => {
       await ok(api.DELETE('/keys/{fingerprint}/destruction', { params: { path, query: generation ? { generation } : {} } }));
@@ -39,25 +50,42 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange(): void }) {
 
   return (
     <section class="key-detail" aria-label={`Details of ${k.label}`}>
-      <h3>Rotation schedule</h3>
-      <form
-        class="inline"
-        onSubmit={(e) => {
-          const v = formValues(e);
-          void action.run(async () => {
-            const body = v.days === 'policy' ? { use_account_policy: true as const } : { rotation_interval_days: v.days ? Number(v.days) : null };
-            const s = await ok(api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path }, body }));
-            return s.next_rotation_at ? `Next rotation ${when(s.next_rotation_at)} (${s.mode}).` : `Scheduled rotation is ${s.mode === 'off' ? 'off' : s.mode}.`;
-          });
-        }}
-      >
-        <Field label="Rotate every (days; empty: off; 'policy': the account's)" name="days" maxLength={6} action={action} />
-        <Submit action={action} class="secondary">
-          Set the schedule
-        </Submit>
-      </form>
+      {k.kind === 'managed' && (
+        <>
+          <h3>Rotation schedule</h3>
+          <form
+            class="inline"
+            onSubmit={(e) => {
+              const v = formValues(e);
+              void action.run(async () => {
+                const body = v.days === 'policy' ? { use_account_policy: true as const } : { rotation_interval_days: v.days ? Number(v.days) : null };
+                const s = await ok(api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path }, body }));
+                return s.next_rotation_at ? `Next rotation ${when(s.next_rotation_at)} (${s.mode}).` : `Scheduled rotation is ${s.mode === 'off' ? 'off' : s.mode}.`;
+              });
+            }}
+          >
+            <Field label="Rotate every (days; empty: off; 'policy': the account's)" name="days" maxLength={6} action={action} />
+            <Submit action={action} class="secondary">
+              Set the schedule
+            </Submit>
+          </form>
+        </>
+      )}
 
       <h3>Generations</h3>
+      {lifecycle && lifecycle.min_decryption_generation > 1 && (
+        <p class="retired-note">Generations below {lifecycle.min_decryption_generation} are retired: they no longer decrypt or rewrap until brought back.</p>
+      )}
+      <Field
+        label={`Waiting period before a destruction (days, ${DESTRUCTION_WAIT.min}–${DESTRUCTION_WAIT.max})`}
+        name="waiting_days"
+        type="number"
+        min={DESTRUCTION_WAIT.min}
+        max={DESTRUCTION_WAIT.max}
+        value={String(waitingDays)}
+        onInput={(e) => setWaitingDays(Number(e.currentTarget.value))}
+        action={action}
+      />
       <table class="generations">
         <thead>
           <tr>
@@ -65,28 +93,56 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange(): void }) {
             <th scope="col">Fingerprint</th>
             <th scope="col">State</th>
             <th scope="col">Created</th>
+            <th scope="col">Last decrypt</th>
+            <th scope="col">Safe to retire</th>
             <th scope="col">Destroyed after</th>
             <th scope="col">Actions</th>
           </tr>
         </thead>
         <tbody>
           {generations.map((g) => (
-            <tr key={g.generation}>
+            <tr key={g.generation} data-generation={g.generation}>
               <td>{g.generation}</td>
               <td class="mono">{g.fingerprint}</td>
               <td>{g.status}</td>
               <td>{when(g.created_at)}</td>
+              <td>{when(g.usage.last_decrypt_at)}</td>
+              <td>{g.status === 'rotated' ? (g.safe_to_retire ? 'yes' : 'not yet (rotated or used recently)') : '—'}</td>
               <td>{when(g.destroy_after)}</td>
-              <td>
-                {g.status === 'pending_destruction' ? (
-                  <button type="button" class="secondary" onClick={() => cancel(g.generation)}>
+              <td class="actions">
+                {g.status === 'rotated' && (
+                  <button
+                    type="button"
+                    class="secondary"
+                    aria-label={`Retire generation ${g.generation}`}
+                    onClick={() =>
+                      confirm(`Retire generation ${g.generation}${g.generation > 1 ? ' and the older ones' : ''}? Files encrypted to it can no longer be decrypted until it is brought back.`) &&
+                      retireBelow(g.generation + 1, `Generations up to ${g.generation} retired.`)
+                    }
+                  >
+                    Retire
+                  </button>
+                )}
+                {g.status === 'retired' && (
+                  <>
+                    <button type="button" class="secondary" aria-label={`Bring back generation ${g.generation}`} onClick={() => retireBelow(g.generation, `Generation ${g.generation} decrypts again.`)}>
+                      Bring back
+                    </button>
+                    <button
+                      type="button"
+                      class="danger"
+                      aria-label={`Destroy generation ${g.generation}`}
+                      onClick={() => confirm(`Destroy generation ${g.generation} after ${waitingDays} days? Data encrypted to it can no longer be decrypted then.`) && destroy(g.generation, waitingDays)}
+                    >
+                      Destroy ({waitingDays}-day wait)
+                    </button>
+                  </>
+                )}
+                {g.status === 'pending_destruction' && (
+                  <button type="button" class="secondary" aria-label={`Cancel destruction of generation ${g.generation}`} onClick={() => cancel(g.generation)}>
                     Cancel destruction
                   </button>
-                ) : g.status !== 'current' && g.status !== 'destroyed' ? (
-                  <button type="button" class="danger" title={g.safe_to_retire ? undefined : 'Data may still be encrypted to it'} onClick={() => confirm(`Destroy generation ${g.generation} after 30 days? Data encrypted to it can no longer be decrypted then.`) && destroy(g.generation, 30)}>
-                    Destroy (30-day wait)
-                  </button>
-                ) : null}
+                )}
               </td>
             </tr>
           ))}
@@ -101,8 +157,8 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange(): void }) {
         </p>
       ) : (
         <p>
-          <button type="button" class="danger" onClick={() => confirm(`Destroy the key "${k.label}" and every generation after a 30-day wait?`) && destroy(undefined, 30)}>
-            Destroy the whole key (30-day wait)
+          <button type="button" class="danger" onClick={() => confirm(`Destroy the key "${k.label}" and every generation after a ${waitingDays}-day wait?`) && destroy(undefined, waitingDays)}>
+            Destroy the whole key ({waitingDays}-day wait)
           </button>
         </p>
       )}

@@ -1,5 +1,5 @@
-import { useEffect, useState } from 'preact/hooks';
-import { api, followJob, ok, problemOf, saveText, type Job, type Schemas } from '../api';
+import { useEffect, useId, useState } from 'preact/hooks';
+import { api, followJob, ok, postForm, problemOf, saveText, type FormPart, type Job, type Schemas } from '../api';
 import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
 import { KeyDetail, ShareAnalytics } from './key-detail';
 import { Fragment } from 'preact';
@@ -16,6 +16,75 @@ export function JobProgress({ job }: { job: Job | undefined }) {
       {job.state === 'failed' && job.error && `: ${job.error.message}`}
       {total > 0 && <progress max={total} value={p?.bytes_done ?? 0} aria-label={`${job.kind} progress`} />}
     </p>
+  );
+}
+
+/** A managed key holds its private key; a recipient key is someone else's public key (encrypt and verify only). */
+const kindOf = (k: Key) => (k.kind === 'recipient' ? 'recipient (public key only)' : k.imported ? 'managed (imported)' : 'managed');
+
+/** POST /keys/import: a secret key becomes a managed key, a public key a recipient key. */
+function ImportKey({ onImported }: { onImported(): void }) {
+  const action = useAction();
+  const [file, setFile] = useState<File>();
+  const [imported, setImported] = useState<Key>();
+  const keyError = useId();
+  return (
+    <>
+      <h2>Import a key</h2>
+      <p class="muted">A secret key (gpg --export-secret-keys, sq key generate) becomes a managed key; a public key becomes a recipient key, which encrypts and verifies but never decrypts, signs or rotates.</p>
+      <form
+        onSubmit={(e) => {
+          const v = formValues(e);
+          const form = e.currentTarget as HTMLFormElement;
+          void action.run(async () => {
+            const parts: FormPart<'/keys/import'>[] = [['label', v.label!]];
+            if (v.environment) parts.push(['environment', v.environment]);
+            if (v.key_passphrase) parts.push(['key_passphrase', v.key_passphrase]);
+            if (v.passphrase) parts.push(['passphrase', v.passphrase]);
+            if (file) parts.push(['key', file]);
+            else if (v.key) parts.push(['key', v.key]);
+            else return 'Choose a key file or paste an armored key first.';
+            const key = await postForm<'/keys/import', Key>('/keys/import', parts);
+            setImported(key);
+            setFile(undefined);
+            form.reset();
+            onImported();
+            return `Key "${key.label}" imported as a ${key.kind} key.`;
+          });
+        }}
+      >
+        <label>
+          Key file (armored or binary)
+          <input type="file" name="key_file" accept=".asc,.gpg,.pgp,.key,application/pgp-keys" onChange={(e) => setFile(e.currentTarget.files?.[0])} />
+        </label>
+        <label>
+          Or paste an armored key
+          <textarea name="key" rows={4} spellcheck={false} aria-invalid={action.fields.key ? 'true' : undefined} aria-describedby={action.fields.key ? keyError : undefined} />
+        </label>
+        {action.fields.key && (
+          <span class="field-error" id={keyError}>
+            {action.fields.key}
+          </span>
+        )}
+        <Field label="Label of the imported key" name="label" required maxLength={100} action={action} />
+        <Field label="Its environment (optional; default production)" name="environment" action={action} />
+        <Field label="Passphrase the key has now (if protected)" name="key_passphrase" type="password" autocomplete="off" maxLength={1024} hint="Used once to unlock it; never stored." action={action} />
+        <Field label="New passphrase here (secret keys)" name="passphrase" type="password" autocomplete="new-password" minLength={12} maxLength={1024} hint="At least 12 characters; needed to decrypt and sign. Not needed for a public key." action={action} />
+        <Submit action={action}>Import</Submit>
+        <ProblemText action={action} />
+      </form>
+      {imported && (
+        <dl class="facts imported" aria-label="Imported key">
+          <div><dt>Label</dt><dd>{imported.label}</dd></div>
+          <div><dt>Kind</dt><dd>{kindOf(imported)}</dd></div>
+          <div><dt>Fingerprint</dt><dd class="mono">{imported.fingerprint}</dd></div>
+          <div><dt>User id</dt><dd>{imported.uid}</dd></div>
+          <div><dt>Algorithm</dt><dd>{imported.algorithm}</dd></div>
+          <div><dt>Environment</dt><dd>{imported.environment}</dd></div>
+          <div><dt>Expires</dt><dd>{when(imported.expires_at)}</dd></div>
+        </dl>
+      )}
+    </>
   );
 }
 
@@ -67,6 +136,7 @@ export function Keys() {
               <th scope="col">Label</th>
               <th scope="col">Environment</th>
               <th scope="col">Fingerprint</th>
+              <th scope="col">Kind</th>
               <th scope="col">State</th>
               <th scope="col">Generation</th>
               <th scope="col">Expires</th>
@@ -80,6 +150,7 @@ export function Keys() {
                 <td>{k.label}</td>
                 <td>{k.environment}</td>
                 <td class="mono">{k.fingerprint}</td>
+                <td>{kindOf(k)}</td>
                 <td>{k.status}</td>
                 <td>{k.generation}</td>
                 <td>{when(k.expires_at)}</td>
@@ -100,7 +171,7 @@ export function Keys() {
                   >
                     Public key (.asc)
                   </button>
-                  {k.active && (
+                  {k.active && k.kind === 'managed' && (
                     <button
                       type="button"
                       class="secondary"
@@ -138,7 +209,7 @@ export function Keys() {
               </tr>
               {open === k.fingerprint && (
                 <tr>
-                  <td colSpan={7}>
+                  <td colSpan={8}>
                     <KeyDetail k={k} onChange={load} />
                   </td>
                 </tr>
@@ -186,6 +257,8 @@ export function Keys() {
         <ProblemText action={generate} />
       </form>
       <JobProgress job={job} />
+
+      <ImportKey onImported={load} />
 
       <h2>Sharing</h2>
       <ShareAnalytics />
