@@ -2,11 +2,11 @@ import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest'
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type BrowserContext, type Page } from 'playwright-core';
 import { ManualClockFollowingTime, startTestService, withClockAhead, type TestService } from './support/service';
+import { freePort } from './support/ports';
 import { startSmtpServer } from './support/smtp';
 import { createPgpHome } from './support/gpg';
 import { buildConsole } from '../scripts/build-console.mjs';
@@ -21,13 +21,6 @@ const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = join(process.cwd(), 'test-artifacts');
 const AXE = await readFile(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as { port: number }).port;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
-}
 
 let s: TestService;
 let smtp: Awaited<ReturnType<typeof startSmtpServer>>;

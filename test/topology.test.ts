@@ -13,7 +13,7 @@ import { PASSPHRASE, createKey, download, waitJob } from './support/keys';
 import { startS3 } from './support/s3';
 import { startProcess, waitForOutput } from './support/process';
 import { startRedisCluster, type ClusterNodeInfo } from './support/redis-cluster';
-import { freePort } from './support/redis-server';
+import { freePort } from './support/ports';
 import { startReceiver } from './support/webhook-receiver';
 
 /**
