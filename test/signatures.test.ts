@@ -151,7 +151,24 @@ describe('their signatures, verified by us', () => {
     const job = await runJob(s.api, u.token, '/keys/verify', { fingerprint: key.fingerprint, signatures: [{ name: '0.sig', data: sig }], files: [{ name: 'a', data: plain }, { name: 'b', data: plain }] });
     expect([job.state, job.error?.code]).toEqual(['failed', 'signature_missing']);
   });
+
+  it('refuses a signature packet with a huge subpacket area unread (422)', async () => {
+    // A v4 signature (tag 2, new format, five-octet length) whose hashed area is one 60,000-octet notation.
+    const notation = Buffer.concat([Buffer.from([0xff]), u32(60_001), Buffer.from([20]), Buffer.alloc(60_000, 0x41)]);
+    const body = Buffer.concat([Buffer.from([4, 0x00, 22, 8]), u16(notation.length), notation, u16(0), Buffer.from([0, 0]), Buffer.from([0, 8, 0xff, 0, 8, 0xff])]);
+    const packet = Buffer.concat([Buffer.from([0xc2, 0xff]), u32(body.length), body]);
+    const res = await s.api('POST', '/keys/verify', { token: u.token, form: { fingerprint: key.fingerprint, signatures: [{ name: 'huge.sig', data: packet }], files: [{ name: 'f', data: plain }] } });
+    expect([res.status, res.body.code]).toEqual([422, 'malformed_signature']);
+    expect(res.body.detail).toContain('longer than');
+  });
 });
+
+const u16 = (n: number) => Buffer.from([n >> 8, n & 0xff]);
+const u32 = (n: number) => {
+  const b = Buffer.alloc(4);
+  b.writeUInt32BE(n);
+  return b;
+};
 
 describe('who may sign', () => {
   it('a wrong passphrase spends a point of the same per-key budget as decrypt, before the check', async () => {
@@ -237,4 +254,29 @@ describe('sign and encrypt, decrypt and verify', () => {
     expect(sq.state, JSON.stringify(sq.error)).toBe('completed');
     expect(sq.result.signatures[0].valid).toBe(true);
   }, 60_000);
+
+  it('at 64 MiB: gpg reads our sign-and-encrypt and verifies our detached signature; we decrypt and verify gpg -se', async () => {
+    const big = plaintextForGpg(64 << 20);
+    const bigPath = await home.put('big.bin', big);
+    await home.gpg(['--quick-generate-key', 'Big Peer <big-peer@example.test>', 'future-default', 'default', 'never'], { passphrase: '' });
+    const peerCert = (await home.gpg(['--export', '--armor', 'big-peer@example.test'])).stdout.toString();
+    const peerFpr = /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', 'big-peer@example.test'])).stdout.toString())![1]!.toLowerCase();
+
+    const ours = await runJob(s.api, u.token, '/keys/encrypt', { public_key: peerCert, sign_with: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'big.bin', data: big }] });
+    expect(ours.state, JSON.stringify(ours.error)).toBe('completed');
+    const out = home.file('big-out.bin');
+    const read = await home.gpg(['--status-fd', '2', '-o', out, '--decrypt', await home.put('big.gpg', await download(s.api, u.token, ours.job_id))], { passphrase: '' });
+    expect(read.stderr).toContain(`VALIDSIG ${key.fingerprint.toUpperCase()}`);
+    expect(Buffer.compare(await readFile(out), big)).toBe(0);
+
+    const { output } = await sign({ armor: 'false' }, big, 'big.bin');
+    const checked = await home.gpg(['--status-fd', '2', '--verify', await home.put('big.bin.sig', output), bigPath]);
+    expect(checked.stderr).toContain(`VALIDSIG ${key.fingerprint.toUpperCase()}`);
+
+    await home.gpg(['-u', peerFpr, '-r', key.fingerprint, '-se', '-o', home.file('big-se.gpg'), bigPath], { passphrase: '' });
+    const theirs = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, verify_public_key: peerCert, require_signature: 'true', files: [{ name: 'big-se.gpg', data: await readFile(home.file('big-se.gpg')) }] });
+    expect(theirs.state, JSON.stringify(theirs.error)).toBe('completed');
+    expect(theirs.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: peerFpr });
+    expect(Buffer.compare(await download(s.api, u.token, theirs.job_id), big)).toBe(0);
+  }, 180_000);
 });

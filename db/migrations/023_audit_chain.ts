@@ -96,8 +96,7 @@ export async function up(knex: Knex): Promise<void> {
   }
 
   await knex.raw(`
-    ALTER TABLE audit_logs ALTER COLUMN chain SET NOT NULL, ALTER COLUMN sequence SET NOT NULL, ALTER COLUMN digest SET NOT NULL,
-      ALTER COLUMN prev_hash SET NOT NULL, ALTER COLUMN hash SET NOT NULL;
+    ALTER TABLE audit_logs ALTER COLUMN digest SET NOT NULL;
     CREATE UNIQUE INDEX audit_logs_chain_sequence ON audit_logs (chain, sequence);
 
     -- The link of one row: the JCS of an object whose values are all hex, a uuid, 'system', a timestamp
@@ -109,21 +108,35 @@ export async function up(knex: Knex): Promise<void> {
           '","digest":"' || digest || '","prev_hash":"' || prev_hash || '","sequence":' || seq::text || '}', 'UTF8')), 'hex')
       $$;
 
-    -- Links every new row to its chain's head. The head row stays locked until the writer's transaction
-    -- ends, so writers of one chain take turns (no fork), and a rolled-back row takes its link with it.
-    CREATE FUNCTION audit_logs_chain() RETURNS trigger AS $$
+    -- A row is written with its content digest only.
+    CREATE FUNCTION audit_logs_digest() RETURNS trigger AS $$
     BEGIN
       IF NEW.digest IS NULL OR NEW.digest !~ '^[0-9a-f]{64}$' THEN
         RAISE EXCEPTION 'audit row without a content digest' USING ERRCODE = '23514';
       END IF;
-      NEW.chain := COALESCE(NEW.user_id::text, 'system');
-      INSERT INTO audit_chains AS h (chain, sequence, prev_hash, hash)
-        VALUES (NEW.chain, 1, '${GENESIS}', audit_link(NEW.chain, NEW.created_at, NEW.digest, '${GENESIS}', 1))
-        ON CONFLICT (chain) DO UPDATE SET sequence = h.sequence + 1, prev_hash = h.hash, hash = audit_link(NEW.chain, NEW.created_at, NEW.digest, h.hash, h.sequence + 1)
-        RETURNING h.sequence, h.prev_hash, h.hash INTO NEW.sequence, NEW.prev_hash, NEW.hash;
+      NEW.chain := NULL; NEW.sequence := NULL; NEW.prev_hash := NULL; NEW.hash := NULL;
       RETURN NEW;
     END $$ LANGUAGE plpgsql;
-    CREATE TRIGGER audit_logs_chain BEFORE INSERT ON audit_logs FOR EACH ROW EXECUTE FUNCTION audit_logs_chain();
+    CREATE TRIGGER audit_logs_digest BEFORE INSERT ON audit_logs FOR EACH ROW EXECUTE FUNCTION audit_logs_digest();
+
+    -- Links every new row to its chain's head when its transaction commits, in the order the rows were
+    -- written. The head is the last lock the writer takes (every other lock of its transaction is held by
+    -- then), so chaining adds no lock-order cycle with the change it records; it stays locked until the
+    -- commit ends, so writers of one chain take turns (no fork), and a rolled-back row never gets a link.
+    CREATE FUNCTION audit_logs_chain() RETURNS trigger AS $$
+    DECLARE
+      link record;
+      chain_id text := COALESCE(NEW.user_id::text, 'system');
+    BEGIN
+      INSERT INTO audit_chains AS h (chain, sequence, prev_hash, hash)
+        VALUES (chain_id, 1, '${GENESIS}', audit_link(chain_id, NEW.created_at, NEW.digest, '${GENESIS}', 1))
+        ON CONFLICT (chain) DO UPDATE SET sequence = h.sequence + 1, prev_hash = h.hash, hash = audit_link(chain_id, NEW.created_at, NEW.digest, h.hash, h.sequence + 1)
+        RETURNING h.sequence, h.prev_hash, h.hash INTO link;
+      UPDATE audit_logs SET chain = chain_id, sequence = link.sequence, prev_hash = link.prev_hash, hash = link.hash WHERE id = NEW.id;
+      RETURN NULL;
+    END $$ LANGUAGE plpgsql;
+    CREATE CONSTRAINT TRIGGER audit_logs_chain AFTER INSERT ON audit_logs DEFERRABLE INITIALLY DEFERRED
+      FOR EACH ROW EXECUTE FUNCTION audit_logs_chain();
   `);
 
   await knex.schema.createTable('audit_signing_keys', (t) => {
@@ -151,7 +164,7 @@ export async function up(knex: Knex): Promise<void> {
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await knex.raw('DROP TRIGGER IF EXISTS audit_logs_chain ON audit_logs; DROP FUNCTION IF EXISTS audit_logs_chain(); DROP FUNCTION IF EXISTS audit_link(text, timestamptz, text, text, bigint);');
+  await knex.raw('DROP TRIGGER IF EXISTS audit_logs_chain ON audit_logs; DROP FUNCTION IF EXISTS audit_logs_chain(); DROP TRIGGER IF EXISTS audit_logs_digest ON audit_logs; DROP FUNCTION IF EXISTS audit_logs_digest(); DROP FUNCTION IF EXISTS audit_link(text, timestamptz, text, text, bigint);');
   await knex.schema.dropTableIfExists('audit_checkpoints');
   await knex.schema.dropTableIfExists('audit_signing_keys');
   await knex.schema.dropTableIfExists('audit_chains');
