@@ -259,6 +259,9 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
   const deadline = Date.now() + waitMs;
   for (;;) {
     if (c.redis.status !== 'ready') return;
+    // The transaction holds one pooled connection and asks for no other (no query on c.db inside it), so a
+    // full pool cannot deadlock on it; webhooks are queued once it has committed.
+    const published: { event: AccountEvent; endpointsVersion: string | null }[] = [];
     const outcome = await c.db.transaction(async (trx): Promise<'busy' | 'more' | 'done'> => {
       if (!(await lockAccountOutbox(trx, userId))) return 'busy';
       const rows = await pendingEvents(trx, userId, RELAY_BATCH);
@@ -267,14 +270,10 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
         for (const row of rows) {
           const once = { key: row.once_key ?? besideStream(prefix, userId, `outbox:${row.id}`, c.redis.isCluster), seconds: row.once_seconds ?? RELAYED_ONCE_SECONDS };
           const event: NewEvent = { type: row.type as EventType, data: row.data };
-          const published = await publishEvents(c.redis, prefix, userId, [event], row.created_at, once);
+          const answer = await publishEvents(c.redis, prefix, userId, [event], row.created_at, once);
           done.push(row.id);
           // Null: published already (by another process hearing the same audit row, or before a failed delete).
-          if (!published) continue;
-          const targets = await eventTargets(c, userId, published.endpointsVersion);
-          await fanOut(c, { id: published.ids[0]!, type: event.type, created_at: row.created_at.toISOString(), account: userId, data: event.data }, targets).catch((err: unknown) =>
-            c.log.warn({ err, type: event.type }, 'could not queue the webhooks of an account event'),
-          );
+          if (answer) published.push({ event: { id: answer.ids[0]!, type: event.type, created_at: row.created_at.toISOString(), account: userId, data: event.data }, endpointsVersion: answer.endpointsVersion });
         }
       } catch (err) {
         c.log.warn({ err, waiting: rows.length - done.length }, 'could not publish account events; they wait in the outbox');
@@ -284,6 +283,9 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
       await deleteOutbox(trx, done);
       return rows.length === RELAY_BATCH ? 'more' : 'done';
     });
+    for (const { event, endpointsVersion } of published) {
+      await fanOut(c, event, await eventTargets(c, userId, endpointsVersion)).catch((err: unknown) => c.log.warn({ err, type: event.type }, 'could not queue the webhooks of an account event'));
+    }
     if (outcome === 'done') return;
     if (outcome === 'busy') {
       // Another process relays this account; it may have read the outbox before these events were in it.

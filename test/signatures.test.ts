@@ -255,7 +255,7 @@ describe('sign and encrypt, decrypt and verify', () => {
     expect(sq.result.signatures[0].valid).toBe(true);
   }, 60_000);
 
-  it('at 64 MiB: gpg reads our sign-and-encrypt and verifies our detached signature; we decrypt and verify gpg -se', async () => {
+  it('at 64 MiB: gpg reads our sign-and-encrypt, gpg and sq verify our detached signature; we decrypt and verify gpg -se and sq encrypt --signer-key', async () => {
     const big = plaintextForGpg(64 << 20);
     const bigPath = await home.put('big.bin', big);
     await home.gpg(['--quick-generate-key', 'Big Peer <big-peer@example.test>', 'future-default', 'default', 'never'], { passphrase: '' });
@@ -270,8 +270,18 @@ describe('sign and encrypt, decrypt and verify', () => {
     expect(Buffer.compare(await readFile(out), big)).toBe(0);
 
     const { output } = await sign({ armor: 'false' }, big, 'big.bin');
-    const checked = await home.gpg(['--status-fd', '2', '--verify', await home.put('big.bin.sig', output), bigPath]);
+    const bigSig = await home.put('big.bin.sig', output);
+    const checked = await home.gpg(['--status-fd', '2', '--verify', bigSig, bigPath]);
     expect(checked.stderr).toContain(`VALIDSIG ${key.fingerprint.toUpperCase()}`);
+    expect((await home.sq(['verify', '--signer-cert', certPath, '--detached', bigSig, bigPath])).code).toBe(0);
+
+    // Sequoia signs and encrypts to us; we decrypt and verify.
+    const sqKey = home.file('big-sq.pgp');
+    await home.sq(['key', 'generate', '--userid', 'Big Sq <big-sq@example.test>', '--export', sqKey]);
+    await home.sq(['encrypt', '--recipient-cert', certPath, '--signer-key', sqKey, '-o', home.file('big-sq.pgp.enc'), bigPath]);
+    const fromSq = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, verify_public_key: (await home.sq(['key', 'extract-cert', sqKey])).stdout.toString(), require_signature: 'true', files: [{ name: 'big-sq.pgp', data: await readFile(home.file('big-sq.pgp.enc')) }] });
+    expect(fromSq.state, JSON.stringify(fromSq.error)).toBe('completed');
+    expect(fromSq.result.signatures[0].valid).toBe(true);
 
     await home.gpg(['-u', peerFpr, '-r', key.fingerprint, '-se', '-o', home.file('big-se.gpg'), bigPath], { passphrase: '' });
     const theirs = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, verify_public_key: peerCert, require_signature: 'true', files: [{ name: 'big-se.gpg', data: await readFile(home.file('big-se.gpg')) }] });
