@@ -414,7 +414,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     expect(link.startsWith(`${origin}/reset-password#token=`)).toBe(true);
     await page.goto(link);
     await says(page, /Set a new password/);
-    expect(page.url()).toBe(`${origin}/reset-password`); // the token left the address bar
+    await expect.poll(() => page.url()).toBe(`${origin}/reset-password`); // the token left the address bar
     await accessible(page);
     await page.getByLabel('New password').fill('short');
     await page.getByRole('button', { name: 'Set the password' }).click();

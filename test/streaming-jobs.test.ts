@@ -288,7 +288,8 @@ describe('an API and a separate worker process on one local blob folder', () => 
     // A job runs from its first file on, so its worker may write outputs before the API has stored much.
     // When data keys were files made by a job's first put, a worker that made its own sealed with a key
     // the API's inputs did not use: chunk 0 failed authentication (about one job in twenty).
-    const web = await startTestService({ roles: ['web'] });
+    // Sixteen uploads of one account at once: more than UPLOADS_PER_ACCOUNT lets arrive by default.
+    const web = await startTestService({ roles: ['web'], env: { UPLOADS_PER_ACCOUNT: '16' } });
     const worker = startProcess('worker', { ...web.env, LOG_LEVEL: 'info', WORKER_QUEUES: 'crypto=1' });
     try {
       await waitForOutput(worker, 'workers started');
