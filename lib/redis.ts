@@ -30,7 +30,11 @@ export function createRedis(target: RedisTarget, role: 'producer' | 'worker', ex
   return new Cluster(target.redisClusterNodes, {
     lazyConnect: true,
     enableOfflineQueue: !producer,
-    enableReadyCheck: true,
+    // No ready check: when it fails (cluster_state:fail during a failover) ioredis reconnects without
+    // ever settling the promise connect() returned, and BullMQ awaits that promise when it resets a
+    // worker's blocking connection, so the worker would stop fetching jobs for good. Commands sent while
+    // the cluster is down wait and retry (retryDelayOnClusterDown) as they would after a ready check.
+    enableReadyCheck: false,
     // While a replica takes over a failed primary (cluster-node-timeout, then the election), commands
     // routed to its slots wait and are sent again: a producer's up to its own deadline, a worker's for a
     // minute (cluster-node-timeout is 15 s by default), as a worker on one server waits for it to return.

@@ -43,6 +43,8 @@ export async function startRedisCluster(primaries = 3, nodeTimeoutMs = 2000) {
       const busPort = await freePort();
       const args = ['--port', String(port), '--cluster-port', String(busPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--cluster-enabled', 'yes'];
       args.push('--cluster-config-file', join(dir, `nodes-${port}.conf`), '--cluster-node-timeout', String(nodeTimeoutMs), '--dir', dir);
+      // A replica takes over only once it has synced; by default a diskless sync waits 5 s for more replicas.
+      args.push('--repl-diskless-sync-delay', '0');
       nodes.push({ port, child: spawn('redis-server', args, { stdio: 'ignore' }) });
     }
     for (const { port } of nodes) await waitForPing(port);
@@ -70,11 +72,14 @@ export async function startRedisCluster(primaries = 3, nodeTimeoutMs = 2000) {
         node.child.kill('SIGKILL');
         await exited;
       },
-      /** Resolves once every slot is served again by a live primary (`cluster_state:ok` on every live node). */
+      /**
+       * Resolves once every slot is served again by a live primary (`cluster_state:ok` on every live node)
+       * and every live replica is in sync with its primary (only a synced replica can take over).
+       */
       async waitHealthy(timeoutMs = 30_000) {
         const deadline = Date.now() + timeoutMs;
         for (;;) {
-          const states = await Promise.all(nodes.filter((n) => n.child.exitCode === null && n.child.signalCode === null).map((n) => clusterState(n.port)));
+          const states = await Promise.all(nodes.filter((n) => n.child.exitCode === null && n.child.signalCode === null).map((n) => nodeState(n.port)));
           if (states.every((s) => s === 'ok')) return;
           if (Date.now() > deadline) throw new Error(`the Redis Cluster did not recover within ${timeoutMs} ms`);
           await new Promise((r) => setTimeout(r, 100));
@@ -101,12 +106,16 @@ async function waitForPing(port: number) {
   }
 }
 
-async function clusterState(port: number): Promise<string> {
+/** `ok` for a node whose cluster is whole and which, if a replica, is in sync with its primary. */
+async function nodeState(port: number): Promise<string> {
   const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
   probe.on('error', () => undefined);
   try {
     await probe.connect();
-    return /cluster_state:(\w+)/.exec(String(await probe.call('CLUSTER', 'INFO')))?.[1] ?? 'unknown';
+    const cluster = /cluster_state:(\w+)/.exec(String(await probe.call('CLUSTER', 'INFO')))?.[1] ?? 'unknown';
+    const replication = await probe.info('replication');
+    const link = /role:slave/.test(replication) ? (/master_link_status:(\w+)/.exec(replication)?.[1] ?? 'unknown') : 'up';
+    return cluster === 'ok' && link === 'up' ? 'ok' : `cluster ${cluster}, replica link ${link}`;
   } catch {
     return 'unreachable';
   } finally {
