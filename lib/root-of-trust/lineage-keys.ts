@@ -46,11 +46,39 @@ const refused = (lineageId: string, what: string, err: unknown) =>
     ? err
     : unavailable('lineage_key_unavailable', `The token could not ${what} the key of lineage ${lineageId}: ${err instanceof RootKeyError ? err.message : pkcs11Code(err)}.`);
 
+/** CKS_RW_USER_FUNCTIONS (PKCS#11 §5.7): a read-write session of the logged-in user. */
+const RW_USER = 3;
+const loggedIn = ({ m, session }: Session) => {
+  try {
+    return m.C_GetSessionInfo(session).state === RW_USER;
+  } catch {
+    return false;
+  }
+};
+const closeQuietly = ({ m, session }: Session) => {
+  try {
+    m.C_CloseSession(session);
+  } catch {
+    // A session the token closed already.
+  }
+};
+
 /** The lineage keys in the token MASTER_KEY_URI names; its session opens on first use. */
 export function tokenLineageKeys(uriText: string): LineageKeys {
   let opened: Session | undefined;
   const handles = new Map<string, pkcs11js.Handle>();
-  const session = () => (opened ??= openSession(parsePkcs11Uri(uriText)));
+  /**
+   * The session, logged in: one the token logged out (or closed) is opened and logged in again, so that a
+   * search never answers "no such key" for a key it was not allowed to see.
+   */
+  const session = () => {
+    if (opened && !loggedIn(opened)) {
+      handles.clear();
+      closeQuietly(opened);
+      opened = undefined;
+    }
+    return (opened ??= openSession(parsePkcs11Uri(uriText)));
+  };
   const find = (lineageId: string, fresh = false) => {
     const known = fresh ? undefined : handles.get(lineageId);
     if (known) return known;
@@ -118,7 +146,7 @@ export function tokenLineageKeys(uriText: string): LineageKeys {
     },
     async close() {
       handles.clear();
-      if (opened) opened.m.C_CloseSession(opened.session);
+      if (opened) closeQuietly(opened);
       opened = undefined;
     },
   };

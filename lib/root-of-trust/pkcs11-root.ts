@@ -46,9 +46,10 @@ export function openSession(uri: Pkcs11Uri): Session {
   const id = pkcs11RootId(uri);
   const slot = m.C_GetSlotList(true).find((s) => m.C_GetTokenInfo(s).label.trim() === uri.token);
   if (!slot) throw new RootKeyError(`MASTER_KEY_URI: no token labelled "${uri.token}" in ${uri.modulePath}`);
+  const pin = readPin(uri);
   const session = m.C_OpenSession(slot, pkcs11js.CKF_SERIAL_SESSION | pkcs11js.CKF_RW_SESSION);
   try {
-    m.C_Login(session, pkcs11js.CKU_USER, readPin(uri));
+    m.C_Login(session, pkcs11js.CKU_USER, pin);
   } catch (err) {
     const code = pkcs11Code(err);
     if (code !== 'CKR_USER_ALREADY_LOGGED_IN') {
