@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
+import * as openpgp from 'openpgp';
 import { registerUser, startTestService, type ManualClockFollowingTime, type TestService } from './support/service';
 import { admin, startSoftHsm, type SoftHsm } from './support/softhsm';
 import { startProcess } from './support/process';
@@ -94,6 +95,25 @@ describe('a lineage with its own token key', () => {
       const out = await decrypt(fpr, await download(s.api, u.token, job.job_id));
       expect(out.state, JSON.stringify(out.error)).toBe('completed');
     }
+  });
+
+  it('an imported secret key gets a token key and decrypts; an imported public key (a recipient key) gets none', async () => {
+    const made = await openpgp.generateKey({ type: 'curve25519', userIDs: [{ name: 'Imp Orted', email: 'imp@example.test' }], format: 'armored' });
+    const imported = await s.api('POST', '/keys/import', { token: u.token, form: { label: 'imp', passphrase: PASSPHRASE, key: made.privateKey } });
+    expect(imported.status, JSON.stringify(imported.body)).toBe(201);
+    const rows = await rowsOf(imported.body.lineage_id);
+    expect(rows.lineage.token_key).toBe(true);
+    expect(hsm.labels()).toContain(lineageKeyLabel(rows.lineage.id));
+    const ct = await download(s.api, u.token, (await encrypt(s.api, u.token, imported.body.fingerprint, [{ name: 'i', data: Buffer.from('imported') }])).job_id);
+    const dec = await decrypt(imported.body.fingerprint, ct);
+    expect(dec.state, JSON.stringify(dec.error)).toBe('completed');
+    expect((await download(s.api, u.token, dec.job_id)).toString()).toBe('imported');
+
+    const other = await openpgp.generateKey({ type: 'curve25519', userIDs: [{ name: 'Re Cipient', email: 'rc@example.test' }], format: 'armored' });
+    const recipient = await s.api('POST', '/keys/import', { token: u.token, form: { label: 'rcpt', key: other.publicKey } });
+    expect(recipient.status, JSON.stringify(recipient.body)).toBe(201);
+    expect((await rowsOf(recipient.body.lineage_id)).lineage.token_key).toBe(false);
+    expect(hsm.labels()).not.toContain(lineageKeyLabel(recipient.body.lineage_id));
   });
 
   it('a destroyed lineage’s token key is deleted after the commit: a backup copy of its rows no longer opens with keyring and root key; another lineage still does', async () => {
