@@ -2,7 +2,9 @@
  * The root of trust's costs (docs/root-of-trust.md): loading the keyring at start-up with the root key
  * in a PKCS#11 token (SoftHSM2, a token made for this run) and with MASTER_KEY; sealing throughput on
  * each (the token is called only when the keyring loads, so the ratio should be ~1); and the re-seal
- * job's rate, in rows per second, over webhook secrets (one sealed column per row) in a scratch database.
+ * job's rate, in rows per second, over webhook secrets (one sealed column per row) in a scratch database;
+ * and per-lineage token keys (LINEAGE_TOKEN_KEYS): making one, the token call that opens a private key
+ * for a job (handle known, and first in a process with the token holding `LINEAGES` keys), deleting one.
  *
  *   npm run bench:root-of-trust -- [rows]     (default 20000 rows)
  */
@@ -15,6 +17,7 @@ import { loadConfig } from '../lib/config';
 import { openKeyring } from '../lib/container';
 import { createSealer, sealerOver } from '../lib/sealer';
 import { initPkcs11Root } from '../lib/root-of-trust/pkcs11-root';
+import { tokenLineageKeys } from '../lib/root-of-trust/lineage-keys';
 import { reseal, rotateDataKey } from '../lib/root-of-trust/operations';
 import { createDb, dropDatabase, ensureDatabase } from '../db/knex';
 import { migrateLatest } from '../db/migrate';
@@ -102,6 +105,48 @@ try {
     }
   }
   for (const [which, rate] of Object.entries(best)) result[`seal_open_per_s_${which}`] = rate;
+
+  // Per-lineage keys: an armored private key is ~0.9 KiB (curve25519) to ~3.5 KiB (rsa4096).
+  const LINEAGES = 200;
+  const lineageKeys = tokenLineageKeys(uri);
+  const lineages = Array.from({ length: LINEAGES }, () => randomUUID());
+  const make: number[] = [];
+  for (const id of lineages) {
+    const t0 = process.hrtime.bigint();
+    await lineageKeys.ensure(id);
+    make.push(ms(t0));
+  }
+  result.lineage_key_create_ms = Number(median(make).toFixed(3));
+  for (const [name, size] of [['1k', 900], ['3k5', 3500]] as const) {
+    const armored = randomBytes(size).toString('base64').slice(0, size);
+    const sealed = await lineageKeys.seal(lineages[0]!, 1, armored);
+    const opens: number[] = [];
+    for (let i = 0; i < 200; i++) {
+      const t0 = process.hrtime.bigint();
+      await lineageKeys.open(lineages[0]!, 1, sealed);
+      opens.push(ms(t0));
+    }
+    result[`lineage_open_ms_${name}`] = Number(median(opens).toFixed(3));
+  }
+  // First open in a process: the key is looked up by label among the token's LINEAGES + 1 objects.
+  const firsts: number[] = [];
+  for (const id of lineages.slice(0, 20)) {
+    const sealed = await lineageKeys.seal(id, 1, 'x'.repeat(900));
+    const fresh = tokenLineageKeys(uri);
+    const t0 = process.hrtime.bigint();
+    await fresh.open(id, 1, sealed);
+    firsts.push(ms(t0));
+    await fresh.close();
+  }
+  result.lineage_first_open_ms = Number(median(firsts).toFixed(3));
+  const removes: number[] = [];
+  for (const id of lineages) {
+    const t0 = process.hrtime.bigint();
+    await lineageKeys.remove(id);
+    removes.push(ms(t0));
+  }
+  result.lineage_key_delete_ms = Number(median(removes).toFixed(3));
+  await lineageKeys.close();
   for (const k of Object.values(keyrings)) await k!.close();
   result.seal_ratio_token_over_env = Number(((result.seal_open_per_s_token as number) / (result.seal_open_per_s_env as number)).toFixed(3));
   console.log(JSON.stringify({ bench: 'root-of-trust', ...result }));

@@ -25,6 +25,10 @@ export interface LineageRow {
   /** Whole-key destruction: when it is due, and when it was done. */
   destroy_after: Date | null;
   destroyed_at: Date | null;
+  /** Its generations' private keys are sealed under its own key in the token (LINEAGE_TOKEN_KEYS, lib/root-of-trust/lineage-keys.ts). */
+  token_key: boolean;
+  /** When that key was deleted from the token (its last generation destroyed). */
+  token_key_deleted_at: Date | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -86,7 +90,10 @@ export interface KeyView {
  */
 const usableSql = (owner: string, lineage: string) => `(${owner} = :user OR ${lineage} = ANY (ARRAY(SELECT g FROM granted_lineage_ids(:user) g WHERE :inherited)))`;
 
-export async function insertLineage(db: Knex, row: Omit<LineageRow, 'kind' | 'created_at' | 'updated_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days' | 'min_decryption_generation' | 'destroy_after' | 'destroyed_at'> & Partial<Pick<LineageRow, 'kind'>>): Promise<LineageRow> {
+export async function insertLineage(
+  db: Knex,
+  row: Omit<LineageRow, 'kind' | 'created_at' | 'updated_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days' | 'min_decryption_generation' | 'destroy_after' | 'destroyed_at' | 'token_key' | 'token_key_deleted_at'> & Partial<Pick<LineageRow, 'kind' | 'token_key'>>,
+): Promise<LineageRow> {
   const [inserted] = await db<LineageRow>('key_lineages').insert(row).returning('*');
   return inserted!;
 }
@@ -130,6 +137,8 @@ const LINEAGE_COLUMNS = columnsOf<LineageRow>({
   min_decryption_generation: 1,
   destroy_after: 1,
   destroyed_at: 1,
+  token_key: 1,
+  token_key_deleted_at: 1,
   created_at: 1,
   updated_at: 1,
 });
@@ -173,6 +182,21 @@ const keyByFingerprint = prepared<Record<string, unknown>>(
    FROM pgp_keys k JOIN key_lineages l ON l.id = k.lineage_id
    WHERE k.fingerprint = :fingerprint AND ${usableSql('k.user_id', 'k.lineage_id')}`,
 );
+
+/**
+ * Lineages whose token key is still to delete: every generation destroyed, the object not yet deleted
+ * (the sweep deletes it after the commit that destroyed the last one, and again after a failed delete).
+ */
+export const lineagesWithSpentTokenKey = (db: Knex, limit: number) =>
+  db<LineageRow>('key_lineages as l')
+    .where('l.token_key', true)
+    .whereNull('l.token_key_deleted_at')
+    .whereNotExists(db('pgp_keys as k').whereRaw('k.lineage_id = l.id').whereNull('k.destroyed_at'))
+    .select('l.id', 'l.user_id')
+    .limit(limit);
+
+/** Records the deletion of a lineage's token key, once. */
+export const markTokenKeyDeleted = (db: Knex, lineageId: string, at: Date) => db('key_lineages').where({ id: lineageId, token_key: true }).whereNull('token_key_deleted_at').update({ token_key_deleted_at: at });
 
 /** A generation's identity: what a rotation needs of the one it replaces. */
 export type GenerationRef = Pick<KeyRow, 'id' | 'fingerprint' | 'generation'>;

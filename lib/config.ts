@@ -37,6 +37,11 @@ const Env = z.object({
    */
   MASTER_KEY_URI: z.string().startsWith('pkcs11:').optional(),
   MASTER_KEY_URI_PREVIOUS: z.string().startsWith('pkcs11:').optional(),
+  /**
+   * Each new lineage gets its own AES-256 key in MASTER_KEY_URI's token, under which its private keys are
+   * sealed; the key is deleted when the lineage's last generation is destroyed (lib/root-of-trust/lineage-keys.ts).
+   */
+  LINEAGE_TOKEN_KEYS: z.enum(['true', 'false']).default('false'),
   /** How often a process reloads the keyring; a rotation's new key becomes current after twice this. */
   KEYRING_REFRESH_MS: intish(10_000, 100, 600_000),
   JWT_SECRET: z.string().min(32).optional(),
@@ -183,7 +188,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
   // Says why the development defaults were not used: NODE_ENV unset counts as production.
   const why = `NODE_ENV is ${env.NODE_ENV ? e.NODE_ENV : 'unset (counts as production)'}; the public development defaults apply only with NODE_ENV=development or test (npm start sets development)`;
   // With a token as the root, MASTER_KEY is only what it moves from: no development default then.
-  const masterKeys = { ...checkMasterKeys(e.MASTER_KEY ?? (production || e.MASTER_KEY_URI ? undefined : DEV_MASTER_KEY), e.MASTER_KEYS_PREVIOUS, production, why, e.MASTER_KEY_URI), uri: e.MASTER_KEY_URI, previousUri: e.MASTER_KEY_URI_PREVIOUS, refreshMs: e.KEYRING_REFRESH_MS };
+  const lineageTokenKeys = e.LINEAGE_TOKEN_KEYS === 'true';
+  if (lineageTokenKeys && !e.MASTER_KEY_URI) throw new Error('LINEAGE_TOKEN_KEYS=true needs MASTER_KEY_URI: the per-lineage keys are made in the PKCS#11 token that holds the root key');
+  const masterKeys = {
+    ...checkMasterKeys(e.MASTER_KEY ?? (production || e.MASTER_KEY_URI ? undefined : DEV_MASTER_KEY), e.MASTER_KEYS_PREVIOUS, production, why, e.MASTER_KEY_URI),
+    uri: e.MASTER_KEY_URI,
+    previousUri: e.MASTER_KEY_URI_PREVIOUS,
+    refreshMs: e.KEYRING_REFRESH_MS,
+    lineageTokenKeys,
+  };
   const jwtSecret = e.JWT_SECRET ?? (production ? undefined : DEV_JWT_SECRET);
   if (!jwtSecret) throw new Error(`JWT_SECRET must be set (32+ random characters): ${why}`);
   if (production && jwtSecret === DEV_JWT_SECRET) throw new Error('JWT_SECRET is the public development secret, which is not allowed outside development and test');

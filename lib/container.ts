@@ -4,6 +4,7 @@ import { openDatabase, type Db } from '../db/knex';
 import { createRedis, connectRedis, type Redis } from './redis';
 import { sealerOver, type Sealer } from './sealer';
 import { ensureKeyring, Keyring, rootsOf } from './root-of-trust/keyring';
+import { lineageKeysOf, type LineageKeys } from './root-of-trust/lineage-keys';
 import { createMailer, type Mailer } from './mailer';
 import { systemClock, type Clock } from './clock';
 import { JobClient } from '../jobs/client';
@@ -32,6 +33,8 @@ export interface Container {
   /** The data keys the sealer uses, wrapped by the root key (MASTER_KEY or a PKCS#11 token). */
   keyring: Keyring;
   sealer: Sealer;
+  /** Per-lineage keys in the root key's token (LINEAGE_TOKEN_KEYS); its session opens on first use. */
+  lineageKeys: LineageKeys;
   mailer: Mailer;
   jobs: JobClient;
   clock: Clock;
@@ -72,6 +75,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const mailer = createMailer({ ...config.mail, smtpUrl: config.mail.smtpUrl, log });
   const jobs = new JobClient(redis, config.redisPrefix, (err) => log.warn({ err: err.message }, 'job queue error'));
   const sealer = sealerOver(keyring);
+  const lineageKeys = lineageKeysOf(config.masterKeys);
   // Settings left unset fall through to the AWS SDK's own credential chain (instance roles, profiles).
   // Job blobs (uploads, outputs) are sealed at rest under a per-job data key; job files are written in
   // segments that readers can follow while they grow.
@@ -87,6 +91,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
     redis,
     keyring,
     sealer,
+    lineageKeys,
     mailer,
     jobs,
     clock: overrides.clock ?? systemClock,
@@ -103,6 +108,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
       mailer.close();
       await blob.close();
       redis.disconnect();
+      await lineageKeys.close();
       await keyring.close();
       await db.destroy();
     },

@@ -1,11 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { execFileSync, spawn } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { mkdtemp, mkdir, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pkcs11js from 'pkcs11js';
 import { startTestService, registerUser, type TestService } from './support/service';
+import { admin, SOFTHSM_MODULE as MODULE, startSoftHsm, TOKEN_PIN as PIN, type SoftHsm } from './support/softhsm';
 import { startProcess } from './support/process';
 import { createKey, download, encrypt, PASSPHRASE, runJob } from './support/keys';
 import { loadConfig } from '../lib/config';
@@ -16,20 +13,8 @@ import { keyUsage, reseal, rewrapKeyring, rotateDataKey, totalUses } from '../li
  * The root of trust on a real PKCS#11 token: SoftHSM2 with its own token folder for this run
  * (SOFTHSM2_CONF), as an HSM would hold the root key; and the MASTER_KEY provider it can move from.
  */
-const MODULE = '/usr/lib/softhsm/libsofthsm2.so';
-const PIN = '1234-token-pin';
-let dir: string;
-const uri = (object: string, pin = 'pin') => `pkcs11:token=kms;object=${object}?module-path=${MODULE}&pin-source=file:${join(dir, pin)}`;
-
-/** `npm run admin -- …` as an operator runs it. */
-function admin(args: string[], env: Record<string, string>): Promise<{ code: number | null; out: string; err: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'db/cli/admin.ts', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (c: Buffer) => (out += c.toString()));
-  child.stderr.on('data', (c: Buffer) => (err += c.toString()));
-  return new Promise((resolve) => child.on('exit', (code) => resolve({ code, out, err })));
-}
+let hsm: SoftHsm;
+const uri = (object: string, pin: 'pin' | 'wrong-pin' = 'pin') => hsm.uri(object, pin);
 
 /** Where the test service's stored seals stand: uses per key id over every sealed column. */
 const usesOf = async (s: TestService, kid: string) => totalUses(await keyUsage(s.c.db), kid);
@@ -62,18 +47,11 @@ async function makeAdmin(s: TestService) {
 }
 
 beforeAll(async () => {
-  dir = await mkdtemp(join(tmpdir(), 'kms-softhsm-'));
-  await mkdir(join(dir, 'tokens'));
-  await writeFile(join(dir, 'softhsm2.conf'), `directories.tokendir = ${join(dir, 'tokens')}\nobjectstore.backend = file\nlog.level = ERROR\n`);
-  await writeFile(join(dir, 'pin'), `${PIN}\n`);
-  await writeFile(join(dir, 'wrong-pin'), 'not-the-pin\n');
-  // Every process of this file (this one, the service's, the CLI's) finds the run's token here.
-  process.env.SOFTHSM2_CONF = join(dir, 'softhsm2.conf');
-  execFileSync('softhsm2-util', ['--init-token', '--free', '--label', 'kms', '--pin', PIN, '--so-pin', '5678-so-pin'], { stdio: 'ignore' });
+  hsm = await startSoftHsm();
 });
 
 afterAll(async () => {
-  await rm(dir, { recursive: true, force: true });
+  await hsm.stop();
 });
 
 describe('root key in a PKCS#11 token', () => {
@@ -254,32 +232,6 @@ describe('re-seal runs', () => {
   });
 });
 
-/** Deletes a key from the run's token, as an operator with the PIN could. */
-function destroyTokenKey(label: string) {
-  const p = new pkcs11js.PKCS11();
-  p.load(MODULE);
-  try {
-    p.C_Initialize();
-  } catch (err) {
-    if (!String(err).includes('CKR_CRYPTOKI_ALREADY_INITIALIZED')) throw err;
-  }
-  const slot = p.C_GetSlotList(true).find((x) => p.C_GetTokenInfo(x).label.trim() === 'kms')!;
-  const session = p.C_OpenSession(slot, pkcs11js.CKF_SERIAL_SESSION | pkcs11js.CKF_RW_SESSION);
-  try {
-    try {
-      p.C_Login(session, pkcs11js.CKU_USER, PIN);
-    } catch (err) {
-      if (!String(err).includes('CKR_USER_ALREADY_LOGGED_IN')) throw err;
-    }
-    p.C_FindObjectsInit(session, [{ type: pkcs11js.CKA_LABEL, value: label }]);
-    const found = p.C_FindObjects(session, 5);
-    p.C_FindObjectsFinal(session);
-    for (const h of found) p.C_DestroyObject(session, h);
-  } finally {
-    p.C_CloseSession(session);
-  }
-}
-
 describe('start-up failures of the root of trust', () => {
   let s: TestService;
   beforeAll(async () => {
@@ -310,7 +262,7 @@ describe('start-up failures of the root of trust', () => {
     };
     const runs = await Promise.all(cases.map(([env]) => start(env)));
     // The token's key replaced by another of the same label (deleted, then made again by init).
-    destroyTokenKey('root-c');
+    hsm.destroyKey('root-c');
     expect((await admin(['master-key', 'init'], { NODE_ENV: 'test', MASTER_KEY_URI: uri('root-c') })).out).toMatch(/Created/);
     cases.push([{}, /^the keyring's data key "m2" does not open with the root key pkcs11:token=kms;object=root-c: the token's key is not the one that wrapped it$/]);
     runs.push(await start({ MASTER_KEY_URI: uri('root-c') }));

@@ -1,5 +1,9 @@
+import type { Knex } from 'knex';
 import type { Config } from '../config';
 import { prepareDatabase } from '../main';
+import { openDatabase } from '../../db/knex';
+import { recordAudit, type AuditStatus } from '../../db/audit';
+import { parsePkcs11Uri, pkcs11RootId } from './pkcs11-uri';
 import { createContainer, type Container } from '../container';
 import { RootKeyError } from './root-key';
 import { initPkcs11Root } from './pkcs11-root';
@@ -35,9 +39,17 @@ export async function keyringStatus(c: Container) {
 }
 
 /**
+ * The audit row of one master-key command, on the system chain (no account): the key ids and root ids
+ * involved, never key material. A change and its row commit together.
+ */
+const auditCommand = (db: Knex, command: string, status: AuditStatus, target: string | null, details: Record<string, unknown>) =>
+  recordAudit(db, { user_id: null, action: `master_key.${command}`, status, target, details: { via: 'admin-cli', ...details } });
+
+/**
  * `master-key init` creates the root key in the token MASTER_KEY_URI names when missing; `rotate` adds
  * a data key and enqueues the re-seal; `reseal` enqueues an unfinished run again; `retire <kid>` retires
- * a key nothing uses; `rewrap` moves the keyring under the current root key. Answers the exit code.
+ * a key nothing uses; `rewrap` moves the keyring under the current root key. Each but `status` writes an
+ * audit row (a refusal too, as a failure). Answers the exit code.
  */
 export async function masterKeyCommand(args: string[], config: Config): Promise<number> {
   const [command, arg] = args;
@@ -49,6 +61,14 @@ export async function masterKeyCommand(args: string[], config: Config): Promise<
         return 0;
       }
       const made = initPkcs11Root(config.masterKeys.uri);
+      await prepareDatabase(config);
+      const db = openDatabase(config, { max: 1 });
+      try {
+        const root_id = pkcs11RootId(parsePkcs11Uri(config.masterKeys.uri));
+        await auditCommand(db, 'init', 'success', root_id, { root_id, created: made === 'created' });
+      } finally {
+        await db.destroy();
+      }
       say(made === 'created' ? 'Created the root key in the token.' : 'The token already holds the root key.');
       return 0;
     }
@@ -59,34 +79,10 @@ export async function masterKeyCommand(args: string[], config: Config): Promise<
     await prepareDatabase(config);
     const c = await createContainer(config);
     try {
-      if (command === 'status') {
-        const status = await keyringStatus(c);
-        if (arg === '--json') say(JSON.stringify(status, null, 2));
-        else {
-          say(`root key ${status.root_id}; current data key ${status.current_kid}`);
-          for (const k of status.keys) say(`${k.kid}\t${k.retired_at ? 'retired' : k.current ? 'current' : 'live'}\t${k.uses} use(s)\twrapped by ${k.root_id}`);
-          if (status.reseal) say(`re-seal to ${status.reseal.target_kid}: ${status.reseal.resealed} moved, ${status.reseal.skipped} left, ${status.reseal.finished_at ? 'finished' : 'running'}`);
-        }
-      } else if (command === 'rotate') {
-        const graceMs = 2 * config.masterKeys.refreshMs;
-        const { kid, current_from } = await rotateDataKey(c.db, c.keyring.roots, graceMs);
-        await c.jobs.enqueue('reseal-keyring', { target_kid: kid }, { jobId: `reseal-${kid}`, delay: graceMs + 1000 });
-        say(`Data key ${kid} is current from ${current_from.toISOString()}; the re-seal job starts then (progress: GET /status, master-key status).`);
-      } else if (command === 'reseal') {
-        const run = await resealProgress(c.db);
-        if (!run || run.finished_at) say('No re-seal run is unfinished.');
-        else {
-          await c.jobs.enqueue('reseal-keyring', { target_kid: run.target_kid }, { jobId: `reseal-${run.target_kid}-${Date.now()}` });
-          say(`Enqueued the re-seal to ${run.target_kid} again; it resumes where it stopped.`);
-        }
-      } else if (command === 'retire') {
-        await retireDataKey(c.db, arg!, c.keyring.current().kid, (kid) => queuedSeals(c, kid));
-        say(`Data key ${arg} is retired: its material is gone from the database (backups from before still hold it).`);
-      } else {
-        const n = await rewrapKeyring(c.db, c.keyring.roots);
-        say(`Re-wrapped ${n} data key(s) under ${c.keyring.roots.currentId}.`);
-      }
-      return 0;
+      return await keyringCommand(c, command!, arg, say);
+    } catch (err) {
+      if (err instanceof KeyringRefusal) await auditCommand(c.db, command!, 'failure', arg ?? null, { ...(arg ? { kid: arg } : {}), refusal: err.message });
+      throw err;
     } finally {
       await c.close();
     }
@@ -95,4 +91,53 @@ export async function masterKeyCommand(args: string[], config: Config): Promise<
     console.error(err.message);
     return 1;
   }
+}
+
+/** The commands on an opened keyring. */
+async function keyringCommand(c: Container, command: string, arg: string | undefined, say: (text: string) => void): Promise<number> {
+  const root_id = c.keyring.roots.currentId;
+  if (command === 'status') {
+    const status = await keyringStatus(c);
+    if (arg === '--json') say(JSON.stringify(status, null, 2));
+    else {
+      say(`root key ${status.root_id}; current data key ${status.current_kid}`);
+      for (const k of status.keys) say(`${k.kid}\t${k.retired_at ? 'retired' : k.current ? 'current' : 'live'}\t${k.uses} use(s)\twrapped by ${k.root_id}`);
+      if (status.reseal) say(`re-seal to ${status.reseal.target_kid}: ${status.reseal.resealed} moved, ${status.reseal.skipped} left, ${status.reseal.finished_at ? 'finished' : 'running'}`);
+    }
+  } else if (command === 'rotate') {
+    const graceMs = 2 * c.config.masterKeys.refreshMs;
+    const previous = c.keyring.current().kid;
+    const { kid, current_from } = await c.db.transaction(async (trx) => {
+      const made = await rotateDataKey(trx, c.keyring.roots, graceMs);
+      await auditCommand(trx, 'rotate', 'success', made.kid, { kid: made.kid, previous_kid: previous, root_id, current_from: made.current_from.toISOString() });
+      return made;
+    });
+    await c.jobs.enqueue('reseal-keyring', { target_kid: kid }, { jobId: `reseal-${kid}`, delay: graceMs + 1000 });
+    say(`Data key ${kid} is current from ${current_from.toISOString()}; the re-seal job starts then (progress: GET /status, master-key status).`);
+  } else if (command === 'reseal') {
+    const run = await resealProgress(c.db);
+    if (!run || run.finished_at) {
+      await auditCommand(c.db, 'reseal', 'success', null, { enqueued: false });
+      say('No re-seal run is unfinished.');
+    } else {
+      await c.jobs.enqueue('reseal-keyring', { target_kid: run.target_kid }, { jobId: `reseal-${run.target_kid}-${Date.now()}` });
+      await auditCommand(c.db, 'reseal', 'success', run.target_kid, { enqueued: true, target_kid: run.target_kid, resealed: run.resealed, skipped: run.skipped });
+      say(`Enqueued the re-seal to ${run.target_kid} again; it resumes where it stopped.`);
+    }
+  } else if (command === 'retire') {
+    await c.db.transaction(async (trx) => {
+      await retireDataKey(trx, arg!, c.keyring.current().kid, (kid) => queuedSeals(c, kid));
+      await auditCommand(trx, 'retire', 'success', arg!, { kid: arg, root_id });
+    });
+    say(`Data key ${arg} is retired: its material is gone from the database (backups from before still hold it).`);
+  } else {
+    const from = (await c.db<KeyringRow>('keyring').whereNull('retired_at').whereNot({ root_id }).select('kid', 'root_id')).map((r) => ({ kid: r.kid, root_id: r.root_id }));
+    const n = await c.db.transaction(async (trx) => {
+      const moved = await rewrapKeyring(trx, c.keyring.roots);
+      await auditCommand(trx, 'rewrap', 'success', root_id, { root_id, rewrapped: moved, keys: from });
+      return moved;
+    });
+    say(`Re-wrapped ${n} data key(s) under ${root_id}.`);
+  }
+  return 0;
 }

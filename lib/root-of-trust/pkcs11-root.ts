@@ -12,7 +12,8 @@ import { parsePkcs11Uri, pkcs11RootId, readPin, type Pkcs11Uri } from './pkcs11-
 /** One loaded and initialised module per library path: C_Initialize is per process. */
 const modules = new Map<string, pkcs11js.PKCS11>();
 
-const codeOf = (err: unknown) => (err instanceof Error ? err.message.split(':')[0]!.trim() : String(err));
+/** The CKR_… code a pkcs11js call failed with. */
+export const pkcs11Code = (err: unknown) => (err instanceof Error ? err.message.split(':')[0]!.trim() : String(err));
 
 function loadModule(path: string): pkcs11js.PKCS11 {
   let m = modules.get(path);
@@ -21,34 +22,36 @@ function loadModule(path: string): pkcs11js.PKCS11 {
   try {
     m.load(path);
   } catch (err) {
-    throw new RootKeyError(`MASTER_KEY_URI: the module-path ${path} is not a PKCS#11 library that loads (${codeOf(err)})`);
+    throw new RootKeyError(`MASTER_KEY_URI: the module-path ${path} is not a PKCS#11 library that loads (${pkcs11Code(err)})`);
   }
   try {
     m.C_Initialize();
   } catch (err) {
-    if (codeOf(err) !== 'CKR_CRYPTOKI_ALREADY_INITIALIZED') throw new RootKeyError(`MASTER_KEY_URI: the PKCS#11 library ${path} did not initialise (${codeOf(err)})`);
+    if (pkcs11Code(err) !== 'CKR_CRYPTOKI_ALREADY_INITIALIZED') throw new RootKeyError(`MASTER_KEY_URI: the PKCS#11 library ${path} did not initialise (${pkcs11Code(err)})`);
   }
   modules.set(path, m);
   return m;
 }
 
-interface Session {
+export interface Session {
   m: pkcs11js.PKCS11;
   session: pkcs11js.Handle;
   uri: Pkcs11Uri;
   id: string;
 }
 
-function openSession(uri: Pkcs11Uri): Session {
+/** A read-write session on the token the URI names, logged in (once per process: the login holds for every session). */
+export function openSession(uri: Pkcs11Uri): Session {
   const m = loadModule(uri.modulePath);
   const id = pkcs11RootId(uri);
   const slot = m.C_GetSlotList(true).find((s) => m.C_GetTokenInfo(s).label.trim() === uri.token);
   if (!slot) throw new RootKeyError(`MASTER_KEY_URI: no token labelled "${uri.token}" in ${uri.modulePath}`);
+  const pin = readPin(uri);
   const session = m.C_OpenSession(slot, pkcs11js.CKF_SERIAL_SESSION | pkcs11js.CKF_RW_SESSION);
   try {
-    m.C_Login(session, pkcs11js.CKU_USER, readPin(uri));
+    m.C_Login(session, pkcs11js.CKU_USER, pin);
   } catch (err) {
-    const code = codeOf(err);
+    const code = pkcs11Code(err);
     if (code !== 'CKR_USER_ALREADY_LOGGED_IN') {
       m.C_CloseSession(session);
       const why = code === 'CKR_PIN_INCORRECT' ? 'the PIN is wrong' : code === 'CKR_PIN_LOCKED' ? 'the PIN is locked' : code;
@@ -58,21 +61,51 @@ function openSession(uri: Pkcs11Uri): Session {
   return { m, session, uri, id };
 }
 
-function findKey({ m, session, uri }: Session): pkcs11js.Handle | null {
+/** The token's secret key labelled `label`, or null; more than one by that label is refused (which would it be?). */
+export function findSecretKey({ m, session, uri }: Session, label: string): pkcs11js.Handle | null {
   m.C_FindObjectsInit(session, [
     { type: pkcs11js.CKA_CLASS, value: pkcs11js.CKO_SECRET_KEY },
-    { type: pkcs11js.CKA_LABEL, value: uri.object },
+    { type: pkcs11js.CKA_LABEL, value: label },
   ]);
   try {
     const found = m.C_FindObjects(session, 2);
-    if (found.length > 1) throw new RootKeyError(`MASTER_KEY_URI: token "${uri.token}" holds more than one secret key labelled "${uri.object}"`);
+    if (found.length > 1) throw new RootKeyError(`MASTER_KEY_URI: token "${uri.token}" holds more than one secret key labelled "${label}"`);
     return found[0] ?? null;
   } finally {
     m.C_FindObjectsFinal(session);
   }
 }
 
-const gcm = (iv: Buffer, kid: string) => ({ mechanism: pkcs11js.CKM_AES_GCM, parameter: { type: pkcs11js.CK_PARAMS_AES_GCM, iv, aad: wrapAad(kid), ivBits: 96, tagBits: 128 } });
+const findKey = (s: Session) => findSecretKey(s, s.uri.object);
+
+/**
+ * Makes an AES-256 secret key labelled `label` in the token: on the token, private, sensitive, never
+ * extractable, usable only to encrypt and decrypt (AES-GCM inside the token). Answers its handle.
+ */
+export function generateSecretKey({ m, session }: Session, label: string): pkcs11js.Handle {
+  return m.C_GenerateKey(session, { mechanism: pkcs11js.CKM_AES_KEY_GEN }, [
+    { type: pkcs11js.CKA_CLASS, value: pkcs11js.CKO_SECRET_KEY },
+    { type: pkcs11js.CKA_KEY_TYPE, value: pkcs11js.CKK_AES },
+    { type: pkcs11js.CKA_VALUE_LEN, value: 32 },
+    { type: pkcs11js.CKA_LABEL, value: label },
+    { type: pkcs11js.CKA_TOKEN, value: true },
+    { type: pkcs11js.CKA_PRIVATE, value: true },
+    { type: pkcs11js.CKA_SENSITIVE, value: true },
+    { type: pkcs11js.CKA_EXTRACTABLE, value: false },
+    { type: pkcs11js.CKA_ENCRYPT, value: true },
+    { type: pkcs11js.CKA_DECRYPT, value: true },
+    { type: pkcs11js.CKA_WRAP, value: false },
+    { type: pkcs11js.CKA_UNWRAP, value: false },
+    { type: pkcs11js.CKA_SIGN, value: false },
+    { type: pkcs11js.CKA_VERIFY, value: false },
+    { type: pkcs11js.CKA_DERIVE, value: false },
+  ]);
+}
+
+/** AES-GCM inside the token: 96-bit IV, 128-bit tag, `aad` bound. */
+export const tokenGcm = (iv: Buffer, aad: Buffer) => ({ mechanism: pkcs11js.CKM_AES_GCM, parameter: { type: pkcs11js.CK_PARAMS_AES_GCM, iv, aad, ivBits: 96, tagBits: 128 } });
+
+const gcm = (iv: Buffer, kid: string) => tokenGcm(iv, wrapAad(kid));
 
 /** Opens the root key MASTER_KEY_URI names; fails with one line when the token, the object or the PIN is wrong. */
 export function openPkcs11Root(uriText: string): RootKey {
@@ -112,32 +145,13 @@ export function openPkcs11Root(uriText: string): RootKey {
   }
 }
 
-/**
- * Creates the root key in the token when it has none by that label: AES-256, on the token, sensitive,
- * never extractable, usable only to encrypt and decrypt (wrap data keys). Answers whether it made one.
- */
+/** Creates the root key in the token when it has none by that label (generateSecretKey); answers whether it made one. */
 export function initPkcs11Root(uriText: string): 'created' | 'exists' {
   const uri = parsePkcs11Uri(uriText);
   const s = openSession(uri);
   try {
     if (findKey(s)) return 'exists';
-    s.m.C_GenerateKey(s.session, { mechanism: pkcs11js.CKM_AES_KEY_GEN }, [
-      { type: pkcs11js.CKA_CLASS, value: pkcs11js.CKO_SECRET_KEY },
-      { type: pkcs11js.CKA_KEY_TYPE, value: pkcs11js.CKK_AES },
-      { type: pkcs11js.CKA_VALUE_LEN, value: 32 },
-      { type: pkcs11js.CKA_LABEL, value: uri.object },
-      { type: pkcs11js.CKA_TOKEN, value: true },
-      { type: pkcs11js.CKA_PRIVATE, value: true },
-      { type: pkcs11js.CKA_SENSITIVE, value: true },
-      { type: pkcs11js.CKA_EXTRACTABLE, value: false },
-      { type: pkcs11js.CKA_ENCRYPT, value: true },
-      { type: pkcs11js.CKA_DECRYPT, value: true },
-      { type: pkcs11js.CKA_WRAP, value: false },
-      { type: pkcs11js.CKA_UNWRAP, value: false },
-      { type: pkcs11js.CKA_SIGN, value: false },
-      { type: pkcs11js.CKA_VERIFY, value: false },
-      { type: pkcs11js.CKA_DERIVE, value: false },
-    ]);
+    generateSecretKey(s, uri.object);
     return 'created';
   } finally {
     s.m.C_CloseSession(s.session);

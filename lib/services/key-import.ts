@@ -3,7 +3,7 @@ import type { Container } from '../container';
 import { AppError, conflict, invalid } from '../errors';
 import { emitEvent } from '../events';
 import { enforcePlanLimit } from './billing';
-import { generationRow, newLineage, storeNewKey, type LineageSpec } from './keys';
+import { generationRow, newLineage, storeNewKey, usesTokenKey, type LineageSpec } from './keys';
 import { resyncLinkedTo } from './team-access';
 import { readImportedKey } from '../pgp/import';
 import { randomSecret } from '../lineage';
@@ -44,12 +44,14 @@ export async function importKey(c: Container, userId: string, input: ImportInput
   if (imported.secret && !input.passphrase) throw await fail(invalid('passphrase_required', 'A secret key needs `passphrase`: the passphrase it will have here (at least 12 characters).'), imported.fingerprint);
   const described = { label: input.label, environment: input.environment, uid_name: imported.uidName, uid_email: imported.uidEmail, algorithm: imported.rotationAlgorithm, key_ttl_days: null };
   const spec: LineageSpec = imported.secret ? await newLineage(c, described, input.passphrase!) : { ...described, id: randomUUID(), unlock_public: '', unlock_locked: '' };
-  const first = generationRow(c, { ...spec, user_id: userId }, 1, imported, secret);
+  const first = await generationRow(c, { ...spec, user_id: userId }, 1, imported, secret);
   const kind = imported.secret ? 'managed' : 'recipient';
   let stored: { lineage: LineageRow; key: KeyRow };
   try {
     stored = await c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta, { kind }));
   } catch (err) {
+    // The lineage was not stored: the token key its first generation made (LINEAGE_TOKEN_KEYS) goes too.
+    if (first.private_sealed && usesTokenKey(c, {}, 1)) await c.lineageKeys.remove(spec.id).catch(() => undefined);
     // Fingerprints are unique across the service.
     if ((err as { code?: string }).code === '23505') throw await fail(conflict('key_exists', 'This key is already stored in the service.'), imported.fingerprint);
     throw err;

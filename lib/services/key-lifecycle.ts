@@ -6,13 +6,16 @@ import { requireKey } from './keys';
 import { verifiedKey } from './key-integrity';
 import { resyncLinkedTo } from './team-access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { lineageGenerations, type KeyRow, type LineageRow } from '../../db/keys';
+import { lineageGenerations, lineagesWithSpentTokenKey, markTokenKeyDeleted, type KeyRow, type LineageRow } from '../../db/keys';
+import { lineageKeyLabel } from '../root-of-trust/lineage-keys';
 
 /**
  * Key lifecycle beyond rotation: retiring old generations (`min_decryption_generation`, as
  * Vault's `min_decryption_version`), destroying retired generations or whole keys after a waiting
  * period (as AWS KMS), and what still depends on each generation. Destruction is crypto-shredding: the
- * sealed private key and its secret are emptied; the public key, fingerprint and counters stay.
+ * sealed private key and its secret are emptied; the public key, fingerprint and counters stay. A lineage
+ * with a token key (LINEAGE_TOKEN_KEYS) loses that key once its last generation is destroyed, which shuts
+ * the copies in database backups too (docs/root-of-trust.md).
  */
 
 export type GenerationState = 'current' | 'rotated' | 'retired' | 'pending_destruction' | 'destroyed';
@@ -265,5 +268,29 @@ export async function destroyDueGenerations(c: Container, limit = 200): Promise<
       await emitEvent(c, d.user, 'key.generation_destroyed', { lineage_id: d.lineage_id, fingerprint: d.fingerprint, generation: d.generation, key_destroyed: d.whole });
     }
   }
+  await deleteSpentTokenKeys(c, limit);
   return { destroyed, postponed };
+}
+
+/**
+ * Deletes the token key of every lineage whose generations are all destroyed, after the commit that
+ * destroyed the last one (a rollback never finds its key gone). A delete that fails is logged and tried
+ * again by the next sweep; one already done (another sweep, or before a crash) counts as done.
+ * Answers how many it recorded as deleted.
+ */
+export async function deleteSpentTokenKeys(c: Container, limit = 200): Promise<number> {
+  let deleted = 0;
+  for (const lineage of await lineagesWithSpentTokenKey(c.db, limit)) {
+    try {
+      const outcome = await c.lineageKeys.remove(lineage.id);
+      await c.db.transaction(async (trx) => {
+        if (!(await markTokenKeyDeleted(trx, lineage.id, c.clock.now()))) return;
+        deleted++;
+        await recordAudit(trx, { user_id: lineage.user_id, action: 'keys.token_key_delete', status: 'success', target: lineage.id, details: { label: lineageKeyLabel(lineage.id), found: outcome === 'deleted' } });
+      });
+    } catch (err) {
+      c.log.warn({ lineage_id: lineage.id, err: err instanceof Error ? err.message : String(err) }, 'deleting the token key of a destroyed lineage failed; the next sweep tries again');
+    }
+  }
+  return deleted;
 }

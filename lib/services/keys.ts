@@ -10,11 +10,13 @@ import { generateKey, unlockPrivateKey, type GeneratedKey, type KeyAlgorithm } f
 import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { findKeyByFingerprint, insertKey, insertLineage, lineageUsableBy, type KeyRow, type KeyView, type LineageKind, type LineageRow } from '../../db/keys';
+import { isLineageSealed } from '../root-of-trust/lineage-keys';
 
 /**
  * Keys as users see them. A lineage holds the label, environment and the passphrase-locked unlock key;
  * each generation is an OpenPGP key whose private half is locked with a random secret sealed to the
- * lineage. Every stored secret is also sealed under the master key, bound (AAD) to its row.
+ * lineage. Every stored secret is also sealed under the master key, bound (AAD) to its row; with
+ * LINEAGE_TOKEN_KEYS the private key is first sealed under the lineage's own key in the token.
  */
 
 export interface LineageSpec {
@@ -45,8 +47,35 @@ export async function newLineage(c: Container, input: Omit<LineageSpec, 'id' | '
 
 export type GenerationRow = Omit<Parameters<typeof insertKey>[1], 'imported'>;
 
+/** What deciding on the token layer needs of a lineage: its `token_key` once stored. */
+type TokenKeyed = Partial<Pick<LineageRow, 'token_key'>>;
+
+/**
+ * Whether a generation's private key is sealed under its lineage's token key: for a new lineage (its first
+ * generation) as LINEAGE_TOKEN_KEYS says, and then for the lineage's whole life as its `token_key` says,
+ * whatever the setting is later. A recipient key has no private key, so no token key.
+ */
+export const usesTokenKey = (c: Container, lineage: TokenKeyed, generation: number) => (generation === 1 ? c.config.masterKeys.lineageTokenKeys : Boolean(lineage.token_key));
+
+/**
+ * The private key's sealed column: under the lineage's token key first when it has one (its first
+ * generation makes the key; a later one finds it, or fails with 410 naming the lineage), then under the
+ * keyring as every stored value.
+ */
+async function sealPrivateKey(c: Container, lineage: { id: string } & TokenKeyed, generation: number, armored: string): Promise<string> {
+  if (!usesTokenKey(c, lineage, generation)) return c.sealer.seal(armored, aad.private(lineage.id, generation));
+  if (generation === 1) await c.lineageKeys.ensure(lineage.id);
+  return c.sealer.seal(await c.lineageKeys.seal(lineage.id, generation, armored), aad.private(lineage.id, generation));
+}
+
+/** The armored private key of a generation (not destroyed): one token call when its lineage has a token key. */
+async function openPrivateKey(c: Container, key: Pick<KeyRow, 'lineage_id' | 'generation' | 'private_sealed'>): Promise<string> {
+  const inner = c.sealer.openText(key.private_sealed, aad.private(key.lineage_id, key.generation));
+  return isLineageSealed(inner) ? c.lineageKeys.open(key.lineage_id, key.generation, inner) : inner;
+}
+
 /** Makes generation `generation` of a lineage. Needs no passphrase: the secret is sealed to the lineage's public key. */
-export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id' | 'uid_name' | 'uid_email' | 'algorithm' | 'key_ttl_days' | 'unlock_public'> & { user_id: string }, generation: number): Promise<GenerationRow> {
+export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id' | 'uid_name' | 'uid_email' | 'algorithm' | 'key_ttl_days' | 'unlock_public'> & { user_id: string } & TokenKeyed, generation: number): Promise<GenerationRow> {
   const secret = randomSecret();
   const key = await generateKey({
     name: lineage.uid_name,
@@ -64,17 +93,17 @@ export type GenerationKey = Pick<GeneratedKey, 'fingerprint' | 'encryptionKeyIds
 
 /**
  * A generation row for `key`: its public columns MAC'd, its private key (locked with `secret`, from
- * randomSecret) sealed under the master key and `secret` sealed to the lineage's unlock key, each bound
- * to the row. Generated and imported generations are stored alike.
+ * randomSecret) sealed under the master key (sealPrivateKey) and `secret` sealed to the lineage's unlock
+ * key, each bound to the row. Generated and imported generations are stored alike.
  */
-export function generationRow(c: Container, lineage: Pick<LineageSpec, 'id' | 'unlock_public'> & { user_id: string }, generation: number, key: GenerationKey, secret: string): GenerationRow {
+export async function generationRow(c: Container, lineage: Pick<LineageSpec, 'id' | 'unlock_public'> & { user_id: string } & TokenKeyed, generation: number, key: GenerationKey, secret: string): Promise<GenerationRow> {
   const identity = { lineage_id: lineage.id, user_id: lineage.user_id, generation, fingerprint: key.fingerprint, encryption_key_ids: key.encryptionKeyIds, public_armored: key.publicArmored };
   const where = aad.secret(lineage.id, generation);
   return {
     ...identity,
     public_mac: keyMac(c, identity),
     algorithm: key.algorithm,
-    private_sealed: key.privateArmored === null ? '' : c.sealer.seal(key.privateArmored, aad.private(lineage.id, generation)),
+    private_sealed: key.privateArmored === null ? '' : await sealPrivateKey(c, lineage, generation, key.privateArmored),
     secret_sealed: key.privateArmored === null ? '' : c.sealer.seal(sealSecret(lineage.unlock_public, secret, where), where),
     expires_at: key.expiresAt,
   };
@@ -100,7 +129,13 @@ export async function storeNewKey(
   imported?: { kind: LineageKind },
 ): Promise<{ lineage: LineageRow; key: KeyRow }> {
   await enforcePlanLimit(c, trx, userId, 'keys'); // plan limit (402), counted under the account's row lock
-  const lineage = await insertLineage(trx, { ...spec, kind: imported?.kind ?? 'managed', user_id: userId, unlock_mac: lineageMac(c, { ...spec, user_id: userId }) });
+  const lineage = await insertLineage(trx, {
+    ...spec,
+    kind: imported?.kind ?? 'managed',
+    user_id: userId,
+    unlock_mac: lineageMac(c, { ...spec, user_id: userId }),
+    token_key: first.private_sealed !== '' && usesTokenKey(c, {}, 1),
+  });
   const key = await insertKey(trx, { ...first, imported: Boolean(imported) });
   await recordAudit(trx, {
     user_id: userId,
@@ -158,7 +193,7 @@ export async function unlockGeneration(c: Container, unlock: UnlockKey, key: Key
   if (key.destroyed_at) throw gone('generation_destroyed', `Generation ${key.generation} (${key.fingerprint}) of this key was destroyed; what was encrypted to it can no longer be decrypted.`);
   const sealed = c.sealer.openText(key.secret_sealed, aad.secret(key.lineage_id, key.generation));
   const secret = openSealedSecret(unlock, sealed, aad.secret(key.lineage_id, key.generation));
-  return unlockPrivateKey(c.sealer.openText(key.private_sealed, aad.private(key.lineage_id, key.generation)), secret);
+  return unlockPrivateKey(await openPrivateKey(c, key), secret);
 }
 
 /**
