@@ -55,9 +55,8 @@ const statements = new Map<string, string>();
  * A statement Postgres parses and plans once per connection (a named prepared statement), for the few
  * queries nearly every request makes: for a simple query, parsing and planning are most of the CPU
  * Postgres spends on it (docs/performance.md). `sql` takes named bindings (`:name`), turned into
- * positional ones here, once; casts are written `CAST(x AS t)`, not `x::t`. It runs on knex's pool and transactions
- * through the client's own `query` (its events, error cleaning and completed-transaction check) without
- * knex's raw builder and runner, which compiled the bindings again on every call. It names the columns it
+ * positional ones here, once; casts are written `CAST(x AS t)`, not `x::t`. It runs as a knex raw query
+ * (on the pool or in a transaction) whose `name` option node-postgres turns into a named statement. It names the columns it
  * reads and returns: a prepared `SELECT *` would fail on every connection once a migration adds a column
  * while the process runs ("cached plan must not change result type"); a change of a named column's type
  * is recovered from below. A connection keeps its plan until the table's statistics change, and one made
@@ -69,22 +68,14 @@ export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: K
   if (/::|\?/.test(sql)) throw new Error(`prepared statement "${name}": write casts as CAST(x AS t), and no "?"`);
   statements.set(name, sql);
   const names: string[] = [];
-  const text = sql.replace(/:([A-Za-z_]\w*)/g, (_, binding: string) => `$${names.push(binding)}`);
+  const text = sql.replace(/:([A-Za-z_]\w*)/g, (_, binding: string) => (names.push(binding), '?'));
   let version = 0;
   const nameOf = (v: number) => (v ? `${name}_${v}` : name);
-  const run = async (db: Knex, values: unknown[], as: string): Promise<Row[]> => {
-    const client = db.client as QueryClient;
-    const connection = await client.acquireConnection();
-    try {
-      return (await client.query(connection, { sql: text, bindings: values, options: { name: as } })).response.rows as Row[];
-    } finally {
-      await client.releaseConnection(connection);
-    }
-  };
+  const run = async (db: Knex, values: Knex.RawBinding[], as: string): Promise<Row[]> => ((await db.raw(text, values).options({ name: as })) as { rows: Row[] }).rows;
   return async (db, bindings) => {
     const values = names.map((n) => {
       if (bindings[n] === undefined) throw new Error(`prepared statement "${name}": no value for :${n}`);
-      return bindings[n];
+      return bindings[n] as Knex.RawBinding;
     });
     const tried = version;
     try {
@@ -99,13 +90,6 @@ export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: K
       return run(db, values, nameOf(version));
     }
   };
-}
-
-/** The part of knex's client (a pool's, or a transaction's, which always hands out its connection) that `prepared` uses. */
-interface QueryClient {
-  acquireConnection(): Promise<unknown>;
-  releaseConnection(connection: unknown): Promise<void>;
-  query(connection: unknown, query: { sql: string; bindings: unknown[]; options: { name: string } }): Promise<{ response: { rows: unknown[] } }>;
 }
 
 const isStalePlan = (err: unknown) => (err as { code?: string }).code === '0A000' && /cached plan must not change result type/.test((err as Error).message);
