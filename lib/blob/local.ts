@@ -284,8 +284,8 @@ function removeTree(dir: string, spares: SpareFiles): number {
 
 /** Files smaller than this are deleted, not kept: a pool of whole segments (lib/blob/followable.ts). */
 const SPARE_MIN_BYTES = 1 << 20;
-/** Enough for the segments of a 1 GiB file: a flow of files up to that size writes into spare files only. */
-export const DEFAULT_SPARE_BYTES = 1 << 30;
+/** Off unless configured: deleted files are deleted, and the store holds no disk for later writes. */
+export const DEFAULT_SPARE_BYTES = 0;
 
 /**
  * Files of deleted objects, kept (up to a total size) for later writes to overwrite rather than create.
