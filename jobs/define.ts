@@ -3,7 +3,7 @@ import type { z } from 'zod';
 import type { Container } from '../lib/container';
 import type { JobRow } from '../db/jobs';
 import type { Logger } from '../lib/logger';
-import type { Watchdog } from './watchdog';
+import type { Watchdog } from '../workers/watchdog';
 import type { Slot } from '../lib/slots';
 
 /** Every queue is a worker pool that ops size on its own (WORKER_QUEUES). */

@@ -6,11 +6,11 @@ import { registerUser, startTestService, type TestService } from './support/serv
 import { startSmtpServer } from './support/smtp';
 import { startWorkers } from '../workers/worker';
 import { mailAad, notify } from '../lib/services/notify';
-import { sendEmail } from '../jobs/send-email';
+import { sendEmail } from '../workers/jobs/send-email';
 import { createMailer } from '../lib/mailer';
 import { createLogger } from '../lib/logger';
 import { NO_POOL } from '../lib/slots';
-import { Watchdog } from '../jobs/watchdog';
+import { Watchdog } from '../workers/watchdog';
 import type { Job } from 'bullmq';
 import type { JobEnvelope } from '../jobs/define';
 

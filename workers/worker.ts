@@ -6,7 +6,7 @@ import { bullPrefix } from '../jobs/client';
 import { UPLOAD_QUEUE, isQueueName, type JobEnvelope, type QueueName } from '../jobs/define';
 import { NO_POOL, SlotPool } from '../lib/slots';
 import { jobDefinition } from '../jobs/registry';
-import { Watchdog, abortRunningJobs } from '../jobs/watchdog';
+import { Watchdog, abortRunningJobs } from './watchdog';
 import { startHeartbeat } from '../lib/heartbeats';
 
 export interface WorkerPool {

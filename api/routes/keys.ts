@@ -22,9 +22,9 @@ import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { Container } from '../../lib/container';
 import { findUserById } from '../../db/users';
 import { listKeys } from '../../db/keys';
-import { passphraseAad } from '../../jobs/decrypt-files';
-import { sealGenerateLock } from '../../jobs/generate-key';
-import type { EncryptRequest } from '../../jobs/encrypt-files';
+import { passphraseAad } from '../../workers/jobs/decrypt-files';
+import { sealGenerateLock } from '../../workers/jobs/generate-key';
+import type { EncryptRequest } from '../../workers/jobs/encrypt-files';
 
 const tags = ['PGP keys'];
 

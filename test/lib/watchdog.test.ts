@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Watchdog, abortRunningJobs } from '../../jobs/watchdog';
+import { Watchdog, abortRunningJobs } from '../../workers/watchdog';
 import { defineJob, type JobContext } from '../../jobs/define';
 import { AppError } from '../../lib/errors';
 

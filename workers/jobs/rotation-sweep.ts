@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { dueRotations } from '../db/rotation';
+import { defineJob } from '../../jobs/define';
+import { dueRotations } from '../../db/rotation';
 import { dueJobId } from './rotate-due-key';
 
 /** Every ROTATION_SWEEP_SECONDS (scheduler): enqueue every due rotation, under a deterministic job id. */

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { defineJob } from './define';
+import { defineJob } from '../../jobs/define';
 
 /** Removes what crashed writers left in the blob store (temporary files, incomplete multipart uploads). */
 export const sweepBlobs = defineJob({

@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { AppError } from '../lib/errors';
-import { recordRotationFailure, rotateLineage, type RotateInput } from '../lib/services/rotation';
+import { defineJob } from '../../jobs/define';
+import { AppError } from '../../lib/errors';
+import { recordRotationFailure, rotateLineage, type RotateInput } from '../../lib/services/rotation';
 
 /**
  * A rotation the schedule or the account policy made due. Its job id names the lineage and the

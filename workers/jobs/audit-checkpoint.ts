@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { checkpointChains } from '../lib/services/audit-evidence';
+import { defineJob } from '../../jobs/define';
+import { checkpointChains } from '../../lib/services/audit-evidence';
 
 /**
  * Every AUDIT_CHECKPOINT_INTERVAL_SECONDS (scheduler): signs the head of each audit chain that moved

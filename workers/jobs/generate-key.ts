@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import type { Container } from '../lib/container';
-import { defineTrackedJob } from './tracked';
-import { keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../lib/services/keys';
-import { resyncLinkedTo } from '../lib/services/team-access';
-import { recordAudit } from '../db/audit';
-import { keyOut } from '../lib/services/key-view';
+import type { Container } from '../../lib/container';
+import { defineTrackedJob } from '../tracked';
+import { keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../../lib/services/keys';
+import { resyncLinkedTo } from '../../lib/services/team-access';
+import { recordAudit } from '../../db/audit';
+import { keyOut } from '../../lib/services/key-view';
 
 /** AAD of the lineage lock a generate-key job carries: it opens for this one job only. */
 const generateLockAad = (jobId: string) => `generate-key-lock:${jobId}`;

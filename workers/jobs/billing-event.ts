@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { processBillingEvent, requeueUnprocessedEvents } from '../lib/services/billing';
+import { defineJob } from '../../jobs/define';
+import { processBillingEvent, requeueUnprocessedEvents } from '../../lib/services/billing';
 
 /**
  * One inbound payment-provider event, stored by the webhook receiver and processed here: the account's

@@ -1,8 +1,8 @@
 import { UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
-import { defineJob } from './define';
-import { renderMail, MailTemplate } from '../lib/mail-templates';
-import { mailAad } from '../lib/services/notify';
+import { defineJob } from '../../jobs/define';
+import { renderMail, MailTemplate } from '../../lib/mail-templates';
+import { mailAad } from '../../lib/services/notify';
 
 const Sealed = z.object({ to: z.email(), vars: z.record(z.string(), z.string()) });
 

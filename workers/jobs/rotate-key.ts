@@ -1,8 +1,8 @@
 import { z } from 'zod';
-import { defineTrackedJob } from './tracked';
-import type { JobOrigin } from './define';
-import { alreadyRotated, commitRotation, prepareRotation, recordRotationFailure, resyncAfterRotation, rotatedEvent, rotationOut, type RotateInput, type RotateOutcome } from '../lib/services/rotation';
-import type { RotationRow } from '../db/rotation';
+import { defineTrackedJob } from '../tracked';
+import type { JobOrigin } from '../../jobs/define';
+import { alreadyRotated, commitRotation, prepareRotation, recordRotationFailure, resyncAfterRotation, rotatedEvent, rotationOut, type RotateInput, type RotateOutcome } from '../../lib/services/rotation';
+import type { RotationRow } from '../../db/rotation';
 
 export const RotateRequest = z.object({ lineage_id: z.uuid(), from_generation: z.number().int(), fingerprint: z.string(), actor_id: z.uuid() });
 

@@ -1,14 +1,14 @@
 import { z } from 'zod';
-import { defineTrackedJob } from './tracked';
-import { invalid } from '../lib/errors';
-import { decryptionLimits, transformFiles } from './file-pipeline';
-import { unlockGeneration, unlockLineage } from '../lib/services/keys';
-import { recordAudit } from '../db/audit';
-import { insertOutputFiles } from '../db/jobs';
-import { lineageGenerations, lineageUsableBy, recordKeyUse, type LineageRow } from '../db/keys';
-import { requireDecryptable } from '../lib/services/key-lifecycle';
-import { verifiedKey } from '../lib/services/key-integrity';
-import { Signer, signerKeys } from '../lib/services/signers';
+import { defineTrackedJob } from '../tracked';
+import { invalid } from '../../lib/errors';
+import { decryptionLimits, transformFiles } from '../file-pipeline';
+import { unlockGeneration, unlockLineage } from '../../lib/services/keys';
+import { recordAudit } from '../../db/audit';
+import { insertOutputFiles } from '../../db/jobs';
+import { lineageGenerations, lineageUsableBy, recordKeyUse, type LineageRow } from '../../db/keys';
+import { requireDecryptable } from '../../lib/services/key-lifecycle';
+import { verifiedKey } from '../../lib/services/key-integrity';
+import { Signer, signerKeys } from '../../lib/services/signers';
 import type { FileSignature } from './verify-files';
 
 export const DecryptRequest = z.object({
@@ -41,7 +41,7 @@ export const decryptFiles = defineTrackedJob({
   watchProgress: true,
   async run(row, payload, progress, { c, origin, signal, failAs, slot }) {
     const req = DecryptRequest.parse(row.request);
-    const { openEncrypted } = await import('../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job
+    const { openEncrypted } = await import('../../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job
     const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
     // Still the caller's, or still granted to it (team access revoked after submission refuses).
     if (!lineage || !(await lineageUsableBy(c.db, row.user_id, lineage.id))) throw invalid('key_not_found', 'The key no longer exists.');

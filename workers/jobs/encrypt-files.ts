@@ -1,16 +1,16 @@
 import { z } from 'zod';
-import { recordUsage } from '../db/billing';
-import { defineTrackedJob } from './tracked';
-import { readRecipientKey, readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../lib/pgp/keys';
-import { readText } from '../lib/streams';
-import { transformFiles } from './file-pipeline';
-import { jobBlob } from '../lib/services/jobs';
-import { recordAudit } from '../db/audit';
-import { insertOutputFiles } from '../db/jobs';
-import { findUsableKey, recordKeyUse, type KeyRow } from '../db/keys';
-import { verifiedKey } from '../lib/services/key-integrity';
-import { openSigningKey } from '../lib/services/keys';
-import { invalid } from '../lib/errors';
+import { recordUsage } from '../../db/billing';
+import { defineTrackedJob } from '../tracked';
+import { readRecipientKey, readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
+import { readText } from '../../lib/streams';
+import { transformFiles } from '../file-pipeline';
+import { jobBlob } from '../../lib/services/jobs';
+import { recordAudit } from '../../db/audit';
+import { insertOutputFiles } from '../../db/jobs';
+import { findUsableKey, recordKeyUse, type KeyRow } from '../../db/keys';
+import { verifiedKey } from '../../lib/services/key-integrity';
+import { openSigningKey } from '../../lib/services/keys';
+import { invalid } from '../../lib/errors';
 import { passphraseAad } from './decrypt-files';
 
 /** What the API stores in the job row for an encryption (nothing secret). */
@@ -42,7 +42,7 @@ export const encryptFiles = defineTrackedJob({
   watchProgress: true,
   async run(row, payload, progress, { c, origin, signal, slot }) {
     const req = EncryptRequest.parse(row.request);
-    const { encryptStream } = await import('../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job
+    const { encryptStream } = await import('../../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job
     let key: KeyRow | undefined;
     let recipient;
     if (req.recipient.type === 'stored') {

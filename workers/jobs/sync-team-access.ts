@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { AppError } from '../lib/errors';
-import { markSyncFailed, syncGrants } from '../lib/services/team-access';
+import { defineJob } from '../../jobs/define';
+import { AppError } from '../../lib/errors';
+import { markSyncFailed, syncGrants } from '../../lib/services/team-access';
 
 /**
  * Recomputes one account's inherited key grants from its team access link (lib/services/team-access.ts

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { issuePasswordReset, resetRequestAad } from '../lib/services/accounts';
+import { defineJob } from '../../jobs/define';
+import { issuePasswordReset, resetRequestAad } from '../../lib/services/accounts';
 
 /**
  * The work behind POST /auth/forgot-password, off the request path: the API seals the address and

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { reseal } from '../lib/root-of-trust/operations';
+import { defineJob } from '../../jobs/define';
+import { reseal } from '../../lib/root-of-trust/operations';
 
 /**
  * After `master-key rotate`: moves every stored seal and row MAC to the new data key

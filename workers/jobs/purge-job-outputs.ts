@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { expiredJobs, updateJob } from '../db/jobs';
-import { jobBlob } from '../lib/services/jobs';
+import { defineJob } from '../../jobs/define';
+import { expiredJobs, updateJob } from '../../db/jobs';
+import { jobBlob } from '../../lib/services/jobs';
 
 /** Deletes the files of jobs past their retention (JOB_RETENTION_HOURS); the rows stay, marked purged. */
 export const purgeJobOutputs = defineJob({

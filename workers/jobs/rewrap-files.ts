@@ -1,17 +1,17 @@
 import { Readable } from 'node:stream';
 import { z } from 'zod';
 import type * as openpgp from 'openpgp';
-import { defineTrackedJob } from './tracked';
-import { decryptionLimits, transformFiles } from './file-pipeline';
+import { defineTrackedJob } from '../tracked';
+import { decryptionLimits, transformFiles } from '../file-pipeline';
 import { passphraseAad } from './decrypt-files';
-import { readStoredPublicKey } from '../lib/pgp/keys';
-import { conflict, invalid } from '../lib/errors';
-import { keyStatus, unlockGeneration, unlockLineage } from '../lib/services/keys';
-import { requireDecryptable } from '../lib/services/key-lifecycle';
-import { verifiedKey } from '../lib/services/key-integrity';
-import { recordAudit } from '../db/audit';
-import { insertOutputFiles } from '../db/jobs';
-import { lineageGenerations, lineageUsableBy, recordGenerationUse, type KeyRow, type LineageRow } from '../db/keys';
+import { readStoredPublicKey } from '../../lib/pgp/keys';
+import { conflict, invalid } from '../../lib/errors';
+import { keyStatus, unlockGeneration, unlockLineage } from '../../lib/services/keys';
+import { requireDecryptable } from '../../lib/services/key-lifecycle';
+import { verifiedKey } from '../../lib/services/key-integrity';
+import { recordAudit } from '../../db/audit';
+import { insertOutputFiles } from '../../db/jobs';
+import { lineageGenerations, lineageUsableBy, recordGenerationUse, type KeyRow, type LineageRow } from '../../db/keys';
 
 /** What the API stores in the job row for a rewrap (nothing secret). */
 export const RewrapRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string(), mode: z.enum(['rewrap', 'reencrypt']) });
@@ -61,7 +61,7 @@ export const rewrapFiles = defineTrackedJob({
     const limits = decryptionLimits(signal); // `reencrypt` decrypts
     failAs(limits.failAs);
     // The OpenPGP stack loads with a process's first crypto job.
-    const [{ openEncrypted, encryptStream }, { openForRewrap }] = await Promise.all([import('../lib/pgp/stream'), import('../lib/pgp/rewrap')]);
+    const [{ openEncrypted, encryptStream }, { openForRewrap }] = await Promise.all([import('../../lib/pgp/stream'), import('../../lib/pgp/rewrap')]);
     const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
     if (!lineage || !(await lineageUsableBy(c.db, row.user_id, lineage.id))) throw invalid('key_not_found', 'The key no longer exists.');
     const generations = (await lineageGenerations(c.db, lineage.id)).map((g) => verifiedKey(c, g));

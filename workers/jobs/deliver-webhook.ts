@@ -1,7 +1,7 @@
 import { UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
-import { defineJob } from './define';
-import { tryDelivery } from '../lib/services/webhooks';
+import { defineJob } from '../../jobs/define';
+import { tryDelivery } from '../../lib/services/webhooks';
 
 /**
  * One webhook delivery, tried on the Standard Webhooks schedule (WEBHOOK_RETRY_SCHEDULE: immediately,

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { destroyDueGenerations } from '../lib/services/key-lifecycle';
+import { defineJob } from '../../jobs/define';
+import { destroyDueGenerations } from '../../lib/services/key-lifecycle';
 
 /**
  * Every few minutes (scheduler): destroys generations whose destruction wait is over. Safe

@@ -1,9 +1,9 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { emitEvent } from '../lib/events';
-import { notify } from '../lib/services/notify';
-import { recordAudit } from '../db/audit';
-import { dueExpiryWarnings } from '../db/keys';
+import { defineJob } from '../../jobs/define';
+import { emitEvent } from '../../lib/events';
+import { notify } from '../../lib/services/notify';
+import { recordAudit } from '../../db/audit';
+import { dueExpiryWarnings } from '../../db/keys';
 
 const DAY_MS = 86_400_000;
 

@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { defineTrackedJob } from './tracked';
-import { transformFiles } from './file-pipeline';
+import { defineTrackedJob } from '../tracked';
+import { transformFiles } from '../file-pipeline';
 import { passphraseAad } from './decrypt-files';
-import { openSigningKey } from '../lib/services/keys';
-import { recordAudit } from '../db/audit';
-import { insertOutputFiles } from '../db/jobs';
+import { openSigningKey } from '../../lib/services/keys';
+import { recordAudit } from '../../db/audit';
+import { insertOutputFiles } from '../../db/jobs';
 
 /** What the API stores in the job row for a signing (nothing secret). */
 export const SignRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string(), detached: z.boolean(), armor: z.boolean() });
@@ -28,7 +28,7 @@ export const signFiles = defineTrackedJob({
   watchProgress: true,
   async run(row, payload, progress, { c, origin, signal, slot }) {
     const req = SignRequest.parse(row.request);
-    const { signStream } = await import('../lib/pgp/signatures'); // the OpenPGP stack loads with a process's first crypto job
+    const { signStream } = await import('../../lib/pgp/signatures'); // the OpenPGP stack loads with a process's first crypto job
     const { lineage, current, privateKey } = await openSigningKey(c, row.user_id, req.lineage_id, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const done = await transformFiles(c, row, progress, { signal, slot }, async (source, file) => ({
       stream: await signStream(source, privateKey, { detached: req.detached, armor: req.armor, filename: file.name, signal }),

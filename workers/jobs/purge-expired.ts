@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { purgeDeliveries } from '../lib/services/webhooks';
-import { purgeShareViews } from '../lib/services/share-links';
+import { defineJob } from '../../jobs/define';
+import { purgeDeliveries } from '../../lib/services/webhooks';
+import { purgeShareViews } from '../../lib/services/share-links';
 
 /** Maintenance sweep: drops expired, single-use secrets (reset tokens), and webhook delivery and share view records past retention. */
 export const purgeExpired = defineJob({

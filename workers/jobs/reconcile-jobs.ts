@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { defineJob, type JobDefinition, type JobOrigin } from './define';
+import { defineJob, type JobDefinition, type JobOrigin } from '../../jobs/define';
 import { encryptFiles, EncryptRequest } from './encrypt-files';
 import { decryptFiles } from './decrypt-files';
 import { generateKeyJob } from './generate-key';
@@ -7,10 +7,10 @@ import { rotateKey } from './rotate-key';
 import { rewrapFiles } from './rewrap-files';
 import { signFiles } from './sign-files';
 import { verifyFiles } from './verify-files';
-import type { Container } from '../lib/container';
-import type { Logger } from '../lib/logger';
-import { findJob, freeIdempotencyKey, isFinished, jobFiles, unfinishedJobsBefore, type JobKind, type JobRow } from '../db/jobs';
-import { jobBlob } from '../lib/services/jobs';
+import type { Container } from '../../lib/container';
+import type { Logger } from '../../lib/logger';
+import { findJob, freeIdempotencyKey, isFinished, jobFiles, unfinishedJobsBefore, type JobKind, type JobRow } from '../../db/jobs';
+import { jobBlob } from '../../lib/services/jobs';
 
 /**
  * Each kind of job the client polls: its definition, and how it is enqueued again from its row alone (as

@@ -1,12 +1,12 @@
 import { z } from 'zod';
-import { defineTrackedJob } from './tracked';
-import { invalid } from '../lib/errors';
-import { transformFiles } from './file-pipeline';
-import { Signer, signerKeys } from '../lib/services/signers';
-import { jobBlob } from '../lib/services/jobs';
-import { readBytes } from '../lib/streams';
-import { recordAudit } from '../db/audit';
-import type { SignatureCheck } from '../lib/pgp/signatures';
+import { defineTrackedJob } from '../tracked';
+import { invalid } from '../../lib/errors';
+import { transformFiles } from '../file-pipeline';
+import { Signer, signerKeys } from '../../lib/services/signers';
+import { jobBlob } from '../../lib/services/jobs';
+import { readBytes } from '../../lib/streams';
+import { recordAudit } from '../../db/audit';
+import type { SignatureCheck } from '../../lib/pgp/signatures';
 
 /** What the API stores in the job row for a verification: the signer, and how many detached signatures came (0: signed messages). */
 export const VerifyRequest = z.object({ signer: Signer, signatures: z.number().int().min(0) });
@@ -25,7 +25,7 @@ export const verifyFiles = defineTrackedJob({
   watchProgress: true,
   async run(row, _payload, progress, { c, origin, signal, slot }) {
     const req = VerifyRequest.parse(row.request);
-    const { MAX_SIGNATURE_BYTES, readDetachedSignature, verifyDetached, verifySignedMessage } = await import('../lib/pgp/signatures');
+    const { MAX_SIGNATURE_BYTES, readDetachedSignature, verifyDetached, verifySignedMessage } = await import('../../lib/pgp/signatures');
     const keys = await signerKeys(c, row.user_id, row.id, req.signer);
     const opts = { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal };
     const checks: FileSignature[] = [];

@@ -1,7 +1,7 @@
 import { UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
 import type { Knex } from 'knex';
-import { KEEP_ENDED_JOBS, type JobContext, type JobDefinition, type JobOrigin, type QueueName } from './define';
+import { KEEP_ENDED_JOBS, type JobContext, type JobDefinition, type JobOrigin, type QueueName } from '../jobs/define';
 import type { Container } from '../lib/container';
 import { addJobBytes } from '../db/api-keys';
 import { emitEvent, emitEvents, type NewEvent } from '../lib/events';
