@@ -4,7 +4,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { registerUser, startTestService, type TestService, type ManualClockFollowingTime } from './support/service';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from './support/keys';
 import { rotateLineage } from '../lib/services/rotation';
-import { rotateDueKey } from '../workers/jobs/rotate-due-key';
+import { rotateDueKeyProcessor } from '../workers/jobs/rotate-due-key';
 import { readEvents } from '../lib/events';
 import { NO_POOL } from '../lib/slots';
 import { Watchdog } from '../workers/watchdog';
@@ -207,7 +207,7 @@ describe('schedules and policy', () => {
     const broken = { id: lineage.lineage_id, user_id: v.id, unlock_public: 'broken' };
     await s.c.db('key_lineages').where({ id: lineage.lineage_id }).update({ unlock_public: 'broken', unlock_mac: lineageMac(s.c, broken) });
     const job = { attemptsMade: 4, opts: { attempts: 5 } } as unknown as Job<JobEnvelope>;
-    await expect(rotateDueKey.process({ lineage_id: lineage.lineage_id, from_generation: 1, trigger: 'policy' }, { c: s.c, job, log: createLogger('silent'), origin: { request_id: null, ip: null }, watchdog: new Watchdog({ timeoutMs: 60_000 }), slot: NO_POOL })).rejects.toThrow();
+    await expect(rotateDueKeyProcessor.process({ lineage_id: lineage.lineage_id, from_generation: 1, trigger: 'policy' }, { c: s.c, job, log: createLogger('silent'), origin: { request_id: null, ip: null }, watchdog: new Watchdog({ timeoutMs: 60_000 }), slot: NO_POOL })).rejects.toThrow();
     const h = await history(key.fingerprint, v.token);
     expect(h.items[0]).toMatchObject({ status: 'failed', trigger: 'policy', new_fingerprint: null, error: { code: 'rotation_failed' } });
     const audit = await s.c.db('audit_logs').where({ user_id: v.id, action: 'keys.rotate', status: 'failure' }).first();

@@ -1,7 +1,8 @@
 import { UnrecoverableError } from 'bullmq';
-import { z } from 'zod';
+import type { z } from 'zod';
 import type { Knex } from 'knex';
-import { KEEP_ENDED_JOBS, type JobContext, type JobDefinition, type JobOrigin, type QueueName } from '../jobs/define';
+import type { JobContract, JobOrigin } from '../jobs/define';
+import type { JobContext, Processor } from './define';
 import type { Container } from '../lib/container';
 import { addJobBytes } from '../db/api-keys';
 import { emitEvent, emitEvents, type NewEvent } from '../lib/events';
@@ -51,30 +52,21 @@ export interface Failure {
   message: string;
 }
 
-export interface TrackedJobSpec<S extends z.ZodObject> {
-  queue: QueueName;
-  name: string;
-  /** Payload beyond `job_id` (e.g. a sealed passphrase). */
-  extra?: S;
-  attempts?: number;
-  /** Jobs that move bytes fail when their progress stops for JOB_IDLE_SECONDS (all jobs have JOB_TIMEOUT_SECONDS). */
-  watchProgress?: boolean;
+/** The work of a tracked job (jobs/tracked.ts trackedContract): `run` makes its completion, `onFailure` records a final failure. */
+export interface TrackedProcessorSpec<C extends JobContract<string, z.ZodObject>> {
   /**
    * `signal` aborts when the job passes its limits: hand it to every stream and long call. `failAs` sets
    * what a failure of this attempt is recorded as, from the error that ended it (the run's own, or a
    * limit's abort reason): a decryption says nothing that depends on unverified plaintext.
    */
-  run(row: JobRow, payload: z.infer<S> & { job_id: string }, progress: Progress, ctx: JobContext & { signal: AbortSignal; failAs(map: (err: unknown) => unknown): void }): Promise<Completion>;
+  run(row: JobRow, payload: z.infer<C['schema']> & { job_id: string }, progress: Progress, ctx: JobContext & { signal: AbortSignal; failAs(map: (err: unknown) => unknown): void }): Promise<Completion>;
   /** Effects of a final failure (audit row), in the transaction that marks the job failed. */
   onFailure?(trx: Knex.Transaction, row: JobRow, failure: Failure, ctx: Pick<JobContext, 'c' | 'origin'>): Promise<void>;
 }
 
 const PROGRESS_INTERVAL_MS = 500;
 
-type TrackedSchema<S extends z.ZodObject> = z.ZodObject<S['shape'] & { job_id: z.ZodUUID }>;
-
-export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: TrackedJobSpec<S>): JobDefinition<TrackedSchema<S>> {
-  const schema = (spec.extra ?? z.object({})).extend({ job_id: z.uuid() }) as unknown as TrackedSchema<S>;
+export function defineTrackedProcessor<C extends JobContract<string, z.ZodObject>>(contract: C, spec: TrackedProcessorSpec<C>): Processor<C> {
   /** Marks the job failed with its kind's failure effects, in one transaction; false when it had already ended. */
   const recordFailure = (c: Container, row: JobRow, failure: Failure, origin: JobOrigin) =>
     c.db.transaction(async (trx) => {
@@ -84,14 +76,9 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
     });
   const announceFailure = (c: Container, row: JobRow, failure: Failure) =>
     emitEvent(c, row.user_id, 'job.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: failure.code });
-  // Not defineJob: this job races its own limits, so that a failure is recorded before the attempt ends.
+  // Not defineProcessor: this job races its own limits, so that a failure is recorded before the attempt ends.
   return {
-    queue: spec.queue,
-    watchProgress: spec.watchProgress,
-    name: spec.name,
-    schema,
-    // The ended job stays a while for the dashboard, its sealed secrets blanked (forgetSecrets).
-    options: { attempts: spec.attempts ?? 3, backoff: { type: 'exponential', delay: 2000 }, ...KEEP_ENDED_JOBS },
+    contract,
     async process(payload, ctx) {
       const { c, job, log, watchdog } = ctx;
       const jobId = (payload as { job_id: string }).job_id;
@@ -108,7 +95,7 @@ export function defineTrackedJob<S extends z.ZodObject = z.ZodObject<{}>>(spec: 
       const progress = throttledProgress(c.db, jobId, row.progress, () => watchdog.touch());
       let failAs = (err: unknown) => err;
       try {
-        const done = await watchdog.race(spec.run(row, payload as z.infer<S> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal, failAs: (map) => void (failAs = map) }));
+        const done = await watchdog.race(spec.run(row, payload as z.infer<C['schema']> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal, failAs: (map) => void (failAs = map) }));
         await (done.progress ? progress.stop() : progress.flush());
         const finished = c.clock.now();
         const complete = async (db: Knex, result: Record<string, unknown>) => {

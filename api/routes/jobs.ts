@@ -6,7 +6,7 @@ import { AppError, conflict, gone, notFound } from '../../lib/errors';
 import { arrivingInput, jobBlob, jobReadableBy, jobView, watchJobEnd, type JobReader } from '../../lib/services/jobs';
 import { readAsPreferred } from '../job-reply';
 import { findJobWithOutputs, isFinished, type JobRow } from '../../db/jobs';
-import { encryptedOutput, EncryptRequest } from '../../workers/jobs/encrypt-files';
+import { encryptedOutput, EncryptRequest } from '../../jobs/encrypt-files';
 import { FormBoolean } from '../schemas/keys';
 import type { AppContext } from '../route';
 import type { Readable } from 'node:stream';

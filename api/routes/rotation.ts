@@ -12,7 +12,7 @@ import { manualRotationTarget, rotationOut } from '../../lib/services/rotation';
 import { recordAudit } from '../../db/audit';
 import { findUserById } from '../../db/users';
 import { listRotations } from '../../db/rotation';
-import { rotationPassphraseAad } from '../../workers/jobs/rotate-key';
+import { rotationPassphraseAad } from '../../jobs/rotate-key';
 
 const tags = ['Key rotation'];
 const KeyParams = z.object({ fingerprint: Fingerprint });

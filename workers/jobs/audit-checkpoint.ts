@@ -1,5 +1,5 @@
-import { z } from 'zod';
-import { defineJob } from '../../jobs/define';
+import { defineProcessor } from '../define';
+import { auditCheckpoint } from '../../jobs/audit-checkpoint';
 import { checkpointChains } from '../../lib/services/audit-evidence';
 
 /**
@@ -7,11 +7,7 @@ import { checkpointChains } from '../../lib/services/audit-evidence';
  * since its last checkpoint and delivers it to the account (lib/services/audit-evidence.ts). A second
  * run, or a retry, finds the checkpoints stored and signs only what moved since.
  */
-export const auditCheckpoint = defineJob({
-  queue: 'maintenance',
-  name: 'audit-checkpoint',
-  schema: z.object({}),
-  options: { attempts: 3, backoff: { type: 'exponential', delay: 10_000 }, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
+export const auditCheckpointProcessor = defineProcessor(auditCheckpoint, {
   async process(_payload, { c, log }) {
     const { signed } = await checkpointChains(c);
     if (signed) log.info({ signed }, 'signed audit checkpoints');

@@ -1,5 +1,5 @@
-import { z } from 'zod';
-import { defineJob } from '../../jobs/define';
+import { defineProcessor } from '../define';
+import { billingEvent, billingSweep } from '../../jobs/billing-event';
 import { processBillingEvent, requeueUnprocessedEvents } from '../../lib/services/billing';
 
 /**
@@ -9,11 +9,7 @@ import { processBillingEvent, requeueUnprocessedEvents } from '../../lib/service
  * the payload is an event id, nothing secret. A job that gives up (or is failed for stalling after
  * repeated crashes) leaves Redis, so the `billing-sweep` can queue its event again under the same id.
  */
-export const billingEvent = defineJob({
-  queue: 'billing',
-  name: 'billing-event',
-  schema: z.object({ event_id: z.string().regex(/^[A-Za-z0-9_]{1,255}$/) }),
-  options: { attempts: 10, backoff: { type: 'exponential', delay: 5000 }, removeOnComplete: true, removeOnFail: true },
+export const billingEventProcessor = defineProcessor(billingEvent, {
   async process(payload, { c, origin, log }) {
     const result = await processBillingEvent(c, payload.event_id, origin);
     log.info({ event_id: payload.event_id, outcome: result.outcome }, 'billing event');
@@ -22,11 +18,7 @@ export const billingEvent = defineJob({
 });
 
 /** Queues again every stored event still unprocessed after `older_than_seconds` (a job that gave up, a lost enqueue). */
-export const billingSweep = defineJob({
-  queue: 'billing',
-  name: 'billing-sweep',
-  schema: z.object({ older_than_seconds: z.number().int().min(0).max(86_400).default(300) }),
-  options: { attempts: 1, removeOnComplete: true, removeOnFail: true },
+export const billingSweepProcessor = defineProcessor(billingSweep, {
   async process(payload, { c, log }) {
     const requeued = await requeueUnprocessedEvents(c, payload.older_than_seconds * 1000);
     if (requeued) log.info({ requeued }, 'billing events queued again');

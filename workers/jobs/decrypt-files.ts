@@ -1,5 +1,7 @@
-import { z } from 'zod';
-import { defineTrackedJob } from '../tracked';
+import { defineTrackedProcessor } from '../tracked';
+import { decryptFiles, DecryptRequest } from '../../jobs/decrypt-files';
+import { passphraseAad } from '../../jobs/tracked';
+import type { FileSignature } from '../../jobs/verify-files';
 import { invalid } from '../../lib/errors';
 import { decryptionLimits, transformFiles } from '../file-pipeline';
 import { unlockGeneration, unlockLineage } from '../../lib/services/keys';
@@ -8,19 +10,7 @@ import { insertOutputFiles } from '../../db/jobs';
 import { lineageGenerations, lineageUsableBy, recordKeyUse, type LineageRow } from '../../db/keys';
 import { requireDecryptable } from '../../lib/services/key-lifecycle';
 import { verifiedKey } from '../../lib/services/key-integrity';
-import { Signer, signerKeys } from '../../lib/services/signers';
-import type { FileSignature } from './verify-files';
-
-export const DecryptRequest = z.object({
-  lineage_id: z.uuid(),
-  fingerprint: z.string(),
-  /** Decrypt and verify: whose signatures are checked, and whether a file without a valid one fails. */
-  verify_with: Signer.optional(),
-  require_signature: z.boolean().optional(),
-});
-
-/** AAD of the sealed passphrase: it opens for this one job only. */
-export const passphraseAad = (jobId: string) => `decrypt-passphrase:${jobId}`;
+import { signerKeys } from '../../lib/services/signers';
 
 /** `report.pdf.gpg` → `report.pdf`, when the message itself names no file. */
 function plainName(stored: string, fromMessage: string): string {
@@ -34,11 +24,7 @@ function plainName(stored: string, fromMessage: string): string {
  * an atomic blob put, published only if the stream ends with its integrity check passed; one failing
  * file fails the job and every output is deleted, so no partial plaintext is ever offered.
  */
-export const decryptFiles = defineTrackedJob({
-  queue: 'crypto',
-  name: 'decrypt-files',
-  extra: z.object({ sealed_passphrase: z.string() }),
-  watchProgress: true,
+export const decryptFilesProcessor = defineTrackedProcessor(decryptFiles, {
   async run(row, payload, progress, { c, origin, signal, failAs, slot }) {
     const req = DecryptRequest.parse(row.request);
     const { openEncrypted } = await import('../../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job

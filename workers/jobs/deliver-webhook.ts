@@ -1,6 +1,6 @@
 import { UnrecoverableError } from 'bullmq';
-import { z } from 'zod';
-import { defineJob } from '../../jobs/define';
+import { defineProcessor } from '../define';
+import { deliverWebhook } from '../../jobs/deliver-webhook';
 import { tryDelivery } from '../../lib/services/webhooks';
 
 /**
@@ -9,12 +9,7 @@ import { tryDelivery } from '../../lib/services/webhooks';
  * row; a 410 Gone disables the endpoint and stops. The job leaves Redis when it ends: the delivery
  * and attempt rows are the record.
  */
-export const deliverWebhook = defineJob({
-  queue: 'notify',
-  name: 'deliver-webhook',
-  schema: z.object({ delivery_id: z.uuid() }),
-  // The schedule decides when to stop (retryDelayMs answers -1); attempts is only an upper bound.
-  options: { attempts: 100, backoff: { type: 'webhook-schedule' }, removeOnComplete: true, removeOnFail: true },
+export const deliverWebhookProcessor = defineProcessor(deliverWebhook, {
   retryDelayMs: (attemptsMade, c) => c.config.webhooks.retryDelaysMs[attemptsMade - 1] ?? -1,
   async process(payload, { c, job, log }) {
     const nextDelay = c.config.webhooks.retryDelaysMs[job.attemptsMade] ?? null;

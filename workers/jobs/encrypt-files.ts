@@ -1,6 +1,7 @@
-import { z } from 'zod';
 import { recordUsage } from '../../db/billing';
-import { defineTrackedJob } from '../tracked';
+import { defineTrackedProcessor } from '../tracked';
+import { encryptedOutput, encryptFiles, EncryptRequest } from '../../jobs/encrypt-files';
+import { passphraseAad } from '../../jobs/tracked';
 import { readRecipientKey, readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
 import { readText } from '../../lib/streams';
 import { transformFiles } from '../file-pipeline';
@@ -11,35 +12,11 @@ import { findUsableKey, recordKeyUse, type KeyRow } from '../../db/keys';
 import { verifiedKey } from '../../lib/services/key-integrity';
 import { openSigningKey } from '../../lib/services/keys';
 import { invalid } from '../../lib/errors';
-import { passphraseAad } from './decrypt-files';
-
-/** What the API stores in the job row for an encryption (nothing secret). */
-export const EncryptRequest = z.object({
-  recipient: z.discriminatedUnion('type', [
-    z.object({ type: z.literal('stored'), key_id: z.uuid(), fingerprint: z.string(), requested_fingerprint: z.string() }),
-    z.object({ type: z.literal('supplied'), fingerprint: z.string() }),
-  ]),
-  armor: z.boolean(),
-  compress: z.boolean(),
-  /** Sign and encrypt: the key whose current generation signs (its passphrase travels sealed in the payload). */
-  sign_with: z.object({ lineage_id: z.uuid(), fingerprint: z.string() }).optional(),
-});
-export type EncryptRequest = z.infer<typeof EncryptRequest>;
 
 const auditTarget = (req: EncryptRequest) => req.recipient.fingerprint;
 
-/** The name and type of the output of input `name`: known from the request, so also while it is produced. */
-export const encryptedOutput = (name: string, armor: boolean) => ({
-  name: `${name}${armor ? '.asc' : '.gpg'}`,
-  contentType: armor ? 'application/pgp-encrypted; charset=us-ascii' : 'application/pgp-encrypted',
-});
-
 /** Streams each uploaded file blob → OpenPGP → blob; the plaintext uploads are deleted when done. */
-export const encryptFiles = defineTrackedJob({
-  queue: 'crypto',
-  name: 'encrypt-files',
-  extra: z.object({ sealed_passphrase: z.string().optional() }),
-  watchProgress: true,
+export const encryptFilesProcessor = defineTrackedProcessor(encryptFiles, {
   async run(row, payload, progress, { c, origin, signal, slot }) {
     const req = EncryptRequest.parse(row.request);
     const { encryptStream } = await import('../../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job

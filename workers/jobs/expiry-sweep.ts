@@ -1,5 +1,5 @@
-import { z } from 'zod';
-import { defineJob } from '../../jobs/define';
+import { defineProcessor } from '../define';
+import { expirySweep } from '../../jobs/expiry-sweep';
 import { emitEvent } from '../../lib/events';
 import { notify } from '../../lib/services/notify';
 import { recordAudit } from '../../db/audit';
@@ -14,11 +14,7 @@ const DAY_MS = 86_400_000;
  * key_expiry_warnings in the transaction that writes the audit row, so racing sweeps warn once; a
  * generation first seen late gets only its nearest warning (the earlier ones are marked as passed).
  */
-export const expirySweep = defineJob({
-  queue: 'maintenance',
-  name: 'expiry-sweep',
-  schema: z.object({}),
-  options: { attempts: 3, backoff: { type: 'exponential', delay: 10_000 }, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
+export const expirySweepProcessor = defineProcessor(expirySweep, {
   async process(_payload, { c }) {
     const now = c.clock.now();
     const leads = [...c.config.keyLifecycle.expiryWarningDays, 0];

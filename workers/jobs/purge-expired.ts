@@ -1,14 +1,10 @@
-import { z } from 'zod';
-import { defineJob } from '../../jobs/define';
+import { defineProcessor } from '../define';
+import { purgeExpired } from '../../jobs/purge-expired';
 import { purgeDeliveries } from '../../lib/services/webhooks';
 import { purgeShareViews } from '../../lib/services/share-links';
 
 /** Maintenance sweep: drops expired, single-use secrets (reset tokens), and webhook delivery and share view records past retention. */
-export const purgeExpired = defineJob({
-  queue: 'maintenance',
-  name: 'purge-expired',
-  schema: z.object({}),
-  options: { attempts: 3, backoff: { type: 'exponential', delay: 10_000 }, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
+export const purgeExpiredProcessor = defineProcessor(purgeExpired, {
   async process(_payload, { c, log }) {
     const cutoff = new Date(c.clock.now().getTime() - 24 * 3600_000);
     const resets = await c.db('password_resets').where('expires_at', '<', cutoff).delete();

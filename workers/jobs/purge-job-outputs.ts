@@ -1,14 +1,10 @@
-import { z } from 'zod';
-import { defineJob } from '../../jobs/define';
+import { defineProcessor } from '../define';
+import { purgeJobOutputs } from '../../jobs/purge-job-outputs';
 import { expiredJobs, updateJob } from '../../db/jobs';
 import { jobBlob } from '../../lib/services/jobs';
 
 /** Deletes the files of jobs past their retention (JOB_RETENTION_HOURS); the rows stay, marked purged. */
-export const purgeJobOutputs = defineJob({
-  queue: 'maintenance',
-  name: 'purge-job-outputs',
-  schema: z.object({}),
-  options: { attempts: 3, backoff: { type: 'exponential', delay: 10_000 }, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
+export const purgeJobOutputsProcessor = defineProcessor(purgeJobOutputs, {
   async process(_payload, { c, log }) {
     let purged = 0;
     for (;;) {

@@ -1,30 +1,32 @@
-import { z } from 'zod';
-import { defineJob, type JobDefinition, type JobOrigin } from '../../jobs/define';
-import { encryptFiles, EncryptRequest } from './encrypt-files';
-import { decryptFiles } from './decrypt-files';
-import { generateKeyJob } from './generate-key';
-import { rotateKey } from './rotate-key';
-import { rewrapFiles } from './rewrap-files';
-import { signFiles } from './sign-files';
-import { verifyFiles } from './verify-files';
+import type { JobOrigin } from '../../jobs/define';
+import { reconcileJobs } from '../../jobs/reconcile-jobs';
+import { EncryptRequest } from '../../jobs/encrypt-files';
+import { defineProcessor, type Processor } from '../define';
+import { encryptFilesProcessor } from './encrypt-files';
+import { decryptFilesProcessor } from './decrypt-files';
+import { generateKeyProcessor } from './generate-key';
+import { rotateKeyProcessor } from './rotate-key';
+import { rewrapFilesProcessor } from './rewrap-files';
+import { signFilesProcessor } from './sign-files';
+import { verifyFilesProcessor } from './verify-files';
 import type { Container } from '../../lib/container';
 import type { Logger } from '../../lib/logger';
 import { findJob, freeIdempotencyKey, isFinished, jobFiles, unfinishedJobsBefore, type JobKind, type JobRow } from '../../db/jobs';
 import { jobBlob } from '../../lib/services/jobs';
 
 /**
- * Each kind of job the client polls: its definition, and how it is enqueued again from its row alone (as
+ * Each kind of job the client polls: its processor, and how it is enqueued again from its row alone (as
  * its route enqueued it). Kinds whose payload carries a sealed secret that is never stored (a passphrase,
  * a new key's lock) have no `requeue`: a lost one cannot be run again.
  */
-const KINDS: Record<JobKind, { def: JobDefinition; requeue?(c: Container, row: JobRow): Promise<unknown> }> = {
-  encrypt: { def: encryptFiles, requeue: (c, row) => c.jobs.enqueue('encrypt-files', { job_id: row.id }, { jobId: row.id }) },
-  decrypt: { def: decryptFiles },
-  rewrap: { def: rewrapFiles },
-  'generate-key': { def: generateKeyJob },
-  'rotate-key': { def: rotateKey },
-  sign: { def: signFiles },
-  verify: { def: verifyFiles, requeue: (c, row) => c.jobs.enqueue('verify-files', { job_id: row.id }, { jobId: row.id }) },
+const KINDS: Record<JobKind, { processor: Processor; requeue?(c: Container, row: JobRow): Promise<unknown> }> = {
+  encrypt: { processor: encryptFilesProcessor, requeue: (c, row) => c.jobs.enqueue('encrypt-files', { job_id: row.id }, { jobId: row.id }) },
+  decrypt: { processor: decryptFilesProcessor },
+  rewrap: { processor: rewrapFilesProcessor },
+  'generate-key': { processor: generateKeyProcessor },
+  'rotate-key': { processor: rotateKeyProcessor },
+  sign: { processor: signFilesProcessor },
+  verify: { processor: verifyFilesProcessor, requeue: (c, row) => c.jobs.enqueue('verify-files', { job_id: row.id }, { jobId: row.id }) },
 };
 
 const BATCH = 200;
@@ -40,11 +42,7 @@ export type Reconciled = 'requeued' | 'lost' | 'kept';
  * from its row; any other fails with `job_lost`, its files deleted. Safe on several schedulers at once:
  * BullMQ keeps one entry per id, and the failure is a conditional update of an unfinished row.
  */
-export const reconcileJobs = defineJob({
-  queue: 'maintenance',
-  name: 'reconcile-jobs',
-  schema: z.object({}),
-  options: { attempts: 3, backoff: { type: 'exponential', delay: 10_000 }, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
+export const reconcileJobsProcessor = defineProcessor(reconcileJobs, {
   async process(_payload, { c, log }) {
     const before = new Date(c.clock.now().getTime() - c.config.jobReconcile.graceMs);
     const counts = { requeued: 0, lost: 0, errors: 0 };
@@ -69,8 +67,8 @@ export const reconcileJobs = defineJob({
 
 /** One unfinished job: left alone while its queue entry lives, else enqueued again or failed as lost. */
 export async function reconcileJob(c: Container, row: JobRow, log: Logger): Promise<Reconciled> {
-  const { def, requeue } = KINDS[row.kind];
-  const queue = c.jobs.queue(def.queue);
+  const { processor, requeue } = KINDS[row.kind];
+  const queue = c.jobs.queue(processor.contract.queue);
   const entry = await queue.getJob(row.id);
   if (entry) {
     const state = await entry.getState();
@@ -93,7 +91,7 @@ export async function reconcileJob(c: Container, row: JobRow, log: Logger): Prom
       ? 'The job was lost before its files were all stored; nothing of it is kept. Submit it again.'
       : 'The job was lost by the queue, and the secret it needed is never stored; nothing of it is kept. Submit it again.',
   };
-  if (!(await def.failUnfinished!(c, current, failure, SCHEDULER))) return 'kept';
+  if (!(await processor.failUnfinished!(c, current, failure, SCHEDULER))) return 'kept';
   // Nothing of the request was done: its Idempotency-Key is free for the client to send it again.
   await freeIdempotencyKey(c.db, current.id);
   log.warn({ job_id: current.id, kind: current.kind, code: failure.code }, 'job had lost its queue entry; failed');

@@ -1,5 +1,5 @@
-import { z } from 'zod';
-import { defineJob } from '../../jobs/define';
+import { defineProcessor } from '../define';
+import { resealKeyring } from '../../jobs/reseal-keyring';
 import { reseal } from '../../lib/root-of-trust/operations';
 
 /**
@@ -8,11 +8,7 @@ import { reseal } from '../../lib/root-of-trust/operations';
  * `master-key reseal`, resumes the run. It waits (retries) until the key is current in this process; a
  * run overtaken by a later rotation ends, as the later run moves everything anyway.
  */
-export const resealKeyring = defineJob({
-  queue: 'maintenance',
-  name: 'reseal-keyring',
-  schema: z.object({ target_kid: z.string().regex(/^[A-Za-z0-9_-]{1,32}$/) }),
-  options: { attempts: 20, backoff: { type: 'exponential', delay: 2000 }, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
+export const resealKeyringProcessor = defineProcessor(resealKeyring, {
   async process({ target_kid }, { c, log }) {
     await c.keyring.load();
     const row = await c.db('keyring').where({ kid: target_kid }).first('current_from', 'retired_at');

@@ -1,9 +1,9 @@
 import { Readable } from 'node:stream';
-import { z } from 'zod';
 import type * as openpgp from 'openpgp';
-import { defineTrackedJob } from '../tracked';
+import { defineTrackedProcessor } from '../tracked';
 import { decryptionLimits, transformFiles } from '../file-pipeline';
-import { passphraseAad } from './decrypt-files';
+import { rewrapFiles, RewrapRequest } from '../../jobs/rewrap-files';
+import { passphraseAad } from '../../jobs/tracked';
 import { readStoredPublicKey } from '../../lib/pgp/keys';
 import { conflict, invalid } from '../../lib/errors';
 import { keyStatus, unlockGeneration, unlockLineage } from '../../lib/services/keys';
@@ -12,10 +12,6 @@ import { verifiedKey } from '../../lib/services/key-integrity';
 import { recordAudit } from '../../db/audit';
 import { insertOutputFiles } from '../../db/jobs';
 import { lineageGenerations, lineageUsableBy, recordGenerationUse, type KeyRow, type LineageRow } from '../../db/keys';
-
-/** What the API stores in the job row for a rewrap (nothing secret). */
-export const RewrapRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string(), mode: z.enum(['rewrap', 'reencrypt']) });
-export type RewrapRequest = z.infer<typeof RewrapRequest>;
 
 /** `report.pdf.gpg` → `report.pdf.asc` (armored output), as encrypt names its outputs. */
 export function rewrappedName(input: string, armored: boolean): string {
@@ -51,11 +47,7 @@ async function sniffArmor(input: Readable): Promise<{ armored: boolean; stream: 
  * before the output is published (atomic blob puts; one failing file fails the job and nothing is kept).
  * The generation a file needs must not be retired or destroyed (409/410), like a decrypt.
  */
-export const rewrapFiles = defineTrackedJob({
-  queue: 'crypto',
-  name: 'rewrap-files',
-  extra: z.object({ sealed_passphrase: z.string() }),
-  watchProgress: true,
+export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
   async run(row, payload, progress, { c, origin, signal, failAs, slot }) {
     const req = RewrapRequest.parse(row.request);
     const limits = decryptionLimits(signal); // `reencrypt` decrypts

@@ -1,5 +1,5 @@
-import { z } from 'zod';
-import { defineJob } from '../../jobs/define';
+import { defineProcessor } from '../define';
+import { rotateDueKey } from '../../jobs/rotate-due-key';
 import { AppError } from '../../lib/errors';
 import { recordRotationFailure, rotateLineage, type RotateInput } from '../../lib/services/rotation';
 
@@ -8,11 +8,7 @@ import { recordRotationFailure, rotateLineage, type RotateInput } from '../../li
  * generation being replaced, so one due window is enqueued once however many sweeps see it; and
  * rotateLineage leaves a lineage alone once it is past that generation.
  */
-export const rotateDueKey = defineJob({
-  queue: 'rotation',
-  name: 'rotate-due-key',
-  schema: z.object({ lineage_id: z.uuid(), from_generation: z.number().int(), trigger: z.enum(['schedule', 'policy']) }),
-  options: { attempts: 5, backoff: { type: 'exponential', delay: 5_000 }, removeOnComplete: { age: 86400, count: 10_000 }, removeOnFail: { age: 7 * 86400 } },
+export const rotateDueKeyProcessor = defineProcessor(rotateDueKey, {
   async process(payload, { c, job, log, origin }) {
     // Enqueued by the scheduler's sweep: the origin is empty unless a request enqueued it.
     const input: RotateInput = { lineageId: payload.lineage_id, fromGeneration: payload.from_generation, trigger: payload.trigger, actorId: null, origin };
@@ -30,5 +26,3 @@ export const rotateDueKey = defineJob({
     }
   },
 });
-
-export const dueJobId = (lineageId: string, generation: number) => `rotate-${lineageId}-g${generation}`;

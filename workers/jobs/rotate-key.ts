@@ -1,13 +1,8 @@
-import { z } from 'zod';
-import { defineTrackedJob } from '../tracked';
+import { defineTrackedProcessor } from '../tracked';
 import type { JobOrigin } from '../../jobs/define';
+import { RotateRequest, rotateKey, rotationPassphraseAad } from '../../jobs/rotate-key';
 import { alreadyRotated, commitRotation, prepareRotation, recordRotationFailure, resyncAfterRotation, rotatedEvent, rotationOut, type RotateInput, type RotateOutcome } from '../../lib/services/rotation';
 import type { RotationRow } from '../../db/rotation';
-
-export const RotateRequest = z.object({ lineage_id: z.uuid(), from_generation: z.number().int(), fingerprint: z.string(), actor_id: z.uuid() });
-
-/** AAD of the sealed passphrases of one rotation job. */
-export const rotationPassphraseAad = (jobId: string) => `rotate-passphrases:${jobId}`;
 
 const inputOf = (row: { id: string; request: unknown }, origin: JobOrigin): RotateInput => {
   const req = RotateRequest.parse(row.request);
@@ -17,11 +12,7 @@ const inputOf = (row: { id: string; request: unknown }, origin: JobOrigin): Rota
 const outcomeResult = (outcome: RotateOutcome) => ({ ...(outcome.entry ? rotationOut(outcome.entry) : {}), rotated: outcome.rotated, ...(outcome.rotated ? {} : { reason: outcome.reason }) });
 
 /** "Rotate now", requested through the API and polled by the client. */
-export const rotateKey = defineTrackedJob({
-  queue: 'rotation',
-  name: 'rotate-key',
-  attempts: 5,
-  extra: z.object({ sealed_passphrases: z.string().optional() }),
+export const rotateKeyProcessor = defineTrackedProcessor(rotateKey, {
   async run(row, payload, _progress, { c, origin }) {
     const input = inputOf(row, origin);
     if (payload.sealed_passphrases) {

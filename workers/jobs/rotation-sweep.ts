@@ -1,14 +1,10 @@
-import { z } from 'zod';
-import { defineJob } from '../../jobs/define';
+import { defineProcessor } from '../define';
+import { rotationSweep } from '../../jobs/rotation-sweep';
 import { dueRotations } from '../../db/rotation';
-import { dueJobId } from './rotate-due-key';
+import { dueJobId } from '../../jobs/rotate-due-key';
 
 /** Every ROTATION_SWEEP_SECONDS (scheduler): enqueue every due rotation, under a deterministic job id. */
-export const rotationSweep = defineJob({
-  queue: 'rotation',
-  name: 'rotation-sweep',
-  schema: z.object({}),
-  options: { attempts: 1, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
+export const rotationSweepProcessor = defineProcessor(rotationSweep, {
   async process(_payload, { c, log }) {
     const due = await dueRotations(c.db, c.clock.now(), 1000);
     for (const d of due) {

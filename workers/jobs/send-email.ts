@@ -1,8 +1,8 @@
 import { UnrecoverableError } from 'bullmq';
 import { z } from 'zod';
-import { defineJob } from '../../jobs/define';
-import { renderMail, MailTemplate } from '../../lib/mail-templates';
-import { mailAad } from '../../lib/services/notify';
+import { defineProcessor } from '../define';
+import { mailAad, sendEmail } from '../../jobs/send-email';
+import { renderMail } from '../../lib/mail-templates';
 
 const Sealed = z.object({ to: z.email(), vars: z.record(z.string(), z.string()) });
 
@@ -12,11 +12,7 @@ const Sealed = z.object({ to: z.email(), vars: z.record(z.string(), z.string()) 
  * in the job (BullMQ's failedReason and stack trace) until the retry: SMTP answers often quote the
  * recipient, so only the error's code, reply code and command go there and to the logs.
  */
-export const sendEmail = defineJob({
-  queue: 'notify',
-  name: 'send-email',
-  schema: z.object({ mail_id: z.uuid(), template: MailTemplate, sealed: z.string() }),
-  options: { attempts: 5, backoff: { type: 'exponential', delay: 2_000 }, removeOnComplete: true, removeOnFail: true },
+export const sendEmailProcessor = defineProcessor(sendEmail, {
   async process(payload, { c, log }) {
     let opened: z.infer<typeof Sealed>;
     try {

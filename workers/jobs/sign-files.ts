@@ -1,14 +1,10 @@
-import { z } from 'zod';
-import { defineTrackedJob } from '../tracked';
+import { defineTrackedProcessor } from '../tracked';
 import { transformFiles } from '../file-pipeline';
-import { passphraseAad } from './decrypt-files';
+import { signFiles, SignRequest } from '../../jobs/sign-files';
+import { passphraseAad } from '../../jobs/tracked';
 import { openSigningKey } from '../../lib/services/keys';
 import { recordAudit } from '../../db/audit';
 import { insertOutputFiles } from '../../db/jobs';
-
-/** What the API stores in the job row for a signing (nothing secret). */
-export const SignRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string(), detached: z.boolean(), armor: z.boolean() });
-type SignRequest = z.infer<typeof SignRequest>;
 
 /** The name and type of what signing input `name` makes: a detached signature or a signed message. */
 export const signedOutput = (name: string, req: Pick<SignRequest, 'detached' | 'armor'>) =>
@@ -21,11 +17,7 @@ export const signedOutput = (name: string, req: Pick<SignRequest, 'detached' | '
  * data: detached signatures or signed messages. The passphrase travels sealed in the payload, for this
  * job only, as a decryption's does.
  */
-export const signFiles = defineTrackedJob({
-  queue: 'crypto',
-  name: 'sign-files',
-  extra: z.object({ sealed_passphrase: z.string() }),
-  watchProgress: true,
+export const signFilesProcessor = defineTrackedProcessor(signFiles, {
   async run(row, payload, progress, { c, origin, signal, slot }) {
     const req = SignRequest.parse(row.request);
     const { signStream } = await import('../../lib/pgp/signatures'); // the OpenPGP stack loads with a process's first crypto job

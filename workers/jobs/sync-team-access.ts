@@ -1,5 +1,5 @@
-import { z } from 'zod';
-import { defineJob } from '../../jobs/define';
+import { defineProcessor } from '../define';
+import { syncTeamAccess } from '../../jobs/sync-team-access';
 import { AppError } from '../../lib/errors';
 import { markSyncFailed, syncGrants } from '../../lib/services/team-access';
 
@@ -9,11 +9,7 @@ import { markSyncFailed, syncGrants } from '../../lib/services/team-access';
  * more. Queued on link, on the source's key changes and when the source leaves. The last failed try
  * marks the link `failed`; the grants stay as the last good run left them.
  */
-export const syncTeamAccess = defineJob({
-  queue: 'team-sync',
-  name: 'sync-team-access',
-  schema: z.object({ grantee_id: z.uuid() }),
-  options: { attempts: 5, backoff: { type: 'exponential', delay: 2_000 }, removeOnComplete: { age: 3600, count: 1000 }, removeOnFail: { age: 7 * 86400 } },
+export const syncTeamAccessProcessor = defineProcessor(syncTeamAccess, {
   async process(payload, { c, job, origin }) {
     try {
       const outcome = await syncGrants(c, payload.grantee_id, origin);

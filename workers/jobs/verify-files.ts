@@ -1,28 +1,19 @@
-import { z } from 'zod';
-import { defineTrackedJob } from '../tracked';
+import { defineTrackedProcessor } from '../tracked';
+import { verifyFiles, VerifyRequest, type FileSignature } from '../../jobs/verify-files';
 import { invalid } from '../../lib/errors';
 import { transformFiles } from '../file-pipeline';
-import { Signer, signerKeys } from '../../lib/services/signers';
+import { signerKeys } from '../../lib/services/signers';
 import { jobBlob } from '../../lib/services/jobs';
 import { readBytes } from '../../lib/streams';
 import { recordAudit } from '../../db/audit';
 import type { SignatureCheck } from '../../lib/pgp/signatures';
-
-/** What the API stores in the job row for a verification: the signer, and how many detached signatures came (0: signed messages). */
-export const VerifyRequest = z.object({ signer: Signer, signatures: z.number().int().min(0) });
-
-/** A file's verdict as the job result lists it. */
-export type FileSignature = SignatureCheck & { n: number; name: string };
 
 /**
  * Verifies each file: against its detached signature (signature n for file n), or as a signed message.
  * A signature that does not verify is a result (`valid: false` and a reason), not a failed job; the
  * verdict of a file is known only after its last byte. No outputs.
  */
-export const verifyFiles = defineTrackedJob({
-  queue: 'crypto',
-  name: 'verify-files',
-  watchProgress: true,
+export const verifyFilesProcessor = defineTrackedProcessor(verifyFiles, {
   async run(row, _payload, progress, { c, origin, signal, slot }) {
     const req = VerifyRequest.parse(row.request);
     const { MAX_SIGNATURE_BYTES, readDetachedSignature, verifyDetached, verifySignedMessage } = await import('../../lib/pgp/signatures');

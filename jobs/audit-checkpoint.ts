@@ -1,0 +1,9 @@
+import { z } from 'zod';
+import { defineContract } from './define';
+
+export const auditCheckpoint = defineContract({
+  queue: 'maintenance',
+  name: 'audit-checkpoint',
+  schema: z.object({}),
+  options: { attempts: 3, backoff: { type: 'exponential', delay: 10_000 }, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
+});
