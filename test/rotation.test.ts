@@ -5,7 +5,7 @@ import { registerUser, startTestService, type TestService, type ManualClockFollo
 import { PASSPHRASE, createKey, download, encrypt, runJob } from './support/keys';
 import { rotateLineage } from '../lib/services/rotation';
 import { rotateDueKeyProcessor } from '../workers/jobs/rotate-due-key';
-import { readEvents } from '../lib/events';
+import { readEvents } from '../lib/event-stream';
 import { NO_POOL } from '../lib/slots';
 import { Watchdog } from '../workers/watchdog';
 import { lineageMac } from '../lib/services/key-integrity';
