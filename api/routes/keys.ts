@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import { z } from 'zod';
-import { route, type Access, type HandlerInput } from '../route';
+import { route, type HandlerInput } from '../route';
+import type { Access } from '../context';
 import { Email, PageQuery, pageOf, text, wholeNumber } from '../schemas/common';
 import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
