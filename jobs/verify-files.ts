@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { trackedContract } from './tracked';
-import type { SignatureCheck } from '../lib/pgp/signatures';
+import type { SignatureCheck } from '../lib/pgp/verification';
 
 /**
  * Whose signatures a job checks, as its row records it: a stored key (every generation of it: old

@@ -6,7 +6,7 @@ import { verifiedKey } from './key-integrity';
 import { jobBlob } from './jobs';
 import { readText } from '../streams';
 import { MAX_PUBLIC_KEY_BYTES, readStoredPublicKey } from '../pgp/keys';
-import type { VerificationKey } from '../pgp/signatures';
+import type { VerificationKey } from '../pgp/verification';
 import { lineageGenerations, lineageUsableBy } from '../../db/keys';
 import type { RequestMeta } from '../../db/audit';
 import type { Signer } from '../../jobs/verify-files';

@@ -6,7 +6,7 @@ import { signerKeys } from '../../lib/services/signers';
 import { jobBlob } from '../../lib/services/jobs';
 import { readBytes } from '../../lib/streams';
 import { recordAudit } from '../../db/audit';
-import type { SignatureCheck } from '../../lib/pgp/signatures';
+import type { SignatureCheck } from '../../lib/pgp/verification';
 
 /**
  * Verifies each file: against its detached signature (signature n for file n), or as a signed message.
