@@ -3,7 +3,8 @@ import { invalid } from '../lib/errors';
 import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, idempotencyKeyReused, jobReadableBy, jobView, preferEarlyHints, preferWait, replayedJob, requestHash, statusUrl, submitJob, waitForJob, watchJobEnd, type JobEndWatch } from '../lib/services/jobs';
 import { findJob, findJobByIdempotencyKey, isFinished, type JobKind, type JobRow } from '../db/jobs';
 import type { Upload } from './upload';
-import type { AppContext, Reply } from './route';
+import type { Reply } from './route';
+import type { AppContext } from './context';
 
 /**
  * How every job-submitting endpoint answers: 202 with Location and the job, or, when the client sent

@@ -5,7 +5,7 @@ import { metricsAccess, scrapeMetrics } from '../lib/metrics';
 import { QUEUES } from '../jobs/define';
 import { authenticate } from './middleware/auth';
 import { requireAdmin } from './middleware/admin';
-import type { AppContext } from './route';
+import type { AppContext } from './context';
 import { presentedCredential } from './middleware/browser-session';
 
 /** Where the BullMQ dashboard lives, outside /api/v1 (it is a page, not part of the API). */

@@ -5,7 +5,7 @@ import { gzipSync } from 'node:zlib';
 import { fileURLToPath } from 'node:url';
 import type Koa from 'koa';
 import type { Container } from '../lib/container';
-import type { AppState } from './route';
+import type { AppState } from './context';
 import { AppError } from '../lib/errors';
 import { CONSOLE_PATHS } from '../web/console/src/paths';
 

@@ -1,11 +1,11 @@
-import type { ParameterizedContext } from 'koa';
 import type { Router, RouterMiddleware } from '@koa/router';
 import { z } from 'zod';
 import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig, type ZodContentObject } from '@asteasolutions/zod-to-openapi';
 import type { Container } from '../lib/container';
 import type { Logger } from '../lib/logger';
 import { invalid, type FieldError } from '../lib/errors';
-import { authenticate, requireRecentSignIn, requireScope, type AuthUser } from './middleware/auth';
+import { authenticate, requireRecentSignIn, requireScope } from './middleware/auth';
+import type { Access, AppContext, AppState, AuthUser } from './context';
 import type { Scope } from '../lib/auth/scopes';
 import { requireAdmin } from './middleware/admin';
 import { Problem } from './schemas/common';
@@ -19,16 +19,6 @@ import { receiveUpload, type Upload } from './upload';
  * document cannot drift from what the code accepts. Responses are parsed through their schema before
  * they leave, so a field the schema does not name (a hash, a sealed secret) is stripped.
  */
-export type Access = 'public' | 'auth' | 'session' | 'admin';
-
-export interface AppState {
-  requestId: string;
-  log: Logger;
-  user?: AuthUser;
-  /** The job this request recorded: a problem answered after that names it, so the client can follow it. */
-  jobId?: string;
-}
-export type AppContext = ParameterizedContext<AppState> & { container: Container };
 
 type AnyObject = z.ZodType<Record<string, unknown>>;
 type Infer<S> = S extends z.ZodType ? z.infer<S> : undefined;

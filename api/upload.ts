@@ -3,7 +3,7 @@ import { jobBlob, newJobId } from '../lib/services/jobs';
 import { insertInputFile } from '../db/jobs';
 import { fingerprintAsRead } from '../lib/upload-fingerprint';
 import { readMultipart, type MultipartOptions, type UploadedFile } from './middleware/multipart';
-import type { AppContext } from './route';
+import type { AppContext } from './context';
 
 /** An uploaded file as stored; `fingerprint` (lib/upload-fingerprint.ts) only when the request carries an Idempotency-Key (else ''). */
 export interface StoredFile extends UploadedFile {

@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:net';
 import { JobClient } from '../jobs/client';
-import { publishEvents } from '../lib/events';
+import { publishEvents } from '../lib/event-stream';
 import { connectRedis, createRedis } from '../lib/redis';
 
 const arg = (name: string, def: number) => {

@@ -3,7 +3,7 @@ import type { Redis } from '../lib/redis';
 import { unavailable } from '../lib/errors';
 import type { RequestMeta } from '../db/audit';
 import { QUEUES, type JobEnvelope, type QueueName } from './define';
-import { jobDefinition, type JobName, type PayloadOf } from './registry';
+import { contractOf, type JobName, type PayloadOf } from './contracts';
 
 export interface EnqueueOptions {
   /** Deterministic id: a second enqueue with the same id is a no-op (BullMQ dedupes). No `:` allowed. */
@@ -21,7 +21,7 @@ export interface EnqueueOptions {
 export const bullPrefix = (redisPrefix: string, queue: QueueName, cluster: boolean) => (cluster ? `{${redisPrefix}:${queue}}` : `{${redisPrefix}}`);
 
 /**
- * Any process may enqueue. Payloads are validated against the registry's schema before they reach
+ * Any process may enqueue. Payloads are validated against their contract's schema before they reach
  * Redis, and enqueueing while Redis is not connected fails at once (503) instead of silently waiting.
  */
 export class JobClient {
@@ -47,7 +47,7 @@ export class JobClient {
   }
 
   async enqueue<N extends JobName>(name: N, payload: PayloadOf<N>, opts: EnqueueOptions = {}): Promise<string> {
-    const def = jobDefinition(name);
+    const def = contractOf(name);
     if (!def) throw new Error(`unknown job "${String(name)}"`);
     if (opts.jobId?.includes(':')) throw new Error(`job id "${opts.jobId}" must not contain ':'`);
     if (this.connection.status !== 'ready') throw unavailable('queue_unavailable', 'The job queue is not reachable; try again shortly.');

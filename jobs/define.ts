@@ -1,10 +1,5 @@
-import type { Job, JobsOptions } from 'bullmq';
+import type { JobsOptions } from 'bullmq';
 import type { z } from 'zod';
-import type { Container } from '../lib/container';
-import type { JobRow } from '../db/jobs';
-import type { Logger } from '../lib/logger';
-import type { Watchdog } from './watchdog';
-import type { Slot } from '../lib/slots';
 
 /** Every queue is a worker pool that ops size on its own (WORKER_QUEUES). */
 export const QUEUES = ['crypto', 'rotation', 'notify', 'billing', 'team-sync', 'maintenance'] as const;
@@ -42,37 +37,20 @@ export interface JobOrigin {
   ip: string | null;
 }
 
-export interface JobContext {
-  c: Container;
-  job: Job<JobEnvelope>;
-  log: Logger;
-  origin: JobOrigin;
-  /** This attempt's limits (JOB_TIMEOUT_SECONDS; JOB_IDLE_SECONDS for jobs that watch progress). */
-  watchdog: Watchdog;
-  /** The job's slot of its queue's pool (held while it runs); give it back while waiting for upload bytes. */
-  slot: Slot;
-}
-
-export interface JobDefinition<S extends z.ZodType = z.ZodType, R = unknown> {
+/**
+ * What producers (API, services, scheduler) and consumers (workers/processors.ts) agree on for one kind
+ * of job: its name, its queue and the payload it carries. The work itself is the worker's alone.
+ */
+export interface JobContract<N extends string = string, S extends z.ZodType = z.ZodType> {
+  name: N;
   queue: QueueName;
-  name: string;
   schema: S;
   /** Defaults for attempts, back-off and retention of this kind of job. */
   options?: JobsOptions;
   /** Moves bytes: fails when progress stops for JOB_IDLE_SECONDS. */
   watchProgress?: boolean;
-  /** For `backoff: {type: <custom>}`: the wait before the next try after `attemptsMade` tries, or -1 to stop. */
-  retryDelayMs?(attemptsMade: number, c: Container): number;
-  process(payload: z.infer<S>, ctx: JobContext): Promise<R>;
-  /**
-   * Jobs the client polls (jobs/tracked.ts): fails the job's row from outside any attempt, with the
-   * effects of its kind's failure (audit row), deletes its files and publishes `job.failed`. False,
-   * and nothing done, when the job had already ended.
-   */
-  failUnfinished?(c: Container, row: JobRow, failure: { code: string; message: string }, origin: JobOrigin): Promise<boolean>;
 }
 
-/** A job whose attempt loses to its wall-clock limit: a call that never settles cannot hold a worker slot. */
-export function defineJob<S extends z.ZodType, R>(def: JobDefinition<S, R>): JobDefinition<S, R> {
-  return { ...def, process: (payload, ctx) => ctx.watchdog.race(def.process(payload, ctx)) };
+export function defineContract<N extends string, S extends z.ZodType>(contract: JobContract<N, S>): JobContract<N, S> {
+  return contract;
 }

@@ -1,50 +1,9 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { emitEvent } from '../lib/events';
-import { notify } from '../lib/services/notify';
-import { recordAudit } from '../db/audit';
-import { dueExpiryWarnings } from '../db/keys';
+import { defineContract } from './define';
 
-const DAY_MS = 86_400_000;
-
-/**
- * Hourly (scheduler): warns owners of keys whose current generation expires within one of the lead
- * times (KEY_EXPIRY_WARNING_DAYS, default 30, 14, 7 and 1 days), and once more when it has expired
- * (lead 0: `key.expired`). Each (generation, lead time) is claimed by inserting its row into
- * key_expiry_warnings in the transaction that writes the audit row, so racing sweeps warn once; a
- * generation first seen late gets only its nearest warning (the earlier ones are marked as passed).
- */
-export const expirySweep = defineJob({
+export const expirySweep = defineContract({
   queue: 'maintenance',
   name: 'expiry-sweep',
   schema: z.object({}),
   options: { attempts: 3, backoff: { type: 'exponential', delay: 10_000 }, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
-  async process(_payload, { c }) {
-    const now = c.clock.now();
-    const leads = [...c.config.keyLifecycle.expiryWarningDays, 0];
-    let warned = 0;
-    for (const key of await dueExpiryWarnings(c.db, now, leads, 500)) {
-      const due = leads.filter((d) => key.expires_at.getTime() <= now.getTime() + d * DAY_MS);
-      if (!due.length) continue;
-      const nearest = Math.min(...due);
-      const claimed = await c.db.transaction(async (trx) => {
-        const rows = await trx('key_expiry_warnings')
-          .insert(due.map((lead_days) => ({ key_id: key.key_id, lead_days, sent_at: now })))
-          .onConflict(['key_id', 'lead_days'])
-          .ignore()
-          .returning('lead_days');
-        if (!rows.some((r: { lead_days: number }) => r.lead_days === nearest)) return false;
-        await trx('pgp_keys').where({ id: key.key_id }).whereNull('expiry_warned_at').update({ expiry_warned_at: now });
-        await recordAudit(trx, { user_id: key.user_id, action: 'keys.expiry_warning', status: 'success', target: key.fingerprint, details: { expires_at: key.expires_at.toISOString(), lead_days: nearest } });
-        return true;
-      });
-      if (!claimed) continue;
-      warned++;
-      const expired = key.expires_at <= now;
-      const data = { lineage_id: key.lineage_id, fingerprint: key.fingerprint, label: key.label, expires_at: key.expires_at.toISOString(), lead_days: nearest };
-      await emitEvent(c, key.user_id, expired ? 'key.expired' : 'key.expiring', data); // SSE, history and webhooks
-      await notify(c, key.email, 'key-expiring', { label: key.label, fingerprint: key.fingerprint, expires_at: key.expires_at.toISOString() });
-    }
-    return { warned };
-  },
 });

@@ -1,26 +1,9 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { expiredJobs, updateJob } from '../db/jobs';
-import { jobBlob } from '../lib/services/jobs';
+import { defineContract } from './define';
 
-/** Deletes the files of jobs past their retention (JOB_RETENTION_HOURS); the rows stay, marked purged. */
-export const purgeJobOutputs = defineJob({
+export const purgeJobOutputs = defineContract({
   queue: 'maintenance',
   name: 'purge-job-outputs',
   schema: z.object({}),
   options: { attempts: 3, backoff: { type: 'exponential', delay: 10_000 }, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
-  async process(_payload, { c, log }) {
-    let purged = 0;
-    for (;;) {
-      const batch = await expiredJobs(c.db, c.clock.now(), 100);
-      for (const job of batch) {
-        await c.blob.deletePrefix(jobBlob.dir(job.id));
-        await updateJob(c.db, job.id, { purged_at: c.clock.now() });
-      }
-      purged += batch.length;
-      if (batch.length < 100) break;
-    }
-    if (purged) log.info({ purged }, 'purged expired job outputs');
-    return { purged };
-  },
 });

@@ -1,30 +1,9 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { reseal } from '../lib/root-of-trust/operations';
+import { defineContract } from './define';
 
-/**
- * After `master-key rotate`: moves every stored seal and row MAC to the new data key
- * (lib/root-of-trust/operations.ts). Its position is in Postgres, so a retry after a crash, or
- * `master-key reseal`, resumes the run. It waits (retries) until the key is current in this process; a
- * run overtaken by a later rotation ends, as the later run moves everything anyway.
- */
-export const resealKeyring = defineJob({
+export const resealKeyring = defineContract({
   queue: 'maintenance',
   name: 'reseal-keyring',
   schema: z.object({ target_kid: z.string().regex(/^[A-Za-z0-9_-]{1,32}$/) }),
   options: { attempts: 20, backoff: { type: 'exponential', delay: 2000 }, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
-  async process({ target_kid }, { c, log }) {
-    await c.keyring.load();
-    const row = await c.db('keyring').where({ kid: target_kid }).first('current_from', 'retired_at');
-    if (!row) throw new Error(`re-seal: there is no data key "${target_kid}"`);
-    if (c.keyring.current().kid !== target_kid) {
-      if (row.current_from && row.current_from.getTime() > Date.now()) throw new Error(`re-seal: data key "${target_kid}" is current from ${row.current_from.toISOString()}`);
-      await c.db('keyring_reseals').where({ target_kid }).whereNull('finished_at').update({ finished_at: c.db.fn.now() });
-      log.info({ target_kid, current_kid: c.keyring.current().kid }, 're-seal overtaken by a later rotation');
-      return { superseded: true };
-    }
-    const run = await reseal(c.db, c.keyring, c.sealer, target_kid, { onSkip: (where, err) => log.warn({ where, err: err instanceof Error ? err.message : String(err) }, 're-seal left a value that does not open or verify') });
-    log.info({ target_kid, resealed: run.resealed, skipped: run.skipped }, 're-seal finished');
-    return { resealed: run.resealed, skipped: run.skipped };
-  },
 });

@@ -1,34 +1,12 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { AppError } from '../lib/errors';
-import { recordRotationFailure, rotateLineage, type RotateInput } from '../lib/services/rotation';
+import { defineContract } from './define';
 
-/**
- * A rotation the schedule or the account policy made due. Its job id names the lineage and the
- * generation being replaced, so one due window is enqueued once however many sweeps see it; and
- * rotateLineage leaves a lineage alone once it is past that generation.
- */
-export const rotateDueKey = defineJob({
+export const rotateDueKey = defineContract({
   queue: 'rotation',
   name: 'rotate-due-key',
   schema: z.object({ lineage_id: z.uuid(), from_generation: z.number().int(), trigger: z.enum(['schedule', 'policy']) }),
   options: { attempts: 5, backoff: { type: 'exponential', delay: 5_000 }, removeOnComplete: { age: 86400, count: 10_000 }, removeOnFail: { age: 7 * 86400 } },
-  async process(payload, { c, job, log, origin }) {
-    // Enqueued by the scheduler's sweep: the origin is empty unless a request enqueued it.
-    const input: RotateInput = { lineageId: payload.lineage_id, fromGeneration: payload.from_generation, trigger: payload.trigger, actorId: null, origin };
-    try {
-      const outcome = await rotateLineage(c, input);
-      if (!outcome.rotated) log.info({ reason: outcome.reason }, 'due rotation skipped');
-      return { rotated: outcome.rotated, new_fingerprint: outcome.entry?.new_fingerprint ?? null };
-    } catch (err) {
-      const final = (err instanceof AppError && err.status < 500) || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
-      if (final) {
-        const failure = err instanceof AppError ? { code: err.code, message: err.message } : { code: 'rotation_failed', message: 'The scheduled rotation failed after retries.' };
-        await recordRotationFailure(c, input, failure);
-      }
-      throw err;
-    }
-  },
 });
 
+/** The job id of a due rotation: one per lineage and generation being replaced, however many sweeps see it due. */
 export const dueJobId = (lineageId: string, generation: number) => `rotate-${lineageId}-g${generation}`;

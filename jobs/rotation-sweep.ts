@@ -1,20 +1,9 @@
 import { z } from 'zod';
-import { defineJob } from './define';
-import { dueRotations } from '../db/rotation';
-import { dueJobId } from './rotate-due-key';
+import { defineContract } from './define';
 
-/** Every ROTATION_SWEEP_SECONDS (scheduler): enqueue every due rotation, under a deterministic job id. */
-export const rotationSweep = defineJob({
+export const rotationSweep = defineContract({
   queue: 'rotation',
   name: 'rotation-sweep',
   schema: z.object({}),
   options: { attempts: 1, removeOnComplete: { count: 100 }, removeOnFail: { count: 100 } },
-  async process(_payload, { c, log }) {
-    const due = await dueRotations(c.db, c.clock.now(), 1000);
-    for (const d of due) {
-      await c.jobs.enqueue('rotate-due-key', { lineage_id: d.lineage_id, from_generation: d.generation, trigger: d.trigger }, { jobId: dueJobId(d.lineage_id, d.generation) });
-    }
-    if (due.length) log.info({ due: due.length }, 'rotations enqueued');
-    return { enqueued: due.length };
-  },
 });

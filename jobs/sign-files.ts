@@ -1,54 +1,8 @@
 import { z } from 'zod';
-import { defineTrackedJob } from './tracked';
-import { transformFiles } from './file-pipeline';
-import { passphraseAad } from './decrypt-files';
-import { openSigningKey } from '../lib/services/keys';
-import { recordAudit } from '../db/audit';
-import { insertOutputFiles } from '../db/jobs';
+import { trackedContract } from './tracked';
 
 /** What the API stores in the job row for a signing (nothing secret). */
 export const SignRequest = z.object({ lineage_id: z.uuid(), fingerprint: z.string(), detached: z.boolean(), armor: z.boolean() });
-type SignRequest = z.infer<typeof SignRequest>;
+export type SignRequest = z.infer<typeof SignRequest>;
 
-/** The name and type of what signing input `name` makes: a detached signature or a signed message. */
-export const signedOutput = (name: string, req: Pick<SignRequest, 'detached' | 'armor'>) =>
-  req.detached
-    ? { name: `${name}${req.armor ? '.asc' : '.sig'}`, contentType: 'application/pgp-signature' }
-    : { name: `${name}${req.armor ? '.asc' : '.gpg'}`, contentType: req.armor ? 'application/pgp-signature; charset=us-ascii' : 'application/octet-stream' };
-
-/**
- * Signs each file with the lineage's current generation (at the time the job runs), one pass over the
- * data: detached signatures or signed messages. The passphrase travels sealed in the payload, for this
- * job only, as a decryption's does.
- */
-export const signFiles = defineTrackedJob({
-  queue: 'crypto',
-  name: 'sign-files',
-  extra: z.object({ sealed_passphrase: z.string() }),
-  watchProgress: true,
-  async run(row, payload, progress, { c, origin, signal, slot }) {
-    const req = SignRequest.parse(row.request);
-    const { signStream } = await import('../lib/pgp/signatures'); // the OpenPGP stack loads with a process's first crypto job
-    const { lineage, current, privateKey } = await openSigningKey(c, row.user_id, req.lineage_id, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
-    const done = await transformFiles(c, row, progress, { signal, slot }, async (source, file) => ({
-      stream: await signStream(source, privateKey, { detached: req.detached, armor: req.armor, filename: file.name, signal }),
-      ...signedOutput(file.name, req),
-    }));
-    const facts = { lineage_id: lineage.id, fingerprint: current.fingerprint, job_id: row.id, files: done.inputs.length };
-    return {
-      result: { fingerprint: current.fingerprint, detached: req.detached, armor: req.armor, files: [] },
-      progress: done.progress,
-      processedBytes: done.bytesTotal,
-      writes: (db) => [
-        insertOutputFiles(db, row.id, done.outputs),
-        recordAudit(db, { ...origin, user_id: row.user_id, action: 'keys.sign', status: 'success', target: current.fingerprint, details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, detached: req.detached } }),
-      ],
-      events: () => [{ type: 'key.signed', data: facts }],
-      after: done.deleteInputs,
-    };
-  },
-  async onFailure(trx, row, failure, { origin }) {
-    const req = SignRequest.safeParse(row.request);
-    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.sign', status: 'failure', target: req.success ? req.data.fingerprint : null, details: { job_id: row.id, code: failure.code } });
-  },
-});
+export const signFiles = trackedContract({ queue: 'crypto', name: 'sign-files', extra: z.object({ sealed_passphrase: z.string() }), watchProgress: true });

@@ -1,12 +1,16 @@
 import { z } from 'zod';
-import { defineTrackedJob } from './tracked';
-import { invalid } from '../lib/errors';
-import { transformFiles } from './file-pipeline';
-import { Signer, signerKeys } from '../lib/services/signers';
-import { jobBlob } from '../lib/services/jobs';
-import { readBytes } from '../lib/streams';
-import { recordAudit } from '../db/audit';
-import type { SignatureCheck } from '../lib/pgp/signatures';
+import { trackedContract } from './tracked';
+import type { SignatureCheck } from '../lib/pgp/verification';
+
+/**
+ * Whose signatures a job checks, as its row records it: a stored key (every generation of it: old
+ * generations verify what they signed) or a public key sent with the request (kept with the job's files).
+ */
+export const Signer = z.discriminatedUnion('type', [
+  z.object({ type: z.literal('stored'), lineage_id: z.uuid(), fingerprint: z.string() }),
+  z.object({ type: z.literal('supplied'), fingerprint: z.string() }),
+]);
+export type Signer = z.infer<typeof Signer>;
 
 /** What the API stores in the job row for a verification: the signer, and how many detached signatures came (0: signed messages). */
 export const VerifyRequest = z.object({ signer: Signer, signatures: z.number().int().min(0) });
@@ -14,53 +18,4 @@ export const VerifyRequest = z.object({ signer: Signer, signatures: z.number().i
 /** A file's verdict as the job result lists it. */
 export type FileSignature = SignatureCheck & { n: number; name: string };
 
-/**
- * Verifies each file: against its detached signature (signature n for file n), or as a signed message.
- * A signature that does not verify is a result (`valid: false` and a reason), not a failed job; the
- * verdict of a file is known only after its last byte. No outputs.
- */
-export const verifyFiles = defineTrackedJob({
-  queue: 'crypto',
-  name: 'verify-files',
-  watchProgress: true,
-  async run(row, _payload, progress, { c, origin, signal, slot }) {
-    const req = VerifyRequest.parse(row.request);
-    const { MAX_SIGNATURE_BYTES, readDetachedSignature, verifyDetached, verifySignedMessage } = await import('../lib/pgp/signatures');
-    const keys = await signerKeys(c, row.user_id, row.id, req.signer);
-    const opts = { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal };
-    const checks: FileSignature[] = [];
-    const done = await transformFiles(c, row, progress, { signal, slot }, async (source, file) => {
-      let check: SignatureCheck;
-      if (req.signatures > 0) {
-        if (file.n >= req.signatures) {
-          source.destroy();
-          throw invalid('signature_missing', `"${file.name}" has no signature: send one signature for each file, in the same order.`);
-        }
-        const signature = await readDetachedSignature(await readBytes(await c.blob.get(jobBlob.signature(row.id, file.n)), MAX_SIGNATURE_BYTES));
-        check = await verifyDetached(source, signature, keys, opts);
-      } else {
-        check = await verifySignedMessage(source, keys, opts);
-      }
-      checks.push({ n: file.n, name: file.name, ...check });
-      return null;
-    });
-    if (req.signatures > 0 && done.inputs.length !== req.signatures) {
-      throw invalid('signature_count_mismatch', `${req.signatures} signatures came with ${done.inputs.length} files: send one signature for each file, in the same order.`);
-    }
-    const valid = checks.filter((s) => s.valid).length;
-    return {
-      result: { signer_fingerprint: req.signer.fingerprint, valid: valid === checks.length, signatures: checks },
-      progress: done.progress,
-      processedBytes: done.bytesTotal,
-      writes: (db) => [
-        recordAudit(db, { ...origin, user_id: row.user_id, action: 'keys.verify', status: 'success', target: req.signer.fingerprint, details: { job_id: row.id, files: checks.length, valid, signer: req.signer.type } }),
-      ],
-      events: () => [{ type: 'key.verified', data: { job_id: row.id, fingerprint: req.signer.fingerprint, files: checks.length, valid } }],
-      after: () => c.blob.deletePrefix(jobBlob.dir(row.id)).then(() => undefined),
-    };
-  },
-  async onFailure(trx, row, failure, { origin }) {
-    const req = VerifyRequest.safeParse(row.request);
-    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.verify', status: 'failure', target: req.success ? req.data.signer.fingerprint : null, details: { job_id: row.id, code: failure.code } });
-  },
-});
+export const verifyFiles = trackedContract({ queue: 'crypto', name: 'verify-files', watchProgress: true });

@@ -1,7 +1,8 @@
 import pg from 'pg';
 import { z } from 'zod';
 import type { Container } from './container';
-import { besideStream, emitEvent } from './events';
+import { emitEvent } from './events';
+import { besideStream } from './event-stream';
 
 /** What the audit_logs trigger sends (migration 007) for every committed row of an account. */
 const Notice = z.object({ id: z.number(), user_id: z.uuid(), action: z.string(), status: z.string(), target: z.string().nullable(), created_at: z.string() });

@@ -1,5 +1,5 @@
 import type { Logger } from './logger';
-import { compareEventIds, eventStream, lastEventId, readEvents, streamTag, toEvent, type AccountEvent, type StreamEntry } from './events';
+import { compareEventIds, eventStream, lastEventId, readEvents, streamTag, toEvent, type AccountEvent, type StreamEntry } from './event-stream';
 import { connectRedis, createRedis, sameServer, serverOf, type Redis, type RedisTarget, type SingleRedis } from './redis';
 
 /** How long one XREAD blocks; listeners that join meanwhile interrupt it (CLIENT UNBLOCK). */

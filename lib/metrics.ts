@@ -1,6 +1,7 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Container } from './container';
+import type { JobClient } from '../jobs/client';
+import type { Logger } from './logger';
 import { QUEUES } from '../jobs/define';
 
 /**
@@ -51,7 +52,7 @@ export function createMetrics(): Metrics {
 const QUEUE_STATES = ['waiting', 'active', 'delayed', 'failed', 'completed'] as const;
 
 /** The registry's text, with queue depths read from Redis at scrape time (a dead Redis leaves them stale). */
-export async function scrapeMetrics(c: Pick<Container, 'metrics' | 'jobs' | 'log'>): Promise<{ contentType: string; body: string }> {
+export async function scrapeMetrics(c: { metrics: Metrics; jobs: Pick<JobClient, 'queue'>; log: Logger }): Promise<{ contentType: string; body: string }> {
   try {
     await Promise.all(
       QUEUES.map(async (queue) => {

@@ -4,7 +4,7 @@ import { SCOPES } from '../lib/auth/scopes';
 import { MANAGED_KEY_PREFIX } from '../lib/api-key-format';
 import { hashToken } from '../lib/tokens';
 import type { Logger } from '../lib/logger';
-import { eventHistory } from '../lib/events';
+import { eventHistory } from '../lib/event-stream';
 import { login, registerUser, startTestService, withClockAhead, type ManualClockFollowingTime, type TestService } from './support/service';
 import { captureLogs } from './support/logs';
 

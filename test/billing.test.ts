@@ -6,7 +6,7 @@ import { createKey, waitJob } from './support/keys';
 import { startProcess, waitForOutput } from './support/process';
 import { startStripeServer, type StripeServer } from './support/stripe-server';
 import { loadConfig } from '../lib/config';
-import { eventHistory } from '../lib/events';
+import { eventHistory } from '../lib/event-stream';
 
 /**
  * Billing against a local stand-in for the payment provider's API (the real `stripe` SDK pointed at it),

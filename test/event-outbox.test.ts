@@ -1,7 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { startRedisServer } from './support/redis-server';
-import { besideStream, emitEvent, emitEvents } from '../lib/events';
+import { emitEvent, emitEvents } from '../lib/events';
+import { besideStream } from '../lib/event-stream';
 
 let redis: Awaited<ReturnType<typeof startRedisServer>>;
 let s: TestService;

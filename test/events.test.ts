@@ -4,7 +4,8 @@ import { registerUser, startTestService, type TestService } from './support/serv
 import { createKey, encrypt } from './support/keys';
 import { startProcess, waitForOutput } from './support/process';
 import { Webhook } from 'standardwebhooks';
-import { emitEvent, eventStream } from '../lib/events';
+import { emitEvent } from '../lib/events';
+import { eventStream } from '../lib/event-stream';
 import { watchJobEnd } from '../lib/services/jobs';
 import { signedHeaders, startReceiver } from './support/webhook-receiver';
 

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { PASSPHRASE, createKey, download, encrypt, waitJob } from './support/keys';
 import { armorMessage, flipInnerTag } from './support/tamper';
-import { FORGOTTEN } from '../jobs/tracked';
+import { FORGOTTEN } from '../workers/tracked';
 
 /**
  * Job limits: hostile input fails a job within seconds (no-progress limit) and frees its worker slot;

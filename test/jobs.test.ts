@@ -4,7 +4,7 @@ import { SMTPServer } from 'smtp-server';
 import { startTestService, type TestService } from './support/service';
 import { JobClient } from '../jobs/client';
 import { startWorkers } from '../workers/worker';
-import { mailAad } from '../lib/services/notify';
+import { mailAad } from '../jobs/send-email';
 import { AppError } from '../lib/errors';
 
 let s: TestService;

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { registerUser, startTestService, type TestService, type ManualClockFollowingTime } from './support/service';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from './support/keys';
-import { readEvents } from '../lib/events';
+import { readEvents } from '../lib/event-stream';
 import { destroyDueGenerations } from '../lib/services/key-lifecycle';
 
 /** Key lifecycle: per-generation usage, retiring generations, scheduled destruction, expiry warnings. */

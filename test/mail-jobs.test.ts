@@ -5,12 +5,13 @@ import { randomUUID } from 'node:crypto';
 import { registerUser, startTestService, type TestService } from './support/service';
 import { startSmtpServer } from './support/smtp';
 import { startWorkers } from '../workers/worker';
-import { mailAad, notify } from '../lib/services/notify';
-import { sendEmail } from '../jobs/send-email';
+import { notify } from '../lib/services/notify';
+import { mailAad } from '../jobs/send-email';
+import { sendEmailProcessor } from '../workers/jobs/send-email';
 import { createMailer } from '../lib/mailer';
 import { createLogger } from '../lib/logger';
 import { NO_POOL } from '../lib/slots';
-import { Watchdog } from '../jobs/watchdog';
+import { Watchdog } from '../workers/watchdog';
 import type { Job } from 'bullmq';
 import type { JobEnvelope } from '../jobs/define';
 
@@ -114,7 +115,7 @@ describe('mail jobs', () => {
       slot: NO_POOL,
     };
     for (const template of ['password-reset', 'email-confirm'] as const) {
-      await expect(sendEmail.process({ mail_id: randomUUID(), template, sealed }, ctx)).rejects.toMatchObject({ name: 'UnrecoverableError' });
+      await expect(sendEmailProcessor.process({ mail_id: randomUUID(), template, sealed }, ctx)).rejects.toMatchObject({ name: 'UnrecoverableError' });
     }
   });
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { registerUser, startTestService, type TestService } from './support/service';
-import { FORGOTTEN } from '../jobs/tracked';
+import { FORGOTTEN } from '../workers/tracked';
 import { PASSPHRASE, createKey, encrypt, download, runJob } from './support/keys';
 
 /**

@@ -7,7 +7,7 @@ import calculateSlot from 'cluster-key-slot';
 import { Redis } from 'ioredis';
 import { createDb, dropDatabase, ensureDatabase } from '../db/knex';
 import { QUEUES } from '../jobs/define';
-import { EVENT_STREAM_GROUPS, streamTag } from '../lib/events';
+import { EVENT_STREAM_GROUPS, streamTag } from '../lib/event-stream';
 import { apiClient, registerUser, type ApiClient } from './support/service';
 import { PASSPHRASE, createKey, download, waitJob } from './support/keys';
 import { startS3 } from './support/s3';

@@ -1,7 +1,7 @@
 import type { Container } from '../lib/container';
 import type { Config } from '../lib/config';
 import type { JobEnvelope } from '../jobs/define';
-import { jobDefinition, type JobName } from '../jobs/registry';
+import { contractOf, type JobName } from '../jobs/contracts';
 
 /**
  * Recurring work, registered as BullMQ job schedulers. Upserting is idempotent, so any number of
@@ -29,7 +29,7 @@ export interface Scheduler {
 export async function startScheduler(c: Container): Promise<Scheduler> {
   const register = async () => {
     for (const s of SCHEDULES) {
-      const def = jobDefinition(s.job)!;
+      const def = contractOf(s.job)!;
       const data: JobEnvelope = { payload: {}, meta: { enqueued_at: new Date().toISOString() } };
       const every = typeof s.every === 'number' ? s.every : s.every(c.config);
       const queue = c.jobs.queue(def.queue);

@@ -5,8 +5,8 @@ import { createRedis, connectRedis } from '../lib/redis';
 import { bullPrefix } from '../jobs/client';
 import { UPLOAD_QUEUE, isQueueName, type JobEnvelope, type QueueName } from '../jobs/define';
 import { NO_POOL, SlotPool } from '../lib/slots';
-import { jobDefinition } from '../jobs/registry';
-import { Watchdog, abortRunningJobs } from '../jobs/watchdog';
+import { processorOf } from './processors';
+import { Watchdog, abortRunningJobs } from './watchdog';
 import { startHeartbeat } from '../lib/heartbeats';
 
 export interface WorkerPool {
@@ -37,7 +37,7 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
       lockDuration: c.config.workerLocks.lockMs,
       stalledInterval: c.config.workerLocks.stalledCheckMs,
       // Job kinds with a schedule of their own (webhook deliveries) answer their retry delays.
-      settings: { backoffStrategy: (attemptsMade, _type, _err, job) => (job && jobDefinition(job.name)?.retryDelayMs?.(attemptsMade, c)) ?? -1 },
+      settings: { backoffStrategy: (attemptsMade, _type, _err, job) => (job && processorOf(job.name)?.retryDelayMs?.(attemptsMade, c)) ?? -1 },
     });
     worker.on('failed', (job, err) => c.log.warn({ queue, job: job?.name, job_id: job?.id, attempts: job?.attemptsMade, err: err.message }, 'job failed'));
     worker.on('error', (err) => c.log.error({ queue, err }, 'worker error'));
@@ -71,7 +71,7 @@ const OUT_OF_REACH_RETRY_MS = 5000;
 async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>, pool: SlotPool | undefined, token: string | undefined): Promise<unknown> {
   const started = process.hrtime.bigint();
   const record = (outcome: 'completed' | 'retried' | 'failed') => {
-    const labels = { queue, job: jobDefinition(job.name) ? job.name : '(unknown)', outcome };
+    const labels = { queue, job: processorOf(job.name) ? job.name : '(unknown)', outcome };
     c.metrics.jobs.inc(labels);
     c.metrics.jobDuration.observe(labels, Number(process.hrtime.bigint() - started) / 1e9);
   };
@@ -100,8 +100,9 @@ async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>,
 }
 
 async function runJob(c: Container, queue: QueueName, job: Job<JobEnvelope>, pool: SlotPool | undefined): Promise<unknown> {
-  const def = jobDefinition(job.name);
-  if (!def || def.queue !== queue) throw new UnrecoverableError(`no job "${job.name}" on queue "${queue}"`);
+  const processor = processorOf(job.name);
+  if (!processor || processor.contract.queue !== queue) throw new UnrecoverableError(`no job "${job.name}" on queue "${queue}"`);
+  const def = processor.contract;
   const parsed = def.schema.safeParse(job.data?.payload);
   if (!parsed.success) throw new UnrecoverableError(`payload of "${job.name}" does not match its schema`);
   const log = c.log.child({ queue, job: job.name, job_id: job.id, request_id: job.data.meta?.request_id });
@@ -112,7 +113,7 @@ async function runJob(c: Container, queue: QueueName, job: Job<JobEnvelope>, poo
     const slot = pool?.slot() ?? NO_POOL;
     try {
       await watchdog.excuse(slot.acquire(watchdog.signal));
-      return await def.process(parsed.data, { c, job, log, origin, watchdog, slot });
+      return await processor.process(parsed.data, { c, job, log, origin, watchdog, slot });
     } finally {
       slot.release();
       watchdog.stop();

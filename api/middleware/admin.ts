@@ -1,6 +1,6 @@
 import { forbidden } from '../../lib/errors';
 import { recordAudit } from '../../db/audit';
-import type { AppContext } from '../route';
+import type { AppContext } from '../context';
 
 /** Admin-only resources refuse everyone else with 403, and the refusal is audited. */
 export async function requireAdmin(ctx: AppContext, target: string): Promise<void> {

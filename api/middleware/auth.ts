@@ -9,21 +9,8 @@ import { recordApiKeyUse, verifyApiKey } from '../../lib/services/api-keys';
 import { findUserById, type UserRow } from '../../db/users';
 import { findPartnerKeyByHash } from '../../db/partner-keys';
 import { recordAudit } from '../../db/audit';
-import type { Access, AppContext } from '../route';
+import type { Access, AppContext, AuthUser } from '../context';
 import { presentedCredential } from './browser-session';
-
-export interface AuthUser {
-  id: string;
-  username: string;
-  email: string;
-  role: 'user' | 'admin';
-  /** How the caller proved who it is: a session token, the partner API key, or a managed API key. */
-  via: 'jwt' | 'partner_key' | 'api_key';
-  /** With `via: 'api_key'`: which managed key, and what it may do (route() checks the route's scope). */
-  apiKey?: { id: string; scopes: readonly Scope[] };
-  /** With `via: 'jwt'`: when the user signed in (password or passkey) to get the session. */
-  signedInAt?: Date;
-}
 
 const toAuthUser = (u: Pick<UserRow, 'id' | 'username' | 'email' | 'role'>, via: AuthUser['via']): AuthUser => ({ id: u.id, username: u.username, email: u.email, role: u.role, via });
 

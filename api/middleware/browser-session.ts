@@ -1,4 +1,4 @@
-import type { AppContext } from '../route';
+import type { AppContext } from '../context';
 import { forbidden } from '../../lib/errors';
 
 /**

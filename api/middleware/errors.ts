@@ -1,6 +1,6 @@
 import type { Next } from 'koa';
 import { AppError, isDatabaseUnreachable, isRedisUnreachable, isSocketFailure, isStorageFull, notFound, storageFull, unavailable } from '../../lib/errors';
-import type { AppContext } from '../route';
+import type { AppContext } from '../context';
 import { statusUrl } from '../../lib/services/jobs';
 import { within } from '../../lib/within';
 

@@ -1,7 +1,7 @@
 import busboy from 'busboy';
 import type { Readable } from 'node:stream';
 import { AppError, invalid, tooLarge } from '../../lib/errors';
-import type { AppContext } from '../route';
+import type { AppContext } from '../context';
 
 /**
  * Streaming multipart/form-data. Each uploaded file is handed to `store` as a stream as it arrives

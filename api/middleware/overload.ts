@@ -1,7 +1,7 @@
 import type { Next } from 'koa';
 import { waitingForConnection } from '../../db/knex';
 import { AppError } from '../../lib/errors';
-import type { AppContext } from '../route';
+import type { AppContext } from '../context';
 
 /** Readiness must tell the truth under load: a load balancer reads it to take the process out. */
 const EXEMPT = new Set(['/api/v1/health', '/health']);

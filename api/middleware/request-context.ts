@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Next } from 'koa';
-import type { AppContext } from '../route';
+import type { AppContext } from '../context';
 
 const SAFE_ID = /^[A-Za-z0-9._-]{1,128}$/;
 

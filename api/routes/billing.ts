@@ -1,5 +1,6 @@
 import { z } from 'zod';
-import { route, type AppContext } from '../route';
+import { route } from '../route';
+import type { AppContext } from '../context';
 import { Timestamp, isoOrNull } from '../schemas/common';
 import { idempotencyKey } from '../job-reply';
 import { LIMIT_DESCRIPTIONS, LIMIT_NAMES, PLAN_IDS } from '../../lib/billing/plans';

@@ -4,7 +4,7 @@ import { route } from '../route';
 import { PageQuery, Timestamp, instant, pageOf } from '../schemas/common';
 import { invalid } from '../../lib/errors';
 import type { Container } from '../../lib/container';
-import { EVENT_ID, EVENT_TYPES, eventHistory, lastEventId, readEvents, trimmedSince, type AccountEvent, type EventType } from '../../lib/events';
+import { EVENT_ID, EVENT_TYPES, eventHistory, lastEventId, readEvents, trimmedSince, type AccountEvent, type EventType } from '../../lib/event-stream';
 
 const tags = ['Events'];
 

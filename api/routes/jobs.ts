@@ -8,7 +8,7 @@ import { readAsPreferred } from '../job-reply';
 import { findJobWithOutputs, isFinished, type JobRow } from '../../db/jobs';
 import { encryptedOutput, EncryptRequest } from '../../jobs/encrypt-files';
 import { FormBoolean } from '../schemas/keys';
-import type { AppContext } from '../route';
+import type { AppContext } from '../context';
 import type { Readable } from 'node:stream';
 import { notYours } from '../../lib/services/access';
 import type { Container } from '../../lib/container';

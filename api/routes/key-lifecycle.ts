@@ -6,7 +6,7 @@ import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
 import { encryptionTarget, jobDeadline } from '../../lib/services/keys';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
-import { passphraseAad } from '../../jobs/decrypt-files';
+import { passphraseAad } from '../../jobs/tracked';
 import type { RewrapRequest } from '../../jobs/rewrap-files';
 import type { Container } from '../../lib/container';
 import type { RequestMeta } from '../../db/audit';

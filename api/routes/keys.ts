@@ -1,6 +1,7 @@
 import { Readable } from 'node:stream';
 import { z } from 'zod';
-import { route, type Access, type HandlerInput } from '../route';
+import { route, type HandlerInput } from '../route';
+import type { Access } from '../context';
 import { Email, PageQuery, pageOf, text, wholeNumber } from '../schemas/common';
 import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
@@ -9,7 +10,7 @@ import { enforcePlanLimit } from '../../lib/services/billing';
 import { newToken } from '../../lib/tokens';
 import { readRecipientKey } from '../../lib/pgp/keys';
 import { encryptionTarget, jobDeadline, keyGeneratedData, newGeneration, newLineage, requireKey, signingTarget, storeNewKey } from '../../lib/services/keys';
-import { resolveSigner, type Signer } from '../../lib/services/signers';
+import { resolveSigner } from '../../lib/services/signers';
 import { emitEvent } from '../../lib/events';
 import { inheritedOwners, resyncLinkedTo } from '../../lib/services/team-access';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
@@ -22,9 +23,10 @@ import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { Container } from '../../lib/container';
 import { findUserById } from '../../db/users';
 import { listKeys } from '../../db/keys';
-import { passphraseAad } from '../../jobs/decrypt-files';
+import { passphraseAad } from '../../jobs/tracked';
 import { sealGenerateLock } from '../../jobs/generate-key';
 import type { EncryptRequest } from '../../jobs/encrypt-files';
+import type { Signer } from '../../jobs/verify-files';
 
 const tags = ['PGP keys'];
 
@@ -64,7 +66,7 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
   const { unlock_locked, unlock_public, ...stored } = spec;
   return submitAndReply(c, ctx, { id: newJobId(), userId, kind: 'generate-key', requestId: meta.requestId, body: form }, async () => ({
     request: { lineage: stored },
-    enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId, sealed_lock: sealGenerateLock(c, jobId, { unlock_public, unlock_locked }) }, { jobId, meta }),
+    enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId, sealed_lock: sealGenerateLock(c.sealer, jobId, { unlock_public, unlock_locked }) }, { jobId, meta }),
   }));
 }
 

@@ -16,7 +16,7 @@ import { MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
 import type { Container } from '../../lib/container';
 import type { RequestMeta } from '../../db/audit';
 import type { KeyView } from '../../db/keys';
-import { passphraseAad } from '../../jobs/decrypt-files';
+import { passphraseAad } from '../../jobs/tracked';
 
 const tags = ['PGP keys'];
 

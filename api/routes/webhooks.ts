@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../schemas/common';
-import { EVENT_TYPES } from '../../lib/events';
+import { EVENT_TYPES } from '../../lib/event-stream';
 import { attemptsOf, pageDeliveries, type AttemptRow, type DeliveryRow, type EndpointRow } from '../../db/webhooks';
 import { createEndpoint, deleteEndpoint, ownDelivery, ownEndpoint, redeliver, rotateSecret, sendTestPing, updateEndpoint } from '../../lib/services/webhooks';
 

@@ -1,6 +1,6 @@
 import { request } from 'node:http';
 import { Redis } from 'ioredis';
-import { publishEvents } from '../../lib/events';
+import { publishEvents } from '../../lib/event-stream';
 import { randomId } from './util';
 
 export interface EventLatency {

@@ -6,6 +6,7 @@ import { KEY_PARSE_MS, MAX_SIGNATURE_PACKET_BYTES, checkPacketLimits } from './i
 import { MAX_PUBLIC_KEY_BYTES, scanPackets } from './keys';
 import { NodeSource, WebSource, asError, errMessage, readMessageFrom, type WebStream } from './stream';
 import { Watch, type WatchOptions } from './watch';
+import type { SignatureCheck, SignatureProblem, VerificationKey, VerificationResult } from './verification';
 
 /**
  * OpenPGP signatures, streamed: one pass over the data, hashed as bytes flow, memory flat whatever the
@@ -49,23 +50,6 @@ export async function signStream(input: Readable, signingKey: openpgp.PrivateKey
     throw err;
   }
   return new WebSource(out, (err) => watch.failure ?? source.failure ?? asError(err), false, watch);
-}
-
-/** A key that may have made a signature, with the fingerprint it is reported under (its generation's). */
-export interface VerificationKey {
-  key: openpgp.PublicKey;
-  fingerprint: string;
-}
-
-export type SignatureProblem = 'bad_signature' | 'unknown_signer' | 'signer_key_expired' | 'signer_key_revoked' | 'weak_hash' | 'unsigned';
-
-/** What a verification found, per file (the job result's shape). */
-export interface SignatureCheck {
-  valid: boolean;
-  /** The generation whose key made the signature (null when no known key did). */
-  signer_fingerprint: string | null;
-  signed_at: string | null;
-  reason: SignatureProblem | null;
 }
 
 /**
@@ -153,9 +137,6 @@ export async function verifySignedMessage(input: Readable, keys: VerificationKey
     watch.close();
   }
 }
-
-/** One signature of a verified message (OpenPGP.js's type, which its declarations do not export). */
-export type VerificationResult = Awaited<ReturnType<typeof openpgp.verify>>['signatures'][number];
 
 /** What openpgp.verify and openpgp.decrypt give for a streamed message. */
 export interface Verified {

@@ -8,7 +8,7 @@ import { MAX_SMALL_PACKETS, MIN_PARTIAL, encryptNative, nativeEncryptable, openN
 import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyPacketsFor, sessionKeyV1 } from './session';
 import { afterDecryption, integrityFailure } from './integrity';
 import { Watch, type WatchOptions } from './watch';
-import type { SignatureCheck, VerificationKey, Verified } from './signatures';
+import type { SignatureCheck, VerificationKey, VerificationResult } from './verification';
 
 /**
  * Streaming OpenPGP encryption and decryption with flat memory, whatever the file size.
@@ -383,7 +383,7 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
         if (mapped instanceof AppError && mapped.code === 'no_matching_key') return mapped;
         return afterDecryption(cause, { signal: opts.signal, inputError: source.failure });
       };
-      let result: { data: unknown; filename: string; signatures: Verified['signatures'] };
+      let result: { data: unknown; filename: string; signatures: VerificationResult[] };
       const verificationKeys = opts.verify ? { verificationKeys: opts.verify.keys.map((k) => k.key) } : {};
       try {
         result = await watch.call(

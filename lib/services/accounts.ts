@@ -11,6 +11,7 @@ import { revokeAllApiKeys } from './api-keys';
 import { emitEvents } from '../events';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { notify } from './notify';
+import { resetRequestAad } from '../../jobs/request-password-reset';
 import { afterAccountDeleted, leaveOnDeletion } from './organizations';
 import { bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertEmailChange, insertUser, lockEmailChange, lockLiveUser, updateUser, useEmailChanges, type UserRow } from '../../db/users';
 import { retirePartnerKeys } from '../../db/partner-keys';
@@ -129,9 +130,6 @@ export async function changePassword(c: Container, userId: string, input: { curr
   await notify(c, updated.email, 'password-changed', { username: updated.username, at: c.clock.now().toISOString() }, meta.requestId);
   return newSession(c, updated);
 }
-
-/** AAD of a sealed forgot-password address: it opens for this one request only. */
-export const resetRequestAad = (requestId: string) => `password-reset-request:${requestId}`;
 
 /**
  * Does the same work whether or not an account has this address (seal, enqueue), so neither the answer

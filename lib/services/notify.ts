@@ -1,9 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Container } from '../container';
 import type { MailTemplate } from '../mail-templates';
-
-/** AAD of a mail job's sealed message: it opens only as this template of this one job. */
-export const mailAad = (template: MailTemplate, mailId: string) => `send-email:${template}:${mailId}`;
+import { mailAad } from '../../jobs/send-email';
 
 /**
  * Queues a templated email on the `notify` queue. The recipient and the variables travel sealed under

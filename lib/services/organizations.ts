@@ -1,7 +1,8 @@
 import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { AppError, badRequest, conflict, forbidden, gone, notFound } from '../errors';
-import { emitEvent, type EventType } from '../events';
+import { emitEvent } from '../events';
+import { type EventType } from '../event-stream';
 import { consume } from '../auth/limiters';
 import { hashToken, newToken } from '../tokens';
 import { notify } from './notify';

@@ -1,7 +1,8 @@
 import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { conflict } from '../errors';
-import { emitEvent, emitEvents, type NewEvent } from '../events';
+import { emitEvent, emitEvents } from '../events';
+import { type NewEvent } from '../event-stream';
 import { newGeneration, rekeyLineage, requireKey, requireManaged, type GenerationRow, type Rekeyed } from './keys';
 import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';

@@ -1,5 +1,4 @@
 import { Readable } from 'node:stream';
-import { z } from 'zod';
 import type { Container } from '../container';
 import { invalid } from '../errors';
 import { requireKey } from './keys';
@@ -7,19 +6,10 @@ import { verifiedKey } from './key-integrity';
 import { jobBlob } from './jobs';
 import { readText } from '../streams';
 import { MAX_PUBLIC_KEY_BYTES, readStoredPublicKey } from '../pgp/keys';
-import type { VerificationKey } from '../pgp/signatures';
+import type { VerificationKey } from '../pgp/verification';
 import { lineageGenerations, lineageUsableBy } from '../../db/keys';
 import type { RequestMeta } from '../../db/audit';
-
-/**
- * Whose signatures a job checks, as its row records it: a stored key (every generation of it: old
- * generations verify what they signed) or a public key sent with the request (kept with the job's files).
- */
-export const Signer = z.discriminatedUnion('type', [
-  z.object({ type: z.literal('stored'), lineage_id: z.uuid(), fingerprint: z.string() }),
-  z.object({ type: z.literal('supplied'), fingerprint: z.string() }),
-]);
-export type Signer = z.infer<typeof Signer>;
+import type { Signer } from '../../jobs/verify-files';
 
 /**
  * The signer a request names: a key the caller may read (404 otherwise, through requireKey), or a

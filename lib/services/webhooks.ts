@@ -3,7 +3,7 @@ import type { Container } from '../container';
 import { conflict, invalid } from '../errors';
 import { LruCache } from '../lru';
 import { notYours } from './access';
-import { endpointsVersionKey, type AccountEvent } from '../events';
+import { endpointsVersionKey, type AccountEvent } from '../event-stream';
 import { checkWebhookUrl } from '../webhooks/address';
 import { newWebhookSecret, webhookHeaders } from '../webhooks/signature';
 import { postWebhook, type AttemptResult } from '../webhooks/send';

@@ -3,7 +3,7 @@ import { inject } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { EventHub } from '../../lib/event-hub';
-import { besideStream, endpointsVersionKey, eventStream, publishEvents, readEvents, type EventType, type Once } from '../../lib/events';
+import { besideStream, endpointsVersionKey, eventStream, publishEvents, readEvents, type EventType, type Once } from '../../lib/event-stream';
 import { createLogger } from '../../lib/logger';
 import { deleteKeysMatching } from '../../lib/redis';
 

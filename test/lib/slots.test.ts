@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SlotPool } from '../../lib/slots';
-import { Watchdog } from '../../jobs/watchdog';
+import { Watchdog } from '../../workers/watchdog';
 
 describe('SlotPool', () => {
   it('hands out at most its size, first come first served, and a slot given back goes to the next in line', async () => {

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { Watchdog, abortRunningJobs } from '../../jobs/watchdog';
-import { defineJob, type JobContext } from '../../jobs/define';
+import { Watchdog, abortRunningJobs } from '../../workers/watchdog';
+import { defineContract } from '../../jobs/define';
+import { defineProcessor, type JobContext } from '../../workers/define';
 import { AppError } from '../../lib/errors';
 
 const never = () => new Promise<never>(() => undefined);
@@ -38,9 +39,9 @@ describe('Watchdog', () => {
   });
 });
 
-describe('defineJob', () => {
+describe('defineProcessor', () => {
   it('fails an attempt whose processor never settles', async () => {
-    const job = defineJob({ queue: 'maintenance', name: 'stuck', schema: z.object({}), process: never });
+    const job = defineProcessor(defineContract({ queue: 'maintenance', name: 'stuck', schema: z.object({}) }), { process: never });
     const ctx = { watchdog: new Watchdog({ timeoutMs: 100 }) } as unknown as JobContext;
     expect(await code(job.process({}, ctx))).toBe('job_timeout');
   });

@@ -1,5 +1,5 @@
 import type { z } from 'zod';
-import type { JobDefinition } from './define';
+import type { JobContract } from './define';
 import { sendEmail } from './send-email';
 import { requestPasswordReset } from './request-password-reset';
 import { purgeExpired } from './purge-expired';
@@ -7,7 +7,7 @@ import { purgeJobOutputs } from './purge-job-outputs';
 import { sweepBlobs } from './sweep-blobs';
 import { encryptFiles } from './encrypt-files';
 import { decryptFiles } from './decrypt-files';
-import { generateKeyJob } from './generate-key';
+import { generateKey } from './generate-key';
 import { rotateKey } from './rotate-key';
 import { rotateDueKey } from './rotate-due-key';
 import { rotationSweep } from './rotation-sweep';
@@ -24,10 +24,11 @@ import { signFiles } from './sign-files';
 import { verifyFiles } from './verify-files';
 
 /**
- * The contract between producers (API, scheduler, other jobs) and consumers (workers): every job kind
- * with its queue, payload schema and processor. Enqueueing a name not listed here does not compile.
+ * The contract between producers (API, services, scheduler, other jobs) and consumers (workers): every
+ * job kind with its queue and payload schema. Enqueueing a name not listed here does not compile; the
+ * work of each is in workers/processors.ts, which only workers load.
  */
-export const jobs = {
+export const contracts = {
   'send-email': sendEmail,
   'request-password-reset': requestPasswordReset,
   'purge-expired': purgeExpired,
@@ -35,7 +36,7 @@ export const jobs = {
   'sweep-blobs': sweepBlobs,
   'encrypt-files': encryptFiles,
   'decrypt-files': decryptFiles,
-  'generate-key': generateKeyJob,
+  'generate-key': generateKey,
   'rotate-key': rotateKey,
   'rotate-due-key': rotateDueKey,
   'rotation-sweep': rotationSweep,
@@ -51,15 +52,14 @@ export const jobs = {
   'audit-checkpoint': auditCheckpoint,
   'sign-files': signFiles,
   'verify-files': verifyFiles,
-} as const;
+} as const satisfies Record<string, JobContract>;
 
-export type JobName = keyof typeof jobs;
-export type PayloadOf<N extends JobName> = z.input<(typeof jobs)[N]['schema']>;
+export type JobName = keyof typeof contracts;
+export type PayloadOf<N extends JobName> = z.input<(typeof contracts)[N]['schema']>;
 
-for (const [name, def] of Object.entries(jobs) as [string, JobDefinition][]) {
-  if (def.name !== name) throw new Error(`job registry: "${name}" is registered under the wrong name ("${def.name}")`);
-}
+/** Each contract is listed under its own name. */
+contracts satisfies { [N in JobName]: JobContract<N> };
 
-export function jobDefinition(name: string): JobDefinition | undefined {
-  return (jobs as Record<string, JobDefinition>)[name];
+export function contractOf(name: string): JobContract | undefined {
+  return Object.hasOwn(contracts, name) ? contracts[name as JobName] : undefined;
 }

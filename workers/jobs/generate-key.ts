@@ -1,0 +1,25 @@
+import { defineTrackedProcessor } from '../tracked';
+import { generateKey, GenerateRequest, openGenerateLock } from '../../jobs/generate-key';
+import { keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../../lib/services/keys';
+import { resyncLinkedTo } from '../../lib/services/team-access';
+import { recordAudit } from '../../db/audit';
+import { keyOut } from '../../lib/services/key-view';
+
+/** Slow key types (RSA) are generated here rather than in the request. */
+export const generateKeyProcessor = defineTrackedProcessor(generateKey, {
+  async run(row, payload, _progress, { c, origin }) {
+    const spec: LineageSpec = { ...GenerateRequest.parse(row.request).lineage, ...openGenerateLock(c.sealer, row.id, payload.sealed_lock) };
+    const first = await newGeneration(c, { ...spec, user_id: row.user_id }, 1);
+    return {
+      async commit(trx) {
+        const { lineage, key } = await storeNewKey(c, trx, row.user_id, spec, first, { job_id: row.id, ip: origin.ip ?? undefined, requestId: origin.request_id ?? undefined });
+        return { key: keyOut(lineage, key, c.clock.now()) };
+      },
+      events: () => [{ type: 'key.generated', data: keyGeneratedData(spec, first) }],
+      after: () => resyncLinkedTo(c, row.user_id, 'key.generated', { requestId: origin.request_id ?? undefined, ip: origin.ip ?? undefined }),
+    };
+  },
+  async onFailure(trx, row, failure, { origin }) {
+    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.generate', status: 'failure', details: { job_id: row.id, code: failure.code } });
+  },
+});

@@ -1,0 +1,111 @@
+import type { JobOrigin } from '../../jobs/define';
+import { reconcileJobs } from '../../jobs/reconcile-jobs';
+import { EncryptRequest } from '../../jobs/encrypt-files';
+import { defineProcessor, type Processor } from '../define';
+import { encryptFilesProcessor } from './encrypt-files';
+import { decryptFilesProcessor } from './decrypt-files';
+import { generateKeyProcessor } from './generate-key';
+import { rotateKeyProcessor } from './rotate-key';
+import { rewrapFilesProcessor } from './rewrap-files';
+import { signFilesProcessor } from './sign-files';
+import { verifyFilesProcessor } from './verify-files';
+import type { Container } from '../../lib/container';
+import type { Logger } from '../../lib/logger';
+import { findJob, freeIdempotencyKey, isFinished, jobFiles, unfinishedJobsBefore, type JobKind, type JobRow } from '../../db/jobs';
+import { jobBlob } from '../../lib/services/jobs';
+
+/**
+ * Each kind of job the client polls: its processor, and how it is enqueued again from its row alone (as
+ * its route enqueued it). Kinds whose payload carries a sealed secret that is never stored (a passphrase,
+ * a new key's lock) have no `requeue`: a lost one cannot be run again.
+ */
+const KINDS: Record<JobKind, { processor: Processor; requeue?(c: Container, row: JobRow): Promise<unknown> }> = {
+  encrypt: { processor: encryptFilesProcessor, requeue: (c, row) => c.jobs.enqueue('encrypt-files', { job_id: row.id }, { jobId: row.id }) },
+  decrypt: { processor: decryptFilesProcessor },
+  rewrap: { processor: rewrapFilesProcessor },
+  'generate-key': { processor: generateKeyProcessor },
+  'rotate-key': { processor: rotateKeyProcessor },
+  sign: { processor: signFilesProcessor },
+  verify: { processor: verifyFilesProcessor, requeue: (c, row) => c.jobs.enqueue('verify-files', { job_id: row.id }, { jobId: row.id }) },
+};
+
+const BATCH = 200;
+const SCHEDULER: JobOrigin = { request_id: null, ip: null };
+
+export type Reconciled = 'requeued' | 'lost' | 'kept';
+
+/**
+ * Every minute (scheduler): Postgres holds the truth about a job, and a job it says is unfinished must
+ * have a live queue entry. A job past the grace period (JOB_RECONCILE_GRACE_SECONDS) whose entry is gone
+ * (Redis lost it, or its attempts were spent while its state could not be written) is enqueued again
+ * under its own id when its upload ended, its inputs are all still stored and its payload can be made
+ * from its row; any other fails with `job_lost`, its files deleted. Safe on several schedulers at once:
+ * BullMQ keeps one entry per id, and the failure is a conditional update of an unfinished row.
+ */
+export const reconcileJobsProcessor = defineProcessor(reconcileJobs, {
+  async process(_payload, { c, log }) {
+    const before = new Date(c.clock.now().getTime() - c.config.jobReconcile.graceMs);
+    const counts = { requeued: 0, lost: 0, errors: 0 };
+    // Jobs enqueued again stay unfinished: the pages go on by creation time.
+    for (let after = new Date(0); ; ) {
+      const batch = await unfinishedJobsBefore(c.db, before, BATCH).where('created_at', '>', after);
+      for (const row of batch) {
+        const outcome = await reconcileJob(c, row, log).catch((err: unknown) => {
+          log.warn({ err, job_id: row.id }, 'could not reconcile a job; the next run tries again');
+          return 'error' as const;
+        });
+        if (outcome === 'error') counts.errors++;
+        else if (outcome !== 'kept') counts[outcome]++;
+      }
+      if (batch.length < BATCH) break;
+      after = batch[batch.length - 1]!.created_at;
+    }
+    if (counts.requeued || counts.lost || counts.errors) log.info(counts, 'reconciled jobs whose queue entry was gone');
+    return counts;
+  },
+});
+
+/** One unfinished job: left alone while its queue entry lives, else enqueued again or failed as lost. */
+export async function reconcileJob(c: Container, row: JobRow, log: Logger): Promise<Reconciled> {
+  const { processor, requeue } = KINDS[row.kind];
+  const queue = c.jobs.queue(processor.contract.queue);
+  const entry = await queue.getJob(row.id);
+  if (entry) {
+    const state = await entry.getState();
+    if (state !== 'completed' && state !== 'failed') return 'kept';
+  }
+  // The entry is gone or ended: the row, read again now, says whether the job ended meanwhile (a worker
+  // commits the row before its entry goes).
+  const current = await findJob(c.db, row.id);
+  if (!current || isFinished(current.state)) return 'kept';
+  // An ended entry keeps its id: it goes, so that the job can be enqueued under that id again.
+  await entry?.remove();
+  if (requeue && (await inputsStored(c, current))) {
+    await requeue(c, current);
+    log.warn({ job_id: current.id, kind: current.kind }, 'job had lost its queue entry; enqueued again');
+    return 'requeued';
+  }
+  const failure = {
+    code: 'job_lost',
+    message: requeue
+      ? 'The job was lost before its files were all stored; nothing of it is kept. Submit it again.'
+      : 'The job was lost by the queue, and the secret it needed is never stored; nothing of it is kept. Submit it again.',
+  };
+  if (!(await processor.failUnfinished!(c, current, failure, SCHEDULER))) return 'kept';
+  // Nothing of the request was done: its Idempotency-Key is free for the client to send it again.
+  await freeIdempotencyKey(c.db, current.id);
+  log.warn({ job_id: current.id, kind: current.kind, code: failure.code }, 'job had lost its queue entry; failed');
+  return 'lost';
+}
+
+/** The upload ended and every input (and a supplied recipient key) is still in the blob store. */
+async function inputsStored(c: Container, row: JobRow): Promise<boolean> {
+  if (!row.uploaded_at) return false;
+  const inputs = await jobFiles(c.db, row.id, 'input');
+  if (!inputs.length) return false;
+  const keys = inputs.map((f) => jobBlob.input(row.id, f.n));
+  const req = EncryptRequest.safeParse(row.request);
+  if (row.kind === 'encrypt' && req.success && req.data.recipient.type === 'supplied') keys.push(jobBlob.recipient(row.id));
+  for (const key of keys) if (!(await c.blob.stat(key))) return false;
+  return true;
+}
