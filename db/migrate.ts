@@ -22,6 +22,7 @@ import * as m021 from './migrations/021_signatures_and_import';
 import * as m022 from './migrations/022_keyring';
 import * as m023 from './migrations/023_audit_chain';
 import * as m025 from './migrations/025_event_outbox';
+import * as m026 from './migrations/026_audit_chain_plan';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -51,6 +52,7 @@ const migrations: Record<string, Knex.Migration> = {
   '022_keyring': m022,
   '023_audit_chain': m023,
   '025_event_outbox': m025,
+  '026_audit_chain_plan': m026,
 };
 
 const source: Knex.MigrationSource<string> = {
