@@ -15,7 +15,8 @@ import { serviceCpuReader, verdict } from './util';
  * off, off, on… so that neither side is always the later one (the tables grow, the host's noise drifts), and
  * each round starts from the same state: the audit tables emptied (for the lists, a fixed history written back), vacuumed.
  * Each figure is printed as a rate (wall time: on a shared host, mostly what the neighbours left) and as CPU per
- * rotation or request of the service's processes and Postgres (steadier: what the chain itself adds).
+ * rotation or request of the service's processes and of the Postgres backends of its database (steadier: what
+ * the chain itself adds).
  *
  * "Without" is the bench's own database with the chain's two triggers disabled (setChain): the insert as it
  * was before the chain. recordAudit still computes each row's digest in Node then, so that part of the cost
@@ -153,8 +154,9 @@ export async function measureAuditChain(b: Bench): Promise<AuditChainCost> {
     for (const [i, side] of order.entries()) {
       progress(`rotations, round ${i + 1} of ${order.length}: ${side} the chain`);
       await prepare(side, false);
+      const pg0 = await b.service.databaseBackendCpu();
       const t = await timedRotations(b, () => rotateAll(b, rotated), ROTATION_BATCHES);
-      rotations[side].push(t);
+      rotations[side].push({ ...t, cpu: { ...t.cpu, postgres: backendCpuSince(pg0, await b.service.databaseBackendCpu()) } });
       const [{ n }] = (await db('audit_logs').whereIn('user_id', accounts.map((a) => a.userId)).count({ n: '*' })) as [{ n: number }];
       rowsPerRotation = n / t.bytes;
     }
@@ -166,7 +168,10 @@ export async function measureAuditChain(b: Bench): Promise<AuditChainCost> {
       for (const [i, side] of order.entries()) {
         progress(`request load, round ${i + 1} of ${order.length}: ${side} the chain`);
         await prepare(side, true);
-        load[side].push(await requestLoad(b.service.baseUrl, agent, clients, LOAD_SECONDS, serviceCpuReader(b.service)));
+        const pg0 = await b.service.databaseBackendCpu();
+        const round = await requestLoad(b.service.baseUrl, agent, clients, LOAD_SECONDS, serviceCpuReader(b.service));
+        round.cpuMs.postgres = (backendCpuSince(pg0, await b.service.databaseBackendCpu()) * 1000) / round.requests;
+        load[side].push(round);
       }
     } finally {
       agent.destroy();
@@ -211,6 +216,9 @@ async function requestLoad(base: string, agent: Agent, clients: LoadClient[], se
   const cpuMs = before && after ? Object.fromEntries(Object.entries(after).map(([k, v]) => [k, ((v - (before[k] ?? 0)) * 1000) / requests])) : {};
   return { requests, ms, samples, errors, cpuMs };
 }
+
+/** CPU seconds the database's backends used between two readings (Service.databaseBackendCpu): the host's other Postgres sessions left out. */
+const backendCpuSince = (before: Map<number, number>, after: Map<number, number>) => [...after].reduce((n, [pid, s]) => n + s - (before.get(pid) ?? 0), 0);
 
 /** Microseconds per row of recordAudit's digest (JCS + SHA-256 of the row's content), over about half a second. */
 function digestCost(): number {
