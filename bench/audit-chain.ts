@@ -15,6 +15,7 @@ import { performance } from 'node:perf_hooks';
 import { createDb, dropDatabase, ensureDatabase, type Db } from '../db/knex';
 import { migrateLatest } from '../db/migrate';
 import { recordAudit } from '../db/audit';
+import { sampleEntry, setChain } from './lib/audit';
 
 const args = process.argv.slice(2);
 const opt = (name: string, def: number) => {
@@ -31,15 +32,7 @@ const base = new URL(process.env.BENCH_DATABASE_URL ?? 'postgres://postgres@127.
 base.pathname = `/kms_bench_audit_${randomBytes(4).toString('hex')}`;
 const url = base.toString();
 
-const entry = (userId: string, i: number) => ({
-  user_id: userId,
-  action: 'keys.encrypt',
-  status: 'success' as const,
-  target: 'a'.repeat(40),
-  ip: '203.0.113.7',
-  request_id: randomUUID(),
-  details: { job_id: randomUUID(), files: 1, bytes: 1_048_576 + i, recipient: 'stored' },
-});
+const entry = sampleEntry;
 
 /** Rows per second of `total` inserts by `writers` concurrent writers, writer w writing for account accounts[w % accounts.length]. */
 async function insertRate(db: Db, accounts: string[], writers: number, total: number, chained: boolean): Promise<number> {
@@ -63,12 +56,10 @@ async function users(db: Db, n: number): Promise<string[]> {
   return rows.map((r) => r.id);
 }
 
-async function setChain(db: Db, on: boolean): Promise<void> {
-  // Off: the table as it was before the chain (no digest check, no link at commit; chain columns empty).
-  const triggers = ['audit_logs_digest', 'audit_logs_chain'];
+/** Off: the table as it was before the chain (bench/lib/audit.ts); on, on emptied tables (the off rows have no digest). */
+async function chain(db: Db, on: boolean): Promise<void> {
   if (on) await db.raw('TRUNCATE audit_logs, audit_chains');
-  for (const t of triggers) await db.raw(`ALTER TABLE audit_logs ${on ? 'ENABLE' : 'DISABLE'} TRIGGER ${t}`);
-  await db.raw(`ALTER TABLE audit_logs ALTER COLUMN digest ${on ? 'SET' : 'DROP'} NOT NULL`);
+  await setChain(db, on);
 }
 
 await ensureDatabase(url);
@@ -98,10 +89,10 @@ try {
         const best = { without: 0, with: 0 };
         for (let run = 0; run < RUNS; run++) {
           // Alternating, each on an emptied table, so that neither side inherits the other's bloat.
-          await setChain(db, false);
+          await chain(db, false);
           await db.raw('TRUNCATE audit_logs');
           best.without = Math.max(best.without, await insertRate(db, c.accounts, c.writers, ROWS, false));
-          await setChain(db, true);
+          await chain(db, true);
           best.with = Math.max(best.with, await insertRate(db, c.accounts, c.writers, ROWS, true));
         }
         results.push({ case: c.name, without: Math.round(best.without), with: Math.round(best.with), ratio: Number((best.with / best.without).toFixed(3)) });

@@ -23,6 +23,7 @@ import { measureSealing } from './lib/sealing';
 import { eventLatencyLine, measureEventLatency } from './lib/events';
 import { authOverheadLines, measureAuthOverhead } from './lib/auth';
 import { latencyLines, measureListLatency, measureSmallJobs } from './lib/latency';
+import { auditSection } from './lib/audit';
 import { Service } from './lib/service';
 import { GiB, children, formatSize, mibPerSec, parseSize, serviceCpuReader, spawnTracked, stopChild, pageCacheWriteCost, fileCreateCost, writeRandomFile } from './lib/util';
 
@@ -53,7 +54,7 @@ const latencySection = async (b: Bench) => {
   for (const line of latencyLines(list, 500, await measureSmallJobs(b.service.baseUrl, { concurrency: [1, 16], jobs: 50, warmupSeconds: 10, cpu: serviceCpuReader(b.service) }))) console.log(line);
   return {};
 };
-const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, rewrap: rewrapSection, signatures: signaturesSection, events: eventsSection, auth: authSection, latency: latencySection };
+const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, rewrap: rewrapSection, signatures: signaturesSection, events: eventsSection, auth: authSection, latency: latencySection, audit: auditSection };
 type Section = keyof typeof SECTIONS;
 
 /** How long the service idles after start-up before its idle resident set is read. */

@@ -126,6 +126,11 @@ describe('the chain', () => {
     expect((await verdicts(u)).offline.ok).toBe(true);
   });
 
+  it('links with index plans whatever size the table had when a session first planned the link (migration 027)', async () => {
+    const { rows } = await s.c.db.raw<{ rows: { proconfig: string[] | null }[] }>(`SELECT proconfig FROM pg_proc WHERE proname = 'audit_logs_chain'`);
+    expect(rows[0]?.proconfig).toContain('enable_seqscan=off');
+  });
+
   it('refuses a row written without its content digest', async () => {
     await expect(s.c.db('audit_logs').insert({ user_id: null, action: 'test.raw', status: 'success' })).rejects.toThrow(/content digest/);
   });

@@ -156,7 +156,8 @@ export class Api {
     return JSON.parse(reply) as JobView;
   }
 
-  private auth(): Record<string, string> {
+  /** The Authorization header of the account (empty before `register`). */
+  auth(): Record<string, string> {
     return this.token ? { authorization: `Bearer ${this.token}` } : {};
   }
 

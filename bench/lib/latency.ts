@@ -18,7 +18,7 @@ export interface Latency {
 /** CPU seconds so far of each process that serves the load (and of the bench that sends it). */
 export type CpuReader = () => Record<string, number>;
 
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
+export const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
 
 export function summarise(samples: number[], errors: number, shed = 0): Latency {
   const sorted = [...samples].sort((a, b) => a - b);
@@ -37,15 +37,20 @@ const cpuMsPer = (before: Record<string, number>, after: Record<string, number>,
   Object.fromEntries(Object.entries(after).map(([k, v]) => [k, ((v - (before[k] ?? 0)) * 1000) / requests]));
 
 /** A keep-alive GET as the load generators send it: resolves with its latency and whether the status was `expect`. */
-export function timedGet(agent: Agent, url: URL, headers: Record<string, string>, expect = 200): Promise<Answer> {
+export const timedGet = (agent: Agent, url: URL, headers: Record<string, string>, expect = 200): Promise<Answer> => timedRequest(agent, 'GET', url, headers, undefined, expect);
+
+/** timedGet for any method; `json`, when given, is the request's body. */
+export function timedRequest(agent: Agent, method: string, url: URL, headers: Record<string, string>, json?: unknown, expect = 200): Promise<Answer> {
+  const body = json === undefined ? undefined : JSON.stringify(json);
+  const allHeaders = body === undefined ? headers : { ...headers, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)) };
   return new Promise((resolve) => {
     const started = performance.now();
-    const req = request({ host: url.hostname, port: url.port, path: url.pathname + url.search, agent, headers }, (res) => {
+    const req = request({ method, host: url.hostname, port: url.port, path: url.pathname + url.search, agent, headers: allHeaders }, (res) => {
       res.resume();
       res.on('end', () => resolve({ ms: performance.now() - started, ok: res.statusCode === expect, shed: res.statusCode === 503 }));
     });
     req.on('error', () => resolve({ ms: performance.now() - started, ok: false }));
-    req.end();
+    req.end(body);
   });
 }
 
@@ -112,7 +117,7 @@ export async function measureListLatency(base: string, opts: { rate: number; sec
   }
 }
 
-async function generateKey(base: string, token: string): Promise<string> {
+export async function generateKey(base: string, token: string): Promise<string> {
   const form = new FormData();
   for (const [k, v] of Object.entries({ label: 'bench', name: 'KMS Bench', email: 'bench@example.com', passphrase: 'bench passphrase 0123', algorithm: 'curve25519' })) form.append(k, v);
   const res = await call(base, 'POST', '/keys/generate-key', form, token);

@@ -116,25 +116,12 @@ const ROTATION_BATCHES = 10;
  * as the list latency is measured after a warm-up).
  */
 export async function rotationSection(b: Bench): Promise<Results> {
-  const keys: string[] = [];
-  for (let i = 0; i < ROTATION_KEYS; i++) keys.push(await b.api.generateKey(b.passphrase));
-  const batch = async () => {
-    const jobs = await Promise.all(keys.map((fp) => b.api.rotate(fp)));
-    // Long polling only for what had not ended within the submission's `Prefer: wait` (a failure throws there).
-    const wait = (id: string) =>
-      b.api.waitForJob(id, 120_000, () => b.service.assertRunning()).catch(async (err: Error) => {
-        throw new Error(`${err.message}; ${await b.service.stuckJobReport('rotation', id).catch((e: Error) => `no report: ${e.message}`)}`);
-      });
-    await Promise.all(jobs.map((j) => j.state === 'completed' || wait(j.job_id)));
-    return jobs.length;
-  };
+  const keys: RotatedKey[] = [];
+  for (let i = 0; i < ROTATION_KEYS; i++) keys.push({ api: b.api, fingerprint: await b.api.generateKey(b.passphrase) });
+  const batch = () => rotateAll(b, keys);
   const timed = async (key: string, batches: number) => {
     await b.service.vacuum();
-    const m0 = { ...mark(b), postgres: postgresCpuSeconds() };
-    let rotations = 0;
-    for (let i = 0; i < batches; i++) rotations += await batch();
-    const m1 = { ...mark(b), postgres: postgresCpuSeconds() };
-    return { [key]: { bytes: rotations, ms: m1.t - m0.t, cpu: { ...cpuBetween(m0, m1), postgres: m1.postgres - m0.postgres } } };
+    return { [key]: await timedRotations(b, batch, batches) };
   };
   const results: Results = {};
   for (const workers of [1, 2]) {
@@ -144,6 +131,36 @@ export async function rotationSection(b: Bench): Promise<Results> {
     Object.assign(results, await bestOf(b, () => timed(`rotation.${workers}w`, ROTATION_BATCHES)));
   }
   return results;
+}
+
+/** A key to rotate, and the client of the account that holds it. */
+export interface RotatedKey {
+  api: Api;
+  fingerprint: string;
+}
+
+/**
+ * One rotation of every key at once, as the scheduler's sweep enqueues every due key: each submitted as the
+ * client library does (`Prefer: wait`), then long polling for those that had not ended by the answer.
+ * Resolves with the number of rotations once all have ended; a failed or stuck one throws.
+ */
+export async function rotateAll(b: Bench, keys: RotatedKey[]): Promise<number> {
+  const jobs = await Promise.all(keys.map((k) => k.api.rotate(k.fingerprint).then((job) => ({ job, api: k.api }))));
+  const wait = (api: Api, id: string) =>
+    api.waitForJob(id, 120_000, () => b.service.assertRunning()).catch(async (err: Error) => {
+      throw new Error(`${err.message}; ${await b.service.stuckJobReport('rotation', id).catch((e: Error) => `no report: ${e.message}`)}`);
+    });
+  await Promise.all(jobs.map(({ job, api }) => job.state === 'completed' || wait(api, job.job_id)));
+  return jobs.length;
+}
+
+/** `batches` calls of `batch` (each resolving with its rotation count), timed, with every process's CPU (Postgres's summed). */
+export async function timedRotations(b: Bench, batch: () => Promise<number>, batches: number): Promise<Timing> {
+  const m0 = { ...mark(b), postgres: postgresCpuSeconds() };
+  let rotations = 0;
+  for (let i = 0; i < batches; i++) rotations += await batch();
+  const m1 = { ...mark(b), postgres: postgresCpuSeconds() };
+  return { bytes: rotations, ms: m1.t - m0.t, cpu: { ...cpuBetween(m0, m1), postgres: m1.postgres - m0.postgres } };
 }
 
 // -------------------------------------------------------------------------------------- service

@@ -147,6 +147,22 @@ export class Service {
     return runSql(this.databaseUrl, 'VACUUM (ANALYZE)');
   }
 
+  /**
+   * CPU seconds so far of each Postgres backend connected to the service's database, by pid: unlike
+   * postgresCpuSeconds (every Postgres process on the host), none of another user's sessions. A backend that
+   * ends between two readings takes its CPU with it.
+   */
+  async databaseBackendCpu(): Promise<Map<number, number>> {
+    const db = new pg.Client({ connectionString: this.databaseUrl });
+    await db.connect();
+    try {
+      const { rows } = await db.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()');
+      return new Map(rows.map((r) => [r.pid, cpuSeconds(r.pid)]).filter(([, s]) => Number.isFinite(s)) as [number, number][]);
+    } finally {
+      await db.end();
+    }
+  }
+
   /** Ends the processes, drops the database and deletes the Redis keys; safe to call twice. */
   async stop(): Promise<void> {
     if (this.stopped) return;
