@@ -55,7 +55,8 @@ let result;
 try {
   result = await build({
     absWorkingDir: root,
-    entryPoints: { main: entry },
+    // The MDC check's thread (lib/pgp/mdc-thread.ts) loads its own file, mdc-check.js beside main.js.
+    entryPoints: { main: entry, 'mdc-check': join(root, 'lib', 'pgp', 'mdc-check.ts') },
     outdir: staging,
     bundle: true,
     splitting: true,

@@ -3,6 +3,8 @@ import { execFile, spawn } from 'node:child_process';
 import { mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
+import { createCipheriv, createHash, randomBytes } from 'node:crypto';
+import { Worker } from 'node:worker_threads';
 import { startTestService, type TestService } from './support/service';
 import { waitForOutput } from './support/process';
 import { nodeCommand, procfileCommand } from '../bench/lib/service';
@@ -58,6 +60,28 @@ describe('the built service', () => {
     expect(main).toMatch(/await import\("\.\/server-[A-Z0-9]+\.js"\)/);
     expect(main).toMatch(/await import\("\.\/worker-[A-Z0-9]+\.js"\)/);
     expect(main).not.toMatch(/from ["']tsx/);
+  });
+
+  it('builds the thread of the MDC check to its own file, which checks a SEIPDv1 body with node alone', async () => {
+    const key = randomBytes(32);
+    const prefix = randomBytes(16);
+    const plain = Buffer.concat([prefix, prefix.subarray(14), randomBytes(1000), Buffer.from([0xd3, 0x14])]);
+    const body = Buffer.concat([Buffer.from([1]), createCipheriv('aes-256-cfb', key, Buffer.alloc(16)).update(Buffer.concat([plain, createHash('sha1').update(plain).digest()]))]);
+    const verdict = async (bytes: Buffer) => {
+      const thread = new Worker(join(out, 'mdc-check.js'), { workerData: { ecb: 'aes-256-ecb', key } });
+      try {
+        const answer = new Promise<{ ok: boolean; kind?: string }>((resolve) => thread.on('message', (m: { done?: number; ok?: boolean }) => m.done === undefined && resolve(m as { ok: boolean })));
+        thread.postMessage(new Uint8Array(bytes));
+        thread.postMessage(null);
+        return await answer;
+      } finally {
+        await thread.terminate();
+      }
+    };
+    expect(await verdict(body)).toEqual({ ok: true });
+    const tampered = Buffer.from(body);
+    tampered[500]! ^= 1;
+    expect(await verdict(tampered)).toMatchObject({ ok: false, kind: 'tampered' });
   });
 
   it('runs the web role with node alone: health answers 200, the passkey page and version files are found', async () => {

@@ -1,4 +1,4 @@
-import type * as NodeCrypto from 'node:crypto';
+import { createCipheriv } from 'node:crypto';
 
 export interface CfbDecryptor {
   /**
@@ -14,11 +14,9 @@ export interface CfbDecryptor {
  * OpenSSL computes them in one pipelined ECB call, where its CFB mode goes block after block (ECB is
  * several times cheaper; docs/performance.md; `npm run bench` with bench/pipeline.ts shows it). `ecb` is
  * e.g. 'aes-256-ecb'.
- *
- * Self-contained (the crypto module is passed in): lib/pgp/mdc-thread.ts runs it from its source text.
  */
-export function cfbDecryptor(crypto: typeof NodeCrypto, ecb: string, key: Uint8Array): CfbDecryptor {
-  const block = crypto.createCipheriv(ecb, key, null);
+export function cfbDecryptor(ecb: string, key: Uint8Array): CfbDecryptor {
+  const block = createCipheriv(ecb, key, null);
   block.setAutoPadding(false);
   let previous = Buffer.alloc(16); // the last whole ciphertext block: the IV at first
   const current = Buffer.alloc(16); // ciphertext of a block under way (`used` octets of it)

@@ -327,7 +327,7 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
         input.destroy(); // stop reading the file
         return afterDecryption(err, { inputError: p.failed });
       };
-      const cfb = cfbDecryptor(crypto, ecbName, Buffer.from(sessionKey.data));
+      const cfb = cfbDecryptor(ecbName, Buffer.from(sessionKey.data));
       const decipher = (c: Buffer) => Buffer.concat(cfb.update(c));
       const mdc = crypto.createHash('sha1');
       const hashed = (b: Buffer) => (mdc.update(b), b);
