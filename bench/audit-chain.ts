@@ -41,7 +41,7 @@ async function insertRate(db: Db, accounts: string[], writers: number, total: nu
   const started = performance.now();
   await Promise.all(
     Array.from({ length: writers }, async (_, w) => {
-      for (let i = next++; i < total; i = next++) await write(accounts[w % accounts.length]!, i);
+      for (let i = next++; i < total; i = next++) await write(accounts[w % accounts.length], i);
     }),
   );
   return total / ((performance.now() - started) / 1000);

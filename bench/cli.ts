@@ -29,7 +29,7 @@ async function kms(args: string[], env: Record<string, string>): Promise<number>
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [BIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
-    child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
     child.on('error', reject);
     child.on('close', (code) => (code === 0 ? resolve(performance.now() - started) : reject(new Error(`kms ${args.join(' ')} exited ${code}: ${stderr}`))));
   });
@@ -41,7 +41,7 @@ async function clientRun(api: Api, submit: () => ReturnType<Api['submitEncrypt']
   const started = performance.now();
   const { job_id } = await submit();
   const job = await api.waitForJob(job_id, 120_000 * (1 + size / GiB));
-  await api.download(job.result!.files![0]!.download_url, dest);
+  await api.download(job.result!.files![0].download_url, dest);
   return performance.now() - started;
 }
 
@@ -83,7 +83,7 @@ try {
   const env = { HOME: home, XDG_CONFIG_HOME: join(home, 'config'), KMS_URL: service.baseUrl, KMS_API_KEY: partner_api_key.api_key, KMS_PASSPHRASE: passphrase };
   await kms(['keys', 'generate', '--label', 'bench', '--name', 'KMS Bench', '--email', 'bench@example.com', '--json'], env);
   const listed = await fetch(`${service.baseUrl}/api/v1/keys/list`, { headers: { authorization: `Bearer ${partner_api_key.api_key}` } });
-  const cliFingerprint = ((await listed.json()) as { items: { fingerprint: string }[] }).items[0]!.fingerprint;
+  const cliFingerprint = ((await listed.json()) as { items: { fingerprint: string }[] }).items[0].fingerprint;
 
   say('encrypt: bench client');
   const clientEnc = await clientFollowedRun(api, input, fingerprint, join(dir, 'client.gpg'));

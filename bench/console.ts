@@ -20,7 +20,7 @@ const REPO = resolve(import.meta.dirname, '..');
 const runsArg = process.argv.indexOf('--runs');
 const RUNS = runsArg > 0 ? Number(process.argv[runsArg + 1]) : 7;
 const say = (text: string) => process.stderr.write(`bench:console ${text}\n`);
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** Milliseconds from navigation start until `selector` is present and enabled. */
 async function interactive(context: BrowserContext, url: string, selector: string): Promise<number> {
@@ -53,7 +53,7 @@ try {
     body: JSON.stringify({ username: 'bench_console', email: 'bench-console@example.com', password: 'bench console password' }),
   });
   const token = ((await reg.json()) as { session: { token: string } }).session.token;
-  const cookie = (await fetch(`${base}/api/v1/auth/session`, { method: 'POST', headers: { authorization: `Bearer ${token}` } })).headers.get('set-cookie')!.split(';')[0]!;
+  const cookie = (await fetch(`${base}/api/v1/auth/session`, { method: 'POST', headers: { authorization: `Bearer ${token}` } })).headers.get('set-cookie')!.split(';')[0];
   const [name, value] = cookie.split('=') as [string, string];
 
   const cold = { signedOut: [] as number[], signedIn: [] as number[] };

@@ -41,7 +41,7 @@ const configs = {
   token: loadConfig({ ...env, DATABASE_URL: dbUrl(names.token), MASTER_KEY_URI: uri }),
   env: loadConfig({ ...env, DATABASE_URL: dbUrl(names.env), MASTER_KEY: `b1:${randomBytes(32).toString('base64')}` }),
 };
-const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const median = (xs: number[]) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const ms = (t0: bigint) => Number(process.hrtime.bigint() - t0) / 1e6;
 const result: Record<string, unknown> = { rows };
 const keyrings: Partial<Record<'token' | 'env', Awaited<ReturnType<typeof openKeyring>>>> = {};
@@ -119,11 +119,11 @@ try {
   result.lineage_key_create_ms = Number(median(make).toFixed(3));
   for (const [name, size] of [['1k', 900], ['3k5', 3500]] as const) {
     const armored = randomBytes(size).toString('base64').slice(0, size);
-    const sealed = await lineageKeys.seal(lineages[0]!, 1, armored);
+    const sealed = await lineageKeys.seal(lineages[0], 1, armored);
     const opens: number[] = [];
     for (let i = 0; i < 200; i++) {
       const t0 = process.hrtime.bigint();
-      await lineageKeys.open(lineages[0]!, 1, sealed);
+      await lineageKeys.open(lineages[0], 1, sealed);
       opens.push(ms(t0));
     }
     result[`lineage_open_ms_${name}`] = Number(median(opens).toFixed(3));
@@ -147,7 +147,7 @@ try {
   }
   result.lineage_key_delete_ms = Number(median(removes).toFixed(3));
   await lineageKeys.close();
-  for (const k of Object.values(keyrings)) await k!.close();
+  for (const k of Object.values(keyrings)) await k.close();
   result.seal_ratio_token_over_env = Number(((result.seal_open_per_s_token as number) / (result.seal_open_per_s_env as number)).toFixed(3));
   console.log(JSON.stringify({ bench: 'root-of-trust', ...result }));
 } finally {

@@ -87,7 +87,7 @@ const USAGE = `usage: npm run bench -- [size] [--only ${Object.keys(SECTIONS).jo
 function parseArgs(argv: string[]): Options {
   const opts: Options = { size: GiB, sections: Object.keys(SECTIONS) as Section[], runs: 1, transfer: 'http', store: 'local', follow: true, json: true };
   for (let i = 0; i < argv.length; i++) {
-    const [flag, inline] = argv[i]!.split('=', 2) as [string, string | undefined];
+    const [flag, inline] = argv[i].split('=', 2) as [string, string | undefined];
     const value = () => inline ?? argv[++i] ?? fail(`${flag} needs a value`);
     if (flag === '--only') {
       const chosen = value().split(',').map(section);

@@ -55,8 +55,8 @@ export function table(rows: Record<string, unknown>[], columns: string[]): strin
   if (!rows.length) return '(none)';
   const cell = (v: unknown) => (v === null || v === undefined ? '-' : typeof v === 'object' ? JSON.stringify(v) : String(v));
   const cells = [columns, ...rows.map((r) => columns.map((c) => cell(r[c])))];
-  const widths = columns.map((_, i) => Math.max(...cells.map((r) => r[i]!.length)));
-  return cells.map((r) => r.map((v, i) => v.padEnd(widths[i]!)).join('  ').trimEnd()).join('\n');
+  const widths = columns.map((_, i) => Math.max(...cells.map((r) => r[i].length)));
+  return cells.map((r) => r.map((v, i) => v.padEnd(widths[i])).join('  ').trimEnd()).join('\n');
 }
 
 /** `key: value` lines for an object's fields. */

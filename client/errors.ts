@@ -58,7 +58,7 @@ export class ClientError extends Error {
 export function problemOf(status: number, body: unknown): Problem {
   if (body && typeof body === 'object' && typeof (body as { code?: unknown }).code === 'string') return body as Problem;
   const text = typeof body === 'string' ? body.slice(0, 200) : '';
-  return { type: 'about:blank', title: `HTTP ${status}`, status, detail: text || `The service answered HTTP ${status}.`, code: `http_${status}` } as Problem;
+  return { type: 'about:blank', title: `HTTP ${status}`, status, detail: text || `The service answered HTTP ${status}.`, code: `http_${status}` };
 }
 
 /** `Retry-After` as seconds (delta-seconds or an HTTP date), or undefined. */

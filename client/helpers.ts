@@ -122,7 +122,7 @@ async function refuseExistingOutputs(opts: EncryptOptions): Promise<void> {
 /** The indices of the first value that occurs twice (its first place, then the second), if any. */
 function firstRepeat<T>(values: T[]): [number, number] | undefined {
   const second = values.findIndex((v, i) => values.indexOf(v) !== i);
-  return second < 0 ? undefined : [values.indexOf(values[second]!), second];
+  return second < 0 ? undefined : [values.indexOf(values[second]), second];
 }
 
 /** Encrypts files to a stored key or a public key: upload (streamed), wait, download to `outDir`. */
@@ -290,12 +290,12 @@ export async function downloadOutputs(kms: Kms, job: Job, opts: { outDir?: strin
   const twice = firstRepeat(paths);
   if (twice) {
     const [first, second] = twice;
-    throw new ClientError('output_exists', `Outputs ${files[first]!.n} and ${files[second]!.n} of job ${job.job_id} are both named ${basename(paths[second]!)}: download them one at a time into separate folders (\`only\`; kms jobs download --file N --out DIR).`);
+    throw new ClientError('output_exists', `Outputs ${files[first].n} and ${files[second].n} of job ${job.job_id} are both named ${basename(paths[second])}: download them one at a time into separate folders (\`only\`; kms jobs download --file N --out DIR).`);
   }
   await mkdir(outDir, { recursive: true });
   const outputs: Output[] = [];
   for (const [i, f] of files.entries()) {
-    const path = paths[i]!;
+    const path = paths[i];
     const size = await downloadJobFile(kms, job.job_id, f, path, { onProgress: opts.onProgress, overwrite: opts.overwrite });
     outputs.push({ n: f.n, name: f.name, size, path });
   }

@@ -98,7 +98,7 @@ export function multipartBody(fields: Record<string, string | undefined>, fileFi
   const tail = `--${boundary}--\r\n`;
   const sizes = parts.map((p) => p.size);
   const length = sizes.every((s) => s !== undefined)
-    ? fieldHead.length + heads.reduce((n, h) => n + Buffer.byteLength(h) + 2, 0) + (sizes as number[]).reduce((a, b) => a + b, 0) + Buffer.byteLength(tail)
+    ? fieldHead.length + heads.reduce((n, h) => n + Buffer.byteLength(h) + 2, 0) + (sizes).reduce((a, b) => a + b, 0) + Buffer.byteLength(tail)
     : undefined;
   return {
     contentType: `multipart/form-data; boundary=${boundary}`,
@@ -108,7 +108,7 @@ export function multipartBody(fields: Record<string, string | undefined>, fileFi
       async function* chunks() {
         yield fieldHead;
         for (const [i, part] of parts.entries()) {
-          yield Buffer.from(heads[i]!);
+          yield Buffer.from(heads[i]);
           let sent = 0;
           for await (const chunk of part.open()) {
             const buf = typeof chunk === 'string' ? Buffer.from(chunk) : (chunk as Buffer);

@@ -21,7 +21,7 @@ export function trackedContract<N extends string, S extends z.ZodObject = z.ZodO
     queue: spec.queue,
     name: spec.name,
     watchProgress: spec.watchProgress,
-    schema: (spec.extra ?? z.object({})).extend({ job_id: z.uuid() }) as unknown as TrackedSchema<S>,
+    schema: (spec.extra ?? z.object({})).extend({ job_id: z.uuid() }),
     // The ended job stays a while for the dashboard, its sealed secrets blanked by its processor.
     options: { attempts: spec.attempts ?? 3, backoff: { type: 'exponential', delay: 2000 }, ...KEEP_ENDED_JOBS },
   });

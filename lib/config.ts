@@ -331,7 +331,7 @@ function clusterNode(item: string): { host: string; port: number } {
   const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/\[\]]+)):(\d{1,5})$/.exec(item);
   const port = Number(m?.[3]);
   if (!m || port < 1 || port > 65535) throw new Error(`REDIS_CLUSTER_NODES: bad entry "${item}" (use host:port)`);
-  return { host: m[1] ?? m[2]!, port };
+  return { host: m[1] ?? m[2], port };
 }
 
 const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;

@@ -27,8 +27,8 @@ export interface RawKeyPair {
 export function generateRawKeyPair(curve: Curve): RawKeyPair {
   const d = randomBytes(32);
   if (curve === 'x25519') {
-    d[0]! &= 248;
-    d[31] = (d[31]! & 127) | 64;
+    d[0] &= 248;
+    d[31] = (d[31] & 127) | 64;
   }
   const privateKey = privateKeyFromRaw(curve, d);
   const publicKey = createPublicKey(privateKey);

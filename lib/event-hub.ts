@@ -1,5 +1,5 @@
 import type { Logger } from './logger';
-import { compareEventIds, eventStream, lastEventId, readEvents, streamTag, toEvent, type AccountEvent, type StreamEntry } from './event-stream';
+import { compareEventIds, eventStream, lastEventId, readEvents, streamTag, toEvent, type AccountEvent } from './event-stream';
 import { connectRedis, createRedis, sameServer, serverOf, type Redis, type RedisTarget, type SingleRedis } from './redis';
 
 /** How long one XREAD blocks; listeners that join meanwhile interrupt it (CLIENT UNBLOCK). */
@@ -132,7 +132,7 @@ class GroupReader {
         const batch = (await readEvents(this.deps.redis, this.deps.redisPrefix, userId, after)).filter((e) => compareEventIds(e.id, upTo) <= 0);
         if (!batch.length) break;
         this.pass(listener, batch);
-        after = batch[batch.length - 1]!.id;
+        after = batch[batch.length - 1].id;
       }
     } finally {
       const held = listener.held;
@@ -150,7 +150,7 @@ class GroupReader {
   private pass(listener: Listener, events: AccountEvent[]): void {
     const fresh = events.filter((e) => compareEventIds(e.id, listener.cursor) > 0);
     if (!fresh.length) return;
-    listener.cursor = fresh[fresh.length - 1]!.id;
+    listener.cursor = fresh[fresh.length - 1].id;
     listener.deliver(fresh);
   }
 
@@ -186,7 +186,7 @@ class GroupReader {
         const keys = users.map((u) => eventStream(this.deps.redisPrefix, u, this.deps.redis.isCluster));
         // The server that holds the group's slot (it changes when a cluster fails over): known once connected.
         await connectRedis(this.reader!);
-        const server = serverOf(this.reader!, keys[0]!);
+        const server = serverOf(this.reader!, keys[0]);
         if (!server) throw new Error('no server holds the event streams\' slot yet');
         if (this.readerId?.server !== server) {
           this.readerId = { server, id: Number(await server.client('ID')) };
@@ -195,13 +195,13 @@ class GroupReader {
         }
         this.readGeneration = this.generation;
         const cursors = users.map((u) => this.streams.get(u)!.cursor);
-        const answer = (await this.reader!.xread('COUNT', 100, 'BLOCK', BLOCK_MS, 'STREAMS', ...keys, ...cursors)) as [string, StreamEntry[]][] | null;
+        const answer = (await this.reader!.xread('COUNT', 100, 'BLOCK', BLOCK_MS, 'STREAMS', ...keys, ...cursors));
         for (const [key, entries] of answer ?? []) {
-          const userId = users[keys.indexOf(key)]!;
+          const userId = users[keys.indexOf(key)];
           const stream = this.streams.get(userId);
           if (!stream || !entries.length) continue;
           const events = entries.map((e) => toEvent(userId, e));
-          const last = events[events.length - 1]!.id;
+          const last = events[events.length - 1].id;
           if (compareEventIds(last, stream.cursor) > 0) stream.cursor = last;
           for (const listener of stream.listeners) this.give(listener, events);
         }

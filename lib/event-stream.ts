@@ -127,14 +127,14 @@ export async function publishEvents(redis: Redis, redisPrefix: string, userId: s
   const answer = await publisher(redis).kmsPublishEvents(stream, endpointsVersionKey(redisPrefix, userId, redis.isCluster), once?.key ?? stream, String(once?.seconds ?? 0), String(STREAM_MAX_LEN), at.toISOString(), ...fields);
   if (!answer) return null;
   const [endpointsVersion, ...ids] = answer;
-  return { ids: ids as string[], endpointsVersion };
+  return { ids: ids, endpointsVersion };
 }
 
 export type StreamEntry = [id: string, fields: string[]];
 
 export function toEvent(userId: string, [id, fields]: StreamEntry): AccountEvent {
   const f: Record<string, string> = {};
-  for (let i = 0; i < fields.length; i += 2) f[fields[i]!] = fields[i + 1]!;
+  for (let i = 0; i < fields.length; i += 2) f[fields[i]] = fields[i + 1]!;
   return { id, type: f.type as EventType, created_at: f.at ?? '', account: userId, data: JSON.parse(f.data ?? '{}') as Record<string, unknown> };
 }
 

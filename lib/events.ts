@@ -91,7 +91,7 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
           const answer = await publishEvents(c.redis, prefix, userId, [event], row.created_at, once);
           done.push(row.id);
           // Null: published already (by another process hearing the same audit row, or before a failed delete).
-          if (answer) published.push({ event: { id: answer.ids[0]!, type: event.type, created_at: row.created_at.toISOString(), account: userId, data: event.data }, endpointsVersion: answer.endpointsVersion });
+          if (answer) published.push({ event: { id: answer.ids[0], type: event.type, created_at: row.created_at.toISOString(), account: userId, data: event.data }, endpointsVersion: answer.endpointsVersion });
         }
       } catch (err) {
         c.log.warn({ err, waiting: rows.length - done.length }, 'could not publish account events; they wait in the outbox');

@@ -105,7 +105,7 @@ function errorFields(err: Error): Record<string, unknown> {
     if (!isDbError(e) || (e as unknown as Record<symbol, unknown>)[DB_MESSAGE_CLEANED]) continue;
     const clean = redactDataException(e.code, e.message ?? '');
     if (clean === e.message) continue;
-    for (const f of ['message', 'stack'] as const) if (typeof fields[f] === 'string') fields[f] = (fields[f] as string).split(e.message!).join(clean);
+    for (const f of ['message', 'stack'] as const) if (typeof fields[f] === 'string') fields[f] = (fields[f]).split(e.message).join(clean);
   }
   return fields;
 }
@@ -122,7 +122,7 @@ export function createLogger(level: string, base: Record<string, unknown> = {}, 
     hooks: {
       // The message and its interpolated arguments are outside the logged object: scrub them too.
       logMethod(args, method) {
-        const first = args[0] as unknown;
+        const first = args[0];
         const rest = args.slice(1).map((a) => scrub(a));
         method.apply(this, [typeof first === 'string' ? scrubText(first) : first, ...rest] as Parameters<typeof method>);
       },

@@ -46,7 +46,7 @@ function typeOnly(typeKeyword: string | undefined, clause: string): boolean {
   if (typeKeyword) return true;
   const braces = /^\{([^}]*)\}$/.exec(clause.trim());
   if (!braces) return false;
-  const names = braces[1]!.split(',').map((n) => n.trim()).filter(Boolean);
+  const names = braces[1].split(',').map((n) => n.trim()).filter(Boolean);
   return names.length > 0 && names.every((n) => n.startsWith('type '));
 }
 
@@ -59,9 +59,9 @@ export function importGraph(dirs = GRAPH_DIRS): ImportGraph {
       const to = resolveSpecifier(file, specifier);
       if (to) edges.push({ to, kind });
     };
-    for (const m of source.matchAll(STATIC)) add(m[4]!, typeOnly(m[2], m[3]!) ? 'type' : 'value');
-    for (const m of source.matchAll(BARE)) add(m[1]!, 'value');
-    for (const m of source.matchAll(DYNAMIC)) add(m[1]!, 'dynamic');
+    for (const m of source.matchAll(STATIC)) add(m[4], typeOnly(m[2], m[3]) ? 'type' : 'value');
+    for (const m of source.matchAll(BARE)) add(m[1], 'value');
+    for (const m of source.matchAll(DYNAMIC)) add(m[1], 'dynamic');
     graph.set(file, edges);
   }
   return graph;
@@ -92,16 +92,16 @@ export function cycles(graph: ImportGraph, kinds: EdgeKind[] = ['type', 'value']
     };
     open(root);
     while (work.length) {
-      const top = work[work.length - 1]!;
+      const top = work[work.length - 1];
       if (top.i < top.out.length) {
-        const w = top.out[top.i++]!;
+        const w = top.out[top.i++];
         if (!index.has(w)) open(w);
         else if (onStack.has(w)) low.set(top.v, Math.min(low.get(top.v)!, index.get(w)!));
         continue;
       }
       work.pop();
       if (work.length) {
-        const parent = work[work.length - 1]!.v;
+        const parent = work[work.length - 1].v;
         low.set(parent, Math.min(low.get(parent)!, low.get(top.v)!));
       }
       if (low.get(top.v) === index.get(top.v)) {
@@ -115,7 +115,7 @@ export function cycles(graph: ImportGraph, kinds: EdgeKind[] = ['type', 'value']
       }
     }
   }
-  return found.sort((a, b) => b.length - a.length || a[0]!.localeCompare(b[0]!));
+  return found.sort((a, b) => b.length - a.length || a[0].localeCompare(b[0]));
 }
 
 /** Every module `from` loads, directly or through others, over the edges of the given kinds. */

@@ -28,7 +28,7 @@ async function routeFiles(): Promise<Array<{ file: string; defs: RouteDef[] }>> 
   const text = readFileSync(app, 'utf8');
   const out: Array<{ file: string; defs: RouteDef[] }> = [];
   for (const m of text.matchAll(/^import\s+\w+\s+from\s+'(\.[^']+)';/gm)) {
-    const path = resolve(join(root, 'api'), m[1]!) + '.ts';
+    const path = resolve(join(root, 'api'), m[1]) + '.ts';
     const mod = (await import(pathToFileURL(path).href)) as { default?: unknown };
     if (Array.isArray(mod.default)) out.push({ file: relative(root, path), defs: mod.default as RouteDef[] });
   }
@@ -44,9 +44,9 @@ function enqueuesByFunction(source: string): Map<string, Set<string>> {
   for (const m of source.matchAll(ENQUEUE)) {
     const owner = starts.filter((s) => s.at < m.index).at(-1)?.name;
     if (!owner) continue;
-    const name = owner[1] ?? owner[2]!;
+    const name = owner[1] ?? owner[2];
     if (!found.has(name)) found.set(name, new Set());
-    found.get(name)!.add(m[1]!);
+    found.get(name)!.add(m[1]);
   }
   return found;
 }
@@ -72,7 +72,7 @@ function declaration(def: RouteDef, source: string): string | undefined {
 
 function jobsOf(def: RouteDef, source: string, callable: Map<string, Set<string>>): string[] {
   const text = declaration(def, source) ?? def.handler.toString();
-  const jobs = new Set([...text.matchAll(ENQUEUE)].map((m) => m[1]!));
+  const jobs = new Set([...text.matchAll(ENQUEUE)].map((m) => m[1]));
   for (const [fn, names] of callable) {
     if (new RegExp(`\\b${fn}\\s*\\(`).test(text)) for (const n of names) jobs.add(n);
   }
@@ -89,9 +89,9 @@ function pathsIn(text: string): TestPath[] {
   const out: TestPath[] = [];
   for (const m of text.matchAll(/'([^'\n]*)'|"([^"\n]*)"|`([^`\n]*)`/g)) {
     // `${base}/api/v1/keys/${fpr}/rotate?x=${y}` → /keys/*/rotate; a title may name the method ('GET /events').
-    const own = /^(?:(GET|POST|PUT|PATCH|DELETE) )?(?:\$\{[^}]*\})?(?:\/api\/v1)?(\/[^\s?]*)/.exec((m[1] ?? m[2] ?? m[3])!);
-    if (!own || own[2]!.includes('//')) continue;
-    const path = own[2]!.replace(/\$\{[^}]*\}/g, '*').replace(/([^/*])\*+$/, '$1').replace(/\/$/, '');
+    const own = /^(?:(GET|POST|PUT|PATCH|DELETE) )?(?:\$\{[^}]*\})?(?:\/api\/v1)?(\/[^\s?]*)/.exec((m[1] ?? m[2] ?? m[3]));
+    if (!own || own[2].includes('//')) continue;
+    const path = own[2].replace(/\$\{[^}]*\}/g, '*').replace(/([^/*])\*+$/, '$1').replace(/\/$/, '');
     if (!/^(?:\/[\w.*-]+)+$/.test(path)) continue;
     const segments = path.split('/').slice(1).map((seg) => (seg.includes('*') ? '*' : seg));
     const before = text.slice(Math.max(0, m.index - 60), m.index);
@@ -115,7 +115,7 @@ function fit(route: string[], test: string[]): number {
   if (route.length !== test.length) return -1;
   let literal = 0;
   for (let i = 0; i < route.length; i++) {
-    if (/^\{.+\}$/.test(route[i]!)) continue;
+    if (/^\{.+\}$/.test(route[i])) continue;
     if (route[i] !== test[i]) return -1;
     literal++;
   }

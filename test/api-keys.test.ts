@@ -68,10 +68,10 @@ describe('managed API key format', () => {
       expect(v).toMatch(/^kms_sk_[0-9A-Za-z]{49}$/);
       expect(checkManagedKey(v)).toBe('ok');
     }
-    const v = [...values][0]!;
+    const v = [...values][0];
     const alphabet = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
     for (let i = MANAGED_KEY_PREFIX.length; i < v.length; i++) {
-      for (const ch of [alphabet[(alphabet.indexOf(v[i]!) + 1) % 62]!, alphabet[(alphabet.indexOf(v[i]!) + 31) % 62]!]) {
+      for (const ch of [alphabet[(alphabet.indexOf(v[i]) + 1) % 62], alphabet[(alphabet.indexOf(v[i]) + 31) % 62]]) {
         expect(checkManagedKey(v.slice(0, i) + ch + v.slice(i + 1)), `typo at ${i}`).toBe('bad_checksum');
       }
     }
@@ -385,7 +385,7 @@ describe('managed API keys: authentication', () => {
     expect(await auditOf(u.id, 'api_key.rotated')).toHaveLength(2);
     const events = (await s.api('GET', '/events/history?types=api_key.rotated', { token: u.token })).body.items as { data: Record<string, unknown> }[];
     expect(events).toHaveLength(2);
-    expect(events[1]!.data).toEqual({ key_id: key.key_id, previous_value_expires_at: next.previous_value_expires_at });
+    expect(events[1].data).toEqual({ key_id: key.key_id, previous_value_expires_at: next.previous_value_expires_at });
     // Revocation ends every value at once, grace or not.
     await s.api('DELETE', `/api-keys/${key.key_id}`, { token: u.token });
     expect((await call('GET', '/keys/list', key.value)).code).toBe('api_key_revoked');
@@ -471,12 +471,12 @@ describe('scopes on every route', () => {
   it('the OpenAPI document names each route\'s scope in its security requirement and description', () => {
     const doc = openApiDocument(routes, { title: 't', version: '1', serverUrl: 'http://localhost/api/v1' }) as unknown as { paths: Record<string, Record<string, { security?: unknown; description?: string }>> };
     for (const def of routes) {
-      const op = doc.paths[def.path]![def.method]!;
+      const op = doc.paths[def.path][def.method];
       if (def.access === 'public') expect(op.security, def.path).toEqual([]);
       else expect(op.security, def.path).toEqual([{ bearer: def.access === 'auth' ? [def.scope] : [] }]);
       if (def.access === 'auth') expect(op.description, def.path).toContain(`\`${def.scope}\``);
     }
-    expect(doc.paths['/api-keys']!.get!.description).toContain('API keys are refused');
+    expect(doc.paths['/api-keys'].get.description).toContain('API keys are refused');
   });
 
   it('each route family refuses a key without its scope and lets a key with it through', async () => {
@@ -500,7 +500,7 @@ describe('scopes on every route', () => {
       const scope = def.scope!;
       families.add(scope);
       // Refused by a key holding another single scope (spread over the keys: each has its own rate budget).
-      const without = SCOPES[(SCOPES.indexOf(scope) + 1 + (families.size % (SCOPES.length - 1))) % SCOPES.length]!;
+      const without = SCOPES[(SCOPES.indexOf(scope) + 1 + (families.size % (SCOPES.length - 1))) % SCOPES.length];
       const refused = await call(def.method, path, keys.get(without)!, body);
       expect([refused.status, refused.code], label).toEqual([403, 'insufficient_scope']);
       expect(refused.detail, label).toContain(scope);

@@ -185,7 +185,7 @@ describe('checkpoints', () => {
       expect(stored.private_sealed).toMatch(/^s1\./);
       expect(JSON.stringify(keys)).not.toContain(stored.private_sealed);
       expect(keys.keys.find((k) => k.kid === stored.kid)).toMatchObject({ kty: 'OKP', crv: 'Ed25519', alg: 'EdDSA', use: 'sig' });
-      expect(Object.keys(keys.keys[0]!)).not.toContain('d');
+      expect(Object.keys(keys.keys[0])).not.toContain('d');
 
       const head = await s.c.db('audit_chains').where({ chain: u.id }).first();
       const cp = await s.c.db('audit_checkpoints').where({ chain: u.id }).first();
@@ -198,7 +198,7 @@ describe('checkpoints', () => {
       expect(events.body.items).toMatchObject([{ type: 'audit.checkpoint', data: { sequence: head.sequence, hash: head.hash, kid: stored.kid, jws: cp.jws } }]);
 
       await expect.poll(() => receiver.received.length, { timeout: 15_000 }).toBeGreaterThan(0);
-      const delivery = receiver.received[0]!;
+      const delivery = receiver.received[0];
       const payload = new Webhook(hook.body.secret.replace(/^whsec_/, '')).verify(delivery.body, signedHeaders(delivery)) as { type: string; data: { jws: string } };
       expect(payload.type).toBe('audit.checkpoint');
       const fromHook = await compactVerify(payload.data.jws, createLocalJWKSet(keys as never));
@@ -414,7 +414,7 @@ describe('kms audit export and verify', () => {
       const whole = await readFile(file, 'utf8');
       // Cut it inside the fifth row's line, as an interrupted download would, then resume.
       const lines = whole.split('\n');
-      await writeFile(file, `${lines.slice(0, 5).join('\n')}\n${lines[5]!.slice(0, 20)}`);
+      await writeFile(file, `${lines.slice(0, 5).join('\n')}\n${lines[5].slice(0, 20)}`);
       expect((await kms(['audit', 'export', '-o', file, '--resume'], env)).code).toBe(0);
       const resumed = (await readFile(file, 'utf8')).split('\n').filter(Boolean).map((l) => JSON.parse(l) as ExportLine);
       expect(resumed.filter((l) => l.type === 'row')).toEqual(whole.split('\n').filter(Boolean).map((l) => JSON.parse(l) as ExportLine).filter((l) => l.type === 'row'));

@@ -147,7 +147,7 @@ describe('checkout and portal against the provider', () => {
     const mine = stripe.requests.slice(before);
     const creates = mine.filter((r) => r.path === '/v1/customers');
     expect(creates).toHaveLength(1);
-    expect(creates[0]!.form).toMatchObject({ email: u.email, 'metadata[user_id]': u.id });
+    expect(creates[0].form).toMatchObject({ email: u.email, 'metadata[user_id]': u.id });
     const account = await s.c.db('billing_accounts').where({ user_id: u.id }).first();
     expect(account.customer_id).toMatch(/^cus_/);
     const sessions = mine.filter((r) => r.path === '/v1/checkout/sessions');
@@ -165,7 +165,7 @@ describe('checkout and portal against the provider', () => {
     expect(await auditRows(s, u.id, 'billing.checkout_created')).toHaveLength(5);
     // The client's Idempotency-Key makes a retried checkout the same provider session.
     const again = await Promise.all([1, 2].map(() => s.api('POST', '/billing/checkout', { token: u.token, body: { plan: 'business' }, headers: { 'idempotency-key': 'retry-1' } })));
-    expect(again[0]!.body.session_id).toBe(again[1]!.body.session_id);
+    expect(again[0].body.session_id).toBe(again[1].body.session_id);
     expect(stripe.requests.filter((r) => r.path === '/v1/customers').filter((r) => r.form['metadata[user_id]'] === u.id)).toHaveLength(1);
   });
 
@@ -182,7 +182,7 @@ describe('checkout and portal against the provider', () => {
     expect(portal.body.url).toMatch(/^https:\/\/billing\.stripe\.test\/p\/session\/bps_/);
     const [req] = stripe.requests.slice(before);
     expect(req).toMatchObject({ method: 'POST', path: '/v1/billing_portal/sessions', form: { customer: u.customer, return_url: expect.stringContaining('/team') } });
-    expect(req!.idempotencyKey).toMatch(/^kms-portal-/);
+    expect(req.idempotencyKey).toMatch(/^kms-portal-/);
     expect(await auditRows(s, u.id, 'billing.portal_opened')).toHaveLength(1);
   });
 
@@ -234,14 +234,14 @@ describe('verified webhooks', () => {
     const st = await status(s, u.token);
     expect(st).toMatchObject({ mode: 'test', plan: 'pro', subscribed_plan: 'pro', provider_status: 'active', customer: true, limits_enforced: true });
     expect(st.limits.keys).toBe(100);
-    expect(new Date(st.subscription.current_period_end).getTime()).toBe(sub.items.data[0]!.current_period_end * 1000);
+    expect(new Date(st.subscription.current_period_end).getTime()).toBe(sub.items.data[0].current_period_end * 1000);
     const audits = await auditRows(s, u.id, 'billing.plan_changed');
     expect(audits).toHaveLength(1);
     expect(audits[0].details).toMatchObject({ from_plan: 'free', to_plan: 'pro', event_id: e.event.id, status: 'active' });
     const events = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing.plan_changed'] });
     expect(events).toHaveLength(1);
-    expect(events[0]!.data).toMatchObject({ from_plan: 'free', to_plan: 'pro', subscription_id: sub.id });
-    expect(JSON.stringify(events[0]!.data)).not.toContain(WEBHOOK_SECRET);
+    expect(events[0].data).toMatchObject({ from_plan: 'free', to_plan: 'pro', subscription_id: sub.id });
+    expect(JSON.stringify(events[0].data)).not.toContain(WEBHOOK_SECRET);
   });
 
   it('refuses a bad signature, another secret, a changed body, a stale or future timestamp and no header: 400, nothing stored', async () => {
@@ -352,7 +352,7 @@ describe('verified webhooks', () => {
     expect(await auditRows(s, u.id, 'billing.payment_failed')).toHaveLength(1);
     const pf = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing.payment_failed'] });
     expect(pf).toHaveLength(1);
-    expect(pf[0]!.data).toMatchObject({ invoice_id: 'in_failed1', subscription_id: id });
+    expect(pf[0].data).toMatchObject({ invoice_id: 'in_failed1', subscription_id: id });
     expect((await s.api('POST', '/keys', { token: u.token, body: { label: 'in-grace' } })).status).toBe(201);
 
     const clock = s.c.clock as ManualClockFollowingTime;

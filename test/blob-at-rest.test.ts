@@ -30,7 +30,7 @@ async function everyBlobFile(): Promise<Buffer> {
     );
     return parts.flat();
   }
-  return Buffer.concat(await walk(s.env.BLOB_STORE_URL!));
+  return Buffer.concat(await walk(s.env.BLOB_STORE_URL));
 }
 
 describe('job blobs at rest', () => {
@@ -48,7 +48,7 @@ describe('job blobs at rest', () => {
     try {
       expect((await waitJob(s.api, u.token, res.body.job_id)).state).toBe('completed');
       // Then its uploads go, markers and segments (just after the job is announced); its output stays.
-      const jobDir = join(s.env.BLOB_STORE_URL!, 'jobs', res.body.job_id);
+      const jobDir = join(s.env.BLOB_STORE_URL, 'jobs', res.body.job_id);
       await vi.waitUntil(async () => !(await readdir(jobDir)).includes('in'), { timeout: 5000 });
       expect(await readdir(join(jobDir, 'out'))).toContain('0');
       const ciphertext = await download(s.api, u.token, res.body.job_id);
@@ -58,7 +58,7 @@ describe('job blobs at rest', () => {
       expect((await everyBlobFile()).includes('PLAINTEXT-MARKER-')).toBe(false);
       // Its blobs open only with the job's data key, kept in its row sealed under the master key, not beside them.
       expect((await s.c.db('jobs').where({ id: dec.body.job_id }).first('data_key')).data_key).toMatch(/^s1\./);
-      expect(await readdir(join(s.env.BLOB_STORE_URL!, 'jobs', dec.body.job_id))).not.toContain('key');
+      expect(await readdir(join(s.env.BLOB_STORE_URL, 'jobs', dec.body.job_id))).not.toContain('key');
     } finally {
       await pool.close();
     }
@@ -67,7 +67,7 @@ describe('job blobs at rest', () => {
 
 describe('the sweep-blobs job', () => {
   it('runs on the maintenance queue and removes leftovers older than BLOB_TMP_MAX_AGE_HOURS, keeping fresh ones', async () => {
-    const root = s.env.BLOB_STORE_URL!;
+    const root = s.env.BLOB_STORE_URL;
     const old = new Date(Date.now() - (s.c.config.blobTmpMaxAgeHours + 1) * 3600_000);
     for (const d of ['.tmp', '.uploads']) {
       await writeFile(join(root, d, 'crashed'), 'PLAINTEXT-MARKER left by a crash');

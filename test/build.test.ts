@@ -32,8 +32,8 @@ afterAll(async () => {
 function startBuilt(role: 'web' | 'worker', env: Record<string, string>) {
   const child = spawn(process.execPath, [join(out, 'main.js'), role], { cwd: ROOT, env: { ...process.env, ...s.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
-  child.stdout!.on('data', (c: Buffer) => (output += c.toString()));
-  child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
+  child.stdout.on('data', (c: Buffer) => (output += c.toString()));
+  child.stderr.on('data', (c: Buffer) => (output += c.toString()));
   const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
   return Object.assign(child, { exited, output: () => output });
 }
@@ -42,7 +42,7 @@ describe('the built service', () => {
   it('starts each role with the same environment and node flags from package.json as from the Procfile (and the bench)', async () => {
     const { scripts } = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
     const command = (script: string, role: string) => {
-      const { env, flags } = nodeCommand(scripts[script]!.split('&&').at(-1)!, role);
+      const { env, flags } = nodeCommand(scripts[script].split('&&').at(-1)!, role);
       // NODE_ENV's development default is `npm start`'s own (README, Quick start), not the process's tuning.
       delete env.NODE_ENV;
       return { env, flags };
@@ -80,7 +80,7 @@ describe('the built service', () => {
     };
     expect(await verdict(body)).toEqual({ ok: true });
     const tampered = Buffer.from(body);
-    tampered[500]! ^= 1;
+    tampered[500] ^= 1;
     expect(await verdict(tampered)).toMatchObject({ ok: false, kind: 'tampered' });
   });
 

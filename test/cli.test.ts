@@ -37,8 +37,8 @@ function kms(args: string[], opts: { env?: Record<string, string>; stdin?: strin
     const child = spawn(opts.bin ?? process.execPath, opts.bin ? args : [BIN, ...args], { env, cwd: opts.cwd ?? dir, stdio: ['pipe', 'pipe', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
-    child.stdout!.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr!.on('data', (c: Buffer) => (stderr += c.toString()));
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
     child.on('error', reject);
     // A hung command fails its test with what it printed, instead of the test timing out blind.
     const timer = setTimeout(() => child.kill('SIGKILL'), 25_000);
@@ -46,7 +46,7 @@ function kms(args: string[], opts: { env?: Record<string, string>; stdin?: strin
       clearTimeout(timer);
       resolve({ args, code: code ?? -1, stdout, stderr });
     });
-    child.stdin!.end(opts.stdin ?? '');
+    child.stdin.end(opts.stdin ?? '');
     const fd3 = child.stdio[3] as NodeJS.WritableStream;
     fd3.on('error', () => undefined);
     fd3.end(opts.fd3 ?? '');
@@ -124,14 +124,14 @@ describe('kms command line', { timeout: 90_000 }, () => {
 
     const plain = [randomBytes(1 << 20), Buffer.from('two\n'), randomBytes(70_000)];
     const names = ['one.bin', 'two.txt', 'three.dat'];
-    for (const [i, name] of names.entries()) await writeFile(join(dir, name), plain[i]!);
+    for (const [i, name] of names.entries()) await writeFile(join(dir, name), plain[i]);
     const enc = json(await kms(['encrypt', ...names, '--key', fingerprint, '--out', 'encrypted', '--json']));
     expect(enc.job.state).toBe('completed');
     expect((await readdir(join(dir, 'encrypted'))).sort()).toEqual(names.map((n) => `${n}.gpg`).sort());
 
     const dec = ok(await kms(['decrypt', ...names.map((n) => `encrypted/${n}.gpg`), '--key', fingerprint, '--passphrase-fd', '3', '--out', 'decrypted'], { fd3: `${passphrase}\n` }));
     expect(dec.stdout).toContain('decrypted 3 file(s)');
-    for (const [i, name] of names.entries()) expect(Buffer.compare(await readFile(join(dir, 'decrypted', name)), plain[i]!)).toBe(0);
+    for (const [i, name] of names.entries()) expect(Buffer.compare(await readFile(join(dir, 'decrypted', name)), plain[i])).toBe(0);
 
     // Not over existing files unless --force.
     const again = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'decrypted'], { env: { KMS_PASSPHRASE: passphrase } });
@@ -255,7 +255,7 @@ describe('kms command line', { timeout: 90_000 }, () => {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let seen = '';
-    events.stdout!.on('data', (c: Buffer) => (seen += c.toString()));
+    events.stdout.on('data', (c: Buffer) => (seen += c.toString()));
     try {
       await sleep(1500); // connected (node and tsx start first)
       const submitted = json(await kms(['encrypt', 'two.txt', '--key', fingerprint, '--no-download', '--json']));
@@ -486,8 +486,8 @@ describe('kms command line', { timeout: 90_000 }, () => {
     const deadline = Date.now() + 15_000;
     while (!token && Date.now() < deadline) {
       await sleep(100);
-      for (const f of await readdir(s.env.MAIL_DIR!).catch(() => [] as string[])) {
-        const mail = await readFile(join(s.env.MAIL_DIR!, f), 'utf8');
+      for (const f of await readdir(s.env.MAIL_DIR).catch(() => [] as string[])) {
+        const mail = await readFile(join(s.env.MAIL_DIR, f), 'utf8');
         if (mail.includes(ann.email)) token ??= /Reset token: (\S+)/.exec(mail)?.[1];
       }
     }
@@ -509,10 +509,10 @@ describe('kms command line', { timeout: 90_000 }, () => {
         return r.stdout;
       };
       const [packed] = JSON.parse(npm(['pack', '--json', '--pack-destination', place], fileURLToPath(new URL('../cli/', import.meta.url)))) as { name: string; filename: string; files: { path: string }[] }[];
-      expect(packed!.name).toBe('@kms/cli');
-      expect(packed!.files.map((f) => f.path).sort()).toEqual(['dist/kms.js', 'package.json']);
+      expect(packed.name).toBe('@kms/cli');
+      expect(packed.files.map((f) => f.path).sort()).toEqual(['dist/kms.js', 'package.json']);
       // Its dependencies come from the npm cache where it has them.
-      npm(['install', '-g', '--prefix', join(place, 'global'), '--prefer-offline', join(place, packed!.filename)], place);
+      npm(['install', '-g', '--prefix', join(place, 'global'), '--prefer-offline', join(place, packed.filename)], place);
       const installed = { bin: join(place, 'global', 'bin', 'kms'), cwd: place, env: { HOME: place, XDG_CONFIG_HOME: join(place, 'config') } };
       expect(ok(await kms(['--version'], installed)).stdout.trim()).toBe('0.1.0');
       json(await kms(['login', '-u', user.username, '--password-stdin', '--json'], { ...installed, stdin: user.password }));

@@ -60,8 +60,8 @@ describe('client types', () => {
 describe('file helpers', () => {
   it('encrypts paths and a stream, following the outputs as they are produced, and decrypts back to the same bytes', async () => {
     const plain = [randomBytes(3 << 20), Buffer.from('small file\n'), Buffer.alloc(0)];
-    await writeFile(join(dir, 'a.bin'), plain[0]!);
-    await writeFile(join(dir, 'b.txt'), plain[1]!);
+    await writeFile(join(dir, 'a.bin'), plain[0]);
+    await writeFile(join(dir, 'b.txt'), plain[1]);
     const phases = new Set<Progress['phase']>();
     let uploaded = 0;
     const gets = recordRequests(kms);
@@ -79,23 +79,23 @@ describe('file helpers', () => {
     expect(enc.outputs.map((o) => o.size)).toEqual(enc.job.result!.files!.map((f) => f.size));
     // Each output was downloaded once, while the job ran (the 103 Early Hints named it during the upload).
     expect(gets).toEqual([0, 1, 2].map((n) => `/jobs/${enc.job.job_id}/files/${n}?follow=true`));
-    expect(uploaded).toBe(plain[0]!.length + plain[1]!.length);
+    expect(uploaded).toBe(plain[0].length + plain[1].length);
     expect(phases.has('upload') && phases.has('download')).toBe(true);
     expect(await readdir(join(dir, 'enc'))).toEqual(['a.bin.gpg', 'b.txt.gpg', 'empty.gpg']); // no .part left
 
     const decPhases = new Set<Progress['phase']>();
     const dec = await decryptFiles(kms, { fingerprint, passphrase, files: enc.outputs.map((o) => o.path), outDir: join(dir, 'dec'), waitSeconds: 0, onProgress: (p) => decPhases.add(p.phase) });
     expect(dec.outputs.map((o) => o.name)).toEqual(['a.bin', 'b.txt', 'empty']);
-    for (const [i, o] of dec.outputs.entries()) expect(Buffer.compare(await readFile(o.path), plain[i]!)).toBe(0);
+    for (const [i, o] of dec.outputs.entries()) expect(Buffer.compare(await readFile(o.path), plain[i])).toBe(0);
     // Without Prefer: wait the job is seen queued or processing; decrypted output is downloaded after it.
     expect(decPhases.has('queued') || decPhases.has('processing')).toBe(true);
 
     // Outputs are never overwritten unless asked: not by a followed download either.
-    await expect(decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1]!.path], outDir: join(dir, 'dec') })).rejects.toMatchObject({ code: 'output_exists' });
+    await expect(decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1].path], outDir: join(dir, 'dec') })).rejects.toMatchObject({ code: 'output_exists' });
     await expect(encryptFiles(kms, { fingerprint, files: [join(dir, 'b.txt')], outDir: join(dir, 'enc') })).rejects.toMatchObject({ code: 'output_exists' });
-    expect(await readFile(enc.outputs[1]!.path)).toHaveLength(enc.outputs[1]!.size);
-    const again = await decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1]!.path], outDir: join(dir, 'dec'), overwrite: true });
-    expect(await readFile(again.outputs[0]!.path, 'utf8')).toBe('small file\n');
+    expect(await readFile(enc.outputs[1].path)).toHaveLength(enc.outputs[1].size);
+    const again = await decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1].path], outDir: join(dir, 'dec'), overwrite: true });
+    expect(await readFile(again.outputs[0].path, 'utf8')).toBe('small file\n');
 
     // Two outputs of one name never replace one another, even with overwrite: two inputs of one name are
     // refused before the upload, two outputs of one name (decrypted files that name the same plaintext) before
@@ -104,12 +104,12 @@ describe('file helpers', () => {
     await expect(encryptFiles(kms, { fingerprint, files: [join(dir, 'b.txt'), { name: 'b.txt', path: join(dir, 'a.bin') }], outDir: join(dir, 'twice'), overwrite: true })).rejects.toMatchObject({ code: 'output_exists' });
     expect(posts).toEqual([]);
     const copy = join(dir, 'copy.gpg');
-    await writeFile(copy, await readFile(enc.outputs[1]!.path));
-    const sameName = decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1]!.path, copy], outDir: join(dir, 'twice'), overwrite: true });
+    await writeFile(copy, await readFile(enc.outputs[1].path));
+    const sameName = decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1].path, copy], outDir: join(dir, 'twice'), overwrite: true });
     await expect(sameName).rejects.toMatchObject({ code: 'output_exists', message: expect.stringContaining('Outputs 0 and 1') });
     expect(await readdir(join(dir, 'twice')).catch(() => [])).toEqual([]);
     // A decryption's outputs take the names inside the messages: two inputs of one name are fine when those differ.
-    const sameInputName = await decryptFiles(kms, { fingerprint, passphrase, files: [0, 1].map((i) => ({ name: 'same.gpg', path: enc.outputs[i]!.path })), outDir: join(dir, 'twice') });
+    const sameInputName = await decryptFiles(kms, { fingerprint, passphrase, files: [0, 1].map((i) => ({ name: 'same.gpg', path: enc.outputs[i].path })), outDir: join(dir, 'twice') });
     expect(sameInputName.outputs.map((o) => o.name)).toEqual(['a.bin', 'b.txt']);
 
     // follow: false downloads after the job, as decryptions do.
@@ -141,10 +141,10 @@ describe('file helpers', () => {
   it('sends a one-time stream (size unknown: chunked) and names outputs from non-ASCII names', async () => {
     const data = randomBytes(200_000);
     const enc = await encryptFiles(kms, { fingerprint, armor: true, files: [{ name: 'naïve résumé.txt', stream: Readable.from([data.subarray(0, 1000), data.subarray(1000)]) }], outDir: join(dir, 'armored') });
-    expect(enc.outputs[0]!.name).toBe('naïve résumé.txt.asc');
-    expect((await readFile(enc.outputs[0]!.path, 'utf8')).startsWith('-----BEGIN PGP MESSAGE-----')).toBe(true);
-    const dec = await decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[0]!.path], outDir: join(dir, 'armored-dec') });
-    expect(Buffer.compare(await readFile(dec.outputs[0]!.path), data)).toBe(0);
+    expect(enc.outputs[0].name).toBe('naïve résumé.txt.asc');
+    expect((await readFile(enc.outputs[0].path, 'utf8')).startsWith('-----BEGIN PGP MESSAGE-----')).toBe(true);
+    const dec = await decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[0].path], outDir: join(dir, 'armored-dec') });
+    expect(Buffer.compare(await readFile(dec.outputs[0].path), data)).toBe(0);
   });
 
   it('answers refusals as typed problems with their code, and a failed job as JobFailedError', async () => {
@@ -178,9 +178,9 @@ describe('file helpers', () => {
     await writeFile(join(dir, 'rw.txt'), plain);
     const old = await encryptFiles(kms, { fingerprint, files: [join(dir, 'rw.txt')], outDir: join(dir, 'rw-old') });
     await rotate(kms, { fingerprint });
-    const wrapped = await rewrap(kms, { fingerprint, passphrase, files: [old.outputs[0]!.path], outDir: join(dir, 'rw-new') });
-    const dec = await decryptFiles(kms, { fingerprint, passphrase, files: [wrapped.outputs[0]!.path], outDir: join(dir, 'rw-dec') });
-    expect(Buffer.compare(await readFile(dec.outputs[0]!.path), plain)).toBe(0);
+    const wrapped = await rewrap(kms, { fingerprint, passphrase, files: [old.outputs[0].path], outDir: join(dir, 'rw-new') });
+    const dec = await decryptFiles(kms, { fingerprint, passphrase, files: [wrapped.outputs[0].path], outDir: join(dir, 'rw-dec') });
+    expect(Buffer.compare(await readFile(dec.outputs[0].path), plain)).toBe(0);
   });
 });
 
@@ -203,7 +203,7 @@ describe('retry policy (against a scripted server)', () => {
       const entry: Seen = { method: req.method!, url: req.url!, key: req.headers['idempotency-key'] as string | undefined, bytes: 0 };
       seen.push(entry);
       req.on('data', (c: Buffer) => (entry.bytes += c.length));
-      (script[n] ?? script[script.length - 1]!)(req, res, n);
+      (script[n] ?? script[script.length - 1])(req, res, n);
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     url = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
@@ -226,8 +226,8 @@ describe('retry policy (against a scripted server)', () => {
     expect(result.job.job_id).toBe(job.job_id);
     expect(seen.map((x) => x.method)).toEqual(['POST', 'POST', 'POST']);
     expect(new Set(seen.map((x) => x.key)).size).toBe(1);
-    expect(seen[0]!.key).toMatch(/^kms-/);
-    expect(seen[2]!.bytes).toBeGreaterThan(2 << 20);
+    expect(seen[0].key).toMatch(/^kms-/);
+    expect(seen[2].bytes).toBeGreaterThan(2 << 20);
   });
 
   it('waits for Retry-After on 429, but gives a long one back as a problem at once', async () => {
@@ -299,7 +299,7 @@ describe('retry policy (against a scripted server)', () => {
     await writeFile(join(dir, 'in.txt'), 'x');
     const out = join(dir, 'fallback');
     const result = await encryptFiles(client, { fingerprint: 'F'.repeat(40), files: [join(dir, 'in.txt')], outDir: out });
-    expect(await readFile(result.outputs[0]!.path, 'utf8')).toBe('abc');
+    expect(await readFile(result.outputs[0].path, 'utf8')).toBe('abc');
     expect(seen.filter((x) => x.url.includes('/files/')).map((x) => x.url)).toEqual([`/api/v1/jobs/${job.job_id}/files/0?follow=true`, `/api/v1/jobs/${job.job_id}/files/0`]);
     expect(await readdir(out)).toEqual(['in.txt.gpg']);
   });

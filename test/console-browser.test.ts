@@ -120,7 +120,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     expect(cookie).toMatch(/^kms_session=/);
     expect(cookie).toMatch(/httponly/i);
     expect(cookie).toMatch(/samesite=strict/i);
-    const jar = cookie.split(';')[0]!;
+    const jar = cookie.split(';')[0];
     const body = JSON.stringify({ rotation_interval_days: 30 });
     const json = { cookie: jar, 'content-type': 'application/json' };
     // A read needs no header; a change without it is refused, and so is one from another origin.
@@ -258,7 +258,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
       const d = page.waitForEvent('download');
       await link.click();
       const file = await d;
-      const original = inputs.find((i) => file.suggestedFilename().startsWith(i.name.split('.')[0]!))!;
+      const original = inputs.find((i) => file.suggestedFilename().startsWith(i.name.split('.')[0]))!;
       expect(Buffer.compare(await readFile(await file.path()), original.buffer), file.suggestedFilename()).toBe(0);
     }
     await expect.poll(() => watcher.locator('ul.live li[data-type="job.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(1);
@@ -287,7 +287,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
       const gpgKey = async (uid: string) => {
         await home.gpg(['--quick-generate-key', uid, 'future-default', 'default', 'never'], { passphrase: GPG_PASS });
         // The service writes fingerprints in lower case.
-        return /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', uid])).stdout.toString())![1]!.toLowerCase();
+        return /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', uid])).stdout.toString())![1].toLowerCase();
       };
       const partner = await gpgKey('Partner Signer <signer@example.test>');
       const recipient = await gpgKey('Partner Recipient <recipient@example.test>');
@@ -410,7 +410,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await page.getByRole('button', { name: 'Send the reset email' }).click();
     await says(page, /reset email is on its way/);
     const mail = await smtp.waitFor('forgetful@example.test');
-    const link = /Or open: (\S+)/.exec(mail.text ?? '')![1]!;
+    const link = /Or open: (\S+)/.exec(mail.text ?? '')![1];
     expect(link.startsWith(`${origin}/reset-password#token=`)).toBe(true);
     await page.goto(link);
     await says(page, /Set a new password/);
@@ -435,7 +435,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await page.getByRole('button', { name: 'Save' }).first().click();
     await says(page, /confirmation link to remembered@example.test/);
     const confirm = await smtp.waitFor('remembered@example.test');
-    const confirmLink = /Or open: (\S+)/.exec(confirm.text ?? '')![1]!;
+    const confirmLink = /Or open: (\S+)/.exec(confirm.text ?? '')![1];
     expect(confirmLink.startsWith(`${origin}/confirm-email#token=`)).toBe(true);
     await page.goto(confirmLink);
     await says(page, /Your email address is now remembered@example.test\./);
@@ -526,7 +526,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await page.getByRole('button', { name: 'Sign out' }).click();
 
     const mail = await smtp.waitFor('newcomer@example.test');
-    const link = /Or open: (\S+)/.exec(mail.text ?? '')![1]!;
+    const link = /Or open: (\S+)/.exec(mail.text ?? '')![1];
     expect(link.startsWith(`${origin}/accept-invitation#token=`)).toBe(true);
     await page.goto(link);
     await page.getByRole('button', { name: 'Sign in to accept' }).click();

@@ -30,7 +30,7 @@ describe('a decrypt job of a changed message', () => {
     const data = packetBody(honest, 18) + 1; // the encrypted data, after the version octet
     const flip = (at: number, mask = 0x01) => {
       const bad = Buffer.from(honest);
-      bad[at]! ^= mask;
+      bad[at] ^= mask;
       return bad;
     };
     const tampered = {
@@ -49,7 +49,7 @@ describe('a decrypt job of a changed message', () => {
       answers.set(answer, [...(answers.get(answer) ?? []), what]);
     }
     expect([...answers], JSON.stringify([...answers])).toHaveLength(1);
-    expect(JSON.parse([...answers.keys()][0]!).code).toBe('integrity_check_failed');
+    expect(JSON.parse([...answers.keys()][0]).code).toBe('integrity_check_failed');
   });
 
   it('offers none of its plaintext while it runs (plain or ?follow=true), nor in its progress, events or logs', { timeout: 90_000 }, async () => {
@@ -90,7 +90,7 @@ describe('a decrypt job of a changed message', () => {
       expect(Buffer.compare(await download(s.api, u.token, row.id), data)).toBe(0);
       // A changed message: the job fails, and what it publishes holds nothing decrypted.
       const bad = Buffer.from(ciphertext);
-      bad[bad.length - 1]! ^= 1;
+      bad[bad.length - 1] ^= 1;
       const changed = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'c.gpg', data: bad }] });
       expect(changed.error.code).toBe('integrity_check_failed');
       const rows = await s.c.db('jobs').where({ user_id: u.id, kind: 'decrypt' });

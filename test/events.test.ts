@@ -98,7 +98,7 @@ describe('GET /events', () => {
     expect((await rotate(u.token, key.fingerprint)).status).toBe(200);
     expect((await s.api('POST', '/keys/disable-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(200);
 
-    const resumed = subscribe(otherUrl, u.token, { lastEventId: rotated!.id, query: KEYS_AND_JOBS });
+    const resumed = subscribe(otherUrl, u.token, { lastEventId: rotated.id, query: KEYS_AND_JOBS });
     const missed = await resumed.until(4);
     expect(missed.map((e) => e.type)).toEqual(['job.completed', 'key.rotated', 'job.completed', 'key.disabled']);
     // Then live on that process too.
@@ -153,7 +153,7 @@ describe('job outcomes', () => {
       const [sse] = await live.until(1);
       expect(sse).toMatchObject({ type: 'job.completed', data: { job_id: job.job_id } });
       await expect.poll(() => receiver.received.length, { timeout: 10_000 }).toBe(1);
-      const hooked = new Webhook(hook.secret).verify(receiver.received[0]!.body, signedHeaders(receiver.received[0]!));
+      const hooked = new Webhook(hook.secret).verify(receiver.received[0].body, signedHeaders(receiver.received[0]));
       expect(hooked).toEqual(sse);
       await live.close();
     } finally {

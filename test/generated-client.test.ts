@@ -74,7 +74,7 @@ describe('client generated from the OpenAPI document', () => {
 
     const plain = [randomBytes(50_000), Buffer.from('second file\n')];
     const enc = await api.POST('/keys/encrypt', {
-      body: { fingerprint: key.fingerprint, files: [new File([plain[0]!], 'report.bin'), new File([plain[1]!], 'notes.txt')] },
+      body: { fingerprint: key.fingerprint, files: [new File([plain[0]], 'report.bin'), new File([plain[1]], 'notes.txt')] },
       bodySerializer: formData,
     });
     expect([200, 202], JSON.stringify(enc.error)).toContain(enc.response.status);
@@ -88,20 +88,20 @@ describe('client generated from the OpenAPI document', () => {
     const pub = await api.POST('/keys/get-public-key', { body: { fingerprint: key.fingerprint } });
     expect(pub.data?.public_key).toContain('BEGIN PGP PUBLIC KEY BLOCK');
     const toPublic = await api.POST('/keys/encrypt', {
-      body: { public_key: new File([pub.data!.public_key], 'key.asc', { type: 'application/pgp-keys' }), armor: 'true', files: [new File([plain[1]!], 'armored.txt')] },
+      body: { public_key: new File([pub.data!.public_key], 'key.asc', { type: 'application/pgp-keys' }), armor: 'true', files: [new File([plain[1]], 'armored.txt')] },
       bodySerializer: formData,
     });
     expect([200, 202], JSON.stringify(toPublic.error)).toContain(toPublic.response.status);
     const armoredJob = await finished(toPublic.data!.job_id);
     expect(armoredJob.state, JSON.stringify(armoredJob.error)).toBe('completed');
-    const armored = await download(armoredJob.job_id, armoredJob.result!.files![0]!.n);
+    const armored = await download(armoredJob.job_id, armoredJob.result!.files![0].n);
     expect(armored.toString()).toMatch(/^-----BEGIN PGP MESSAGE-----/);
 
     const dec = await api.POST('/keys/decrypt', {
       body: {
         fingerprint: key.fingerprint,
         passphrase,
-        files: [...ciphertexts.map((c, i) => new File([c], encFiles[i]!.name)), new File([armored], 'armored.txt.asc')],
+        files: [...ciphertexts.map((c, i) => new File([c], encFiles[i].name)), new File([armored], 'armored.txt.asc')],
       },
       bodySerializer: formData,
     });
@@ -110,12 +110,12 @@ describe('client generated from the OpenAPI document', () => {
     expect(decJob.state, JSON.stringify(decJob.error)).toBe('completed');
     const decFiles = decJob.result?.files ?? [];
     expect(decFiles.map((f) => f.name)).toEqual(['report.bin', 'notes.txt', 'armored.txt']);
-    expect(Buffer.compare(await download(decJob.job_id, decFiles[0]!.n), plain[0]!)).toBe(0);
-    expect(Buffer.compare(await download(decJob.job_id, decFiles[1]!.n), plain[1]!)).toBe(0);
-    expect(Buffer.compare(await download(decJob.job_id, decFiles[2]!.n), plain[1]!)).toBe(0);
+    expect(Buffer.compare(await download(decJob.job_id, decFiles[0].n), plain[0])).toBe(0);
+    expect(Buffer.compare(await download(decJob.job_id, decFiles[1].n), plain[1])).toBe(0);
+    expect(Buffer.compare(await download(decJob.job_id, decFiles[2].n), plain[1])).toBe(0);
 
     // Errors arrive typed as problem details.
-    const wrong = await api.POST('/keys/decrypt', { body: { fingerprint: key.fingerprint, passphrase: 'not the passphrase', files: [new File([ciphertexts[0]!], 'x.gpg')] }, bodySerializer: formData });
+    const wrong = await api.POST('/keys/decrypt', { body: { fingerprint: key.fingerprint, passphrase: 'not the passphrase', files: [new File([ciphertexts[0]], 'x.gpg')] }, bodySerializer: formData });
     expect(wrong.response.status).toBe(422);
     expect(wrong.error?.code).toBe('wrong_passphrase');
   });

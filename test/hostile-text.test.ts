@@ -108,7 +108,7 @@ async function pool<T>(tasks: (() => Promise<T>)[], limit: number): Promise<T[]>
     Array.from({ length: Math.min(limit, tasks.length) }, async () => {
       while (next < tasks.length) {
         const i = next++;
-        out[i] = await tasks[i]!();
+        out[i] = await tasks[i]();
       }
     }),
   );
@@ -368,7 +368,7 @@ describe('hostile text in every request part', () => {
     for (const field of ['label', 'name']) {
       const json = { label: 'rsa', name: 'Ann', email: 'ann@example.test', passphrase: PASSPHRASE, algorithm: 'rsa3072', [field]: 'a\ud800b' };
       const a = await send({ method: 'POST', path: '/keys/generate-key', token: owner.token, json });
-      const problem = judge({ where: 'body', field, value: json[field]!, schema: {} }, a);
+      const problem = judge({ where: 'body', field, value: json[field], schema: {} }, a);
       if (problem) problems.push(`POST /keys/generate-key [application/json, rsa3072] body.${field}="a\\ud800b": ${problem}`);
     }
     expect(problems).toEqual([]);
@@ -479,18 +479,18 @@ describe('hostile text in every request part', () => {
       if (a.status >= 400) expect(a.type, what).toMatch(/^application\/problem\+json/);
     }
     // Malformed percent-encoding: the path parameter is refused; in the query it is taken literally (a valid label).
-    expect((await send(reqs[0]!)).status).toBe(422);
-    expect((await send(reqs[1]!)).status).toBe(200);
+    expect((await send(reqs[0])).status).toBe(422);
+    expect((await send(reqs[1])).status).toBe(200);
     // Repeated parameter: not a string, refused.
-    expect((await send(reqs[2]!)).status).toBe(422);
+    expect((await send(reqs[2])).status).toBe(422);
     // A parameter or body field the route does not name is refused, its name in the error.
-    expect((await send(reqs[3]!)).body).toMatchObject({ code: 'validation_failed', errors: [{ path: 'query.a\u0000b' }] });
-    expect((await send(reqs[4]!)).status).toBe(422);
+    expect((await send(reqs[3])).body).toMatchObject({ code: 'validation_failed', errors: [{ path: 'query.a\u0000b' }] });
+    expect((await send(reqs[4])).status).toBe(422);
     // Invalid UTF-8 in JSON is decoded with replacement characters: the NUL after it is still refused.
-    expect((await send(reqs[5]!)).body).toMatchObject({ code: 'validation_failed', errors: [{ path: 'body.label' }] });
+    expect((await send(reqs[5])).body).toMatchObject({ code: 'validation_failed', errors: [{ path: 'body.label' }] });
     // A raw NUL byte inside a JSON string is not JSON.
-    expect((await send(reqs[6]!)).body).toMatchObject({ status: 422, code: 'malformed_body' });
-    expect((await send(reqs[7]!)).body).toMatchObject({ code: 'validation_failed', errors: [{ path: 'body.identifier' }] });
+    expect((await send(reqs[6])).body).toMatchObject({ status: 422, code: 'malformed_body' });
+    expect((await send(reqs[7])).body).toMatchObject({ code: 'validation_failed', errors: [{ path: 'body.identifier' }] });
   });
 
   it('answers what is not parsable HTTP with problem+json too: an oversized request line, garbage bytes', async () => {

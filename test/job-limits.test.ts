@@ -23,7 +23,7 @@ afterAll(async () => {
 });
 
 async function blobsOf(jobId: string): Promise<string[]> {
-  return readdir(join(s.env.BLOB_STORE_URL!, 'jobs', jobId), { recursive: true }).catch(() => []);
+  return readdir(join(s.env.BLOB_STORE_URL, 'jobs', jobId), { recursive: true }).catch(() => []);
 }
 
 describe('hostile input', () => {
@@ -99,7 +99,7 @@ describe('Idempotency-Key', () => {
     expect(otherField.status).toBe(422);
     expect(otherField.body.code).toBe('idempotency_key_reused');
     const sameSizeOtherBytes = Buffer.from(data);
-    sameSizeOtherBytes[0]! ^= 1;
+    sameSizeOtherBytes[0] ^= 1;
     const otherFile = await send({ fingerprint: key.fingerprint }, sameSizeOtherBytes, 'k-1');
     expect(otherFile.status).toBe(422);
     const otherKind = await s.api('POST', '/keys/decrypt', { token: u.token, headers: { 'idempotency-key': 'k-1' }, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'x.bin', data }] } });

@@ -33,7 +33,7 @@ const importKey = (key: string | Buffer, fields: Record<string, string> = {}, to
 async function gpgKey(uid: string, algo: string, opts: { armor?: boolean; extra?: string[] } = {}): Promise<{ fingerprint: string; secret: Buffer; public: string }> {
   await home.gpg([...(opts.extra ?? []), '--quick-generate-key', uid, algo, 'default', 'never'], { passphrase: GPG_PASS });
   const listing = (await home.gpg(['--with-colons', '--list-keys', uid])).stdout.toString();
-  const fingerprint = /^fpr:+([0-9A-F]{40}):/m.exec(listing)![1]!.toLowerCase();
+  const fingerprint = /^fpr:+([0-9A-F]{40}):/m.exec(listing)![1].toLowerCase();
   // An algorithm named alone makes a primary key only: RSA keys get their encryption subkey as gpg users add one.
   if (algo.startsWith('rsa')) await home.gpg([...(opts.extra ?? []), '--quick-add-key', fingerprint, algo, 'encr', 'never'], { passphrase: GPG_PASS });
   const secret = (await home.gpg(['--export-secret-keys', ...(opts.armor === false ? [] : ['--armor']), fingerprint], { passphrase: GPG_PASS })).stdout;
@@ -130,7 +130,7 @@ describe('public keys become recipient keys', () => {
     expect([rotate.status, rotate.body.code]).toEqual([409, 'recipient_key']);
     // No passphrase was checked: nothing counted as a wrong guess.
     const after = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.decrypt' }).count<{ count: string }[]>('* as count');
-    expect(after[0]!.count).toBe(before[0]!.count);
+    expect(after[0].count).toBe(before[0].count);
     const list = await s.api('GET', '/keys/list?label=partner', { token: u.token });
     expect(list.body.items[0]).toMatchObject({ kind: 'recipient', imported: true });
   }, 60_000);
@@ -173,8 +173,8 @@ describe('keys we would not generate are refused (422)', () => {
     const a = (await openpgp.generateKey({ userIDs: [{ email: 'a@example.test' }], format: 'object' })).privateKey;
     const b = (await openpgp.generateKey({ userIDs: [{ email: 'b@example.test' }], format: 'object' })).privateKey;
     // A's public subkey (and its binding), with B's secret for it.
-    const packet = a.subkeys[0]!.keyPacket as unknown as { privateParams: unknown };
-    packet.privateParams = (b.subkeys[0]!.keyPacket as unknown as { privateParams: unknown }).privateParams;
+    const packet = a.subkeys[0].keyPacket as unknown as { privateParams: unknown };
+    packet.privateParams = (b.subkeys[0].keyPacket as unknown as { privateParams: unknown }).privateParams;
     const res = await importKey(a.armor());
     expect([res.status, res.body.code]).toEqual([422, 'key_mismatch']);
   });
@@ -182,7 +182,7 @@ describe('keys we would not generate are refused (422)', () => {
   it('hostile keys fail fast: 10,000 subkeys, a 1 MiB user id, garbage', async () => {
     const { publicKey } = await openpgp.generateKey({ userIDs: [{ email: 'base@example.test' }], format: 'object' });
     const packets = publicKey.toPacketList().write();
-    const subkey = Buffer.from(packets.subarray(packets.length - (publicKey.subkeys[0]!.keyPacket.write().length + 2 + publicKey.subkeys[0]!.bindingSignatures[0]!.write().length + 2)));
+    const subkey = Buffer.from(packets.subarray(packets.length - (publicKey.subkeys[0].keyPacket.write().length + 2 + publicKey.subkeys[0].bindingSignatures[0].write().length + 2)));
     const many = Buffer.concat([packets, ...Array.from({ length: 10_000 }, () => subkey)]).subarray(0, (1 << 20) - 1);
     const t0 = Date.now();
     const res = await s.api('POST', '/keys/import', { token: u.token, form: { label: 'many', key: { name: 'many.gpg', data: many } } });

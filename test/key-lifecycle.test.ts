@@ -139,7 +139,7 @@ describe('retire and destroy one generation', () => {
     expect(row.public_armored).toContain('PUBLIC KEY');
     const events = (await readEvents(s.c.redis, s.config.redisPrefix, u.id)).filter((e) => e.type.startsWith('key.destruction') || e.type === 'key.generation_destroyed');
     expect(events.map((e) => e.type)).toEqual(['key.destruction_scheduled', 'key.destruction_cancelled', 'key.destruction_scheduled', 'key.generation_destroyed']);
-    expect(events[3]!.data).toMatchObject({ fingerprint: fpr1, generation: 1 });
+    expect(events[3].data).toMatchObject({ fingerprint: fpr1, generation: 1 });
     expect((await s.c.db('audit_logs').where({ action: 'keys.generation_destroy', target: fpr1 })).length).toBe(1);
 
     await settings(fpr2, { min_decryption_generation: 2 });

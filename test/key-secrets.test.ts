@@ -34,7 +34,7 @@ describe('passphrase guessing', () => {
       answers.push(await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.apiKey, body: { current_passphrase: `wrong guess ${i}`, new_passphrase: 'a passphrase I chose' } }));
     }
     expect(statuses(answers)).toEqual({ 422: 10, 429: 2 });
-    expect(answers[11]!.headers.get('retry-after')).toBeTruthy();
+    expect(answers[11].headers.get('retry-after')).toBeTruthy();
     expect(await wrongAudits(u.id, 'keys.rotate')).toBe(10);
     // The budget is the key's, shared with decryption: the right passphrase is refused now too.
     const right = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.apiKey, body: { current_passphrase: PASSPHRASE, new_passphrase: 'a passphrase I chose' } });
@@ -65,7 +65,7 @@ describe('passphrase guessing', () => {
       answers.push(await s.api('POST', '/keys/decrypt', { token: u.token, form }));
     }
     expect(answers.map((a) => a.status)).toEqual([...Array(10).fill(422), 429]);
-    expect(Number(answers[10]!.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect(Number(answers[10].headers.get('retry-after'))).toBeGreaterThan(0);
     expect(await wrongAudits(u.id, 'keys.decrypt')).toBe(10);
   });
 

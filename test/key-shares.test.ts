@@ -273,26 +273,26 @@ describe('GET /keys/share/', () => {
     for (let i = 0; i < 3; i++) made.push(await share(u.token, { fingerprint: a.fingerprint }));
     made.push(await share(u.token, { fingerprint: b.fingerprint, max_views: 2 }));
     await share(other.token, { fingerprint: foreign.fingerprint });
-    await view(made[0]!.share_token);
-    await view(made[0]!.share_token);
+    await view(made[0].share_token);
+    await view(made[0].share_token);
 
     const page1 = await s.api('GET', '/keys/share/?page_size=2', { token: u.token });
     expect(page1.status).toBe(200);
     expect(page1.body).toMatchObject({ page: 1, page_size: 2, total: 4 });
-    expect(page1.body.items.map((i: { share_id: string }) => i.share_id)).toEqual([made[3]!.share_id, made[2]!.share_id]);
+    expect(page1.body.items.map((i: { share_id: string }) => i.share_id)).toEqual([made[3].share_id, made[2].share_id]);
     const page2 = await s.api('GET', '/keys/share/?page_size=2&page=2', { token: u.token });
-    expect(page2.body.items.map((i: { share_id: string }) => i.share_id)).toEqual([made[1]!.share_id, made[0]!.share_id]);
+    expect(page2.body.items.map((i: { share_id: string }) => i.share_id)).toEqual([made[1].share_id, made[0].share_id]);
     expect(page2.body.items[1]).toMatchObject({ view_count: 2, fingerprint: a.fingerprint, label: 'a', lineage_id: a.lineage_id, last_viewed_at: expect.any(String) });
     const everything = JSON.stringify([page1.body, page2.body]);
     for (const m of made) expect(everything).not.toContain(m.share_token);
     expect(everything).not.toContain('token');
 
     const byKey = await s.api('GET', `/keys/share/?fingerprint=${b.fingerprint.toUpperCase()}`, { token: u.token });
-    expect(byKey.body.items.map((i: { share_id: string }) => i.share_id)).toEqual([made[3]!.share_id]);
+    expect(byKey.body.items.map((i: { share_id: string }) => i.share_id)).toEqual([made[3].share_id]);
     expect(byKey.body.items[0]).toMatchObject({ max_views: 2, views_remaining: 2, state: 'active' });
     // The path is SPEC.md's, trailing slash included; without it the same list answers (never the token route).
     const unslashed = await s.api('GET', `/keys/share?fingerprint=${b.fingerprint}`, { token: u.token });
-    expect([unslashed.status, unslashed.body.items.map((i: { share_id: string }) => i.share_id)]).toEqual([200, [made[3]!.share_id]]);
+    expect([unslashed.status, unslashed.body.items.map((i: { share_id: string }) => i.share_id)]).toEqual([200, [made[3].share_id]]);
     expect((await s.api('GET', `/keys/share/?fingerprint=${foreign.fingerprint}`, { token: u.token })).status).toBe(404);
     expect((await s.api('GET', '/keys/share/?state=sleeping', { token: u.token })).status).toBe(422);
     expect((await s.api('GET', '/keys/share/?page_size=500', { token: u.token })).status).toBe(422);
@@ -544,24 +544,24 @@ describe('shares of a key made through team access', () => {
 
   it("are listed to the key's owner, marked with who made them, and the owner revokes them; a teammate sees and revokes only its own", async () => {
     const [owner, member] = await team(2);
-    const key = await createKey(s.api, owner!.token);
-    await link(member!, owner!);
-    const theirs = await share(member!.token, { fingerprint: key.fingerprint });
-    const hers = await share(owner!.token, { fingerprint: key.fingerprint });
+    const key = await createKey(s.api, owner.token);
+    await link(member, owner);
+    const theirs = await share(member.token, { fingerprint: key.fingerprint });
+    const hers = await share(owner.token, { fingerprint: key.fingerprint });
 
-    const seen = await list(owner!.token);
-    expect(seen.map((x) => [x.share_id, x.created_by.user_id]).sort()).toEqual([[theirs.share_id, member!.id], [hers.share_id, owner!.id]].sort());
-    expect(seen.find((x) => x.share_id === theirs.share_id)!.created_by.username).toBe(member!.username);
-    expect((await list(owner!.token, `?fingerprint=${key.fingerprint}`)).map((x) => x.share_id).sort()).toEqual([theirs.share_id, hers.share_id].sort());
-    expect((await list(member!.token)).map((x) => x.share_id)).toEqual([theirs.share_id]);
+    const seen = await list(owner.token);
+    expect(seen.map((x) => [x.share_id, x.created_by.user_id]).sort()).toEqual([[theirs.share_id, member.id], [hers.share_id, owner.id]].sort());
+    expect(seen.find((x) => x.share_id === theirs.share_id)!.created_by.username).toBe(member.username);
+    expect((await list(owner.token, `?fingerprint=${key.fingerprint}`)).map((x) => x.share_id).sort()).toEqual([theirs.share_id, hers.share_id].sort());
+    expect((await list(member.token)).map((x) => x.share_id)).toEqual([theirs.share_id]);
 
-    expect((await s.api('DELETE', `/keys/share/${hers.share_id}`, { token: member!.token })).status).toBe(404);
+    expect((await s.api('DELETE', `/keys/share/${hers.share_id}`, { token: member.token })).status).toBe(404);
     expect((await view(hers.share_token)).status).toBe(200);
-    expect((await s.api('DELETE', `/keys/share/${theirs.share_id}`, { token: owner!.token })).status).toBe(204);
+    expect((await s.api('DELETE', `/keys/share/${theirs.share_id}`, { token: owner.token })).status).toBe(204);
     expect([(await view(theirs.share_token)).status, (await view(theirs.share_token)).body.code]).toEqual([410, 'share_revoked']);
-    expect((await list(member!.token))[0]).toMatchObject({ share_id: theirs.share_id, state: 'revoked' });
+    expect((await list(member.token))[0]).toMatchObject({ share_id: theirs.share_id, state: 'revoked' });
     // Both hear of it: the maker through its event and audit row, the owner through hers.
-    expect((await eventHistory(s.c.redis, s.c.config.redisPrefix, member!.id, { types: ['share.revoked'] })).map((e) => e.data.share_id)).toEqual([theirs.share_id]);
-    expect(await s.c.db('audit_logs').where({ action: 'key_share.revoked', target: theirs.share_id }).pluck('user_id')).toEqual(expect.arrayContaining([owner!.id, member!.id]));
+    expect((await eventHistory(s.c.redis, s.c.config.redisPrefix, member.id, { types: ['share.revoked'] })).map((e) => e.data.share_id)).toEqual([theirs.share_id]);
+    expect(await s.c.db('audit_logs').where({ action: 'key_share.revoked', target: theirs.share_id }).pluck('user_id')).toEqual(expect.arrayContaining([owner.id, member.id]));
   });
 });

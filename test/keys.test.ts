@@ -111,7 +111,7 @@ describe('encrypt and decrypt', () => {
     expect(enc.result.fingerprint_used).toBe(key.fingerprint);
     expect(enc.result.files.map((f: { name: string }) => f.name)).toEqual(['report.pdf.gpg', 'empty.txt.gpg', 'notes.md.gpg']);
     expect(enc.progress).toMatchObject({ bytes_done: 300_010, bytes_total: 300_010, files_done: 3, files_total: 3 });
-    const armored = await encrypt(s.api, owner.token, key.fingerprint, [files[2]!], { armor: 'true' });
+    const armored = await encrypt(s.api, owner.token, key.fingerprint, [files[2]], { armor: 'true' });
     const armoredOut = await download(s.api, owner.token, armored.job_id);
     expect(armoredOut.toString()).toMatch(/^-----BEGIN PGP MESSAGE-----/);
 
@@ -119,7 +119,7 @@ describe('encrypt and decrypt', () => {
     const dec = await runJob(s.api, owner.token, '/keys/decrypt', {
       fingerprint: key.fingerprint,
       passphrase: PASSPHRASE,
-      files: [...ciphertexts.map((data, i) => ({ name: `${files[i]!.name}.gpg`, data })), { name: 'x.asc', data: armoredOut }],
+      files: [...ciphertexts.map((data, i) => ({ name: `${files[i].name}.gpg`, data })), { name: 'x.asc', data: armoredOut }],
     });
     expect(dec.state).toBe('completed');
     expect(dec.result.files.map((f: { name: string }) => f.name)).toEqual(['report.pdf', 'empty.txt', 'notes.md', 'notes.md']);
@@ -232,7 +232,7 @@ describe('encrypt and decrypt', () => {
     const key = await createKey(s.api, owner.token);
     const enc = await encrypt(s.api, owner.token, key.fingerprint, [file('t.bin', 400_000)]);
     const data = await download(s.api, owner.token, enc.job_id);
-    data[data.length - 100]! ^= 0x01;
+    data[data.length - 100] ^= 0x01;
     const dec = await runJob(s.api, owner.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 't.bin.gpg', data }] });
     expect(dec.state).toBe('failed');
     expect(dec.error.code).toBe('integrity_check_failed');
@@ -294,7 +294,7 @@ describe('jobs', () => {
     expect(new Set(jobs.map((r) => r.body.job_id)).size).toBe(1);
     for (const r of concurrent.filter((r) => r.status !== 202)) expect(r.body.code).toBe('idempotency_key_in_use');
     const retried = await s.api('POST', '/keys/encrypt', { token: owner.token, headers: race, form: { fingerprint: key.fingerprint, files: [same] } });
-    expect(retried.body.job_id).toBe(jobs[0]!.body.job_id);
+    expect(retried.body.job_id).toBe(jobs[0].body.job_id);
     const otherKind = await s.api('POST', '/keys/decrypt', { token: owner.token, headers, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [file('a')] } });
     expect(otherKind.status).toBe(422);
     expect(otherKind.body.code).toBe('idempotency_key_reused');

@@ -73,7 +73,7 @@ describe('a lineage with its own token key', () => {
     expect(lineage).toMatchObject({ token_key: true, token_key_deleted_at: null });
     expect(hsm.labels()).toContain(lineageKeyLabel(key.lineage_id));
     // The keyring's seal opens to the token layer, not to an armored key.
-    const inner = s.c.sealer.openText(generations[0]!.private_sealed, aad.private(key.lineage_id, 1));
+    const inner = s.c.sealer.openText(generations[0].private_sealed, aad.private(key.lineage_id, 1));
     expect(inner).toMatch(/^t1\./);
     expect(inner).not.toContain('PGP');
 
@@ -86,7 +86,7 @@ describe('a lineage with its own token key', () => {
 
     const rotated = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.token, body: {}, headers: { prefer: 'wait=30' } });
     expect(rotated.status, JSON.stringify(rotated.body)).toBe(200);
-    const g2 = (await rowsOf(key.lineage_id)).generations[1]!;
+    const g2 = (await rowsOf(key.lineage_id)).generations[1];
     expect(s.c.sealer.openText(g2.private_sealed, aad.private(key.lineage_id, 2))).toMatch(/^t1\./);
     // One token object per lineage, not per generation.
     expect(hsm.labels().filter((l) => l === lineageKeyLabel(key.lineage_id))).toHaveLength(1);
@@ -122,7 +122,7 @@ describe('a lineage with its own token key', () => {
     const doomedCt = await download(s.api, u.token, (await encrypt(s.api, u.token, doomed.fingerprint, [{ name: 'd', data: Buffer.from('to be shredded') }])).job_id);
     // The backup: the rows as they are before destruction, with the keyring (and root key) still there.
     const backup = await rowsOf(doomed.lineage_id);
-    expect((await opensFrom(backup.lineage, backup.generations[0]!)).isPrivate()).toBe(true);
+    expect((await opensFrom(backup.lineage, backup.generations[0])).isPrivate()).toBe(true);
 
     const res = await s.api('POST', `/keys/${doomed.fingerprint}/destruction`, { token: u.apiKey, body: { waiting_days: 7 } });
     expect(res.status, JSON.stringify(res.body)).toBe(202);
@@ -134,7 +134,7 @@ describe('a lineage with its own token key', () => {
     expect(between.generations[0]).toMatchObject({ private_sealed: '', secret_sealed: '', destroyed_at: expect.any(Date) });
     expect(hsm.labels()).toContain(lineageKeyLabel(doomed.lineage_id));
     // Until then the backup copy opens still (the token key is there).
-    expect((await opensFrom(backup.lineage, backup.generations[0]!)).isPrivate()).toBe(true);
+    expect((await opensFrom(backup.lineage, backup.generations[0])).isPrivate()).toBe(true);
 
     // The next sweep deletes it, once: a sweep after that finds nothing to do.
     await withClockAdvanced(8 * DAY, () => destroyDueGenerations(s.c));
@@ -147,7 +147,7 @@ describe('a lineage with its own token key', () => {
     expect(audit[0]).toMatchObject({ user_id: u.id, details: { label: lineageKeyLabel(doomed.lineage_id), found: true } });
 
     // The backup's copy: the keyring still opens its outer seal (root key and data key are there) …
-    const copy = backup.generations[0]!;
+    const copy = backup.generations[0];
     expect(s.c.sealer.openText(copy.private_sealed, aad.private(doomed.lineage_id, 1))).toMatch(/^t1\./);
     // … but what is inside needs the deleted token key: the error names the lineage.
     const err = await opensFrom(backup.lineage, copy).then(() => null, (e: unknown) => e);
@@ -162,7 +162,7 @@ describe('a lineage with its own token key', () => {
 
     // The lineage not destroyed still opens, from its rows and through a job.
     const live = await rowsOf(kept.lineage_id);
-    expect((await opensFrom(live.lineage, live.generations[0]!)).isPrivate()).toBe(true);
+    expect((await opensFrom(live.lineage, live.generations[0])).isPrivate()).toBe(true);
     const ct = await download(s.api, u.token, (await encrypt(s.api, u.token, kept.fingerprint, [{ name: 'k', data: Buffer.from('still here') }])).job_id);
     const dec = await decrypt(kept.fingerprint, ct);
     expect(dec.state, JSON.stringify(dec.error)).toBe('completed');
@@ -182,8 +182,8 @@ describe('a lineage with its own token key', () => {
     expect(hsm.labels()).not.toContain(lineageKeyLabel(key.lineage_id));
     expect((await s.api('POST', `/keys/${key.fingerprint}/destruction`, { token: u.apiKey, body: { waiting_days: 7 } })).status).toBe(202);
     await withClockAdvanced(8 * DAY, async () => expect((await destroyDueGenerations(s.c)).destroyed).toBe(1));
-    expect((await rowsOf(key.lineage_id)).generations[0]!.private_sealed).toBe('');
-    expect((await opensFrom(backup.lineage, backup.generations[0]!)).isPrivate()).toBe(true);
+    expect((await rowsOf(key.lineage_id)).generations[0].private_sealed).toBe('');
+    expect((await opensFrom(backup.lineage, backup.generations[0])).isPrivate()).toBe(true);
   });
 
   it('a token that refuses to create the key, cannot be logged in to, or has lost the key gives an error naming the lineage, never a 500', async () => {

@@ -30,7 +30,7 @@ afterAll(async () => {
 
 /** Every string value under the run's Redis prefix. */
 async function redisText(): Promise<string> {
-  const redis = new Redis(s.env.REDIS_URL!);
+  const redis = new Redis(s.env.REDIS_URL);
   try {
     const keys = await redis.keys(`*${s.config.redisPrefix}*`);
     const parts: string[] = [];
@@ -54,9 +54,9 @@ describe('mail jobs', () => {
     const [job] = await s.c.jobs.queue('notify').getJobs(['waiting']);
     expect(job?.name).toBe('request-password-reset');
     const text = await redisText();
-    expect(text).toContain(job!.data.payload.sealed_email);
+    expect(text).toContain(job.data.payload.sealed_email);
     expect(text).not.toContain(u.email);
-    await job!.remove();
+    await job.remove();
   });
 
   it('a reset mail holds neither recipient nor token in clear, opens only as its own template and id, and is removed once sent', async () => {
@@ -67,10 +67,10 @@ describe('mail jobs', () => {
     const [job] = await queue.getJobs(['waiting']);
     expect(job?.name).toBe('send-email');
     const text = await redisText();
-    expect(text).toContain(job!.data.payload.sealed);
+    expect(text).toContain(job.data.payload.sealed);
     for (const secret of [u.email, u.username, token]) expect(text).not.toContain(secret);
 
-    const { mail_id, sealed } = job!.data.payload as { mail_id: string; sealed: string };
+    const { mail_id, sealed } = job.data.payload as { mail_id: string; sealed: string };
     expect(JSON.parse(s.c.sealer.openText(sealed, mailAad('password-reset', mail_id))).to).toBe(u.email);
     expect(() => s.c.sealer.openText(sealed, mailAad('password-changed', mail_id))).toThrow();
     expect(() => s.c.sealer.openText(sealed, mailAad('password-reset', crypto.randomUUID()))).toThrow();
@@ -80,7 +80,7 @@ describe('mail jobs', () => {
       const mail = await smtp.waitFor(u.email);
       expect(mail.text).toContain(`#token=${token}`);
       expect(mail.text).not.toContain('?token=');
-      await expect.poll(async () => queue.getJob(job!.id!), { timeout: 5000 }).toBeUndefined();
+      await expect.poll(async () => queue.getJob(job.id!), { timeout: 5000 }).toBeUndefined();
     } finally {
       await pool.close();
     }

@@ -35,7 +35,7 @@ describe('audit rows of the master-key commands', () => {
     await run(['init']);
     await run(['init']);
     await run(['rewrap']);
-    const kid = /Data key (\S+) is current/.exec((await run(['rotate'])).out)![1]!;
+    const kid = /Data key (\S+) is current/.exec((await run(['rotate'])).out)![1];
     const refused = await run(['retire', 'm1'], withToken, 1);
     expect(refused.err).toMatch(/re-seal to "dk-.*" has not finished/);
     await run(['reseal']);

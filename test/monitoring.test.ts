@@ -42,17 +42,17 @@ function parsePrometheus(text: string): Sample[] {
     if (comment) {
       if (comment[1] === 'TYPE') {
         expect(['counter', 'gauge', 'histogram', 'summary', 'untyped']).toContain(comment[3]);
-        typed.add(comment[2]!);
+        typed.add(comment[2]);
       }
       continue;
     }
     const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (-?(?:\d+(?:\.\d+)?(?:e[+-]?\d+)?|NaN|\+Inf|-Inf))$/.exec(line);
     if (!m) throw new Error(`not Prometheus text: ${line}`);
     const labels: Record<string, string> = {};
-    for (const [, k, v] of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[k!] = v!;
-    const family = m[1]!.replace(/_(bucket|sum|count)$/, '');
-    expect(typed.has(m[1]!) || typed.has(family), `${m[1]} has a TYPE line`).toBe(true);
-    samples.push({ name: m[1]!, labels, value: Number(m[3]) });
+    for (const [, k, v] of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[k] = v!;
+    const family = m[1].replace(/_(bucket|sum|count)$/, '');
+    expect(typed.has(m[1]) || typed.has(family), `${m[1]} has a TYPE line`).toBe(true);
+    samples.push({ name: m[1], labels, value: Number(m[3]) });
   }
   return samples;
 }
@@ -117,7 +117,7 @@ describe('GET /metrics', () => {
 describe('worker processes', () => {
   it('serve /healthz, /readyz (503 while Postgres is unreachable) and their own /metrics on WORKER_HTTP_PORT', async () => {
     const pgProxy = await startProxy('127.0.0.1', 5432);
-    const dbUrl = new URL(s.env.DATABASE_URL!);
+    const dbUrl = new URL(s.env.DATABASE_URL);
     dbUrl.host = `127.0.0.1:${pgProxy.port}`;
     const worker = startProcess('worker', { ...s.env, LOG_LEVEL: 'info', WORKER_QUEUES: 'crypto=1', WORKER_HTTP_PORT: '0', DATABASE_URL: dbUrl.toString() });
     try {
@@ -188,7 +188,7 @@ describe('queue dashboard', () => {
     expect(opened.status).toBe(204);
     const setCookie = opened.headers.get('set-cookie')!;
     expect(setCookie).toMatch(/^kms_dashboard=[^;]+; path=\/admin\/queues; expires=[^;]+; samesite=strict; httponly$/);
-    const cookie = setCookie.split(';')[0]!;
+    const cookie = setCookie.split(';')[0];
     expect((await dashboard('/api/queues', { headers: { cookie } })).status).toBe(200);
     // Logging out everywhere ends the dashboard session too: the token is checked on every request.
     expect((await s.api('POST', '/auth/logout', { token: a.token })).status).toBe(200);

@@ -120,13 +120,13 @@ describe('passkey registration and login', () => {
     const shapes = await Promise.all([withKey.username, without.username, 'no-such-user-anywhere'].map(beginLogin));
     for (const b of shapes) {
       expect(Object.keys(b).sort()).toEqual(['challenge_id', 'expires_at', 'options']);
-      expect(Object.keys(b.options).sort()).toEqual(Object.keys(shapes[0]!.options).sort());
+      expect(Object.keys(b.options).sort()).toEqual(Object.keys(shapes[0].options).sort());
       expect(b.options.allowCredentials).toHaveLength(1);
-      expect(Object.keys(b.options.allowCredentials![0]!).sort()).toEqual(['id', 'transports', 'type']);
+      expect(Object.keys(b.options.allowCredentials![0]).sort()).toEqual(['id', 'transports', 'type']);
     }
     // A stand-in is stable for a name, so asking twice does not tell it apart either.
-    expect((await beginLogin('NO-SUCH-USER-ANYWHERE')).options.allowCredentials).toEqual(shapes[2]!.options.allowCredentials);
-    expect(shapes[1]!.options.allowCredentials).not.toEqual(shapes[2]!.options.allowCredentials);
+    expect((await beginLogin('NO-SUCH-USER-ANYWHERE')).options.allowCredentials).toEqual(shapes[2].options.allowCredentials);
+    expect(shapes[1].options.allowCredentials).not.toEqual(shapes[2].options.allowCredentials);
   });
 });
 
@@ -294,9 +294,9 @@ describe('managing passkeys', () => {
     expect(await auditRows(u.id, 'passkey.remove')).toHaveLength(1);
     // A deleted credential is unknown: the failure is audited without an account.
     const unknown = () => s.c.db('audit_logs').whereNull('user_id').where({ action: 'auth.login' }).whereRaw(`details->>'reason' = 'unknown_credential'`).count<{ count: string }[]>({ count: '*' });
-    const before = Number((await unknown())[0]!.count);
+    const before = Number((await unknown())[0].count);
     expect((await login(auth)).status).toBe(401);
-    expect(Number((await unknown())[0]!.count)).toBe(before + 1);
+    expect(Number((await unknown())[0].count)).toBe(before + 1);
     expect((await s.api('GET', '/auth/passkeys/list', { token: u.token })).body.total).toBe(0);
     const events = await s.api('GET', '/events/history?types=passkey.removed', { token: u.token });
     expect(events.body.items).toMatchObject([{ type: 'passkey.removed', data: { passkey_id: passkey.passkey_id } }]);

@@ -31,7 +31,7 @@ function packets(msg: Buffer): { tag: number; raw: Buffer }[] {
   let i = 0;
   while (i < msg.length) {
     const start = i;
-    const c = msg[i++]!;
+    const c = msg[i++];
     const tag = c & 0x40 ? c & 0x3f : (c >> 2) & 0x0f;
     if (!(c & 0x40)) {
       const type = c & 3;
@@ -40,9 +40,9 @@ function packets(msg: Buffer): { tag: number; raw: Buffer }[] {
       i += n;
     } else {
       for (;;) {
-        const f = msg[i++]!;
+        const f = msg[i++];
         if (f < 192) { i += f; break; }
-        if (f < 224) { i += ((f - 192) << 8) + msg[i]! + 192 + 1; break; }
+        if (f < 224) { i += ((f - 192) << 8) + msg[i] + 192 + 1; break; }
         if (f === 255) { i += 4 + msg.readUInt32BE(i); break; }
         i += 2 ** (f & 0x1f);
       }
@@ -106,7 +106,7 @@ describe('a 64 MiB file encrypted by gpg to generation 1, after two rotations', 
       // One session-key packet, and no longer the original one (addressed to generation 1).
       const pkesks = packets(out).filter((p) => p.tag === 1);
       expect(pkesks.length).toBe(1);
-      expect(pkesks[0]!.raw.equals(packets(encrypted).find((p) => p.tag === 1)!.raw)).toBe(false);
+      expect(pkesks[0].raw.equals(packets(encrypted).find((p) => p.tag === 1)!.raw)).toBe(false);
 
       // Retire generations 1 and 2: the rewrapped file still decrypts (it needs generation 3 only).
       const retire = await s.api('PATCH', `/keys/${fpr1}/settings`, { token: u.token, body: { min_decryption_generation: 3 } });
@@ -160,7 +160,7 @@ describe('messages from sq, gpg (armored) and the service itself', () => {
     fpr2 = await rotate(fpr1);
     for (const mode of ['rewrap', 'reencrypt'] as const) {
       const names = Object.keys(inputs);
-      const job = await submit('/keys/rewrap', { fingerprint: fpr2, passphrase: PASSPHRASE, mode, files: names.map((name) => ({ name, data: new Blob([inputs[name]!]) })) });
+      const job = await submit('/keys/rewrap', { fingerprint: fpr2, passphrase: PASSPHRASE, mode, files: names.map((name) => ({ name, data: new Blob([inputs[name]]) })) });
       expect(job.state, JSON.stringify(job.error)).toBe('completed');
       expect(job.result.files.map((f: { name: string }) => f.name)).toEqual(['sq.gpg', 'sq.asc', 'gpg.asc', 'svc.bin.gpg']);
       expect(job.result.rewrapped.every((r: { from_generation: number; to_generation: number }) => r.from_generation === 1 && r.to_generation === 2)).toBe(true);
@@ -168,9 +168,9 @@ describe('messages from sq, gpg (armored) and the service itself', () => {
         const out = await download(s.api, u.token, job.job_id, i);
         const armored = name.endsWith('.asc');
         expect(out.subarray(0, 27).toString()).toBe(armored ? '-----BEGIN PGP MESSAGE-----' : out.subarray(0, 27).toString());
-        if (!armored) expect(out[0]! & 0x80).toBe(0x80);
+        if (!armored) expect(out[0] & 0x80).toBe(0x80);
         if (mode === 'rewrap') {
-          const before = armored ? await dearmored(inputs[name]!) : inputs[name]!;
+          const before = armored ? await dearmored(inputs[name]) : inputs[name];
           const after = armored ? await dearmored(out) : out;
           expect(Buffer.compare(dataPacket(after), dataPacket(before)), name).toBe(0);
         }
@@ -186,7 +186,7 @@ describe('messages from sq, gpg (armored) and the service itself', () => {
     const good = await download(s.api, u.token, enc.job_id);
     for (const at of [good.length - 5, Math.floor(good.length / 2)]) {
       const bad = Buffer.from(good);
-      bad[at]! ^= 0x01;
+      bad[at] ^= 0x01;
       for (const mode of ['rewrap', 'reencrypt'] as const) {
         const job = await submit('/keys/rewrap', { fingerprint: fpr1, passphrase: PASSPHRASE, mode, files: [{ name: 'ok.gpg', data: new Blob([good]) }, { name: 'bad.gpg', data: new Blob([bad]) }] });
         expect(job.state, mode).toBe('failed');

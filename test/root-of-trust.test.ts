@@ -81,10 +81,10 @@ describe('root key in a PKCS#11 token', () => {
       const found = p.C_FindObjects(session, 5);
       p.C_FindObjectsFinal(session);
       expect(found).toHaveLength(1);
-      const attrs = p.C_GetAttributeValue(session, found[0]!, [{ type: pkcs11js.CKA_EXTRACTABLE }, { type: pkcs11js.CKA_SENSITIVE }, { type: pkcs11js.CKA_VALUE_LEN }, { type: pkcs11js.CKA_TOKEN }]);
-      const [extractable, sensitive, length, onToken] = attrs.map((x) => x.value as Buffer);
-      expect([extractable![0], sensitive![0], onToken![0], length!.readUIntLE(0, Math.min(length!.length, 6))]).toEqual([0, 1, 1, 32]);
-      expect(() => p.C_GetAttributeValue(session, found[0]!, [{ type: pkcs11js.CKA_VALUE }])).toThrow(/CKR_ATTRIBUTE_SENSITIVE/);
+      const attrs = p.C_GetAttributeValue(session, found[0], [{ type: pkcs11js.CKA_EXTRACTABLE }, { type: pkcs11js.CKA_SENSITIVE }, { type: pkcs11js.CKA_VALUE_LEN }, { type: pkcs11js.CKA_TOKEN }]);
+      const [extractable, sensitive, length, onToken] = attrs.map((x) => x.value);
+      expect([extractable[0], sensitive[0], onToken[0], length.readUIntLE(0, Math.min(length.length, 6))]).toEqual([0, 1, 1, 32]);
+      expect(() => p.C_GetAttributeValue(session, found[0], [{ type: pkcs11js.CKA_VALUE }])).toThrow(/CKR_ATTRIBUTE_SENSITIVE/);
     } finally {
       p.C_CloseSession(session);
     }
@@ -107,7 +107,7 @@ describe('root key in a PKCS#11 token', () => {
 
     const rotated = await admin(['master-key', 'rotate'], s.env);
     expect(rotated.code, rotated.err).toBe(0);
-    const kid = /Data key (\S+) is current/.exec(rotated.out)![1]!;
+    const kid = /Data key (\S+) is current/.exec(rotated.out)![1];
     // Traffic goes on while the job runs: none of it fails, and what it seals uses the new key.
     const traffic: Promise<unknown>[] = [s.api('POST', `/keys/${a.key.fingerprint}/rotate`, { token: a.u.token, body: {} }).then((r) => expect(r.status, JSON.stringify(r.body)).toBe(202))];
     let finished = false;
@@ -228,7 +228,7 @@ describe('re-seal runs', () => {
       await tokenOnly.close();
     }
     // MASTER_KEY alone no longer opens the keyring: start-up says which root it needs.
-    await expect(createContainer(loadConfig({ ...s.env, MASTER_KEY: MASTER_KEY! }))).rejects.toThrow(/wrapped by the root key pkcs11:token=kms;object=root-b, which is not configured/);
+    await expect(createContainer(loadConfig({ ...s.env, MASTER_KEY: MASTER_KEY }))).rejects.toThrow(/wrapped by the root key pkcs11:token=kms;object=root-b, which is not configured/);
   });
 });
 
@@ -269,7 +269,7 @@ describe('start-up failures of the root of trust', () => {
     for (const [i, run] of runs.entries()) {
       expect(run.code).not.toBe(0);
       expect(run.lines, run.lines.join('\n')).toHaveLength(1);
-      expect(run.lines[0]).toMatch(cases[i]![1]);
+      expect(run.lines[0]).toMatch(cases[i][1]);
       expect(run.lines[0]).not.toContain(PIN);
     }
   }, 90_000);

@@ -192,7 +192,7 @@ describe('schedules and policy', () => {
     // All three read generation 1 and make a generation 2 before any commits: the switch decides.
     const outcomes = await Promise.all([1, 2, 3].map(() => rotateLineage(s.c, { lineageId: lineage_id, fromGeneration: 1, trigger: 'schedule', actorId: null })));
     expect(outcomes.filter((o) => o.rotated)).toHaveLength(1);
-    const won = outcomes.find((o) => o.rotated)!.entry!;
+    const won = outcomes.find((o) => o.rotated)!.entry;
     expect(outcomes.filter((o) => !o.rotated).map((o) => [o.reason, o.entry?.id])).toEqual([['already_rotated', won.id], ['already_rotated', won.id]]);
     const keys = await s.c.db('pgp_keys').where({ lineage_id }).orderBy('generation');
     expect(keys.map((k: { generation: number; status: string; fingerprint: string }) => [k.generation, k.status, k.fingerprint])).toEqual([[1, 'rotated', key.fingerprint], [2, 'active', won.new_fingerprint]]);
@@ -262,9 +262,9 @@ describe('expiry', () => {
     await withClockAdvanced(11 * DAY, runSweep); // each lead time warned once only
     expect(await warnings()).toEqual([30, 14]);
     const events = (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'key.expiring');
-    expect(events[0]!.data).toMatchObject({ fingerprint: key.fingerprint, label: 'expiring' });
+    expect(events[0].data).toMatchObject({ fingerprint: key.fingerprint, label: 'expiring' });
     await expect.poll(async () => {
-      const files = await readdir(s.env.MAIL_DIR!).catch(() => [] as string[]);
+      const files = await readdir(s.env.MAIL_DIR).catch(() => [] as string[]);
       const mails = await Promise.all(files.map(async (f) => simpleParser(await readFile(`${s.env.MAIL_DIR}/${f}`))));
       return mails.some((m) => m.text?.includes(key.fingerprint) && JSON.stringify(m.to).includes(v.email));
     }, { timeout: 10_000 }).toBe(true);

@@ -122,7 +122,7 @@ describe('log redaction', () => {
     s.c.log = log;
     try {
       const u = await registerUser(s.api);
-      const jwt = u.token as string;
+      const jwt = u.token;
       const apiKey = `kms_pk_${randomBytes(32).toString('base64url')}`;
       const password = secret('login-pw');
       await s.api('POST', '/auth/login', { body: { username: u.username, password } });

@@ -78,7 +78,7 @@ describe('our signatures, verified by gpg and sq', () => {
     const good = await verify({ fingerprint: key.fingerprint }, [{ data: plain, signature: sig }]);
     expect(good.valid).toBe(true);
     expect(good.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: key.fingerprint, reason: null });
-    expect(Date.now() - Date.parse(good.signatures[0]!.signed_at!)).toBeLessThan(120_000);
+    expect(Date.now() - Date.parse(good.signatures[0].signed_at!)).toBeLessThan(120_000);
 
     const changed = Buffer.from(plain);
     changed[1000] ^= 1;
@@ -111,7 +111,7 @@ describe('their signatures, verified by us', () => {
   beforeAll(async () => {
     await home.gpg(['--quick-generate-key', 'Peer <peer@example.test>', 'future-default', 'default', 'never'], { passphrase: '' });
     gpgCert = (await home.gpg(['--export', '--armor', 'peer@example.test'])).stdout.toString();
-    gpgFingerprint = /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', 'peer@example.test'])).stdout.toString())![1]!.toLowerCase();
+    gpgFingerprint = /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', 'peer@example.test'])).stdout.toString())![1].toLowerCase();
   }, 60_000);
 
   it('gpg detached signatures (binary and armored) and gpg -s messages, with a supplied public key', async () => {
@@ -229,7 +229,7 @@ describe('sign and encrypt, decrypt and verify', () => {
   it('decrypts and verifies gpg -se and sq encrypt --signer-key output; require_signature fails unsigned files', async () => {
     await home.gpg(['--quick-generate-key', 'Sender <sender@example.test>', 'future-default', 'default', 'never'], { passphrase: '' });
     const senderCert = (await home.gpg(['--export', '--armor', 'sender@example.test'])).stdout.toString();
-    const senderFpr = /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', 'sender@example.test'])).stdout.toString())![1]!.toLowerCase();
+    const senderFpr = /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', 'sender@example.test'])).stdout.toString())![1].toLowerCase();
     await home.gpg(['-u', senderFpr, '-r', key.fingerprint, '-se', '-o', home.file('gpg-se.gpg'), plainPath], { passphrase: '' });
     await home.gpg(['-r', key.fingerprint, '-e', '-o', home.file('gpg-e.gpg'), plainPath]);
     const decrypt = (data: Buffer, extra: Record<string, string>) => runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, verify_public_key: senderCert, ...extra, files: [{ name: 'in.gpg', data }] });
@@ -260,7 +260,7 @@ describe('sign and encrypt, decrypt and verify', () => {
     const bigPath = await home.put('big.bin', big);
     await home.gpg(['--quick-generate-key', 'Big Peer <big-peer@example.test>', 'future-default', 'default', 'never'], { passphrase: '' });
     const peerCert = (await home.gpg(['--export', '--armor', 'big-peer@example.test'])).stdout.toString();
-    const peerFpr = /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', 'big-peer@example.test'])).stdout.toString())![1]!.toLowerCase();
+    const peerFpr = /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', 'big-peer@example.test'])).stdout.toString())![1].toLowerCase();
 
     const ours = await runJob(s.api, u.token, '/keys/encrypt', { public_key: peerCert, sign_with: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'big.bin', data: big }] });
     expect(ours.state, JSON.stringify(ours.error)).toBe('completed');

@@ -28,7 +28,7 @@ describe('start-up', () => {
       const warnings = all.filter((r) => typeof r.msg === 'string' && r.msg.includes('development'));
       expect(warnings).toHaveLength(1);
       expect(warnings[0]).toMatchObject({ level: 40, settings: ['MASTER_KEY', 'JWT_SECRET'] });
-      expect(warnings[0]!.msg).toMatch(/MASTER_KEY and JWT_SECRET/);
+      expect(warnings[0].msg).toMatch(/MASTER_KEY and JWT_SECRET/);
     } finally {
       web.kill('SIGKILL');
       await web.exited;

@@ -148,7 +148,7 @@ describe('a job runs while its upload arrives', () => {
     eventHub.listen = async () => () => {};
     blob.put = (k, source, opts) => {
       if (!k.endsWith('/in/0')) return put(k, source, opts);
-      const jobId = k.split('/')[1]!;
+      const jobId = k.split('/')[1];
       async function* untilFailed() {
         for await (const chunk of source) {
           if ((await s.c.db('jobs').where({ id: jobId }).first())?.state === 'failed') throw Object.assign(new Error('ENOENT: the folder went'), { code: 'ENOENT' });
@@ -184,7 +184,7 @@ describe('a job runs while its upload arrives', () => {
         const upload = openUpload(u.token, { fingerprint: key.fingerprint }, 'slow.bin', '/keys/encrypt', web);
         upload.response.catch(() => undefined);
         upload.req.write(randomBytes(100));
-        const jobId = (await upload.hinted).match(/jobs\/([0-9a-f-]+)/)![1]!;
+        const jobId = (await upload.hinted).match(/jobs\/([0-9a-f-]+)/)![1];
         await until(async () => ((await web.c.db('job_files').where({ job_id: jobId, role: 'input' }).first()) ? true : undefined));
         // As a worker that has started but not yet written does.
         if (started) await web.c.db('jobs').where({ id: jobId }).update({ state: 'active' });

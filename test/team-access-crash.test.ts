@@ -38,7 +38,7 @@ describe('a team-sync worker killed mid-sync', () => {
       const member = await registerUser(s.api);
       expect((await s.api('POST', '/organization/invitations', { token: owner.token, body: { email: member.email } })).status).toBe(201);
       const mail = await smtp.waitFor(member.email);
-      const token = /Invitation token: (\S+)/.exec(mail.text ?? '')![1]!;
+      const token = /Invitation token: (\S+)/.exec(mail.text ?? '')![1];
       expect((await s.api('POST', '/organization/invitations/accept', { token: member.token, body: { token } })).status).toBe(200);
 
       const k1 = await createKey(s.api, owner.token, { label: 'k1' });

@@ -129,7 +129,7 @@ function ownerOf(layout: ClusterNodeInfo[], key: string): number {
   const slot = calculateSlot(key);
   const owner = layout.find((n) => n.role === 'master' && n.slots.some((r) => {
     const [a, b = a] = r.split('-').map(Number) as [number, number?];
-    return slot >= a && slot <= b!;
+    return slot >= a && slot <= b;
   }));
   if (!owner) throw new Error(`no primary serves slot ${slot}`);
   return owner.port;
@@ -196,7 +196,7 @@ function streamingEncrypt(base: string, token: string, fingerprint: string, data
     headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${boundary}`, 'idempotency-key': idempotencyKey },
     body,
     duplex: 'half',
-  } as RequestInit);
+  });
 }
 
 /** Retries a request that meets a process or shard being replaced (refused connection, 503) until `ok`. */
@@ -307,7 +307,7 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     await expect.poll(() => receiver.received.filter((r) => JSON.parse(r.body).type === 'job.completed').length, { timeout: 20_000 }).toBeGreaterThanOrEqual(2);
 
     // A limit holds across both API processes: failed logins spread over them lock the account.
-    for (let i = 0; i < 4; i++) expect((await apis[i % 2]!.api('POST', '/auth/login', { body: { identifier: other.username, password: 'wrong password here' } })).status).toBe(401);
+    for (let i = 0; i < 4; i++) expect((await apis[i % 2].api('POST', '/auth/login', { body: { identifier: other.username, password: 'wrong password here' } })).status).toBe(401);
     expect((await a.api('POST', '/auth/login', { body: { identifier: other.username, password: other.password } })).status).toBe(429);
     expect((await b.api('POST', '/auth/login', { body: { identifier: other.username, password: other.password } })).status).toBe(429);
   }, 180_000);
@@ -393,7 +393,7 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
   it('loses a scheduler: the other one sweeps, and a due rotation happens once', async () => {
     const [a, b] = apis as [(typeof apis)[0], (typeof apis)[0]];
     const t0 = Date.now();
-    await kill(schedulers[0]!);
+    await kill(schedulers[0]);
     const count = (await rotations(a.api, u.token)).length;
     await makeRotationDue(key.lineage_id);
     // The failover above may have lost the schedule's next iteration (written a moment before the kill):
@@ -403,6 +403,6 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     await new Promise((r) => setTimeout(r, 3000)); // more sweeps
     const history = await rotations(a.api, u.token);
     expect(history).toHaveLength(count + 1);
-    expect([history[0]!.trigger, history[0]!.status]).toEqual(['schedule', 'succeeded']);
+    expect([history[0].trigger, history[0].status]).toEqual(['schedule', 'succeeded']);
   }, 120_000);
 });

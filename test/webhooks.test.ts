@@ -98,16 +98,16 @@ describe('deliveries', () => {
 
     await expect.poll(() => r.received.length, { timeout: 10_000 }).toBe(1);
     const [got] = r.received;
-    const event = new Webhook(hook.secret).verify(got!.body, signedHeaders(got!)) as { type: string; account: string; data: { fingerprint: string }; id: string };
+    const event = new Webhook(hook.secret).verify(got.body, signedHeaders(got)) as { type: string; account: string; data: { fingerprint: string }; id: string };
     expect(event).toMatchObject({ type: 'key.generated', account: u.id, data: { fingerprint: key.fingerprint } });
-    expect(got!.headers['content-type']).toBe('application/json');
+    expect(got.headers['content-type']).toBe('application/json');
     // A forged body or another secret does not verify.
-    expect(() => new Webhook(hook.secret).verify(got!.body.replace(u.id, '00000000-0000-4000-8000-000000000000'), signedHeaders(got!))).toThrow();
-    expect(() => new Webhook('whsec_' + Buffer.alloc(32, 1).toString('base64')).verify(got!.body, signedHeaders(got!))).toThrow();
+    expect(() => new Webhook(hook.secret).verify(got.body.replace(u.id, '00000000-0000-4000-8000-000000000000'), signedHeaders(got))).toThrow();
+    expect(() => new Webhook('whsec_' + Buffer.alloc(32, 1).toString('base64')).verify(got.body, signedHeaders(got))).toThrow();
 
     await expect.poll(async () => (await deliveriesOf(u.token, hook.webhook_id))[0]?.state).toBe('succeeded');
     const [d] = await deliveriesOf(u.token, hook.webhook_id);
-    expect(d).toMatchObject({ delivery_id: got!.headers['webhook-id'], event_id: event.id, event_type: 'key.generated', attempts: 1 });
+    expect(d).toMatchObject({ delivery_id: got.headers['webhook-id'], event_id: event.id, event_type: 'key.generated', attempts: 1 });
     expect(d.attempt_log).toEqual([expect.objectContaining({ status_code: 200, error: null })]);
     expect(other.received).toHaveLength(0);
   });
@@ -148,7 +148,7 @@ describe('deliveries', () => {
     const key = await createKey(s.api, u.token, { expires_in_days: '20' });
     await s.c.jobs.enqueue('expiry-sweep', {});
     await expect.poll(() => r.received.length, { timeout: 10_000 }).toBe(1);
-    expect(JSON.parse(r.received[0]!.body)).toMatchObject({ type: 'key.expiring', account: u.id, data: { fingerprint: key.fingerprint, lead_days: 30 } });
+    expect(JSON.parse(r.received[0].body)).toMatchObject({ type: 'key.expiring', account: u.id, data: { fingerprint: key.fingerprint, lead_days: 30 } });
   });
 
   it('retries a failing receiver on the schedule with the same webhook-id, then succeeds', async () => {
@@ -162,8 +162,8 @@ describe('deliveries', () => {
     expect(ids.size).toBe(1);
     for (const x of r.received) expect(new Webhook(hook.secret).verify(x.body, signedHeaders(x))).toMatchObject({ type: 'webhook.test' });
     // The waits follow WEBHOOK_RETRY_SCHEDULE (200 ms, then 400 ms).
-    expect(r.received[1]!.at - r.received[0]!.at).toBeGreaterThanOrEqual(180);
-    expect(r.received[2]!.at - r.received[1]!.at).toBeGreaterThanOrEqual(380);
+    expect(r.received[1].at - r.received[0].at).toBeGreaterThanOrEqual(180);
+    expect(r.received[2].at - r.received[1].at).toBeGreaterThanOrEqual(380);
     await expect.poll(async () => (await deliveriesOf(u.token, hook.webhook_id))[0]?.state).toBe('succeeded');
     const [d] = await deliveriesOf(u.token, hook.webhook_id);
     expect(d.attempts).toBe(3);
@@ -235,7 +235,7 @@ describe('deliveries', () => {
 
     await s.api('POST', `/webhooks/${hook.webhook_id}/test`, { token: u.token });
     await expect.poll(() => r.received.length).toBe(1);
-    const during = r.received[0]!;
+    const during = r.received[0];
     expect(String(during.headers['webhook-signature']).split(' ')).toHaveLength(2);
     expect(new Webhook(hook.secret).verify(during.body, signedHeaders(during))).toBeTruthy();
     expect(new Webhook(fresh).verify(during.body, signedHeaders(during))).toBeTruthy();
@@ -243,7 +243,7 @@ describe('deliveries', () => {
     (s.c.clock as ManualClockFollowingTime).advance(3600_000 + 1000);
     await s.api('POST', `/webhooks/${hook.webhook_id}/test`, { token: u.token });
     await expect.poll(() => r.received.length).toBe(2);
-    const after = r.received[1]!;
+    const after = r.received[1];
     expect(String(after.headers['webhook-signature']).split(' ')).toHaveLength(1);
     expect(() => new Webhook(hook.secret).verify(after.body, signedHeaders(after))).toThrow();
     expect(new Webhook(fresh).verify(after.body, signedHeaders(after))).toBeTruthy();

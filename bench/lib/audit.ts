@@ -193,7 +193,7 @@ async function requestLoad(base: string, agent: Agent, clients: LoadClient[], se
   let errors = 0;
   const timed = async (kind: string, send: Promise<{ ms: number; ok: boolean }>) => {
     const { ms, ok } = await send;
-    samples[kind]!.push(ms);
+    samples[kind].push(ms);
     if (!ok) errors++;
   };
   const before = cpu?.();
@@ -233,7 +233,7 @@ function digestCost(): number {
 
 const median = (xs: number[]) => {
   const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
 };
 const rotationRate = (t: Timing) => t.bytes / (t.ms / 1000);
 const loadRate = (r: LoadRound) => r.requests / (r.ms / 1000);

@@ -39,7 +39,7 @@ export async function measureAuthOverhead(base: string, opts: { rate: number; se
 }
 
 export function authOverheadLines(rows: AuthLatency[], rate: number): string[] {
-  const jwt = rows[0]!;
+  const jwt = rows[0];
   return [
     `authentication cost per request, GET /auth/me at ${rate} requests/s (open loop, kinds taking turns):`,
     ...rows.map((r) => `  ${r.credential.padEnd(28)} p50 ${r.p50.toFixed(2)} ms · p99 ${r.p99.toFixed(2)} ms · vs JWT p50 ${(r.p50 - jwt.p50 >= 0 ? '+' : '')}${(r.p50 - jwt.p50).toFixed(2)} ms · ${r.requests} requests, ${r.errors} unexpected answers`),

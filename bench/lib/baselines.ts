@@ -85,13 +85,13 @@ export async function makePgpKeys(): Promise<PgpKeys> {
  * Not lib/pgp/stream.ts, which hands the common case to Node's own AES (the thing being compared).
  */
 export async function pgpEncrypt(input: string, output: string, keys: PgpKeys): Promise<void> {
-  const message = await openpgp.createMessage({ binary: Readable.toWeb(createReadStream(input, { highWaterMark: MiB })) as unknown as ReadableStream<Uint8Array> });
+  const message = await openpgp.createMessage({ binary: Readable.toWeb(createReadStream(input, { highWaterMark: MiB })) });
   const encrypted = await openpgp.encrypt({ message, encryptionKeys: keys.publicKey, format: 'binary', config: { preferredCompressionAlgorithm: openpgp.enums.compression.uncompressed } });
   await pipeline(Readable.fromWeb(encrypted as unknown as NodeReadableStream<Uint8Array>), createWriteStream(output, { highWaterMark: MiB }));
 }
 
 export async function pgpDecrypt(input: string, output: string, keys: PgpKeys): Promise<void> {
-  const message = await openpgp.readMessage({ binaryMessage: Readable.toWeb(createReadStream(input, { highWaterMark: MiB })) as unknown as ReadableStream<Uint8Array> });
+  const message = await openpgp.readMessage({ binaryMessage: Readable.toWeb(createReadStream(input, { highWaterMark: MiB })) });
   const { data } = await openpgp.decrypt({ message, decryptionKeys: keys.privateKey, format: 'binary', config: { allowUnauthenticatedStream: true } });
   await pipeline(Readable.fromWeb(data as unknown as NodeReadableStream<Uint8Array>), createWriteStream(output, { highWaterMark: MiB }));
 }

@@ -156,7 +156,7 @@ export async function measureSmallJobs(base: string, opts: { concurrency: number
     // The service runs on the bench's host, so its clocks are the bench's: the job's timestamps split the
     // wait into its steps.
     const [created, running, finished] = [job.created_at, job.started_at, job.finished_at].map((t) => Date.parse(t ?? ''));
-    const steps = ok ? { recorded: created! - sent, queued: running! - created!, ran: finished! - running!, answered: sent + ms - finished! } : undefined;
+    const steps = ok ? { recorded: created - sent, queued: running - created, ran: finished - running, answered: sent + ms - finished } : undefined;
     return { ms, ok, steps };
   };
   /** `concurrency` clients sending jobs one after another until `more()` says no; what they measured. */

@@ -200,7 +200,7 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
   for (const [key, t] of Object.entries(r)) {
     if (isRotation(key)) continue;
     const [section] = key.split('.');
-    out.push(`${section!.padEnd(9)} ${(LABELS[key] ?? key).padEnd(31)} ${fixed(rate(t), 1).padStart(7)} ${fixed(t.ms / 1000).padStart(8)}   ${details(t)}`);
+    out.push(`${section.padEnd(9)} ${(LABELS[key] ?? key).padEnd(31)} ${fixed(rate(t), 1).padStart(7)} ${fixed(t.ms / 1000).padStart(8)}   ${details(t)}`);
   }
   out.push('');
   for (const s of snapshots) {

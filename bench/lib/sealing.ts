@@ -69,7 +69,7 @@ export function sealingSummary(r: Results): string[] {
     const plain = r[`sealing.${op}-plain`];
     const sealed = r[`sealing.${op}-sealed`];
     if (!plain || !sealed) continue;
-    const added = (sealed.cpu!.user! - plain.cpu!.user!) / (sealed.bytes / GiB);
+    const added = (sealed.cpu!.user - plain.cpu!.user) / (sealed.bytes / GiB);
     lines.push(
       `sealing ${op === 'put' ? 'put (seal)' : 'get (open)'}: CPU-s/GiB plain ${cpu(plain)} → sealed ${cpu(sealed)}; ` +
         `added user CPU ${added.toFixed(2)} s/GiB; MiB/s ${mibPerSec(plain.bytes, plain.ms).toFixed(0)} → ${mibPerSec(sealed.bytes, sealed.ms).toFixed(0)}`,

@@ -197,7 +197,7 @@ async function serviceRun(b: Bench, submit: () => Promise<JobView>, dest: string
   const m1 = mark(b);
   const job = await waitFor(b, job_id);
   const m2 = mark(b);
-  const bytes = await b.api.download(job.result!.files![0]!.download_url, dest);
+  const bytes = await b.api.download(job.result!.files![0].download_url, dest);
   const m3 = mark(b);
   await dropJobFiles(b, job_id);
   return { bytes, marks: [m0, m1, m2, m3], job };
@@ -248,14 +248,14 @@ async function parallelServiceRun(b: Bench, dests: string[]): Promise<Results> {
   const m1 = mark(b);
   const jobs = await Promise.all(submitted.map((j) => waitFor(b, j.job_id)));
   const m2 = mark(b);
-  await Promise.all(jobs.map((j, i) => b.api.download(j.result!.files![0]!.download_url, dests[i]!)));
+  await Promise.all(jobs.map((j, i) => b.api.download(j.result!.files![0].download_url, dests[i])));
   const m3 = mark(b);
   await Promise.all(jobs.map((j) => dropJobFiles(b, j.job_id)));
   const starts = jobs.map((j) => Date.parse(j.started_at!));
   const ends = jobs.map((j) => Date.parse(j.finished_at!));
   const [start, end] = [Math.min(...starts), Math.max(...ends)];
   const bytes = 2 * b.size;
-  const parts = { upload: m1.t - m0.t, jobs: end - start, 'job 1': ends[0]! - starts[0]!, 'job 2': ends[1]! - starts[1]!, 'start skew': Math.abs(starts[0]! - starts[1]!), download: m3.t - m2.t };
+  const parts = { upload: m1.t - m0.t, jobs: end - start, 'job 1': ends[0] - starts[0], 'job 2': ends[1] - starts[1], 'start skew': Math.abs(starts[0] - starts[1]), download: m3.t - m2.t };
   const phaseCpu = { upload: cpuBetween(m0, m1), jobs: cpuBetween(m1, m2), download: cpuBetween(m2, m3) };
   return {
     'parallel.jobs': { bytes, ms: end - start, parts, phaseCpu, cpu: cpuBetween(m0, m3) },

@@ -109,7 +109,7 @@ export class Service {
 
   /** Starts a worker process and waits until BullMQ sees it on its first queue. */
   async addWorker(queues: string): Promise<ServiceProcess> {
-    const queue = queues.split(/[=,]/)[0]!;
+    const queue = queues.split(/[=,]/)[0];
     const before = await this.workersOn(queue);
     await ensureBuilt();
     const proc = this.spawn(`worker-${this.procs.filter((p) => p.name.startsWith('worker')).length + 1}`, 'worker', { WORKER_QUEUES: queues });

@@ -13,7 +13,7 @@ export const GiB = 1 << 30;
 export function parseSize(text: string): number {
   const m = /^(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?$/i.exec(text.trim());
   if (!m) throw new Error(`bad size "${text}" (try 1G, 256M)`);
-  const unit = { '': 1, K: 1 << 10, M: MiB, G: GiB, T: GiB * 1024 }[m[2]!.toUpperCase() as '' | 'K' | 'M' | 'G' | 'T'];
+  const unit = { '': 1, K: 1 << 10, M: MiB, G: GiB, T: GiB * 1024 }[m[2].toUpperCase() as '' | 'K' | 'M' | 'G' | 'T'];
   const bytes = Math.round(Number(m[1]) * unit);
   if (bytes < 1) throw new Error(`size must be at least 1 byte: "${text}"`);
   return bytes;

@@ -108,5 +108,5 @@ export function registerAuditEvidence(audit: Command) {
 
 async function fetchKeys(opts: Parameters<typeof connect>[0]): Promise<{ keys: Jwk[] }> {
   const { kms } = await connect(opts, { auth: false });
-  return kms.data(kms.api.GET('/audit-logs/keys', {})) as Promise<{ keys: Jwk[] }>;
+  return kms.data(kms.api.GET('/audit-logs/keys', {}));
 }

@@ -1,6 +1,6 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { Option, type Command } from 'commander';
-import { rotate, waitForJob, type Job } from '../../client/index.js';
+import { rotate, waitForJob } from '../../client/index.js';
 import { bars, connect, fields, pagedFooter, print, table } from '../context.js';
 import { UsageError } from '../exit-codes.js';
 import { readSecret } from '../secrets.js';
@@ -53,7 +53,7 @@ export function registerKeys(program: Command) {
         );
         if ('fingerprint' in answer) return print(opts, answer, () => fields(answer, KEY_COLUMNS.concat('uid')));
         const bar = bars(opts);
-        const job = await waitForJob(kms, answer as Job, { onProgress: bar.onProgress }).finally(() => bar.stop());
+        const job = await waitForJob(kms, answer, { onProgress: bar.onProgress }).finally(() => bar.stop());
         print(opts, job, () => `generated: ${JSON.stringify(job.result)}`);
       }),
     );

@@ -183,7 +183,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
         parts.push(chunk);
         held += chunk.length;
       }
-      const all = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+      const all = parts.length === 1 ? parts[0] : Buffer.concat(parts);
       if (ended && held <= INLINE_BYTES) return all;
       if (held > 0) carry = all;
       return undefined;

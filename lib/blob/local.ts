@@ -411,8 +411,8 @@ function writeAll(fd: number, bufs: Buffer[], callback: (err?: Error | null) => 
   writev(fd, bufs, (err, written) => {
     if (err) return callback(err);
     let i = 0;
-    for (; i < bufs.length && written >= bufs[i]!.length; i++) written -= bufs[i]!.length;
+    for (; i < bufs.length && written >= bufs[i].length; i++) written -= bufs[i].length;
     if (i === bufs.length) callback();
-    else writeAll(fd, [bufs[i]!.subarray(written), ...bufs.slice(i + 1)], callback);
+    else writeAll(fd, [bufs[i].subarray(written), ...bufs.slice(i + 1)], callback);
   });
 }

@@ -99,7 +99,7 @@ async function* frames(source: AsyncIterable<Buffer | string>, size: number, fir
   yield { parts, bytes, last: true };
 }
 
-const joined = (parts: Buffer[]) => (parts.length === 1 ? parts[0]! : Buffer.concat(parts));
+const joined = (parts: Buffer[]) => (parts.length === 1 ? parts[0] : Buffer.concat(parts));
 
 /** Seals a plaintext stream; `key` is the blob's chunk key, `salt` what derived it. */
 async function* seal(source: AsyncIterable<Buffer | string>, key: Buffer, salt: Buffer): AsyncGenerator<Buffer> {
@@ -163,7 +163,7 @@ export function sealedJobBlobs(inner: BlobStore, dataKeys: JobDataKeys): BlobSto
     if (!match) throw new TypeError(`invalid job blob key (not jobs/<job uuid>/...): ${JSON.stringify(key)}`);
     // A legacy data key (lib/blob/data-keys.ts) is read only by the key store.
     if (match[2] === KEY_NAME) throw new TypeError(`reserved blob key: ${key}`);
-    return match[1]!;
+    return match[1];
   }
 
   async function put(key: string, source: Readable, opts: PutOptions = {}): Promise<{ size: number }> {

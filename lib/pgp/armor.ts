@@ -47,7 +47,7 @@ const CRC24_TABLES = (() => {
     for (let i = 0; i < 8; i++) r = r & 0x80000000 ? (r << 1) ^ (0x864cfb << 8) : r << 1;
     t[n] = r;
   }
-  for (let i = 256; i < t.length; i++) t[i] = (t[i - 256]! << 8) ^ t[t[i - 256]! >>> 24]!;
+  for (let i = 256; i < t.length; i++) t[i] = (t[i - 256] << 8) ^ t[t[i - 256] >>> 24];
   return t;
 })();
 
@@ -59,9 +59,9 @@ export function crc24(bytes: Uint8Array, crc: number): number {
   for (const end = bytes.length - 7; i < end; i += 8) {
     r ^= words.getInt32(i);
     const w = words.getInt32(i + 4);
-    r = t[1792 + (r >>> 24)]! ^ t[1536 + ((r >>> 16) & 0xff)]! ^ t[1280 + ((r >>> 8) & 0xff)]! ^ t[1024 + (r & 0xff)]! ^
-      t[768 + (w >>> 24)]! ^ t[512 + ((w >>> 16) & 0xff)]! ^ t[256 + ((w >>> 8) & 0xff)]! ^ t[w & 0xff]!;
+    r = t[1792 + (r >>> 24)] ^ t[1536 + ((r >>> 16) & 0xff)] ^ t[1280 + ((r >>> 8) & 0xff)] ^ t[1024 + (r & 0xff)] ^
+      t[768 + (w >>> 24)] ^ t[512 + ((w >>> 16) & 0xff)] ^ t[256 + ((w >>> 8) & 0xff)] ^ t[w & 0xff];
   }
-  for (; i < bytes.length; i++) r = (r << 8) ^ t[(r >>> 24) ^ bytes[i]!]!;
+  for (; i < bytes.length; i++) r = (r << 8) ^ t[(r >>> 24) ^ bytes[i]];
   return (r >>> 8) & 0xffffff;
 }

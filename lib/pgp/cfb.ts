@@ -34,8 +34,8 @@ export function cfbDecryptor(ecb: string, key: Uint8Array): CfbDecryptor {
     const a = new BigUint64Array(out.buffer, out.byteOffset, n >> 3);
     const b = new BigUint64Array(data.buffer, data.byteOffset, n >> 3);
     for (let i = 0; i < a.length; i += 2) {
-      a[i]! ^= b[i]!;
-      a[i + 1]! ^= b[i + 1]!;
+      a[i] ^= b[i];
+      a[i + 1] ^= b[i + 1];
     }
   };
   return {
@@ -46,7 +46,7 @@ export function cfbDecryptor(ecb: string, key: Uint8Array): CfbDecryptor {
         // Finish the block under way with its keystream.
         at = Math.min(16 - used, c.length);
         const head = Buffer.allocUnsafe(at);
-        for (let i = 0; i < at; i++) head[i] = c[i]! ^ keystream[used + i]!;
+        for (let i = 0; i < at; i++) head[i] = c[i] ^ keystream[used + i];
         out.push(head);
         c.copy(current, used, 0, at);
         used += at;
@@ -71,7 +71,7 @@ export function cfbDecryptor(ecb: string, key: Uint8Array): CfbDecryptor {
         keystream = block.update(previous);
         used = c.length - at;
         const tail = Buffer.allocUnsafe(used);
-        for (let i = 0; i < used; i++) tail[i] = c[at + i]! ^ keystream[i]!;
+        for (let i = 0; i < used; i++) tail[i] = c[at + i] ^ keystream[i];
         out.push(tail);
         c.copy(current, 0, at);
       }

@@ -78,7 +78,7 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
 
   const keys = await parse(pgp.readKeys({ binaryKeys: binary }), 'Not a readable OpenPGP key');
   if (keys.length !== 1) throw refuse('invalid_key', `Expected exactly one key, found ${keys.length}.`);
-  const key = keys[0]!;
+  const key = keys[0];
 
   checkAlgorithms(key);
   checkSelfSignatureHashes(key);
@@ -124,7 +124,7 @@ export function checkPacketLimits(binary: Uint8Array): void {
     if (p.tag === TAG.userId && p.length > MAX_USER_ID_BYTES) throw refuse('invalid_key', `A user id of the key is longer than ${MAX_USER_ID_BYTES} octets.`);
     if (p.tag === TAG.signature && p.length > MAX_SIGNATURE_PACKET_BYTES) throw refuse('invalid_key', `A signature of the key is longer than ${MAX_SIGNATURE_PACKET_BYTES} octets.`);
   }
-  if (packets[0]!.tag !== TAG.publicKey && packets[0]!.tag !== TAG.secretKey) throw refuse('invalid_key', 'Not an OpenPGP key: it does not begin with a key packet.');
+  if (packets[0].tag !== TAG.publicKey && packets[0].tag !== TAG.secretKey) throw refuse('invalid_key', 'Not an OpenPGP key: it does not begin with a key packet.');
 }
 
 /** RSA of 2048 bits or more, and elliptic curves; never DSA or ElGamal, on the primary key or any subkey. */

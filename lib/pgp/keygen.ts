@@ -146,7 +146,7 @@ function mpi(bytes: Buffer): Buffer {
   let i = 0;
   while (i < bytes.length && bytes[i] === 0) i++;
   const rest = bytes.subarray(i);
-  const bits = rest.length ? (rest.length - 1) * 8 + (32 - Math.clz32(rest[0]!)) : 0;
+  const bits = rest.length ? (rest.length - 1) * 8 + (32 - Math.clz32(rest[0])) : 0;
   return Buffer.concat([u16(bits), rest]);
 }
 

@@ -171,7 +171,7 @@ export async function readRecipientKey(armored: string, now = new Date()): Promi
     throw invalid('invalid_public_key', `Not a readable OpenPGP public key: ${message(err)}`);
   }
   if (keys.length !== 1) throw invalid('invalid_public_key', `Expected exactly one key, found ${keys.length}.`);
-  const key = keys[0]!;
+  const key = keys[0];
   if (key.isPrivate() || key.getKeys().some((k) => SECRET_TAGS.has(tagOf(k.keyPacket)))) {
     throw invalid('private_key_supplied', 'The key contains secret key material; send only the public key.');
   }
@@ -276,7 +276,7 @@ export function scanPackets(bytes: Uint8Array): { tag: number; length: number }[
   const tags: { tag: number; length: number }[] = [];
   let i = 0;
   while (i < bytes.length) {
-    const h = bytes[i]!;
+    const h = bytes[i];
     if (!(h & 0x80)) break;
     let tag: number;
     let len: number;
@@ -287,7 +287,7 @@ export function scanPackets(bytes: Uint8Array): { tag: number; length: number }[
       if (b0 < 192) len = b0;
       else if (b0 < 224) len = ((b0 - 192) << 8) + (bytes[i++] ?? 0) + 192;
       else if (b0 === 255) {
-        len = ((bytes[i]! << 24) >>> 0) + (bytes[i + 1]! << 16) + (bytes[i + 2]! << 8) + bytes[i + 3]!;
+        len = ((bytes[i] << 24) >>> 0) + (bytes[i + 1] << 16) + (bytes[i + 2] << 8) + bytes[i + 3];
         i += 4;
       } else break; // partial lengths never appear in keys
     } else {

@@ -52,7 +52,7 @@ class PacketWriter {
     while (this.size >= CHUNK) {
       out.push(this.header(Buffer.from([224 + 20])));
       for (let need = CHUNK; need > 0; ) {
-        const piece = this.pieces[0]!;
+        const piece = this.pieces[0];
         if (piece.length <= need) {
           out.push(piece);
           this.pieces.shift();
@@ -175,12 +175,12 @@ class Pull {
         ended = true;
         break;
       }
-      const chunk = Buffer.isBuffer(next.value) ? next.value : Buffer.from(next.value as Uint8Array);
+      const chunk = Buffer.isBuffer(next.value) ? next.value : Buffer.from(next.value);
       this.record?.push(chunk);
       parts.push(chunk);
       have += chunk.length;
     }
-    this.buf = parts.length === 1 ? parts[0]! : parts.length === 2 && !parts[0]!.length ? parts[1]! : Buffer.concat(parts, have);
+    this.buf = parts.length === 1 ? parts[0] : parts.length === 2 && !parts[0].length ? parts[1] : Buffer.concat(parts, have);
     return !ended;
   }
 
@@ -208,9 +208,9 @@ class Pull {
 type Length = { kind: 'definite' | 'partial'; n: number } | { kind: 'indeterminate' };
 
 async function newLength(p: Pull): Promise<Length> {
-  const o = (await p.take(1))[0]!;
+  const o = (await p.take(1))[0];
   if (o < 192) return { kind: 'definite', n: o };
-  if (o < 224) return { kind: 'definite', n: ((o - 192) << 8) + (await p.take(1))[0]! + 192 };
+  if (o < 224) return { kind: 'definite', n: ((o - 192) << 8) + (await p.take(1))[0] + 192 };
   if (o === 255) return { kind: 'definite', n: (await p.take(4)).readUInt32BE(0) };
   const n = 1 << (o & 0x1f);
   // Tiny partial chunks cost a header each: 1-octet chunks make a message hundreds of times slower to read.
@@ -220,14 +220,14 @@ async function newLength(p: Pull): Promise<Length> {
 
 /** A packet header, new or old format. */
 async function header(p: Pull): Promise<{ tag: number; length: Length }> {
-  const ctb = (await p.take(1))[0]!;
+  const ctb = (await p.take(1))[0];
   if (!(ctb & 0x80)) throw malformed('bad packet header');
   if (ctb & 0x40) return { tag: ctb & 0x3f, length: await newLength(p) };
   const type = ctb & 3;
   const tag = (ctb >> 2) & 0x0f;
   if (type === 3) return { tag, length: { kind: 'indeterminate' } };
-  const b = await p.take([1, 2, 4][type]!);
-  return { tag, length: { kind: 'definite', n: type === 0 ? b[0]! : type === 1 ? b.readUInt16BE(0) : b.readUInt32BE(0) } };
+  const b = await p.take([1, 2, 4][type]);
+  return { tag, length: { kind: 'definite', n: type === 0 ? b[0] : type === 1 ? b.readUInt16BE(0) : b.readUInt32BE(0) } };
 }
 
 /** The body of a packet as chunks, following partial lengths. */
@@ -338,7 +338,7 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
         // acting on them (an oracle); the MDC, which covers the prefix, decides at the end.
         mdc.update(decipher(await bodyPull.take(18)));
         const ctb = decipher(await bodyPull.take(1));
-        switch (innerTag(ctb[0]!)) {
+        switch (innerTag(ctb[0])) {
           case 11: // literal data: ours to read
             break;
           case 8: // compressed, one-pass signature, signature, padding: OpenPGP.js reads those
@@ -346,7 +346,7 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
           case 2:
           case 21: {
             // OpenPGP.js's cost is per partial chunk: hold its first one to the 512-octet minimum too.
-            const length = ctb[0]! & 0x40 ? decipher(await bodyPull.take(1))[0]! : 0;
+            const length = ctb[0] & 0x40 ? decipher(await bodyPull.take(1))[0] : 0;
             if (length >= 224 && length < 255 && 1 << (length & 0x1f) < MIN_PARTIAL) throw malformed('a partial body length below the minimum');
             return null;
           }
@@ -391,7 +391,7 @@ export async function openNative(input: Readable, fallback: Fallback): Promise<N
         const literal = await header(inner);
         if (literal.tag !== 11) throw malformed('no literal data packet');
         const data = new Pull(body(inner, literal.length));
-        const nameLength = (await data.take(2))[1]!; // format octet, then the file name's length
+        const nameLength = (await data.take(2))[1]; // format octet, then the file name's length
         const filename = (await data.take(nameLength)).toString('utf8');
         await data.take(4); // date
         return { filename, data, inner };

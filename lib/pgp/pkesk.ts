@@ -60,11 +60,11 @@ export async function openSessionKeyPacket(packet: openpgp.PublicKeyEncryptedSes
     const shared = crypto.diffieHellman({ privateKey: privateKeyFromRaw('x25519', scalar.reverse()), publicKey: publicKeyFromRaw('x25519', V.subarray(1)) });
     const decipher = crypto.createDecipheriv(ecdh.wrap.name, kek(ecdh, shared), KEY_WRAP_IV);
     const padded = Buffer.concat([decipher.update(C), decipher.final()]); // throws unless the wrap's check holds
-    const pad = padded[padded.length - 1]!;
+    const pad = padded[padded.length - 1];
     if (pad < 1 || pad > 8 || !padded.subarray(padded.length - pad).every((b) => b === pad)) return undefined;
     const plain = padded.subarray(0, padded.length - pad);
     const data = plain.subarray(1, plain.length - 2);
-    const algorithm = AES[plain[0]!];
+    const algorithm = AES[plain[0]];
     if (!algorithm || data.length !== algorithm.keyBytes || !crypto.timingSafeEqual(checksum(data), plain.subarray(plain.length - 2))) return undefined;
     return { data: new Uint8Array(data), algorithm: algorithm.name };
   } catch {

@@ -88,7 +88,7 @@ class HeadReader {
   /** What is left: the buffered bytes, then the rest of the source. */
   async *rest(): AsyncGenerator<Buffer> {
     if (this.buf.length) yield this.buf;
-    this.buf = Buffer.alloc(0) as Buffer;
+    this.buf = Buffer.alloc(0);
     for (let n = await this.it.next(); !n.done; n = await this.it.next()) yield Buffer.from(n.value.buffer, n.value.byteOffset, n.value.byteLength);
   }
 }
@@ -100,7 +100,7 @@ async function readHead(r: HeadReader): Promise<{ packets: Packet[]; seipdTag: B
     if (n > MAX_SMALL_PACKETS) throw malformed(`more than ${MAX_SMALL_PACKETS} packets before the encrypted data`);
     if (await r.atEnd()) throw n === 1 ? invalid('malformed_message', 'The message is empty.') : malformed('there is no encrypted data packet');
     const ctb = await r.take(1);
-    const c = ctb[0]!;
+    const c = ctb[0];
     if (!(c & 0x80)) throw invalid('malformed_message', 'Not an OpenPGP message (neither armored nor binary packets).');
     const tag = c & 0x40 ? c & 0x3f : (c >> 2) & 0x0f;
     if (tag === TAG_SEIPD) return { packets, seipdTag: Buffer.from(ctb) };
@@ -111,11 +111,11 @@ async function readHead(r: HeadReader): Promise<{ packets: Packet[]; seipdTag: B
     let lengthOctets: Buffer;
     let length: number;
     if (c & 0x40) {
-      const f = (await r.take(1))[0]!;
+      const f = (await r.take(1))[0];
       if (f >= 224 && f < 255) throw malformed(`partial body lengths in a packet of type ${tag}`);
       const extra = f < 192 ? Buffer.alloc(0) : f < 224 ? await r.take(1) : await r.take(4);
       lengthOctets = Buffer.concat([Buffer.of(f), extra]);
-      length = f < 192 ? f : f < 224 ? ((f - 192) << 8) + extra[0]! + 192 : extra.readUInt32BE(0);
+      length = f < 192 ? f : f < 224 ? ((f - 192) << 8) + extra[0] + 192 : extra.readUInt32BE(0);
     } else {
       const type = c & 3;
       if (type === 3) throw malformed(`a packet of type ${tag} of indeterminate length`);
@@ -156,7 +156,7 @@ class FramingScanner {
       if (this.state === 'rest') return this.onBody(i ? chunk.subarray(i) : chunk);
       if (this.state === 'done') throw malformed('data after the encrypted packet');
       if (this.state === 'length') {
-        this.lengthOctets.push(chunk[i++]!);
+        this.lengthOctets.push(chunk[i++]);
         this.parseLength();
         continue;
       }
@@ -175,9 +175,9 @@ class FramingScanner {
     if (this.oldLength) {
       if (o.length === this.oldLength) n = o.reduce((v, b) => v * 256 + b, 0);
     } else {
-      const f = o[0]!;
+      const f = o[0];
       if (f < 192) n = f;
-      else if (f < 224) n = o.length === 2 ? ((f - 192) << 8) + o[1]! + 192 : undefined;
+      else if (f < 224) n = o.length === 2 ? ((f - 192) << 8) + o[1] + 192 : undefined;
       else if (f < 255) {
         n = 2 ** (f & 0x1f);
         partial = true;
@@ -262,9 +262,9 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
         watch.close();
         throw watch.failure ?? err;
       }
-      const ecb = AES[sessionKey.algorithm]!;
+      const ecb = AES[sessionKey.algorithm];
       const pieces: Buffer[] = [];
-      const scanner = new FramingScanner(parsed.seipdTag[0]!, (piece) => pieces.push(piece));
+      const scanner = new FramingScanner(parsed.seipdTag[0], (piece) => pieces.push(piece));
       const kept = parsed.packets.filter((p) => p.tag !== TAG_MARKER && !(p.tag === TAG_PKESK && fromIds.has(keyIdOf(p))));
       async function* binary(): AsyncGenerator<Buffer> {
         yield Buffer.concat([Buffer.from(newPkesk), ...kept.map((p) => p.raw), parsed.seipdTag]);

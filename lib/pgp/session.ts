@@ -48,19 +48,19 @@ export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privat
 export async function sessionKeyV1(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): Promise<openpgp.SessionKey> {
   const mine = checkSessionKeyPackets(message, privateKey);
   // The common case, one packet for our key and it a Curve25519 one, opens on Node's crypto (pkesk.ts).
-  const opened = mine.length === 1 ? await openSessionKeyPacket(mine[0]!, privateKey) : undefined;
+  const opened = mine.length === 1 ? await openSessionKeyPacket(mine[0], privateKey) : undefined;
   if (opened) return opened;
   const order = await preferenceOrder(privateKey);
   const aes = order.find((a) => AES.has(a))!;
   const candidates = await openpgp.decryptSessionKeys({
-    message: message as openpgp.Message<Uint8Array>,
+    message: message,
     decryptionKeys: privateKey,
     // An RSA packet is opened under the one AES size that would be picked below: once, not once per size.
     config: { ...SESSION_KEY_CONFIG, constantTimePKCS1DecryptionSupportedSymmetricAlgorithms: new Set([aes]) },
   });
   const v1 = candidates.filter((k): k is openpgp.SessionKey => k.algorithm !== null); // v1 PKESKs name the cipher
   if (!v1.length) throw new Error('Session key decryption failed: no session key for SEIPDv1');
-  if (v1.length === 1) return v1[0]!;
+  if (v1.length === 1) return v1[0];
   const rank = (k: openpgp.SessionKey) => {
     const i = order.indexOf(enums.symmetric[k.algorithm]);
     return i < 0 ? order.length : i;

@@ -41,7 +41,7 @@ export async function signStream(input: Readable, signingKey: openpgp.PrivateKey
   try {
     const message = await openpgp.createMessage({ binary: source.open(), filename, format: 'binary' });
     const base = { message, signingKeys: signingKey, detached: opts.detached };
-    out = (opts.armor ? await watch.call(openpgp.sign({ ...base, format: 'armored' })) : await watch.call(openpgp.sign({ ...base, format: 'binary' }))) as unknown as WebStream;
+    out = opts.armor ? await watch.call(openpgp.sign({ ...base, format: 'armored' })) : await watch.call(openpgp.sign({ ...base, format: 'binary' }));
   } catch (err) {
     input.destroy();
     watch.close();
@@ -87,8 +87,8 @@ export async function readSignerKey(armored: string): Promise<VerificationKey> {
     const binary = new Uint8Array(await new Response(data as ReadableStream<Uint8Array>).arrayBuffer());
     checkPacketLimits(binary);
     const keys = await within(openpgp.readKeys({ binaryKeys: binary }), KEY_PARSE_MS);
-    if (keys.length !== 1 || keys[0]!.isPrivate()) throw invalid('invalid_public_key', 'Expected exactly one public key.');
-    return { key: keys[0]!, fingerprint: keys[0]!.getFingerprint() };
+    if (keys.length !== 1 || keys[0].isPrivate()) throw invalid('invalid_public_key', 'Expected exactly one public key.');
+    return { key: keys[0], fingerprint: keys[0].getFingerprint() };
   } catch (err) {
     if (err instanceof AppError) throw err.code === 'invalid_key' ? invalid('invalid_public_key', err.message) : err;
     throw invalid('invalid_public_key', `Not a readable OpenPGP public key: ${errMessage(err)}.`);
@@ -108,7 +108,7 @@ export async function verifyDetached(data: Readable, signature: openpgp.Signatur
   try {
     const message = await openpgp.createMessage({ binary: source.open(), format: 'binary' });
     const result = await watch.call(openpgp.verify({ message, signature, verificationKeys: keys.map((k) => k.key), format: 'binary' }));
-    return await settle(result as unknown as Verified, keys, watch, source);
+    return await settle(result, keys, watch, source);
   } catch (err) {
     data.destroy();
     throw watch.failure ?? source.failure ?? err;
@@ -129,7 +129,7 @@ export async function verifySignedMessage(input: Readable, keys: VerificationKey
     const message = await readMessageFrom(source, kind, input, watch, config);
     if (message.getEncryptionKeyIDs().length > 0) throw invalid('malformed_message', 'The message is encrypted: decrypt it with verify_with instead.');
     const result = await watch.call(openpgp.verify({ message, verificationKeys: keys.map((k) => k.key), format: 'binary', config }));
-    return await settle(result as unknown as Verified, keys, watch, source);
+    return await settle(result, keys, watch, source);
   } catch (err) {
     input.destroy();
     throw watch.failure ?? source.failure ?? (err instanceof AppError ? err : invalid('malformed_message', `The signed message is malformed: ${errMessage(err)}.`));

@@ -80,7 +80,7 @@ export async function encryptStream(input: Readable, recipient: openpgp.PublicKe
     const encrypted = opts.armor
       ? await watch.call(openpgp.encrypt({ ...base, format: 'armored' }))
       : await watch.call(openpgp.encrypt({ ...base, format: 'binary' }));
-    out = encrypted as unknown as WebStream;
+    out = encrypted;
   } catch (err) {
     input.destroy();
     watch.close();
@@ -423,7 +423,7 @@ export async function readMessageFrom(source: NodeSource, kind: 'armored' | 'bin
   try {
     const bytes = source.open((chunks) => reframe(kind === 'armored' ? dearmor(chunks) : chunks));
     reframed.add(bytes);
-    return await watch.call(openpgp.readMessage({ binaryMessage: bytes as WebStream, config }));
+    return await watch.call(openpgp.readMessage({ binaryMessage: bytes, config }));
   } catch (err) {
     input.destroy();
     throw watch.failure ?? source.failure ?? invalid('malformed_message', `Not a readable OpenPGP message: ${errMessage(err)}`);
@@ -659,12 +659,12 @@ function countNewlines(text: string): number {
 
 function definiteLength(first: number, rest: Uint8Array): number {
   if (first < 192) return first;
-  if (first < 224) return ((first - 192) << 8) + rest[0]! + 192;
+  if (first < 224) return ((first - 192) << 8) + rest[0] + 192;
   return new DataView(rest.buffer, rest.byteOffset, 4).getUint32(0);
 }
 
 function concatBytes(parts: Uint8Array[]): Uint8Array {
-  if (parts.length === 1) return parts[0]!;
+  if (parts.length === 1) return parts[0];
   const all = Buffer.concat(parts);
   return new Uint8Array(all.buffer, all.byteOffset, all.byteLength);
 }
@@ -692,7 +692,7 @@ class ByteReader {
   }
 
   async byte(): Promise<number | null> {
-    return (await this.fill()) ? this.chunk[this.at++]! : null;
+    return (await this.fill()) ? this.chunk[this.at++] : null;
   }
 
   async need(): Promise<number> {

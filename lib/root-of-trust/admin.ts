@@ -79,9 +79,9 @@ export async function masterKeyCommand(args: string[], config: Config): Promise<
     await prepareDatabase(config);
     const c = await createContainer(config);
     try {
-      return await keyringCommand(c, command!, arg, say);
+      return await keyringCommand(c, command, arg, say);
     } catch (err) {
-      if (err instanceof KeyringRefusal) await auditCommand(c.db, command!, 'failure', arg ?? null, { ...(arg ? { kid: arg } : {}), refusal: err.message });
+      if (err instanceof KeyringRefusal) await auditCommand(c.db, command, 'failure', arg ?? null, { ...(arg ? { kid: arg } : {}), refusal: err.message });
       throw err;
     } finally {
       await c.close();

@@ -93,7 +93,7 @@ export async function reseal(db: Knex, keyring: Keyring, sealer: Sealer, target:
   if (!run) throw new Error(`no re-seal run for data key "${target}"`);
   let { seal, after } = run.position as ResealProgress['position'];
   while (!run.finished_at && seal < STORED_SEALS.length) {
-    const s = STORED_SEALS[seal]!;
+    const s = STORED_SEALS[seal];
     const key = s.key ?? { column: 'id', type: 'uuid' };
     const rows = await db(s.table)
       .select({ id: key.column }, s.column, ...s.reads)

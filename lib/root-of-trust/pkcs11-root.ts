@@ -13,7 +13,7 @@ import { parsePkcs11Uri, pkcs11RootId, readPin, type Pkcs11Uri } from './pkcs11-
 const modules = new Map<string, pkcs11js.PKCS11>();
 
 /** The CKR_… code a pkcs11js call failed with. */
-export const pkcs11Code = (err: unknown) => (err instanceof Error ? err.message.split(':')[0]!.trim() : String(err));
+export const pkcs11Code = (err: unknown) => (err instanceof Error ? err.message.split(':')[0].trim() : String(err));
 
 function loadModule(path: string): pkcs11js.PKCS11 {
   let m = modules.get(path);

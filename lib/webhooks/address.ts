@@ -24,7 +24,7 @@ for (const [net, bits] of [
 function ipv6Groups(address: string): number[] {
   const quad = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(address);
   const hex = quad
-    ? `${address.slice(0, quad.index)}${((+quad[1]! << 8) | +quad[2]!).toString(16)}:${((+quad[3]! << 8) | +quad[4]!).toString(16)}`
+    ? `${address.slice(0, quad.index)}${((+quad[1] << 8) | +quad[2]).toString(16)}:${((+quad[3] << 8) | +quad[4]).toString(16)}`
     : address;
   const [head, tail] = hex.split('::') as [string, string | undefined];
   const part = (s: string | undefined) => (s ? s.split(':').map((g) => parseInt(g, 16)) : []);
@@ -39,10 +39,10 @@ const dotted = (hi: number, lo: number) => [hi >> 8, hi & 255, lo >> 8, lo & 255
 function embeddedIpv4(address: string): string | undefined {
   const g = ipv6Groups(address);
   const zeros = (from: number, to: number) => g.slice(from, to).every((x) => x === 0);
-  if (g[0] === 0x2002) return dotted(g[1]!, g[2]!); // 6to4, RFC 3056
-  if (g[0] === 0x64 && g[1] === 0xff9b && zeros(2, 6)) return dotted(g[6]!, g[7]!); // NAT64, RFC 6052
-  if (zeros(0, 5) && (g[5] === 0xffff || g[5] === 0)) return dotted(g[6]!, g[7]!); // mapped, compatible
-  if (zeros(0, 4) && g[4] === 0xffff && g[5] === 0) return dotted(g[6]!, g[7]!); // translated, RFC 2765
+  if (g[0] === 0x2002) return dotted(g[1], g[2]); // 6to4, RFC 3056
+  if (g[0] === 0x64 && g[1] === 0xff9b && zeros(2, 6)) return dotted(g[6], g[7]); // NAT64, RFC 6052
+  if (zeros(0, 5) && (g[5] === 0xffff || g[5] === 0)) return dotted(g[6], g[7]); // mapped, compatible
+  if (zeros(0, 4) && g[4] === 0xffff && g[5] === 0) return dotted(g[6], g[7]); // translated, RFC 2765
   return undefined;
 }
 
@@ -68,11 +68,11 @@ export function guardedLookup(allowPrivate: boolean) {
   return (hostname: string, options: object, callback: (err: Error | null, address: string | LookupAddress[], family?: number) => void): void => {
     dnsLookup(hostname, { ...options, all: true }, (err, addresses) => {
       if (err) return callback(err, '');
-      const list = addresses as LookupAddress[];
+      const list = addresses;
       const refused = allowPrivate ? undefined : list.find((a) => !isPublicAddress(a.address));
       if (refused || !list.length) return callback(new AddressNotAllowed(`webhook host ${hostname} resolves to an address that is not allowed`), '');
       if ((options as { all?: boolean }).all) return callback(null, list);
-      callback(null, list[0]!.address, list[0]!.family);
+      callback(null, list[0].address, list[0].family);
     });
   };
 }

@@ -64,7 +64,7 @@ class TimeoutError extends Error {
 function errorCode(err: NodeJS.ErrnoException): string {
   if (err instanceof AddressNotAllowed || err instanceof TimeoutError) return err.code;
   const codes: Record<string, string> = { ECONNREFUSED: 'connection_refused', ECONNRESET: 'connection_reset', ENOTFOUND: 'dns_not_found', EAI_AGAIN: 'dns_failed', EHOSTUNREACH: 'host_unreachable', ENETUNREACH: 'network_unreachable', ETIMEDOUT: 'timeout' };
-  if (err.code && codes[err.code]) return codes[err.code]!;
+  if (err.code && codes[err.code]) return codes[err.code];
   if (err.code?.startsWith('ERR_TLS') || /CERT|SSL/.test(err.code ?? '')) return 'tls_error';
   return 'request_failed';
 }

@@ -306,7 +306,7 @@ describe('LocalBlobStore spare files', () => {
     const { root, store } = await withOneSpare('sweep');
     const [name] = await spares(root);
     const past = new Date(Date.now() - 48 * 3600_000);
-    await utimes(join(root, '.spare', name!), past, past);
+    await utimes(join(root, '.spare', name), past, past);
     expect(await store.sweepStale(new Date(Date.now() - 24 * 3600_000))).toBe(1);
     expect(await spares(root)).toEqual([]);
     // The folder removed by hand: puts and deletes go on, and it comes back.

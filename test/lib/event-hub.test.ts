@@ -22,7 +22,7 @@ afterAll(async () => {
 });
 
 const publishEvent = (user: string, type: EventType, data: Record<string, unknown>, once?: Once) => publishEvents(redis, prefix, user, [{ type, data }], new Date(), once);
-const publish = async (user: string, n: number) => (await publishEvent(user, 'key.generated', { n }))!.ids[0]!;
+const publish = async (user: string, n: number) => (await publishEvent(user, 'key.generated', { n }))!.ids[0];
 const collector = () => {
   const seen: number[] = [];
   return { seen, deliver: (events: { data: Record<string, unknown> }[]) => seen.push(...events.map((e) => e.data.n as number)) };
@@ -39,10 +39,10 @@ describe('EventHub', () => {
 
     // Joins behind the hub (it already read up to event 4): catches up from its cursor, then live.
     const behind = collector();
-    const stopBehind = await hub.listen('a', ids[1]!, behind.deliver);
+    const stopBehind = await hub.listen('a', ids[1], behind.deliver);
     // Joins ahead of what it would be given again: nothing twice.
     const ahead = collector();
-    const stopAhead = await hub.listen('a', ids[4]!, ahead.deliver);
+    const stopAhead = await hub.listen('a', ids[4], ahead.deliver);
     for (let n = 5; n < 8; n++) await publish('a', n);
     await until(() => first.seen.length === 8 && behind.seen.length === 6 && ahead.seen.length === 3);
     expect(first.seen).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);

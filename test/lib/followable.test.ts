@@ -246,7 +246,7 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
     /** What a writer leaves when its process dies: its head and segments, no end marker. */
     const crashed = async (k: string) => {
       const w = randomBytes(16).toString('hex');
-      for (const [name, text] of [[`${k}.head`, w], [`${k}.${w}.0`, 'a'], [`${k}.${w}.1`, 'b']]) await sealed.put(name!, Readable.from([Buffer.from(text!)]));
+      for (const [name, text] of [[`${k}.head`, w], [`${k}.${w}.0`, 'a'], [`${k}.${w}.1`, 'b']]) await sealed.put(name, Readable.from([Buffer.from(text)]));
     };
     await crashed(`${dir}/0`);
     await writer.put(`${dir}/0`, Readable.from([randomBytes(SEGMENT + 1)]));

@@ -29,10 +29,10 @@ async function oldLock(armored: string, secret: string): Promise<string> {
 async function flipLastByte(armored: string): Promise<string> {
   const { data } = await openpgp.unarmor(armored);
   const bytes = new Uint8Array(await new Response(data as ReadableStream<Uint8Array>).arrayBuffer());
-  const sub = (await openpgp.readPrivateKey({ binaryKey: bytes })).subkeys[0]!.keyPacket.write();
+  const sub = (await openpgp.readPrivateKey({ binaryKey: bytes })).subkeys[0].keyPacket.write();
   const at = Buffer.from(bytes).indexOf(Buffer.from(sub));
   expect(at).toBeGreaterThan(0);
-  bytes[at + sub.length - 3]! ^= 0x01;
+  bytes[at + sub.length - 3] ^= 0x01;
   return openpgp.armor(openpgp.enums.armor.privateKey, bytes);
 }
 
@@ -78,7 +78,7 @@ describe('generation key lock (in process)', () => {
 
     // Key overwriting: another key's public parameters under our encrypted secret (primary, then subkey).
     const other = await generateKey({ name: 'O', email: 'o@example.test', algorithm: 'curve25519', secret });
-    for (const pick of [(k: openpgp.PrivateKey) => k.keyPacket, (k: openpgp.PrivateKey) => k.subkeys[0]!.keyPacket]) {
+    for (const pick of [(k: openpgp.PrivateKey) => k.keyPacket, (k: openpgp.PrivateKey) => k.subkeys[0].keyPacket]) {
       const ours = await openpgp.readPrivateKey({ armoredKey: key.privateArmored });
       const theirs = await openpgp.readPrivateKey({ armoredKey: other.privateArmored });
       (pick(ours) as unknown as { publicParams: unknown }).publicParams = (pick(theirs) as unknown as { publicParams: unknown }).publicParams;

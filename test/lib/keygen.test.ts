@@ -32,8 +32,8 @@ function hashedArea(sig: openpgp.SignaturePacket): Array<[number, string]> {
   const data = Buffer.from((sig as unknown as { signatureData: Uint8Array }).signatureData);
   const out: Array<[number, string]> = [];
   for (let at = 6; at < 6 + data.readUInt16BE(4); ) {
-    const length = data[at]!; // every subpacket here is shorter than 192 octets
-    const type = data[at + 1]!;
+    const length = data[at]; // every subpacket here is shorter than 192 octets
+    const type = data[at + 1];
     if (![16, 20, 33].includes(type & 0x7f)) out.push([type, data.subarray(at + 2, at + 1 + length).toString('hex')]);
     at += 1 + length;
   }
@@ -60,8 +60,8 @@ describe('curve25519 keys from keygen.ts', () => {
     expect(key.getUserIDs()).toEqual(ref.getUserIDs());
     expect(shape(key.keyPacket)).toEqual(shape(ref.keyPacket));
     expect(key.subkeys.map((s) => shape(s.keyPacket))).toEqual(ref.subkeys.map((s) => shape(s.keyPacket)));
-    const sigs = (k: openpgp.PrivateKey) => [k.users[0]!.selfCertifications[0]!, k.subkeys[0]!.bindingSignatures[0]!];
-    for (const [a, b] of sigs(key).map((s, i) => [s, sigs(ref)[i]!] as const)) {
+    const sigs = (k: openpgp.PrivateKey) => [k.users[0].selfCertifications[0], k.subkeys[0].bindingSignatures[0]];
+    for (const [a, b] of sigs(key).map((s, i) => [s, sigs(ref)[i]] as const)) {
       expect([a.signatureType, a.hashAlgorithm, a.publicKeyAlgorithm]).toEqual([b.signatureType, b.hashAlgorithm, b.publicKeyAlgorithm]);
       expect(hashedArea(a)).toEqual(hashedArea(b));
       expect(a.issuerKeyID.toHex()).toBe(gen.keyId);
@@ -77,14 +77,14 @@ describe('curve25519 keys from keygen.ts', () => {
     const gen = await ours();
     const pub = await openpgp.readKey({ armoredKey: gen.publicArmored });
     expect((await pub.verifyAllUsers()).map((u) => u.valid)).toEqual([true]);
-    await expect(pub.subkeys[0]!.verify(created)).resolves.toBeDefined();
+    await expect(pub.subkeys[0].verify(created)).resolves.toBeDefined();
 
     // One octet of the last signature (the subkey binding's S) changed: the subkey is no longer usable.
     const { data } = await openpgp.unarmor(gen.publicArmored);
     const bytes = Buffer.from(data as Uint8Array);
-    bytes[bytes.length - 3]! ^= 0x01;
+    bytes[bytes.length - 3] ^= 0x01;
     const tampered = await openpgp.readKey({ binaryKey: bytes });
-    await expect(tampered.subkeys[0]!.verify(created)).rejects.toThrow();
+    await expect(tampered.subkeys[0].verify(created)).rejects.toThrow();
     await expect(tampered.getEncryptionKey()).rejects.toThrow();
   });
 
@@ -95,8 +95,8 @@ describe('curve25519 keys from keygen.ts', () => {
     const key = await unlockPrivateKey(gen.privateArmored, SECRET); // checks every secret against its public key
     expect(key.getKeys().map((k) => k.isDecrypted())).toEqual([true, true]);
     // The X25519 scalar is stored clamped (RFC 9580 §5.5.5.6.1), big-endian, as gpg and OpenPGP.js store theirs.
-    const d = (key.subkeys[0]!.keyPacket as unknown as { privateParams: { d: Uint8Array } }).privateParams.d;
-    expect([d.length, d[0]! & 0xc0, d[31]! & 7]).toEqual([32, 0x40, 0]);
+    const d = (key.subkeys[0].keyPacket as unknown as { privateParams: { d: Uint8Array } }).privateParams.d;
+    expect([d.length, d[0] & 0xc0, d[31] & 7]).toEqual([32, 0x40, 0]);
     await expect(unlockPrivateKey(gen.privateArmored, `${SECRET}!`)).rejects.toMatchObject({ code: 'wrong_passphrase' });
 
     const message = await openpgp.encrypt({ message: await openpgp.createMessage({ text: 'to the new key' }), encryptionKeys: key.toPublic(), date: created });

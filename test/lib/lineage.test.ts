@@ -32,7 +32,7 @@ function editLocked(lock: LineageLock, edit: (o: Record<string, unknown>) => voi
 
 function flipFirstByte(b64url: unknown): string {
   const raw = Buffer.from(String(b64url), 'base64url');
-  raw[0]! ^= 1;
+  raw[0] ^= 1;
   return raw.toString('base64url');
 }
 

@@ -56,7 +56,7 @@ describe('native SEIPDv1', () => {
     const seipdStart = message.length - data.length; // near the start of the encrypted packet (prefix, literal header)
     for (const at of [message.length - 1, message.length - 21, message.length - 30, seipdStart, seipdStart + MiB, message.length - MiB]) {
       const bad = Buffer.from(message);
-      bad[at]! ^= 0x40;
+      bad[at] ^= 0x40;
       const got = await ourDecrypt(bad).then(
         (r) => r.data,
         (e: unknown) => e,

@@ -71,8 +71,8 @@ async function sealed(inner: Buffer, key = pub, passwords?: string[]): Promise<B
 /** A packet with its body in 1-octet partial chunks (0xe0), the last octet with a definite length. */
 function tinyChunks(ctb: number, content: Buffer): Buffer {
   const parts = [Buffer.from([ctb])];
-  for (let i = 0; i < content.length - 1; i++) parts.push(Buffer.from([0xe0, content[i]!]));
-  parts.push(Buffer.from([1, content[content.length - 1]!]));
+  for (let i = 0; i < content.length - 1; i++) parts.push(Buffer.from([0xe0, content[i]]));
+  parts.push(Buffer.from([1, content[content.length - 1]]));
   return Buffer.concat(parts);
 }
 
@@ -110,15 +110,15 @@ describe('hostile OpenPGP input', () => {
     const honest = await buffer(await encryptStream(Readable.from([randomBytes(2000)]), pub, { armor: false }));
     // Re-frame the SEIPD body as 1-octet partial chunks (0xe0) ending with a definite one.
     let at = 0;
-    while ((honest[at]! & 0x3f) !== 18) at += 2 + honest[at + 1]!; // PKESKs have one-octet lengths here
-    const ctb = honest[at]!;
-    const lenOctet = honest[at + 1]!;
+    while ((honest[at] & 0x3f) !== 18) at += 2 + honest[at + 1]; // PKESKs have one-octet lengths here
+    const ctb = honest[at];
+    const lenOctet = honest[at + 1];
     const bodyAt = lenOctet < 192 ? at + 2 : lenOctet < 224 ? at + 3 : lenOctet === 255 ? at + 6 : at + 2;
     const bodyEnd = lenOctet >= 224 && lenOctet < 255 ? honest.length : honest.length;
     const bodyBytes = honest.subarray(bodyAt, bodyEnd);
     const parts: Buffer[] = [honest.subarray(0, at), Buffer.from([ctb])];
-    for (let i = 0; i < bodyBytes.length - 1; i++) parts.push(Buffer.from([0xe0, bodyBytes[i]!]));
-    parts.push(Buffer.from([1, bodyBytes[bodyBytes.length - 1]!]));
+    for (let i = 0; i < bodyBytes.length - 1; i++) parts.push(Buffer.from([0xe0, bodyBytes[i]]));
+    parts.push(Buffer.from([1, bodyBytes[bodyBytes.length - 1]]));
     expect(await code(decryptAll(Buffer.concat(parts)))).toBe('malformed_message');
   });
 
@@ -221,7 +221,7 @@ describe('hostile OpenPGP input', () => {
     const marker = Buffer.concat([Buffer.from([0xca, 0xff]), Buffer.alloc(4), Buffer.alloc(length, 0x50)]);
     marker.writeUInt32BE(length, 2);
     let at = 0; // session key packets (one-octet lengths here), then the marker, then the encrypted data
-    while (honest[at] !== 0xd2) at += 2 + honest[at + 1]!;
+    while (honest[at] !== 0xd2) at += 2 + honest[at + 1];
     const message = Buffer.concat([honest.subarray(0, at), marker, honest.subarray(at)]);
     const { stream, state } = counting(message);
     expect(await code(decryptAll(message, stream))).toBe('malformed_message');
@@ -249,7 +249,7 @@ describe('hostile OpenPGP input', () => {
     const rsaPriv = await unlockPrivateKey(rsa.privateArmored, SECRET);
     for (const honest of [await buffer(await encryptStream(Readable.from([randomBytes(3000)]), rsaPub, { armor: false })), await viaOpenPGPjs(randomBytes(3000), rsaPub)]) {
       const bad = Buffer.from(honest);
-      bad[packetBody(bad, 1) + 12 + 100]! ^= 0x01; // inside the RSA ciphertext (after version, key id, algorithm, MPI length)
+      bad[packetBody(bad, 1) + 12 + 100] ^= 0x01; // inside the RSA ciphertext (after version, key id, algorithm, MPI length)
       expect(await code(decryptAll(bad, undefined, rsaPriv))).not.toBe('no_matching_key');
     }
     // OpenPGP.js would try one candidate key per AES size in parallel and sometimes never settle: not here.
@@ -282,13 +282,13 @@ describe('hostile OpenPGP input', () => {
     let at = 0;
     for (; body.length - at > 512; at += 512) parts.push(Buffer.from([0xe9]), body.subarray(at, at + 512));
     parts.push(Buffer.from([0xff, 0, 0, 0, 0]), body.subarray(at));
-    parts[parts.length - 2]!.writeUInt32BE(body.length - at, 1);
+    parts[parts.length - 2].writeUInt32BE(body.length - at, 1);
     expect((await decryptAll(await sealed(Buffer.concat(parts), pub, ['pw']))).equals(data)).toBe(true);
   });
 
   it('refuses a message that names the key in more session key packets than it tries, before decrypting any', async () => {
     const honest = await buffer(await encryptStream(Readable.from([randomBytes(100)]), pub, { armor: false }));
-    const pkesk = honest.subarray(0, 2 + honest[1]!); // its session key packet (a one-octet length for curve25519)
+    const pkesk = honest.subarray(0, 2 + honest[1]); // its session key packet (a one-octet length for curve25519)
     expect(pkesk[0]).toBe(0xc1);
     const anonymous = Buffer.from(pkesk);
     anonymous.fill(0, 3, 11); // wildcard key id: tried with every key
@@ -301,7 +301,7 @@ describe('hostile OpenPGP input', () => {
     // A few anonymous packets besides ours are fine (of a message to another key: ours fails to open them).
     const other = await generateKey({ name: 'O', email: 'o@example.test', algorithm: 'curve25519', secret: SECRET });
     const toOther = await buffer(await encryptStream(Readable.from([Buffer.alloc(1)]), await readStoredPublicKey(other.publicArmored), { armor: false }));
-    const theirs = Buffer.from(toOther.subarray(0, 2 + toOther[1]!));
+    const theirs = Buffer.from(toOther.subarray(0, 2 + toOther[1]));
     theirs.fill(0, 3, 11);
     const data = randomBytes(100);
     const message = await buffer(await encryptStream(Readable.from([data]), pub, { armor: false }));

@@ -70,7 +70,7 @@ async function expectAppError(p: Promise<unknown>, code: string, status = 422): 
 }
 
 function primarySig(key: openpgp.Key) {
-  return key.users[0]!.selfCertifications[0]!;
+  return key.users[0].selfCertifications[0];
 }
 
 describe('generateKey', () => {
@@ -91,7 +91,7 @@ describe('generateKey', () => {
     expect(pub.getAlgorithmInfo()).toEqual(
       algorithm === 'curve25519' ? { algorithm: 'eddsaLegacy', curve: 'ed25519Legacy' } : { algorithm: 'rsaEncryptSign', bits: 3072 },
     );
-    expect(pub.subkeys[0]!.getAlgorithmInfo().algorithm).toBe(algorithm === 'curve25519' ? 'ecdh' : 'rsaEncryptSign');
+    expect(pub.subkeys[0].getAlgorithmInfo().algorithm).toBe(algorithm === 'curve25519' ? 'ecdh' : 'rsaEncryptSign');
     expect((await pub.getExpirationTime())?.valueOf()).toBe(k.expiresAt?.getTime());
     // Preferences that keep encryption to this key SEIPDv1 + AES-256 and uncompressed.
     const sig = primarySig(pub);
@@ -171,7 +171,7 @@ describe('encryptStream / openEncrypted', () => {
     expect(out.filename).toBe('a.txt');
     // The inner packet really is a zlib Compressed Data packet, as gpg and sq expect.
     const inner = await (await openpgp.readMessage({ binaryMessage: new Uint8Array(zipped) })).decrypt([alicePriv]);
-    expect((inner.packets[0]!.constructor as { tag?: number }).tag).toBe(openpgp.enums.packet.compressedData);
+    expect((inner.packets[0].constructor as { tag?: number }).tag).toBe(openpgp.enums.packet.compressedData);
     expect((inner.packets[0] as unknown as { algorithm: number }).algorithm).toBe(openpgp.enums.compression.zlib);
     const armored = await encrypt(data, alicePub, { armor: true, compress: true });
     expect((await decrypt(armored, alicePriv)).data.equals(data)).toBe(true);
@@ -186,7 +186,7 @@ describe('encryptStream / openEncrypted', () => {
     const message = await encrypt(data, alicePub, { armor: false });
     for (const at of [Math.floor(message.length / 2), message.length - 30, message.length - 1]) {
       const tampered = Buffer.from(message);
-      tampered[at]! ^= 0x01;
+      tampered[at] ^= 0x01;
       const { received, error } = await decryptToSink(tampered, alicePriv);
       expect(error).toBeInstanceOf(AppError);
       expect((error as AppError).code).toBe('integrity_check_failed');
@@ -212,7 +212,7 @@ describe('encryptStream / openEncrypted', () => {
     const message = await encrypt(data, privateKey.toPublic(), { armor: false });
     expect((await decrypt(message, privateKey)).data.equals(data)).toBe(true);
     const tampered = Buffer.from(message);
-    tampered[Math.floor(message.length / 2)]! ^= 0x80;
+    tampered[Math.floor(message.length / 2)] ^= 0x80;
     const { error } = await decryptToSink(tampered, privateKey);
     expect((error as AppError).code).toBe('integrity_check_failed');
   });
@@ -320,11 +320,11 @@ describe('encryptStream / openEncrypted', () => {
 function packets(bytes: Uint8Array): { tag: number; body: Uint8Array }[] {
   const out: { tag: number; body: Uint8Array }[] = [];
   for (let i = 0; i < bytes.length; ) {
-    const tag = bytes[i++]! & 0x3f;
-    const l0 = bytes[i++]!;
+    const tag = bytes[i++] & 0x3f;
+    const l0 = bytes[i++];
     let len: number;
     if (l0 < 192) len = l0;
-    else if (l0 < 224) len = ((l0 - 192) << 8) + bytes[i++]! + 192;
+    else if (l0 < 224) len = ((l0 - 192) << 8) + bytes[i++] + 192;
     else if (l0 === 255) {
       len = new DataView(bytes.buffer, bytes.byteOffset + i, 4).getUint32(0);
       i += 4;
@@ -340,7 +340,7 @@ function partialPacket(tag: number, body: Uint8Array, sizes: number[]): Buffer {
   const parts: Buffer[] = [Buffer.of(0xc0 | tag)];
   let at = 0;
   for (let k = 0; body.length - at > 512; k++) {
-    const size = Math.min(sizes[k % sizes.length]!, 2 ** Math.floor(Math.log2(body.length - at - 1)));
+    const size = Math.min(sizes[k % sizes.length], 2 ** Math.floor(Math.log2(body.length - at - 1)));
     parts.push(Buffer.of(224 + Math.log2(size)), Buffer.from(body.subarray(at, at + size)));
     at += size;
   }
@@ -380,7 +380,7 @@ describe('input framing we accept', () => {
   it('re-frames partial body lengths of any size, whatever the read sizes', async () => {
     const [pkesk, seipd] = packets(message);
     for (const sizes of [[512], [8192], [1 << 20], [512, 4096, 65536, 1024]]) {
-      const framed = Buffer.concat([Buffer.of(0xc1, pkesk!.body.length), Buffer.from(pkesk!.body), partialPacket(18, seipd!.body, sizes)]);
+      const framed = Buffer.concat([Buffer.of(0xc1, pkesk.body.length), Buffer.from(pkesk.body), partialPacket(18, seipd.body, sizes)]);
       for (const chunk of [7, 4096, MiB]) expect((await decryptChunked(framed, chunk)).equals(data), `${sizes} / ${chunk}`).toBe(true);
     }
   });
@@ -392,7 +392,7 @@ describe('input framing we accept', () => {
       armorWith(message, { lineLength: 63, eol: '\n', padLine: true, crc: true }), // '==' wrapped onto a line of its own
       armorWith(message, { lineLength: 10_000_000, eol: '\n' }), // one long line
     ];
-    expect(variants[2]!.toString()).toMatch(/\n==\n=[A-Za-z0-9+/]{4}\n-----END/);
+    expect(variants[2].toString()).toMatch(/\n==\n=[A-Za-z0-9+/]{4}\n-----END/);
     for (const armored of variants) {
       for (const chunk of [5, 1000, MiB]) expect((await decryptChunked(armored, chunk)).equals(data)).toBe(true);
     }
@@ -448,7 +448,7 @@ describe('readRecipientKey', () => {
     const priv = await openpgp.readPrivateKey({ armoredKey: good.privateArmored });
     const packets = [...(await readStoredPublicKey(good.publicArmored)).toPacketList()];
     const at = packets.findIndex((p) => p instanceof openpgp.PublicSubkeyPacket);
-    packets[at] = priv.subkeys[0]!.keyPacket;
+    packets[at] = priv.subkeys[0].keyPacket;
     const list = new openpgp.PacketList<openpgp.AnyPacket>();
     list.push(...packets);
     await expectAppError(readRecipientKey(openpgp.armor(openpgp.enums.armor.publicKey, list.write())), 'private_key_supplied');

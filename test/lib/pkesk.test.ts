@@ -80,7 +80,7 @@ describe('openSessionKeyPacket', () => {
     const packet = await sessionKeyPacket(curve.toPublic(), 'aes256', randomBytes(32));
     expect(await openSessionKeyPacket(await pkesk(packet), other)).toBeUndefined();
     const changed = Buffer.from(packet);
-    changed[changed.length - 3]! ^= 1; // inside the wrapped key
+    changed[changed.length - 3] ^= 1; // inside the wrapped key
     expect(await openSessionKeyPacket(await pkesk(changed), curve)).toBeUndefined();
     const toRsa = await sessionKeyPacket(rsa.toPublic(), 'aes256', randomBytes(32));
     expect(await openSessionKeyPacket(await pkesk(toRsa), rsa)).toBeUndefined();

@@ -22,7 +22,7 @@ describe('prepared statements', () => {
 
   it('refuse a name defined twice (the driver would reject the second text on a connection that has the first)', () => {
     const [name] = preparedStatements.keys();
-    expect(() => prepared(name!, 'SELECT 1')).toThrow(/defined twice/);
+    expect(() => prepared(name, 'SELECT 1')).toThrow(/defined twice/);
   });
 });
 
@@ -101,7 +101,7 @@ describe('prepared statements planned before the tables have statistics', () => 
     await db
       .transaction(async (trx) => {
         const { rows } = await trx.raw(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE ${statement}(${args.map((a) => `'${a}'`).join(', ')})`);
-        plan = (rows[0]['QUERY PLAN'] as { Plan: Node }[])[0]!.Plan;
+        plan = (rows[0]['QUERY PLAN'] as { Plan: Node }[])[0].Plan;
         await trx.rollback();
       })
       .catch((err: unknown) => {
@@ -119,7 +119,7 @@ describe('prepared statements planned before the tables have statistics', () => 
     expect(await findUserJob(db, stranger, id)).toBeUndefined(); // the owner is still checked
     const [jobs] = (await scans('user_job', [id])).filter((n) => n['Relation Name'] === 'jobs');
     expect(jobs).toMatchObject({ 'Index Name': 'jobs_pkey' });
-    expect(jobs!['Rows Removed by Filter'] ?? 0).toBe(0);
+    expect(jobs['Rows Removed by Filter'] ?? 0).toBe(0);
   });
 
   it("retire_active looks up the lineage's current generation by its lineage, not through every current key", async () => {
@@ -132,7 +132,7 @@ describe('prepared statements planned before the tables have statistics', () => 
     const keys = (await scans('retire_active', [lineage, new Date().toISOString(), lineage, '1'])).filter((n) => n['Relation Name'] === 'pgp_keys');
     expect(keys).toHaveLength(1);
     expect(keys[0]).toMatchObject({ 'Index Cond': expect.stringMatching(/lineage_id = /) });
-    expect(keys[0]!['Rows Removed by Filter'] ?? 0).toBe(0);
+    expect(keys[0]['Rows Removed by Filter'] ?? 0).toBe(0);
     expect(await retireActive(db, lineage, 1, new Date())).toBe(true);
   });
 });

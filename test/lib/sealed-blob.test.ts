@@ -95,7 +95,7 @@ describe('sealed job blobs', () => {
     await put(key, data);
     const sealed = await readFile(rawPath(key));
     const chunk = (i: number) => sealed.subarray(H + i * C, Math.min(sealed.length, H + (i + 1) * C));
-    const flip = (at: number) => Buffer.from(sealed).fill(sealed[at]! ^ 1, at, at + 1);
+    const flip = (at: number) => Buffer.from(sealed).fill(sealed[at] ^ 1, at, at + 1);
     const variants: Record<string, Buffer> = {
       flippedFirstChunk: flip(H + 5),
       flippedTag: flip(H + C - 1),
@@ -137,7 +137,7 @@ describe('sealed job blobs', () => {
     const data = randomBytes(3 * MiB + 10);
     await put(key, data);
     const sealed = await readFile(rawPath(key));
-    sealed[H + 2 * C + 100]! ^= 0x80; // in chunk 2
+    sealed[H + 2 * C + 100] ^= 0x80; // in chunk 2
     await writeFile(rawPath(key), sealed);
     const { got, error } = await readUntilFailure(key);
     expect(error?.message).toMatch(/chunk 2 failed authentication/);
@@ -200,11 +200,11 @@ describe('sealed job blobs', () => {
     const before = jobs.lookups();
     const admitted = jobs.keys();
     admitted.admit(job, jobs.rows.get(job)!);
-    expect(Buffer.compare(await read(`jobs/${job}/in/0`, sealedJobBlobs(raw, admitted)), files[0]!)).toBe(0);
+    expect(Buffer.compare(await read(`jobs/${job}/in/0`, sealedJobBlobs(raw, admitted)), files[0])).toBe(0);
     expect(jobs.lookups()).toBe(before);
     const other = fresh();
     const read4 = await Promise.all(files.map((_, n) => read(`jobs/${job}/in/${n}`, other)));
-    for (const [n, data] of files.entries()) expect(Buffer.compare(read4[n]!, data)).toBe(0);
+    for (const [n, data] of files.entries()) expect(Buffer.compare(read4[n], data)).toBe(0);
     expect(jobs.lookups()).toBe(before + 1);
   });
 
@@ -289,7 +289,7 @@ describe('sealed job blobs on the S3 driver (s3rver)', () => {
       }
       const key = `jobs/${job}/in/${6 * MiB + 1}`;
       const stored = await buffer(await rawS3.get(key));
-      stored[H + C + 7]! ^= 1;
+      stored[H + C + 7] ^= 1;
       await rawS3.put(key, Readable.from([stored]));
       expect(await fails(key, sealedS3)).toMatch(/chunk 1 failed authentication/);
       expect(await sealedS3.deletePrefix(`jobs/${job}/`)).toBe(3);

@@ -4,8 +4,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 export function startProcess(role: 'web' | 'worker' | 'scheduler', env: Record<string, string>): ChildProcess & { exited: Promise<number | null>; output: () => string } {
   const child = spawn(process.execPath, ['--import', 'tsx', 'lib/main.ts', role], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
-  child.stdout!.on('data', (c: Buffer) => (output += c.toString()));
-  child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
+  child.stdout.on('data', (c: Buffer) => (output += c.toString()));
+  child.stderr.on('data', (c: Buffer) => (output += c.toString()));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   return Object.assign(child, { exited, output: () => output });
 }

@@ -129,12 +129,12 @@ export function parseClusterNodes(text: string): ClusterNodeInfo[] {
     .trim()
     .split('\n')
     .map((line) => line.split(' '))
-    .filter((f) => !f[2]!.includes('fail') && !f[2]!.includes('noaddr'));
-  const portOf = new Map(rows.map((f) => [f[0]!, Number(/:(\d+)@/.exec(f[1]!)![1])]));
+    .filter((f) => !f[2].includes('fail') && !f[2].includes('noaddr'));
+  const portOf = new Map(rows.map((f) => [f[0], Number(/:(\d+)@/.exec(f[1])![1])]));
   return rows.map((f) => ({
-    port: portOf.get(f[0]!)!,
-    role: f[2]!.includes('master') ? 'master' : 'slave',
-    primaryPort: f[3] === '-' ? undefined : portOf.get(f[3]!),
+    port: portOf.get(f[0])!,
+    role: f[2].includes('master') ? 'master' : 'slave',
+    primaryPort: f[3] === '-' ? undefined : portOf.get(f[3]),
     slots: f.slice(8),
   }));
 }

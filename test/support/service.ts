@@ -48,7 +48,7 @@ export async function startTestService(opts: { roles?: Role[]; env?: Record<stri
     WEBHOOK_ALLOW_PRIVATE_ADDRESSES: 'true',
     ...opts.env,
   };
-  await ensureDatabase(env.DATABASE_URL!, inject('templateDb'));
+  await ensureDatabase(env.DATABASE_URL, inject('templateDb'));
   if (opts.dbHost) {
     dbUrl.host = opts.dbHost;
     env.DATABASE_URL = dbUrl.toString();
@@ -67,7 +67,7 @@ export async function startTestService(opts: { roles?: Role[]; env?: Record<stri
       await service.stop();
       dbUrl.host = new URL(inject('pgBase')).host;
       await dropDatabase(dbUrl.toString());
-      const redis = new Redis(env.REDIS_URL!);
+      const redis = new Redis(env.REDIS_URL);
       await deleteKeysMatching(redis, `*${id}*`);
       redis.disconnect();
       await rm(dir, { recursive: true, force: true });

@@ -75,7 +75,7 @@ export async function startSoftHsm(): Promise<SoftHsm> {
     uri: (object, pin = 'pin') => `pkcs11:token=kms;object=${object}?module-path=${SOFTHSM_MODULE}&pin-source=file:${join(dir, pin)}`,
     labels: () =>
       withSession((p, session) =>
-        find(p, session, [{ type: pkcs11js.CKA_CLASS, value: pkcs11js.CKO_SECRET_KEY }]).map((h) => (p.C_GetAttributeValue(session, h, [{ type: pkcs11js.CKA_LABEL }])[0]!.value as Buffer).toString()),
+        find(p, session, [{ type: pkcs11js.CKA_CLASS, value: pkcs11js.CKO_SECRET_KEY }]).map((h) => (p.C_GetAttributeValue(session, h, [{ type: pkcs11js.CKA_LABEL }])[0].value).toString()),
       ),
     destroyKey: (label) => withSession((p, session) => find(p, session, [{ type: pkcs11js.CKA_LABEL, value: label }]).forEach((h) => p.C_DestroyObject(session, h))),
     async loggedOut(fn) {

@@ -101,8 +101,8 @@ export async function startStripeServer(opts: { latencyMs?: number } = {}) {
     }
     const sub = /^\/v1\/subscriptions\/([A-Za-z0-9_]+)$/.exec(path);
     if (method === 'GET' && sub) {
-      const found = subscriptions.get(sub[1]!);
-      return found ? { status: 200, body: found } : missing('subscription', sub[1]!);
+      const found = subscriptions.get(sub[1]);
+      return found ? { status: 200, body: found } : missing('subscription', sub[1]);
     }
     return { status: 404, body: { error: { type: 'invalid_request_error', message: `Unrecognized request URL (${method}: ${path})` } } };
   }
@@ -115,7 +115,7 @@ export async function startStripeServer(opts: { latencyMs?: number } = {}) {
       const body = Buffer.concat(chunks).toString();
       const form = Object.fromEntries(new URLSearchParams(req.method === 'GET' ? url.search : body));
       const idempotencyKey = (req.headers['idempotency-key'] as string | undefined) ?? null;
-      requests.push({ method: req.method ?? '', path: url.pathname, form, idempotencyKey, authorization: (req.headers.authorization as string | undefined) ?? null });
+      requests.push({ method: req.method ?? '', path: url.pathname, form, idempotencyKey, authorization: (req.headers.authorization) ?? null });
       const hold = holds.find((h) => url.pathname.startsWith(h.prefix));
       if (hold) {
         holds.splice(holds.indexOf(hold), 1);

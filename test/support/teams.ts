@@ -38,11 +38,11 @@ export function teamHelpers(get: () => { s: TestService; smtp: Smtp }) {
     const { s } = get();
     const [owner, ...rest] = await Promise.all(Array.from({ length: size }, () => newUser()));
     for (const [i, m] of rest.entries()) {
-      const { token } = await invite(owner!, m.email, roles[i] ?? 'member');
+      const { token } = await invite(owner, m.email, roles[i] ?? 'member');
       const res = await s.api('POST', '/organization/invitations/accept', { token: m.token, body: { token } });
       expect(res.status, JSON.stringify(res.body)).toBe(200);
     }
-    return [owner!, ...rest];
+    return [owner, ...rest];
   }
 
   const status = async (u: User) => (await get().s.api('GET', '/team-access/status', { token: u.token })).body;

@@ -58,7 +58,7 @@ export const reconcileJobsProcessor = defineProcessor(reconcileJobs, {
         else if (outcome !== 'kept') counts[outcome]++;
       }
       if (batch.length < BATCH) break;
-      after = batch[batch.length - 1]!.created_at;
+      after = batch[batch.length - 1].created_at;
     }
     if (counts.requeued || counts.lost || counts.errors) log.info(counts, 'reconciled jobs whose queue entry was gone');
     return counts;

@@ -83,6 +83,7 @@ export function Field(props: InputProps & { label: string; name: string; action?
     <div class="field">
       <label for={id}>{label}</label>
       {/* Preact's input types discriminate on `type`; the field's own union is narrower than theirs. */}
+      {/* eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- picks one member of Preact's union of input attributes */}
       <input {...input} type={(input.type ?? 'text') as 'text'} id={id} name={name} aria-invalid={error ? 'true' : undefined} aria-describedby={described} />
       {hint && (
         <small class="muted" id={`${id}-hint`}>

@@ -9,7 +9,7 @@ function Facts({ of }: { of: Record<string, unknown> }) {
       {Object.entries(of).map(([k, v]) => (
         <div key={k}>
           <dt>{k.replaceAll('_', ' ')}</dt>
-          <dd class="mono">{typeof v === 'object' ? JSON.stringify(v) : String(v)}</dd>
+          <dd class="mono">{typeof v === 'string' ? v : JSON.stringify(v)}</dd>
         </div>
       ))}
     </dl>
@@ -65,7 +65,7 @@ export function Admin() {
         class="inline"
         onSubmit={(e) => {
           const v = formValues(e);
-          void metrics.run(async () => setKeyMetrics(await ok(api.GET('/keys/{key_id}/metrics', { params: { path: { key_id: v.key_id! } } }))));
+          void metrics.run(async () => setKeyMetrics(await ok(api.GET('/keys/{key_id}/metrics', { params: { path: { key_id: v.key_id } } }))));
         }}
       >
         <Field label="Key (fingerprint or lineage id)" name="key_id" required action={metrics} />

@@ -65,9 +65,9 @@ function ApiKeys() {
       <form
         onSubmit={(e) => {
           const v = formValues(e);
-          const scopes = SCOPES.filter((s) => (e.currentTarget as HTMLFormElement).querySelector<HTMLInputElement>(`input[value="${s}"]`)?.checked);
+          const scopes = SCOPES.filter((s) => (e.currentTarget).querySelector<HTMLInputElement>(`input[value="${s}"]`)?.checked);
           void action.run(async () => {
-            const made = await ok(api.POST('/api-keys/generate', { body: { name: v.name!, scopes, ...(v.days ? { expires_in_days: Number(v.days) } : {}) } }));
+            const made = await ok(api.POST('/api-keys/generate', { body: { name: v.name, scopes, ...(v.days ? { expires_in_days: Number(v.days) } : {}) } }));
             setShown({ label: `The key "${made.name}"`, value: made.value });
             await load();
           });
@@ -235,7 +235,7 @@ function Webhooks() {
         onSubmit={(e) => {
           const v = formValues(e);
           void action.run(async () => {
-            const made = await ok(api.POST('/webhooks', { body: { url: v.url! } }));
+            const made = await ok(api.POST('/webhooks', { body: { url: v.url } }));
             setSecret(made.secret);
             await load();
           });

@@ -31,22 +31,22 @@ function startJob(mode: Mode, v: Record<string, string>, up: Upload, onProgress:
   const yes = (name: string) => (v[name] ? 'true' : 'false');
   switch (mode) {
     case 'encrypt': {
-      const parts: FormPart<'/keys/encrypt'>[] = [['fingerprint', v.fingerprint!]];
-      if (v.sign_with) parts.push(['sign_with', v.sign_with], ['passphrase', v.passphrase!]);
+      const parts: FormPart<'/keys/encrypt'>[] = [['fingerprint', v.fingerprint]];
+      if (v.sign_with) parts.push(['sign_with', v.sign_with], ['passphrase', v.passphrase]);
       return postForm('/keys/encrypt', [...parts, ...files], onProgress);
     }
     case 'decrypt': {
-      const parts: FormPart<'/keys/decrypt'>[] = [['fingerprint', v.fingerprint!], ['passphrase', v.passphrase!]];
+      const parts: FormPart<'/keys/decrypt'>[] = [['fingerprint', v.fingerprint], ['passphrase', v.passphrase]];
       if (v.verify_with) parts.push(['verify_with', v.verify_with]);
       if (v.require_signature) parts.push(['require_signature', 'true']);
       return postForm('/keys/decrypt', [...parts, ...files], onProgress);
     }
     case 'rewrap':
-      return postForm('/keys/rewrap', [['fingerprint', v.fingerprint!], ['passphrase', v.passphrase!], ...files], onProgress);
+      return postForm('/keys/rewrap', [['fingerprint', v.fingerprint], ['passphrase', v.passphrase], ...files], onProgress);
     case 'sign':
-      return postForm('/keys/sign', [['fingerprint', v.fingerprint!], ['passphrase', v.passphrase!], ['detached', yes('detached')], ['armor', yes('armor')], ...files], onProgress);
+      return postForm('/keys/sign', [['fingerprint', v.fingerprint], ['passphrase', v.passphrase], ['detached', yes('detached')], ['armor', yes('armor')], ...files], onProgress);
     case 'verify': {
-      const signer: FormPart<'/keys/verify'> = up.publicKey ? ['public_key', up.publicKey] : ['fingerprint', v.fingerprint!];
+      const signer: FormPart<'/keys/verify'> = up.publicKey ? ['public_key', up.publicKey] : ['fingerprint', v.fingerprint];
       return postForm('/keys/verify', [signer, ...up.signatures.map((f) => ['signatures', f] as const), ...files], onProgress);
     }
   }

@@ -8,7 +8,7 @@ type Key = Schemas['Key'];
 const DESTRUCTION_WAIT = { min: 7, max: 30, default: 30 };
 
 /** One key's lifecycle: rotation schedule, generations and their destruction, rotation history, share links. */
-export function KeyDetail({ k, onChange }: { k: Key; onChange(): void }) {
+export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
   const action = useAction();
   const path = { fingerprint: k.fingerprint };
   const [generations, setGenerations] = useState<Schemas['KeyGeneration'][]>([]);

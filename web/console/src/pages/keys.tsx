@@ -23,7 +23,7 @@ export function JobProgress({ job }: { job: Job | undefined }) {
 const kindOf = (k: Key) => (k.kind === 'recipient' ? 'recipient (public key only)' : k.imported ? 'managed (imported)' : 'managed');
 
 /** POST /keys/import: a secret key becomes a managed key, a public key a recipient key. */
-function ImportKey({ onImported }: { onImported(): void }) {
+function ImportKey({ onImported }: { onImported: () => void }) {
   const action = useAction();
   const [file, setFile] = useState<File>();
   const [imported, setImported] = useState<Key>();
@@ -35,9 +35,9 @@ function ImportKey({ onImported }: { onImported(): void }) {
       <form
         onSubmit={(e) => {
           const v = formValues(e);
-          const form = e.currentTarget as HTMLFormElement;
+          const form = e.currentTarget;
           void action.run(async () => {
-            const parts: FormPart<'/keys/import'>[] = [['label', v.label!]];
+            const parts: FormPart<'/keys/import'>[] = [['label', v.label]];
             if (v.environment) parts.push(['environment', v.environment]);
             if (v.key_passphrase) parts.push(['key_passphrase', v.key_passphrase]);
             if (v.passphrase) parts.push(['passphrase', v.passphrase]);
@@ -224,9 +224,9 @@ export function Keys() {
       <form
         onSubmit={(e) => {
           const v = formValues(e);
-          const form = e.currentTarget as HTMLFormElement;
+          const form = e.currentTarget;
           void generate.run(async () => {
-            const body = { label: v.label!, name: v.name!, email: v.email!, passphrase: v.passphrase!, algorithm: v.algorithm as 'curve25519' | 'rsa3072' | 'rsa4096', ...(v.environment ? { environment: v.environment } : {}) };
+            const body = { label: v.label, name: v.name, email: v.email, passphrase: v.passphrase, algorithm: v.algorithm as 'curve25519' | 'rsa3072' | 'rsa4096', ...(v.environment ? { environment: v.environment } : {}) };
             const { data, error, response } = await api.POST('/keys/generate-key', { body });
             if (!response.ok) throw problemOf(response, error);
             form.reset();

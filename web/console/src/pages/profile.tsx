@@ -42,7 +42,7 @@ export function Profile() {
         onSubmit={(e) => {
           const v = formValues(e);
           void password.run(async () => {
-            const { session: fresh } = await ok(api.POST('/profile/change-password', { body: { current_password: v.current_password!, new_password: v.new_password! } }));
+            const { session: fresh } = await ok(api.POST('/profile/change-password', { body: { current_password: v.current_password, new_password: v.new_password } }));
             // Every other session ended: this page keeps the fresh one.
             await session.adopt(fresh.token);
             return 'Password changed; your other sessions were signed out.';
@@ -82,7 +82,7 @@ export function Profile() {
             const v = formValues(e);
             if (!confirm('Delete your account and everything in it? This cannot be undone.')) return;
             void remove.run(async () => {
-              await ok(api.POST('/profile/delete-account', { body: { password: v.password! } }));
+              await ok(api.POST('/profile/delete-account', { body: { password: v.password } }));
               await session.signOut();
               navigate('/sign-in');
             });

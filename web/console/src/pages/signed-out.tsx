@@ -31,7 +31,7 @@ export function SignIn() {
       <form
         onSubmit={(e) => {
           const v = formValues(e);
-          void password.run(async () => done((await ok(api.POST('/auth/login', { body: { identifier: v.identifier!, password: v.password! } }))).session.token));
+          void password.run(async () => done((await ok(api.POST('/auth/login', { body: { identifier: v.identifier, password: v.password } }))).session.token));
         }}
       >
         <Field label="Username or email" name="identifier" autocomplete="username webauthn" required maxLength={254} value={identifier} onInput={(e) => setIdentifier(e.currentTarget.value)} action={password} />
@@ -96,7 +96,7 @@ export function Register() {
         onSubmit={(e) => {
           const v = formValues(e);
           void action.run(async () => {
-            const made = await ok(api.POST('/partners/register', { body: { username: v.username!, email: v.email!, password: v.password!, company_name: v.company_name || null } }));
+            const made = await ok(api.POST('/partners/register', { body: { username: v.username, email: v.email, password: v.password, company_name: v.company_name || null } }));
             await session.adopt(made.session.token);
             setIssued(made.partner_api_key);
           });
@@ -125,7 +125,7 @@ export function ForgotPassword() {
       <form
         onSubmit={(e) => {
           const v = formValues(e);
-          void action.run(async () => (await ok(api.POST('/auth/forgot-password', { body: { email: v.email! } }))).message);
+          void action.run(async () => (await ok(api.POST('/auth/forgot-password', { body: { email: v.email } }))).message);
         }}
       >
         <Field label="Email" name="email" type="email" autocomplete="email" required action={action} />
@@ -165,7 +165,7 @@ export function ResetPassword() {
           onSubmit={(e) => {
             const v = formValues(e);
             void action.run(async () => {
-              await ok(api.POST('/auth/reset-password', { body: { token, new_password: v.new_password! } }));
+              await ok(api.POST('/auth/reset-password', { body: { token, new_password: v.new_password } }));
               setDone(true);
             });
           }}
@@ -252,7 +252,7 @@ export function Contact() {
         onSubmit={(e) => {
           const v = formValues(e);
           void action.run(async () => {
-            const r = await ok(api.POST('/auth/contact', { body: { name: v.name!, email: v.email!, subject: v.subject!, message: v.message! } }));
+            const r = await ok(api.POST('/auth/contact', { body: { name: v.name, email: v.email, subject: v.subject, message: v.message } }));
             (e.target as HTMLFormElement).reset();
             return `Thank you: your request reached support (reference ${r.reference}).`;
           });

@@ -55,9 +55,9 @@ function Organization() {
             class="inline"
             onSubmit={(e) => {
               const v = formValues(e);
-              const form = e.currentTarget as HTMLFormElement;
+              const form = e.currentTarget;
               void action.run(async () => {
-                await ok(api.POST('/organization/invitations', { body: { email: v.email!, role: v.role as 'admin' | 'member' } }));
+                await ok(api.POST('/organization/invitations', { body: { email: v.email, role: v.role as 'admin' | 'member' } }));
                 form.reset();
                 await load();
                 return `Invitation sent to ${v.email}.`;
@@ -118,7 +118,7 @@ function TeamAccess() {
         onSubmit={(e) => {
           const v = formValues(e);
           void action.run(async () => {
-            await ok(api.POST('/team-access/link', { body: { source_user_id: v.source! } }));
+            await ok(api.POST('/team-access/link', { body: { source_user_id: v.source } }));
             await load();
             return 'Link requested.';
           });
