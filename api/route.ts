@@ -11,6 +11,7 @@ import { requireAdmin } from './middleware/admin';
 import { Problem } from './schemas/common';
 import type { RequestMeta } from '../db/audit';
 import { readMultipart } from './middleware/multipart';
+import { requestMeta } from './middleware/request-context';
 import { receiveUpload, type Upload } from './upload';
 
 /**
@@ -201,7 +202,7 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       const params = parse(def.params, ctx.params, 'params');
       const query = parse(def.query, ctx.query, 'query');
       const user = ctx.state.user as AuthUser;
-      const meta: RequestMeta = { ip: ctx.ip, requestId: ctx.state.requestId };
+      const meta = requestMeta(ctx);
       const run = async (body: unknown, upload: Upload = noUpload) => {
         if (def.recentSignIn === true || def.recentSignIn?.when(body)) await requireRecentSignIn(ctx);
         return def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta });

@@ -73,7 +73,7 @@ export default [
     params: z.object({ share_token: z.string().min(1).max(256) }),
     responses: { 200: { description: 'The key and its current value', schema: SharedKey } },
     async handler({ c, ctx, params, meta }) {
-      const shared = await viewApiKeyShare(c, { token: params.share_token, ip: meta.ip, requestId: meta.requestId, userAgent: ctx.get('user-agent') });
+      const shared = await viewApiKeyShare(c, { token: params.share_token, userAgent: ctx.get('user-agent') }, meta);
       // A secret: never cached, never indexed, never sent on as a Referer.
       return { headers: { 'Cache-Control': 'no-store', ...SHARE_VIEW_HEADERS }, body: shared };
     },

@@ -137,7 +137,7 @@ export default [
       await consume(c.limiters.publicIp, `contact:${meta.ip}`, 'Too many requests from this address.');
       const id = await c.db.transaction(async (trx) => {
         const [row] = await trx('contact_requests').insert({ ...body, user_id: user?.id ?? null }).returning<{ id: string }[]>('id');
-        await recordAudit(trx, { user_id: user?.id ?? null, action: 'contact.submit', status: 'success', target: row!.id, ip: meta.ip, request_id: meta.requestId });
+        await recordAudit(trx, { user_id: user?.id ?? null, action: 'contact.submit', status: 'success', target: row!.id }, meta);
         return row!.id;
       });
       // Forwarded to support only: a public form that mails arbitrary addresses would be a spam relay.

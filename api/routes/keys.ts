@@ -122,7 +122,7 @@ async function resolveRecipient(c: Container, userId: string, body: z.infer<type
     return { type: 'stored', key_id: target.id, fingerprint: target.fingerprint, requested_fingerprint: view.named.fingerprint };
   } catch (err) {
     const code = err instanceof AppError ? err.code : 'error';
-    await recordAudit(c.db, { user_id: userId, action: 'keys.encrypt', status: 'failure', target: body.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason: code } });
+    await recordAudit(c.db, { user_id: userId, action: 'keys.encrypt', status: 'failure', target: body.fingerprint, details: { reason: code } }, meta);
     throw err;
   }
 }
@@ -228,7 +228,7 @@ export default [
       const now = c.clock.now();
       const lineage = await c.db.transaction(async (trx) => {
         const [row] = await trx('key_lineages').where({ id: view.lineage.id }).whereNull('disabled_at').update({ disabled_at: now, updated_at: now }).returning('*');
-        if (row) await recordAudit(trx, { user_id: user.id, action: 'keys.disable', status: 'success', target: view.current.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { label: view.lineage.label } });
+        if (row) await recordAudit(trx, { user_id: user.id, action: 'keys.disable', status: 'success', target: view.current.fingerprint, details: { label: view.lineage.label } }, meta);
         return row ? { lineage: row as LineageRow, changed: true } : { lineage: view.lineage, changed: false };
       });
       if (lineage.changed) await emitEvent(c, user.id, 'key.disabled', { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint, label: view.lineage.label });

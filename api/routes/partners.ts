@@ -48,7 +48,7 @@ export default [
     async handler({ c, user, meta }) {
       const key = await c.db.transaction(async (trx) => {
         const issued = await issuePartnerKey(trx, user.id, c.clock.now(), c.config.partnerKeyTtlDays);
-        await recordAudit(trx, { user_id: user.id, action: 'partner.rotate_api_key', status: 'success', target: issued.row.id, ip: meta.ip, request_id: meta.requestId, details: { prefix: issued.row.prefix, via: user.via } });
+        await recordAudit(trx, { user_id: user.id, action: 'partner.rotate_api_key', status: 'success', target: issued.row.id, details: { prefix: issued.row.prefix, via: user.via } }, meta);
         return issued;
       });
       return { headers: { 'Cache-Control': 'no-store' }, body: { api_key: key.value, prefix: key.row.prefix, expires_at: key.row.expires_at.toISOString() } };

@@ -99,7 +99,7 @@ export default [
             : { rotation_mode: 'interval' as const, rotation_interval_days: body.rotation_interval_days };
       await c.db.transaction(async (trx) => {
         await trx('key_lineages').where({ id: view.lineage.id }).update({ ...change, updated_at: c.clock.now() });
-        await recordAudit(trx, { user_id: user.id, action: 'keys.rotation_schedule', status: 'success', target: view.current.fingerprint, ip: meta.ip, request_id: meta.requestId, details: change });
+        await recordAudit(trx, { user_id: user.id, action: 'keys.rotation_schedule', status: 'success', target: view.current.fingerprint, details: change }, meta);
       });
       const owner = (await findUserById(c.db, user.id))!;
       const effective = change.rotation_mode === 'interval' ? change.rotation_interval_days : change.rotation_mode === 'policy' ? owner.rotation_days : null;

@@ -32,7 +32,7 @@ function duplicate(err: unknown): AppError | unknown {
 }
 
 const audit = (meta: RequestMeta) => (db: Container['db'], entry: Omit<Parameters<typeof recordAudit>[1], 'ip' | 'request_id'>) =>
-  recordAudit(db, { ...entry, ip: meta.ip, request_id: meta.requestId });
+  recordAudit(db, entry, meta);
 
 export async function register(c: Container, input: { username: string; email: string; password: string; company_name?: string | null }, meta: RequestMeta) {
   const password_hash = await hashPassword(input.password, c.config.argon2MemoryKib);

@@ -33,7 +33,7 @@ export async function importKey(c: Container, userId: string, input: ImportInput
   await c.db.transaction((trx) => enforcePlanLimit(c, trx, userId, 'keys')); // early 402, before any parse; storeNewKey checks again
   const fail = async (err: unknown, target: string | null = null) => {
     const code = err instanceof AppError ? err.code : 'error';
-    await recordAudit(c.db, { user_id: userId, action: 'keys.import', status: 'failure', target, ip: meta.ip, request_id: meta.requestId, details: { reason: code } });
+    await recordAudit(c.db, { user_id: userId, action: 'keys.import', status: 'failure', target, details: { reason: code } }, meta);
     return err;
   };
   const secret = randomSecret();

@@ -102,15 +102,8 @@ async function lockedKey(trx: Knex.Transaction, lineageId: string) {
   return { lineage, generations, current: generations.find((g) => g.status === 'active')! };
 }
 
-const auditOf = (userId: string, meta: RequestMeta, action: string, target: string, details: Record<string, unknown>) => ({
-  user_id: userId,
-  action,
-  status: 'success' as const,
-  target,
-  ip: meta.ip,
-  request_id: meta.requestId,
-  details,
-});
+const audit = (trx: Knex.Transaction, userId: string, meta: RequestMeta, action: string, target: string, details: Record<string, unknown>) =>
+  recordAudit(trx, { user_id: userId, action, status: 'success', target, details }, meta);
 
 /**
  * `min_decryption_generation`: 1 up to the current generation (which is never retired). Lowering it
@@ -134,7 +127,7 @@ export async function updateKeySettings(c: Container, userId: string, fingerprin
       if (g.destroy_after) throw conflict('destruction_pending', `Generation ${g.generation} (${g.fingerprint}) is scheduled for destruction; cancel that first.`);
     }
     const [row] = await trx<LineageRow>('key_lineages').where({ id: lineage.id }).update({ min_decryption_generation: next, updated_at: c.clock.now() }).returning('*');
-    await recordAudit(trx, auditOf(userId, meta, 'keys.settings_update', current.fingerprint, { min_decryption_generation: { from: lineage.min_decryption_generation, to: next } }));
+    await audit(trx, userId, meta, 'keys.settings_update', current.fingerprint, { min_decryption_generation: { from: lineage.min_decryption_generation, to: next } });
     return lifecycleOut(row!, current);
   });
 }
@@ -168,7 +161,7 @@ export async function scheduleDestruction(c: Container, userId: string, fingerpr
         throw conflict('generation_not_retired', `Generation ${g.generation} is not retired: raise min_decryption_generation above it first (the current generation is destroyed only with the whole key).`);
       }
       await trx('pgp_keys').where({ id: g.id }).update({ destroy_after: when });
-      await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_schedule', g.fingerprint, { scope: 'generation', generation: g.generation, destroy_after: when.toISOString() }));
+      await audit(trx, userId, meta, 'keys.destruction_schedule', g.fingerprint, { scope: 'generation', generation: g.generation, destroy_after: when.toISOString() });
       return { scope: 'generation' as const, generation: g.generation, fingerprint: g.fingerprint, newlyDisabled: false, lineage, current };
     }
     if (lineage.destroy_after) throw conflict('destruction_already_scheduled', `This key is already scheduled for destruction (${lineage.destroy_after.toISOString()}).`);
@@ -178,8 +171,8 @@ export async function scheduleDestruction(c: Container, userId: string, fingerpr
       .returning('*');
     // Generations already scheduled on their own keep their (earlier or later) date.
     await trx('pgp_keys').where({ lineage_id: lineage.id }).whereNull('destroyed_at').whereNull('destroy_after').update({ destroy_after: when });
-    await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_schedule', current.fingerprint, { scope: 'key', generations: generations.filter((g) => !g.destroyed_at).length, destroy_after: when.toISOString() }));
-    if (!lineage.disabled_at) await recordAudit(trx, auditOf(userId, meta, 'keys.disable', current.fingerprint, { label: lineage.label, reason: 'destruction_scheduled' }));
+    await audit(trx, userId, meta, 'keys.destruction_schedule', current.fingerprint, { scope: 'key', generations: generations.filter((g) => !g.destroyed_at).length, destroy_after: when.toISOString() });
+    if (!lineage.disabled_at) await audit(trx, userId, meta, 'keys.disable', current.fingerprint, { label: lineage.label, reason: 'destruction_scheduled' });
     return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, newlyDisabled: !lineage.disabled_at, lineage: row!, current };
   });
   const data = { lineage_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation, destroy_after: when.toISOString() };
@@ -204,13 +197,13 @@ export async function cancelDestruction(c: Container, userId: string, fingerprin
         throw conflict('key_destruction_scheduled', 'This generation goes with the whole key: cancel the key’s destruction (without `generation`).');
       }
       await trx('pgp_keys').where({ id: g.id }).update({ destroy_after: null });
-      await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_cancel', g.fingerprint, { scope: 'generation', generation: g.generation }));
+      await audit(trx, userId, meta, 'keys.destruction_cancel', g.fingerprint, { scope: 'generation', generation: g.generation });
       return { scope: 'generation' as const, generation: g.generation, fingerprint: g.fingerprint, lineage, current };
     }
     if (!lineage.destroy_after) throw conflict('destruction_not_scheduled', 'This key is not scheduled for destruction.');
     await trx('pgp_keys').where({ lineage_id: lineage.id, destroy_after: lineage.destroy_after }).whereNull('destroyed_at').update({ destroy_after: null });
     const [row] = await trx<LineageRow>('key_lineages').where({ id: lineage.id }).update({ destroy_after: null, updated_at: c.clock.now() }).returning('*');
-    await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_cancel', current.fingerprint, { scope: 'key' }));
+    await audit(trx, userId, meta, 'keys.destruction_cancel', current.fingerprint, { scope: 'key' });
     return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, lineage: row!, current };
   });
   await emitEvent(c, userId, 'key.destruction_cancelled', { lineage_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation });

@@ -58,7 +58,7 @@ export async function createKeyShare(c: Container, owner: { id: string; username
     encryptionTarget(view, c.clock.now());
   } catch (err) {
     const reason = err instanceof AppError ? err.code : 'error';
-    await recordAudit(c.db, { user_id: owner.id, action: 'key_share.created', status: 'failure', target: view.current.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason } });
+    await recordAudit(c.db, { user_id: owner.id, action: 'key_share.created', status: 'failure', target: view.current.fingerprint, details: { reason } }, meta);
     throw err;
   }
   if (input.recipientEmail) await consume(c.limiters.shareNotice, owner.id, 'Too many share notices from this account; try again later or share the link yourself.');
@@ -122,10 +122,11 @@ export function revokeKeyShare(c: Container, userId: string, shareId: string, me
  * changed in the database is a 500, never served). A disabled key's shares answer 410 `key_disabled`
  * and the view is not counted. Rate limited per client address; see viewShare.
  */
-export async function viewKeyShare(c: Container, req: { token: string; ip: string; userAgent?: string }) {
+export async function viewKeyShare(c: Container, req: { token: string; userAgent?: string }, meta: RequestMeta) {
   const { share, value } = await viewShare(c, {
     kind: 'public_key',
     ...req,
+    meta,
     async resolve(row, trx) {
       const target = (await keyTargets(trx, [row.target_id])).get(row.target_id);
       if (!target) throw gone('share_target_gone', 'The key this link shared no longer exists.');

@@ -142,10 +142,8 @@ export async function storeNewKey(
     action: imported ? 'keys.import' : 'keys.generate',
     status: 'success',
     target: key.fingerprint,
-    ip: meta.ip,
-    request_id: meta.requestId,
     details: { label: spec.label, environment: spec.environment, algorithm: first.algorithm, ...(imported ? { kind: imported.kind } : {}), ...(meta.job_id ? { job_id: meta.job_id } : {}) },
-  });
+  }, meta);
   return { lineage, key };
 }
 

@@ -53,7 +53,7 @@ async function tellManagers(c: Container, organizationId: string, type: EventTyp
 
 const failureAudit = (c: Container, userId: string, action: string, target: string | null, meta: RequestMeta, err: unknown) =>
   err instanceof AppError && err.status < 500
-    ? recordAudit(c.db, { user_id: userId, action, status: 'failure', target, ip: meta.ip, request_id: meta.requestId, details: { reason: err.code } })
+    ? recordAudit(c.db, { user_id: userId, action, status: 'failure', target, details: { reason: err.code } }, meta)
     : Promise.resolve();
 
 /**
@@ -83,7 +83,7 @@ export async function invite(c: Container, inviter: { id: string }, input: { ema
     const [row] = await invitations(trx)
       .insert({ organization_id: org.id, email: input.email, role: input.role, invited_by: inviter.id, token_hash: hashToken(token), expires_at: new Date(now.getTime() + INVITATION_TTL_HOURS * 3600_000), created_at: now })
       .returning('*');
-    await recordAudit(trx, { user_id: inviter.id, action: 'organization.invitation_created', status: 'success', target: row!.id, ip: meta.ip, request_id: meta.requestId, details: { organization_id: org.id, role: input.role } });
+    await recordAudit(trx, { user_id: inviter.id, action: 'organization.invitation_created', status: 'success', target: row!.id, details: { organization_id: org.id, role: input.role } }, meta);
     return { org, row: row! };
   });
   const who = await findUserById(c.db, inviter.id);
@@ -148,7 +148,7 @@ export async function revokeInvitation(c: Container, actorId: string, invitation
       if (inv.accepted_at) throw conflict('invitation_used', 'This invitation has already been accepted; remove the member instead.');
       if (inv.revoked_at) return;
       await invitations(trx).where({ id: inv.id }).update({ revoked_at: now, revoked_by: actorId });
-      await recordAudit(trx, { user_id: actorId, action: 'organization.invitation_revoked', status: 'success', target: inv.id, ip: meta.ip, request_id: meta.requestId, details: { organization_id: inv.organization_id, role: inv.role } });
+      await recordAudit(trx, { user_id: actorId, action: 'organization.invitation_revoked', status: 'success', target: inv.id, details: { organization_id: inv.organization_id, role: inv.role } }, meta);
     });
   } catch (err) {
     if (!(err instanceof AppError && err.status === 404)) await failureAudit(c, actorId, 'organization.invitation_revoked', invitationId, meta, err);
@@ -188,8 +188,8 @@ export async function acceptInvitation(c: Container, userId: string, token: stri
       if (previous.role === 'owner') await organizations(trx).where({ id: previous.organization_id }).delete();
       await members(trx).insert({ user_id: userId, organization_id: org.id, role: inv.role, joined_at: now });
       await invitations(trx).where({ id: inv.id }).update({ accepted_at: now, accepted_by: userId });
-      await recordAudit(trx, { user_id: userId, action: 'organization.member_joined', status: 'success', target: org.id, ip: meta.ip, request_id: meta.requestId, details: { invitation_id: inv.id, role: inv.role, previous_organization_id: previous.organization_id } });
-      if (inv.invited_by) await recordAudit(trx, { user_id: inv.invited_by, action: 'organization.member_joined', status: 'success', target: userId, ip: meta.ip, request_id: meta.requestId, details: { invitation_id: inv.id, organization_id: org.id } });
+      await recordAudit(trx, { user_id: userId, action: 'organization.member_joined', status: 'success', target: org.id, details: { invitation_id: inv.id, role: inv.role, previous_organization_id: previous.organization_id } }, meta);
+      if (inv.invited_by) await recordAudit(trx, { user_id: inv.invited_by, action: 'organization.member_joined', status: 'success', target: userId, details: { invitation_id: inv.id, organization_id: org.id } }, meta);
       return { org, inv, previous, detached };
     });
   } catch (err) {
@@ -229,8 +229,8 @@ export async function removeMember(c: Container, actorId: string, targetId: stri
       await members(trx).where({ user_id: targetId }).delete();
       await ensureMembership(trx, targetId);
       const reason = targetId === actorId ? 'left' : 'removed';
-      await recordAudit(trx, { user_id: actorId, action: 'organization.member_removed', status: 'success', target: targetId, ip: meta.ip, request_id: meta.requestId, details: { organization_id: mine.organization_id, reason } });
-      if (targetId !== actorId) await recordAudit(trx, { user_id: targetId, action: 'organization.member_removed', status: 'success', target: mine.organization_id, ip: meta.ip, request_id: meta.requestId, details: { by: actorId, reason } });
+      await recordAudit(trx, { user_id: actorId, action: 'organization.member_removed', status: 'success', target: targetId, details: { organization_id: mine.organization_id, reason } }, meta);
+      if (targetId !== actorId) await recordAudit(trx, { user_id: targetId, action: 'organization.member_removed', status: 'success', target: mine.organization_id, details: { by: actorId, reason } }, meta);
       return d;
     });
   } catch (err) {
@@ -257,7 +257,7 @@ export async function leaveOnDeletion(trx: Knex.Transaction, userId: string, at:
     else {
       await members(trx).where({ user_id: heir.user_id }).update({ role: 'owner' });
       await organizations(trx).where({ id: mine.organization_id }).update({ owner_id: heir.user_id });
-      await recordAudit(trx, { user_id: heir.user_id, action: 'organization.owner_changed', status: 'success', target: mine.organization_id, ip: meta.ip, request_id: meta.requestId, details: { reason: 'owner_deleted' } });
+      await recordAudit(trx, { user_id: heir.user_id, action: 'organization.owner_changed', status: 'success', target: mine.organization_id, details: { reason: 'owner_deleted' } }, meta);
     }
   }
   return detached;

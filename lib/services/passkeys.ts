@@ -114,7 +114,7 @@ const REASON_TEXT: Record<FailureReason, string> = {
 };
 
 const audit = (c: Container, meta: RequestMeta, entry: Omit<Parameters<typeof recordAudit>[1], 'ip' | 'request_id'>, db: Container['db'] = c.db) =>
-  recordAudit(db, { ...entry, ip: meta.ip, request_id: meta.requestId });
+  recordAudit(db, entry, meta);
 
 // ---------------------------------------------------------------- registration
 

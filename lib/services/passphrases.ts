@@ -33,7 +33,7 @@ export async function verifyKeyPassphrase(
   const { view, meta } = input;
   requireManaged(view.lineage); // no passphrase opens a recipient key: nothing to guess, no point spent
   const audit = (reason: 'wrong_passphrase' | 'rate_limited') =>
-    recordAudit(c.db, { user_id: input.userId, action: input.action, status: 'failure', target: view.named.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason } });
+    recordAudit(c.db, { user_id: input.userId, action: input.action, status: 'failure', target: view.named.fingerprint, details: { reason } }, meta);
   let wrong: AppError | undefined;
   let unlock: UnlockKey | null;
   try {
@@ -62,7 +62,7 @@ export async function verifyKeyPassphrase(
 /** A wrong passphrase on a key, told to its owner (whoever guessed, the owner included). */
 async function reportToOwner(c: Container, callerId: string, view: KeyView, action: PassphraseAction, meta: RequestMeta): Promise<void> {
   const facts = { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, caller_user_id: callerId, action };
-  await recordAudit(c.db, { user_id: view.lineage.user_id, action: 'key.passphrase_failed', status: 'failure', target: view.named.fingerprint, ip: meta.ip, request_id: meta.requestId, details: facts });
+  await recordAudit(c.db, { user_id: view.lineage.user_id, action: 'key.passphrase_failed', status: 'failure', target: view.named.fingerprint, details: facts }, meta);
   await emitEvent(c, view.lineage.user_id, 'key.passphrase_failed', facts);
 }
 

@@ -99,13 +99,12 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
     for (const g of rekeyed.secrets) await trx('pgp_keys').where({ id: g.id }).update({ secret_sealed: g.secret_sealed });
   }
   const audit = recordAudit(trx, {
-    ...input.origin,
     user_id: lineage.user_id,
     action: 'keys.rotate',
     status: 'success',
     target: current.fingerprint,
     details: { new_fingerprint: next.fingerprint, generation: next.generation, trigger: input.trigger, actor_id: input.actorId, passphrase_changed: Boolean(rekeyed), ...(input.jobId ? { job_id: input.jobId } : {}) },
-  });
+  }, input.origin);
   const history = {
     user_id: lineage.user_id,
     lineage_id: lineage.id,
@@ -164,7 +163,7 @@ export async function recordRotationFailure(c: Container, input: RotateInput, er
     error,
     job_id: input.jobId ?? null,
   });
-  await recordAudit(trx, { ...input.origin, user_id: found.lineage.user_id, action: 'keys.rotate', status: 'failure', target: found.active.fingerprint, details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) } });
+  await recordAudit(trx, { user_id: found.lineage.user_id, action: 'keys.rotate', status: 'failure', target: found.active.fingerprint, details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) } }, input.origin);
   await emitEvent(c, found.lineage.user_id, 'key.rotation_failed', { lineage_id: found.lineage.id, fingerprint: found.active.fingerprint, trigger: input.trigger, code: error.code });
 }
 

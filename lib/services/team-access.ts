@@ -69,7 +69,7 @@ export async function detachMember(trx: Knex.Transaction, userId: string, at: Da
   const revoked = await teamGrants(trx).where({ grantee_id: userId }).delete();
   if (link) {
     await teamLinks(trx).where({ grantee_id: userId }).delete();
-    await recordAudit(trx, { user_id: userId, action: 'team_access.unlinked', status: 'success', target: link.source_id, ip: meta?.ip, request_id: meta?.requestId, details: { reason, revoked } });
+    await recordAudit(trx, { user_id: userId, action: 'team_access.unlinked', status: 'success', target: link.source_id, details: { reason, revoked } }, meta);
   }
   await teamGrants(trx).where({ source_id: userId }).delete();
   // Approval was given within the organization: a source that comes back must approve again.
@@ -152,12 +152,10 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
       action: 'team_access.linked',
       status: 'success',
       target: sourceId,
-      ip: meta.ip,
-      request_id: meta.requestId,
       details: { previous_source_user_id: before?.source_id ?? null, revoked, approval },
-    });
+    }, meta);
     const requested = before?.source_id !== sourceId;
-    if (requested) await recordAudit(trx, { user_id: sourceId, action: 'team_access.requested', status: 'success', target: userId, ip: meta.ip, request_id: meta.requestId, details: {} });
+    if (requested) await recordAudit(trx, { user_id: sourceId, action: 'team_access.requested', status: 'success', target: userId, details: {} }, meta);
     return { previous: before, requested };
   });
   await emitEvent(c, userId, 'team_access.linked', { source_user_id: sourceId, previous_source_user_id: previous?.source_id ?? null });
@@ -170,7 +168,7 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
 async function endLink(trx: Knex.Transaction, link: TeamLinkRow, reason: string, meta: RequestMeta): Promise<number> {
   const revoked = await teamGrants(trx).where({ grantee_id: link.grantee_id }).delete();
   await teamLinks(trx).where({ grantee_id: link.grantee_id }).delete();
-  await recordAudit(trx, { user_id: link.grantee_id, action: 'team_access.unlinked', status: 'success', target: link.source_id, ip: meta.ip, request_id: meta.requestId, details: { reason, revoked } });
+  await recordAudit(trx, { user_id: link.grantee_id, action: 'team_access.unlinked', status: 'success', target: link.source_id, details: { reason, revoked } }, meta);
   return revoked;
 }
 
@@ -201,7 +199,7 @@ async function decidableLink(c: Container, trx: Knex.Transaction, actorId: strin
     const [actor, source, grantee] = await Promise.all([membershipOf(trx, actorId), membershipOf(trx, link.source_id), membershipOf(trx, link.grantee_id)]);
     if (actor && source && grantee && isManager(actor) && actor.organization_id === source.organization_id && actor.organization_id === grantee.organization_id) {
       if (outranks(actor.role, source.role)) return link;
-      await recordAudit(trx, { user_id: actorId, action, status: 'failure', target: granteeId, ip: meta.ip, request_id: meta.requestId, details: { reason: 'organization_owner_required' } });
+      await recordAudit(trx, { user_id: actorId, action, status: 'failure', target: granteeId, details: { reason: 'organization_owner_required' } }, meta);
       throw forbidden('organization_owner_required', "Only the owner may decide on links to the owner's or an admin's keys.");
     }
   }
@@ -263,7 +261,7 @@ export async function approveLink(c: Container, actorId: string, granteeId: stri
     const parties = new Map([[actorId, granteeId], [granteeId, sourceId]]);
     if (!parties.has(sourceId)) parties.set(sourceId, granteeId);
     for (const [who, target] of parties) {
-      await recordAudit(trx, { user_id: who, action: 'team_access.approved', status: 'success', target, ip: meta.ip, request_id: meta.requestId, details: { grantee_user_id: granteeId, source_user_id: sourceId, approved_by: actorId } });
+      await recordAudit(trx, { user_id: who, action: 'team_access.approved', status: 'success', target, details: { grantee_user_id: granteeId, source_user_id: sourceId, approved_by: actorId } }, meta);
     }
     return { link: approved!, changed: true };
   });
@@ -280,7 +278,7 @@ export async function endLinkAsSource(c: Container, actorId: string, granteeId: 
     const link = await decidableLink(c, trx, actorId, granteeId, 'team_access.ended', meta);
     const reason = link.source_id === actorId ? 'ended_by_source' : 'ended_by_admin';
     const revoked = await endLink(trx, link, reason, meta);
-    await recordAudit(trx, { user_id: actorId, action: 'team_access.ended', status: 'success', target: granteeId, ip: meta.ip, request_id: meta.requestId, details: { reason, source_user_id: link.source_id, revoked } });
+    await recordAudit(trx, { user_id: actorId, action: 'team_access.ended', status: 'success', target: granteeId, details: { reason, source_user_id: link.source_id, revoked } }, meta);
     return { grantee_user_id: granteeId, source_user_id: link.source_id, revoked_keys: revoked, reason };
   });
   const { reason, ...out } = done;

@@ -41,7 +41,7 @@ export async function ownEndpoint(c: Container, userId: string, id: string, meta
 }
 
 const audit = (c: Container, userId: string, action: string, target: string, meta: RequestMeta, details: Record<string, unknown> = {}) =>
-  recordAudit(c.db, { user_id: userId, action, status: 'success', target, ip: meta.ip, request_id: meta.requestId, details });
+  recordAudit(c.db, { user_id: userId, action, status: 'success', target, details }, meta);
 
 /** Creates an endpoint; its secret is answered here once and stored only sealed. */
 export async function createEndpoint(c: Container, userId: string, input: EndpointInput, meta: RequestMeta): Promise<{ endpoint: EndpointRow; secret: string }> {
@@ -56,7 +56,7 @@ export async function createEndpoint(c: Container, userId: string, input: Endpoi
     const [row] = await endpoints(trx)
       .insert({ id, user_id: userId, url: input.url, description: input.description ?? '', event_types: input.event_types ?? [], enabled: input.enabled ?? true, secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')), created_at: c.clock.now(), updated_at: c.clock.now() })
       .returning('*');
-    await recordAudit(trx, { user_id: userId, action: 'webhook.created', status: 'success', target: id, ip: meta.ip, request_id: meta.requestId, details: { event_types: input.event_types ?? [] } });
+    await recordAudit(trx, { user_id: userId, action: 'webhook.created', status: 'success', target: id, details: { event_types: input.event_types ?? [] } }, meta);
     return row!;
   });
   await endpointsChanged(c, userId);
@@ -99,7 +99,7 @@ export async function rotateSecret(c: Container, userId: string, id: string, gra
     await endpoints(trx)
       .where({ id })
       .update({ secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')), previous_secret_sealed: previous, previous_secret_expires_at: expires, updated_at: c.clock.now() });
-    await recordAudit(trx, { user_id: userId, action: 'webhook.secret_rotated', status: 'success', target: id, ip: meta.ip, request_id: meta.requestId, details: { grace_seconds: Math.round(graceMs / 1000) } });
+    await recordAudit(trx, { user_id: userId, action: 'webhook.secret_rotated', status: 'success', target: id, details: { grace_seconds: Math.round(graceMs / 1000) } }, meta);
   });
   return { secret, previous_secret_expires_at: expires };
 }
