@@ -1,4 +1,3 @@
-import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { route, type Access, type HandlerInput } from '../route';
 import { Email, PageQuery, pageOf, text, wholeNumber } from '../schemas/common';
@@ -9,14 +8,13 @@ import { enforcePlanLimit } from '../../lib/services/billing';
 import { newToken } from '../../lib/tokens';
 import { readRecipientKey } from '../../lib/pgp/keys';
 import { encryptionTarget, jobDeadline, keyGeneratedData, newGeneration, newLineage, requireKey, signingTarget, storeNewKey } from '../../lib/services/keys';
-import { resolveSigner, type Signer } from '../../lib/services/signers';
+import { keepSuppliedKey, resolveSigner, type Signer } from '../../lib/services/signers';
 import { emitEvent } from '../../lib/events';
 import { inheritedOwners, resyncLinkedTo } from '../../lib/services/team-access';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
-import { oncePerRequest } from '../../lib/services/once-per-request';
 import type { KeyView, LineageRow } from '../../db/keys';
 import { keyOut } from '../../lib/services/key-view';
-import { jobBlob, newJobId } from '../../lib/services/jobs';
+import { newJobId } from '../../lib/services/jobs';
 import { AppError } from '../../lib/errors';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { Container } from '../../lib/container';
@@ -101,19 +99,23 @@ const signerForEncryption = (c: Container, userId: string, body: z.infer<typeof 
     : Promise.resolve(undefined);
 
 /** Decrypt and verify: whose signatures are checked (a stored key the caller may read, or a supplied public key). */
-const signerForDecryption = (c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta, jobId?: string): Promise<Signer | undefined> =>
-  body.verify_with || body.verify_public_key
-    ? oncePerRequest(meta, `verify-with:${jobId ?? ''}`, () => resolveSigner(c, userId, { fingerprint: body.verify_with, publicKey: body.verify_public_key }, meta, jobId))
-    : Promise.resolve(undefined);
+const signerForDecryption = (c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta): Promise<Signer | undefined> =>
+  body.verify_with || body.verify_public_key ? resolveSigner(c, userId, { fingerprint: body.verify_with, publicKey: body.verify_public_key }, meta) : Promise.resolve(undefined);
 
-/**
- * Where an encryption goes: a stored key's current generation (409 if it may not encrypt, audited) or a
- * supplied public key. The pre-upload check and the handler share one lookup per request.
- */
-const recipientFor = (c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> =>
-  oncePerRequest(meta, JSON.stringify(['recipient', body.fingerprint, body.public_key]), () => resolveRecipient(c, userId, body, meta));
+/** What an encryption needs, looked up once per request: in the pre-upload check, else in the handler. */
+async function encryptionParties(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta) {
+  const recipient = await recipientFor(c, userId, body, meta);
+  return { recipient, signer: await signerForEncryption(c, userId, body, meta) };
+}
 
-async function resolveRecipient(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> {
+/** What a decryption needs, looked up once per request: the key opened by its passphrase, and the signer to verify with. */
+async function decryptionParties(c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta) {
+  const view = await keyForDecryption(c, userId, body, meta);
+  return { view, signer: await signerForDecryption(c, userId, body, meta) };
+}
+
+/** Where an encryption goes: a stored key's current generation (409 if it may not encrypt, audited) or a supplied public key. */
+async function recipientFor(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> {
   if (!body.fingerprint) return { type: 'supplied', fingerprint: (await readRecipientKey(body.public_key!, c.clock.now())).fingerprint };
   const view = await requireKey(c, userId, body.fingerprint, meta, 'encrypt');
   try {
@@ -129,8 +131,7 @@ async function resolveRecipient(c: Container, userId: string, body: z.infer<type
 
 /**
  * The key to decrypt with, once the passphrase has opened it (limited, audited; lib/services/passphrases):
- * a wrong one is a clear 422 before any job, and before the upload when the fields come first. The
- * pre-upload check and the handler share one check per request.
+ * a wrong one is a clear 422 before any job, and before the upload when the fields come first.
  */
 const keyForDecryption = (c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta): Promise<KeyView> =>
   requireKeyWithPassphrase(c, { userId, fingerprint: body.fingerprint, passphrase: body.passphrase, action: 'keys.decrypt', meta });
@@ -250,17 +251,15 @@ export default [
       textFileFields: ['public_key'],
       async precheck(fields, { c, user, meta }) {
         const body = EncryptForm.safeParse(fields);
-        if (body.success) await recipientFor(c, user.id, body.data, meta);
-        if (body.success) await signerForEncryption(c, user.id, body.data, meta);
+        return body.success ? encryptionParties(c, user.id, body.data, meta) : undefined;
       },
     },
     body: EncryptForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta }) {
+    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'encrypt', requestId: meta.requestId, body, upload }, async () => {
-        const recipient = await recipientFor(c, user.id, body, meta);
-        const signer = await signerForEncryption(c, user.id, body, meta);
-        if (body.public_key) await c.blob.put(jobBlob.recipient(upload.id), Readable.from([Buffer.from(body.public_key)]));
+        const { recipient, signer } = prechecked ?? (await encryptionParties(c, user.id, body, meta));
+        if (body.public_key) await keepSuppliedKey(c, upload.id, body.public_key);
         const request: EncryptRequest = { recipient, armor: body.armor, compress: body.compress, ...(signer ? { sign_with: { lineage_id: signer.lineage.id, fingerprint: signer.current.fingerprint } } : {}) };
         const sealed = (jobId: string) => (body.passphrase ? { sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) } : {});
         return { request, enqueue: (jobId) => c.jobs.enqueue('encrypt-files', { job_id: jobId, ...sealed(jobId) }, { jobId, meta }) };
@@ -281,16 +280,15 @@ export default [
       textFileFields: ['verify_public_key'],
       async precheck(fields, { c, user, meta }) {
         const body = DecryptForm.safeParse(fields);
-        if (body.success) await keyForDecryption(c, user.id, body.data, meta);
-        if (body.success) await signerForDecryption(c, user.id, body.data, meta);
+        return body.success ? decryptionParties(c, user.id, body.data, meta) : undefined;
       },
     },
     body: DecryptForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta }) {
+    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'decrypt', requestId: meta.requestId, body, upload }, async () => {
-        const view = await keyForDecryption(c, user.id, body, meta);
-        const signer = await signerForDecryption(c, user.id, body, meta, upload.id);
+        const { view, signer } = prechecked ?? (await decryptionParties(c, user.id, body, meta));
+        if (body.verify_public_key) await keepSuppliedKey(c, upload.id, body.verify_public_key);
         return {
           request: { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, ...(signer ? { verify_with: signer, require_signature: body.require_signature } : {}) },
           enqueue: (jobId) => c.jobs.enqueue('decrypt-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, meta }),

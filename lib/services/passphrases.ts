@@ -1,5 +1,3 @@
-import { createHash } from 'node:crypto';
-import { oncePerRequest } from './once-per-request';
 import type { Container } from '../container';
 import { AppError } from '../errors';
 import { emitEvent } from '../events';
@@ -70,14 +68,11 @@ const USES: Record<PassphraseAction, KeyUse> = { 'keys.decrypt': 'decrypt', 'key
 
 /**
  * The caller's key, found by any generation's fingerprint (404 otherwise), once `passphrase` has opened
- * it through verifyKeyPassphrase; at most one check per request for the same key and passphrase.
+ * it through verifyKeyPassphrase. Each call is a check (a point spent, argon2 run): a multipart route
+ * checks in its precheck and hands the key to its handler (`prechecked`), never checking twice.
  */
-export function requireKeyWithPassphrase(c: Container, input: { userId: string; fingerprint: string; passphrase: string; action: PassphraseAction; meta: RequestMeta }): Promise<KeyView> {
-  // One check per request (decrypt's pre-upload check and its handler): one point spent, argon2 run once.
-  const id = createHash('sha256').update(JSON.stringify(['passphrase', input.userId, input.fingerprint.toLowerCase(), input.passphrase, input.action])).digest('base64url');
-  return oncePerRequest(input.meta, id, async () => {
-    const view = await requireKey(c, input.userId, input.fingerprint, input.meta, USES[input.action]);
-    await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.passphrase, action: input.action, meta: input.meta });
-    return view;
-  });
+export async function requireKeyWithPassphrase(c: Container, input: { userId: string; fingerprint: string; passphrase: string; action: PassphraseAction; meta: RequestMeta }): Promise<KeyView> {
+  const view = await requireKey(c, input.userId, input.fingerprint, input.meta, USES[input.action]);
+  await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.passphrase, action: input.action, meta: input.meta });
+  return view;
 }
