@@ -11,7 +11,7 @@ export interface RequestMeta {
  * Where an audit row's address and request id come from: the request (RequestMeta), or a job's origin
  * (the request that enqueued it, nulls for the scheduler). recordAudit copies them into the row.
  */
-export type AuditSource = Partial<RequestMeta> | { ip: string | null; request_id: string | null };
+export type AuditSource = Partial<RequestMeta> | { ip?: string | null; request_id?: string | null };
 
 export type AuditStatus = 'success' | 'failure';
 
@@ -52,8 +52,8 @@ export function recordAudit(db: Knex, entry: AuditEntry, from?: AuditSource) {
 
 /** The row's columns of a source: the one place a request's address and id become an audit row's. */
 function sourceOf(from: AuditSource): { ip: string | null; request_id: string | null } {
-  if ('request_id' in from) return { ip: from.ip, request_id: from.request_id };
-  return { ip: from.ip ?? null, request_id: from.requestId ?? null };
+  const requestId = 'requestId' in from ? from.requestId : 'request_id' in from ? from.request_id : undefined;
+  return { ip: from.ip ?? null, request_id: requestId ?? null };
 }
 
 /** Whether the account's audit trail records `action` done successfully to `target` (a deleted row's only trace). */

@@ -11,6 +11,7 @@ import { notYours } from './access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { revokeActiveShares } from '../../db/share-links';
 import { apiKeys, apiKeySecrets, countUnrevoked, revokeKeysOfAccount, findCredentialByHash, pageApiKeys, type ApiKeyCredential, type ApiKeyRow, type ApiKeyState } from '../../db/api-keys';
+import { lockAccount } from '../../db/users';
 
 /**
  * Managed API keys: several per account, each with scopes and an optional expiry. A value is stored
@@ -78,7 +79,7 @@ export async function generateApiKey(c: Container, userId: string, input: NewApi
   const now = c.clock.now();
   const row = await c.db.transaction(async (trx) => {
     // One account's creations are serialised so that concurrent requests cannot pass the limit together.
-    await trx('users').where({ id: userId }).forUpdate().first();
+    await lockAccount(trx, userId);
     await enforcePlanLimit(c, trx, userId, 'api_keys');
     if ((await countUnrevoked(trx, userId)) >= MAX_API_KEYS) throw conflict('api_key_limit_reached', `An account has at most ${MAX_API_KEYS} unrevoked API keys; revoke one first.`);
     const [inserted] = await apiKeys(trx)

@@ -8,7 +8,7 @@ import { callProvider, providerClient, verifyWebhook, type ProviderEvent, type P
 import { recordAudit, type AuditSource, type RequestMeta } from '../../db/audit';
 import type { JobOrigin } from '../../jobs/define';
 import type { JobKind } from '../../db/jobs';
-import { findUserById } from '../../db/users';
+import { findUserById, lockAccount } from '../../db/users';
 import {
   accountUsage,
   billingAccounts,
@@ -71,7 +71,7 @@ export function enforcePlanLimit(c: Container, trx: Knex.Transaction, userId: st
 async function enforcePlanLimits(c: Container, trx: Knex.Transaction, userId: string, checks: { limit: LimitName; amount: number }[]): Promise<void> {
   if (!c.config.billing.enforceLimits) return;
   // NO KEY UPDATE: serialises with other creations of the account, not with inserts that merely reference it.
-  await trx('users').where({ id: userId }).forNoKeyUpdate().first();
+  await lockAccount(trx, userId, 'no key update');
   const now = c.clock.now();
   const { plan } = effectivePlan(c, await findBillingAccount(trx, userId), now);
   let usageNow: Promise<Usage> | undefined;

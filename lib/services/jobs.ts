@@ -6,7 +6,8 @@ import { emitEvent, type AccountEvent } from '../events';
 import { AppError, conflict, invalid, tooManyRequests } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Slot } from '../slots';
-import { countUploading, failUnfinishedJob, findJobByIdempotencyKey, freeIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
+import { countUploading, failUnfinishedJob, findJobByIdempotencyKey, freeIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow, deleteJob } from '../../db/jobs';
+import { lockAccount } from '../../db/users';
 
 /**
  * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
@@ -142,7 +143,7 @@ export class DuplicateIdempotencyKey extends Error {}
  */
 async function enforceUploadShare(c: Container, trx: Knex.Transaction, userId: string): Promise<void> {
   // NO KEY UPDATE: serialises with the account's other submissions, not with inserts that merely reference it.
-  await trx('users').where({ id: userId }).forNoKeyUpdate().first();
+  await lockAccount(trx, userId, 'no key update');
   const limit = c.config.uploadsPerAccount;
   if ((await countUploading(trx, userId, c.config.jobLimits.timeoutMs)) < limit) return;
   throw tooManyRequests(`This account already has ${limit} uploads in progress; send this one when one of them has arrived.`, 5, 'too_many_uploads');
@@ -183,7 +184,7 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
   try {
     await input.enqueue(input.id);
   } catch (err) {
-    await c.db('jobs').where({ id: input.id }).delete();
+    await deleteJob(c.db, input.id);
     await c.blob.deletePrefix(jobBlob.dir(input.id)).catch(() => undefined);
     throw err;
   }

@@ -9,7 +9,7 @@ import { keyMac, lineageMac, verifiedKey, verifiedLineage } from './key-integrit
 import { generateKey, unlockPrivateKey, type GeneratedKey, type KeyAlgorithm } from '../pgp/keys';
 import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { findKeyByFingerprint, insertKey, insertLineage, lineageUsableBy, type KeyRow, type KeyView, type LineageKind, type LineageRow } from '../../db/keys';
+import { fingerprintExists, findLineage, activeGeneration, findKeyByFingerprint, insertKey, insertLineage, lineageUsableBy, type KeyRow, type KeyView, type LineageKind, type LineageRow } from '../../db/keys';
 import { isLineageSealed } from '../root-of-trust/lineage-keys';
 
 /**
@@ -226,8 +226,7 @@ const INHERITABLE: ReadonlySet<KeyUse> = new Set(['read', 'encrypt', 'share', 'd
 export async function requireKey(c: Container, userId: string, fingerprint: string, meta: RequestMeta, use: KeyUse = 'manage'): Promise<KeyView> {
   const view = await findKeyByFingerprint(c.db, userId, fingerprint, { inherited: INHERITABLE.has(use) });
   if (view) return { lineage: verifiedLineage(c, view.lineage), current: verifiedKey(c, view.current), named: verifiedKey(c, view.named), inherited: view.inherited };
-  const elsewhere = await c.db('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).first();
-  throw await notYours(c, { userId, resource: 'key', target: fingerprint, existsElsewhere: Boolean(elsewhere), meta }, notFound('key_not_found', 'No key with this fingerprint in your account.'));
+  throw await notYours(c, { userId, resource: 'key', target: fingerprint, existsElsewhere: await fingerprintExists(c.db, fingerprint), meta }, notFound('key_not_found', 'No key with this fingerprint in your account.'));
 }
 
 /**
@@ -261,8 +260,8 @@ export function signingTarget(view: Pick<KeyView, 'lineage' | 'current'>, now: D
  * sign, and that generation's private key opened with the passphrase the job carries.
  */
 export async function openSigningKey(c: Container, userId: string, lineageId: string, passphrase: string): Promise<{ lineage: LineageRow; current: KeyRow; privateKey: openpgp.PrivateKey }> {
-  const found = await c.db<LineageRow>('key_lineages').where({ id: lineageId }).first();
-  const current = found && (await lineageUsableBy(c.db, userId, found.id)) ? await c.db<KeyRow>('pgp_keys').where({ lineage_id: found.id, status: 'active' }).first() : undefined;
+  const found = await findLineage(c.db, lineageId);
+  const current = found && (await lineageUsableBy(c.db, userId, found.id)) ? await activeGeneration(c.db, found.id) : undefined;
   if (!found || !current) throw invalid('key_not_found', 'The key no longer exists.');
   const lineage = verifiedLineage(c, found);
   signingTarget({ lineage, current: verifiedKey(c, current) }, c.clock.now());

@@ -10,7 +10,7 @@ import { isManager, outranks } from './org-roles';
 import { afterDetach, detachMember, memberOut, type Detached } from './team-access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { findUserById, lockLiveUser } from '../../db/users';
-import { ensureMembership, invitations, memberViews, members, organizations, pageMembers, type InvitationRow, type MemberRow, type OrganizationRow } from '../../db/teams';
+import { memberWithEmail, heirOf, ensureMembership, invitations, memberViews, members, organizations, pageMembers, type InvitationRow, type MemberRow, type OrganizationRow } from '../../db/teams';
 
 /**
  * Organizations: every account belongs to one. It starts as the owner of its own one-member
@@ -76,7 +76,7 @@ export async function invite(c: Container, inviter: { id: string }, input: { ema
   const { org, row } = await c.db.transaction(async (trx) => {
     // Serialises the organization's invitations, so parallel requests cannot pass the open limit together.
     const org = (await organizations(trx).where({ id: mine.organization_id }).forUpdate().first())!;
-    const already = await trx('organization_members as m').join('users as u', 'u.id', 'm.user_id').whereNull('u.deleted_at').where('m.organization_id', org.id).whereRaw('lower(u.email) = ?', [input.email]).first('m.user_id');
+    const already = await memberWithEmail(trx, org.id, input.email);
     if (already) throw conflict('already_member', 'An account with this email address is already a member.');
     const open = await invitations(trx).where({ organization_id: org.id }).whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '>', now).count<{ count: string }[]>({ count: '*' });
     if (Number(open[0]?.count ?? 0) >= MAX_OPEN_INVITATIONS) throw conflict('invitation_limit_reached', `An organization has at most ${MAX_OPEN_INVITATIONS} open invitations.`);
@@ -252,7 +252,7 @@ export async function leaveOnDeletion(trx: Knex.Transaction, userId: string, at:
   if (!mine) return detached;
   await members(trx).where({ user_id: userId }).delete();
   if (mine.role === 'owner') {
-    const heir = await members(trx).where({ organization_id: mine.organization_id }).orderByRaw(`CASE role WHEN 'admin' THEN 0 ELSE 1 END`).orderBy('joined_at').first();
+    const heir = await heirOf(trx, mine.organization_id);
     if (!heir) await organizations(trx).where({ id: mine.organization_id }).delete();
     else {
       await members(trx).where({ user_id: heir.user_id }).update({ role: 'owner' });

@@ -2,6 +2,7 @@ import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { newToken, hashToken } from '../tokens';
 import { findActivePartnerKey, insertPartnerKey, retirePartnerKeys, type PartnerKeyRow } from '../../db/partner-keys';
+import { lockAccount } from '../../db/users';
 
 /** Partner keys look like `kms_pk_<43 base64url chars>`: 256 random bits behind a prefix scanners recognise. */
 export const PARTNER_KEY_PREFIX = 'kms_pk_';
@@ -15,7 +16,7 @@ export interface IssuedKey {
 /** Retires the account's live key (if any) and issues the next; run inside the caller's transaction. */
 export async function issuePartnerKey(trx: Knex.Transaction, userId: string, now: Date, ttlDays: number): Promise<IssuedKey> {
   // Serialise rotations of one account: concurrent ones would both retire, then race on the insert.
-  await trx('users').where({ id: userId }).forUpdate().first();
+  await lockAccount(trx, userId);
   await retirePartnerKeys(trx, userId, 'rotated', now);
   const value = newToken(PARTNER_KEY_PREFIX);
   const row = await insertPartnerKey(trx, {

@@ -7,7 +7,7 @@ import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';
 import { resyncLinkedTo } from './team-access';
 import { recordAudit } from '../../db/audit';
-import { lineageGenerations, lineageWithActive, retireActive, type GenerationRef, type KeyView, type LineageRow } from '../../db/keys';
+import { storeRekeyedLineage, generationInsert, lineageGenerations, lineageWithActive, retireActive, type GenerationRef, type KeyView, type LineageRow } from '../../db/keys';
 import type { RequestMeta } from '../../db/audit';
 import { insertRotation, succeededRotationFrom, type RotationRow, type RotationTrigger } from '../../db/rotation';
 
@@ -95,8 +95,7 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
   const now = c.clock.now();
   if (!(await retireActive(trx, lineage.id, input.fromGeneration, now))) return undefined;
   if (rekeyed) {
-    await trx('key_lineages').where({ id: lineage.id }).update({ unlock_public: rekeyed.unlock_public, unlock_locked: rekeyed.unlock_locked, unlock_mac: rekeyed.unlock_mac, updated_at: now });
-    for (const g of rekeyed.secrets) await trx('pgp_keys').where({ id: g.id }).update({ secret_sealed: g.secret_sealed });
+    await storeRekeyedLineage(trx, lineage.id, rekeyed, now);
   }
   const audit = recordAudit(trx, {
     user_id: lineage.user_id,
@@ -117,7 +116,7 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
     error: null,
     job_id: input.jobId ?? null,
   };
-  return insertRotation(trx, history, [trx('pgp_keys').insert(next), audit]);
+  return insertRotation(trx, history, [generationInsert(trx, next), audit]);
 }
 
 /** The owner's event of a committed rotation. */

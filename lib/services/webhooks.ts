@@ -8,7 +8,8 @@ import { checkWebhookUrl } from '../webhooks/address';
 import { newWebhookSecret, webhookHeaders } from '../webhooks/signature';
 import { postWebhook, type AttemptResult } from '../webhooks/send';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { attempts, deliveries, enabledEndpoints, endpoints, takesEvent, type DeliveryRow, type EndpointRow } from '../../db/webhooks';
+import { deliveries, enabledEndpoints, endpoints, takesEvent, type DeliveryRow, type EndpointRow, recordAttempt } from '../../db/webhooks';
+import { lockAccount } from '../../db/users';
 
 /**
  * Outbound webhooks (Standard Webhooks): an account's endpoints receive its events as signed POSTs.
@@ -50,7 +51,7 @@ export async function createEndpoint(c: Container, userId: string, input: Endpoi
   const secret = newWebhookSecret();
   const endpoint = await c.db.transaction(async (trx) => {
     // One account's creations are serialised so that concurrent requests cannot pass the limit together.
-    await trx('users').where({ id: userId }).forUpdate().first();
+    await lockAccount(trx, userId);
     const [{ count }] = (await endpoints(trx).where({ user_id: userId }).count<{ count: number }[]>({ count: '*' })) as [{ count: number }];
     if (count >= MAX_ENDPOINTS) throw conflict('webhook_limit_reached', `An account has at most ${MAX_ENDPOINTS} webhook endpoints.`);
     const [row] = await endpoints(trx)
@@ -223,11 +224,13 @@ export async function tryDelivery(c: Container, deliveryId: string, nextDelayMs:
   const ok = result.error === null;
   const now = c.clock.now();
   await c.db.transaction(async (trx) => {
-    await attempts(trx).insert({ delivery_id: deliveryId, status_code: result.status, latency_ms: result.latencyMs, error: result.error, created_at: now });
     const last = ok || gone || nextDelayMs === null;
-    await deliveries(trx)
-      .where({ id: deliveryId })
-      .update({ state: ok ? 'succeeded' : last ? 'failed' : 'pending', attempts: trx.raw('attempts + 1'), next_attempt_at: last ? null : new Date(now.getTime() + nextDelayMs!), updated_at: now });
+    await recordAttempt(
+      trx,
+      deliveryId,
+      { status_code: result.status, latency_ms: result.latencyMs, error: result.error, created_at: now },
+      { state: ok ? 'succeeded' : last ? 'failed' : 'pending', next_attempt_at: last ? null : new Date(now.getTime() + nextDelayMs!), updated_at: now },
+    );
     if (gone) {
       await endpoints(trx).where({ id: endpoint.id }).update({ enabled: false, disabled_reason: 'gone', updated_at: now });
       await recordAudit(trx, { user_id: endpoint.user_id, action: 'webhook.disabled', status: 'success', target: endpoint.id, details: { reason: 'gone', delivery_id: deliveryId } });
