@@ -109,3 +109,17 @@ export const useEmailChanges = (trx: Knex.Transaction, userId: string, at: Date)
 export async function usersByIds(db: Knex, ids: string[]): Promise<Pick<UserRow, 'id' | 'username' | 'email' | 'deleted_at'>[]> {
   return ids.length ? db<UserRow>('users').whereIn('id', [...new Set(ids)]).select('id', 'username', 'email', 'deleted_at') : [];
 }
+
+export interface ContactRequest {
+  name: string;
+  email: string;
+  subject: string;
+  message: string;
+  user_id: string | null;
+}
+
+/** Stores a contact request; answers its id (the reference the sender is given). */
+export async function insertContactRequest(db: Knex, request: ContactRequest): Promise<string> {
+  const [row] = await db('contact_requests').insert(request).returning<{ id: string }[]>('id');
+  return row!.id;
+}

@@ -72,3 +72,13 @@ export async function recordAttempt(trx: Knex.Transaction, deliveryId: string, a
 export function attemptsOf(db: Knex, deliveryIds: string[]): Promise<AttemptRow[]> {
   return attempts(db).whereIn('delivery_id', deliveryIds).orderBy('id');
 }
+
+/** A page of the account's endpoints, newest first. */
+export async function pageEndpoints(db: Knex, userId: string, q: { page: number; pageSize: number }): Promise<{ items: EndpointRow[]; total: number }> {
+  const mine = () => endpoints(db).where({ user_id: userId });
+  const [items, [count]] = await Promise.all([
+    mine().orderBy('created_at', 'desc').orderBy('id').limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    mine().count<{ count: string }[]>({ count: '*' }),
+  ]);
+  return { items, total: Number(count?.count ?? 0) };
+}

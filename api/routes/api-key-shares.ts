@@ -1,9 +1,8 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { PageQuery, Timestamp, pageOf } from '../schemas/common';
-import { SHARE_STATES } from '../../db/share-links';
 import { SCOPES } from '../../lib/auth/scopes';
-import { SHARE_VIEW_HEADERS, revokeShare } from '../../lib/services/share-links';
+import { SHARE_STATES, SHARE_VIEW_HEADERS, revokeShare } from '../../lib/services/share-links';
 import { DEFAULT_SHARE_HOURS, MAX_SHARE_HOURS, MAX_SHARE_VIEWS, createApiKeyShare, listApiKeyShares, viewApiKeyShare } from '../../lib/services/api-key-shares';
 
 /**

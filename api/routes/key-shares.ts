@@ -2,8 +2,7 @@ import { z } from 'zod';
 import { route } from '../route';
 import { Email, PageQuery, Timestamp, pageOf } from '../schemas/common';
 import { Fingerprint } from '../schemas/keys';
-import { SHARE_STATES, UA_CLASSES } from '../../db/share-links';
-import { SHARE_VIEW_HEADERS } from '../../lib/services/share-links';
+import { UA_CLASSES, SHARE_STATES, SHARE_VIEW_HEADERS } from '../../lib/services/share-links';
 import { createKeyShare, keyShareAnalytics, listKeyShares, revokeKeyShare, viewKeyShare } from '../../lib/services/key-shares';
 
 /**

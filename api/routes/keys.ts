@@ -4,22 +4,20 @@ import { Email, PageQuery, pageOf, text, wholeNumber } from '../schemas/common';
 import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
-import { enforcePlanLimit } from '../../lib/services/billing';
 import { newToken } from '../../lib/tokens';
 import { readRecipientKey } from '../../lib/pgp/keys';
-import { encryptionTarget, jobDeadline, keyGeneratedData, newGeneration, newLineage, requireKey, signingTarget, storeNewKey } from '../../lib/services/keys';
+import { auditKeyRefusal, checkKeyLimit, disableKey, encryptionTarget, jobDeadline, keyGeneratedData, keyPage, newGeneration, newLineage, requireKey, signingTarget, storeKey } from '../../lib/services/keys';
 import { keepSuppliedKey, resolveSigner, type Signer } from '../../lib/services/signers';
 import { emitEvent } from '../../lib/events';
 import { inheritedOwners, resyncLinkedTo } from '../../lib/services/team-access';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
-import type { KeyView, LineageRow } from '../../db/keys';
+import type { KeyView } from '../../db/keys';
 import { keyOut } from '../../lib/services/key-view';
+import { currentUser } from '../../lib/services/accounts';
 import { newJobId } from '../../lib/services/jobs';
 import { AppError } from '../../lib/errors';
-import { recordAudit, type RequestMeta } from '../../db/audit';
+import type { RequestMeta } from '../../db/audit';
 import type { Container } from '../../lib/container';
-import { findUserById } from '../../db/users';
-import { listKeys } from '../../db/keys';
 import { passphraseAad } from '../../jobs/decrypt-files';
 import { sealGenerateLock } from '../../jobs/generate-key';
 import type { EncryptRequest } from '../../jobs/encrypt-files';
@@ -44,7 +42,7 @@ type Input = HandlerInput<Access, unknown, unknown, unknown>;
 /** Curve25519 keys take milliseconds and are made in the request; RSA goes to the `crypto` queue. */
 async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string, form: z.infer<typeof GenerateKeyForm>) {
   const { c, ctx, meta } = input;
-  await c.db.transaction((trx) => enforcePlanLimit(c, trx, userId, 'keys')); // early 402, before the KDF; storeNewKey checks again when it inserts
+  await checkKeyLimit(c, userId); // early 402, before the KDF
   const spec = await newLineage(
     c,
     { label: form.label, environment: form.environment ?? form.env ?? 'production', uid_name: form.name, uid_email: form.email, algorithm: form.algorithm, key_ttl_days: form.expires_in_days ?? null },
@@ -52,7 +50,7 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
   );
   if (form.algorithm === 'curve25519') {
     const first = await newGeneration(c, { ...spec, user_id: userId }, 1);
-    const { lineage, key } = await c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta));
+    const { lineage, key } = await storeKey(c, userId, spec, first, meta);
     await emitEvent(c, userId, 'key.generated', keyGeneratedData(spec, first));
     await resyncLinkedTo(c, userId, 'key.generated', meta);
     return { status: 201, body: keyOut(lineage, key, c.clock.now()) };
@@ -123,8 +121,7 @@ async function recipientFor(c: Container, userId: string, body: z.infer<typeof E
     const target = encryptionTarget(view, now, jobDeadline(c, now)); // a key expiring before the job's deadline is refused up front
     return { type: 'stored', key_id: target.id, fingerprint: target.fingerprint, requested_fingerprint: view.named.fingerprint };
   } catch (err) {
-    const code = err instanceof AppError ? err.code : 'error';
-    await recordAudit(c.db, { user_id: userId, action: 'keys.encrypt', status: 'failure', target: body.fingerprint, details: { reason: code } }, meta);
+    await auditKeyRefusal(c, userId, 'keys.encrypt', body.fingerprint, err instanceof AppError ? err.code : 'error', meta);
     throw err;
   }
 }
@@ -164,7 +161,7 @@ export default [
     async handler(input) {
       const { c, user, body } = input;
       const passphrase = newToken();
-      const owner = (await findUserById(c.db, user.id))!;
+      const owner = await currentUser(c, user.id);
       const reply = await generate(input, user.id, { label: body.label, environment: body.env, name: body.label, email: owner.email, passphrase, algorithm: 'curve25519' });
       return { status: 201, headers: { 'Cache-Control': 'no-store' }, body: { ...(reply.body as object), env: body.env, passphrase } };
     },
@@ -181,7 +178,7 @@ export default [
     responses: { 200: { description: 'A page of keys', schema: pageOf(Key) } },
     async handler({ c, user, query }) {
       const now = c.clock.now();
-      const { items, total } = await listKeys(c.db, { userId: user.id, environment: query.environment, label: query.label, active: query.active, inherited: true, now, page: query.page, pageSize: query.page_size });
+      const { items, total } = await keyPage(c, { userId: user.id, environment: query.environment, label: query.label, active: query.active, inherited: true, now, page: query.page, pageSize: query.page_size });
       // Keys inherited through team access are listed with their owner (lib/services/team-access.ts).
       const owners = await inheritedOwners(c, user.id, items.map((i) => i.lineage));
       const list = items.map((i) => ({ ...keyOut(i.lineage, i.current, now), inherited: owners.has(i.lineage.id), owner: owners.get(i.lineage.id) ?? null }));
@@ -226,15 +223,10 @@ export default [
     responses: { 200: { description: 'The disabled key', schema: Key } },
     async handler({ c, user, body, meta }) {
       const view = await requireKey(c, user.id, body.fingerprint, meta);
-      const now = c.clock.now();
-      const lineage = await c.db.transaction(async (trx) => {
-        const [row] = await trx('key_lineages').where({ id: view.lineage.id }).whereNull('disabled_at').update({ disabled_at: now, updated_at: now }).returning('*');
-        if (row) await recordAudit(trx, { user_id: user.id, action: 'keys.disable', status: 'success', target: view.current.fingerprint, details: { label: view.lineage.label } }, meta);
-        return row ? { lineage: row as LineageRow, changed: true } : { lineage: view.lineage, changed: false };
-      });
+      const lineage = await disableKey(c, user.id, view, meta);
       if (lineage.changed) await emitEvent(c, user.id, 'key.disabled', { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint, label: view.lineage.label });
       if (lineage.changed) await resyncLinkedTo(c, user.id, 'key.disabled', meta);
-      return { body: keyOut(lineage.lineage, view.current, now) };
+      return { body: keyOut(lineage.lineage, view.current, c.clock.now()) };
     },
   }),
 

@@ -6,7 +6,7 @@ import { emitEvent, type AccountEvent } from '../events';
 import { AppError, conflict, invalid, tooManyRequests } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Slot } from '../slots';
-import { countUploading, failUnfinishedJob, findJobByIdempotencyKey, freeIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow, deleteJob } from '../../db/jobs';
+import { findJobWithOutputs, countUploading, failUnfinishedJob, findJobByIdempotencyKey, freeIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow, deleteJob } from '../../db/jobs';
 import { lockAccount } from '../../db/users';
 
 /**
@@ -333,3 +333,8 @@ export function preferWait(header: string | undefined): number | undefined {
   const match = /(?:^|[,;\s])wait=(\d+)/i.exec(header ?? '');
   return match ? Math.min(30, Number(match[1])) : undefined;
 }
+
+export { isFinished };
+
+/** A job with its outputs, whoever owns it: the caller checks it may read it (jobReadableBy). */
+export const jobWithOutputs = (c: Container, id: string) => findJobWithOutputs(c.db, id);

@@ -9,7 +9,7 @@ import { keyMac, lineageMac, verifiedKey, verifiedLineage } from './key-integrit
 import { generateKey, unlockPrivateKey, type GeneratedKey, type KeyAlgorithm } from '../pgp/keys';
 import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { fingerprintExists, findLineage, activeGeneration, findKeyByFingerprint, insertKey, insertLineage, lineageUsableBy, type KeyRow, type KeyView, type LineageKind, type LineageRow } from '../../db/keys';
+import { listKeys, disableLineage, fingerprintExists, findLineage, activeGeneration, findKeyByFingerprint, insertKey, insertLineage, lineageUsableBy, type KeyRow, type KeyListQuery, type KeyView, type LineageKind, type LineageRow } from '../../db/keys';
 import { isLineageSealed } from '../root-of-trust/lineage-keys';
 
 /**
@@ -117,6 +117,13 @@ export const keyGeneratedData = (spec: Pick<LineageSpec, 'id' | 'label' | 'envir
   environment: spec.environment,
   algorithm: spec.algorithm,
 });
+
+/** The early plan check of a key creation (402 before the slow part); storeNewKey checks again when it inserts. */
+export const checkKeyLimit = (c: Container, userId: string): Promise<void> => c.db.transaction((trx) => enforcePlanLimit(c, trx, userId, 'keys'));
+
+/** storeNewKey in a transaction of its own. */
+export const storeKey = (c: Container, userId: string, spec: LineageSpec, first: GenerationRow, meta: RequestMeta, imported?: { kind: LineageKind }) =>
+  c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta, imported));
 
 /** Stores a new lineage with its first generation and the audit row, in the caller's transaction. */
 export async function storeNewKey(
@@ -271,3 +278,20 @@ export async function openSigningKey(c: Container, userId: string, lineageId: st
 
 /** The latest time a job submitted at `now` may still be running: its wall-clock limit (JOB_TIMEOUT_SECONDS). */
 export const jobDeadline = (c: Container, now: Date) => new Date(now.getTime() + c.config.jobLimits.timeoutMs);
+
+/** Disables a key (audited once: a repeat changes nothing); answers its lineage and whether this call disabled it. */
+export function disableKey(c: Container, userId: string, view: KeyView, meta: RequestMeta): Promise<{ lineage: LineageRow; changed: boolean }> {
+  return c.db.transaction(async (trx) => {
+    const row = await disableLineage(trx, view.lineage.id, c.clock.now());
+    if (row) await recordAudit(trx, { user_id: userId, action: 'keys.disable', status: 'success', target: view.current.fingerprint, details: { label: view.lineage.label } }, meta);
+    return row ? { lineage: row, changed: true } : { lineage: view.lineage, changed: false };
+  });
+}
+
+/** A key use refused before any job (the key may not encrypt, sign...): audited under the action, with the refusal's code. */
+export const auditKeyRefusal = (c: Container, userId: string, action: string, target: string | null, reason: string, meta: RequestMeta) =>
+  recordAudit(c.db, { user_id: userId, action, status: 'failure', target, details: { reason } }, meta);
+
+/** A page of the caller's keys (its own, and those team access grants it), with their current generation. */
+export const keyPage = (c: Container, q: KeyListQuery) => listKeys(c.db, q);
+

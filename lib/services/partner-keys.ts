@@ -3,6 +3,7 @@ import type { Container } from '../container';
 import { newToken, hashToken } from '../tokens';
 import { findActivePartnerKey, insertPartnerKey, retirePartnerKeys, type PartnerKeyRow } from '../../db/partner-keys';
 import { lockAccount } from '../../db/users';
+import { recordAudit, type RequestMeta } from '../../db/audit';
 
 /** Partner keys look like `kms_pk_<43 base64url chars>`: 256 random bits behind a prefix scanners recognise. */
 export const PARTNER_KEY_PREFIX = 'kms_pk_';
@@ -45,4 +46,13 @@ function partnerKeyStatus(row: PartnerKeyRow | undefined, now: Date) {
     last_used_at: row.last_used_at?.toISOString() ?? null,
     days_remaining: expired ? 0 : Math.ceil((row.expires_at.getTime() - now.getTime()) / 86400_000),
   };
+}
+
+/** A new partner key for the account, the old one retired at once, audited together (`via`: how the caller signed in). */
+export function rotatePartnerKey(c: Container, userId: string, via: string, meta: RequestMeta): Promise<IssuedKey> {
+  return c.db.transaction(async (trx) => {
+    const issued = await issuePartnerKey(trx, userId, c.clock.now(), c.config.partnerKeyTtlDays);
+    await recordAudit(trx, { user_id: userId, action: 'partner.rotate_api_key', status: 'success', target: issued.row.id, details: { prefix: issued.row.prefix, via } }, meta);
+    return issued;
+  });
 }

@@ -9,17 +9,7 @@ import { signIn, type newSession } from './accounts';
 import { notYours } from './access';
 import { auditedSuccess, recordAudit, type RequestMeta } from '../../db/audit';
 import { findUserById, findUserByLogin, lockLiveUser, type UserRow } from '../../db/users';
-import {
-  advanceCounter,
-  countPasskeys,
-  credentialsOf,
-  deletePasskey,
-  findPasskey,
-  findPasskeyByCredentialId,
-  insertPasskey,
-  updatePasskey,
-  type PasskeyRow,
-} from '../../db/passkeys';
+import { pagePasskeys, advanceCounter, countPasskeys, credentialsOf, deletePasskey, findPasskey, findPasskeyByCredentialId, insertPasskey, updatePasskey, type PasskeyRow } from '../../db/passkeys';
 
 /**
  * Passkeys (WebAuthn) with @simplewebauthn/server: registration by a signed-in user, and login that
@@ -350,3 +340,6 @@ export async function removePasskey(c: Container, userId: string, passkeyId: str
   });
   if (removed) await emitEvent(c, userId, 'passkey.removed', { passkey_id: passkeyId });
 }
+
+/** A page of the account's passkeys, newest first. */
+export const listPasskeys = (c: Container, userId: string, q: { page: number; pageSize: number }) => pagePasskeys(c.db, userId, q);

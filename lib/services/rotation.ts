@@ -7,9 +7,9 @@ import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';
 import { resyncLinkedTo } from './team-access';
 import { recordAudit } from '../../db/audit';
-import { storeRekeyedLineage, generationInsert, lineageGenerations, lineageWithActive, retireActive, type GenerationRef, type KeyView, type LineageRow } from '../../db/keys';
+import { updateLineage, storeRekeyedLineage, generationInsert, lineageGenerations, lineageWithActive, retireActive, type GenerationRef, type KeyView, type LineageRow } from '../../db/keys';
 import type { RequestMeta } from '../../db/audit';
-import { insertRotation, succeededRotationFrom, type RotationRow, type RotationTrigger } from '../../db/rotation';
+import { insertRotation, listRotations, succeededRotationFrom, type RotationQuery, type RotationRow, type RotationTrigger } from '../../db/rotation';
 
 /**
  * Rotation makes the next generation of a lineage and retires the current one to `rotated` (it still
@@ -181,3 +181,17 @@ export function rotationOut(r: RotationRow) {
     created_at: r.created_at.toISOString(),
   };
 }
+
+export type RotationSchedule = Pick<LineageRow, 'rotation_mode' | 'rotation_interval_days'>;
+
+/** Sets a key's rotation schedule, audited with it. */
+export function setRotationSchedule(c: Container, userId: string, view: KeyView, schedule: RotationSchedule, meta: RequestMeta): Promise<void> {
+  return c.db.transaction(async (trx) => {
+    await updateLineage(trx, view.lineage.id, { ...schedule, updated_at: c.clock.now() });
+    await recordAudit(trx, { user_id: userId, action: 'keys.rotation_schedule', status: 'success', target: view.current.fingerprint, details: schedule }, meta);
+  });
+}
+
+/** A page of the account's rotations (of one lineage, or all), newest first. */
+export const rotationHistory = (c: Container, q: RotationQuery) => listRotations(c.db, q);
+

@@ -9,7 +9,7 @@ import { hashToken, newToken } from '../tokens';
 import { userAgentClass } from '../user-agent';
 import { notYours } from './access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { findByTokenHash, pageShares, purgeViewsBefore, shareAnalytics as queryAnalytics, shares, shareViews, takeView, type ShareKind, type ShareRow, type ShareState } from '../../db/share-links';
+import { UA_CLASSES, SHARE_STATES, findByTokenHash, pageShares, purgeViewsBefore, shareAnalytics as queryAnalytics, shares, shareViews, takeView, type ShareKind, type ShareRow, type ShareState } from '../../db/share-links';
 
 /**
  * Share links, the one mechanism behind public key shares (`/keys/share/...`) and managed API key
@@ -291,3 +291,5 @@ export const VIEW_RETENTION_DAYS = 90;
 export function purgeShareViews(c: Container): Promise<number> {
   return purgeViewsBefore(c.db, new Date(c.clock.now().getTime() - VIEW_RETENTION_DAYS * DAY_MS));
 }
+
+export { SHARE_STATES, UA_CLASSES };

@@ -8,7 +8,7 @@ import { checkWebhookUrl } from '../webhooks/address';
 import { newWebhookSecret, webhookHeaders } from '../webhooks/signature';
 import { postWebhook, type AttemptResult } from '../webhooks/send';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { deliveries, enabledEndpoints, endpoints, takesEvent, type DeliveryRow, type EndpointRow, recordAttempt } from '../../db/webhooks';
+import { pageEndpoints, pageDeliveries, attemptsOf, deliveries, enabledEndpoints, endpoints, takesEvent, type AttemptRow, type DeliveryRow, type DeliveryState, type EndpointRow, recordAttempt } from '../../db/webhooks';
 import { lockAccount } from '../../db/users';
 
 /**
@@ -245,3 +245,16 @@ export async function purgeDeliveries(c: Container): Promise<number> {
   const cutoff = new Date(c.clock.now().getTime() - c.config.webhooks.retentionDays * 86400_000);
   return deliveries(c.db).where('created_at', '<', cutoff).whereNot({ state: 'pending' }).delete();
 }
+
+/** A page of the account's endpoints, newest first. */
+export const listEndpoints = (c: Container, userId: string, q: { page: number; pageSize: number }) => pageEndpoints(c.db, userId, q);
+
+/** A page of one of the caller's endpoints' deliveries (404 when not its), with their attempts. */
+export async function listDeliveries(c: Container, userId: string, endpointId: string, q: { state?: DeliveryState; page: number; pageSize: number }, meta: RequestMeta) {
+  await ownEndpoint(c, userId, endpointId, meta);
+  const { items, total } = await pageDeliveries(c.db, endpointId, q);
+  return { items, total, attempts: await deliveryAttempts(c, items.map((d) => d.id)) };
+}
+
+/** The attempts of these deliveries, oldest first. */
+export const deliveryAttempts = async (c: Container, deliveryIds: string[]): Promise<AttemptRow[]> => (deliveryIds.length ? attemptsOf(c.db, deliveryIds) : []);
