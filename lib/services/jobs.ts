@@ -334,6 +334,7 @@ export function preferWait(header: string | undefined): number | undefined {
   return match ? Math.min(30, Number(match[1])) : undefined;
 }
 
+/** Whether a job's state is final (completed or failed). */
 export { isFinished };
 
 /** A job with its outputs, whoever owns it: the caller checks it may read it (jobReadableBy). */

@@ -292,4 +292,5 @@ export function purgeShareViews(c: Container): Promise<number> {
   return purgeViewsBefore(c.db, new Date(c.clock.now().getTime() - VIEW_RETENTION_DAYS * DAY_MS));
 }
 
+/** The states a share can be listed by, and the client classes its views are counted under. */
 export { SHARE_STATES, UA_CLASSES };
