@@ -11,6 +11,7 @@ import { requireAdmin } from './middleware/admin';
 import { Problem } from './schemas/common';
 import type { RequestMeta } from '../db/audit';
 import { readMultipart } from './middleware/multipart';
+import { requestMeta } from './middleware/request-context';
 import { receiveUpload, type Upload } from './upload';
 
 /**
@@ -36,7 +37,7 @@ export interface ResponseSpec {
   contentType?: string;
 }
 
-export interface HandlerInput<A extends Access, P, Q, B> {
+export interface HandlerInput<A extends Access, P, Q, B, C = unknown> {
   ctx: AppContext;
   c: Container;
   params: P;
@@ -48,6 +49,29 @@ export interface HandlerInput<A extends Access, P, Q, B> {
   meta: RequestMeta;
   /** Multipart routes with files: the uploads, stored as inputs of job `upload.id` (api/upload.ts). */
   upload: Upload;
+  /**
+   * What the route's multipart `precheck` answered for these fields, so the handler uses that lookup (and
+   * its audit row, its spent rate-limit point) instead of making it again; undefined when the precheck
+   * did not run (a JSON body, a form without files).
+   */
+  prechecked: C | undefined;
+}
+
+/**
+ * multipart/form-data: `body` validates the text fields. With `files`, uploaded files (form field
+ * `files`, repeatable) stream into the blob store as the inputs of a job with id `upload.id`.
+ */
+export interface MultipartSpec<C = unknown> {
+  description: string;
+  files?: boolean;
+  textFileFields?: string[];
+  /** Small binary parts, repeatable (readMultipart's `binaryFields`): the handler finds them in `upload.parts`. */
+  binaryFields?: string[];
+  /**
+   * Checks on the fields sent before the files (see readMultipart's beforeFiles), before any file is
+   * stored; its answer reaches the handler as `prechecked`.
+   */
+  precheck?(fields: Record<string, string>, input: { c: Container; user: AuthUser; meta: RequestMeta; parts: Record<string, Buffer[]> }): Promise<C>;
 }
 
 
@@ -73,19 +97,7 @@ export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B
   params?: AnyObject;
   query?: AnyObject;
   body?: z.ZodType;
-  /**
-   * multipart/form-data: `body` validates the text fields. With `files`, uploaded files (form field
-   * `files`, repeatable) stream into the blob store as the inputs of a job with id `upload.id`.
-   */
-  multipart?: {
-    description: string;
-    files?: boolean;
-    textFileFields?: string[];
-    /** Small binary parts, repeatable (readMultipart's `binaryFields`): the handler finds them in `upload.parts`. */
-    binaryFields?: string[];
-    /** Checks on the fields sent before the files (see readMultipart's beforeFiles). */
-    precheck?(fields: Record<string, string>, input: { c: Container; user: AuthUser; meta: RequestMeta; parts: Record<string, Buffer[]> }): Promise<void>;
-  };
+  multipart?: MultipartSpec;
   responses: Record<number, ResponseSpec>;
   handler(input: HandlerInput<A, P, Q, B>): Promise<Reply | void>;
 }
@@ -94,13 +106,14 @@ export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B
 type ScopeField<A extends Access> = A extends 'auth' ? { scope: Scope } : { scope?: never };
 
 /** Declares a route; the generic parameters are inferred from the schemas. */
-export function route<A extends Access, PS extends AnyObject | undefined = undefined, QS extends AnyObject | undefined = undefined, BS extends z.ZodType | undefined = undefined>(
-  def: Omit<RouteDef<A>, 'params' | 'query' | 'body' | 'handler' | 'scope' | 'recentSignIn'> & ScopeField<A> & {
+export function route<A extends Access, PS extends AnyObject | undefined = undefined, QS extends AnyObject | undefined = undefined, BS extends z.ZodType | undefined = undefined, C = undefined>(
+  def: Omit<RouteDef<A>, 'params' | 'query' | 'body' | 'handler' | 'scope' | 'recentSignIn' | 'multipart'> & ScopeField<A> & {
     params?: PS;
     query?: QS;
     body?: BS;
+    multipart?: MultipartSpec<C>;
     recentSignIn?: RecentSignIn<Infer<BS>>;
-    handler(input: HandlerInput<A, Infer<PS>, Infer<QS>, Infer<BS>>): Promise<Reply | void>;
+    handler(input: HandlerInput<A, Infer<PS>, Infer<QS>, Infer<BS>, C>): Promise<Reply | void>;
   },
 ): RouteDef {
   return { ...def, query: def.query && closed(def.query), body: def.body && closed(def.body) } as unknown as RouteDef;
@@ -191,15 +204,16 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       const params = parse(def.params, ctx.params, 'params');
       const query = parse(def.query, ctx.query, 'query');
       const user = ctx.state.user as AuthUser;
-      const meta: RequestMeta = { ip: ctx.ip, requestId: ctx.state.requestId };
+      const meta = requestMeta(ctx);
+      let prechecked: unknown;
       const run = async (body: unknown, upload: Upload = noUpload) => {
         if (def.recentSignIn === true || def.recentSignIn?.when(body)) await requireRecentSignIn(ctx);
-        return def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta });
+        return def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta, prechecked });
       };
       let reply: Reply | void;
       if (def.multipart?.files && !ctx.is('json')) {
         const { precheck, textFileFields, binaryFields } = def.multipart;
-        reply = await receiveUpload(ctx, c, { textFileFields, binaryFields, precheck: precheck && ((fields, parts) => precheck(fields, { c, user, meta, parts })) }, (fields, upload) => run(parse(def.body, fields, 'body'), upload));
+        reply = await receiveUpload(ctx, c, { textFileFields, binaryFields, precheck: precheck && (async (fields, parts) => void (prechecked = await precheck(fields, { c, user, meta, parts }))) }, (fields, upload) => run(parse(def.body, fields, 'body'), upload));
       } else if (def.multipart && !ctx.is('json')) {
         const form = await readMultipart(ctx, { fileFields: [], textFileFields: def.multipart.textFileFields, binaryFields: def.multipart.binaryFields, maxFiles: 0, maxFileBytes: 0 });
         reply = await run(parse(def.body, form.fields, 'body'), { ...noUpload, parts: form.parts });

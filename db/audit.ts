@@ -7,6 +7,12 @@ export interface RequestMeta {
   requestId: string;
 }
 
+/**
+ * Where an audit row's address and request id come from: the request (RequestMeta), or a job's origin
+ * (the request that enqueued it, nulls for the scheduler). recordAudit copies them into the row.
+ */
+export type AuditSource = Partial<RequestMeta> | { ip?: string | null; request_id?: string | null };
+
 export type AuditStatus = 'success' | 'failure';
 
 export interface AuditEntry {
@@ -14,6 +20,7 @@ export interface AuditEntry {
   action: string;
   status: AuditStatus;
   target?: string | null;
+  /** A job's origin spread into the entry; everything else passes its source to recordAudit. */
   ip?: string | null;
   request_id?: string | null;
   /** Never secrets: ids, names, counts and error codes only. */
@@ -36,10 +43,17 @@ export interface AuditRow extends Required<Omit<AuditEntry, 'details'>> {
  * digest; the audit_logs trigger links it to its account's chain, holding the chain's head until the
  * transaction ends (writers of one account take turns there).
  */
-export function recordAudit(db: Knex, entry: AuditEntry) {
-  const details = entry.details ?? {};
-  const digest = rowDigest({ action: entry.action, status: entry.status, target: entry.target ?? null, ip: entry.ip ?? null, request_id: entry.request_id ?? null, details });
-  return db('audit_logs').insert({ ...entry, details: JSON.stringify(details), digest });
+export function recordAudit(db: Knex, entry: AuditEntry, from?: AuditSource) {
+  const row = { ...entry, ...(from && sourceOf(from)) };
+  const details = row.details ?? {};
+  const digest = rowDigest({ action: row.action, status: row.status, target: row.target ?? null, ip: row.ip ?? null, request_id: row.request_id ?? null, details });
+  return db('audit_logs').insert({ ...row, details: JSON.stringify(details), digest });
+}
+
+/** The row's columns of a source: the one place a request's address and id become an audit row's. */
+function sourceOf(from: AuditSource): { ip: string | null; request_id: string | null } {
+  const requestId = 'requestId' in from ? from.requestId : 'request_id' in from ? from.request_id : undefined;
+  return { ip: from.ip ?? null, request_id: requestId ?? null };
 }
 
 /** Whether the account's audit trail records `action` done successfully to `target` (a deleted row's only trace). */

@@ -95,6 +95,9 @@ export async function findUserJob(db: Knex, userId: string, id: string): Promise
 /** A job's sealed data key (lib/blob/data-keys.ts), for a process that has not read its row. */
 export const jobDataKey = async (db: Knex, id: string) => (await db<JobRow>('jobs').where({ id }).first('data_key'))?.data_key;
 /** A job whose request was never done (an upload that broke, a lost job): its Idempotency-Key can be sent again. */
+/** A job row that never reached its queue (enqueueing failed): it goes, with its files' rows. */
+export const deleteJob = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }).delete();
+
 export const freeIdempotencyKey = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }).update({ idempotency_key: null });
 export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();
 
@@ -240,4 +243,19 @@ export async function countUploading(db: Knex, userId: string, jobTimeoutMs: num
 export async function requeueJob(db: Knex, id: string, error: { code: string; message: string }): Promise<boolean> {
   const n = await db('jobs').where({ id }).whereNotIn('state', ['completed', 'failed']).update({ state: 'queued', error: JSON.stringify(error) });
   return n > 0;
+}
+
+/**
+ * Jobs that still need a lineage's generations: decrypt and rewrap jobs of the lineage, and encrypt jobs
+ * to one of its generations, while queued or running. Destruction waits for them.
+ */
+export async function jobsNeedingLineage(db: Knex, lineageId: string, keyIds: string[]): Promise<number> {
+  const [row] = await db<JobRow>('jobs')
+    .whereIn('state', ['queued', 'active'])
+    .andWhere((w) => {
+      w.where((x) => x.whereIn('kind', ['decrypt', 'rewrap']).andWhereRaw("request->>'lineage_id' = ?", [lineageId]));
+      if (keyIds.length) w.orWhere((x) => x.where('kind', 'encrypt').andWhereRaw("request->'recipient'->>'key_id' = ANY(?::text[])", [keyIds]));
+    })
+    .count<{ count: string }[]>({ count: '*' });
+  return Number(row?.count ?? 0);
 }

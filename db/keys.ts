@@ -342,3 +342,68 @@ export function dueExpiryWarnings(db: Knex, now: Date, leadDays: number[], limit
     .orderBy('k.expires_at')
     .limit(limit) as unknown as Promise<ExpiryCandidate[]>;
 }
+
+/** The lineage and all its generations (oldest first), locked for the rest of the transaction. */
+export async function lockLineageWithGenerations(trx: Knex.Transaction, lineageId: string): Promise<{ lineage: LineageRow; generations: KeyRow[] }> {
+  const lineage = (await trx<LineageRow>('key_lineages').where({ id: lineageId }).forUpdate().first())!;
+  const generations = await trx<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation').forUpdate();
+  return { lineage, generations };
+}
+
+/** Changes a lineage's row and answers it as changed. */
+export async function updateLineage(db: Knex, lineageId: string, patch: Partial<Omit<LineageRow, 'id' | 'user_id'>>): Promise<LineageRow> {
+  const [row] = await db<LineageRow>('key_lineages').where({ id: lineageId }).update(patch).returning('*');
+  return row!;
+}
+
+/** Disables a lineage unless it is disabled already: the changed row, or undefined when it was. */
+export async function disableLineage(db: Knex, lineageId: string, at: Date): Promise<LineageRow | undefined> {
+  const [row] = await db<LineageRow>('key_lineages').where({ id: lineageId }).whereNull('disabled_at').update({ disabled_at: at, updated_at: at }).returning('*');
+  return row;
+}
+
+/** Schedules (a date) or unschedules (null) one generation's destruction. */
+export const setGenerationDestroyAfter = (db: Knex, keyId: string, when: Date | null) => db<KeyRow>('pgp_keys').where({ id: keyId }).update({ destroy_after: when });
+
+/** A whole key's destruction: its generations not yet destroyed nor scheduled on their own get its date. */
+export const scheduleUnscheduledGenerations = (db: Knex, lineageId: string, when: Date) =>
+  db<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).whereNull('destroyed_at').whereNull('destroy_after').update({ destroy_after: when });
+
+/** A whole key's destruction cancelled: the generations that had its date (`when`) lose it. */
+export const unscheduleGenerations = (db: Knex, lineageId: string, when: Date) =>
+  db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, destroy_after: when }).whereNull('destroyed_at').update({ destroy_after: null });
+
+/** Lineages with a generation whose destruction is due (at most `limit`). */
+export async function lineagesWithDueGenerations(db: Knex, now: Date, limit: number): Promise<string[]> {
+  const rows = await db<KeyRow>('pgp_keys').whereNotNull('destroy_after').whereNull('destroyed_at').where('destroy_after', '<=', now).distinct('lineage_id').limit(limit);
+  return rows.map((r) => r.lineage_id);
+}
+
+/** Destroys a generation's secret material once: the destroyed row, or undefined when another sweep did. */
+export async function destroyGeneration(db: Knex, keyId: string, at: Date): Promise<KeyRow | undefined> {
+  const [row] = await db<KeyRow>('pgp_keys').where({ id: keyId }).whereNull('destroyed_at').update({ private_sealed: '', secret_sealed: '', destroyed_at: at }).returning('*');
+  return row;
+}
+
+/** Whether any account holds a generation with this fingerprint. */
+export const fingerprintExists = async (db: Knex, fingerprint: string) => Boolean(await db<KeyRow>('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).first('id'));
+
+/** The lineage a generation's fingerprint belongs to (any account's). */
+export const lineageIdOfFingerprint = async (db: Knex, fingerprint: string) => (await db<KeyRow>('pgp_keys').where({ fingerprint }).first('lineage_id'))?.lineage_id;
+
+export const findLineage = (db: Knex, lineageId: string): Promise<LineageRow | undefined> => db<LineageRow>('key_lineages').where({ id: lineageId }).first();
+
+export const activeGeneration = (db: Knex, lineageId: string): Promise<KeyRow | undefined> => db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, status: 'active' }).first();
+
+/** The ids of the lineages an account owns (a subquery), or, `enabled`, of those not disabled (their ids). */
+export const ownLineageIds = (db: Knex, userId: string) => db<LineageRow>('key_lineages').where({ user_id: userId }).select('id');
+export const enabledLineageIds = async (db: Knex, userId: string): Promise<string[]> => db<LineageRow>('key_lineages').where({ user_id: userId }).whereNull('disabled_at').pluck('id');
+
+/** A rotation that changed the passphrase: the lineage's new unlock key, and each generation's secret resealed to it. */
+export async function storeRekeyedLineage(trx: Knex.Transaction, lineageId: string, rekeyed: Pick<LineageRow, 'unlock_public' | 'unlock_locked' | 'unlock_mac'> & { secrets: Pick<KeyRow, 'id' | 'secret_sealed'>[] }, at: Date): Promise<void> {
+  await trx<LineageRow>('key_lineages').where({ id: lineageId }).update({ unlock_public: rekeyed.unlock_public, unlock_locked: rekeyed.unlock_locked, unlock_mac: rekeyed.unlock_mac, updated_at: at });
+  for (const g of rekeyed.secrets) await trx<KeyRow>('pgp_keys').where({ id: g.id }).update({ secret_sealed: g.secret_sealed });
+}
+
+/** A new generation's insert, not yet run: awaited, or run alongside another write (db/rotation.ts insertRotation). */
+export const generationInsert = (db: Knex, row: Omit<KeyRow, KeyDefaults> & Partial<Pick<KeyRow, 'imported'>>) => db('pgp_keys').insert(row);

@@ -167,3 +167,6 @@ export function waitingForConnection(db: Db): number {
   const pool = (db.client as { pool?: { numPendingAcquires?(): number } }).pool;
   return pool?.numPendingAcquires?.() ?? 0;
 }
+
+/** A round trip to Postgres (`select 1`): the readiness and status checks. */
+export const pingDb = (db: Knex) => db.raw('select 1');

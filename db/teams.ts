@@ -130,3 +130,39 @@ export async function ensureMembership(db: Knex, userId: string): Promise<Member
     return row!;
   });
 }
+
+/** How many lineages the account inherits right now (granted_lineage_ids). */
+export async function countGrantedLineages(db: Knex, userId: string): Promise<number> {
+  const [row] = (await db.from(grantedLineageIds(db, userId).as('g')).count<{ count: string }[]>({ count: '*' })) as [{ count: string }];
+  return Number(row.count);
+}
+
+/** A live account's organization (null without one); undefined when there is no such live account. */
+export const accountOrganization = (db: Knex, userId: string) =>
+  db('users as u').leftJoin('organization_members as m', 'm.user_id', 'u.id').whereNull('u.deleted_at').where('u.id', userId).first<{ organization_id: string | null } | undefined>('m.organization_id');
+
+/** The account's membership, locked: a concurrent move to another organization waits for the transaction. */
+export const lockMembership = (trx: Knex.Transaction, userId: string) => members(trx).where({ user_id: userId }).forUpdate().first<Pick<MemberRow, 'organization_id'> | undefined>('organization_id');
+
+/** A live member of the organization with this email address (lower-case), if any. */
+export const memberWithEmail = (db: Knex, organizationId: string, email: string) =>
+  db('organization_members as m').join('users as u', 'u.id', 'm.user_id').whereNull('u.deleted_at').where('m.organization_id', organizationId).whereRaw('lower(u.email) = ?', [email]).first<{ user_id: string } | undefined>('m.user_id');
+
+/** Who takes over an organization from its departing owner: the longest-standing admin, else the longest-standing member. */
+export const heirOf = (db: Knex, organizationId: string) =>
+  members(db).where({ organization_id: organizationId }).orderByRaw(`CASE role WHEN 'admin' THEN 0 ELSE 1 END`).orderBy('joined_at').first();
+
+/** The grantee's link to `source_id`, made or replaced (one link per grantee). */
+export const upsertTeamLink = (db: Knex, link: Pick<TeamLinkRow, 'grantee_id' | 'source_id' | 'state' | 'last_error' | 'linked_at' | 'updated_at' | 'approved_at' | 'approved_by'>) =>
+  teamLinks(db).insert(link).onConflict('grantee_id').merge(['source_id', 'state', 'last_error', 'linked_at', 'updated_at', 'approved_at', 'approved_by']);
+
+/** Grants the grantee these lineages of its source; answers the lineage ids newly granted. */
+export async function grantLineages(db: Knex, granteeId: string, sourceId: string, lineageIds: string[], at: Date): Promise<string[]> {
+  if (!lineageIds.length) return [];
+  const rows = (await teamGrants(db)
+    .insert(lineageIds.map((lineage_id) => ({ grantee_id: granteeId, lineage_id, source_id: sourceId, granted_at: at })))
+    .onConflict(['grantee_id', 'lineage_id'])
+    .ignore()
+    .returning('lineage_id')) as { lineage_id: string }[];
+  return rows.map((r) => r.lineage_id);
+}

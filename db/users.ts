@@ -42,6 +42,16 @@ export const findUserByLogin = (db: Knex, identifier: string) =>
     .where((q) => q.whereRaw('lower(username) = lower(?)', [identifier]).orWhereRaw('lower(email) = lower(?)', [identifier]))
     .first();
 
+/**
+ * Serialises one account's creations (keys, API keys, webhooks, partner keys, jobs) for the rest of the
+ * transaction, so concurrent requests cannot pass a limit together. `no key update` (FOR NO KEY UPDATE)
+ * waits only for the account's other creations, not for inserts that merely reference the account.
+ */
+export async function lockAccount(trx: Knex.Transaction, id: string, strength: 'update' | 'no key update' = 'update'): Promise<void> {
+  const row = trx('users').where({ id });
+  await (strength === 'update' ? row.forUpdate() : row.forNoKeyUpdate()).first();
+}
+
 /** The live account's row, locked for the rest of the transaction. */
 export const lockLiveUser = (trx: Knex.Transaction, id: string) => live(trx).where({ id }).forUpdate().first();
 
@@ -94,3 +104,22 @@ export const lockEmailChange = (trx: Knex.Transaction, tokenHash: string) => trx
 
 /** Confirming one change voids the account's other outstanding requests. */
 export const useEmailChanges = (trx: Knex.Transaction, userId: string, at: Date) => trx<EmailChangeRow>('email_changes').where({ user_id: userId }).whereNull('used_at').update({ used_at: at });
+
+/** Accounts by id with their public names, deleted ones included (what they made still names them). */
+export async function usersByIds(db: Knex, ids: string[]): Promise<Pick<UserRow, 'id' | 'username' | 'email' | 'deleted_at'>[]> {
+  return ids.length ? db<UserRow>('users').whereIn('id', [...new Set(ids)]).select('id', 'username', 'email', 'deleted_at') : [];
+}
+
+export interface ContactRequest {
+  name: string;
+  email: string;
+  subject: string;
+  message: string;
+  user_id: string | null;
+}
+
+/** Stores a contact request; answers its id (the reference the sender is given). */
+export async function insertContactRequest(db: Knex, request: ContactRequest): Promise<string> {
+  const [row] = await db('contact_requests').insert(request).returning<{ id: string }[]>('id');
+  return row!.id;
+}

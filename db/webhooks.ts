@@ -61,6 +61,24 @@ export async function pageDeliveries(db: Knex, endpointId: string, q: { state?: 
   return { items, total: count[0]?.count ?? 0 };
 }
 
+/** One delivery attempt's outcome: the attempt recorded, the delivery's state and next try set. */
+export async function recordAttempt(trx: Knex.Transaction, deliveryId: string, attempt: Pick<AttemptRow, 'status_code' | 'latency_ms' | 'error' | 'created_at'>, next: Pick<DeliveryRow, 'state' | 'next_attempt_at' | 'updated_at'>): Promise<void> {
+  await attempts(trx).insert({ delivery_id: deliveryId, ...attempt });
+  await deliveries(trx)
+    .where({ id: deliveryId })
+    .update({ ...next, attempts: trx.raw('attempts + 1') });
+}
+
 export function attemptsOf(db: Knex, deliveryIds: string[]): Promise<AttemptRow[]> {
   return attempts(db).whereIn('delivery_id', deliveryIds).orderBy('id');
+}
+
+/** A page of the account's endpoints, newest first. */
+export async function pageEndpoints(db: Knex, userId: string, q: { page: number; pageSize: number }): Promise<{ items: EndpointRow[]; total: number }> {
+  const mine = () => endpoints(db).where({ user_id: userId });
+  const [items, [count]] = await Promise.all([
+    mine().orderBy('created_at', 'desc').orderBy('id').limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    mine().count<{ count: string }[]>({ count: '*' }),
+  ]);
+  return { items, total: Number(count?.count ?? 0) };
 }

@@ -1,4 +1,3 @@
-import type { Knex } from 'knex';
 import type { Sealer } from './sealer';
 
 /**
@@ -51,19 +50,4 @@ export function verifiedLineage<L extends LineageMacFields & { unlock_mac: strin
 export function verifiedKey<K extends KeyMacFields & { public_mac: string | null }>(c: Macs, k: K): K {
   if (!k.public_mac || !c.sealer.verifyMac(keyData(k), k.public_mac)) throw new IntegrityError(`key ${k.fingerprint} (generation ${k.generation})`);
   return k;
-}
-
-/**
- * Gives rows without a MAC their MAC. Only the migration that adds the MAC columns calls it (in its
- * transaction, once): afterwards a missing MAC means a changed row, not an old one.
- */
-export async function backfillKeyMacs(db: Knex, c: Macs): Promise<number> {
-  let n = 0;
-  for (const l of await db<LineageMacFields & { id: string }>('key_lineages').whereNull('unlock_mac').select('id', 'user_id', 'unlock_public')) {
-    n += await db('key_lineages').where({ id: l.id }).whereNull('unlock_mac').update({ unlock_mac: lineageMac(c, l) });
-  }
-  for (const k of await db<KeyMacFields & { id: string }>('pgp_keys').whereNull('public_mac').select('id', 'lineage_id', 'user_id', 'generation', 'fingerprint', 'encryption_key_ids', 'public_armored')) {
-    n += await db('pgp_keys').where({ id: k.id }).whereNull('public_mac').update({ public_mac: keyMac(c, k) });
-  }
-  return n;
 }

@@ -4,7 +4,6 @@ import { registerUser, startTestService, type TestService } from './support/serv
 import { PASSPHRASE, createKey, download, encrypt, runJob, waitJob } from './support/keys';
 import { unlockLineage, unlockGeneration } from '../lib/services/keys';
 import { passphraseBudgetKey } from '../lib/services/passphrases';
-import { backfillKeyMacs } from '../lib/integrity';
 import { startService } from '../lib/main';
 import * as m005 from '../db/migrations/005_key_integrity';
 
@@ -231,7 +230,6 @@ describe('public key columns', () => {
     }
     expect(await s.c.db('key_lineages').whereNull('unlock_mac')).toHaveLength(0);
     expect(await s.c.db('pgp_keys').whereNull('public_mac')).toHaveLength(0);
-    expect(await backfillKeyMacs(s.c.db, s.c)).toBe(0);
     expect((await s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(200);
   });
 });

@@ -1,8 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { Next } from 'koa';
 import type { AppContext } from '../context';
+import type { RequestMeta } from '../../db/audit';
 
 const SAFE_ID = /^[A-Za-z0-9._-]{1,128}$/;
+
+/** What audit rows (and jobs) record of a request: its client address and id. */
+export const requestMeta = (ctx: AppContext): RequestMeta => ({ ip: ctx.ip, requestId: ctx.state.requestId });
 
 /**
  * Request id (taken from X-Request-Id when sane, else new), a child logger carrying it, safe default

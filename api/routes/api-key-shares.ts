@@ -1,9 +1,8 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { PageQuery, Timestamp, pageOf } from '../schemas/common';
-import { SHARE_STATES } from '../../db/share-links';
 import { SCOPES } from '../../lib/auth/scopes';
-import { SHARE_VIEW_HEADERS, revokeShare } from '../../lib/services/share-links';
+import { SHARE_STATES, SHARE_VIEW_HEADERS, revokeShare } from '../../lib/services/share-links';
 import { DEFAULT_SHARE_HOURS, MAX_SHARE_HOURS, MAX_SHARE_VIEWS, createApiKeyShare, listApiKeyShares, viewApiKeyShare } from '../../lib/services/api-key-shares';
 
 /**
@@ -73,7 +72,7 @@ export default [
     params: z.object({ share_token: z.string().min(1).max(256) }),
     responses: { 200: { description: 'The key and its current value', schema: SharedKey } },
     async handler({ c, ctx, params, meta }) {
-      const shared = await viewApiKeyShare(c, { token: params.share_token, ip: meta.ip, requestId: meta.requestId, userAgent: ctx.get('user-agent') });
+      const shared = await viewApiKeyShare(c, { token: params.share_token, userAgent: ctx.get('user-agent') }, meta);
       // A secret: never cached, never indexed, never sent on as a Referer.
       return { headers: { 'Cache-Control': 'no-store', ...SHARE_VIEW_HEADERS }, body: shared };
     },

@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { route } from '../route';
 import { PageQuery, Timestamp, pageOf, wholeNumber } from '../schemas/common';
-import { listAudit } from '../../db/audit';
+import { auditPage } from '../../lib/services/audit-log';
 import { auditJwks, exportChain, verifyChain } from '../../lib/services/audit-evidence';
 
 const EXPORT_CHUNK_LINES = 200;
@@ -73,7 +73,7 @@ export default [
     }),
     responses: { 200: { description: 'A page of audit entries', schema: pageOf(AuditEntry) } },
     async handler({ c, user, query }) {
-      const { items, total } = await listAudit(c.db, { userId: user.id, action: query.action, status: query.status, page: query.page, pageSize: query.page_size });
+      const { items, total } = await auditPage(c, { userId: user.id, action: query.action, status: query.status, page: query.page, pageSize: query.page_size });
       return { body: { items: items.map((r) => ({ ...r, audit_id: r.id, created_at: r.created_at.toISOString() })), page: query.page, page_size: query.page_size, total } };
     },
   }),

@@ -5,8 +5,6 @@ import { Session, User, userOut } from '../schemas/users';
 import { consume } from '../../lib/auth/limiters';
 import * as accounts from '../../lib/services/accounts';
 import { notify } from '../../lib/services/notify';
-import { recordAudit } from '../../db/audit';
-import { findUserById } from '../../db/users';
 import { CONSOLE_HEADER, clearSessionCookie, presentedCredential, setSessionCookie } from '../middleware/browser-session';
 
 const tags = ['Authentication'];
@@ -51,7 +49,7 @@ export default [
     scope: 'account:read',
     responses: { 200: { description: 'The user', schema: User.extend({ authenticated_via: z.enum(['jwt', 'partner_key', 'api_key']) }) } },
     async handler({ c, user }) {
-      const row = (await findUserById(c.db, user.id))!;
+      const row = await accounts.currentUser(c, user.id);
       return { body: { ...userOut(row), authenticated_via: user.via } };
     },
   }),
@@ -78,7 +76,7 @@ export default [
     responses: { 200: { description: 'The cookie is set', schema: z.object({ status: z.literal('cookie_set'), user: User }) } },
     async handler({ c, ctx, user }) {
       setSessionCookie(ctx, presentedCredential(ctx)!.token, c.config.jwt.ttlSeconds);
-      return { body: { status: 'cookie_set', user: userOut((await findUserById(c.db, user.id))!) } };
+      return { body: { status: 'cookie_set', user: userOut(await accounts.currentUser(c, user.id)) } };
     },
   }),
 
@@ -135,11 +133,7 @@ export default [
     responses: { 202: { description: 'Received', schema: z.object({ status: z.literal('received'), reference: z.uuid() }) } },
     async handler({ c, body, user, meta }) {
       await consume(c.limiters.publicIp, `contact:${meta.ip}`, 'Too many requests from this address.');
-      const id = await c.db.transaction(async (trx) => {
-        const [row] = await trx('contact_requests').insert({ ...body, user_id: user?.id ?? null }).returning<{ id: string }[]>('id');
-        await recordAudit(trx, { user_id: user?.id ?? null, action: 'contact.submit', status: 'success', target: row!.id, ip: meta.ip, request_id: meta.requestId });
-        return row!.id;
-      });
+      const id = await accounts.submitContactRequest(c, body, user?.id ?? null, meta);
       // Forwarded to support only: a public form that mails arbitrary addresses would be a spam relay.
       await notify(c, c.config.mail.support, 'contact-forward', { ...body, reference: id }, meta.requestId);
       return { status: 202, body: { status: 'received', reference: id } };

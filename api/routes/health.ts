@@ -6,7 +6,7 @@ import { liveWorkers } from '../../lib/heartbeats';
 import { Timestamp } from '../schemas/common';
 import type { Container } from '../../lib/container';
 import { within } from '../../lib/within';
-import { resealProgress } from '../../lib/root-of-trust/operations';
+import { latestReseal, pingPostgres } from '../../lib/services/health';
 
 const Check = z.enum(['up', 'down']);
 
@@ -89,7 +89,7 @@ export default [
     },
     async handler({ c }) {
       const [postgres, redis] = await Promise.all([
-        within(c.db.raw('select 1'), CHECK_MS).then(() => 'up' as const, () => 'down' as const),
+        within(pingPostgres(c), CHECK_MS).then(() => 'up' as const, () => 'down' as const),
         within(c.redis.ping(), CHECK_MS).then(() => 'up' as const, () => 'down' as const),
       ]);
       const ok = postgres === 'up' && redis === 'up';
@@ -109,9 +109,9 @@ export default [
     access: 'admin',
     responses: { 200: { description: 'The snapshot', schema: Status } },
     async handler({ c }) {
-      const [pg, redis] = await Promise.all([latency(() => c.db.raw('select 1')), latency(() => c.redis.ping())]);
+      const [pg, redis] = await Promise.all([latency(() => pingPostgres(c)), latency(() => c.redis.ping())]);
       const workers = redis === null ? [] : await liveWorkers(c.redis, c.config.redisPrefix);
-      const reseal = pg === null ? undefined : await resealProgress(c.db);
+      const reseal = pg === null ? undefined : await latestReseal(c);
       return {
         headers: { 'Cache-Control': 'no-store' },
         body: {

@@ -3,9 +3,9 @@ import { route } from '../route';
 import { Job } from '../schemas/jobs';
 import { wholeNumber } from '../schemas/common';
 import { AppError, conflict, gone, notFound } from '../../lib/errors';
-import { arrivingInput, jobBlob, jobReadableBy, jobView, watchJobEnd, type JobReader } from '../../lib/services/jobs';
+import { arrivingInput, isFinished, jobBlob, jobReadableBy, jobView, jobWithOutputs, watchJobEnd, type JobReader } from '../../lib/services/jobs';
 import { readAsPreferred } from '../job-reply';
-import { findJobWithOutputs, isFinished, type JobRow } from '../../db/jobs';
+import type { JobRow } from '../../db/jobs';
 import { encryptedOutput, EncryptRequest } from '../../jobs/encrypt-files';
 import { FormBoolean } from '../schemas/keys';
 import type { AppContext } from '../context';
@@ -19,7 +19,7 @@ const tags = ['Jobs'];
 const JobParams = z.object({ job_id: z.uuid() });
 
 async function requireJob(c: Container, reader: JobReader, id: string, meta: RequestMeta) {
-  const row = await findJobWithOutputs(c.db, id); // one read tells the caller's job from another's
+  const row = await jobWithOutputs(c, id); // one read tells the caller's job from another's
   if (!row || !jobReadableBy(row, reader)) throw await notYours(c, { userId: reader.id, resource: 'job', target: id, existsElsewhere: Boolean(row), meta });
   return row;
 }

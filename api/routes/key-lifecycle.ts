@@ -71,7 +71,7 @@ const RewrapForm = z.object({
 /**
  * The key, opened with its passphrase (the one check: limited, audited as keys.decrypt), and its current
  * generation, which must be able to take a job started now (409 key_disabled, key_expired,
- * key_expires_during_job). Shared by the pre-upload check and the handler (one passphrase check).
+ * key_expires_during_job). Checked once per request: in the pre-upload check, else in the handler.
  */
 async function rewrapTarget(c: Container, userId: string, body: z.infer<typeof RewrapForm>, meta: RequestMeta) {
   const view = await requireKeyWithPassphrase(c, { userId, fingerprint: body.fingerprint, passphrase: body.passphrase, action: 'keys.decrypt', meta });
@@ -93,14 +93,14 @@ export default [
       files: true,
       async precheck(fields, { c, user, meta }) {
         const body = RewrapForm.safeParse(fields);
-        if (body.success) await rewrapTarget(c, user.id, body.data, meta);
+        return body.success ? rewrapTarget(c, user.id, body.data, meta) : undefined;
       },
     },
     body: RewrapForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta }) {
+    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'rewrap', requestId: meta.requestId, body, upload }, async () => {
-        const view = await rewrapTarget(c, user.id, body, meta);
+        const view = prechecked ?? (await rewrapTarget(c, user.id, body, meta));
         const request: RewrapRequest = { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, mode: body.mode };
         return {
           request,

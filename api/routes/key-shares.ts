@@ -2,8 +2,7 @@ import { z } from 'zod';
 import { route } from '../route';
 import { Email, PageQuery, Timestamp, pageOf } from '../schemas/common';
 import { Fingerprint } from '../schemas/keys';
-import { SHARE_STATES, UA_CLASSES } from '../../db/share-links';
-import { SHARE_VIEW_HEADERS } from '../../lib/services/share-links';
+import { UA_CLASSES, SHARE_STATES, SHARE_VIEW_HEADERS } from '../../lib/services/share-links';
 import { createKeyShare, keyShareAnalytics, listKeyShares, revokeKeyShare, viewKeyShare } from '../../lib/services/key-shares';
 
 /**
@@ -131,7 +130,7 @@ export default [
     params: z.object({ share_token: z.string().min(1).max(256) }),
     responses: { 200: { description: 'The public key and its facts (or `application/pgp-keys`: the armored key alone)', schema: SharedKey } },
     async handler({ c, ctx, params, meta }) {
-      const shared = await viewKeyShare(c, { token: params.share_token, ip: meta.ip, userAgent: ctx.get('user-agent') });
+      const shared = await viewKeyShare(c, { token: params.share_token, userAgent: ctx.get('user-agent') }, meta);
       if (ctx.accepts('application/json', 'application/pgp-keys') === 'application/pgp-keys') {
         ctx.set(SHARE_VIEW_HEADERS);
         ctx.set('Content-Disposition', `attachment; filename="${shared.fingerprint}.asc"`);

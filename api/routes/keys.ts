@@ -1,4 +1,3 @@
-import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { route, type HandlerInput } from '../route';
 import type { Access } from '../context';
@@ -6,23 +5,20 @@ import { Email, PageQuery, pageOf, text, wholeNumber } from '../schemas/common';
 import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
-import { enforcePlanLimit } from '../../lib/services/billing';
 import { newToken } from '../../lib/tokens';
 import { readRecipientKey } from '../../lib/pgp/keys';
-import { encryptionTarget, jobDeadline, keyGeneratedData, newGeneration, newLineage, requireKey, signingTarget, storeNewKey } from '../../lib/services/keys';
-import { resolveSigner } from '../../lib/services/signers';
+import { auditKeyRefusal, checkKeyLimit, disableKey, encryptionTarget, jobDeadline, keyGeneratedData, keyPage, newGeneration, newLineage, requireKey, signingTarget, storeKey } from '../../lib/services/keys';
+import { keepSuppliedKey, resolveSigner } from '../../lib/services/signers';
 import { emitEvent } from '../../lib/events';
 import { inheritedOwners, resyncLinkedTo } from '../../lib/services/team-access';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
-import { oncePerRequest } from '../../lib/services/once-per-request';
-import type { KeyView, LineageRow } from '../../db/keys';
+import type { KeyView } from '../../db/keys';
 import { keyOut } from '../../lib/services/key-view';
-import { jobBlob, newJobId } from '../../lib/services/jobs';
+import { currentUser } from '../../lib/services/accounts';
+import { newJobId } from '../../lib/services/jobs';
 import { AppError } from '../../lib/errors';
-import { recordAudit, type RequestMeta } from '../../db/audit';
+import type { RequestMeta } from '../../db/audit';
 import type { Container } from '../../lib/container';
-import { findUserById } from '../../db/users';
-import { listKeys } from '../../db/keys';
 import { passphraseAad } from '../../jobs/tracked';
 import { sealGenerateLock } from '../../jobs/generate-key';
 import type { EncryptRequest } from '../../jobs/encrypt-files';
@@ -48,7 +44,7 @@ type Input = HandlerInput<Access, unknown, unknown, unknown>;
 /** Curve25519 keys take milliseconds and are made in the request; RSA goes to the `crypto` queue. */
 async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string, form: z.infer<typeof GenerateKeyForm>) {
   const { c, ctx, meta } = input;
-  await c.db.transaction((trx) => enforcePlanLimit(c, trx, userId, 'keys')); // early 402, before the KDF; storeNewKey checks again when it inserts
+  await checkKeyLimit(c, userId); // early 402, before the KDF
   const spec = await newLineage(
     c,
     { label: form.label, environment: form.environment ?? form.env ?? 'production', uid_name: form.name, uid_email: form.email, algorithm: form.algorithm, key_ttl_days: form.expires_in_days ?? null },
@@ -56,7 +52,7 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
   );
   if (form.algorithm === 'curve25519') {
     const first = await newGeneration(c, { ...spec, user_id: userId }, 1);
-    const { lineage, key } = await c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta));
+    const { lineage, key } = await storeKey(c, userId, spec, first, meta);
     await emitEvent(c, userId, 'key.generated', keyGeneratedData(spec, first));
     await resyncLinkedTo(c, userId, 'key.generated', meta);
     return { status: 201, body: keyOut(lineage, key, c.clock.now()) };
@@ -103,19 +99,23 @@ const signerForEncryption = (c: Container, userId: string, body: z.infer<typeof 
     : Promise.resolve(undefined);
 
 /** Decrypt and verify: whose signatures are checked (a stored key the caller may read, or a supplied public key). */
-const signerForDecryption = (c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta, jobId?: string): Promise<Signer | undefined> =>
-  body.verify_with || body.verify_public_key
-    ? oncePerRequest(meta, `verify-with:${jobId ?? ''}`, () => resolveSigner(c, userId, { fingerprint: body.verify_with, publicKey: body.verify_public_key }, meta, jobId))
-    : Promise.resolve(undefined);
+const signerForDecryption = (c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta): Promise<Signer | undefined> =>
+  body.verify_with || body.verify_public_key ? resolveSigner(c, userId, { fingerprint: body.verify_with, publicKey: body.verify_public_key }, meta) : Promise.resolve(undefined);
 
-/**
- * Where an encryption goes: a stored key's current generation (409 if it may not encrypt, audited) or a
- * supplied public key. The pre-upload check and the handler share one lookup per request.
- */
-const recipientFor = (c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> =>
-  oncePerRequest(meta, JSON.stringify(['recipient', body.fingerprint, body.public_key]), () => resolveRecipient(c, userId, body, meta));
+/** What an encryption needs, looked up once per request: in the pre-upload check, else in the handler. */
+async function encryptionParties(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta) {
+  const recipient = await recipientFor(c, userId, body, meta);
+  return { recipient, signer: await signerForEncryption(c, userId, body, meta) };
+}
 
-async function resolveRecipient(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> {
+/** What a decryption needs, looked up once per request: the key opened by its passphrase, and the signer to verify with. */
+async function decryptionParties(c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta) {
+  const view = await keyForDecryption(c, userId, body, meta);
+  return { view, signer: await signerForDecryption(c, userId, body, meta) };
+}
+
+/** Where an encryption goes: a stored key's current generation (409 if it may not encrypt, audited) or a supplied public key. */
+async function recipientFor(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> {
   if (!body.fingerprint) return { type: 'supplied', fingerprint: (await readRecipientKey(body.public_key!, c.clock.now())).fingerprint };
   const view = await requireKey(c, userId, body.fingerprint, meta, 'encrypt');
   try {
@@ -123,16 +123,14 @@ async function resolveRecipient(c: Container, userId: string, body: z.infer<type
     const target = encryptionTarget(view, now, jobDeadline(c, now)); // a key expiring before the job's deadline is refused up front
     return { type: 'stored', key_id: target.id, fingerprint: target.fingerprint, requested_fingerprint: view.named.fingerprint };
   } catch (err) {
-    const code = err instanceof AppError ? err.code : 'error';
-    await recordAudit(c.db, { user_id: userId, action: 'keys.encrypt', status: 'failure', target: body.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason: code } });
+    await auditKeyRefusal(c, userId, 'keys.encrypt', body.fingerprint, err instanceof AppError ? err.code : 'error', meta);
     throw err;
   }
 }
 
 /**
  * The key to decrypt with, once the passphrase has opened it (limited, audited; lib/services/passphrases):
- * a wrong one is a clear 422 before any job, and before the upload when the fields come first. The
- * pre-upload check and the handler share one check per request.
+ * a wrong one is a clear 422 before any job, and before the upload when the fields come first.
  */
 const keyForDecryption = (c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta): Promise<KeyView> =>
   requireKeyWithPassphrase(c, { userId, fingerprint: body.fingerprint, passphrase: body.passphrase, action: 'keys.decrypt', meta });
@@ -165,7 +163,7 @@ export default [
     async handler(input) {
       const { c, user, body } = input;
       const passphrase = newToken();
-      const owner = (await findUserById(c.db, user.id))!;
+      const owner = await currentUser(c, user.id);
       const reply = await generate(input, user.id, { label: body.label, environment: body.env, name: body.label, email: owner.email, passphrase, algorithm: 'curve25519' });
       return { status: 201, headers: { 'Cache-Control': 'no-store' }, body: { ...(reply.body as object), env: body.env, passphrase } };
     },
@@ -182,7 +180,7 @@ export default [
     responses: { 200: { description: 'A page of keys', schema: pageOf(Key) } },
     async handler({ c, user, query }) {
       const now = c.clock.now();
-      const { items, total } = await listKeys(c.db, { userId: user.id, environment: query.environment, label: query.label, active: query.active, inherited: true, now, page: query.page, pageSize: query.page_size });
+      const { items, total } = await keyPage(c, { userId: user.id, environment: query.environment, label: query.label, active: query.active, inherited: true, now, page: query.page, pageSize: query.page_size });
       // Keys inherited through team access are listed with their owner (lib/services/team-access.ts).
       const owners = await inheritedOwners(c, user.id, items.map((i) => i.lineage));
       const list = items.map((i) => ({ ...keyOut(i.lineage, i.current, now), inherited: owners.has(i.lineage.id), owner: owners.get(i.lineage.id) ?? null }));
@@ -227,15 +225,10 @@ export default [
     responses: { 200: { description: 'The disabled key', schema: Key } },
     async handler({ c, user, body, meta }) {
       const view = await requireKey(c, user.id, body.fingerprint, meta);
-      const now = c.clock.now();
-      const lineage = await c.db.transaction(async (trx) => {
-        const [row] = await trx('key_lineages').where({ id: view.lineage.id }).whereNull('disabled_at').update({ disabled_at: now, updated_at: now }).returning('*');
-        if (row) await recordAudit(trx, { user_id: user.id, action: 'keys.disable', status: 'success', target: view.current.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { label: view.lineage.label } });
-        return row ? { lineage: row as LineageRow, changed: true } : { lineage: view.lineage, changed: false };
-      });
+      const lineage = await disableKey(c, user.id, view, meta);
       if (lineage.changed) await emitEvent(c, user.id, 'key.disabled', { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint, label: view.lineage.label });
       if (lineage.changed) await resyncLinkedTo(c, user.id, 'key.disabled', meta);
-      return { body: keyOut(lineage.lineage, view.current, now) };
+      return { body: keyOut(lineage.lineage, view.current, c.clock.now()) };
     },
   }),
 
@@ -252,17 +245,15 @@ export default [
       textFileFields: ['public_key'],
       async precheck(fields, { c, user, meta }) {
         const body = EncryptForm.safeParse(fields);
-        if (body.success) await recipientFor(c, user.id, body.data, meta);
-        if (body.success) await signerForEncryption(c, user.id, body.data, meta);
+        return body.success ? encryptionParties(c, user.id, body.data, meta) : undefined;
       },
     },
     body: EncryptForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta }) {
+    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'encrypt', requestId: meta.requestId, body, upload }, async () => {
-        const recipient = await recipientFor(c, user.id, body, meta);
-        const signer = await signerForEncryption(c, user.id, body, meta);
-        if (body.public_key) await c.blob.put(jobBlob.recipient(upload.id), Readable.from([Buffer.from(body.public_key)]));
+        const { recipient, signer } = prechecked ?? (await encryptionParties(c, user.id, body, meta));
+        if (body.public_key) await keepSuppliedKey(c, upload.id, body.public_key);
         const request: EncryptRequest = { recipient, armor: body.armor, compress: body.compress, ...(signer ? { sign_with: { lineage_id: signer.lineage.id, fingerprint: signer.current.fingerprint } } : {}) };
         const sealed = (jobId: string) => (body.passphrase ? { sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) } : {});
         return { request, enqueue: (jobId) => c.jobs.enqueue('encrypt-files', { job_id: jobId, ...sealed(jobId) }, { jobId, meta }) };
@@ -283,16 +274,15 @@ export default [
       textFileFields: ['verify_public_key'],
       async precheck(fields, { c, user, meta }) {
         const body = DecryptForm.safeParse(fields);
-        if (body.success) await keyForDecryption(c, user.id, body.data, meta);
-        if (body.success) await signerForDecryption(c, user.id, body.data, meta);
+        return body.success ? decryptionParties(c, user.id, body.data, meta) : undefined;
       },
     },
     body: DecryptForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta }) {
+    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'decrypt', requestId: meta.requestId, body, upload }, async () => {
-        const view = await keyForDecryption(c, user.id, body, meta);
-        const signer = await signerForDecryption(c, user.id, body, meta, upload.id);
+        const { view, signer } = prechecked ?? (await decryptionParties(c, user.id, body, meta));
+        if (body.verify_public_key) await keepSuppliedKey(c, upload.id, body.verify_public_key);
         return {
           request: { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, ...(signer ? { verify_with: signer, require_signature: body.require_signature } : {}) },
           enqueue: (jobId) => c.jobs.enqueue('decrypt-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, meta }),

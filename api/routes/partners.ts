@@ -4,8 +4,7 @@ import { Email, Password, Timestamp } from '../schemas/common';
 import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
 import { consume } from '../../lib/auth/limiters';
 import * as accounts from '../../lib/services/accounts';
-import { issuePartnerKey, currentPartnerKeyStatus } from '../../lib/services/partner-keys';
-import { recordAudit } from '../../db/audit';
+import { rotatePartnerKey, currentPartnerKeyStatus } from '../../lib/services/partner-keys';
 
 const tags = ['Partners'];
 
@@ -46,11 +45,7 @@ export default [
     recentSignIn: true,
     responses: { 200: { description: 'The new key', schema: IssuedKey } },
     async handler({ c, user, meta }) {
-      const key = await c.db.transaction(async (trx) => {
-        const issued = await issuePartnerKey(trx, user.id, c.clock.now(), c.config.partnerKeyTtlDays);
-        await recordAudit(trx, { user_id: user.id, action: 'partner.rotate_api_key', status: 'success', target: issued.row.id, ip: meta.ip, request_id: meta.requestId, details: { prefix: issued.row.prefix, via: user.via } });
-        return issued;
-      });
+      const key = await rotatePartnerKey(c, user.id, user.via, meta);
       return { headers: { 'Cache-Control': 'no-store' }, body: { api_key: key.value, prefix: key.row.prefix, expires_at: key.row.expires_at.toISOString() } };
     },
   }),

@@ -3,7 +3,7 @@ import { route } from '../route';
 import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../schemas/common';
 import { Session, User, userOut } from '../schemas/users';
 import * as passkeys from '../../lib/services/passkeys';
-import { pagePasskeys, type PasskeyRow } from '../../db/passkeys';
+import type { PasskeyRow } from '../../db/passkeys';
 
 const tags = ['Passkeys'];
 
@@ -178,7 +178,7 @@ export default [
     query: PageQuery,
     responses: { 200: { description: 'Passkeys, newest first', schema: pageOf(Passkey) } },
     async handler({ c, user, query }) {
-      const { items, total } = await pagePasskeys(c.db, user.id, { page: query.page, pageSize: query.page_size });
+      const { items, total } = await passkeys.listPasskeys(c, user.id, { page: query.page, pageSize: query.page_size });
       return { body: { items: items.map(passkeyView), page: query.page, page_size: query.page_size, total } };
     },
   }),

@@ -4,10 +4,9 @@ import { Email, PageQuery, Password, Timestamp, pageOf } from '../schemas/common
 import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
 import * as accounts from '../../lib/services/accounts';
 import { currentPartnerKeyStatus } from '../../lib/services/partner-keys';
-import { listAudit } from '../../db/audit';
+import { auditPage } from '../../lib/services/audit-log';
 import { invalid } from '../../lib/errors';
 import { consume } from '../../lib/auth/limiters';
-import { findUserById } from '../../db/users';
 
 const tags = ['Profile'];
 
@@ -40,7 +39,7 @@ export default [
       if (!Object.keys(patch).length && !email) throw invalid('validation_failed', 'Give at least one of username, email, company_name.');
       // The password check comes first: a wrong one changes nothing.
       if (email) await accounts.requestEmailChange(c, user.id, email, current_password, meta);
-      const row = Object.keys(patch).length ? await accounts.updateProfile(c, user.id, patch, meta) : (await findUserById(c.db, user.id))!;
+      const row = Object.keys(patch).length ? await accounts.updateProfile(c, user.id, patch, meta) : await accounts.currentUser(c, user.id);
       return { body: { ...userOut(row), pending_email: email && email !== row.email.toLowerCase() ? email : null } };
     },
   }),
@@ -98,7 +97,7 @@ export default [
     query: PageQuery,
     responses: { 200: { description: 'Newest first', schema: pageOf(ActivityItem) } },
     async handler({ c, user, query }) {
-      const { items, total } = await listAudit(c.db, { userId: user.id, page: query.page, pageSize: query.page_size });
+      const { items, total } = await auditPage(c, { userId: user.id, page: query.page, pageSize: query.page_size });
       return { body: { items: items.map((r) => ({ ...r, created_at: r.created_at.toISOString() })), page: query.page, page_size: query.page_size, total } };
     },
   }),

@@ -8,10 +8,8 @@ import { ROTATION_DAYS } from './profile';
 import { invalid } from '../../lib/errors';
 import { requireKey } from '../../lib/services/keys';
 import { newJobId } from '../../lib/services/jobs';
-import { manualRotationTarget, rotationOut } from '../../lib/services/rotation';
-import { recordAudit } from '../../db/audit';
-import { findUserById } from '../../db/users';
-import { listRotations } from '../../db/rotation';
+import { manualRotationTarget, rotationHistory, rotationOut, setRotationSchedule } from '../../lib/services/rotation';
+import { currentUser } from '../../lib/services/accounts';
 import { rotationPassphraseAad } from '../../jobs/rotate-key';
 
 const tags = ['Key rotation'];
@@ -97,11 +95,8 @@ export default [
           : body.rotation_interval_days === null
             ? { rotation_mode: 'off' as const, rotation_interval_days: null }
             : { rotation_mode: 'interval' as const, rotation_interval_days: body.rotation_interval_days };
-      await c.db.transaction(async (trx) => {
-        await trx('key_lineages').where({ id: view.lineage.id }).update({ ...change, updated_at: c.clock.now() });
-        await recordAudit(trx, { user_id: user.id, action: 'keys.rotation_schedule', status: 'success', target: view.current.fingerprint, ip: meta.ip, request_id: meta.requestId, details: change });
-      });
-      const owner = (await findUserById(c.db, user.id))!;
+      await setRotationSchedule(c, user.id, view, change, meta);
+      const owner = await currentUser(c, user.id);
       const effective = change.rotation_mode === 'interval' ? change.rotation_interval_days : change.rotation_mode === 'policy' ? owner.rotation_days : null;
       return {
         body: {
@@ -127,7 +122,7 @@ export default [
     responses: { 200: { description: 'Newest first', schema: pageOf(RotationEntry) } },
     async handler({ c, user, params, query, meta }) {
       const view = await requireKey(c, user.id, params.fingerprint, meta);
-      const { items, total } = await listRotations(c.db, { userId: user.id, lineageId: view.lineage.id, ...query, pageSize: query.page_size });
+      const { items, total } = await rotationHistory(c, { userId: user.id, lineageId: view.lineage.id, ...query, pageSize: query.page_size });
       return { body: { items: items.map(rotationOut), page: query.page, page_size: query.page_size, total } };
     },
   }),
@@ -144,7 +139,7 @@ export default [
     async handler({ c, user, query, meta }) {
       if (query.from && query.to && query.from > query.to) throw invalid('validation_failed', '`from` must not be after `to`.');
       const lineageId = query.fingerprint ? (await requireKey(c, user.id, query.fingerprint, meta)).lineage.id : undefined;
-      const { items, total } = await listRotations(c.db, { userId: user.id, lineageId, ...query, pageSize: query.page_size });
+      const { items, total } = await rotationHistory(c, { userId: user.id, lineageId, ...query, pageSize: query.page_size });
       return { body: { items: items.map(rotationOut), page: query.page, page_size: query.page_size, total } };
     },
   }),

@@ -9,8 +9,7 @@ import { importKey } from '../../lib/services/key-import';
 import { keyOut } from '../../lib/services/key-view';
 import { signingTarget } from '../../lib/services/keys';
 import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
-import { oncePerRequest } from '../../lib/services/once-per-request';
-import { resolveSigner } from '../../lib/services/signers';
+import { keepSuppliedKey, resolveSigner } from '../../lib/services/signers';
 import { jobBlob } from '../../lib/services/jobs';
 import { MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
 import type { Container } from '../../lib/container';
@@ -49,12 +48,15 @@ const keyForSigning = (c: Container, userId: string, body: z.infer<typeof SignFo
     return view;
   });
 
-/** Detached signatures sent with a verification, each read (and refused when malformed) before the upload. */
-async function readSignatures(meta: RequestMeta, parts: Buffer[]): Promise<void> {
-  await oncePerRequest(meta, 'detached-signatures', async () => {
-    const { readDetachedSignature } = await import('../../lib/pgp/signatures'); // OpenPGP.js loads on first use
-    for (const part of parts) await readDetachedSignature(part);
-  });
+/**
+ * What a verification needs, checked once per request (before the upload when the fields come first):
+ * the signer, and each detached signature read (refused when malformed).
+ */
+async function verification(c: Container, userId: string, body: z.infer<typeof VerifyForm>, meta: RequestMeta, signatures: Buffer[]) {
+  const signer = await resolveSigner(c, userId, { fingerprint: body.fingerprint, publicKey: body.public_key }, meta);
+  const { readDetachedSignature } = await import('../../lib/pgp/signatures'); // OpenPGP.js loads on first use
+  for (const part of signatures) await readDetachedSignature(part);
+  return signer;
 }
 
 export default [
@@ -88,14 +90,14 @@ export default [
       files: true,
       async precheck(fields, { c, user, meta }) {
         const body = SignForm.safeParse(fields);
-        if (body.success) await keyForSigning(c, user.id, body.data, meta);
+        return body.success ? keyForSigning(c, user.id, body.data, meta) : undefined;
       },
     },
     body: SignForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta }) {
+    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'sign', requestId: meta.requestId, body, upload }, async () => {
-        const view = await keyForSigning(c, user.id, body, meta);
+        const view = prechecked ?? (await keyForSigning(c, user.id, body, meta));
         return {
           request: { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint, detached: body.detached, armor: body.armor },
           enqueue: (jobId) => c.jobs.enqueue('sign-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, meta }),
@@ -118,18 +120,16 @@ export default [
       binaryFields: ['signatures'],
       async precheck(fields, { c, user, meta, parts }) {
         const body = VerifyForm.safeParse(fields);
-        if (!body.success) return;
-        await oncePerRequest(meta, 'signer', () => resolveSigner(c, user.id, { fingerprint: body.data.fingerprint, publicKey: body.data.public_key }, meta));
-        await readSignatures(meta, parts.signatures ?? []);
+        return body.success ? verification(c, user.id, body.data, meta, parts.signatures ?? []) : undefined;
       },
     },
     body: VerifyForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta }) {
+    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
       const signatures = upload.parts.signatures ?? [];
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'verify', requestId: meta.requestId, body, upload }, async () => {
-        await readSignatures(meta, signatures);
-        const signer = await resolveSigner(c, user.id, { fingerprint: body.fingerprint, publicKey: body.public_key }, meta, upload.id);
+        const signer = prechecked ?? (await verification(c, user.id, body, meta, signatures));
+        if (body.public_key) await keepSuppliedKey(c, upload.id, body.public_key);
         for (const [n, signature] of signatures.entries()) await c.blob.put(jobBlob.signature(upload.id, n), Readable.from([signature]));
         return { request: { signer, signatures: signatures.length }, enqueue: (jobId) => c.jobs.enqueue('verify-files', { job_id: jobId }, { jobId, meta }) };
       });

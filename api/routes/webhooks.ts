@@ -2,8 +2,8 @@ import { z } from 'zod';
 import { route } from '../route';
 import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../schemas/common';
 import { EVENT_TYPES } from '../../lib/event-stream';
-import { attemptsOf, pageDeliveries, type AttemptRow, type DeliveryRow, type EndpointRow } from '../../db/webhooks';
-import { createEndpoint, deleteEndpoint, ownDelivery, ownEndpoint, redeliver, rotateSecret, sendTestPing, updateEndpoint } from '../../lib/services/webhooks';
+import type { AttemptRow, DeliveryRow, EndpointRow } from '../../db/webhooks';
+import { createEndpoint, deleteEndpoint, deliveryAttempts, listDeliveries, listEndpoints, ownDelivery, ownEndpoint, redeliver, rotateSecret, sendTestPing, updateEndpoint } from '../../lib/services/webhooks';
 
 const tags = ['Webhooks'];
 
@@ -91,12 +91,8 @@ export default [
     query: PageQuery,
     responses: { 200: { description: 'A page of endpoints, newest first', schema: pageOf(Endpoint) } },
     async handler({ c, user, query }) {
-      const mine = () => c.db<EndpointRow>('webhook_endpoints').where({ user_id: user.id });
-      const [rows, [count]] = await Promise.all([
-        mine().orderBy('created_at', 'desc').orderBy('id').limit(query.page_size).offset((query.page - 1) * query.page_size),
-        mine().count<{ count: string }[]>({ count: '*' }),
-      ]);
-      return { body: { items: rows.map(endpointView), page: query.page, page_size: query.page_size, total: Number(count?.count ?? 0) } };
+      const { items, total } = await listEndpoints(c, user.id, { page: query.page, pageSize: query.page_size });
+      return { body: { items: items.map(endpointView), page: query.page, page_size: query.page_size, total } };
     },
   }),
 
@@ -189,10 +185,8 @@ export default [
     query: PageQuery.extend({ state: z.enum(['pending', 'succeeded', 'failed']).optional() }),
     responses: { 200: { description: 'A page of deliveries', schema: pageOf(Delivery) } },
     async handler({ c, user, params, query, meta }) {
-      await ownEndpoint(c, user.id, params.webhook_id, meta);
-      const { items, total } = await pageDeliveries(c.db, params.webhook_id, { state: query.state, page: query.page, pageSize: query.page_size });
-      const log = items.length ? await attemptsOf(c.db, items.map((d) => d.id)) : [];
-      return { body: { items: items.map((d) => deliveryView(d, log)), page: query.page, page_size: query.page_size, total } };
+      const { items, total, attempts } = await listDeliveries(c, user.id, params.webhook_id, { state: query.state, page: query.page, pageSize: query.page_size }, meta);
+      return { body: { items: items.map((d) => deliveryView(d, attempts)), page: query.page, page_size: query.page_size, total } };
     },
   }),
 
@@ -207,7 +201,7 @@ export default [
     responses: { 200: { description: 'The delivery', schema: Delivery } },
     async handler({ c, user, params, meta }) {
       const row = await ownDelivery(c, user.id, params.webhook_id, params.delivery_id, meta);
-      return { body: deliveryView(row, await attemptsOf(c.db, [row.id])) };
+      return { body: deliveryView(row, await deliveryAttempts(c, [row.id])) };
     },
   }),
 
@@ -222,7 +216,7 @@ export default [
     responses: { 202: { description: 'The delivery, pending again', schema: Delivery } },
     async handler({ c, user, params, meta }) {
       const row = await redeliver(c, user.id, params.webhook_id, params.delivery_id, meta);
-      return { status: 202, body: deliveryView(row, await attemptsOf(c.db, [row.id])) };
+      return { status: 202, body: deliveryView(row, await deliveryAttempts(c, [row.id])) };
     },
   }),
 ];

@@ -19,10 +19,8 @@ export async function notYours(
       action: `${input.resource}.access_denied`,
       status: 'failure',
       target: input.target,
-      ip: input.meta?.ip,
-      request_id: input.meta?.requestId,
       details: { reason: 'not_owner' },
-    });
+    }, input.meta);
   }
   return error;
 }

@@ -13,7 +13,7 @@ import { recordAudit, type RequestMeta } from '../../db/audit';
 import { notify } from './notify';
 import { resetRequestAad } from '../../jobs/request-password-reset';
 import { afterAccountDeleted, leaveOnDeletion } from './organizations';
-import { bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertEmailChange, insertUser, lockEmailChange, lockLiveUser, updateUser, useEmailChanges, type UserRow } from '../../db/users';
+import { insertContactRequest, bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertEmailChange, insertUser, lockEmailChange, lockLiveUser, updateUser, useEmailChanges, type ContactRequest, type UserRow } from '../../db/users';
 import { retirePartnerKeys } from '../../db/partner-keys';
 import { deactivatePasskeys } from '../../db/passkeys';
 import { insertPasswordReset, lockPasswordReset, usePasswordResets } from '../../db/password-resets';
@@ -33,7 +33,7 @@ function duplicate(err: unknown): AppError | unknown {
 }
 
 const audit = (meta: RequestMeta) => (db: Container['db'], entry: Omit<Parameters<typeof recordAudit>[1], 'ip' | 'request_id'>) =>
-  recordAudit(db, { ...entry, ip: meta.ip, request_id: meta.requestId });
+  recordAudit(db, entry, meta);
 
 export async function register(c: Container, input: { username: string; email: string; password: string; company_name?: string | null }, meta: RequestMeta) {
   const password_hash = await hashPassword(input.password, c.config.argon2MemoryKib);
@@ -300,4 +300,16 @@ export async function deleteAccount(c: Container, userId: string, password: stri
     return leaveOnDeletion(trx, user.id, now, meta);
   });
   await afterAccountDeleted(c, user.id, left, meta);
+}
+
+/** The signed-in account's row (its authentication found it live). */
+export const currentUser = async (c: Container, userId: string): Promise<UserRow> => (await findUserById(c.db, userId))!;
+
+/** A support or contact request, stored and audited together; answers its reference. */
+export function submitContactRequest(c: Container, request: Omit<ContactRequest, 'user_id'>, userId: string | null, meta: RequestMeta): Promise<string> {
+  return c.db.transaction(async (trx) => {
+    const id = await insertContactRequest(trx, { ...request, user_id: userId });
+    await recordAudit(trx, { user_id: userId, action: 'contact.submit', status: 'success', target: id }, meta);
+    return id;
+  });
 }

@@ -40,7 +40,7 @@ export async function createApiKeyShare(c: Container, userId: string, keyId: str
   const key = await ownApiKey(c, userId, keyId, meta);
   const state = apiKeyState(key, c.clock.now());
   if (state !== 'active') {
-    await recordAudit(c.db, { user_id: userId, action: 'api_key_share.created', status: 'failure', target: keyId, ip: meta.ip, request_id: meta.requestId, details: { reason: `api_key_${state}` } });
+    await recordAudit(c.db, { user_id: userId, action: 'api_key_share.created', status: 'failure', target: keyId, details: { reason: `api_key_${state}` } }, meta);
     throw conflict(`api_key_${state}`, `The API key is ${state}; it cannot be shared.`);
   }
   const { share, token } = await createShare(
@@ -64,11 +64,11 @@ export async function listApiKeyShares(c: Container, userId: string, keyId: stri
  * this read; a revoked or expired key answers 410 `api_key_revoked` / `api_key_expired` and the view is
  * given back. The read is audited for the owner (never the value) in the same transaction.
  */
-export async function viewApiKeyShare(c: Container, req: { token: string; ip: string; requestId: string; userAgent?: string }) {
+export async function viewApiKeyShare(c: Container, req: { token: string; userAgent?: string }, meta: RequestMeta) {
   const { share, value } = await viewShare(c, {
     kind: 'api_key',
     token: req.token,
-    ip: req.ip,
+    meta,
     userAgent: req.userAgent,
     async resolve(row, trx) {
       const key = await apiKeys(trx).where({ id: row.target_id }).forShare().first();
@@ -83,10 +83,8 @@ export async function viewApiKeyShare(c: Container, req: { token: string; ip: st
         action: 'api_key.shared_value_read',
         status: 'success',
         target: key.id,
-        ip: req.ip,
-        request_id: req.requestId,
         details: { share_id: row.id, prefix: key.prefix, view_count: row.view_count },
-      });
+      }, meta);
       return { key, plaintext };
     },
   });

@@ -12,6 +12,7 @@ import { notYours } from './access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { revokeActiveShares } from '../../db/share-links';
 import { apiKeys, apiKeySecrets, countUnrevoked, revokeKeysOfAccount, findCredentialByHash, pageApiKeys, type ApiKeyCredential, type ApiKeyRow, type ApiKeyState } from '../../db/api-keys';
+import { lockAccount } from '../../db/users';
 
 /**
  * Managed API keys: several per account, each with scopes and an optional expiry. A value is stored
@@ -79,14 +80,14 @@ export async function generateApiKey(c: Container, userId: string, input: NewApi
   const now = c.clock.now();
   const row = await c.db.transaction(async (trx) => {
     // One account's creations are serialised so that concurrent requests cannot pass the limit together.
-    await trx('users').where({ id: userId }).forUpdate().first();
+    await lockAccount(trx, userId);
     await enforcePlanLimit(c, trx, userId, 'api_keys');
     if ((await countUnrevoked(trx, userId)) >= MAX_API_KEYS) throw conflict('api_key_limit_reached', `An account has at most ${MAX_API_KEYS} unrevoked API keys; revoke one first.`);
     const [inserted] = await apiKeys(trx)
       .insert({ id, user_id: userId, name: input.name, prefix: displayPrefix(value), scopes: input.scopes, value_sealed: c.sealer.seal(value, valueAad(id, secretId)), current_secret_id: secretId, expires_at: expires, created_at: now, updated_at: now })
       .returning('*');
     await apiKeySecrets(trx).insert({ id: secretId, key_id: id, key_hash: hashToken(value), prefix: displayPrefix(value), created_at: now });
-    await recordAudit(trx, { user_id: userId, action: 'api_key.created', status: 'success', target: id, ip: meta.ip, request_id: meta.requestId, details: { name: input.name, prefix: displayPrefix(value), scopes: input.scopes, expires_at: expires?.toISOString() ?? null } });
+    await recordAudit(trx, { user_id: userId, action: 'api_key.created', status: 'success', target: id, details: { name: input.name, prefix: displayPrefix(value), scopes: input.scopes, expires_at: expires?.toISOString() ?? null } }, meta);
     return inserted!;
   });
   await emitEvent(c, userId, 'api_key.created', { key_id: id, scopes: input.scopes, expires_at: expires?.toISOString() ?? null });
@@ -103,7 +104,7 @@ export async function listApiKeys(c: Container, userId: string, q: { state?: Api
 export async function readApiKey(c: Container, userId: string, id: string, meta: RequestMeta): Promise<{ row: ApiKeyRow; value: string | null }> {
   const row = await ownApiKey(c, userId, id, meta);
   const value = currentApiKeyValue(c, row);
-  if (value !== null) await recordAudit(c.db, { user_id: userId, action: 'api_key.value_read', status: 'success', target: id, ip: meta.ip, request_id: meta.requestId, details: { prefix: row.prefix } });
+  if (value !== null) await recordAudit(c.db, { user_id: userId, action: 'api_key.value_read', status: 'success', target: id, details: { prefix: row.prefix } }, meta);
   return { row, value };
 }
 
@@ -128,7 +129,7 @@ export async function rotateApiKey(c: Container, userId: string, id: string, gra
       .where({ id })
       .update({ prefix: displayPrefix(value), value_sealed: c.sealer.seal(value, valueAad(id, secretId)), current_secret_id: secretId, last_rotated_at: now, previous_value_expires_at: previousEnd, updated_at: now })
       .returning('*');
-    await recordAudit(trx, { user_id: userId, action: 'api_key.rotated', status: 'success', target: id, ip: meta.ip, request_id: meta.requestId, details: { previous_prefix: key.prefix, prefix: displayPrefix(value), grace_seconds: Math.round(graceMs / 1000) } });
+    await recordAudit(trx, { user_id: userId, action: 'api_key.rotated', status: 'success', target: id, details: { previous_prefix: key.prefix, prefix: displayPrefix(value), grace_seconds: Math.round(graceMs / 1000) } }, meta);
     return updated!;
   });
   await emitEvent(c, userId, 'api_key.rotated', { key_id: id, previous_value_expires_at: previousEnd.toISOString() });
@@ -143,7 +144,7 @@ export async function revokeApiKey(c: Container, userId: string, id: string, met
     if (key?.user_id !== userId) throw await notYours(c, { userId, resource: 'api_key', target: id, existsElsewhere: Boolean(key), meta });
     if (key.revoked_at) return false;
     await apiKeys(trx).where({ id }).update({ revoked_at: now, value_sealed: null, updated_at: now });
-    await recordAudit(trx, { user_id: userId, action: 'api_key.revoked', status: 'success', target: id, ip: meta.ip, request_id: meta.requestId, details: { prefix: key.prefix } });
+    await recordAudit(trx, { user_id: userId, action: 'api_key.revoked', status: 'success', target: id, details: { prefix: key.prefix } }, meta);
     return true;
   });
   if (revoked) await emitEvent(c, userId, 'api_key.revoked', { key_id: id });
@@ -156,9 +157,9 @@ export async function revokeApiKey(c: Container, userId: string, id: string, met
 export async function revokeAllApiKeys(trx: Knex.Transaction, userId: string, now: Date, reason: string, meta: RequestMeta): Promise<{ keys: number; shares: number; events: NewEvent[] }> {
   const keys = await revokeKeysOfAccount(trx, userId, now);
   const links = await revokeActiveShares(trx, { userId, kind: 'api_key', now });
-  const entry = { user_id: userId, status: 'success' as const, ip: meta.ip, request_id: meta.requestId };
-  for (const k of keys) await recordAudit(trx, { ...entry, action: 'api_key.revoked', target: k.id, details: { prefix: k.prefix, reason } });
-  for (const l of links) await recordAudit(trx, { ...entry, action: 'api_key_share.revoked', target: l.id, details: { kind: 'api_key', target_id: l.target_id, view_count: l.view_count, reason } });
+  const entry = { user_id: userId, status: 'success' as const };
+  for (const k of keys) await recordAudit(trx, { ...entry, action: 'api_key.revoked', target: k.id, details: { prefix: k.prefix, reason } }, meta);
+  for (const l of links) await recordAudit(trx, { ...entry, action: 'api_key_share.revoked', target: l.id, details: { kind: 'api_key', target_id: l.target_id, view_count: l.view_count, reason } }, meta);
   const events: NewEvent[] = [
     ...keys.map((k): NewEvent => ({ type: 'api_key.revoked', data: { key_id: k.id } })),
     ...links.map((l): NewEvent => ({ type: 'share.revoked', data: { share_id: l.id, kind: 'api_key', target_id: l.target_id, view_count: l.view_count } })),

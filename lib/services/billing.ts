@@ -5,10 +5,10 @@ import { badRequest, conflict, invalid, paymentRequired } from '../errors';
 import { emitEvent } from '../events';
 import { DEFAULT_PLAN, planForPrice, type LimitName, type Plan, type PlanId } from '../billing/plans';
 import { callProvider, providerClient, verifyWebhook, type ProviderEvent, type ProviderSubscription } from '../billing/provider';
-import { recordAudit, type RequestMeta } from '../../db/audit';
+import { recordAudit, type AuditSource, type RequestMeta } from '../../db/audit';
 import type { JobOrigin } from '../../jobs/define';
 import type { JobKind } from '../../db/jobs';
-import { findUserById } from '../../db/users';
+import { findUserById, lockAccount } from '../../db/users';
 import {
   accountUsage,
   billingAccounts,
@@ -71,7 +71,7 @@ export function enforcePlanLimit(c: Container, trx: Knex.Transaction, userId: st
 async function enforcePlanLimits(c: Container, trx: Knex.Transaction, userId: string, checks: { limit: LimitName; amount: number }[]): Promise<void> {
   if (!c.config.billing.enforceLimits) return;
   // NO KEY UPDATE: serialises with other creations of the account, not with inserts that merely reference it.
-  await trx('users').where({ id: userId }).forNoKeyUpdate().first();
+  await lockAccount(trx, userId, 'no key update');
   const now = c.clock.now();
   const { plan } = effectivePlan(c, await findBillingAccount(trx, userId), now);
   let usageNow: Promise<Usage> | undefined;
@@ -143,8 +143,8 @@ export async function billingStatus(c: Container, userId: string) {
   };
 }
 
-const audit = (db: Knex, userId: string, action: string, target: string | null, meta: Partial<RequestMeta>, details: Record<string, unknown> = {}) =>
-  recordAudit(db, { user_id: userId, action, status: 'success', target, ip: meta.ip ?? null, request_id: meta.requestId ?? null, details });
+const audit = (db: Knex, userId: string, action: string, target: string | null, from: AuditSource, details: Record<string, unknown> = {}) =>
+  recordAudit(db, { user_id: userId, action, status: 'success', target, details }, from);
 
 /**
  * The account's provider customer, created once: the billing row is locked while the provider is asked,
@@ -341,10 +341,10 @@ export async function processBillingEvent(c: Container, eventId: string, origin:
     const changed = before.subscribed !== effective.subscribed || before.plan.id !== effective.plan.id;
     const statusChanged = account.status !== sub.status;
     const details = { event_id: eventId, event_type: event.type, subscription_id: sub.subscription_id, from_plan: before.plan.id, to_plan: effective.plan.id, subscribed_plan: sub.plan, from_status: account.status, status: sub.status };
-    if (changed) await audit(trx, account.user_id, 'billing.plan_changed', sub.subscription_id, { ip: origin.ip ?? undefined, requestId: origin.request_id ?? undefined }, details);
-    else if (statusChanged) await audit(trx, account.user_id, 'billing.status_changed', sub.subscription_id, { ip: origin.ip ?? undefined, requestId: origin.request_id ?? undefined }, details);
+    if (changed) await audit(trx, account.user_id, 'billing.plan_changed', sub.subscription_id, origin, details);
+    else if (statusChanged) await audit(trx, account.user_id, 'billing.status_changed', sub.subscription_id, origin, details);
     if (event.type === 'invoice.payment_failed') {
-      await audit(trx, account.user_id, 'billing.payment_failed', event.object_id, { ip: origin.ip ?? undefined, requestId: origin.request_id ?? undefined }, { event_id: eventId, subscription_id: sub.subscription_id, status: sub.status });
+      await audit(trx, account.user_id, 'billing.payment_failed', event.object_id, origin, { event_id: eventId, subscription_id: sub.subscription_id, status: sub.status });
     }
     const result = await finish(changed || statusChanged ? 'applied' : 'unchanged', account.user_id);
     return { ...result, change: changed ? { from: before.plan.id, to: effective.plan.id, fromStatus: account.status, status: sub.status } : null };

@@ -7,7 +7,8 @@ import { type AccountEvent } from '../event-stream';
 import { AppError, conflict, invalid, tooManyRequests } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Slot } from '../slots';
-import { countUploading, failUnfinishedJob, findJobByIdempotencyKey, freeIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow } from '../../db/jobs';
+import { findJobWithOutputs, countUploading, failUnfinishedJob, findJobByIdempotencyKey, freeIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow, deleteJob } from '../../db/jobs';
+import { lockAccount } from '../../db/users';
 
 /**
  * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
@@ -143,7 +144,7 @@ export class DuplicateIdempotencyKey extends Error {}
  */
 async function enforceUploadShare(c: Container, trx: Knex.Transaction, userId: string): Promise<void> {
   // NO KEY UPDATE: serialises with the account's other submissions, not with inserts that merely reference it.
-  await trx('users').where({ id: userId }).forNoKeyUpdate().first();
+  await lockAccount(trx, userId, 'no key update');
   const limit = c.config.uploadsPerAccount;
   if ((await countUploading(trx, userId, c.config.jobLimits.timeoutMs)) < limit) return;
   throw tooManyRequests(`This account already has ${limit} uploads in progress; send this one when one of them has arrived.`, 5, 'too_many_uploads');
@@ -184,7 +185,7 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
   try {
     await input.enqueue(input.id);
   } catch (err) {
-    await c.db('jobs').where({ id: input.id }).delete();
+    await deleteJob(c.db, input.id);
     await c.blob.deletePrefix(jobBlob.dir(input.id)).catch(() => undefined);
     throw err;
   }
@@ -333,3 +334,9 @@ export function preferWait(header: string | undefined): number | undefined {
   const match = /(?:^|[,;\s])wait=(\d+)/i.exec(header ?? '');
   return match ? Math.min(30, Number(match[1])) : undefined;
 }
+
+/** Whether a job's state is final (completed or failed). */
+export { isFinished };
+
+/** A job with its outputs, whoever owns it: the caller checks it may read it (jobReadableBy). */
+export const jobWithOutputs = (c: Container, id: string) => findJobWithOutputs(c.db, id);

@@ -1,7 +1,7 @@
 import type { Container } from '../container';
 import { notFound } from '../errors';
 import { failedRotationsSince, healthCounts, keyHealthRow, keyMetrics, OVERDUE_AFTER } from '../../db/key-health';
-import { lineageGenerations, type KeyRow, type LineageRow } from '../../db/keys';
+import { lineageIdOfFingerprint, findLineage, lineageGenerations } from '../../db/keys';
 
 /** Administrators' view of keys across accounts: health overview, one key's health, one key's metrics. */
 const DAY = 86400_000;
@@ -19,9 +19,9 @@ export async function healthOverview(c: Container) {
  */
 export async function lineageOf(c: Container, ref: string): Promise<string> {
   if (!FINGERPRINT.test(ref)) return ref;
-  const row = await c.db<KeyRow>('pgp_keys').where({ fingerprint: ref }).first('lineage_id');
-  if (!row) throw notFound('key_not_found', 'No key with this fingerprint.');
-  return row.lineage_id;
+  const lineageId = await lineageIdOfFingerprint(c.db, ref);
+  if (!lineageId) throw notFound('key_not_found', 'No key with this fingerprint.');
+  return lineageId;
 }
 
 export async function keyHealth(c: Container, lineageId: string) {
@@ -49,7 +49,7 @@ export async function keyHealth(c: Container, lineageId: string) {
 }
 
 export async function keyMetricsOf(c: Container, lineageId: string) {
-  const lineage = await c.db<LineageRow>('key_lineages').where({ id: lineageId }).first();
+  const lineage = await findLineage(c.db, lineageId);
   if (!lineage) throw notFound('key_not_found', 'No key with this id.');
   const generations = await lineageGenerations(c.db, lineageId);
   const metrics = await keyMetrics(

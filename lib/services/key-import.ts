@@ -2,12 +2,11 @@ import { randomUUID } from 'node:crypto';
 import type { Container } from '../container';
 import { AppError, conflict, invalid } from '../errors';
 import { emitEvent } from '../events';
-import { enforcePlanLimit } from './billing';
-import { generationRow, newLineage, storeNewKey, usesTokenKey, type LineageSpec } from './keys';
+import { auditKeyRefusal, checkKeyLimit, generationRow, newLineage, storeKey, usesTokenKey, type LineageSpec } from './keys';
 import { resyncLinkedTo } from './team-access';
 import { readImportedKey } from '../pgp/import';
 import { randomSecret } from '../lineage';
-import { recordAudit, type RequestMeta } from '../../db/audit';
+import type { RequestMeta } from '../../db/audit';
 import type { KeyRow, LineageRow } from '../../db/keys';
 
 export interface ImportInput {
@@ -30,10 +29,9 @@ export interface ImportInput {
  * (`key.imported`).
  */
 export async function importKey(c: Container, userId: string, input: ImportInput, meta: RequestMeta): Promise<{ lineage: LineageRow; key: KeyRow }> {
-  await c.db.transaction((trx) => enforcePlanLimit(c, trx, userId, 'keys')); // early 402, before any parse; storeNewKey checks again
+  await checkKeyLimit(c, userId); // early 402, before any parse
   const fail = async (err: unknown, target: string | null = null) => {
-    const code = err instanceof AppError ? err.code : 'error';
-    await recordAudit(c.db, { user_id: userId, action: 'keys.import', status: 'failure', target, ip: meta.ip, request_id: meta.requestId, details: { reason: code } });
+    await auditKeyRefusal(c, userId, 'keys.import', target, err instanceof AppError ? err.code : 'error', meta);
     return err;
   };
   const secret = randomSecret();
@@ -48,7 +46,7 @@ export async function importKey(c: Container, userId: string, input: ImportInput
   const kind = imported.secret ? 'managed' : 'recipient';
   let stored: { lineage: LineageRow; key: KeyRow };
   try {
-    stored = await c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta, { kind }));
+    stored = await storeKey(c, userId, spec, first, meta, { kind });
   } catch (err) {
     // The lineage was not stored: the token key its first generation made (LINEAGE_TOKEN_KEYS) goes too.
     if (first.private_sealed && usesTokenKey(c, {}, 1)) await c.lineageKeys.remove(spec.id).catch(() => undefined);

@@ -6,8 +6,9 @@ import { requireKey } from './keys';
 import { verifiedKey } from './key-integrity';
 import { resyncLinkedTo } from './team-access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { lineageGenerations, lineagesWithSpentTokenKey, markTokenKeyDeleted, type KeyRow, type LineageRow } from '../../db/keys';
+import { updateLineage, unscheduleGenerations, setGenerationDestroyAfter, scheduleUnscheduledGenerations, lockLineageWithGenerations, lineagesWithDueGenerations, destroyGeneration, lineageGenerations, lineagesWithSpentTokenKey, markTokenKeyDeleted, type KeyRow, type LineageRow } from '../../db/keys';
 import { lineageKeyLabel } from '../root-of-trust/lineage-keys';
+import { jobsNeedingLineage } from '../../db/jobs';
 
 /**
  * Key lifecycle beyond rotation: retiring old generations (`min_decryption_generation`, as
@@ -97,20 +98,12 @@ export async function listGenerations(c: Container, userId: string, fingerprint:
 
 /** The lineage and its generations, locked for a lifecycle change (one change at a time per key). */
 async function lockedKey(trx: Knex.Transaction, lineageId: string) {
-  const lineage = (await trx<LineageRow>('key_lineages').where({ id: lineageId }).forUpdate().first())!;
-  const generations = await trx<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation').forUpdate();
+  const { lineage, generations } = await lockLineageWithGenerations(trx, lineageId);
   return { lineage, generations, current: generations.find((g) => g.status === 'active')! };
 }
 
-const auditOf = (userId: string, meta: RequestMeta, action: string, target: string, details: Record<string, unknown>) => ({
-  user_id: userId,
-  action,
-  status: 'success' as const,
-  target,
-  ip: meta.ip,
-  request_id: meta.requestId,
-  details,
-});
+const audit = (trx: Knex.Transaction, userId: string, meta: RequestMeta, action: string, target: string, details: Record<string, unknown>) =>
+  recordAudit(trx, { user_id: userId, action, status: 'success', target, details }, meta);
 
 /**
  * `min_decryption_generation`: 1 up to the current generation (which is never retired). Lowering it
@@ -133,8 +126,8 @@ export async function updateKeySettings(c: Container, userId: string, fingerprin
       if (g.destroyed_at) throw gone('generation_destroyed', `Generation ${g.generation} (${g.fingerprint}) was destroyed and cannot be brought back.`);
       if (g.destroy_after) throw conflict('destruction_pending', `Generation ${g.generation} (${g.fingerprint}) is scheduled for destruction; cancel that first.`);
     }
-    const [row] = await trx<LineageRow>('key_lineages').where({ id: lineage.id }).update({ min_decryption_generation: next, updated_at: c.clock.now() }).returning('*');
-    await recordAudit(trx, auditOf(userId, meta, 'keys.settings_update', current.fingerprint, { min_decryption_generation: { from: lineage.min_decryption_generation, to: next } }));
+    const row = await updateLineage(trx, lineage.id, { min_decryption_generation: next, updated_at: c.clock.now() });
+    await audit(trx, userId, meta, 'keys.settings_update', current.fingerprint, { min_decryption_generation: { from: lineage.min_decryption_generation, to: next } });
     return lifecycleOut(row!, current);
   });
 }
@@ -167,19 +160,16 @@ export async function scheduleDestruction(c: Container, userId: string, fingerpr
       if (generationState(lineage, g) !== 'retired') {
         throw conflict('generation_not_retired', `Generation ${g.generation} is not retired: raise min_decryption_generation above it first (the current generation is destroyed only with the whole key).`);
       }
-      await trx('pgp_keys').where({ id: g.id }).update({ destroy_after: when });
-      await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_schedule', g.fingerprint, { scope: 'generation', generation: g.generation, destroy_after: when.toISOString() }));
+      await setGenerationDestroyAfter(trx, g.id, when);
+      await audit(trx, userId, meta, 'keys.destruction_schedule', g.fingerprint, { scope: 'generation', generation: g.generation, destroy_after: when.toISOString() });
       return { scope: 'generation' as const, generation: g.generation, fingerprint: g.fingerprint, newlyDisabled: false, lineage, current };
     }
     if (lineage.destroy_after) throw conflict('destruction_already_scheduled', `This key is already scheduled for destruction (${lineage.destroy_after.toISOString()}).`);
-    const [row] = await trx<LineageRow>('key_lineages')
-      .where({ id: lineage.id })
-      .update({ destroy_after: when, disabled_at: lineage.disabled_at ?? now, updated_at: now })
-      .returning('*');
+    const row = await updateLineage(trx, lineage.id, { destroy_after: when, disabled_at: lineage.disabled_at ?? now, updated_at: now });
     // Generations already scheduled on their own keep their (earlier or later) date.
-    await trx('pgp_keys').where({ lineage_id: lineage.id }).whereNull('destroyed_at').whereNull('destroy_after').update({ destroy_after: when });
-    await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_schedule', current.fingerprint, { scope: 'key', generations: generations.filter((g) => !g.destroyed_at).length, destroy_after: when.toISOString() }));
-    if (!lineage.disabled_at) await recordAudit(trx, auditOf(userId, meta, 'keys.disable', current.fingerprint, { label: lineage.label, reason: 'destruction_scheduled' }));
+    await scheduleUnscheduledGenerations(trx, lineage.id, when);
+    await audit(trx, userId, meta, 'keys.destruction_schedule', current.fingerprint, { scope: 'key', generations: generations.filter((g) => !g.destroyed_at).length, destroy_after: when.toISOString() });
+    if (!lineage.disabled_at) await audit(trx, userId, meta, 'keys.disable', current.fingerprint, { label: lineage.label, reason: 'destruction_scheduled' });
     return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, newlyDisabled: !lineage.disabled_at, lineage: row!, current };
   });
   const data = { lineage_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation, destroy_after: when.toISOString() };
@@ -203,33 +193,18 @@ export async function cancelDestruction(c: Container, userId: string, fingerprin
       if (lineage.destroy_after && g.destroy_after.getTime() === lineage.destroy_after.getTime()) {
         throw conflict('key_destruction_scheduled', 'This generation goes with the whole key: cancel the key’s destruction (without `generation`).');
       }
-      await trx('pgp_keys').where({ id: g.id }).update({ destroy_after: null });
-      await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_cancel', g.fingerprint, { scope: 'generation', generation: g.generation }));
+      await setGenerationDestroyAfter(trx, g.id, null);
+      await audit(trx, userId, meta, 'keys.destruction_cancel', g.fingerprint, { scope: 'generation', generation: g.generation });
       return { scope: 'generation' as const, generation: g.generation, fingerprint: g.fingerprint, lineage, current };
     }
     if (!lineage.destroy_after) throw conflict('destruction_not_scheduled', 'This key is not scheduled for destruction.');
-    await trx('pgp_keys').where({ lineage_id: lineage.id, destroy_after: lineage.destroy_after }).whereNull('destroyed_at').update({ destroy_after: null });
-    const [row] = await trx<LineageRow>('key_lineages').where({ id: lineage.id }).update({ destroy_after: null, updated_at: c.clock.now() }).returning('*');
-    await recordAudit(trx, auditOf(userId, meta, 'keys.destruction_cancel', current.fingerprint, { scope: 'key' }));
+    await unscheduleGenerations(trx, lineage.id, lineage.destroy_after);
+    const row = await updateLineage(trx, lineage.id, { destroy_after: null, updated_at: c.clock.now() });
+    await audit(trx, userId, meta, 'keys.destruction_cancel', current.fingerprint, { scope: 'key' });
     return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, lineage: row!, current };
   });
   await emitEvent(c, userId, 'key.destruction_cancelled', { lineage_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation });
   return { scope: out.scope, generation: out.generation, fingerprint: out.fingerprint, key: lifecycleOut(out.lineage, out.current) };
-}
-
-/**
- * Jobs that still need a lineage's generations: decrypt and rewrap jobs of the lineage, and encrypt jobs
- * to one of its generations, while queued or running. Destruction waits for them.
- */
-export async function jobsNeedingLineage(db: Knex, lineageId: string, keyIds: string[]): Promise<number> {
-  const [row] = await db('jobs')
-    .whereIn('state', ['queued', 'active'])
-    .andWhere((w) => {
-      w.where((x) => x.whereIn('kind', ['decrypt', 'rewrap']).andWhereRaw("request->>'lineage_id' = ?", [lineageId]));
-      if (keyIds.length) w.orWhere((x) => x.where('kind', 'encrypt').andWhereRaw("request->'recipient'->>'key_id' = ANY(?::text[])", [keyIds]));
-    })
-    .count<{ count: string }[]>({ count: '*' });
-  return Number(row?.count ?? 0);
 }
 
 /**
@@ -240,10 +215,10 @@ export async function jobsNeedingLineage(db: Knex, lineageId: string, keyIds: st
  */
 export async function destroyDueGenerations(c: Container, limit = 200): Promise<{ destroyed: number; postponed: number }> {
   const now = c.clock.now();
-  const due = await c.db<KeyRow>('pgp_keys').whereNotNull('destroy_after').whereNull('destroyed_at').where('destroy_after', '<=', now).distinct('lineage_id').limit(limit);
+  const due = await lineagesWithDueGenerations(c.db, now, limit);
   let destroyed = 0;
   let postponed = 0;
-  for (const { lineage_id } of due) {
+  for (const lineage_id of due) {
     const done = await c.db.transaction(async (trx) => {
       const { lineage, generations } = await lockedKey(trx, lineage_id);
       const ripe = generations.filter((g) => !g.destroyed_at && g.destroy_after && g.destroy_after <= now);
@@ -254,13 +229,13 @@ export async function destroyDueGenerations(c: Container, limit = 200): Promise<
       }
       const gone: KeyRow[] = [];
       for (const g of ripe) {
-        const [row] = await trx<KeyRow>('pgp_keys').where({ id: g.id }).whereNull('destroyed_at').update({ private_sealed: '', secret_sealed: '', destroyed_at: now }).returning('*');
+        const row = await destroyGeneration(trx, g.id, now);
         if (!row) continue;
         gone.push(row);
         await recordAudit(trx, { user_id: lineage.user_id, action: 'keys.generation_destroy', status: 'success', target: g.fingerprint, details: { lineage_id: lineage.id, generation: g.generation, scheduled_for: g.destroy_after!.toISOString() } });
       }
       const left = generations.filter((g) => !g.destroyed_at && !gone.some((x) => x.id === g.id));
-      if (lineage.destroy_after && !left.length) await trx('key_lineages').where({ id: lineage.id }).update({ destroyed_at: now, updated_at: now });
+      if (lineage.destroy_after && !left.length) await updateLineage(trx, lineage.id, { destroyed_at: now, updated_at: now });
       return gone.map((g) => ({ user: lineage.user_id, lineage_id: lineage.id, fingerprint: g.fingerprint, generation: g.generation, whole: Boolean(lineage.destroy_after) && !left.length }));
     });
     for (const d of done) {

@@ -1,4 +1,3 @@
-import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { AppError, gone } from '../errors';
 import { consume } from '../auth/limiters';
@@ -9,7 +8,8 @@ import { verifiedKey, verifiedLineage } from './key-integrity';
 import { createShare, listShares, revokeShare, shareAnalytics, shareOut, viewShare, type ShareRow, type ShareState } from './share-links';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { keyTargets } from '../../db/share-links';
-import { lineageUsableBy, type KeyRow, type LineageRow } from '../../db/keys';
+import { ownLineageIds, lineageUsableBy, type KeyRow, type LineageRow } from '../../db/keys';
+import { usersByIds } from '../../db/users';
 
 /**
  * Public key shares: share links of kind `public_key` whose target is a key lineage, so a link always
@@ -58,7 +58,7 @@ export async function createKeyShare(c: Container, owner: { id: string; username
     encryptionTarget(view, c.clock.now());
   } catch (err) {
     const reason = err instanceof AppError ? err.code : 'error';
-    await recordAudit(c.db, { user_id: owner.id, action: 'key_share.created', status: 'failure', target: view.current.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason } });
+    await recordAudit(c.db, { user_id: owner.id, action: 'key_share.created', status: 'failure', target: view.current.fingerprint, details: { reason } }, meta);
     throw err;
   }
   if (input.recipientEmail) await consume(c.limiters.shareNotice, owner.id, 'Too many share notices from this account; try again later or share the link yourself.');
@@ -95,8 +95,6 @@ export async function createKeyShare(c: Container, owner: { id: string; username
   return { share: keyShareOut(c, share, view, { user_id: owner.id, username: owner.username }), token, url, notice_queued: Boolean(input.recipientEmail) };
 }
 
-/** The keys whose shares `userId` sees and revokes whoever made them: its own lineages. */
-const ownLineageIds = (db: Knex, userId: string) => db('key_lineages').where({ user_id: userId }).select('id');
 
 /**
  * Public key shares the caller made, and every share of the caller's own keys whoever made it (a
@@ -104,10 +102,11 @@ const ownLineageIds = (db: Knex, userId: string) => db('key_lineages').where({ u
  */
 export async function listKeyShares(c: Container, userId: string, q: { fingerprint?: string; state?: ShareState; page: number; pageSize: number }, meta: RequestMeta) {
   const targetId = q.fingerprint ? (await requireKey(c, userId, q.fingerprint, meta, 'read')).lineage.id : undefined;
+  // Shares of the caller's own keys are its to see (and revoke) whoever made them.
   const { items, total } = await listShares(c, { userId, kind: 'public_key', orTargetIn: ownLineageIds(c.db, userId), targetId, state: q.state, page: q.page, pageSize: q.pageSize });
   const targets = await keyTargets(c.db, items.map((s) => s.target_id));
   const makers = new Map(
-    ((await c.db('users').whereIn('id', [...new Set(items.map((s) => s.user_id))]).select('id', 'username')) as { id: string; username: string }[]).map((u) => [u.id, { user_id: u.id, username: u.username }]),
+    (await usersByIds(c.db, items.map((s) => s.user_id))).map((u) => [u.id, { user_id: u.id, username: u.username }]),
   );
   return { items: items.map((s) => keyShareOut(c, s, targets.get(s.target_id), makers.get(s.user_id) ?? { user_id: s.user_id, username: '' })), total };
 }
@@ -122,10 +121,11 @@ export function revokeKeyShare(c: Container, userId: string, shareId: string, me
  * changed in the database is a 500, never served). A disabled key's shares answer 410 `key_disabled`
  * and the view is not counted. Rate limited per client address; see viewShare.
  */
-export async function viewKeyShare(c: Container, req: { token: string; ip: string; userAgent?: string }) {
+export async function viewKeyShare(c: Container, req: { token: string; userAgent?: string }, meta: RequestMeta) {
   const { share, value } = await viewShare(c, {
     kind: 'public_key',
     ...req,
+    meta,
     async resolve(row, trx) {
       const target = (await keyTargets(trx, [row.target_id])).get(row.target_id);
       if (!target) throw gone('share_target_gone', 'The key this link shared no longer exists.');

@@ -9,7 +9,7 @@ import { keyMac, lineageMac, verifiedKey, verifiedLineage } from './key-integrit
 import { generateKey, unlockPrivateKey, type GeneratedKey, type KeyAlgorithm } from '../pgp/keys';
 import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { findKeyByFingerprint, insertKey, insertLineage, lineageUsableBy, type KeyRow, type KeyView, type LineageKind, type LineageRow } from '../../db/keys';
+import { listKeys, disableLineage, fingerprintExists, findLineage, activeGeneration, findKeyByFingerprint, insertKey, insertLineage, lineageUsableBy, type KeyRow, type KeyListQuery, type KeyView, type LineageKind, type LineageRow } from '../../db/keys';
 import { isLineageSealed } from '../root-of-trust/lineage-keys';
 
 /**
@@ -118,6 +118,13 @@ export const keyGeneratedData = (spec: Pick<LineageSpec, 'id' | 'label' | 'envir
   algorithm: spec.algorithm,
 });
 
+/** The early plan check of a key creation (402 before the slow part); storeNewKey checks again when it inserts. */
+export const checkKeyLimit = (c: Container, userId: string): Promise<void> => c.db.transaction((trx) => enforcePlanLimit(c, trx, userId, 'keys'));
+
+/** storeNewKey in a transaction of its own. */
+export const storeKey = (c: Container, userId: string, spec: LineageSpec, first: GenerationRow, meta: RequestMeta, imported?: { kind: LineageKind }) =>
+  c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta, imported));
+
 /** Stores a new lineage with its first generation and the audit row, in the caller's transaction. */
 export async function storeNewKey(
   c: Container,
@@ -142,10 +149,8 @@ export async function storeNewKey(
     action: imported ? 'keys.import' : 'keys.generate',
     status: 'success',
     target: key.fingerprint,
-    ip: meta.ip,
-    request_id: meta.requestId,
     details: { label: spec.label, environment: spec.environment, algorithm: first.algorithm, ...(imported ? { kind: imported.kind } : {}), ...(meta.job_id ? { job_id: meta.job_id } : {}) },
-  });
+  }, meta);
   return { lineage, key };
 }
 
@@ -228,8 +233,7 @@ const INHERITABLE: ReadonlySet<KeyUse> = new Set(['read', 'encrypt', 'share', 'd
 export async function requireKey(c: Container, userId: string, fingerprint: string, meta: RequestMeta, use: KeyUse = 'manage'): Promise<KeyView> {
   const view = await findKeyByFingerprint(c.db, userId, fingerprint, { inherited: INHERITABLE.has(use) });
   if (view) return { lineage: verifiedLineage(c, view.lineage), current: verifiedKey(c, view.current), named: verifiedKey(c, view.named), inherited: view.inherited };
-  const elsewhere = await c.db('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).first();
-  throw await notYours(c, { userId, resource: 'key', target: fingerprint, existsElsewhere: Boolean(elsewhere), meta }, notFound('key_not_found', 'No key with this fingerprint in your account.'));
+  throw await notYours(c, { userId, resource: 'key', target: fingerprint, existsElsewhere: await fingerprintExists(c.db, fingerprint), meta }, notFound('key_not_found', 'No key with this fingerprint in your account.'));
 }
 
 /**
@@ -263,8 +267,8 @@ export function signingTarget(view: Pick<KeyView, 'lineage' | 'current'>, now: D
  * sign, and that generation's private key opened with the passphrase the job carries.
  */
 export async function openSigningKey(c: Container, userId: string, lineageId: string, passphrase: string): Promise<{ lineage: LineageRow; current: KeyRow; privateKey: openpgp.PrivateKey }> {
-  const found = await c.db<LineageRow>('key_lineages').where({ id: lineageId }).first();
-  const current = found && (await lineageUsableBy(c.db, userId, found.id)) ? await c.db<KeyRow>('pgp_keys').where({ lineage_id: found.id, status: 'active' }).first() : undefined;
+  const found = await findLineage(c.db, lineageId);
+  const current = found && (await lineageUsableBy(c.db, userId, found.id)) ? await activeGeneration(c.db, found.id) : undefined;
   if (!found || !current) throw invalid('key_not_found', 'The key no longer exists.');
   const lineage = verifiedLineage(c, found);
   signingTarget({ lineage, current: verifiedKey(c, current) }, c.clock.now());
@@ -274,3 +278,20 @@ export async function openSigningKey(c: Container, userId: string, lineageId: st
 
 /** The latest time a job submitted at `now` may still be running: its wall-clock limit (JOB_TIMEOUT_SECONDS). */
 export const jobDeadline = (c: Container, now: Date) => new Date(now.getTime() + c.config.jobLimits.timeoutMs);
+
+/** Disables a key (audited once: a repeat changes nothing); answers its lineage and whether this call disabled it. */
+export function disableKey(c: Container, userId: string, view: KeyView, meta: RequestMeta): Promise<{ lineage: LineageRow; changed: boolean }> {
+  return c.db.transaction(async (trx) => {
+    const row = await disableLineage(trx, view.lineage.id, c.clock.now());
+    if (row) await recordAudit(trx, { user_id: userId, action: 'keys.disable', status: 'success', target: view.current.fingerprint, details: { label: view.lineage.label } }, meta);
+    return row ? { lineage: row, changed: true } : { lineage: view.lineage, changed: false };
+  });
+}
+
+/** A key use refused before any job (the key may not encrypt, sign...): audited under the action, with the refusal's code. */
+export const auditKeyRefusal = (c: Container, userId: string, action: string, target: string | null, reason: string, meta: RequestMeta) =>
+  recordAudit(c.db, { user_id: userId, action, status: 'failure', target, details: { reason } }, meta);
+
+/** A page of the caller's keys (its own, and those team access grants it), with their current generation. */
+export const keyPage = (c: Container, q: KeyListQuery) => listKeys(c.db, q);
+

@@ -11,7 +11,7 @@ import { isManager, outranks } from './org-roles';
 import { afterDetach, detachMember, memberOut, type Detached } from './team-access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { findUserById, lockLiveUser } from '../../db/users';
-import { ensureMembership, invitations, memberViews, members, organizations, pageMembers, type InvitationRow, type MemberRow, type OrganizationRow } from '../../db/teams';
+import { memberWithEmail, heirOf, ensureMembership, invitations, memberViews, members, organizations, pageMembers, type InvitationRow, type MemberRow, type OrganizationRow } from '../../db/teams';
 
 /**
  * Organizations: every account belongs to one. It starts as the owner of its own one-member
@@ -54,7 +54,7 @@ async function tellManagers(c: Container, organizationId: string, type: EventTyp
 
 const failureAudit = (c: Container, userId: string, action: string, target: string | null, meta: RequestMeta, err: unknown) =>
   err instanceof AppError && err.status < 500
-    ? recordAudit(c.db, { user_id: userId, action, status: 'failure', target, ip: meta.ip, request_id: meta.requestId, details: { reason: err.code } })
+    ? recordAudit(c.db, { user_id: userId, action, status: 'failure', target, details: { reason: err.code } }, meta)
     : Promise.resolve();
 
 /**
@@ -77,14 +77,14 @@ export async function invite(c: Container, inviter: { id: string }, input: { ema
   const { org, row } = await c.db.transaction(async (trx) => {
     // Serialises the organization's invitations, so parallel requests cannot pass the open limit together.
     const org = (await organizations(trx).where({ id: mine.organization_id }).forUpdate().first())!;
-    const already = await trx('organization_members as m').join('users as u', 'u.id', 'm.user_id').whereNull('u.deleted_at').where('m.organization_id', org.id).whereRaw('lower(u.email) = ?', [input.email]).first('m.user_id');
+    const already = await memberWithEmail(trx, org.id, input.email);
     if (already) throw conflict('already_member', 'An account with this email address is already a member.');
     const open = await invitations(trx).where({ organization_id: org.id }).whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '>', now).count<{ count: string }[]>({ count: '*' });
     if (Number(open[0]?.count ?? 0) >= MAX_OPEN_INVITATIONS) throw conflict('invitation_limit_reached', `An organization has at most ${MAX_OPEN_INVITATIONS} open invitations.`);
     const [row] = await invitations(trx)
       .insert({ organization_id: org.id, email: input.email, role: input.role, invited_by: inviter.id, token_hash: hashToken(token), expires_at: new Date(now.getTime() + INVITATION_TTL_HOURS * 3600_000), created_at: now })
       .returning('*');
-    await recordAudit(trx, { user_id: inviter.id, action: 'organization.invitation_created', status: 'success', target: row!.id, ip: meta.ip, request_id: meta.requestId, details: { organization_id: org.id, role: input.role } });
+    await recordAudit(trx, { user_id: inviter.id, action: 'organization.invitation_created', status: 'success', target: row!.id, details: { organization_id: org.id, role: input.role } }, meta);
     return { org, row: row! };
   });
   const who = await findUserById(c.db, inviter.id);
@@ -149,7 +149,7 @@ export async function revokeInvitation(c: Container, actorId: string, invitation
       if (inv.accepted_at) throw conflict('invitation_used', 'This invitation has already been accepted; remove the member instead.');
       if (inv.revoked_at) return;
       await invitations(trx).where({ id: inv.id }).update({ revoked_at: now, revoked_by: actorId });
-      await recordAudit(trx, { user_id: actorId, action: 'organization.invitation_revoked', status: 'success', target: inv.id, ip: meta.ip, request_id: meta.requestId, details: { organization_id: inv.organization_id, role: inv.role } });
+      await recordAudit(trx, { user_id: actorId, action: 'organization.invitation_revoked', status: 'success', target: inv.id, details: { organization_id: inv.organization_id, role: inv.role } }, meta);
     });
   } catch (err) {
     if (!(err instanceof AppError && err.status === 404)) await failureAudit(c, actorId, 'organization.invitation_revoked', invitationId, meta, err);
@@ -189,8 +189,8 @@ export async function acceptInvitation(c: Container, userId: string, token: stri
       if (previous.role === 'owner') await organizations(trx).where({ id: previous.organization_id }).delete();
       await members(trx).insert({ user_id: userId, organization_id: org.id, role: inv.role, joined_at: now });
       await invitations(trx).where({ id: inv.id }).update({ accepted_at: now, accepted_by: userId });
-      await recordAudit(trx, { user_id: userId, action: 'organization.member_joined', status: 'success', target: org.id, ip: meta.ip, request_id: meta.requestId, details: { invitation_id: inv.id, role: inv.role, previous_organization_id: previous.organization_id } });
-      if (inv.invited_by) await recordAudit(trx, { user_id: inv.invited_by, action: 'organization.member_joined', status: 'success', target: userId, ip: meta.ip, request_id: meta.requestId, details: { invitation_id: inv.id, organization_id: org.id } });
+      await recordAudit(trx, { user_id: userId, action: 'organization.member_joined', status: 'success', target: org.id, details: { invitation_id: inv.id, role: inv.role, previous_organization_id: previous.organization_id } }, meta);
+      if (inv.invited_by) await recordAudit(trx, { user_id: inv.invited_by, action: 'organization.member_joined', status: 'success', target: userId, details: { invitation_id: inv.id, organization_id: org.id } }, meta);
       return { org, inv, previous, detached };
     });
   } catch (err) {
@@ -230,8 +230,8 @@ export async function removeMember(c: Container, actorId: string, targetId: stri
       await members(trx).where({ user_id: targetId }).delete();
       await ensureMembership(trx, targetId);
       const reason = targetId === actorId ? 'left' : 'removed';
-      await recordAudit(trx, { user_id: actorId, action: 'organization.member_removed', status: 'success', target: targetId, ip: meta.ip, request_id: meta.requestId, details: { organization_id: mine.organization_id, reason } });
-      if (targetId !== actorId) await recordAudit(trx, { user_id: targetId, action: 'organization.member_removed', status: 'success', target: mine.organization_id, ip: meta.ip, request_id: meta.requestId, details: { by: actorId, reason } });
+      await recordAudit(trx, { user_id: actorId, action: 'organization.member_removed', status: 'success', target: targetId, details: { organization_id: mine.organization_id, reason } }, meta);
+      if (targetId !== actorId) await recordAudit(trx, { user_id: targetId, action: 'organization.member_removed', status: 'success', target: mine.organization_id, details: { by: actorId, reason } }, meta);
       return d;
     });
   } catch (err) {
@@ -253,12 +253,12 @@ export async function leaveOnDeletion(trx: Knex.Transaction, userId: string, at:
   if (!mine) return detached;
   await members(trx).where({ user_id: userId }).delete();
   if (mine.role === 'owner') {
-    const heir = await members(trx).where({ organization_id: mine.organization_id }).orderByRaw(`CASE role WHEN 'admin' THEN 0 ELSE 1 END`).orderBy('joined_at').first();
+    const heir = await heirOf(trx, mine.organization_id);
     if (!heir) await organizations(trx).where({ id: mine.organization_id }).delete();
     else {
       await members(trx).where({ user_id: heir.user_id }).update({ role: 'owner' });
       await organizations(trx).where({ id: mine.organization_id }).update({ owner_id: heir.user_id });
-      await recordAudit(trx, { user_id: heir.user_id, action: 'organization.owner_changed', status: 'success', target: mine.organization_id, ip: meta.ip, request_id: meta.requestId, details: { reason: 'owner_deleted' } });
+      await recordAudit(trx, { user_id: heir.user_id, action: 'organization.owner_changed', status: 'success', target: mine.organization_id, details: { reason: 'owner_deleted' } }, meta);
     }
   }
   return detached;

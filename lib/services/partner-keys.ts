@@ -2,6 +2,8 @@ import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { newToken, hashToken } from '../tokens';
 import { findActivePartnerKey, insertPartnerKey, retirePartnerKeys, type PartnerKeyRow } from '../../db/partner-keys';
+import { lockAccount } from '../../db/users';
+import { recordAudit, type RequestMeta } from '../../db/audit';
 
 /** Partner keys look like `kms_pk_<43 base64url chars>`: 256 random bits behind a prefix scanners recognise. */
 export const PARTNER_KEY_PREFIX = 'kms_pk_';
@@ -15,7 +17,7 @@ export interface IssuedKey {
 /** Retires the account's live key (if any) and issues the next; run inside the caller's transaction. */
 export async function issuePartnerKey(trx: Knex.Transaction, userId: string, now: Date, ttlDays: number): Promise<IssuedKey> {
   // Serialise rotations of one account: concurrent ones would both retire, then race on the insert.
-  await trx('users').where({ id: userId }).forUpdate().first();
+  await lockAccount(trx, userId);
   await retirePartnerKeys(trx, userId, 'rotated', now);
   const value = newToken(PARTNER_KEY_PREFIX);
   const row = await insertPartnerKey(trx, {
@@ -44,4 +46,13 @@ function partnerKeyStatus(row: PartnerKeyRow | undefined, now: Date) {
     last_used_at: row.last_used_at?.toISOString() ?? null,
     days_remaining: expired ? 0 : Math.ceil((row.expires_at.getTime() - now.getTime()) / 86400_000),
   };
+}
+
+/** A new partner key for the account, the old one retired at once, audited together (`via`: how the caller signed in). */
+export function rotatePartnerKey(c: Container, userId: string, via: string, meta: RequestMeta): Promise<IssuedKey> {
+  return c.db.transaction(async (trx) => {
+    const issued = await issuePartnerKey(trx, userId, c.clock.now(), c.config.partnerKeyTtlDays);
+    await recordAudit(trx, { user_id: userId, action: 'partner.rotate_api_key', status: 'success', target: issued.row.id, details: { prefix: issued.row.prefix, via } }, meta);
+    return issued;
+  });
 }

@@ -9,17 +9,7 @@ import { signIn, type newSession } from './accounts';
 import { notYours } from './access';
 import { auditedSuccess, recordAudit, type RequestMeta } from '../../db/audit';
 import { findUserById, findUserByLogin, lockLiveUser, type UserRow } from '../../db/users';
-import {
-  advanceCounter,
-  countPasskeys,
-  credentialsOf,
-  deletePasskey,
-  findPasskey,
-  findPasskeyByCredentialId,
-  insertPasskey,
-  updatePasskey,
-  type PasskeyRow,
-} from '../../db/passkeys';
+import { pagePasskeys, advanceCounter, countPasskeys, credentialsOf, deletePasskey, findPasskey, findPasskeyByCredentialId, insertPasskey, updatePasskey, type PasskeyRow } from '../../db/passkeys';
 
 /**
  * Passkeys (WebAuthn) with @simplewebauthn/server: registration by a signed-in user, and login that
@@ -114,7 +104,7 @@ const REASON_TEXT: Record<FailureReason, string> = {
 };
 
 const audit = (c: Container, meta: RequestMeta, entry: Omit<Parameters<typeof recordAudit>[1], 'ip' | 'request_id'>, db: Container['db'] = c.db) =>
-  recordAudit(db, { ...entry, ip: meta.ip, request_id: meta.requestId });
+  recordAudit(db, entry, meta);
 
 // ---------------------------------------------------------------- registration
 
@@ -350,3 +340,6 @@ export async function removePasskey(c: Container, userId: string, passkeyId: str
   });
   if (removed) await emitEvent(c, userId, 'passkey.removed', { passkey_id: passkeyId });
 }
+
+/** A page of the account's passkeys, newest first. */
+export const listPasskeys = (c: Container, userId: string, q: { page: number; pageSize: number }) => pagePasskeys(c.db, userId, q);

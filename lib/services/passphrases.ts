@@ -1,5 +1,3 @@
-import { createHash } from 'node:crypto';
-import { oncePerRequest } from './once-per-request';
 import type { Container } from '../container';
 import { AppError } from '../errors';
 import { emitEvent } from '../events';
@@ -33,7 +31,7 @@ export async function verifyKeyPassphrase(
   const { view, meta } = input;
   requireManaged(view.lineage); // no passphrase opens a recipient key: nothing to guess, no point spent
   const audit = (reason: 'wrong_passphrase' | 'rate_limited') =>
-    recordAudit(c.db, { user_id: input.userId, action: input.action, status: 'failure', target: view.named.fingerprint, ip: meta.ip, request_id: meta.requestId, details: { reason } });
+    recordAudit(c.db, { user_id: input.userId, action: input.action, status: 'failure', target: view.named.fingerprint, details: { reason } }, meta);
   let wrong: AppError | undefined;
   let unlock: UnlockKey | null;
   try {
@@ -62,7 +60,7 @@ export async function verifyKeyPassphrase(
 /** A wrong passphrase on a key, told to its owner (whoever guessed, the owner included). */
 async function reportToOwner(c: Container, callerId: string, view: KeyView, action: PassphraseAction, meta: RequestMeta): Promise<void> {
   const facts = { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, caller_user_id: callerId, action };
-  await recordAudit(c.db, { user_id: view.lineage.user_id, action: 'key.passphrase_failed', status: 'failure', target: view.named.fingerprint, ip: meta.ip, request_id: meta.requestId, details: facts });
+  await recordAudit(c.db, { user_id: view.lineage.user_id, action: 'key.passphrase_failed', status: 'failure', target: view.named.fingerprint, details: facts }, meta);
   await emitEvent(c, view.lineage.user_id, 'key.passphrase_failed', facts);
 }
 
@@ -70,14 +68,11 @@ const USES: Record<PassphraseAction, KeyUse> = { 'keys.decrypt': 'decrypt', 'key
 
 /**
  * The caller's key, found by any generation's fingerprint (404 otherwise), once `passphrase` has opened
- * it through verifyKeyPassphrase; at most one check per request for the same key and passphrase.
+ * it through verifyKeyPassphrase. Each call is a check (a point spent, argon2 run): a multipart route
+ * checks in its precheck and hands the key to its handler (`prechecked`), never checking twice.
  */
-export function requireKeyWithPassphrase(c: Container, input: { userId: string; fingerprint: string; passphrase: string; action: PassphraseAction; meta: RequestMeta }): Promise<KeyView> {
-  // One check per request (decrypt's pre-upload check and its handler): one point spent, argon2 run once.
-  const id = createHash('sha256').update(JSON.stringify(['passphrase', input.userId, input.fingerprint.toLowerCase(), input.passphrase, input.action])).digest('base64url');
-  return oncePerRequest(input.meta, id, async () => {
-    const view = await requireKey(c, input.userId, input.fingerprint, input.meta, USES[input.action]);
-    await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.passphrase, action: input.action, meta: input.meta });
-    return view;
-  });
+export async function requireKeyWithPassphrase(c: Container, input: { userId: string; fingerprint: string; passphrase: string; action: PassphraseAction; meta: RequestMeta }): Promise<KeyView> {
+  const view = await requireKey(c, input.userId, input.fingerprint, input.meta, USES[input.action]);
+  await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.passphrase, action: input.action, meta: input.meta });
+  return view;
 }

@@ -8,9 +8,9 @@ import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';
 import { resyncLinkedTo } from './team-access';
 import { recordAudit } from '../../db/audit';
-import { lineageGenerations, lineageWithActive, retireActive, type GenerationRef, type KeyView, type LineageRow } from '../../db/keys';
+import { updateLineage, storeRekeyedLineage, generationInsert, lineageGenerations, lineageWithActive, retireActive, type GenerationRef, type KeyView, type LineageRow } from '../../db/keys';
 import type { RequestMeta } from '../../db/audit';
-import { insertRotation, succeededRotationFrom, type RotationRow, type RotationTrigger } from '../../db/rotation';
+import { insertRotation, listRotations, succeededRotationFrom, type RotationQuery, type RotationRow, type RotationTrigger } from '../../db/rotation';
 
 /**
  * Rotation makes the next generation of a lineage and retires the current one to `rotated` (it still
@@ -96,17 +96,15 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
   const now = c.clock.now();
   if (!(await retireActive(trx, lineage.id, input.fromGeneration, now))) return undefined;
   if (rekeyed) {
-    await trx('key_lineages').where({ id: lineage.id }).update({ unlock_public: rekeyed.unlock_public, unlock_locked: rekeyed.unlock_locked, unlock_mac: rekeyed.unlock_mac, updated_at: now });
-    for (const g of rekeyed.secrets) await trx('pgp_keys').where({ id: g.id }).update({ secret_sealed: g.secret_sealed });
+    await storeRekeyedLineage(trx, lineage.id, rekeyed, now);
   }
   const audit = recordAudit(trx, {
-    ...input.origin,
     user_id: lineage.user_id,
     action: 'keys.rotate',
     status: 'success',
     target: current.fingerprint,
     details: { new_fingerprint: next.fingerprint, generation: next.generation, trigger: input.trigger, actor_id: input.actorId, passphrase_changed: Boolean(rekeyed), ...(input.jobId ? { job_id: input.jobId } : {}) },
-  });
+  }, input.origin);
   const history = {
     user_id: lineage.user_id,
     lineage_id: lineage.id,
@@ -119,7 +117,7 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
     error: null,
     job_id: input.jobId ?? null,
   };
-  return insertRotation(trx, history, [trx('pgp_keys').insert(next), audit]);
+  return insertRotation(trx, history, [generationInsert(trx, next), audit]);
 }
 
 /** The owner's event of a committed rotation. */
@@ -165,7 +163,7 @@ export async function recordRotationFailure(c: Container, input: RotateInput, er
     error,
     job_id: input.jobId ?? null,
   });
-  await recordAudit(trx, { ...input.origin, user_id: found.lineage.user_id, action: 'keys.rotate', status: 'failure', target: found.active.fingerprint, details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) } });
+  await recordAudit(trx, { user_id: found.lineage.user_id, action: 'keys.rotate', status: 'failure', target: found.active.fingerprint, details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) } }, input.origin);
   await emitEvent(c, found.lineage.user_id, 'key.rotation_failed', { lineage_id: found.lineage.id, fingerprint: found.active.fingerprint, trigger: input.trigger, code: error.code });
 }
 
@@ -184,3 +182,17 @@ export function rotationOut(r: RotationRow) {
     created_at: r.created_at.toISOString(),
   };
 }
+
+export type RotationSchedule = Pick<LineageRow, 'rotation_mode' | 'rotation_interval_days'>;
+
+/** Sets a key's rotation schedule, audited with it. */
+export function setRotationSchedule(c: Container, userId: string, view: KeyView, schedule: RotationSchedule, meta: RequestMeta): Promise<void> {
+  return c.db.transaction(async (trx) => {
+    await updateLineage(trx, view.lineage.id, { ...schedule, updated_at: c.clock.now() });
+    await recordAudit(trx, { user_id: userId, action: 'keys.rotation_schedule', status: 'success', target: view.current.fingerprint, details: schedule }, meta);
+  });
+}
+
+/** A page of the account's rotations (of one lineage, or all), newest first. */
+export const rotationHistory = (c: Container, q: RotationQuery) => listRotations(c.db, q);
+

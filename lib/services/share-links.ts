@@ -9,7 +9,7 @@ import { hashToken, newToken } from '../tokens';
 import { userAgentClass } from '../user-agent';
 import { notYours } from './access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { findByTokenHash, pageShares, purgeViewsBefore, shareAnalytics as queryAnalytics, shares, shareViews, takeView, type ShareKind, type ShareRow, type ShareState } from '../../db/share-links';
+import { UA_CLASSES, SHARE_STATES, findByTokenHash, pageShares, purgeViewsBefore, shareAnalytics as queryAnalytics, shares, shareViews, takeView, type ShareKind, type ShareRow, type ShareState } from '../../db/share-links';
 
 /**
  * Share links, the one mechanism behind public key shares (`/keys/share/...`) and managed API key
@@ -118,10 +118,8 @@ export async function createShare(c: Container, input: NewShare, meta: RequestMe
       action: `${SHARE_KIND_INFO[input.kind].audit}.created`,
       status: 'success',
       target: id,
-      ip: meta.ip,
-      request_id: meta.requestId,
       details: { ...input.details, kind: input.kind, target_id: input.targetId, expires_at: input.expiresAt?.toISOString() ?? null, max_views: input.maxViews, recipient: Boolean(input.recipientEmail) },
-    });
+    }, meta);
     return row!;
   });
   await emitEvent(c, input.userId, 'share.created', { ...input.details, share_id: id, kind: input.kind, target_id: input.targetId, expires_at: input.expiresAt?.toISOString() ?? null, max_views: input.maxViews });
@@ -165,10 +163,8 @@ export async function revokeShare(
         action: `${SHARE_KIND_INFO[kind].audit}.revoked`,
         status: 'success',
         target: id,
-        ip: meta.ip,
-        request_id: meta.requestId,
         details: { kind, target_id: row.target_id, view_count: row.view_count, revoked_by: userId },
-      });
+      }, meta);
     }
     return { share: updated!, changed: true };
   });
@@ -204,8 +200,8 @@ export function refusalError(reason: ViewRefusal): AppError {
 export interface ViewRequest<T> {
   kind: ShareKind;
   token: string;
-  /** The client address: the per-address budget is spent before the token is looked up. */
-  ip: string;
+  /** The viewer's request: the per-address budget is spent before the token is looked up. */
+  meta: RequestMeta;
   userAgent?: string;
   /**
    * What the view answers, read in the view's transaction once the view is taken: check the target
@@ -222,7 +218,7 @@ export type ViewOutcome<T> = { ok: true; share: ShareRow; value: T } | { ok: fal
  * `view_count` including this view) and what `resolve` made, or why the share cannot be viewed.
  */
 export async function consumeView<T>(c: Container, req: ViewRequest<T>): Promise<ViewOutcome<T>> {
-  await consume(c.limiters.shareView, req.ip, 'Too many share-link views from this address; try again in a minute.');
+  await consume(c.limiters.shareView, req.meta.ip, 'Too many share-link views from this address; try again in a minute.');
   if (!isShareToken(req.kind, req.token)) return { ok: false, reason: 'unknown' };
   const tokenHash = hashToken(req.token);
   const now = c.clock.now();
@@ -295,3 +291,6 @@ export const VIEW_RETENTION_DAYS = 90;
 export function purgeShareViews(c: Container): Promise<number> {
   return purgeViewsBefore(c.db, new Date(c.clock.now().getTime() - VIEW_RETENTION_DAYS * DAY_MS));
 }
+
+/** The states a share can be listed by, and the client classes its views are counted under. */
+export { SHARE_STATES, UA_CLASSES };

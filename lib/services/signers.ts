@@ -13,17 +13,21 @@ import type { Signer } from '../../jobs/verify-files';
 
 /**
  * The signer a request names: a key the caller may read (404 otherwise, through requireKey), or a
- * supplied public key, read under the import's limits and stored for job `jobId`.
+ * supplied public key, read under the import's limits (its job keeps it: keepSuppliedKey).
  */
-export async function resolveSigner(c: Container, userId: string, input: { fingerprint?: string; publicKey?: string }, meta: RequestMeta, jobId?: string): Promise<Signer> {
+export async function resolveSigner(c: Container, userId: string, input: { fingerprint?: string; publicKey?: string }, meta: RequestMeta): Promise<Signer> {
   if (input.fingerprint) {
     const view = await requireKey(c, userId, input.fingerprint, meta, 'read');
     return { type: 'stored', lineage_id: view.lineage.id, fingerprint: view.named.fingerprint };
   }
   const { readSignerKey } = await import('../pgp/signatures'); // OpenPGP.js loads on first use
   const key = await readSignerKey(input.publicKey ?? '');
-  if (jobId) await c.blob.put(jobBlob.recipient(jobId), Readable.from([Buffer.from(input.publicKey!)]));
   return { type: 'supplied', fingerprint: key.fingerprint };
+}
+
+/** A public key sent with a request (a recipient or a signer), kept with job `jobId`'s files for its worker. */
+export async function keepSuppliedKey(c: Container, jobId: string, publicKey: string): Promise<void> {
+  await c.blob.put(jobBlob.recipient(jobId), Readable.from([Buffer.from(publicKey)]));
 }
 
 /** The keys a job verifies with (in a worker): the lineage's generations, MAC-checked, or the supplied key. */

@@ -6,19 +6,9 @@ import { notYours } from './access';
 import { isManager, outranks } from './org-roles';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { LineageRow } from '../../db/keys';
-import {
-  ensureMembership,
-  grantedLineageIds,
-  markLinksToPending,
-  members,
-  membershipOf,
-  pageMembers,
-  teamGrants,
-  teamLinks,
-  type MemberView,
-  type SyncState,
-  type TeamLinkRow,
-} from '../../db/teams';
+import { upsertTeamLink, lockMembership, grantLineages, countGrantedLineages, accountOrganization, ensureMembership, markLinksToPending, members, membershipOf, pageMembers, teamGrants, teamLinks, type MemberView, type SyncState, type TeamLinkRow } from '../../db/teams';
+import { usersByIds } from '../../db/users';
+import { enabledLineageIds } from '../../db/keys';
 
 /**
  * Team access: an account links to one source member of its organization and inherits the source's
@@ -69,7 +59,7 @@ export async function detachMember(trx: Knex.Transaction, userId: string, at: Da
   const revoked = await teamGrants(trx).where({ grantee_id: userId }).delete();
   if (link) {
     await teamLinks(trx).where({ grantee_id: userId }).delete();
-    await recordAudit(trx, { user_id: userId, action: 'team_access.unlinked', status: 'success', target: link.source_id, ip: meta?.ip, request_id: meta?.requestId, details: { reason, revoked } });
+    await recordAudit(trx, { user_id: userId, action: 'team_access.unlinked', status: 'success', target: link.source_id, details: { reason, revoked } }, meta);
   }
   await teamGrants(trx).where({ source_id: userId }).delete();
   // Approval was given within the organization: a source that comes back must approve again.
@@ -97,7 +87,7 @@ export async function searchSources(c: Container, userId: string, q: { prefix?: 
 
 /** A live member of the caller's organization other than the caller, or 404 (audited when it exists elsewhere). */
 async function eligibleSource(c: Container, db: Knex, userId: string, organizationId: string, sourceId: string, meta: RequestMeta): Promise<void> {
-  const source = await db('users as u').leftJoin('organization_members as m', 'm.user_id', 'u.id').whereNull('u.deleted_at').where('u.id', sourceId).first<{ organization_id: string | null } | undefined>('m.organization_id');
+  const source = await accountOrganization(db, sourceId);
   if (source?.organization_id === organizationId) return;
   throw await notYours(c, { userId, resource: 'team_member', target: sourceId, existsElsewhere: Boolean(source), meta }, notFound('member_not_found', 'No such member in your organization.'));
 }
@@ -109,8 +99,8 @@ const approvalOf = (link: Pick<TeamLinkRow, 'approved_at'>) => (link.approved_at
 /** The caller's link and its sync state; `inherited_keys` counts what key lookups grant right now. */
 export async function teamStatus(c: Container, userId: string) {
   const link = await teamLinks(c.db).where({ grantee_id: userId }).first();
-  const [{ count }] = (await c.db.from(grantedLineageIds(c.db, userId).as('g')).count<{ count: string }[]>({ count: '*' })) as [{ count: string }];
-  const source = link && (await c.db('users').where({ id: link.source_id }).first<{ id: string; username: string; email: string; deleted_at: Date | null }>('id', 'username', 'email', 'deleted_at'));
+  const count = await countGrantedLineages(c.db, userId);
+  const [source] = link ? await usersByIds(c.db, [link.source_id]) : [];
   return {
     linked: Boolean(link),
     state: (link?.state ?? 'unlinked') as SyncState | 'unlinked',
@@ -137,14 +127,11 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
   const mine = await ensureMembership(c.db, userId);
   const { previous, requested } = await c.db.transaction(async (trx) => {
     // The caller's membership, locked: a concurrent move to another organization waits for this link.
-    const locked = await trx('organization_members').where({ user_id: userId }).forUpdate().first<{ organization_id: string } | undefined>('organization_id');
+    const locked = await lockMembership(trx, userId);
     await eligibleSource(c, trx, userId, locked?.organization_id ?? mine.organization_id, sourceId, meta);
     const before = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();
     const kept = before?.source_id === sourceId ? { approved_at: before.approved_at, approved_by: before.approved_by } : { approved_at: null, approved_by: null };
-    await trx('team_links')
-      .insert({ grantee_id: userId, source_id: sourceId, state: 'pending', last_error: null, linked_at: now, updated_at: now, ...kept })
-      .onConflict('grantee_id')
-      .merge(['source_id', 'state', 'last_error', 'linked_at', 'updated_at', 'approved_at', 'approved_by']);
+    await upsertTeamLink(trx, { grantee_id: userId, source_id: sourceId, state: 'pending', last_error: null, linked_at: now, updated_at: now, ...kept });
     const revoked = await teamGrants(trx).where({ grantee_id: userId }).whereNot({ source_id: sourceId }).delete();
     const approval = approvalOf(kept);
     await recordAudit(trx, {
@@ -152,12 +139,10 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
       action: 'team_access.linked',
       status: 'success',
       target: sourceId,
-      ip: meta.ip,
-      request_id: meta.requestId,
       details: { previous_source_user_id: before?.source_id ?? null, revoked, approval },
-    });
+    }, meta);
     const requested = before?.source_id !== sourceId;
-    if (requested) await recordAudit(trx, { user_id: sourceId, action: 'team_access.requested', status: 'success', target: userId, ip: meta.ip, request_id: meta.requestId, details: {} });
+    if (requested) await recordAudit(trx, { user_id: sourceId, action: 'team_access.requested', status: 'success', target: userId, details: {} }, meta);
     return { previous: before, requested };
   });
   await emitEvent(c, userId, 'team_access.linked', { source_user_id: sourceId, previous_source_user_id: previous?.source_id ?? null });
@@ -170,7 +155,7 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
 async function endLink(trx: Knex.Transaction, link: TeamLinkRow, reason: string, meta: RequestMeta): Promise<number> {
   const revoked = await teamGrants(trx).where({ grantee_id: link.grantee_id }).delete();
   await teamLinks(trx).where({ grantee_id: link.grantee_id }).delete();
-  await recordAudit(trx, { user_id: link.grantee_id, action: 'team_access.unlinked', status: 'success', target: link.source_id, ip: meta.ip, request_id: meta.requestId, details: { reason, revoked } });
+  await recordAudit(trx, { user_id: link.grantee_id, action: 'team_access.unlinked', status: 'success', target: link.source_id, details: { reason, revoked } }, meta);
   return revoked;
 }
 
@@ -201,7 +186,7 @@ async function decidableLink(c: Container, trx: Knex.Transaction, actorId: strin
     const [actor, source, grantee] = await Promise.all([membershipOf(trx, actorId), membershipOf(trx, link.source_id), membershipOf(trx, link.grantee_id)]);
     if (actor && source && grantee && isManager(actor) && actor.organization_id === source.organization_id && actor.organization_id === grantee.organization_id) {
       if (outranks(actor.role, source.role)) return link;
-      await recordAudit(trx, { user_id: actorId, action, status: 'failure', target: granteeId, ip: meta.ip, request_id: meta.requestId, details: { reason: 'organization_owner_required' } });
+      await recordAudit(trx, { user_id: actorId, action, status: 'failure', target: granteeId, details: { reason: 'organization_owner_required' } }, meta);
       throw forbidden('organization_owner_required', "Only the owner may decide on links to the owner's or an admin's keys.");
     }
   }
@@ -214,7 +199,7 @@ type Person = { user_id: string; username: string; email: string };
 
 /** Links with both sides' account fields, for the lists and the answers of approve. */
 async function linkViews(db: Knex, rows: TeamLinkRow[]) {
-  const users = rows.length ? ((await db('users').whereIn('id', [...new Set(rows.flatMap((l) => [l.grantee_id, l.source_id]))]).select('id', 'username', 'email')) as { id: string; username: string; email: string }[]) : [];
+  const users = await usersByIds(db, rows.flatMap((l) => [l.grantee_id, l.source_id]));
   const byId = new Map(users.map((u) => [u.id, { user_id: u.id, username: u.username, email: u.email } satisfies Person]));
   return rows.map((l) => ({
     grantee: byId.get(l.grantee_id) ?? null,
@@ -263,7 +248,7 @@ export async function approveLink(c: Container, actorId: string, granteeId: stri
     const parties = new Map([[actorId, granteeId], [granteeId, sourceId]]);
     if (!parties.has(sourceId)) parties.set(sourceId, granteeId);
     for (const [who, target] of parties) {
-      await recordAudit(trx, { user_id: who, action: 'team_access.approved', status: 'success', target, ip: meta.ip, request_id: meta.requestId, details: { grantee_user_id: granteeId, source_user_id: sourceId, approved_by: actorId } });
+      await recordAudit(trx, { user_id: who, action: 'team_access.approved', status: 'success', target, details: { grantee_user_id: granteeId, source_user_id: sourceId, approved_by: actorId } }, meta);
     }
     return { link: approved!, changed: true };
   });
@@ -280,7 +265,7 @@ export async function endLinkAsSource(c: Container, actorId: string, granteeId: 
     const link = await decidableLink(c, trx, actorId, granteeId, 'team_access.ended', meta);
     const reason = link.source_id === actorId ? 'ended_by_source' : 'ended_by_admin';
     const revoked = await endLink(trx, link, reason, meta);
-    await recordAudit(trx, { user_id: actorId, action: 'team_access.ended', status: 'success', target: granteeId, ip: meta.ip, request_id: meta.requestId, details: { reason, source_user_id: link.source_id, revoked } });
+    await recordAudit(trx, { user_id: actorId, action: 'team_access.ended', status: 'success', target: granteeId, details: { reason, source_user_id: link.source_id, revoked } }, meta);
     return { grantee_user_id: granteeId, source_user_id: link.source_id, revoked_keys: revoked, reason };
   });
   const { reason, ...out } = done;
@@ -316,36 +301,33 @@ export async function syncGrants(c: Container, granteeId: string, origin: Origin
       const removed = (await teamGrants(trx).where({ grantee_id: granteeId }).delete().returning('lineage_id')) as { lineage_id: string }[];
       return { linked: false, inherited_keys: 0, added: [], removed: removed.map((r) => r.lineage_id) };
     }
-    const [grantee, source] = await Promise.all([membershipOf(trx, granteeId), trx('organization_members as m').join('users as u', 'u.id', 'm.user_id').whereNull('u.deleted_at').where('m.user_id', link.source_id).first('m.organization_id')]);
-    const eligible = Boolean(grantee && source && grantee.organization_id === source.organization_id);
+    const [grantee, source] = await Promise.all([membershipOf(trx, granteeId), accountOrganization(trx, link.source_id)]);
+    const eligible = Boolean(grantee && source?.organization_id && grantee.organization_id === source.organization_id);
     // One hop: lineages the source owns, never the ones it inherits itself; none until the link is approved.
-    const wanted = eligible && link.approved_at ? ((await trx<LineageRow>('key_lineages').where({ user_id: link.source_id }).whereNull('disabled_at').pluck('id')) as string[]) : [];
+    const wanted = eligible && link.approved_at ? await enabledLineageIds(trx, link.source_id) : [];
     const removed = (await teamGrants(trx)
       .where({ grantee_id: granteeId })
       .andWhere((w) => w.whereNot({ source_id: link.source_id }).orWhereNotIn('lineage_id', wanted))
       .delete()
       .returning('lineage_id')) as { lineage_id: string }[];
-    const added = wanted.length
-      ? ((await trx('team_grants')
-          .insert(wanted.map((lineage_id) => ({ grantee_id: granteeId, lineage_id, source_id: link.source_id, granted_at: now })))
-          .onConflict(['grantee_id', 'lineage_id'])
-          .ignore()
-          .returning('lineage_id')) as { lineage_id: string }[])
-      : [];
+    const added = await grantLineages(trx, granteeId, link.source_id, wanted, now);
     const state: SyncState = eligible ? 'ok' : 'failed';
     const lastError = eligible ? null : 'source_unavailable';
     await teamLinks(trx).where({ grantee_id: granteeId }).update({ state, last_error: lastError, last_synced_at: now, updated_at: now });
     if (added.length || removed.length || link.last_error !== lastError) {
-      await recordAudit(trx, {
-        ...origin,
-        user_id: granteeId,
-        action: 'team_access.synced',
-        status: eligible ? 'success' : 'failure',
-        target: link.source_id,
-        details: { added: added.length, removed: removed.length, inherited_keys: wanted.length, ...(lastError ? { reason: lastError } : {}) },
-      });
+      await recordAudit(
+        trx,
+        {
+          user_id: granteeId,
+          action: 'team_access.synced',
+          status: eligible ? 'success' : 'failure',
+          target: link.source_id,
+          details: { added: added.length, removed: removed.length, inherited_keys: wanted.length, ...(lastError ? { reason: lastError } : {}) },
+        },
+        origin,
+      );
     }
-    return { linked: true, state, source_user_id: link.source_id, inherited_keys: wanted.length, added: added.map((r) => r.lineage_id), removed: removed.map((r) => r.lineage_id) };
+    return { linked: true, state, source_user_id: link.source_id, inherited_keys: wanted.length, added, removed: removed.map((r) => r.lineage_id) };
   });
   if (outcome.linked) {
     await emitEvent(c, granteeId, 'team_access.synced', { source_user_id: outcome.source_user_id, state: outcome.state, inherited_keys: outcome.inherited_keys, added: outcome.added.length, removed: outcome.removed.length });
@@ -362,7 +344,7 @@ export async function markSyncFailed(c: Container, granteeId: string, code: stri
 export async function inheritedOwners(c: Container, userId: string, lineages: Pick<LineageRow, 'id' | 'user_id'>[]): Promise<Map<string, { user_id: string; username: string }>> {
   const foreign = lineages.filter((l) => l.user_id !== userId);
   if (!foreign.length) return new Map();
-  const users = (await c.db('users').whereIn('id', [...new Set(foreign.map((l) => l.user_id))]).select('id', 'username')) as { id: string; username: string }[];
+  const users = await usersByIds(c.db, foreign.map((l) => l.user_id));
   const names = new Map(users.map((u) => [u.id, u.username]));
   return new Map(foreign.map((l) => [l.id, { user_id: l.user_id, username: names.get(l.user_id) ?? '' }]));
 }

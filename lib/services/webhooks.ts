@@ -8,7 +8,8 @@ import { checkWebhookUrl } from '../webhooks/address';
 import { newWebhookSecret, webhookHeaders } from '../webhooks/signature';
 import { postWebhook, type AttemptResult } from '../webhooks/send';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { attempts, deliveries, enabledEndpoints, endpoints, takesEvent, type DeliveryRow, type EndpointRow } from '../../db/webhooks';
+import { pageEndpoints, pageDeliveries, attemptsOf, deliveries, enabledEndpoints, endpoints, takesEvent, type AttemptRow, type DeliveryRow, type DeliveryState, type EndpointRow, recordAttempt } from '../../db/webhooks';
+import { lockAccount } from '../../db/users';
 
 /**
  * Outbound webhooks (Standard Webhooks): an account's endpoints receive its events as signed POSTs.
@@ -41,7 +42,7 @@ export async function ownEndpoint(c: Container, userId: string, id: string, meta
 }
 
 const audit = (c: Container, userId: string, action: string, target: string, meta: RequestMeta, details: Record<string, unknown> = {}) =>
-  recordAudit(c.db, { user_id: userId, action, status: 'success', target, ip: meta.ip, request_id: meta.requestId, details });
+  recordAudit(c.db, { user_id: userId, action, status: 'success', target, details }, meta);
 
 /** Creates an endpoint; its secret is answered here once and stored only sealed. */
 export async function createEndpoint(c: Container, userId: string, input: EndpointInput, meta: RequestMeta): Promise<{ endpoint: EndpointRow; secret: string }> {
@@ -50,13 +51,13 @@ export async function createEndpoint(c: Container, userId: string, input: Endpoi
   const secret = newWebhookSecret();
   const endpoint = await c.db.transaction(async (trx) => {
     // One account's creations are serialised so that concurrent requests cannot pass the limit together.
-    await trx('users').where({ id: userId }).forUpdate().first();
+    await lockAccount(trx, userId);
     const [{ count }] = (await endpoints(trx).where({ user_id: userId }).count<{ count: number }[]>({ count: '*' })) as [{ count: number }];
     if (count >= MAX_ENDPOINTS) throw conflict('webhook_limit_reached', `An account has at most ${MAX_ENDPOINTS} webhook endpoints.`);
     const [row] = await endpoints(trx)
       .insert({ id, user_id: userId, url: input.url, description: input.description ?? '', event_types: input.event_types ?? [], enabled: input.enabled ?? true, secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')), created_at: c.clock.now(), updated_at: c.clock.now() })
       .returning('*');
-    await recordAudit(trx, { user_id: userId, action: 'webhook.created', status: 'success', target: id, ip: meta.ip, request_id: meta.requestId, details: { event_types: input.event_types ?? [] } });
+    await recordAudit(trx, { user_id: userId, action: 'webhook.created', status: 'success', target: id, details: { event_types: input.event_types ?? [] } }, meta);
     return row!;
   });
   await endpointsChanged(c, userId);
@@ -99,7 +100,7 @@ export async function rotateSecret(c: Container, userId: string, id: string, gra
     await endpoints(trx)
       .where({ id })
       .update({ secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')), previous_secret_sealed: previous, previous_secret_expires_at: expires, updated_at: c.clock.now() });
-    await recordAudit(trx, { user_id: userId, action: 'webhook.secret_rotated', status: 'success', target: id, ip: meta.ip, request_id: meta.requestId, details: { grace_seconds: Math.round(graceMs / 1000) } });
+    await recordAudit(trx, { user_id: userId, action: 'webhook.secret_rotated', status: 'success', target: id, details: { grace_seconds: Math.round(graceMs / 1000) } }, meta);
   });
   return { secret, previous_secret_expires_at: expires };
 }
@@ -223,11 +224,13 @@ export async function tryDelivery(c: Container, deliveryId: string, nextDelayMs:
   const ok = result.error === null;
   const now = c.clock.now();
   await c.db.transaction(async (trx) => {
-    await attempts(trx).insert({ delivery_id: deliveryId, status_code: result.status, latency_ms: result.latencyMs, error: result.error, created_at: now });
     const last = ok || gone || nextDelayMs === null;
-    await deliveries(trx)
-      .where({ id: deliveryId })
-      .update({ state: ok ? 'succeeded' : last ? 'failed' : 'pending', attempts: trx.raw('attempts + 1'), next_attempt_at: last ? null : new Date(now.getTime() + nextDelayMs!), updated_at: now });
+    await recordAttempt(
+      trx,
+      deliveryId,
+      { status_code: result.status, latency_ms: result.latencyMs, error: result.error, created_at: now },
+      { state: ok ? 'succeeded' : last ? 'failed' : 'pending', next_attempt_at: last ? null : new Date(now.getTime() + nextDelayMs!), updated_at: now },
+    );
     if (gone) {
       await endpoints(trx).where({ id: endpoint.id }).update({ enabled: false, disabled_reason: 'gone', updated_at: now });
       await recordAudit(trx, { user_id: endpoint.user_id, action: 'webhook.disabled', status: 'success', target: endpoint.id, details: { reason: 'gone', delivery_id: deliveryId } });
@@ -242,3 +245,16 @@ export async function purgeDeliveries(c: Container): Promise<number> {
   const cutoff = new Date(c.clock.now().getTime() - c.config.webhooks.retentionDays * 86400_000);
   return deliveries(c.db).where('created_at', '<', cutoff).whereNot({ state: 'pending' }).delete();
 }
+
+/** A page of the account's endpoints, newest first. */
+export const listEndpoints = (c: Container, userId: string, q: { page: number; pageSize: number }) => pageEndpoints(c.db, userId, q);
+
+/** A page of one of the caller's endpoints' deliveries (404 when not its), with their attempts. */
+export async function listDeliveries(c: Container, userId: string, endpointId: string, q: { state?: DeliveryState; page: number; pageSize: number }, meta: RequestMeta) {
+  await ownEndpoint(c, userId, endpointId, meta);
+  const { items, total } = await pageDeliveries(c.db, endpointId, q);
+  return { items, total, attempts: await deliveryAttempts(c, items.map((d) => d.id)) };
+}
+
+/** The attempts of these deliveries, oldest first. */
+export const deliveryAttempts = async (c: Container, deliveryIds: string[]): Promise<AttemptRow[]> => (deliveryIds.length ? attemptsOf(c.db, deliveryIds) : []);
