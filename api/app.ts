@@ -65,7 +65,11 @@ export function createApp(container: Container): Koa<AppState, { container: Cont
   app.silent = true; // errorHandler logs what needs logging
 
   const router = new Router<AppState, { container: Container }>({ prefix: API_PREFIX });
-  const doc = openApiDocument(routes, { title: 'Key management and file encryption service', version: '1.0.0', serverUrl: container.config.publicUrl + API_PREFIX });
+  const doc = openApiDocument(routes, {
+    title: 'Key management and file encryption service',
+    version: '1.0.0',
+    serverUrl: container.config.publicUrl + API_PREFIX,
+  });
   router.get('/openapi.json', (ctx) => {
     ctx.set('Cache-Control', 'public, max-age=300');
     ctx.body = doc;
@@ -73,14 +77,30 @@ export function createApp(container: Container): Koa<AppState, { container: Cont
   mountRoutes(router, routes);
   // Load balancers probe `/health` at the root first: the same route answers there, outside the API's document.
   const root = new Router<AppState, { container: Container }>();
-  mountRoutes(root, healthRoutes.filter((r) => r.path === '/health'));
+  mountRoutes(
+    root,
+    healthRoutes.filter((r) => r.path === '/health'),
+  );
 
   app.use(requestContext as Koa.Middleware<AppState, { container: Container }>);
   app.use(errorHandler as Koa.Middleware<AppState, { container: Container }>);
   mountMonitoring(app, container);
   app.use(shedLoad(container.config.limits.dbWaiting) as Koa.Middleware<AppState, { container: Container }>);
   // JSON only here; multipart routes parse their own bodies with per-route limits.
-  app.use(koaBody({ json: true, multipart: false, urlencoded: false, text: false, jsonLimit: container.config.limits.jsonBody, jsonStrict: true, includeUnparsed: true, onError: (err) => { throw err; } }));
+  app.use(
+    koaBody({
+      json: true,
+      multipart: false,
+      urlencoded: false,
+      text: false,
+      jsonLimit: container.config.limits.jsonBody,
+      jsonStrict: true,
+      includeUnparsed: true,
+      onError: (err) => {
+        throw err;
+      },
+    }),
+  );
   mountPages(app);
   app.use(router.routes());
   app.use(router.allowedMethods());

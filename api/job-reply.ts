@@ -1,6 +1,23 @@
 import type { Container } from '../lib/container';
 import { invalid } from '../lib/errors';
-import { completeUpload, DuplicateIdempotencyKey, failUpload, idempotencyKeyInUse, idempotencyKeyReused, jobReadableBy, jobView, preferEarlyHints, preferWait, replayedJob, requestHash, statusUrl, submitJob, waitForJob, watchJobEnd, type JobEndWatch } from '../lib/services/jobs';
+import {
+  completeUpload,
+  DuplicateIdempotencyKey,
+  failUpload,
+  idempotencyKeyInUse,
+  idempotencyKeyReused,
+  jobReadableBy,
+  jobView,
+  preferEarlyHints,
+  preferWait,
+  replayedJob,
+  requestHash,
+  statusUrl,
+  submitJob,
+  waitForJob,
+  watchJobEnd,
+  type JobEndWatch,
+} from '../lib/services/jobs';
 import { findJob, findJobByIdempotencyKey, isFinished, type JobKind, type JobRow } from '../db/jobs';
 import type { Upload } from './upload';
 import type { Reply } from './route';

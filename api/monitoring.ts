@@ -37,7 +37,11 @@ export function mountMonitoring(app: App, c: Container): void {
   // load it (~6 MiB), and an unauthenticated request never reaches its code.
   let dashboard: Promise<Koa.Middleware> | undefined;
   const loadDashboard = async (): Promise<Koa.Middleware> => {
-    const [{ createBullBoard }, { BullMQAdapter }, { KoaAdapter }] = await Promise.all([import('@bull-board/api'), import('@bull-board/api/bullMQAdapter'), import('@bull-board/koa')]);
+    const [{ createBullBoard }, { BullMQAdapter }, { KoaAdapter }] = await Promise.all([
+      import('@bull-board/api'),
+      import('@bull-board/api/bullMQAdapter'),
+      import('@bull-board/koa'),
+    ]);
     const board = new KoaAdapter().setBasePath(DASHBOARD_PATH);
     createBullBoard({
       // Read-only unless QUEUE_DASHBOARD=read-write: retries and removals change what workers do.

@@ -96,7 +96,8 @@ export function mountPages(app: Koa<AppState, { container: Container }>): void {
     if (ctx.method !== 'GET' && ctx.method !== 'HEAD') return next();
     const asset = assets.get(ctx.path);
     if (!asset) {
-      if (!consoleAssets && CONSOLE_SHELLS.has(ctx.path)) throw new AppError(503, 'console_not_built', `The web console is not built (no ${join(dir, 'app.js')}); run "npm run build".`);
+      if (!consoleAssets && CONSOLE_SHELLS.has(ctx.path))
+        throw new AppError(503, 'console_not_built', `The web console is not built (no ${join(dir, 'app.js')}); run "npm run build".`);
       return next();
     }
     ctx.set(PAGE_HEADERS);

@@ -74,7 +74,6 @@ export interface MultipartSpec<C = unknown> {
   precheck?(fields: Record<string, string>, input: { c: Container; user: AuthUser; meta: RequestMeta; parts: Record<string, Buffer[]> }): Promise<C>;
 }
 
-
 export type RecentSignIn<B> = true | { when(body: B): boolean; description: string };
 
 export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B = unknown> {
@@ -106,17 +105,24 @@ export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B
 type ScopeField<A extends Access> = A extends 'auth' ? { scope: Scope } : { scope?: never };
 
 /** Declares a route; the generic parameters are inferred from the schemas. */
-export function route<A extends Access, PS extends AnyObject | undefined = undefined, QS extends AnyObject | undefined = undefined, BS extends z.ZodType | undefined = undefined, C = undefined>(
-  def: Omit<RouteDef<A>, 'params' | 'query' | 'body' | 'handler' | 'scope' | 'recentSignIn' | 'multipart'> & ScopeField<A> & {
-    params?: PS;
-    query?: QS;
-    body?: BS;
-    multipart?: MultipartSpec<C>;
-    recentSignIn?: RecentSignIn<Infer<BS>>;
-    handler(input: HandlerInput<A, Infer<PS>, Infer<QS>, Infer<BS>, C>): Promise<Reply | void>;
-  },
+export function route<
+  A extends Access,
+  PS extends AnyObject | undefined = undefined,
+  QS extends AnyObject | undefined = undefined,
+  BS extends z.ZodType | undefined = undefined,
+  C = undefined,
+>(
+  def: Omit<RouteDef<A>, 'params' | 'query' | 'body' | 'handler' | 'scope' | 'recentSignIn' | 'multipart'> &
+    ScopeField<A> & {
+      params?: PS;
+      query?: QS;
+      body?: BS;
+      multipart?: MultipartSpec<C>;
+      recentSignIn?: RecentSignIn<Infer<BS>>;
+      handler(input: HandlerInput<A, Infer<PS>, Infer<QS>, Infer<BS>, C>): Promise<Reply | void>;
+    },
 ): RouteDef {
-  return { ...def, query: def.query && closed(def.query), body: def.body && closed(def.body) } as unknown as RouteDef;
+  return { ...def, query: def.query && closed(def.query), body: def.body && closed(def.body) };
 }
 
 /**
@@ -127,8 +133,9 @@ export function route<A extends Access, PS extends AnyObject | undefined = undef
  */
 function closed<S extends z.ZodType>(schema: S): S {
   if (schema instanceof z.ZodObject) return (schema._zod.def.catchall ? schema : schema.strict()) as unknown as S;
-  if (schema instanceof z.ZodPipe) return schema.clone({ ...schema._zod.def, in: closed(schema._zod.def.in as z.ZodType), out: closed(schema._zod.def.out as z.ZodType) }) as unknown as S;
-  if (schema instanceof z.ZodUnion) return schema.clone({ ...schema._zod.def, options: schema._zod.def.options.map((o) => closed(o as z.ZodType)) }) as unknown as S;
+  if (schema instanceof z.ZodPipe)
+    return schema.clone({ ...schema._zod.def, in: closed(schema._zod.def.in as z.ZodType), out: closed(schema._zod.def.out as z.ZodType) });
+  if (schema instanceof z.ZodUnion) return schema.clone({ ...schema._zod.def, options: schema._zod.def.options.map((o) => closed(o as z.ZodType)) });
   return schema;
 }
 
@@ -213,9 +220,24 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       let reply: Reply | void;
       if (def.multipart?.files && !ctx.is('json')) {
         const { precheck, textFileFields, binaryFields } = def.multipart;
-        reply = await receiveUpload(ctx, c, { textFileFields, binaryFields, precheck: precheck && (async (fields, parts) => void (prechecked = await precheck(fields, { c, user, meta, parts }))) }, (fields, upload) => run(parse(def.body, fields, 'body'), upload));
+        reply = await receiveUpload(
+          ctx,
+          c,
+          {
+            textFileFields,
+            binaryFields,
+            precheck: precheck && (async (fields, parts) => void (prechecked = await precheck(fields, { c, user, meta, parts }))),
+          },
+          (fields, upload) => run(parse(def.body, fields, 'body'), upload),
+        );
       } else if (def.multipart && !ctx.is('json')) {
-        const form = await readMultipart(ctx, { fileFields: [], textFileFields: def.multipart.textFileFields, binaryFields: def.multipart.binaryFields, maxFiles: 0, maxFileBytes: 0 });
+        const form = await readMultipart(ctx, {
+          fileFields: [],
+          textFileFields: def.multipart.textFileFields,
+          binaryFields: def.multipart.binaryFields,
+          maxFiles: 0,
+          maxFileBytes: 0,
+        });
         reply = await run(parse(def.body, form.fields, 'body'), { ...noUpload, parts: form.parts });
       } else {
         reply = await run(parse(def.body, ctx.request.body ?? {}, 'body'));
@@ -275,7 +297,11 @@ function describeUploads(schema: JsonSchema, components: Record<string, JsonSche
   form.type ??= 'object';
   const properties = { ...(form.properties ?? {}) };
   for (const field of multipart.binaryFields ?? []) {
-    properties[field] = { type: 'array', items: { ...BinaryFile }, description: properties[field]?.description ?? 'One or more binary parts (or text) under this name' };
+    properties[field] = {
+      type: 'array',
+      items: { ...BinaryFile },
+      description: properties[field]?.description ?? 'One or more binary parts (or text) under this name',
+    };
   }
   for (const field of multipart.textFileFields ?? []) {
     const text = properties[field] ?? { type: 'string' };
@@ -330,7 +356,18 @@ export function openApiDocument(routes: RouteDef[], info: { title: string; versi
       const content: ZodContentObject = {};
       if (def.multipart) {
         content['multipart/form-data'] = def.multipart.files
-          ? { schema, encoding: { files: { contentType: 'application/octet-stream' }, ...Object.fromEntries([...(def.multipart.textFileFields ?? []), ...(def.multipart.binaryFields ?? [])].map((f) => [f, { contentType: 'text/plain, application/pgp-keys, application/pgp-signature, application/octet-stream' }])) } }
+          ? {
+              schema,
+              encoding: {
+                files: { contentType: 'application/octet-stream' },
+                ...Object.fromEntries(
+                  [...(def.multipart.textFileFields ?? []), ...(def.multipart.binaryFields ?? [])].map((f) => [
+                    f,
+                    { contentType: 'text/plain, application/pgp-keys, application/pgp-signature, application/octet-stream' },
+                  ]),
+                ),
+              },
+            }
           : { schema };
       }
       if (!def.multipart?.files) content['application/json'] = { schema };

@@ -67,5 +67,7 @@ function answerUnparsable(err: NodeJS.ErrnoException, socket: Duplex): void {
         ? new AppError(408, 'request_timeout', 'The request did not arrive in time.')
         : new AppError(400, 'malformed_request', 'The request is not valid HTTP.');
   const body = JSON.stringify(problemDocument(problem));
-  socket.end(`HTTP/1.1 ${problem.status} ${problemTitle(problem.status)}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  socket.end(
+    `HTTP/1.1 ${problem.status} ${problemTitle(problem.status)}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+  );
 }

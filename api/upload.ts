@@ -48,7 +48,9 @@ type Handler<R> = (fields: Record<string, string>, upload: Upload) => Promise<R>
 export async function receiveUpload<R>(
   ctx: AppContext,
   c: Container,
-  opts: Pick<MultipartOptions, 'textFileFields' | 'binaryFields'> & { precheck?(fields: Record<string, string>, parts: Record<string, Buffer[]>): Promise<void> },
+  opts: Pick<MultipartOptions, 'textFileFields' | 'binaryFields'> & {
+    precheck?(fields: Record<string, string>, parts: Record<string, Buffer[]>): Promise<void>;
+  },
   handle: Handler<R>,
 ): Promise<R> {
   const fingerprinted = Boolean(ctx.get('idempotency-key'));

@@ -37,7 +37,8 @@ const entry = sampleEntry;
 /** Rows per second of `total` inserts by `writers` concurrent writers, writer w writing for account accounts[w % accounts.length]. */
 async function insertRate(db: Db, accounts: string[], writers: number, total: number, chained: boolean): Promise<number> {
   let next = 0;
-  const write = (userId: string, i: number) => (chained ? recordAudit(db, entry(userId, i)) : db('audit_logs').insert({ ...entry(userId, i), details: JSON.stringify(entry(userId, i).details) }));
+  const write = (userId: string, i: number) =>
+    chained ? recordAudit(db, entry(userId, i)) : db('audit_logs').insert({ ...entry(userId, i), details: JSON.stringify(entry(userId, i).details) });
   const started = performance.now();
   await Promise.all(
     Array.from({ length: writers }, async (_, w) => {
@@ -105,7 +106,10 @@ try {
   console.log(`audit inserts per second, ${ROWS} rows, one row per transaction, best of ${RUNS}`);
   for (const { commit, results } of report) {
     console.log(` synchronous_commit = ${commit}`);
-    for (const r of results) console.log(`  ${r.case.padEnd(26)} without chain ${String(r.without).padStart(6)}/s   with chain ${String(r.with).padStart(6)}/s   (with/without ${r.ratio})`);
+    for (const r of results)
+      console.log(
+        `  ${r.case.padEnd(26)} without chain ${String(r.without).padStart(6)}/s   with chain ${String(r.with).padStart(6)}/s   (with/without ${r.ratio})`,
+      );
   }
   console.log(JSON.stringify({ bench: 'audit-chain', rows: ROWS, runs: RUNS, report }));
 } finally {

@@ -92,14 +92,24 @@ try {
   say('decrypt: bench client');
   const clientDec = await clientRun(api, () => api.submitDecrypt(join(dir, 'client.gpg'), fingerprint, passphrase), join(dir, 'client.out'));
   say('decrypt: kms CLI');
-  const cliDec = await kms(['decrypt', join(dir, 'cli-enc', 'plain.bin.gpg'), '--key', cliFingerprint, '--out', join(dir, 'cli-dec'), '--quiet', '--json'], env);
+  const cliDec = await kms(
+    ['decrypt', join(dir, 'cli-enc', 'plain.bin.gpg'), '--key', cliFingerprint, '--out', join(dir, 'cli-dec'), '--quiet', '--json'],
+    env,
+  );
 
   const line = (what: string, client: number, cli: number) =>
     `${what}: CLI ${(cli / 1000).toFixed(2)} s (${mibPerSec(size, cli).toFixed(0)} MiB/s), bench client ${(client / 1000).toFixed(2)} s (${mibPerSec(size, client).toFixed(0)} MiB/s): CLI ÷ client ${(client / cli).toFixed(2)}`;
   console.log(`CLI end to end vs the bench's client, ${formatSize(size)} random file (ratio = client time ÷ CLI time; 1.0 is parity)`);
   console.log(line('encrypt', clientEnc, cliEnc));
   console.log(line('decrypt', clientDec, cliDec));
-  console.log(JSON.stringify({ bench: 'cli', bytes: size, ms: { client_encrypt: Math.round(clientEnc), cli_encrypt: Math.round(cliEnc), client_decrypt: Math.round(clientDec), cli_decrypt: Math.round(cliDec) }, ratio: { encrypt: +(clientEnc / cliEnc).toFixed(3), decrypt: +(clientDec / cliDec).toFixed(3) } }));
+  console.log(
+    JSON.stringify({
+      bench: 'cli',
+      bytes: size,
+      ms: { client_encrypt: Math.round(clientEnc), cli_encrypt: Math.round(cliEnc), client_decrypt: Math.round(clientDec), cli_decrypt: Math.round(cliDec) },
+      ratio: { encrypt: +(clientEnc / cliEnc).toFixed(3), decrypt: +(clientDec / cliDec).toFixed(3) },
+    }),
+  );
 } finally {
   await service.stop();
   await rm(dir, { recursive: true, force: true });

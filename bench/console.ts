@@ -44,7 +44,15 @@ try {
   await service.startWeb();
   browser = await chromium.launch({
     executablePath: '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   });
   const base = service.baseUrl;
   const reg = await fetch(`${base}/api/v1/partners/register`, {
@@ -53,7 +61,9 @@ try {
     body: JSON.stringify({ username: 'bench_console', email: 'bench-console@example.com', password: 'bench console password' }),
   });
   const token = ((await reg.json()) as { session: { token: string } }).session.token;
-  const cookie = (await fetch(`${base}/api/v1/auth/session`, { method: 'POST', headers: { authorization: `Bearer ${token}` } })).headers.get('set-cookie')!.split(';')[0];
+  const cookie = (await fetch(`${base}/api/v1/auth/session`, { method: 'POST', headers: { authorization: `Bearer ${token}` } })).headers
+    .get('set-cookie')!
+    .split(';')[0];
   const [name, value] = cookie.split('=') as [string, string];
 
   const cold = { signedOut: [] as number[], signedIn: [] as number[] };
@@ -71,7 +81,9 @@ try {
     await inside.close();
   }
   const f = (xs: number[]) => `${median(xs).toFixed(0)} ms`;
-  console.log(`console bundle: app.js ${(sizes.bytes / 1024).toFixed(1)} KiB, ${(sizes.gzip / 1024).toFixed(1)} KiB gzipped (budget 150 KiB); app.css ${(gzipSync(css).length / 1024).toFixed(1)} KiB gzipped; JS+CSS as served (gzip) ${((gzipSync(js).length + gzipSync(css).length) / 1024).toFixed(1)} KiB gzipped`);
+  console.log(
+    `console bundle: app.js ${(sizes.bytes / 1024).toFixed(1)} KiB, ${(sizes.gzip / 1024).toFixed(1)} KiB gzipped (budget 150 KiB); app.css ${(gzipSync(css).length / 1024).toFixed(1)} KiB gzipped; JS+CSS as served (gzip) ${((gzipSync(js).length + gzipSync(css).length) / 1024).toFixed(1)} KiB gzipped`,
+  );
   console.log(`first page interactive, signed out (/sign-in): cold ${f(cold.signedOut)}, warm ${f(warm.signedOut)} (median of ${RUNS})`);
   console.log(`first page interactive, signed in (/keys, with the key list): cold ${f(cold.signedIn)}, warm ${f(warm.signedIn)} (median of ${RUNS})`);
 } finally {

@@ -21,7 +21,11 @@ const dir = await mkdtemp(join(tmpdir(), 'kms-bench-events-'));
 const service = new Service(dir, GiB);
 try {
   await service.startWeb();
-  const result = await measureEventLatency(service.baseUrl, service.redisPrefix, { clients: arg('--clients', 100), events: arg('--events', 200), intervalMs: 10 });
+  const result = await measureEventLatency(service.baseUrl, service.redisPrefix, {
+    clients: arg('--clients', 100),
+    events: arg('--events', 200),
+    intervalMs: 10,
+  });
   console.log(eventLatencyLine(result));
   console.log(JSON.stringify({ bench: 'events', ...result }));
 } finally {

@@ -25,7 +25,12 @@ try {
   await service.startWeb();
   await service.addWorker('crypto=4');
   const list = await measureListLatency(service.baseUrl, { rate, seconds: arg('--seconds', 5), cpu: serviceCpuReader(service) });
-  const small = await measureSmallJobs(service.baseUrl, { concurrency: [1, 16], jobs: arg('--jobs', 50), warmupSeconds: arg('--warmup', 10), cpu: serviceCpuReader(service) });
+  const small = await measureSmallJobs(service.baseUrl, {
+    concurrency: [1, 16],
+    jobs: arg('--jobs', 50),
+    warmupSeconds: arg('--warmup', 10),
+    cpu: serviceCpuReader(service),
+  });
   creates.push(fileCreateCost(dir));
   for (const line of latencyLines(list, rate, small)) console.log(line);
   console.log(`file creates ${creates.map(Math.round).join(' → ')} µs at the start and the end (bench/README.md, "Files the filesystem hands out")`);

@@ -42,7 +42,10 @@ import { GiB, MiB, formatSize, parseSize, run, pageCacheWriteCost, sha256File, w
 if (!process.env.BENCH_PIPELINE_AS_WORKER) {
   const { env, flags } = procfileCommand('worker');
   const workerFlags = [...flags, ...extraFlags()];
-  const child = spawnSync(process.execPath, [...workerFlags, ...process.execArgv, ...process.argv.slice(1)], { stdio: 'inherit', env: { ...env, ...process.env, BENCH_PIPELINE_AS_WORKER: workerFlags.join(' ') || '(no flags)' } });
+  const child = spawnSync(process.execPath, [...workerFlags, ...process.execArgv, ...process.argv.slice(1)], {
+    stdio: 'inherit',
+    env: { ...env, ...process.env, BENCH_PIPELINE_AS_WORKER: workerFlags.join(' ') || '(no flags)' },
+  });
   process.exit(child.status ?? 1);
 }
 
@@ -109,18 +112,29 @@ try {
   for (let i = 0; i < runs; i++) {
     const [job1, job2] = [randomUUID(), randomUUID()];
     jobKeys.mint(job1); // as the API does when a job's upload begins
-    keep('upload', await timed(async () => void (await store.put(`jobs/${job1}/in/0`, fingerprinted(createReadStream(input, { highWaterMark: 64 << 10 }), await jobKeys.get(job1))))));
-    keep('encrypt', await timed(async () => {
-      const source = counted(await store.get(`jobs/${job1}/in/0`), (n) => (progress = n));
-      const out = await encryptStream(source, keys.publicKey, { armor: false, filename: 'input.bin' });
-      await store.put(`jobs/${job1}/out/0`, out);
-    }));
+    keep(
+      'upload',
+      await timed(
+        async () => void (await store.put(`jobs/${job1}/in/0`, fingerprinted(createReadStream(input, { highWaterMark: 64 << 10 }), await jobKeys.get(job1)))),
+      ),
+    );
+    keep(
+      'encrypt',
+      await timed(async () => {
+        const source = counted(await store.get(`jobs/${job1}/in/0`), (n) => (progress = n));
+        const out = await encryptStream(source, keys.publicKey, { armor: false, filename: 'input.bin' });
+        await store.put(`jobs/${job1}/out/0`, out);
+      }),
+    );
     keep('download', await timed(async () => pipeline(await store.get(`jobs/${job1}/out/0`), sink())));
-    keep('decrypt', await timed(async () => {
-      const source = counted(await store.get(`jobs/${job1}/out/0`), (n) => (progress = n));
-      const message = await openEncrypted(source, { maxDecompressedBytes: 16 * GiB });
-      await store.put(`jobs/${job1}/out/1`, await message.decrypt(keys.privateKey));
-    }));
+    keep(
+      'decrypt',
+      await timed(async () => {
+        const source = counted(await store.get(`jobs/${job1}/out/0`), (n) => (progress = n));
+        const message = await openEncrypted(source, { maxDecompressedBytes: 16 * GiB });
+        await store.put(`jobs/${job1}/out/1`, await message.decrypt(keys.privateKey));
+      }),
+    );
     const hash = createHash('sha256');
     await pipeline(await store.get(`jobs/${job1}/out/1`), hashSink(hash));
     if (hash.digest('hex') !== inputSha) throw new Error('decrypted output differs from the input');
@@ -128,10 +142,14 @@ try {
     await store.deletePrefix(`jobs/${job2}/`);
   }
   void progress;
-  console.log(`byte path in one process, ${formatSize(size)} random file, followable sealed local store in ${tmpdir()}, best of ${runs} (least CPU), node ${process.env.BENCH_PIPELINE_AS_WORKER}; CPU s per GiB (page cache writes ${pageCache.toFixed(2)} CPU-s/GiB in the kernel before the run)`);
+  console.log(
+    `byte path in one process, ${formatSize(size)} random file, followable sealed local store in ${tmpdir()}, best of ${runs} (least CPU), node ${process.env.BENCH_PIPELINE_AS_WORKER}; CPU s per GiB (page cache writes ${pageCache.toFixed(2)} CPU-s/GiB in the kernel before the run)`,
+  );
   const per = (s: number) => (s / (size / GiB)).toFixed(2);
   for (const [k, t] of Object.entries(best)) {
-    console.log(`  ${k.padEnd(9)} ${per(t.user + t.sys).padStart(5)}  (user ${per(t.user)} + sys ${per(t.sys)})  ${((size / MiB) / (t.ms / 1000)).toFixed(0)} MiB/s · GC ${t.gc.minor} minor + ${t.gc.major} major, ${t.gc.ms.toFixed(0)} ms paused`);
+    console.log(
+      `  ${k.padEnd(9)} ${per(t.user + t.sys).padStart(5)}  (user ${per(t.user)} + sys ${per(t.sys)})  ${(size / MiB / (t.ms / 1000)).toFixed(0)} MiB/s · GC ${t.gc.minor} minor + ${t.gc.major} major, ${t.gc.ms.toFixed(0)} ms paused`,
+    );
   }
   await store.close();
 } finally {

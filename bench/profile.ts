@@ -27,7 +27,10 @@ interface Profile {
 const REPO = new URL('../', import.meta.url).href;
 
 function where(frame: CallFrame): string {
-  const url = frame.url.replace(REPO, '').replace(/^file:\/\//, '').replace(/.*node_modules\//, 'nm:');
+  const url = frame.url
+    .replace(REPO, '')
+    .replace(/^file:\/\//, '')
+    .replace(/.*node_modules\//, 'nm:');
   return url || '(native)';
 }
 
@@ -65,7 +68,10 @@ function summarise(file: string, top: number): void {
   const busy = totalUs - idle;
   const show = (title: string, m: Map<string, number>) => {
     console.log(`  ${title}`);
-    for (const [k, us] of [...m].filter(([k]) => !k.startsWith('(idle)') && !k.startsWith('(root)')).sort((a, b) => b[1] - a[1]).slice(0, top)) {
+    for (const [k, us] of [...m]
+      .filter(([k]) => !k.startsWith('(idle)') && !k.startsWith('(root)'))
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, top)) {
       console.log(`    ${(us / 1e6).toFixed(2).padStart(7)} s ${((100 * us) / busy).toFixed(1).padStart(5)} %  ${k}`);
     }
   };
@@ -83,6 +89,10 @@ if (!args.length) {
   process.exit(2);
 }
 for (const arg of args) {
-  const files = statSync(arg).isDirectory() ? readdirSync(arg).filter((f) => f.endsWith('.cpuprofile')).map((f) => join(arg, f)) : [arg];
+  const files = statSync(arg).isDirectory()
+    ? readdirSync(arg)
+        .filter((f) => f.endsWith('.cpuprofile'))
+        .map((f) => join(arg, f))
+    : [arg];
   for (const f of files.sort()) summarise(f, top);
 }

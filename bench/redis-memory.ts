@@ -39,10 +39,12 @@ try {
   await client.queue('crypto').waitUntilReady();
   const beforeJobs = await used();
   for (let i = 0; i < jobs; i += 500) {
-    await Promise.all(Array.from({ length: Math.min(500, jobs - i) }, () => {
-      const id = randomUUID();
-      return client.enqueue('encrypt-files', { job_id: id }, { jobId: id, meta: { requestId: randomUUID(), ip: '203.0.113.7' } });
-    }));
+    await Promise.all(
+      Array.from({ length: Math.min(500, jobs - i) }, () => {
+        const id = randomUUID();
+        return client.enqueue('encrypt-files', { job_id: id }, { jobId: id, meta: { requestId: randomUUID(), ip: '203.0.113.7' } });
+      }),
+    );
   }
   const perJob = ((await used()) - beforeJobs) / jobs;
 
@@ -54,8 +56,12 @@ try {
   }
   const perEvent = ((await used()) - beforeEvents) / events;
 
-  console.log(`Redis memory: ${Math.round(perJob)} B per queued encryption job (${jobs} waiting), ${Math.round(perEvent)} B per stored event (${events} over ${accounts} account streams)`);
-  console.log(JSON.stringify({ bench: 'redis-memory', bytes_per_queued_job: Math.round(perJob), bytes_per_event: Math.round(perEvent), jobs, events, accounts }));
+  console.log(
+    `Redis memory: ${Math.round(perJob)} B per queued encryption job (${jobs} waiting), ${Math.round(perEvent)} B per stored event (${events} over ${accounts} account streams)`,
+  );
+  console.log(
+    JSON.stringify({ bench: 'redis-memory', bytes_per_queued_job: Math.round(perJob), bytes_per_event: Math.round(perEvent), jobs, events, accounts }),
+  );
   await client.close();
 } finally {
   redis.disconnect();

@@ -77,7 +77,12 @@ try {
         await db('webhook_endpoints').insert(
           Array.from({ length: Math.min(1000, rows - i) }, () => {
             const id = randomUUID();
-            return { id, user_id: user.id, url: 'https://example.test/hook', secret_sealed: sealer.seal(randomBytes(32).toString('base64'), secretAad(id, 'current')) };
+            return {
+              id,
+              user_id: user.id,
+              url: 'https://example.test/hook',
+              secret_sealed: sealer.seal(randomBytes(32).toString('base64'), secretAad(id, 'current')),
+            };
           }),
         );
       }
@@ -117,7 +122,10 @@ try {
     make.push(ms(t0));
   }
   result.lineage_key_create_ms = Number(median(make).toFixed(3));
-  for (const [name, size] of [['1k', 900], ['3k5', 3500]] as const) {
+  for (const [name, size] of [
+    ['1k', 900],
+    ['3k5', 3500],
+  ] as const) {
     const armored = randomBytes(size).toString('base64').slice(0, size);
     const sealed = await lineageKeys.seal(lineages[0], 1, armored);
     const opens: number[] = [];

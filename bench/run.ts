@@ -25,7 +25,19 @@ import { authOverheadLines, measureAuthOverhead } from './lib/auth';
 import { latencyLines, measureListLatency, measureSmallJobs } from './lib/latency';
 import { auditSection } from './lib/audit';
 import { Service } from './lib/service';
-import { GiB, children, formatSize, mibPerSec, parseSize, serviceCpuReader, spawnTracked, stopChild, pageCacheWriteCost, fileCreateCost, writeRandomFile } from './lib/util';
+import {
+  GiB,
+  children,
+  formatSize,
+  mibPerSec,
+  parseSize,
+  serviceCpuReader,
+  spawnTracked,
+  stopChild,
+  pageCacheWriteCost,
+  fileCreateCost,
+  writeRandomFile,
+} from './lib/util';
 
 /** `sealing`: the blob store's at-rest sealing alone, in this process (bench/lib/sealing.ts). */
 const sealingSection = (b: Bench) => measureSealing(b.input, b.size, b.dir, b.runs);
@@ -51,10 +63,27 @@ const authSection = async (b: Bench) => {
 const latencySection = async (b: Bench) => {
   await b.service.vacuum();
   const list = await measureListLatency(b.service.baseUrl, { rate: 500, seconds: 5, cpu: serviceCpuReader(b.service) });
-  for (const line of latencyLines(list, 500, await measureSmallJobs(b.service.baseUrl, { concurrency: [1, 16], jobs: 50, warmupSeconds: 10, cpu: serviceCpuReader(b.service) }))) console.log(line);
+  for (const line of latencyLines(
+    list,
+    500,
+    await measureSmallJobs(b.service.baseUrl, { concurrency: [1, 16], jobs: 50, warmupSeconds: 10, cpu: serviceCpuReader(b.service) }),
+  ))
+    console.log(line);
   return {};
 };
-const SECTIONS = { encrypt: encryptSection, decrypt: decryptSection, parallel: parallelSection, rotation: rotationSection, sealing: sealingSection, rewrap: rewrapSection, signatures: signaturesSection, events: eventsSection, auth: authSection, latency: latencySection, audit: auditSection };
+const SECTIONS = {
+  encrypt: encryptSection,
+  decrypt: decryptSection,
+  parallel: parallelSection,
+  rotation: rotationSection,
+  sealing: sealingSection,
+  rewrap: rewrapSection,
+  signatures: signaturesSection,
+  events: eventsSection,
+  auth: authSection,
+  latency: latencySection,
+  audit: auditSection,
+};
 type Section = keyof typeof SECTIONS;
 
 /** How long the service idles after start-up before its idle resident set is read. */
@@ -92,11 +121,11 @@ function parseArgs(argv: string[]): Options {
     if (flag === '--only') {
       const chosen = value().split(',').map(section);
       opts.sections = (Object.keys(SECTIONS) as Section[]).filter((s) => chosen.includes(s)); // always in this order
-    }
-    else if (flag === '--runs') opts.runs = positiveInt(value());
+    } else if (flag === '--runs') opts.runs = positiveInt(value());
     else if (flag === '--transfer') opts.transfer = transfer(value());
     else if (flag === '--store') opts.store = store(value());
-    else if (flag === '--no-follow' || flag === '--follow') opts.follow = flag === '--follow'; // --follow: the default, as before
+    else if (flag === '--no-follow' || flag === '--follow')
+      opts.follow = flag === '--follow'; // --follow: the default, as before
     else if (flag === '--no-json') opts.json = false;
     else if (flag === '-h' || flag === '--help') fail('', 0);
     else if (!flag.startsWith('-')) opts.size = size(flag);
@@ -131,10 +160,18 @@ function store(name: string): Options['store'] {
 
 /** s3rver in a child process (bench/lib/s3rver.mjs); resolves to the service's settings for it. */
 async function startS3rver(dir: string): Promise<Record<string, string>> {
-  const child = spawnTracked(process.execPath, [fileURLToPath(new URL('./lib/s3rver.mjs', import.meta.url)), join(dir, 's3rver')], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawnTracked(process.execPath, [fileURLToPath(new URL('./lib/s3rver.mjs', import.meta.url)), join(dir, 's3rver')], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const [line] = (await once(createInterface({ input: child.stdout! }), 'line')) as [string];
   const endpoint = `http://127.0.0.1:${Number(line)}`;
-  return { BLOB_STORE_URL: 's3://kms-bench/service', S3_ENDPOINT: endpoint, AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER', AWS_REGION: 'us-east-1' };
+  return {
+    BLOB_STORE_URL: 's3://kms-bench/service',
+    S3_ENDPOINT: endpoint,
+    AWS_ACCESS_KEY_ID: 'S3RVER',
+    AWS_SECRET_ACCESS_KEY: 'S3RVER',
+    AWS_REGION: 'us-east-1',
+  };
 }
 
 function positiveInt(text: string): number {
@@ -196,7 +233,10 @@ async function main(): Promise<void> {
       snapshots.push({ after: name, rss: service.rss() });
     }
     const tmpKind = `${tmpdir()} (${(await statfs(dir)).type === TMPFS_MAGIC ? 'tmpfs' : 'disk'})`;
-    report(opts, results, snapshots, tmpKind, { pageCache: [atStart.pageCache, pageCacheWriteCost(dir)], fileCreate: [atStart.fileCreate, fileCreateCost(dir)] });
+    report(opts, results, snapshots, tmpKind, {
+      pageCache: [atStart.pageCache, pageCacheWriteCost(dir)],
+      fileCreate: [atStart.fileCreate, fileCreateCost(dir)],
+    });
   } catch (err) {
     if (interrupted) return; // the failure is our own clean-up killing things
     console.error(err instanceof Error ? (err.stack ?? err.message) : err);
@@ -228,7 +268,22 @@ async function prepare(opts: Options, dir: string, service: Service, gpg: Gpg, s
   const fingerprint = await api.generateKey(passphrase);
   snapshots.push({ after: 'key setup', rss: service.rss() });
   const keepCiphertexts = opts.sections.includes('decrypt');
-  return { dir, size: opts.size, input, inputSha, runs: opts.runs, gpg, pgp, service, api, fingerprint, passphrase, cipher: {}, keepCiphertexts, follow: opts.follow };
+  return {
+    dir,
+    size: opts.size,
+    input,
+    inputSha,
+    runs: opts.runs,
+    gpg,
+    pgp,
+    service,
+    api,
+    fingerprint,
+    passphrase,
+    cipher: {},
+    keepCiphertexts,
+    follow: opts.follow,
+  };
 }
 
 /** What the machine charged at the start and the end of the run: page-cache writes, file creates (lib/util.ts). */
@@ -242,13 +297,41 @@ function report(opts: Options, results: Results, snapshots: RssSnapshots, tmpKin
   const rss = snapshots.at(-1)!.rss;
   const nproc = availableParallelism();
   const q = ratios(results, rss, nproc);
-  const machine = { size: formatSize(opts.size), nproc, node: process.version, gpg: gpgVersion(), runs: opts.runs, transfer: opts.transfer, store: opts.store, follow: opts.follow, tmp: tmpKind, page_cache_s_per_gib: probes.pageCache.map((s) => Math.round(s * 100) / 100), file_create_us: probes.fileCreate.map(Math.round) };
+  const machine = {
+    size: formatSize(opts.size),
+    nproc,
+    node: process.version,
+    gpg: gpgVersion(),
+    runs: opts.runs,
+    transfer: opts.transfer,
+    store: opts.store,
+    follow: opts.follow,
+    tmp: tmpKind,
+    page_cache_s_per_gib: probes.pageCache.map((s) => Math.round(s * 100) / 100),
+    file_create_us: probes.fileCreate.map(Math.round),
+  };
   printReport(machine, results, snapshots, q);
-  if (opts.json) console.log(JSON.stringify({ bench: 'kms', ...machine, bytes: opts.size, mib_per_s: mibRates(results), cpu_s_per_gib: cpuPerGiBOf(results), ratios: q, peak_rss_mib: rss, idle_rss_mib: snapshots.find((s) => s.now)?.rss }));
+  if (opts.json)
+    console.log(
+      JSON.stringify({
+        bench: 'kms',
+        ...machine,
+        bytes: opts.size,
+        mib_per_s: mibRates(results),
+        cpu_s_per_gib: cpuPerGiBOf(results),
+        ratios: q,
+        peak_rss_mib: rss,
+        idle_rss_mib: snapshots.find((s) => s.now)?.rss,
+      }),
+    );
 }
 
 function mibRates(r: Results): Record<string, number> {
-  return Object.fromEntries(Object.entries(r).filter(([k]) => !k.startsWith('rotation.')).map(([k, t]) => [k, Math.round(mibPerSec(t.bytes, t.ms) * 10) / 10]));
+  return Object.fromEntries(
+    Object.entries(r)
+      .filter(([k]) => !k.startsWith('rotation.'))
+      .map(([k, t]) => [k, Math.round(mibPerSec(t.bytes, t.ms) * 10) / 10]),
+  );
 }
 
 await main();

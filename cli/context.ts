@@ -24,7 +24,9 @@ export async function connect(opts: GlobalOptions, { auth = true } = {}): Promis
   const target = await resolveTarget(opts.url);
   if (auth && !target.token) {
     throw new AuthMissingError(
-      target.creds ? `The stored login is for ${target.creds.url}, not ${target.url}: run \`kms login\` for it or set KMS_API_KEY.` : `Not logged in to ${target.url}: run \`kms login\` or set KMS_API_KEY.`,
+      target.creds
+        ? `The stored login is for ${target.creds.url}, not ${target.url}: run \`kms login\` for it or set KMS_API_KEY.`
+        : `Not logged in to ${target.url}: run \`kms login\` or set KMS_API_KEY.`,
     );
   }
   const kms = new Kms({
@@ -32,7 +34,8 @@ export async function connect(opts: GlobalOptions, { auth = true } = {}): Promis
     token: target.token,
     userAgent: `kms-cli/${CLI_VERSION} node/${process.versions.node}`,
     onRetry: ({ attempt, delayMs, reason }) => {
-      if (!opts.quiet) process.stderr.write(`kms: ${reason.charAt(0).toUpperCase()}${reason.slice(1)}; retrying in ${(delayMs / 1000).toFixed(1)} s (attempt ${attempt}).\n`);
+      if (!opts.quiet)
+        process.stderr.write(`kms: ${reason.charAt(0).toUpperCase()}${reason.slice(1)}; retrying in ${(delayMs / 1000).toFixed(1)} s (attempt ${attempt}).\n`);
     },
   });
   return { opts, kms, target };
@@ -56,14 +59,23 @@ export function table(rows: Record<string, unknown>[], columns: string[]): strin
   const cell = (v: unknown) => (v === null || v === undefined ? '-' : typeof v === 'object' ? JSON.stringify(v) : String(v));
   const cells = [columns, ...rows.map((r) => columns.map((c) => cell(r[c])))];
   const widths = columns.map((_, i) => Math.max(...cells.map((r) => r[i].length)));
-  return cells.map((r) => r.map((v, i) => v.padEnd(widths[i])).join('  ').trimEnd()).join('\n');
+  return cells
+    .map((r) =>
+      r
+        .map((v, i) => v.padEnd(widths[i]))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 /** `key: value` lines for an object's fields. */
 export function fields(value: object, only?: string[]): string {
   const entries = Object.entries(value).filter(([k]) => !only || only.includes(k));
   const width = Math.max(...entries.map(([k]) => k.length));
-  return entries.map(([k, v]) => `${k.padEnd(width)}  ${v === null || v === undefined ? '-' : typeof v === 'object' ? JSON.stringify(v) : String(v)}`).join('\n');
+  return entries
+    .map(([k, v]) => `${k.padEnd(width)}  ${v === null || v === undefined ? '-' : typeof v === 'object' ? JSON.stringify(v) : String(v)}`)
+    .join('\n');
 }
 
 export function pagedFooter(page: { page: number; page_size: number; total: number }): string {

@@ -27,7 +27,12 @@ export function buildProgram(): Command {
     .option('--no-progress', 'no progress bars')
     .addHelpText(
       'after',
-      examples('kms login -u ann', 'kms keys generate --label backups --name Ann --email ann@example.com', 'kms encrypt report.pdf --key <FPR> --out encrypted/', 'kms decrypt encrypted/report.pdf.gpg --key <FPR> --out plain/') +
+      examples(
+        'kms login -u ann',
+        'kms keys generate --label backups --name Ann --email ann@example.com',
+        'kms encrypt report.pdf --key <FPR> --out encrypted/',
+        'kms decrypt encrypted/report.pdf.gpg --key <FPR> --out plain/',
+      ) +
         `
 Environment: KMS_URL (service), KMS_API_KEY (wins over the stored login), KMS_PASSPHRASE, KMS_NEW_PASSPHRASE,
 KMS_PASSWORD, KMS_NEW_PASSWORD. Credentials: $XDG_CONFIG_HOME/kms/credentials.json (else ~/.config/kms/credentials.json), mode 0600.
@@ -56,14 +61,22 @@ Exit codes: 0 ok, 1 failed (job failed, request refused), 2 usage, 3 authenticat
 export function reportError(err: unknown, json: boolean): number {
   const code = exitCodeFor(err);
   // The client library names its own option for replacing outputs; the CLI's is --force.
-  const message = err instanceof ClientError && err.code === 'output_exists' && err.path ? `${err.path} exists (use --force to replace it).` : err instanceof Error ? err.message : String(err);
+  const message =
+    err instanceof ClientError && err.code === 'output_exists' && err.path
+      ? `${err.path} exists (use --force to replace it).`
+      : err instanceof Error
+        ? err.message
+        : String(err);
   if (json) {
     const problem = err instanceof ProblemError ? err.problem : undefined;
-    process.stderr.write(`${JSON.stringify({ error: { code: errorCode(err), message, status: problem?.status, errors: problem?.errors, exit_code: code } })}\n`);
+    process.stderr.write(
+      `${JSON.stringify({ error: { code: errorCode(err), message, status: problem?.status, errors: problem?.errors, exit_code: code } })}\n`,
+    );
   } else {
     process.stderr.write(`kms: ${message}${message.includes(`(${errorCode(err)})`) ? '' : ` [${errorCode(err)}]`}\n`);
     if (err instanceof ProblemError) for (const e of err.problem.errors ?? []) process.stderr.write(`  ${e.path}: ${e.message}\n`);
-    if (code === EXIT.auth && err instanceof ProblemError && err.status === 401) process.stderr.write('  Log in again with `kms login` (or check KMS_API_KEY).\n');
+    if (code === EXIT.auth && err instanceof ProblemError && err.status === 401)
+      process.stderr.write('  Log in again with `kms login` (or check KMS_API_KEY).\n');
   }
   return code;
 }

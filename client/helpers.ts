@@ -3,7 +3,19 @@ import type { IncomingMessage } from 'node:http';
 import { basename, join } from 'node:path';
 import { ClientError } from './errors.js';
 import { newIdempotencyKey, type Kms } from './http.js';
-import { dispositionName, downloadJobFile, fetchOutput, refuseExisting, isFinished, submitMultipart, waitForJob, type FetchedOutput, type Job, type JobFile, type OnProgress } from './jobs.js';
+import {
+  dispositionName,
+  downloadJobFile,
+  fetchOutput,
+  refuseExisting,
+  isFinished,
+  submitMultipart,
+  waitForJob,
+  type FetchedOutput,
+  type Job,
+  type JobFile,
+  type OnProgress,
+} from './jobs.js';
 import { uploadName, type Upload } from './uploads.js';
 
 export interface FileJobOptions {
@@ -107,7 +119,11 @@ function refuseSameNames(opts: FileJobOptions): void {
   if (opts.noDownload) return;
   const names = opts.files.map(uploadName);
   const twice = firstRepeat(names);
-  if (twice) throw new ClientError('output_exists', `Two files are named "${names[twice[1]]}": their outputs would have one name in ${opts.outDir ?? '.'} (rename one, or send them in separate jobs).`);
+  if (twice)
+    throw new ClientError(
+      'output_exists',
+      `Two files are named "${names[twice[1]]}": their outputs would have one name in ${opts.outDir ?? '.'} (rename one, or send them in separate jobs).`,
+    );
 }
 
 /**
@@ -131,19 +147,35 @@ export async function encryptFiles(kms: Kms, opts: EncryptOptions): Promise<File
   refuseSameNames(opts);
   await refuseExistingOutputs(opts);
   const signing = { sign_with: opts.signWith?.fingerprint, passphrase: opts.signWith?.passphrase };
-  return fileJob(kms, '/keys/encrypt', { fingerprint: opts.fingerprint, public_key: opts.publicKey, armor: flag(opts.armor), compress: flag(opts.compress), ...signing }, opts, opts.follow !== false);
+  return fileJob(
+    kms,
+    '/keys/encrypt',
+    { fingerprint: opts.fingerprint, public_key: opts.publicKey, armor: flag(opts.armor), compress: flag(opts.compress), ...signing },
+    opts,
+    opts.follow !== false,
+  );
 }
 
 /** Decrypts files with a stored key (any generation's fingerprint) and its passphrase; optionally verifies their signatures. */
 export function decryptFiles(kms: Kms, opts: DecryptOptions): Promise<FileJobResult> {
-  return fileJob(kms, '/keys/decrypt', { fingerprint: opts.fingerprint, passphrase: opts.passphrase, verify_with: opts.verifyWith, require_signature: flag(opts.requireSignature) }, opts);
+  return fileJob(
+    kms,
+    '/keys/decrypt',
+    { fingerprint: opts.fingerprint, passphrase: opts.passphrase, verify_with: opts.verifyWith, require_signature: flag(opts.requireSignature) },
+    opts,
+  );
 }
 
 /** Verifies signatures (no outputs): the job's `result.signatures` has each file's verdict. */
 export async function verifyFiles(kms: Kms, opts: VerifyOptions): Promise<Job> {
   if (Boolean(opts.fingerprint) === Boolean(opts.publicKey)) throw new ClientError('unexpected_answer', 'give exactly one of fingerprint and publicKey');
   const smallParts = (opts.signatures ?? []).map((data, n) => ({ field: 'signatures', name: `signature-${n + 1}.sig`, data }));
-  const submitted = await submitMultipart(kms, '/keys/verify', { fingerprint: opts.fingerprint, public_key: opts.publicKey }, opts.files, { idempotencyKey: opts.idempotencyKey, waitSeconds: opts.waitSeconds, onProgress: opts.onProgress, smallParts });
+  const submitted = await submitMultipart(kms, '/keys/verify', { fingerprint: opts.fingerprint, public_key: opts.publicKey }, opts.files, {
+    idempotencyKey: opts.idempotencyKey,
+    waitSeconds: opts.waitSeconds,
+    onProgress: opts.onProgress,
+    smallParts,
+  });
   opts.onSubmitted?.(submitted);
   return waitForJob(kms, submitted, { onProgress: opts.onProgress });
 }
@@ -151,7 +183,12 @@ export async function verifyFiles(kms: Kms, opts: VerifyOptions): Promise<Job> {
 /** Signs files with a stored key's current generation: detached signatures (`.sig`, `.asc` armored) or signed messages. */
 export function signFiles(kms: Kms, opts: SignOptions): Promise<FileJobResult> {
   refuseSameNames(opts);
-  return fileJob(kms, '/keys/sign', { fingerprint: opts.fingerprint, passphrase: opts.passphrase, detached: flag(opts.detached), armor: flag(opts.armor) }, opts);
+  return fileJob(
+    kms,
+    '/keys/sign',
+    { fingerprint: opts.fingerprint, passphrase: opts.passphrase, detached: flag(opts.detached), armor: flag(opts.armor) },
+    opts,
+  );
 }
 
 /**
@@ -195,12 +232,20 @@ async function fileJob(kms: Kms, path: string, fields: Record<string, string | u
       : undefined;
   let job: Job;
   try {
-    const submitted = await submitMultipart(kms, path, fields, opts.files, { idempotencyKey: opts.idempotencyKey, waitSeconds: opts.waitSeconds, onProgress: opts.onProgress, onJobId: startFollowing });
+    const submitted = await submitMultipart(kms, path, fields, opts.files, {
+      idempotencyKey: opts.idempotencyKey,
+      waitSeconds: opts.waitSeconds,
+      onProgress: opts.onProgress,
+      onJobId: startFollowing,
+    });
     uploading = false;
     opts.onSubmitted?.(submitted);
     // No 103 Early Hints reached us (a proxy may drop them): follow from the answer.
     if (!isFinished(submitted)) startFollowing?.(submitted.job_id);
-    job = isFinished(submitted) && submitted.state === 'completed' ? submitted : await waitForJob(kms, submitted, { onProgress: (p) => downloading || opts.onProgress?.(p) });
+    job =
+      isFinished(submitted) && submitted.state === 'completed'
+        ? submitted
+        : await waitForJob(kms, submitted, { onProgress: (p) => downloading || opts.onProgress?.(p) });
   } catch (err) {
     await followed?.discard();
     throw err;
@@ -280,9 +325,14 @@ function outputPath(outDir: string, name: string | undefined, n: number): string
 }
 
 /** Downloads every output of a completed job into `outDir`, under the names the job gave them. */
-export async function downloadOutputs(kms: Kms, job: Job, opts: { outDir?: string; overwrite?: boolean; onProgress?: OnProgress; only?: number[] } = {}): Promise<Output[]> {
+export async function downloadOutputs(
+  kms: Kms,
+  job: Job,
+  opts: { outDir?: string; overwrite?: boolean; onProgress?: OnProgress; only?: number[] } = {},
+): Promise<Output[]> {
   // A queued or running job lists no outputs yet: say so rather than download nothing.
-  if (job.state !== 'completed') throw new ClientError('job_not_completed', `Job ${job.job_id} is ${job.state}: its outputs exist once it has completed (wait for it first).`);
+  if (job.state !== 'completed')
+    throw new ClientError('job_not_completed', `Job ${job.job_id} is ${job.state}: its outputs exist once it has completed (wait for it first).`);
   const outDir = opts.outDir ?? '.';
   const files = (job.result?.files ?? []).filter((f) => !opts.only || opts.only.includes(f.n));
   const paths = files.map((f) => outputPath(outDir, f.name, f.n));
@@ -290,7 +340,10 @@ export async function downloadOutputs(kms: Kms, job: Job, opts: { outDir?: strin
   const twice = firstRepeat(paths);
   if (twice) {
     const [first, second] = twice;
-    throw new ClientError('output_exists', `Outputs ${files[first].n} and ${files[second].n} of job ${job.job_id} are both named ${basename(paths[second])}: download them one at a time into separate folders (\`only\`; kms jobs download --file N --out DIR).`);
+    throw new ClientError(
+      'output_exists',
+      `Outputs ${files[first].n} and ${files[second].n} of job ${job.job_id} are both named ${basename(paths[second])}: download them one at a time into separate folders (\`only\`; kms jobs download --file N --out DIR).`,
+    );
   }
   await mkdir(outDir, { recursive: true });
   const outputs: Output[] = [];

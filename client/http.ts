@@ -87,7 +87,8 @@ export class Kms {
    */
   async data<T>(call: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<T> {
     const { data, error, response } = await call;
-    if (!response.ok || error !== undefined) throw new ProblemError(response.status, problemOf(response.status, error), retryAfterSeconds(response.headers.get('retry-after')));
+    if (!response.ok || error !== undefined)
+      throw new ProblemError(response.status, problemOf(response.status, error), retryAfterSeconds(response.headers.get('retry-after')));
     return data as T;
   }
 
@@ -117,8 +118,12 @@ export class Kms {
   classify(status: number | 'network', retryAfter: string | null | undefined, replayable: boolean, code?: string): { retry: boolean; afterMs?: number } {
     const after = retryAfterSeconds(retryAfter);
     if (status === 409 && code === 'idempotency_key_in_use') return { retry: replayable };
-    if (status === 429) return after !== undefined && after > this.opts.maxRetryAfterSeconds ? { retry: false } : { retry: true, afterMs: after === undefined ? undefined : after * 1000 };
-    if (status === 503 || status === 'network') return { retry: replayable, afterMs: after === undefined ? undefined : Math.min(after, this.opts.maxRetryAfterSeconds) * 1000 };
+    if (status === 429)
+      return after !== undefined && after > this.opts.maxRetryAfterSeconds
+        ? { retry: false }
+        : { retry: true, afterMs: after === undefined ? undefined : after * 1000 };
+    if (status === 503 || status === 'network')
+      return { retry: replayable, afterMs: after === undefined ? undefined : Math.min(after, this.opts.maxRetryAfterSeconds) * 1000 };
     return { retry: false };
   }
 
@@ -132,7 +137,12 @@ export class Kms {
         const { retry } = this.classify('network', null, replayable);
         const error = new ClientError('network_error', `${request.method} ${new URL(request.url).pathname}: ${describe(err)}.`, { cause: err });
         if (!retry) throw error;
-        return { retry: err, final: () => { throw error; } };
+        return {
+          retry: err,
+          final: () => {
+            throw error;
+          },
+        };
       }
       const decision = this.classify(res.status, res.headers.get('retry-after'), replayable);
       if (!decision.retry) return { ok: res };

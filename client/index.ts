@@ -7,7 +7,36 @@
  */
 export { Kms, apiBase, newIdempotencyKey, CLIENT_VERSION, type KmsOptions } from './http.js';
 export { ProblemError, JobFailedError, ClientError, type Problem } from './errors.js';
-export { encryptFiles, decryptFiles, signFiles, verifyFiles, rewrap, rotate, downloadOutputs, type EncryptOptions, type DecryptOptions, type SignOptions, type VerifyOptions, type RewrapOptions, type RotateOptions, type FileJobResult, type Output } from './helpers.js';
-export { waitForJob, getJob, downloadJobFile, followEvents, submitMultipart, isFinished, type Job, type JobFile, type AccountEvent, type Progress, type Phase, type OnProgress } from './jobs.js';
+export {
+  encryptFiles,
+  decryptFiles,
+  signFiles,
+  verifyFiles,
+  rewrap,
+  rotate,
+  downloadOutputs,
+  type EncryptOptions,
+  type DecryptOptions,
+  type SignOptions,
+  type VerifyOptions,
+  type RewrapOptions,
+  type RotateOptions,
+  type FileJobResult,
+  type Output,
+} from './helpers.js';
+export {
+  waitForJob,
+  getJob,
+  downloadJobFile,
+  followEvents,
+  submitMultipart,
+  isFinished,
+  type Job,
+  type JobFile,
+  type AccountEvent,
+  type Progress,
+  type Phase,
+  type OnProgress,
+} from './jobs.js';
 export type { Upload } from './uploads.js';
 export type { paths, components } from './openapi.js';

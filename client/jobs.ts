@@ -51,7 +51,13 @@ export const isFinished = (job: Job) => job.state === 'completed' || job.state =
  * are retried with the same Idempotency-Key (the service answers a repeat with the first job, so a
  * submission cut mid-upload and sent again makes one job), 429 after its Retry-After.
  */
-export async function submitMultipart(kms: Kms, path: string, fields: Record<string, string | undefined>, files: Upload[], opts: SubmitOptions = {}): Promise<Job> {
+export async function submitMultipart(
+  kms: Kms,
+  path: string,
+  fields: Record<string, string | undefined>,
+  files: Upload[],
+  opts: SubmitOptions = {},
+): Promise<Job> {
   const parts = await partsOf(files);
   const body = multipartBody(fields, 'files', parts, opts.smallParts);
   // Progress counts the files' bytes (the multipart framing around them is not theirs), so it ends at their total.
@@ -70,19 +76,33 @@ export async function submitMultipart(kms: Kms, path: string, fields: Record<str
     const prefer = [wait ? `wait=${wait}` : '', opts.onJobId ? 'early-hints' : ''].filter(Boolean).join(', ');
     if (prefer) headers.prefer = prefer;
     try {
-      const res = await kms.rawRequest('POST', path, headers, body.open(report), { onInformation: (status, h) => {
-        const id = status === 103 ? monitoredJob(h.link) : undefined;
-        if (id) opts.onJobId?.(id);
-      } });
+      const res = await kms.rawRequest('POST', path, headers, body.open(report), {
+        onInformation: (status, h) => {
+          const id = status === 103 ? monitoredJob(h.link) : undefined;
+          if (id) opts.onJobId?.(id);
+        },
+      });
       if (res.statusCode === 200 || res.statusCode === 202 || res.statusCode === 201) return { ok: JSON.parse(await readText(res)) as Job };
       const problem = await problemFrom(res);
       const decision = kms.classify(problem.status, header(res, 'retry-after'), body.replayable, problem.code);
       if (!decision.retry) throw problem;
-      return { retry: problem, afterMs: decision.afterMs, final: () => { throw problem; } };
+      return {
+        retry: problem,
+        afterMs: decision.afterMs,
+        final: () => {
+          throw problem;
+        },
+      };
     } catch (err) {
       if (!(err instanceof ClientError) || err.code !== 'network_error') throw err;
-      if (!body.replayable) throw new ClientError('not_replayable', `${describe(err)}; the upload was a one-time stream, so it is not sent again.`, { cause: err });
-      return { retry: err, final: () => { throw err; } };
+      if (!body.replayable)
+        throw new ClientError('not_replayable', `${describe(err)}; the upload was a one-time stream, so it is not sent again.`, { cause: err });
+      return {
+        retry: err,
+        final: () => {
+          throw err;
+        },
+      };
     }
   });
 }
@@ -94,12 +114,18 @@ function monitoredJob(link: string | string[] | undefined): string | undefined {
 
 /** The job as it is now; `waitSeconds` asks the service to hold the answer until it ends (≤ 30 s). */
 export async function getJob(kms: Kms, jobId: string, waitSeconds = 0): Promise<Job> {
-  return kms.data(kms.api.GET('/jobs/{job_id}', { params: { path: { job_id: jobId } }, headers: waitSeconds ? { prefer: `wait=${Math.min(30, waitSeconds)}` } : {} }));
+  return kms.data(
+    kms.api.GET('/jobs/{job_id}', { params: { path: { job_id: jobId } }, headers: waitSeconds ? { prefer: `wait=${Math.min(30, waitSeconds)}` } : {} }),
+  );
 }
 
 const reportJob = (job: Job, onProgress?: OnProgress) => {
   if (!onProgress || isFinished(job)) return;
-  onProgress(job.state === 'queued' ? { phase: 'queued', bytes_done: 0 } : { phase: 'processing', bytes_done: job.progress.bytes_done ?? 0, bytes_total: job.progress.bytes_total });
+  onProgress(
+    job.state === 'queued'
+      ? { phase: 'queued', bytes_done: 0 }
+      : { phase: 'processing', bytes_done: job.progress.bytes_done ?? 0, bytes_total: job.progress.bytes_total },
+  );
 };
 
 /** How long one status request may wait for the job to end (`Prefer: wait`); also how often progress refreshes. */
@@ -134,7 +160,13 @@ export interface DownloadOptions {
  * Streams output `n` of a job to `dest`: written to `dest.part` and renamed when complete, so a cut
  * download never leaves a partial file under the real name. Network errors and 503 start it again.
  */
-export async function downloadJobFile(kms: Kms, jobId: string, file: Pick<JobFile, 'n' | 'name' | 'size'>, dest: string, opts: DownloadOptions = {}): Promise<number> {
+export async function downloadJobFile(
+  kms: Kms,
+  jobId: string,
+  file: Pick<JobFile, 'n' | 'name' | 'size'>,
+  dest: string,
+  opts: DownloadOptions = {},
+): Promise<number> {
   await refuseExisting(dest, opts.overwrite);
   const got = await fetchOutput(kms, jobId, file.n, async () => dest, { size: file.size, onProgress: opts.onProgress });
   await rename(got.part, dest).catch(async (err: unknown) => {
@@ -159,38 +191,61 @@ export interface FetchedOutput {
  * Network errors and 503 start it again, except a followed output's (its caller falls back to the
  * download after the job); on any failure the part file is removed.
  */
-export async function fetchOutput(kms: Kms, jobId: string, n: number, destOf: (res: IncomingMessage) => Promise<string>, opts: { follow?: boolean; size?: number; onProgress?: OnProgress }): Promise<FetchedOutput> {
-  return kms.retrying<FetchedOutput>(async () => {
-    let part: string | undefined;
-    try {
-      const res = await kms.rawRequest('GET', `/jobs/${encodeURIComponent(jobId)}/files/${n}${opts.follow ? '?follow=true' : ''}`, { accept: 'application/octet-stream, application/problem+json' });
-      if (res.statusCode !== 200) {
-        const problem = await problemFrom(res);
-        const decision = kms.classify(problem.status, header(res, 'retry-after'), true);
-        if (!decision.retry) throw problem;
-        return { retry: problem, afterMs: decision.afterMs, final: () => { throw problem; } };
+export async function fetchOutput(
+  kms: Kms,
+  jobId: string,
+  n: number,
+  destOf: (res: IncomingMessage) => Promise<string>,
+  opts: { follow?: boolean; size?: number; onProgress?: OnProgress },
+): Promise<FetchedOutput> {
+  return kms.retrying<FetchedOutput>(
+    async () => {
+      let part: string | undefined;
+      try {
+        const res = await kms.rawRequest('GET', `/jobs/${encodeURIComponent(jobId)}/files/${n}${opts.follow ? '?follow=true' : ''}`, {
+          accept: 'application/octet-stream, application/problem+json',
+        });
+        if (res.statusCode !== 200) {
+          const problem = await problemFrom(res);
+          const decision = kms.classify(problem.status, header(res, 'retry-after'), true);
+          if (!decision.retry) throw problem;
+          return {
+            retry: problem,
+            afterMs: decision.afterMs,
+            final: () => {
+              throw problem;
+            },
+          };
+        }
+        const dest = await destOf(res).catch((err: unknown) => {
+          res.destroy();
+          throw err;
+        });
+        part = `${dest}.part`;
+        let done = 0;
+        res.on('data', (chunk: Buffer) => {
+          done += chunk.length;
+          opts.onProgress?.({ phase: 'download', bytes_done: done, bytes_total: opts.size, file: basename(dest) });
+        });
+        await pipeline(res, createWriteStream(part, { highWaterMark: 1 << 20, mode: 0o600 }));
+        if (opts.size !== undefined && done !== opts.size)
+          throw new ClientError('network_error', `Download of ${basename(dest)} ended at ${done} of ${opts.size} bytes.`);
+        return { ok: { n, dest, part, size: done } };
+      } catch (err) {
+        if (part) await rm(part, { force: true });
+        if (err instanceof ProblemError) throw err;
+        const network = err instanceof ClientError ? err : new ClientError('network_error', describe(err), { cause: err });
+        if (network.code !== 'network_error') throw network;
+        return {
+          retry: network,
+          final: () => {
+            throw network;
+          },
+        };
       }
-      const dest = await destOf(res).catch((err: unknown) => {
-        res.destroy();
-        throw err;
-      });
-      part = `${dest}.part`;
-      let done = 0;
-      res.on('data', (chunk: Buffer) => {
-        done += chunk.length;
-        opts.onProgress?.({ phase: 'download', bytes_done: done, bytes_total: opts.size, file: basename(dest) });
-      });
-      await pipeline(res, createWriteStream(part, { highWaterMark: 1 << 20, mode: 0o600 }));
-      if (opts.size !== undefined && done !== opts.size) throw new ClientError('network_error', `Download of ${basename(dest)} ended at ${done} of ${opts.size} bytes.`);
-      return { ok: { n, dest, part, size: done } };
-    } catch (err) {
-      if (part) await rm(part, { force: true });
-      if (err instanceof ProblemError) throw err;
-      const network = err instanceof ClientError ? err : new ClientError('network_error', describe(err), { cause: err });
-      if (network.code !== 'network_error') throw network;
-      return { retry: network, final: () => { throw network; } };
-    }
-  }, opts.follow ? 0 : undefined);
+    },
+    opts.follow ? 0 : undefined,
+  );
 }
 
 /** The file name a download's Content-Disposition gives (`filename*` first), or undefined. */
@@ -207,7 +262,11 @@ export function dispositionName(res: IncomingMessage): string | undefined {
   return /filename="([^"]*)"/i.exec(value)?.[1];
 }
 
-const exists = (path: string): Promise<boolean> => access(path).then(() => true, () => false);
+const exists = (path: string): Promise<boolean> =>
+  access(path).then(
+    () => true,
+    () => false,
+  );
 
 /** Outputs are never written over a file that exists, unless asked. */
 export async function refuseExisting(dest: string, overwrite = false): Promise<void> {
@@ -233,7 +292,10 @@ export async function* followEvents(kms: Kms, opts: FollowOptions = {}): AsyncGe
   const query = opts.types?.length ? `?types=${encodeURIComponent(opts.types.join(','))}` : '';
   for (;;) {
     try {
-      const res = await kms.rawRequest('GET', `/events${query}`, { accept: 'text/event-stream', ...(last ? { 'last-event-id': last } : {}) }, undefined, { idleMs: 60_000, signal: opts.signal });
+      const res = await kms.rawRequest('GET', `/events${query}`, { accept: 'text/event-stream', ...(last ? { 'last-event-id': last } : {}) }, undefined, {
+        idleMs: 60_000,
+        signal: opts.signal,
+      });
       if (res.statusCode !== 200) throw await problemFrom(res);
       res.setEncoding('utf8');
       let buffer = '';

@@ -13,10 +13,7 @@ const MiB = 1 << 20;
  * after a network error (ClientError `not_replayable`).
  */
 export type Upload =
-  | string
-  | { name: string; path: string }
-  | { name: string; open(): Readable; size?: number }
-  | { name: string; stream: Readable; size?: number };
+  string | { name: string; path: string } | { name: string; open(): Readable; size?: number } | { name: string; stream: Readable; size?: number };
 
 interface Part {
   name: string;
@@ -45,7 +42,8 @@ export async function partsOf(uploads: Upload[]): Promise<Part[]> {
         size: u.size,
         replayable: false,
         open() {
-          if (used) throw new ClientError('not_replayable', `The stream of "${u.name}" was already sent once; pass a path or an open() function to allow retries.`);
+          if (used)
+            throw new ClientError('not_replayable', `The stream of "${u.name}" was already sent once; pass a path or an open() function to allow retries.`);
           used = true;
           return u.stream;
         },
@@ -92,13 +90,21 @@ export function multipartBody(fields: Record<string, string | undefined>, fileFi
         .map(([k, v]) => `--${boundary}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`)
         .join(''),
     ),
-    ...small.flatMap((p) => [Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${p.field}"; ${filenameParam(p.name)}\r\nContent-Type: application/octet-stream\r\n\r\n`), p.data, Buffer.from('\r\n')]),
+    ...small.flatMap((p) => [
+      Buffer.from(
+        `--${boundary}\r\nContent-Disposition: form-data; name="${p.field}"; ${filenameParam(p.name)}\r\nContent-Type: application/octet-stream\r\n\r\n`,
+      ),
+      p.data,
+      Buffer.from('\r\n'),
+    ]),
   ]);
-  const heads = parts.map((p) => `--${boundary}\r\nContent-Disposition: form-data; name="${fileField}"; ${filenameParam(p.name)}\r\nContent-Type: application/octet-stream\r\n\r\n`);
+  const heads = parts.map(
+    (p) => `--${boundary}\r\nContent-Disposition: form-data; name="${fileField}"; ${filenameParam(p.name)}\r\nContent-Type: application/octet-stream\r\n\r\n`,
+  );
   const tail = `--${boundary}--\r\n`;
   const sizes = parts.map((p) => p.size);
   const length = sizes.every((s) => s !== undefined)
-    ? fieldHead.length + heads.reduce((n, h) => n + Buffer.byteLength(h) + 2, 0) + (sizes).reduce((a, b) => a + b, 0) + Buffer.byteLength(tail)
+    ? fieldHead.length + heads.reduce((n, h) => n + Buffer.byteLength(h) + 2, 0) + sizes.reduce((a, b) => a + b, 0) + Buffer.byteLength(tail)
     : undefined;
   return {
     contentType: `multipart/form-data; boundary=${boundary}`,
@@ -116,7 +122,8 @@ export function multipartBody(fields: Record<string, string | undefined>, fileFi
             onBytes(buf.length);
             yield buf;
           }
-          if (part.size !== undefined && sent !== part.size) throw new ClientError('unexpected_answer', `"${part.name}" changed size while it was read (${sent} of ${part.size} bytes)`);
+          if (part.size !== undefined && sent !== part.size)
+            throw new ClientError('unexpected_answer', `"${part.name}" changed size while it was read (${sent} of ${part.size} bytes)`);
           yield Buffer.from('\r\n');
         }
         yield Buffer.from(tail);

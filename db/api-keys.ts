@@ -83,11 +83,22 @@ export function whereState(q: Knex.QueryBuilder, state: ApiKeyState, now: Date):
   return state === 'expired' ? q.where('expires_at', '<=', now) : q.where((w) => w.whereNull('expires_at').orWhere('expires_at', '>', now));
 }
 
-export async function pageApiKeys(db: Knex, userId: string, q: { state?: ApiKeyState; now: Date; page: number; pageSize: number }): Promise<{ items: ApiKeyRow[]; total: number }> {
+export async function pageApiKeys(
+  db: Knex,
+  userId: string,
+  q: { state?: ApiKeyState; now: Date; page: number; pageSize: number },
+): Promise<{ items: ApiKeyRow[]; total: number }> {
   const base = apiKeys(db).where({ user_id: userId });
   if (q.state) whereState(base, q.state, q.now);
   const [items, count] = await Promise.all([
-    base.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base
+      .clone()
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize),
     base.clone().count<{ count: number }[]>({ count: '*' }),
   ]);
   return { items, total: count[0]?.count ?? 0 };

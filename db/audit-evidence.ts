@@ -34,7 +34,19 @@ export function chainRows(db: Knex, chain: string, from: number, limit: number):
     .andWhere('sequence', '>=', from)
     .orderBy('sequence')
     .limit(limit)
-    .select('id as audit_id', 'sequence', 'prev_hash', 'hash', 'action', 'status', 'target', 'ip', 'request_id', 'details', db.raw(`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at`));
+    .select(
+      'id as audit_id',
+      'sequence',
+      'prev_hash',
+      'hash',
+      'action',
+      'status',
+      'target',
+      'ip',
+      'request_id',
+      'details',
+      db.raw(`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at`),
+    );
 }
 
 /** Checkpoints of `chain` with from ≤ sequence (≤ to when given), in order. */
@@ -56,7 +68,11 @@ export function movedChains(db: Knex, afterChain: string, limit: number): Promis
 
 /** Stores a checkpoint once: null when another scheduler stored the same one first. */
 export async function insertCheckpoint(db: Knex, cp: CheckpointRow): Promise<CheckpointRow | null> {
-  const [row] = await db('audit_checkpoints').insert(cp).onConflict(['chain', 'sequence']).ignore().returning(['chain', 'sequence', 'hash', 'signed_at', 'kid', 'jws']);
+  const [row] = await db('audit_checkpoints')
+    .insert(cp)
+    .onConflict(['chain', 'sequence'])
+    .ignore()
+    .returning(['chain', 'sequence', 'hash', 'signed_at', 'kid', 'jws']);
   return (row as CheckpointRow | undefined) ?? null;
 }
 

@@ -46,7 +46,14 @@ export interface AuditRow extends Required<Omit<AuditEntry, 'details'>> {
 export function recordAudit(db: Knex, entry: AuditEntry, from?: AuditSource) {
   const row = { ...entry, ...(from && sourceOf(from)) };
   const details = row.details ?? {};
-  const digest = rowDigest({ action: row.action, status: row.status, target: row.target ?? null, ip: row.ip ?? null, request_id: row.request_id ?? null, details });
+  const digest = rowDigest({
+    action: row.action,
+    status: row.status,
+    target: row.target ?? null,
+    ip: row.ip ?? null,
+    request_id: row.request_id ?? null,
+    details,
+  });
   return db('audit_logs').insert({ ...row, details: JSON.stringify(details), digest });
 }
 
@@ -74,7 +81,14 @@ export async function listAudit(db: Knex, q: AuditQuery): Promise<{ items: Audit
   if (q.action) base.andWhere('action', q.action.endsWith('*') ? 'like' : '=', q.action.replace(/\*$/, '%'));
   if (q.status) base.andWhere({ status: q.status });
   const [items, count] = await Promise.all([
-    base.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base
+      .clone()
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize),
     base.clone().count<{ count: number }[]>({ count: '*' }),
   ]);
   return { items, total: count[0]?.count ?? 0 };

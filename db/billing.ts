@@ -75,7 +75,10 @@ export async function accountUsage(db: Knex, userId: string, now: Date, jobTimeo
   // A job past its deadline (submission + JOB_TIMEOUT_SECONDS, by the database's clock, as `created_at`)
   // cannot finish any more: it is lost, and the job reconciler fails it; it holds no place meanwhile.
   const live = (q: Knex.QueryBuilder) =>
-    q.where({ user_id: userId }).whereIn('state', ['queued', 'active']).where('created_at', '>', db.raw('now() - make_interval(secs => ?)', [jobTimeoutMs / 1000]));
+    q
+      .where({ user_id: userId })
+      .whereIn('state', ['queued', 'active'])
+      .where('created_at', '>', db.raw('now() - make_interval(secs => ?)', [jobTimeoutMs / 1000]));
   const row = await db
     .select({
       keys: db('key_lineages').count('*').where({ user_id: userId }).whereNull('disabled_at'),
@@ -86,7 +89,9 @@ export async function accountUsage(db: Knex, userId: string, now: Date, jobTimeo
         .whereNull('revoked_at')
         .andWhere((q) => q.whereNull('expires_at').orWhere('expires_at', '>', now))
         .andWhere((q) => q.whereNull('view_limit').orWhereRaw('view_count < view_limit')),
-      used_bytes: db('billing_usage').sum('bytes').where({ user_id: userId, period: usagePeriod(now) }),
+      used_bytes: db('billing_usage')
+        .sum('bytes')
+        .where({ user_id: userId, period: usagePeriod(now) }),
       pending_bytes: live(db('jobs').select(db.raw("coalesce(sum((progress->>'bytes_total')::bigint), 0)")).where({ kind: 'encrypt' })),
       concurrent_jobs: live(db('jobs').count('*').whereIn('kind', FILE_JOB_KINDS)),
     })

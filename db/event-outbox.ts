@@ -20,8 +20,10 @@ export async function insertOutbox(db: Knex, rows: NewOutboxRow[]): Promise<void
 
 /** Takes the account's relay lock for the transaction, if it is free: one relayer per account keeps its events in order. */
 export async function lockAccountOutbox(trx: Knex.Transaction, userId: string): Promise<boolean> {
-  const { rows } = await trx.raw<{ rows: { locked: boolean }[] }>(`SELECT pg_try_advisory_xact_lock(hashtextextended('event_outbox:' || ?, 0)) AS locked`, [userId]);
-  return rows[0]!.locked;
+  const { rows } = await trx.raw<{ rows: { locked: boolean }[] }>(`SELECT pg_try_advisory_xact_lock(hashtextextended('event_outbox:' || ?, 0)) AS locked`, [
+    userId,
+  ]);
+  return rows[0].locked;
 }
 
 export const pendingEvents = (db: Knex, userId: string, limit: number): Promise<OutboxRow[]> =>

@@ -102,23 +102,45 @@ export const freeIdempotencyKey = (db: Knex, id: string) => db<JobRow>('jobs').w
 export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();
 
 type NewJob = Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id' | 'uploaded_at' | 'data_key'>;
-const NEW_JOB_COLUMNS = columnsOf<NewJob>({ id: 1, user_id: 1, kind: 1, request: 1, progress: 1, idempotency_key: 1, request_hash: 1, api_key_id: 1, uploaded_at: 1, data_key: 1 });
-const newJob = prepared<JobRow>('insert_job', `INSERT INTO jobs (${NEW_JOB_COLUMNS.join(', ')}) VALUES (${NEW_JOB_COLUMNS.map((c) => `:${c}`).join(', ')}) RETURNING ${JOB_COLUMNS}`);
+const NEW_JOB_COLUMNS = columnsOf<NewJob>({
+  id: 1,
+  user_id: 1,
+  kind: 1,
+  request: 1,
+  progress: 1,
+  idempotency_key: 1,
+  request_hash: 1,
+  api_key_id: 1,
+  uploaded_at: 1,
+  data_key: 1,
+});
+const newJob = prepared<JobRow>(
+  'insert_job',
+  `INSERT INTO jobs (${NEW_JOB_COLUMNS.join(', ')}) VALUES (${NEW_JOB_COLUMNS.map((c) => `:${c}`).join(', ')}) RETURNING ${JOB_COLUMNS}`,
+);
 
 export async function insertJob(db: Knex, row: NewJob): Promise<JobRow> {
   const values = Object.fromEntries(NEW_JOB_COLUMNS.map((c) => [c, row[c] ?? null]));
   const [inserted] = await newJob(db, { ...values, request: JSON.stringify(row.request), progress: JSON.stringify(row.progress) });
-  return inserted!;
+  return inserted;
 }
 
-const filesOf = prepared<JobFileRow>('job_files', `SELECT job_id, role, n, name, size, content_type FROM job_files WHERE job_id = :id AND role = :role ORDER BY n`);
+const filesOf = prepared<JobFileRow>(
+  'job_files',
+  `SELECT job_id, role, n, name, size, content_type FROM job_files WHERE job_id = :id AND role = :role ORDER BY n`,
+);
 export const jobFiles = (db: Knex, jobId: string, role: JobFileRow['role']) => filesOf(db, { id: jobId, role });
 
 /**
  * Updates a job row; `alongside`, writes to other tables, run in the same statement as data-modifying
  * CTEs (one round trip, atomic without a transaction). They must not touch the job row or each other's rows.
  */
-export async function updateJob(db: Knex, id: string, patch: Partial<Omit<JobRow, 'id' | 'user_id' | 'kind'>>, alongside: Knex.QueryBuilder[] = []): Promise<void> {
+export async function updateJob(
+  db: Knex,
+  id: string,
+  patch: Partial<Omit<JobRow, 'id' | 'user_id' | 'kind'>>,
+  alongside: Knex.QueryBuilder[] = [],
+): Promise<void> {
   const jsonColumns = new Set(['request', 'progress', 'result', 'error']);
   const values = Object.fromEntries(
     Object.entries(patch)
@@ -130,10 +152,15 @@ export async function updateJob(db: Knex, id: string, patch: Partial<Omit<JobRow
 
 /** Merges keys into the job's progress (the API adds totals when the upload ends, the worker what it has done). */
 export const mergeProgress = (db: Knex, id: string, patch: JobProgress) =>
-  db('jobs').where({ id }).update({ progress: db.raw('progress || ?::jsonb', [JSON.stringify(patch)]) });
+  db('jobs')
+    .where({ id })
+    .update({ progress: db.raw('progress || ?::jsonb', [JSON.stringify(patch)]) });
 
 /** An input as its upload starts (size 0 until it ends): from then on the worker may follow it. */
-const inputFile = prepared<never>('insert_input_file', `INSERT INTO job_files (job_id, role, n, name, content_type, size) VALUES (:id, 'input', :n, :name, :content_type, 0)`);
+const inputFile = prepared<never>(
+  'insert_input_file',
+  `INSERT INTO job_files (job_id, role, n, name, content_type, size) VALUES (:id, 'input', :n, :name, :content_type, 0)`,
+);
 export async function insertInputFile(db: Knex, jobId: string, f: Omit<JobFileRow, 'job_id' | 'role' | 'size'>): Promise<void> {
   await inputFile(db, { id: jobId, n: f.n, name: f.name, content_type: f.content_type });
 }
@@ -153,9 +180,22 @@ const uploadEnd = prepared<JobRow>(
    WHERE id = :id AND uploaded_at IS NULL AND state <> 'failed'
    RETURNING ${JOB_COLUMNS}`,
 );
-export async function recordUploadEnd(db: Knex, jobId: string, files: { n: number; size: number }[], at: Date, requestHash: string): Promise<JobRow | undefined> {
+export async function recordUploadEnd(
+  db: Knex,
+  jobId: string,
+  files: { n: number; size: number }[],
+  at: Date,
+  requestHash: string,
+): Promise<JobRow | undefined> {
   const totals: JobProgress = { bytes_total: files.reduce((n, f) => n + f.size, 0), files_total: files.length };
-  const [row] = await uploadEnd(db, { id: jobId, ns: files.map((f) => f.n), sizes: files.map((f) => f.size), totals: JSON.stringify(totals), at, hash: requestHash });
+  const [row] = await uploadEnd(db, {
+    id: jobId,
+    ns: files.map((f) => f.n),
+    sizes: files.map((f) => f.size),
+    totals: JSON.stringify(totals),
+    at,
+    hash: requestHash,
+  });
   return row;
 }
 
@@ -206,7 +246,10 @@ export async function startJobAttempt(db: Knex, id: string, at: Date): Promise<J
  */
 export async function failUnfinishedJob(db: Knex, id: string, error: { code: string; message: string }, at: Date): Promise<boolean> {
   const idempotency_key = db.raw('CASE WHEN uploaded_at IS NULL THEN NULL ELSE idempotency_key END');
-  const n = await db('jobs').where({ id }).whereNotIn('state', ['completed', 'failed']).update({ state: 'failed', error: JSON.stringify(error), finished_at: at, expires_at: at, idempotency_key });
+  const n = await db('jobs')
+    .where({ id })
+    .whereNotIn('state', ['completed', 'failed'])
+    .update({ state: 'failed', error: JSON.stringify(error), finished_at: at, expires_at: at, idempotency_key });
   return n > 0;
 }
 
@@ -214,7 +257,10 @@ export type OutputFile = Omit<JobFileRow, 'job_id' | 'role'>;
 
 /** A job's output rows (at least one file). */
 export const insertOutputFiles = (db: Knex, jobId: string, files: OutputFile[]) =>
-  db('job_files').insert(files.map((f) => ({ ...f, job_id: jobId, role: 'output' }))).onConflict(['job_id', 'role', 'n']).merge();
+  db('job_files')
+    .insert(files.map((f) => ({ ...f, job_id: jobId, role: 'output' })))
+    .onConflict(['job_id', 'role', 'n'])
+    .merge();
 
 /** Jobs not finished that were created before `before`, oldest first (the reconciler's candidates). */
 export const unfinishedJobsBefore = (db: Knex, before: Date, limit: number) =>
@@ -241,7 +287,10 @@ export async function countUploading(db: Knex, userId: string, jobTimeoutMs: num
 
 /** An attempt failed and another comes: the job is queued again (unless it has ended meanwhile). False when it had ended. */
 export async function requeueJob(db: Knex, id: string, error: { code: string; message: string }): Promise<boolean> {
-  const n = await db('jobs').where({ id }).whereNotIn('state', ['completed', 'failed']).update({ state: 'queued', error: JSON.stringify(error) });
+  const n = await db('jobs')
+    .where({ id })
+    .whereNotIn('state', ['completed', 'failed'])
+    .update({ state: 'queued', error: JSON.stringify(error) });
   return n > 0;
 }
 

@@ -39,8 +39,12 @@ export async function healthCounts(db: Knex, now: Date): Promise<HealthCounts> {
       db.raw(`count(*) FILTER (WHERE ${live} AND k.expires_at <= :now)::int AS expired`, { now }),
       db.raw(`count(*) FILTER (WHERE ${live} AND ${NEXT_ROTATION} <= :now)::int AS rotation_due`, { now }),
       db.raw(`count(*) FILTER (WHERE ${live} AND ${NEXT_ROTATION} <= :now::timestamptz - interval '${OVERDUE_AFTER}')::int AS rotation_overdue`, { now }),
-      db.raw(`count(*) FILTER (WHERE ${live} AND k.expires_at > :now AND k.expires_at <= :now::timestamptz + interval '14 days')::int AS expiring_14d`, { now }),
-      db.raw(`count(*) FILTER (WHERE ${live} AND k.expires_at > :now AND k.expires_at <= :now::timestamptz + interval '30 days')::int AS expiring_30d`, { now }),
+      db.raw(`count(*) FILTER (WHERE ${live} AND k.expires_at > :now AND k.expires_at <= :now::timestamptz + interval '14 days')::int AS expiring_14d`, {
+        now,
+      }),
+      db.raw(`count(*) FILTER (WHERE ${live} AND k.expires_at > :now AND k.expires_at <= :now::timestamptz + interval '30 days')::int AS expiring_30d`, {
+        now,
+      }),
     )
     .first();
   return row as HealthCounts;
@@ -114,6 +118,10 @@ export async function keyMetrics(db: Knex, lineageId: string, fingerprints: stri
   return {
     operations: operations as KeyMetrics['operations'],
     rotations: rotations as KeyMetrics['rotations'],
-    jobLatency: (jobLatency as { kind: string; count: number; p50_ms: string | null; p95_ms: string | null }[]).map((r) => ({ ...r, p50_ms: r.p50_ms === null ? null : Number(r.p50_ms), p95_ms: r.p95_ms === null ? null : Number(r.p95_ms) })),
+    jobLatency: (jobLatency as { kind: string; count: number; p50_ms: string | null; p95_ms: string | null }[]).map((r) => ({
+      ...r,
+      p50_ms: r.p50_ms === null ? null : Number(r.p50_ms),
+      p95_ms: r.p95_ms === null ? null : Number(r.p95_ms),
+    })),
   };
 }

@@ -68,7 +68,25 @@ export interface KeyRow {
 }
 
 /** Columns a new generation row leaves to their defaults. */
-type KeyDefaults = 'id' | 'imported' | 'status' | 'rotated_at' | 'ops_count' | 'bytes_count' | 'last_used_at' | 'expiry_warned_at' | 'created_at' | 'destroy_after' | 'destroyed_at' | 'encrypt_files' | 'encrypt_bytes' | 'decrypt_files' | 'decrypt_bytes' | 'last_decrypt_at' | 'rewrap_from_files' | 'rewrap_to_files';
+type KeyDefaults =
+  | 'id'
+  | 'imported'
+  | 'status'
+  | 'rotated_at'
+  | 'ops_count'
+  | 'bytes_count'
+  | 'last_used_at'
+  | 'expiry_warned_at'
+  | 'created_at'
+  | 'destroy_after'
+  | 'destroyed_at'
+  | 'encrypt_files'
+  | 'encrypt_bytes'
+  | 'decrypt_files'
+  | 'decrypt_bytes'
+  | 'last_decrypt_at'
+  | 'rewrap_from_files'
+  | 'rewrap_to_files';
 
 /** A lineage with its current generation: what the API calls "a key". */
 export interface KeyView {
@@ -88,19 +106,34 @@ export interface KeyView {
  * `IN (subquery)` the list scanned every current generation of every account (12.9 against 0.8 ms a
  * list with 20,000 keys).
  */
-const usableSql = (owner: string, lineage: string) => `(${owner} = :user OR ${lineage} = ANY (ARRAY(SELECT g FROM granted_lineage_ids(:user) g WHERE :inherited)))`;
+const usableSql = (owner: string, lineage: string) =>
+  `(${owner} = :user OR ${lineage} = ANY (ARRAY(SELECT g FROM granted_lineage_ids(:user) g WHERE :inherited)))`;
 
 export async function insertLineage(
   db: Knex,
-  row: Omit<LineageRow, 'kind' | 'created_at' | 'updated_at' | 'disabled_at' | 'rotation_mode' | 'rotation_interval_days' | 'min_decryption_generation' | 'destroy_after' | 'destroyed_at' | 'token_key' | 'token_key_deleted_at'> & Partial<Pick<LineageRow, 'kind' | 'token_key'>>,
+  row: Omit<
+    LineageRow,
+    | 'kind'
+    | 'created_at'
+    | 'updated_at'
+    | 'disabled_at'
+    | 'rotation_mode'
+    | 'rotation_interval_days'
+    | 'min_decryption_generation'
+    | 'destroy_after'
+    | 'destroyed_at'
+    | 'token_key'
+    | 'token_key_deleted_at'
+  > &
+    Partial<Pick<LineageRow, 'kind' | 'token_key'>>,
 ): Promise<LineageRow> {
   const [inserted] = await db<LineageRow>('key_lineages').insert(row).returning('*');
-  return inserted!;
+  return inserted;
 }
 
 export async function insertKey(db: Knex, row: Omit<KeyRow, KeyDefaults> & Partial<Pick<KeyRow, 'imported'>>): Promise<KeyRow> {
   const [inserted] = await db<KeyRow>('pgp_keys').insert(row).returning('*');
-  return inserted!;
+  return inserted;
 }
 
 /**
@@ -196,7 +229,8 @@ export const lineagesWithSpentTokenKey = (db: Knex, limit: number) =>
     .limit(limit);
 
 /** Records the deletion of a lineage's token key, once. */
-export const markTokenKeyDeleted = (db: Knex, lineageId: string, at: Date) => db('key_lineages').where({ id: lineageId, token_key: true }).whereNull('token_key_deleted_at').update({ token_key_deleted_at: at });
+export const markTokenKeyDeleted = (db: Knex, lineageId: string, at: Date) =>
+  db('key_lineages').where({ id: lineageId, token_key: true }).whereNull('token_key_deleted_at').update({ token_key_deleted_at: at });
 
 /** A generation's identity: what a rotation needs of the one it replaces. */
 export type GenerationRef = Pick<KeyRow, 'id' | 'fingerprint' | 'generation'>;
@@ -233,13 +267,17 @@ export async function retireActive(db: Knex, lineageId: string, generation: numb
 }
 
 /** A job's re-check at run time: the generation it names is still the caller's own or granted to it. */
-const usableKey = prepared<KeyRow>('usable_key', `SELECT ${KEY_COLUMNS.join(', ')} FROM pgp_keys k WHERE id = :id AND fingerprint = :fingerprint AND ${usableSql('k.user_id', 'k.lineage_id')}`);
+const usableKey = prepared<KeyRow>(
+  'usable_key',
+  `SELECT ${KEY_COLUMNS.join(', ')} FROM pgp_keys k WHERE id = :id AND fingerprint = :fingerprint AND ${usableSql('k.user_id', 'k.lineage_id')}`,
+);
 export const findUsableKey = async (db: Knex, userId: string, where: { id: string; fingerprint: string }): Promise<KeyRow | undefined> =>
   (await usableKey(db, { ...where, user: userId, inherited: true }))[0];
 
 /** Whether the caller may still use a lineage (its own, or granted): decrypt jobs re-check it. */
 const usableLineage = prepared<{ id: string }>('usable_lineage', `SELECT id FROM key_lineages l WHERE id = :id AND ${usableSql('l.user_id', 'l.id')}`);
-export const lineageUsableBy = async (db: Knex, userId: string, lineageId: string) => (await usableLineage(db, { id: lineageId, user: userId, inherited: true })).length > 0;
+export const lineageUsableBy = async (db: Knex, userId: string, lineageId: string) =>
+  (await usableLineage(db, { id: lineageId, user: userId, inherited: true })).length > 0;
 
 export const lineageGenerations = (db: Knex, lineageId: string) => db<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation', 'desc');
 
@@ -256,7 +294,19 @@ export interface KeyListQuery {
 }
 
 /** What a key list shows of each lineage and its current generation (never the key material). */
-const LISTED_LINEAGE = ['id', 'user_id', 'label', 'environment', 'uid_name', 'uid_email', 'kind', 'created_at', 'disabled_at', 'rotation_mode', 'rotation_interval_days'] as const;
+const LISTED_LINEAGE = [
+  'id',
+  'user_id',
+  'label',
+  'environment',
+  'uid_name',
+  'uid_email',
+  'kind',
+  'created_at',
+  'disabled_at',
+  'rotation_mode',
+  'rotation_interval_days',
+] as const;
 const LISTED_KEY = ['fingerprint', 'algorithm', 'generation', 'imported', 'created_at', 'expires_at'] as const;
 export type ListedKey = { lineage: Pick<LineageRow, (typeof LISTED_LINEAGE)[number]>; current: Pick<KeyRow, (typeof LISTED_KEY)[number]> };
 
@@ -278,12 +328,22 @@ const listPage = prepared<Record<string, unknown> & { list_total: number }>(
 );
 
 export async function listKeys(db: Knex, q: KeyListQuery): Promise<{ items: ListedKey[]; total: number }> {
-  const filters = { user: q.userId, inherited: q.inherited ?? false, environment: q.environment ?? null, label: q.label ?? null, active: q.active ?? null, now: q.now };
+  const filters = {
+    user: q.userId,
+    inherited: q.inherited ?? false,
+    environment: q.environment ?? null,
+    label: q.label ?? null,
+    active: q.active ?? null,
+    now: q.now,
+  };
   const rows = await listPage(db, { ...filters, limit: q.pageSize, offset: (q.page - 1) * q.pageSize });
   // A page past the end has no row to carry the total: only then is it counted on its own (from the first page).
-  const total = rows.length ? rows[0]!.list_total : q.page > 1 ? ((await listPage(db, { ...filters, limit: 1, offset: 0 }))[0]?.list_total ?? 0) : 0;
+  const total = rows.length ? rows[0].list_total : q.page > 1 ? ((await listPage(db, { ...filters, limit: 1, offset: 0 }))[0]?.list_total ?? 0) : 0;
   const pick = (row: Record<string, unknown>, prefix: string, columns: readonly string[]) => Object.fromEntries(columns.map((c) => [c, row[`${prefix}${c}`]]));
-  const items = rows.map((row) => ({ lineage: pick(row, 'l_', LISTED_LINEAGE) as ListedKey['lineage'], current: pick(row, 'k_', LISTED_KEY) as ListedKey['current'] }));
+  const items = rows.map((row) => ({
+    lineage: pick(row, 'l_', LISTED_LINEAGE) as ListedKey['lineage'],
+    current: pick(row, 'k_', LISTED_KEY) as ListedKey['current'],
+  }));
   return { items, total };
 }
 
@@ -301,11 +361,18 @@ function generationCounters(db: Knex, use: GenerationUse, files: number, bytes: 
 export const recordKeyUse = (db: Knex, keyId: string, use: 'encrypt' | 'decrypt', files: number, bytes: number, at: Date) =>
   db('pgp_keys')
     .where({ id: keyId })
-    .update({ ops_count: db.raw('ops_count + 1'), bytes_count: db.raw('bytes_count + ?', [bytes]), last_used_at: at, ...generationCounters(db, use, files, bytes, at) });
+    .update({
+      ops_count: db.raw('ops_count + 1'),
+      bytes_count: db.raw('bytes_count + ?', [bytes]),
+      last_used_at: at,
+      ...generationCounters(db, use, files, bytes, at),
+    });
 
 /** Per-generation usage alone (a rewrap's, which is not counted as a use of the key). */
 export const recordGenerationUse = (db: Knex, keyId: string, use: GenerationUse, files: number, bytes: number, at: Date) =>
-  db('pgp_keys').where({ id: keyId }).update(generationCounters(db, use, files, bytes, at));
+  db('pgp_keys')
+    .where({ id: keyId })
+    .update(generationCounters(db, use, files, bytes, at));
 
 export interface ExpiryCandidate {
   key_id: string;
@@ -340,7 +407,7 @@ export function dueExpiryWarnings(db: Knex, now: Date, leadDays: number[], limit
         .andWhereRaw("w.lead_days <= (SELECT min(l) FROM unnest(?::int[]) AS l WHERE k.expires_at <= ?::timestamptz + l * interval '1 day')", [leadDays, now]),
     )
     .orderBy('k.expires_at')
-    .limit(limit) as unknown as Promise<ExpiryCandidate[]>;
+    .limit(limit);
 }
 
 /** The lineage and all its generations (oldest first), locked for the rest of the transaction. */
@@ -353,17 +420,22 @@ export async function lockLineageWithGenerations(trx: Knex.Transaction, lineageI
 /** Changes a lineage's row and answers it as changed. */
 export async function updateLineage(db: Knex, lineageId: string, patch: Partial<Omit<LineageRow, 'id' | 'user_id'>>): Promise<LineageRow> {
   const [row] = await db<LineageRow>('key_lineages').where({ id: lineageId }).update(patch).returning('*');
-  return row!;
+  return row;
 }
 
 /** Disables a lineage unless it is disabled already: the changed row, or undefined when it was. */
 export async function disableLineage(db: Knex, lineageId: string, at: Date): Promise<LineageRow | undefined> {
-  const [row] = await db<LineageRow>('key_lineages').where({ id: lineageId }).whereNull('disabled_at').update({ disabled_at: at, updated_at: at }).returning('*');
+  const [row] = await db<LineageRow>('key_lineages')
+    .where({ id: lineageId })
+    .whereNull('disabled_at')
+    .update({ disabled_at: at, updated_at: at })
+    .returning('*');
   return row;
 }
 
 /** Schedules (a date) or unschedules (null) one generation's destruction. */
-export const setGenerationDestroyAfter = (db: Knex, keyId: string, when: Date | null) => db<KeyRow>('pgp_keys').where({ id: keyId }).update({ destroy_after: when });
+export const setGenerationDestroyAfter = (db: Knex, keyId: string, when: Date | null) =>
+  db<KeyRow>('pgp_keys').where({ id: keyId }).update({ destroy_after: when });
 
 /** A whole key's destruction: its generations not yet destroyed nor scheduled on their own get its date. */
 export const scheduleUnscheduledGenerations = (db: Knex, lineageId: string, when: Date) =>
@@ -375,33 +447,53 @@ export const unscheduleGenerations = (db: Knex, lineageId: string, when: Date) =
 
 /** Lineages with a generation whose destruction is due (at most `limit`). */
 export async function lineagesWithDueGenerations(db: Knex, now: Date, limit: number): Promise<string[]> {
-  const rows = await db<KeyRow>('pgp_keys').whereNotNull('destroy_after').whereNull('destroyed_at').where('destroy_after', '<=', now).distinct('lineage_id').limit(limit);
+  const rows = await db<KeyRow>('pgp_keys')
+    .whereNotNull('destroy_after')
+    .whereNull('destroyed_at')
+    .where('destroy_after', '<=', now)
+    .distinct('lineage_id')
+    .limit(limit);
   return rows.map((r) => r.lineage_id);
 }
 
 /** Destroys a generation's secret material once: the destroyed row, or undefined when another sweep did. */
 export async function destroyGeneration(db: Knex, keyId: string, at: Date): Promise<KeyRow | undefined> {
-  const [row] = await db<KeyRow>('pgp_keys').where({ id: keyId }).whereNull('destroyed_at').update({ private_sealed: '', secret_sealed: '', destroyed_at: at }).returning('*');
+  const [row] = await db<KeyRow>('pgp_keys')
+    .where({ id: keyId })
+    .whereNull('destroyed_at')
+    .update({ private_sealed: '', secret_sealed: '', destroyed_at: at })
+    .returning('*');
   return row;
 }
 
 /** Whether any account holds a generation with this fingerprint. */
-export const fingerprintExists = async (db: Knex, fingerprint: string) => Boolean(await db<KeyRow>('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).first('id'));
+export const fingerprintExists = async (db: Knex, fingerprint: string) =>
+  Boolean(await db<KeyRow>('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).first('id'));
 
 /** The lineage a generation's fingerprint belongs to (any account's). */
-export const lineageIdOfFingerprint = async (db: Knex, fingerprint: string) => (await db<KeyRow>('pgp_keys').where({ fingerprint }).first('lineage_id'))?.lineage_id;
+export const lineageIdOfFingerprint = async (db: Knex, fingerprint: string) =>
+  (await db<KeyRow>('pgp_keys').where({ fingerprint }).first('lineage_id'))?.lineage_id;
 
 export const findLineage = (db: Knex, lineageId: string): Promise<LineageRow | undefined> => db<LineageRow>('key_lineages').where({ id: lineageId }).first();
 
-export const activeGeneration = (db: Knex, lineageId: string): Promise<KeyRow | undefined> => db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, status: 'active' }).first();
+export const activeGeneration = (db: Knex, lineageId: string): Promise<KeyRow | undefined> =>
+  db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, status: 'active' }).first();
 
 /** The ids of the lineages an account owns (a subquery), or, `enabled`, of those not disabled (their ids). */
 export const ownLineageIds = (db: Knex, userId: string) => db<LineageRow>('key_lineages').where({ user_id: userId }).select('id');
-export const enabledLineageIds = async (db: Knex, userId: string): Promise<string[]> => db<LineageRow>('key_lineages').where({ user_id: userId }).whereNull('disabled_at').pluck('id');
+export const enabledLineageIds = async (db: Knex, userId: string): Promise<string[]> =>
+  db<LineageRow>('key_lineages').where({ user_id: userId }).whereNull('disabled_at').pluck('id');
 
 /** A rotation that changed the passphrase: the lineage's new unlock key, and each generation's secret resealed to it. */
-export async function storeRekeyedLineage(trx: Knex.Transaction, lineageId: string, rekeyed: Pick<LineageRow, 'unlock_public' | 'unlock_locked' | 'unlock_mac'> & { secrets: Pick<KeyRow, 'id' | 'secret_sealed'>[] }, at: Date): Promise<void> {
-  await trx<LineageRow>('key_lineages').where({ id: lineageId }).update({ unlock_public: rekeyed.unlock_public, unlock_locked: rekeyed.unlock_locked, unlock_mac: rekeyed.unlock_mac, updated_at: at });
+export async function storeRekeyedLineage(
+  trx: Knex.Transaction,
+  lineageId: string,
+  rekeyed: Pick<LineageRow, 'unlock_public' | 'unlock_locked' | 'unlock_mac'> & { secrets: Pick<KeyRow, 'id' | 'secret_sealed'>[] },
+  at: Date,
+): Promise<void> {
+  await trx<LineageRow>('key_lineages')
+    .where({ id: lineageId })
+    .update({ unlock_public: rekeyed.unlock_public, unlock_locked: rekeyed.unlock_locked, unlock_mac: rekeyed.unlock_mac, updated_at: at });
   for (const g of rekeyed.secrets) await trx<KeyRow>('pgp_keys').where({ id: g.id }).update({ secret_sealed: g.secret_sealed });
 }
 

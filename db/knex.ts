@@ -23,7 +23,7 @@ export interface DbOptions {
 
 /** knex's warnings as one record each: its messages carry multi-line stacks, which only the first line needs. */
 const knexLog = (log: NonNullable<DbOptions['log']>): Knex.Config['log'] => {
-  const warn = (message: unknown) => log.warn({ source: 'knex' }, String(message).split('\n')[0]!);
+  const warn = (message: unknown) => log.warn({ source: 'knex' }, String(message).split('\n')[0]);
   return { warn, error: warn, deprecate: warn, debug: () => undefined };
 };
 
@@ -71,7 +71,8 @@ export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: K
   const text = sql.replace(/:([A-Za-z_]\w*)/g, (_, binding: string) => (names.push(binding), '?'));
   let version = 0;
   const nameOf = (v: number) => (v ? `${name}_${v}` : name);
-  const run = async (db: Knex, values: Knex.RawBinding[], as: string): Promise<Row[]> => ((await db.raw(text, values).options({ name: as })) as { rows: Row[] }).rows;
+  const run = async (db: Knex, values: Knex.RawBinding[], as: string): Promise<Row[]> =>
+    ((await db.raw(text, values).options({ name: as })) as { rows: Row[] }).rows;
   return async (db, bindings) => {
     const values = names.map((n) => {
       if (bindings[n] === undefined) throw new Error(`prepared statement "${name}": no value for :${n}`);

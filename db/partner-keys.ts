@@ -13,8 +13,7 @@ export interface PartnerKeyRow {
   created_at: Date;
 }
 
-export const findActivePartnerKey = (db: Knex, userId: string) =>
-  db<PartnerKeyRow>('partner_api_keys').where({ user_id: userId, status: 'active' }).first();
+export const findActivePartnerKey = (db: Knex, userId: string) => db<PartnerKeyRow>('partner_api_keys').where({ user_id: userId, status: 'active' }).first();
 
 // Every request authenticated by a partner key makes this lookup: a prepared statement.
 const partnerKeyByHash = prepared<PartnerKeyRow>(
@@ -26,7 +25,7 @@ export const findPartnerKeyByHash = async (db: Knex, keyHash: string): Promise<P
 
 export async function insertPartnerKey(db: Knex, row: Pick<PartnerKeyRow, 'user_id' | 'prefix' | 'key_hash' | 'expires_at'>): Promise<PartnerKeyRow> {
   const [inserted] = await db<PartnerKeyRow>('partner_api_keys').insert(row).returning('*');
-  return inserted!;
+  return inserted;
 }
 
 /** Retires every live key of the account (rotation: 'rotated'; deletion: 'revoked'). */
@@ -34,4 +33,6 @@ export const retirePartnerKeys = (db: Knex, userId: string, status: 'rotated' | 
   db<PartnerKeyRow>('partner_api_keys').where({ user_id: userId, status: 'active' }).update({ status, revoked_at: at });
 
 export const touchPartnerKey = (db: Knex, id: string, at: Date) =>
-  db<PartnerKeyRow>('partner_api_keys').where({ id }).update({ last_used_at: db.raw('greatest(last_used_at, ?)', [at]) as unknown as Date });
+  db<PartnerKeyRow>('partner_api_keys')
+    .where({ id })
+    .update({ last_used_at: db.raw('greatest(last_used_at, ?)', [at]) as unknown as Date });

@@ -22,9 +22,12 @@ type Stored = Omit<PasskeyRow, 'counter'> & { counter: string | number };
 const toRow = (r: Stored): PasskeyRow => ({ ...r, counter: Number(r.counter) });
 const table = (db: Knex) => db<Stored>('passkeys');
 
-export async function insertPasskey(db: Knex, row: Pick<PasskeyRow, 'user_id' | 'credential_id' | 'public_key' | 'counter' | 'transports' | 'device_type' | 'backed_up' | 'aaguid' | 'name'>): Promise<PasskeyRow> {
+export async function insertPasskey(
+  db: Knex,
+  row: Pick<PasskeyRow, 'user_id' | 'credential_id' | 'public_key' | 'counter' | 'transports' | 'device_type' | 'backed_up' | 'aaguid' | 'name'>,
+): Promise<PasskeyRow> {
   const [inserted] = await table(db).insert(row).returning('*');
-  return toRow(inserted as Stored);
+  return toRow(inserted);
 }
 
 export async function findPasskeyByCredentialId(db: Knex, credentialId: string): Promise<PasskeyRow | undefined> {
@@ -51,16 +54,32 @@ export async function countPasskeys(db: Knex, userId: string): Promise<number> {
 export async function pagePasskeys(db: Knex, userId: string, q: { page: number; pageSize: number }): Promise<{ items: PasskeyRow[]; total: number }> {
   const base = table(db).where({ user_id: userId });
   const [items, count] = await Promise.all([
-    base.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base
+      .clone()
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize),
     base.clone().count<{ count: string }[]>({ count: '*' }),
   ]);
   return { items: items.map(toRow), total: Number(count[0]?.count ?? 0) };
 }
 
 /** Changes one account's passkey; undefined when it is gone (deleted meanwhile) or not the account's. */
-export async function updatePasskey(db: Knex, userId: string, id: string, patch: Partial<Pick<PasskeyRow, 'name' | 'active'>>, at: Date): Promise<PasskeyRow | undefined> {
-  const [row] = await table(db).where({ id, user_id: userId }).update({ ...patch, updated_at: at }).returning('*');
-  return row && toRow(row as Stored);
+export async function updatePasskey(
+  db: Knex,
+  userId: string,
+  id: string,
+  patch: Partial<Pick<PasskeyRow, 'name' | 'active'>>,
+  at: Date,
+): Promise<PasskeyRow | undefined> {
+  const [row] = await table(db)
+    .where({ id, user_id: userId })
+    .update({ ...patch, updated_at: at })
+    .returning('*');
+  return row && toRow(row);
 }
 
 /** Makes every active passkey of the account inactive (the owner can make them active again); answers them. */

@@ -48,7 +48,14 @@ export async function listRotations(db: Knex, q: RotationQuery): Promise<{ items
   if (q.trigger) base.andWhere({ trigger: q.trigger });
   if (q.status) base.andWhere({ status: q.status });
   const [items, count] = await Promise.all([
-    base.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'from_generation', order: 'desc' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base
+      .clone()
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'from_generation', order: 'desc' },
+      ])
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize),
     base.clone().count<{ count: number }[]>({ count: '*' }),
   ]);
   return { items, total: count[0]?.count ?? 0 };
@@ -82,5 +89,5 @@ export function dueRotations(db: Knex, now: Date, limit: number): Promise<DueRot
       [now],
     )
     .orderBy('k.created_at')
-    .limit(limit) as unknown as Promise<DueRotation[]>;
+    .limit(limit);
 }

@@ -61,18 +61,30 @@ export interface ShareListQuery {
 }
 
 export async function pageShares(db: Knex, q: ShareListQuery): Promise<{ items: ShareRow[]; total: number }> {
-  const base = shares(db).where({ kind: q.kind }).andWhere((w) => (q.orTargetIn ? w.where({ user_id: q.userId }).orWhereIn('target_id', q.orTargetIn) : w.where({ user_id: q.userId })));
+  const base = shares(db)
+    .where({ kind: q.kind })
+    .andWhere((w) => (q.orTargetIn ? w.where({ user_id: q.userId }).orWhereIn('target_id', q.orTargetIn) : w.where({ user_id: q.userId })));
   if (q.targetId) base.andWhere({ target_id: q.targetId });
   if (q.state) base.andWhereRaw(`(${STATE_CASE}) = ?`, [...stateBindings(q.now, 'share_links'), q.state]);
   const [items, count] = await Promise.all([
-    base.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base
+      .clone()
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize),
     base.clone().count<{ count: number }[]>({ count: '*' }),
   ]);
   return { items, total: count[0]?.count ?? 0 };
 }
 
 /** Revokes the account's usable shares of one kind (expired and used-up ones are over already); answers them. */
-export const revokeActiveShares = (trx: Knex.Transaction, q: { userId: string; kind: ShareKind; now: Date }): Promise<Pick<ShareRow, 'id' | 'target_id' | 'view_count'>[]> =>
+export const revokeActiveShares = (
+  trx: Knex.Transaction,
+  q: { userId: string; kind: ShareKind; now: Date },
+): Promise<Pick<ShareRow, 'id' | 'target_id' | 'view_count'>[]> =>
   shares(trx)
     .where({ user_id: q.userId, kind: q.kind })
     .andWhereRaw(`(${STATE_CASE}) = 'active'`, stateBindings(q.now, 'share_links'))
@@ -113,11 +125,18 @@ export interface Analytics {
 }
 
 /** One account's numbers for one kind: shares and views by state, views per UTC day since `since`, top targets, latest views. */
-export async function shareAnalytics(db: Knex, q: { userId: string; kind: ShareKind; now: Date; since: Date; top: number; recent: number }): Promise<Analytics> {
+export async function shareAnalytics(
+  db: Knex,
+  q: { userId: string; kind: ShareKind; now: Date; since: Date; top: number; recent: number },
+): Promise<Analytics> {
   const own = (b: Knex.QueryBuilder) => b.where({ 's.user_id': q.userId, 's.kind': q.kind });
   const [byState, byDay, topTargets, recent] = await Promise.all([
     own(db('share_links as s'))
-      .select(db.raw(`${STATE_CASE} AS state`, stateBindings(q.now, 's')), db.raw('count(*)::int AS shares'), db.raw('coalesce(sum(s.view_count), 0)::int AS views'))
+      .select(
+        db.raw(`${STATE_CASE} AS state`, stateBindings(q.now, 's')),
+        db.raw('count(*)::int AS shares'),
+        db.raw('coalesce(sum(s.view_count), 0)::int AS views'),
+      )
       .groupBy('state') as Promise<Analytics['byState']>,
     own(db('share_link_views as v').join('share_links as s', 's.id', 'v.share_id'))
       .where('v.viewed_at', '>=', q.since)
@@ -133,7 +152,10 @@ export async function shareAnalytics(db: Knex, q: { userId: string; kind: ShareK
       .limit(q.top) as Promise<Analytics['topTargets']>,
     own(db('share_link_views as v').join('share_links as s', 's.id', 'v.share_id'))
       .select('v.viewed_at', 'v.share_id', 's.target_id', 'v.ua_class')
-      .orderBy([{ column: 'v.viewed_at', order: 'desc' }, { column: 'v.id', order: 'desc' }])
+      .orderBy([
+        { column: 'v.viewed_at', order: 'desc' },
+        { column: 'v.id', order: 'desc' },
+      ])
       .limit(q.recent) as Promise<Analytics['recent']>,
   ]);
   return { byState, byDay, topTargets, recent };

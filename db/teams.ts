@@ -78,7 +78,10 @@ export const memberViews = (db: Knex, organizationId: string) =>
     .where('m.organization_id', organizationId)
     .select<MemberView[]>('m.user_id', 'm.organization_id', 'm.role', 'm.joined_at', 'u.username', 'u.email');
 
-export async function pageMembers(db: Knex, q: { organizationId: string; excludeUserId?: string; prefix?: string; page: number; pageSize: number }): Promise<{ items: MemberView[]; total: number }> {
+export async function pageMembers(
+  db: Knex,
+  q: { organizationId: string; excludeUserId?: string; prefix?: string; page: number; pageSize: number },
+): Promise<{ items: MemberView[]; total: number }> {
   const base = memberViews(db, q.organizationId);
   if (q.excludeUserId) base.whereNot('m.user_id', q.excludeUserId);
   if (q.prefix) {
@@ -87,7 +90,12 @@ export async function pageMembers(db: Knex, q: { organizationId: string; exclude
     base.andWhere((w) => w.whereRaw('lower(u.username) LIKE ?', [like]).orWhereRaw('lower(u.email) LIKE ?', [like]));
   }
   const [items, count] = await Promise.all([
-    base.clone().orderBy('m.joined_at').orderBy('m.user_id').limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base
+      .clone()
+      .orderBy('m.joined_at')
+      .orderBy('m.user_id')
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize),
     base.clone().clearSelect().count<{ count: string }[]>({ count: '*' }),
   ]);
   return { items, total: Number(count[0]?.count ?? 0) };
@@ -103,10 +111,14 @@ export async function pageMembers(db: Knex, q: { organizationId: string; exclude
  */
 export const grantedLineageIds = (db: Knex, userId: string) => db.select('lineage_id').from(db.raw('granted_lineage_ids(?) as g(lineage_id)', [userId]));
 
-export const countGrants = async (db: Knex, granteeId: string) => Number(((await teamGrants(db).where({ grantee_id: granteeId }).count<{ count: string }[]>({ count: '*' }))[0]?.count) ?? 0);
+export const countGrants = async (db: Knex, granteeId: string) =>
+  Number((await teamGrants(db).where({ grantee_id: granteeId }).count<{ count: string }[]>({ count: '*' }))[0]?.count ?? 0);
 
 /** Marks every link to the source pending (its keys changed); returns the accounts linked to it. One statement. */
-const linksToPending = prepared<{ grantee_id: string }>('links_to_pending', `UPDATE team_links SET state = 'pending', updated_at = :at WHERE source_id = :source RETURNING grantee_id`);
+const linksToPending = prepared<{ grantee_id: string }>(
+  'links_to_pending',
+  `UPDATE team_links SET state = 'pending', updated_at = :at WHERE source_id = :source RETURNING grantee_id`,
+);
 export async function markLinksToPending(db: Knex, sourceId: string, at: Date): Promise<string[]> {
   return (await linksToPending(db, { source: sourceId, at })).map((r) => r.grantee_id);
 }
@@ -120,14 +132,20 @@ export async function ensureMembership(db: Knex, userId: string): Promise<Member
   const found = await membershipOf(db, userId);
   if (found) return found;
   return db.transaction(async (trx) => {
-    const user = await trx<{ id: string; username: string; company_name: string | null }>('users').where({ id: userId }).whereNull('deleted_at').forUpdate().first();
+    const user = await trx<{ id: string; username: string; company_name: string | null }>('users')
+      .where({ id: userId })
+      .whereNull('deleted_at')
+      .forUpdate()
+      .first();
     if (!user) throw new Error(`account ${userId} is gone`);
     const again = await membershipOf(trx, userId);
     if (again) return again;
-    const [org] = await organizations(trx).insert({ name: user.company_name || user.username, owner_id: userId }).returning('*');
-    const [row] = await members(trx).insert({ user_id: userId, organization_id: org!.id, role: 'owner' }).returning('*');
-    await recordAudit(trx, { user_id: userId, action: 'organization.created', status: 'success', target: org!.id, details: { reason: 'own_organization' } });
-    return row!;
+    const [org] = await organizations(trx)
+      .insert({ name: user.company_name || user.username, owner_id: userId })
+      .returning('*');
+    const [row] = await members(trx).insert({ user_id: userId, organization_id: org.id, role: 'owner' }).returning('*');
+    await recordAudit(trx, { user_id: userId, action: 'organization.created', status: 'success', target: org.id, details: { reason: 'own_organization' } });
+    return row;
   });
 }
 
@@ -139,22 +157,34 @@ export async function countGrantedLineages(db: Knex, userId: string): Promise<nu
 
 /** A live account's organization (null without one); undefined when there is no such live account. */
 export const accountOrganization = (db: Knex, userId: string) =>
-  db('users as u').leftJoin('organization_members as m', 'm.user_id', 'u.id').whereNull('u.deleted_at').where('u.id', userId).first<{ organization_id: string | null } | undefined>('m.organization_id');
+  db('users as u')
+    .leftJoin('organization_members as m', 'm.user_id', 'u.id')
+    .whereNull('u.deleted_at')
+    .where('u.id', userId)
+    .first<{ organization_id: string | null } | undefined>('m.organization_id');
 
 /** The account's membership, locked: a concurrent move to another organization waits for the transaction. */
-export const lockMembership = (trx: Knex.Transaction, userId: string) => members(trx).where({ user_id: userId }).forUpdate().first<Pick<MemberRow, 'organization_id'> | undefined>('organization_id');
+export const lockMembership = (trx: Knex.Transaction, userId: string) =>
+  members(trx).where({ user_id: userId }).forUpdate().first<Pick<MemberRow, 'organization_id'> | undefined>('organization_id');
 
 /** A live member of the organization with this email address (lower-case), if any. */
 export const memberWithEmail = (db: Knex, organizationId: string, email: string) =>
-  db('organization_members as m').join('users as u', 'u.id', 'm.user_id').whereNull('u.deleted_at').where('m.organization_id', organizationId).whereRaw('lower(u.email) = ?', [email]).first<{ user_id: string } | undefined>('m.user_id');
+  db('organization_members as m')
+    .join('users as u', 'u.id', 'm.user_id')
+    .whereNull('u.deleted_at')
+    .where('m.organization_id', organizationId)
+    .whereRaw('lower(u.email) = ?', [email])
+    .first<{ user_id: string } | undefined>('m.user_id');
 
 /** Who takes over an organization from its departing owner: the longest-standing admin, else the longest-standing member. */
 export const heirOf = (db: Knex, organizationId: string) =>
   members(db).where({ organization_id: organizationId }).orderByRaw(`CASE role WHEN 'admin' THEN 0 ELSE 1 END`).orderBy('joined_at').first();
 
 /** The grantee's link to `source_id`, made or replaced (one link per grantee). */
-export const upsertTeamLink = (db: Knex, link: Pick<TeamLinkRow, 'grantee_id' | 'source_id' | 'state' | 'last_error' | 'linked_at' | 'updated_at' | 'approved_at' | 'approved_by'>) =>
-  teamLinks(db).insert(link).onConflict('grantee_id').merge(['source_id', 'state', 'last_error', 'linked_at', 'updated_at', 'approved_at', 'approved_by']);
+export const upsertTeamLink = (
+  db: Knex,
+  link: Pick<TeamLinkRow, 'grantee_id' | 'source_id' | 'state' | 'last_error' | 'linked_at' | 'updated_at' | 'approved_at' | 'approved_by'>,
+) => teamLinks(db).insert(link).onConflict('grantee_id').merge(['source_id', 'state', 'last_error', 'linked_at', 'updated_at', 'approved_at', 'approved_by']);
 
 /** Grants the grantee these lineages of its source; answers the lineage ids newly granted. */
 export async function grantLineages(db: Knex, granteeId: string, sourceId: string, lineageIds: string[], at: Date): Promise<string[]> {

@@ -59,7 +59,7 @@ export const findUserByEmail = (db: Knex, email: string) => live(db).whereRaw('l
 
 export async function insertUser(db: Knex, user: Pick<UserRow, 'username' | 'email' | 'company_name' | 'password_hash' | 'role'>): Promise<UserRow> {
   const [row] = await db<UserRow>('users').insert(user).returning('*');
-  return row!;
+  return row;
 }
 
 export async function updateUser(db: Knex, id: string, patch: Partial<Omit<UserRow, 'id' | 'created_at'>>): Promise<UserRow> {
@@ -67,7 +67,7 @@ export async function updateUser(db: Knex, id: string, patch: Partial<Omit<UserR
     .where({ id })
     .update({ ...patch, updated_at: db.fn.now() as unknown as Date })
     .returning('*');
-  return row!;
+  return row;
 }
 
 /** Password change, reset and deletion bump the version, which every JWT must match. */
@@ -76,7 +76,7 @@ export async function bumpTokenVersion(db: Knex, id: string, patch: Partial<Pick
     .where({ id })
     .update({ ...patch, token_version: db.raw('token_version + 1') as unknown as number, updated_at: db.fn.now() as unknown as Date })
     .returning('*');
-  return row!;
+  return row;
 }
 
 /** Which unique index a 23505 violation came from: the API answers 409 with the field's name. */
@@ -97,17 +97,24 @@ export interface EmailChangeRow {
   used_at: Date | null;
 }
 
-export const insertEmailChange = (db: Knex, row: Pick<EmailChangeRow, 'user_id' | 'new_email' | 'token_hash' | 'expires_at'>) => db('email_changes').insert(row);
+export const insertEmailChange = (db: Knex, row: Pick<EmailChangeRow, 'user_id' | 'new_email' | 'token_hash' | 'expires_at'>) =>
+  db('email_changes').insert(row);
 
 /** Locks the row so two concurrent confirmations of one token cannot both succeed. */
-export const lockEmailChange = (trx: Knex.Transaction, tokenHash: string) => trx<EmailChangeRow>('email_changes').where({ token_hash: tokenHash }).forUpdate().first();
+export const lockEmailChange = (trx: Knex.Transaction, tokenHash: string) =>
+  trx<EmailChangeRow>('email_changes').where({ token_hash: tokenHash }).forUpdate().first();
 
 /** Confirming one change voids the account's other outstanding requests. */
-export const useEmailChanges = (trx: Knex.Transaction, userId: string, at: Date) => trx<EmailChangeRow>('email_changes').where({ user_id: userId }).whereNull('used_at').update({ used_at: at });
+export const useEmailChanges = (trx: Knex.Transaction, userId: string, at: Date) =>
+  trx<EmailChangeRow>('email_changes').where({ user_id: userId }).whereNull('used_at').update({ used_at: at });
 
 /** Accounts by id with their public names, deleted ones included (what they made still names them). */
 export async function usersByIds(db: Knex, ids: string[]): Promise<Pick<UserRow, 'id' | 'username' | 'email' | 'deleted_at'>[]> {
-  return ids.length ? db<UserRow>('users').whereIn('id', [...new Set(ids)]).select('id', 'username', 'email', 'deleted_at') : [];
+  return ids.length
+    ? db<UserRow>('users')
+        .whereIn('id', [...new Set(ids)])
+        .select('id', 'username', 'email', 'deleted_at')
+    : [];
 }
 
 export interface ContactRequest {
@@ -121,5 +128,5 @@ export interface ContactRequest {
 /** Stores a contact request; answers its id (the reference the sender is given). */
 export async function insertContactRequest(db: Knex, request: ContactRequest): Promise<string> {
   const [row] = await db('contact_requests').insert(request).returning<{ id: string }[]>('id');
-  return row!.id;
+  return row.id;
 }

@@ -49,20 +49,37 @@ export const enabledEndpoints = (db: Knex, userId: string): Promise<Pick<Endpoin
   endpoints(db).where({ user_id: userId, enabled: true }).select('id', 'user_id', 'event_types');
 
 /** Whether an endpoint takes events of this type (an empty list takes all). */
-export const takesEvent = (endpoint: Pick<EndpointRow, 'event_types'>, type: string) => endpoint.event_types.length === 0 || endpoint.event_types.includes(type);
+export const takesEvent = (endpoint: Pick<EndpointRow, 'event_types'>, type: string) =>
+  endpoint.event_types.length === 0 || endpoint.event_types.includes(type);
 
-export async function pageDeliveries(db: Knex, endpointId: string, q: { state?: DeliveryState; page: number; pageSize: number }): Promise<{ items: DeliveryRow[]; total: number }> {
+export async function pageDeliveries(
+  db: Knex,
+  endpointId: string,
+  q: { state?: DeliveryState; page: number; pageSize: number },
+): Promise<{ items: DeliveryRow[]; total: number }> {
   const base = deliveries(db).where({ endpoint_id: endpointId });
   if (q.state) base.andWhere({ state: q.state });
   const [items, count] = await Promise.all([
-    base.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base
+      .clone()
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize),
     base.clone().count<{ count: number }[]>({ count: '*' }),
   ]);
   return { items, total: count[0]?.count ?? 0 };
 }
 
 /** One delivery attempt's outcome: the attempt recorded, the delivery's state and next try set. */
-export async function recordAttempt(trx: Knex.Transaction, deliveryId: string, attempt: Pick<AttemptRow, 'status_code' | 'latency_ms' | 'error' | 'created_at'>, next: Pick<DeliveryRow, 'state' | 'next_attempt_at' | 'updated_at'>): Promise<void> {
+export async function recordAttempt(
+  trx: Knex.Transaction,
+  deliveryId: string,
+  attempt: Pick<AttemptRow, 'status_code' | 'latency_ms' | 'error' | 'created_at'>,
+  next: Pick<DeliveryRow, 'state' | 'next_attempt_at' | 'updated_at'>,
+): Promise<void> {
   await attempts(trx).insert({ delivery_id: deliveryId, ...attempt });
   await deliveries(trx)
     .where({ id: deliveryId })
@@ -77,7 +94,11 @@ export function attemptsOf(db: Knex, deliveryIds: string[]): Promise<AttemptRow[
 export async function pageEndpoints(db: Knex, userId: string, q: { page: number; pageSize: number }): Promise<{ items: EndpointRow[]; total: number }> {
   const mine = () => endpoints(db).where({ user_id: userId });
   const [items, [count]] = await Promise.all([
-    mine().orderBy('created_at', 'desc').orderBy('id').limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    mine()
+      .orderBy('created_at', 'desc')
+      .orderBy('id')
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize),
     mine().count<{ count: string }[]>({ count: '*' }),
   ]);
   return { items, total: Number(count?.count ?? 0) };

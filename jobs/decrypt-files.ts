@@ -11,4 +11,9 @@ export const DecryptRequest = z.object({
   require_signature: z.boolean().optional(),
 });
 
-export const decryptFiles = trackedContract({ queue: 'crypto', name: 'decrypt-files', extra: z.object({ sealed_passphrase: z.string() }), watchProgress: true });
+export const decryptFiles = trackedContract({
+  queue: 'crypto',
+  name: 'decrypt-files',
+  extra: z.object({ sealed_passphrase: z.string() }),
+  watchProgress: true,
+});

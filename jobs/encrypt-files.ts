@@ -21,4 +21,9 @@ export const encryptedOutput = (name: string, armor: boolean) => ({
 });
 
 /** Its sealed passphrase (passphraseAad) is there to sign only; a job enqueued again from its row has none. */
-export const encryptFiles = trackedContract({ queue: 'crypto', name: 'encrypt-files', extra: z.object({ sealed_passphrase: z.string().optional() }), watchProgress: true });
+export const encryptFiles = trackedContract({
+  queue: 'crypto',
+  name: 'encrypt-files',
+  extra: z.object({ sealed_passphrase: z.string().optional() }),
+  watchProgress: true,
+});

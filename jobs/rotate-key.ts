@@ -7,4 +7,9 @@ export const RotateRequest = z.object({ lineage_id: z.uuid(), from_generation: z
 /** AAD of the sealed passphrases of one rotation job. */
 export const rotationPassphraseAad = (jobId: string) => `rotate-passphrases:${jobId}`;
 
-export const rotateKey = trackedContract({ queue: 'rotation', name: 'rotate-key', attempts: 5, extra: z.object({ sealed_passphrases: z.string().optional() }) });
+export const rotateKey = trackedContract({
+  queue: 'rotation',
+  name: 'rotate-key',
+  attempts: 5,
+  extra: z.object({ sealed_passphrases: z.string().optional() }),
+});

@@ -49,7 +49,16 @@ export interface AuditContent {
 
 /** The row's content digest. `details` as JSON would carry it (a Date becomes its ISO string; undefined goes). */
 export const rowDigest = (r: AuditContent) =>
-  sha256(jcs({ action: r.action, details: JSON.parse(JSON.stringify(r.details)) as unknown, ip: r.ip, request_id: r.request_id, status: r.status, target: r.target }));
+  sha256(
+    jcs({
+      action: r.action,
+      details: JSON.parse(JSON.stringify(r.details)) as unknown,
+      ip: r.ip,
+      request_id: r.request_id,
+      status: r.status,
+      target: r.target,
+    }),
+  );
 
 export interface Link {
   chain: string;
@@ -97,12 +106,15 @@ export function verifyCheckpointJws(jws: string, jwks: { keys: Jwk[] }): { claim
   } catch {
     return { error: 'is not a compact JWS' };
   }
-  if (header.alg !== 'EdDSA' || header.typ !== CHECKPOINT_TYP || typeof header.kid !== 'string') return { error: 'is not a checkpoint signature (alg, typ or kid)' };
+  if (header.alg !== 'EdDSA' || header.typ !== CHECKPOINT_TYP || typeof header.kid !== 'string')
+    return { error: 'is not a checkpoint signature (alg, typ or kid)' };
   const jwk = jwks.keys.find((k) => k.kid === header.kid);
-  if (!jwk || jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519' || !jwk.x) return { error: `is signed by key ${JSON.stringify(header.kid)}, which the published keys do not hold` };
+  if (!jwk || jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519' || !jwk.x)
+    return { error: `is signed by key ${JSON.stringify(header.kid)}, which the published keys do not hold` };
   const key = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x }, format: 'jwk' });
   if (!verify(null, Buffer.from(`${h}.${p}`), key, Buffer.from(s, 'base64url'))) return { error: 'has a signature that does not match' };
-  if (typeof claim.chain !== 'string' || !Number.isSafeInteger(claim.sequence) || typeof claim.hash !== 'string' || typeof claim.signed_at !== 'string') return { error: 'signs an unknown claim' };
+  if (typeof claim.chain !== 'string' || !Number.isSafeInteger(claim.sequence) || typeof claim.hash !== 'string' || typeof claim.signed_at !== 'string')
+    return { error: 'signs an unknown claim' };
   return { claim: claim as CheckpointClaim, kid: header.kid };
 }
 
@@ -172,10 +184,14 @@ export class EvidenceVerifier {
     if (this.broken) return false;
     const at = this.last ? this.last.sequence + 1 : this.from;
     if (line.type === 'header') {
-      if (typeof line.chain !== 'string' || !Number.isSafeInteger(line.from_sequence) || line.from_sequence < 1) return this.fail(at, 'The header line is malformed.');
+      if (typeof line.chain !== 'string' || !Number.isSafeInteger(line.from_sequence) || line.from_sequence < 1)
+        return this.fail(at, 'The header line is malformed.');
       if (line.format !== EXPORT_FORMAT) return this.fail(at, `The export format ${JSON.stringify(line.format)} is not ${EXPORT_FORMAT}.`);
       // A resumed export appended to the first part: it goes on exactly where that part ended.
-      if (this.chain !== null) return line.chain === this.chain && line.from_sequence === at ? true : this.fail(at, 'A header line of another chain or place was found inside the export.');
+      if (this.chain !== null)
+        return line.chain === this.chain && line.from_sequence === at
+          ? true
+          : this.fail(at, 'A header line of another chain or place was found inside the export.');
       this.chain = line.chain;
       this.from = line.from_sequence;
       return true;
@@ -190,7 +206,11 @@ export class EvidenceVerifier {
     const expected = this.last ? this.last.sequence + 1 : this.from;
     if (!wellFormedRow(r)) return this.fail(expected, `The row line after row ${expected - 1} is malformed (a field is missing or of the wrong type).`);
     if (r.sequence !== expected) {
-      if (r.sequence > expected) return this.fail(expected, r.sequence === expected + 1 ? `Row ${expected} is missing (deleted).` : `Rows ${expected} to ${r.sequence - 1} are missing (deleted).`);
+      if (r.sequence > expected)
+        return this.fail(
+          expected,
+          r.sequence === expected + 1 ? `Row ${expected} is missing (deleted).` : `Rows ${expected} to ${r.sequence - 1} are missing (deleted).`,
+        );
       return this.fail(r.sequence, `Row ${r.sequence} appears again or out of order after row ${expected - 1} (an inserted or reordered row).`);
     }
     const digest = rowDigest(r);
@@ -207,14 +227,18 @@ export class EvidenceVerifier {
   }
 
   private checkpoint(cp: Extract<ExportLine, { type: 'checkpoint' }>): boolean {
-    if (typeof cp.jws !== 'string' || !Number.isSafeInteger(cp.sequence)) return this.fail(this.last ? this.last.sequence : this.from, 'A checkpoint line is malformed.');
+    if (typeof cp.jws !== 'string' || !Number.isSafeInteger(cp.sequence))
+      return this.fail(this.last ? this.last.sequence : this.from, 'A checkpoint line is malformed.');
     const signed = verifyCheckpointJws(cp.jws, this.jwks);
     if ('error' in signed) return this.fail(cp.sequence, `The checkpoint of row ${cp.sequence} ${signed.error}.`);
     const { claim } = signed;
     if (claim.chain !== this.chain) return this.fail(claim.sequence, `The checkpoint of row ${claim.sequence} signs another account's chain.`);
-    if (claim.sequence !== cp.sequence || claim.hash !== cp.hash) return this.fail(claim.sequence, `The checkpoint of row ${claim.sequence} says something else than its signature.`);
-    if (this.last?.sequence !== claim.sequence) return this.fail(claim.sequence, `Row ${claim.sequence}, which a signed checkpoint covers, is missing (deleted).`);
-    if (this.last.hash !== claim.hash) return this.fail(claim.sequence, `Row ${claim.sequence} is not the row its signed checkpoint covers: the chain up to it was rewritten.`);
+    if (claim.sequence !== cp.sequence || claim.hash !== cp.hash)
+      return this.fail(claim.sequence, `The checkpoint of row ${claim.sequence} says something else than its signature.`);
+    if (this.last?.sequence !== claim.sequence)
+      return this.fail(claim.sequence, `Row ${claim.sequence}, which a signed checkpoint covers, is missing (deleted).`);
+    if (this.last.hash !== claim.hash)
+      return this.fail(claim.sequence, `Row ${claim.sequence} is not the row its signed checkpoint covers: the chain up to it was rewritten.`);
     this.anchored = claim.sequence;
     this.checkpoints++;
     return true;

@@ -26,7 +26,13 @@ export function startAuditRelay(c: Container): { stop(): Promise<void> } {
     if (!parsed.success) return;
     const row = parsed.data;
     const once = { key: besideStream(c.config.redisPrefix, row.user_id, `audit-relay:${row.id}`, c.redis.isCluster), seconds: DEDUPE_SECONDS };
-    await emitEvent(c, row.user_id, 'audit.recorded', { audit_id: row.id, action: row.action, status: row.status, target: row.target, recorded_at: new Date(row.created_at).toISOString() }, once);
+    await emitEvent(
+      c,
+      row.user_id,
+      'audit.recorded',
+      { audit_id: row.id, action: row.action, status: row.status, target: row.target, recorded_at: new Date(row.created_at).toISOString() },
+      once,
+    );
   };
 
   const connect = async () => {

@@ -11,7 +11,15 @@ const DEV_MASTER_KEY = 'dev:' + Buffer.alloc(32, 'kms-development-master-key-000
 const DEV_JWT_SECRET = 'development-jwt-secret-change-me-0000000000';
 
 const intish = (def: number, min = 0, max = Number.MAX_SAFE_INTEGER) => z.coerce.number().int().min(min).max(max).default(def);
-const list = z.string().default('').transform((s) => s.split(',').map((x) => x.trim()).filter(Boolean));
+const list = z
+  .string()
+  .default('')
+  .transform((s) =>
+    s
+      .split(',')
+      .map((x) => x.trim())
+      .filter(Boolean),
+  );
 
 const Env = z.object({
   /** Unset counts as production: the public development secrets need NODE_ENV=development or test. */
@@ -26,7 +34,10 @@ const Env = z.object({
   /** A Redis Cluster's seed nodes, `host:port,…`: set, the service runs on the cluster (REDIS_URL then gives only user, password and scheme). */
   REDIS_CLUSTER_NODES: list,
   /** Prefix of every Redis key; hash tags built from it keep what one script or queue touches in one Cluster slot. */
-  REDIS_PREFIX: z.string().regex(/^[A-Za-z0-9_-]+$/).default('kms'),
+  REDIS_PREFIX: z
+    .string()
+    .regex(/^[A-Za-z0-9_-]+$/)
+    .default('kms'),
   /** Current master key, `kid:base64(32 bytes)`; MASTER_KEYS_PREVIOUS (comma separated) still open old seals. */
   MASTER_KEY: z.string().optional(),
   MASTER_KEYS_PREVIOUS: list,
@@ -151,7 +162,12 @@ const Env = z.object({
   /** Views of public share links (`GET /keys/share/{token}`, `GET /api-keys/shared/{token}`) per client address per minute. */
   SHARE_VIEWS_PER_MINUTE: intish(60, 1, 100_000),
   /** Passkeys (WebAuthn): relying party id (a domain: the origins' host or a parent of it; default PUBLIC_URL's host, `localhost`), display name, allowed page origins (comma separated; default: PUBLIC_URL's origin). */
-  WEBAUTHN_RP_ID: z.string().trim().toLowerCase().regex(/^[a-z0-9.-]+$/, 'a domain name, no scheme or port').optional(),
+  WEBAUTHN_RP_ID: z
+    .string()
+    .trim()
+    .toLowerCase()
+    .regex(/^[a-z0-9.-]+$/, 'a domain name, no scheme or port')
+    .optional(),
   WEBAUTHN_RP_NAME: z.string().trim().min(1).max(100).default('KMS'),
   WEBAUTHN_ORIGINS: list,
   /** How long a passkey challenge (registration or login) may be answered. */
@@ -168,7 +184,8 @@ const Env = z.object({
     .default('30,14,7,1')
     .transform((v, ctx) => {
       const days = v.split(',').map((d) => Number(d.trim()));
-      if (!days.length || days.some((d) => !Number.isInteger(d) || d < 1 || d > 365)) ctx.addIssue({ code: 'custom', message: 'comma-separated whole days 1-365' });
+      if (!days.length || days.some((d) => !Number.isInteger(d) || d < 1 || d > 365))
+        ctx.addIssue({ code: 'custom', message: 'comma-separated whole days 1-365' });
       return [...new Set(days)].sort((a, b) => b - a);
     }),
   /** A rotated generation is `safe_to_retire` once it has not decrypted for this many days. */
@@ -189,9 +206,16 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
   const why = `NODE_ENV is ${env.NODE_ENV ? e.NODE_ENV : 'unset (counts as production)'}; the public development defaults apply only with NODE_ENV=development or test (npm start sets development)`;
   // With a token as the root, MASTER_KEY is only what it moves from: no development default then.
   const lineageTokenKeys = e.LINEAGE_TOKEN_KEYS === 'true';
-  if (lineageTokenKeys && !e.MASTER_KEY_URI) throw new Error('LINEAGE_TOKEN_KEYS=true needs MASTER_KEY_URI: the per-lineage keys are made in the PKCS#11 token that holds the root key');
+  if (lineageTokenKeys && !e.MASTER_KEY_URI)
+    throw new Error('LINEAGE_TOKEN_KEYS=true needs MASTER_KEY_URI: the per-lineage keys are made in the PKCS#11 token that holds the root key');
   const masterKeys = {
-    ...checkMasterKeys(e.MASTER_KEY ?? (production || e.MASTER_KEY_URI ? undefined : DEV_MASTER_KEY), e.MASTER_KEYS_PREVIOUS, production, why, e.MASTER_KEY_URI),
+    ...checkMasterKeys(
+      e.MASTER_KEY ?? (production || e.MASTER_KEY_URI ? undefined : DEV_MASTER_KEY),
+      e.MASTER_KEYS_PREVIOUS,
+      production,
+      why,
+      e.MASTER_KEY_URI,
+    ),
     uri: e.MASTER_KEY_URI,
     previousUri: e.MASTER_KEY_URI_PREVIOUS,
     refreshMs: e.KEYRING_REFRESH_MS,
@@ -199,8 +223,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
   };
   const jwtSecret = e.JWT_SECRET ?? (production ? undefined : DEV_JWT_SECRET);
   if (!jwtSecret) throw new Error(`JWT_SECRET must be set (32+ random characters): ${why}`);
-  if (production && jwtSecret === DEV_JWT_SECRET) throw new Error('JWT_SECRET is the public development secret, which is not allowed outside development and test');
-  if (production && Math.min(e.ARGON2_MEMORY_KIB, e.LINEAGE_KDF_MEMORY_KIB) < 19456) throw new Error('ARGON2_MEMORY_KIB and LINEAGE_KDF_MEMORY_KIB below 19456 are not allowed in production');
+  if (production && jwtSecret === DEV_JWT_SECRET)
+    throw new Error('JWT_SECRET is the public development secret, which is not allowed outside development and test');
+  if (production && Math.min(e.ARGON2_MEMORY_KIB, e.LINEAGE_KDF_MEMORY_KIB) < 19456)
+    throw new Error('ARGON2_MEMORY_KIB and LINEAGE_KDF_MEMORY_KIB below 19456 are not allowed in production');
   return {
     env: e.NODE_ENV,
     production,
@@ -222,7 +248,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     ],
     trustedProxyCount: e.TRUSTED_PROXY_COUNT,
     mail: { smtpUrl: e.SMTP_URL, from: e.MAIL_FROM, dir: e.MAIL_DIR, support: e.SUPPORT_EMAIL },
-    blob: { url: e.BLOB_STORE_URL, spareBytes: e.BLOB_SPARE_MB * 1024 * 1024, s3: { endpoint: e.S3_ENDPOINT, region: e.S3_REGION, accessKeyId: e.AWS_ACCESS_KEY_ID, secretAccessKey: e.AWS_SECRET_ACCESS_KEY } },
+    blob: {
+      url: e.BLOB_STORE_URL,
+      spareBytes: e.BLOB_SPARE_MB * 1024 * 1024,
+      s3: { endpoint: e.S3_ENDPOINT, region: e.S3_REGION, accessKeyId: e.AWS_ACCESS_KEY_ID, secretAccessKey: e.AWS_SECRET_ACCESS_KEY },
+    },
     workerQueues: parseQueueList(e.WORKER_QUEUES),
     workerLocks: { lockMs: e.WORKER_LOCK_MS, stalledCheckMs: e.WORKER_STALLED_CHECK_MS, shutdownGraceMs: e.WORKER_SHUTDOWN_GRACE_SECONDS * 1000 },
     adminEmails: e.ADMIN_EMAILS.map((x) => x.toLowerCase()),
@@ -300,7 +330,13 @@ const DEV_MASTER_KEY_MATERIAL = keyMaterial(DEV_MASTER_KEY);
  * Fails closed: no master key outside development and test, never the public development key there
  * (current or previous), and no key id twice (a previous key with the current id would replace it).
  */
-function checkMasterKeys(current: string | undefined, previous: string[], production: boolean, why: string, uri: string | undefined): { current: string | undefined; previous: string[] } {
+function checkMasterKeys(
+  current: string | undefined,
+  previous: string[],
+  production: boolean,
+  why: string,
+  uri: string | undefined,
+): { current: string | undefined; previous: string[] } {
   if (!current && !uri) throw new Error(`MASTER_KEY must be set (kid:base64 of 32 random bytes), or MASTER_KEY_URI to a key in a PKCS#11 token: ${why}`);
   const given = current ? [current, ...previous] : previous;
   if (production && given.some((spec) => keyMaterial(spec).equals(DEV_MASTER_KEY_MATERIAL))) {
@@ -363,7 +399,8 @@ function webauthnConfig(e: z.infer<typeof Env>, production: boolean) {
     } catch {
       throw new Error(`WEBAUTHN_ORIGINS: "${o}" is not a URL`);
     }
-    if (!['http:', 'https:'].includes(url.protocol) || url.origin !== o.replace(/\/$/, '')) throw new Error(`WEBAUTHN_ORIGINS: "${o}" must be an origin, scheme://host[:port], without a path`);
+    if (!['http:', 'https:'].includes(url.protocol) || url.origin !== o.replace(/\/$/, ''))
+      throw new Error(`WEBAUTHN_ORIGINS: "${o}" must be an origin, scheme://host[:port], without a path`);
     return url;
   });
   const rpId = e.WEBAUTHN_RP_ID ?? new URL(publicUrl).hostname;
@@ -389,7 +426,8 @@ function billingConfig(e: z.infer<typeof Env>) {
   if (mode === 'live' && (e.NODE_ENV === 'development' || e.NODE_ENV === 'test')) {
     throw new Error(`STRIPE_SECRET_KEY is a live key, which is not allowed with NODE_ENV=${e.NODE_ENV}: use a test key (sk_test_...)`);
   }
-  if (mode !== 'disabled' && !e.STRIPE_WEBHOOK_SECRET) throw new Error('STRIPE_WEBHOOK_SECRET must be set when STRIPE_SECRET_KEY is (plans change through verified webhooks)');
+  if (mode !== 'disabled' && !e.STRIPE_WEBHOOK_SECRET)
+    throw new Error('STRIPE_WEBHOOK_SECRET must be set when STRIPE_SECRET_KEY is (plans change through verified webhooks)');
   const api = e.STRIPE_API_URL ? new URL(e.STRIPE_API_URL) : undefined;
   if (api && mode === 'live' && api.protocol !== 'https:') throw new Error('STRIPE_API_URL must be https with a live key');
   const base = (e.PUBLIC_URL ?? `http://localhost:${e.PORT}`).replace(/\/$/, '');
@@ -398,7 +436,9 @@ function billingConfig(e: z.infer<typeof Env>) {
     plans: buildPlans({ pro: e.STRIPE_PRICE_PRO, business: e.STRIPE_PRICE_BUSINESS }, e.BILLING_PLANS),
     enforceLimits: e.BILLING_ENFORCE_LIMITS ? e.BILLING_ENFORCE_LIMITS === 'true' : mode !== 'disabled',
     graceMs: e.BILLING_GRACE_DAYS * 86_400_000,
-    api: api ? { host: api.hostname, port: Number(api.port || (api.protocol === 'https:' ? 443 : 80)), protocol: api.protocol.replace(':', '') as 'http' | 'https' } : undefined,
+    api: api
+      ? { host: api.hostname, port: Number(api.port || (api.protocol === 'https:' ? 443 : 80)), protocol: api.protocol.replace(':', '') as 'http' | 'https' }
+      : undefined,
     successUrl: e.BILLING_SUCCESS_URL ?? `${base}/team?checkout=success`,
     cancelUrl: e.BILLING_CANCEL_URL ?? `${base}/team?checkout=cancelled`,
     returnUrl: e.BILLING_RETURN_URL ?? `${base}/team`,

@@ -62,7 +62,12 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   await connectRedis(redis).catch((err: unknown) => {
     redis.disconnect();
     throw config.redisClusterNodes.length
-      ? dependencyFailed('REDIS_CLUSTER_NODES', `redis://${config.redisClusterNodes[0].host}:${config.redisClusterNodes[0].port}`, 'connecting to the Redis Cluster', refused ?? err)
+      ? dependencyFailed(
+          'REDIS_CLUSTER_NODES',
+          `redis://${config.redisClusterNodes[0].host}:${config.redisClusterNodes[0].port}`,
+          'connecting to the Redis Cluster',
+          refused ?? err,
+        )
       : dependencyFailed('REDIS_URL', config.redisUrl, 'connecting to Redis', refused ?? err);
   });
   connected = true;

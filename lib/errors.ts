@@ -12,7 +12,11 @@ export class AppError extends Error {
     readonly status: number,
     readonly code: string,
     message: string,
-    readonly extra: { errors?: FieldError[]; headers?: Record<string, string>; /** Extension members of the problem (RFC 9457 §3.2): machine-readable facts, never secrets. */ fields?: Record<string, unknown> } = {},
+    readonly extra: {
+      errors?: FieldError[];
+      headers?: Record<string, string>;
+      /** Extension members of the problem (RFC 9457 §3.2): machine-readable facts, never secrets. */ fields?: Record<string, unknown>;
+    } = {},
   ) {
     super(message);
     this.name = 'AppError';
@@ -28,8 +32,7 @@ export const notFound = (code: string, message: string) => new AppError(404, cod
 export const conflict = (code: string, message: string) => new AppError(409, code, message);
 export const gone = (code: string, message: string) => new AppError(410, code, message);
 export const tooLarge = (code: string, message: string) => new AppError(413, code, message);
-export const invalid = (code: string, message: string, errors: FieldError[] = []) =>
-  new AppError(422, code, message, { errors });
+export const invalid = (code: string, message: string, errors: FieldError[] = []) => new AppError(422, code, message, { errors });
 export const tooManyRequests = (message: string, retryAfterSeconds: number, code = 'rate_limited') =>
   new AppError(429, code, message, { headers: { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) } });
 /** 503: a dependency is down or out of reach; the client retries after a few seconds (Retry-After). */
@@ -46,8 +49,7 @@ const codeOf = (err: Error) => (err as { code?: unknown }).code;
 
 /** Postgres out of reach: a lost connection, no connection from the pool in time, a server shutting down. */
 export const isDatabaseUnreachable = (err: unknown): boolean =>
-  err instanceof Error &&
-  (err.name === 'KnexTimeoutError' || PG_UNREACHABLE.test(String(codeOf(err))) || PG_UNREACHABLE_MESSAGES.test(err.message));
+  err instanceof Error && (err.name === 'KnexTimeoutError' || PG_UNREACHABLE.test(String(codeOf(err))) || PG_UNREACHABLE_MESSAGES.test(err.message));
 
 /**
  * ioredis out of reach: a command unanswered within its timeout, a connection closed or not yet open,

@@ -60,7 +60,8 @@ export class EventHub {
     const cluster = this.deps.redis.isCluster;
     const tag = cluster ? streamTag(this.deps.redisPrefix, userId, true) : '';
     let group = this.groups.get(tag);
-    if (!group) this.groups.set(tag, (group = new GroupReader(this.deps, cluster ? `${this.deps.redisPrefix}:event-hub:${tag}` : `${this.deps.redisPrefix}:event-hub`)));
+    if (!group)
+      this.groups.set(tag, (group = new GroupReader(this.deps, cluster ? `${this.deps.redisPrefix}:event-hub:${tag}` : `${this.deps.redisPrefix}:event-hub`)));
     return group.listen(userId, cursor, deliver);
   }
 
@@ -170,7 +171,10 @@ class GroupReader {
       if (ms) await new Promise((r) => setTimeout(r, ms));
       if (this.stopped || this.readGeneration >= wanted) return;
       const reading = this.readerId;
-      if (reading) await sameServer(this.deps.redis, reading.server)?.client('UNBLOCK', reading.id).catch(() => undefined);
+      if (reading)
+        await sameServer(this.deps.redis, reading.server)
+          ?.client('UNBLOCK', reading.id)
+          .catch(() => undefined);
     }
   }
 
@@ -187,7 +191,7 @@ class GroupReader {
         // The server that holds the group's slot (it changes when a cluster fails over): known once connected.
         await connectRedis(this.reader!);
         const server = serverOf(this.reader!, keys[0]);
-        if (!server) throw new Error('no server holds the event streams\' slot yet');
+        if (!server) throw new Error("no server holds the event streams' slot yet");
         if (this.readerId?.server !== server) {
           this.readerId = { server, id: Number(await server.client('ID')) };
           // A new connection to the server has a new id.
@@ -195,7 +199,7 @@ class GroupReader {
         }
         this.readGeneration = this.generation;
         const cursors = users.map((u) => this.streams.get(u)!.cursor);
-        const answer = (await this.reader!.xread('COUNT', 100, 'BLOCK', BLOCK_MS, 'STREAMS', ...keys, ...cursors));
+        const answer = await this.reader!.xread('COUNT', 100, 'BLOCK', BLOCK_MS, 'STREAMS', ...keys, ...cursors);
         for (const [key, entries] of answer ?? []) {
           const userId = users[keys.indexOf(key)];
           const stream = this.streams.get(userId);

@@ -72,7 +72,8 @@ export const EVENT_STREAM_GROUPS = 16;
 export const streamTag = (redisPrefix: string, userId: string, cluster: boolean) =>
   cluster ? `${redisPrefix}:events:g${calculateSlot(userId) % EVENT_STREAM_GROUPS}` : `${redisPrefix}:events:${userId}`;
 
-export const eventStream = (redisPrefix: string, userId: string, cluster: boolean) => (cluster ? `{${streamTag(redisPrefix, userId, true)}}:${userId}` : streamTag(redisPrefix, userId, false));
+export const eventStream = (redisPrefix: string, userId: string, cluster: boolean) =>
+  cluster ? `{${streamTag(redisPrefix, userId, true)}}:${userId}` : streamTag(redisPrefix, userId, false);
 
 /** A key in the hash slot of the account's event stream, so that one script may use both: publishEvents'. */
 export const besideStream = (redisPrefix: string, userId: string, name: string, cluster: boolean) =>
@@ -124,7 +125,15 @@ function publisher(redis: Redis): Publisher {
 export async function publishEvents(redis: Redis, redisPrefix: string, userId: string, events: NewEvent[], at: Date, once?: Once): Promise<Published | null> {
   const stream = eventStream(redisPrefix, userId, redis.isCluster);
   const fields = events.flatMap((e) => [e.type, JSON.stringify(e.data)]);
-  const answer = await publisher(redis).kmsPublishEvents(stream, endpointsVersionKey(redisPrefix, userId, redis.isCluster), once?.key ?? stream, String(once?.seconds ?? 0), String(STREAM_MAX_LEN), at.toISOString(), ...fields);
+  const answer = await publisher(redis).kmsPublishEvents(
+    stream,
+    endpointsVersionKey(redisPrefix, userId, redis.isCluster),
+    once?.key ?? stream,
+    String(once?.seconds ?? 0),
+    String(STREAM_MAX_LEN),
+    at.toISOString(),
+    ...fields,
+  );
   if (!answer) return null;
   const [endpointsVersion, ...ids] = answer;
   return { ids: ids, endpointsVersion };
@@ -174,7 +183,12 @@ export async function trimmedSince(redis: Redis, redisPrefix: string, userId: st
 }
 
 /** Stored events newest first, filtered by types and time (the stream holds the newest ~1000). */
-export async function eventHistory(redis: Redis, redisPrefix: string, userId: string, q: { types?: EventType[]; from?: Date; to?: Date }): Promise<AccountEvent[]> {
+export async function eventHistory(
+  redis: Redis,
+  redisPrefix: string,
+  userId: string,
+  q: { types?: EventType[]; from?: Date; to?: Date },
+): Promise<AccountEvent[]> {
   const end = q.to ? String(q.to.getTime()) : '+';
   const start = q.from ? String(q.from.getTime()) : '-';
   const entries = (await redis.xrevrange(eventStream(redisPrefix, userId, redis.isCluster), end, start)) as StreamEntry[];

@@ -36,7 +36,8 @@ export async function emitEvents(c: Container, userId: string, events: NewEvent[
 }
 
 /** One event: see emitEvents. `once`: see publishEvents. */
-export const emitEvent = (c: Container, userId: string, type: EventType, data: Record<string, unknown>, once?: Once): Promise<void> => emitEvents(c, userId, [{ type, data }], once);
+export const emitEvent = (c: Container, userId: string, type: EventType, data: Record<string, unknown>, once?: Once): Promise<void> =>
+  emitEvents(c, userId, [{ type, data }], once);
 
 /** The relay of each account running in this process: emitters that come meanwhile ask it to go round once more. */
 const relaying = new WeakMap<Container, Map<string, { again: boolean; done: Promise<void> }>>();
@@ -86,12 +87,19 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
       const done: string[] = [];
       try {
         for (const row of rows) {
-          const once = { key: row.once_key ?? besideStream(prefix, userId, `outbox:${row.id}`, c.redis.isCluster), seconds: row.once_seconds ?? RELAYED_ONCE_SECONDS };
+          const once = {
+            key: row.once_key ?? besideStream(prefix, userId, `outbox:${row.id}`, c.redis.isCluster),
+            seconds: row.once_seconds ?? RELAYED_ONCE_SECONDS,
+          };
           const event: NewEvent = { type: row.type as EventType, data: row.data };
           const answer = await publishEvents(c.redis, prefix, userId, [event], row.created_at, once);
           done.push(row.id);
           // Null: published already (by another process hearing the same audit row, or before a failed delete).
-          if (answer) published.push({ event: { id: answer.ids[0], type: event.type, created_at: row.created_at.toISOString(), account: userId, data: event.data }, endpointsVersion: answer.endpointsVersion });
+          if (answer)
+            published.push({
+              event: { id: answer.ids[0], type: event.type, created_at: row.created_at.toISOString(), account: userId, data: event.data },
+              endpointsVersion: answer.endpointsVersion,
+            });
         }
       } catch (err) {
         c.log.warn({ err, waiting: rows.length - done.length }, 'could not publish account events; they wait in the outbox');
@@ -102,7 +110,9 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
       return rows.length === RELAY_BATCH ? 'more' : 'done';
     });
     for (const { event, endpointsVersion } of published) {
-      await fanOut(c, event, await eventTargets(c, userId, endpointsVersion)).catch((err: unknown) => c.log.warn({ err, type: event.type }, 'could not queue the webhooks of an account event'));
+      await fanOut(c, event, await eventTargets(c, userId, endpointsVersion)).catch((err: unknown) =>
+        c.log.warn({ err, type: event.type }, 'could not queue the webhooks of an account event'),
+      );
     }
     if (outcome === 'done') return;
     if (outcome === 'busy') {

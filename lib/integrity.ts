@@ -30,7 +30,8 @@ export interface KeyMacFields {
 }
 
 const lineageData = (l: LineageMacFields) => JSON.stringify(['kms/lineage/v1', l.id, l.user_id, l.unlock_public]);
-const keyData = (k: KeyMacFields) => JSON.stringify(['kms/pgp-key/v1', k.lineage_id, k.user_id, k.generation, k.fingerprint, k.encryption_key_ids, k.public_armored]);
+const keyData = (k: KeyMacFields) =>
+  JSON.stringify(['kms/pgp-key/v1', k.lineage_id, k.user_id, k.generation, k.fingerprint, k.encryption_key_ids, k.public_armored]);
 
 export const lineageMac = (c: Macs, l: LineageMacFields) => c.sealer.mac(lineageData(l));
 export const keyMac = (c: Macs, k: KeyMacFields) => c.sealer.mac(keyData(k));

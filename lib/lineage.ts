@@ -1,13 +1,4 @@
-import {
-  createCipheriv,
-  createDecipheriv,
-  createHash,
-  diffieHellman,
-  hkdfSync,
-  randomBytes,
-  timingSafeEqual,
-  type KeyObject,
-} from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, diffieHellman, hkdfSync, randomBytes, timingSafeEqual, type KeyObject } from 'node:crypto';
 import { hashRaw } from '@node-rs/argon2';
 import { generateRawKeyPair, privateKeyFromRaw, publicKeyFromRaw, rawPublicKey } from './curve25519';
 import { invalid } from './errors';
@@ -197,7 +188,11 @@ function parseLocked(text: string): LockedPrivateV1 {
     if (typeof o[f] !== 'string') throw new Error(`lineage lock: missing ${f}`);
   }
   // Stored parameters are bounded too (not the production floor: old locks must keep opening).
-  for (const [name, value] of [['memoryKib', o.m], ['timeCost', o.t], ['parallelism', o.p]] as const) {
+  for (const [name, value] of [
+    ['memoryKib', o.m],
+    ['timeCost', o.t],
+    ['parallelism', o.p],
+  ] as const) {
     const [min, max] = KDF_LIMITS[name];
     if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
       throw new Error(`lineage lock: bad ${name}`);

@@ -105,7 +105,7 @@ function errorFields(err: Error): Record<string, unknown> {
     if (!isDbError(e) || (e as unknown as Record<symbol, unknown>)[DB_MESSAGE_CLEANED]) continue;
     const clean = redactDataException(e.code, e.message ?? '');
     if (clean === e.message) continue;
-    for (const f of ['message', 'stack'] as const) if (typeof fields[f] === 'string') fields[f] = (fields[f]).split(e.message).join(clean);
+    for (const f of ['message', 'stack'] as const) if (typeof fields[f] === 'string') fields[f] = fields[f].split(e.message).join(clean);
   }
   return fields;
 }

@@ -2,7 +2,19 @@ import { z } from 'zod';
 import type { Config } from './config';
 
 /** Plain-text emails the service sends; one place to read and change their wording. */
-export const MailTemplate = z.enum(['password-reset', 'password-reset-done', 'password-changed', 'contact-received', 'contact-forward', 'key-expiring', 'email-confirm', 'email-changed', 'key-shared', 'passkey-added', 'organization-invite']);
+export const MailTemplate = z.enum([
+  'password-reset',
+  'password-reset-done',
+  'password-changed',
+  'contact-received',
+  'contact-forward',
+  'key-expiring',
+  'email-confirm',
+  'email-changed',
+  'key-shared',
+  'passkey-added',
+  'organization-invite',
+]);
 export type MailTemplate = z.infer<typeof MailTemplate>;
 
 type Vars = Record<string, string>;
@@ -36,7 +48,15 @@ export function renderMail(template: MailTemplate, v: Vars, config: Pick<Config,
       ].filter(Boolean);
       return {
         subject: 'Your password was reset',
-        text: [`Hello ${v.username ?? ''},`, '', `The password of your account was reset at ${v.at}. Every other way into the account was ended:`, '', ...ended, '', 'If this was not you, reset your password again at once and contact support.'].join('\n'),
+        text: [
+          `Hello ${v.username ?? ''},`,
+          '',
+          `The password of your account was reset at ${v.at}. Every other way into the account was ended:`,
+          '',
+          ...ended,
+          '',
+          'If this was not you, reset your password again at once and contact support.',
+        ].join('\n'),
       };
     }
     case 'password-changed':

@@ -85,7 +85,11 @@ export function startupNotices(config: Config, port: number | undefined): Notice
   if (port !== undefined) {
     // PORT=0 takes any free port: the URLs name the one taken.
     const base = config.port === 0 ? config.publicUrl.replace(/:0$/, `:${port}`) : config.publicUrl;
-    const urls = { api_url: `${base}/api/v1`, console_url: `${base}/`, queue_dashboard_url: config.monitoring.queueDashboard === 'off' ? undefined : `${base}/admin/queues` };
+    const urls = {
+      api_url: `${base}/api/v1`,
+      console_url: `${base}/`,
+      queue_dashboard_url: config.monitoring.queueDashboard === 'off' ? undefined : `${base}/admin/queues`,
+    };
     const dashboard = urls.queue_dashboard_url ? `, queue dashboard ${urls.queue_dashboard_url}` : '';
     notices.push({ level: 'info', fields: urls, text: `The service is ready: console ${urls.console_url}, API ${urls.api_url}${dashboard}.` });
   }
@@ -93,7 +97,11 @@ export function startupNotices(config: Config, port: number | undefined): Notice
   if (dev.length) {
     const names = dev.join(' and ');
     const what = dev.length > 1 ? 'are the public development values' : 'is the public development value';
-    notices.push({ level: 'warn', fields: { settings: dev }, text: `${names} ${what}: anyone can open what this service seals or sign in as anyone. Set your own before it holds anything real.` });
+    notices.push({
+      level: 'warn',
+      fields: { settings: dev },
+      text: `${names} ${what}: anyone can open what this service seals or sign in as anyone. Set your own before it holds anything real.`,
+    });
   }
   return notices;
 }

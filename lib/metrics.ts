@@ -28,7 +28,12 @@ export function createMetrics(): Metrics {
   const registers = [registry];
   return {
     registry,
-    httpRequests: new Counter({ name: 'kms_http_requests_total', help: 'HTTP requests by route template and status', labelNames: ['method', 'route', 'status'], registers }),
+    httpRequests: new Counter({
+      name: 'kms_http_requests_total',
+      help: 'HTTP requests by route template and status',
+      labelNames: ['method', 'route', 'status'],
+      registers,
+    }),
     httpDuration: new Histogram({
       name: 'kms_http_request_duration_seconds',
       help: 'HTTP request latency until the handler answers (a streamed body: until it starts)',
@@ -36,7 +41,12 @@ export function createMetrics(): Metrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120],
       registers,
     }),
-    jobs: new Counter({ name: 'kms_jobs_total', help: 'Job attempts by queue, job kind and outcome (completed, failed, retried)', labelNames: ['queue', 'job', 'outcome'], registers }),
+    jobs: new Counter({
+      name: 'kms_jobs_total',
+      help: 'Job attempts by queue, job kind and outcome (completed, failed, retried)',
+      labelNames: ['queue', 'job', 'outcome'],
+      registers,
+    }),
     jobDuration: new Histogram({
       name: 'kms_job_duration_seconds',
       help: 'Job attempt duration by queue, job kind and outcome',
@@ -45,7 +55,12 @@ export function createMetrics(): Metrics {
       registers,
     }),
     bytes: new Counter({ name: 'kms_crypto_bytes_total', help: 'Plaintext bytes of completed encrypt and decrypt jobs', labelNames: ['operation'], registers }),
-    queueJobs: new Gauge({ name: 'kms_queue_jobs', help: 'Jobs per queue and state (waiting, active, delayed, failed, completed)', labelNames: ['queue', 'state'], registers }),
+    queueJobs: new Gauge({
+      name: 'kms_queue_jobs',
+      help: 'Jobs per queue and state (waiting, active, delayed, failed, completed)',
+      labelNames: ['queue', 'state'],
+      registers,
+    }),
   };
 }
 

@@ -25,7 +25,8 @@ export const PRODUCER_COMMAND_TIMEOUT_MS = 2000;
 export function createRedis(target: RedisTarget, role: 'producer' | 'worker', extra: RedisOptions = {}): Redis {
   const producer = role === 'producer';
   const perServer: RedisOptions = producer ? { maxRetriesPerRequest: 1, commandTimeout: PRODUCER_COMMAND_TIMEOUT_MS } : { maxRetriesPerRequest: null };
-  if (!target.redisClusterNodes.length) return new SingleRedis(target.redisUrl, { enableOfflineQueue: !producer, enableReadyCheck: true, lazyConnect: true, ...perServer, ...extra });
+  if (!target.redisClusterNodes.length)
+    return new SingleRedis(target.redisUrl, { enableOfflineQueue: !producer, enableReadyCheck: true, lazyConnect: true, ...perServer, ...extra });
   const url = new URL(target.redisUrl);
   return new Cluster(target.redisClusterNodes, {
     lazyConnect: true,

@@ -38,8 +38,17 @@ export interface SealingKeys {
  * one it never had (a database from another installation). A 500 that names the key id, not a generic one.
  */
 export class SealingKeyError extends AppError {
-  constructor(readonly kid: string, retired: boolean) {
-    super(500, 'master_key_unavailable', retired ? `A stored value is sealed under master key id "${kid}", which was retired.` : `A stored value is sealed under master key id "${kid}", which this service does not have.`);
+  constructor(
+    readonly kid: string,
+    retired: boolean,
+  ) {
+    super(
+      500,
+      'master_key_unavailable',
+      retired
+        ? `A stored value is sealed under master key id "${kid}", which was retired.`
+        : `A stored value is sealed under master key id "${kid}", which this service does not have.`,
+    );
     this.name = 'SealingKeyError';
   }
 }

@@ -7,7 +7,8 @@ export type UserAgentClass = 'browser' | 'cli' | 'library' | 'bot' | 'other';
 
 const BOT = /bot\b|bot\/|crawler|spider|slurp|preview|facebookexternalhit|embedly|monitor|headless|lighthouse|pingdom|uptime/i;
 const CLI = /^(curl|wget|httpie|xh|aria2|powershell|gnupg|gpg|sq|sequoia|lynx|links)\b|\b(gnupg|sequoia-sq)\b/i;
-const LIBRARY = /^(python-requests|python-urllib|python-httpx|aiohttp|node-fetch|node|undici|axios|got|go-http-client|okhttp|java|apache-httpclient|jakarta|ruby|faraday|libwww-perl|php|guzzle|reqwest|dart|dotnet|restsharp|openapi|kms-)/i;
+const LIBRARY =
+  /^(python-requests|python-urllib|python-httpx|aiohttp|node-fetch|node|undici|axios|got|go-http-client|okhttp|java|apache-httpclient|jakarta|ruby|faraday|libwww-perl|php|guzzle|reqwest|dart|dotnet|restsharp|openapi|kms-)/i;
 const BROWSER = /^Mozilla\/5\.0 .*(Chrome|Firefox|Safari|Edg|OPR)\//;
 
 export function userAgentClass(ua: string | undefined): UserAgentClass {

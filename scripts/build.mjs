@@ -89,4 +89,6 @@ const files = Object.keys(result.metafile.outputs).filter((f) => f.endsWith('.js
 console.log(`built ${files.length} files into ${relative(root, outdir) || '.'}/ (entry: main.js)`);
 // The web console, served by the web role from CONSOLE_DIR (default dist/console).
 const web = await buildConsole(join(outdir, 'console'));
-console.log(`built the console into ${relative(root, join(outdir, 'console'))}/app.js: ${(web.bytes / 1024).toFixed(1)} KiB, ${(web.gzip / 1024).toFixed(1)} KiB gzipped`);
+console.log(
+  `built the console into ${relative(root, join(outdir, 'console'))}/app.js: ${(web.bytes / 1024).toFixed(1)} KiB, ${(web.gzip / 1024).toFixed(1)} KiB gzipped`,
+);

@@ -46,7 +46,10 @@ function typeOnly(typeKeyword: string | undefined, clause: string): boolean {
   if (typeKeyword) return true;
   const braces = /^\{([^}]*)\}$/.exec(clause.trim());
   if (!braces) return false;
-  const names = braces[1].split(',').map((n) => n.trim()).filter(Boolean);
+  const names = braces[1]
+    .split(',')
+    .map((n) => n.trim())
+    .filter(Boolean);
   return names.length > 0 && names.every((n) => n.startsWith('type '));
 }
 
@@ -106,7 +109,7 @@ export function cycles(graph: ImportGraph, kinds: EdgeKind[] = ['type', 'value']
       }
       if (low.get(top.v) === index.get(top.v)) {
         const component: string[] = [];
-        for (let w: string | undefined; w !== top.v; ) {
+        for (let w: string | undefined; w !== top.v;) {
           w = stack.pop()!;
           onStack.delete(w);
           component.push(w);

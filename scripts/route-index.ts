@@ -55,7 +55,9 @@ function enqueuesByFunction(source: string): Map<string, Set<string>> {
 function serviceEnqueues(): Map<string, Set<string>> {
   const dir = join(root, 'lib', 'services');
   const found = new Map<string, Set<string>>();
-  for (const f of readdirSync(dir).filter((n) => n.endsWith('.ts')).sort()) {
+  for (const f of readdirSync(dir)
+    .filter((n) => n.endsWith('.ts'))
+    .sort()) {
     for (const [fn, names] of enqueuesByFunction(readFileSync(join(dir, f), 'utf8'))) found.set(fn, new Set([...(found.get(fn) ?? []), ...names]));
   }
   return found;
@@ -89,11 +91,17 @@ function pathsIn(text: string): TestPath[] {
   const out: TestPath[] = [];
   for (const m of text.matchAll(/'([^'\n]*)'|"([^"\n]*)"|`([^`\n]*)`/g)) {
     // `${base}/api/v1/keys/${fpr}/rotate?x=${y}` → /keys/*/rotate; a title may name the method ('GET /events').
-    const own = /^(?:(GET|POST|PUT|PATCH|DELETE) )?(?:\$\{[^}]*\})?(?:\/api\/v1)?(\/[^\s?]*)/.exec((m[1] ?? m[2] ?? m[3]));
+    const own = /^(?:(GET|POST|PUT|PATCH|DELETE) )?(?:\$\{[^}]*\})?(?:\/api\/v1)?(\/[^\s?]*)/.exec(m[1] ?? m[2] ?? m[3]);
     if (!own || own[2].includes('//')) continue;
-    const path = own[2].replace(/\$\{[^}]*\}/g, '*').replace(/([^/*])\*+$/, '$1').replace(/\/$/, '');
+    const path = own[2]
+      .replace(/\$\{[^}]*\}/g, '*')
+      .replace(/([^/*])\*+$/, '$1')
+      .replace(/\/$/, '');
     if (!/^(?:\/[\w.*-]+)+$/.test(path)) continue;
-    const segments = path.split('/').slice(1).map((seg) => (seg.includes('*') ? '*' : seg));
+    const segments = path
+      .split('/')
+      .slice(1)
+      .map((seg) => (seg.includes('*') ? '*' : seg));
     const before = text.slice(Math.max(0, m.index - 60), m.index);
     const named = own[1] ?? [...before.matchAll(/['"`.](GET|POST|PUT|PATCH|DELETE|get|post|put|patch|del|delete)\b/g)].at(-1)?.[1];
     const method = named?.toLowerCase() === 'del' ? 'delete' : named?.toLowerCase();
@@ -160,8 +168,15 @@ export async function routeIndex(): Promise<string> {
   for (const d of routes) {
     const file = fileOf.get(d) ?? '?';
     const access = d.access === 'auth' ? `\`${d.scope ?? '?'}\`` : d.access;
-    const jobs = jobsOf(d, sources.get(file) ?? '', callable.get(file) ?? services).map((j) => `\`${j}\``).join(', ') || '–';
-    const tests = [...tested.get(d)!].sort().map((t) => t.replace(/^test\//, '')).join(', ') || '**none**';
+    const jobs =
+      jobsOf(d, sources.get(file) ?? '', callable.get(file) ?? services)
+        .map((j) => `\`${j}\``)
+        .join(', ') || '–';
+    const tests =
+      [...tested.get(d)!]
+        .sort()
+        .map((t) => t.replace(/^test\//, ''))
+        .join(', ') || '**none**';
     lines.push(`| ${d.method.toUpperCase()} | \`${cell(d.path)}\` | ${file} | ${access} | ${jobs} | ${tests} |`);
   }
   return lines.join('\n') + '\n';

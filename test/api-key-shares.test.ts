@@ -68,7 +68,17 @@ describe('POST /api-keys/{key_id}/share and GET /api-keys/shared/{share_token}',
     const created = await share(u, key.key_id);
     expect(created.share_token).toMatch(TOKEN);
     expect(created.url).toBe(`${s.config.publicUrl}/api/v1/api-keys/shared/${created.share_token}`);
-    expect(created).toMatchObject({ key_id: key.key_id, key_name: 'deploy bot', key_prefix: key.prefix, key_status: 'active', state: 'active', max_views: 1, view_count: 0, views_remaining: 1, revoked_at: null });
+    expect(created).toMatchObject({
+      key_id: key.key_id,
+      key_name: 'deploy bot',
+      key_prefix: key.prefix,
+      key_status: 'active',
+      state: 'active',
+      max_views: 1,
+      view_count: 0,
+      views_remaining: 1,
+      revoked_at: null,
+    });
     expect(Math.abs(Date.parse(created.expires_at) - (before + 24 * HOUR))).toBeLessThan(10_000);
     expect(JSON.stringify(created)).not.toContain(key.value);
     const row = await shareRow(created.share_id);
@@ -79,7 +89,16 @@ describe('POST /api-keys/{key_id}/share and GET /api-keys/shared/{share_token}',
     expect(first.status).toBe(200);
     expect(first.headers.get('cache-control')).toBe('no-store');
     expect(first.headers.get('x-robots-tag')).toBe('noindex, nofollow');
-    expect(first.body).toEqual({ key_id: key.key_id, name: 'deploy bot', prefix: key.prefix, scopes: ['keys:read', 'account:read'], value: key.value, expires_at: null, share_expires_at: created.expires_at, views_remaining: 0 });
+    expect(first.body).toEqual({
+      key_id: key.key_id,
+      name: 'deploy bot',
+      prefix: key.prefix,
+      scopes: ['keys:read', 'account:read'],
+      value: key.value,
+      expires_at: null,
+      share_expires_at: created.expires_at,
+      views_remaining: 0,
+    });
     // The value handed out is a working credential.
     const me = await s.api('GET', '/keys/list', { token: first.body.value });
     expect(me.status).toBe(200);
@@ -93,13 +112,23 @@ describe('POST /api-keys/{key_id}/share and GET /api-keys/shared/{share_token}',
     const listed = await s.api('GET', `/api-keys/${key.key_id}/shares`, { token: u.token });
     expect(listed.status).toBe(200);
     expect(listed.body).toMatchObject({ page: 1, page_size: expect.any(Number), total: 1 });
-    expect(listed.body.items).toEqual([expect.objectContaining({ share_id: created.share_id, state: 'exhausted', view_count: 1, views_remaining: 0, last_viewed_at: expect.any(String) })]);
+    expect(listed.body.items).toEqual([
+      expect.objectContaining({ share_id: created.share_id, state: 'exhausted', view_count: 1, views_remaining: 0, last_viewed_at: expect.any(String) }),
+    ]);
     expect(listed.body.items[0]).not.toHaveProperty('token');
     expect(JSON.stringify(listed.body)).not.toContain(created.share_token);
 
-    expect(await auditOf(u.id, 'api_key_share.created')).toEqual([expect.objectContaining({ status: 'success', target: created.share_id, details: expect.objectContaining({ key_id: key.key_id, kind: 'api_key', max_views: 1 }) })]);
+    expect(await auditOf(u.id, 'api_key_share.created')).toEqual([
+      expect.objectContaining({
+        status: 'success',
+        target: created.share_id,
+        details: expect.objectContaining({ key_id: key.key_id, kind: 'api_key', max_views: 1 }),
+      }),
+    ]);
     const reads = await auditOf(u.id, 'api_key.shared_value_read');
-    expect(reads).toEqual([expect.objectContaining({ status: 'success', target: key.key_id, details: expect.objectContaining({ share_id: created.share_id, view_count: 1 }) })]);
+    expect(reads).toEqual([
+      expect.objectContaining({ status: 'success', target: key.key_id, details: expect.objectContaining({ share_id: created.share_id, view_count: 1 }) }),
+    ]);
     expect(reads[0].ip).toBeTruthy();
   });
 
@@ -226,7 +255,9 @@ describe('view limits, expiry, revocation, rotation', () => {
       expect(expired.body.code).toBe('share_expired');
       expect((await view(daily.share_token)).status).toBe(200);
       const token = await login(s.api, u);
-      expect((await s.api('GET', `/api-keys/${key.key_id}/shares?state=expired`, { token })).body.items.map((i: Share) => i.share_id)).toEqual([hourly.share_id]);
+      expect((await s.api('GET', `/api-keys/${key.key_id}/shares?state=expired`, { token })).body.items.map((i: Share) => i.share_id)).toEqual([
+        hourly.share_id,
+      ]);
     });
     expect((await view(hourly.share_token)).status).toBe(200);
     await withClockAhead(clock(), 24 * HOUR + 1000, async () => {
@@ -244,7 +275,9 @@ describe('view limits, expiry, revocation, rotation', () => {
     const stranger = await s.api('DELETE', `/api-keys/shares/${link.share_id}`, { token: other.token });
     expect(stranger.status).toBe(404);
     expect(stranger.body.code).toBe('share_not_found');
-    expect(await auditOf(other.id, 'api_key_share.access_denied')).toEqual([expect.objectContaining({ status: 'failure', target: link.share_id, details: { reason: 'not_owner' } })]);
+    expect(await auditOf(other.id, 'api_key_share.access_denied')).toEqual([
+      expect.objectContaining({ status: 'failure', target: link.share_id, details: { reason: 'not_owner' } }),
+    ]);
     expect((await view(link.share_token)).status).toBe(200);
     const missing = await s.api('DELETE', `/api-keys/shares/${randomUUID()}`, { token: u.token });
     expect(missing.status).toBe(404);
@@ -257,7 +290,13 @@ describe('view limits, expiry, revocation, rotation', () => {
     const gone = await view(link.share_token);
     expect(gone.status).toBe(410);
     expect(gone.body.code).toBe('share_revoked');
-    expect(await auditOf(u.id, 'api_key_share.revoked')).toEqual([expect.objectContaining({ status: 'success', target: link.share_id, details: expect.objectContaining({ kind: 'api_key', target_id: key.key_id, view_count: 2 }) })]);
+    expect(await auditOf(u.id, 'api_key_share.revoked')).toEqual([
+      expect.objectContaining({
+        status: 'success',
+        target: link.share_id,
+        details: expect.objectContaining({ kind: 'api_key', target_id: key.key_id, view_count: 2 }),
+      }),
+    ]);
     const events = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['share.created', 'share.revoked', 'share.viewed'] });
     expect(events.map((e) => e.type).sort()).toEqual(['share.created', 'share.revoked', 'share.viewed']);
     const listed = await s.api('GET', `/api-keys/${key.key_id}/shares?state=revoked`, { token: u.token });

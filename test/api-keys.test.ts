@@ -53,7 +53,9 @@ async function call(method: string, path: string, token: string, body?: unknown)
     headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
     body: body === undefined ? undefined : JSON.stringify(body),
   });
-  const json = /^application\/(problem\+)?json/.test(res.headers.get('content-type') ?? '') ? ((await res.json()) as { code?: string; detail?: string }) : undefined;
+  const json = /^application\/(problem\+)?json/.test(res.headers.get('content-type') ?? '')
+    ? ((await res.json()) as { code?: string; detail?: string })
+    : undefined;
   if (!json) await res.body?.cancel().catch(() => undefined);
   return { status: res.status, code: json?.code, detail: json?.detail, headers: res.headers };
 }
@@ -91,7 +93,15 @@ describe('managed API keys: management', () => {
     const key = await generate(u, { name: 'deploy bot', scopes: ['keys:read', 'keys:read', 'account:read'], expires_in_days: 30 });
     expect(key.value.startsWith('kms_sk_')).toBe(true);
     expect(checkManagedKey(key.value)).toBe('ok');
-    expect(key).toMatchObject({ name: 'deploy bot', prefix: key.value.slice(0, 13), scopes: ['keys:read', 'account:read'], status: 'active', use_count: 0, last_used_at: null, revoked_at: null });
+    expect(key).toMatchObject({
+      name: 'deploy bot',
+      prefix: key.value.slice(0, 13),
+      scopes: ['keys:read', 'account:read'],
+      status: 'active',
+      use_count: 0,
+      last_used_at: null,
+      revoked_at: null,
+    });
     expect(Date.parse(key.expires_at!) - before).toBeGreaterThanOrEqual(30 * 86400_000 - 5000);
     expect(Date.parse(key.expires_at!) - before).toBeLessThanOrEqual(30 * 86400_000 + 5000);
 
@@ -157,7 +167,11 @@ describe('managed API keys: management', () => {
     const ann = await registerUser(s.api);
     const eve = await registerUser(s.api);
     const key = await generate(ann, { scopes: ['keys:read'] });
-    for (const [method, path, body] of [['GET', '', undefined], ['POST', '/rotate', {}], ['DELETE', '', undefined]] as const) {
+    for (const [method, path, body] of [
+      ['GET', '', undefined],
+      ['POST', '/rotate', {}],
+      ['DELETE', '', undefined],
+    ] as const) {
       const res = await s.api(method, `/api-keys/${key.key_id}${path}`, { token: eve.token, body });
       expect(res.status, `${method} ${path}`).toBe(404);
       expect(res.body.code).toBe('api_key_not_found');
@@ -173,7 +187,11 @@ describe('managed API keys: management', () => {
 
   it('holds the per-account limit under parallel requests', async () => {
     const u = await registerUser(s.api);
-    const results = await Promise.all(Array.from({ length: MAX_API_KEYS + 5 }, (_, i) => s.api('POST', '/api-keys/generate', { token: u.token, body: { name: `k${i}`, scopes: ['keys:read'] } })));
+    const results = await Promise.all(
+      Array.from({ length: MAX_API_KEYS + 5 }, (_, i) =>
+        s.api('POST', '/api-keys/generate', { token: u.token, body: { name: `k${i}`, scopes: ['keys:read'] } }),
+      ),
+    );
     expect(results.filter((r) => r.status === 201)).toHaveLength(MAX_API_KEYS);
     const refused = results.filter((r) => r.status !== 201);
     expect(refused.map((r) => `${r.status} ${r.body.code}`)).toEqual(Array(5).fill('409 api_key_limit_reached'));
@@ -197,21 +215,36 @@ describe('managed API keys: authentication', () => {
     expect(me.body).toMatchObject({ user_id: u.id, authenticated_via: 'api_key' });
     expect((await s.api('GET', '/keys/list', { token: reader.value })).status).toBe(200);
 
-    const refused = await s.api('POST', '/keys/generate-key', { token: reader.value, form: { label: 'x', name: 'A', email: 'a@example.test', passphrase: 'correct horse battery staple' } });
+    const refused = await s.api('POST', '/keys/generate-key', {
+      token: reader.value,
+      form: { label: 'x', name: 'A', email: 'a@example.test', passphrase: 'correct horse battery staple' },
+    });
     expect(refused.status).toBe(403);
     expect(refused.body.code).toBe('insufficient_scope');
     expect(refused.body.detail).toContain('keys:write');
     expect(refused.headers.get('www-authenticate')).toBe('Bearer realm="kms", error="insufficient_scope", scope="keys:write"');
     const denied = await auditOf(u.id, 'auth.denied');
-    expect(denied.at(-1)).toMatchObject({ status: 'failure', target: '/api/v1/keys/generate-key', details: { reason: 'insufficient_scope', scope: 'keys:write', api_key_id: reader.key_id } });
+    expect(denied.at(-1)).toMatchObject({
+      status: 'failure',
+      target: '/api/v1/keys/generate-key',
+      details: { reason: 'insufficient_scope', scope: 'keys:write', api_key_id: reader.key_id },
+    });
 
     const key = await createKey(s.api, writer.value);
     expect((await s.api('GET', '/keys/list', { token: writer.value })).body.code).toBe('insufficient_scope');
-    expect((await s.api('GET', '/keys/list', { token: reader.value })).body.items.map((k: { fingerprint: string }) => k.fingerprint)).toEqual([key.fingerprint]);
+    expect((await s.api('GET', '/keys/list', { token: reader.value })).body.items.map((k: { fingerprint: string }) => k.fingerprint)).toEqual([
+      key.fingerprint,
+    ]);
 
-    const job = await s.api('POST', '/keys/encrypt', { token: crypto.value, form: { fingerprint: key.fingerprint, files: [{ name: 'a.txt', data: Buffer.from('hello') }] } });
+    const job = await s.api('POST', '/keys/encrypt', {
+      token: crypto.value,
+      form: { fingerprint: key.fingerprint, files: [{ name: 'a.txt', data: Buffer.from('hello') }] },
+    });
     expect(job.status, JSON.stringify(job.body)).toBe(202);
-    const decrypt = await s.api('POST', '/keys/decrypt', { token: crypto.value, form: { fingerprint: key.fingerprint, passphrase: 'x', files: [{ name: 'a.gpg', data: Buffer.from('x') }] } });
+    const decrypt = await s.api('POST', '/keys/decrypt', {
+      token: crypto.value,
+      form: { fingerprint: key.fingerprint, passphrase: 'x', files: [{ name: 'a.gpg', data: Buffer.from('x') }] },
+    });
     expect(decrypt.body.detail).toContain('crypto:decrypt');
     expect((await s.api('GET', `/jobs/${job.body.job_id}`, { token: crypto.value })).body.detail).toContain('jobs:read');
     // jobs:read reads the jobs the key itself submitted, not another credential's.
@@ -230,16 +263,24 @@ describe('managed API keys: authentication', () => {
     expect(Date.now() - Date.parse(byId.get(reader.key_id)!.last_used_at!)).toBeLessThan(60_000);
   });
 
-  it('reads only the jobs the key submitted, never a session\'s or another key\'s; a session reads every job of the account', async () => {
+  it("reads only the jobs the key submitted, never a session's or another key's; a session reads every job of the account", async () => {
     const pool = await startWorkers(s.c, [{ queue: 'crypto', concurrency: 1 }]);
     onTestFinished(() => pool.close());
     const u = await registerUser(s.api);
     const mine = await generate(u, { scopes: ['crypto:encrypt', 'jobs:read'] });
     const other = await generate(u, { scopes: ['crypto:encrypt', 'jobs:read'] });
     const key = await createKey(s.api, u.token);
-    const ciphertext = await download(s.api, u.token, (await encrypt(s.api, u.token, key.fingerprint, [{ name: 'a.txt', data: Buffer.from('secret') }])).job_id);
+    const ciphertext = await download(
+      s.api,
+      u.token,
+      (await encrypt(s.api, u.token, key.fingerprint, [{ name: 'a.txt', data: Buffer.from('secret') }])).job_id,
+    );
     // A session's decryption: its plaintext output is the session's alone.
-    const decrypted = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.txt.gpg', data: ciphertext }] });
+    const decrypted = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'a.txt.gpg', data: ciphertext }],
+    });
     expect(decrypted.state).toBe('completed');
     const own = await encrypt(s.api, mine.value, key.fingerprint, [{ name: 'b.txt', data: Buffer.from('hello') }]);
 
@@ -271,9 +312,16 @@ describe('managed API keys: authentication', () => {
     const worker = await generate(u, { scopes: ['crypto:encrypt', 'crypto:decrypt', 'jobs:read'] });
     const key = await createKey(s.api, u.token);
     const data = Buffer.alloc(12_345, 7);
-    const encrypted = await encrypt(s.api, worker.value, key.fingerprint, [{ name: 'a.bin', data }, { name: 'b.bin', data: data.subarray(0, 100) }]);
+    const encrypted = await encrypt(s.api, worker.value, key.fingerprint, [
+      { name: 'a.bin', data },
+      { name: 'b.bin', data: data.subarray(0, 100) },
+    ]);
     const ciphertext = await download(s.api, worker.value, encrypted.job_id, 0);
-    const decrypted = await runJob(s.api, worker.value, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.bin.gpg', data: ciphertext }] });
+    const decrypted = await runJob(s.api, worker.value, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'a.bin.gpg', data: ciphertext }],
+    });
     expect(decrypted.state).toBe('completed');
     // A session's jobs count for no key.
     await encrypt(s.api, u.token, key.fingerprint, [{ name: 'c.bin', data }]);
@@ -333,8 +381,14 @@ describe('managed API keys: authentication', () => {
     expect((await s.api('GET', '/api-keys?status=revoked', { token: u.token })).body.items.map((k: Generated) => k.key_id)).toEqual([key.key_id]);
     expect((await s.api('GET', '/api-keys?status=active', { token: u.token })).body.total).toBe(0);
 
-    const events = (await s.api('GET', '/events/history?types=api_key.created,api_key.revoked', { token: u.token })).body.items as { type: string; data: Record<string, unknown> }[];
-    expect(events.map((e) => [e.type, e.data.key_id])).toEqual([['api_key.revoked', key.key_id], ['api_key.created', key.key_id]]);
+    const events = (await s.api('GET', '/events/history?types=api_key.created,api_key.revoked', { token: u.token })).body.items as {
+      type: string;
+      data: Record<string, unknown>;
+    }[];
+    expect(events.map((e) => [e.type, e.data.key_id])).toEqual([
+      ['api_key.revoked', key.key_id],
+      ['api_key.created', key.key_id],
+    ]);
   });
 
   it('stops working when the account is deleted', async () => {
@@ -372,7 +426,9 @@ describe('managed API keys: authentication', () => {
     });
 
     // Without a grace period the replaced value stops at once; the one replaced earlier keeps its own end.
-    const third = (await s.api('POST', `/api-keys/${key.key_id}/rotate`, { token: u.token, body: {} })).body as Generated & { previous_value_expires_at: string };
+    const third = (await s.api('POST', `/api-keys/${key.key_id}/rotate`, { token: u.token, body: {} })).body as Generated & {
+      previous_value_expires_at: string;
+    };
     expect(Date.parse(third.previous_value_expires_at)).toBeLessThanOrEqual(Date.now());
     expect(await call('GET', '/keys/list', next.value)).toMatchObject({ status: 401, code: 'api_key_rotated' });
     expect((await call('GET', '/keys/list', key.value)).status).toBe(200);
@@ -468,8 +524,10 @@ describe('scopes on every route', () => {
     expect(routes.filter((r) => r.path.startsWith('/api-keys') && !r.path.startsWith('/api-keys/shared/')).every((r) => r.access === 'session')).toBe(true);
   });
 
-  it('the OpenAPI document names each route\'s scope in its security requirement and description', () => {
-    const doc = openApiDocument(routes, { title: 't', version: '1', serverUrl: 'http://localhost/api/v1' }) as unknown as { paths: Record<string, Record<string, { security?: unknown; description?: string }>> };
+  it("the OpenAPI document names each route's scope in its security requirement and description", () => {
+    const doc = openApiDocument(routes, { title: 't', version: '1', serverUrl: 'http://localhost/api/v1' }) as unknown as {
+      paths: Record<string, Record<string, { security?: unknown; description?: string }>>;
+    };
     for (const def of routes) {
       const op = doc.paths[def.path][def.method];
       if (def.access === 'public') expect(op.security, def.path).toEqual([]);
@@ -485,7 +543,9 @@ describe('scopes on every route', () => {
     for (const scope of SCOPES) keys.set(scope, (await generate(u, { name: scope, scopes: [scope] })).value);
     const everything = (await generate(u, { name: 'all', scopes: [...SCOPES] })).value;
     const fill = (path: string) =>
-      path.replace(/\{(\w+)\}/g, (_, name: string) => (name === 'fingerprint' ? 'a'.repeat(40) : name === 'n' ? '0' : name.endsWith('_id') ? randomUUID() : 'x'.repeat(43)));
+      path.replace(/\{(\w+)\}/g, (_, name: string) =>
+        name === 'fingerprint' ? 'a'.repeat(40) : name === 'n' ? '0' : name.endsWith('_id') ? randomUUID() : 'x'.repeat(43),
+      );
     const families = new Set<Scope>();
     for (const def of routes) {
       if (def.access === 'public') continue;
@@ -508,7 +568,17 @@ describe('scopes on every route', () => {
       expect([401, 403, 429], `${label}: ${allowed.status} ${allowed.code}`).not.toContain(allowed.status);
       expect(allowed.status, label).toBeLessThan(500);
     }
-    for (const family of ['keys:read', 'keys:write', 'crypto:encrypt', 'crypto:decrypt', 'jobs:read', 'audit:read', 'events:read', 'webhooks:write', 'account:read'] as const) {
+    for (const family of [
+      'keys:read',
+      'keys:write',
+      'crypto:encrypt',
+      'crypto:decrypt',
+      'jobs:read',
+      'audit:read',
+      'events:read',
+      'webhooks:write',
+      'account:read',
+    ] as const) {
       expect(families, family).toContain(family);
     }
   });

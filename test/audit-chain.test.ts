@@ -49,7 +49,8 @@ async function verdicts(u: User): Promise<{ offline: Verdict; server: Verdict }>
 /** An account with `n` audit rows of its own beyond those of registering. */
 async function accountWithRows(n: number): Promise<User> {
   const u = await registerUser(s.api);
-  for (let i = 0; i < n; i++) await recordAudit(s.c.db, { user_id: u.id, action: 'test.row', status: 'success', target: `t${i}`, details: { i, nested: { b: [1, 2.5, 'x'], a: null } } });
+  for (let i = 0; i < n; i++)
+    await recordAudit(s.c.db, { user_id: u.id, action: 'test.row', status: 'success', target: `t${i}`, details: { i, nested: { b: [1, 2.5, 'x'], a: null } } });
   return u;
 }
 
@@ -105,8 +106,17 @@ describe('the chain', () => {
     const { offline, server } = await verdicts(eve);
     expect(offline.ok && server.ok).toBe(true);
     // Both rows of one transaction are neighbours: the head stays locked until the transaction ends.
-    const seconds = await s.c.db('audit_logs').where({ chain: eve.id }).whereIn('action', ['test.first', 'test.second']).orderBy('sequence').select('action', 'target');
-    for (let i = 0; i < seconds.length; i += 2) expect([seconds[i], seconds[i + 1]]).toEqual([{ action: 'test.first', target: seconds[i]!.target }, { action: 'test.second', target: seconds[i]!.target }]);
+    const seconds = await s.c
+      .db('audit_logs')
+      .where({ chain: eve.id })
+      .whereIn('action', ['test.first', 'test.second'])
+      .orderBy('sequence')
+      .select('action', 'target');
+    for (let i = 0; i < seconds.length; i += 2)
+      expect([seconds[i], seconds[i + 1]]).toEqual([
+        { action: 'test.first', target: seconds[i]!.target },
+        { action: 'test.second', target: seconds[i]!.target },
+      ]);
   });
 
   it('leaves no link behind a rolled-back change', async () => {
@@ -145,14 +155,35 @@ describe('the migration', () => {
     try {
       // Rows as they were before: no chain columns; one with microseconds and odd JSON.
       await db('audit_logs').insert([
-        { user_id: a.id, action: 'old.one', status: 'success', details: JSON.stringify({ z: 1, a: [true, null, 1e21, 0.1], 'é': 'ü\n' }), created_at: db.raw(`'2025-01-02T03:04:05.123456Z'::timestamptz`) },
+        {
+          user_id: a.id,
+          action: 'old.one',
+          status: 'success',
+          details: JSON.stringify({ z: 1, a: [true, null, 1e21, 0.1], é: 'ü\n' }),
+          created_at: db.raw(`'2025-01-02T03:04:05.123456Z'::timestamptz`),
+        },
         { user_id: null, action: 'old.system', status: 'failure', target: 'x' },
         { user_id: a.id, action: 'old.two', status: 'failure', ip: '10.0.0.1', request_id: 'r1' },
       ]);
     } finally {
       await db.transaction((trx) => m023.up(trx));
     }
-    const rows = await db('audit_logs').where({ chain: a.id }).orderBy('sequence').select('action', 'sequence', 'prev_hash', 'hash', 'digest', 'details', 'target', 'ip', 'request_id', 'status', db.raw(`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at`));
+    const rows = await db('audit_logs')
+      .where({ chain: a.id })
+      .orderBy('sequence')
+      .select(
+        'action',
+        'sequence',
+        'prev_hash',
+        'hash',
+        'digest',
+        'details',
+        'target',
+        'ip',
+        'request_id',
+        'status',
+        db.raw(`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at`),
+      );
     expect(rows.map((r) => r.action).slice(-2)).toEqual(['old.one', 'old.two']);
     expect(rows.map((r) => r.sequence)).toEqual(rows.map((_, i) => i + 1));
     // The migration's own hashing agrees with the library's.
@@ -199,7 +230,10 @@ describe('checkpoints', () => {
 
       await expect.poll(() => receiver.received.length, { timeout: 15_000 }).toBeGreaterThan(0);
       const delivery = receiver.received[0];
-      const payload = new Webhook(hook.body.secret.replace(/^whsec_/, '')).verify(delivery.body, signedHeaders(delivery)) as { type: string; data: { jws: string } };
+      const payload = new Webhook(hook.body.secret.replace(/^whsec_/, '')).verify(delivery.body, signedHeaders(delivery)) as {
+        type: string;
+        data: { jws: string };
+      };
       expect(payload.type).toBe('audit.checkpoint');
       const fromHook = await compactVerify(payload.data.jws, createLocalJWKSet(keys as never));
       expect(JSON.parse(new TextDecoder().decode(fromHook.payload))).toMatchObject({ sequence: head.sequence });
@@ -260,7 +294,11 @@ describe('a long chain', () => {
     const u = await registerUser(s.api);
     const content = { action: 'test.bulk', status: 'success', target: null, ip: null, request_id: null, details: {} };
     // A thousand rows per statement, the trigger chaining each row as recordAudit's would be.
-    for (let i = 0; i < 100; i++) await s.c.db.raw(`INSERT INTO audit_logs (user_id, action, status, details, digest) SELECT ?, 'test.bulk', 'success', '{}', ? FROM generate_series(1, 1000)`, [u.id, rowDigest(content)]);
+    for (let i = 0; i < 100; i++)
+      await s.c.db.raw(
+        `INSERT INTO audit_logs (user_id, action, status, details, digest) SELECT ?, 'test.bulk', 'success', '{}', ? FROM generate_series(1, 1000)`,
+        [u.id, rowDigest(content)],
+      );
     await checkpointChains(s.c);
     const verifier = new EvidenceVerifier(await jwks());
     const res = await fetch(`${s.url}/audit-logs/export`, { headers: { authorization: `Bearer ${u.token}` } });
@@ -316,7 +354,10 @@ describe('tampering done directly in Postgres', () => {
 
   it('finds an edited field', async () => {
     const { u, third } = await checkpointed();
-    await s.c.db('audit_logs').where({ id: third.id }).update({ details: JSON.stringify({ i: 99 }) });
+    await s.c
+      .db('audit_logs')
+      .where({ id: third.id })
+      .update({ details: JSON.stringify({ i: 99 }) });
     await expectBreak(u, third.sequence, /does not match its hash/);
   });
 
@@ -324,7 +365,22 @@ describe('tampering done directly in Postgres', () => {
     const { u, rows, third } = await checkpointed();
     // The forger recomputes the edited row and every later one: only the signed checkpoint disagrees.
     await s.c.db('audit_logs').where({ id: third.id }).update({ target: 'forged' });
-    const all = await s.c.db('audit_logs').where({ chain: u.id }).andWhere('sequence', '>=', third.sequence).orderBy('sequence').select('id', 'sequence', 'action', 'status', 'target', 'ip', 'request_id', 'details', s.c.db.raw(`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at`));
+    const all = await s.c
+      .db('audit_logs')
+      .where({ chain: u.id })
+      .andWhere('sequence', '>=', third.sequence)
+      .orderBy('sequence')
+      .select(
+        'id',
+        'sequence',
+        'action',
+        'status',
+        'target',
+        'ip',
+        'request_id',
+        'details',
+        s.c.db.raw(`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at`),
+      );
     let prev = rows.find((r) => r.sequence === third.sequence - 1)!.hash as string;
     for (const r of all) {
       const digest = rowDigest(r);
@@ -343,7 +399,11 @@ describe('tampering done directly in Postgres', () => {
 
   it('finds a deleted tail that a checkpoint covers', async () => {
     const { u, rows } = await checkpointed();
-    await s.c.db('audit_logs').where({ chain: u.id }).andWhere('sequence', '>=', rows.length - 1).delete();
+    await s.c
+      .db('audit_logs')
+      .where({ chain: u.id })
+      .andWhere('sequence', '>=', rows.length - 1)
+      .delete();
     await expectBreak(u, rows.length, /missing \(deleted\)/);
   });
 
@@ -358,7 +418,17 @@ describe('tampering done directly in Postgres', () => {
       const forged = { action: 'test.forged', status: 'success', target: null, ip: null, request_id: null, details: {} };
       const digest = rowDigest(forged);
       const hash = linkHash({ chain: u.id, created_at, digest, prev_hash: third.hash, sequence: third.sequence + 1 });
-      await trx('audit_logs').insert({ ...forged, details: '{}', user_id: u.id, chain: u.id, sequence: third.sequence + 1, digest, prev_hash: third.hash, hash, created_at });
+      await trx('audit_logs').insert({
+        ...forged,
+        details: '{}',
+        user_id: u.id,
+        chain: u.id,
+        sequence: third.sequence + 1,
+        digest,
+        prev_hash: third.hash,
+        hash,
+        created_at,
+      });
     });
     await expectBreak(u, third.sequence + 2, /does not match its hash/);
   });
@@ -367,8 +437,12 @@ describe('tampering done directly in Postgres', () => {
     const { u, third } = await checkpointed();
     await s.c.db.transaction(async (trx) => {
       await trx('audit_logs').where({ chain: u.id, sequence: third.sequence }).update({ sequence: -1 });
-      await trx('audit_logs').where({ chain: u.id, sequence: third.sequence + 1 }).update({ sequence: third.sequence });
-      await trx('audit_logs').where({ chain: u.id, sequence: -1 }).update({ sequence: third.sequence + 1 });
+      await trx('audit_logs')
+        .where({ chain: u.id, sequence: third.sequence + 1 })
+        .update({ sequence: third.sequence });
+      await trx('audit_logs')
+        .where({ chain: u.id, sequence: -1 })
+        .update({ sequence: third.sequence + 1 });
     });
     await expectBreak(u, third.sequence, /does not match its hash/);
   });
@@ -379,7 +453,10 @@ describe('tampering done directly in Postgres', () => {
     const [h, p, sig] = (cp.jws as string).split('.') as [string, string, string];
     const flipped = Buffer.from(sig, 'base64url');
     flipped[0] ^= 1;
-    await s.c.db('audit_checkpoints').where({ id: cp.id }).update({ jws: `${h}.${p}.${flipped.toString('base64url')}` });
+    await s.c
+      .db('audit_checkpoints')
+      .where({ id: cp.id })
+      .update({ jws: `${h}.${p}.${flipped.toString('base64url')}` });
     await expectBreak(u, rows.length, /signature that does not match/);
   });
 
@@ -390,7 +467,6 @@ describe('tampering done directly in Postgres', () => {
     await s.c.db('audit_checkpoints').where({ chain: u.id }).update({ jws: theirs.jws });
     await expectBreak(u, rows.length, /another account's chain|says something else/);
   });
-
 });
 
 describe('kms audit export and verify', () => {
@@ -416,8 +492,17 @@ describe('kms audit export and verify', () => {
       const lines = whole.split('\n');
       await writeFile(file, `${lines.slice(0, 5).join('\n')}\n${lines[5].slice(0, 20)}`);
       expect((await kms(['audit', 'export', '-o', file, '--resume'], env)).code).toBe(0);
-      const resumed = (await readFile(file, 'utf8')).split('\n').filter(Boolean).map((l) => JSON.parse(l) as ExportLine);
-      expect(resumed.filter((l) => l.type === 'row')).toEqual(whole.split('\n').filter(Boolean).map((l) => JSON.parse(l) as ExportLine).filter((l) => l.type === 'row'));
+      const resumed = (await readFile(file, 'utf8'))
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as ExportLine);
+      expect(resumed.filter((l) => l.type === 'row')).toEqual(
+        whole
+          .split('\n')
+          .filter(Boolean)
+          .map((l) => JSON.parse(l) as ExportLine)
+          .filter((l) => l.type === 'row'),
+      );
 
       const keysFile = join(dir, 'keys.json');
       await writeFile(keysFile, JSON.stringify(await jwks()));

@@ -27,12 +27,17 @@ afterAll(async () => {
 });
 
 const statuses = (answers: { status: number }[]) => answers.reduce<Record<number, number>>((n, a) => ({ ...n, [a.status]: (n[a.status] ?? 0) + 1 }), {});
-const failures = async (userId: string, action: string) => (await s.c.db('audit_logs').where({ user_id: userId, action, status: 'failure' })).filter((r: { details: { reason: string } }) => r.details.reason === 'wrong_password').length;
+const failures = async (userId: string, action: string) =>
+  (await s.c.db('audit_logs').where({ user_id: userId, action, status: 'failure' })).filter(
+    (r: { details: { reason: string } }) => r.details.reason === 'wrong_password',
+  ).length;
 
 describe('password guessing', () => {
   it('40 parallel wrong logins get exactly LOGIN_MAX_FAILURES checks; the rest are 429 without one', async () => {
     const u = await registerUser(s.api);
-    const answers = await Promise.all(Array.from({ length: 40 }, () => s.api('POST', '/auth/login', { body: { identifier: u.username, password: 'wrong password guess' } })));
+    const answers = await Promise.all(
+      Array.from({ length: 40 }, () => s.api('POST', '/auth/login', { body: { identifier: u.username, password: 'wrong password guess' } })),
+    );
     expect(statuses(answers)).toEqual({ 401: 5, 429: 35 });
     expect(await failures(u.id, 'auth.login')).toBe(5);
     // Locked: the right password is refused too until the lock ends.
@@ -42,7 +47,8 @@ describe('password guessing', () => {
   it('counts username and email against one lockout: the account', async () => {
     const u = await registerUser(s.api);
     const answers = [];
-    for (let i = 0; i < 10; i++) answers.push(await s.api('POST', '/auth/login', { body: { identifier: i % 2 ? u.email : u.username, password: 'wrong password guess' } }));
+    for (let i = 0; i < 10; i++)
+      answers.push(await s.api('POST', '/auth/login', { body: { identifier: i % 2 ? u.email : u.username, password: 'wrong password guess' } }));
     expect(statuses(answers)).toEqual({ 401: 5, 429: 5 });
   });
 
@@ -72,7 +78,10 @@ describe('password guessing', () => {
     const answers = await Promise.all(
       Array.from({ length: 12 }, (_, i) =>
         i % 2
-          ? s.api('POST', '/profile/change-password', { token: u.token, body: { current_password: 'wrong password guess', new_password: 'a brand new password' } })
+          ? s.api('POST', '/profile/change-password', {
+              token: u.token,
+              body: { current_password: 'wrong password guess', new_password: 'a brand new password' },
+            })
           : s.api('POST', '/profile/delete-account', { token: u.token, body: { password: 'wrong password guess' } }),
       ),
     );
@@ -128,7 +137,12 @@ describe('client addresses', () => {
     // The proxy appends the address it saw (here always the same client); the client forges the rest.
     const answers = [];
     for (let i = 0; i < 5; i++) {
-      answers.push(await behindProxy.api('POST', '/auth/login', { headers: { 'x-forwarded-for': `198.51.100.${i}, 192.0.2.7` }, body: { identifier: `nobody-${i}`, password: 'wrong password guess' } }));
+      answers.push(
+        await behindProxy.api('POST', '/auth/login', {
+          headers: { 'x-forwarded-for': `198.51.100.${i}, 192.0.2.7` },
+          body: { identifier: `nobody-${i}`, password: 'wrong password guess' },
+        }),
+      );
     }
     expect(statuses(answers)).toEqual({ 401: 3, 429: 2 });
     const row = await behindProxy.c.db('audit_logs').where({ action: 'auth.login' }).first();
@@ -138,8 +152,15 @@ describe('client addresses', () => {
 
 describe('session tokens', () => {
   const secret = () => new TextEncoder().encode(s.config.jwt.secret);
-  const forge = async (u: { id: string }, edit: (jwt: SignJWT) => SignJWT, typ = 'kms-session+jwt', claims: Record<string, unknown> = { auth_time: Math.floor(Date.now() / 1000) }) =>
-    edit(new SignJWT({ role: 'user', tv: 0, ...claims }).setProtectedHeader({ alg: 'HS256', typ }).setSubject(u.id).setIssuer('kms').setAudience('kms-api')).sign(secret());
+  const forge = async (
+    u: { id: string },
+    edit: (jwt: SignJWT) => SignJWT,
+    typ = 'kms-session+jwt',
+    claims: Record<string, unknown> = { auth_time: Math.floor(Date.now() / 1000) },
+  ) =>
+    edit(
+      new SignJWT({ role: 'user', tv: 0, ...claims }).setProtectedHeader({ alg: 'HS256', typ }).setSubject(u.id).setIssuer('kms').setAudience('kms-api'),
+    ).sign(secret());
 
   it('must carry exp, iat, sub and auth_time, our typ, and not be issued in the future or live too long', async () => {
     const u = await registerUser(s.api);
@@ -154,7 +175,13 @@ describe('session tokens', () => {
       otherTyp: await forge(u, (j) => j.setIssuedAt(now).setExpirationTime(now + 600), 'JWT'),
       noAuthTime: await forge(u, (j) => j.setIssuedAt(now).setExpirationTime(now + 600), undefined, {}),
       signedInAfterIssue: await forge(u, (j) => j.setIssuedAt(now).setExpirationTime(now + 600), undefined, { auth_time: now + 120 }),
-      noSub: await new SignJWT({ role: 'user', tv: 0 }).setProtectedHeader({ alg: 'HS256', typ: 'kms-session+jwt' }).setIssuer('kms').setAudience('kms-api').setIssuedAt(now).setExpirationTime(now + 600).sign(secret()),
+      noSub: await new SignJWT({ role: 'user', tv: 0 })
+        .setProtectedHeader({ alg: 'HS256', typ: 'kms-session+jwt' })
+        .setIssuer('kms')
+        .setAudience('kms-api')
+        .setIssuedAt(now)
+        .setExpirationTime(now + 600)
+        .sign(secret()),
     };
     for (const [name, token] of Object.entries(bad)) expect((await s.api('GET', '/auth/me', { token })).status, name).toBe(401);
     // A little clock skew is fine; more is not.
@@ -184,7 +211,9 @@ describe('credentials that could take over an account', () => {
   });
 
   it('new passwords have at least 12 characters (register, change, reset); existing shorter ones still log in', async () => {
-    const res = await s.api('POST', '/partners/register', { body: { username: `short_${Date.now()}`, email: `short${Date.now()}@example.test`, password: 'elevenchars' } });
+    const res = await s.api('POST', '/partners/register', {
+      body: { username: `short_${Date.now()}`, email: `short${Date.now()}@example.test`, password: 'elevenchars' },
+    });
     expect(res.status).toBe(422);
     expect(res.body.errors[0].path).toBe('body.password');
     const u = await registerUser(s.api);
@@ -193,7 +222,10 @@ describe('credentials that could take over an account', () => {
     const reset = await s.api('POST', '/auth/reset-password', { body: { token: 'x'.repeat(43), new_password: 'elevenchars' } });
     expect(reset.status).toBe(422);
     // An account whose password predates the rule (10 characters then) keeps logging in with it.
-    await s.c.db('users').where({ id: u.id }).update({ password_hash: await hashPassword('tenchars10', s.config.argon2MemoryKib) });
+    await s.c
+      .db('users')
+      .where({ id: u.id })
+      .update({ password_hash: await hashPassword('tenchars10', s.config.argon2MemoryKib) });
     expect((await s.api('POST', '/auth/login', { body: { identifier: u.username, password: 'tenchars10' } })).status).toBe(200);
   });
 

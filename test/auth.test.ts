@@ -28,7 +28,9 @@ describe('registration and login', () => {
 
   it('answers 409 for a duplicate username or email', async () => {
     const u = await registerUser(s.api);
-    const dupUser = await s.api('POST', '/partners/register', { body: { username: u.username.toUpperCase(), email: 'other@example.test', password: 'long enough pw' } });
+    const dupUser = await s.api('POST', '/partners/register', {
+      body: { username: u.username.toUpperCase(), email: 'other@example.test', password: 'long enough pw' },
+    });
     expect(dupUser.status).toBe(409);
     expect(dupUser.body.code).toBe('username_taken');
     const dupEmail = await s.api('POST', '/partners/register', { body: { username: 'someone_else_x', email: u.email, password: 'long enough pw' } });
@@ -78,7 +80,10 @@ describe('sessions and credentials', () => {
     const me = await s.api('GET', '/auth/me', { token: u.apiKey });
     expect(me.status).toBe(200);
     expect(me.body.authenticated_via).toBe('partner_key');
-    const change = await s.api('POST', '/profile/change-password', { token: u.apiKey, body: { current_password: u.password, new_password: 'a brand new password' } });
+    const change = await s.api('POST', '/profile/change-password', {
+      token: u.apiKey,
+      body: { current_password: u.password, new_password: 'a brand new password' },
+    });
     expect(change.status).toBe(403);
     expect(change.body.code).toBe('session_required');
   });

@@ -41,7 +41,11 @@ afterAll(async () => {
 
 let seq = 0;
 /** A provider event as the provider sends it (pretty-printed JSON, as Stripe does), signed. */
-function signedEvent(type: string, object: Record<string, unknown>, opts: { created?: number; id?: string; timestamp?: number; secret?: string; without?: string } = {}) {
+function signedEvent(
+  type: string,
+  object: Record<string, unknown>,
+  opts: { created?: number; id?: string; timestamp?: number; secret?: string; without?: string } = {},
+) {
   const event: Record<string, unknown> & { id: string } = {
     id: opts.id ?? `evt_${randomBytes(10).toString('hex')}${seq++}`,
     object: 'event',
@@ -60,7 +64,10 @@ function signedEvent(type: string, object: Record<string, unknown>, opts: { crea
 }
 
 const post = (server: TestService, e: { payload: string; header: string }, headers: Record<string, string> = {}) =>
-  server.api('POST', '/billing/webhooks/stripe', { raw: e.payload, headers: { 'content-type': 'application/json; charset=utf-8', 'stripe-signature': e.header, ...headers } });
+  server.api('POST', '/billing/webhooks/stripe', {
+    raw: e.payload,
+    headers: { 'content-type': 'application/json; charset=utf-8', 'stripe-signature': e.header, ...headers },
+  });
 
 const status = async (server: TestService, token: string) => {
   const res = await server.api('GET', '/billing/status', { token });
@@ -87,14 +94,21 @@ describe('configuration', () => {
   it('derives the mode from the key prefix and refuses a live key in development and test', () => {
     expect(loadConfig(base).billing.mode).toBe('disabled');
     expect(loadConfig(base).billing.enforceLimits).toBe(false);
-    expect(loadConfig({ ...base, STRIPE_SECRET_KEY: 'sk_test_abc', STRIPE_WEBHOOK_SECRET: 'whsec_x' }).billing).toMatchObject({ mode: 'test', enforceLimits: true });
+    expect(loadConfig({ ...base, STRIPE_SECRET_KEY: 'sk_test_abc', STRIPE_WEBHOOK_SECRET: 'whsec_x' }).billing).toMatchObject({
+      mode: 'test',
+      enforceLimits: true,
+    });
     for (const env of ['development', 'test']) {
-      expect(() => loadConfig({ NODE_ENV: env, STRIPE_SECRET_KEY: 'sk_live_abc', STRIPE_WEBHOOK_SECRET: 'whsec_x' })).toThrow(/live key.*not allowed with NODE_ENV=/);
+      expect(() => loadConfig({ NODE_ENV: env, STRIPE_SECRET_KEY: 'sk_live_abc', STRIPE_WEBHOOK_SECRET: 'whsec_x' })).toThrow(
+        /live key.*not allowed with NODE_ENV=/,
+      );
       expect(() => loadConfig({ NODE_ENV: env, STRIPE_SECRET_KEY: 'rk_live_abc', STRIPE_WEBHOOK_SECRET: 'whsec_x' })).toThrow(/live key/);
     }
     const prod = { MASTER_KEY: `k1:${randomBytes(32).toString('base64')}`, JWT_SECRET: randomBytes(24).toString('hex') };
     expect(loadConfig({ ...prod, STRIPE_SECRET_KEY: 'sk_live_abc', STRIPE_WEBHOOK_SECRET: 'whsec_x' }).billing.mode).toBe('live');
-    expect(() => loadConfig({ ...prod, STRIPE_SECRET_KEY: 'sk_live_abc', STRIPE_WEBHOOK_SECRET: 'whsec_x', STRIPE_API_URL: 'http://127.0.0.1:1' })).toThrow(/https/);
+    expect(() => loadConfig({ ...prod, STRIPE_SECRET_KEY: 'sk_live_abc', STRIPE_WEBHOOK_SECRET: 'whsec_x', STRIPE_API_URL: 'http://127.0.0.1:1' })).toThrow(
+      /https/,
+    );
   });
 
   it('refuses unknown key prefixes, a missing webhook secret, bad plan overrides and one price for two plans', () => {
@@ -117,7 +131,10 @@ describe('billing disabled (no provider key)', () => {
       const u = await registerUser(d.api);
       const st = await status(d, u.token);
       expect(st).toMatchObject({ mode: 'disabled', plan: 'free', subscribed_plan: 'free', limits_enforced: false, provider_status: 'none', customer: false });
-      for (const [method, path, body] of [['POST', '/billing/checkout', { plan: 'pro' }], ['GET', '/billing/portal', undefined]] as const) {
+      for (const [method, path, body] of [
+        ['POST', '/billing/checkout', { plan: 'pro' }],
+        ['GET', '/billing/portal', undefined],
+      ] as const) {
         const res = await d.api(method, path, { token: u.token, body });
         expect(res.status, path).toBe(409);
         expect(res.body).toMatchObject({ code: 'billing_disabled', status: 409 });
@@ -127,7 +144,8 @@ describe('billing disabled (no provider key)', () => {
       expect(hook.status).toBe(409);
       expect(await d.c.db('billing_events')).toHaveLength(0);
       // More keys than the free plan of the billing tests allows (limits are off without billing).
-      for (let i = 0; i < FREE.keys + 1; i++) await d.api('POST', '/keys', { token: u.token, body: { label: `k${i}` } }).then((r) => expect(r.status).toBe(201));
+      for (let i = 0; i < FREE.keys + 1; i++)
+        await d.api('POST', '/keys', { token: u.token, body: { label: `k${i}` } }).then((r) => expect(r.status).toBe(201));
     } finally {
       await d.stop();
     }
@@ -153,7 +171,13 @@ describe('checkout and portal against the provider', () => {
     const sessions = mine.filter((r) => r.path === '/v1/checkout/sessions');
     expect(sessions).toHaveLength(5);
     for (const r of sessions) {
-      expect(r.form).toMatchObject({ mode: 'subscription', customer: account.customer_id, client_reference_id: u.id, 'line_items[0][price]': PRICES.pro, 'line_items[0][quantity]': '1' });
+      expect(r.form).toMatchObject({
+        mode: 'subscription',
+        customer: account.customer_id,
+        client_reference_id: u.id,
+        'line_items[0][price]': PRICES.pro,
+        'line_items[0][quantity]': '1',
+      });
     }
     for (const r of mine) {
       expect(r.method).toBe('POST');
@@ -164,7 +188,9 @@ describe('checkout and portal against the provider', () => {
     expect(await auditRows(s, u.id, 'billing.customer_created')).toHaveLength(1);
     expect(await auditRows(s, u.id, 'billing.checkout_created')).toHaveLength(5);
     // The client's Idempotency-Key makes a retried checkout the same provider session.
-    const again = await Promise.all([1, 2].map(() => s.api('POST', '/billing/checkout', { token: u.token, body: { plan: 'business' }, headers: { 'idempotency-key': 'retry-1' } })));
+    const again = await Promise.all(
+      [1, 2].map(() => s.api('POST', '/billing/checkout', { token: u.token, body: { plan: 'business' }, headers: { 'idempotency-key': 'retry-1' } })),
+    );
     expect(again[0].body.session_id).toBe(again[1].body.session_id);
     expect(stripe.requests.filter((r) => r.path === '/v1/customers').filter((r) => r.form['metadata[user_id]'] === u.id)).toHaveLength(1);
   });
@@ -181,14 +207,21 @@ describe('checkout and portal against the provider', () => {
     expect(portal.status, JSON.stringify(portal.body)).toBe(200);
     expect(portal.body.url).toMatch(/^https:\/\/billing\.stripe\.test\/p\/session\/bps_/);
     const [req] = stripe.requests.slice(before);
-    expect(req).toMatchObject({ method: 'POST', path: '/v1/billing_portal/sessions', form: { customer: u.customer, return_url: expect.stringContaining('/team') } });
+    expect(req).toMatchObject({
+      method: 'POST',
+      path: '/v1/billing_portal/sessions',
+      form: { customer: u.customer, return_url: expect.stringContaining('/team') },
+    });
     expect(req.idempotencyKey).toMatch(/^kms-portal-/);
     expect(await auditRows(s, u.id, 'billing.portal_opened')).toHaveLength(1);
   });
 
   it('needs a session for checkout and portal, refuses the default plan and unknown plans', async () => {
     const u = await registerUser(s.api);
-    for (const [method, path] of [['POST', '/billing/checkout'], ['GET', '/billing/portal']] as const) {
+    for (const [method, path] of [
+      ['POST', '/billing/checkout'],
+      ['GET', '/billing/portal'],
+    ] as const) {
       const res = await s.api(method, path, { token: u.apiKey, body: method === 'POST' ? { plan: 'pro' } : undefined });
       expect(res.status, path).toBe(403);
       expect(res.body.code).toBe('session_required');
@@ -335,14 +368,26 @@ describe('verified webhooks', () => {
     const u = await customerFor(s);
     const id = `sub_${randomBytes(6).toString('hex')}`;
     stripe.setSubscription({ id, customer: u.customer, price: PRICES.pro, status: 'active' });
-    const start = signedEvent('checkout.session.completed', { id: 'cs_test_done', object: 'checkout.session', customer: u.customer, subscription: id, client_reference_id: u.id, mode: 'subscription' });
+    const start = signedEvent('checkout.session.completed', {
+      id: 'cs_test_done',
+      object: 'checkout.session',
+      customer: u.customer,
+      subscription: id,
+      client_reference_id: u.id,
+      mode: 'subscription',
+    });
     await post(s, start);
     await processed(s, start.event.id);
     expect((await status(s, u.token)).plan).toBe('pro');
     for (let i = 0; i < FREE.keys + 1; i++) await createKey(s.api, u.token, { label: `pd${i}` });
 
     stripe.setSubscription({ id, customer: u.customer, price: PRICES.pro, status: 'past_due' });
-    const failed = signedEvent('invoice.payment_failed', { id: 'in_failed1', object: 'invoice', customer: u.customer, parent: { type: 'subscription_details', subscription_details: { subscription: id } } });
+    const failed = signedEvent('invoice.payment_failed', {
+      id: 'in_failed1',
+      object: 'invoice',
+      customer: u.customer,
+      parent: { type: 'subscription_details', subscription_details: { subscription: id } },
+    });
     await post(s, failed);
     await processed(s, failed.event.id);
     let st = await status(s, u.token);
@@ -369,7 +414,11 @@ describe('verified webhooks', () => {
 
       // Paid: back to the plan, at once.
       stripe.setSubscription({ id, customer: u.customer, price: PRICES.pro, status: 'active' });
-      const paid = signedEvent('invoice.paid', { id: 'in_paid1', object: 'invoice', customer: u.customer, subscription: id }, { timestamp: Math.floor(clock.now().getTime() / 1000) });
+      const paid = signedEvent(
+        'invoice.paid',
+        { id: 'in_paid1', object: 'invoice', customer: u.customer, subscription: id },
+        { timestamp: Math.floor(clock.now().getTime() / 1000) },
+      );
       expect((await post(s, paid)).status).toBe(200);
       await processed(s, paid.event.id);
       st = await status(s, u.apiKey);
@@ -406,7 +455,10 @@ describe('plan limits (402 plan_limit_reached)', () => {
     const refused = results.filter((r) => r.status !== 201);
     expect(refused).toHaveLength(5 - FREE.keys);
     for (const r of refused) expectLimit(r, 'keys', FREE.keys, FREE.keys);
-    const rsa = await s.api('POST', '/keys/generate-key', { token: u.token, form: { label: 'rsa', name: 'R', email: 'r@example.test', passphrase: 'correct horse battery', algorithm: 'rsa3072' } });
+    const rsa = await s.api('POST', '/keys/generate-key', {
+      token: u.token,
+      form: { label: 'rsa', name: 'R', email: 'r@example.test', passphrase: 'correct horse battery', algorithm: 'rsa3072' },
+    });
     expectLimit(rsa, 'keys', FREE.keys, FREE.keys);
   });
 
@@ -467,7 +519,8 @@ describe('plan limits (402 plan_limit_reached)', () => {
   it('concurrent jobs count only jobs that can still finish: one unfinished past the job time limit holds no place', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    const submit = () => s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'f.bin', data: randomBytes(10) }] } });
+    const submit = () =>
+      s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'f.bin', data: randomBytes(10) }] } });
     const crypto = s.c.jobs.queue('crypto');
     await crypto.pause();
     let second;
@@ -476,7 +529,10 @@ describe('plan limits (402 plan_limit_reached)', () => {
       expect(first.status).toBe(202);
       expectLimit(await submit(), 'concurrent_jobs', FREE.concurrent_jobs, 1);
       // Lost: still queued in Postgres, submitted longer ago than JOB_TIMEOUT_SECONDS.
-      await s.c.db('jobs').where({ id: first.body.job_id }).update({ created_at: s.c.db.raw("now() - make_interval(secs => ?)", [s.config.jobLimits.timeoutMs / 1000 + 1]) });
+      await s.c
+        .db('jobs')
+        .where({ id: first.body.job_id })
+        .update({ created_at: s.c.db.raw('now() - make_interval(secs => ?)', [s.config.jobLimits.timeoutMs / 1000 + 1]) });
       expect((await status(s, u.token)).usage.concurrent_jobs).toBe(0);
       second = await submit();
       expect(second.status, JSON.stringify(second.body)).toBe(202);
@@ -513,7 +569,11 @@ describe('a worker killed mid billing event', () => {
       try {
         await trx('billing_accounts').where({ user_id: u.id }).forUpdate();
         await expect
-          .poll(async () => (await k.c.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).rows[0].n, { timeout: 20_000, interval: 100 })
+          .poll(
+            async () =>
+              (await k.c.db.raw(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).rows[0].n,
+            { timeout: 20_000, interval: 100 },
+          )
           .toBeGreaterThan(0);
         worker.kill('SIGKILL');
         await worker.exited;

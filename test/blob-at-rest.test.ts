@@ -19,10 +19,12 @@ afterAll(async () => {
 
 /** Every file's bytes; a temp file or folder removed while the tree is walked (a put finishing) is skipped. */
 async function everyBlobFile(): Promise<Buffer> {
-  const unlessGone = <T>(fallback: T) => (err: unknown): T => {
-    if ((err as { code?: string }).code === 'ENOENT') return fallback;
-    throw err;
-  };
+  const unlessGone =
+    <T>(fallback: T) =>
+    (err: unknown): T => {
+      if ((err as { code?: string }).code === 'ENOENT') return fallback;
+      throw err;
+    };
   async function walk(dir: string): Promise<Buffer[]> {
     const entries = await readdir(dir, { withFileTypes: true }).catch(unlessGone([]));
     const parts = await Promise.all(
@@ -52,7 +54,10 @@ describe('job blobs at rest', () => {
       await vi.waitUntil(async () => !(await readdir(jobDir)).includes('in'), { timeout: 5000 });
       expect(await readdir(join(jobDir, 'out'))).toContain('0');
       const ciphertext = await download(s.api, u.token, res.body.job_id);
-      const dec = await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'm.gpg', data: ciphertext }] } });
+      const dec = await s.api('POST', '/keys/decrypt', {
+        token: u.token,
+        form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'm.gpg', data: ciphertext }] },
+      });
       expect((await waitJob(s.api, u.token, dec.body.job_id)).state).toBe('completed');
       expect(Buffer.compare(await download(s.api, u.token, dec.body.job_id), marker)).toBe(0);
       expect((await everyBlobFile()).includes('PLAINTEXT-MARKER-')).toBe(false);
@@ -91,7 +96,9 @@ describe('the S3 driver', () => {
   it('sweeps old upload temp files; a store without ListMultipartUploads (s3rver) is no error', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'kms-s3-sweep-'));
     const s3 = await startS3(dir);
-    const store = await createBlobStore(s3.env.BLOB_STORE_URL, { s3: { endpoint: s3.endpoint, region: 'us-east-1', accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' } });
+    const store = await createBlobStore(s3.env.BLOB_STORE_URL, {
+      s3: { endpoint: s3.endpoint, region: 'us-east-1', accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER' },
+    });
     try {
       const old = join(store.uploadTmpDir, `stale-${Date.now()}`);
       await writeFile(old, 'left by a crash');

@@ -30,7 +30,11 @@ afterAll(async () => {
 });
 
 function startBuilt(role: 'web' | 'worker', env: Record<string, string>) {
-  const child = spawn(process.execPath, [join(out, 'main.js'), role], { cwd: ROOT, env: { ...process.env, ...s.env, LOG_LEVEL: 'info', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [join(out, 'main.js'), role], {
+    cwd: ROOT,
+    env: { ...process.env, ...s.env, LOG_LEVEL: 'info', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   child.stdout.on('data', (c: Buffer) => (output += c.toString()));
   child.stderr.on('data', (c: Buffer) => (output += c.toString()));
@@ -66,11 +70,16 @@ describe('the built service', () => {
     const key = randomBytes(32);
     const prefix = randomBytes(16);
     const plain = Buffer.concat([prefix, prefix.subarray(14), randomBytes(1000), Buffer.from([0xd3, 0x14])]);
-    const body = Buffer.concat([Buffer.from([1]), createCipheriv('aes-256-cfb', key, Buffer.alloc(16)).update(Buffer.concat([plain, createHash('sha1').update(plain).digest()]))]);
+    const body = Buffer.concat([
+      Buffer.from([1]),
+      createCipheriv('aes-256-cfb', key, Buffer.alloc(16)).update(Buffer.concat([plain, createHash('sha1').update(plain).digest()])),
+    ]);
     const verdict = async (bytes: Buffer) => {
       const thread = new Worker(join(out, 'mdc-check.js'), { workerData: { ecb: 'aes-256-ecb', key } });
       try {
-        const answer = new Promise<{ ok: boolean; kind?: string }>((resolve) => thread.on('message', (m: { done?: number; ok?: boolean }) => m.done === undefined && resolve(m as { ok: boolean })));
+        const answer = new Promise<{ ok: boolean; kind?: string }>((resolve) =>
+          thread.on('message', (m: { done?: number; ok?: boolean }) => m.done === undefined && resolve(m as { ok: boolean })),
+        );
         thread.postMessage(new Uint8Array(bytes));
         thread.postMessage(null);
         return await answer;
@@ -88,7 +97,14 @@ describe('the built service', () => {
     const web = startBuilt('web', { PORT: '0' });
     try {
       await waitForOutput(web, '"api listening"');
-      const port = (JSON.parse(web.output().split('\n').find((l) => l.includes('"api listening"'))!) as { port: number }).port;
+      const port = (
+        JSON.parse(
+          web
+            .output()
+            .split('\n')
+            .find((l) => l.includes('"api listening"'))!,
+        ) as { port: number }
+      ).port;
       const health = await fetch(`http://127.0.0.1:${port}/api/v1/health`);
       expect(health.status).toBe(200);
       expect(await health.json()).toMatchObject({ status: 'ok', checks: { postgres: 'up', redis: 'up' } });

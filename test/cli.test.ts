@@ -57,7 +57,9 @@ function kms(args: string[], opts: { env?: Record<string, string>; stdin?: strin
 function terminal(args: string[], env: Record<string, string> = {}) {
   const socket = `kms-cli-${randomBytes(4).toString('hex')}`;
   const all = { HOME: home, XDG_CONFIG_HOME: join(home, 'config'), KMS_URL: s.url, PATH: process.env.PATH!, ...env };
-  const command = `cd ${dir} && env ${Object.entries(all).map(([k, v]) => `${k}='${v}'`).join(' ')} '${process.execPath}' '${BIN}' ${args.join(' ')}; echo "exit $?"; sleep 60`;
+  const command = `cd ${dir} && env ${Object.entries(all)
+    .map(([k, v]) => `${k}='${v}'`)
+    .join(' ')} '${process.execPath}' '${BIN}' ${args.join(' ')}; echo "exit $?"; sleep 60`;
   const tmux = (...a: string[]) => spawnSync('tmux', ['-L', socket, ...a], { encoding: 'utf8' });
   expect(tmux('new-session', '-d', '-x', '160', '-y', '20', command).status).toBe(0);
   const screen = () => tmux('capture-pane', '-p').stdout;
@@ -117,7 +119,9 @@ describe('kms command line', { timeout: 90_000 }, () => {
   });
 
   it('generates a key, encrypts three files into a folder and decrypts them back (passphrase on fd 3)', async () => {
-    const key = json(await kms(['keys', 'generate', '--label', 'cli', '--name', 'Cli User', '--email', 'cli@example.test', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
+    const key = json(
+      await kms(['keys', 'generate', '--label', 'cli', '--name', 'Cli User', '--email', 'cli@example.test', '--json'], { env: { KMS_PASSPHRASE: passphrase } }),
+    );
     expect(key).toMatchObject({ label: 'cli', algorithm: 'curve25519', status: 'active' });
     fingerprint = key.fingerprint;
     expect(ok(await kms(['keys', 'list'])).stdout).toContain(fingerprint);
@@ -129,7 +133,11 @@ describe('kms command line', { timeout: 90_000 }, () => {
     expect(enc.job.state).toBe('completed');
     expect((await readdir(join(dir, 'encrypted'))).sort()).toEqual(names.map((n) => `${n}.gpg`).sort());
 
-    const dec = ok(await kms(['decrypt', ...names.map((n) => `encrypted/${n}.gpg`), '--key', fingerprint, '--passphrase-fd', '3', '--out', 'decrypted'], { fd3: `${passphrase}\n` }));
+    const dec = ok(
+      await kms(['decrypt', ...names.map((n) => `encrypted/${n}.gpg`), '--key', fingerprint, '--passphrase-fd', '3', '--out', 'decrypted'], {
+        fd3: `${passphrase}\n`,
+      }),
+    );
     expect(dec.stdout).toContain('decrypted 3 file(s)');
     for (const [i, name] of names.entries()) expect(Buffer.compare(await readFile(join(dir, 'decrypted', name)), plain[i])).toBe(0);
 
@@ -163,15 +171,29 @@ describe('kms command line', { timeout: 90_000 }, () => {
     const verified = await pgp.gpg(['--status-fd', '2', '--verify', join(dir, signed.outputs[0].path), join(dir, 'signed.bin')]);
     expect(verified.stderr).toContain(`VALIDSIG ${fingerprint.toUpperCase()}`);
 
-    const enc = json(await kms(['encrypt', 'signed.bin', '--public-key', pgp.file('peer.asc'), '--sign-with', fingerprint, '--passphrase-fd', '3', '--out', 'signed-enc', '--json'], { fd3: `${passphrase}\n` }));
+    const enc = json(
+      await kms(
+        ['encrypt', 'signed.bin', '--public-key', pgp.file('peer.asc'), '--sign-with', fingerprint, '--passphrase-fd', '3', '--out', 'signed-enc', '--json'],
+        { fd3: `${passphrase}\n` },
+      ),
+    );
     const decrypted = pgp.file('signed-from-kms');
     const gpg = await pgp.gpg(['--status-fd', '2', '-o', decrypted, '--decrypt', join(dir, enc.outputs[0].path)], { passphrase: '' });
     expect(gpg.stderr).toContain(`VALIDSIG ${fingerprint.toUpperCase()}`);
     expect(Buffer.compare(await readFile(decrypted), plain)).toBe(0);
 
     // Encrypted to our key and signed by it: decrypted and verified; --require-signature needs --verify-with.
-    const own = json(await kms(['encrypt', 'signed.bin', '--key', fingerprint, '--sign-with', fingerprint, '--out', 'own-signed', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
-    const dec = json(await kms(['decrypt', own.outputs[0].path, '--key', fingerprint, '--verify-with', fingerprint, '--require-signature', '--out', 'own-verified', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
+    const own = json(
+      await kms(['encrypt', 'signed.bin', '--key', fingerprint, '--sign-with', fingerprint, '--out', 'own-signed', '--json'], {
+        env: { KMS_PASSPHRASE: passphrase },
+      }),
+    );
+    const dec = json(
+      await kms(
+        ['decrypt', own.outputs[0].path, '--key', fingerprint, '--verify-with', fingerprint, '--require-signature', '--out', 'own-verified', '--json'],
+        { env: { KMS_PASSPHRASE: passphrase } },
+      ),
+    );
     expect(dec.job.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: fingerprint });
     expect((await kms(['decrypt', own.outputs[0].path, '--key', fingerprint, '--require-signature'], { env: { KMS_PASSPHRASE: passphrase } })).code).toBe(2);
 
@@ -187,18 +209,29 @@ describe('kms command line', { timeout: 90_000 }, () => {
 
   it('imports a gpg secret key and a partner public key (keys import)', async () => {
     await pgp.gpg(['--quick-generate-key', 'Imported <imported@example.test>', 'future-default', 'default', 'never'], { passphrase: 'gpg lock passphrase' });
-    await pgp.put('imported-secret.asc', (await pgp.gpg(['--export-secret-keys', '--armor', 'imported@example.test'], { passphrase: 'gpg lock passphrase' })).stdout);
-    const managed = json(await kms(['keys', 'import', pgp.file('imported-secret.asc'), '--label', 'imported', '--json'], { env: { KMS_PASSPHRASE: passphrase, KMS_KEY_PASSPHRASE: 'gpg lock passphrase' } }));
+    await pgp.put(
+      'imported-secret.asc',
+      (await pgp.gpg(['--export-secret-keys', '--armor', 'imported@example.test'], { passphrase: 'gpg lock passphrase' })).stdout,
+    );
+    const managed = json(
+      await kms(['keys', 'import', pgp.file('imported-secret.asc'), '--label', 'imported', '--json'], {
+        env: { KMS_PASSPHRASE: passphrase, KMS_KEY_PASSPHRASE: 'gpg lock passphrase' },
+      }),
+    );
     expect(managed).toMatchObject({ kind: 'managed', imported: true, label: 'imported' });
     const recipient = json(await kms(['keys', 'import', pgp.file('peer.asc'), '--label', 'partner', '--json']));
     expect(recipient).toMatchObject({ kind: 'recipient', imported: true });
-    const wrong = await kms(['keys', 'import', pgp.file('imported-secret.asc'), '--label', 'again'], { env: { KMS_PASSPHRASE: passphrase, KMS_KEY_PASSPHRASE: 'not it' } });
+    const wrong = await kms(['keys', 'import', pgp.file('imported-secret.asc'), '--label', 'again'], {
+      env: { KMS_PASSPHRASE: passphrase, KMS_KEY_PASSPHRASE: 'not it' },
+    });
     expect(wrong.code).toBe(1);
     expect(wrong.stderr).toContain('wrong_key_passphrase');
   });
 
   it('exits 1 with the code for a wrong passphrase, 2 for bad usage, 4 for a missing job, 5 once the passphrase limit is hit', async () => {
-    const wrong = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'nowhere'], { env: { KMS_PASSPHRASE: 'certainly not the passphrase' } });
+    const wrong = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'nowhere'], {
+      env: { KMS_PASSPHRASE: 'certainly not the passphrase' },
+    });
     expect(wrong.code).toBe(1);
     expect(wrong.stderr).toContain('wrong_passphrase');
     const asJson = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--json'], { env: { KMS_PASSPHRASE: 'certainly not the passphrase' } });
@@ -215,9 +248,14 @@ describe('kms command line', { timeout: 90_000 }, () => {
     expect(missing.code).toBe(4);
 
     // The per-key passphrase limit: the next wrong guess is 429 with a long Retry-After, not waited for.
-    const limited = json(await kms(['keys', 'generate', '--label', 'limited', '--name', 'L', '--email', 'l@example.test', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
+    const limited = json(
+      await kms(['keys', 'generate', '--label', 'limited', '--name', 'L', '--email', 'l@example.test', '--json'], { env: { KMS_PASSPHRASE: passphrase } }),
+    );
     for (let i = 0; i < 10; i++) {
-      const r = await s.api('POST', '/keys/decrypt', { token: user.token, form: { fingerprint: limited.fingerprint, passphrase: `wrong guess ${i}`, files: [{ name: 'x.gpg', data: Buffer.from('x') }] } });
+      const r = await s.api('POST', '/keys/decrypt', {
+        token: user.token,
+        form: { fingerprint: limited.fingerprint, passphrase: `wrong guess ${i}`, files: [{ name: 'x.gpg', data: Buffer.from('x') }] },
+      });
       expect(r.status).toBe(422);
     }
     const hit = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', limited.fingerprint], { env: { KMS_PASSPHRASE: 'one more wrong guess' } });
@@ -267,7 +305,9 @@ describe('kms command line', { timeout: 90_000 }, () => {
       expect(got.outputs[0].path).toBe(join('later', 'two.txt.gpg'));
       expect((await stat(join(dir, 'later', 'two.txt.gpg'))).size).toBeGreaterThan(0);
 
-      const made = json(await kms(['keys', 'generate', '--label', 'evented', '--name', 'E', '--email', 'e@example.test', '--json'], { env: { KMS_PASSPHRASE: passphrase } }));
+      const made = json(
+        await kms(['keys', 'generate', '--label', 'evented', '--name', 'E', '--email', 'e@example.test', '--json'], { env: { KMS_PASSPHRASE: passphrase } }),
+      );
       const deadline = Date.now() + 10_000;
       while (!seen.includes(made.fingerprint) && Date.now() < deadline) await sleep(50);
       const line = seen.split('\n').find((l) => l.includes(made.fingerprint));
@@ -304,7 +344,9 @@ describe('kms command line', { timeout: 90_000 }, () => {
     await mkdir(other);
     const name = `cli_${randomBytes(4).toString('hex')}`;
     const env = { HOME: other, XDG_CONFIG_HOME: join(other, 'config') };
-    const made = json(await kms(['register', '-u', name, '--email', `${name}@example.test`, '--json'], { env: { ...env, KMS_PASSWORD: 'a long enough password' } }));
+    const made = json(
+      await kms(['register', '-u', name, '--email', `${name}@example.test`, '--json'], { env: { ...env, KMS_PASSWORD: 'a long enough password' } }),
+    );
     expect(made).toMatchObject({ username: name, partner_api_key: { api_key: expect.stringMatching(/^kms_pk_/) } });
     expect(json(await kms(['whoami', '--json'], { env }))).toMatchObject({ username: name });
     const taken = await kms(['register', '-u', name, '--email', `${name}@example.test`], { env: { ...env, KMS_PASSWORD: 'a long enough password' } });
@@ -348,7 +390,10 @@ describe('kms command line', { timeout: 90_000 }, () => {
       expect(rows[0].state).toBe('completed');
       // The cut try had started its job (jobs run while their upload arrives): it failed and let go of the key.
       const all = await s.c.db('jobs').where({ user_id: user.id }).orderBy('created_at');
-      expect(all.slice(jobsBefore).map((j) => [j.state, j.error?.code ?? null])).toEqual([['failed', 'upload_interrupted'], ['completed', null]]);
+      expect(all.slice(jobsBefore).map((j) => [j.state, j.error?.code ?? null])).toEqual([
+        ['failed', 'upload_interrupted'],
+        ['completed', null],
+      ]);
     } finally {
       await proxy.close();
     }
@@ -382,7 +427,10 @@ describe('kms command line', { timeout: 90_000 }, () => {
   it('refuses what it can before any upload or second prompt: an existing output (naming --force), a short new password, a malformed fingerprint or job id (exit 2)', async () => {
     const jobs = async () => Number((await s.c.db('jobs').where({ user_id: user.id }).count({ n: '*' }).first())!.n);
     const before = await jobs();
-    for (const args of [['encrypt', 'two.txt', '--key', fingerprint, '--out', 'encrypted'], ['encrypt', 'two.txt', 'one.bin', '--key', fingerprint, '--out', 'encrypted', '--json']]) {
+    for (const args of [
+      ['encrypt', 'two.txt', '--key', fingerprint, '--out', 'encrypted'],
+      ['encrypt', 'two.txt', 'one.bin', '--key', fingerprint, '--out', 'encrypted', '--json'],
+    ]) {
       const exists = await kms(args);
       expect(exists.code).toBe(1);
       expect(exists.stderr).toContain('output_exists');
@@ -395,12 +443,24 @@ describe('kms command line', { timeout: 90_000 }, () => {
     ok(await kms(['encrypt', 'two.txt', '--key', fingerprint, '--out', 'encrypted', '--armor']));
 
     // Malformed ids are usage errors before any request; a fingerprint as gpg prints it is fine.
-    for (const args of [['jobs', 'show', 'not-a-job'], ['jobs', 'wait', '1234'], ['jobs', 'download', 'x'], ['keys', 'show', 'abc'], ['keys', 'rotate', `${fingerprint}00`], ['encrypt', 'two.txt', '--key', 'zz'], ['decrypt', 'x.gpg', '--key', 'nope'], ['shares', 'create', 'short']]) {
+    for (const args of [
+      ['jobs', 'show', 'not-a-job'],
+      ['jobs', 'wait', '1234'],
+      ['jobs', 'download', 'x'],
+      ['keys', 'show', 'abc'],
+      ['keys', 'rotate', `${fingerprint}00`],
+      ['encrypt', 'two.txt', '--key', 'zz'],
+      ['decrypt', 'x.gpg', '--key', 'nope'],
+      ['shares', 'create', 'short'],
+    ]) {
       const bad = await kms(args);
       expect(bad.code, `kms ${args.join(' ')}: ${bad.stderr}`).toBe(2);
       expect(bad.stderr).toMatch(/40 hexadecimal digits|UUID/);
     }
-    const spaced = fingerprint.toUpperCase().replace(/(.{4})/g, '$1 ').trim();
+    const spaced = fingerprint
+      .toUpperCase()
+      .replace(/(.{4})/g, '$1 ')
+      .trim();
     expect(ok(await kms(['keys', 'show', spaced])).stdout).toContain(fingerprint);
 
     // A new password below the service's minimum: refused at once, from any source, with no account made.
@@ -417,7 +477,10 @@ describe('kms command line', { timeout: 90_000 }, () => {
     expect(short.stderr).toContain('at least 12 characters');
     expect(await s.c.db('users').where({ username: name }).first()).toBeUndefined();
     // At the prompt: refused after the first entry, without asking for it again.
-    const term = terminal(['register', '-u', name, '--email', `${name}@example.test`], { HOME: join(dir, 'short-home'), XDG_CONFIG_HOME: join(dir, 'short-home', 'config') });
+    const term = terminal(['register', '-u', name, '--email', `${name}@example.test`], {
+      HOME: join(dir, 'short-home'),
+      XDG_CONFIG_HOME: join(dir, 'short-home', 'config'),
+    });
     try {
       await term.until(/New password/);
       term.type('too short');
@@ -500,26 +563,38 @@ describe('kms command line', { timeout: 90_000 }, () => {
     expect(reused.code).not.toBe(0);
   });
 
-  it('installs on its own: `npm pack` in cli/ then `npm install -g` of the tarball gives a `kms` that works outside the checkout', { timeout: 180_000 }, async () => {
-    const place = await mkdtemp(join(tmpdir(), 'kms-cli-install-'));
-    try {
-      const npm = (args: string[], cwd: string) => {
-        const r = spawnSync('npm', args, { cwd, encoding: 'utf8', env: { ...process.env, npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' } });
-        expect(r.status, `npm ${args.join(' ')}\n${r.stdout}\n${r.stderr}`).toBe(0);
-        return r.stdout;
-      };
-      const [packed] = JSON.parse(npm(['pack', '--json', '--pack-destination', place], fileURLToPath(new URL('../cli/', import.meta.url)))) as { name: string; filename: string; files: { path: string }[] }[];
-      expect(packed.name).toBe('@kms/cli');
-      expect(packed.files.map((f) => f.path).sort()).toEqual(['dist/kms.js', 'package.json']);
-      // Its dependencies come from the npm cache where it has them.
-      npm(['install', '-g', '--prefix', join(place, 'global'), '--prefer-offline', join(place, packed.filename)], place);
-      const installed = { bin: join(place, 'global', 'bin', 'kms'), cwd: place, env: { HOME: place, XDG_CONFIG_HOME: join(place, 'config') } };
-      expect(ok(await kms(['--version'], installed)).stdout.trim()).toBe('0.1.0');
-      json(await kms(['login', '-u', user.username, '--password-stdin', '--json'], { ...installed, stdin: user.password }));
-      expect(json(await kms(['whoami', '--json'], installed))).toMatchObject({ username: user.username });
-      expect((await kms(['jobs', 'show', 'nope'], installed)).code).toBe(2);
-    } finally {
-      await rm(place, { recursive: true, force: true });
-    }
-  });
+  it(
+    'installs on its own: `npm pack` in cli/ then `npm install -g` of the tarball gives a `kms` that works outside the checkout',
+    { timeout: 180_000 },
+    async () => {
+      const place = await mkdtemp(join(tmpdir(), 'kms-cli-install-'));
+      try {
+        const npm = (args: string[], cwd: string) => {
+          const r = spawnSync('npm', args, {
+            cwd,
+            encoding: 'utf8',
+            env: { ...process.env, npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' },
+          });
+          expect(r.status, `npm ${args.join(' ')}\n${r.stdout}\n${r.stderr}`).toBe(0);
+          return r.stdout;
+        };
+        const [packed] = JSON.parse(npm(['pack', '--json', '--pack-destination', place], fileURLToPath(new URL('../cli/', import.meta.url)))) as {
+          name: string;
+          filename: string;
+          files: { path: string }[];
+        }[];
+        expect(packed.name).toBe('@kms/cli');
+        expect(packed.files.map((f) => f.path).sort()).toEqual(['dist/kms.js', 'package.json']);
+        // Its dependencies come from the npm cache where it has them.
+        npm(['install', '-g', '--prefix', join(place, 'global'), '--prefer-offline', join(place, packed.filename)], place);
+        const installed = { bin: join(place, 'global', 'bin', 'kms'), cwd: place, env: { HOME: place, XDG_CONFIG_HOME: join(place, 'config') } };
+        expect(ok(await kms(['--version'], installed)).stdout.trim()).toBe('0.1.0');
+        json(await kms(['login', '-u', user.username, '--password-stdin', '--json'], { ...installed, stdin: user.password }));
+        expect(json(await kms(['whoami', '--json'], installed))).toMatchObject({ username: user.username });
+        expect((await kms(['jobs', 'show', 'nope'], installed)).code).toBe(2);
+      } finally {
+        await rm(place, { recursive: true, force: true });
+      }
+    },
+  );
 });

@@ -6,7 +6,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { CLIENT_TYPES_FILE, clientTypesFor, servedDocument } from '../client/generate-types';
-import { ClientError, JobFailedError, Kms, ProblemError, decryptFiles, downloadOutputs, encryptFiles, getJob, rewrap, rotate, type Progress } from '../client/index';
+import {
+  ClientError,
+  JobFailedError,
+  Kms,
+  ProblemError,
+  decryptFiles,
+  downloadOutputs,
+  encryptFiles,
+  getJob,
+  rewrap,
+  rotate,
+  type Progress,
+} from '../client/index';
 import { registerUser, startTestService, type TestService } from './support/service';
 
 /**
@@ -52,7 +64,10 @@ describe('client types', () => {
     const fresh = await clientTypesFor(await servedDocument(s.url));
     const [a, b] = [committed.split('\n'), fresh.split('\n')];
     const line = a.findIndex((l, i) => l !== b[i]);
-    const where = line < 0 ? `the served types have ${b.length - a.length} more lines` : `first difference at line ${line + 1}: ${JSON.stringify(b[line]?.trim().slice(0, 160))}`;
+    const where =
+      line < 0
+        ? `the served types have ${b.length - a.length} more lines`
+        : `first difference at line ${line + 1}: ${JSON.stringify(b[line]?.trim().slice(0, 160))}`;
     expect(committed === fresh, `client/openapi.ts is stale (${where}): run \`npm run client:types\``).toBe(true);
   });
 });
@@ -84,14 +99,23 @@ describe('file helpers', () => {
     expect(await readdir(join(dir, 'enc'))).toEqual(['a.bin.gpg', 'b.txt.gpg', 'empty.gpg']); // no .part left
 
     const decPhases = new Set<Progress['phase']>();
-    const dec = await decryptFiles(kms, { fingerprint, passphrase, files: enc.outputs.map((o) => o.path), outDir: join(dir, 'dec'), waitSeconds: 0, onProgress: (p) => decPhases.add(p.phase) });
+    const dec = await decryptFiles(kms, {
+      fingerprint,
+      passphrase,
+      files: enc.outputs.map((o) => o.path),
+      outDir: join(dir, 'dec'),
+      waitSeconds: 0,
+      onProgress: (p) => decPhases.add(p.phase),
+    });
     expect(dec.outputs.map((o) => o.name)).toEqual(['a.bin', 'b.txt', 'empty']);
     for (const [i, o] of dec.outputs.entries()) expect(Buffer.compare(await readFile(o.path), plain[i])).toBe(0);
     // Without Prefer: wait the job is seen queued or processing; decrypted output is downloaded after it.
     expect(decPhases.has('queued') || decPhases.has('processing')).toBe(true);
 
     // Outputs are never overwritten unless asked: not by a followed download either.
-    await expect(decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1].path], outDir: join(dir, 'dec') })).rejects.toMatchObject({ code: 'output_exists' });
+    await expect(decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1].path], outDir: join(dir, 'dec') })).rejects.toMatchObject({
+      code: 'output_exists',
+    });
     await expect(encryptFiles(kms, { fingerprint, files: [join(dir, 'b.txt')], outDir: join(dir, 'enc') })).rejects.toMatchObject({ code: 'output_exists' });
     expect(await readFile(enc.outputs[1].path)).toHaveLength(enc.outputs[1].size);
     const again = await decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[1].path], outDir: join(dir, 'dec'), overwrite: true });
@@ -101,7 +125,9 @@ describe('file helpers', () => {
     // refused before the upload, two outputs of one name (decrypted files that name the same plaintext) before
     // any download, and the job's outputs stay there to fetch one at a time.
     const posts = recordRequests(kms, 'POST');
-    await expect(encryptFiles(kms, { fingerprint, files: [join(dir, 'b.txt'), { name: 'b.txt', path: join(dir, 'a.bin') }], outDir: join(dir, 'twice'), overwrite: true })).rejects.toMatchObject({ code: 'output_exists' });
+    await expect(
+      encryptFiles(kms, { fingerprint, files: [join(dir, 'b.txt'), { name: 'b.txt', path: join(dir, 'a.bin') }], outDir: join(dir, 'twice'), overwrite: true }),
+    ).rejects.toMatchObject({ code: 'output_exists' });
     expect(posts).toEqual([]);
     const copy = join(dir, 'copy.gpg');
     await writeFile(copy, await readFile(enc.outputs[1].path));
@@ -109,7 +135,12 @@ describe('file helpers', () => {
     await expect(sameName).rejects.toMatchObject({ code: 'output_exists', message: expect.stringContaining('Outputs 0 and 1') });
     expect(await readdir(join(dir, 'twice')).catch(() => [])).toEqual([]);
     // A decryption's outputs take the names inside the messages: two inputs of one name are fine when those differ.
-    const sameInputName = await decryptFiles(kms, { fingerprint, passphrase, files: [0, 1].map((i) => ({ name: 'same.gpg', path: enc.outputs[i].path })), outDir: join(dir, 'twice') });
+    const sameInputName = await decryptFiles(kms, {
+      fingerprint,
+      passphrase,
+      files: [0, 1].map((i) => ({ name: 'same.gpg', path: enc.outputs[i].path })),
+      outDir: join(dir, 'twice'),
+    });
     expect(sameInputName.outputs.map((o) => o.name)).toEqual(['a.bin', 'b.txt']);
 
     // follow: false downloads after the job, as decryptions do.
@@ -140,7 +171,12 @@ describe('file helpers', () => {
 
   it('sends a one-time stream (size unknown: chunked) and names outputs from non-ASCII names', async () => {
     const data = randomBytes(200_000);
-    const enc = await encryptFiles(kms, { fingerprint, armor: true, files: [{ name: 'naïve résumé.txt', stream: Readable.from([data.subarray(0, 1000), data.subarray(1000)]) }], outDir: join(dir, 'armored') });
+    const enc = await encryptFiles(kms, {
+      fingerprint,
+      armor: true,
+      files: [{ name: 'naïve résumé.txt', stream: Readable.from([data.subarray(0, 1000), data.subarray(1000)]) }],
+      outDir: join(dir, 'armored'),
+    });
     expect(enc.outputs[0].name).toBe('naïve résumé.txt.asc');
     expect((await readFile(enc.outputs[0].path, 'utf8')).startsWith('-----BEGIN PGP MESSAGE-----')).toBe(true);
     const dec = await decryptFiles(kms, { fingerprint, passphrase, files: [enc.outputs[0].path], outDir: join(dir, 'armored-dec') });
@@ -149,7 +185,9 @@ describe('file helpers', () => {
 
   it('answers refusals as typed problems with their code, and a failed job as JobFailedError', async () => {
     await writeFile(join(dir, 'x.gpg'), randomBytes(1000));
-    const wrong = await decryptFiles(kms, { fingerprint, passphrase: 'not the passphrase at all', files: [join(dir, 'x.gpg')], outDir: dir }).catch((e: unknown) => e);
+    const wrong = await decryptFiles(kms, { fingerprint, passphrase: 'not the passphrase at all', files: [join(dir, 'x.gpg')], outDir: dir }).catch(
+      (e: unknown) => e,
+    );
     expect(wrong).toBeInstanceOf(ProblemError);
     expect(wrong).toMatchObject({ status: 422, code: 'wrong_passphrase' });
 
@@ -195,7 +233,19 @@ describe('retry policy (against a scripted server)', () => {
   let seen: Seen[];
   let script: ((req: IncomingMessage, res: import('node:http').ServerResponse, n: number) => void)[];
   let url: string;
-  const job = { job_id: '11111111-1111-4111-8111-111111111111', kind: 'encrypt', state: 'completed', status_url: '', progress: {}, result: { files: [] }, error: null, created_at: '', started_at: null, finished_at: null, expires_at: null };
+  const job = {
+    job_id: '11111111-1111-4111-8111-111111111111',
+    kind: 'encrypt',
+    state: 'completed',
+    status_url: '',
+    progress: {},
+    result: { files: [] },
+    error: null,
+    created_at: '',
+    started_at: null,
+    finished_at: null,
+    expires_at: null,
+  };
 
   beforeAll(async () => {
     server = createServer((req, res) => {
@@ -211,7 +261,9 @@ describe('retry policy (against a scripted server)', () => {
   afterAll(() => new Promise<void>((r) => server.close(() => r())));
 
   const problem = (res: import('node:http').ServerResponse, status: number, code: string, headers: Record<string, string> = {}) =>
-    res.writeHead(status, { 'content-type': 'application/problem+json', ...headers }).end(JSON.stringify({ type: `urn:kms:problem:${code}`, title: 'x', status, detail: code, code }));
+    res
+      .writeHead(status, { 'content-type': 'application/problem+json', ...headers })
+      .end(JSON.stringify({ type: `urn:kms:problem:${code}`, title: 'x', status, detail: code, code }));
 
   it('sends an upload again with the same Idempotency-Key after a cut connection and a 503', async () => {
     seen = [];
@@ -232,7 +284,10 @@ describe('retry policy (against a scripted server)', () => {
 
   it('waits for Retry-After on 429, but gives a long one back as a problem at once', async () => {
     seen = [];
-    script = [(_req, res) => problem(res, 429, 'rate_limited', { 'retry-after': '1' }), (_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(job))];
+    script = [
+      (_req, res) => problem(res, 429, 'rate_limited', { 'retry-after': '1' }),
+      (_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(job)),
+    ];
     const client = new Kms({ url, token: 't' });
     const started = Date.now();
     expect((await getJob(client, job.job_id)).job_id).toBe(job.job_id);
@@ -247,21 +302,34 @@ describe('retry policy (against a scripted server)', () => {
 
   it('refuses to download the outputs of a job that has not completed (it lists none yet)', async () => {
     const client = new Kms({ url, token: 't' });
-    await expect(downloadOutputs(client, { ...job, kind: 'encrypt', state: 'active', result: null }, { outDir: dir })).rejects.toMatchObject({ code: 'job_not_completed' });
+    await expect(downloadOutputs(client, { ...job, kind: 'encrypt', state: 'active', result: null }, { outDir: dir })).rejects.toMatchObject({
+      code: 'job_not_completed',
+    });
   });
 
   it('writes outputs inside outDir whatever names the answers give, followed or not', async () => {
     const named = (names: string[]) => ({ ...job, result: { files: names.map((name, n) => ({ n, name, size: 3, download_url: '' })) } });
     const bytes = (res: import('node:http').ServerResponse, name: string) =>
-      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-disposition': `attachment; filename*=UTF-8''${encodeURIComponent(name)}` }).end('abc');
+      res
+        .writeHead(200, { 'content-type': 'application/octet-stream', 'content-disposition': `attachment; filename*=UTF-8''${encodeURIComponent(name)}` })
+        .end('abc');
     const client = new Kms({ url, token: 't' });
     await writeFile(join(dir, 'in.txt'), 'x');
     const out = join(dir, 'names', 'out');
 
     // Downloaded after the job: the job's names.
     seen = [];
-    script = [(req, res) => req.resume().on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(named(['..', '../up.gpg'])))), (_req, res) => bytes(res, ''), (_req, res) => bytes(res, '')];
-    const late = await encryptFiles(client, { fingerprint: 'F'.repeat(40), files: [join(dir, 'in.txt'), { name: 'in2.txt', path: join(dir, 'in.txt') }], outDir: out, follow: false });
+    script = [
+      (req, res) => req.resume().on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(named(['..', '../up.gpg'])))),
+      (_req, res) => bytes(res, ''),
+      (_req, res) => bytes(res, ''),
+    ];
+    const late = await encryptFiles(client, {
+      fingerprint: 'F'.repeat(40),
+      files: [join(dir, 'in.txt'), { name: 'in2.txt', path: join(dir, 'in.txt') }],
+      outDir: out,
+      follow: false,
+    });
     expect(late.outputs.map((o) => o.path)).toEqual([join(out, 'output-0'), join(out, 'up.gpg')]);
 
     // Followed (the 103 names the job): Content-Disposition's names, held to the job's.
@@ -269,7 +337,9 @@ describe('retry policy (against a scripted server)', () => {
     script = [
       (req, res) => {
         res.writeEarlyHints({ link: `</api/v1/jobs/${job.job_id}>; rel="monitor"` });
-        req.resume().on('end', () => setTimeout(() => res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify(named(['../../x.gpg']))), 200));
+        req
+          .resume()
+          .on('end', () => setTimeout(() => res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify(named(['../../x.gpg']))), 200));
       },
       (_req, res) => bytes(res, '../../x.gpg'),
     ];
@@ -287,7 +357,9 @@ describe('retry policy (against a scripted server)', () => {
         const path = req.url!;
         if (req.method === 'POST') {
           res.writeEarlyHints({ link: `</api/v1/jobs/${job.job_id}>; rel="monitor"` });
-          req.resume().on('end', () => res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ ...job, state: 'active', result: null })));
+          req
+            .resume()
+            .on('end', () => res.writeHead(202, { 'content-type': 'application/json' }).end(JSON.stringify({ ...job, state: 'active', result: null })));
         } else if (path.endsWith('/files/0?follow=true')) {
           res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-disposition': `attachment; filename="in.txt.gpg"` });
           res.write('ab', () => setTimeout(() => req.socket.destroy(), 50)); // cut off: the job failed, or the network
@@ -300,7 +372,10 @@ describe('retry policy (against a scripted server)', () => {
     const out = join(dir, 'fallback');
     const result = await encryptFiles(client, { fingerprint: 'F'.repeat(40), files: [join(dir, 'in.txt')], outDir: out });
     expect(await readFile(result.outputs[0].path, 'utf8')).toBe('abc');
-    expect(seen.filter((x) => x.url.includes('/files/')).map((x) => x.url)).toEqual([`/api/v1/jobs/${job.job_id}/files/0?follow=true`, `/api/v1/jobs/${job.job_id}/files/0`]);
+    expect(seen.filter((x) => x.url.includes('/files/')).map((x) => x.url)).toEqual([
+      `/api/v1/jobs/${job.job_id}/files/0?follow=true`,
+      `/api/v1/jobs/${job.job_id}/files/0`,
+    ]);
     expect(await readdir(out)).toEqual(['in.txt.gpg']);
   });
 
@@ -313,7 +388,11 @@ describe('retry policy (against a scripted server)', () => {
 
     seen = [];
     script = [(req) => req.once('data', () => req.socket.destroy())];
-    const err = await encryptFiles(client, { fingerprint: 'F'.repeat(40), files: [{ name: 'once', stream: Readable.from([randomBytes(1 << 20)]) }], outDir: dir }).catch((e: unknown) => e);
+    const err = await encryptFiles(client, {
+      fingerprint: 'F'.repeat(40),
+      files: [{ name: 'once', stream: Readable.from([randomBytes(1 << 20)]) }],
+      outDir: dir,
+    }).catch((e: unknown) => e);
     expect(err).toMatchObject({ code: 'not_replayable' });
     expect(seen).toHaveLength(1);
   });

@@ -95,6 +95,9 @@ describe('decompression limits', () => {
     const base = { NODE_ENV: 'test', MAX_FILE_BYTES: String(1 << 20) };
     expect(loadConfig(base).limits).toMatchObject({ maxDecompressedBytes: 1 << 20, maxJobOutputBytes: 4 << 20 });
     expect(loadConfig({ ...base, MAX_DECOMPRESSED_BYTES: String(1 << 30) }).limits.maxDecompressedBytes).toBe(1 << 20);
-    expect(loadConfig({ ...base, MAX_DECOMPRESSED_BYTES: '1000', MAX_JOB_OUTPUT_BYTES: '5000' }).limits).toMatchObject({ maxDecompressedBytes: 1000, maxJobOutputBytes: 5000 });
+    expect(loadConfig({ ...base, MAX_DECOMPRESSED_BYTES: '1000', MAX_JOB_OUTPUT_BYTES: '5000' }).limits).toMatchObject({
+      maxDecompressedBytes: 1000,
+      maxJobOutputBytes: 5000,
+    });
   });
 });

@@ -21,7 +21,6 @@ const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = join(process.cwd(), 'test-artifacts');
 const AXE = await readFile(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
-
 let s: TestService;
 let smtp: Awaited<ReturnType<typeof startSmtpServer>>;
 let origin: string;
@@ -37,7 +36,9 @@ beforeAll(async () => {
     const port = await freePort();
     origin = `http://localhost:${port}`;
     try {
-      s = await startTestService({ env: { PORT: String(port), WEBAUTHN_ORIGINS: origin, CONSOLE_DIR: join(work, 'console'), SMTP_URL: smtp.url, QUEUE_DASHBOARD: 'read-only' } });
+      s = await startTestService({
+        env: { PORT: String(port), WEBAUTHN_ORIGINS: origin, CONSOLE_DIR: join(work, 'console'), SMTP_URL: smtp.url, QUEUE_DASHBOARD: 'read-only' },
+      });
     } catch (err) {
       if (attempt >= 3 || (err as { code?: string }).code !== 'EADDRINUSE') throw err;
     }
@@ -46,7 +47,15 @@ beforeAll(async () => {
     executablePath: CHROMIUM,
     headless: true,
     acceptDownloads: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
     viewport: { width: 1100, height: 1000 },
   });
 });
@@ -93,7 +102,7 @@ async function signIn(page: Page, identifier: string, password: string) {
 
 const says = (page: Page, text: string | RegExp) => expect.poll(() => page.locator('main').innerText(), { timeout: 15_000 }).toMatch(text);
 
-describe("the web console in Chromium", { timeout: 90_000 }, () => {
+describe('the web console in Chromium', { timeout: 90_000 }, () => {
   it('serves its shell with the strict CSP at / and at the emailed paths; other paths stay 404 JSON', async () => {
     for (const path of ['/', '/reset-password', '/confirm-email', '/accept-invitation', '/keys']) {
       const res = await fetch(origin + path);
@@ -112,7 +121,9 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
   });
 
   it('refuses a state change signed in by the cookie without the console header, and from another origin', async () => {
-    const reg = await s.api('POST', '/partners/register', { body: { username: 'cookie-user', email: 'cookie@example.test', password: 'a long enough password' } });
+    const reg = await s.api('POST', '/partners/register', {
+      body: { username: 'cookie-user', email: 'cookie@example.test', password: 'a long enough password' },
+    });
     const token = reg.body.session.token as string;
     const set = await fetch(`${s.url}/auth/session`, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
     expect(set.status).toBe(200);
@@ -128,7 +139,11 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     const bare = await fetch(`${s.url}/profile/update-rotation-days`, { method: 'POST', headers: json, body });
     expect(bare.status).toBe(403);
     expect(await bare.json()).toMatchObject({ code: 'console_header_missing' });
-    const foreign = await fetch(`${s.url}/profile/update-rotation-days`, { method: 'POST', headers: { ...json, 'x-kms-console': '1', origin: 'https://evil.example' }, body });
+    const foreign = await fetch(`${s.url}/profile/update-rotation-days`, {
+      method: 'POST',
+      headers: { ...json, 'x-kms-console': '1', origin: 'https://evil.example' },
+      body,
+    });
     expect(foreign.status, JSON.stringify(await foreign.clone().json())).toBe(403);
     expect(await foreign.json()).toMatchObject({ code: 'cross_origin_request' });
     const good = await fetch(`${s.url}/profile/update-rotation-days`, { method: 'POST', headers: { ...json, 'x-kms-console': '1', origin }, body });
@@ -315,7 +330,12 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
       const recipientRow = page.locator(`tr[data-fingerprint="${recipient}"]`);
       await expect.poll(() => recipientRow.innerText()).toMatch(/recipient \(public key only\)/);
       expect(await recipientRow.getByRole('button', { name: /Rotate/ }).count()).toBe(0);
-      expect(await page.locator(`tr[data-fingerprint="${partner}"]`).getByRole('button', { name: /Rotate/ }).count()).toBe(1);
+      expect(
+        await page
+          .locator(`tr[data-fingerprint="${partner}"]`)
+          .getByRole('button', { name: /Rotate/ })
+          .count(),
+      ).toBe(1);
       await accessible(page);
 
       // Sign a file in the page (armored detached signature), then verify it; a wrong pairing is not valid.
@@ -349,10 +369,12 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
       await page.getByRole('button', { name: 'Verify signatures' }).click();
       await says(page, /2 files checked\. Signatures: 1 of 2 valid\./);
       const verdicts = page.locator('tr[data-job]').first().locator('ul.signatures li');
-      await expect.poll(() => verdicts.allInnerTexts()).toEqual([
-        expect.stringMatching(new RegExp(`^contract\\.txt: valid, signed by ${partner} at `)),
-        expect.stringMatching(/^other\.txt: not valid \(bad_signature\)/),
-      ]);
+      await expect
+        .poll(() => verdicts.allInnerTexts())
+        .toEqual([
+          expect.stringMatching(new RegExp(`^contract\\.txt: valid, signed by ${partner} at `)),
+          expect.stringMatching(/^other\.txt: not valid \(bad_signature\)/),
+        ]);
       // A signature gpg made verifies against a public key file given in the page.
       await page.getByLabel('Verify signatures').check();
       const gpgSig = home.file('other.txt.sig');
@@ -444,7 +466,7 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     await page.close();
   });
 
-  it('a sign-in refused for too many failures (429) shows the API\'s detail and its wait', async () => {
+  it("a sign-in refused for too many failures (429) shows the API's detail and its wait", async () => {
     const { page } = await open('locked');
     await s.api('POST', '/partners/register', { body: { username: 'hammered', email: 'hammered@example.test', password: 'hammered password 1' } });
     await page.goto(`${origin}/sign-in`);
@@ -467,7 +489,14 @@ describe("the web console in Chromium", { timeout: 90_000 }, () => {
     const cdp = await context.newCDPSession(page);
     await cdp.send('WebAuthn.enable');
     const { authenticatorId } = await cdp.send('WebAuthn.addVirtualAuthenticator', {
-      options: { protocol: 'ctap2', transport: 'internal', hasResidentKey: true, hasUserVerification: true, isUserVerified: true, automaticPresenceSimulation: true },
+      options: {
+        protocol: 'ctap2',
+        transport: 'internal',
+        hasResidentKey: true,
+        hasUserVerification: true,
+        isUserVerified: true,
+        automaticPresenceSimulation: true,
+      },
     });
     await s.api('POST', '/partners/register', { body: { username: 'keyholder', email: 'keyholder@example.test', password: 'keyholder password 1' } });
     await signIn(page, 'keyholder', 'keyholder password 1');

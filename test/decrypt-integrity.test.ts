@@ -43,7 +43,11 @@ describe('a decrypt job of a changed message', () => {
     };
     const answers = new Map<string, string[]>();
     for (const [what, file] of Object.entries(tampered)) {
-      const job = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 't.bin.gpg', data: file }] });
+      const job = await runJob(s.api, u.token, '/keys/decrypt', {
+        fingerprint: key.fingerprint,
+        passphrase: PASSPHRASE,
+        files: [{ name: 't.bin.gpg', data: file }],
+      });
       expect(job.state, what).toBe('failed');
       const answer = JSON.stringify(job.error);
       answers.set(answer, [...(answers.get(answer) ?? []), what]);
@@ -91,7 +95,11 @@ describe('a decrypt job of a changed message', () => {
       // A changed message: the job fails, and what it publishes holds nothing decrypted.
       const bad = Buffer.from(ciphertext);
       bad[bad.length - 1] ^= 1;
-      const changed = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'c.gpg', data: bad }] });
+      const changed = await runJob(s.api, u.token, '/keys/decrypt', {
+        fingerprint: key.fingerprint,
+        passphrase: PASSPHRASE,
+        files: [{ name: 'c.gpg', data: bad }],
+      });
       expect(changed.error.code).toBe('integrity_check_failed');
       const rows = await s.c.db('jobs').where({ user_id: u.id, kind: 'decrypt' });
       const events = await s.api('GET', '/events/history?page_size=100', { token: u.token });
@@ -120,7 +128,11 @@ describe('a decrypt job of a changed message', () => {
         { timeout: 30_000, interval: 50 },
       );
       upload.req.destroy();
-      const changed = await runJob(t.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'c.gpg', data: flipInnerTag(ciphertext) }] });
+      const changed = await runJob(t.api, u.token, '/keys/decrypt', {
+        fingerprint: key.fingerprint,
+        passphrase: PASSPHRASE,
+        files: [{ name: 'c.gpg', data: flipInnerTag(ciphertext) }],
+      });
       expect(changed.error.code).toBe('integrity_check_failed');
       expect(failed.error).toEqual(changed.error);
     } finally {
@@ -133,7 +145,10 @@ const BOUNDARY = 'decrypt-integrity-boundary';
 
 /** A multipart decrypt request whose body the test writes by hand, so it can hold bytes back. */
 function openUpload(token: string, fields: Record<string, string>, fileName: string, service = s) {
-  const req = request(new URL('/api/v1/keys/decrypt', service.url), { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}` } });
+  const req = request(new URL('/api/v1/keys/decrypt', service.url), {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}` },
+  });
   req.on('error', () => undefined); // destroyed by the test
   req.on('response', (res: IncomingMessage) => res.resume());
   for (const [k, v] of Object.entries(fields)) req.write(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`);

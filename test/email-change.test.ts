@@ -79,7 +79,10 @@ describe('email change', () => {
   it('a password change voids a pending email change (a stolen session cannot finish it later)', async () => {
     const u = await registerUser(s.api);
     const token = await askEmailChange(u, fresh('thief'));
-    const changed = await s.api('POST', '/profile/change-password', { token: u.token, body: { current_password: u.password, new_password: 'the owner took it back' } });
+    const changed = await s.api('POST', '/profile/change-password', {
+      token: u.token,
+      body: { current_password: u.password, new_password: 'the owner took it back' },
+    });
     expect(changed.status).toBe(200);
     const late = await s.api('POST', '/profile/confirm-email', { body: { token } });
     expect(late.status).toBe(410);

@@ -41,28 +41,31 @@ function subscribe(base: string, token: string, opts: { lastEventId?: string; qu
   let raw = '';
   const headers: Record<string, string> = { authorization: `Bearer ${token}`, accept: 'text/event-stream' };
   if (opts.lastEventId) headers['last-event-id'] = opts.lastEventId;
-  const done = fetch(`${base}/events${opts.query ?? ''}`, { headers, signal: controller.signal }).then(async (res) => {
-    if (res.status !== 200) throw new Error(`GET /events answered ${res.status}: ${await res.text()}`);
-    const decoder = new TextDecoder();
-    for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-      raw += decoder.decode(chunk, { stream: true });
-      let cut;
-      while ((cut = raw.indexOf('\n\n')) >= 0) {
-        const block = raw.slice(0, cut);
-        raw = raw.slice(cut + 2);
-        const frame: Frame = {};
-        for (const line of block.split('\n')) {
-          if (line.startsWith(':')) continue;
-          const at = line.indexOf(': ');
-          if (at > 0) frame[line.slice(0, at) as keyof Frame] = line.slice(at + 2);
+  const done = fetch(`${base}/events${opts.query ?? ''}`, { headers, signal: controller.signal })
+    .then(async (res) => {
+      if (res.status !== 200) throw new Error(`GET /events answered ${res.status}: ${await res.text()}`);
+      const decoder = new TextDecoder();
+      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+        raw += decoder.decode(chunk, { stream: true });
+        let cut;
+        while ((cut = raw.indexOf('\n\n')) >= 0) {
+          const block = raw.slice(0, cut);
+          raw = raw.slice(cut + 2);
+          const frame: Frame = {};
+          for (const line of block.split('\n')) {
+            if (line.startsWith(':')) continue;
+            const at = line.indexOf(': ');
+            if (at > 0) frame[line.slice(0, at) as keyof Frame] = line.slice(at + 2);
+          }
+          if (Object.keys(frame).length) frames.push(frame);
         }
-        if (Object.keys(frame).length) frames.push(frame);
       }
-    }
-  }).catch((err: unknown) => {
-    if ((err as Error).name !== 'AbortError') throw err;
-  });
-  const events = () => frames.filter((f) => f.id).map((f) => JSON.parse(f.data!) as { id: string; type: string; account: string; data: Record<string, unknown> });
+    })
+    .catch((err: unknown) => {
+      if ((err as Error).name !== 'AbortError') throw err;
+    });
+  const events = () =>
+    frames.filter((f) => f.id).map((f) => JSON.parse(f.data!) as { id: string; type: string; account: string; data: Record<string, unknown> });
   return {
     frames,
     events,
@@ -195,7 +198,11 @@ describe('GET /events/history', () => {
     const generated = (await s.api('GET', '/events/history?types=key.generated', { token: u.token })).body;
     expect(generated.items).toHaveLength(1);
     // Each of those changes wrote an audit row, announced as audit.recorded.
-    await expect.poll(async () => (await s.api('GET', '/events/history?types=audit.recorded', { token: u.token })).body.items.map((e: { data: { action: string } }) => e.data.action)).toEqual(expect.arrayContaining(['keys.generate', 'keys.rotate']));
+    await expect
+      .poll(async () =>
+        (await s.api('GET', '/events/history?types=audit.recorded', { token: u.token })).body.items.map((e: { data: { action: string } }) => e.data.action),
+      )
+      .toEqual(expect.arrayContaining(['keys.generate', 'keys.rotate']));
     const future = (await s.api('GET', `/events/history?from=${new Date(Date.now() + 60_000).toISOString()}`, { token: u.token })).body;
     expect(future.total).toBe(0);
     expect((await s.api('GET', '/events/history?types=nope', { token: u.token })).status).toBe(422);

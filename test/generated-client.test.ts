@@ -44,7 +44,9 @@ describe('client generated from the OpenAPI document', () => {
     const anon = createClient<paths>({ baseUrl: s.url });
     const n = randomBytes(4).toString('hex');
     const password = 'correct horse battery';
-    const reg = await anon.POST('/partners/register', { body: { username: `gen_${n}`, email: `gen_${n}@example.test`, password, company_name: 'Generated Ltd' } });
+    const reg = await anon.POST('/partners/register', {
+      body: { username: `gen_${n}`, email: `gen_${n}@example.test`, password, company_name: 'Generated Ltd' },
+    });
     expect(reg.response.status, JSON.stringify(reg.error)).toBe(201);
     const login = await anon.POST('/auth/login', { body: { identifier: `gen_${n}`, password } });
     expect(login.data?.user.username).toBe(`gen_${n}`);
@@ -88,7 +90,11 @@ describe('client generated from the OpenAPI document', () => {
     const pub = await api.POST('/keys/get-public-key', { body: { fingerprint: key.fingerprint } });
     expect(pub.data?.public_key).toContain('BEGIN PGP PUBLIC KEY BLOCK');
     const toPublic = await api.POST('/keys/encrypt', {
-      body: { public_key: new File([pub.data!.public_key], 'key.asc', { type: 'application/pgp-keys' }), armor: 'true', files: [new File([plain[1]], 'armored.txt')] },
+      body: {
+        public_key: new File([pub.data!.public_key], 'key.asc', { type: 'application/pgp-keys' }),
+        armor: 'true',
+        files: [new File([plain[1]], 'armored.txt')],
+      },
       bodySerializer: formData,
     });
     expect([200, 202], JSON.stringify(toPublic.error)).toContain(toPublic.response.status);
@@ -115,7 +121,10 @@ describe('client generated from the OpenAPI document', () => {
     expect(Buffer.compare(await download(decJob.job_id, decFiles[2].n), plain[1])).toBe(0);
 
     // Errors arrive typed as problem details.
-    const wrong = await api.POST('/keys/decrypt', { body: { fingerprint: key.fingerprint, passphrase: 'not the passphrase', files: [new File([ciphertexts[0]], 'x.gpg')] }, bodySerializer: formData });
+    const wrong = await api.POST('/keys/decrypt', {
+      body: { fingerprint: key.fingerprint, passphrase: 'not the passphrase', files: [new File([ciphertexts[0]], 'x.gpg')] },
+      bodySerializer: formData,
+    });
     expect(wrong.response.status).toBe(422);
     expect(wrong.error?.code).toBe('wrong_passphrase');
   });

@@ -98,7 +98,12 @@ describe('health', () => {
         controller.close();
       },
     });
-    const answer = fetch(`${s.url}/keys/encrypt`, { method: 'POST', body, duplex: 'half', headers: { authorization: `Bearer ${u.token}`, 'content-type': `multipart/form-data; boundary=${boundary}` } });
+    const answer = fetch(`${s.url}/keys/encrypt`, {
+      method: 'POST',
+      body,
+      duplex: 'half',
+      headers: { authorization: `Bearer ${u.token}`, 'content-type': `multipart/form-data; boundary=${boundary}` },
+    });
     await expect.poll(async () => (await s.c.db('jobs').where({ user_id: u.id }).first())?.id, { timeout: 10_000 }).toBeDefined();
     const { id: jobId } = await s.c.db('jobs').where({ user_id: u.id }).first();
     pgProxy.cut();

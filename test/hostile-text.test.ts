@@ -119,11 +119,13 @@ const resolve = (schema: Json | undefined): Json => (schema?.$ref ? doc.componen
 const variantsOf = (schema: Json): Json[] => [schema, ...((schema.anyOf ?? schema.oneOf ?? []) as Json[]).map(resolve)];
 /** Bytes, where NUL is content: a binary string, or a repeatable field of them (a form's binary parts). */
 const isBinary = (s: Json): boolean =>
-  (s.type === 'string' && (s.contentMediaType === 'application/octet-stream' || s.format === 'binary')) || (s.type === 'array' && isBinary(resolve(s.items as Json)));
+  (s.type === 'string' && (s.contentMediaType === 'application/octet-stream' || s.format === 'binary')) ||
+  (s.type === 'array' && isBinary(resolve(s.items as Json)));
 /** Form fields read as bytes whether sent as text or as a file part (a key, detached signatures): NUL is content there. */
 const BINARY_PARTS = new Set(routes.flatMap((r) => (r.multipart?.binaryFields ?? []).map((f) => `${r.method.toUpperCase()} ${r.path} ${f}`)));
 /** Top-level properties of a body schema, and of each variant of a union of objects. */
-const bodyVariants = (schema: Json): Json[] => (schema.properties ? [schema] : ((schema.anyOf ?? schema.oneOf ?? []) as Json[]).map(resolve).filter((v) => v.properties));
+const bodyVariants = (schema: Json): Json[] =>
+  schema.properties ? [schema] : ((schema.anyOf ?? schema.oneOf ?? []) as Json[]).map(resolve).filter((v) => v.properties);
 const patternOf = (s: Json): RegExp | undefined => {
   const p = variantsOf(s).find((v) => typeof v.pattern === 'string')?.pattern;
   return p ? new RegExp(p, 'u') : undefined;
@@ -261,7 +263,8 @@ function casesFor(path: string, method: string, op: Json, chars: string[]): Case
   };
 
   const fields: { where: Where; name: string; schema: Json; media?: string }[] = [];
-  for (const p of params) if (p.in === 'path' || p.in === 'query') fields.push({ where: p.in === 'path' ? 'params' : 'query', name: p.name, schema: resolve(p.schema) });
+  for (const p of params)
+    if (p.in === 'path' || p.in === 'query') fields.push({ where: p.in === 'path' ? 'params' : 'query', name: p.name, schema: resolve(p.schema) });
   // A query parameter the route does not declare is read (and must be refused with NUL) all the same.
   fields.push({ where: 'query', name: 'undeclared', schema: {} });
   for (const [media, content] of Object.entries((op.requestBody?.content ?? {}) as Record<string, Json>)) {
@@ -282,10 +285,24 @@ function casesFor(path: string, method: string, op: Json, chars: string[]): Case
     for (const char of f.name === 'undeclared' ? chars.filter((c) => c === NUL) : chars) {
       for (const value of hostile(char, f.schema)) {
         const tag = `${route}${f.media ? ` [${f.media}]` : ''} ${f.where}.${f.name}=${JSON.stringify(value)}`;
-        out.push({ label: tag, where: f.where, field: f.name, value, schema: f.schema, req: () => build({ where: f.where, field: f.name, value }, { media: f.media }) });
+        out.push({
+          label: tag,
+          where: f.where,
+          field: f.name,
+          value,
+          schema: f.schema,
+          req: () => build({ where: f.where, field: f.name, value }, { media: f.media }),
+        });
         // The same through a partner API key, where the route takes one.
         if (char === NUL && !isPublic && !sessionOnly && !OWN_USER.has(route)) {
-          out.push({ label: `${tag} (API key)`, where: f.where, field: f.name, value, schema: f.schema, req: () => build({ where: f.where, field: f.name, value }, { media: f.media, auth: 'apiKey' }) });
+          out.push({
+            label: `${tag} (API key)`,
+            where: f.where,
+            field: f.name,
+            value,
+            schema: f.schema,
+            req: () => build({ where: f.where, field: f.name, value }, { media: f.media, auth: 'apiKey' }),
+          });
         }
       }
     }
@@ -304,12 +321,14 @@ function judge(c: Pick<Case, 'where' | 'field' | 'value' | 'schema'>, a: Answer)
     return undefined;
   }
   const pattern = patternOf(c.schema);
-  if (pattern && !pattern.test(c.value) && (a.status < 400 || a.status >= 500)) return `the documented pattern ${pattern} refuses the value, but the answer is ${a.status}`;
+  if (pattern && !pattern.test(c.value) && (a.status < 400 || a.status >= 500))
+    return `the documented pattern ${pattern} refuses the value, but the answer is ${a.status}`;
   return undefined;
 }
 
 describe('hostile text in every request part', () => {
-  const operations = () => Object.entries(doc.paths as Json).flatMap(([path, item]) => Object.entries(item as Json).map(([method, op]) => ({ path, method, op: op as Json })));
+  const operations = () =>
+    Object.entries(doc.paths as Json).flatMap(([path, item]) => Object.entries(item as Json).map(([method, op]) => ({ path, method, op: op as Json })));
 
   /** Sends every case built from `chars`, 6 at a time; returns the cases and what went wrong. */
   async function walk(chars: string[]) {
@@ -342,7 +361,8 @@ describe('hostile text in every request part', () => {
       const route = `${method.toUpperCase()} ${path}`;
       expect(covered.has(`${route} query.undeclared`), route).toBe(true);
       // Header parameters (Prefer on uploads) are read by the job replies, not walked here.
-      for (const p of ((op.parameters ?? []) as Json[]).filter((x) => x.in !== 'header')) expect(covered.has(`${route} ${p.in === 'path' ? 'params' : 'query'}.${p.name}`), `${route} ${p.name}`).toBe(true);
+      for (const p of ((op.parameters ?? []) as Json[]).filter((x) => x.in !== 'header'))
+        expect(covered.has(`${route} ${p.in === 'path' ? 'params' : 'query'}.${p.name}`), `${route} ${p.name}`).toBe(true);
       for (const content of Object.values((op.requestBody?.content ?? {}) as Record<string, Json>)) {
         for (const v of bodyVariants(resolve(content.schema))) {
           for (const [name, prop] of Object.entries(v.properties as Record<string, Json>)) {
@@ -390,7 +410,11 @@ describe('hostile text in every request part', () => {
       const json: Record<string, string> = { name: 'Ann', email: 'ann@example.test', subject: 'Hi', message: 'Hello', [field]: `a${NUL}b` };
       await expectNul('body', field, { method: 'POST', path: '/auth/contact', json });
     }
-    await expectNul('body', 'company_name', { method: 'POST', path: '/partners/register', json: { username: 'nul_company', email: 'nul@example.test', password: 'correct horse battery', company_name: `a${NUL}b` } });
+    await expectNul('body', 'company_name', {
+      method: 'POST',
+      path: '/partners/register',
+      json: { username: 'nul_company', email: 'nul@example.test', password: 'correct horse battery', company_name: `a${NUL}b` },
+    });
     await expectNul('body', 'label', { method: 'POST', path: '/keys', token: owner.apiKey, json: { label: `a${NUL}b`, env: 'dev' } });
     for (const field of ['label', 'name']) {
       const fields: Record<string, string> = { label: 'x', name: 'Ann', email: 'ann@example.test', passphrase: PASSPHRASE, [field]: `a${NUL}b` };
@@ -445,16 +469,25 @@ describe('hostile text in every request part', () => {
       [`filename*=UTF-8''%00%01..`, 'file-1.gpg'],
     ];
     for (const [d, stored] of dispositions) {
-      const a = await send({ method: 'POST', path: '/keys/encrypt', token: owner.token, raw: { body: multipart(d), type: `multipart/form-data; boundary=${boundary}` } });
+      const a = await send({
+        method: 'POST',
+        path: '/keys/encrypt',
+        token: owner.token,
+        raw: { body: multipart(d), type: `multipart/form-data; boundary=${boundary}` },
+      });
       expect(judge({ where: 'body', field: 'files', value: 'file name', schema: {} }, a), `${d}: ${JSON.stringify(a.body)}`).toBeUndefined();
       expect(a.status >= 400, `${d}: ${a.status}`).toBe(stored === null);
       if (a.status >= 400) continue;
       let job = a.body;
-      for (let i = 0; i < 10 && job.state !== 'completed' && job.state !== 'failed'; i++) job = (await s.api('GET', `/jobs/${job.job_id}`, { token: owner.token, headers: { prefer: 'wait=10' } })).body;
+      for (let i = 0; i < 10 && job.state !== 'completed' && job.state !== 'failed'; i++)
+        job = (await s.api('GET', `/jobs/${job.job_id}`, { token: owner.token, headers: { prefer: 'wait=10' } })).body;
       expect(job.state, JSON.stringify(job.error)).toBe('completed');
       const name: string = job.result.files[0].name;
       expect(name).toBe(stored);
-      const file = await fetch(`${s.url}/jobs/${job.job_id}/files/0`, { headers: { authorization: `Bearer ${owner.token}` }, signal: AbortSignal.timeout(TIMEOUT_MS) });
+      const file = await fetch(`${s.url}/jobs/${job.job_id}/files/0`, {
+        headers: { authorization: `Bearer ${owner.token}` },
+        signal: AbortSignal.timeout(TIMEOUT_MS),
+      });
       expect(file.status).toBe(200);
       expect(file.headers.get('content-disposition')).not.toMatch(/[\u0000-\u001f\u007f]/);
       await file.arrayBuffer();
@@ -468,8 +501,18 @@ describe('hostile text in every request part', () => {
       { method: 'GET', path: '/keys/list?label=a&label=b', token: owner.token },
       { method: 'GET', path: '/keys/list?a%00b=1', token: owner.token },
       { method: 'PUT', path: '/profile/update', token: owner.token, json: { [`a${NUL}b`]: 'x' } },
-      { method: 'POST', path: '/keys', token: owner.token, raw: { body: Buffer.concat([Buffer.from('{"label":"'), Buffer.from([0xff, 0xfe, 0xc0]), Buffer.from('\\u0000"}')]), type: 'application/json' } },
-      { method: 'POST', path: '/keys', token: owner.token, raw: { body: Buffer.from([0x7b, 0x22, 0x6c, 0x61, 0x62, 0x65, 0x6c, 0x22, 0x3a, 0x22, 0x61, 0x00, 0x22, 0x7d]), type: 'application/json' } },
+      {
+        method: 'POST',
+        path: '/keys',
+        token: owner.token,
+        raw: { body: Buffer.concat([Buffer.from('{"label":"'), Buffer.from([0xff, 0xfe, 0xc0]), Buffer.from('\\u0000"}')]), type: 'application/json' },
+      },
+      {
+        method: 'POST',
+        path: '/keys',
+        token: owner.token,
+        raw: { body: Buffer.from([0x7b, 0x22, 0x6c, 0x61, 0x62, 0x65, 0x6c, 0x22, 0x3a, 0x22, 0x61, 0x00, 0x22, 0x7d]), type: 'application/json' },
+      },
       { method: 'POST', path: '/auth/login', raw: { body: Buffer.from('{"identifier":"a\\u0000b","password":"x"}'), type: 'application/json' } },
     ];
     for (const req of reqs) {
@@ -501,7 +544,10 @@ describe('hostile text in every request part', () => {
     const raw = await new Promise<string>((resolve, reject) => {
       const socket = connect(Number(port), hostname, () => socket.end('\u0000\u0001 NOT HTTP\r\n\r\n'));
       let got = '';
-      socket.on('data', (d) => (got += d.toString('utf8'))).on('end', () => resolve(got)).on('error', reject);
+      socket
+        .on('data', (d) => (got += d.toString('utf8')))
+        .on('end', () => resolve(got))
+        .on('error', reject);
     });
     expect(raw).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n/);
     expect(raw).toMatch(/content-type: application\/problem\+json/i);
@@ -516,7 +562,12 @@ describe('hostile text in every request part', () => {
       expect(a.body).toMatchObject({ code: 'validation_failed', errors: [{ message: expect.stringContaining('nested too deeply') }] });
     }
     // At the limit the value reaches the schema, which refuses it for what it is (not an object).
-    const atLimit = await send({ method: 'POST', path: `/keys/${key.fingerprint}/rotate`, token: owner.token, raw: { body: deep(32), type: 'application/json' } });
+    const atLimit = await send({
+      method: 'POST',
+      path: `/keys/${key.fingerprint}/rotate`,
+      token: owner.token,
+      raw: { body: deep(32), type: 'application/json' },
+    });
     expect(atLimit.status).toBe(422);
     expect(JSON.stringify(atLimit.body)).not.toContain('nested too deeply');
   });

@@ -37,7 +37,11 @@ describe.each(['curve25519', 'rsa3072'] as const)('service %s keys with gpg and 
   let certPath: string;
 
   beforeAll(async () => {
-    const res = await s.api('POST', '/keys/generate-key', { token: u.token, form: { label: algorithm, name: 'Service Key', email: `svc-${algorithm}@example.test`, passphrase: PASSPHRASE, algorithm }, headers: { prefer: 'wait=30' } });
+    const res = await s.api('POST', '/keys/generate-key', {
+      token: u.token,
+      form: { label: algorithm, name: 'Service Key', email: `svc-${algorithm}@example.test`, passphrase: PASSPHRASE, algorithm },
+      headers: { prefer: 'wait=30' },
+    });
     fingerprint = res.status === 201 ? res.body.fingerprint : res.body.result.key.fingerprint;
     certPath = await home.put(`${algorithm}.asc`, await publicKeyOf(fingerprint));
   }, 60_000);

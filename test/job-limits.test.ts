@@ -35,12 +35,21 @@ describe('hostile input', () => {
     const ciphertext = await download(s.api, u.token, enc.job_id);
     const tampered = flipInnerTag(ciphertext);
 
-    for (const [name, data] of [['a.bin.gpg', tampered], ['a.bin.asc', armorMessage(tampered)]] as const) {
+    for (const [name, data] of [
+      ['a.bin.gpg', tampered],
+      ['a.bin.asc', armorMessage(tampered)],
+    ] as const) {
       const started = Date.now();
-      const bad = await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name, data }] } });
+      const bad = await s.api('POST', '/keys/decrypt', {
+        token: u.token,
+        form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name, data }] },
+      });
       expect(bad.status, JSON.stringify(bad.body)).toBe(202);
       // Queued right behind it on the only crypto slot.
-      const next = await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'ok.gpg', data: ciphertext }] } });
+      const next = await s.api('POST', '/keys/decrypt', {
+        token: u.token,
+        form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'ok.gpg', data: ciphertext }] },
+      });
       const failed = await waitJob(s.api, u.token, bad.body.job_id);
       expect(failed.state, name).toBe('failed');
       expect(failed.error.code).toBe('integrity_check_failed'); // found once decrypting: the one answer, whichever limit caught it
@@ -50,7 +59,9 @@ describe('hostile input', () => {
       expect(Buffer.compare(await download(s.api, u.token, next.body.job_id), plain)).toBe(0);
       // Nothing of the failed job is left: not its blobs, not its sealed passphrase in Redis.
       expect(await blobsOf(bad.body.job_id)).toEqual([]);
-      await expect.poll(async () => (await s.c.jobs.queue('crypto').getJob(bad.body.job_id))?.data.payload).toEqual({ job_id: bad.body.job_id, sealed_passphrase: FORGOTTEN });
+      await expect
+        .poll(async () => (await s.c.jobs.queue('crypto').getJob(bad.body.job_id))?.data.payload)
+        .toEqual({ job_id: bad.body.job_id, sealed_passphrase: FORGOTTEN });
     }
   }, 60_000);
 
@@ -73,7 +84,10 @@ describe('retention', () => {
     const enc = await encrypt(s.api, u.token, key.fingerprint, [{ name: 'r.bin', data: randomBytes(100) }]);
     const hours = (job: { finished_at: string; expires_at: string }) => (Date.parse(job.expires_at) - Date.parse(job.finished_at)) / 3600_000;
     expect(hours(enc)).toBeCloseTo(s.config.jobRetentionHours, 3);
-    const res = await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'r.gpg', data: await download(s.api, u.token, enc.job_id) }] } });
+    const res = await s.api('POST', '/keys/decrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'r.gpg', data: await download(s.api, u.token, enc.job_id) }] },
+    });
     const dec = await waitJob(s.api, u.token, res.body.job_id);
     expect(dec.state).toBe('completed');
     expect(hours(dec)).toBeCloseTo(s.config.decryptRetentionHours, 3);
@@ -102,7 +116,11 @@ describe('Idempotency-Key', () => {
     sameSizeOtherBytes[0] ^= 1;
     const otherFile = await send({ fingerprint: key.fingerprint }, sameSizeOtherBytes, 'k-1');
     expect(otherFile.status).toBe(422);
-    const otherKind = await s.api('POST', '/keys/decrypt', { token: u.token, headers: { 'idempotency-key': 'k-1' }, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'x.bin', data }] } });
+    const otherKind = await s.api('POST', '/keys/decrypt', {
+      token: u.token,
+      headers: { 'idempotency-key': 'k-1' },
+      form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'x.bin', data }] },
+    });
     expect(otherKind.status).toBe(422);
     expect(await s.c.db('jobs').where({ user_id: u.id })).toHaveLength(1);
   });
@@ -113,7 +131,11 @@ describe('Idempotency-Key', () => {
     const headers = { 'idempotency-key': 'k-rotate' };
     const rotation = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.token, body: {}, headers });
     expect(rotation.status).toBe(202); // queued (this service's worker takes no rotations): a replay needs it recorded only
-    const withFiles = await s.api('POST', '/keys/encrypt', { token: u.token, headers, form: { fingerprint: key.fingerprint, files: [{ name: 'x.bin', data: randomBytes(100) }] } });
+    const withFiles = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      headers,
+      form: { fingerprint: key.fingerprint, files: [{ name: 'x.bin', data: randomBytes(100) }] },
+    });
     expect(withFiles.status).toBe(422);
     expect(withFiles.body.code).toBe('idempotency_key_reused');
   });
@@ -144,7 +166,11 @@ describe('worker audit rows', () => {
   it('carry the request id and client address of the request that enqueued the job', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    const res = await s.api('POST', '/keys/encrypt', { token: u.token, headers: { 'x-request-id': 'req-audit-origin-1' }, form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(10) }] } });
+    const res = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      headers: { 'x-request-id': 'req-audit-origin-1' },
+      form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(10) }] },
+    });
     await waitJob(s.api, u.token, res.body.job_id);
     const row = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.encrypt', status: 'success' }).first();
     expect(row).toMatchObject({ request_id: 'req-audit-origin-1', ip: expect.stringContaining('127.0.0.1') });

@@ -66,7 +66,11 @@ describe('jobs whose queue entry Redis lost', () => {
     expect([done.state, done.error], JSON.stringify(done)).toEqual(['completed', null]);
     expect((await row(kept.body.job_id)).attempts).toBe(1);
     const ciphertext = await download(s.api, u.token, kept.body.job_id);
-    const decrypted = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.bin.gpg', data: ciphertext }] });
+    const decrypted = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'a.bin.gpg', data: ciphertext }],
+    });
     expect(decrypted.state, JSON.stringify(decrypted.error)).toBe('completed');
     expect((await download(s.api, u.token, decrypted.job_id)).equals(plain)).toBe(true);
 
@@ -78,7 +82,12 @@ describe('jobs whose queue entry Redis lost', () => {
     expect(await s.c.blob.stat(jobBlob.input(broken.body.job_id, 0))).toBeNull();
     const events = (await s.api('GET', '/events/history?types=job.failed', { token: u.token })).body.items as { data: { job_id: string; code?: string } }[];
     const failed = events.map((e) => [e.data.job_id, e.data.code]);
-    expect(failed).toEqual(expect.arrayContaining([[broken.body.job_id, 'job_lost'], [rsa.body.job_id, 'job_lost']]));
+    expect(failed).toEqual(
+      expect.arrayContaining([
+        [broken.body.job_id, 'job_lost'],
+        [rsa.body.job_id, 'job_lost'],
+      ]),
+    );
     // Nothing of the lost request was done: the client's retry with its Idempotency-Key runs it anew.
     const retry = await s.api('POST', '/keys/encrypt', {
       token: u.token,

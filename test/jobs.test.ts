@@ -19,10 +19,12 @@ beforeAll(async () => {
     disabledCommands: ['STARTTLS'],
     onData(stream, _session, callback) {
       stream.resume();
-      stream.on('end', () => setTimeout(() => {
-        delivered++;
-        callback();
-      }, 1500));
+      stream.on('end', () =>
+        setTimeout(() => {
+          delivered++;
+          callback();
+        }, 1500),
+      );
     },
   });
   await new Promise<void>((resolve) => smtp.listen(0, '127.0.0.1', resolve));
@@ -37,7 +39,11 @@ afterAll(async () => {
 /** A send-email payload as notify() makes it. */
 const mail = (to: string) => {
   const mail_id = crypto.randomUUID();
-  return { mail_id, template: 'password-changed' as const, sealed: s.c.sealer.seal(JSON.stringify({ to, vars: { username: 'x', at: 'now' } }), mailAad('password-changed', mail_id)) };
+  return {
+    mail_id,
+    template: 'password-changed' as const,
+    sealed: s.c.sealer.seal(JSON.stringify({ to, vars: { username: 'x', at: 'now' } }), mailAad('password-changed', mail_id)),
+  };
 };
 
 describe('job registry', () => {

@@ -27,10 +27,17 @@ afterAll(async () => {
 });
 
 const importKey = (key: string | Buffer, fields: Record<string, string> = {}, token = u.token) =>
-  s.api('POST', '/keys/import', { token, form: { label: 'imported', passphrase: PASSPHRASE, ...fields, key: typeof key === 'string' ? key : { name: 'key.gpg', data: key } } });
+  s.api('POST', '/keys/import', {
+    token,
+    form: { label: 'imported', passphrase: PASSPHRASE, ...fields, key: typeof key === 'string' ? key : { name: 'key.gpg', data: key } },
+  });
 
 /** A gpg secret key of `algo` (a --quick-gen-key algorithm), exported as gpg exports it. */
-async function gpgKey(uid: string, algo: string, opts: { armor?: boolean; extra?: string[] } = {}): Promise<{ fingerprint: string; secret: Buffer; public: string }> {
+async function gpgKey(
+  uid: string,
+  algo: string,
+  opts: { armor?: boolean; extra?: string[] } = {},
+): Promise<{ fingerprint: string; secret: Buffer; public: string }> {
   await home.gpg([...(opts.extra ?? []), '--quick-generate-key', uid, algo, 'default', 'never'], { passphrase: GPG_PASS });
   const listing = (await home.gpg(['--with-colons', '--list-keys', uid])).stdout.toString();
   const fingerprint = /^fpr:+([0-9A-F]{40}):/m.exec(listing)![1].toLowerCase();
@@ -45,24 +52,35 @@ describe('secret keys from gpg and sq', () => {
     ['ed25519/cv25519', 'future-default', 'curve25519', true],
     ['RSA 3072, binary export', 'rsa3072', 'rsa3072', false],
     ['RSA 4096', 'rsa4096', 'rsa4096', true],
-  ] as const)('a gpg %s key imports, and decrypts what gpg encrypts to it', async (_name, algo, algorithm, armor) => {
-    const uid = `Gpg ${algo} <gpg-${algo}@example.test>`;
-    const key = await gpgKey(uid, algo, { armor });
-    const res = await importKey(key.secret, { key_passphrase: GPG_PASS, label: `gpg-${algo}` });
-    expect(res.status, JSON.stringify(res.body)).toBe(201);
-    expect(res.body).toMatchObject({ fingerprint: key.fingerprint, kind: 'managed', imported: true, algorithm, generation: 1, uid });
+  ] as const)(
+    'a gpg %s key imports, and decrypts what gpg encrypts to it',
+    async (_name, algo, algorithm, armor) => {
+      const uid = `Gpg ${algo} <gpg-${algo}@example.test>`;
+      const key = await gpgKey(uid, algo, { armor });
+      const res = await importKey(key.secret, { key_passphrase: GPG_PASS, label: `gpg-${algo}` });
+      expect(res.status, JSON.stringify(res.body)).toBe(201);
+      expect(res.body).toMatchObject({ fingerprint: key.fingerprint, kind: 'managed', imported: true, algorithm, generation: 1, uid });
 
-    const plainPath = await home.put(`plain-${algo}.bin`, plain);
-    const encrypted = home.file(`to-${algo}.gpg`);
-    await home.gpg(['--encrypt', '-r', key.fingerprint, '-o', encrypted, plainPath]);
-    const job = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'in.gpg', data: await readFile(encrypted) }] });
-    expect(job.state, JSON.stringify(job.error)).toBe('completed');
-    expect(Buffer.compare(await download(s.api, u.token, job.job_id), plain)).toBe(0);
+      const plainPath = await home.put(`plain-${algo}.bin`, plain);
+      const encrypted = home.file(`to-${algo}.gpg`);
+      await home.gpg(['--encrypt', '-r', key.fingerprint, '-o', encrypted, plainPath]);
+      const job = await runJob(s.api, u.token, '/keys/decrypt', {
+        fingerprint: key.fingerprint,
+        passphrase: PASSPHRASE,
+        files: [{ name: 'in.gpg', data: await readFile(encrypted) }],
+      });
+      expect(job.state, JSON.stringify(job.error)).toBe('completed');
+      expect(Buffer.compare(await download(s.api, u.token, job.job_id), plain)).toBe(0);
 
-    // The original passphrase opens nothing here: only the new one does.
-    const wrong = await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: GPG_PASS, files: [{ name: 'in.gpg', data: Buffer.from('x') }] } });
-    expect([wrong.status, wrong.body.code]).toEqual([422, 'wrong_passphrase']);
-  }, 120_000);
+      // The original passphrase opens nothing here: only the new one does.
+      const wrong = await s.api('POST', '/keys/decrypt', {
+        token: u.token,
+        form: { fingerprint: key.fingerprint, passphrase: GPG_PASS, files: [{ name: 'in.gpg', data: Buffer.from('x') }] },
+      });
+      expect([wrong.status, wrong.body.code]).toEqual([422, 'wrong_passphrase']);
+    },
+    120_000,
+  );
 
   it('an sq key imports (unprotected), and decrypts what sq encrypts to it', async () => {
     const keyPath = home.file('sq-import.pgp');
@@ -74,7 +92,11 @@ describe('secret keys from gpg and sq', () => {
     await home.sq(['key', 'extract-cert', '-o', cert, keyPath]);
     const encrypted = home.file('to-sq-import.pgp');
     await home.sq(['encrypt', '--recipient-cert', cert, '-o', encrypted, await home.put('plain-sq.bin', plain)]);
-    const job = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: res.body.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'in.pgp', data: await readFile(encrypted) }] });
+    const job = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: res.body.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'in.pgp', data: await readFile(encrypted) }],
+    });
     expect(job.state, JSON.stringify(job.error)).toBe('completed');
     expect(Buffer.compare(await download(s.api, u.token, job.job_id), plain)).toBe(0);
   }, 60_000);
@@ -103,7 +125,9 @@ describe('secret keys from gpg and sq', () => {
     expect([twice.status, twice.body.code]).toEqual([409, 'key_exists']);
     // The audit log names the refusals, never a passphrase or the key.
     const rows = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.import' }).select('status', 'details');
-    expect(rows.map((r) => r.details.reason).filter(Boolean)).toEqual(expect.arrayContaining(['wrong_key_passphrase', 'key_passphrase_required', 'passphrase_required', 'key_exists']));
+    expect(rows.map((r) => r.details.reason).filter(Boolean)).toEqual(
+      expect.arrayContaining(['wrong_key_passphrase', 'key_passphrase_required', 'passphrase_required', 'key_exists']),
+    );
     expect(JSON.stringify(rows)).not.toContain(GPG_PASS);
   }, 60_000);
 });
@@ -123,7 +147,10 @@ describe('public keys become recipient keys', () => {
 
     const before = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.decrypt' }).count<{ count: string }[]>('* as count');
     for (const path of ['/keys/decrypt', '/keys/sign'] as const) {
-      const refused = await s.api('POST', path, { token: u.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f', data: Buffer.from('x') }] } });
+      const refused = await s.api('POST', path, {
+        token: u.token,
+        form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f', data: Buffer.from('x') }] },
+      });
       expect([refused.status, refused.body.code]).toEqual([409, 'recipient_key']);
     }
     const rotate = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.token, body: {} });
@@ -146,7 +173,10 @@ describe('keys we would not generate are refused (422)', () => {
   it('DSA/ElGamal', async () => {
     const key = await gpgKey('Dsa <dsa@example.test>', 'dsa2048');
     await home.gpg(['--quick-add-key', key.fingerprint, 'elg2048', 'encr', 'never'], { passphrase: GPG_PASS });
-    const res = await s.api('POST', '/keys/import', { token: u.token, form: { label: 'dsa', key: (await home.gpg(['--export', '--armor', key.fingerprint])).stdout.toString() } });
+    const res = await s.api('POST', '/keys/import', {
+      token: u.token,
+      form: { label: 'dsa', key: (await home.gpg(['--export', '--armor', key.fingerprint])).stdout.toString() },
+    });
     expect([res.status, res.body.code]).toEqual([422, 'weak_key_algorithm']);
   }, 60_000);
 
@@ -164,7 +194,12 @@ describe('keys we would not generate are refused (422)', () => {
   });
 
   it('expired', async () => {
-    const { privateKey } = await openpgp.generateKey({ userIDs: [{ email: 'expired@example.test' }], date: new Date(Date.now() - 10 * 86_400_000), keyExpirationTime: 86_400, format: 'armored' });
+    const { privateKey } = await openpgp.generateKey({
+      userIDs: [{ email: 'expired@example.test' }],
+      date: new Date(Date.now() - 10 * 86_400_000),
+      keyExpirationTime: 86_400,
+      format: 'armored',
+    });
     const res = await importKey(privateKey);
     expect([res.status, res.body.code]).toEqual([422, 'key_expired']);
   });
@@ -182,7 +217,9 @@ describe('keys we would not generate are refused (422)', () => {
   it('hostile keys fail fast: 10,000 subkeys, a 1 MiB user id, garbage', async () => {
     const { publicKey } = await openpgp.generateKey({ userIDs: [{ email: 'base@example.test' }], format: 'object' });
     const packets = publicKey.toPacketList().write();
-    const subkey = Buffer.from(packets.subarray(packets.length - (publicKey.subkeys[0].keyPacket.write().length + 2 + publicKey.subkeys[0].bindingSignatures[0].write().length + 2)));
+    const subkey = Buffer.from(
+      packets.subarray(packets.length - (publicKey.subkeys[0].keyPacket.write().length + 2 + publicKey.subkeys[0].bindingSignatures[0].write().length + 2)),
+    );
     const many = Buffer.concat([packets, ...Array.from({ length: 10_000 }, () => subkey)]).subarray(0, (1 << 20) - 1);
     const t0 = Date.now();
     const res = await s.api('POST', '/keys/import', { token: u.token, form: { label: 'many', key: { name: 'many.gpg', data: many } } });
@@ -208,7 +245,10 @@ describe('ownership', () => {
     const key = await gpgKey('Owned <owned@example.test>', 'future-default');
     expect((await importKey(key.secret, { key_passphrase: GPG_PASS, label: 'owned' })).status).toBe(201);
     const other = await registerUser(s.api);
-    const res = await s.api('POST', '/keys/sign', { token: other.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f', data: Buffer.from('x') }] } });
+    const res = await s.api('POST', '/keys/sign', {
+      token: other.token,
+      form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f', data: Buffer.from('x') }] },
+    });
     expect([res.status, res.body.code]).toEqual([404, 'key_not_found']);
     const denied = await s.c.db('audit_logs').where({ user_id: other.id, action: 'key.access_denied' }).first();
     expect(denied?.details.reason).toBe('not_owner');

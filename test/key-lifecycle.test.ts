@@ -36,13 +36,17 @@ async function rotate(fingerprint: string, token = u.token) {
 
 const generations = async (fingerprint: string, token = u.apiKey) => s.api('GET', `/keys/${fingerprint}/generations`, { token });
 const settings = (fingerprint: string, body: unknown, token = u.apiKey) => s.api('PATCH', `/keys/${fingerprint}/settings`, { token, body });
-const decrypt = (fingerprint: string, data: Buffer, token = u.apiKey) => runJob(s.api, token, '/keys/decrypt', { fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f.gpg', data }] });
+const decrypt = (fingerprint: string, data: Buffer, token = u.apiKey) =>
+  runJob(s.api, token, '/keys/decrypt', { fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f.gpg', data }] });
 
 describe('generations and their usage', () => {
   it('counts files and bytes encrypted, decrypts and rewraps per generation; safe_to_retire after quiet days; another account gets 404', async () => {
     const key = await createKey(s.api, u.token, { label: 'usage' });
     const a = randomBytes(1000);
-    const enc = await encrypt(s.api, u.token, key.fingerprint, [{ name: 'a', data: a }, { name: 'b', data: randomBytes(24) }]);
+    const enc = await encrypt(s.api, u.token, key.fingerprint, [
+      { name: 'a', data: a },
+      { name: 'b', data: randomBytes(24) },
+    ]);
     const ct = await download(s.api, u.token, enc.job_id);
     expect((await decrypt(key.fingerprint, ct)).state).toBe('completed');
     const fpr2 = await rotate(key.fingerprint);
@@ -51,10 +55,29 @@ describe('generations and their usage', () => {
 
     const res = await generations(key.fingerprint);
     expect(res.status, JSON.stringify(res.body)).toBe(200);
-    expect(res.body).toMatchObject({ lineage_id: key.lineage_id, fingerprint: fpr2, current_generation: 2, min_decryption_generation: 1, page: 1, page_size: 20, total: 2 });
+    expect(res.body).toMatchObject({
+      lineage_id: key.lineage_id,
+      fingerprint: fpr2,
+      current_generation: 2,
+      min_decryption_generation: 1,
+      page: 1,
+      page_size: 20,
+      total: 2,
+    });
     const [g2, g1] = res.body.items;
-    expect(g2).toMatchObject({ generation: 2, status: 'current', safe_to_retire: false, usage: { files_encrypted: 0, files_rewrapped_to: 1, files_rewrapped_from: 0 } });
-    expect(g1).toMatchObject({ generation: 1, fingerprint: key.fingerprint, status: 'rotated', safe_to_retire: false, usage: { files_encrypted: 2, bytes_encrypted: 1024, files_decrypted: 1, files_rewrapped_from: 1, files_rewrapped_to: 0 } });
+    expect(g2).toMatchObject({
+      generation: 2,
+      status: 'current',
+      safe_to_retire: false,
+      usage: { files_encrypted: 0, files_rewrapped_to: 1, files_rewrapped_from: 0 },
+    });
+    expect(g1).toMatchObject({
+      generation: 1,
+      fingerprint: key.fingerprint,
+      status: 'rotated',
+      safe_to_retire: false,
+      usage: { files_encrypted: 2, bytes_encrypted: 1024, files_decrypted: 1, files_rewrapped_from: 1, files_rewrapped_to: 0 },
+    });
     expect(g1.usage.last_decrypt_at).not.toBeNull();
     expect(g1.rotated_at).not.toBeNull();
     // No decrypt for KEY_RETIRE_SAFE_DAYS (30) since its rotation: safe to retire.
@@ -137,8 +160,15 @@ describe('retire and destroy one generation', () => {
     expect(row.private_sealed).toBe('');
     expect(row.destroyed_at).not.toBeNull();
     expect(row.public_armored).toContain('PUBLIC KEY');
-    const events = (await readEvents(s.c.redis, s.config.redisPrefix, u.id)).filter((e) => e.type.startsWith('key.destruction') || e.type === 'key.generation_destroyed');
-    expect(events.map((e) => e.type)).toEqual(['key.destruction_scheduled', 'key.destruction_cancelled', 'key.destruction_scheduled', 'key.generation_destroyed']);
+    const events = (await readEvents(s.c.redis, s.config.redisPrefix, u.id)).filter(
+      (e) => e.type.startsWith('key.destruction') || e.type === 'key.generation_destroyed',
+    );
+    expect(events.map((e) => e.type)).toEqual([
+      'key.destruction_scheduled',
+      'key.destruction_cancelled',
+      'key.destruction_scheduled',
+      'key.generation_destroyed',
+    ]);
     expect(events[3].data).toMatchObject({ fingerprint: fpr1, generation: 1 });
     expect((await s.c.db('audit_logs').where({ action: 'keys.generation_destroy', target: fpr1 })).length).toBe(1);
 
@@ -164,14 +194,25 @@ describe('destroying a whole key', () => {
     expect(res.status, JSON.stringify(res.body)).toBe(202);
     expect(res.body).toMatchObject({ scope: 'key', generation: null });
     expect(res.body.key.disabled_at).not.toBeNull();
-    const refused = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'x', data: randomBytes(10) }] } });
+    const refused = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, files: [{ name: 'x', data: randomBytes(10) }] },
+    });
     expect(refused.body.code).toBe('key_disabled');
     expect((await s.api('GET', `/keys/share/${share.body.share_token}`, {})).status).toBe(410);
 
     // A job that still needs the key (queued or running) holds the destruction back.
     const lineage = await s.c.db('key_lineages').where({ id: key.lineage_id }).first();
     const jobId = (await import('node:crypto')).randomUUID();
-    await s.c.db('jobs').insert({ id: jobId, user_id: u.id, kind: 'decrypt', state: 'active', request: JSON.stringify({ lineage_id: lineage.id, fingerprint: key.fingerprint }) });
+    await s.c
+      .db('jobs')
+      .insert({
+        id: jobId,
+        user_id: u.id,
+        kind: 'decrypt',
+        state: 'active',
+        request: JSON.stringify({ lineage_id: lineage.id, fingerprint: key.fingerprint }),
+      });
     await withClockAdvanced(8 * DAY, async () => expect(await destroyDueGenerations(s.c)).toEqual({ destroyed: 0, postponed: 1 }));
     expect((await s.c.db('pgp_keys').where({ lineage_id: key.lineage_id }).first()).destroyed_at).toBeNull();
     await s.c.db('jobs').where({ id: jobId }).update({ state: 'completed' });
@@ -202,10 +243,14 @@ describe('expiry warnings and jobs to keys about to expire', () => {
       const id = await s.c.jobs.enqueue('expiry-sweep', {});
       await expect.poll(async () => (await s.c.jobs.queue('maintenance').getJob(id))?.finishedOn !== undefined, { timeout: 10_000 }).toBe(true);
     };
-    const warnings = async () => (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'key.expiring').map((e) => e.data.lead_days);
+    const warnings = async () =>
+      (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'key.expiring').map((e) => e.data.lead_days);
     await sweep();
     expect(await warnings()).toEqual([]);
-    await withClockAdvanced(11 * DAY, async () => { await sweep(); await sweep(); });
+    await withClockAdvanced(11 * DAY, async () => {
+      await sweep();
+      await sweep();
+    });
     expect(await warnings()).toEqual([30]);
     await withClockAdvanced(20 * DAY, sweep); // 20 days left: nothing new
     expect(await warnings()).toEqual([30]);
@@ -214,16 +259,25 @@ describe('expiry warnings and jobs to keys about to expire', () => {
     await withClockAdvanced(39.5 * DAY, async () => {
       await sweep();
       // 12 hours left, more than a job may run (JOB_TIMEOUT_SECONDS, 6 h): still encrypts…
-      const ok = await s.api('POST', '/keys/encrypt', { token: v.apiKey, form: { fingerprint: key.fingerprint, files: [{ name: 'x', data: randomBytes(10) }] } });
+      const ok = await s.api('POST', '/keys/encrypt', {
+        token: v.apiKey,
+        form: { fingerprint: key.fingerprint, files: [{ name: 'x', data: randomBytes(10) }] },
+      });
       expect(ok.status).not.toBe(409);
     });
     expect(await warnings()).toEqual([30, 7, 1]);
     await withClockAdvanced(40 * DAY - 3600_000, async () => {
       // …one hour left: an encrypt or rewrap job could outlive it, so it is refused up front.
-      const enc = await s.api('POST', '/keys/encrypt', { token: v.apiKey, form: { fingerprint: key.fingerprint, files: [{ name: 'x', data: randomBytes(10) }] } });
+      const enc = await s.api('POST', '/keys/encrypt', {
+        token: v.apiKey,
+        form: { fingerprint: key.fingerprint, files: [{ name: 'x', data: randomBytes(10) }] },
+      });
       expect(enc.status).toBe(409);
       expect(enc.body.code).toBe('key_expires_during_job');
-      const res = await s.api('POST', '/keys/rewrap', { token: v.apiKey, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'x.gpg', data: randomBytes(10) }] } });
+      const res = await s.api('POST', '/keys/rewrap', {
+        token: v.apiKey,
+        form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'x.gpg', data: randomBytes(10) }] },
+      });
       expect(res.status).toBe(409);
       expect(res.body.code).toBe('key_expires_during_job');
     });

@@ -47,8 +47,19 @@ describe('key monitoring', () => {
       // SPEC names a key by its fingerprint; the lineage id answers the same.
       const one = (await s.api('GET', `/keys/health?key_id=${b.fingerprint.toUpperCase()}`, { token: admin.apiKey })).body;
       expect((await s.api('GET', `/keys/health?key_id=${b.lineage_id}`, { token: admin.apiKey })).body).toEqual(one);
-      expect(one).toMatchObject({ lineage_id: b.lineage_id, account: u.id, status: 'active', rotation_interval_days: 1, rotation_due: true, rotation_overdue: true, expires_in_days: 7 });
-      expect((await s.api('GET', `/keys/health?key_id=${a.fingerprint}`, { token: admin.apiKey })).body).toMatchObject({ status: 'disabled', rotation_due: false });
+      expect(one).toMatchObject({
+        lineage_id: b.lineage_id,
+        account: u.id,
+        status: 'active',
+        rotation_interval_days: 1,
+        rotation_due: true,
+        rotation_overdue: true,
+        expires_in_days: 7,
+      });
+      expect((await s.api('GET', `/keys/health?key_id=${a.fingerprint}`, { token: admin.apiKey })).body).toMatchObject({
+        status: 'disabled',
+        rotation_due: false,
+      });
     } finally {
       clock.advance(-2 * 86400_000);
     }
@@ -63,9 +74,16 @@ describe('key monitoring', () => {
     const key = await createKey(s.api, u.token);
     const data = randomBytes(5000);
     const enc = await encrypt(s.api, u.token, key.fingerprint, [{ name: 'm.bin', data }]);
-    const dec = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'm.gpg', data: await download(s.api, u.token, enc.job_id) }] });
+    const dec = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'm.gpg', data: await download(s.api, u.token, enc.job_id) }],
+    });
     expect(dec.state).toBe('completed');
-    await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: 'a wrong passphrase', files: [{ name: 'm.gpg', data }] } });
+    await s.api('POST', '/keys/decrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, passphrase: 'a wrong passphrase', files: [{ name: 'm.gpg', data }] },
+    });
     expect((await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.token, headers: { prefer: 'wait=30' }, body: {} })).status).toBe(200);
 
     // Any generation's fingerprint names the key (the first one here, rotated since); so does the lineage id.
@@ -85,7 +103,10 @@ describe('key monitoring', () => {
       ]),
     );
     expect(m.body.rotations).toEqual([{ status: 'succeeded', count: 1 }]);
-    expect(m.body.generations.map((g: { generation: number; status: string }) => [g.generation, g.status])).toEqual([[2, 'active'], [1, 'rotated']]);
+    expect(m.body.generations.map((g: { generation: number; status: string }) => [g.generation, g.status])).toEqual([
+      [2, 'active'],
+      [1, 'rotated'],
+    ]);
     expect(m.body.bytes_processed).toBeGreaterThanOrEqual(5000);
     expect(m.body.last_used_at).toBeTruthy();
     const kinds = m.body.job_latency.map((j: { kind: string }) => j.kind);

@@ -22,7 +22,9 @@ afterAll(async () => {
 
 const statuses = (answers: { status: number }[]) => answers.reduce<Record<number, number>>((n, a) => ({ ...n, [a.status]: (n[a.status] ?? 0) + 1 }), {});
 const wrongAudits = async (userId: string, action: string) =>
-  (await s.c.db('audit_logs').where({ user_id: userId, action, status: 'failure' })).filter((r: { details: { reason?: string } }) => r.details.reason === 'wrong_passphrase').length;
+  (await s.c.db('audit_logs').where({ user_id: userId, action, status: 'failure' })).filter(
+    (r: { details: { reason?: string } }) => r.details.reason === 'wrong_passphrase',
+  ).length;
 
 describe('passphrase guessing', () => {
   it('rotate with current_passphrase is limited and audited like decrypt, with an API key too', async () => {
@@ -30,13 +32,21 @@ describe('passphrase guessing', () => {
     const key = await createKey(s.api, u.token);
     const answers = [];
     for (let i = 0; i < 12; i++) {
-      answers.push(await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.apiKey, body: { current_passphrase: `wrong guess ${i}`, new_passphrase: 'a passphrase I chose' } }));
+      answers.push(
+        await s.api('POST', `/keys/${key.fingerprint}/rotate`, {
+          token: u.apiKey,
+          body: { current_passphrase: `wrong guess ${i}`, new_passphrase: 'a passphrase I chose' },
+        }),
+      );
     }
     expect(statuses(answers)).toEqual({ 422: 10, 429: 2 });
     expect(answers[11].headers.get('retry-after')).toBeTruthy();
     expect(await wrongAudits(u.id, 'keys.rotate')).toBe(10);
     // The budget is the key's, shared with decryption: the right passphrase is refused now too.
-    const right = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.apiKey, body: { current_passphrase: PASSPHRASE, new_passphrase: 'a passphrase I chose' } });
+    const right = await s.api('POST', `/keys/${key.fingerprint}/rotate`, {
+      token: u.apiKey,
+      body: { current_passphrase: PASSPHRASE, new_passphrase: 'a passphrase I chose' },
+    });
     expect(right.status).toBe(429);
   });
 
@@ -48,7 +58,11 @@ describe('passphrase guessing', () => {
     expect(wrong.body.code).toBe('wrong_passphrase');
     expect(await wrongAudits(u.id, 'keys.rotate')).toBe(1);
     expect(await s.c.db('jobs').where({ user_id: u.id, kind: 'rotate-key' })).toHaveLength(0);
-    const right = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.apiKey, headers: { prefer: 'wait=30' }, body: { current_passphrase: PASSPHRASE } });
+    const right = await s.api('POST', `/keys/${key.fingerprint}/rotate`, {
+      token: u.apiKey,
+      headers: { prefer: 'wait=30' },
+      body: { current_passphrase: PASSPHRASE },
+    });
     expect(right.status, JSON.stringify(right.body)).toBe(200);
     expect(right.body.result).toMatchObject({ rotated: true });
   });
@@ -60,7 +74,10 @@ describe('passphrase guessing', () => {
     const answers = [];
     for (let i = 0; i < 11; i++) {
       // Fields first: checked when the file starts. Fields after the file: checked by the handler.
-      const form = i % 2 ? { fingerprint: key.fingerprint, passphrase: `wrong guess ${i}`, files: file } : { files: file, fingerprint: key.fingerprint, passphrase: `wrong guess ${i}` };
+      const form =
+        i % 2
+          ? { fingerprint: key.fingerprint, passphrase: `wrong guess ${i}`, files: file }
+          : { files: file, fingerprint: key.fingerprint, passphrase: `wrong guess ${i}` };
       answers.push(await s.api('POST', '/keys/decrypt', { token: u.token, form }));
     }
     expect(answers.map((a) => a.status)).toEqual([...Array(10).fill(422), 429]);
@@ -72,7 +89,12 @@ describe('passphrase guessing', () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
     const answers = await Promise.all(
-      Array.from({ length: 20 }, (_, i) => s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.apiKey, body: { current_passphrase: `wrong guess ${i}`, new_passphrase: 'a passphrase I chose' } })),
+      Array.from({ length: 20 }, (_, i) =>
+        s.api('POST', `/keys/${key.fingerprint}/rotate`, {
+          token: u.apiKey,
+          body: { current_passphrase: `wrong guess ${i}`, new_passphrase: 'a passphrase I chose' },
+        }),
+      ),
     );
     expect(statuses(answers)).toEqual({ 422: 10, 429: 10 });
     expect(await wrongAudits(u.id, 'keys.rotate')).toBe(10);
@@ -82,7 +104,12 @@ describe('passphrase guessing', () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
     const answers = await Promise.all(
-      Array.from({ length: 50 }, (_, i) => s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: `wrong guess ${i}`, files: [{ name: 'x.gpg', data: randomBytes(64) }] } })),
+      Array.from({ length: 50 }, (_, i) =>
+        s.api('POST', '/keys/decrypt', {
+          token: u.token,
+          form: { fingerprint: key.fingerprint, passphrase: `wrong guess ${i}`, files: [{ name: 'x.gpg', data: randomBytes(64) }] },
+        }),
+      ),
     );
     expect(statuses(answers)).toEqual({ 422: 10, 429: 40 });
     expect(await wrongAudits(u.id, 'keys.decrypt')).toBe(10);
@@ -96,7 +123,11 @@ describe('passphrase guessing', () => {
     const enc = await encrypt(s.api, u.token, key.fingerprint, [{ name: 'a.bin', data: randomBytes(100) }]);
     const ciphertext = await download(s.api, u.token, enc.job_id);
     for (let i = 0; i < 12; i++) {
-      const job = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.gpg', data: ciphertext }] });
+      const job = await runJob(s.api, u.token, '/keys/decrypt', {
+        fingerprint: key.fingerprint,
+        passphrase: PASSPHRASE,
+        files: [{ name: 'a.gpg', data: ciphertext }],
+      });
       expect(job.state).toBe('completed');
     }
     // Checked before the upload and in the handler, an honest request leaves the budget as it was.
@@ -112,7 +143,11 @@ describe('a passphrase change', () => {
     const before = await download(s.api, u.token, (await encrypt(s.api, u.token, key.fingerprint, [{ name: 'b.bin', data }])).job_id);
     const oldLineage = await s.c.db('key_lineages').where({ id: key.lineage_id }).first();
 
-    const res = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: u.token, headers: { prefer: 'wait=30' }, body: { current_passphrase: PASSPHRASE, new_passphrase: 'a brand new passphrase' } });
+    const res = await s.api('POST', `/keys/${key.fingerprint}/rotate`, {
+      token: u.token,
+      headers: { prefer: 'wait=30' },
+      body: { current_passphrase: PASSPHRASE, new_passphrase: 'a brand new passphrase' },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     const newLineage = await s.c.db('key_lineages').where({ id: key.lineage_id }).first();
     expect(newLineage.unlock_public).not.toBe(oldLineage.unlock_public);
@@ -125,7 +160,11 @@ describe('a passphrase change', () => {
     // The owner with the new passphrase decrypts old and new ciphertexts.
     const after = await download(s.api, u.token, (await encrypt(s.api, u.token, key.fingerprint, [{ name: 'c.bin', data }])).job_id);
     for (const ciphertext of [before, after]) {
-      const job = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: 'a brand new passphrase', files: [{ name: 'x.gpg', data: ciphertext }] });
+      const job = await runJob(s.api, u.token, '/keys/decrypt', {
+        fingerprint: key.fingerprint,
+        passphrase: 'a brand new passphrase',
+        files: [{ name: 'x.gpg', data: ciphertext }],
+      });
       expect(job.state, JSON.stringify(job.error)).toBe('completed');
       expect(Buffer.compare(await download(s.api, u.token, job.job_id), data)).toBe(0);
     }
@@ -135,7 +174,11 @@ describe('a passphrase change', () => {
 describe('audit rows written by workers', () => {
   it('carry the request id and client address of the request that enqueued the job (generate-key, rotate-key)', async () => {
     const u = await registerUser(s.api);
-    const gen = await s.api('POST', '/keys/generate-key', { token: u.token, headers: { 'x-request-id': 'req-generate-origin' }, form: { label: 'rsa', name: 'R', email: 'r@example.test', passphrase: PASSPHRASE, algorithm: 'rsa3072' } });
+    const gen = await s.api('POST', '/keys/generate-key', {
+      token: u.token,
+      headers: { 'x-request-id': 'req-generate-origin' },
+      form: { label: 'rsa', name: 'R', email: 'r@example.test', passphrase: PASSPHRASE, algorithm: 'rsa3072' },
+    });
     expect(gen.status).toBe(202);
     const job = await waitJob(s.api, u.token, gen.body.job_id);
     expect(job.state, JSON.stringify(job.error)).toBe('completed');
@@ -153,7 +196,10 @@ describe('audit rows written by workers', () => {
 describe('a generate-key job', () => {
   it('keeps no lock in its row: the lock travels sealed in the queue payload', async () => {
     const u = await registerUser(s.api);
-    const res = await s.api('POST', '/keys/generate-key', { token: u.token, form: { label: 'rsa', name: 'R', email: 'r@example.test', passphrase: PASSPHRASE, algorithm: 'rsa3072' } });
+    const res = await s.api('POST', '/keys/generate-key', {
+      token: u.token,
+      form: { label: 'rsa', name: 'R', email: 'r@example.test', passphrase: PASSPHRASE, algorithm: 'rsa3072' },
+    });
     expect(res.status).toBe(202);
     const row = await s.c.db('jobs').where({ id: res.body.job_id }).first();
     expect(JSON.stringify(row.request)).not.toMatch(/unlock_locked|argon2|"ct"|s1\./);
@@ -187,14 +233,20 @@ describe('public key columns', () => {
     const attacker = await createKey(s.api, u.token, { label: 'attacker' });
     const theirs = await s.c.db('pgp_keys').where({ fingerprint: attacker.fingerprint }).first();
     await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).update({ public_armored: theirs.public_armored });
-    const enc = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(10) }] } });
+    const enc = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(10) }] },
+    });
     expect(enc.status).toBe(500);
     expect(await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' })).toHaveLength(0);
     expect((await s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(500);
 
     // The lineage's unlock key (what rotation seals new generations to) likewise.
     const other = await s.c.db('key_lineages').where({ id: attacker.lineage_id }).first();
-    await s.c.db('key_lineages').where({ id: attacker.lineage_id }).update({ unlock_public: (await s.c.db('key_lineages').where({ id: key.lineage_id }).first()).unlock_public });
+    await s.c
+      .db('key_lineages')
+      .where({ id: attacker.lineage_id })
+      .update({ unlock_public: (await s.c.db('key_lineages').where({ id: key.lineage_id }).first()).unlock_public });
     expect((await s.api('POST', `/keys/${attacker.fingerprint}/rotate`, { token: u.token, body: {} })).status).toBe(500);
     await s.c.db('key_lineages').where({ id: attacker.lineage_id }).update({ unlock_public: other.unlock_public });
     expect((await s.api('POST', `/keys/${attacker.fingerprint}/rotate`, { token: u.token, body: {} })).status).toBe(202);

@@ -64,7 +64,16 @@ describe('POST /keys/share/create and GET /keys/share/{share_token}', () => {
     const created = await share(u.token, { fingerprint: key.fingerprint, max_views: 5, expires_in_hours: 24 });
     expect(created.share_token).toMatch(TOKEN);
     expect(created.url).toBe(`${s.config.publicUrl}/api/v1/keys/share/${created.share_token}`);
-    expect(created).toMatchObject({ lineage_id: key.lineage_id, fingerprint: key.fingerprint, state: 'active', view_count: 0, max_views: 5, views_remaining: 5, recipient_email: null, notice_queued: false });
+    expect(created).toMatchObject({
+      lineage_id: key.lineage_id,
+      fingerprint: key.fingerprint,
+      state: 'active',
+      view_count: 0,
+      max_views: 5,
+      views_remaining: 5,
+      recipient_email: null,
+      notice_queued: false,
+    });
 
     const row = await s.c.db('share_links').where({ id: created.share_id }).first();
     expect(row.token_hash).toBe(createHash('sha256').update(created.share_token).digest('hex'));
@@ -74,7 +83,14 @@ describe('POST /keys/share/create and GET /keys/share/{share_token}', () => {
     expect(json.status).toBe(200);
     expect(json.headers.get('content-type')).toContain('application/json');
     expect(json.headers.get('cache-control')).toBe('no-store');
-    expect(json.body).toMatchObject({ fingerprint: key.fingerprint, label: 'partner key', status: 'active', generation: 1, views_remaining: 4, expires_at: null });
+    expect(json.body).toMatchObject({
+      fingerprint: key.fingerprint,
+      label: 'partner key',
+      status: 'active',
+      generation: 1,
+      views_remaining: 4,
+      expires_at: null,
+    });
     expect(json.body.public_key).toMatch(/^-----BEGIN PGP PUBLIC KEY BLOCK-----/);
     expect(json.body.public_key).not.toContain('PRIVATE');
 
@@ -83,12 +99,18 @@ describe('POST /keys/share/create and GET /keys/share/{share_token}', () => {
     expect(armored.headers.get('content-type')).toContain('application/pgp-keys');
     expect(armored.body).toBe(json.body.public_key);
     // A browser's Accept (no pgp-keys in it) gets JSON.
-    expect((await view(created.share_token, { accept: 'text/html,application/xhtml+xml,*/*;q=0.8' })).headers.get('content-type')).toContain('application/json');
+    expect((await view(created.share_token, { accept: 'text/html,application/xhtml+xml,*/*;q=0.8' })).headers.get('content-type')).toContain(
+      'application/json',
+    );
 
     expect((await s.c.db('share_links').where({ id: created.share_id }).first()).view_count).toBe(3);
     const rows = await audit(u.token, 'key_share.created');
     expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ status: 'success', target: created.share_id, details: { fingerprint: key.fingerprint, lineage_id: key.lineage_id, max_views: 5, recipient: false } });
+    expect(rows[0]).toMatchObject({
+      status: 'success',
+      target: created.share_id,
+      details: { fingerprint: key.fingerprint, lineage_id: key.lineage_id, max_views: 5, recipient: false },
+    });
     expect(JSON.stringify(rows)).not.toContain(created.share_token);
   });
 
@@ -139,7 +161,14 @@ describe('POST /keys/share/create and GET /keys/share/{share_token}', () => {
     const guesses = Array.from({ length: 20 }, () => `kms_ks_${randomBytes(32).toString('base64url')}`);
     // Near misses of the real token too: one character changed, wrong prefix, truncated, padded.
     const last = real.share_token.at(-1) === 'A' ? 'B' : 'A';
-    guesses.push(real.share_token.slice(0, -1) + last, real.share_token.replace('kms_ks_', 'kms_as_'), real.share_token.slice(0, -1), `${real.share_token}A`, 'x', '%00');
+    guesses.push(
+      real.share_token.slice(0, -1) + last,
+      real.share_token.replace('kms_ks_', 'kms_as_'),
+      real.share_token.slice(0, -1),
+      `${real.share_token}A`,
+      'x',
+      '%00',
+    );
     for (const [i, guess] of guesses.entries()) {
       const res = await view(guess === '%00' ? guess : encodeURIComponent(guess), { ip: i < VIEWS_PER_MINUTE - 1 ? ip : randomIp() });
       expect(res.status, guess).toBe(guess === '%00' ? 422 : 404);
@@ -180,7 +209,9 @@ describe('view limits, expiry, revocation and disabled keys', () => {
       expect((await view(hourly.share_token)).status).toBe(200);
       const list = await s.api('GET', '/keys/share/?state=expired', { token: u.token });
       expect(list.body.items.map((i: { share_id: string }) => i.share_id)).toEqual([soon.share_id]);
-      expect((await s.api('GET', '/keys/share/?state=active', { token: u.token })).body.items.map((i: { share_id: string }) => i.share_id)).toEqual([hourly.share_id]);
+      expect((await s.api('GET', '/keys/share/?state=active', { token: u.token })).body.items.map((i: { share_id: string }) => i.share_id)).toEqual([
+        hourly.share_id,
+      ]);
     } finally {
       clock().advance(-10 * 60_000);
     }
@@ -197,7 +228,9 @@ describe('view limits, expiry, revocation and disabled keys', () => {
     const stranger = await s.api('DELETE', `/keys/share/${link.share_id}`, { token: other.token });
     expect(stranger.status).toBe(404);
     expect(stranger.body.code).toBe('share_not_found');
-    expect(await audit(other.token, 'key_share.access_denied')).toEqual([expect.objectContaining({ status: 'failure', target: link.share_id, details: { reason: 'not_owner' } })]);
+    expect(await audit(other.token, 'key_share.access_denied')).toEqual([
+      expect.objectContaining({ status: 'failure', target: link.share_id, details: { reason: 'not_owner' } }),
+    ]);
     expect((await view(link.share_token)).status).toBe(200);
     const missing = await s.api('DELETE', `/keys/share/${randomUUID()}`, { token: u.token });
     expect(missing.status).toBe(404);
@@ -210,7 +243,13 @@ describe('view limits, expiry, revocation and disabled keys', () => {
     const gone = await view(link.share_token);
     expect(gone.status).toBe(410);
     expect(gone.body.code).toBe('share_revoked');
-    expect(await audit(u.token, 'key_share.revoked')).toEqual([expect.objectContaining({ status: 'success', target: link.share_id, details: expect.objectContaining({ kind: 'public_key', target_id: key.lineage_id, view_count: 2 }) })]);
+    expect(await audit(u.token, 'key_share.revoked')).toEqual([
+      expect.objectContaining({
+        status: 'success',
+        target: link.share_id,
+        details: expect.objectContaining({ kind: 'public_key', target_id: key.lineage_id, view_count: 2 }),
+      }),
+    ]);
     const events = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['share.created', 'share.revoked'] });
     expect(events.map((e) => e.type).sort()).toEqual(['share.created', 'share.revoked']);
     expect(JSON.stringify(events)).not.toContain(link.share_token);
@@ -282,7 +321,13 @@ describe('GET /keys/share/', () => {
     expect(page1.body.items.map((i: { share_id: string }) => i.share_id)).toEqual([made[3].share_id, made[2].share_id]);
     const page2 = await s.api('GET', '/keys/share/?page_size=2&page=2', { token: u.token });
     expect(page2.body.items.map((i: { share_id: string }) => i.share_id)).toEqual([made[1].share_id, made[0].share_id]);
-    expect(page2.body.items[1]).toMatchObject({ view_count: 2, fingerprint: a.fingerprint, label: 'a', lineage_id: a.lineage_id, last_viewed_at: expect.any(String) });
+    expect(page2.body.items[1]).toMatchObject({
+      view_count: 2,
+      fingerprint: a.fingerprint,
+      label: 'a',
+      lineage_id: a.lineage_id,
+      last_viewed_at: expect.any(String),
+    });
     const everything = JSON.stringify([page1.body, page2.body]);
     for (const m of made) expect(everything).not.toContain(m.share_token);
     expect(everything).not.toContain('token');
@@ -376,7 +421,11 @@ describe('the shared key in gpg and sq, across a rotation', () => {
     const plainPath = await home.put('to-shared.bin', plain);
     const out = home.file('to-shared.gpg');
     await home.gpg(['--encrypt', '-r', current.fingerprint, '-o', out, plainPath]);
-    const job = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: current.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'to-shared.gpg', data: await readFile(out) }] });
+    const job = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: current.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'to-shared.gpg', data: await readFile(out) }],
+    });
     expect(job.state, JSON.stringify(job.error)).toBe('completed');
     expect(Buffer.compare(await download(s.api, u.token, job.job_id), plain)).toBe(0);
   }, 120_000);
@@ -410,7 +459,12 @@ describe('GET /keys/share/analytics and share.viewed events', () => {
     const once = await share(u.token, { fingerprint: b.fingerprint, max_views: 1 });
     const revoked = await share(u.token, { fingerprint: b.fingerprint });
     await share(u.token, { fingerprint: a.fingerprint, expires_at: new Date(Date.now() + 5 * 60_000).toISOString() });
-    const agents = ['curl/8.5.0', 'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36', 'python-requests/2.31', 'Googlebot/2.1 (+http://www.google.com/bot.html)'];
+    const agents = [
+      'curl/8.5.0',
+      'Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/126.0 Safari/537.36',
+      'python-requests/2.31',
+      'Googlebot/2.1 (+http://www.google.com/bot.html)',
+    ];
     for (let i = 0; i < 11; i++) expect((await view(busy.share_token, { ua: agents[i % agents.length] })).status).toBe(200);
     expect((await view(once.share_token, { ua: 'GnuPG/2.2.40' })).status).toBe(200);
     expect((await view(once.share_token)).status).toBe(410); // refused views are not counted
@@ -443,7 +497,14 @@ describe('GET /keys/share/analytics and share.viewed events', () => {
     expect((await s.api('GET', '/keys/share/analytics')).status).toBe(401);
     // Another account's numbers are its own.
     const other = await registerUser(s.api);
-    expect((await s.api('GET', '/keys/share/analytics', { token: other.token })).body.totals).toEqual({ active: 0, expired: 0, revoked: 0, exhausted: 0, shares: 0, views: 0 });
+    expect((await s.api('GET', '/keys/share/analytics', { token: other.token })).body.totals).toEqual({
+      active: 0,
+      expired: 0,
+      revoked: 0,
+      exhausted: 0,
+      shares: 0,
+      views: 0,
+    });
 
     // share.viewed is sampled: the 1st and 10th views of the busy share, the 1st of the others.
     const viewed = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['share.viewed'] });
@@ -529,7 +590,9 @@ describe('logs and the user agent classes', () => {
     expect(userAgentClass('python-requests/2.31')).toBe('library');
     expect(userAgentClass('node')).toBe('library');
     expect(userAgentClass('Go-http-client/1.1')).toBe('library');
-    expect(userAgentClass('Mozilla/5.0 (Macintosh; Intel Mac OS X 14_5) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Safari/605.1.15')).toBe('browser');
+    expect(userAgentClass('Mozilla/5.0 (Macintosh; Intel Mac OS X 14_5) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.5 Safari/605.1.15')).toBe(
+      'browser',
+    );
     expect(userAgentClass('Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)')).toBe('bot');
     expect(userAgentClass('Slackbot-LinkExpanding 1.0')).toBe('bot');
     expect(userAgentClass('')).toBe('other');
@@ -540,7 +603,12 @@ describe('logs and the user agent classes', () => {
 
 describe('shares of a key made through team access', () => {
   const { team, link } = teamHelpers(() => ({ s, smtp }));
-  const list = async (token: string, query = '') => (await s.api('GET', `/keys/share/${query}`, { token })).body.items as { share_id: string; state: string; created_by: { user_id: string; username: string } }[];
+  const list = async (token: string, query = '') =>
+    (await s.api('GET', `/keys/share/${query}`, { token })).body.items as {
+      share_id: string;
+      state: string;
+      created_by: { user_id: string; username: string };
+    }[];
 
   it("are listed to the key's owner, marked with who made them, and the owner revokes them; a teammate sees and revokes only its own", async () => {
     const [owner, member] = await team(2);
@@ -550,7 +618,12 @@ describe('shares of a key made through team access', () => {
     const hers = await share(owner.token, { fingerprint: key.fingerprint });
 
     const seen = await list(owner.token);
-    expect(seen.map((x) => [x.share_id, x.created_by.user_id]).sort()).toEqual([[theirs.share_id, member.id], [hers.share_id, owner.id]].sort());
+    expect(seen.map((x) => [x.share_id, x.created_by.user_id]).sort()).toEqual(
+      [
+        [theirs.share_id, member.id],
+        [hers.share_id, owner.id],
+      ].sort(),
+    );
     expect(seen.find((x) => x.share_id === theirs.share_id)!.created_by.username).toBe(member.username);
     expect((await list(owner.token, `?fingerprint=${key.fingerprint}`)).map((x) => x.share_id).sort()).toEqual([theirs.share_id, hers.share_id].sort());
     expect((await list(member.token)).map((x) => x.share_id)).toEqual([theirs.share_id]);
@@ -561,7 +634,11 @@ describe('shares of a key made through team access', () => {
     expect([(await view(theirs.share_token)).status, (await view(theirs.share_token)).body.code]).toEqual([410, 'share_revoked']);
     expect((await list(member.token))[0]).toMatchObject({ share_id: theirs.share_id, state: 'revoked' });
     // Both hear of it: the maker through its event and audit row, the owner through hers.
-    expect((await eventHistory(s.c.redis, s.c.config.redisPrefix, member.id, { types: ['share.revoked'] })).map((e) => e.data.share_id)).toEqual([theirs.share_id]);
-    expect(await s.c.db('audit_logs').where({ action: 'key_share.revoked', target: theirs.share_id }).pluck('user_id')).toEqual(expect.arrayContaining([owner.id, member.id]));
+    expect((await eventHistory(s.c.redis, s.c.config.redisPrefix, member.id, { types: ['share.revoked'] })).map((e) => e.data.share_id)).toEqual([
+      theirs.share_id,
+    ]);
+    expect(await s.c.db('audit_logs').where({ action: 'key_share.revoked', target: theirs.share_id }).pluck('user_id')).toEqual(
+      expect.arrayContaining([owner.id, member.id]),
+    );
   });
 });

@@ -25,12 +25,18 @@ describe('generate and list keys', () => {
     expect(key).toMatchObject({ label: 'gen-test', environment: 'staging', status: 'active', active: true, generation: 1, algorithm: 'curve25519' });
     expect(key.fingerprint).toMatch(/^[0-9a-f]{40}$/);
     expect(new Date((key as unknown as { expires_at: string }).expires_at).getTime()).toBeGreaterThan(Date.now() + 29 * 86400_000);
-    const json = await s.api('POST', '/keys/generate-key', { token: owner.token, body: { label: 'json', name: 'J', email: 'j@example.test', passphrase: PASSPHRASE } });
+    const json = await s.api('POST', '/keys/generate-key', {
+      token: owner.token,
+      body: { label: 'json', name: 'J', email: 'j@example.test', passphrase: PASSPHRASE },
+    });
     expect(json.status).toBe(201);
   });
 
   it('generates RSA keys as a crypto job', async () => {
-    const res = await s.api('POST', '/keys/generate-key', { token: owner.token, form: { label: 'rsa', name: 'R', email: 'r@example.test', passphrase: PASSPHRASE, algorithm: 'rsa3072' } });
+    const res = await s.api('POST', '/keys/generate-key', {
+      token: owner.token,
+      form: { label: 'rsa', name: 'R', email: 'r@example.test', passphrase: PASSPHRASE, algorithm: 'rsa3072' },
+    });
     expect(res.status).toBe(202);
     expect(res.headers.get('location')).toBe(`/api/v1/jobs/${res.body.job_id}`);
     const job = await waitJob(s.api, owner.token, res.body.job_id);
@@ -39,7 +45,10 @@ describe('generate and list keys', () => {
   }, 60_000);
 
   it('validates the form', async () => {
-    const bad = await s.api('POST', '/keys/generate-key', { token: owner.token, form: { label: '', name: 'A', email: 'nope', passphrase: 'short', algorithm: 'dsa' } });
+    const bad = await s.api('POST', '/keys/generate-key', {
+      token: owner.token,
+      form: { label: '', name: 'A', email: 'nope', passphrase: 'short', algorithm: 'dsa' },
+    });
     expect(bad.status).toBe(422);
     expect(bad.body.errors.map((e: { path: string }) => e.path).sort()).toEqual(['body.algorithm', 'body.email', 'body.label', 'body.passphrase']);
     const text = await s.api('POST', '/keys/generate-key', { token: owner.token, raw: 'label=x', headers: { 'content-type': 'text/plain' } });
@@ -54,7 +63,11 @@ describe('generate and list keys', () => {
     expect(res.body.lineage_id).toMatch(/^[0-9a-f-]{36}$/);
     const data = randomBytes(2048);
     const enc = await encrypt(s.api, owner.apiKey, res.body.fingerprint, [{ name: 'x.bin', data }]);
-    const dec = await runJob(s.api, owner.apiKey, '/keys/decrypt', { fingerprint: res.body.fingerprint, passphrase: res.body.passphrase, files: [{ name: 'x.bin.gpg', data: await download(s.api, owner.apiKey, enc.job_id) }] });
+    const dec = await runJob(s.api, owner.apiKey, '/keys/decrypt', {
+      fingerprint: res.body.fingerprint,
+      passphrase: res.body.passphrase,
+      files: [{ name: 'x.bin.gpg', data: await download(s.api, owner.apiKey, enc.job_id) }],
+    });
     expect(Buffer.compare(await download(s.api, owner.apiKey, dec.job_id), data)).toBe(0);
   });
 
@@ -66,7 +79,10 @@ describe('generate and list keys', () => {
     await s.api('POST', '/keys/disable-key', { token: u.token, body: { fingerprint: b.fingerprint } });
     // An expired key is inactive too (no route makes one: its expiry is moved into the past).
     const expired = await createKey(s.api, u.token, { label: 'c', environment: 'test' });
-    await s.c.db('pgp_keys').where({ fingerprint: expired.fingerprint }).update({ expires_at: new Date(Date.now() - 1000) });
+    await s.c
+      .db('pgp_keys')
+      .where({ fingerprint: expired.fingerprint })
+      .update({ expires_at: new Date(Date.now() - 1000) });
     const all = await s.api('GET', '/keys/list?page_size=2', { token: u.token });
     expect(all.body).toMatchObject({ total: 4, page: 1, page_size: 2 });
     expect(all.body.items).toHaveLength(2);
@@ -80,9 +96,14 @@ describe('generate and list keys', () => {
     const active = await s.api('GET', '/keys/list?active=true', { token: u.token });
     expect(active.body.items.map((k: { label: string }) => k.label).sort()).toEqual(['a', 'a']);
     const inactive = await s.api('GET', '/keys/list?active=false', { token: u.token });
-    expect(inactive.body.items.map((k: { label: string; status: string }) => [k.label, k.status])).toEqual([['c', 'expired'], ['b', 'disabled']]);
+    expect(inactive.body.items.map((k: { label: string; status: string }) => [k.label, k.status])).toEqual([
+      ['c', 'expired'],
+      ['b', 'disabled'],
+    ]);
     expect((await s.api('GET', '/keys/list?active=maybe', { token: u.token })).status).toBe(422);
-    expect((await s.api('GET', '/keys/list', { token: other.token })).body.items.every((k: { lineage_id: string }) => k.lineage_id !== b.lineage_id)).toBe(true);
+    expect((await s.api('GET', '/keys/list', { token: other.token })).body.items.every((k: { lineage_id: string }) => k.lineage_id !== b.lineage_id)).toBe(
+      true,
+    );
   });
 });
 
@@ -93,7 +114,11 @@ describe('public keys', () => {
     expect(json.status).toBe(200);
     expect(json.body.public_key).toContain('-----BEGIN PGP PUBLIC KEY BLOCK-----');
     expect(json.body.public_key).not.toContain('PRIVATE');
-    const armored = await s.api('POST', '/keys/get-public-key', { token: owner.token, body: { fingerprint: key.fingerprint }, headers: { accept: 'application/pgp-keys' } });
+    const armored = await s.api('POST', '/keys/get-public-key', {
+      token: owner.token,
+      body: { fingerprint: key.fingerprint },
+      headers: { accept: 'application/pgp-keys' },
+    });
     expect(armored.headers.get('content-type')).toContain('application/pgp-keys');
     expect(armored.body).toBe(json.body.public_key);
     const theirs = await s.api('POST', '/keys/get-public-key', { token: other.token, body: { fingerprint: key.fingerprint } });
@@ -130,7 +155,13 @@ describe('encrypt and decrypt', () => {
     expect(row.bytes_count).toBeGreaterThan(600_000);
     expect(row.last_used_at).not.toBeNull();
     const audit = await s.c.db('audit_logs').where({ user_id: owner.id, target: key.fingerprint }).select('action', 'status');
-    expect(audit).toEqual(expect.arrayContaining([{ action: 'keys.generate', status: 'success' }, { action: 'keys.encrypt', status: 'success' }, { action: 'keys.decrypt', status: 'success' }]));
+    expect(audit).toEqual(
+      expect.arrayContaining([
+        { action: 'keys.generate', status: 'success' },
+        { action: 'keys.encrypt', status: 'success' },
+        { action: 'keys.decrypt', status: 'success' },
+      ]),
+    );
   });
 
   it('compresses when asked', async () => {
@@ -138,7 +169,11 @@ describe('encrypt and decrypt', () => {
     const data = Buffer.alloc(200_000, 'a');
     const enc = await encrypt(s.api, owner.token, key.fingerprint, [{ name: 'a.txt', data }], { compress: 'true' });
     expect(enc.result.files[0].size).toBeLessThan(10_000);
-    const dec = await runJob(s.api, owner.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.txt.gpg', data: await download(s.api, owner.token, enc.job_id) }] });
+    const dec = await runJob(s.api, owner.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'a.txt.gpg', data: await download(s.api, owner.token, enc.job_id) }],
+    });
     expect(Buffer.compare(await download(s.api, owner.token, dec.job_id), data)).toBe(0);
   });
 
@@ -147,7 +182,10 @@ describe('encrypt and decrypt', () => {
     const enc = await runJob(s.api, owner.token, '/keys/encrypt', { public_key: supplied.publicArmored, files: [file('a.bin')] });
     expect(enc.state).toBe('completed');
     expect(enc.result.fingerprint_used).toBe(supplied.fingerprint);
-    const asFile = await runJob(s.api, owner.token, '/keys/encrypt', { public_key: { name: 'key.asc', data: Buffer.from(supplied.publicArmored) }, files: [file('a.bin')] });
+    const asFile = await runJob(s.api, owner.token, '/keys/encrypt', {
+      public_key: { name: 'key.asc', data: Buffer.from(supplied.publicArmored) },
+      files: [file('a.bin')],
+    });
     expect(asFile.state).toBe('completed');
     const priv = await s.api('POST', '/keys/encrypt', { token: owner.token, form: { public_key: supplied.privateArmored, files: [file('a.bin')] } });
     expect(priv.status).toBe(422);
@@ -155,7 +193,10 @@ describe('encrypt and decrypt', () => {
     const junk = await s.api('POST', '/keys/encrypt', { token: owner.token, form: { public_key: 'hello', files: [file('a.bin')] } });
     expect(junk.status).toBe(422);
     expect(junk.body.code).toBe('invalid_public_key');
-    const both = await s.api('POST', '/keys/encrypt', { token: owner.token, form: { public_key: supplied.publicArmored, fingerprint: supplied.fingerprint, files: [file('a.bin')] } });
+    const both = await s.api('POST', '/keys/encrypt', {
+      token: owner.token,
+      form: { public_key: supplied.publicArmored, fingerprint: supplied.fingerprint, files: [file('a.bin')] },
+    });
     expect(both.status).toBe(422);
   });
 
@@ -171,10 +212,17 @@ describe('encrypt and decrypt', () => {
     const big = await s.api('POST', '/keys/encrypt', { token: owner.token, form: { fingerprint: key.fingerprint, files: [file('big', (5 << 20) + 1)] } });
     expect(big.status).toBe(413);
     expect(big.body.code).toBe('file_too_large');
-    const many = await s.api('POST', '/keys/encrypt', { token: owner.token, form: { fingerprint: key.fingerprint, files: [1, 2, 3, 4, 5].map((i) => file(`f${i}`)) } });
+    const many = await s.api('POST', '/keys/encrypt', {
+      token: owner.token,
+      form: { fingerprint: key.fingerprint, files: [1, 2, 3, 4, 5].map((i) => file(`f${i}`)) },
+    });
     expect(many.status).toBe(413);
     expect(many.body.code).toBe('too_many_files');
-    const broken = await s.api('POST', '/keys/encrypt', { token: owner.token, raw: '--xyz\r\nContent-Disposition: form-data; name="files"; filename="a"\r\n\r\nabc', headers: { 'content-type': 'multipart/form-data; boundary=xyz' } });
+    const broken = await s.api('POST', '/keys/encrypt', {
+      token: owner.token,
+      raw: '--xyz\r\nContent-Disposition: form-data; name="files"; filename="a"\r\n\r\nabc',
+      headers: { 'content-type': 'multipart/form-data; boundary=xyz' },
+    });
     expect(broken.status).toBeGreaterThanOrEqual(400);
     expect(broken.status).toBeLessThan(500);
 
@@ -195,7 +243,11 @@ describe('encrypt and decrypt', () => {
     const data = randomBytes(1000);
     const enc = await encrypt(s.api, owner.token, key.fingerprint, [{ name: 'd.bin', data }]);
     await s.api('POST', '/keys/disable-key', { token: owner.token, body: { fingerprint: key.fingerprint } });
-    const dec = await runJob(s.api, owner.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'd.bin.gpg', data: await download(s.api, owner.token, enc.job_id) }] });
+    const dec = await runJob(s.api, owner.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'd.bin.gpg', data: await download(s.api, owner.token, enc.job_id) }],
+    });
     expect(Buffer.compare(await download(s.api, owner.token, dec.job_id), data)).toBe(0);
   });
 
@@ -203,7 +255,10 @@ describe('encrypt and decrypt', () => {
     const key = await createKey(s.api, owner.token);
     const enc = await encrypt(s.api, owner.token, key.fingerprint, [file('w.bin')]);
     const data = await download(s.api, owner.token, enc.job_id);
-    const res = await s.api('POST', '/keys/decrypt', { token: owner.token, form: { fingerprint: key.fingerprint, passphrase: 'not the passphrase', files: [{ name: 'w.gpg', data }] } });
+    const res = await s.api('POST', '/keys/decrypt', {
+      token: owner.token,
+      form: { fingerprint: key.fingerprint, passphrase: 'not the passphrase', files: [{ name: 'w.gpg', data }] },
+    });
     expect(res.status).toBe(422);
     expect(res.body.code).toBe('wrong_passphrase');
     expect(JSON.stringify(res.body)).not.toContain('not the passphrase');
@@ -211,7 +266,10 @@ describe('encrypt and decrypt', () => {
     expect(audit.details).toEqual({ reason: 'wrong_passphrase' });
     let last = res;
     for (let i = 0; i < 10 && last.status !== 429; i++) {
-      last = await s.api('POST', '/keys/decrypt', { token: owner.token, form: { fingerprint: key.fingerprint, passphrase: 'still wrong!!', files: [{ name: 'w.gpg', data }] } });
+      last = await s.api('POST', '/keys/decrypt', {
+        token: owner.token,
+        form: { fingerprint: key.fingerprint, passphrase: 'still wrong!!', files: [{ name: 'w.gpg', data }] },
+      });
     }
     expect(last.status).toBe(429);
     expect(Number(last.headers.get('retry-after'))).toBeGreaterThan(0);
@@ -221,7 +279,10 @@ describe('encrypt and decrypt', () => {
     const key = await createKey(s.api, owner.token);
     // Over the 5 MiB limit: were the file stored first, the answer would be 413.
     const big = file('big.gpg', 6 << 20);
-    const wrong = await s.api('POST', '/keys/decrypt', { token: owner.token, form: { fingerprint: key.fingerprint, passphrase: 'not the passphrase', files: [big] } });
+    const wrong = await s.api('POST', '/keys/decrypt', {
+      token: owner.token,
+      form: { fingerprint: key.fingerprint, passphrase: 'not the passphrase', files: [big] },
+    });
     expect(wrong.status).toBe(422);
     expect(wrong.body.code).toBe('wrong_passphrase');
     const unknown = await s.api('POST', '/keys/encrypt', { token: owner.token, form: { fingerprint: 'cd'.repeat(20), files: [big] } });
@@ -233,7 +294,11 @@ describe('encrypt and decrypt', () => {
     const enc = await encrypt(s.api, owner.token, key.fingerprint, [file('t.bin', 400_000)]);
     const data = await download(s.api, owner.token, enc.job_id);
     data[data.length - 100] ^= 0x01;
-    const dec = await runJob(s.api, owner.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 't.bin.gpg', data }] });
+    const dec = await runJob(s.api, owner.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 't.bin.gpg', data }],
+    });
     expect(dec.state).toBe('failed');
     expect(dec.error.code).toBe('integrity_check_failed');
     expect(dec.result).toBeNull();
@@ -249,7 +314,11 @@ describe('encrypt and decrypt', () => {
     const mine = await createKey(s.api, owner.token);
     const another = await createKey(s.api, owner.token);
     const enc = await encrypt(s.api, owner.token, another.fingerprint, [file('n.bin')]);
-    const wrongKey = await runJob(s.api, owner.token, '/keys/decrypt', { fingerprint: mine.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'n.gpg', data: await download(s.api, owner.token, enc.job_id) }] });
+    const wrongKey = await runJob(s.api, owner.token, '/keys/decrypt', {
+      fingerprint: mine.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'n.gpg', data: await download(s.api, owner.token, enc.job_id) }],
+    });
     expect(wrongKey.error.code).toBe('no_matching_key');
     const junk = await runJob(s.api, owner.token, '/keys/decrypt', { fingerprint: mine.fingerprint, passphrase: PASSPHRASE, files: [file('junk.gpg', 5000)] });
     expect(junk.state).toBe('failed');
@@ -287,7 +356,9 @@ describe('jobs', () => {
     expect(first.status).toBe(202);
     expect(second.body.job_id).toBe(first.body.job_id);
     const race = { 'idempotency-key': `race-${Date.now()}` };
-    const concurrent = await Promise.all([1, 2, 3].map(() => s.api('POST', '/keys/encrypt', { token: owner.token, headers: race, form: { fingerprint: key.fingerprint, files: [same] } })));
+    const concurrent = await Promise.all(
+      [1, 2, 3].map(() => s.api('POST', '/keys/encrypt', { token: owner.token, headers: race, form: { fingerprint: key.fingerprint, files: [same] } })),
+    );
     // One job; a request that came while its upload still arrived is told so (409, as Stripe), and a
     // retry once it has been answered replays it.
     const jobs = concurrent.filter((r) => r.status === 202);
@@ -295,7 +366,11 @@ describe('jobs', () => {
     for (const r of concurrent.filter((r) => r.status !== 202)) expect(r.body.code).toBe('idempotency_key_in_use');
     const retried = await s.api('POST', '/keys/encrypt', { token: owner.token, headers: race, form: { fingerprint: key.fingerprint, files: [same] } });
     expect(retried.body.job_id).toBe(jobs[0].body.job_id);
-    const otherKind = await s.api('POST', '/keys/decrypt', { token: owner.token, headers, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [file('a')] } });
+    const otherKind = await s.api('POST', '/keys/decrypt', {
+      token: owner.token,
+      headers,
+      form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [file('a')] },
+    });
     expect(otherKind.status).toBe(422);
     expect(otherKind.body.code).toBe('idempotency_key_reused');
   });
@@ -322,11 +397,22 @@ describe('jobs', () => {
   it('never lets the passphrase reach Redis, the audit log or job rows in plaintext', async () => {
     const key = await createKey(s.api, owner.token);
     const enc = await encrypt(s.api, owner.token, key.fingerprint, [file('a')]);
-    const dec = await runJob(s.api, owner.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.gpg', data: await download(s.api, owner.token, enc.job_id) }] });
+    const dec = await runJob(s.api, owner.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'a.gpg', data: await download(s.api, owner.token, enc.job_id) }],
+    });
     expect(dec.state).toBe('completed');
     for (const k of await s.c.redis.keys(`*${s.config.redisPrefix}*`)) {
       const type = await s.c.redis.type(k);
-      const dump = type === 'hash' ? JSON.stringify(await s.c.redis.hgetall(k)) : type === 'string' ? await s.c.redis.get(k) : type === 'list' ? JSON.stringify(await s.c.redis.lrange(k, 0, -1)) : '';
+      const dump =
+        type === 'hash'
+          ? JSON.stringify(await s.c.redis.hgetall(k))
+          : type === 'string'
+            ? await s.c.redis.get(k)
+            : type === 'list'
+              ? JSON.stringify(await s.c.redis.lrange(k, 0, -1))
+              : '';
       expect(dump).not.toContain(PASSPHRASE);
     }
     expect(JSON.stringify(await s.c.db('audit_logs').select('details'))).not.toContain(PASSPHRASE);

@@ -36,10 +36,10 @@ function importsOf(file: string): { statement: string; from: string; line: numbe
   const text = readFileSync(file, 'utf8');
   const out: { statement: string; from: string; line: number }[] = [];
   for (const m of text.matchAll(/^(?:import|export)\b[^;]*?\bfrom\s+'([^']+)'/gm)) {
-    out.push({ statement: m[0], from: m[1]!, line: text.slice(0, m.index).split('\n').length });
+    out.push({ statement: m[0], from: m[1], line: text.slice(0, m.index).split('\n').length });
   }
   for (const m of text.matchAll(/\bimport\(\s*'([^']+)'\s*\)/g)) {
-    out.push({ statement: m[0], from: m[1]!, line: text.slice(0, m.index).split('\n').length });
+    out.push({ statement: m[0], from: m[1], line: text.slice(0, m.index).split('\n').length });
   }
   return out;
 }

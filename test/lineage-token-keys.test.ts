@@ -44,7 +44,8 @@ async function withClockAdvanced<T>(ms: number, fn: () => Promise<T>): Promise<T
   }
 }
 
-const decrypt = (fingerprint: string, data: Buffer) => runJob(s.api, u.token, '/keys/decrypt', { fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f.gpg', data }] });
+const decrypt = (fingerprint: string, data: Buffer) =>
+  runJob(s.api, u.token, '/keys/decrypt', { fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f.gpg', data }] });
 const rowsOf = async (lineageId: string) => ({
   lineage: (await s.c.db<LineageRow>('key_lineages').where({ id: lineageId }).first())!,
   generations: await s.c.db<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation'),
@@ -62,7 +63,9 @@ describe('configuration', () => {
     const { MASTER_KEY_URI: _uri, ...env } = s.env;
     const web = startProcess('web', { ...env, MASTER_KEY: `k1:${randomBytes(32).toString('base64')}` });
     expect(await web.exited).not.toBe(0);
-    expect(web.output().trim().split('\n')).toEqual([expect.stringMatching(/^LINEAGE_TOKEN_KEYS=true needs MASTER_KEY_URI: the per-lineage keys are made in the PKCS#11 token that holds the root key$/)]);
+    expect(web.output().trim().split('\n')).toEqual([
+      expect.stringMatching(/^LINEAGE_TOKEN_KEYS=true needs MASTER_KEY_URI: the per-lineage keys are made in the PKCS#11 token that holds the root key$/),
+    ]);
   });
 });
 
@@ -91,7 +94,10 @@ describe('a lineage with its own token key', () => {
     // One token object per lineage, not per generation.
     expect(hsm.labels().filter((l) => l === lineageKeyLabel(key.lineage_id))).toHaveLength(1);
     const enc2 = await encrypt(s.api, u.token, rotated.body.result.new_fingerprint, [{ name: 'b.bin', data: plain }]);
-    for (const [fpr, job] of [[key.fingerprint, enc], [rotated.body.result.new_fingerprint as string, enc2]] as const) {
+    for (const [fpr, job] of [
+      [key.fingerprint, enc],
+      [rotated.body.result.new_fingerprint as string, enc2],
+    ] as const) {
       const out = await decrypt(fpr, await download(s.api, u.token, job.job_id));
       expect(out.state, JSON.stringify(out.error)).toBe('completed');
     }
@@ -104,7 +110,11 @@ describe('a lineage with its own token key', () => {
     const rows = await rowsOf(imported.body.lineage_id);
     expect(rows.lineage.token_key).toBe(true);
     expect(hsm.labels()).toContain(lineageKeyLabel(rows.lineage.id));
-    const ct = await download(s.api, u.token, (await encrypt(s.api, u.token, imported.body.fingerprint, [{ name: 'i', data: Buffer.from('imported') }])).job_id);
+    const ct = await download(
+      s.api,
+      u.token,
+      (await encrypt(s.api, u.token, imported.body.fingerprint, [{ name: 'i', data: Buffer.from('imported') }])).job_id,
+    );
     const dec = await decrypt(imported.body.fingerprint, ct);
     expect(dec.state, JSON.stringify(dec.error)).toBe('completed');
     expect((await download(s.api, u.token, dec.job_id)).toString()).toBe('imported');
@@ -119,7 +129,11 @@ describe('a lineage with its own token key', () => {
   it('a destroyed lineage’s token key is deleted after the commit: a backup copy of its rows no longer opens with keyring and root key; another lineage still does', async () => {
     const doomed = await createKey(s.api, u.token, { label: 'doomed' });
     const kept = await createKey(s.api, u.token, { label: 'kept' });
-    const doomedCt = await download(s.api, u.token, (await encrypt(s.api, u.token, doomed.fingerprint, [{ name: 'd', data: Buffer.from('to be shredded') }])).job_id);
+    const doomedCt = await download(
+      s.api,
+      u.token,
+      (await encrypt(s.api, u.token, doomed.fingerprint, [{ name: 'd', data: Buffer.from('to be shredded') }])).job_id,
+    );
     // The backup: the rows as they are before destruction, with the keyring (and root key) still there.
     const backup = await rowsOf(doomed.lineage_id);
     expect((await opensFrom(backup.lineage, backup.generations[0])).isPrivate()).toBe(true);
@@ -150,12 +164,18 @@ describe('a lineage with its own token key', () => {
     const copy = backup.generations[0];
     expect(s.c.sealer.openText(copy.private_sealed, aad.private(doomed.lineage_id, 1))).toMatch(/^t1\./);
     // … but what is inside needs the deleted token key: the error names the lineage.
-    const err = await opensFrom(backup.lineage, copy).then(() => null, (e: unknown) => e);
+    const err = await opensFrom(backup.lineage, copy).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(AppError);
     expect(err).toMatchObject({ status: 410, code: 'lineage_key_missing', message: expect.stringContaining(`lineage ${doomed.lineage_id}`) });
     // Put back into the database as a restore would, a decrypt job fails with that error, not a 500.
     await s.c.db('key_lineages').where({ id: doomed.lineage_id }).update({ destroyed_at: null, destroy_after: null, disabled_at: null });
-    await s.c.db('pgp_keys').where({ id: copy.id }).update({ private_sealed: copy.private_sealed, secret_sealed: copy.secret_sealed, destroyed_at: null, destroy_after: null });
+    await s.c
+      .db('pgp_keys')
+      .where({ id: copy.id })
+      .update({ private_sealed: copy.private_sealed, secret_sealed: copy.secret_sealed, destroyed_at: null, destroy_after: null });
     const restored = await decrypt(doomed.fingerprint, doomedCt);
     expect(restored.state).toBe('failed');
     expect(restored.error).toMatchObject({ code: 'lineage_key_missing', message: expect.stringContaining(doomed.lineage_id) });
@@ -187,15 +207,21 @@ describe('a lineage with its own token key', () => {
   });
 
   it('a token that refuses to create the key, cannot be logged in to, or has lost the key gives an error naming the lineage, never a 500', async () => {
-    const generate = (api: typeof s.api, label: string) => api('POST', '/keys/generate-key', { token: u.token, form: { label, name: 'Ann Example', email: 'ann@example.test', passphrase: PASSPHRASE } });
+    const generate = (api: typeof s.api, label: string) =>
+      api('POST', '/keys/generate-key', { token: u.token, form: { label, name: 'Ann Example', email: 'ann@example.test', passphrase: PASSPHRASE } });
     const refused = await hsm.full(() => generate(s.api, 'refused'));
     expect(refused.status, JSON.stringify(refused.body)).toBe(503);
     expect(refused.headers.get('content-type')).toContain('application/problem+json');
-    expect(refused.body).toMatchObject({ code: 'lineage_key_unavailable', detail: expect.stringMatching(/^The token could not create the key of lineage [0-9a-f-]{36}: CKR_GENERAL_ERROR\.$/) });
+    expect(refused.body).toMatchObject({
+      code: 'lineage_key_unavailable',
+      detail: expect.stringMatching(/^The token could not create the key of lineage [0-9a-f-]{36}: CKR_GENERAL_ERROR\.$/),
+    });
     // The login lost and the PIN unreadable: said with the lineage and the cause, no PIN.
     const unreachable = await hsm.loggedOut(() => generate(s.api, 'no-login'));
     expect(unreachable.status, JSON.stringify(unreachable.body)).toBe(503);
-    expect(unreachable.body.detail).toMatch(/^The token could not create the key of lineage [0-9a-f-]{36}: MASTER_KEY_URI: the PIN file \S+ cannot be read \(ENOENT\)\.$/);
+    expect(unreachable.body.detail).toMatch(
+      /^The token could not create the key of lineage [0-9a-f-]{36}: MASTER_KEY_URI: the PIN file \S+ cannot be read \(ENOENT\)\.$/,
+    );
     expect(await s.c.db('key_lineages').where({ user_id: u.id }).whereIn('label', ['refused', 'no-login'])).toHaveLength(0);
 
     const lost = await createKey(s.api, u.token, { label: 'lost' });
@@ -203,7 +229,10 @@ describe('a lineage with its own token key', () => {
     hsm.destroyKey(lineageKeyLabel(lost.lineage_id));
     const dec = await decrypt(lost.fingerprint, ct);
     expect(dec.state).toBe('failed');
-    expect(dec.error).toEqual({ code: 'lineage_key_missing', message: `The token holds no key for lineage ${lost.lineage_id} (${lineageKeyLabel(lost.lineage_id)}): the private keys of this lineage cannot be opened.` });
+    expect(dec.error).toEqual({
+      code: 'lineage_key_missing',
+      message: `The token holds no key for lineage ${lost.lineage_id} (${lineageKeyLabel(lost.lineage_id)}): the private keys of this lineage cannot be opened.`,
+    });
     const rotate = await s.api('POST', `/keys/${lost.fingerprint}/rotate`, { token: u.token, body: {}, headers: { prefer: 'wait=30' } });
     expect(rotate.body.error ?? rotate.body, JSON.stringify(rotate.body)).toMatchObject({ code: 'lineage_key_missing' });
   });

@@ -26,13 +26,17 @@ describe('problem details', () => {
   it('say what is wrong as a sentence', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    const res = await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: 'not the passphrase of this key', files: [{ name: 'a.gpg', data: Buffer.from('x') }] } });
+    const res = await s.api('POST', '/keys/decrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, passphrase: 'not the passphrase of this key', files: [{ name: 'a.gpg', data: Buffer.from('x') }] },
+    });
     expect([res.status, res.body.code, res.body.detail]).toEqual([422, 'wrong_passphrase', 'The passphrase is wrong.']);
   });
 
   it('say what is wrong with a supplied key as a sentence too', async () => {
     const u = await registerUser(s.api);
-    const encryptTo = (publicKey: string) => s.api('POST', '/keys/encrypt', { token: u.token, form: { public_key: publicKey, files: [{ name: 'a.txt', data: Buffer.from('x') }] } });
+    const encryptTo = (publicKey: string) =>
+      s.api('POST', '/keys/encrypt', { token: u.token, form: { public_key: publicKey, files: [{ name: 'a.txt', data: Buffer.from('x') }] } });
     const empty = await encryptTo(' ');
     expect([empty.status, empty.body.code, empty.body.detail]).toEqual([422, 'invalid_public_key', 'The public key is empty.']);
     const garbage = await encryptTo('-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nbm90IGEga2V5\n-----END PGP PUBLIC KEY BLOCK-----\n');

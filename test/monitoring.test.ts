@@ -108,7 +108,12 @@ describe('GET /metrics', () => {
     expect(after.some((x) => x.name === 'kms_http_requests_total' && x.labels.route?.includes(key.fingerprint))).toBe(false);
     // Queue depths for every queue and state, and the process's own metrics.
     for (const queue of ['crypto', 'rotation', 'notify', 'billing', 'team-sync', 'maintenance']) {
-      expect(after.filter((x) => x.name === 'kms_queue_jobs' && x.labels.queue === queue).map((x) => x.labels.state).sort()).toEqual(['active', 'completed', 'delayed', 'failed', 'waiting']);
+      expect(
+        after
+          .filter((x) => x.name === 'kms_queue_jobs' && x.labels.queue === queue)
+          .map((x) => x.labels.state)
+          .sort(),
+      ).toEqual(['active', 'completed', 'delayed', 'failed', 'waiting']);
     }
     expect(after.some((x) => x.name === 'process_resident_memory_bytes')).toBe(true);
   });

@@ -70,7 +70,10 @@ describe('OpenAPI document', () => {
     const publicKey = encrypt.properties.public_key as Json;
     const variants = (publicKey.anyOf ?? publicKey.oneOf ?? []) as Json[];
     expect(variants.some(isBinary), JSON.stringify(publicKey)).toBe(true);
-    expect(variants.some((v) => v.type === 'string' && !isBinary(v)), JSON.stringify(publicKey)).toBe(true);
+    expect(
+      variants.some((v) => v.type === 'string' && !isBinary(v)),
+      JSON.stringify(publicKey),
+    ).toBe(true);
   });
 
   it('derives uploads from the route declaration: every route with files declares them, the others do not', () => {

@@ -33,7 +33,11 @@ describe('while Redis and Postgres go away and come back', () => {
       // Postgres first, while a login needs it; then Redis too.
       pgProxy.cut();
       const api = `http://127.0.0.1:${/"port":(\d+)/.exec(processes[0].output())?.[1]}/api/v1`;
-      const login = await fetch(`${api}/auth/login`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ identifier: 'someone', password: 'some password' }) });
+      const login = await fetch(`${api}/auth/login`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ identifier: 'someone', password: 'some password' }),
+      });
       expect(login.status).toBe(503);
       await new Promise((r) => setTimeout(r, 1500));
       await redis.stop();
@@ -42,7 +46,10 @@ describe('while Redis and Postgres go away and come back', () => {
       await redis.start();
       await new Promise((r) => setTimeout(r, 3000));
       for (const p of processes) {
-        const lines = p.output().split('\n').filter((l) => l.trim());
+        const lines = p
+          .output()
+          .split('\n')
+          .filter((l) => l.trim());
         expect(lines.length).toBeGreaterThan(1);
         const notJson = lines.filter((l) => {
           try {

@@ -17,7 +17,15 @@ let smtp: Awaited<ReturnType<typeof startSmtpServer>>;
 
 beforeAll(async () => {
   smtp = await startSmtpServer();
-  s = await startTestService({ env: { SMTP_URL: smtp.url, WEBAUTHN_ORIGINS: ORIGIN, WEBAUTHN_RP_NAME: 'KMS test', LOGIN_MAX_FAILURES: String(MAX_FAILURES), ADMIN_EMAILS: 'passkey-admin@example.test' } });
+  s = await startTestService({
+    env: {
+      SMTP_URL: smtp.url,
+      WEBAUTHN_ORIGINS: ORIGIN,
+      WEBAUTHN_RP_NAME: 'KMS test',
+      LOGIN_MAX_FAILURES: String(MAX_FAILURES),
+      ADMIN_EMAILS: 'passkey-admin@example.test',
+    },
+  });
 });
 afterAll(async () => {
   await s?.stop();
@@ -36,7 +44,10 @@ async function beginRegistration(u: User) {
 async function addPasskey(u: User, name?: string) {
   const auth = new SoftAuthenticator({ rpId: RP_ID });
   const begun = await beginRegistration(u);
-  const res = await s.api('POST', '/auth/passkeys/register/complete', { token: u.token, body: { challenge_id: begun.challenge_id, credential: auth.register(begun.options, { origin: ORIGIN }), name } });
+  const res = await s.api('POST', '/auth/passkeys/register/complete', {
+    token: u.token,
+    body: { challenge_id: begun.challenge_id, credential: auth.register(begun.options, { origin: ORIGIN }), name },
+  });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
   return { auth, passkey: res.body as { passkey_id: string; name: string; active: boolean } };
 }
@@ -44,7 +55,10 @@ async function addPasskey(u: User, name?: string) {
 async function beginLogin(username?: string) {
   const res = await s.api('POST', '/auth/passkeys/login/begin', { body: username === undefined ? {} : { username } });
   expect(res.status).toBe(200);
-  return res.body as { challenge_id: string; options: { challenge: string; rpId: string; allowCredentials?: { id: string; transports?: string[] }[]; userVerification: string } };
+  return res.body as {
+    challenge_id: string;
+    options: { challenge: string; rpId: string; allowCredentials?: { id: string; transports?: string[] }[]; userVerification: string };
+  };
 }
 
 async function login(auth: SoftAuthenticator, over: Parameters<SoftAuthenticator['assert']>[1] = { origin: ORIGIN }, username?: string) {
@@ -70,13 +84,28 @@ describe('passkey registration and login', () => {
   it('registers a passkey (audited, event, email), logs in with it without a username, and the JWT works on /auth/me', async () => {
     const u = await registerUser(s.api);
     const begun = await beginRegistration(u);
-    expect(begun.options).toMatchObject({ rp: { id: RP_ID, name: 'KMS test' }, user: { name: u.username }, authenticatorSelection: { userVerification: 'required' }, attestation: 'none' });
+    expect(begun.options).toMatchObject({
+      rp: { id: RP_ID, name: 'KMS test' },
+      user: { name: u.username },
+      authenticatorSelection: { userVerification: 'required' },
+      attestation: 'none',
+    });
     expect(begun.challenge_id).toMatch(/^[A-Za-z0-9_-]{43}$/);
 
     const auth = new SoftAuthenticator({ rpId: RP_ID, backupEligible: true });
-    const done = await s.api('POST', '/auth/passkeys/register/complete', { token: u.token, body: { challenge_id: begun.challenge_id, credential: auth.register(begun.options, { origin: ORIGIN }), name: 'Laptop' } });
+    const done = await s.api('POST', '/auth/passkeys/register/complete', {
+      token: u.token,
+      body: { challenge_id: begun.challenge_id, credential: auth.register(begun.options, { origin: ORIGIN }), name: 'Laptop' },
+    });
     expect(done.status, JSON.stringify(done.body)).toBe(201);
-    expect(done.body).toMatchObject({ name: 'Laptop', active: true, device_type: 'multiDevice', backed_up: true, transports: ['internal', 'hybrid'], last_used_at: null });
+    expect(done.body).toMatchObject({
+      name: 'Laptop',
+      active: true,
+      device_type: 'multiDevice',
+      backed_up: true,
+      transports: ['internal', 'hybrid'],
+      last_used_at: null,
+    });
 
     const list = await s.api('GET', '/auth/passkeys/list', { token: u.token });
     expect(list.status).toBe(200);
@@ -94,7 +123,9 @@ describe('passkey registration and login', () => {
     const options = await beginLogin();
     expect(options.options).toMatchObject({ rpId: RP_ID, userVerification: 'required' });
     expect(options.options.allowCredentials ?? []).toEqual([]);
-    const res = await s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: options.challenge_id, credential: auth.assert(options.options, { origin: ORIGIN }) } });
+    const res = await s.api('POST', '/auth/passkeys/login/complete', {
+      body: { challenge_id: options.challenge_id, credential: auth.assert(options.options, { origin: ORIGIN }) },
+    });
     expect(res.status, JSON.stringify(res.body)).toBe(200);
     expect(res.body).toMatchObject({ session: { token_type: 'Bearer' }, user: { user_id: u.id, username: u.username }, passkey_id: done.body.passkey_id });
     const me = await s.api('GET', '/auth/me', { token: res.body.session.token });
@@ -107,7 +138,13 @@ describe('passkey registration and login', () => {
     // With a username: that account's passkeys are offered.
     const named = await beginLogin(u.username);
     expect(named.options.allowCredentials?.map((c) => c.id)).toEqual([auth.id]);
-    expect((await s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: named.challenge_id, credential: auth.assert(named.options, { origin: ORIGIN }) } })).status).toBe(200);
+    expect(
+      (
+        await s.api('POST', '/auth/passkeys/login/complete', {
+          body: { challenge_id: named.challenge_id, credential: auth.assert(named.options, { origin: ORIGIN }) },
+        })
+      ).status,
+    ).toBe(200);
 
     // A second registration excludes the credential already there.
     expect((await beginRegistration(u)).options.excludeCredentials?.map((c) => c.id)).toEqual([auth.id]);
@@ -136,7 +173,9 @@ describe('challenges', () => {
     const auth = new SoftAuthenticator({ rpId: RP_ID });
     const begun = await beginRegistration(u);
     const credential = auth.register(begun.options, { origin: ORIGIN });
-    expect((await s.api('POST', '/auth/passkeys/register/complete', { token: u.token, body: { challenge_id: begun.challenge_id, credential } })).status).toBe(201);
+    expect((await s.api('POST', '/auth/passkeys/register/complete', { token: u.token, body: { challenge_id: begun.challenge_id, credential } })).status).toBe(
+      201,
+    );
     const again = await s.api('POST', '/auth/passkeys/register/complete', { token: u.token, body: { challenge_id: begun.challenge_id, credential } });
     expect(again.status).toBe(400);
     expect(again.body.code).toBe('challenge_not_found');
@@ -152,7 +191,10 @@ describe('challenges', () => {
     expect((await s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: fresh.challenge_id, credential: assertion } })).status).toBe(401);
     expect(await lastFailure(u.id)).toMatchObject({ reason: 'wrong_challenge' });
     // A login challenge does not register, nor a made-up id.
-    const wrongCeremony = await s.api('POST', '/auth/passkeys/register/complete', { token: u.token, body: { challenge_id: (await beginLogin()).challenge_id, credential } });
+    const wrongCeremony = await s.api('POST', '/auth/passkeys/register/complete', {
+      token: u.token,
+      body: { challenge_id: (await beginLogin()).challenge_id, credential },
+    });
     expect(wrongCeremony.body.code).toBe('challenge_not_found');
     const bogus = await s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: 'x'.repeat(43), credential: assertion } });
     expect([bogus.status, bogus.body.code]).toEqual([400, 'challenge_not_found']);
@@ -166,9 +208,14 @@ describe('challenges', () => {
     const clock = s.c.clock as ManualClockFollowingTime;
     clock.advance((s.config.webauthn.challengeTtlSeconds + 1) * 1000);
     try {
-      const r = await s.api('POST', '/auth/passkeys/register/complete', { token: u.token, body: { challenge_id: reg.challenge_id, credential: new SoftAuthenticator({ rpId: RP_ID }).register(reg.options, { origin: ORIGIN }) } });
+      const r = await s.api('POST', '/auth/passkeys/register/complete', {
+        token: u.token,
+        body: { challenge_id: reg.challenge_id, credential: new SoftAuthenticator({ rpId: RP_ID }).register(reg.options, { origin: ORIGIN }) },
+      });
       expect([r.status, r.body.code]).toEqual([400, 'challenge_expired']);
-      const l = await s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: login.challenge_id, credential: auth.assert(login.options, { origin: ORIGIN }) } });
+      const l = await s.api('POST', '/auth/passkeys/login/complete', {
+        body: { challenge_id: login.challenge_id, credential: auth.assert(login.options, { origin: ORIGIN }) },
+      });
       expect([l.status, l.body.code]).toEqual([400, 'challenge_expired']);
     } finally {
       clock.advance(-(s.config.webauthn.challengeTtlSeconds + 1) * 1000);
@@ -180,13 +227,19 @@ describe('challenges', () => {
     const b = await registerUser(s.api);
     const aBegun = await beginRegistration(a);
     const auth = new SoftAuthenticator({ rpId: RP_ID });
-    const stolen = await s.api('POST', '/auth/passkeys/register/complete', { token: b.token, body: { challenge_id: aBegun.challenge_id, credential: auth.register(aBegun.options, { origin: ORIGIN }) } });
+    const stolen = await s.api('POST', '/auth/passkeys/register/complete', {
+      token: b.token,
+      body: { challenge_id: aBegun.challenge_id, credential: auth.register(aBegun.options, { origin: ORIGIN }) },
+    });
     expect([stolen.status, stolen.body.code]).toEqual([400, 'challenge_not_found']);
     expect((await auditRows(b.id, 'passkey.add')).at(-1)).toMatchObject({ status: 'failure', details: { reason: 'challenge_of_another_account' } });
     // B's own challenge id, but the attestation signs A's challenge.
     const bBegun = await beginRegistration(b);
     const aBegun2 = await beginRegistration(a);
-    const crossed = await s.api('POST', '/auth/passkeys/register/complete', { token: b.token, body: { challenge_id: bBegun.challenge_id, credential: auth.register(aBegun2.options, { origin: ORIGIN }) } });
+    const crossed = await s.api('POST', '/auth/passkeys/register/complete', {
+      token: b.token,
+      body: { challenge_id: bBegun.challenge_id, credential: auth.register(aBegun2.options, { origin: ORIGIN }) },
+    });
     expect([crossed.status, crossed.body.code]).toEqual([422, 'passkey_verification_failed']);
     expect(crossed.body.detail).not.toContain(aBegun2.options.challenge);
     expect((await auditRows(b.id, 'passkey.add')).at(-1)).toMatchObject({ details: { reason: 'wrong_challenge' } });
@@ -206,7 +259,10 @@ describe('refused responses', () => {
     it(`registration with ${c.what} is refused and audited`, async () => {
       const u = await registerUser(s.api);
       const begun = await beginRegistration(u);
-      const res = await s.api('POST', '/auth/passkeys/register/complete', { token: u.token, body: { challenge_id: begun.challenge_id, credential: new SoftAuthenticator({ rpId: RP_ID }).register(begun.options, c.over) } });
+      const res = await s.api('POST', '/auth/passkeys/register/complete', {
+        token: u.token,
+        body: { challenge_id: begun.challenge_id, credential: new SoftAuthenticator({ rpId: RP_ID }).register(begun.options, c.over) },
+      });
       expect([res.status, res.body.code]).toEqual([422, 'passkey_verification_failed']);
       expect((await auditRows(u.id, 'passkey.add')).at(-1)).toMatchObject({ status: 'failure', details: { reason: c.reason } });
       expect((await s.api('GET', '/auth/passkeys/list', { token: u.token })).body.total).toBe(0);
@@ -257,13 +313,26 @@ describe('refused responses', () => {
 
   it('refuses malformed credentials with 422 before anything is checked', async () => {
     const begun = await beginLogin();
-    for (const credential of [{}, { id: 'a b', rawId: 'x', type: 'public-key', response: {} }, { id: 'abc', rawId: 'abc', type: 'password', response: { clientDataJSON: 'a', authenticatorData: 'a', signature: 'a' } }]) {
+    for (const credential of [
+      {},
+      { id: 'a b', rawId: 'x', type: 'public-key', response: {} },
+      { id: 'abc', rawId: 'abc', type: 'password', response: { clientDataJSON: 'a', authenticatorData: 'a', signature: 'a' } },
+    ]) {
       const res = await s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: begun.challenge_id, credential } });
       expect([res.status, res.body.code]).toEqual([422, 'validation_failed']);
     }
     // Well-formed JSON around garbage bytes: refused as a failed login, not a 500.
     const res = await s.api('POST', '/auth/passkeys/login/complete', {
-      body: { challenge_id: begun.challenge_id, credential: { id: 'AAAA', rawId: 'AAAA', type: 'public-key', response: { clientDataJSON: 'AAAA', authenticatorData: 'AAAA', signature: 'AAAA' }, clientExtensionResults: {} } },
+      body: {
+        challenge_id: begun.challenge_id,
+        credential: {
+          id: 'AAAA',
+          rawId: 'AAAA',
+          type: 'public-key',
+          response: { clientDataJSON: 'AAAA', authenticatorData: 'AAAA', signature: 'AAAA' },
+          clientExtensionResults: {},
+        },
+      },
     });
     expect(res.status).toBe(401);
   });
@@ -293,7 +362,13 @@ describe('managing passkeys', () => {
     expect((await s.api('DELETE', path, { token: u.token })).status).toBe(204);
     expect(await auditRows(u.id, 'passkey.remove')).toHaveLength(1);
     // A deleted credential is unknown: the failure is audited without an account.
-    const unknown = () => s.c.db('audit_logs').whereNull('user_id').where({ action: 'auth.login' }).whereRaw(`details->>'reason' = 'unknown_credential'`).count<{ count: string }[]>({ count: '*' });
+    const unknown = () =>
+      s.c
+        .db('audit_logs')
+        .whereNull('user_id')
+        .where({ action: 'auth.login' })
+        .whereRaw(`details->>'reason' = 'unknown_credential'`)
+        .count<{ count: string }[]>({ count: '*' });
     const before = Number((await unknown())[0].count);
     expect((await login(auth)).status).toBe(401);
     expect(Number((await unknown())[0].count)).toBe(before + 1);
@@ -326,7 +401,10 @@ describe('managing passkeys', () => {
     const b = await registerUser(s.api);
     const { auth, passkey } = await addPasskey(a);
     const path = `/auth/passkeys/${passkey.passkey_id}`;
-    for (const [method, body] of [['PATCH', { active: false }], ['DELETE', undefined]] as const) {
+    for (const [method, body] of [
+      ['PATCH', { active: false }],
+      ['DELETE', undefined],
+    ] as const) {
       const res = await s.api(method, path, { token: b.token, body });
       expect([res.status, res.body.code]).toEqual([404, 'passkey_not_found']);
     }
@@ -377,7 +455,12 @@ describe('limits on passkeys', () => {
     for (let i = 0; i < 18; i++) await addPasskey(u, `key ${i}`);
     const begun = await Promise.all(Array.from({ length: 4 }, () => beginRegistration(u)));
     const results = await Promise.all(
-      begun.map((b) => s.api('POST', '/auth/passkeys/register/complete', { token: u.token, body: { challenge_id: b.challenge_id, credential: new SoftAuthenticator({ rpId: RP_ID }).register(b.options, { origin: ORIGIN }) } })),
+      begun.map((b) =>
+        s.api('POST', '/auth/passkeys/register/complete', {
+          token: u.token,
+          body: { challenge_id: b.challenge_id, credential: new SoftAuthenticator({ rpId: RP_ID }).register(b.options, { origin: ORIGIN }) },
+        }),
+      ),
     );
     expect(results.map((r) => r.status).sort()).toEqual([201, 201, 409, 409]);
     expect(results.find((r) => r.status === 409)!.body.code).toBe('passkey_limit_reached');
@@ -389,9 +472,19 @@ describe('limits on passkeys', () => {
     const b = await registerUser(s.api);
     const auth = new SoftAuthenticator({ rpId: RP_ID });
     const first = await beginRegistration(a);
-    expect((await s.api('POST', '/auth/passkeys/register/complete', { token: a.token, body: { challenge_id: first.challenge_id, credential: auth.register(first.options, { origin: ORIGIN }) } })).status).toBe(201);
+    expect(
+      (
+        await s.api('POST', '/auth/passkeys/register/complete', {
+          token: a.token,
+          body: { challenge_id: first.challenge_id, credential: auth.register(first.options, { origin: ORIGIN }) },
+        })
+      ).status,
+    ).toBe(201);
     const second = await beginRegistration(b);
-    const dup = await s.api('POST', '/auth/passkeys/register/complete', { token: b.token, body: { challenge_id: second.challenge_id, credential: auth.register(second.options, { origin: ORIGIN }) } });
+    const dup = await s.api('POST', '/auth/passkeys/register/complete', {
+      token: b.token,
+      body: { challenge_id: second.challenge_id, credential: auth.register(second.options, { origin: ORIGIN }) },
+    });
     expect([dup.status, dup.body.code]).toEqual([409, 'passkey_exists']);
   });
 });
@@ -427,7 +520,11 @@ describe('login limits', () => {
     const { auth } = await addPasskey(u);
     const begun = await Promise.all(Array.from({ length: 10 }, () => beginLogin()));
     const results = await Promise.all(
-      begun.map((b) => s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: b.challenge_id, credential: auth.assert(b.options, { origin: 'http://evil.localhost' }) } })),
+      begun.map((b) =>
+        s.api('POST', '/auth/passkeys/login/complete', {
+          body: { challenge_id: b.challenge_id, credential: auth.assert(b.options, { origin: 'http://evil.localhost' }) },
+        }),
+      ),
     );
     const statuses = results.map((r) => r.status).sort();
     expect(statuses.filter((x) => x === 401)).toHaveLength(MAX_FAILURES);
@@ -451,18 +548,29 @@ describe('configuration', () => {
 
   it('derives the RP id and origin from PUBLIC_URL (localhost by default)', () => {
     expect(loadConfig({ NODE_ENV: 'test', PORT: '8080' }).webauthn).toMatchObject({ rpId: 'localhost', origins: ['http://localhost:8080'], rpName: 'KMS' });
-    expect(loadConfig({ ...secrets, PUBLIC_URL: 'https://kms.example.com/' }).webauthn).toMatchObject({ rpId: 'kms.example.com', origins: ['https://kms.example.com'] });
-    expect(loadConfig({ ...secrets, PUBLIC_URL: 'https://kms.example.com', WEBAUTHN_RP_ID: 'example.com', WEBAUTHN_ORIGINS: 'https://kms.example.com,https://app.example.com:8443' }).webauthn.origins).toEqual([
-      'https://kms.example.com',
-      'https://app.example.com:8443',
-    ]);
+    expect(loadConfig({ ...secrets, PUBLIC_URL: 'https://kms.example.com/' }).webauthn).toMatchObject({
+      rpId: 'kms.example.com',
+      origins: ['https://kms.example.com'],
+    });
+    expect(
+      loadConfig({
+        ...secrets,
+        PUBLIC_URL: 'https://kms.example.com',
+        WEBAUTHN_RP_ID: 'example.com',
+        WEBAUTHN_ORIGINS: 'https://kms.example.com,https://app.example.com:8443',
+      }).webauthn.origins,
+    ).toEqual(['https://kms.example.com', 'https://app.example.com:8443']);
   });
 
   it('refuses in production an http origin other than localhost, an origin outside the RP id, and an IP RP id', () => {
     expect(() => loadConfig({ ...secrets, PUBLIC_URL: 'http://kms.example.com' })).toThrow(/plain http/);
-    expect(() => loadConfig({ ...secrets, WEBAUTHN_RP_ID: 'example.com', WEBAUTHN_ORIGINS: 'https://kms.example.com,http://kms.example.com' })).toThrow(/plain http/);
+    expect(() => loadConfig({ ...secrets, WEBAUTHN_RP_ID: 'example.com', WEBAUTHN_ORIGINS: 'https://kms.example.com,http://kms.example.com' })).toThrow(
+      /plain http/,
+    );
     expect(loadConfig({ ...secrets, PORT: '3000' }).webauthn.origins).toEqual(['http://localhost:3000']);
-    expect(() => loadConfig({ ...secrets, WEBAUTHN_RP_ID: 'example.com', WEBAUTHN_ORIGINS: 'https://example.org' })).toThrow(/must be the host of every origin/);
+    expect(() => loadConfig({ ...secrets, WEBAUTHN_RP_ID: 'example.com', WEBAUTHN_ORIGINS: 'https://example.org' })).toThrow(
+      /must be the host of every origin/,
+    );
     expect(() => loadConfig({ ...secrets, WEBAUTHN_RP_ID: 'ample.com', WEBAUTHN_ORIGINS: 'https://example.com' })).toThrow(/must be the host of every origin/);
     expect(() => loadConfig({ ...secrets, PUBLIC_URL: 'https://10.0.0.5' })).toThrow(/IP address/);
     // Development and test accept them (a developer on 127.0.0.1 still starts; passkeys just will not work there).

@@ -36,14 +36,19 @@ async function plantCredentials(u: User) {
   expect(share.status).toBe(201);
   const auth = new SoftAuthenticator({ rpId: 'localhost' });
   const begun = await s.api('POST', '/auth/passkeys/register/begin', { token: u.token });
-  const passkey = await s.api('POST', '/auth/passkeys/register/complete', { token: u.token, body: { challenge_id: begun.body.challenge_id, credential: auth.register(begun.body.options, { origin: ORIGIN }) } });
+  const passkey = await s.api('POST', '/auth/passkeys/register/complete', {
+    token: u.token,
+    body: { challenge_id: begun.body.challenge_id, credential: auth.register(begun.body.options, { origin: ORIGIN }) },
+  });
   expect(passkey.status).toBe(201);
   return { apiKey: key.body.value as string, shareToken: share.body.share_token as string, auth, passkeyId: passkey.body.passkey_id as string };
 }
 
 async function passkeyLogin(auth: SoftAuthenticator) {
   const begun = await s.api('POST', '/auth/passkeys/login/begin', { body: {} });
-  return s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: begun.body.challenge_id, credential: auth.assert(begun.body.options, { origin: ORIGIN }) } });
+  return s.api('POST', '/auth/passkeys/login/complete', {
+    body: { challenge_id: begun.body.challenge_id, credential: auth.assert(begun.body.options, { origin: ORIGIN }) },
+  });
 }
 
 /** Takes the first mail to `email` whose subject matches out of the inbox. */
@@ -107,7 +112,9 @@ describe('password recovery by email', () => {
   it('lets only one of two concurrent redemptions of a token win', async () => {
     const u = await registerUser(s.api);
     const token = await requestReset(u.email);
-    const results = await Promise.all(['first new password', 'second new password'].map((new_password) => s.api('POST', '/auth/reset-password', { body: { token, new_password } })));
+    const results = await Promise.all(
+      ['first new password', 'second new password'].map((new_password) => s.api('POST', '/auth/reset-password', { body: { token, new_password } })),
+    );
     expect(results.map((r) => r.status).sort()).toEqual([200, 410]);
   });
 
@@ -170,7 +177,10 @@ describe('password recovery by email', () => {
   it('a password change with the current password keeps managed keys, share links and passkeys, and mails a confirmation', async () => {
     const u = await registerUser(s.api);
     const planted = await plantCredentials(u);
-    const changed = await s.api('POST', '/profile/change-password', { token: u.token, body: { current_password: u.password, new_password: 'an entirely new password' } });
+    const changed = await s.api('POST', '/profile/change-password', {
+      token: u.token,
+      body: { current_password: u.password, new_password: 'an entirely new password' },
+    });
     expect(changed.status).toBe(200);
     expect((await s.api('GET', '/keys/list', { token: planted.apiKey })).status).toBe(200);
     expect((await s.api('GET', `/api-keys/shared/${planted.shareToken}`)).status).toBe(200);

@@ -26,7 +26,10 @@ describe('Postgres out of reach while a job waits to run', () => {
   it('spends none of its attempts: the job runs once Postgres is back, and completes', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    const res = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'a.txt', data: Buffer.from('hello') }] } });
+    const res = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, files: [{ name: 'a.txt', data: Buffer.from('hello') }] },
+    });
     expect(res.status).toBe(202);
     const jobId = res.body.job_id as string;
 

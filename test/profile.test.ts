@@ -28,12 +28,18 @@ describe('profile', () => {
 
   it('changes the password: old tokens die, a fresh one is returned, a wrong current password is refused', async () => {
     const u = await registerUser(s.api);
-    const wrong = await s.api('POST', '/profile/change-password', { token: u.token, body: { current_password: 'not it at all', new_password: 'another long password' } });
+    const wrong = await s.api('POST', '/profile/change-password', {
+      token: u.token,
+      body: { current_password: 'not it at all', new_password: 'another long password' },
+    });
     expect(wrong.status).toBe(403);
     expect(wrong.body.code).toBe('wrong_password');
     const same = await s.api('POST', '/profile/change-password', { token: u.token, body: { current_password: u.password, new_password: u.password } });
     expect(same.status).toBe(422);
-    const ok = await s.api('POST', '/profile/change-password', { token: u.token, body: { current_password: u.password, new_password: 'another long password' } });
+    const ok = await s.api('POST', '/profile/change-password', {
+      token: u.token,
+      body: { current_password: u.password, new_password: 'another long password' },
+    });
     expect(ok.status).toBe(200);
     const old = await s.api('GET', '/auth/me', { token: u.token });
     expect(old.status).toBe(401);
@@ -134,7 +140,9 @@ describe('admin command', () => {
     expect((await s.api('GET', '/auth/me', { token: u.token })).body.role).toBe('admin');
     await run('npx', ['tsx', 'db/cli/admin.ts', 'revoke', u.email], { env: { ...process.env, ...s.env } });
     expect((await s.api('GET', '/auth/me', { token: u.token })).body.role).toBe('user');
-    const registerAsAdmin = await s.api('POST', '/partners/register', { body: { username: 'sneaky_one', email: 'sneaky@example.test', password: 'long enough pw', role: 'admin' } });
+    const registerAsAdmin = await s.api('POST', '/partners/register', {
+      body: { username: 'sneaky_one', email: 'sneaky@example.test', password: 'long enough pw', role: 'admin' },
+    });
     // `role` is not a field of registration: refused like any field a route does not name.
     expect([registerAsAdmin.status, registerAsAdmin.body.errors]).toEqual([422, [{ path: 'body.role', message: 'is not a field of this request' }]]);
     expect(await s.c.db('users').where({ username: 'sneaky_one' }).first()).toBeUndefined();

@@ -20,8 +20,11 @@ it('a Python requests client on one session gets the answer meant for each reque
   const script = join(import.meta.dirname, 'python', 'spec_client.py');
   // The system's python, where scripts/test-peers.sh installs python3-requests (PATH may find another).
   const run = await new Promise<{ error?: string; stdout: string; stderr: string }>((resolve) => {
-    execFile('/usr/bin/python3', [script, s.url], { timeout: 150_000, env: { PATH: process.env.PATH ?? '/usr/bin:/bin', PYTHONDONTWRITEBYTECODE: '1' } }, (err, stdout, stderr) =>
-      resolve({ error: err?.message, stdout, stderr }),
+    execFile(
+      '/usr/bin/python3',
+      [script, s.url],
+      { timeout: 150_000, env: { PATH: process.env.PATH ?? '/usr/bin:/bin', PYTHONDONTWRITEBYTECODE: '1' } },
+      (err, stdout, stderr) => resolve({ error: err?.message, stdout, stderr }),
     );
   });
   expect(run.error, `${run.stdout}\n${run.stderr}`).toBeUndefined();

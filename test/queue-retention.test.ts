@@ -22,14 +22,25 @@ describe('finished jobs in the queue', () => {
     const key = await createKey(s.api, u.token);
     const enc = await encrypt(s.api, u.token, key.fingerprint, [{ name: 'a.txt', data: Buffer.from('hello') }]);
     const ciphertext = await download(s.api, u.token, enc.job_id);
-    const ok = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.txt.gpg', data: ciphertext }] });
+    const ok = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'a.txt.gpg', data: ciphertext }],
+    });
     expect(ok.state, JSON.stringify(ok.error)).toBe('completed');
     // A file that is not an OpenPGP message fails the job in the worker, after the passphrase was checked.
-    const bad = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'b.txt.gpg', data: Buffer.from('not a message') }] });
+    const bad = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'b.txt.gpg', data: Buffer.from('not a message') }],
+    });
     expect(bad.state).toBe('failed');
 
     const queue = s.c.jobs.queue('crypto');
-    for (const [id, state] of [[ok.job_id, 'completed'], [bad.job_id, 'failed']] as const) {
+    for (const [id, state] of [
+      [ok.job_id, 'completed'],
+      [bad.job_id, 'failed'],
+    ] as const) {
       // A job's final state lands in BullMQ just after the job's row (which the API answered from).
       await expect.poll(async () => (await queue.getJob(id))?.getState(), { timeout: 5000 }).toBe(state);
       const job = (await queue.getJob(id))!;

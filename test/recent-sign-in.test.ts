@@ -28,7 +28,10 @@ type User = Awaited<ReturnType<typeof registerUser>>;
 async function registerPasskey(token: string, auth = new SoftAuthenticator({ rpId: 'localhost' })) {
   const begun = await s.api('POST', '/auth/passkeys/register/begin', { token });
   expect(begun.status).toBe(200);
-  const done = await s.api('POST', '/auth/passkeys/register/complete', { token, body: { challenge_id: begun.body.challenge_id, credential: auth.register(begun.body.options, { origin: ORIGIN }) } });
+  const done = await s.api('POST', '/auth/passkeys/register/complete', {
+    token,
+    body: { challenge_id: begun.body.challenge_id, credential: auth.register(begun.body.options, { origin: ORIGIN }) },
+  });
   expect(done.status).toBe(201);
   return { auth, passkeyId: done.body.passkey_id as string, challenge: begun.body };
 }
@@ -43,7 +46,13 @@ async function setUp(u: User) {
   expect((await s.api('PATCH', `/auth/passkeys/${passkey.passkeyId}`, { token: u.token, body: { active: false } })).status).toBe(200);
   // A challenge begun while the session was fresh must not let an old session complete the registration.
   const pending = await s.api('POST', '/auth/passkeys/register/begin', { token: u.token });
-  return { keyId: key.body.key_id as string, apiKey: key.body.value as string, webhookId: hook.body.webhook_id as string, passkey, pending: pending.body as { challenge_id: string; options: never } };
+  return {
+    keyId: key.body.key_id as string,
+    apiKey: key.body.value as string,
+    webhookId: hook.body.webhook_id as string,
+    passkey,
+    pending: pending.body as { challenge_id: string; options: never },
+  };
 }
 
 const sudoCalls = (t: Awaited<ReturnType<typeof setUp>>, u: User): [string, string, unknown][] => [
@@ -51,7 +60,11 @@ const sudoCalls = (t: Awaited<ReturnType<typeof setUp>>, u: User): [string, stri
   ['POST', `/api-keys/${t.keyId}/rotate`, {}],
   ['POST', `/api-keys/${t.keyId}/share`, {}],
   ['POST', '/auth/passkeys/register/begin', undefined],
-  ['POST', '/auth/passkeys/register/complete', { challenge_id: t.pending.challenge_id, credential: new SoftAuthenticator({ rpId: 'localhost' }).register(t.pending.options, { origin: ORIGIN }) }],
+  [
+    'POST',
+    '/auth/passkeys/register/complete',
+    { challenge_id: t.pending.challenge_id, credential: new SoftAuthenticator({ rpId: 'localhost' }).register(t.pending.options, { origin: ORIGIN }) },
+  ],
   ['PATCH', `/auth/passkeys/${t.passkey.passkeyId}`, { active: true }],
   ['POST', '/webhooks', { url: 'http://127.0.0.1:9/other' }],
   ['POST', `/webhooks/${t.webhookId}/rotate-secret`, {}],
@@ -101,7 +114,9 @@ describe('routes that add a credential need a recent sign-in', () => {
     expect((await s.api('POST', '/api-keys/generate', { token: byPassword, body: { name: 'after password', scopes: ['keys:read'] } })).status).toBe(201);
 
     const begun = await s.api('POST', '/auth/passkeys/login/begin', { body: {} });
-    const signedIn = await s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: begun.body.challenge_id, credential: passkey.auth.assert(begun.body.options, { origin: ORIGIN }) } });
+    const signedIn = await s.api('POST', '/auth/passkeys/login/complete', {
+      body: { challenge_id: begun.body.challenge_id, credential: passkey.auth.assert(begun.body.options, { origin: ORIGIN }) },
+    });
     expect(signedIn.status).toBe(200);
     expect((await s.api('POST', '/webhooks', { token: signedIn.body.session.token, body: { url: 'http://127.0.0.1:9/after-passkey' } })).status).toBe(201);
   });
@@ -110,14 +125,25 @@ describe('routes that add a credential need a recent sign-in', () => {
     const u = await registerUser(s.api);
     clock.advance(s.config.recentSignInSeconds * 1000 + MINUTE);
     // The change itself checks the current password: the session it answers is a fresh sign-in.
-    const changed = await s.api('POST', '/profile/change-password', { token: u.token, body: { current_password: u.password, new_password: 'a brand new password' } });
+    const changed = await s.api('POST', '/profile/change-password', {
+      token: u.token,
+      body: { current_password: u.password, new_password: 'a brand new password' },
+    });
     expect(changed.status).toBe(200);
-    expect((await s.api('POST', '/api-keys/generate', { token: changed.body.session.token, body: { name: 'after change', scopes: ['keys:read'] } })).status).toBe(201);
+    expect(
+      (await s.api('POST', '/api-keys/generate', { token: changed.body.session.token, body: { name: 'after change', scopes: ['keys:read'] } })).status,
+    ).toBe(201);
   });
 
   it('declares the rule in the OpenAPI document of exactly those routes', () => {
-    const doc = openApiDocument(routes, { title: 'test', version: '1.0.0', serverUrl: 'http://localhost/api/v1' }) as unknown as { paths: Record<string, Record<string, Record<string, unknown>>> };
-    const marked = Object.entries(doc.paths).flatMap(([path, item]) => Object.entries(item).filter(([, op]) => op['x-recent-sign-in']).map(([method]) => `${method.toUpperCase()} ${path}`));
+    const doc = openApiDocument(routes, { title: 'test', version: '1.0.0', serverUrl: 'http://localhost/api/v1' }) as unknown as {
+      paths: Record<string, Record<string, Record<string, unknown>>>;
+    };
+    const marked = Object.entries(doc.paths).flatMap(([path, item]) =>
+      Object.entries(item)
+        .filter(([, op]) => op['x-recent-sign-in'])
+        .map(([method]) => `${method.toUpperCase()} ${path}`),
+    );
     expect(marked.sort()).toEqual(
       [
         'POST /api-keys/generate',

@@ -43,7 +43,10 @@ describe('a frozen Redis', () => {
       }
       // A job's submission: its row is written, then it cannot be queued.
       const started = Date.now();
-      const job = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'a.txt', data: Buffer.from('hello') }] } });
+      const job = await s.api('POST', '/keys/encrypt', {
+        token: u.token,
+        form: { fingerprint: key.fingerprint, files: [{ name: 'a.txt', data: Buffer.from('hello') }] },
+      });
       expect([job.status, job.body.code]).toEqual([503, 'redis_unavailable']);
       expect(Date.now() - started).toBeLessThan(5_000);
     } finally {

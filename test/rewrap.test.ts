@@ -41,9 +41,18 @@ function packets(msg: Buffer): { tag: number; raw: Buffer }[] {
     } else {
       for (;;) {
         const f = msg[i++];
-        if (f < 192) { i += f; break; }
-        if (f < 224) { i += ((f - 192) << 8) + msg[i] + 192 + 1; break; }
-        if (f === 255) { i += 4 + msg.readUInt32BE(i); break; }
+        if (f < 192) {
+          i += f;
+          break;
+        }
+        if (f < 224) {
+          i += ((f - 192) << 8) + msg[i] + 192 + 1;
+          break;
+        }
+        if (f === 255) {
+          i += 4 + msg.readUInt32BE(i);
+          break;
+        }
         i += 2 ** (f & 0x1f);
       }
     }
@@ -95,10 +104,17 @@ describe('a 64 MiB file encrypted by gpg to generation 1, after two rotations', 
 
   for (const mode of ['rewrap', 'reencrypt'] as const) {
     it(`${mode}: addressed to generation 3, decrypts with it, and still after generation 1 is retired`, async () => {
-      const job = await submit('/keys/rewrap', { fingerprint: fpr1, passphrase: PASSPHRASE, mode, files: [{ name: 'big.bin.gpg', data: new Blob([encrypted]) }] });
+      const job = await submit('/keys/rewrap', {
+        fingerprint: fpr1,
+        passphrase: PASSPHRASE,
+        mode,
+        files: [{ name: 'big.bin.gpg', data: new Blob([encrypted]) }],
+      });
       expect(job.state, JSON.stringify(job.error)).toBe('completed');
       expect(job.kind).toBe('rewrap');
-      expect(job.result.rewrapped).toEqual([expect.objectContaining({ n: 0, input_name: 'big.bin.gpg', from_generation: 1, from_fingerprint: fpr1, to_generation: 3, to_fingerprint: fpr3 })]);
+      expect(job.result.rewrapped).toEqual([
+        expect.objectContaining({ n: 0, input_name: 'big.bin.gpg', from_generation: 1, from_fingerprint: fpr1, to_generation: 3, to_fingerprint: fpr3 }),
+      ]);
       expect(job.result.files[0].name).toBe('big.bin.gpg');
       const out = await download(s.api, u.token, job.job_id);
       const same = Buffer.compare(dataPacket(out), dataPacket(encrypted)) === 0;
@@ -160,10 +176,17 @@ describe('messages from sq, gpg (armored) and the service itself', () => {
     fpr2 = await rotate(fpr1);
     for (const mode of ['rewrap', 'reencrypt'] as const) {
       const names = Object.keys(inputs);
-      const job = await submit('/keys/rewrap', { fingerprint: fpr2, passphrase: PASSPHRASE, mode, files: names.map((name) => ({ name, data: new Blob([inputs[name]]) })) });
+      const job = await submit('/keys/rewrap', {
+        fingerprint: fpr2,
+        passphrase: PASSPHRASE,
+        mode,
+        files: names.map((name) => ({ name, data: new Blob([inputs[name]]) })),
+      });
       expect(job.state, JSON.stringify(job.error)).toBe('completed');
       expect(job.result.files.map((f: { name: string }) => f.name)).toEqual(['sq.gpg', 'sq.asc', 'gpg.asc', 'svc.bin.gpg']);
-      expect(job.result.rewrapped.every((r: { from_generation: number; to_generation: number }) => r.from_generation === 1 && r.to_generation === 2)).toBe(true);
+      expect(job.result.rewrapped.every((r: { from_generation: number; to_generation: number }) => r.from_generation === 1 && r.to_generation === 2)).toBe(
+        true,
+      );
       for (const [i, name] of names.entries()) {
         const out = await download(s.api, u.token, job.job_id, i);
         const armored = name.endsWith('.asc');
@@ -188,7 +211,15 @@ describe('messages from sq, gpg (armored) and the service itself', () => {
       const bad = Buffer.from(good);
       bad[at] ^= 0x01;
       for (const mode of ['rewrap', 'reencrypt'] as const) {
-        const job = await submit('/keys/rewrap', { fingerprint: fpr1, passphrase: PASSPHRASE, mode, files: [{ name: 'ok.gpg', data: new Blob([good]) }, { name: 'bad.gpg', data: new Blob([bad]) }] });
+        const job = await submit('/keys/rewrap', {
+          fingerprint: fpr1,
+          passphrase: PASSPHRASE,
+          mode,
+          files: [
+            { name: 'ok.gpg', data: new Blob([good]) },
+            { name: 'bad.gpg', data: new Blob([bad]) },
+          ],
+        });
         expect(job.state, mode).toBe('failed');
         expect(job.error.code, mode).toBe('integrity_check_failed');
         const files = await s.c.db('job_files').where({ job_id: job.job_id, role: 'output' });
@@ -201,14 +232,24 @@ describe('messages from sq, gpg (armored) and the service itself', () => {
   }, 60_000);
 
   it('refuses what is not a message, a wrong passphrase before the upload, and another account’s key', async () => {
-    const junk = await submit('/keys/rewrap', { fingerprint: fpr1, passphrase: PASSPHRASE, files: [{ name: 'x.gpg', data: new Blob([Buffer.from('hello')]) }] });
+    const junk = await submit('/keys/rewrap', {
+      fingerprint: fpr1,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'x.gpg', data: new Blob([Buffer.from('hello')]) }],
+    });
     expect(junk.state).toBe('failed');
     expect(junk.error.code).toBe('malformed_message');
-    const wrong = await s.api('POST', '/keys/rewrap', { token: u.token, form: { fingerprint: fpr1, passphrase: 'not the passphrase', files: [{ name: 'x.gpg', data: Buffer.from('x') }] } });
+    const wrong = await s.api('POST', '/keys/rewrap', {
+      token: u.token,
+      form: { fingerprint: fpr1, passphrase: 'not the passphrase', files: [{ name: 'x.gpg', data: Buffer.from('x') }] },
+    });
     expect(wrong.status).toBe(422);
     expect(wrong.body.code).toBe('wrong_passphrase');
     const other = await registerUser(s.api);
-    const foreign = await s.api('POST', '/keys/rewrap', { token: other.token, form: { fingerprint: fpr1, passphrase: PASSPHRASE, files: [{ name: 'x.gpg', data: Buffer.from('x') }] } });
+    const foreign = await s.api('POST', '/keys/rewrap', {
+      token: other.token,
+      form: { fingerprint: fpr1, passphrase: PASSPHRASE, files: [{ name: 'x.gpg', data: Buffer.from('x') }] },
+    });
     expect(foreign.status).toBe(404);
   });
 });

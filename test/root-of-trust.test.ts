@@ -22,7 +22,10 @@ const usesOf = async (s: TestService, kid: string) => totalUses(await keyUsage(s
 async function fillAccount(s: TestService) {
   const u = await registerUser(s.api);
   const key = await createKey(s.api, u.token);
-  const apiKey = (await s.api('POST', '/api-keys/generate', { token: u.token, body: { name: 'ci', scopes: ['keys:read'] } })).body as { key_id: string; value: string };
+  const apiKey = (await s.api('POST', '/api-keys/generate', { token: u.token, body: { name: 'ci', scopes: ['keys:read'] } })).body as {
+    key_id: string;
+    value: string;
+  };
   const hook = (await s.api('POST', '/webhooks', { token: u.token, body: { url: 'http://127.0.0.1:9/hook' } })).body as { webhook_id: string; secret: string };
   const enc = await encrypt(s.api, u.token, key.fingerprint, [{ name: 'a.txt', data: Buffer.from('kept across rotations') }]);
   return { u, key, apiKey, hook, enc };
@@ -32,7 +35,11 @@ async function opensEverything(s: TestService, a: Awaited<ReturnType<typeof fill
   const shown = await s.api('GET', `/api-keys/${a.apiKey.key_id}`, { token: a.u.token });
   expect(shown.status, JSON.stringify(shown.body)).toBe(200);
   expect(shown.body.value).toBe(a.apiKey.value);
-  const dec = await runJob(s.api, a.u.token, '/keys/decrypt', { fingerprint: a.key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.txt.gpg', data: await download(s.api, a.u.token, a.enc.job_id) }] });
+  const dec = await runJob(s.api, a.u.token, '/keys/decrypt', {
+    fingerprint: a.key.fingerprint,
+    passphrase: PASSPHRASE,
+    files: [{ name: 'a.txt.gpg', data: await download(s.api, a.u.token, a.enc.job_id) }],
+  });
   expect(dec.state, JSON.stringify(dec.error)).toBe('completed');
   expect((await download(s.api, a.u.token, dec.job_id)).toString()).toBe('kept across rotations');
   // The webhook secret opens (rotating it reads the current one), and the key's row MACs verify.
@@ -81,7 +88,12 @@ describe('root key in a PKCS#11 token', () => {
       const found = p.C_FindObjects(session, 5);
       p.C_FindObjectsFinal(session);
       expect(found).toHaveLength(1);
-      const attrs = p.C_GetAttributeValue(session, found[0], [{ type: pkcs11js.CKA_EXTRACTABLE }, { type: pkcs11js.CKA_SENSITIVE }, { type: pkcs11js.CKA_VALUE_LEN }, { type: pkcs11js.CKA_TOKEN }]);
+      const attrs = p.C_GetAttributeValue(session, found[0], [
+        { type: pkcs11js.CKA_EXTRACTABLE },
+        { type: pkcs11js.CKA_SENSITIVE },
+        { type: pkcs11js.CKA_VALUE_LEN },
+        { type: pkcs11js.CKA_TOKEN },
+      ]);
       const [extractable, sensitive, length, onToken] = attrs.map((x) => x.value);
       expect([extractable[0], sensitive[0], onToken[0], length.readUIntLE(0, Math.min(length.length, 6))]).toEqual([0, 1, 1, 32]);
       expect(() => p.C_GetAttributeValue(session, found[0], [{ type: pkcs11js.CKA_VALUE }])).toThrow(/CKR_ATTRIBUTE_SENSITIVE/);
@@ -109,15 +121,20 @@ describe('root key in a PKCS#11 token', () => {
     expect(rotated.code, rotated.err).toBe(0);
     const kid = /Data key (\S+) is current/.exec(rotated.out)![1];
     // Traffic goes on while the job runs: none of it fails, and what it seals uses the new key.
-    const traffic: Promise<unknown>[] = [s.api('POST', `/keys/${a.key.fingerprint}/rotate`, { token: a.u.token, body: {} }).then((r) => expect(r.status, JSON.stringify(r.body)).toBe(202))];
+    const traffic: Promise<unknown>[] = [
+      s.api('POST', `/keys/${a.key.fingerprint}/rotate`, { token: a.u.token, body: {} }).then((r) => expect(r.status, JSON.stringify(r.body)).toBe(202)),
+    ];
     let finished = false;
     while (!finished) {
       traffic.push(encrypt(s.api, a.u.token, a.key.fingerprint, [{ name: 'b.txt', data: randomBytes(64) }]));
-      traffic.push(s.api('POST', '/api-keys/generate', { token: a.u.token, body: { name: 'load', scopes: ['keys:read'] } }).then((r) => expect(r.status).toBe(201)));
+      traffic.push(
+        s.api('POST', '/api-keys/generate', { token: a.u.token, body: { name: 'load', scopes: ['keys:read'] } }).then((r) => expect(r.status).toBe(201)),
+      );
       const status = await s.api('GET', '/status', { token: adminUser.token });
       expect(status.status).toBe(200);
       finished = status.body.master_key.reseal?.target_kid === kid && status.body.master_key.reseal.finished_at !== null;
-      if (finished) expect(status.body.master_key).toMatchObject({ root_id: 'pkcs11:token=kms;object=root-a', current_kid: kid, reseal: { resealed: expect.any(Number) } });
+      if (finished)
+        expect(status.body.master_key).toMatchObject({ root_id: 'pkcs11:token=kms;object=root-a', current_kid: kid, reseal: { resealed: expect.any(Number) } });
       await new Promise((r) => setTimeout(r, 300));
     }
     await Promise.all(traffic);
@@ -195,7 +212,10 @@ describe('re-seal runs', () => {
     const backup = before.value_sealed as string;
     // A job not yet run whose payload was sealed under the old key holds the retirement back.
     const jobId = await s.c.jobs.enqueue('request-password-reset', { request_id: randomUUID(), sealed_email: backup }, { delay: 3600_000 });
-    expect(await admin(['master-key', 'retire', 'm1'], s.env)).toMatchObject({ code: 1, err: expect.stringMatching(/still seals values in 1 job\(s\) waiting in the queues/) });
+    expect(await admin(['master-key', 'retire', 'm1'], s.env)).toMatchObject({
+      code: 1,
+      err: expect.stringMatching(/still seals values in 1 job\(s\) waiting in the queues/),
+    });
     await (await s.c.jobs.queue('notify').getJob(jobId))!.remove();
     expect((await admin(['master-key', 'retire', 'm1'], s.env)).code).toBe(0);
     await s.c.keyring.load();
@@ -228,7 +248,9 @@ describe('re-seal runs', () => {
       await tokenOnly.close();
     }
     // MASTER_KEY alone no longer opens the keyring: start-up says which root it needs.
-    await expect(createContainer(loadConfig({ ...s.env, MASTER_KEY: MASTER_KEY }))).rejects.toThrow(/wrapped by the root key pkcs11:token=kms;object=root-b, which is not configured/);
+    await expect(createContainer(loadConfig({ ...s.env, MASTER_KEY: MASTER_KEY }))).rejects.toThrow(
+      /wrapped by the root key pkcs11:token=kms;object=root-b, which is not configured/,
+    );
   });
 });
 
@@ -252,7 +274,10 @@ describe('start-up failures of the root of trust', () => {
     const cases: [Record<string, string>, RegExp][] = [
       [{ MASTER_KEY_URI: uri('root-c', 'wrong-pin') }, /^MASTER_KEY_URI: logging in to token "kms" failed: the PIN is wrong$/],
       [{ MASTER_KEY_URI: uri('root-c').replace('token=kms', 'token=absent') }, /^MASTER_KEY_URI: no token labelled "absent"/],
-      [{ MASTER_KEY_URI: uri('missing') }, /^MASTER_KEY_URI: token "kms" has no secret key labelled "missing" \(npm run admin -- master-key init creates it\)$/],
+      [
+        { MASTER_KEY_URI: uri('missing') },
+        /^MASTER_KEY_URI: token "kms" has no secret key labelled "missing" \(npm run admin -- master-key init creates it\)$/,
+      ],
       [{ MASTER_KEY_URI: uri('root-c').replace(MODULE, '/etc/hostname') }, /^MASTER_KEY_URI: the module-path \/etc\/hostname is not a PKCS#11 library/],
       [{ MASTER_KEY: other }, /is wrapped by the root key pkcs11:token=kms;object=root-c, which is not configured/],
     ];
@@ -264,7 +289,10 @@ describe('start-up failures of the root of trust', () => {
     // The token's key replaced by another of the same label (deleted, then made again by init).
     hsm.destroyKey('root-c');
     expect((await admin(['master-key', 'init'], { NODE_ENV: 'test', MASTER_KEY_URI: uri('root-c') })).out).toMatch(/Created/);
-    cases.push([{}, /^the keyring's data key "m2" does not open with the root key pkcs11:token=kms;object=root-c: the token's key is not the one that wrapped it$/]);
+    cases.push([
+      {},
+      /^the keyring's data key "m2" does not open with the root key pkcs11:token=kms;object=root-c: the token's key is not the one that wrapped it$/,
+    ]);
     runs.push(await start({ MASTER_KEY_URI: uri('root-c') }));
     for (const [i, run] of runs.entries()) {
       expect(run.code).not.toBe(0);

@@ -19,7 +19,10 @@ async function expectRotatedOnce(token: string, jobId: string, lineageId: string
   const job = await waitJob(s.api, token, jobId);
   expect(job.state, worker.output()).toBe('completed');
   const after = await s.c.db('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation');
-  expect(after.map((k: { generation: number; status: string }) => [k.generation, k.status])).toEqual([[1, 'rotated'], [2, 'active']]);
+  expect(after.map((k: { generation: number; status: string }) => [k.generation, k.status])).toEqual([
+    [1, 'rotated'],
+    [2, 'active'],
+  ]);
   expect(await s.c.db('rotation_history').where({ lineage_id: lineageId })).toHaveLength(1);
   expect(job.result.new_fingerprint).toBe(after[1].fingerprint);
 }
@@ -31,7 +34,10 @@ describe('a worker killed mid-rotation', () => {
       await waitForOutput(worker, 'workers started');
       const u = await registerUser(s.api);
       // RSA-4096: generating the next generation takes long enough to kill the worker in the middle.
-      const gen = await s.api('POST', '/keys/generate-key', { token: u.token, form: { label: 'crash', name: 'C', email: 'c@example.test', passphrase: PASSPHRASE, algorithm: 'rsa4096' } });
+      const gen = await s.api('POST', '/keys/generate-key', {
+        token: u.token,
+        form: { label: 'crash', name: 'C', email: 'c@example.test', passphrase: PASSPHRASE, algorithm: 'rsa4096' },
+      });
       const made = await waitJob(s.api, u.token, gen.body.job_id);
       expect(made.state).toBe('completed');
       const fingerprint = made.result.key.fingerprint as string;
@@ -39,7 +45,9 @@ describe('a worker killed mid-rotation', () => {
 
       const rotate = await s.api('POST', `/keys/${fingerprint}/rotate`, { token: u.token, body: {} });
       expect(rotate.status).toBe(202);
-      await expect.poll(async () => (await s.api('GET', `/jobs/${rotate.body.job_id}`, { token: u.token })).body.state, { timeout: 10_000, interval: 10 }).toBe('active');
+      await expect
+        .poll(async () => (await s.api('GET', `/jobs/${rotate.body.job_id}`, { token: u.token })).body.state, { timeout: 10_000, interval: 10 })
+        .toBe('active');
       worker.kill('SIGKILL');
       await worker.exited;
 
@@ -67,7 +75,10 @@ describe('a worker frozen inside its rotation transaction', () => {
     try {
       await waitForOutput(frozen, 'workers started');
       const u = await registerUser(s.api);
-      const gen = await s.api('POST', '/keys/generate-key', { token: u.token, form: { label: 'frozen', name: 'F', email: 'f@example.test', passphrase: PASSPHRASE, algorithm: 'rsa4096' } });
+      const gen = await s.api('POST', '/keys/generate-key', {
+        token: u.token,
+        form: { label: 'frozen', name: 'F', email: 'f@example.test', passphrase: PASSPHRASE, algorithm: 'rsa4096' },
+      });
       const made = await waitJob(s.api, u.token, gen.body.job_id);
       const lineageId = made.result.key.lineage_id as string;
 
@@ -108,7 +119,15 @@ describe('several scheduler processes', () => {
       const rotation = await s.c.jobs.queue('rotation').getJobSchedulers();
       expect(rotation.map((j) => j.key)).toEqual(['rotation-sweep']);
       const maintenance = await s.c.jobs.queue('maintenance').getJobSchedulers();
-      expect(maintenance.map((j) => j.key).sort()).toEqual(['audit-checkpoint', 'destruction-sweep', 'expiry-sweep', 'purge-expired', 'purge-job-outputs', 'reconcile-jobs', 'sweep-blobs']);
+      expect(maintenance.map((j) => j.key).sort()).toEqual([
+        'audit-checkpoint',
+        'destruction-sweep',
+        'expiry-sweep',
+        'purge-expired',
+        'purge-job-outputs',
+        'reconcile-jobs',
+        'sweep-blobs',
+      ]);
     } finally {
       for (const p of schedulers) p.kill('SIGTERM');
       await Promise.all(schedulers.map((p) => p.exited));

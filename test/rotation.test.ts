@@ -42,7 +42,12 @@ async function sweep() {
   const queue = s.c.jobs.queue('rotation');
   const id = await s.c.jobs.enqueue('rotation-sweep', {});
   await expect.poll(async () => (await queue.getJob(id))?.finishedOn !== undefined, { timeout: 10_000, interval: 50 }).toBe(true);
-  await expect.poll(async () => (await queue.getJobCounts('waiting', 'active', 'delayed')).waiting + (await queue.getJobCounts('active')).active, { timeout: 20_000, interval: 50 }).toBe(0);
+  await expect
+    .poll(async () => (await queue.getJobCounts('waiting', 'active', 'delayed')).waiting + (await queue.getJobCounts('active')).active, {
+      timeout: 20_000,
+      interval: 50,
+    })
+    .toBe(0);
 }
 
 async function withClockAdvanced<T>(ms: number, fn: () => Promise<T>): Promise<T> {
@@ -103,17 +108,31 @@ describe('rotate now', () => {
     const ok = await rotate(key.fingerprint, { current_passphrase: PASSPHRASE, new_passphrase: 'a brand new passphrase' });
     expect(ok.body.state).toBe('completed');
     const ciphertext = await download(s.api, u.token, enc.job_id);
-    const old = await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'p.gpg', data: ciphertext }] } });
+    const old = await s.api('POST', '/keys/decrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'p.gpg', data: ciphertext }] },
+    });
     expect(old.body.code).toBe('wrong_passphrase');
-    const dec = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: 'a brand new passphrase', files: [{ name: 'p.gpg', data: ciphertext }] });
+    const dec = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: 'a brand new passphrase',
+      files: [{ name: 'p.gpg', data: ciphertext }],
+    });
     expect(dec.state).toBe('completed');
   });
 
   it('refuses a disabled key (409), another account’s key (404) and a malformed fingerprint (422)', async () => {
     const key = await createKey(s.api, u.token);
     const other = await registerUser(s.api);
-    for (const [method, path] of [['POST', 'rotate'], ['POST', 'rotation-schedule'], ['GET', 'rotation-history']] as const) {
-      const res = await s.api(method, `/keys/${key.fingerprint}/${path}`, { token: other.token, ...(method === 'POST' ? { body: path === 'rotate' ? {} : { rotation_interval_days: 5 } } : {}) });
+    for (const [method, path] of [
+      ['POST', 'rotate'],
+      ['POST', 'rotation-schedule'],
+      ['GET', 'rotation-history'],
+    ] as const) {
+      const res = await s.api(method, `/keys/${key.fingerprint}/${path}`, {
+        token: other.token,
+        ...(method === 'POST' ? { body: path === 'rotate' ? {} : { rotation_interval_days: 5 } } : {}),
+      });
       expect(res.status, path).toBe(404);
     }
     expect((await s.api('GET', `/keys/rotation-history?fingerprint=${key.fingerprint}`, { token: other.token })).status).toBe(404);
@@ -147,7 +166,11 @@ describe('schedules and policy', () => {
     expect(h.items[0]).toMatchObject({ trigger: 'schedule', actor_id: null, status: 'succeeded' });
     const enc = await encrypt(s.api, u.token, key.fingerprint, [{ name: 's.bin', data: randomBytes(100) }]);
     expect(enc.result.fingerprint_used).toBe(h.items[0].new_fingerprint);
-    const dec = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 's.gpg', data: await download(s.api, u.token, enc.job_id) }] });
+    const dec = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 's.gpg', data: await download(s.api, u.token, enc.job_id) }],
+    });
     expect(dec.state).toBe('completed');
     expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.rotation_schedule' }).first()).toBeTruthy();
   });
@@ -166,7 +189,10 @@ describe('schedules and policy', () => {
     const back = await s.api('POST', `/keys/${off.fingerprint}/rotation-schedule`, { token: v.token, body: { use_account_policy: true } });
     expect(back.body).toMatchObject({ mode: 'policy', effective_rotation_interval_days: 30 });
     expect((await s.api('POST', `/keys/${off.fingerprint}/rotation-schedule`, { token: v.token, body: { rotation_interval_days: 0 } })).status).toBe(422);
-    expect((await s.api('POST', `/keys/${off.fingerprint}/rotation-schedule`, { token: v.token, body: { rotation_interval_days: 3, use_account_policy: true } })).status).toBe(422);
+    expect(
+      (await s.api('POST', `/keys/${off.fingerprint}/rotation-schedule`, { token: v.token, body: { rotation_interval_days: 3, use_account_policy: true } }))
+        .status,
+    ).toBe(422);
   });
 
   it('rotates a due window exactly once with racing sweeps and racing rotations', async () => {
@@ -176,13 +202,18 @@ describe('schedules and policy', () => {
     await withClockAdvanced(2 * DAY, async () => {
       await Promise.all([sweep(), sweep(), sweep()]);
       const lineage = await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).first();
-      const outcomes = await Promise.all([1, 2, 3].map(() => rotateLineage(s.c, { lineageId: lineage.lineage_id, fromGeneration: 1, trigger: 'schedule', actorId: null })));
+      const outcomes = await Promise.all(
+        [1, 2, 3].map(() => rotateLineage(s.c, { lineageId: lineage.lineage_id, fromGeneration: 1, trigger: 'schedule', actorId: null })),
+      );
       expect(outcomes.every((o) => !o.rotated)).toBe(true);
     });
     const h = await s.api('GET', `/keys/rotation-history?fingerprint=${key.fingerprint}`, { token: v.token });
     expect(h.body.total).toBe(1);
     const keys = await s.c.db('pgp_keys').where({ lineage_id: h.body.items[0].lineage_id });
-    expect(keys.map((k: { generation: number; status: string }) => [k.generation, k.status]).sort()).toEqual([[1, 'rotated'], [2, 'active']]);
+    expect(keys.map((k: { generation: number; status: string }) => [k.generation, k.status]).sort()).toEqual([
+      [1, 'rotated'],
+      [2, 'active'],
+    ]);
   });
 
   it('switches once when rotations of the same generation race to commit', async () => {
@@ -190,12 +221,20 @@ describe('schedules and policy', () => {
     const key = await createKey(s.api, v.token, { label: 'commit race' });
     const { lineage_id } = await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).first();
     // All three read generation 1 and make a generation 2 before any commits: the switch decides.
-    const outcomes = await Promise.all([1, 2, 3].map(() => rotateLineage(s.c, { lineageId: lineage_id, fromGeneration: 1, trigger: 'schedule', actorId: null })));
+    const outcomes = await Promise.all(
+      [1, 2, 3].map(() => rotateLineage(s.c, { lineageId: lineage_id, fromGeneration: 1, trigger: 'schedule', actorId: null })),
+    );
     expect(outcomes.filter((o) => o.rotated)).toHaveLength(1);
     const won = outcomes.find((o) => o.rotated)!.entry;
-    expect(outcomes.filter((o) => !o.rotated).map((o) => [o.reason, o.entry?.id])).toEqual([['already_rotated', won.id], ['already_rotated', won.id]]);
+    expect(outcomes.filter((o) => !o.rotated).map((o) => [o.reason, o.entry?.id])).toEqual([
+      ['already_rotated', won.id],
+      ['already_rotated', won.id],
+    ]);
     const keys = await s.c.db('pgp_keys').where({ lineage_id }).orderBy('generation');
-    expect(keys.map((k: { generation: number; status: string; fingerprint: string }) => [k.generation, k.status, k.fingerprint])).toEqual([[1, 'rotated', key.fingerprint], [2, 'active', won.new_fingerprint]]);
+    expect(keys.map((k: { generation: number; status: string; fingerprint: string }) => [k.generation, k.status, k.fingerprint])).toEqual([
+      [1, 'rotated', key.fingerprint],
+      [2, 'active', won.new_fingerprint],
+    ]);
     expect(await s.c.db('audit_logs').where({ user_id: v.id, action: 'keys.rotate' }).count({ n: '*' })).toEqual([{ n: 1 }]);
   });
 
@@ -205,9 +244,17 @@ describe('schedules and policy', () => {
     const lineage = await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).first();
     // A corrupt lineage public key (MAC'd, as if the service itself stored it): no secret can be sealed to it.
     const broken = { id: lineage.lineage_id, user_id: v.id, unlock_public: 'broken' };
-    await s.c.db('key_lineages').where({ id: lineage.lineage_id }).update({ unlock_public: 'broken', unlock_mac: lineageMac(s.c, broken) });
+    await s.c
+      .db('key_lineages')
+      .where({ id: lineage.lineage_id })
+      .update({ unlock_public: 'broken', unlock_mac: lineageMac(s.c, broken) });
     const job = { attemptsMade: 4, opts: { attempts: 5 } } as unknown as Job<JobEnvelope>;
-    await expect(rotateDueKeyProcessor.process({ lineage_id: lineage.lineage_id, from_generation: 1, trigger: 'policy' }, { c: s.c, job, log: createLogger('silent'), origin: { request_id: null, ip: null }, watchdog: new Watchdog({ timeoutMs: 60_000 }), slot: NO_POOL })).rejects.toThrow();
+    await expect(
+      rotateDueKeyProcessor.process(
+        { lineage_id: lineage.lineage_id, from_generation: 1, trigger: 'policy' },
+        { c: s.c, job, log: createLogger('silent'), origin: { request_id: null, ip: null }, watchdog: new Watchdog({ timeoutMs: 60_000 }), slot: NO_POOL },
+      ),
+    ).rejects.toThrow();
     const h = await history(key.fingerprint, v.token);
     expect(h.items[0]).toMatchObject({ status: 'failed', trigger: 'policy', new_fingerprint: null, error: { code: 'rotation_failed' } });
     const audit = await s.c.db('audit_logs').where({ user_id: v.id, action: 'keys.rotate', status: 'failure' }).first();
@@ -255,7 +302,8 @@ describe('expiry', () => {
       await expect.poll(async () => (await s.c.jobs.queue('maintenance').getJob(id))?.finishedOn !== undefined, { timeout: 10_000 }).toBe(true);
     };
     // Lead times 30, 14, 7 and 1 days (KEY_EXPIRY_WARNING_DAYS): 20 days out, the 30-day warning is due.
-    const warnings = async () => (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'key.expiring').map((e) => e.data.lead_days);
+    const warnings = async () =>
+      (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'key.expiring').map((e) => e.data.lead_days);
     await runSweep();
     expect(await warnings()).toEqual([30]);
     await withClockAdvanced(10 * DAY, runSweep);
@@ -263,20 +311,32 @@ describe('expiry', () => {
     expect(await warnings()).toEqual([30, 14]);
     const events = (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'key.expiring');
     expect(events[0].data).toMatchObject({ fingerprint: key.fingerprint, label: 'expiring' });
-    await expect.poll(async () => {
-      const files = await readdir(s.env.MAIL_DIR).catch(() => [] as string[]);
-      const mails = await Promise.all(files.map(async (f) => simpleParser(await readFile(`${s.env.MAIL_DIR}/${f}`))));
-      return mails.some((m) => m.text?.includes(key.fingerprint) && JSON.stringify(m.to).includes(v.email));
-    }, { timeout: 10_000 }).toBe(true);
+    await expect
+      .poll(
+        async () => {
+          const files = await readdir(s.env.MAIL_DIR).catch(() => [] as string[]);
+          const mails = await Promise.all(files.map(async (f) => simpleParser(await readFile(`${s.env.MAIL_DIR}/${f}`))));
+          return mails.some((m) => m.text?.includes(key.fingerprint) && JSON.stringify(m.to).includes(v.email));
+        },
+        { timeout: 10_000 },
+      )
+      .toBe(true);
 
     // Sessions last an hour, so three weeks on only the (90-day) partner API key still works.
     await withClockAdvanced(21 * DAY, async () => {
       const listed = await s.api('GET', '/keys/list?label=expiring', { token: v.apiKey });
       expect(listed.body.items[0]).toMatchObject({ status: 'expired', active: false });
-      const refused = await s.api('POST', '/keys/encrypt', { token: v.apiKey, form: { fingerprint: key.fingerprint, files: [{ name: 'x', data: randomBytes(10) }] } });
+      const refused = await s.api('POST', '/keys/encrypt', {
+        token: v.apiKey,
+        form: { fingerprint: key.fingerprint, files: [{ name: 'x', data: randomBytes(10) }] },
+      });
       expect(refused.status).toBe(409);
       expect(refused.body.code).toBe('key_expired');
-      const dec = await runJob(s.api, v.apiKey, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'e.gpg', data: ciphertext }] });
+      const dec = await runJob(s.api, v.apiKey, '/keys/decrypt', {
+        fingerprint: key.fingerprint,
+        passphrase: PASSPHRASE,
+        files: [{ name: 'e.gpg', data: ciphertext }],
+      });
       expect(dec.state).toBe('completed');
     });
     // Rotation gives a fresh generation with a new lifetime (made at wall-clock time, hence outside the window).

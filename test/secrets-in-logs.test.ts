@@ -34,7 +34,10 @@ describe('log redaction', () => {
       sealed_passphrase: secret('sp'),
       private_sealed: secret('ps'),
     };
-    log.info({ req: { headers: { authorization: `Bearer ${jwt}`, 'x-api-key': apiKey, cookie: secret('ck') } }, body: { a: { b: { c: { ...values } } } } }, 'request');
+    log.info(
+      { req: { headers: { authorization: `Bearer ${jwt}`, 'x-api-key': apiKey, cookie: secret('ck') } }, body: { a: { b: { c: { ...values } } } } },
+      'request',
+    );
     log.info({ deep: [{ note: `key ${apiKey} and seal ${sealed}` }] }, `message with ${jwt}`);
     log.error({ err: new Error(`failed for ${apiKey} with ${sealed}`) }, 'boom');
     const text = output();
@@ -49,7 +52,9 @@ describe('log redaction', () => {
     const err = await s.c.db.transaction(async (trx) => {
       await trx.raw('create temporary table leak_check (token_hash text unique) on commit drop');
       await trx('leak_check').insert({ token_hash: hash });
-      return trx('leak_check').insert({ token_hash: hash }).catch((e: unknown) => e);
+      return trx('leak_check')
+        .insert({ token_hash: hash })
+        .catch((e: unknown) => e);
     });
     expect(JSON.stringify(err, Object.getOwnPropertyNames(err))).toContain(hash); // Postgres does put it there
     log.error({ err }, 'insert failed');
@@ -64,7 +69,16 @@ describe('log redaction', () => {
     const hidden = secret('plain'); // not secret-shaped: only its field name gives it away
     let nested: Record<string, unknown> = { password: pw, note: 'innermost' };
     for (let i = 0; i < 40; i++) nested = { level: i, child: nested };
-    log.info({ nested, list: [[[{ current_passphrase: hidden }]]], map: new Map([['x', { new_passphrase: hidden }]]), set: new Set([{ token: hidden }]), raw: Buffer.from(hidden) }, 'deep');
+    log.info(
+      {
+        nested,
+        list: [[[{ current_passphrase: hidden }]]],
+        map: new Map([['x', { new_passphrase: hidden }]]),
+        set: new Set([{ token: hidden }]),
+        raw: Buffer.from(hidden),
+      },
+      'deep',
+    );
     const text = output();
     for (const v of [pw, hidden]) expect(text).not.toContain(v);
     expect(text).toContain('"level":39');
@@ -97,11 +111,19 @@ describe('log redaction', () => {
       ['select ?::int', [`9${'9'.repeat(20)}${hash.slice(0, 8)}`]],
       ['select ?::timestamptz', [sealed]],
     ] as const) {
-      const err = await s.c.db.raw(sql, [...bindings]).then(() => null, (e: Error) => e);
+      const err = await s.c.db.raw(sql, [...bindings]).then(
+        () => null,
+        (e: Error) => e,
+      );
       expect(err).toBeInstanceOf(Error);
       errors.push(err!);
     }
-    const inTrx = await s.c.db.transaction((trx) => trx.raw('select ?::uuid', [password])).then(() => null, (e: Error) => e);
+    const inTrx = await s.c.db
+      .transaction((trx) => trx.raw('select ?::uuid', [password]))
+      .then(
+        () => null,
+        (e: Error) => e,
+      );
     errors.push(inTrx!);
     for (const err of errors) {
       expect(err.message).toMatch(/\$1/);
@@ -127,7 +149,10 @@ describe('log redaction', () => {
       const password = secret('login-pw');
       await s.api('POST', '/auth/login', { body: { username: u.username, password } });
       await s.api('GET', '/auth/me', { token: jwt, headers: { 'x-api-key': apiKey, cookie: `session=${jwt}` } });
-      await s.api('POST', '/profile/change-password', { token: jwt, body: { current_password: password, new_password: secret('new-pw'), extra: { a: { b: { token: secret('t') } } } } });
+      await s.api('POST', '/profile/change-password', {
+        token: jwt,
+        body: { current_password: password, new_password: secret('new-pw'), extra: { a: { b: { token: secret('t') } } } },
+      });
       const text = output();
       expect(text).toContain('"route"');
       for (const v of [jwt, apiKey, password, u.password]) expect(text).not.toContain(v);

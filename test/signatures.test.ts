@@ -22,7 +22,11 @@ beforeAll(async () => {
   home = await createPgpHome();
   u = await registerUser(s.api);
   key = await createKey(s.api, u.token, { label: 'signer', name: 'Signer', email: 'signer@example.test' });
-  const pub = await s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint }, headers: { accept: 'application/pgp-keys' } });
+  const pub = await s.api('POST', '/keys/get-public-key', {
+    token: u.token,
+    body: { fingerprint: key.fingerprint },
+    headers: { accept: 'application/pgp-keys' },
+  });
   certPath = await home.put('ours.asc', pub.body as string);
   await home.gpg(['--import', certPath]);
   plainPath = await home.put('plain.bin', plain);
@@ -40,9 +44,16 @@ async function sign(fields: Record<string, string>, data = plain, name = 'report
 
 async function verify(fields: Record<string, string>, files: { data: Buffer; signature?: Buffer }[]) {
   const signatures = files.flatMap((f, n) => (f.signature ? [{ name: `${n}.sig`, data: f.signature }] : []));
-  const job = await runJob(s.api, u.token, '/keys/verify', { ...fields, ...(signatures.length ? { signatures } : {}), files: files.map((f, n) => ({ name: `file-${n}`, data: f.data })) });
+  const job = await runJob(s.api, u.token, '/keys/verify', {
+    ...fields,
+    ...(signatures.length ? { signatures } : {}),
+    files: files.map((f, n) => ({ name: `file-${n}`, data: f.data })),
+  });
   expect(job.state, JSON.stringify(job.error)).toBe('completed');
-  return job.result as { valid: boolean; signatures: { n: number; valid: boolean; signer_fingerprint: string | null; signed_at: string | null; reason: string | null }[] };
+  return job.result as {
+    valid: boolean;
+    signatures: { n: number; valid: boolean; signer_fingerprint: string | null; signed_at: string | null; reason: string | null }[];
+  };
 }
 
 describe('our signatures, verified by gpg and sq', () => {
@@ -97,7 +108,11 @@ describe('our signatures, verified by gpg and sq', () => {
 
   it('old generations verify what they signed after a rotation', async () => {
     const k = await createKey(s.api, u.token, { label: 'rotating-signer' });
-    const { output: sig } = (await runJob(s.api, u.token, '/keys/sign', { fingerprint: k.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'a.bin', data: plain }] }).then(async (job) => ({ output: await download(s.api, u.token, job.job_id) })));
+    const { output: sig } = await runJob(s.api, u.token, '/keys/sign', {
+      fingerprint: k.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'a.bin', data: plain }],
+    }).then(async (job) => ({ output: await download(s.api, u.token, job.job_id) }));
     const rotated = await s.api('POST', `/keys/${k.fingerprint}/rotate`, { token: u.token, body: {}, headers: { prefer: 'wait=30' } });
     expect(rotated.body.state).toBe('completed');
     const result = await verify({ fingerprint: rotated.body.result.new_fingerprint }, [{ data: plain, signature: sig }]);
@@ -145,19 +160,39 @@ describe('their signatures, verified by us', () => {
   }, 60_000);
 
   it('refuses malformed signatures before the upload (422), and a missing signature fails the job', async () => {
-    const res = await s.api('POST', '/keys/verify', { token: u.token, form: { fingerprint: key.fingerprint, signatures: [{ name: 'x.sig', data: Buffer.from('garbage') }], files: [{ name: 'f', data: plain }] } });
+    const res = await s.api('POST', '/keys/verify', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, signatures: [{ name: 'x.sig', data: Buffer.from('garbage') }], files: [{ name: 'f', data: plain }] },
+    });
     expect([res.status, res.body.code]).toEqual([422, 'malformed_signature']);
     const { output: sig } = await sign({});
-    const job = await runJob(s.api, u.token, '/keys/verify', { fingerprint: key.fingerprint, signatures: [{ name: '0.sig', data: sig }], files: [{ name: 'a', data: plain }, { name: 'b', data: plain }] });
+    const job = await runJob(s.api, u.token, '/keys/verify', {
+      fingerprint: key.fingerprint,
+      signatures: [{ name: '0.sig', data: sig }],
+      files: [
+        { name: 'a', data: plain },
+        { name: 'b', data: plain },
+      ],
+    });
     expect([job.state, job.error?.code]).toEqual(['failed', 'signature_missing']);
   });
 
   it('refuses a signature packet with a huge subpacket area unread (422)', async () => {
     // A v4 signature (tag 2, new format, five-octet length) whose hashed area is one 60,000-octet notation.
     const notation = Buffer.concat([Buffer.from([0xff]), u32(60_001), Buffer.from([20]), Buffer.alloc(60_000, 0x41)]);
-    const body = Buffer.concat([Buffer.from([4, 0x00, 22, 8]), u16(notation.length), notation, u16(0), Buffer.from([0, 0]), Buffer.from([0, 8, 0xff, 0, 8, 0xff])]);
+    const body = Buffer.concat([
+      Buffer.from([4, 0x00, 22, 8]),
+      u16(notation.length),
+      notation,
+      u16(0),
+      Buffer.from([0, 0]),
+      Buffer.from([0, 8, 0xff, 0, 8, 0xff]),
+    ]);
     const packet = Buffer.concat([Buffer.from([0xc2, 0xff]), u32(body.length), body]);
-    const res = await s.api('POST', '/keys/verify', { token: u.token, form: { fingerprint: key.fingerprint, signatures: [{ name: 'huge.sig', data: packet }], files: [{ name: 'f', data: plain }] } });
+    const res = await s.api('POST', '/keys/verify', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, signatures: [{ name: 'huge.sig', data: packet }], files: [{ name: 'f', data: plain }] },
+    });
     expect([res.status, res.body.code]).toEqual([422, 'malformed_signature']);
     expect(res.body.detail).toContain('longer than');
   });
@@ -186,13 +221,20 @@ describe('who may sign', () => {
 
   it("another account's key is not found (404)", async () => {
     const other = await registerUser(s.api);
-    const res = await s.api('POST', '/keys/sign', { token: other.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f', data: plain }] } });
+    const res = await s.api('POST', '/keys/sign', {
+      token: other.token,
+      form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f', data: plain }] },
+    });
     expect([res.status, res.body.code]).toEqual([404, 'key_not_found']);
   });
 
   it('signing is audited and announced, never with the passphrase', async () => {
     const { job } = await sign({});
-    const row = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.sign', status: 'success' }).whereRaw("details->>'job_id' = ?", [job.job_id]).first();
+    const row = await s.c
+      .db('audit_logs')
+      .where({ user_id: u.id, action: 'keys.sign', status: 'success' })
+      .whereRaw("details->>'job_id' = ?", [job.job_id])
+      .first();
     expect(row?.target).toBe(key.fingerprint);
     expect(JSON.stringify(row)).not.toContain(PASSPHRASE);
     const events = await s.api('GET', '/events/history', { token: u.token });
@@ -202,8 +244,15 @@ describe('who may sign', () => {
 
 describe('sign and encrypt, decrypt and verify', () => {
   it('gpg -d and sq decrypt read our sign-and-encrypt with a good signature by our key', async () => {
-    const gpgKey = await home.gpg(['--quick-generate-key', 'Receiver <receiver@example.test>', 'future-default', 'default', 'never'], { passphrase: '' }).then(() => home.gpg(['--export', '--armor', 'receiver@example.test']));
-    const job = await runJob(s.api, u.token, '/keys/encrypt', { public_key: gpgKey.stdout.toString(), sign_with: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'se.bin', data: plain }] });
+    const gpgKey = await home
+      .gpg(['--quick-generate-key', 'Receiver <receiver@example.test>', 'future-default', 'default', 'never'], { passphrase: '' })
+      .then(() => home.gpg(['--export', '--armor', 'receiver@example.test']));
+    const job = await runJob(s.api, u.token, '/keys/encrypt', {
+      public_key: gpgKey.stdout.toString(),
+      sign_with: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'se.bin', data: plain }],
+    });
     expect(job.state, JSON.stringify(job.error)).toBe('completed');
     expect(job.result.signed_by).toBe(key.fingerprint);
     const encrypted = await home.put('se.gpg', await download(s.api, u.token, job.job_id));
@@ -216,23 +265,48 @@ describe('sign and encrypt, decrypt and verify', () => {
     const sqKey = home.file('sq-receiver.pgp');
     await home.sq(['key', 'generate', '--userid', 'Sq Receiver <sq-receiver@example.test>', '--export', sqKey]);
     const sqCert = (await home.sq(['key', 'extract-cert', sqKey])).stdout.toString();
-    const toSq = await runJob(s.api, u.token, '/keys/encrypt', { public_key: sqCert, sign_with: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'se-sq.bin', data: plain }] });
+    const toSq = await runJob(s.api, u.token, '/keys/encrypt', {
+      public_key: sqCert,
+      sign_with: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'se-sq.bin', data: plain }],
+    });
     expect(toSq.state, JSON.stringify(toSq.error)).toBe('completed');
     const sqOut = home.file('se-sq-out.bin');
-    await home.sq(['decrypt', '--recipient-key', sqKey, '--signer-cert', certPath, '-o', sqOut, await home.put('se-sq.pgp', await download(s.api, u.token, toSq.job_id))]);
+    await home.sq([
+      'decrypt',
+      '--recipient-key',
+      sqKey,
+      '--signer-cert',
+      certPath,
+      '-o',
+      sqOut,
+      await home.put('se-sq.pgp', await download(s.api, u.token, toSq.job_id)),
+    ]);
     expect(Buffer.compare(await readFile(sqOut), plain)).toBe(0);
     const otherCert = await home.put('other.cert', sqCert);
-    const unverified = await home.sq(['decrypt', '--recipient-key', sqKey, '--signer-cert', otherCert, '-o', home.file('nope.bin'), home.file('se-sq.pgp')], { allowFailure: true });
+    const unverified = await home.sq(['decrypt', '--recipient-key', sqKey, '--signer-cert', otherCert, '-o', home.file('nope.bin'), home.file('se-sq.pgp')], {
+      allowFailure: true,
+    });
     expect(unverified.code).not.toBe(0);
   }, 60_000);
 
   it('decrypts and verifies gpg -se and sq encrypt --signer-key output; require_signature fails unsigned files', async () => {
     await home.gpg(['--quick-generate-key', 'Sender <sender@example.test>', 'future-default', 'default', 'never'], { passphrase: '' });
     const senderCert = (await home.gpg(['--export', '--armor', 'sender@example.test'])).stdout.toString();
-    const senderFpr = /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', 'sender@example.test'])).stdout.toString())![1].toLowerCase();
+    const senderFpr = /^fpr:+([0-9A-F]{40}):/m
+      .exec((await home.gpg(['--with-colons', '--list-keys', 'sender@example.test'])).stdout.toString())![1]
+      .toLowerCase();
     await home.gpg(['-u', senderFpr, '-r', key.fingerprint, '-se', '-o', home.file('gpg-se.gpg'), plainPath], { passphrase: '' });
     await home.gpg(['-r', key.fingerprint, '-e', '-o', home.file('gpg-e.gpg'), plainPath]);
-    const decrypt = (data: Buffer, extra: Record<string, string>) => runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, verify_public_key: senderCert, ...extra, files: [{ name: 'in.gpg', data }] });
+    const decrypt = (data: Buffer, extra: Record<string, string>) =>
+      runJob(s.api, u.token, '/keys/decrypt', {
+        fingerprint: key.fingerprint,
+        passphrase: PASSPHRASE,
+        verify_public_key: senderCert,
+        ...extra,
+        files: [{ name: 'in.gpg', data }],
+      });
     const signed = await decrypt(await readFile(home.file('gpg-se.gpg')), { require_signature: 'true' });
     expect(signed.state, JSON.stringify(signed.error)).toBe('completed');
     expect(signed.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: senderFpr });
@@ -250,7 +324,13 @@ describe('sign and encrypt, decrypt and verify', () => {
     const wrongSigner = await decrypt(await readFile(home.file('sq-se.pgp')), { require_signature: 'true' });
     expect([wrongSigner.state, wrongSigner.error?.code]).toEqual(['failed', 'signature_invalid']);
     const sqCert = (await home.sq(['key', 'extract-cert', keyPath])).stdout.toString();
-    const sq = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, verify_public_key: sqCert, require_signature: 'true', files: [{ name: 'sq.pgp', data: await readFile(home.file('sq-se.pgp')) }] });
+    const sq = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      verify_public_key: sqCert,
+      require_signature: 'true',
+      files: [{ name: 'sq.pgp', data: await readFile(home.file('sq-se.pgp')) }],
+    });
     expect(sq.state, JSON.stringify(sq.error)).toBe('completed');
     expect(sq.result.signatures[0].valid).toBe(true);
   }, 60_000);
@@ -260,12 +340,21 @@ describe('sign and encrypt, decrypt and verify', () => {
     const bigPath = await home.put('big.bin', big);
     await home.gpg(['--quick-generate-key', 'Big Peer <big-peer@example.test>', 'future-default', 'default', 'never'], { passphrase: '' });
     const peerCert = (await home.gpg(['--export', '--armor', 'big-peer@example.test'])).stdout.toString();
-    const peerFpr = /^fpr:+([0-9A-F]{40}):/m.exec((await home.gpg(['--with-colons', '--list-keys', 'big-peer@example.test'])).stdout.toString())![1].toLowerCase();
+    const peerFpr = /^fpr:+([0-9A-F]{40}):/m
+      .exec((await home.gpg(['--with-colons', '--list-keys', 'big-peer@example.test'])).stdout.toString())![1]
+      .toLowerCase();
 
-    const ours = await runJob(s.api, u.token, '/keys/encrypt', { public_key: peerCert, sign_with: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'big.bin', data: big }] });
+    const ours = await runJob(s.api, u.token, '/keys/encrypt', {
+      public_key: peerCert,
+      sign_with: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'big.bin', data: big }],
+    });
     expect(ours.state, JSON.stringify(ours.error)).toBe('completed');
     const out = home.file('big-out.bin');
-    const read = await home.gpg(['--status-fd', '2', '-o', out, '--decrypt', await home.put('big.gpg', await download(s.api, u.token, ours.job_id))], { passphrase: '' });
+    const read = await home.gpg(['--status-fd', '2', '-o', out, '--decrypt', await home.put('big.gpg', await download(s.api, u.token, ours.job_id))], {
+      passphrase: '',
+    });
     expect(read.stderr).toContain(`VALIDSIG ${key.fingerprint.toUpperCase()}`);
     expect(Buffer.compare(await readFile(out), big)).toBe(0);
 
@@ -279,12 +368,24 @@ describe('sign and encrypt, decrypt and verify', () => {
     const sqKey = home.file('big-sq.pgp');
     await home.sq(['key', 'generate', '--userid', 'Big Sq <big-sq@example.test>', '--export', sqKey]);
     await home.sq(['encrypt', '--recipient-cert', certPath, '--signer-key', sqKey, '-o', home.file('big-sq.pgp.enc'), bigPath]);
-    const fromSq = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, verify_public_key: (await home.sq(['key', 'extract-cert', sqKey])).stdout.toString(), require_signature: 'true', files: [{ name: 'big-sq.pgp', data: await readFile(home.file('big-sq.pgp.enc')) }] });
+    const fromSq = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      verify_public_key: (await home.sq(['key', 'extract-cert', sqKey])).stdout.toString(),
+      require_signature: 'true',
+      files: [{ name: 'big-sq.pgp', data: await readFile(home.file('big-sq.pgp.enc')) }],
+    });
     expect(fromSq.state, JSON.stringify(fromSq.error)).toBe('completed');
     expect(fromSq.result.signatures[0].valid).toBe(true);
 
     await home.gpg(['-u', peerFpr, '-r', key.fingerprint, '-se', '-o', home.file('big-se.gpg'), bigPath], { passphrase: '' });
-    const theirs = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, verify_public_key: peerCert, require_signature: 'true', files: [{ name: 'big-se.gpg', data: await readFile(home.file('big-se.gpg')) }] });
+    const theirs = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      verify_public_key: peerCert,
+      require_signature: 'true',
+      files: [{ name: 'big-se.gpg', data: await readFile(home.file('big-se.gpg')) }],
+    });
     expect(theirs.state, JSON.stringify(theirs.error)).toBe('completed');
     expect(theirs.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: peerFpr });
     expect(Buffer.compare(await download(s.api, u.token, theirs.job_id), big)).toBe(0);

@@ -55,7 +55,9 @@ async function trickledUpload(token: string, fingerprint: string, bytesPerSecond
     });
     socket.on('error', reject);
   });
-  socket.write(`POST /api/v1/keys/encrypt HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${token}\r\ncontent-type: multipart/form-data; boundary=${boundary}\r\ncontent-length: ${head.length + fileBytes + tail.length}\r\n\r\n${head}`);
+  socket.write(
+    `POST /api/v1/keys/encrypt HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${token}\r\ncontent-type: multipart/form-data; boundary=${boundary}\r\ncontent-length: ${head.length + fileBytes + tail.length}\r\n\r\n${head}`,
+  );
   let sent = 0;
   for (let i = 0; i < seconds; i++) {
     socket.write(Buffer.alloc(bytesPerSecond, 1));
@@ -82,7 +84,10 @@ describe('uploads that arrive slowly but above the minimum rate', () => {
 
     const finished: number[] = [];
     for (let i = 0; i < 3; i++) {
-      const res = await s.api('POST', '/keys/encrypt', { token: other.token, form: { fingerprint: otherKey.fingerprint, files: [{ name: `small${i}.txt`, data: Buffer.from('small') }] } });
+      const res = await s.api('POST', '/keys/encrypt', {
+        token: other.token,
+        form: { fingerprint: otherKey.fingerprint, files: [{ name: `small${i}.txt`, data: Buffer.from('small') }] },
+      });
       expect(res.status).toBe(202);
       expect((await waitJob(s.api, other.token, res.body.job_id)).state).toBe('completed');
       finished.push(Date.now());
@@ -102,19 +107,28 @@ describe('uploads that arrive slowly but above the minimum rate', () => {
     const key = await createKey(s.api, u.token);
     const trickles = [trickledUpload(u.token, key.fingerprint, 4096, 3), trickledUpload(u.token, key.fingerprint, 4096, 3)];
     await new Promise((r) => setTimeout(r, 1000));
-    const third = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'c.txt', data: Buffer.from('c') }] } });
+    const third = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, files: [{ name: 'c.txt', data: Buffer.from('c') }] },
+    });
     expect(third.status).toBe(429);
     expect(third.body.code).toBe('too_many_uploads');
     expect(Number(third.headers.get('retry-after'))).toBeGreaterThan(0);
     for (const t of await Promise.all(trickles)) expect((await waitJob(s.api, u.token, t.jobId!)).state).toBe('completed');
     // Once they have arrived, the account uploads again.
-    const after = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'd.txt', data: Buffer.from('d') }] } });
+    const after = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, files: [{ name: 'd.txt', data: Buffer.from('d') }] },
+    });
     expect(after.status).toBe(202);
   });
 });
 
 describe('an upload that the client sends too slowly', () => {
-  for (const [what, trickle] of [['stops', 0], ['trickles', 10]] as const) {
+  for (const [what, trickle] of [
+    ['stops', 0],
+    ['trickles', 10],
+  ] as const) {
     it(`${what}: answered 408 upload_too_slow within the rate window, the connection closed, and its job failed with the code`, async () => {
       const u = await registerUser(s.api);
       const key = await createKey(s.api, u.token);
@@ -134,7 +148,10 @@ describe('an upload that the client sends too slowly', () => {
   it('keeps an upload that arrives at speed', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    const res = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: Buffer.alloc(8 << 20, 1) }] } });
+    const res = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: Buffer.alloc(8 << 20, 1) }] },
+    });
     expect(res.status).toBe(202);
     expect((await waitJob(s.api, u.token, res.body.job_id)).state).toBe('completed');
   });

@@ -12,7 +12,11 @@ afterAll(async () => {
   await s?.stop();
 });
 
-const records = (output: string) => output.split('\n').filter((l) => l.trim()).map((l) => JSON.parse(l) as Record<string, unknown>);
+const records = (output: string) =>
+  output
+    .split('\n')
+    .filter((l) => l.trim())
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
 
 describe('start-up', () => {
   it('logs the API and console URLs once, and warns once of the public development secrets, as JSON records off a terminal', async () => {

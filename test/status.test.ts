@@ -50,8 +50,6 @@ describe('GET /status', () => {
       await worker.exited;
     }
     // A killed process stops beating and drops out when its key expires.
-    await expect
-      .poll(async () => (await s.api('GET', '/status', { token: a.token })).body.workers.length, { timeout: 25_000, interval: 500 })
-      .toBe(before);
+    await expect.poll(async () => (await s.api('GET', '/status', { token: a.token })).body.workers.length, { timeout: 25_000, interval: 500 }).toBe(before);
   }, 60_000);
 });

@@ -37,7 +37,10 @@ describe.skipIf(!root)('a full blob store', () => {
   it('answers an upload that does not fit 507 storage_full, and keeps nothing of it', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    const res = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'big.bin', data: randomBytes(4 << 20) }] } });
+    const res = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, files: [{ name: 'big.bin', data: randomBytes(4 << 20) }] },
+    });
     expect([res.status, res.body.code], JSON.stringify(res.body)).toEqual([507, 'storage_full']);
     expect(res.headers.get('retry-after')).toMatch(/^\d+$/);
     await expect.poll(leftOver, { timeout: 10_000 }).toEqual([]);
@@ -46,7 +49,10 @@ describe.skipIf(!root)('a full blob store', () => {
   it('fails a job whose output does not fit at once with storage_full (no retries), and deletes what it wrote', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    const res = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(1 << 20) }] } });
+    const res = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(1 << 20) }] },
+    });
     expect(res.status).toBe(202);
     // The upload is stored; now the disk fills up before a worker takes the job.
     const filler = join(mountpoint, 'filler');
@@ -64,7 +70,10 @@ describe.skipIf(!root)('a full blob store', () => {
       rmSync(filler, { force: true });
     }
     await expect.poll(leftOver, { timeout: 10_000 }).toEqual([]);
-    const small = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'b.txt', data: Buffer.from('hello') }] } });
+    const small = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, files: [{ name: 'b.txt', data: Buffer.from('hello') }] },
+    });
     expect(small.status).toBe(202);
   });
 });

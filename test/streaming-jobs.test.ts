@@ -23,7 +23,10 @@ const BOUNDARY = 'streaming-test-boundary';
 /** A multipart encrypt request whose body the test writes by hand, so it can hold bytes back. */
 function openUpload(token: string, fields: Record<string, string>, fileName: string, path = '/keys/encrypt', service: TestService = s) {
   const url = new URL(`/api/v1${path}`, service.url);
-  const req: ClientRequest = request(url, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, prefer: 'early-hints' } });
+  const req: ClientRequest = request(url, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, prefer: 'early-hints' },
+  });
   /** The job's status URL from the 103 Early Hints the API sends once the job exists (asked for above). */
   const hinted = new Promise<string>((resolve) => req.on('information', (info) => info.statusCode === 103 && resolve(String(info.headers.link))));
   const response = new Promise<{ status: number; body: any }>((resolve, reject) => {
@@ -72,7 +75,11 @@ describe('a job runs while its upload arrives', () => {
     expect(done.state).toBe('completed');
     expect(done.progress).toMatchObject({ bytes_done: data.length, bytes_total: data.length, files_done: 1, files_total: 1 });
     // The ciphertext decrypts to the bytes sent.
-    const dec = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: await download(s.api, u.token, done.job_id) }] });
+    const dec = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'big.bin.gpg', data: await download(s.api, u.token, done.job_id) }],
+    });
     expect(Buffer.compare(await download(s.api, u.token, dec.job_id), data)).toBe(0);
   });
 
@@ -104,7 +111,11 @@ describe('a job runs while its upload arrives', () => {
     const streamed = Buffer.from(await body);
     const done = await runJobDone(u.token, row.id);
     expect(Buffer.compare(streamed, await download(s.api, u.token, done.job_id))).toBe(0);
-    const dec = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f.gpg', data: streamed }] });
+    const dec = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'f.gpg', data: streamed }],
+    });
     expect(Buffer.compare(await download(s.api, u.token, dec.job_id), data)).toBe(0);
 
     // Decrypted output is released after its integrity check only: never followed.
@@ -151,7 +162,8 @@ describe('a job runs while its upload arrives', () => {
       const jobId = k.split('/')[1];
       async function* untilFailed() {
         for await (const chunk of source) {
-          if ((await s.c.db('jobs').where({ id: jobId }).first())?.state === 'failed') throw Object.assign(new Error('ENOENT: the folder went'), { code: 'ENOENT' });
+          if ((await s.c.db('jobs').where({ id: jobId }).first())?.state === 'failed')
+            throw Object.assign(new Error('ENOENT: the folder went'), { code: 'ENOENT' });
           yield chunk as Buffer;
         }
       }
@@ -223,7 +235,10 @@ describe('a job runs while its upload arrives', () => {
       const queued = await web.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'q.bin', data }] } });
       expect([queued.status, queued.body.state]).toEqual([202, 'queued']);
       const jobId = queued.body.job_id as string;
-      const following = fetch(`${web.url}/jobs/${jobId}/files/0?follow=true`, { headers: { authorization: `Bearer ${u.token}` } }).then(async (r) => ({ status: r.status, body: Buffer.from(await r.arrayBuffer()) }));
+      const following = fetch(`${web.url}/jobs/${jobId}/files/0?follow=true`, { headers: { authorization: `Bearer ${u.token}` } }).then(async (r) => ({
+        status: r.status,
+        body: Buffer.from(await r.arrayBuffer()),
+      }));
       following.catch(() => undefined);
       await new Promise((r) => setTimeout(r, 2500));
       const pool = await startWorkers(web.c, [{ queue: 'crypto', concurrency: 1 }]);
@@ -299,12 +314,19 @@ describe('an API and a separate worker process on one local blob folder', () => 
       await Promise.all(
         Array.from({ length: 16 }, async () => {
           for (let i = 0; i < 4; i++) {
-            const r = await web.api('POST', '/keys/encrypt', { token: u.token, headers: { prefer: 'wait=30' }, form: { fingerprint: key.fingerprint, files: [{ name: 's.bin', data: randomBytes(1024) }] } });
+            const r = await web.api('POST', '/keys/encrypt', {
+              token: u.token,
+              headers: { prefer: 'wait=30' },
+              form: { fingerprint: key.fingerprint, files: [{ name: 's.bin', data: randomBytes(1024) }] },
+            });
             states.push(r.body.state === 'completed' ? 'completed' : `${r.body.state}: ${r.body.error?.code}`);
           }
         }),
       );
-      expect(states.filter((x) => x !== 'completed'), worker.output().slice(-3000)).toEqual([]);
+      expect(
+        states.filter((x) => x !== 'completed'),
+        worker.output().slice(-3000),
+      ).toEqual([]);
     } finally {
       worker.kill('SIGKILL');
       await worker.exited;

@@ -24,7 +24,8 @@ afterAll(async () => {
   await smtp?.close();
 });
 
-const grants = async (granteeId: string) => ((await s.c.db('team_grants').where({ grantee_id: granteeId }).orderBy('lineage_id').pluck('lineage_id')) as string[]);
+const grants = async (granteeId: string) =>
+  (await s.c.db('team_grants').where({ grantee_id: granteeId }).orderBy('lineage_id').pluck('lineage_id')) as string[];
 const state = async (granteeId: string) => (await s.c.db('team_links').where({ grantee_id: granteeId }).first())?.state as string;
 
 describe('a team-sync worker killed mid-sync', () => {
@@ -63,7 +64,11 @@ describe('a team-sync worker killed mid-sync', () => {
       await blocker('team_grants').insert({ grantee_id: member.id, lineage_id: k3.lineage_id, source_id: owner.id });
       worker = startProcess('worker', { ...env, WORKER_QUEUES: 'team-sync=1' });
       await expect
-        .poll(async () => Number((await s.c.db.raw(`SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).rows[0].n), { timeout: 20_000, interval: 50 })
+        .poll(
+          async () =>
+            Number((await s.c.db.raw(`SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).rows[0].n),
+          { timeout: 20_000, interval: 50 },
+        )
         .toBe(1);
       expect(await grants(member.id)).toEqual(before); // nothing of the run is visible
       expect(await state(member.id)).toBe('running');

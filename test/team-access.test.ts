@@ -26,8 +26,13 @@ const { newUser, invite, team, status, settled, link } = teamHelpers(() => ({ s,
 const file = (name = 'note.txt', text = 'team secret') => [{ name, data: Buffer.from(text) }];
 
 const keyList = async (u: User) => (await s.api('GET', '/keys/list?page_size=100', { token: u.token })).body.items as any[];
-const grantsOf = async (u: User) => (await s.c.db('team_grants').where({ grantee_id: u.id }).orderBy('lineage_id').select('lineage_id', 'source_id')) as { lineage_id: string; source_id: string }[];
-const encryptStatus = async (u: User, fingerprint: string) => (await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint, files: file() } })).status;
+const grantsOf = async (u: User) =>
+  (await s.c.db('team_grants').where({ grantee_id: u.id }).orderBy('lineage_id').select('lineage_id', 'source_id')) as {
+    lineage_id: string;
+    source_id: string;
+  }[];
+const encryptStatus = async (u: User, fingerprint: string) =>
+  (await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint, files: file() } })).status;
 
 describe('organizations and invitations', () => {
   it('gives every account its own organization; invites by mail; the invitee joins and is listed', async () => {
@@ -38,7 +43,10 @@ describe('organizations and invitations', () => {
     expect(mine.body).toMatchObject({ organization_id: org.body.organization_id, role: 'member' });
     const members = await s.api('GET', '/organization/members', { token: member.token });
     expect(members.body).toMatchObject({ page: 1, page_size: 20, total: 2 });
-    expect(members.body.items.map((m: any) => [m.user_id, m.role])).toEqual([[owner.id, 'owner'], [member.id, 'member']]);
+    expect(members.body.items.map((m: any) => [m.user_id, m.role])).toEqual([
+      [owner.id, 'owner'],
+      [member.id, 'member'],
+    ]);
     // The invitee's own one-member organization is gone; the token hash only is stored.
     expect(await s.c.db('organizations').where({ owner_id: member.id })).toHaveLength(0);
     const row = await s.c.db('organization_invitations').where({ accepted_by: member.id }).first();
@@ -99,7 +107,13 @@ describe('organizations and invitations', () => {
     const listed = await s.api('GET', '/organization/invitations?state=pending', { token: admin.token });
     expect(listed.status, JSON.stringify(listed.body)).toBe(200);
     expect(listed.body.items.map((i: any) => i.invitation_id).sort()).toEqual([invitation.invitation_id, forAdmin.invitation_id].sort());
-    expect(listed.body.items.find((i: any) => i.invitation_id === invitation.invitation_id)).toMatchObject({ email: invitee.email.toLowerCase(), role: 'member', state: 'pending', invited_by_user_id: admin.id, revoked_at: null });
+    expect(listed.body.items.find((i: any) => i.invitation_id === invitation.invitation_id)).toMatchObject({
+      email: invitee.email.toLowerCase(),
+      role: 'member',
+      state: 'pending',
+      invited_by_user_id: admin.id,
+      revoked_at: null,
+    });
     expect(Date.parse(invitation.expires_at) - Date.parse(invitation.created_at)).toBe(72 * 3600_000);
     expect((await s.api('GET', '/organization/invitations', { token: owner.apiKey })).status).toBe(200);
     const byMember = await s.api('GET', '/organization/invitations', { token: member.token });
@@ -120,14 +134,18 @@ describe('organizations and invitations', () => {
     const revoked = (await s.api('GET', '/organization/invitations?state=revoked', { token: owner.token })).body.items;
     expect(revoked).toEqual([expect.objectContaining({ invitation_id: invitation.invitation_id, state: 'revoked' })]);
     expect(revoked[0].revoked_at).toBeTruthy();
-    expect(await s.c.db('audit_logs').where({ user_id: admin.id, action: 'organization.invitation_revoked', target: invitation.invitation_id })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: admin.id, action: 'organization.invitation_revoked', target: invitation.invitation_id })).toHaveLength(
+      1,
+    );
 
     // An accepted invitation is not revoked.
     const { invitation: used, token: usedToken } = await invite(owner, future.email, 'member');
     expect((await s.api('POST', '/organization/invitations/accept', { token: future.token, body: { token: usedToken } })).status).toBe(200);
     const late = await s.api('DELETE', `/organization/invitations/${used.invitation_id}`, { token: owner.token });
     expect([late.status, late.body.code]).toEqual([409, 'invitation_used']);
-    expect((await s.api('GET', '/organization/invitations?state=accepted', { token: owner.token })).body.items.map((i: any) => i.invitation_id)).toContain(used.invitation_id);
+    expect((await s.api('GET', '/organization/invitations?state=accepted', { token: owner.token })).body.items.map((i: any) => i.invitation_id)).toContain(
+      used.invitation_id,
+    );
   });
 
   it('refuses to take an owner with members out of its organization', async () => {
@@ -177,9 +195,16 @@ describe('team access', () => {
 
     // Decrypt still needs the key's passphrase.
     const ciphertext = await download(s.api, member.token, job.job_id ?? job.id);
-    const wrong = await s.api('POST', '/keys/decrypt', { token: member.token, form: { fingerprint: key.fingerprint, passphrase: 'not the passphrase', files: [{ name: 'n.gpg', data: ciphertext }] } });
+    const wrong = await s.api('POST', '/keys/decrypt', {
+      token: member.token,
+      form: { fingerprint: key.fingerprint, passphrase: 'not the passphrase', files: [{ name: 'n.gpg', data: ciphertext }] },
+    });
     expect(wrong.body.code).toBe('wrong_passphrase');
-    const dec = await runJob(s.api, member.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'n.gpg', data: ciphertext }] });
+    const dec = await runJob(s.api, member.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'n.gpg', data: ciphertext }],
+    });
     expect(dec.state).toBe('completed');
 
     // Managing stays with the owner.
@@ -193,7 +218,7 @@ describe('team access', () => {
     expect(actions).toEqual(expect.arrayContaining(['team_access.linked', 'team_access.synced']));
   });
 
-  it("re-syncs when the source rotates, generates or disables keys; the caller encrypts to the new generation", async () => {
+  it('re-syncs when the source rotates, generates or disables keys; the caller encrypts to the new generation', async () => {
     const [owner, member] = await team(2);
     const key = await createKey(s.api, owner.token);
     await link(member, owner);
@@ -312,10 +337,12 @@ describe('team access', () => {
 
     // A partial run: grants deleted, stale ones added, never committed as a whole (a crash mid-run is a
     // rolled-back transaction); and a committed partial state (some rows lost) the next run repairs.
-    await s.c.db.transaction(async (trx) => {
-      await trx('team_grants').where({ grantee_id: member.id }).delete();
-      throw new Error('crash');
-    }).catch(() => undefined);
+    await s.c.db
+      .transaction(async (trx) => {
+        await trx('team_grants').where({ grantee_id: member.id }).delete();
+        throw new Error('crash');
+      })
+      .catch(() => undefined);
     expect(await grantsOf(member)).toEqual(expected);
     await s.c.db('team_grants').where({ grantee_id: member.id, lineage_id: keys[0].lineage_id }).delete();
     const repaired = await syncGrants(s.c, member.id, {});

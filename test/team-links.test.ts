@@ -23,7 +23,8 @@ afterAll(async () => {
 
 const { team, status, settled, requestLink, approve, link } = teamHelpers(() => ({ s, smtp }));
 const file = () => [{ name: 'note.txt', data: Buffer.from('team secret') }];
-const encryptStatus = async (u: User, fingerprint: string) => (await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint, files: file() } })).status;
+const encryptStatus = async (u: User, fingerprint: string) =>
+  (await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint, files: file() } })).status;
 const eventTypes = async (u: User) => (await s.api('GET', '/events/history', { token: u.token })).body.items.map((e: { type: string }) => e.type) as string[];
 const links = async (u: User, query = '') => (await s.api('GET', `/team-access/links${query}`, { token: u.token })).body;
 
@@ -40,7 +41,10 @@ describe('team access links need the source’s approval', () => {
 
     // The source lists the request (the grantee's side is its status).
     const incoming = await links(owner);
-    expect(incoming).toMatchObject({ total: 1, items: [{ grantee: { user_id: member.id }, source: { user_id: owner.id }, approval: 'pending', approved_at: null }] });
+    expect(incoming).toMatchObject({
+      total: 1,
+      items: [{ grantee: { user_id: member.id }, source: { user_id: owner.id }, approval: 'pending', approved_at: null }],
+    });
     expect(await eventTypes(owner)).toContain('team_access.requested');
     expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'team_access.requested', target: member.id })).toHaveLength(1);
 
@@ -70,13 +74,17 @@ describe('team access links need the source’s approval', () => {
   it('lets only the source, or a manager above it, approve; never the grantee; the approval names the source', async () => {
     const [owner, admin, member, other] = await team(4, ['admin', 'member', 'member']);
     await createKey(s.api, owner.token);
-    const approveAs = (by: User, grantee: User, sourceId: string) => s.api('POST', `/team-access/links/${grantee.id}/approve`, { token: by.token, body: { source_user_id: sourceId } });
+    const approveAs = (by: User, grantee: User, sourceId: string) =>
+      s.api('POST', `/team-access/links/${grantee.id}/approve`, { token: by.token, body: { source_user_id: sourceId } });
 
     // A plain member links to the owner: only the owner approves.
     await requestLink(member, owner);
     expect((await approveAs(member, member, owner.id)).body.code).toBe('team_link_not_found');
     expect((await approveAs(other, member, owner.id)).status).toBe(404);
-    expect([(await approveAs(admin, member, owner.id)).status, (await approveAs(admin, member, owner.id)).body.code]).toEqual([403, 'organization_owner_required']);
+    expect([(await approveAs(admin, member, owner.id)).status, (await approveAs(admin, member, owner.id)).body.code]).toEqual([
+      403,
+      'organization_owner_required',
+    ]);
     expect((await s.api('POST', `/team-access/links/${member.id}/approve`, { token: owner.apiKey, body: { source_user_id: owner.id } })).status).toBe(403);
     expect((await status(member)).approval).toBe('pending');
 
@@ -87,7 +95,10 @@ describe('team access links need the source’s approval', () => {
     expect([byMember.status, byMember.body.code]).toEqual([403, 'organization_admin_required']);
     const org = await links(admin, '?view=organization');
     expect(org.items.map((l: any) => [l.grantee.user_id, l.source.user_id, l.approval]).sort()).toEqual(
-      [[member.id, owner.id, 'pending'], [other.id, member.id, 'pending']].sort(),
+      [
+        [member.id, owner.id, 'pending'],
+        [other.id, member.id, 'pending'],
+      ].sort(),
     );
     // The grantee changed its source since: the approval of the old one is refused.
     await requestLink(other, admin);
@@ -104,7 +115,9 @@ describe('team access links need the source’s approval', () => {
   it('approves once under parallel approvals, and a change of source racing an approval never inherits the approval', async () => {
     const [owner, member, other] = await team(3);
     await requestLink(member, owner);
-    const answers = await Promise.all(Array.from({ length: 5 }, () => s.api('POST', `/team-access/links/${member.id}/approve`, { token: owner.token, body: { source_user_id: owner.id } })));
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, () => s.api('POST', `/team-access/links/${member.id}/approve`, { token: owner.token, body: { source_user_id: owner.id } })),
+    );
     expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200, 200]);
     expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'team_access.approved' })).toHaveLength(1);
 
@@ -132,7 +145,9 @@ describe('team access links need the source’s approval', () => {
     expect(await status(member)).toMatchObject({ linked: false, inherited_keys: 0 });
     expect((await links(owner)).total).toBe(0);
     expect(await eventTypes(member)).toContain('team_access.unlinked');
-    expect(await s.c.db('audit_logs').where({ user_id: member.id, action: 'team_access.unlinked' }).pluck('details')).toEqual([expect.objectContaining({ reason: 'ended_by_source' })]);
+    expect(await s.c.db('audit_logs').where({ user_id: member.id, action: 'team_access.unlinked' }).pluck('details')).toEqual([
+      expect.objectContaining({ reason: 'ended_by_source' }),
+    ]);
     expect((await s.api('DELETE', `/team-access/links/${member.id}`, { token: owner.token })).status).toBe(404);
   });
 });
@@ -145,18 +160,27 @@ describe('wrong passphrases on an inherited key', () => {
     const job = await encrypt(s.api, owner.token, key.fingerprint, file());
     const ciphertext = await download(s.api, owner.token, job.job_id ?? job.id);
     const guess = 'Tr0ub4dor&3 is not it';
-    const decrypt = (u: User, passphrase: string) => s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase, files: [{ name: 'n.gpg', data: ciphertext }] } });
+    const decrypt = (u: User, passphrase: string) =>
+      s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase, files: [{ name: 'n.gpg', data: ciphertext }] } });
 
     for (let i = 0; i < 10; i++) expect((await decrypt(member, guess)).body.code).toBe('wrong_passphrase');
     const refused = await decrypt(member, guess);
     expect([refused.status, refused.body.code]).toEqual([429, 'rate_limited']);
 
-    const mine = await runJob(s.api, owner.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'n.gpg', data: ciphertext }] });
+    const mine = await runJob(s.api, owner.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'n.gpg', data: ciphertext }],
+    });
     expect(mine.state).toBe('completed');
 
     const rows = (await s.api('GET', '/audit-logs?action=key.passphrase_failed&page_size=100', { token: owner.token })).body.items;
     expect(rows).toHaveLength(10);
-    expect(rows[0]).toMatchObject({ status: 'failure', target: key.fingerprint, details: { caller_user_id: member.id, lineage_id: key.lineage_id, action: 'keys.decrypt' } });
+    expect(rows[0]).toMatchObject({
+      status: 'failure',
+      target: key.fingerprint,
+      details: { caller_user_id: member.id, lineage_id: key.lineage_id, action: 'keys.decrypt' },
+    });
     const events = (await s.api('GET', '/events/history?types=key.passphrase_failed', { token: owner.token })).body.items;
     expect(events.length).toBe(10);
     expect(events[0].data).toMatchObject({ lineage_id: key.lineage_id, fingerprint: key.fingerprint, caller_user_id: member.id });
@@ -170,8 +194,13 @@ describe('wrong passphrases on an inherited key', () => {
     const key = await createKey(s.api, owner.token);
     const job = await encrypt(s.api, owner.token, key.fingerprint, file());
     const ciphertext = await download(s.api, owner.token, job.job_id ?? job.id);
-    const res = await s.api('POST', '/keys/decrypt', { token: owner.token, form: { fingerprint: key.fingerprint, passphrase: 'wrong one', files: [{ name: 'n.gpg', data: ciphertext }] } });
+    const res = await s.api('POST', '/keys/decrypt', {
+      token: owner.token,
+      form: { fingerprint: key.fingerprint, passphrase: 'wrong one', files: [{ name: 'n.gpg', data: ciphertext }] },
+    });
     expect(res.body.code).toBe('wrong_passphrase');
-    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'key.passphrase_failed' }).pluck('details')).toEqual([expect.objectContaining({ caller_user_id: owner.id })]);
+    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'key.passphrase_failed' }).pluck('details')).toEqual([
+      expect.objectContaining({ caller_user_id: owner.id }),
+    ]);
   });
 });

@@ -111,7 +111,16 @@ afterEach(({ task }) => {
 
 afterAll(async () => {
   // What the processes warned of is what explains a failure here.
-  if (failed) for (const p of procs) console.info(p.output().split('\n').filter((l) => /"level":(40|50|60)/.test(l)).slice(-30).join('\n'));
+  if (failed)
+    for (const p of procs)
+      console.info(
+        p
+          .output()
+          .split('\n')
+          .filter((l) => /"level":(40|50|60)/.test(l))
+          .slice(-30)
+          .join('\n'),
+      );
   await Promise.all([...procs].map(kill));
   await cluster?.stop();
   await s3?.close();
@@ -127,10 +136,14 @@ const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 /** Which primary (by port) serves the slot of `key`. */
 function ownerOf(layout: ClusterNodeInfo[], key: string): number {
   const slot = calculateSlot(key);
-  const owner = layout.find((n) => n.role === 'master' && n.slots.some((r) => {
-    const [a, b = a] = r.split('-').map(Number) as [number, number?];
-    return slot >= a && slot <= b;
-  }));
+  const owner = layout.find(
+    (n) =>
+      n.role === 'master' &&
+      n.slots.some((r) => {
+        const [a, b = a] = r.split('-').map(Number) as [number, number?];
+        return slot >= a && slot <= b;
+      }),
+  );
   if (!owner) throw new Error(`no primary serves slot ${slot}`);
   return owner.port;
 }
@@ -205,7 +218,8 @@ async function untilAnswered<T>(what: () => Promise<T>, ok: (r: T) => boolean, t
   for (;;) {
     const r = await what().catch((err: unknown) => err as T);
     if (ok(r)) return r;
-    if (Date.now() > deadline) throw new Error(`no good answer within ${timeoutMs} ms: ${r instanceof Error ? r.message : JSON.stringify((r as { body?: unknown }).body ?? r)}`);
+    if (Date.now() > deadline)
+      throw new Error(`no good answer within ${timeoutMs} ms: ${r instanceof Error ? r.message : JSON.stringify((r as { body?: unknown }).body ?? r)}`);
     await new Promise((res) => setTimeout(res, 100));
   }
 }
@@ -231,7 +245,9 @@ async function jobEvents(api: ApiClient, token: string, jobId: string): Promise<
 }
 
 async function makeRotationDue(lineageId: string) {
-  await db('pgp_keys').where({ lineage_id: lineageId, status: 'active' }).update({ created_at: db.raw(`now() - interval '2 days'`) });
+  await db('pgp_keys')
+    .where({ lineage_id: lineageId, status: 'active' })
+    .update({ created_at: db.raw(`now() - interval '2 days'`) });
 }
 
 async function rotations(api: ApiClient, token: string): Promise<{ trigger: string; status: string; from_generation: number; lineage_id: string }[]> {
@@ -251,7 +267,9 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     const layout = await cluster.layout();
     const shardOf = Object.fromEntries(QUEUES.map((q) => [q, ownerOf(layout, `{${PREFIX}:${q}}`)]));
     const groups = Array.from({ length: EVENT_STREAM_GROUPS }, (_, g) => ownerOf(layout, `{${PREFIX}:events:g${g}}`));
-    console.info(`queue → primary port: ${JSON.stringify(shardOf)}; event stream groups per primary: ${JSON.stringify(groups.reduce<Record<number, number>>((m, p) => ({ ...m, [p]: (m[p] ?? 0) + 1 }), {}))}`);
+    console.info(
+      `queue → primary port: ${JSON.stringify(shardOf)}; event stream groups per primary: ${JSON.stringify(groups.reduce<Record<number, number>>((m, p) => ({ ...m, [p]: (m[p] ?? 0) + 1 }), {}))}`,
+    );
     expect(new Set(Object.values(shardOf)).size).toBeGreaterThan(1);
     expect(new Set(groups).size).toBe(3);
     // The schedulers' entries sit in their queues' slots, on those primaries only.
@@ -280,7 +298,10 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     expect(enc.status, JSON.stringify(enc.body)).toBe(202);
     expect((await waitJob(b.api, u.token, enc.body.job_id)).state).toBe('completed');
     const ciphertext = await download(b.api, u.token, enc.body.job_id);
-    const dec = await b.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: ciphertext }] } });
+    const dec = await b.api('POST', '/keys/decrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: ciphertext }] },
+    });
     expect(dec.status, JSON.stringify(dec.body)).toBe(202);
     expect((await waitJob(a.api, u.token, dec.body.job_id)).state).toBe('completed');
     expect(sha(await download(a.api, u.token, dec.body.job_id))).toBe(sha(data));
@@ -295,7 +316,10 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     await expect.poll(async () => (await rotations(b.api, u.token)).filter((r) => r.trigger === 'schedule').length, { timeout: 30_000, interval: 500 }).toBe(1);
     await new Promise((r) => setTimeout(r, 3000)); // several more sweeps by both schedulers
     const history = await rotations(a.api, u.token);
-    expect(history.map((r) => [r.trigger, r.status])).toEqual([['schedule', 'succeeded'], ['manual', 'succeeded']]);
+    expect(history.map((r) => [r.trigger, r.status])).toEqual([
+      ['schedule', 'succeeded'],
+      ['manual', 'succeeded'],
+    ]);
     currentFp = (await currentKey(a.api, u.token, key.lineage_id)).fingerprint;
 
     // Events written through API 1's workers reached the SSE client of API 2, in order, once each.
@@ -307,7 +331,8 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     await expect.poll(() => receiver.received.filter((r) => JSON.parse(r.body).type === 'job.completed').length, { timeout: 20_000 }).toBeGreaterThanOrEqual(2);
 
     // A limit holds across both API processes: failed logins spread over them lock the account.
-    for (let i = 0; i < 4; i++) expect((await apis[i % 2].api('POST', '/auth/login', { body: { identifier: other.username, password: 'wrong password here' } })).status).toBe(401);
+    for (let i = 0; i < 4; i++)
+      expect((await apis[i % 2].api('POST', '/auth/login', { body: { identifier: other.username, password: 'wrong password here' } })).status).toBe(401);
     expect((await a.api('POST', '/auth/login', { body: { identifier: other.username, password: other.password } })).status).toBe(429);
     expect((await b.api('POST', '/auth/login', { body: { identifier: other.username, password: other.password } })).status).toBe(429);
   }, 180_000);
@@ -327,7 +352,10 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     const t0 = Date.now();
     await cluster.kill(victim);
     const data = randomBytes(MiB);
-    const enc = await untilAnswered(() => a.api('POST', '/keys/encrypt', { token: w.token, form: { fingerprint: wKey.fingerprint, files: [{ name: 'f.bin', data }] } }), (r) => r.status === 202);
+    const enc = await untilAnswered(
+      () => a.api('POST', '/keys/encrypt', { token: w.token, form: { fingerprint: wKey.fingerprint, files: [{ name: 'f.bin', data }] } }),
+      (r) => r.status === 202,
+    );
     recovery.redis_primary_until_accepted = Date.now() - t0;
     expect((await waitJob(b.api, w.token, enc.body.job_id)).state).toBe('completed');
     recovery.redis_primary_until_job_done = Date.now() - t0;
@@ -355,17 +383,28 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     await expect(first).rejects.toThrow();
     await a.proc.exited;
     procs.delete(a.proc);
-    const retry = await untilAnswered(() => streamingEncrypt(b.base, u.token, currentFp, data, idem).then(async (r) => ({ status: r.status, body: (await r.json()) as { job_id: string } })), (r) => r.status === 202, 90_000);
+    const retry = await untilAnswered(
+      () => streamingEncrypt(b.base, u.token, currentFp, data, idem).then(async (r) => ({ status: r.status, body: (await r.json()) as { job_id: string } })),
+      (r) => r.status === 202,
+      90_000,
+    );
     recovery.api_process_until_retry_accepted = Date.now() - t0;
     expect((await waitJob(b.api, u.token, retry.body.job_id)).state).toBe('completed');
     recovery.api_process_until_job_done = Date.now() - t0;
     // The same key again answers with that job; the interrupted request's job failed and kept nothing.
     const again = await streamingEncrypt(b.base, u.token, currentFp, data, idem);
     expect(((await again.json()) as { job_id: string }).job_id).toBe(retry.body.job_id);
-    const dec = await b.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: currentFp, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: await download(b.api, u.token, retry.body.job_id) }] } });
+    const dec = await b.api('POST', '/keys/decrypt', {
+      token: u.token,
+      form: { fingerprint: currentFp, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: await download(b.api, u.token, retry.body.job_id) }] },
+    });
     expect((await waitJob(b.api, u.token, dec.body.job_id)).state).toBe('completed');
     expect(sha(await download(b.api, u.token, dec.body.job_id))).toBe(sha(data));
-    const jobs = await db('jobs').where({ user_id: u.id }).where('created_at', '>', new Date(t0 - 60_000)).where({ kind: 'encrypt' }).select('id', 'state', 'idempotency_key');
+    const jobs = await db('jobs')
+      .where({ user_id: u.id })
+      .where('created_at', '>', new Date(t0 - 60_000))
+      .where({ kind: 'encrypt' })
+      .select('id', 'state', 'idempotency_key');
     expect(jobs.filter((j) => j.state === 'completed' && j.id === retry.body.job_id)).toHaveLength(1);
     expect(jobs.filter((j) => j.idempotency_key === idem)).toHaveLength(1);
     expect(jobs.filter((j) => j.state === 'failed')).toHaveLength(1); // the interrupted request's
@@ -378,13 +417,18 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     const data = randomBytes(64 * MiB);
     const enc = await a.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: currentFp, files: [{ name: 'big.bin', data }] } });
     expect(enc.status, JSON.stringify(enc.body)).toBe(202);
-    await expect.poll(async () => (await b.api('GET', `/jobs/${enc.body.job_id}`, { token: u.token })).body.state, { timeout: 30_000, interval: 20 }).toBe('active');
+    await expect
+      .poll(async () => (await b.api('GET', `/jobs/${enc.body.job_id}`, { token: u.token })).body.state, { timeout: 30_000, interval: 20 })
+      .toBe('active');
     const t0 = Date.now();
     await kill(cryptoWorker);
     cryptoWorker = await startWorker('crypto'); // a supervisor starts it again
     expect((await waitJob(b.api, u.token, enc.body.job_id)).state).toBe('completed');
     recovery.crypto_worker_until_job_done = Date.now() - t0;
-    const dec = await a.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: currentFp, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: await download(a.api, u.token, enc.body.job_id) }] } });
+    const dec = await a.api('POST', '/keys/decrypt', {
+      token: u.token,
+      form: { fingerprint: currentFp, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: await download(a.api, u.token, enc.body.job_id) }] },
+    });
     expect((await waitJob(b.api, u.token, dec.body.job_id)).state).toBe('completed');
     expect(sha(await download(b.api, u.token, dec.body.job_id))).toBe(sha(data));
     expect((await jobEvents(a.api, u.token, enc.body.job_id)).map((e) => e.type)).toEqual(['job.completed']);

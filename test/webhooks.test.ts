@@ -56,8 +56,18 @@ describe('webhook endpoints', () => {
     expect((await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: {} })).status).toBe(422);
     expect((await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { event_types: ['no.such'] } })).status).toBe(422);
 
-    for (const [method, path] of [['GET', ''], ['PATCH', ''], ['DELETE', ''], ['POST', '/rotate-secret'], ['POST', '/test'], ['GET', '/deliveries']] as const) {
-      const res = await s.api(method, `/webhooks/${hook.webhook_id}${path}`, { token: eve.token, body: method === 'PATCH' ? { enabled: true } : method === 'POST' ? {} : undefined });
+    for (const [method, path] of [
+      ['GET', ''],
+      ['PATCH', ''],
+      ['DELETE', ''],
+      ['POST', '/rotate-secret'],
+      ['POST', '/test'],
+      ['GET', '/deliveries'],
+    ] as const) {
+      const res = await s.api(method, `/webhooks/${hook.webhook_id}${path}`, {
+        token: eve.token,
+        body: method === 'PATCH' ? { enabled: true } : method === 'POST' ? {} : undefined,
+      });
       expect(res.status, `${method} ${path}`).toBe(404);
     }
     const denied = await s.c.db('audit_logs').where({ user_id: eve.id, action: 'webhook.access_denied' });
@@ -74,7 +84,11 @@ describe('webhook endpoints', () => {
     const u = await registerUser(s.api);
     // Subscribed to one rare kind: endpoints that take every event would each be sent every audit row of
     // the account (their creations', 20 × 20), filling the notify queue that later tests deliver through.
-    const answers = await Promise.all(Array.from({ length: 25 }, (_, i) => s.api('POST', '/webhooks', { token: u.token, body: { url: `http://127.0.0.1:9/${i}`, event_types: ['key.expired'] } })));
+    const answers = await Promise.all(
+      Array.from({ length: 25 }, (_, i) =>
+        s.api('POST', '/webhooks', { token: u.token, body: { url: `http://127.0.0.1:9/${i}`, event_types: ['key.expired'] } }),
+      ),
+    );
     expect(answers.filter((a) => a.status === 201)).toHaveLength(20);
     expect(answers.filter((a) => a.status === 409).every((a) => a.body.code === 'webhook_limit_reached')).toBe(true);
   });
@@ -117,7 +131,13 @@ describe('deliveries', () => {
     // A second container on the same database and Redis: what a worker process sees.
     const other = await createContainer(s.config, { log: s.c.log });
     try {
-      const event = (type: 'key.generated' | 'key.rotated') => ({ id: `${Date.now()}-${Math.floor(Math.random() * 1e6)}`, type, created_at: new Date().toISOString(), account: u.id, data: {} });
+      const event = (type: 'key.generated' | 'key.rotated') => ({
+        id: `${Date.now()}-${Math.floor(Math.random() * 1e6)}`,
+        type,
+        created_at: new Date().toISOString(),
+        account: u.id,
+        data: {},
+      });
       const queries: string[] = [];
       other.db.on('query', (q: { sql: string }) => queries.push(q.sql));
       expect(await fanOut(other, event('key.generated'))).toBe(0);
@@ -167,7 +187,11 @@ describe('deliveries', () => {
     await expect.poll(async () => (await deliveriesOf(u.token, hook.webhook_id))[0]?.state).toBe('succeeded');
     const [d] = await deliveriesOf(u.token, hook.webhook_id);
     expect(d.attempts).toBe(3);
-    expect(d.attempt_log.map((a: { status_code: number; error: string | null }) => [a.status_code, a.error])).toEqual([[500, 'http_500'], [503, 'http_503'], [200, null]]);
+    expect(d.attempt_log.map((a: { status_code: number; error: string | null }) => [a.status_code, a.error])).toEqual([
+      [500, 'http_500'],
+      [503, 'http_503'],
+      [200, null],
+    ]);
   });
 
   it('gives up after the last retry, and a redelivery sends the same webhook-id again', async () => {
@@ -179,14 +203,16 @@ describe('deliveries', () => {
     const [d] = await deliveriesOf(u.token, hook.webhook_id);
     expect(d.attempts).toBe(4); // the first try and three retries
     expect(r.received).toHaveLength(4);
-    expect((await deliveriesOf(u.token, hook.webhook_id, '?state=failed'))).toHaveLength(1);
-    expect((await deliveriesOf(u.token, hook.webhook_id, '?state=succeeded'))).toHaveLength(0);
+    expect(await deliveriesOf(u.token, hook.webhook_id, '?state=failed')).toHaveLength(1);
+    expect(await deliveriesOf(u.token, hook.webhook_id, '?state=succeeded')).toHaveLength(0);
 
     r.answer([204]);
     const again = await s.api('POST', `/webhooks/${hook.webhook_id}/deliveries/${d.delivery_id}/redeliver`, { token: u.token });
     expect(again.status).toBe(202);
     expect(again.body.state).toBe('pending');
-    await expect.poll(async () => (await s.api('GET', `/webhooks/${hook.webhook_id}/deliveries/${d.delivery_id}`, { token: u.token })).body.state).toBe('succeeded');
+    await expect
+      .poll(async () => (await s.api('GET', `/webhooks/${hook.webhook_id}/deliveries/${d.delivery_id}`, { token: u.token })).body.state)
+      .toBe('succeeded');
     expect(r.received.at(-1)!.headers['webhook-id']).toBe(d.delivery_id);
     r.answer(['hang']);
     expect((await s.api('POST', `/webhooks/${hook.webhook_id}/deliveries/${d.delivery_id}/redeliver`, { token: u.token })).status).toBe(202);
@@ -199,14 +225,19 @@ describe('deliveries', () => {
     const r = await receiver([410]);
     const hook = await subscribe(u.token, r.url);
     await createKey(s.api, u.token);
-    await expect.poll(async () => (await s.api('GET', `/webhooks/${hook.webhook_id}`, { token: u.token })).body).toMatchObject({ enabled: false, disabled_reason: 'gone' });
+    await expect
+      .poll(async () => (await s.api('GET', `/webhooks/${hook.webhook_id}`, { token: u.token })).body)
+      .toMatchObject({ enabled: false, disabled_reason: 'gone' });
     expect(r.received).toHaveLength(1);
     await createKey(s.api, u.token, { label: 'second' });
     await new Promise((done) => setTimeout(done, 500));
     expect(r.received).toHaveLength(1);
     expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'webhook.disabled' })).toHaveLength(1);
     // Enabling it again clears the reason.
-    expect((await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { enabled: true } })).body).toMatchObject({ enabled: true, disabled_reason: null });
+    expect((await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { enabled: true } })).body).toMatchObject({
+      enabled: true,
+      disabled_reason: null,
+    });
   });
 
   it('records a timeout, and never follows a redirect', async () => {
@@ -268,7 +299,21 @@ describe('destinations', () => {
     const strict = await startTestService({ roles: ['web'], env: { WEBHOOK_ALLOW_PRIVATE_ADDRESSES: 'false' } });
     try {
       const u = await registerUser(strict.api);
-      for (const url of ['http://127.0.0.1:8080/x', 'http://localhost:8080/x', 'http://[::1]/x', 'http://[::ffff:127.0.0.1]/x', 'http://[::127.0.0.1]/x', 'http://[::ffff:0:10.0.0.1]/', 'http://[2002:7f00:1::1]/', 'http://[64:ff9b:1::a00:1]/', 'http://10.1.2.3/', 'http://169.254.169.254/latest/meta-data', 'https://192.168.0.1/', 'http://[fe80::1]/', 'http://0.0.0.0/']) {
+      for (const url of [
+        'http://127.0.0.1:8080/x',
+        'http://localhost:8080/x',
+        'http://[::1]/x',
+        'http://[::ffff:127.0.0.1]/x',
+        'http://[::127.0.0.1]/x',
+        'http://[::ffff:0:10.0.0.1]/',
+        'http://[2002:7f00:1::1]/',
+        'http://[64:ff9b:1::a00:1]/',
+        'http://10.1.2.3/',
+        'http://169.254.169.254/latest/meta-data',
+        'https://192.168.0.1/',
+        'http://[fe80::1]/',
+        'http://0.0.0.0/',
+      ]) {
         const res = await strict.api('POST', '/webhooks', { token: u.token, body: { url } });
         expect([res.status, res.body.code], url).toEqual([422, 'address_not_allowed']);
       }
@@ -295,7 +340,24 @@ describe('destinations', () => {
     for (const a of ['8.8.8.8', '1.1.1.1', '2606:4700:4700::1111', '::ffff:8.8.8.8', '2002:808:808::1', '64:ff9b::808:808', '2001:4860:4860::8888']) {
       expect(isPublicAddress(a), a).toBe(true);
     }
-    for (const a of ['127.0.0.1', '10.0.0.1', '172.16.5.4', '192.168.1.1', '169.254.169.254', '100.64.0.1', '0.0.0.0', '224.0.0.1', '::1', '::', 'fe80::1', 'fd00::1', '::ffff:10.0.0.1', '::ffff:7f00:1', '64:ff9b::7f00:1', 'not-an-ip']) {
+    for (const a of [
+      '127.0.0.1',
+      '10.0.0.1',
+      '172.16.5.4',
+      '192.168.1.1',
+      '169.254.169.254',
+      '100.64.0.1',
+      '0.0.0.0',
+      '224.0.0.1',
+      '::1',
+      '::',
+      'fe80::1',
+      'fd00::1',
+      '::ffff:10.0.0.1',
+      '::ffff:7f00:1',
+      '64:ff9b::7f00:1',
+      'not-an-ip',
+    ]) {
       expect(isPublicAddress(a), a).toBe(false);
     }
   });
@@ -304,7 +366,17 @@ describe('destinations', () => {
     const forms = (v4: string) => {
       const [a, b, c, d] = v4.split('.').map(Number) as [number, number, number, number];
       const hex = `${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
-      return [`::${v4}`, `::${hex}`, `::ffff:${v4}`, `::ffff:0:${v4}`, `::ffff:0:${hex}`, `64:ff9b::${v4}`, `2002:${hex}::1`, `2002:${hex}:ffff::`, `0:0:0:0:0:ffff:${v4}`];
+      return [
+        `::${v4}`,
+        `::${hex}`,
+        `::ffff:${v4}`,
+        `::ffff:0:${v4}`,
+        `::ffff:0:${hex}`,
+        `64:ff9b::${v4}`,
+        `2002:${hex}::1`,
+        `2002:${hex}:ffff::`,
+        `0:0:0:0:0:ffff:${v4}`,
+      ];
     };
     for (const v4 of ['127.0.0.1', '10.1.2.3', '169.254.169.254', '192.168.0.1', '0.0.0.0']) {
       for (const a of forms(v4)) expect(isPublicAddress(a), a).toBe(false);

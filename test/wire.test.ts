@@ -30,7 +30,12 @@ function encryptRaw(token: string, fingerprint: string, headers: Record<string, 
     const informational: { status: number; link: string | undefined }[] = [];
     const req = request(new URL('/api/v1/keys/encrypt', s.url), {
       method: 'POST',
-      headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, 'content-length': String(body.length), ...headers },
+      headers: {
+        authorization: `Bearer ${token}`,
+        'content-type': `multipart/form-data; boundary=${BOUNDARY}`,
+        'content-length': String(body.length),
+        ...headers,
+      },
     });
     req.on('information', (info) => informational.push({ status: info.statusCode, link: info.headers.link as string | undefined }));
     req.on('response', (res) => {
@@ -76,7 +81,10 @@ describe('login by SPEC’s words: username or email plus password', () => {
     expect(wrong.status).toBe(401);
     for (const body of [{}, { username: u.username, email: u.email }]) {
       const res = await s.api('POST', '/auth/login', { body: { ...body, password: u.password } });
-      expect([res.status, res.body.errors], JSON.stringify(body)).toEqual([422, [{ path: 'body.identifier', message: 'give exactly one of identifier, username and email' }]]);
+      expect([res.status, res.body.errors], JSON.stringify(body)).toEqual([
+        422,
+        [{ path: 'body.identifier', message: 'give exactly one of identifier, username and email' }],
+      ]);
     }
   });
 });
@@ -86,7 +94,11 @@ describe('fields a route does not name', () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
     const share = await s.api('POST', '/keys/share/create', { token: u.token, body: { fingerprint: key.fingerprint, email: 'friend@example.test' } });
-    expect([share.status, share.body.code, share.body.errors]).toEqual([422, 'validation_failed', [{ path: 'body.email', message: 'is not a field of this request' }]]);
+    expect([share.status, share.body.code, share.body.errors]).toEqual([
+      422,
+      'validation_failed',
+      [{ path: 'body.email', message: 'is not a field of this request' }],
+    ]);
     expect((await s.api('GET', '/keys/share/', { token: u.token })).body.total).toBe(0);
 
     const listed = await s.api('GET', '/keys/list?environment=production&colour=blue&page=1', { token: u.token });

@@ -37,7 +37,10 @@ describe('a worker killed mid-job', () => {
       await waitForOutput(first, 'workers started');
       const u = await registerUser(s.api);
       // RSA-4096 generation keeps the job active for long enough to kill the worker in the middle.
-      const gen = await s.api('POST', '/keys/generate-key', { token: u.token, form: { label: 'k', name: 'K', email: 'k@example.test', passphrase: PASSPHRASE, algorithm: 'rsa4096' } });
+      const gen = await s.api('POST', '/keys/generate-key', {
+        token: u.token,
+        form: { label: 'k', name: 'K', email: 'k@example.test', passphrase: PASSPHRASE, algorithm: 'rsa4096' },
+      });
       expect(gen.status).toBe(202);
       await expect.poll(async () => (await s.c.db('jobs').where({ id: gen.body.job_id }).first()).state, { timeout: 10_000, interval: 10 }).toBe('active');
       first.kill('SIGKILL');
@@ -53,10 +56,13 @@ describe('a worker killed mid-job', () => {
       // The row commits before BullMQ hears the job ended: killing the worker in between would leave the
       // job active in Redis, for the next test's workers to find stalled.
       await expect
-        .poll(async () => {
-          const queued = await s.c.jobs.queue('crypto').getJob(gen.body.job_id);
-          return !queued || (await queued.getState()) !== 'active';
-        }, { timeout: 10_000, interval: 50 })
+        .poll(
+          async () => {
+            const queued = await s.c.jobs.queue('crypto').getJob(gen.body.job_id);
+            return !queued || (await queued.getState()) !== 'active';
+          },
+          { timeout: 10_000, interval: 50 },
+        )
         .toBe(true);
     } finally {
       first.kill('SIGKILL');
@@ -90,7 +96,13 @@ describe('a worker busy on a CPU-bound 1 GiB job', () => {
       const row = await s.c.db('jobs').where({ id: res.body.job_id }).first();
       expect(row.attempts).toBe(1);
       expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.encrypt' })).toHaveLength(1);
-      for (const w of workers) expect(w.output().split('\n').filter((line) => line.includes(res.body.job_id))).not.toContainEqual(expect.stringMatching(/stalled/i));
+      for (const w of workers)
+        expect(
+          w
+            .output()
+            .split('\n')
+            .filter((line) => line.includes(res.body.job_id)),
+        ).not.toContainEqual(expect.stringMatching(/stalled/i));
     } finally {
       for (const w of workers) w.kill('SIGKILL');
     }
@@ -110,7 +122,10 @@ describe('graceful shutdown', () => {
     const pool = await startWorkers({ ...s.c, config }, [{ queue: 'crypto', concurrency: 1 }]);
     let closed = false;
     try {
-      const res = await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(100) }] } });
+      const res = await s.api('POST', '/keys/encrypt', {
+        token: u.token,
+        form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(100) }] },
+      });
       await expect.poll(async () => (await s.c.db('jobs').where({ id: res.body.job_id }).first()).state, { timeout: 10_000, interval: 20 }).toBe('active');
       const started = Date.now();
       await pool.close();

@@ -41,9 +41,14 @@ describe('a separate worker process on an S3 blob store', () => {
       expect(encrypted.state, JSON.stringify(encrypted.error)).toBe('completed');
       const ciphertext = await download(s.api, u.token, enc.body.job_id);
 
-      const dec = await s.api('POST', '/keys/decrypt', { token: u.token, form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: ciphertext }] } });
+      const dec = await s.api('POST', '/keys/decrypt', {
+        token: u.token,
+        form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'big.bin.gpg', data: ciphertext }] },
+      });
       // Stop the worker while the job runs: it must finish the job before it exits.
-      await expect.poll(async () => (await s.api('GET', `/jobs/${dec.body.job_id}`, { token: u.token })).body.state, { timeout: 15_000, interval: 20 }).toBe('active');
+      await expect
+        .poll(async () => (await s.api('GET', `/jobs/${dec.body.job_id}`, { token: u.token })).body.state, { timeout: 15_000, interval: 20 })
+        .toBe('active');
       worker.kill('SIGTERM');
       expect(await worker.exited).toBe(0);
       const decrypted = await s.api('GET', `/jobs/${dec.body.job_id}`, { token: u.token });

@@ -22,8 +22,14 @@ export async function startHealthServer(c: Container, port: number): Promise<{ p
     if (path === '/healthz') return send(200, JSON.stringify({ status: 'ok' }));
     if (path === '/readyz') {
       void Promise.all([
-        within(c.db.raw('select 1'), CHECK_MS).then(() => 'up' as const, () => 'down' as const),
-        within(c.redis.ping(), CHECK_MS).then(() => 'up' as const, () => 'down' as const),
+        within(c.db.raw('select 1'), CHECK_MS).then(
+          () => 'up' as const,
+          () => 'down' as const,
+        ),
+        within(c.redis.ping(), CHECK_MS).then(
+          () => 'up' as const,
+          () => 'down' as const,
+        ),
       ]).then(([postgres, redis]) => {
         const ready = postgres === 'up' && redis === 'up';
         send(ready ? 200 : 503, JSON.stringify({ status: ready ? 'ready' : 'not_ready', checks: { postgres, redis } }));
@@ -50,9 +56,10 @@ export async function startHealthServer(c: Container, port: number): Promise<{ p
   c.log.info({ port: actual }, 'worker health server listening');
   return {
     port: actual,
-    close: () => new Promise<void>((resolve) => {
-      server.close(() => resolve());
-      server.closeAllConnections();
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
   };
 }

@@ -54,5 +54,5 @@ const processors: { [N in JobName]: Processor<(typeof contracts)[N]> } = {
 };
 
 export function processorOf(name: string): Processor | undefined {
-  return Object.hasOwn(processors, name) ? (processors[name as JobName]) : undefined;
+  return Object.hasOwn(processors, name) ? processors[name as JobName] : undefined;
 }

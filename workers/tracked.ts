@@ -60,7 +60,12 @@ export interface TrackedProcessorSpec<C extends JobContract<string, z.ZodObject>
    * what a failure of this attempt is recorded as, from the error that ended it (the run's own, or a
    * limit's abort reason): a decryption says nothing that depends on unverified plaintext.
    */
-  run(row: JobRow, payload: z.infer<C['schema']> & { job_id: string }, progress: Progress, ctx: JobContext & { signal: AbortSignal; failAs(map: (err: unknown) => unknown): void }): Promise<Completion>;
+  run(
+    row: JobRow,
+    payload: z.infer<C['schema']> & { job_id: string },
+    progress: Progress,
+    ctx: JobContext & { signal: AbortSignal; failAs(map: (err: unknown) => unknown): void },
+  ): Promise<Completion>;
   /** Effects of a final failure (audit row), in the transaction that marks the job failed. */
   onFailure?(trx: Knex.Transaction, row: JobRow, failure: Failure, ctx: Pick<JobContext, 'c' | 'origin'>): Promise<void>;
 }
@@ -96,23 +101,32 @@ export function defineTrackedProcessor<C extends JobContract<string, z.ZodObject
       const progress = throttledProgress(c.db, jobId, row.progress, () => watchdog.touch());
       let failAs = (err: unknown) => err;
       try {
-        const done = await watchdog.race(spec.run(row, payload as z.infer<C['schema']> & { job_id: string }, progress, { ...ctx, signal: watchdog.signal, failAs: (map) => void (failAs = map) }));
+        const done = await watchdog.race(
+          spec.run(row, payload as z.infer<C['schema']> & { job_id: string }, progress, {
+            ...ctx,
+            signal: watchdog.signal,
+            failAs: (map) => void (failAs = map),
+          }),
+        );
         await (done.progress ? progress.stop() : progress.flush());
         const finished = c.clock.now();
         const complete = async (db: Knex, result: Record<string, unknown>) => {
           const writes = done.writes?.(db) ?? [];
-          if (done.processedBytes && row.api_key_id && (row.kind === 'encrypt' || row.kind === 'decrypt')) writes.push(addJobBytes(db, row.api_key_id, row.kind, done.processedBytes));
+          if (done.processedBytes && row.api_key_id && (row.kind === 'encrypt' || row.kind === 'decrypt'))
+            writes.push(addJobBytes(db, row.api_key_id, row.kind, done.processedBytes));
           const expires_at = new Date(finished.getTime() + (done.retentionHours ?? c.config.jobRetentionHours) * 3600_000);
           await updateJob(db, jobId, { state: 'completed', result, progress: done.progress ?? row.progress, finished_at: finished, expires_at }, writes);
           return result;
         };
         const { commit } = done;
-        const result = commit ? await c.db.transaction(async (trx) => complete(trx, (await commit(trx)) ?? done.result ?? {})) : await complete(c.db, done.result ?? {});
+        const result = commit
+          ? await c.db.transaction(async (trx) => complete(trx, (await commit(trx)) ?? done.result ?? {}))
+          : await complete(c.db, done.result ?? {});
         await forgetSecrets(ctx);
         if (done.processedBytes) c.metrics.bytes.inc({ operation: row.kind }, done.processedBytes);
         // Announced before the clean-up: whoever waits for the job should not wait for that too.
         await emitEvents(c, row.user_id, [...(done.events?.() ?? []), { type: 'job.completed', data: { job_id: jobId, kind: row.kind, state: 'completed' } }]);
-        await done.after?.().catch((e: unknown) => log.warn({ err: e }, 'work after the job\'s completion failed'));
+        await done.after?.().catch((e: unknown) => log.warn({ err: e }, "work after the job's completion failed"));
         return result;
       } catch (caught) {
         // A full store fails the job at once (another attempt would find it as full); it says nothing of the input.
@@ -161,7 +175,7 @@ export const FORGOTTEN = '[removed]';
  */
 async function forgetSecrets({ job, log }: JobContext): Promise<void> {
   const payload = Object.fromEntries(Object.entries(job.data.payload as Record<string, unknown>).map(([k, v]) => [k, k === 'job_id' ? v : FORGOTTEN]));
-  await job.updateData({ ...job.data, payload }).catch((err: unknown) => log.warn({ err }, 'could not blank the ended job\'s sealed payload'));
+  await job.updateData({ ...job.data, payload }).catch((err: unknown) => log.warn({ err }, "could not blank the ended job's sealed payload"));
 }
 
 /** What a client may see of an error: our codes and messages, never internals. */
@@ -185,7 +199,12 @@ function throttledProgress(db: Knex, jobId: string, initial: JobProgress, onRepo
     const snapshot = latest;
     written = Date.now();
     // Merged: the API adds the totals when the upload ends, while the worker reports what it has done.
-    chain = chain.then(() => mergeProgress(db, jobId, snapshot)).then(() => undefined, () => undefined);
+    chain = chain
+      .then(() => mergeProgress(db, jobId, snapshot))
+      .then(
+        () => undefined,
+        () => undefined,
+      );
     return chain;
   };
   return {

@@ -25,10 +25,22 @@ export class Watchdog {
 
   constructor(limits: { timeoutMs: number; idleMs?: number }) {
     const { timeoutMs, idleMs } = limits;
-    this.timers.push(setTimeout(() => this.abort(new AppError(422, 'job_timeout', `The job ran past its limit of ${Math.round(timeoutMs / 1000)} s and was stopped.`)), timeoutMs));
+    this.timers.push(
+      setTimeout(
+        () => this.abort(new AppError(422, 'job_timeout', `The job ran past its limit of ${Math.round(timeoutMs / 1000)} s and was stopped.`)),
+        timeoutMs,
+      ),
+    );
     if (idleMs) {
       const check = () => {
-        if (this.excused === 0 && Date.now() - this.last >= idleMs) this.abort(new AppError(422, 'job_stalled', `The job made no progress for ${Math.round(idleMs / 1000)} s (an input that cannot be processed) and was stopped.`));
+        if (this.excused === 0 && Date.now() - this.last >= idleMs)
+          this.abort(
+            new AppError(
+              422,
+              'job_stalled',
+              `The job made no progress for ${Math.round(idleMs / 1000)} s (an input that cannot be processed) and was stopped.`,
+            ),
+          );
       };
       this.timers.push(setInterval(check, Math.max(50, Math.min(1000, idleMs / 4))));
     }

@@ -89,7 +89,10 @@ async function processJob(c: Container, queue: QueueName, job: Job<JobEnvelope>,
       );
       if (putBack) {
         record('retried');
-        c.log.warn({ queue, job: job.name, job_id: job.id, err: (err as Error).message }, 'a dependency is out of reach: job put back without spending an attempt');
+        c.log.warn(
+          { queue, job: job.name, job_id: job.id, err: (err as Error).message },
+          'a dependency is out of reach: job put back without spending an attempt',
+        );
         throw new DelayedError();
       }
     }

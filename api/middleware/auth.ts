@@ -13,7 +13,13 @@ import type { Access, AppContext, AuthUser } from '../context';
 import { requestMeta } from './request-context';
 import { presentedCredential } from './browser-session';
 
-const toAuthUser = (u: Pick<UserRow, 'id' | 'username' | 'email' | 'role'>, via: AuthUser['via']): AuthUser => ({ id: u.id, username: u.username, email: u.email, role: u.role, via });
+const toAuthUser = (u: Pick<UserRow, 'id' | 'username' | 'email' | 'role'>, via: AuthUser['via']): AuthUser => ({
+  id: u.id,
+  username: u.username,
+  email: u.email,
+  role: u.role,
+  via,
+});
 
 /** What audit rows name: the route template, never the raw path (a public share link's path is its token). */
 const routeOf = (ctx: AppContext) => (ctx as unknown as { _matchedRoute?: string })._matchedRoute ?? ctx.path;
@@ -37,8 +43,22 @@ async function authenticateApiKey(ctx: AppContext, access: Access, credential: s
   if (!check.ok) {
     if (check.credential) {
       // A revoked, expired or rotated-out key is refused within the key's budget too: each refusal is audited.
-      await consume(c.limiters.apiKey, check.credential.key_id, `This API key made more than ${c.config.apiKeys.rateLimitPerMinute} requests in a minute; slow down.`);
-      await recordAudit(c.db, { user_id: check.credential.user_id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: check.code, api_key_id: check.credential.key_id } }, requestMeta(ctx));
+      await consume(
+        c.limiters.apiKey,
+        check.credential.key_id,
+        `This API key made more than ${c.config.apiKeys.rateLimitPerMinute} requests in a minute; slow down.`,
+      );
+      await recordAudit(
+        c.db,
+        {
+          user_id: check.credential.user_id,
+          action: 'auth.denied',
+          status: 'failure',
+          target: routeOf(ctx),
+          details: { reason: check.code, api_key_id: check.credential.key_id },
+        },
+        requestMeta(ctx),
+      );
     }
     throw challenge(check.code, API_KEY_REFUSALS[check.code]);
   }
@@ -46,10 +66,17 @@ async function authenticateApiKey(ctx: AppContext, access: Access, credential: s
   await consume(c.limiters.apiKey, key.key_id, `This API key made more than ${c.config.apiKeys.rateLimitPerMinute} requests in a minute; slow down.`);
   recordApiKeyUse(c, key.key_id, now);
   if (access === 'session' || access === 'admin') {
-    await recordAudit(c.db, { user_id: key.user_id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'session_required', api_key_id: key.key_id } }, requestMeta(ctx));
+    await recordAudit(
+      c.db,
+      { user_id: key.user_id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'session_required', api_key_id: key.key_id } },
+      requestMeta(ctx),
+    );
     throw forbidden('session_required', 'This endpoint needs a session token from /auth/login; managed API keys are not accepted here.');
   }
-  return { ...toAuthUser({ id: key.user_id, username: key.username, email: key.email, role: key.role }, 'api_key'), apiKey: { id: key.key_id, scopes: key.scopes } };
+  return {
+    ...toAuthUser({ id: key.user_id, username: key.username, email: key.email, role: key.role }, 'api_key'),
+    apiKey: { id: key.key_id, scopes: key.scopes },
+  };
 }
 
 function challenge(code: string, message: string): AppError {
@@ -81,7 +108,11 @@ export async function authenticate(ctx: AppContext, access: Access): Promise<Aut
     const user = await findUserById(db, key.user_id);
     if (!user) throw challenge('invalid_api_key', 'The API key is unknown or was rotated or revoked.');
     if (access === 'session') {
-      await recordAudit(db, { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'session_required' } }, requestMeta(ctx));
+      await recordAudit(
+        db,
+        { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'session_required' } },
+        requestMeta(ctx),
+      );
       throw forbidden('session_required', 'This endpoint needs a session token from /auth/login; API keys are not accepted here.');
     }
     ctx.container.usage.record('partner_key', key.id, now);
@@ -93,7 +124,11 @@ export async function authenticate(ctx: AppContext, access: Access): Promise<Aut
   const user = await findUserById(db, claims.sub);
   if (!user || user.token_version !== claims.tv) {
     if (user) {
-      await recordAudit(db, { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'token_revoked' } }, requestMeta(ctx));
+      await recordAudit(
+        db,
+        { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'token_revoked' } },
+        requestMeta(ctx),
+      );
     }
     throw challenge('token_revoked', 'The session token is no longer valid (password changed, reset or account deleted); log in again.');
   }
@@ -112,9 +147,17 @@ export async function requireRecentSignIn(ctx: AppContext): Promise<void> {
   const { db, clock, config } = ctx.container;
   const maxAge = config.recentSignInSeconds;
   if (user?.signedInAt && clock.now().getTime() - user.signedInAt.getTime() <= maxAge * 1000) return;
-  if (user) await recordAudit(db, { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'reauthentication_required' } }, requestMeta(ctx));
+  if (user)
+    await recordAudit(
+      db,
+      { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'reauthentication_required' } },
+      requestMeta(ctx),
+    );
   const minutes = Math.round(maxAge / 60);
-  const err = forbidden('reauthentication_required', `This action needs a session signed in within the last ${minutes} minutes; sign in again (password or passkey) and retry with the new session.`);
+  const err = forbidden(
+    'reauthentication_required',
+    `This action needs a session signed in within the last ${minutes} minutes; sign in again (password or passkey) and retry with the new session.`,
+  );
   // RFC 9470's step-up challenge: the sign-in is too old for this request.
   err.extra.headers = { 'WWW-Authenticate': `Bearer realm="kms", error="insufficient_user_authentication", max_age=${maxAge}` };
   err.extra.fields = { max_age_seconds: maxAge };
@@ -131,8 +174,21 @@ export async function requireScope(ctx: AppContext, scope: Scope | undefined): P
   if (user?.via !== 'api_key') return;
   if (scope && user.apiKey?.scopes.includes(scope)) return;
   const { db } = ctx.container;
-  await recordAudit(db, { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'insufficient_scope', scope: scope ?? null, api_key_id: user.apiKey?.id ?? null } }, requestMeta(ctx));
-  const err = forbidden('insufficient_scope', scope ? `This API key lacks the scope "${scope}" that this endpoint needs.` : 'This endpoint does not accept managed API keys.');
+  await recordAudit(
+    db,
+    {
+      user_id: user.id,
+      action: 'auth.denied',
+      status: 'failure',
+      target: routeOf(ctx),
+      details: { reason: 'insufficient_scope', scope: scope ?? null, api_key_id: user.apiKey?.id ?? null },
+    },
+    requestMeta(ctx),
+  );
+  const err = forbidden(
+    'insufficient_scope',
+    scope ? `This API key lacks the scope "${scope}" that this endpoint needs.` : 'This endpoint does not accept managed API keys.',
+  );
   // RFC 6750 §3.1: the scope the request needs, in the challenge.
   err.extra.headers = { 'WWW-Authenticate': `Bearer realm="kms", error="insufficient_scope"${scope ? `, scope="${scope}"` : ''}` };
   throw err;

@@ -27,12 +27,13 @@ export function presentedCredential(ctx: AppContext): PresentedCredential | unde
   const header = ctx.get('authorization');
   if (header) {
     const match = /^Bearer\s+(\S+)$/i.exec(header);
-    return match ? { token: match[1]!, via: 'bearer' } : undefined;
+    return match ? { token: match[1], via: 'bearer' } : undefined;
   }
   const token = ctx.cookies.get(SESSION_COOKIE);
   if (!token) return undefined;
   const reading = ctx.method === 'GET' || ctx.method === 'HEAD';
-  if (!reading && ctx.get(CONSOLE_HEADER) !== '1') throw forbidden('console_header_missing', `A request signed in by the console's cookie must carry the header "${CONSOLE_HEADER}: 1".`);
+  if (!reading && ctx.get(CONSOLE_HEADER) !== '1')
+    throw forbidden('console_header_missing', `A request signed in by the console's cookie must carry the header "${CONSOLE_HEADER}: 1".`);
   const origin = ctx.get('origin');
   // The request's own origin from protocol and host (Koa's ctx.origin echoes the Origin header when sent).
   if (origin && origin !== `${ctx.protocol}://${ctx.host}` && origin !== new URL(ctx.container.config.publicUrl).origin) {

@@ -5,24 +5,45 @@ import { statusUrl } from '../../lib/services/jobs';
 import { within } from '../../lib/within';
 
 const TITLES: Record<number, string> = {
-  400: 'Bad Request', 401: 'Unauthorized', 402: 'Payment Required', 403: 'Forbidden', 404: 'Not Found', 405: 'Method Not Allowed',
-  408: 'Request Timeout', 409: 'Conflict', 410: 'Gone', 413: 'Content Too Large', 415: 'Unsupported Media Type', 422: 'Unprocessable Content',
-  429: 'Too Many Requests', 431: 'Request Header Fields Too Large', 500: 'Internal Server Error', 501: 'Not Implemented', 503: 'Service Unavailable',
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  402: 'Payment Required',
+  403: 'Forbidden',
+  404: 'Not Found',
+  405: 'Method Not Allowed',
+  408: 'Request Timeout',
+  409: 'Conflict',
+  410: 'Gone',
+  413: 'Content Too Large',
+  415: 'Unsupported Media Type',
+  422: 'Unprocessable Content',
+  429: 'Too Many Requests',
+  431: 'Request Header Fields Too Large',
+  500: 'Internal Server Error',
+  501: 'Not Implemented',
+  503: 'Service Unavailable',
   507: 'Insufficient Storage',
 };
 
 /** Errors thrown by libraries we use (body parsers, http-errors) carry a status but no code of ours. */
 function fromForeign(err: { status?: number; statusCode?: number; type?: string; message?: string; expose?: boolean }): AppError | null {
   const status = err.status ?? err.statusCode;
-  if (err.type === 'entity.too.large' || status === 413) return new AppError(413, 'payload_too_large', 'The request body is larger than this endpoint accepts.');
+  if (err.type === 'entity.too.large' || status === 413)
+    return new AppError(413, 'payload_too_large', 'The request body is larger than this endpoint accepts.');
   if (err.type === 'entity.parse.failed' || err instanceof SyntaxError) return new AppError(422, 'malformed_body', 'The request body is not valid JSON.');
-  if (err.type === 'encoding.unsupported' || status === 415) return new AppError(415, 'unsupported_media_type', 'This content type or encoding is not accepted.');
-  if (status && status >= 400 && status < 500) return new AppError(status, 'bad_request', err.expose && err.message ? err.message : (TITLES[status] ?? 'Bad request'));
+  if (err.type === 'encoding.unsupported' || status === 415)
+    return new AppError(415, 'unsupported_media_type', 'This content type or encoding is not accepted.');
+  if (status && status >= 400 && status < 500)
+    return new AppError(status, 'bad_request', err.expose && err.message ? err.message : (TITLES[status] ?? 'Bad request'));
   return null;
 }
 
 /** Whether Postgres answers a trivial query within a second. */
-const databaseAnswers = (ctx: AppContext): Promise<boolean> => within(ctx.container.db.raw('SELECT 1'), 1000).then(() => true, () => false);
+const databaseAnswers = (ctx: AppContext): Promise<boolean> =>
+  within(ctx.container.db.raw('SELECT 1'), 1000).then(
+    () => true,
+    () => false,
+  );
 
 /**
  * A dependency out of reach is 503 with Retry-After, never a 500: the same request may well succeed a

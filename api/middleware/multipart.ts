@@ -80,7 +80,8 @@ const FILE_HWM = 1 << 20;
  * A text field holding U+0000 is refused as it arrives, as route.ts refuses NUL in every request part:
  * before `beforeFiles` could act on it (a passphrase check would count a wrong guess) and before any upload.
  */
-const nulField = (name: string) => invalid('validation_failed', 'The request body is invalid.', [{ path: `body.${name}`, message: 'must not contain the NUL character (U+0000)' }]);
+const nulField = (name: string) =>
+  invalid('validation_failed', 'The request body is invalid.', [{ path: `body.${name}`, message: 'must not contain the NUL character (U+0000)' }]);
 
 export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<MultipartBody> {
   if (!ctx.is('multipart/form-data')) {
@@ -103,7 +104,13 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
         headers: ctx.req.headers,
         fileHwm: FILE_HWM,
         // busboy signals `limit` on reaching fileSize, so one byte more lets a file of exactly the limit through.
-        limits: { fileSize: Math.max(opts.maxFileBytes, smallMax) + 1, files: opts.maxFiles + (opts.textFileFields?.length ?? 0) + (opts.binaryFields?.length ?? 0) * Math.max(opts.maxFiles, 1), fields: 50, fieldSize: FIELD_BYTES, parts: 200 },
+        limits: {
+          fileSize: Math.max(opts.maxFileBytes, smallMax) + 1,
+          files: opts.maxFiles + (opts.textFileFields?.length ?? 0) + (opts.binaryFields?.length ?? 0) * Math.max(opts.maxFiles, 1),
+          fields: 50,
+          fieldSize: FIELD_BYTES,
+          parts: 200,
+        },
       });
     } catch {
       return reject(invalid('malformed_multipart', 'The multipart body is malformed (boundary missing?).'));
@@ -113,7 +120,13 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
     const rate = ctx.container.config.uploadRate;
     const unwatch = watchRate(ctx.req, rate, () => {
       ctx.set('Connection', 'close');
-      fail(new AppError(408, 'upload_too_slow', `The upload arrived slower than ${rate.minBytesPerSecond} bytes a second over ${rate.windowSeconds} s; send it again on a faster connection.`));
+      fail(
+        new AppError(
+          408,
+          'upload_too_slow',
+          `The upload arrived slower than ${rate.minBytesPerSecond} bytes a second over ${rate.windowSeconds} s; send it again on a faster connection.`,
+        ),
+      );
     });
     const fail = (err: unknown) => {
       if (failed) return;
@@ -126,7 +139,10 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
       void Promise.allSettled(pending).then(() => reject(err));
     };
 
-    const late = (name: string) => opts.fieldsFirst && files.length > 0 && fail(invalid('field_after_files', `Form field "${name}" came after the files: send every other field before the first file.`));
+    const late = (name: string) =>
+      opts.fieldsFirst &&
+      files.length > 0 &&
+      fail(invalid('field_after_files', `Form field "${name}" came after the files: send every other field before the first file.`));
 
     bb.on('field', (name, value, info) => {
       if (late(name)) return;
@@ -154,7 +170,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
           new Promise<void>((resolve) => {
             stream.on('close', resolve);
             stream.on('end', () => {
-              if (binary) return void (parts[field]![slot] = Buffer.concat(chunks));
+              if (binary) return void (parts[field][slot] = Buffer.concat(chunks));
               const value = Buffer.concat(chunks).toString('utf8');
               if (value.includes('\u0000')) return fail(nulField(field));
               fields[field] ??= value;
@@ -185,13 +201,16 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
       checked ??= before ? Promise.all(texts).then(() => before({ ...fields }, parts)) : Promise.resolve();
       const store = opts.store;
       pending.push(
-        checked.then(() => store(file, stream)).then(
-          ({ size }) => {
-            file.size = size;
-          },
-          // A broken upload is the client's 400; anything else (storage, integrity) stays what it is.
-          (err: unknown) => fail(err instanceof AppError || !clientFailed ? err : new AppError(400, 'upload_interrupted', 'The upload ended before the file was complete.')),
-        ),
+        checked
+          .then(() => store(file, stream))
+          .then(
+            ({ size }) => {
+              file.size = size;
+            },
+            // A broken upload is the client's 400; anything else (storage, integrity) stays what it is.
+            (err: unknown) =>
+              fail(err instanceof AppError || !clientFailed ? err : new AppError(400, 'upload_interrupted', 'The upload ended before the file was complete.')),
+          ),
       );
     });
 
@@ -214,6 +233,9 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
 /** The name a file is stored and later offered under: the client's base name, without path or control characters. */
 export function safeName(filename: string | undefined, n: number): string {
   const base = (filename ?? '').split(/[\\/]/).pop() ?? '';
-  const clean = base.replace(/[\u0000-\u001f\u007f"]/g, '').trim().slice(0, 255);
+  const clean = base
+    .replace(/[\u0000-\u001f\u007f"]/g, '')
+    .trim()
+    .slice(0, 255);
   return clean && clean !== '.' && clean !== '..' ? clean : `file-${n + 1}`;
 }

@@ -66,7 +66,8 @@ export default [
   route({
     method: 'get',
     path: '/api-keys/shared/{share_token}',
-    summary: "Public: the shared API key's current value. Each view counts; used up, revoked, expired or the key revoked/expired: 410; rate limited per address",
+    summary:
+      "Public: the shared API key's current value. Each view counts; used up, revoked, expired or the key revoked/expired: 410; rate limited per address",
     tags,
     access: 'public',
     params: z.object({ share_token: z.string().min(1).max(256) }),

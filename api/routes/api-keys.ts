@@ -42,7 +42,9 @@ const ApiKey = z
   })
   .meta({ id: 'ManagedApiKey' });
 
-const WithValue = ApiKey.extend({ value: z.string().nullable().describe('The current value (`kms_sk_…`); null once revoked') }).meta({ id: 'ManagedApiKeyWithValue' });
+const WithValue = ApiKey.extend({ value: z.string().nullable().describe('The current value (`kms_sk_…`); null once revoked') }).meta({
+  id: 'ManagedApiKeyWithValue',
+});
 
 const view = (c: Container, row: ApiKeyRow) => ({
   key_id: row.id,
@@ -76,10 +78,18 @@ export default [
         expires_at: Timestamp.optional().describe('When the key stops working (in the future); or use expires_in_days'),
         expires_in_days: z.number().int().min(1).max(MAX_LIFETIME_DAYS).optional(),
       })
-      .refine((b) => b.expires_at === undefined || b.expires_in_days === undefined, { message: 'give expires_at or expires_in_days, not both', path: ['expires_at'] }),
+      .refine((b) => b.expires_at === undefined || b.expires_in_days === undefined, {
+        message: 'give expires_at or expires_in_days, not both',
+        path: ['expires_at'],
+      }),
     responses: { 201: { description: 'The key and its value', schema: WithValue } },
     async handler({ c, user, body, meta }) {
-      const { row, value } = await generateApiKey(c, user.id, { name: body.name, scopes: body.scopes, expires_at: body.expires_at ? new Date(body.expires_at) : undefined, expires_in_days: body.expires_in_days }, meta);
+      const { row, value } = await generateApiKey(
+        c,
+        user.id,
+        { name: body.name, scopes: body.scopes, expires_at: body.expires_at ? new Date(body.expires_at) : undefined, expires_in_days: body.expires_in_days },
+        meta,
+      );
       return { status: 201, body: { ...view(c, row), value } };
     },
   }),

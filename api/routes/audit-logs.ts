@@ -74,7 +74,14 @@ export default [
     responses: { 200: { description: 'A page of audit entries', schema: pageOf(AuditEntry) } },
     async handler({ c, user, query }) {
       const { items, total } = await auditPage(c, { userId: user.id, action: query.action, status: query.status, page: query.page, pageSize: query.page_size });
-      return { body: { items: items.map((r) => ({ ...r, audit_id: r.id, created_at: r.created_at.toISOString() })), page: query.page, page_size: query.page_size, total } };
+      return {
+        body: {
+          items: items.map((r) => ({ ...r, audit_id: r.id, created_at: r.created_at.toISOString() })),
+          page: query.page,
+          page_size: query.page_size,
+          total,
+        },
+      };
     },
   }),
 
@@ -99,7 +106,9 @@ export default [
     access: 'auth',
     scope: 'audit:read',
     query: z.object({
-      from_sequence: wholeNumber(1, Number.MAX_SAFE_INTEGER).default(1).describe('The first row to send (a resumed export goes on after the last row it received)'),
+      from_sequence: wholeNumber(1, Number.MAX_SAFE_INTEGER)
+        .default(1)
+        .describe('The first row to send (a resumed export goes on after the last row it received)'),
     }),
     responses: {
       200: {

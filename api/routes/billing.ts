@@ -15,14 +15,21 @@ import { AppError, badRequest, tooLarge } from '../../lib/errors';
 const tags = ['Billing'];
 
 const Limits = z
-  .object(Object.fromEntries(LIMIT_NAMES.map((n) => [n, z.number().int().nullable().describe(`${LIMIT_DESCRIPTIONS[n]}; null: no plan limit`)])) as Record<(typeof LIMIT_NAMES)[number], z.ZodNullable<z.ZodNumber>>)
+  .object(
+    Object.fromEntries(LIMIT_NAMES.map((n) => [n, z.number().int().nullable().describe(`${LIMIT_DESCRIPTIONS[n]}; null: no plan limit`)])) as Record<
+      (typeof LIMIT_NAMES)[number],
+      z.ZodNullable<z.ZodNumber>
+    >,
+  )
   .meta({ id: 'PlanLimits' });
 
 const Status = z
   .object({
     mode: z.enum(['disabled', 'test', 'live']).describe('disabled: no payment provider configured, every account on the default plan'),
     plan: z.enum(PLAN_IDS).describe('The plan whose limits apply now'),
-    subscribed_plan: z.enum(PLAN_IDS).describe('The plan the subscription buys (differs from `plan` once a past-due grace period has ended, or when the subscription is canceled)'),
+    subscribed_plan: z
+      .enum(PLAN_IDS)
+      .describe('The plan the subscription buys (differs from `plan` once a past-due grace period has ended, or when the subscription is canceled)'),
     limits_enforced: z.boolean(),
     limits: Limits,
     usage: z.object({
@@ -132,11 +139,15 @@ export default [
   route({
     method: 'post',
     path: '/billing/webhooks/stripe',
-    summary: "The payment provider's webhook receiver: verified by its Stripe-Signature over the raw body, stored once by event id, processed by the billing queue",
+    summary:
+      "The payment provider's webhook receiver: verified by its Stripe-Signature over the raw body, stored once by event id, processed by the billing queue",
     tags,
     access: 'public',
     responses: {
-      200: { description: 'Stored (or already stored: `duplicate`)', schema: z.object({ received: z.literal(true), event_id: z.string(), duplicate: z.boolean() }) },
+      200: {
+        description: 'Stored (or already stored: `duplicate`)',
+        schema: z.object({ received: z.literal(true), event_id: z.string(), duplicate: z.boolean() }),
+      },
     },
     async handler({ c, ctx }) {
       const signature = ctx.get('stripe-signature') || undefined;

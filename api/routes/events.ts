@@ -21,7 +21,12 @@ export const Event = z
 const Types = z
   .string()
   .max(1000)
-  .transform((s) => s.split(',').map((t) => t.trim()).filter(Boolean))
+  .transform((s) =>
+    s
+      .split(',')
+      .map((t) => t.trim())
+      .filter(Boolean),
+  )
   .pipe(z.array(z.enum(EVENT_TYPES)))
   .describe('Comma-separated event types to receive (default: all)');
 
@@ -52,11 +57,13 @@ async function pump(c: Container, userId: string, out: PassThrough, resume: stri
   out.write(`retry: ${RETRY_MS}\n\n`);
   let cursor = resume ?? (await lastEventId(c.redis, prefix, userId));
   if (resume && (await trimmedSince(c.redis, prefix, userId, resume))) {
-    out.write(`event: gap\ndata: ${JSON.stringify({ last_event_id: resume, reason: 'events after this id were trimmed; use GET /events/history or resync' })}\n\n`);
+    out.write(
+      `event: gap\ndata: ${JSON.stringify({ last_event_id: resume, reason: 'events after this id were trimmed; use GET /events/history or resync' })}\n\n`,
+    );
   }
   for (let batch = await readEvents(c.redis, prefix, userId, cursor); batch.length; batch = await readEvents(c.redis, prefix, userId, cursor)) {
     send(batch);
-    cursor = batch[batch.length - 1]!.id;
+    cursor = batch[batch.length - 1].id;
   }
   if (stopped.value) return;
   const unlisten = await c.eventHub.listen(userId, cursor, send);
@@ -82,10 +89,20 @@ export default [
       types: Types.optional(),
       last_event_id: z.string().regex(EVENT_ID).optional().describe('Resume point for clients that cannot send the Last-Event-ID header'),
     }),
-    responses: { 200: { description: 'text/event-stream: `id`, `event` (the type) and `data` (the Event envelope) per event; `event: gap` when a resume point is older than what is kept', schema: z.string(), contentType: 'text/event-stream' } },
+    responses: {
+      200: {
+        description:
+          'text/event-stream: `id`, `event` (the type) and `data` (the Event envelope) per event; `event: gap` when a resume point is older than what is kept',
+        schema: z.string(),
+        contentType: 'text/event-stream',
+      },
+    },
     async handler({ c, ctx, user, query, log }) {
       const header = ctx.get('last-event-id') || undefined;
-      if (header && !EVENT_ID.test(header)) throw invalid('validation_failed', 'Last-Event-ID must be an event id such as 1700000000000-0.', [{ path: 'headers.last-event-id', message: 'not an event id' }]);
+      if (header && !EVENT_ID.test(header))
+        throw invalid('validation_failed', 'Last-Event-ID must be an event id such as 1700000000000-0.', [
+          { path: 'headers.last-event-id', message: 'not an event id' },
+        ]);
       const resume = header ?? query.last_event_id;
       ctx.req.socket.setTimeout(0);
       ctx.req.socket.setNoDelay(true);

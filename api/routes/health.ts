@@ -39,7 +39,16 @@ const Status = z
     postgres: Dependency,
     redis: Dependency,
     queues: z.array(QueueStatus),
-    workers: z.array(z.object({ worker_id: z.string(), host: z.string(), pid: z.number().int(), queues: z.array(z.object({ queue: z.string(), concurrency: z.number().int() })), started_at: Timestamp, seen_at: Timestamp })),
+    workers: z.array(
+      z.object({
+        worker_id: z.string(),
+        host: z.string(),
+        pid: z.number().int(),
+        queues: z.array(z.object({ queue: z.string(), concurrency: z.number().int() })),
+        started_at: Timestamp,
+        seen_at: Timestamp,
+      }),
+    ),
     master_key: z.object({
       root_id: z.string().describe('The root key that wraps the keyring (no secret): `master-key:<kid>` or `pkcs11:token=…;object=…`'),
       current_kid: z.string().describe('The data key new seals and row MACs use in this process'),
@@ -66,10 +75,20 @@ async function queueStatus(c: Container, workers: Awaited<ReturnType<typeof live
       const taking = workers.flatMap((w) => w.queues.filter((q) => q.queue === name));
       return {
         queue: name,
-        counts: { waiting: counts.waiting ?? 0, active: counts.active ?? 0, delayed: counts.delayed ?? 0, failed: counts.failed ?? 0, completed: counts.completed ?? 0 },
+        counts: {
+          waiting: counts.waiting ?? 0,
+          active: counts.active ?? 0,
+          delayed: counts.delayed ?? 0,
+          failed: counts.failed ?? 0,
+          completed: counts.completed ?? 0,
+        },
         workers: taking.length,
         concurrency: taking.reduce((n, q) => n + q.concurrency, 0),
-        schedulers: schedulers.map((s) => ({ scheduler_id: s.key, every_ms: s.every ? Number(s.every) : null, next_run_at: s.next ? new Date(s.next).toISOString() : null })),
+        schedulers: schedulers.map((s) => ({
+          scheduler_id: s.key,
+          every_ms: s.every ? Number(s.every) : null,
+          next_run_at: s.next ? new Date(s.next).toISOString() : null,
+        })),
       };
     }),
   );
@@ -84,13 +103,25 @@ export default [
     tags: ['Monitoring'],
     access: 'public',
     responses: {
-      200: { description: 'Ready', schema: z.object({ status: z.enum(['ok', 'degraded']), checks: z.object({ postgres: Check, redis: Check }), uptime_seconds: z.number() }) },
-      503: { description: 'A dependency is down', schema: z.object({ status: z.enum(['ok', 'degraded']), checks: z.object({ postgres: Check, redis: Check }), uptime_seconds: z.number() }) },
+      200: {
+        description: 'Ready',
+        schema: z.object({ status: z.enum(['ok', 'degraded']), checks: z.object({ postgres: Check, redis: Check }), uptime_seconds: z.number() }),
+      },
+      503: {
+        description: 'A dependency is down',
+        schema: z.object({ status: z.enum(['ok', 'degraded']), checks: z.object({ postgres: Check, redis: Check }), uptime_seconds: z.number() }),
+      },
     },
     async handler({ c }) {
       const [postgres, redis] = await Promise.all([
-        within(pingPostgres(c), CHECK_MS).then(() => 'up' as const, () => 'down' as const),
-        within(c.redis.ping(), CHECK_MS).then(() => 'up' as const, () => 'down' as const),
+        within(pingPostgres(c), CHECK_MS).then(
+          () => 'up' as const,
+          () => 'down' as const,
+        ),
+        within(c.redis.ping(), CHECK_MS).then(
+          () => 'up' as const,
+          () => 'down' as const,
+        ),
       ]);
       const ok = postgres === 'up' && redis === 'up';
       return {
@@ -124,7 +155,16 @@ export default [
           master_key: {
             root_id: c.keyring.roots.currentId,
             current_kid: c.keyring.current().kid,
-            reseal: reseal ? { target_kid: reseal.target_kid, resealed: reseal.resealed, skipped: reseal.skipped, started_at: reseal.started_at.toISOString(), updated_at: reseal.updated_at.toISOString(), finished_at: reseal.finished_at?.toISOString() ?? null } : null,
+            reseal: reseal
+              ? {
+                  target_kid: reseal.target_kid,
+                  resealed: reseal.resealed,
+                  skipped: reseal.skipped,
+                  started_at: reseal.started_at.toISOString(),
+                  updated_at: reseal.updated_at.toISOString(),
+                  finished_at: reseal.finished_at?.toISOString() ?? null,
+                }
+              : null,
           },
         },
       };

@@ -108,11 +108,14 @@ async function followOutput(c: Container, ctx: AppContext, row: JobRow, n: numbe
   if (!next.file) throw notFound('file_not_found', `The job has no output file ${n}.`);
   const input = next.file;
   // Output n begins once the job has done the earlier ones: up to the job's own time limit.
-  const stream = await c.blob.follow(jobBlob.output(row.id, n), { signal: abort.signal, idleMs: c.config.jobLimits.idleMs, startMs: c.config.jobLimits.timeoutMs });
+  const stream = await c.blob.follow(jobBlob.output(row.id, n), {
+    signal: abort.signal,
+    idleMs: c.config.jobLimits.idleMs,
+    startMs: c.config.jobLimits.timeoutMs,
+  });
   stream.once('error', () => ctx.res.destroy());
   const out = encryptedOutput(input.name, EncryptRequest.parse(row.request).armor);
   sendFile(ctx, out.name, out.contentType, stream);
   // The job runs: the status and headers go at once, the bytes as the output's segments are published.
   ctx.flushHeaders();
 }
-

@@ -84,7 +84,8 @@ export default [
   route({
     method: 'post',
     path: '/keys/rewrap',
-    summary: "Address encrypted files (field `files`) to the key's current generation: `rewrap` swaps the session-key packet only, `reencrypt` encrypts again under a new session key",
+    summary:
+      "Address encrypted files (field `files`) to the key's current generation: `rewrap` swaps the session-key packet only, `reencrypt` encrypts again under a new session key",
     tags,
     access: 'auth',
     scope: 'crypto:decrypt',
@@ -104,7 +105,8 @@ export default [
         const request: RewrapRequest = { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, mode: body.mode };
         return {
           request,
-          enqueue: (jobId) => c.jobs.enqueue('rewrap-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, meta }),
+          enqueue: (jobId) =>
+            c.jobs.enqueue('rewrap-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, meta }),
         };
       });
     },
@@ -148,11 +150,10 @@ export default [
     access: 'auth',
     scope: 'keys:write',
     params: KeyParams,
-    body: z
-      .object({
-        generation: GenerationNumber.optional().describe('A retired generation; omit for the whole key'),
-        waiting_days: z.number().int().min(DESTRUCTION_WAIT_DAYS.min).max(DESTRUCTION_WAIT_DAYS.max).default(DESTRUCTION_WAIT_DAYS.default),
-      }),
+    body: z.object({
+      generation: GenerationNumber.optional().describe('A retired generation; omit for the whole key'),
+      waiting_days: z.number().int().min(DESTRUCTION_WAIT_DAYS.min).max(DESTRUCTION_WAIT_DAYS.max).default(DESTRUCTION_WAIT_DAYS.default),
+    }),
     responses: { 202: { description: 'Scheduled; cancel it before `destroy_after`', schema: Destruction } },
     async handler({ c, user, params, body, meta }) {
       return { status: 202, body: await scheduleDestruction(c, user.id, params.fingerprint, body, meta) };
@@ -173,5 +174,4 @@ export default [
       return { body: await cancelDestruction(c, user.id, params.fingerprint, query, meta) };
     },
   }),
-
 ] as RouteDef[];

@@ -49,9 +49,20 @@ const Metrics = z
     last_used_at: Timestamp.nullable(),
     rotations: z.array(z.object({ status: z.string(), count: z.number().int() })),
     generations: z.array(
-      z.object({ generation: z.number().int(), fingerprint: z.string(), status: z.string(), created_at: Timestamp, rotated_at: Timestamp.nullable(), jobs: z.number().int(), bytes: z.number().int(), last_used_at: Timestamp.nullable() }),
+      z.object({
+        generation: z.number().int(),
+        fingerprint: z.string(),
+        status: z.string(),
+        created_at: Timestamp,
+        rotated_at: Timestamp.nullable(),
+        jobs: z.number().int(),
+        bytes: z.number().int(),
+        last_used_at: Timestamp.nullable(),
+      }),
     ),
-    job_latency: z.array(z.object({ kind: z.string(), count: z.number().int(), p50_ms: z.number().nullable(), p95_ms: z.number().nullable() })).describe('Submit to finish, per job kind'),
+    job_latency: z
+      .array(z.object({ kind: z.string(), count: z.number().int(), p50_ms: z.number().nullable(), p95_ms: z.number().nullable() }))
+      .describe('Submit to finish, per job kind'),
   })
   .meta({ id: 'KeyMetrics' });
 

@@ -30,7 +30,7 @@ const KeyShare = z
     revoked_at: Timestamp.nullable(),
     recipient_email: z.string().nullable().describe('Who was sent the notice (stored sealed)'),
     created_at: Timestamp,
-    created_by: z.object({ user_id: z.uuid(), username: z.string() }).describe("Who made the share: you, or a teammate sharing your key through team access"),
+    created_by: z.object({ user_id: z.uuid(), username: z.string() }).describe('Who made the share: you, or a teammate sharing your key through team access'),
   })
   .meta({ id: 'KeyShare' });
 
@@ -44,7 +44,13 @@ const CreateBody = z
   .object({
     fingerprint: Fingerprint.describe("Any generation's fingerprint of the key to share"),
     expires_at: Timestamp.optional().describe('When the link stops working (in the future)'),
-    expires_in_hours: z.number().int().min(1).max(24 * 365).optional().describe('Or: hours from now'),
+    expires_in_hours: z
+      .number()
+      .int()
+      .min(1)
+      .max(24 * 365)
+      .optional()
+      .describe('Or: hours from now'),
     max_views: z.number().int().min(1).max(1_000_000).optional().describe('Views the link allows; none: unlimited'),
     recipient_email: Email.optional().describe('Sends this address a notice with the link and the fingerprint'),
   })
@@ -67,10 +73,25 @@ const SharedKey = z
 
 const Analytics = z
   .object({
-    totals: z.object({ active: z.number().int(), expired: z.number().int(), revoked: z.number().int(), exhausted: z.number().int(), shares: z.number().int(), views: z.number().int() }),
-    views_by_day: z.array(z.object({ day: z.string().describe('UTC day, YYYY-MM-DD'), views: z.number().int() })).describe('The last 30 days, oldest first, zeros included'),
-    top_keys: z.array(z.object({ lineage_id: z.uuid(), fingerprint: z.string().nullable(), label: z.string().nullable(), views: z.number().int(), shares: z.number().int() })).describe('Most viewed keys (up to 10)'),
-    recent_views: z.array(z.object({ viewed_at: Timestamp, share_id: z.uuid(), lineage_id: z.uuid(), ua_class: z.enum(UA_CLASSES) })).describe('The latest views (up to 20); never addresses or raw user agents'),
+    totals: z.object({
+      active: z.number().int(),
+      expired: z.number().int(),
+      revoked: z.number().int(),
+      exhausted: z.number().int(),
+      shares: z.number().int(),
+      views: z.number().int(),
+    }),
+    views_by_day: z
+      .array(z.object({ day: z.string().describe('UTC day, YYYY-MM-DD'), views: z.number().int() }))
+      .describe('The last 30 days, oldest first, zeros included'),
+    top_keys: z
+      .array(
+        z.object({ lineage_id: z.uuid(), fingerprint: z.string().nullable(), label: z.string().nullable(), views: z.number().int(), shares: z.number().int() }),
+      )
+      .describe('Most viewed keys (up to 10)'),
+    recent_views: z
+      .array(z.object({ viewed_at: Timestamp, share_id: z.uuid(), lineage_id: z.uuid(), ua_class: z.enum(UA_CLASSES) }))
+      .describe('The latest views (up to 20); never addresses or raw user agents'),
   })
   .meta({ id: 'KeyShareAnalytics' });
 
@@ -87,8 +108,17 @@ export default [
     body: CreateBody,
     responses: { 201: { description: 'The share, with its token and link (shown once)', schema: CreatedShare } },
     async handler({ c, user, body, meta }) {
-      const expiresAt = body.expires_at ? new Date(body.expires_at) : body.expires_in_hours ? new Date(c.clock.now().getTime() + body.expires_in_hours * HOUR_MS) : null;
-      const created = await createKeyShare(c, user, { fingerprint: body.fingerprint, expiresAt, maxViews: body.max_views ?? null, recipientEmail: body.recipient_email ?? null }, meta);
+      const expiresAt = body.expires_at
+        ? new Date(body.expires_at)
+        : body.expires_in_hours
+          ? new Date(c.clock.now().getTime() + body.expires_in_hours * HOUR_MS)
+          : null;
+      const created = await createKeyShare(
+        c,
+        user,
+        { fingerprint: body.fingerprint, expiresAt, maxViews: body.max_views ?? null, recipientEmail: body.recipient_email ?? null },
+        meta,
+      );
       return { status: 201, body: { ...created.share, share_token: created.token, url: created.url, notice_queued: created.notice_queued } };
     },
   }),
@@ -100,10 +130,18 @@ export default [
     tags,
     access: 'auth',
     scope: 'shares:read',
-    query: PageQuery.extend({ fingerprint: Fingerprint.optional().describe("Shares of this key (any generation's fingerprint)"), state: z.enum(SHARE_STATES).optional() }),
+    query: PageQuery.extend({
+      fingerprint: Fingerprint.optional().describe("Shares of this key (any generation's fingerprint)"),
+      state: z.enum(SHARE_STATES).optional(),
+    }),
     responses: { 200: { description: 'A page of shares, newest first', schema: pageOf(KeyShare) } },
     async handler({ c, user, query, meta }) {
-      const { items, total } = await listKeyShares(c, user.id, { fingerprint: query.fingerprint, state: query.state, page: query.page, pageSize: query.page_size }, meta);
+      const { items, total } = await listKeyShares(
+        c,
+        user.id,
+        { fingerprint: query.fingerprint, state: query.state, page: query.page, pageSize: query.page_size },
+        meta,
+      );
       return { body: { items, page: query.page, page_size: query.page_size, total } };
     },
   }),
@@ -124,7 +162,8 @@ export default [
   route({
     method: 'get',
     path: '/keys/share/{share_token}',
-    summary: 'Public: the shared key’s current public key (JSON, or the armored key with `Accept: application/pgp-keys`). Each view counts; rate limited per address',
+    summary:
+      'Public: the shared key’s current public key (JSON, or the armored key with `Accept: application/pgp-keys`). Each view counts; rate limited per address',
     tags,
     access: 'public',
     params: z.object({ share_token: z.string().min(1).max(256) }),

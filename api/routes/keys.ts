@@ -7,7 +7,20 @@ import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
 import { newToken } from '../../lib/tokens';
 import { readRecipientKey } from '../../lib/pgp/keys';
-import { auditKeyRefusal, checkKeyLimit, disableKey, encryptionTarget, jobDeadline, keyGeneratedData, keyPage, newGeneration, newLineage, requireKey, signingTarget, storeKey } from '../../lib/services/keys';
+import {
+  auditKeyRefusal,
+  checkKeyLimit,
+  disableKey,
+  encryptionTarget,
+  jobDeadline,
+  keyGeneratedData,
+  keyPage,
+  newGeneration,
+  newLineage,
+  requireKey,
+  signingTarget,
+  storeKey,
+} from '../../lib/services/keys';
 import { keepSuppliedKey, resolveSigner } from '../../lib/services/signers';
 import { emitEvent } from '../../lib/events';
 import { inheritedOwners, resyncLinkedTo } from '../../lib/services/team-access';
@@ -47,7 +60,14 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
   await checkKeyLimit(c, userId); // early 402, before the KDF
   const spec = await newLineage(
     c,
-    { label: form.label, environment: form.environment ?? form.env ?? 'production', uid_name: form.name, uid_email: form.email, algorithm: form.algorithm, key_ttl_days: form.expires_in_days ?? null },
+    {
+      label: form.label,
+      environment: form.environment ?? form.env ?? 'production',
+      uid_name: form.name,
+      uid_email: form.email,
+      algorithm: form.algorithm,
+      key_ttl_days: form.expires_in_days ?? null,
+    },
     form.passphrase,
   );
   if (form.algorithm === 'curve25519') {
@@ -62,17 +82,21 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
   const { unlock_locked, unlock_public, ...stored } = spec;
   return submitAndReply(c, ctx, { id: newJobId(), userId, kind: 'generate-key', requestId: meta.requestId, body: form }, async () => ({
     request: { lineage: stored },
-    enqueue: (jobId) => c.jobs.enqueue('generate-key', { job_id: jobId, sealed_lock: sealGenerateLock(c.sealer, jobId, { unlock_public, unlock_locked }) }, { jobId, meta }),
+    enqueue: (jobId) =>
+      c.jobs.enqueue('generate-key', { job_id: jobId, sealed_lock: sealGenerateLock(c.sealer, jobId, { unlock_public, unlock_locked }) }, { jobId, meta }),
   }));
 }
 
 const EncryptForm = z
   .object({
     fingerprint: Fingerprint.optional(),
-    public_key: z.string().max(1 << 20).optional(),
+    public_key: z
+      .string()
+      .max(1 << 20)
+      .optional(),
     armor: FormBoolean.default(false),
     compress: FormBoolean.default(false),
-    sign_with: Fingerprint.optional().describe("Sign and encrypt: a key of yours whose current generation signs (one-pass signature inside the encryption)"),
+    sign_with: Fingerprint.optional().describe('Sign and encrypt: a key of yours whose current generation signs (one-pass signature inside the encryption)'),
     passphrase: z.string().min(1).max(1024).optional().describe("sign_with's passphrase"),
   })
   .refine((b) => Boolean(b.fingerprint) !== Boolean(b.public_key), { message: 'give exactly one of fingerprint and public_key', path: ['fingerprint'] })
@@ -83,11 +107,20 @@ const DecryptForm = z
     fingerprint: Fingerprint,
     passphrase: z.string().min(1).max(1024),
     verify_with: Fingerprint.optional().describe('Decrypt and verify: a stored key whose generations may have signed'),
-    verify_public_key: z.string().max(1 << 20).optional().describe("Decrypt and verify: the signer's armored public key"),
-    require_signature: FormBoolean.default(false).describe('With verify_with or verify_public_key: a file without a valid signature fails (no plaintext is published)'),
+    verify_public_key: z
+      .string()
+      .max(1 << 20)
+      .optional()
+      .describe("Decrypt and verify: the signer's armored public key"),
+    require_signature: FormBoolean.default(false).describe(
+      'With verify_with or verify_public_key: a file without a valid signature fails (no plaintext is published)',
+    ),
   })
   .refine((b) => !(b.verify_with && b.verify_public_key), { message: 'give at most one of verify_with and verify_public_key', path: ['verify_with'] })
-  .refine((b) => !b.require_signature || Boolean(b.verify_with || b.verify_public_key), { message: 'require_signature needs verify_with or verify_public_key', path: ['require_signature'] });
+  .refine((b) => !b.require_signature || Boolean(b.verify_with || b.verify_public_key), {
+    message: 'require_signature needs verify_with or verify_public_key',
+    path: ['require_signature'],
+  });
 
 /** Sign and encrypt: the signing key, opened by its passphrase (the one limited, audited check), if it may sign. */
 const signerForEncryption = (c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<KeyView | undefined> =>
@@ -100,7 +133,9 @@ const signerForEncryption = (c: Container, userId: string, body: z.infer<typeof 
 
 /** Decrypt and verify: whose signatures are checked (a stored key the caller may read, or a supplied public key). */
 const signerForDecryption = (c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta): Promise<Signer | undefined> =>
-  body.verify_with || body.verify_public_key ? resolveSigner(c, userId, { fingerprint: body.verify_with, publicKey: body.verify_public_key }, meta) : Promise.resolve(undefined);
+  body.verify_with || body.verify_public_key
+    ? resolveSigner(c, userId, { fingerprint: body.verify_with, publicKey: body.verify_public_key }, meta)
+    : Promise.resolve(undefined);
 
 /** What an encryption needs, looked up once per request: in the pre-upload check, else in the handler. */
 async function encryptionParties(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta) {
@@ -159,12 +194,24 @@ export default [
     access: 'auth',
     scope: 'keys:write',
     body: z.object({ label: Label, env: Environment.default('production') }),
-    responses: { 201: { description: 'The new key and its passphrase', schema: Key.extend({ env: z.string(), passphrase: z.string().describe('Shown once: needed to decrypt') }) } },
+    responses: {
+      201: {
+        description: 'The new key and its passphrase',
+        schema: Key.extend({ env: z.string(), passphrase: z.string().describe('Shown once: needed to decrypt') }),
+      },
+    },
     async handler(input) {
       const { c, user, body } = input;
       const passphrase = newToken();
       const owner = await currentUser(c, user.id);
-      const reply = await generate(input, user.id, { label: body.label, environment: body.env, name: body.label, email: owner.email, passphrase, algorithm: 'curve25519' });
+      const reply = await generate(input, user.id, {
+        label: body.label,
+        environment: body.env,
+        name: body.label,
+        email: owner.email,
+        passphrase,
+        algorithm: 'curve25519',
+      });
       return { status: 201, headers: { 'Cache-Control': 'no-store' }, body: { ...(reply.body as object), env: body.env, passphrase } };
     },
   }),
@@ -180,9 +227,22 @@ export default [
     responses: { 200: { description: 'A page of keys', schema: pageOf(Key) } },
     async handler({ c, user, query }) {
       const now = c.clock.now();
-      const { items, total } = await keyPage(c, { userId: user.id, environment: query.environment, label: query.label, active: query.active, inherited: true, now, page: query.page, pageSize: query.page_size });
+      const { items, total } = await keyPage(c, {
+        userId: user.id,
+        environment: query.environment,
+        label: query.label,
+        active: query.active,
+        inherited: true,
+        now,
+        page: query.page,
+        pageSize: query.page_size,
+      });
       // Keys inherited through team access are listed with their owner (lib/services/team-access.ts).
-      const owners = await inheritedOwners(c, user.id, items.map((i) => i.lineage));
+      const owners = await inheritedOwners(
+        c,
+        user.id,
+        items.map((i) => i.lineage),
+      );
       const list = items.map((i) => ({ ...keyOut(i.lineage, i.current, now), inherited: owners.has(i.lineage.id), owner: owners.get(i.lineage.id) ?? null }));
       return { body: { items: list, page: query.page, page_size: query.page_size, total } };
     },
@@ -210,7 +270,14 @@ export default [
         ctx.body = view.current.public_armored;
         return;
       }
-      return { body: { fingerprint: view.current.fingerprint, requested_fingerprint: view.named.fingerprint, public_key: view.current.public_armored, key: keyOut(view.lineage, view.current, c.clock.now()) } };
+      return {
+        body: {
+          fingerprint: view.current.fingerprint,
+          requested_fingerprint: view.named.fingerprint,
+          public_key: view.current.public_armored,
+          key: keyOut(view.lineage, view.current, c.clock.now()),
+        },
+      };
     },
   }),
 
@@ -226,7 +293,8 @@ export default [
     async handler({ c, user, body, meta }) {
       const view = await requireKey(c, user.id, body.fingerprint, meta);
       const lineage = await disableKey(c, user.id, view, meta);
-      if (lineage.changed) await emitEvent(c, user.id, 'key.disabled', { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint, label: view.lineage.label });
+      if (lineage.changed)
+        await emitEvent(c, user.id, 'key.disabled', { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint, label: view.lineage.label });
       if (lineage.changed) await resyncLinkedTo(c, user.id, 'key.disabled', meta);
       return { body: keyOut(lineage.lineage, view.current, c.clock.now()) };
     },
@@ -254,7 +322,12 @@ export default [
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'encrypt', requestId: meta.requestId, body, upload }, async () => {
         const { recipient, signer } = prechecked ?? (await encryptionParties(c, user.id, body, meta));
         if (body.public_key) await keepSuppliedKey(c, upload.id, body.public_key);
-        const request: EncryptRequest = { recipient, armor: body.armor, compress: body.compress, ...(signer ? { sign_with: { lineage_id: signer.lineage.id, fingerprint: signer.current.fingerprint } } : {}) };
+        const request: EncryptRequest = {
+          recipient,
+          armor: body.armor,
+          compress: body.compress,
+          ...(signer ? { sign_with: { lineage_id: signer.lineage.id, fingerprint: signer.current.fingerprint } } : {}),
+        };
         const sealed = (jobId: string) => (body.passphrase ? { sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) } : {});
         return { request, enqueue: (jobId) => c.jobs.enqueue('encrypt-files', { job_id: jobId, ...sealed(jobId) }, { jobId, meta }) };
       });
@@ -284,8 +357,13 @@ export default [
         const { view, signer } = prechecked ?? (await decryptionParties(c, user.id, body, meta));
         if (body.verify_public_key) await keepSuppliedKey(c, upload.id, body.verify_public_key);
         return {
-          request: { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, ...(signer ? { verify_with: signer, require_signature: body.require_signature } : {}) },
-          enqueue: (jobId) => c.jobs.enqueue('decrypt-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, meta }),
+          request: {
+            lineage_id: view.lineage.id,
+            fingerprint: view.named.fingerprint,
+            ...(signer ? { verify_with: signer, require_signature: body.require_signature } : {}),
+          },
+          enqueue: (jobId) =>
+            c.jobs.enqueue('decrypt-files', { job_id: jobId, sealed_passphrase: c.sealer.seal(body.passphrase, passphraseAad(jobId)) }, { jobId, meta }),
         };
       });
     },

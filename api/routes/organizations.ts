@@ -1,7 +1,16 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Email, PageQuery, Timestamp, pageOf } from '../schemas/common';
-import { INVITATION_STATES, acceptInvitation, invite, listInvitations, listMembers, myOrganization, removeMember, revokeInvitation } from '../../lib/services/organizations';
+import {
+  INVITATION_STATES,
+  acceptInvitation,
+  invite,
+  listInvitations,
+  listMembers,
+  myOrganization,
+  removeMember,
+  revokeInvitation,
+} from '../../lib/services/organizations';
 
 /**
  * Organizations (what team access needs; SPEC.md names no endpoints for them): read the caller's

@@ -8,8 +8,16 @@ import type { PasskeyRow } from '../../db/passkeys';
 const tags = ['Passkeys'];
 
 /** base64url without padding, as WebAuthn's JSON encodings send it (credential ids are compared as text). */
-const B64u = (max: number) => z.string().min(1).max(max).regex(/^[A-Za-z0-9_-]+$/, 'must be base64url (no padding)');
-const ChallengeId = z.string().regex(/^[A-Za-z0-9_-]{43}$/, 'the challenge_id from begin').describe('The `challenge_id` the begin call answered; single use');
+const B64u = (max: number) =>
+  z
+    .string()
+    .min(1)
+    .max(max)
+    .regex(/^[A-Za-z0-9_-]+$/, 'must be base64url (no padding)');
+const ChallengeId = z
+  .string()
+  .regex(/^[A-Za-z0-9_-]{43}$/, 'the challenge_id from begin')
+  .describe('The `challenge_id` the begin call answered; single use');
 const TRANSPORTS = ['ble', 'cable', 'hybrid', 'internal', 'nfc', 'smart-card', 'usb'] as const;
 type Transport = (typeof TRANSPORTS)[number];
 /** Transports a browser reports; names this library does not know yet are dropped, not refused. */
@@ -81,7 +89,8 @@ const RequestOptions = z
   .describe('PublicKeyCredentialRequestOptionsJSON: pass to startAuthentication({optionsJSON})')
   .meta({ id: 'PasskeyRequestOptions' });
 
-const Begin = (options: z.ZodType) => z.object({ challenge_id: z.string().describe('Send it back with the response; single use'), expires_at: Timestamp, options });
+const Begin = (options: z.ZodType) =>
+  z.object({ challenge_id: z.string().describe('Send it back with the response; single use'), expires_at: Timestamp, options });
 
 const Passkey = z
   .object({
@@ -134,7 +143,11 @@ export default [
     tags,
     access: 'session',
     recentSignIn: true,
-    body: z.object({ challenge_id: ChallengeId, credential: RegistrationCredential, name: Name.optional().describe('A name to tell passkeys apart; default "Passkey <date>"') }),
+    body: z.object({
+      challenge_id: ChallengeId,
+      credential: RegistrationCredential,
+      name: Name.optional().describe('A name to tell passkeys apart; default "Passkey <date>"'),
+    }),
     responses: { 201: { description: 'The new passkey', schema: Passkey } },
     async handler({ c, user, body, meta }) {
       return { status: 201, body: passkeyView(await passkeys.completeRegistration(c, user.id, body, meta)) };
@@ -147,8 +160,15 @@ export default [
     summary: 'Begin a passkey login, for a named account or a discoverable passkey; returns WebAuthn request options',
     tags,
     access: 'public',
-    body: z.object({ username: z.string().trim().min(1).max(254).optional().describe('Username or email; omit it to let the authenticator offer its passkeys for this site') }),
-    responses: { 200: { description: 'Options for navigator.credentials.get() and the challenge id (the same shape whether or not the account exists)', schema: Begin(RequestOptions) } },
+    body: z.object({
+      username: z.string().trim().min(1).max(254).optional().describe('Username or email; omit it to let the authenticator offer its passkeys for this site'),
+    }),
+    responses: {
+      200: {
+        description: 'Options for navigator.credentials.get() and the challenge id (the same shape whether or not the account exists)',
+        schema: Begin(RequestOptions),
+      },
+    },
     async handler({ c, body, meta }) {
       const begun = await passkeys.beginLogin(c, body.username, meta);
       return { body: { challenge_id: begun.challengeId, expires_at: iso(begun.expiresAt), options: begun.options } };
@@ -162,7 +182,9 @@ export default [
     tags,
     access: 'public',
     body: z.object({ challenge_id: ChallengeId, credential: AuthenticationCredential }),
-    responses: { 200: { description: 'Session token, the user and the passkey used', schema: z.object({ session: Session, user: User, passkey_id: z.uuid() }) } },
+    responses: {
+      200: { description: 'Session token, the user and the passkey used', schema: z.object({ session: Session, user: User, passkey_id: z.uuid() }) },
+    },
     async handler({ c, body, meta }) {
       const { user, session, passkey } = await passkeys.completeLogin(c, body, meta);
       return { body: { session, user: userOut(user), passkey_id: passkey.id } };
@@ -197,8 +219,14 @@ export default [
         active: z.boolean().optional(),
         state: z.enum(['active', 'inactive']).optional().describe('The same as active, in words: active (true) or inactive (false)'),
       })
-      .refine((b) => b.name !== undefined || b.active !== undefined || b.state !== undefined, 'name at least one field to change: name, active (true or false) or state (active or inactive)')
-      .refine((b) => b.active === undefined || b.state === undefined || b.active === (b.state === 'active'), { message: 'active and state disagree: give one', path: ['state'] }),
+      .refine(
+        (b) => b.name !== undefined || b.active !== undefined || b.state !== undefined,
+        'name at least one field to change: name, active (true or false) or state (active or inactive)',
+      )
+      .refine((b) => b.active === undefined || b.state === undefined || b.active === (b.state === 'active'), {
+        message: 'active and state disagree: give one',
+        path: ['state'],
+      }),
     responses: { 200: { description: 'The passkey', schema: Passkey } },
     async handler({ c, user, params, body, meta }) {
       const { state, ...patch } = body;

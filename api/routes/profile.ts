@@ -25,13 +25,12 @@ export default [
     tags,
     access: 'session',
     recentSignIn: { when: (b) => b.email !== undefined, description: 'To change the email' },
-    body: z
-      .object({
-        username: Username.optional(),
-        email: Email.optional().describe('Mailed a confirmation token (POST /profile/confirm-email); the email changes once it is confirmed'),
-        company_name: CompanyName.optional(),
-        current_password: z.string().min(1).max(256).optional().describe('Required to change the email'),
-      }),
+    body: z.object({
+      username: Username.optional(),
+      email: Email.optional().describe('Mailed a confirmation token (POST /profile/confirm-email); the email changes once it is confirmed'),
+      company_name: CompanyName.optional(),
+      current_password: z.string().min(1).max(256).optional().describe('Required to change the email'),
+    }),
     responses: { 200: { description: 'The user (with the email as it still is)', schema: User.extend({ pending_email: z.string().nullable() }) } },
     async handler({ c, body, user, meta }) {
       const { email, current_password, ...rest } = body;

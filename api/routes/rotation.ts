@@ -62,15 +62,24 @@ export default [
       .refine((b) => !b.new_passphrase || b.current_passphrase, { message: 'a new passphrase needs the current one', path: ['current_passphrase'] }),
     responses: jobResponses,
     async handler({ c, ctx, user, params, body, meta }) {
-      return submitAndReply(c, ctx, { id: newJobId(), userId: user.id, kind: 'rotate-key', requestId: meta.requestId, body: { fingerprint: params.fingerprint, ...body } }, async () => {
-        const view = await manualRotationTarget(c, { userId: user.id, fingerprint: params.fingerprint, currentPassphrase: body.current_passphrase, meta });
-        const passphrases = body.new_passphrase ? JSON.stringify({ current: body.current_passphrase, next: body.new_passphrase }) : undefined;
-        return {
-          request: { lineage_id: view.lineage.id, from_generation: view.current.generation, fingerprint: view.current.fingerprint, actor_id: user.id },
-          enqueue: (jobId) =>
-            c.jobs.enqueue('rotate-key', { job_id: jobId, sealed_passphrases: passphrases && c.sealer.seal(passphrases, rotationPassphraseAad(jobId)) }, { jobId, meta }),
-        };
-      });
+      return submitAndReply(
+        c,
+        ctx,
+        { id: newJobId(), userId: user.id, kind: 'rotate-key', requestId: meta.requestId, body: { fingerprint: params.fingerprint, ...body } },
+        async () => {
+          const view = await manualRotationTarget(c, { userId: user.id, fingerprint: params.fingerprint, currentPassphrase: body.current_passphrase, meta });
+          const passphrases = body.new_passphrase ? JSON.stringify({ current: body.current_passphrase, next: body.new_passphrase }) : undefined;
+          return {
+            request: { lineage_id: view.lineage.id, from_generation: view.current.generation, fingerprint: view.current.fingerprint, actor_id: user.id },
+            enqueue: (jobId) =>
+              c.jobs.enqueue(
+                'rotate-key',
+                { job_id: jobId, sealed_passphrases: passphrases && c.sealer.seal(passphrases, rotationPassphraseAad(jobId)) },
+                { jobId, meta },
+              ),
+          };
+        },
+      );
     },
   }),
 

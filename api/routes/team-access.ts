@@ -77,7 +77,7 @@ export default [
   route({
     method: 'post',
     path: '/team-access/link',
-    summary: "Link (or change) the source member whose keys you inherit; the grants follow from a sync job",
+    summary: 'Link (or change) the source member whose keys you inherit; the grants follow from a sync job',
     tags,
     access: 'session',
     body: z.object({ source_user_id: z.uuid().describe('A member id from GET /team-access/members') }),
@@ -135,11 +135,14 @@ export default [
   route({
     method: 'delete',
     path: '/team-access/links/{grantee_user_id}',
-    summary: "End a member's link to your keys (requested or approved; or, as owner or admin, one to a member you outrank): its inherited keys are revoked at once",
+    summary:
+      "End a member's link to your keys (requested or approved; or, as owner or admin, one to a member you outrank): its inherited keys are revoked at once",
     tags,
     access: 'session',
     params: z.object({ grantee_user_id: z.uuid() }),
-    responses: { 200: { description: 'What was ended', schema: z.object({ grantee_user_id: z.uuid(), source_user_id: z.uuid(), revoked_keys: z.number().int() }) } },
+    responses: {
+      200: { description: 'What was ended', schema: z.object({ grantee_user_id: z.uuid(), source_user_id: z.uuid(), revoked_keys: z.number().int() }) },
+    },
     async handler({ c, user, params, meta }) {
       return { body: await endLinkAsSource(c, user.id, params.grantee_user_id, meta) };
     },

@@ -3,7 +3,19 @@ import { route } from '../route';
 import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../schemas/common';
 import { EVENT_TYPES } from '../../lib/event-stream';
 import type { AttemptRow, DeliveryRow, EndpointRow } from '../../db/webhooks';
-import { createEndpoint, deleteEndpoint, deliveryAttempts, listDeliveries, listEndpoints, ownDelivery, ownEndpoint, redeliver, rotateSecret, sendTestPing, updateEndpoint } from '../../lib/services/webhooks';
+import {
+  createEndpoint,
+  deleteEndpoint,
+  deliveryAttempts,
+  listDeliveries,
+  listEndpoints,
+  ownDelivery,
+  ownEndpoint,
+  redeliver,
+  rotateSecret,
+  sendTestPing,
+  updateEndpoint,
+} from '../../lib/services/webhooks';
 
 const tags = ['Webhooks'];
 
@@ -151,7 +163,9 @@ export default [
     scope: 'webhooks:write',
     recentSignIn: true,
     params: Params,
-    body: z.object({ grace_hours: z.number().int().min(0).max(168).optional().describe('How long the old secret still signs (default WEBHOOK_SECRET_GRACE_HOURS, 24)') }),
+    body: z.object({
+      grace_hours: z.number().int().min(0).max(168).optional().describe('How long the old secret still signs (default WEBHOOK_SECRET_GRACE_HOURS, 24)'),
+    }),
     responses: { 200: { description: 'The new secret', schema: z.object({ secret: z.string(), previous_secret_expires_at: Timestamp.nullable() }) } },
     async handler({ c, user, params, body, meta }) {
       const graceMs = body.grace_hours === undefined ? c.config.webhooks.secretGraceMs : body.grace_hours * 3600_000;
@@ -185,7 +199,13 @@ export default [
     query: PageQuery.extend({ state: z.enum(['pending', 'succeeded', 'failed']).optional() }),
     responses: { 200: { description: 'A page of deliveries', schema: pageOf(Delivery) } },
     async handler({ c, user, params, query, meta }) {
-      const { items, total, attempts } = await listDeliveries(c, user.id, params.webhook_id, { state: query.state, page: query.page, pageSize: query.page_size }, meta);
+      const { items, total, attempts } = await listDeliveries(
+        c,
+        user.id,
+        params.webhook_id,
+        { state: query.state, page: query.page, pageSize: query.page_size },
+        meta,
+      );
       return { body: { items: items.map((d) => deliveryView(d, attempts)), page: query.page, page_size: query.page_size, total } };
     },
   }),

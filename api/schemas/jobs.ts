@@ -2,7 +2,13 @@ import { z } from 'zod';
 import { Timestamp } from './common';
 
 export const JobFile = z
-  .object({ n: z.number().int(), name: z.string(), size: z.number().int(), content_type: z.string(), download_url: z.string().describe('GET it for the file (`/jobs/{job_id}/files/{n}`)') })
+  .object({
+    n: z.number().int(),
+    name: z.string(),
+    size: z.number().int(),
+    content_type: z.string(),
+    download_url: z.string().describe('GET it for the file (`/jobs/{job_id}/files/{n}`)'),
+  })
   .meta({ id: 'JobFile' });
 
 export const SignatureCheck = z
@@ -12,7 +18,10 @@ export const SignatureCheck = z
     valid: z.boolean(),
     signer_fingerprint: z.string().nullable().describe('The generation (its fingerprint) whose key made the signature'),
     signed_at: Timestamp.nullable(),
-    reason: z.enum(['bad_signature', 'unknown_signer', 'signer_key_expired', 'signer_key_revoked', 'weak_hash', 'unsigned']).nullable().describe('Why it is not valid (null when valid)'),
+    reason: z
+      .enum(['bad_signature', 'unknown_signer', 'signer_key_expired', 'signer_key_revoked', 'weak_hash', 'unsigned'])
+      .nullable()
+      .describe('Why it is not valid (null when valid)'),
   })
   .meta({ id: 'SignatureCheck' });
 
@@ -21,7 +30,7 @@ export const JobResult = z
   .looseObject({
     files: z.array(JobFile).optional().describe('encrypt, decrypt: the output files, once completed'),
     outputs_expired: z.boolean().optional().describe('encrypt, decrypt: true once the outputs have passed their retention and were deleted'),
-    signatures: z.array(SignatureCheck).optional().describe('verify, and decrypt with verify_with: what each file\'s signature is, in input order'),
+    signatures: z.array(SignatureCheck).optional().describe("verify, and decrypt with verify_with: what each file's signature is, in input order"),
   })
   .meta({ id: 'JobResult' });
 
@@ -31,7 +40,12 @@ export const Job = z
     kind: z.enum(['encrypt', 'decrypt', 'generate-key', 'rotate-key', 'rewrap', 'sign', 'verify']),
     state: z.enum(['queued', 'active', 'completed', 'failed']),
     status_url: z.string(),
-    progress: z.object({ bytes_done: z.number().optional(), bytes_total: z.number().optional(), files_done: z.number().optional(), files_total: z.number().optional() }),
+    progress: z.object({
+      bytes_done: z.number().optional(),
+      bytes_total: z.number().optional(),
+      files_done: z.number().optional(),
+      files_total: z.number().optional(),
+    }),
     result: JobResult.nullable().describe('When completed: kind-specific; `files` lists downloads for encrypt/decrypt'),
     error: z.object({ code: z.string(), message: z.string() }).nullable(),
     created_at: Timestamp,

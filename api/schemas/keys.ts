@@ -32,8 +32,12 @@ export const Key = z
     label: z.string(),
     environment: z.string(),
     algorithm: z.string(),
-    kind: z.enum(['managed', 'recipient']).describe('managed: holds its private key (generated or imported); recipient: an imported public key that encrypts and verifies, never decrypts or signs'),
-    imported: z.boolean().describe("The current generation was imported (POST /keys/import), not generated here"),
+    kind: z
+      .enum(['managed', 'recipient'])
+      .describe(
+        'managed: holds its private key (generated or imported); recipient: an imported public key that encrypts and verifies, never decrypts or signs',
+      ),
+    imported: z.boolean().describe('The current generation was imported (POST /keys/import), not generated here'),
     uid: z.string().describe('The OpenPGP user id of the key, "Name <email>" (not an account id)'),
     status: z.enum(['active', 'disabled', 'expired']),
     active: z.boolean(),
@@ -44,7 +48,14 @@ export const Key = z
     disabled_at: Timestamp.nullable(),
     rotation_mode: z.enum(['policy', 'interval', 'off']).describe("policy: follows the account's rotation_interval_days"),
     rotation_interval_days: z.number().int().nullable(),
-    inherited: z.boolean().optional().describe("In key lists: true for a teammate's key inherited through team access (encrypt, share, public key; decrypt with its passphrase)"),
-    owner: z.object({ user_id: z.uuid(), username: z.string() }).nullable().optional().describe('In key lists: the owning account of an inherited key (null for your own)'),
+    inherited: z
+      .boolean()
+      .optional()
+      .describe("In key lists: true for a teammate's key inherited through team access (encrypt, share, public key; decrypt with its passphrase)"),
+    owner: z
+      .object({ user_id: z.uuid(), username: z.string() })
+      .nullable()
+      .optional()
+      .describe('In key lists: the owning account of an inherited key (null for your own)'),
   })
   .meta({ id: 'Key' });

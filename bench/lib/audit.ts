@@ -131,7 +131,10 @@ export async function measureAuditChain(b: Bench): Promise<AuditChainCost> {
       for (let k = i; k < LOAD_CLIENTS; k += ACCOUNTS) clients.push({ account, fingerprint: await account.api.generateKey(b.passphrase), min: 1 });
     }
     // A second generation, so that min_decryption_generation can move between 1 and 2.
-    await rotateAll(b, clients.map((c) => ({ api: c.account.api, fingerprint: c.fingerprint })));
+    await rotateAll(
+      b,
+      clients.map((c) => ({ api: c.account.api, fingerprint: c.fingerprint })),
+    );
 
     const rounds = Math.max(MIN_ROUNDS, b.runs);
     const order = Array.from({ length: 2 * rounds }, (_, i): Side => (Math.floor((i + 1) / 2) % 2 === 0 ? 'without' : 'with'));
@@ -143,21 +146,29 @@ export async function measureAuditChain(b: Bench): Promise<AuditChainCost> {
       // The history without its audit.recorded events: thousands at one commit would queue the API's relay
       // (a query each) for the first seconds of the round.
       await db.raw('ALTER TABLE audit_logs DISABLE TRIGGER audit_logs_notify');
-      for (const a of accounts) await db.transaction(async (trx) => { for (let i = 0; i < HISTORY_ROWS; i++) await recordAudit(trx, sampleEntry(a.userId, i)); });
+      for (const a of accounts)
+        await db.transaction(async (trx) => {
+          for (let i = 0; i < HISTORY_ROWS; i++) await recordAudit(trx, sampleEntry(a.userId, i));
+        });
       await db.raw('ALTER TABLE audit_logs ENABLE TRIGGER audit_logs_notify');
       await b.service.vacuum();
     };
 
     const rotations: Record<Side, Timing[]> = { without: [], with: [] };
     let rowsPerRotation = 0;
-    for (const until = Date.now() + ROTATION_WARMUP_MS; Date.now() < until; ) await rotateAll(b, rotated);
+    for (const until = Date.now() + ROTATION_WARMUP_MS; Date.now() < until;) await rotateAll(b, rotated);
     for (const [i, side] of order.entries()) {
       progress(`rotations, round ${i + 1} of ${order.length}: ${side} the chain`);
       await prepare(side, false);
       const pg0 = await b.service.databaseBackendCpu();
       const t = await timedRotations(b, () => rotateAll(b, rotated), ROTATION_BATCHES);
       rotations[side].push({ ...t, cpu: { ...t.cpu, postgres: backendCpuSince(pg0, await b.service.databaseBackendCpu()) } });
-      const [{ n }] = (await db('audit_logs').whereIn('user_id', accounts.map((a) => a.userId)).count({ n: '*' })) as [{ n: number }];
+      const [{ n }] = (await db('audit_logs')
+        .whereIn(
+          'user_id',
+          accounts.map((a) => a.userId),
+        )
+        .count({ n: '*' })) as [{ n: number }];
       rowsPerRotation = n / t.bytes;
     }
 
@@ -204,7 +215,10 @@ async function requestLoad(base: string, agent: Agent, clients: LoadClient[], se
       const auth = c.account.api.auth();
       while (performance.now() < deadline) {
         c.min = 3 - c.min;
-        await timed('PATCH settings', timedRequest(agent, 'PATCH', new URL(`${base}/api/v1/keys/${c.fingerprint}/settings`), auth, { min_decryption_generation: c.min }));
+        await timed(
+          'PATCH settings',
+          timedRequest(agent, 'PATCH', new URL(`${base}/api/v1/keys/${c.fingerprint}/settings`), auth, { min_decryption_generation: c.min }),
+        );
         await timed('GET /audit-logs', timedRequest(agent, 'GET', new URL(`${base}/api/v1/audit-logs`), auth));
         await timed('GET /audit-logs?action=keys.*', timedRequest(agent, 'GET', new URL(`${base}/api/v1/audit-logs?action=keys.*`), auth));
       }
@@ -248,15 +262,18 @@ const cpuLine = (without: Record<string, number>, withChain: Record<string, numb
   Object.keys({ ...without, ...withChain })
     .filter((k) => (without[k] ?? 0) >= 0.005 || (withChain[k] ?? 0) >= 0.005)
     .map((k) => `${k} ${(without[k] ?? 0).toFixed(2)} → ${(withChain[k] ?? 0).toFixed(2)}`)
-    .join(' · ') + ` · service and Postgres together ${serviceTotal(without).toFixed(2)} → ${serviceTotal(withChain).toFixed(2)} (×${(serviceTotal(withChain) / serviceTotal(without)).toFixed(2)})`;
+    .join(' · ') +
+  ` · service and Postgres together ${serviceTotal(without).toFixed(2)} → ${serviceTotal(withChain).toFixed(2)} (×${(serviceTotal(withChain) / serviceTotal(without)).toFixed(2)})`;
 
 export function auditChainLines(r: AuditChainCost): string[] {
   const rot = { without: r.rotations.without.map(rotationRate), with: r.rotations.with.map(rotationRate) };
   const load = { without: r.load.without.map(loadRate), with: r.load.with.map(loadRate) };
   const ratio = (x: Record<Side, number[]>) => median(x.with) / median(x.without);
-  const best = (x: Record<Side, number[]>) => `best ${Math.max(...x.without).toFixed(0)} → ${Math.max(...x.with).toFixed(0)} (${(Math.max(...x.with) / Math.max(...x.without)).toFixed(2)})`;
+  const best = (x: Record<Side, number[]>) =>
+    `best ${Math.max(...x.without).toFixed(0)} → ${Math.max(...x.with).toFixed(0)} (${(Math.max(...x.with) / Math.max(...x.without)).toFixed(2)})`;
   const rounds = (x: number[]) => x.map((v) => v.toFixed(0)).join(', ');
-  const rotCpu = (side: Side) => medianCpu(r.rotations[side].map((t) => Object.fromEntries(Object.entries(t.cpu ?? {}).map(([k, s]) => [k, (s * 1000) / t.bytes]))));
+  const rotCpu = (side: Side) =>
+    medianCpu(r.rotations[side].map((t) => Object.fromEntries(Object.entries(t.cpu ?? {}).map(([k, s]) => [k, (s * 1000) / t.bytes]))));
   const loadCpu = (side: Side) => medianCpu(r.load[side].map((l) => l.cpuMs));
   const latency = (side: Side, kind: string) => {
     const all = r.load[side].flatMap((l) => l.samples[kind] ?? []).sort((a, b) => a - b);

@@ -30,7 +30,8 @@ export async function measureAuthOverhead(base: string, opts: { rate: number; se
   const url = new URL(`${base}/api/v1/auth/me`);
   try {
     for (let round = 0; round < opts.rounds; round++) {
-      for (const kind of kinds) await openLoop(opts.rate, opts.seconds, () => timedGet(agent, url, { authorization: `Bearer ${kind.token}` }, kind.expect), acc.get(kind.credential)!);
+      for (const kind of kinds)
+        await openLoop(opts.rate, opts.seconds, () => timedGet(agent, url, { authorization: `Bearer ${kind.token}` }, kind.expect), acc.get(kind.credential)!);
     }
   } finally {
     agent.destroy();
@@ -42,6 +43,9 @@ export function authOverheadLines(rows: AuthLatency[], rate: number): string[] {
   const jwt = rows[0];
   return [
     `authentication cost per request, GET /auth/me at ${rate} requests/s (open loop, kinds taking turns):`,
-    ...rows.map((r) => `  ${r.credential.padEnd(28)} p50 ${r.p50.toFixed(2)} ms · p99 ${r.p99.toFixed(2)} ms · vs JWT p50 ${(r.p50 - jwt.p50 >= 0 ? '+' : '')}${(r.p50 - jwt.p50).toFixed(2)} ms · ${r.requests} requests, ${r.errors} unexpected answers`),
+    ...rows.map(
+      (r) =>
+        `  ${r.credential.padEnd(28)} p50 ${r.p50.toFixed(2)} ms · p99 ${r.p99.toFixed(2)} ms · vs JWT p50 ${r.p50 - jwt.p50 >= 0 ? '+' : ''}${(r.p50 - jwt.p50).toFixed(2)} ms · ${r.requests} requests, ${r.errors} unexpected answers`,
+    ),
   ];
 }

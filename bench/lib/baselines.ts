@@ -36,7 +36,23 @@ export class Gpg {
 
   /** Sign and encrypt to its own key, uncompressed (as encrypt). */
   signEncrypt(input: string, output: string): Promise<void> {
-    return this.exec(['--yes', '--passphrase', '', '--trust-model', 'always', '--compress-algo', 'none', '-u', 'bench@example.com', '-r', 'bench@example.com', '-o', output, '-se', input]);
+    return this.exec([
+      '--yes',
+      '--passphrase',
+      '',
+      '--trust-model',
+      'always',
+      '--compress-algo',
+      'none',
+      '-u',
+      'bench@example.com',
+      '-r',
+      'bench@example.com',
+      '-o',
+      output,
+      '-se',
+      input,
+    ]);
   }
 
   detachSign(input: string, output: string): Promise<void> {
@@ -86,7 +102,12 @@ export async function makePgpKeys(): Promise<PgpKeys> {
  */
 export async function pgpEncrypt(input: string, output: string, keys: PgpKeys): Promise<void> {
   const message = await openpgp.createMessage({ binary: Readable.toWeb(createReadStream(input, { highWaterMark: MiB })) });
-  const encrypted = await openpgp.encrypt({ message, encryptionKeys: keys.publicKey, format: 'binary', config: { preferredCompressionAlgorithm: openpgp.enums.compression.uncompressed } });
+  const encrypted = await openpgp.encrypt({
+    message,
+    encryptionKeys: keys.publicKey,
+    format: 'binary',
+    config: { preferredCompressionAlgorithm: openpgp.enums.compression.uncompressed },
+  });
   await pipeline(Readable.fromWeb(encrypted as unknown as NodeReadableStream<Uint8Array>), createWriteStream(output, { highWaterMark: MiB }));
 }
 

@@ -60,7 +60,8 @@ export class Api {
   /** A curve25519 key held by the service; returns its fingerprint. */
   async generateKey(passphrase: string): Promise<string> {
     const form = new FormData();
-    for (const [k, v] of Object.entries({ label: 'bench', name: 'KMS Bench', email: 'bench@example.com', passphrase, algorithm: 'curve25519' })) form.append(k, v);
+    for (const [k, v] of Object.entries({ label: 'bench', name: 'KMS Bench', email: 'bench@example.com', passphrase, algorithm: 'curve25519' }))
+      form.append(k, v);
     return (await this.call<{ fingerprint: string }>('POST', '/keys/generate-key', { form }, 201)).fingerprint;
   }
 
@@ -141,14 +142,20 @@ export class Api {
       return this.call<JobView>('POST', path, { form }, 202);
     }
     const body = multipartBody(fields, 'files', await partsOf([file])); // the client library's encoder
-    const req = request(`${this.base}/api/v1${path}`, { method: 'POST', headers: { ...this.auth(), 'content-type': body.contentType, 'content-length': body.length, ...(onJob ? { prefer: 'early-hints' } : {}) } });
+    const req = request(`${this.base}/api/v1${path}`, {
+      method: 'POST',
+      headers: { ...this.auth(), 'content-type': body.contentType, 'content-length': body.length, ...(onJob ? { prefer: 'early-hints' } : {}) },
+    });
     const answer = new Promise<IncomingMessage>((resolve, reject) => req.once('response', resolve).once('error', reject));
     req.on('information', (info) => {
       const id = /\/jobs\/([0-9a-f-]{36})>/.exec(String(info.headers.link ?? ''))?.[1];
       if (info.statusCode === 103 && id) onJob?.(id);
     });
     // The API may answer (an error) before it has read everything; the answer is what counts then.
-    const sent = pipeline(body.open(() => undefined), req).catch(() => undefined);
+    const sent = pipeline(
+      body.open(() => undefined),
+      req,
+    ).catch(() => undefined);
     const res = await answer;
     const reply = await text(res);
     await sent;
@@ -161,10 +168,20 @@ export class Api {
     return this.token ? { authorization: `Bearer ${this.token}` } : {};
   }
 
-  private async call<T>(method: string, path: string, body: { json?: unknown; form?: FormData }, expect: number | number[], extra: Record<string, string> = {}): Promise<T> {
+  private async call<T>(
+    method: string,
+    path: string,
+    body: { json?: unknown; form?: FormData },
+    expect: number | number[],
+    extra: Record<string, string> = {},
+  ): Promise<T> {
     const headers = { ...this.auth(), ...extra };
     if (body.json !== undefined) headers['content-type'] = 'application/json';
-    const res = await fetch(`${this.base}/api/v1${path}`, { method, headers, body: body.form ?? (body.json === undefined ? undefined : JSON.stringify(body.json)) });
+    const res = await fetch(`${this.base}/api/v1${path}`, {
+      method,
+      headers,
+      body: body.form ?? (body.json === undefined ? undefined : JSON.stringify(body.json)),
+    });
     const reply = await res.text();
     if (![expect].flat().includes(res.status)) throw new ApiError(res.status, `${method} ${path}`, reply);
     return JSON.parse(reply) as T;

@@ -25,7 +25,11 @@ const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.lengt
  * account, then `events` events published `intervalMs` apart the way the service publishes them. Each
  * frame's latency is its arrival minus its publish, both on this process's clock.
  */
-export async function measureEventLatency(base: string, redisPrefix: string, opts: { clients: number; events: number; intervalMs: number }): Promise<EventLatency> {
+export async function measureEventLatency(
+  base: string,
+  redisPrefix: string,
+  opts: { clients: number; events: number; intervalMs: number },
+): Promise<EventLatency> {
   const id = randomId();
   const register = await fetch(`${base}/api/v1/partners/register`, {
     method: 'POST',
@@ -41,24 +45,28 @@ export async function measureEventLatency(base: string, redisPrefix: string, opt
   const latencies: number[] = [];
   let ready = 0;
   const streams = Array.from({ length: opts.clients }, () => {
-    const req = request(`${base}/api/v1/events?types=key.generated`, { headers: { authorization: `Bearer ${session.token}`, accept: 'text/event-stream' }, agent: false }, (res) => {
-      let buffered = '';
-      res.setEncoding('utf8');
-      res.on('data', (chunk: string) => {
-        const now = performance.now();
-        buffered += chunk;
-        let cut;
-        while ((cut = buffered.indexOf('\n\n')) >= 0) {
-          const frame = buffered.slice(0, cut);
-          buffered = buffered.slice(cut + 2);
-          if (frame.startsWith('retry:')) ready++;
-          const data = /^data: (.*)$/m.exec(frame)?.[1];
-          if (!data) continue;
-          const seq = (JSON.parse(data) as { data: { seq: number } }).data.seq;
-          latencies.push(now - sentAt.get(seq)!);
-        }
-      });
-    });
+    const req = request(
+      `${base}/api/v1/events?types=key.generated`,
+      { headers: { authorization: `Bearer ${session.token}`, accept: 'text/event-stream' }, agent: false },
+      (res) => {
+        let buffered = '';
+        res.setEncoding('utf8');
+        res.on('data', (chunk: string) => {
+          const now = performance.now();
+          buffered += chunk;
+          let cut;
+          while ((cut = buffered.indexOf('\n\n')) >= 0) {
+            const frame = buffered.slice(0, cut);
+            buffered = buffered.slice(cut + 2);
+            if (frame.startsWith('retry:')) ready++;
+            const data = /^data: (.*)$/m.exec(frame)?.[1];
+            if (!data) continue;
+            const seq = (JSON.parse(data) as { data: { seq: number } }).data.seq;
+            latencies.push(now - sentAt.get(seq)!);
+          }
+        });
+      },
+    );
     req.end();
     return req;
   });
@@ -81,7 +89,15 @@ export async function measureEventLatency(base: string, redisPrefix: string, opt
     const until = Date.now() + 10_000;
     while (latencies.length < expected && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
     const sorted = [...latencies].sort((a, b) => a - b);
-    return { clients: opts.clients, events: opts.events, p50: percentile(sorted, 50), p99: percentile(sorted, 99), max: sorted.at(-1) ?? NaN, lost: expected - latencies.length, redisConnections };
+    return {
+      clients: opts.clients,
+      events: opts.events,
+      p50: percentile(sorted, 50),
+      p99: percentile(sorted, 99),
+      max: sorted.at(-1) ?? NaN,
+      lost: expected - latencies.length,
+      redisConnections,
+    };
   } finally {
     redis.disconnect();
     for (const s of streams) s.destroy();

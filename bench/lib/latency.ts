@@ -37,7 +37,8 @@ const cpuMsPer = (before: Record<string, number>, after: Record<string, number>,
   Object.fromEntries(Object.entries(after).map(([k, v]) => [k, ((v - (before[k] ?? 0)) * 1000) / requests]));
 
 /** A keep-alive GET as the load generators send it: resolves with its latency and whether the status was `expect`. */
-export const timedGet = (agent: Agent, url: URL, headers: Record<string, string>, expect = 200): Promise<Answer> => timedRequest(agent, 'GET', url, headers, undefined, expect);
+export const timedGet = (agent: Agent, url: URL, headers: Record<string, string>, expect = 200): Promise<Answer> =>
+  timedRequest(agent, 'GET', url, headers, undefined, expect);
 
 /** timedGet for any method; `json`, when given, is the request's body. */
 export function timedRequest(agent: Agent, method: string, url: URL, headers: Record<string, string>, json?: unknown, expect = 200): Promise<Answer> {
@@ -58,7 +59,12 @@ export function timedRequest(agent: Agent, method: string, url: URL, headers: Re
  * Open-loop load: `rate` requests per second for `seconds`, each leaving on schedule whether or not
  * the earlier ones have answered (a closed loop would slow down with the server and hide its queueing).
  */
-export async function openLoop(rate: number, seconds: number, send: () => Promise<Answer>, into: { samples: number[]; errors: number; shed?: number }): Promise<void> {
+export async function openLoop(
+  rate: number,
+  seconds: number,
+  send: () => Promise<Answer>,
+  into: { samples: number[]; errors: number; shed?: number },
+): Promise<void> {
   const total = Math.round(rate * seconds);
   const start = performance.now();
   const inFlight: Promise<void>[] = [];
@@ -78,10 +84,21 @@ export async function openLoop(rate: number, seconds: number, send: () => Promis
   await Promise.all(inFlight);
 }
 
-export async function call(base: string, method: string, path: string, body: unknown, token?: string, headers: Record<string, string> = {}): Promise<{ status: number; json: Record<string, unknown> }> {
+export async function call(
+  base: string,
+  method: string,
+  path: string,
+  body: unknown,
+  token?: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; json: Record<string, unknown> }> {
   const res = await fetch(`${base}/api/v1${path}`, {
     method,
-    headers: { ...(body instanceof FormData ? {} : { 'content-type': 'application/json' }), ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers },
+    headers: {
+      ...(body instanceof FormData ? {} : { 'content-type': 'application/json' }),
+      ...(token ? { authorization: `Bearer ${token}` } : {}),
+      ...headers,
+    },
     body: body === undefined ? undefined : body instanceof FormData ? body : JSON.stringify(body),
   });
   return { status: res.status, json: (await res.json()) as Record<string, unknown> };
@@ -90,7 +107,12 @@ export async function call(base: string, method: string, path: string, body: unk
 /** A fresh account on the service: its session token, partner key and id. */
 export async function benchAccount(base: string, kind: string): Promise<{ token: string; partnerKey: string }> {
   const id = randomId();
-  const reg = await call(base, 'POST', '/partners/register', { username: `${kind}_${id}`, email: `${kind}-${id}@example.com`, password: `bench-password-${id}`, company_name: 'KMS bench' });
+  const reg = await call(base, 'POST', '/partners/register', {
+    username: `${kind}_${id}`,
+    email: `${kind}-${id}@example.com`,
+    password: `bench-password-${id}`,
+    company_name: 'KMS bench',
+  });
   if (reg.status !== 201) throw new Error(`register answered ${reg.status}`);
   return { token: (reg.json.session as { token: string }).token, partnerKey: (reg.json.partner_api_key as { api_key: string }).api_key };
 }
@@ -119,7 +141,14 @@ export async function measureListLatency(base: string, opts: { rate: number; sec
 
 export async function generateKey(base: string, token: string): Promise<string> {
   const form = new FormData();
-  for (const [k, v] of Object.entries({ label: 'bench', name: 'KMS Bench', email: 'bench@example.com', passphrase: 'bench passphrase 0123', algorithm: 'curve25519' })) form.append(k, v);
+  for (const [k, v] of Object.entries({
+    label: 'bench',
+    name: 'KMS Bench',
+    email: 'bench@example.com',
+    passphrase: 'bench passphrase 0123',
+    algorithm: 'curve25519',
+  }))
+    form.append(k, v);
   const res = await call(base, 'POST', '/keys/generate-key', form, token);
   if (res.status !== 201) throw new Error(`generate-key answered ${res.status}`);
   return res.json.fingerprint as string;
@@ -139,7 +168,10 @@ export interface SmallJobs {
  * V8 is still compiling their path (a p50 of 20–24 ms at concurrency 1 over the first 50
  * jobs, 17 ms after 600). The first `jobs` at concurrency 1 are timed on their own, before the warm-up.
  */
-export async function measureSmallJobs(base: string, opts: { concurrency: number[]; jobs: number; warmupSeconds: number; cpu?: CpuReader }): Promise<SmallJobs[]> {
+export async function measureSmallJobs(
+  base: string,
+  opts: { concurrency: number[]; jobs: number; warmupSeconds: number; cpu?: CpuReader },
+): Promise<SmallJobs[]> {
   const { token } = await benchAccount(base, 'small');
   const fingerprint = await generateKey(base, token);
   const data = new Blob([new Uint8Array(1024).fill(7)]);
@@ -174,7 +206,15 @@ export async function measureSmallJobs(base: string, opts: { concurrency: number
       }),
     );
     const latency: Latency = summarise(acc.samples, acc.errors);
-    latency.steps = Object.fromEntries(Object.entries(steps).map(([k, v]) => [k, percentile([...v].sort((a, b) => a - b), 50)]));
+    latency.steps = Object.fromEntries(
+      Object.entries(steps).map(([k, v]) => [
+        k,
+        percentile(
+          [...v].sort((a, b) => a - b),
+          50,
+        ),
+      ]),
+    );
     return latency;
   };
   const timed = async (concurrency: number, cold?: boolean): Promise<SmallJobs> => {
@@ -196,8 +236,16 @@ export async function measureSmallJobs(base: string, opts: { concurrency: number
 const fmt = (l: Latency) =>
   `p50 ${l.p50.toFixed(1)} ms · p99 ${l.p99.toFixed(1)} ms · ${l.requests} requests, ${l.errors} unexpected answers` +
   (l.shed ? `, ${l.shed} shed (503 overloaded, not in the percentiles)` : '') +
-  (l.cpuMs ? ` · CPU ms per request: ${Object.entries(l.cpuMs).map(([k, v]) => `${k} ${v.toFixed(2)}`).join(' · ')}` : '') +
-  (l.steps ? ` · median ms per step: ${Object.entries(l.steps).map(([k, v]) => `${k} ${v.toFixed(0)}`).join(' · ')}` : '');
+  (l.cpuMs
+    ? ` · CPU ms per request: ${Object.entries(l.cpuMs)
+        .map(([k, v]) => `${k} ${v.toFixed(2)}`)
+        .join(' · ')}`
+    : '') +
+  (l.steps
+    ? ` · median ms per step: ${Object.entries(l.steps)
+        .map(([k, v]) => `${k} ${v.toFixed(0)}`)
+        .join(' · ')}`
+    : '');
 
 /** The latency targets (docs/performance.md): `GET /keys/list` p99 ≤ 50 ms at 500 requests/s, a small job's p50 ≤ 20 ms on its own. */
 const met = (value: number, goal: number) => verdict(value, '≤', goal, ' ms');

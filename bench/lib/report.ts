@@ -130,10 +130,18 @@ const over = (a: number | undefined, b: number | undefined) => (a !== undefined 
  */
 function coreEachBound(t: Timing | undefined, who: (process: string) => boolean, steps?: string[]) {
   const spans = t && (steps ? steps.map((k) => t.phaseCpu?.[k] ?? {}) : t.phaseCpu ? Object.values(t.phaseCpu) : [t.cpu ?? {}]);
-  const busiest = spans?.map((cpu) => Object.entries(cpu).filter(([k]) => who(k)).reduce<[string, number]>((m, e) => (e[1] > m[1] ? e : m), ['', 0]));
+  const busiest = spans?.map((cpu) =>
+    Object.entries(cpu)
+      .filter(([k]) => who(k))
+      .reduce<[string, number]>((m, e) => (e[1] > m[1] ? e : m), ['', 0]),
+  );
   const seconds = busiest?.reduce((n, [, s]) => n + s, 0);
   if (!t || !spans || !busiest || !seconds) return undefined;
-  return { rate: t.bytes / seconds, busiest: busiest.filter(([, s]) => s > 0).map(([k]) => k), processes: new Set(spans.flatMap((cpu) => Object.keys(cpu).filter(who))).size };
+  return {
+    rate: t.bytes / seconds,
+    busiest: busiest.filter(([, s]) => s > 0).map(([k]) => k),
+    processes: new Set(spans.flatMap((cpu) => Object.keys(cpu).filter(who))).size,
+  };
 }
 // Postgres's backends are summed into one figure but run on as many cores as there are connections: left out.
 const isService = (process: string) => process !== 'bench' && process !== 'postgres';
@@ -143,11 +151,15 @@ const orClient = (process: string) => process !== 'postgres';
 function projection(t: Timing | undefined, base: (who: (process: string) => boolean) => number | undefined, steps?: string[]): Projection | undefined {
   const [service, client] = [coreEachBound(t, isService, steps), coreEachBound(t, orClient, steps)];
   const [b1, b2] = [base(isService), base(orClient)];
-  return service && client && b1 && b2 ? { ratio: service.rate / b1, with_client: client.rate / b2, busiest: service.busiest, processes: service.processes } : undefined;
+  return service && client && b1 && b2
+    ? { ratio: service.rate / b1, with_client: client.rate / b2, busiest: service.busiest, processes: service.processes }
+    : undefined;
 }
 
 export function ratios(r: Results, rss: Record<string, number | null>, cores: number): Ratios {
-  const workers = Object.entries(rss).filter(([k, v]) => isWorker(k) && v !== null).map(([, v]) => v!);
+  const workers = Object.entries(rss)
+    .filter(([k, v]) => isWorker(k) && v !== null)
+    .map(([, v]) => v!);
   return {
     encrypt_e2e_vs_openpgp: ratio(r['encrypt.service'], r['encrypt.openpgp']),
     decrypt_e2e_vs_openpgp: ratio(r['decrypt.service'], r['decrypt.openpgp']),
@@ -167,7 +179,10 @@ export function ratios(r: Results, rss: Record<string, number | null>, cores: nu
     worker_cpu_vs_gpg_decrypt: workerVsGpg(r['decrypt.service'], r['decrypt.gpg']),
     ...(r['encrypt.service']?.followed
       ? { api_cpu_s_per_gib_receiving_and_serving_encrypt: cpuPerGiBIn(r['encrypt.service'], isApi) }
-      : { api_cpu_s_per_gib_receiving_encrypt: cpuPerGiBIn(r['encrypt.service'], isApi, 'upload'), api_cpu_s_per_gib_serving_encrypt: cpuPerGiBIn(r['encrypt.service'], isApi, 'download') }),
+      : {
+          api_cpu_s_per_gib_receiving_encrypt: cpuPerGiBIn(r['encrypt.service'], isApi, 'upload'),
+          api_cpu_s_per_gib_serving_encrypt: cpuPerGiBIn(r['encrypt.service'], isApi, 'download'),
+        }),
     api_cpu_s_per_gib_receiving_decrypt: cpuPerGiBIn(r['decrypt.service'], isApi, 'upload'),
     api_cpu_s_per_gib_serving_decrypt: cpuPerGiBIn(r['decrypt.service'], isApi, 'download'),
     ceiling_encrypt_e2e_vs_openpgp: over(cpuBound(r['encrypt.service'], cores), perSecond(r['encrypt.openpgp'])),
@@ -194,7 +209,9 @@ const BOUNDED = [
 
 export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: Ratios): void {
   const out: string[] = [];
-  out.push(`KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s) · transfers via ${m.transfer} · temp ${m.tmp} · page cache writes ${m.page_cache_s_per_gib.join(' → ')} CPU-s/GiB · file creates ${m.file_create_us.join(' → ')} µs`);
+  out.push(
+    `KMS bench · ${m.size} random file · nproc ${m.nproc} · node ${m.node} · gpg ${m.gpg} · best of ${m.runs} run(s) · transfers via ${m.transfer} · temp ${m.tmp} · page cache writes ${m.page_cache_s_per_gib.join(' → ')} CPU-s/GiB · file creates ${m.file_create_us.join(' → ')} µs`,
+  );
   out.push('');
   out.push(`${'section'.padEnd(9)} ${'what'.padEnd(31)} ${'MiB/s'.padStart(7)} ${'seconds'.padStart(8)}   where the time went (s) [CPU s per process]`);
   for (const [key, t] of Object.entries(r)) {
@@ -204,8 +221,14 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
   }
   out.push('');
   for (const s of snapshots) {
-    const sizes = Object.entries(s.rss).map(([k, v]) => `${k} ${fixed(v ?? undefined, 0)} MiB`).join(' · ');
-    out.push(s.now ? `RSS (VmRSS) after ${s.after.padEnd(15)} ${sizes} (≤ 120 each: ${Object.values(s.rss).every((v) => v !== null && v <= 120) ? 'ok' : 'MISSED'})` : `peak RSS (VmHWM) after ${s.after.padEnd(10)} ${sizes}`);
+    const sizes = Object.entries(s.rss)
+      .map(([k, v]) => `${k} ${fixed(v ?? undefined, 0)} MiB`)
+      .join(' · ');
+    out.push(
+      s.now
+        ? `RSS (VmRSS) after ${s.after.padEnd(15)} ${sizes} (≤ 120 each: ${Object.values(s.rss).every((v) => v !== null && v <= 120) ? 'ok' : 'MISSED'})`
+        : `peak RSS (VmHWM) after ${s.after.padEnd(10)} ${sizes}`,
+    );
   }
   out.push('');
   // The service's targets (docs/performance.md).
@@ -234,11 +257,19 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
     );
     for (const w of ['1w', '2w']) {
       const t = r[`rotation.${w}`];
-      if (t?.cpu) out.push(`  CPU ms per rotation, ${w.replace('w', ' worker(s)')}: ${Object.entries(t.cpu).map(([k, s]) => `${k} ${fixed((s * 1000) / t.bytes, 1)}`).join(' · ')}`);
+      if (t?.cpu)
+        out.push(
+          `  CPU ms per rotation, ${w.replace('w', ' worker(s)')}: ${Object.entries(t.cpu)
+            .map(([k, s]) => `${k} ${fixed((s * 1000) / t.bytes, 1)}`)
+            .join(' · ')}`,
+        );
     }
   }
   const ceilings = BOUNDED.flatMap(([label, k]) => (q[`ceiling_${k}`] === undefined ? [] : [[label, q[`ceiling_${k}`]!] as const]));
-  if (ceilings.length) out.push(`at most, at this CPU per GiB or rotation (all processes, the bench's too, on ${m.nproc} busy cores): ${ceilings.map(([k, v]) => `${k} ${fixed(v)}`).join(' · ')}`);
+  if (ceilings.length)
+    out.push(
+      `at most, at this CPU per GiB or rotation (all processes, the bench's too, on ${m.nproc} busy cores): ${ceilings.map(([k, v]) => `${k} ${fixed(v)}`).join(' · ')}`,
+    );
   const projections = BOUNDED.flatMap(([label, k]) => (q[`core_each_${k}`] === undefined ? [] : [[label, q[`core_each_${k}`]!] as const]));
   if (projections.length) {
     out.push(
@@ -266,14 +297,23 @@ export function cpuPerGiBOf(r: Results): Record<string, number> {
 }
 
 function cpuPerGiB(r: Results): string {
-  return Object.entries(cpuPerGiBOf(r)).map(([k, v]) => `${k} ${fixed(v, 1)}`).join(' · ');
+  return Object.entries(cpuPerGiBOf(r))
+    .map(([k, v]) => `${k} ${fixed(v, 1)}`)
+    .join(' · ');
 }
 
 /** `upload 0.80 [api 0.4 bench 0.3] · queue 0.01 · job 1.41 [worker-1 1.4] …`, or the CPU of a baseline. */
 function details(t: Timing): string {
-  const cpu = (c: Record<string, number> | undefined) => (c && Object.keys(c).length ? ` [${Object.entries(c).map(([k, s]) => `${k} ${fixed(s, 1)}`).join(' ')}]` : '');
+  const cpu = (c: Record<string, number> | undefined) =>
+    c && Object.keys(c).length
+      ? ` [${Object.entries(c)
+          .map(([k, s]) => `${k} ${fixed(s, 1)}`)
+          .join(' ')}]`
+      : '';
   if (!t.parts) return t.cpu ? `cpu${cpu(t.cpu)}` : '';
-  return Object.entries(t.parts).map(([k, ms]) => `${k} ${fixed(ms / 1000)}${cpu(t.phaseCpu?.[k])}`).join(' · ');
+  return Object.entries(t.parts)
+    .map(([k, ms]) => `${k} ${fixed(ms / 1000)}${cpu(t.phaseCpu?.[k])}`)
+    .join(' · ');
 }
 
 function target(name: string, value: number | undefined, op: '≥' | '≤', goal: number, digits = 2): string {

@@ -16,7 +16,6 @@ import { openForRewrap } from '../../lib/pgp/rewrap';
 import type { Results, Timing } from './sections';
 import { MiB, mibPerSec, timedInProcess } from './util';
 
-
 const read = (path: string) => createReadStream(path, { highWaterMark: MiB });
 const LIMIT = Number.MAX_SAFE_INTEGER;
 
@@ -41,19 +40,31 @@ export async function measureRewrap(input: string, size: number, dir: string, ru
   try {
     for (let i = 0; i < runs; i++) {
       keep('rewrap.copy', await timedInProcess(bytes, () => pipeline(read(message), createWriteStream(out))));
-      keep('rewrap.rewrap', await timedInProcess(bytes, async () => {
-        const opened = await openForRewrap(read(message));
-        await pipeline(await opened.rewrap(a.priv, a.ids, b.pub), createWriteStream(out));
-      }));
-      keep('rewrap.decrypt', await timedInProcess(size, async () => {
-        const m = await openEncrypted(read(message), { maxDecompressedBytes: LIMIT });
-        await pipeline(await m.decrypt(a.priv), createWriteStream(plain));
-      }));
-      keep('rewrap.encrypt', await timedInProcess(size, async () => pipeline(await encryptStream(read(plain), b.pub, { armor: false }), createWriteStream(out))));
-      keep('rewrap.reencrypt', await timedInProcess(size, async () => {
-        const m = await openEncrypted(read(message), { maxDecompressedBytes: LIMIT });
-        await pipeline(await encryptStream(await m.decrypt(a.priv), b.pub, { armor: false }), createWriteStream(out));
-      }));
+      keep(
+        'rewrap.rewrap',
+        await timedInProcess(bytes, async () => {
+          const opened = await openForRewrap(read(message));
+          await pipeline(await opened.rewrap(a.priv, a.ids, b.pub), createWriteStream(out));
+        }),
+      );
+      keep(
+        'rewrap.decrypt',
+        await timedInProcess(size, async () => {
+          const m = await openEncrypted(read(message), { maxDecompressedBytes: LIMIT });
+          await pipeline(await m.decrypt(a.priv), createWriteStream(plain));
+        }),
+      );
+      keep(
+        'rewrap.encrypt',
+        await timedInProcess(size, async () => pipeline(await encryptStream(read(plain), b.pub, { armor: false }), createWriteStream(out))),
+      );
+      keep(
+        'rewrap.reencrypt',
+        await timedInProcess(size, async () => {
+          const m = await openEncrypted(read(message), { maxDecompressedBytes: LIMIT });
+          await pipeline(await encryptStream(await m.decrypt(a.priv), b.pub, { armor: false }), createWriteStream(out));
+        }),
+      );
     }
   } finally {
     await Promise.all([message, out, plain].map((p) => rm(p, { force: true })));

@@ -24,8 +24,6 @@ export const SEALING_LABELS: Record<string, string> = {
   'sealing.get-sealed': 'blob get, sealed',
 };
 
-
-
 const cpuOf = (t: Timing) => Object.values(t.cpu ?? {}).reduce((n, s) => n + s, 0);
 
 /** Puts `input` (of `size` bytes) into a plain and a sealed local store under `dir` and reads it back. */
@@ -46,10 +44,13 @@ export async function measureSealing(input: string, size: number, dir: string, r
         const job = randomUUID();
         jobKeys.mint(job);
         const key = `jobs/${job}/in/0`;
-        keep(`sealing.put-${name}`, await timedInProcess(size, async () => {
-          const { size: stored } = await store.put(key, createReadStream(input, { highWaterMark: MiB }));
-          if (stored !== size) throw new Error(`${name} put stored ${stored} bytes of ${size}`);
-        }));
+        keep(
+          `sealing.put-${name}`,
+          await timedInProcess(size, async () => {
+            const { size: stored } = await store.put(key, createReadStream(input, { highWaterMark: MiB }));
+            if (stored !== size) throw new Error(`${name} put stored ${stored} bytes of ${size}`);
+          }),
+        );
         keep(`sealing.get-${name}`, await timedInProcess(size, async () => pipeline(await store.get(key), sink())));
         await store.deletePrefix(key.slice(0, key.indexOf('/in/') + 1));
       }

@@ -127,7 +127,7 @@ export async function rotationSection(b: Bench): Promise<Results> {
   for (const workers of [1, 2]) {
     while (b.service.workerCount('rotation') < workers) await b.service.addWorker('rotation=4');
     Object.assign(results, await timed(`rotation.${workers}w.cold`, 1));
-    for (const until = Date.now() + ROTATION_WARMUP_MS; Date.now() < until; ) await batch();
+    for (const until = Date.now() + ROTATION_WARMUP_MS; Date.now() < until;) await batch();
     Object.assign(results, await bestOf(b, () => timed(`rotation.${workers}w`, ROTATION_BATCHES)));
   }
   return results;
@@ -147,9 +147,11 @@ export interface RotatedKey {
 export async function rotateAll(b: Bench, keys: RotatedKey[]): Promise<number> {
   const jobs = await Promise.all(keys.map((k) => k.api.rotate(k.fingerprint).then((job) => ({ job, api: k.api }))));
   const wait = (api: Api, id: string) =>
-    api.waitForJob(id, 120_000, () => b.service.assertRunning()).catch(async (err: Error) => {
-      throw new Error(`${err.message}; ${await b.service.stuckJobReport('rotation', id).catch((e: Error) => `no report: ${e.message}`)}`);
-    });
+    api
+      .waitForJob(id, 120_000, () => b.service.assertRunning())
+      .catch(async (err: Error) => {
+        throw new Error(`${err.message}; ${await b.service.stuckJobReport('rotation', id).catch((e: Error) => `no report: ${e.message}`)}`);
+      });
   await Promise.all(jobs.map(({ job, api }) => job.state === 'completed' || wait(api, job.job_id)));
   return jobs.length;
 }
@@ -178,7 +180,11 @@ function mark(b: Bench): Mark {
 
 /** CPU seconds per process between two marks; processes that used under 0.05 s are left out. */
 function cpuBetween(a: Mark, z: Mark): Record<string, number> {
-  return Object.fromEntries(Object.entries(z.cpu).map(([k, v]) => [k, v - (a.cpu[k] ?? 0)]).filter(([, v]) => (v as number) >= 0.05));
+  return Object.fromEntries(
+    Object.entries(z.cpu)
+      .map(([k, v]) => [k, v - (a.cpu[k] ?? 0)])
+      .filter(([, v]) => (v as number) >= 0.05),
+  );
 }
 
 interface ServiceRun {
@@ -212,7 +218,10 @@ async function followedRun(b: Bench, dest: string): Promise<ServiceRun> {
   await settle();
   const m0 = mark(b);
   let m2!: Mark;
-  const { job: { job_id }, downloaded } = await b.api.submitEncryptFollowed(b.input, b.fingerprint, dest);
+  const {
+    job: { job_id },
+    downloaded,
+  } = await b.api.submitEncryptFollowed(b.input, b.fingerprint, dest);
   const m1 = mark(b);
   const [job, bytes] = await Promise.all([waitFor(b, job_id).then((j) => ((m2 = mark(b)), j)), downloaded]);
   const m3 = mark(b);
@@ -255,7 +264,14 @@ async function parallelServiceRun(b: Bench, dests: string[]): Promise<Results> {
   const ends = jobs.map((j) => Date.parse(j.finished_at!));
   const [start, end] = [Math.min(...starts), Math.max(...ends)];
   const bytes = 2 * b.size;
-  const parts = { upload: m1.t - m0.t, jobs: end - start, 'job 1': ends[0] - starts[0], 'job 2': ends[1] - starts[1], 'start skew': Math.abs(starts[0] - starts[1]), download: m3.t - m2.t };
+  const parts = {
+    upload: m1.t - m0.t,
+    jobs: end - start,
+    'job 1': ends[0] - starts[0],
+    'job 2': ends[1] - starts[1],
+    'start skew': Math.abs(starts[0] - starts[1]),
+    download: m3.t - m2.t,
+  };
   const phaseCpu = { upload: cpuBetween(m0, m1), jobs: cpuBetween(m1, m2), download: cpuBetween(m2, m3) };
   return {
     'parallel.jobs': { bytes, ms: end - start, parts, phaseCpu, cpu: cpuBetween(m0, m3) },

@@ -18,7 +18,9 @@ const REDIS_URL = 'redis://127.0.0.1:6379';
  * same: test/build.test.ts), so the bench measures the processes as they run (docs/performance.md, "Process flags").
  */
 export function procfileCommand(role: string): { env: Record<string, string>; flags: string[] } {
-  const line = readFileSync(join(REPO, 'Procfile'), 'utf8').split('\n').find((l) => l.startsWith(`${role}:`));
+  const line = readFileSync(join(REPO, 'Procfile'), 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith(`${role}:`));
   return nodeCommand(line?.slice(role.length + 1) ?? '', role);
 }
 
@@ -46,7 +48,8 @@ function profileFlags(): string[] {
 export const extraFlags = () => (process.env.BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
 
 /** BENCH_LOG_DIR=<dir>: each service process's whole output goes to <dir>/<name>.log (with BENCH_NODE_FLAGS=--trace-gc, its GC log). */
-const logTo = (name: string) => (process.env.BENCH_LOG_DIR ? (data: Buffer) => appendFileSync(join(process.env.BENCH_LOG_DIR!, `${name}.log`), data) : undefined);
+const logTo = (name: string) =>
+  process.env.BENCH_LOG_DIR ? (data: Buffer) => appendFileSync(join(process.env.BENCH_LOG_DIR!, `${name}.log`), data) : undefined;
 
 /**
  * What runs: the service as production runs it, built once per bench run (`npm run build` → dist/main.js,
@@ -203,7 +206,11 @@ export class Service {
   private spawn(name: string, role: string, extra: Record<string, string>): ServiceProcess {
     const procfile = procfileCommand(role);
     // The Procfile's environment as production has it, unless this shell sets the same name (experiments).
-    const child = spawnTracked(process.execPath, [...procfile.flags, ...extraFlags(), ...profileFlags(), ...entry(), role], { cwd: REPO, env: { ...procfile.env, ...this.env(extra) }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawnTracked(process.execPath, [...procfile.flags, ...extraFlags(), ...profileFlags(), ...entry(), role], {
+      cwd: REPO,
+      env: { ...procfile.env, ...this.env(extra) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const proc: ServiceProcess = { name, child, pid: child.pid!, tail: [] };
     const log = logTo(name);
     const keep = (data: Buffer) => {
@@ -232,7 +239,8 @@ export class Service {
   private async until(proc: ServiceProcess, ready: () => Promise<boolean>, what: string): Promise<void> {
     const deadline = Date.now() + 60_000;
     while (!(await ready())) {
-      if (proc.child.exitCode !== null || proc.child.signalCode !== null) throw new Error(`${proc.name} exited while waiting for ${what}:\n${proc.tail.join('\n')}`);
+      if (proc.child.exitCode !== null || proc.child.signalCode !== null)
+        throw new Error(`${proc.name} exited while waiting for ${what}:\n${proc.tail.join('\n')}`);
       if (Date.now() > deadline) throw new Error(`${proc.name}: timed out after 60 s waiting for ${what}:\n${proc.tail.join('\n')}`);
       await sleep(100);
     }
@@ -255,7 +263,15 @@ export class Service {
         state: await queue.getJobState(jobId),
         counts: await queue.getJobCounts(),
         active: (await db.query('SELECT id, kind, state, attempts, started_at FROM jobs WHERE id = ANY($1::uuid[])', [active])).rows,
-        redis_clients: ((await connection.client('LIST')) as string).split('\n').filter(Boolean).map((l) => l.split(' ').filter((f) => /^(id|name|age|idle|flags|cmd)=/.test(f)).join(' ')),
+        redis_clients: ((await connection.client('LIST')) as string)
+          .split('\n')
+          .filter(Boolean)
+          .map((l) =>
+            l
+              .split(' ')
+              .filter((f) => /^(id|name|age|idle|flags|cmd)=/.test(f))
+              .join(' '),
+          ),
         postgres: (
           await db.query(
             `SELECT pid, state, wait_event_type, wait_event, pg_blocking_pids(pid) AS blocked_by, now() - xact_start AS in_transaction, left(query, 120) AS query

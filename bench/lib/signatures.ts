@@ -45,9 +45,19 @@ export async function measureSignatures(input: string, size: number, dir: string
   };
   try {
     for (let i = 0; i < runs; i++) {
-      keep('signatures.sign_encrypt', await timedInProcess(size, async () => pipeline(await encryptStream(read(input), pub, { armor: false, signingKey: priv }), createWriteStream(out))));
+      keep(
+        'signatures.sign_encrypt',
+        await timedInProcess(size, async () => pipeline(await encryptStream(read(input), pub, { armor: false, signingKey: priv }), createWriteStream(out))),
+      );
       keep('signatures.gpg_sign_encrypt', await timedGpg(size, () => gpg.signEncrypt(input, out)));
-      keep('signatures.verify', await timedInProcess(size, async () => void (await verifyDetached(read(input), signature, [{ key: pub, fingerprint: k.fingerprint }], { maxDecompressedBytes: Number.MAX_SAFE_INTEGER }))));
+      keep(
+        'signatures.verify',
+        await timedInProcess(
+          size,
+          async () =>
+            void (await verifyDetached(read(input), signature, [{ key: pub, fingerprint: k.fingerprint }], { maxDecompressedBytes: Number.MAX_SAFE_INTEGER })),
+        ),
+      );
       keep('signatures.gpg_verify', await timedGpg(size, () => gpg.verify(gpgSig, input)));
     }
   } finally {

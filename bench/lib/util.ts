@@ -29,7 +29,8 @@ export function formatSize(bytes: number): string {
 export const mibPerSec = (bytes: number, ms: number) => bytes / MiB / (ms / 1000);
 
 /** How the bench marks a figure against one of its targets (docs/performance.md): `(≤ 50 ms: ok)`, `(≥ 1: MISSED)`. */
-export const verdict = (value: number, op: '≥' | '≤', goal: number, unit = '') => `(${op} ${goal}${unit}: ${(op === '≥' ? value >= goal : value <= goal) ? 'ok' : 'MISSED'})`;
+export const verdict = (value: number, op: '≥' | '≤', goal: number, unit = '') =>
+  `(${op} ${goal}${unit}: ${(op === '≥' ? value >= goal : value <= goal) ? 'ok' : 'MISSED'})`;
 
 /**
  * What writing into the page cache costs the host's kernel right now: system CPU seconds per GiB to
@@ -168,7 +169,11 @@ export function postgresCpuSeconds(): number {
 }
 
 /** CPU seconds of the service's processes, of Postgres and of this bench process (for CPU per request). */
-export const serviceCpuReader = (service: { cpu(): Record<string, number> }) => () => ({ ...service.cpu(), postgres: postgresCpuSeconds(), bench: ownCpuSeconds().self });
+export const serviceCpuReader = (service: { cpu(): Record<string, number> }) => () => ({
+  ...service.cpu(),
+  postgres: postgresCpuSeconds(),
+  bench: ownCpuSeconds().self,
+});
 
 /** CPU seconds of this process, and of its children that have exited and been reaped (gpg runs). */
 export function ownCpuSeconds(): { self: number; children: number } {

@@ -8,7 +8,8 @@ import { examples, int, run } from './common.js';
 import { registerAuditEvidence } from './audit.js';
 
 const PROFILE_FIELDS = ['user_id', 'username', 'email', 'pending_email', 'email_verified', 'company_name', 'role', 'rotation_interval_days', 'created_at'];
-const passwordHelp = (fdFlag: string, env: string) => `The ${fdFlag === '--password-fd' ? 'current ' : ''}password comes from ${fdFlag} N, else ${env}, else a prompt without echo.`;
+const passwordHelp = (fdFlag: string, env: string) =>
+  `The ${fdFlag === '--password-fd' ? 'current ' : ''}password comes from ${fdFlag} N, else ${env}, else a prompt without echo.`;
 
 const paging = (cmd: Command, what: string) =>
   cmd.option('--page <n>', 'page number', int('--page'), 1).option('--page-size <n>', `${what} per page (≤ 100)`, int('--page-size'), 50);
@@ -32,7 +33,9 @@ export function registerAccount(program: Command) {
     .action(
       run<Paging & { action?: string; status?: 'success' | 'failure' }>(async (opts) => {
         const { kms } = await connect(opts);
-        const page = await kms.data(kms.api.GET('/audit-logs', { params: { query: { action: opts.action, status: opts.status, page: opts.page, page_size: opts.pageSize } } }));
+        const page = await kms.data(
+          kms.api.GET('/audit-logs', { params: { query: { action: opts.action, status: opts.status, page: opts.page, page_size: opts.pageSize } } }),
+        );
         print(opts, page, () => table(page.items, ['created_at', 'action', 'status', 'target', 'ip']) + pagedFooter(page));
       }),
     );
@@ -60,13 +63,26 @@ export function registerAccount(program: Command) {
     .option('--no-company', 'remove the company name')
     .option('--email <email>', 'a new email (needs your current password and a recent sign-in)')
     .option('--password-fd <n>', 'read the current password from this file descriptor (with --email)')
-    .addHelpText('after', examples('kms profile update --company "Example Ltd"', 'kms profile update --email ann@new.example   # asks for the current password') + `\n${passwordHelp('--password-fd', 'KMS_PASSWORD')}\n`)
+    .addHelpText(
+      'after',
+      examples('kms profile update --company "Example Ltd"', 'kms profile update --email ann@new.example   # asks for the current password') +
+        `\n${passwordHelp('--password-fd', 'KMS_PASSWORD')}\n`,
+    )
     .action(
       run<{ username?: string; company?: string | false; email?: string; passwordFd?: string }>(async (opts) => {
-        if (opts.username === undefined && opts.company === undefined && opts.email === undefined) throw new UsageError('Give at least one of --username, --company, --no-company and --email.');
+        if (opts.username === undefined && opts.company === undefined && opts.email === undefined)
+          throw new UsageError('Give at least one of --username, --company, --no-company and --email.');
         const { kms } = await connect(opts);
-        const currentPassword = opts.email === undefined ? undefined : await readSecret({ fd: opts.passwordFd, env: 'KMS_PASSWORD', prompt: 'Current password: ', what: 'password', fdFlag: '--password-fd' });
-        const body = { username: opts.username, email: opts.email, company_name: opts.company === false ? null : opts.company, current_password: currentPassword };
+        const currentPassword =
+          opts.email === undefined
+            ? undefined
+            : await readSecret({ fd: opts.passwordFd, env: 'KMS_PASSWORD', prompt: 'Current password: ', what: 'password', fdFlag: '--password-fd' });
+        const body = {
+          username: opts.username,
+          email: opts.email,
+          company_name: opts.company === false ? null : opts.company,
+          current_password: currentPassword,
+        };
         const me = await kms.data(kms.api.PUT('/profile/update', { body }));
         print(opts, me, () => fields(me, PROFILE_FIELDS) + (me.pending_email ? `\nconfirm the change from the mail sent to ${me.pending_email}` : ''));
       }),
@@ -103,30 +119,50 @@ export function registerAccount(program: Command) {
   ).action(
     run<Paging & { state?: 'pending' | 'accepted' | 'revoked' | 'expired' }>(async (opts) => {
       const { kms } = await connect(opts);
-      const page = await kms.data(kms.api.GET('/organization/invitations', { params: { query: { state: opts.state, page: opts.page, page_size: opts.pageSize } } }));
+      const page = await kms.data(
+        kms.api.GET('/organization/invitations', { params: { query: { state: opts.state, page: opts.page, page_size: opts.pageSize } } }),
+      );
       print(opts, page, () => table(page.items, ['email', 'role', 'state', 'expires_at', 'invitation_id']) + pagedFooter(page));
     }),
   );
 
   const password = program.command('password').description('Change your password, or reset a forgotten one with the token mailed to you');
-  password.addHelpText('after', examples('kms password change', 'kms password forgot --email ann@example.com', 'kms password reset --token <TOKEN from the mail>'));
+  password.addHelpText(
+    'after',
+    examples('kms password change', 'kms password forgot --email ann@example.com', 'kms password reset --token <TOKEN from the mail>'),
+  );
 
   password
     .command('change')
     .description('Change your password: every other session ends, and the stored login gets the new session')
     .option('--password-fd <n>', 'read the current password from this file descriptor')
     .option('--new-password-fd <n>', 'read the new password from this file descriptor')
-    .addHelpText('after', examples('kms password change', 'kms password change --password-fd 3 --new-password-fd 4 3<old.txt 4<new.txt') + `\n${passwordHelp('--password-fd', 'KMS_PASSWORD')}\n${passwordHelp('--new-password-fd', 'KMS_NEW_PASSWORD')}\n`)
+    .addHelpText(
+      'after',
+      examples('kms password change', 'kms password change --password-fd 3 --new-password-fd 4 3<old.txt 4<new.txt') +
+        `\n${passwordHelp('--password-fd', 'KMS_PASSWORD')}\n${passwordHelp('--new-password-fd', 'KMS_NEW_PASSWORD')}\n`,
+    )
     .action(
       run<{ passwordFd?: string; newPasswordFd?: string }>(async (opts) => {
         const { kms, target } = await connect(opts);
         const current = await readSecret({ fd: opts.passwordFd, env: 'KMS_PASSWORD', prompt: 'Current password: ', what: 'password', fdFlag: '--password-fd' });
-        const next = await readSecret({ fd: opts.newPasswordFd, env: 'KMS_NEW_PASSWORD', prompt: 'New password (12+ characters): ', what: 'new password', fdFlag: '--new-password-fd', confirm: true });
+        const next = await readSecret({
+          fd: opts.newPasswordFd,
+          env: 'KMS_NEW_PASSWORD',
+          prompt: 'New password (12+ characters): ',
+          what: 'new password',
+          fdFlag: '--new-password-fd',
+          confirm: true,
+        });
         const { session } = await kms.data(kms.api.POST('/profile/change-password', { body: { current_password: current, new_password: next } }));
         // The stored session has just ended with the others: keep the new one in its place.
         const stored = target.source === 'credentials' && target.creds?.kind === 'session';
         if (stored) await saveCredentials({ ...target.creds!, token: session.token, expires_at: session.expires_at });
-        print(opts, { status: 'password_changed', expires_at: session.expires_at, stored }, `password changed; other sessions have ended${stored ? ' (this login continues)' : ''}`);
+        print(
+          opts,
+          { status: 'password_changed', expires_at: session.expires_at, stored },
+          `password changed; other sessions have ended${stored ? ' (this login continues)' : ''}`,
+        );
       }),
     );
 
@@ -151,7 +187,14 @@ export function registerAccount(program: Command) {
     .action(
       run<{ token: string; newPasswordFd?: string }>(async (opts) => {
         const anon = await anonymous(opts.url);
-        const next = await readSecret({ fd: opts.newPasswordFd, env: 'KMS_NEW_PASSWORD', prompt: 'New password (12+ characters): ', what: 'new password', fdFlag: '--new-password-fd', confirm: true });
+        const next = await readSecret({
+          fd: opts.newPasswordFd,
+          env: 'KMS_NEW_PASSWORD',
+          prompt: 'New password (12+ characters): ',
+          what: 'new password',
+          fdFlag: '--new-password-fd',
+          confirm: true,
+        });
         const answer = await anon.data(anon.api.POST('/auth/reset-password', { body: { token: opts.token, new_password: next } }));
         print(opts, answer, 'password reset: log in with `kms login`');
       }),

@@ -38,7 +38,8 @@ async function resumePoint(path: string): Promise<{ next: number; wholeBytes: nu
 function describeVerdict(v: Verdict): string {
   if (v.first_break) return `BROKEN at row ${v.first_break.sequence}: ${v.first_break.reason}`;
   const span = v.rows ? `rows ${v.first_sequence} to ${v.last_sequence}` : 'no rows';
-  const anchored = v.last_checkpoint_sequence === null ? 'no signed checkpoint yet' : `signed checkpoints up to row ${v.last_checkpoint_sequence} (${v.checkpoints} verified)`;
+  const anchored =
+    v.last_checkpoint_sequence === null ? 'no signed checkpoint yet' : `signed checkpoints up to row ${v.last_checkpoint_sequence} (${v.checkpoints} verified)`;
   return `OK: ${span} of ${v.chain}, ${anchored}; ${v.unanchored_rows} row(s) after the last checkpoint are protected by the chain alone`;
 }
 

@@ -37,7 +37,11 @@ export function registerAuth(program: Command) {
             throw err;
           });
           const path = await saveCredentials({ url, token: key, kind: 'api_key', username: me?.username });
-          print(opts, { url, kind: 'api_key', username: me?.username ?? null, credentials: path }, `stored the API key for ${url}${me ? ` (${me.username})` : ''} in ${path}`);
+          print(
+            opts,
+            { url, kind: 'api_key', username: me?.username ?? null, credentials: path },
+            `stored the API key for ${url}${me ? ` (${me.username})` : ''} in ${path}`,
+          );
           return;
         }
         let identifier = opts.username;
@@ -50,7 +54,11 @@ export function registerAuth(program: Command) {
           : await readSecret({ fd: opts.passwordFd, env: 'KMS_PASSWORD', prompt: 'Password: ', what: 'password', fdFlag: '--password-fd' });
         const { session, user } = await anon.data(anon.api.POST('/auth/login', { body: { identifier, password } }));
         const path = await saveCredentials({ url, token: session.token, kind: 'session', username: user.username, expires_at: session.expires_at });
-        print(opts, { url, kind: 'session', username: user.username, expires_at: session.expires_at, credentials: path }, `logged in to ${url} as ${user.username} (session until ${session.expires_at})`);
+        print(
+          opts,
+          { url, kind: 'session', username: user.username, expires_at: session.expires_at, credentials: path },
+          `logged in to ${url} as ${user.username} (session until ${session.expires_at})`,
+        );
       }),
     );
 
@@ -62,16 +70,35 @@ export function registerAuth(program: Command) {
     .option('--company <name>', 'company name')
     .option('--password-fd <n>', 'read the password from this file descriptor')
     .option('--password-stdin', 'read the password from standard input')
-    .addHelpText('after', examples('kms register -u ann --email ann@example.com        # asks for a password (12+ characters) twice') + '\nThe password may also come from KMS_PASSWORD.\n')
+    .addHelpText(
+      'after',
+      examples('kms register -u ann --email ann@example.com        # asks for a password (12+ characters) twice') +
+        '\nThe password may also come from KMS_PASSWORD.\n',
+    )
     .action(
       run<{ username: string; email: string; company?: string; passwordFd?: string; passwordStdin?: boolean }>(async (opts) => {
         const { url } = await resolveTarget(opts.url);
         const anon = new Kms({ url, userAgent: `kms-cli/${CLI_VERSION}` });
         const password = opts.passwordStdin
           ? firstLine(await readStdin())
-          : await readSecret({ fd: opts.passwordFd, env: 'KMS_PASSWORD', prompt: 'New password (12+ characters): ', what: 'password', fdFlag: '--password-fd', confirm: true });
-        const made = await anon.data(anon.api.POST('/partners/register', { body: { username: opts.username, email: opts.email, password, company_name: opts.company } }));
-        const path = await saveCredentials({ url, token: made.session.token, kind: 'session', username: made.user.username, expires_at: made.session.expires_at });
+          : await readSecret({
+              fd: opts.passwordFd,
+              env: 'KMS_PASSWORD',
+              prompt: 'New password (12+ characters): ',
+              what: 'password',
+              fdFlag: '--password-fd',
+              confirm: true,
+            });
+        const made = await anon.data(
+          anon.api.POST('/partners/register', { body: { username: opts.username, email: opts.email, password, company_name: opts.company } }),
+        );
+        const path = await saveCredentials({
+          url,
+          token: made.session.token,
+          kind: 'session',
+          username: made.user.username,
+          expires_at: made.session.expires_at,
+        });
         print(
           opts,
           { url, username: made.user.username, user_id: made.user.user_id, partner_api_key: made.partner_api_key, credentials: path },
@@ -89,7 +116,13 @@ export function registerAuth(program: Command) {
         const { kms, target } = await connect(opts);
         const me = await kms.data(kms.api.GET('/auth/me', {}));
         print(opts, { ...me, url: target.url, credential: target.source === 'KMS_API_KEY' ? 'KMS_API_KEY' : target.creds?.kind }, () =>
-          fields({ username: me.username, email: me.email, role: me.role, url: target.url, credential: target.source === 'KMS_API_KEY' ? 'KMS_API_KEY' : target.creds?.kind }),
+          fields({
+            username: me.username,
+            email: me.email,
+            role: me.role,
+            url: target.url,
+            credential: target.source === 'KMS_API_KEY' ? 'KMS_API_KEY' : target.creds?.kind,
+          }),
         );
       }),
     );

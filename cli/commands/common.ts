@@ -30,7 +30,8 @@ export const fingerprint = (value: string) => {
 
 /** A job id: a UUID. */
 export const jobId = (value: string) => {
-  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(value.trim())) throw new InvalidArgumentError('A job id is a UUID (as `kms encrypt` and `kms jobs` print it).');
+  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(value.trim()))
+    throw new InvalidArgumentError('A job id is a UUID (as `kms encrypt` and `kms jobs` print it).');
   return value.trim().toLowerCase();
 };
 

@@ -52,8 +52,15 @@ export function registerJobs(program: Command) {
         const { kms } = await connect(opts);
         const job = await getJob(kms, id);
         const bar = bars(opts);
-        const outputs = await downloadOutputs(kms, job, { outDir: opts.out, overwrite: opts.force, only, onProgress: bar.onProgress }).finally(() => bar.stop());
-        print(opts, { job_id: id, outputs }, () => table(outputs.map((o) => ({ file: o.path, size: o.size })), ['file', 'size']));
+        const outputs = await downloadOutputs(kms, job, { outDir: opts.out, overwrite: opts.force, only, onProgress: bar.onProgress }).finally(() =>
+          bar.stop(),
+        );
+        print(opts, { job_id: id, outputs }, () =>
+          table(
+            outputs.map((o) => ({ file: o.path, size: o.size })),
+            ['file', 'size'],
+          ),
+        );
       }),
     );
 
@@ -69,7 +76,10 @@ export function registerJobs(program: Command) {
         const stop = new AbortController();
         process.once('SIGINT', () => stop.abort());
         process.once('SIGTERM', () => stop.abort());
-        const types = opts.types?.split(',').map((t) => t.trim()).filter(Boolean);
+        const types = opts.types
+          ?.split(',')
+          .map((t) => t.trim())
+          .filter(Boolean);
         try {
           for await (const e of followEvents(kms, { types, lastEventId: opts.lastEventId, signal: stop.signal })) line(opts.json, e);
         } catch (err) {
@@ -79,4 +89,5 @@ export function registerJobs(program: Command) {
     );
 }
 
-const line = (json: boolean | undefined, e: AccountEvent) => process.stdout.write(json ? `${JSON.stringify(e)}\n` : `${e.created_at}  ${e.type.padEnd(20)}  ${JSON.stringify(e.data)}\n`);
+const line = (json: boolean | undefined, e: AccountEvent) =>
+  process.stdout.write(json ? `${JSON.stringify(e)}\n` : `${e.created_at}  ${e.type.padEnd(20)}  ${JSON.stringify(e.data)}\n`);

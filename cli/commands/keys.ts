@@ -25,7 +25,11 @@ export function registerKeys(program: Command) {
     .action(
       run<{ environment?: string; label?: string; active?: 'true' | 'false'; page: number; pageSize: number }>(async (opts) => {
         const { kms } = await connect(opts);
-        const page = await kms.data(kms.api.GET('/keys/list', { params: { query: { environment: opts.environment, label: opts.label, active: opts.active, page: opts.page, page_size: opts.pageSize } } }));
+        const page = await kms.data(
+          kms.api.GET('/keys/list', {
+            params: { query: { environment: opts.environment, label: opts.label, active: opts.active, page: opts.page, page_size: opts.pageSize } },
+          }),
+        );
         print(opts, page, () => table(page.items, KEY_COLUMNS) + pagedFooter(page));
       }),
     );
@@ -40,14 +44,43 @@ export function registerKeys(program: Command) {
     .option('--environment <env>', 'environment', 'production')
     .option('--expires-in-days <n>', 'key lifetime in days (1–3650); none: no expiry', int('--expires-in-days'))
     .option('--passphrase-fd <n>', 'read the passphrase from this file descriptor')
-    .addHelpText('after', examples('kms keys generate --label backups --name Ann --email ann@example.com', 'kms keys generate --label big --name Ann --email ann@example.com --algorithm rsa4096 --passphrase-fd 3 3<pass.txt') + `\n${passphraseHelp}\n`)
+    .addHelpText(
+      'after',
+      examples(
+        'kms keys generate --label backups --name Ann --email ann@example.com',
+        'kms keys generate --label big --name Ann --email ann@example.com --algorithm rsa4096 --passphrase-fd 3 3<pass.txt',
+      ) + `\n${passphraseHelp}\n`,
+    )
     .action(
-      run<{ label: string; name: string; email: string; algorithm: 'curve25519' | 'rsa3072' | 'rsa4096'; environment: string; expiresInDays?: number; passphraseFd?: string }>(async (opts) => {
+      run<{
+        label: string;
+        name: string;
+        email: string;
+        algorithm: 'curve25519' | 'rsa3072' | 'rsa4096';
+        environment: string;
+        expiresInDays?: number;
+        passphraseFd?: string;
+      }>(async (opts) => {
         const { kms } = await connect(opts);
-        const passphrase = await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'New key passphrase (12+ characters): ', what: 'passphrase', fdFlag: '--passphrase-fd', confirm: true });
+        const passphrase = await readSecret({
+          fd: opts.passphraseFd,
+          env: 'KMS_PASSPHRASE',
+          prompt: 'New key passphrase (12+ characters): ',
+          what: 'passphrase',
+          fdFlag: '--passphrase-fd',
+          confirm: true,
+        });
         const answer = await kms.data(
           kms.api.POST('/keys/generate-key', {
-            body: { label: opts.label, name: opts.name, email: opts.email, algorithm: opts.algorithm, environment: opts.environment, expires_in_days: opts.expiresInDays, passphrase },
+            body: {
+              label: opts.label,
+              name: opts.name,
+              email: opts.email,
+              algorithm: opts.algorithm,
+              environment: opts.environment,
+              expires_in_days: opts.expiresInDays,
+              passphrase,
+            },
             headers: { prefer: 'wait=30' },
           }),
         );
@@ -68,7 +101,10 @@ export function registerKeys(program: Command) {
     .option('--unprotected', 'the secret key is not locked with a passphrase (as `sq key generate` makes them)')
     .addHelpText(
       'after',
-      examples('gpg --export-secret-keys --armor ann@example.com > ann.asc && kms keys import ann.asc --label ann', 'gpg --export --armor partner@example.com > partner.asc && kms keys import partner.asc --label partner') +
+      examples(
+        'gpg --export-secret-keys --armor ann@example.com > ann.asc && kms keys import ann.asc --label ann',
+        'gpg --export --armor partner@example.com > partner.asc && kms keys import partner.asc --label partner',
+      ) +
         `\nA secret key's new passphrase comes from --passphrase-fd N, else KMS_PASSPHRASE, else a prompt; the one it is locked with from --key-passphrase-fd N, else KMS_KEY_PASSPHRASE, else a prompt.\n`,
     )
     .action(
@@ -77,9 +113,29 @@ export function registerKeys(program: Command) {
         if (!/-----BEGIN PGP (PUBLIC|PRIVATE) KEY BLOCK-----/.test(key)) throw new UsageError(`${file} is not an armored OpenPGP key (export it with --armor)`);
         const secret = key.includes('-----BEGIN PGP PRIVATE KEY BLOCK-----');
         const { kms } = await connect(opts);
-        const keyPassphrase = secret && !opts.unprotected ? await readSecret({ fd: opts.keyPassphraseFd, env: 'KMS_KEY_PASSPHRASE', prompt: 'Passphrase the key is locked with: ', what: 'key passphrase', fdFlag: '--key-passphrase-fd' }) : undefined;
-        const passphrase = secret ? await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'New key passphrase (12+ characters): ', what: 'passphrase', fdFlag: '--passphrase-fd', confirm: true }) : undefined;
-        const answer = await kms.data(kms.api.POST('/keys/import', { body: { key, label: opts.label, environment: opts.environment, passphrase, key_passphrase: keyPassphrase } }));
+        const keyPassphrase =
+          secret && !opts.unprotected
+            ? await readSecret({
+                fd: opts.keyPassphraseFd,
+                env: 'KMS_KEY_PASSPHRASE',
+                prompt: 'Passphrase the key is locked with: ',
+                what: 'key passphrase',
+                fdFlag: '--key-passphrase-fd',
+              })
+            : undefined;
+        const passphrase = secret
+          ? await readSecret({
+              fd: opts.passphraseFd,
+              env: 'KMS_PASSPHRASE',
+              prompt: 'New key passphrase (12+ characters): ',
+              what: 'passphrase',
+              fdFlag: '--passphrase-fd',
+              confirm: true,
+            })
+          : undefined;
+        const answer = await kms.data(
+          kms.api.POST('/keys/import', { body: { key, label: opts.label, environment: opts.environment, passphrase, key_passphrase: keyPassphrase } }),
+        );
         print(opts, answer, () => fields(answer, KEY_COLUMNS.concat('kind', 'uid')));
       }),
     );
@@ -139,11 +195,26 @@ export function registerKeys(program: Command) {
         let currentPassphrase: string | undefined;
         let newPassphrase: string | undefined;
         if (opts.changePassphrase) {
-          currentPassphrase = await readSecret({ fd: opts.passphraseFd, env: 'KMS_PASSPHRASE', prompt: 'Current passphrase: ', what: 'passphrase', fdFlag: '--passphrase-fd' });
-          newPassphrase = await readSecret({ fd: opts.newPassphraseFd, env: 'KMS_NEW_PASSPHRASE', prompt: 'New passphrase: ', what: 'new passphrase', fdFlag: '--new-passphrase-fd', confirm: true });
+          currentPassphrase = await readSecret({
+            fd: opts.passphraseFd,
+            env: 'KMS_PASSPHRASE',
+            prompt: 'Current passphrase: ',
+            what: 'passphrase',
+            fdFlag: '--passphrase-fd',
+          });
+          newPassphrase = await readSecret({
+            fd: opts.newPassphraseFd,
+            env: 'KMS_NEW_PASSPHRASE',
+            prompt: 'New passphrase: ',
+            what: 'new passphrase',
+            fdFlag: '--new-passphrase-fd',
+            confirm: true,
+          });
         }
         const bar = bars(opts);
-        const job = await rotate(kms, { fingerprint, currentPassphrase, newPassphrase, noWait: !opts.wait, onProgress: bar.onProgress }).finally(() => bar.stop());
+        const job = await rotate(kms, { fingerprint, currentPassphrase, newPassphrase, noWait: !opts.wait, onProgress: bar.onProgress }).finally(() =>
+          bar.stop(),
+        );
         print(opts, job, () => (job.state === 'completed' ? `rotated: ${fields(job.result ?? {})}` : `rotation job ${job.job_id} is ${job.state}`));
       }),
     );
@@ -175,15 +246,21 @@ export function registerKeys(program: Command) {
     .option('--page-size <n>', 'entries per page', int('--page-size'), 50)
     .addHelpText('after', examples('kms keys history', 'kms keys history 8F3A… --status failed'))
     .action(
-      run<{ status?: 'succeeded' | 'failed'; trigger?: 'manual' | 'schedule' | 'policy'; page: number; pageSize: number }, [string | undefined]>(async (opts, fingerprint) => {
-        const { kms } = await connect(opts);
-        const query = { status: opts.status, trigger: opts.trigger, page: opts.page, page_size: opts.pageSize };
-        const page = fingerprint
-          ? await kms.data(kms.api.GET('/keys/{fingerprint}/rotation-history', { params: { path: { fingerprint }, query } }))
-          : await kms.data(kms.api.GET('/keys/rotation-history', { params: { query } }));
-        const rows = page.items as unknown as Record<string, unknown>[];
-        const columns = rows[0] ? Object.keys(rows[0]).filter((k) => !/^(id|user_id|lineage_id|job_id|error)$/.test(k)).slice(0, 7) : [];
-        print(opts, page, () => table(rows, columns) + pagedFooter(page));
-      }),
+      run<{ status?: 'succeeded' | 'failed'; trigger?: 'manual' | 'schedule' | 'policy'; page: number; pageSize: number }, [string | undefined]>(
+        async (opts, fingerprint) => {
+          const { kms } = await connect(opts);
+          const query = { status: opts.status, trigger: opts.trigger, page: opts.page, page_size: opts.pageSize };
+          const page = fingerprint
+            ? await kms.data(kms.api.GET('/keys/{fingerprint}/rotation-history', { params: { path: { fingerprint }, query } }))
+            : await kms.data(kms.api.GET('/keys/rotation-history', { params: { query } }));
+          const rows = page.items as unknown as Record<string, unknown>[];
+          const columns = rows[0]
+            ? Object.keys(rows[0])
+                .filter((k) => !/^(id|user_id|lineage_id|job_id|error)$/.test(k))
+                .slice(0, 7)
+            : [];
+          print(opts, page, () => table(rows, columns) + pagedFooter(page));
+        },
+      ),
     );
 }

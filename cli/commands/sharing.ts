@@ -4,14 +4,29 @@ import { connect, fields, pagedFooter, print, table } from '../context.js';
 import { examples, int, run } from './common.js';
 
 type Scope = components['schemas']['ManagedApiKey']['scopes'][number];
-const SCOPES: Scope[] = ['keys:read', 'keys:write', 'crypto:encrypt', 'crypto:decrypt', 'jobs:read', 'shares:read', 'shares:write', 'audit:read', 'events:read', 'webhooks:write', 'account:read'];
+const SCOPES: Scope[] = [
+  'keys:read',
+  'keys:write',
+  'crypto:encrypt',
+  'crypto:decrypt',
+  'jobs:read',
+  'shares:read',
+  'shares:write',
+  'audit:read',
+  'events:read',
+  'webhooks:write',
+  'account:read',
+];
 const API_KEY_COLUMNS = ['key_id', 'name', 'prefix', 'status', 'scopes', 'expires_at', 'last_used_at', 'use_count'];
 const SHARE_COLUMNS = ['share_id', 'state', 'view_count', 'max_views', 'expires_at', 'created_at'];
 const states = ['active', 'expired', 'revoked', 'exhausted'] as const;
 
 export function registerApiKeys(program: Command) {
   const apiKeys = program.command('api-keys').description('Managed API keys for programs (needs a password login: API keys cannot manage API keys)');
-  apiKeys.addHelpText('after', examples('kms api-keys create --name ci --scope crypto:encrypt --scope jobs:read', 'kms api-keys list', 'kms api-keys revoke <ID>'));
+  apiKeys.addHelpText(
+    'after',
+    examples('kms api-keys create --name ci --scope crypto:encrypt --scope jobs:read', 'kms api-keys list', 'kms api-keys revoke <ID>'),
+  );
 
   apiKeys
     .command('list')
@@ -23,7 +38,15 @@ export function registerApiKeys(program: Command) {
       run<{ status?: 'active' | 'expired' | 'revoked'; page: number }>(async (opts) => {
         const { kms } = await connect(opts);
         const page = await kms.data(kms.api.GET('/api-keys', { params: { query: { status: opts.status, page: opts.page } } }));
-        print(opts, page, () => table(page.items.map((k) => ({ ...k, scopes: k.scopes.join(',') })), API_KEY_COLUMNS) + pagedFooter(page));
+        print(
+          opts,
+          page,
+          () =>
+            table(
+              page.items.map((k) => ({ ...k, scopes: k.scopes.join(',') })),
+              API_KEY_COLUMNS,
+            ) + pagedFooter(page),
+        );
       }),
     );
 
@@ -33,7 +56,13 @@ export function registerApiKeys(program: Command) {
     .requiredOption('--name <name>', 'what the key is for')
     .addOption(new Option('--scope <scope...>', 'what it may do (repeatable)').choices(SCOPES).makeOptionMandatory())
     .option('--expires-in-days <n>', 'lifetime in days (≤ 3650); none: no expiry', int('--expires-in-days'))
-    .addHelpText('after', examples('kms api-keys create --name backup-job --scope crypto:encrypt --scope jobs:read --expires-in-days 90', 'KMS_API_KEY=$(kms api-keys create --name ci --scope keys:read --json | jq -r .value) kms keys list'))
+    .addHelpText(
+      'after',
+      examples(
+        'kms api-keys create --name backup-job --scope crypto:encrypt --scope jobs:read --expires-in-days 90',
+        'KMS_API_KEY=$(kms api-keys create --name ci --scope keys:read --json | jq -r .value) kms keys list',
+      ),
+    )
     .action(
       run<{ name: string; scope: Scope[]; expiresInDays?: number }>(async (opts) => {
         const { kms } = await connect(opts);
@@ -88,7 +117,12 @@ export function registerApiKeys(program: Command) {
     .action(
       run<{ expiresInHours?: number; maxViews?: number }, [string]>(async (opts, id) => {
         const { kms } = await connect(opts);
-        const share = await kms.data(kms.api.POST('/api-keys/{key_id}/share', { params: { path: { key_id: id } }, body: { expires_in_hours: opts.expiresInHours, max_views: opts.maxViews } }));
+        const share = await kms.data(
+          kms.api.POST('/api-keys/{key_id}/share', {
+            params: { path: { key_id: id } },
+            body: { expires_in_hours: opts.expiresInHours, max_views: opts.maxViews },
+          }),
+        );
         print(opts, share, () => fields(share, ['share_id', 'url', 'expires_at', 'max_views']));
       }),
     );
@@ -148,7 +182,11 @@ export function registerShares(program: Command) {
     .action(
       run<{ expiresInHours?: number; maxViews?: number; recipientEmail?: string }, [string]>(async (opts, fingerprint) => {
         const { kms } = await connect(opts);
-        const share = await kms.data(kms.api.POST('/keys/share/create', { body: { fingerprint, expires_in_hours: opts.expiresInHours, max_views: opts.maxViews, recipient_email: opts.recipientEmail } }));
+        const share = await kms.data(
+          kms.api.POST('/keys/share/create', {
+            body: { fingerprint, expires_in_hours: opts.expiresInHours, max_views: opts.maxViews, recipient_email: opts.recipientEmail },
+          }),
+        );
         print(opts, share, () => fields(share, ['share_id', 'fingerprint', 'url', 'share_token', 'expires_at', 'max_views']));
       }),
     );

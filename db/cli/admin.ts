@@ -27,7 +27,13 @@ if (action === 'master-key') {
     } else {
       await db.transaction(async (trx) => {
         await updateUser(trx, user.id, { role: action === 'grant' ? 'admin' : 'user' });
-        await recordAudit(trx, { user_id: user.id, action: action === 'grant' ? 'user.promote' : 'user.demote', status: 'success', target: user.id, details: { via: 'admin-cli' } });
+        await recordAudit(trx, {
+          user_id: user.id,
+          action: action === 'grant' ? 'user.promote' : 'user.demote',
+          status: 'success',
+          target: user.id,
+          details: { via: 'admin-cli' },
+        });
       });
       console.log(`${user.username}: role ${action === 'grant' ? 'admin' : 'user'}`);
     }

@@ -7,7 +7,9 @@ export async function up(knex: Knex): Promise<void> {
     t.text('rotation_mode').notNullable().defaultTo('policy');
   });
   await knex.raw(`ALTER TABLE key_lineages ADD CONSTRAINT key_lineages_rotation_mode_check CHECK (rotation_mode IN ('policy', 'interval', 'off'))`);
-  await knex.raw(`ALTER TABLE key_lineages ADD CONSTRAINT key_lineages_interval_check CHECK ((rotation_mode = 'interval') = (rotation_interval_days IS NOT NULL))`);
+  await knex.raw(
+    `ALTER TABLE key_lineages ADD CONSTRAINT key_lineages_interval_check CHECK ((rotation_mode = 'interval') = (rotation_interval_days IS NOT NULL))`,
+  );
 
   await knex.schema.alterTable('pgp_keys', (t) => {
     t.timestamp('expiry_warned_at', { useTz: true });

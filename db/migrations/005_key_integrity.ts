@@ -35,16 +35,26 @@ type Mac = (data: string) => string;
 
 /** Gives every row without a MAC its MAC (all rows, when this migration runs). */
 async function backfillKeyMacs(db: Knex, mac: Mac): Promise<void> {
-  const lineages = await db('key_lineages').whereNull('unlock_mac').select<{ id: string; user_id: string; unlock_public: string }[]>('id', 'user_id', 'unlock_public');
+  const lineages = await db('key_lineages')
+    .whereNull('unlock_mac')
+    .select<{ id: string; user_id: string; unlock_public: string }[]>('id', 'user_id', 'unlock_public');
   for (const l of lineages) {
-    await db('key_lineages').where({ id: l.id }).whereNull('unlock_mac').update({ unlock_mac: mac(JSON.stringify(['kms/lineage/v1', l.id, l.user_id, l.unlock_public])) });
+    await db('key_lineages')
+      .where({ id: l.id })
+      .whereNull('unlock_mac')
+      .update({ unlock_mac: mac(JSON.stringify(['kms/lineage/v1', l.id, l.user_id, l.unlock_public])) });
   }
   const keys = await db('pgp_keys')
     .whereNull('public_mac')
-    .select<{ id: string; lineage_id: string; user_id: string; generation: number; fingerprint: string; encryption_key_ids: string[]; public_armored: string }[]>('id', 'lineage_id', 'user_id', 'generation', 'fingerprint', 'encryption_key_ids', 'public_armored');
+    .select<
+      { id: string; lineage_id: string; user_id: string; generation: number; fingerprint: string; encryption_key_ids: string[]; public_armored: string }[]
+    >('id', 'lineage_id', 'user_id', 'generation', 'fingerprint', 'encryption_key_ids', 'public_armored');
   for (const k of keys) {
     const data = JSON.stringify(['kms/pgp-key/v1', k.lineage_id, k.user_id, k.generation, k.fingerprint, k.encryption_key_ids, k.public_armored]);
-    await db('pgp_keys').where({ id: k.id }).whereNull('public_mac').update({ public_mac: mac(data) });
+    await db('pgp_keys')
+      .where({ id: k.id })
+      .whereNull('public_mac')
+      .update({ public_mac: mac(data) });
   }
 }
 
@@ -71,6 +81,7 @@ function environmentMasterKey(env: NodeJS.ProcessEnv = process.env): [string, Bu
   const key = Buffer.from(at > 0 ? spec.slice(at + 1) : spec, 'base64');
   if (!/^[A-Za-z0-9_-]{1,32}$/.test(kid)) throw new Error('master key id must be 1-32 characters of [A-Za-z0-9_-]');
   if (key.length !== 32) throw new Error(`master key "${kid}" must be 32 bytes, base64 encoded`);
-  if (!development && key.equals(Buffer.from(DEV_MASTER_KEY.slice(4), 'base64'))) throw new Error('the public development master key is not allowed in MASTER_KEY outside development and test');
+  if (!development && key.equals(Buffer.from(DEV_MASTER_KEY.slice(4), 'base64')))
+    throw new Error('the public development master key is not allowed in MASTER_KEY outside development and test');
   return [kid, key];
 }

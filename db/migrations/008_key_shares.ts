@@ -25,7 +25,9 @@ export async function up(knex: Knex): Promise<void> {
   });
   await knex.raw(`ALTER TABLE share_links ADD CONSTRAINT share_links_kind_check CHECK (kind IN ('public_key', 'api_key'))`);
   // The view limit holds in the database too: no write, however it got there, counts past it.
-  await knex.raw(`ALTER TABLE share_links ADD CONSTRAINT share_links_views_check CHECK (view_count >= 0 AND (view_limit IS NULL OR (view_limit >= 1 AND view_count <= view_limit)))`);
+  await knex.raw(
+    `ALTER TABLE share_links ADD CONSTRAINT share_links_views_check CHECK (view_count >= 0 AND (view_limit IS NULL OR (view_limit >= 1 AND view_count <= view_limit)))`,
+  );
 
   // One row per successful view, for analytics: when, and a coarse class of client. Never the address
   // or the raw User-Agent string.

@@ -47,7 +47,18 @@ export async function down(knex: Knex): Promise<void> {
   await knex.raw('DROP INDEX IF EXISTS pgp_keys_destroy_due');
   await knex.raw('ALTER TABLE pgp_keys DROP CONSTRAINT IF EXISTS pgp_keys_destroyed_check');
   await knex.schema.alterTable('pgp_keys', (t) => {
-    for (const col of ['destroy_after', 'destroyed_at', 'encrypt_files', 'encrypt_bytes', 'decrypt_files', 'decrypt_bytes', 'last_decrypt_at', 'rewrap_from_files', 'rewrap_to_files']) t.dropColumn(col);
+    for (const col of [
+      'destroy_after',
+      'destroyed_at',
+      'encrypt_files',
+      'encrypt_bytes',
+      'decrypt_files',
+      'decrypt_bytes',
+      'last_decrypt_at',
+      'rewrap_from_files',
+      'rewrap_to_files',
+    ])
+      t.dropColumn(col);
   });
   await knex.raw('ALTER TABLE key_lineages DROP CONSTRAINT IF EXISTS key_lineages_min_decryption_check');
   await knex.schema.alterTable('key_lineages', (t) => {

@@ -61,7 +61,7 @@ export async function up(knex: Knex): Promise<void> {
 
   // Existing rows, in the order they were written.
   const heads = new Map<string, { sequence: number; hash: string }>();
-  for (let after = '0'; ; ) {
+  for (let after = '0'; ;) {
     const { rows } = await knex.raw<{ rows: OldRow[] }>(
       `SELECT id, user_id, action, status, target, ip, request_id, details, to_char(created_at AT TIME ZONE 'UTC', ${UTC_MICROS}) AS created_at_text
          FROM audit_logs WHERE id > ? ORDER BY id LIMIT ?`,
@@ -83,7 +83,7 @@ export async function up(knex: Knex): Promise<void> {
         WHERE a.id = v.id`,
       [JSON.stringify(links)],
     );
-    after = rows[rows.length - 1]!.id;
+    after = rows[rows.length - 1].id;
   }
   const headRows = [...heads].map(([chain, h]) => ({ chain, sequence: h.sequence, hash: h.hash }));
   for (let i = 0; i < headRows.length; i += BATCH) {
@@ -164,7 +164,9 @@ export async function up(knex: Knex): Promise<void> {
 }
 
 export async function down(knex: Knex): Promise<void> {
-  await knex.raw('DROP TRIGGER IF EXISTS audit_logs_chain ON audit_logs; DROP FUNCTION IF EXISTS audit_logs_chain(); DROP TRIGGER IF EXISTS audit_logs_digest ON audit_logs; DROP FUNCTION IF EXISTS audit_logs_digest(); DROP FUNCTION IF EXISTS audit_link(text, timestamptz, text, text, bigint);');
+  await knex.raw(
+    'DROP TRIGGER IF EXISTS audit_logs_chain ON audit_logs; DROP FUNCTION IF EXISTS audit_logs_chain(); DROP TRIGGER IF EXISTS audit_logs_digest ON audit_logs; DROP FUNCTION IF EXISTS audit_logs_digest(); DROP FUNCTION IF EXISTS audit_link(text, timestamptz, text, text, bigint);',
+  );
   await knex.schema.dropTableIfExists('audit_checkpoints');
   await knex.schema.dropTableIfExists('audit_signing_keys');
   await knex.schema.dropTableIfExists('audit_chains');

@@ -34,7 +34,11 @@ const VERIFIED_MAX = 10_000;
 let kept: { secret: string; key: Promise<webcrypto.CryptoKey>; verified: LruCache<string, SessionClaims & { iat: number; exp: number }> } | undefined;
 function keptFor(secret: string) {
   if (kept?.secret !== secret) {
-    kept = { secret, key: webcrypto.subtle.importKey('raw', new TextEncoder().encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']), verified: new LruCache({ max: VERIFIED_MAX }) };
+    kept = {
+      secret,
+      key: webcrypto.subtle.importKey('raw', new TextEncoder().encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign', 'verify']),
+      verified: new LruCache({ max: VERIFIED_MAX }),
+    };
   }
   return kept;
 }

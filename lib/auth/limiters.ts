@@ -29,8 +29,20 @@ export function createLimiters(redis: Redis, config: Config): Limiters {
   const base = { storeClient: redis, keyPrefix: `${config.redisPrefix}:rl` };
   return {
     passkeyChallenge: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:passkey-challenge`, points: 200, duration: 600 }),
-    loginAccount: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:login-acct`, points: config.login.maxFailures, duration: config.login.lockSeconds, blockDuration: config.login.lockSeconds }),
-    loginIp: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:login-ip`, points: config.login.ipMaxFailures, duration: 3600, blockDuration: config.login.lockSeconds }),
+    loginAccount: new RateLimiterRedis({
+      ...base,
+      keyPrefix: `${base.keyPrefix}:login-acct`,
+      points: config.login.maxFailures,
+      duration: config.login.lockSeconds,
+      blockDuration: config.login.lockSeconds,
+    }),
+    loginIp: new RateLimiterRedis({
+      ...base,
+      keyPrefix: `${base.keyPrefix}:login-ip`,
+      points: config.login.ipMaxFailures,
+      duration: 3600,
+      blockDuration: config.login.lockSeconds,
+    }),
     publicIp: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:public-ip`, points: 30, duration: 600 }),
     passphrase: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:passphrase`, points: 10, duration: 900, blockDuration: 900 }),
     apiKey: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:api-key`, points: config.apiKeys.rateLimitPerMinute, duration: 60 }),
@@ -58,7 +70,12 @@ export async function consume(limiter: RateLimiterRedis, key: string, message: s
  * number of parallel requests gets more checks than the budget; a check that passes gets its point back.
  * Throws 429 (with Retry-After) once the budget is spent, without running the check.
  */
-export async function spendThenCheck<T>(budgets: { limiter: RateLimiterRedis; key: string }[], message: string, check: () => Promise<T>, passed: (result: T) => boolean): Promise<T> {
+export async function spendThenCheck<T>(
+  budgets: { limiter: RateLimiterRedis; key: string }[],
+  message: string,
+  check: () => Promise<T>,
+  passed: (result: T) => boolean,
+): Promise<T> {
   const spent: typeof budgets = [];
   try {
     for (const b of budgets) {

@@ -29,7 +29,7 @@ export const SCOPE_DESCRIPTIONS: Record<Scope, string> = {
   'crypto:decrypt': 'submit decryption jobs (the key passphrase is still needed)',
   'crypto:sign': 'submit signing jobs (the key passphrase is still needed)',
   'crypto:verify': 'submit signature verification jobs',
-  'jobs:read': "read jobs and download their outputs (encrypt and decrypt clients need it to fetch results)",
+  'jobs:read': 'read jobs and download their outputs (encrypt and decrypt clients need it to fetch results)',
   'shares:read': 'list public key shares and their analytics',
   'shares:write': 'create and revoke public key shares',
   'audit:read': 'read the audit log and recent activity',

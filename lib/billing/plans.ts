@@ -41,7 +41,17 @@ export interface Plan {
 export type Plans = Record<PlanId, Plan>;
 
 /** `BILLING_PLANS`: JSON overriding some limits of some plans, e.g. `{"free":{"keys":3,"file_size":null}}`. */
-const Overrides = z.partialRecord(z.enum(PLAN_IDS), z.object(Object.fromEntries(LIMIT_NAMES.map((n) => [n, z.number().int().min(0).nullable().optional()])) as Record<LimitName, z.ZodOptional<z.ZodNullable<z.ZodNumber>>>).strict());
+const Overrides = z.partialRecord(
+  z.enum(PLAN_IDS),
+  z
+    .object(
+      Object.fromEntries(LIMIT_NAMES.map((n) => [n, z.number().int().min(0).nullable().optional()])) as Record<
+        LimitName,
+        z.ZodOptional<z.ZodNullable<z.ZodNumber>>
+      >,
+    )
+    .strict(),
+);
 
 export function buildPlans(prices: Partial<Record<PlanId, string | undefined>>, overridesJson: string | undefined): Plans {
   let overrides: z.infer<typeof Overrides> = {};

@@ -34,7 +34,8 @@ export async function providerClient(config: Config): Promise<Stripe> {
   return client;
 }
 
-export const billingDisabled = () => conflict('billing_disabled', 'Billing is not enabled on this service (no payment provider is configured); every account is on the default plan.');
+export const billingDisabled = () =>
+  conflict('billing_disabled', 'Billing is not enabled on this service (no payment provider is configured); every account is on the default plan.');
 
 /**
  * Verifies a webhook's `Stripe-Signature` over the exact bytes received and returns the event.
@@ -47,13 +48,15 @@ export async function verifyWebhook(config: Config, raw: string | Buffer, signat
   if (!signature) throw badRequest('invalid_signature', 'The Stripe-Signature header is missing.');
   // The SDK refuses old timestamps only; one from the future is refused here too (a clock-skewed or forged capture).
   const t = Number(/(?:^|,)\s*t=(\d{1,12})(?:,|$)/.exec(signature)?.[1] ?? NaN);
-  if (t > now.getTime() / 1000 + WEBHOOK_TOLERANCE_SECONDS) throw badRequest('invalid_signature', 'The webhook signature does not verify, or its timestamp is outside the tolerance.');
+  if (t > now.getTime() / 1000 + WEBHOOK_TOLERANCE_SECONDS)
+    throw badRequest('invalid_signature', 'The webhook signature does not verify, or its timestamp is outside the tolerance.');
   const Sdk = await loadSdk();
   try {
     // receivedAt is in milliseconds.
     return Sdk.webhooks.constructEvent(raw, signature, secret, WEBHOOK_TOLERANCE_SECONDS, undefined, now.getTime());
   } catch (err) {
-    if (err instanceof Sdk.errors.StripeSignatureVerificationError) throw badRequest('invalid_signature', 'The webhook signature does not verify, or its timestamp is outside the tolerance.');
+    if (err instanceof Sdk.errors.StripeSignatureVerificationError)
+      throw badRequest('invalid_signature', 'The webhook signature does not verify, or its timestamp is outside the tolerance.');
     throw badRequest('malformed_event', 'The webhook body is not a provider event.');
   }
 }

@@ -110,7 +110,8 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
     return writes;
   }
 
-  const deleteSegments = (key: string, write: string, count: number) => Promise.all(Array.from({ length: count }, (_, i) => inner.delete(partKey(key, write, i))));
+  const deleteSegments = (key: string, write: string, count: number) =>
+    Promise.all(Array.from({ length: count }, (_, i) => inner.delete(partKey(key, write, i))));
 
   /**
    * Deletes the segments of a write and its failed marker. Without a count (a write that never ended:
@@ -156,7 +157,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
     /** One segment: full, or shorter at the end of the source or when it has been open SEGMENT_MAX_AGE_MS (a slow upload). */
     async function* segment(): AsyncGenerator<Buffer> {
       const opened = Date.now();
-      for (let left = segmentBytes; left > 0; ) {
+      for (let left = segmentBytes; left > 0;) {
         let chunk = await next(left < segmentBytes ? Math.max(0, opened + SEGMENT_MAX_AGE_MS - Date.now()) : undefined);
         if (!chunk) return;
         if (chunk.length > left) {
@@ -252,7 +253,7 @@ export function followableJobFiles(inner: BlobStore, opts: FollowableOptions = {
         await sleep(delay, undefined, { signal });
         delay = Math.min(delay * 2, POLL_MAX_MS);
       };
-      for (let i = 0; ; ) {
+      for (let i = 0; ;) {
         signal?.throwIfAborted();
         if (end && i >= end.segments) {
           if (end.inline?.length) {

@@ -164,9 +164,7 @@ export class S3BlobStore implements BlobStore {
     const Key = this.keyOf(key);
     if (range) assertValidRange(range);
     try {
-      const res = await this.client.send(
-        new GetObjectCommand({ Bucket: this.bucket, Key, Range: range && `bytes=${range.start}-${range.end ?? ''}` }),
-      );
+      const res = await this.client.send(new GetObjectCommand({ Bucket: this.bucket, Key, Range: range && `bytes=${range.start}-${range.end ?? ''}` }));
       if (!(res.Body instanceof Readable)) throw new Error('S3 GetObject returned no Node.js stream body');
       return res.Body;
     } catch (err) {
@@ -203,9 +201,7 @@ export class S3BlobStore implements BlobStore {
       const page = await this.client.send(new ListObjectsV2Command({ Bucket: this.bucket, Prefix, ContinuationToken: token }));
       const objects = (page.Contents ?? []).flatMap((o) => (o.Key ? [{ Key: o.Key }] : []));
       if (objects.length > 0) {
-        const res = await this.client.send(
-          new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: objects, Quiet: true } }),
-        );
+        const res = await this.client.send(new DeleteObjectsCommand({ Bucket: this.bucket, Delete: { Objects: objects, Quiet: true } }));
         const failed = res.Errors ?? [];
         if (failed.length > 0) {
           throw new Error(`could not delete ${failed.length} object(s) under ${prefix}: ${failed[0].Key} ${failed[0].Code} ${failed[0].Message}`);
@@ -231,7 +227,8 @@ export class S3BlobStore implements BlobStore {
         .send(new ListMultipartUploadsCommand({ Bucket: this.bucket, Prefix: this.base || undefined, KeyMarker: keyMarker, UploadIdMarker: uploadIdMarker }))
         .catch((err: unknown) => {
           // Stores without the listing (s3rver, some gateways) rely on a lifecycle rule instead.
-          if ((err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode === 501) return { Uploads: [], IsTruncated: false, NextKeyMarker: undefined, NextUploadIdMarker: undefined };
+          if ((err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode === 501)
+            return { Uploads: [], IsTruncated: false, NextKeyMarker: undefined, NextUploadIdMarker: undefined };
           throw err;
         });
       for (const upload of page.Uploads ?? []) {

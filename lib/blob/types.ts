@@ -175,5 +175,4 @@ export function byteCounter(onProgress?: (bytes: number) => void) {
 }
 
 /** Node's error code (`ENOENT`...) of an unknown thrown value. */
-export const errorCode = (err: unknown): string | undefined =>
-  err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined;
+export const errorCode = (err: unknown): string | undefined => (err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined);

@@ -59,8 +59,15 @@ export function crc24(bytes: Uint8Array, crc: number): number {
   for (const end = bytes.length - 7; i < end; i += 8) {
     r ^= words.getInt32(i);
     const w = words.getInt32(i + 4);
-    r = t[1792 + (r >>> 24)] ^ t[1536 + ((r >>> 16) & 0xff)] ^ t[1280 + ((r >>> 8) & 0xff)] ^ t[1024 + (r & 0xff)] ^
-      t[768 + (w >>> 24)] ^ t[512 + ((w >>> 16) & 0xff)] ^ t[256 + ((w >>> 8) & 0xff)] ^ t[w & 0xff];
+    r =
+      t[1792 + (r >>> 24)] ^
+      t[1536 + ((r >>> 16) & 0xff)] ^
+      t[1280 + ((r >>> 8) & 0xff)] ^
+      t[1024 + (r & 0xff)] ^
+      t[768 + (w >>> 24)] ^
+      t[512 + ((w >>> 16) & 0xff)] ^
+      t[256 + ((w >>> 8) & 0xff)] ^
+      t[w & 0xff];
   }
   for (; i < bytes.length; i++) r = (r << 8) ^ t[(r >>> 24) ^ bytes[i]];
   return (r >>> 8) & 0xffffff;

@@ -70,7 +70,9 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
   const text = Buffer.from(data.subarray(0, 64)).toString('latin1').trimStart();
   const binary = text.startsWith('-----BEGIN PGP')
     ? await parse(
-        pgp.unarmor(Buffer.from(data).toString('utf8')).then(async ({ data: body }) => new Uint8Array(await new Response(body as ReadableStream<Uint8Array>).arrayBuffer())),
+        pgp
+          .unarmor(Buffer.from(data).toString('utf8'))
+          .then(async ({ data: body }) => new Uint8Array(await new Response(body as ReadableStream<Uint8Array>).arrayBuffer())),
         'The armored key cannot be read',
       )
     : data;
@@ -91,7 +93,8 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
   if (expiresAt && expiresAt <= input.now) throw refuse('key_expired', `The key expired at ${expiresAt.toISOString()}.`);
 
   const encryptionKeyIds = await parse(validEncryptionKeyIds(key, input.now), 'The key cannot be checked');
-  if (encryptionKeyIds.length === 0) throw refuse('no_encryption_key', 'The key has no encryption-capable subkey that is valid now (revoked, expired, too weak or sign-only).');
+  if (encryptionKeyIds.length === 0)
+    throw refuse('no_encryption_key', 'The key has no encryption-capable subkey that is valid now (revoked, expired, too weak or sign-only).');
 
   const info = key.getAlgorithmInfo();
   const common = {
@@ -122,9 +125,11 @@ export function checkPacketLimits(binary: Uint8Array): void {
   if (subkeys > MAX_SUBKEYS) throw refuse('invalid_key', `The key has ${subkeys} subkeys; at most ${MAX_SUBKEYS} are accepted.`);
   for (const p of packets) {
     if (p.tag === TAG.userId && p.length > MAX_USER_ID_BYTES) throw refuse('invalid_key', `A user id of the key is longer than ${MAX_USER_ID_BYTES} octets.`);
-    if (p.tag === TAG.signature && p.length > MAX_SIGNATURE_PACKET_BYTES) throw refuse('invalid_key', `A signature of the key is longer than ${MAX_SIGNATURE_PACKET_BYTES} octets.`);
+    if (p.tag === TAG.signature && p.length > MAX_SIGNATURE_PACKET_BYTES)
+      throw refuse('invalid_key', `A signature of the key is longer than ${MAX_SIGNATURE_PACKET_BYTES} octets.`);
   }
-  if (packets[0].tag !== TAG.publicKey && packets[0].tag !== TAG.secretKey) throw refuse('invalid_key', 'Not an OpenPGP key: it does not begin with a key packet.');
+  if (packets[0].tag !== TAG.publicKey && packets[0].tag !== TAG.secretKey)
+    throw refuse('invalid_key', 'Not an OpenPGP key: it does not begin with a key packet.');
 }
 
 /** RSA of 2048 bits or more, and elliptic curves; never DSA or ElGamal, on the primary key or any subkey. */
@@ -132,7 +137,10 @@ function checkAlgorithms(key: openpgp.Key): void {
   for (const k of key.getKeys()) {
     const info = k.getAlgorithmInfo();
     if (info.algorithm === 'dsa' || info.algorithm === 'elgamal') {
-      throw refuse('weak_key_algorithm', `The key uses ${info.algorithm === 'dsa' ? 'DSA' : 'ElGamal'}, which is not accepted; use RSA (2048 bits or more) or Curve25519.`);
+      throw refuse(
+        'weak_key_algorithm',
+        `The key uses ${info.algorithm === 'dsa' ? 'DSA' : 'ElGamal'}, which is not accepted; use RSA (2048 bits or more) or Curve25519.`,
+      );
     }
     if (info.algorithm.startsWith('rsa') && (info.bits ?? 0) < 2048) {
       throw refuse('weak_key_algorithm', `The key uses RSA with ${info.bits} bits; at least 2048 are required.`);
@@ -144,15 +152,26 @@ function checkAlgorithms(key: openpgp.Key): void {
 function checkSelfSignatureHashes(key: openpgp.Key): void {
   const hashes = key.users.flatMap((u) => u.selfCertifications.map((s) => s.hashAlgorithm));
   if (hashes.length > 0 && hashes.every((h) => h !== null && WEAK_HASHES.has(h))) {
-    throw refuse('weak_self_signature', 'Every self-signature of the key uses SHA-1 or MD5; re-sign it with SHA-256 or stronger (gpg --cert-digest-algo SHA256).');
+    throw refuse(
+      'weak_self_signature',
+      'Every self-signature of the key uses SHA-1 or MD5; re-sign it with SHA-256 or stronger (gpg --cert-digest-algo SHA256).',
+    );
   }
 }
 
-async function unlockImported(pgp: typeof openpgp, key: openpgp.Key, passphrase: string | undefined, parse: <T>(w: Promise<T>, what: string) => Promise<T>): Promise<openpgp.PrivateKey> {
+async function unlockImported(
+  pgp: typeof openpgp,
+  key: openpgp.Key,
+  passphrase: string | undefined,
+  parse: <T>(w: Promise<T>, what: string) => Promise<T>,
+): Promise<openpgp.PrivateKey> {
   const priv = key as openpgp.PrivateKey;
   const secretPackets = priv.getKeys().map((k) => k.keyPacket as openpgp.SecretKeyPacket | openpgp.SecretSubkeyPacket);
   if (secretPackets.some((p) => typeof p.isDummy !== 'function' || p.isDummy())) {
-    throw refuse('incomplete_secret_key', 'A secret part of the key is missing (exported with --export-secret-subkeys?); export it whole with --export-secret-keys.');
+    throw refuse(
+      'incomplete_secret_key',
+      'A secret part of the key is missing (exported with --export-secret-subkeys?); export it whole with --export-secret-keys.',
+    );
   }
   let unlocked = priv;
   if (!priv.isDecrypted()) {

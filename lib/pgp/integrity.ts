@@ -11,7 +11,10 @@ import { AppError, invalid } from '../errors';
  * packet that fails its own integrity check (a modified ECDH key wrap) answers it too.
  */
 export function integrityFailure(): AppError {
-  return invalid('integrity_check_failed', 'The message failed its integrity check: it was modified or damaged, or could not be read to its end within the limits.');
+  return invalid(
+    'integrity_check_failed',
+    'The message failed its integrity check: it was modified or damaged, or could not be read to its end within the limits.',
+  );
 }
 
 /**

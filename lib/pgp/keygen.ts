@@ -49,7 +49,18 @@ const TAG = { signature: 2, secretKey: 5, secretSubkey: 7, publicKey: 6, userId:
 /** Signature types and subpacket types (RFC 9580 §5.2.1, §5.2.3.7). */
 const POSITIVE_CERTIFICATION = 0x13;
 const SUBKEY_BINDING = 0x18;
-const SUB = { created: 2, keyExpires: 9, prefSymmetric: 11, issuerKeyId: 16, prefHash: 21, prefCompression: 22, primaryUserId: 25, keyFlags: 27, features: 30, issuerFingerprint: 33 } as const;
+const SUB = {
+  created: 2,
+  keyExpires: 9,
+  prefSymmetric: 11,
+  issuerKeyId: 16,
+  prefHash: 21,
+  prefCompression: 22,
+  primaryUserId: 25,
+  keyFlags: 27,
+  features: 30,
+  issuerFingerprint: 33,
+} as const;
 const CRITICAL = 0x80;
 
 export function curve25519Key(input: Curve25519KeyInput): Curve25519Key {
@@ -69,23 +80,33 @@ export function curve25519Key(input: Curve25519KeyInput): Curve25519Key {
   const validity = [subpacket(SUB.created | CRITICAL, created), ...(input.expiresIn ? [subpacket(SUB.keyExpires | CRITICAL, u32(input.expiresIn))] : [])];
 
   const userId = Buffer.from(input.userId, 'utf8');
-  const certification = sign(ed.privateKey, POSITIVE_CERTIFICATION, [
-    ...validity,
-    subpacket(SUB.prefSymmetric, Buffer.from([AES256, AES128])),
-    issuerKeyId,
-    subpacket(SUB.prefHash, Buffer.from([SHA512, SHA256, 14, 12])), // then SHA3-512, SHA3-256
-    subpacket(SUB.prefCompression, Buffer.from([0, 2, 1])), // uncompressed, zlib, zip
-    subpacket(SUB.primaryUserId, Buffer.from([1])),
-    subpacket(SUB.keyFlags | CRITICAL, Buffer.from([0x03])), // certify, sign
-    subpacket(SUB.features, Buffer.from([0x01])), // MDC (no SEIPDv2: keys.ts)
-    issuerFingerprint,
-  ], [keyHashPrefix(primary), primary, Buffer.from([0xb4]), u32(userId.length), userId]);
-  const binding = sign(ed.privateKey, SUBKEY_BINDING, [
-    ...validity,
-    issuerKeyId,
-    subpacket(SUB.keyFlags | CRITICAL, Buffer.from([0x0c])), // encrypt communications and storage
-    issuerFingerprint,
-  ], [keyHashPrefix(primary), primary, keyHashPrefix(subkey), subkey]);
+  const certification = sign(
+    ed.privateKey,
+    POSITIVE_CERTIFICATION,
+    [
+      ...validity,
+      subpacket(SUB.prefSymmetric, Buffer.from([AES256, AES128])),
+      issuerKeyId,
+      subpacket(SUB.prefHash, Buffer.from([SHA512, SHA256, 14, 12])), // then SHA3-512, SHA3-256
+      subpacket(SUB.prefCompression, Buffer.from([0, 2, 1])), // uncompressed, zlib, zip
+      subpacket(SUB.primaryUserId, Buffer.from([1])),
+      subpacket(SUB.keyFlags | CRITICAL, Buffer.from([0x03])), // certify, sign
+      subpacket(SUB.features, Buffer.from([0x01])), // MDC (no SEIPDv2: keys.ts)
+      issuerFingerprint,
+    ],
+    [keyHashPrefix(primary), primary, Buffer.from([0xb4]), u32(userId.length), userId],
+  );
+  const binding = sign(
+    ed.privateKey,
+    SUBKEY_BINDING,
+    [
+      ...validity,
+      issuerKeyId,
+      subpacket(SUB.keyFlags | CRITICAL, Buffer.from([0x0c])), // encrypt communications and storage
+      issuerFingerprint,
+    ],
+    [keyHashPrefix(primary), primary, keyHashPrefix(subkey), subkey],
+  );
 
   // OpenPGP keeps the X25519 scalar big-endian, clamped (RFC 9580 §5.5.5.6.1; generateRawKeyPair clamps); EdDSA its 32-octet seed.
   const edSecret = mpi(ed.d);
@@ -118,7 +139,11 @@ function sign(key: crypto.KeyObject, type: number, hashed: Buffer[], signed: Buf
   const head = Buffer.concat([Buffer.from([4, type, EDDSA_LEGACY, SHA512]), u16(area.length), area]);
   const hash = crypto.createHash('sha512');
   for (const part of signed) hash.update(part);
-  const digest = hash.update(head).update(Buffer.from([4, 0xff])).update(u32(head.length)).digest();
+  const digest = hash
+    .update(head)
+    .update(Buffer.from([4, 0xff]))
+    .update(u32(head.length))
+    .digest();
   const rs = crypto.sign(null, digest, key);
   return Buffer.concat([head, u16(0), digest.subarray(0, 2), mpi(rs.subarray(0, 32)), mpi(rs.subarray(32))]);
 }

@@ -97,7 +97,13 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   const expiresAt = keyExpirationTime ? new Date(createdAt.getTime() + keyExpirationTime * 1000) : null;
 
   if (input.algorithm === 'curve25519') {
-    const key = curve25519Key({ userId: userIdOf(input), secret: input.secret, s2kCountByte: GENERATION_S2K_COUNT_BYTE, createdAt, expiresIn: keyExpirationTime });
+    const key = curve25519Key({
+      userId: userIdOf(input),
+      secret: input.secret,
+      s2kCountByte: GENERATION_S2K_COUNT_BYTE,
+      createdAt,
+      expiresIn: keyExpirationTime,
+    });
     return {
       fingerprint: key.fingerprint,
       keyId: key.keyId,
@@ -312,4 +318,3 @@ function tagOf(packet: object): number {
 function message(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
-

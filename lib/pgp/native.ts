@@ -51,7 +51,7 @@ class PacketWriter {
     const out: Buffer[] = [];
     while (this.size >= CHUNK) {
       out.push(this.header(Buffer.from([224 + 20])));
-      for (let need = CHUNK; need > 0; ) {
+      for (let need = CHUNK; need > 0;) {
         const piece = this.pieces[0];
         if (piece.length <= need) {
           out.push(piece);
@@ -235,7 +235,7 @@ async function* body(p: Pull, first: Length): AsyncGenerator<Buffer> {
   let length = first;
   for (;;) {
     if (length.kind === 'indeterminate') return yield* p.drain();
-    for (let left = length.n; left > 0; ) {
+    for (let left = length.n; left > 0;) {
       const c = await p.chunk(Math.min(left, CHUNK));
       if (!c) throw malformed('a packet is cut short');
       left -= c.length;

@@ -43,7 +43,10 @@ export async function sessionKeyPacket(recipient: openpgp.PublicKey, algorithm: 
  * here. Undefined for any other packet, and for one that does not open: OpenPGP.js then decides (it
  * also tries the workarounds for two old encoders' shared secrets), so the errors stay its own.
  */
-export async function openSessionKeyPacket(packet: openpgp.PublicKeyEncryptedSessionKeyPacket, privateKey: openpgp.PrivateKey): Promise<openpgp.SessionKey | undefined> {
+export async function openSessionKeyPacket(
+  packet: openpgp.PublicKeyEncryptedSessionKeyPacket,
+  privateKey: openpgp.PrivateKey,
+): Promise<openpgp.SessionKey | undefined> {
   const { version, publicKeyID, publicKeyAlgorithm, encrypted } = packet as unknown as PkeskFields;
   const V = encrypted?.V;
   const C = encrypted?.C?.data;
@@ -98,7 +101,9 @@ interface Curve25519Params {
 }
 
 /** What the KDF and key wrap need of a v4 ECDH key on Curve25519 (legacy ids); undefined for any other key. */
-function curve25519Params(key: openpgp.PublicKeyPacket | openpgp.SecretKeyPacket | openpgp.PublicSubkeyPacket | openpgp.SecretSubkeyPacket): Curve25519Params | undefined {
+function curve25519Params(
+  key: openpgp.PublicKeyPacket | openpgp.SecretKeyPacket | openpgp.PublicSubkeyPacket | openpgp.SecretSubkeyPacket,
+): Curve25519Params | undefined {
   const { oid, Q, kdfParams } = key.publicParams as { oid?: EcdhOid; Q?: Uint8Array; kdfParams?: EcdhKdfParams };
   const fingerprint = key.getFingerprintBytes();
   const hash = kdfParams && HASHES[kdfParams.hash];
@@ -111,7 +116,13 @@ function curve25519Params(key: openpgp.PublicKeyPacket | openpgp.SecretKeyPacket
 
 /** The key-wrapping key: the hash of 00000001 ‖ shared secret ‖ parameters, cut to the wrap's key size. */
 const kek = (ecdh: Curve25519Params, shared: Buffer) =>
-  crypto.createHash(ecdh.hash).update(Buffer.from([0, 0, 0, 1])).update(shared).update(ecdh.param).digest().subarray(0, ecdh.wrap.keyBytes);
+  crypto
+    .createHash(ecdh.hash)
+    .update(Buffer.from([0, 0, 0, 1]))
+    .update(shared)
+    .update(ecdh.param)
+    .digest()
+    .subarray(0, ecdh.wrap.keyBytes);
 
 /** The two-octet sum of a session key's octets. */
 const checksum = (key: Uint8Array) => {
@@ -128,4 +139,3 @@ const AES: Record<number, { name: openpgp.enums.symmetricNames; keyBytes: number
   9: { name: 'aes256', keyBytes: 32 },
 };
 const KEY_WRAP_IV = Buffer.from('a6a6a6a6a6a6a6a6', 'hex'); // RFC 3394's default IV
-

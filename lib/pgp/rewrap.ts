@@ -208,7 +208,7 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
   // Armored or binary: the first octet that is not white space says.
   const head: Buffer[] = [];
   let first: number | undefined;
-  for (let seen = 0; first === undefined && seen < 64 * 1024; ) {
+  for (let seen = 0; first === undefined && seen < 64 * 1024;) {
     const next = await source.next();
     if (next.done) break;
     head.push(next.value);

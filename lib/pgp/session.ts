@@ -16,7 +16,9 @@ export const MAX_SESSION_KEY_TRIES = 16;
 /** The session key packets `privateKey` would open: those naming one of its key ids, and anonymous ones. */
 export function sessionKeyPacketsFor(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
   const ours = new Set(privateKey.getKeys().map((k) => k.getKeyID().toHex()));
-  const packets = message.packets.filterByTag(enums.packet.publicKeyEncryptedSessionKey) as unknown as (openpgp.PublicKeyEncryptedSessionKeyPacket & { publicKeyID: openpgp.KeyID })[];
+  const packets = message.packets.filterByTag(enums.packet.publicKeyEncryptedSessionKey) as unknown as (openpgp.PublicKeyEncryptedSessionKeyPacket & {
+    publicKeyID: openpgp.KeyID;
+  })[];
   return packets.filter((p) => p.publicKeyID.toHex() === WILDCARD_KEY_ID || ours.has(p.publicKeyID.toHex()));
 }
 

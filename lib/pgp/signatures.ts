@@ -63,10 +63,16 @@ export async function readDetachedSignature(bytes: Uint8Array): Promise<openpgp.
   const armored = Buffer.from(bytes.subarray(0, 64)).toString('latin1').trimStart().startsWith('-----BEGIN PGP SIGNATURE-----');
   try {
     const binary = armored
-      ? await within(openpgp.unarmor(Buffer.from(bytes).toString('utf8')).then(async ({ data }) => new Uint8Array(await new Response(data as ReadableStream<Uint8Array>).arrayBuffer())), KEY_PARSE_MS)
+      ? await within(
+          openpgp
+            .unarmor(Buffer.from(bytes).toString('utf8'))
+            .then(async ({ data }) => new Uint8Array(await new Response(data as ReadableStream<Uint8Array>).arrayBuffer())),
+          KEY_PARSE_MS,
+        )
       : bytes;
     const packets = scanPackets(binary);
-    if (packets.length === 0 || packets.length > MAX_SIGNATURES || packets.some((p) => p.tag !== 2)) throw malformed(`expected 1 to ${MAX_SIGNATURES} signature packets.`);
+    if (packets.length === 0 || packets.length > MAX_SIGNATURES || packets.some((p) => p.tag !== 2))
+      throw malformed(`expected 1 to ${MAX_SIGNATURES} signature packets.`);
     if (packets.some((p) => p.length > MAX_SIGNATURE_PACKET_BYTES)) throw malformed(`a signature packet is longer than ${MAX_SIGNATURE_PACKET_BYTES} octets.`);
     return await within(openpgp.readSignature({ binarySignature: binary }), KEY_PARSE_MS);
   } catch (err) {
@@ -132,7 +138,9 @@ export async function verifySignedMessage(input: Readable, keys: VerificationKey
     return await settle(result, keys, watch, source);
   } catch (err) {
     input.destroy();
-    throw watch.failure ?? source.failure ?? (err instanceof AppError ? err : invalid('malformed_message', `The signed message is malformed: ${errMessage(err)}.`));
+    throw (
+      watch.failure ?? source.failure ?? (err instanceof AppError ? err : invalid('malformed_message', `The signed message is malformed: ${errMessage(err)}.`))
+    );
   } finally {
     watch.close();
   }

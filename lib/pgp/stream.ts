@@ -401,15 +401,21 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
       let verdict!: (check: SignatureCheck) => void;
       const signature = new Promise<SignatureCheck>((resolve) => (verdict = resolve));
       const { judge } = await import('./signatures');
-      const out = new WebSource(result.data as WebStream, (err) => failed(err, false), true, watch, async () => {
-        const check = await judge(result.signatures, verify.keys);
-        verdict(check);
-        if (verify.require && !check.valid) {
-          throw check.reason === 'unsigned'
-            ? invalid('signature_required', 'The message is not signed, and a signature is required.')
-            : invalid('signature_invalid', `The message's signature is not valid (${check.reason}).`);
-        }
-      });
+      const out = new WebSource(
+        result.data as WebStream,
+        (err) => failed(err, false),
+        true,
+        watch,
+        async () => {
+          const check = await judge(result.signatures, verify.keys);
+          verdict(check);
+          if (verify.require && !check.valid) {
+            throw check.reason === 'unsigned'
+              ? invalid('signature_required', 'The message is not signed, and a signature is required.')
+              : invalid('signature_invalid', `The message's signature is not valid (${check.reason}).`);
+          }
+        },
+      );
       return Object.assign(out, { filename: result.filename ?? '', signature });
     },
   };
@@ -419,7 +425,13 @@ async function openWithOpenPGPjs(input: Readable, opts: OpenEncryptedOptions, wa
  * The message of a sniffed source, through our own de-armoring and re-framing (see `dearmor` and
  * `reframe` for why), parsed by OpenPGP.js under `watch`: 422 malformed_message when it cannot be read.
  */
-export async function readMessageFrom(source: NodeSource, kind: 'armored' | 'binary', input: Readable, watch: Watch, config: openpgp.PartialConfig): Promise<openpgp.Message<WebStream>> {
+export async function readMessageFrom(
+  source: NodeSource,
+  kind: 'armored' | 'binary',
+  input: Readable,
+  watch: Watch,
+  config: openpgp.PartialConfig,
+): Promise<openpgp.Message<WebStream>> {
   try {
     const bytes = source.open((chunks) => reframe(kind === 'armored' ? dearmor(chunks) : chunks));
     reframed.add(bytes);
@@ -617,9 +629,7 @@ async function* reframe(chunks: AsyncIterable<Uint8Array>, inner = false): Async
     for (let lengthOctet = first; ; lengthOctet = await r.need()) {
       const isPartial = lengthOctet >= 224 && lengthOctet < 255;
       if (isPartial && 2 ** (lengthOctet & 0x1f) < MIN_PARTIAL) throw malformed(`a partial body length below ${MIN_PARTIAL} octets`);
-      const size = isPartial
-        ? 2 ** (lengthOctet & 0x1f)
-        : definiteLength(lengthOctet, await r.exact(lengthOctet < 192 ? 0 : lengthOctet < 224 ? 1 : 4));
+      const size = isPartial ? 2 ** (lengthOctet & 0x1f) : definiteLength(lengthOctet, await r.exact(lengthOctet < 192 ? 0 : lengthOctet < 224 ? 1 : 4));
       for await (const piece of r.body(size)) {
         pending.push(piece);
         pendingBytes += piece.length;
@@ -765,7 +775,7 @@ export class NodeSource {
 
   /** Reads (and keeps) the first bytes to tell an armored message from binary packets. */
   async sniff(): Promise<'armored' | 'binary' | 'empty' | 'unknown'> {
-    for (let seen = 0; seen < 64 * 1024; ) {
+    for (let seen = 0; seen < 64 * 1024;) {
       let chunk: Uint8Array | null;
       try {
         chunk = await this.next();

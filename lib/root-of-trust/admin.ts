@@ -33,7 +33,15 @@ export async function keyringStatus(c: Container) {
   return {
     root_id: c.keyring.roots.currentId,
     current_kid: current,
-    keys: rows.map((r) => ({ kid: r.kid, root_id: r.root_id, current: r.kid === current, current_from: r.current_from, retired_at: r.retired_at, uses: totalUses(usage, r.kid), uses_by_column: usage[r.kid] ?? {} })),
+    keys: rows.map((r) => ({
+      kid: r.kid,
+      root_id: r.root_id,
+      current: r.kid === current,
+      current_from: r.current_from,
+      retired_at: r.retired_at,
+      uses: totalUses(usage, r.kid),
+      uses_by_column: usage[r.kid] ?? {},
+    })),
     reseal: reseal ?? null,
   };
 }
@@ -102,7 +110,10 @@ async function keyringCommand(c: Container, command: string, arg: string | undef
     else {
       say(`root key ${status.root_id}; current data key ${status.current_kid}`);
       for (const k of status.keys) say(`${k.kid}\t${k.retired_at ? 'retired' : k.current ? 'current' : 'live'}\t${k.uses} use(s)\twrapped by ${k.root_id}`);
-      if (status.reseal) say(`re-seal to ${status.reseal.target_kid}: ${status.reseal.resealed} moved, ${status.reseal.skipped} left, ${status.reseal.finished_at ? 'finished' : 'running'}`);
+      if (status.reseal)
+        say(
+          `re-seal to ${status.reseal.target_kid}: ${status.reseal.resealed} moved, ${status.reseal.skipped} left, ${status.reseal.finished_at ? 'finished' : 'running'}`,
+        );
     }
   } else if (command === 'rotate') {
     const graceMs = 2 * c.config.masterKeys.refreshMs;
@@ -121,7 +132,12 @@ async function keyringCommand(c: Container, command: string, arg: string | undef
       say('No re-seal run is unfinished.');
     } else {
       await c.jobs.enqueue('reseal-keyring', { target_kid: run.target_kid }, { jobId: `reseal-${run.target_kid}-${Date.now()}` });
-      await auditCommand(c.db, 'reseal', 'success', run.target_kid, { enqueued: true, target_kid: run.target_kid, resealed: run.resealed, skipped: run.skipped });
+      await auditCommand(c.db, 'reseal', 'success', run.target_kid, {
+        enqueued: true,
+        target_kid: run.target_kid,
+        resealed: run.resealed,
+        skipped: run.skipped,
+      });
       say(`Enqueued the re-seal to ${run.target_kid} again; it resumes where it stopped.`);
     }
   } else if (command === 'retire') {
@@ -131,7 +147,10 @@ async function keyringCommand(c: Container, command: string, arg: string | undef
     });
     say(`Data key ${arg} is retired: its material is gone from the database (backups from before still hold it).`);
   } else {
-    const from = (await c.db<KeyringRow>('keyring').whereNull('retired_at').whereNot({ root_id }).select('kid', 'root_id')).map((r) => ({ kid: r.kid, root_id: r.root_id }));
+    const from = (await c.db<KeyringRow>('keyring').whereNull('retired_at').whereNot({ root_id }).select('kid', 'root_id')).map((r) => ({
+      kid: r.kid,
+      root_id: r.root_id,
+    }));
     const n = await c.db.transaction(async (trx) => {
       const moved = await rewrapKeyring(trx, c.keyring.roots);
       await auditCommand(trx, 'rewrap', 'success', root_id, { root_id, rewrapped: moved, keys: from });

@@ -58,7 +58,10 @@ export class Roots {
 
   async unwrap(row: Pick<KeyringRow, 'kid' | 'root_id' | 'wrapped'>): Promise<Buffer> {
     const root = this.get(row.root_id);
-    if (!root) throw new RootKeyError(`the keyring's data key "${row.kid}" is wrapped by the root key ${row.root_id}, which is not configured (MASTER_KEY, MASTER_KEYS_PREVIOUS, MASTER_KEY_URI or MASTER_KEY_URI_PREVIOUS)`);
+    if (!root)
+      throw new RootKeyError(
+        `the keyring's data key "${row.kid}" is wrapped by the root key ${row.root_id}, which is not configured (MASTER_KEY, MASTER_KEYS_PREVIOUS, MASTER_KEY_URI or MASTER_KEY_URI_PREVIOUS)`,
+      );
     const key = await root.unwrap(row.kid, row.wrapped!);
     if (key.length !== 32) throw new RootKeyError(`the keyring's data key "${row.kid}" is not 32 bytes`);
     return key;
@@ -107,7 +110,8 @@ export async function ensureKeyring(db: Knex, roots: Roots, legacy: string[]): P
     const root = roots.current();
     const keys = legacy.length ? legacy.map(parseKeySpec) : [[newKid(), randomBytes(32)] as [string, Buffer]];
     const rows = [];
-    for (const [i, [kid, key]] of keys.entries()) rows.push({ kid, wrapped: await root.wrap(kid, key), root_id: root.id, current_from: i === 0 ? new Date(0) : null });
+    for (const [i, [kid, key]] of keys.entries())
+      rows.push({ kid, wrapped: await root.wrap(kid, key), root_id: root.id, current_from: i === 0 ? new Date(0) : null });
     await trx('keyring').insert(rows);
     return rows.map((r) => r.kid);
   });
@@ -127,7 +131,8 @@ export class Keyring implements SealingKeys {
   current(): { kid: string; key: Buffer } {
     const now = Date.now();
     let best: { kid: string; key: Buffer; at: number } | undefined;
-    for (const [kid, e] of this.live) if (e.currentFrom !== null && e.currentFrom <= now && (!best || e.currentFrom > best.at)) best = { kid, key: e.key, at: e.currentFrom };
+    for (const [kid, e] of this.live)
+      if (e.currentFrom !== null && e.currentFrom <= now && (!best || e.currentFrom > best.at)) best = { kid, key: e.key, at: e.currentFrom };
     if (!best) throw new Error('the keyring has no current data key');
     return { kid: best.kid, key: best.key };
   }

@@ -38,13 +38,19 @@ const TAG_BYTES = 16;
 const STALE = new Set(['CKR_KEY_HANDLE_INVALID', 'CKR_OBJECT_HANDLE_INVALID']);
 
 const missing = (lineageId: string) =>
-  gone('lineage_key_missing', `The token holds no key for lineage ${lineageId} (${lineageKeyLabel(lineageId)}): the private keys of this lineage cannot be opened.`);
+  gone(
+    'lineage_key_missing',
+    `The token holds no key for lineage ${lineageId} (${lineageKeyLabel(lineageId)}): the private keys of this lineage cannot be opened.`,
+  );
 
 /** A token that fails or refuses: 503 naming the lineage and the token's answer (never a PIN: RootKeyError messages carry none). */
 const refused = (lineageId: string, what: string, err: unknown) =>
   err instanceof AppError
     ? err
-    : unavailable('lineage_key_unavailable', `The token could not ${what} the key of lineage ${lineageId}: ${err instanceof RootKeyError ? err.message : pkcs11Code(err)}.`);
+    : unavailable(
+        'lineage_key_unavailable',
+        `The token could not ${what} the key of lineage ${lineageId}: ${err instanceof RootKeyError ? err.message : pkcs11Code(err)}.`,
+      );
 
 /** CKS_RW_USER_FUNCTIONS (PKCS#11 §5.7): a read-write session of the logged-in user. */
 const RW_USER = 3;
@@ -129,7 +135,10 @@ export function tokenLineageKeys(uriText: string): LineageKeys {
           return Buffer.from(m.C_Decrypt(h, raw.subarray(IV_BYTES), Buffer.alloc(raw.length))).toString('utf8');
         } catch (err) {
           if (STALE.has(pkcs11Code(err))) throw err;
-          throw gone('lineage_key_mismatch', `The token's key for lineage ${lineageId} does not open generation ${generation}'s private key: it is not the key that sealed it.`);
+          throw gone(
+            'lineage_key_mismatch',
+            `The token's key for lineage ${lineageId} does not open generation ${generation}'s private key: it is not the key that sealed it.`,
+          );
         }
       });
     },
@@ -154,7 +163,12 @@ export function tokenLineageKeys(uriText: string): LineageKeys {
 
 /** Without a token (no MASTER_KEY_URI), a lineage whose private keys carry the token layer cannot be opened: said, with its id. */
 const noToken = (lineageId: string) =>
-  Promise.reject(unavailable('lineage_key_unavailable', `The private keys of lineage ${lineageId} are sealed under its key in the PKCS#11 token, and MASTER_KEY_URI is not set.`));
+  Promise.reject(
+    unavailable(
+      'lineage_key_unavailable',
+      `The private keys of lineage ${lineageId} are sealed under its key in the PKCS#11 token, and MASTER_KEY_URI is not set.`,
+    ),
+  );
 
 export function lineageKeysOf(settings: { uri?: string }): LineageKeys {
   if (settings.uri) return tokenLineageKeys(settings.uri);

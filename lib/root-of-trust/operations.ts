@@ -10,7 +10,11 @@ export type KeyUsage = Record<string, Record<string, number>>;
 export async function keyUsage(db: Knex): Promise<KeyUsage> {
   const usage: KeyUsage = {};
   for (const { table, column } of STORED_SEALS) {
-    const rows = await db(table).whereRaw(holdsSeal(column)).select(db.raw(`${kidSql(column)} AS kid`)).count('* as n').groupByRaw(kidSql(column));
+    const rows = await db(table)
+      .whereRaw(holdsSeal(column))
+      .select(db.raw(`${kidSql(column)} AS kid`))
+      .count('* as n')
+      .groupByRaw(kidSql(column));
     for (const r of rows as unknown as { kid: string; n: string }[]) (usage[r.kid] ??= {})[`${table}.${column}`] = Number(r.n);
   }
   return usage;
@@ -75,7 +79,9 @@ export interface ResealProgress {
 
 /** The run to `target`, or the latest one. */
 export async function resealProgress(db: Knex, target?: string): Promise<ResealProgress | undefined> {
-  const row = await db('keyring_reseals').modify((q) => (target ? q.where({ target_kid: target }) : q.orderBy('started_at', 'desc'))).first();
+  const row = await db('keyring_reseals')
+    .modify((q) => (target ? q.where({ target_kid: target }) : q.orderBy('started_at', 'desc')))
+    .first();
   return row && { ...row, resealed: Number(row.resealed), skipped: Number(row.skipped) };
 }
 
@@ -87,7 +93,17 @@ export async function resealProgress(db: Knex, target?: string): Promise<ResealP
  * it keeps its key in use, so the key cannot be retired over it. `between` runs between a batch's reads
  * and its writes (tests crash or race a run there).
  */
-export async function reseal(db: Knex, keyring: Keyring, sealer: Sealer, target: string, opts: { batch?: number; between?(step: { table: string; column: string; ids: string[] }): void | Promise<void>; onSkip?(where: string, err: unknown): void } = {}): Promise<ResealProgress> {
+export async function reseal(
+  db: Knex,
+  keyring: Keyring,
+  sealer: Sealer,
+  target: string,
+  opts: {
+    batch?: number;
+    between?(step: { table: string; column: string; ids: string[] }): void | Promise<void>;
+    onSkip?(where: string, err: unknown): void;
+  } = {},
+): Promise<ResealProgress> {
   const batch = opts.batch ?? 200;
   const run = await db('keyring_reseals').where({ target_kid: target }).first();
   if (!run) throw new Error(`no re-seal run for data key "${target}"`);
@@ -120,18 +136,20 @@ export async function reseal(db: Knex, keyring: Keyring, sealer: Sealer, target:
       // One compare-and-set statement for the batch: a row whose value is no longer the one read is left.
       const moved = updates.length
         ? (
-            await trx.raw(`UPDATE ?? AS t SET ?? = v.value FROM (VALUES ${updates.map(() => `(?::${key.type}, ?, ?)`).join(', ')}) AS v(id, old, value) WHERE t.?? = v.id AND t.?? = v.old`, [
-              s.table,
-              s.column,
-              ...updates.flatMap((u) => [u.id, u.old, u.value]),
-              key.column,
-              s.column,
-            ])
+            await trx.raw(
+              `UPDATE ?? AS t SET ?? = v.value FROM (VALUES ${updates.map(() => `(?::${key.type}, ?, ?)`).join(', ')}) AS v(id, old, value) WHERE t.?? = v.id AND t.?? = v.old`,
+              [s.table, s.column, ...updates.flatMap((u) => [u.id, u.old, u.value]), key.column, s.column],
+            )
           ).rowCount
         : 0;
       await trx('keyring_reseals')
         .where({ target_kid: target })
-        .update({ position: JSON.stringify(next), resealed: trx.raw('resealed + ?', [moved]), skipped: trx.raw('skipped + ?', [skipped + updates.length - moved]), updated_at: trx.fn.now() });
+        .update({
+          position: JSON.stringify(next),
+          resealed: trx.raw('resealed + ?', [moved]),
+          skipped: trx.raw('skipped + ?', [skipped + updates.length - moved]),
+          updated_at: trx.fn.now(),
+        });
     });
     ({ seal, after } = next);
   }

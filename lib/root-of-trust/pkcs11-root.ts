@@ -27,7 +27,8 @@ function loadModule(path: string): pkcs11js.PKCS11 {
   try {
     m.C_Initialize();
   } catch (err) {
-    if (pkcs11Code(err) !== 'CKR_CRYPTOKI_ALREADY_INITIALIZED') throw new RootKeyError(`MASTER_KEY_URI: the PKCS#11 library ${path} did not initialise (${pkcs11Code(err)})`);
+    if (pkcs11Code(err) !== 'CKR_CRYPTOKI_ALREADY_INITIALIZED')
+      throw new RootKeyError(`MASTER_KEY_URI: the PKCS#11 library ${path} did not initialise (${pkcs11Code(err)})`);
   }
   modules.set(path, m);
   return m;
@@ -103,7 +104,10 @@ export function generateSecretKey({ m, session }: Session, label: string): pkcs1
 }
 
 /** AES-GCM inside the token: 96-bit IV, 128-bit tag, `aad` bound. */
-export const tokenGcm = (iv: Buffer, aad: Buffer) => ({ mechanism: pkcs11js.CKM_AES_GCM, parameter: { type: pkcs11js.CK_PARAMS_AES_GCM, iv, aad, ivBits: 96, tagBits: 128 } });
+export const tokenGcm = (iv: Buffer, aad: Buffer) => ({
+  mechanism: pkcs11js.CKM_AES_GCM,
+  parameter: { type: pkcs11js.CK_PARAMS_AES_GCM, iv, aad, ivBits: 96, tagBits: 128 },
+});
 
 const gcm = (iv: Buffer, kid: string) => tokenGcm(iv, wrapAad(kid));
 
@@ -114,9 +118,11 @@ export function openPkcs11Root(uriText: string): RootKey {
   const { m, session, id } = s;
   try {
     const key = findKey(s);
-    if (!key) throw new RootKeyError(`MASTER_KEY_URI: token "${uri.token}" has no secret key labelled "${uri.object}" (npm run admin -- master-key init creates it)`);
+    if (!key)
+      throw new RootKeyError(`MASTER_KEY_URI: token "${uri.token}" has no secret key labelled "${uri.object}" (npm run admin -- master-key init creates it)`);
     const [extractable] = m.C_GetAttributeValue(session, key, [{ type: pkcs11js.CKA_EXTRACTABLE }]);
-    if (!Buffer.isBuffer(extractable?.value) || extractable.value[0] !== 0) throw new RootKeyError(`MASTER_KEY_URI: the key "${uri.object}" in token "${uri.token}" is extractable; a root key must not be`);
+    if (!Buffer.isBuffer(extractable?.value) || extractable.value[0] !== 0)
+      throw new RootKeyError(`MASTER_KEY_URI: the key "${uri.object}" in token "${uri.token}" is extractable; a root key must not be`);
     return {
       id,
       async wrap(kid, data) {

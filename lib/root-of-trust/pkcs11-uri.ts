@@ -40,8 +40,12 @@ export function parsePkcs11Uri(uri: string): Pkcs11Uri {
   const [path = '', query = ''] = uri.slice('pkcs11:'.length).split('?', 2);
   const p = attributes(path, ';', 'path');
   const q = attributes(query, '&', 'query');
-  for (const name of p.keys()) if (name !== 'token' && name !== 'object' && name !== 'type') throw new RootKeyError(`MASTER_KEY_URI: the path attribute "${name}" is not supported (token, object, type=secret-key)`);
-  for (const name of q.keys()) if (!['module-path', 'pin-source', 'pin-value'].includes(name)) throw new RootKeyError(`MASTER_KEY_URI: the query attribute "${name}" is not supported (module-path, pin-source, pin-value)`);
+  for (const name of p.keys())
+    if (name !== 'token' && name !== 'object' && name !== 'type')
+      throw new RootKeyError(`MASTER_KEY_URI: the path attribute "${name}" is not supported (token, object, type=secret-key)`);
+  for (const name of q.keys())
+    if (!['module-path', 'pin-source', 'pin-value'].includes(name))
+      throw new RootKeyError(`MASTER_KEY_URI: the query attribute "${name}" is not supported (module-path, pin-source, pin-value)`);
   if (p.has('type') && p.get('type') !== 'secret-key') throw new RootKeyError('MASTER_KEY_URI: the root key is a secret key (type=secret-key)');
   const token = p.get('token');
   const object = p.get('object');
@@ -49,7 +53,8 @@ export function parsePkcs11Uri(uri: string): Pkcs11Uri {
   if (!token || !object || !modulePath) throw new RootKeyError('MASTER_KEY_URI must name the token, the object and the module-path');
   const source = q.get('pin-source');
   const value = q.get('pin-value');
-  if ((source === undefined) === (value === undefined)) throw new RootKeyError('MASTER_KEY_URI must give the PIN by exactly one of pin-source=file:… and pin-value=…');
+  if ((source === undefined) === (value === undefined))
+    throw new RootKeyError('MASTER_KEY_URI must give the PIN by exactly one of pin-source=file:… and pin-value=…');
   if (source !== undefined && !source.startsWith('file:')) throw new RootKeyError('MASTER_KEY_URI: pin-source must be a file: URI');
   const pin = source !== undefined ? { file: source.replace(/^file:(\/\/(?=\/))?/, '') } : { value: value! };
   return { token, object, modulePath, pin };

@@ -62,7 +62,9 @@ export function envRootKey(spec: string): RootKey {
         decipher.setAuthTag(raw.subarray(raw.length - TAG_BYTES));
         return Buffer.concat([decipher.update(raw.subarray(IV_BYTES, raw.length - TAG_BYTES)), decipher.final()]);
       } catch {
-        throw new RootKeyError(`the keyring's data key "${dataKid}" does not open with the root key ${id}: the MASTER_KEY given is not the one that wrapped it`);
+        throw new RootKeyError(
+          `the keyring's data key "${dataKid}" does not open with the root key ${id}: the MASTER_KEY given is not the one that wrapped it`,
+        );
       }
     },
     async close() {},

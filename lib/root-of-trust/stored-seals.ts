@@ -28,7 +28,8 @@ export interface StoredSeal {
   renew(sealer: Sealer, row: Row): string;
 }
 
-const resealed = (aad: (row: Row) => string, column: string) => (sealer: Sealer, row: Row) => sealer.seal(sealer.open(row[column] as string, aad(row)), aad(row));
+const resealed = (aad: (row: Row) => string, column: string) => (sealer: Sealer, row: Row) =>
+  sealer.seal(sealer.open(row[column] as string, aad(row)), aad(row));
 
 export const STORED_SEALS: StoredSeal[] = [
   { table: 'key_lineages', column: 'unlock_locked', reads: [], renew: resealed((r) => keyAad.unlock(r.id), 'unlock_locked') },
@@ -38,20 +39,41 @@ export const STORED_SEALS: StoredSeal[] = [
     reads: ['user_id', 'unlock_public'],
     renew: (sealer, r) => lineageMac({ sealer }, verifiedLineage({ sealer }, r as unknown as LineageMacFields & { unlock_mac: string })),
   },
-  { table: 'pgp_keys', column: 'private_sealed', reads: ['lineage_id', 'generation'], renew: resealed((r) => keyAad.private(r.lineage_id as string, r.generation as number), 'private_sealed') },
-  { table: 'pgp_keys', column: 'secret_sealed', reads: ['lineage_id', 'generation'], renew: resealed((r) => keyAad.secret(r.lineage_id as string, r.generation as number), 'secret_sealed') },
+  {
+    table: 'pgp_keys',
+    column: 'private_sealed',
+    reads: ['lineage_id', 'generation'],
+    renew: resealed((r) => keyAad.private(r.lineage_id as string, r.generation as number), 'private_sealed'),
+  },
+  {
+    table: 'pgp_keys',
+    column: 'secret_sealed',
+    reads: ['lineage_id', 'generation'],
+    renew: resealed((r) => keyAad.secret(r.lineage_id as string, r.generation as number), 'secret_sealed'),
+  },
   {
     table: 'pgp_keys',
     column: 'public_mac',
     reads: ['lineage_id', 'user_id', 'generation', 'fingerprint', 'encryption_key_ids', 'public_armored'],
     renew: (sealer, r) => keyMac({ sealer }, verifiedKey({ sealer }, r as unknown as KeyMacFields & { public_mac: string })),
   },
-  { table: 'api_keys', column: 'value_sealed', reads: ['current_secret_id'], renew: resealed((r) => valueAad(r.id, r.current_secret_id as string), 'value_sealed') },
+  {
+    table: 'api_keys',
+    column: 'value_sealed',
+    reads: ['current_secret_id'],
+    renew: resealed((r) => valueAad(r.id, r.current_secret_id as string), 'value_sealed'),
+  },
   { table: 'webhook_endpoints', column: 'secret_sealed', reads: [], renew: resealed((r) => secretAad(r.id, 'current'), 'secret_sealed') },
   { table: 'webhook_endpoints', column: 'previous_secret_sealed', reads: [], renew: resealed((r) => secretAad(r.id, 'previous'), 'previous_secret_sealed') },
   { table: 'share_links', column: 'recipient_sealed', reads: [], renew: resealed((r) => recipientAad(r.id), 'recipient_sealed') },
   { table: 'jobs', column: 'data_key', reads: [], renew: resealed((r) => dataKeyAad(r.id), 'data_key') },
-  { table: 'audit_signing_keys', column: 'private_sealed', key: { column: 'kid', type: 'text' }, reads: [], renew: resealed((r) => signingKeyAad(r.id), 'private_sealed') },
+  {
+    table: 'audit_signing_keys',
+    column: 'private_sealed',
+    key: { column: 'kid', type: 'text' },
+    reads: [],
+    renew: resealed((r) => signingKeyAad(r.id), 'private_sealed'),
+  },
 ];
 
 /** The key id of a stored `s1.<kid>.…` or `m1.<kid>.…` value, in SQL. */

@@ -14,13 +14,17 @@ export async function notYours(
   error: AppError = notFound(`${input.resource}_not_found`, `No such ${input.resource} in your account.`),
 ): Promise<AppError> {
   if (input.existsElsewhere) {
-    await recordAudit(c.db, {
-      user_id: input.userId,
-      action: `${input.resource}.access_denied`,
-      status: 'failure',
-      target: input.target,
-      details: { reason: 'not_owner' },
-    }, input.meta);
+    await recordAudit(
+      c.db,
+      {
+        user_id: input.userId,
+        action: `${input.resource}.access_denied`,
+        status: 'failure',
+        target: input.target,
+        details: { reason: 'not_owner' },
+      },
+      input.meta,
+    );
   }
   return error;
 }

@@ -13,7 +13,22 @@ import { recordAudit, type RequestMeta } from '../../db/audit';
 import { notify } from './notify';
 import { resetRequestAad } from '../../jobs/request-password-reset';
 import { afterAccountDeleted, leaveOnDeletion } from './organizations';
-import { insertContactRequest, bumpTokenVersion, duplicateField, findUserByEmail, findUserById, findUserByLogin, insertEmailChange, insertUser, lockEmailChange, lockLiveUser, updateUser, useEmailChanges, type ContactRequest, type UserRow } from '../../db/users';
+import {
+  insertContactRequest,
+  bumpTokenVersion,
+  duplicateField,
+  findUserByEmail,
+  findUserById,
+  findUserByLogin,
+  insertEmailChange,
+  insertUser,
+  lockEmailChange,
+  lockLiveUser,
+  updateUser,
+  useEmailChanges,
+  type ContactRequest,
+  type UserRow,
+} from '../../db/users';
 import { retirePartnerKeys } from '../../db/partner-keys';
 import { deactivatePasskeys } from '../../db/passkeys';
 import { insertPasswordReset, lockPasswordReset, usePasswordResets } from '../../db/password-resets';
@@ -23,7 +38,12 @@ import { insertPasswordReset, lockPasswordReset, usePasswordResets } from '../..
 /** A session for a user who has just proved who they are: its sign-in time is now. */
 export async function newSession(c: Container, user: UserRow) {
   const now = c.clock.now();
-  const { token, expiresAt } = await signSession({ sub: user.id, role: user.role, tv: user.token_version, auth_time: Math.floor(now.getTime() / 1000) }, c.config.jwt.secret, c.config.jwt.ttlSeconds, now);
+  const { token, expiresAt } = await signSession(
+    { sub: user.id, role: user.role, tv: user.token_version, auth_time: Math.floor(now.getTime() / 1000) },
+    c.config.jwt.secret,
+    c.config.jwt.ttlSeconds,
+    now,
+  );
   return { token, token_type: 'Bearer' as const, expires_at: expiresAt.toISOString() };
 }
 
@@ -32,15 +52,20 @@ function duplicate(err: unknown): AppError | unknown {
   return field ? conflict(`${field}_taken`, `An account with this ${field} already exists.`) : err;
 }
 
-const audit = (meta: RequestMeta) => (db: Container['db'], entry: Omit<Parameters<typeof recordAudit>[1], 'ip' | 'request_id'>) =>
-  recordAudit(db, entry, meta);
+const audit = (meta: RequestMeta) => (db: Container['db'], entry: Omit<Parameters<typeof recordAudit>[1], 'ip' | 'request_id'>) => recordAudit(db, entry, meta);
 
 export async function register(c: Container, input: { username: string; email: string; password: string; company_name?: string | null }, meta: RequestMeta) {
   const password_hash = await hashPassword(input.password, c.config.argon2MemoryKib);
   try {
     return await c.db.transaction(async (trx) => {
       // Never admin: ADMIN_EMAILS applies to verified emails only (see verifiedEmail).
-      const user = await insertUser(trx, { username: input.username, email: input.email, company_name: input.company_name ?? null, password_hash, role: 'user' });
+      const user = await insertUser(trx, {
+        username: input.username,
+        email: input.email,
+        company_name: input.company_name ?? null,
+        password_hash,
+        role: 'user',
+      });
       const key = await issuePartnerKey(trx, user.id, c.clock.now(), c.config.partnerKeyTtlDays);
       await audit(meta)(trx, { user_id: user.id, action: 'partner.register', status: 'success', target: user.id, details: { api_key_prefix: key.row.prefix } });
       return { user, key, session: await newSession(c, user) };
@@ -59,20 +84,31 @@ const lockoutKey = (user: UserRow | undefined, identifier: string) => (user ? `u
  * than the limit; a correct password gets them back and clears the account's lockout. Unknown accounts
  * cost the same argon2 time. Failures and lockouts are audited under `action`.
  */
-async function checkAccountPassword(c: Container, user: UserRow | undefined, identifier: string, password: string, action: string, meta: RequestMeta): Promise<boolean> {
+async function checkAccountPassword(
+  c: Container,
+  user: UserRow | undefined,
+  identifier: string,
+  password: string,
+  action: string,
+  meta: RequestMeta,
+): Promise<boolean> {
   const { loginAccount, loginIp } = c.limiters;
   const key = lockoutKey(user, identifier);
   const log = audit(meta);
   let ok: boolean;
   try {
     ok = await spendThenCheck(
-      [{ limiter: loginIp, key: meta.ip }, { limiter: loginAccount, key }],
+      [
+        { limiter: loginIp, key: meta.ip },
+        { limiter: loginAccount, key },
+      ],
       'Too many failed password attempts; wait before trying again.',
       async () => Boolean(await verifyPassword(user?.password_hash ?? (await dummyHash(c.config.argon2MemoryKib)), password)) && Boolean(user),
       (passed) => passed,
     );
   } catch (err) {
-    if (err instanceof AppError && err.code === 'rate_limited') await log(c.db, { user_id: user?.id ?? null, action, status: 'failure', details: { reason: 'locked' } });
+    if (err instanceof AppError && err.code === 'rate_limited')
+      await log(c.db, { user_id: user?.id ?? null, action, status: 'failure', details: { reason: 'locked' } });
     throw err;
   }
   if (ok) {
@@ -124,7 +160,12 @@ export async function changePassword(c: Container, userId: string, input: { curr
     // may hold a key, or a confirmation token for an address of their own, too.
     const retired = await retirePartnerKeys(trx, user.id, 'revoked', c.clock.now());
     const voided = await useEmailChanges(trx, user.id, c.clock.now());
-    await audit(meta)(trx, { user_id: user.id, action: 'profile.change_password', status: 'success', details: { partner_keys_revoked: retired, email_changes_voided: voided } });
+    await audit(meta)(trx, {
+      user_id: user.id,
+      action: 'profile.change_password',
+      status: 'success',
+      details: { partner_keys_revoked: retired, email_changes_voided: voided },
+    });
     return row;
   });
   await notify(c, updated.email, 'password-changed', { username: updated.username, at: c.clock.now().toISOString() }, meta.requestId);
@@ -178,9 +219,21 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
     const retired = await retirePartnerKeys(trx, row.id, 'revoked', now);
     const apiKeys = await revokeAllApiKeys(trx, row.id, now, 'password_reset', meta);
     const passkeys = await deactivatePasskeys(trx, row.id, now);
-    for (const p of passkeys) await audit(meta)(trx, { user_id: row.id, action: 'passkey.update', status: 'success', target: p.id, details: { active: false, reason: 'password_reset' } });
+    for (const p of passkeys)
+      await audit(meta)(trx, {
+        user_id: row.id,
+        action: 'passkey.update',
+        status: 'success',
+        target: p.id,
+        details: { active: false, reason: 'password_reset' },
+      });
     const voided = await useEmailChanges(trx, row.id, now);
-    const counts = { partner_keys_revoked: retired, api_keys_revoked: apiKeys.keys, api_key_shares_revoked: apiKeys.shares, passkeys_deactivated: passkeys.length };
+    const counts = {
+      partner_keys_revoked: retired,
+      api_keys_revoked: apiKeys.keys,
+      api_key_shares_revoked: apiKeys.shares,
+      passkeys_deactivated: passkeys.length,
+    };
     await audit(meta)(trx, { user_id: row.id, action: 'auth.reset_password', status: 'success', details: { ...counts, email_changes_voided: voided } });
     return { user: await promoteAdminEmail(c, trx, verified, meta), ended: { counts, events: apiKeys.events } };
   });
@@ -192,7 +245,14 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
     c,
     user.email,
     'password-reset-done',
-    { username: user.username, at: now.toISOString(), partner_keys: String(partner_keys_revoked), api_keys: String(api_keys_revoked), api_key_shares: String(api_key_shares_revoked), passkeys: String(passkeys_deactivated) },
+    {
+      username: user.username,
+      at: now.toISOString(),
+      partner_keys: String(partner_keys_revoked),
+      api_keys: String(api_keys_revoked),
+      api_key_shares: String(api_key_shares_revoked),
+      passkeys: String(passkeys_deactivated),
+    },
     meta.requestId,
   );
   return user;
@@ -206,9 +266,18 @@ const EMAIL_CHANGE_TTL_MINUTES = 60;
  * password (the same limited check as login): a stolen session alone cannot move the account's mail
  * (and with it, password resets) elsewhere. The old address is told once the change happens.
  */
-export async function requestEmailChange(c: Container, userId: string, newEmail: string, currentPassword: string | undefined, meta: RequestMeta): Promise<void> {
+export async function requestEmailChange(
+  c: Container,
+  userId: string,
+  newEmail: string,
+  currentPassword: string | undefined,
+  meta: RequestMeta,
+): Promise<void> {
   const user = (await findUserById(c.db, userId))!;
-  if (!currentPassword) throw invalid('validation_failed', 'Changing the email needs the current password.', [{ path: 'body.current_password', message: 'required to change the email' }]);
+  if (!currentPassword)
+    throw invalid('validation_failed', 'Changing the email needs the current password.', [
+      { path: 'body.current_password', message: 'required to change the email' },
+    ]);
   await checkPassword(c, user, currentPassword, 'profile.change_email', meta);
   if (newEmail.toLowerCase() === user.email.toLowerCase()) return;
   const other = await findUserByEmail(c.db, newEmail);
@@ -217,7 +286,12 @@ export async function requestEmailChange(c: Container, userId: string, newEmail:
   await consume(c.limiters.publicIp, `email-change:${user.id}`, 'Too many email change requests; wait before asking again.');
   const token = newToken();
   await c.db.transaction(async (trx) => {
-    await insertEmailChange(trx, { user_id: user.id, new_email: newEmail, token_hash: hashToken(token), expires_at: new Date(c.clock.now().getTime() + EMAIL_CHANGE_TTL_MINUTES * 60_000) });
+    await insertEmailChange(trx, {
+      user_id: user.id,
+      new_email: newEmail,
+      token_hash: hashToken(token),
+      expires_at: new Date(c.clock.now().getTime() + EMAIL_CHANGE_TTL_MINUTES * 60_000),
+    });
     await audit(meta)(trx, { user_id: user.id, action: 'profile.change_email', status: 'success', details: { stage: 'confirmation_sent' } });
   });
   await notify(c, newEmail, 'email-confirm', { username: user.username, token, ttl_minutes: String(EMAIL_CHANGE_TTL_MINUTES) }, meta.requestId);
@@ -232,7 +306,12 @@ export async function confirmEmailChange(c: Container, token: string, meta: Requ
       if (!change) throw badRequest('invalid_email_token', 'The confirmation token is not valid.');
       const failure = change.used_at ? 'email_token_used' : change.expires_at <= now ? 'email_token_expired' : null;
       if (failure) {
-        await audit(meta)(c.db, { user_id: change.user_id, action: 'profile.change_email', status: 'failure', details: { stage: 'confirmation', reason: failure } });
+        await audit(meta)(c.db, {
+          user_id: change.user_id,
+          action: 'profile.change_email',
+          status: 'failure',
+          details: { stage: 'confirmation', reason: failure },
+        });
         throw gone(failure, failure === 'email_token_used' ? 'This confirmation token was already used.' : 'This confirmation token has expired; ask again.');
       }
       const before = await lockLiveUser(trx, change.user_id);
@@ -241,7 +320,12 @@ export async function confirmEmailChange(c: Container, token: string, meta: Requ
       // Reset tokens mailed to the old address die with it: only the new mailbox can recover the account.
       const resetsVoided = await usePasswordResets(trx, before.id, now);
       const row = await updateUser(trx, before.id, { email: change.new_email, email_verified_at: now });
-      await audit(meta)(trx, { user_id: row.id, action: 'profile.change_email', status: 'success', details: { stage: 'confirmed', reset_tokens_voided: resetsVoided } });
+      await audit(meta)(trx, {
+        user_id: row.id,
+        action: 'profile.change_email',
+        status: 'success',
+        details: { stage: 'confirmed', reset_tokens_voided: resetsVoided },
+      });
       return { user: await promoteAdminEmail(c, trx, row, meta), old: before };
     })
     .catch((err: unknown) => {
@@ -294,7 +378,13 @@ export async function deleteAccount(c: Container, userId: string, password: stri
   const left = await c.db.transaction(async (trx) => {
     await retirePartnerKeys(trx, user.id, 'revoked', now);
     await bumpTokenVersion(trx, user.id);
-    await updateUser(trx, user.id, { username: `deleted-${user.id}`, email: `deleted-${user.id}@deleted.invalid`, company_name: null, password_hash: '!', deleted_at: now });
+    await updateUser(trx, user.id, {
+      username: `deleted-${user.id}`,
+      email: `deleted-${user.id}@deleted.invalid`,
+      company_name: null,
+      password_hash: '!',
+      deleted_at: now,
+    });
     await audit(meta)(trx, { user_id: user.id, action: 'account.delete', status: 'success', target: user.id });
     // Team access: the account leaves its organization; teammates linked to it lose its keys.
     return leaveOnDeletion(trx, user.id, now, meta);

@@ -40,7 +40,11 @@ export async function createApiKeyShare(c: Container, userId: string, keyId: str
   const key = await ownApiKey(c, userId, keyId, meta);
   const state = apiKeyState(key, c.clock.now());
   if (state !== 'active') {
-    await recordAudit(c.db, { user_id: userId, action: 'api_key_share.created', status: 'failure', target: keyId, details: { reason: `api_key_${state}` } }, meta);
+    await recordAudit(
+      c.db,
+      { user_id: userId, action: 'api_key_share.created', status: 'failure', target: keyId, details: { reason: `api_key_${state}` } },
+      meta,
+    );
     throw conflict(`api_key_${state}`, `The API key is ${state}; it cannot be shared.`);
   }
   const { share, token } = await createShare(
@@ -52,7 +56,13 @@ export async function createApiKeyShare(c: Container, userId: string, keyId: str
 }
 
 /** The shares of one of the caller's keys (404 for another account's key), newest first, by state. */
-export async function listApiKeyShares(c: Container, userId: string, keyId: string, q: { state?: ShareState; page: number; pageSize: number }, meta: RequestMeta) {
+export async function listApiKeyShares(
+  c: Container,
+  userId: string,
+  keyId: string,
+  q: { state?: ShareState; page: number; pageSize: number },
+  meta: RequestMeta,
+) {
   const key = await ownApiKey(c, userId, keyId, meta);
   const { items, total } = await listShares(c, { userId, kind: 'api_key', targetId: key.id, state: q.state, page: q.page, pageSize: q.pageSize });
   return { items: items.map((s) => apiKeyShareOut(c, s, key)), total };
@@ -78,13 +88,17 @@ export async function viewApiKeyShare(c: Container, req: { token: string; userAg
       if (state !== 'active') throw gone(`api_key_${state}`, `The shared API key is ${state}.`);
       const plaintext = currentApiKeyValue(c, key);
       if (plaintext === null) throw gone('api_key_revoked', 'The shared API key is revoked.');
-      await recordAudit(trx, {
-        user_id: row.user_id,
-        action: 'api_key.shared_value_read',
-        status: 'success',
-        target: key.id,
-        details: { share_id: row.id, prefix: key.prefix, view_count: row.view_count },
-      }, meta);
+      await recordAudit(
+        trx,
+        {
+          user_id: row.user_id,
+          action: 'api_key.shared_value_read',
+          status: 'success',
+          target: key.id,
+          details: { share_id: row.id, prefix: key.prefix, view_count: row.view_count },
+        },
+        meta,
+      );
       return { key, plaintext };
     },
   });

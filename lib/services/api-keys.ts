@@ -11,7 +11,17 @@ import type { Scope } from '../auth/scopes';
 import { notYours } from './access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { revokeActiveShares } from '../../db/share-links';
-import { apiKeys, apiKeySecrets, countUnrevoked, revokeKeysOfAccount, findCredentialByHash, pageApiKeys, type ApiKeyCredential, type ApiKeyRow, type ApiKeyState } from '../../db/api-keys';
+import {
+  apiKeys,
+  apiKeySecrets,
+  countUnrevoked,
+  revokeKeysOfAccount,
+  findCredentialByHash,
+  pageApiKeys,
+  type ApiKeyCredential,
+  type ApiKeyRow,
+  type ApiKeyState,
+} from '../../db/api-keys';
 import { lockAccount } from '../../db/users';
 
 /**
@@ -64,7 +74,8 @@ function expiryOf(c: Container, input: NewApiKey): Date | null {
   const now = c.clock.now();
   if (input.expires_in_days !== undefined) return new Date(now.getTime() + input.expires_in_days * 86400_000);
   if (input.expires_at === undefined) return null;
-  if (input.expires_at <= now) throw invalid('validation_failed', 'The request body is invalid.', [{ path: 'body.expires_at', message: 'must be in the future' }]);
+  if (input.expires_at <= now)
+    throw invalid('validation_failed', 'The request body is invalid.', [{ path: 'body.expires_at', message: 'must be in the future' }]);
   if (input.expires_at.getTime() > now.getTime() + MAX_LIFETIME_DAYS * 86400_000) {
     throw invalid('validation_failed', 'The request body is invalid.', [{ path: 'body.expires_at', message: `must be within ${MAX_LIFETIME_DAYS} days` }]);
   }
@@ -82,13 +93,35 @@ export async function generateApiKey(c: Container, userId: string, input: NewApi
     // One account's creations are serialised so that concurrent requests cannot pass the limit together.
     await lockAccount(trx, userId);
     await enforcePlanLimit(c, trx, userId, 'api_keys');
-    if ((await countUnrevoked(trx, userId)) >= MAX_API_KEYS) throw conflict('api_key_limit_reached', `An account has at most ${MAX_API_KEYS} unrevoked API keys; revoke one first.`);
+    if ((await countUnrevoked(trx, userId)) >= MAX_API_KEYS)
+      throw conflict('api_key_limit_reached', `An account has at most ${MAX_API_KEYS} unrevoked API keys; revoke one first.`);
     const [inserted] = await apiKeys(trx)
-      .insert({ id, user_id: userId, name: input.name, prefix: displayPrefix(value), scopes: input.scopes, value_sealed: c.sealer.seal(value, valueAad(id, secretId)), current_secret_id: secretId, expires_at: expires, created_at: now, updated_at: now })
+      .insert({
+        id,
+        user_id: userId,
+        name: input.name,
+        prefix: displayPrefix(value),
+        scopes: input.scopes,
+        value_sealed: c.sealer.seal(value, valueAad(id, secretId)),
+        current_secret_id: secretId,
+        expires_at: expires,
+        created_at: now,
+        updated_at: now,
+      })
       .returning('*');
     await apiKeySecrets(trx).insert({ id: secretId, key_id: id, key_hash: hashToken(value), prefix: displayPrefix(value), created_at: now });
-    await recordAudit(trx, { user_id: userId, action: 'api_key.created', status: 'success', target: id, details: { name: input.name, prefix: displayPrefix(value), scopes: input.scopes, expires_at: expires?.toISOString() ?? null } }, meta);
-    return inserted!;
+    await recordAudit(
+      trx,
+      {
+        user_id: userId,
+        action: 'api_key.created',
+        status: 'success',
+        target: id,
+        details: { name: input.name, prefix: displayPrefix(value), scopes: input.scopes, expires_at: expires?.toISOString() ?? null },
+      },
+      meta,
+    );
+    return inserted;
   });
   await emitEvent(c, userId, 'api_key.created', { key_id: id, scopes: input.scopes, expires_at: expires?.toISOString() ?? null });
   return { row, value };
@@ -104,7 +137,8 @@ export async function listApiKeys(c: Container, userId: string, q: { state?: Api
 export async function readApiKey(c: Container, userId: string, id: string, meta: RequestMeta): Promise<{ row: ApiKeyRow; value: string | null }> {
   const row = await ownApiKey(c, userId, id, meta);
   const value = currentApiKeyValue(c, row);
-  if (value !== null) await recordAudit(c.db, { user_id: userId, action: 'api_key.value_read', status: 'success', target: id, details: { prefix: row.prefix } }, meta);
+  if (value !== null)
+    await recordAudit(c.db, { user_id: userId, action: 'api_key.value_read', status: 'success', target: id, details: { prefix: row.prefix } }, meta);
   return { row, value };
 }
 
@@ -113,7 +147,13 @@ export async function readApiKey(c: Container, userId: string, id: string, meta:
  * working until `now + graceMs` (0: at once), then answers 401 `api_key_rotated`. Values replaced by
  * earlier rotations keep their own ends.
  */
-export async function rotateApiKey(c: Container, userId: string, id: string, graceMs: number, meta: RequestMeta): Promise<{ row: ApiKeyRow; value: string; previousValueExpiresAt: Date }> {
+export async function rotateApiKey(
+  c: Container,
+  userId: string,
+  id: string,
+  graceMs: number,
+  meta: RequestMeta,
+): Promise<{ row: ApiKeyRow; value: string; previousValueExpiresAt: Date }> {
   const value = newManagedKey();
   const secretId = randomUUID();
   const now = c.clock.now();
@@ -122,15 +162,36 @@ export async function rotateApiKey(c: Container, userId: string, id: string, gra
     const key = await apiKeys(trx).where({ id }).forUpdate().first();
     if (key?.user_id !== userId) throw await notYours(c, { userId, resource: 'api_key', target: id, existsElsewhere: Boolean(key), meta });
     const state = apiKeyState(key, now);
-    if (state !== 'active') throw conflict(`api_key_${state}`, `The API key is ${state}; ${state === 'revoked' ? 'generate a new one' : 'generate a new one (expiry does not change on rotation)'}.`);
+    if (state !== 'active')
+      throw conflict(
+        `api_key_${state}`,
+        `The API key is ${state}; ${state === 'revoked' ? 'generate a new one' : 'generate a new one (expiry does not change on rotation)'}.`,
+      );
     await apiKeySecrets(trx).where({ id: key.current_secret_id }).update({ rotated_at: now, valid_until: previousEnd });
     await apiKeySecrets(trx).insert({ id: secretId, key_id: id, key_hash: hashToken(value), prefix: displayPrefix(value), created_at: now });
     const [updated] = await apiKeys(trx)
       .where({ id })
-      .update({ prefix: displayPrefix(value), value_sealed: c.sealer.seal(value, valueAad(id, secretId)), current_secret_id: secretId, last_rotated_at: now, previous_value_expires_at: previousEnd, updated_at: now })
+      .update({
+        prefix: displayPrefix(value),
+        value_sealed: c.sealer.seal(value, valueAad(id, secretId)),
+        current_secret_id: secretId,
+        last_rotated_at: now,
+        previous_value_expires_at: previousEnd,
+        updated_at: now,
+      })
       .returning('*');
-    await recordAudit(trx, { user_id: userId, action: 'api_key.rotated', status: 'success', target: id, details: { previous_prefix: key.prefix, prefix: displayPrefix(value), grace_seconds: Math.round(graceMs / 1000) } }, meta);
-    return updated!;
+    await recordAudit(
+      trx,
+      {
+        user_id: userId,
+        action: 'api_key.rotated',
+        status: 'success',
+        target: id,
+        details: { previous_prefix: key.prefix, prefix: displayPrefix(value), grace_seconds: Math.round(graceMs / 1000) },
+      },
+      meta,
+    );
+    return updated;
   });
   await emitEvent(c, userId, 'api_key.rotated', { key_id: id, previous_value_expires_at: previousEnd.toISOString() });
   return { row, value, previousValueExpiresAt: previousEnd };
@@ -154,12 +215,23 @@ export async function revokeApiKey(c: Container, userId: string, id: string, met
  * Revokes every key of the account and every live share link of them, audited per key and per link in
  * the caller's transaction (a password reset ends them all); answers the events to publish once it commits.
  */
-export async function revokeAllApiKeys(trx: Knex.Transaction, userId: string, now: Date, reason: string, meta: RequestMeta): Promise<{ keys: number; shares: number; events: NewEvent[] }> {
+export async function revokeAllApiKeys(
+  trx: Knex.Transaction,
+  userId: string,
+  now: Date,
+  reason: string,
+  meta: RequestMeta,
+): Promise<{ keys: number; shares: number; events: NewEvent[] }> {
   const keys = await revokeKeysOfAccount(trx, userId, now);
   const links = await revokeActiveShares(trx, { userId, kind: 'api_key', now });
   const entry = { user_id: userId, status: 'success' as const };
   for (const k of keys) await recordAudit(trx, { ...entry, action: 'api_key.revoked', target: k.id, details: { prefix: k.prefix, reason } }, meta);
-  for (const l of links) await recordAudit(trx, { ...entry, action: 'api_key_share.revoked', target: l.id, details: { kind: 'api_key', target_id: l.target_id, view_count: l.view_count, reason } }, meta);
+  for (const l of links)
+    await recordAudit(
+      trx,
+      { ...entry, action: 'api_key_share.revoked', target: l.id, details: { kind: 'api_key', target_id: l.target_id, view_count: l.view_count, reason } },
+      meta,
+    );
   const events: NewEvent[] = [
     ...keys.map((k): NewEvent => ({ type: 'api_key.revoked', data: { key_id: k.id } })),
     ...links.map((l): NewEvent => ({ type: 'share.revoked', data: { share_id: l.id, kind: 'api_key', target_id: l.target_id, view_count: l.view_count } })),

@@ -4,7 +4,16 @@ import { CompactSign, calculateJwkThumbprint } from 'jose';
 import type { Container } from '../container';
 import { CHECKPOINT_TYP, EXPORT_FORMAT, EvidenceVerifier, type CheckpointClaim, type ExportLine, type Jwk, type Verdict } from '../audit-chain';
 import { emitEvent } from '../events';
-import { chainCheckpoints, chainRows, currentSigningKey, insertCheckpoint, movedChains, replaceSigningKey, signingKeys, type CheckpointRow } from '../../db/audit-evidence';
+import {
+  chainCheckpoints,
+  chainRows,
+  currentSigningKey,
+  insertCheckpoint,
+  movedChains,
+  replaceSigningKey,
+  signingKeys,
+  type CheckpointRow,
+} from '../../db/audit-evidence';
 
 /**
  * Audit evidence the operator cannot take back (docs/audit-evidence.md): signed checkpoints of every
@@ -21,7 +30,10 @@ async function signingKey(c: Container): Promise<{ kid: string; key: KeyObject }
   const now = c.clock.now();
   const current = await currentSigningKey(c.db);
   if (current && now.getTime() - current.created_at.getTime() < c.config.auditCheckpoints.signingKeyMaxAgeMs) {
-    return { kid: current.kid, key: createPrivateKey({ key: c.sealer.open(current.private_sealed, signingKeyAad(current.kid)), format: 'der', type: 'pkcs8' }) };
+    return {
+      kid: current.kid,
+      key: createPrivateKey({ key: c.sealer.open(current.private_sealed, signingKeyAad(current.kid)), format: 'der', type: 'pkcs8' }),
+    };
   }
   // Made from raw bytes, as every Curve25519 key of the service is (lib/curve25519.ts says why).
   const pair = generateRawKeyPair('ed25519');
@@ -40,14 +52,33 @@ async function signingKey(c: Container): Promise<{ kid: string; key: KeyObject }
 }
 
 /** The published keys: every signing key ever used, so that old checkpoints still verify. */
-export async function auditJwks(c: Container): Promise<{ keys: (Jwk & { kid: string; alg: 'EdDSA'; use: 'sig'; created_at: string; retired_at: string | null })[] }> {
+export async function auditJwks(
+  c: Container,
+): Promise<{ keys: (Jwk & { kid: string; alg: 'EdDSA'; use: 'sig'; created_at: string; retired_at: string | null })[] }> {
   const rows = await signingKeys(c.db);
-  return { keys: rows.map((k) => ({ ...k.public_jwk, kid: k.kid, alg: 'EdDSA' as const, use: 'sig' as const, created_at: k.created_at.toISOString(), retired_at: k.retired_at?.toISOString() ?? null })) };
+  return {
+    keys: rows.map((k) => ({
+      ...k.public_jwk,
+      kid: k.kid,
+      alg: 'EdDSA' as const,
+      use: 'sig' as const,
+      created_at: k.created_at.toISOString(),
+      retired_at: k.retired_at?.toISOString() ?? null,
+    })),
+  };
 }
 
 const BATCH = 500;
 
-const checkpointOut = (cp: CheckpointRow): ExportLine => ({ type: 'checkpoint', sequence: cp.sequence, hash: cp.hash, chain: cp.chain, signed_at: cp.signed_at.toISOString(), kid: cp.kid, jws: cp.jws });
+const checkpointOut = (cp: CheckpointRow): ExportLine => ({
+  type: 'checkpoint',
+  sequence: cp.sequence,
+  hash: cp.hash,
+  chain: cp.chain,
+  signed_at: cp.signed_at.toISOString(),
+  kid: cp.kid,
+  jws: cp.jws,
+});
 
 /**
  * Signs the head of every chain that moved since its last checkpoint and sends each account its own as
@@ -57,19 +88,28 @@ const checkpointOut = (cp: CheckpointRow): ExportLine => ({ type: 'checkpoint', 
 export async function checkpointChains(c: Container): Promise<{ signed: number }> {
   let signed = 0;
   let signer: { kid: string; key: KeyObject } | undefined;
-  for (let after = ''; ; ) {
+  for (let after = ''; ;) {
     const heads = await movedChains(c.db, after, BATCH);
     for (const head of heads) {
       signer ??= await signingKey(c);
       const claim: CheckpointClaim = { chain: head.chain, sequence: head.sequence, hash: head.hash, signed_at: c.clock.now().toISOString() };
-      const jws = await new CompactSign(new TextEncoder().encode(JSON.stringify(claim))).setProtectedHeader({ alg: 'EdDSA', kid: signer.kid, typ: CHECKPOINT_TYP }).sign(signer.key);
+      const jws = await new CompactSign(new TextEncoder().encode(JSON.stringify(claim)))
+        .setProtectedHeader({ alg: 'EdDSA', kid: signer.kid, typ: CHECKPOINT_TYP })
+        .sign(signer.key);
       const stored = await insertCheckpoint(c.db, { ...claim, signed_at: new Date(claim.signed_at), kid: signer.kid, jws });
       if (!stored) continue;
       signed++;
-      if (head.chain !== 'system') await emitEvent(c, head.chain, 'audit.checkpoint', { sequence: stored.sequence, hash: stored.hash, signed_at: stored.signed_at.toISOString(), kid: stored.kid, jws: stored.jws });
+      if (head.chain !== 'system')
+        await emitEvent(c, head.chain, 'audit.checkpoint', {
+          sequence: stored.sequence,
+          hash: stored.hash,
+          signed_at: stored.signed_at.toISOString(),
+          kid: stored.kid,
+          jws: stored.jws,
+        });
     }
     if (heads.length < BATCH) break;
-    after = heads[heads.length - 1]!.chain;
+    after = heads[heads.length - 1].chain;
   }
   return { signed };
 }
@@ -85,12 +125,12 @@ export async function* exportChain(c: Container, chain: string, from: number): A
   for (;;) {
     const rows = await chainRows(c.db, chain, next, BATCH);
     if (!rows.length) break;
-    const last = rows[rows.length - 1]!.sequence;
+    const last = rows[rows.length - 1].sequence;
     const checkpoints = await chainCheckpoints(c.db, chain, next, last);
     let k = 0;
     for (const r of rows) {
       yield { type: 'row', ...r };
-      while (k < checkpoints.length && checkpoints[k]!.sequence <= r.sequence) yield checkpointOut(checkpoints[k++]!);
+      while (k < checkpoints.length && checkpoints[k].sequence <= r.sequence) yield checkpointOut(checkpoints[k++]);
     }
     next = last + 1;
     if (rows.length < BATCH) break;

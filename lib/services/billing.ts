@@ -82,13 +82,17 @@ async function enforcePlanLimits(c: Container, trx: Knex.Transaction, userId: st
     const over = limit === 'file_size' ? amount > value : usage + amount > value;
     if (!over) continue;
     const what = limit === 'file_size' ? `a file of ${amount} bytes; files may have at most ${value}` : `${usage} of ${value} used, ${amount} more requested`;
-    throw paymentRequired('plan_limit_reached', `The ${plan.id} plan's limit on ${limit} is reached (${what}). Upgrade the plan (POST /billing/checkout) or free some up.`, {
-      limit,
-      limit_value: value,
-      usage: limit === 'file_size' ? amount : usage,
-      requested: amount,
-      plan: plan.id,
-    });
+    throw paymentRequired(
+      'plan_limit_reached',
+      `The ${plan.id} plan's limit on ${limit} is reached (${what}). Upgrade the plan (POST /billing/checkout) or free some up.`,
+      {
+        limit,
+        limit_value: value,
+        usage: limit === 'file_size' ? amount : usage,
+        requested: amount,
+        plan: plan.id,
+      },
+    );
   }
 }
 
@@ -173,7 +177,12 @@ async function ensureCustomer(c: Container, userId: string, meta: RequestMeta): 
 export async function createCheckout(c: Container, userId: string, planId: PlanId, meta: RequestMeta, requestKey?: string) {
   const provider = await providerClient(c.config);
   const plan = c.config.billing.plans[planId];
-  if (!plan.priceId) throw invalid('plan_not_for_sale', `The ${planId} plan cannot be bought${planId === DEFAULT_PLAN ? ' (it is the default plan)' : ' (no provider price is configured for it)'}.`, [{ path: 'body.plan', message: 'not for sale' }]);
+  if (!plan.priceId)
+    throw invalid(
+      'plan_not_for_sale',
+      `The ${planId} plan cannot be bought${planId === DEFAULT_PLAN ? ' (it is the default plan)' : ' (no provider price is configured for it)'}.`,
+      [{ path: 'body.plan', message: 'not for sale' }],
+    );
   const current = await findBillingAccount(c.db, userId);
   if (current?.subscription_id && LIVE.has(current.status)) {
     throw conflict('already_subscribed', 'The account already has a subscription; change or cancel it in the customer portal (GET /billing/portal).');
@@ -206,7 +215,10 @@ export async function createPortal(c: Container, userId: string, meta: RequestMe
   const account = await findBillingAccount(c.db, userId);
   if (!account?.customer_id) throw conflict('no_billing_customer', 'The account has no billing customer yet; start with POST /billing/checkout.');
   const session = await callProvider('create portal session', () =>
-    provider.billingPortal.sessions.create({ customer: account.customer_id!, return_url: c.config.billing.returnUrl }, { idempotencyKey: `kms-portal-${userId}-${randomUUID()}` }),
+    provider.billingPortal.sessions.create(
+      { customer: account.customer_id!, return_url: c.config.billing.returnUrl },
+      { idempotencyKey: `kms-portal-${userId}-${randomUUID()}` },
+    ),
   );
   await audit(c.db, userId, 'billing.portal_opened', session.id, meta);
   return { url: session.url };
@@ -225,14 +237,15 @@ export const HANDLED_EVENTS = new Set([
   'invoice.payment_failed',
 ]);
 
-const idOf = (v: unknown): string | null => (typeof v === 'string' ? v : v && typeof v === 'object' && typeof (v as { id?: unknown }).id === 'string' ? (v as { id: string }).id : null);
+const idOf = (v: unknown): string | null =>
+  typeof v === 'string' ? v : v && typeof v === 'object' && typeof (v as { id?: unknown }).id === 'string' ? (v as { id: string }).id : null;
 
 /** The ids an event names (its object, customer, subscription), whatever the object's kind. */
 function eventIds(event: ProviderEvent): { object_id: string | null; customer_id: string | null; subscription_id: string | null } {
   const obj = event.data.object as unknown as Record<string, unknown>;
   const kind = obj.object;
   const parent = obj.parent as { subscription_details?: { subscription?: unknown } } | null | undefined;
-  const subscription = kind === 'subscription' ? idOf(obj.id) : idOf(obj.subscription) ?? idOf(parent?.subscription_details?.subscription);
+  const subscription = kind === 'subscription' ? idOf(obj.id) : (idOf(obj.subscription) ?? idOf(parent?.subscription_details?.subscription));
   return { object_id: idOf(obj.id), customer_id: idOf(obj.customer), subscription_id: subscription };
 }
 
@@ -296,7 +309,8 @@ function subscriptionState(c: Container, sub: ProviderSubscription): Subscriptio
   };
 }
 
-export type EventOutcome = 'applied' | 'unchanged' | 'ignored_type' | 'ignored_no_subscription' | 'ignored_unknown_customer' | 'ignored_mode' | 'ignored_other_subscription';
+export type EventOutcome =
+  'applied' | 'unchanged' | 'ignored_type' | 'ignored_no_subscription' | 'ignored_unknown_customer' | 'ignored_mode' | 'ignored_other_subscription';
 
 /**
  * Processes one stored event (the `billing-event` job). Order and replays do not matter: the event only
@@ -314,7 +328,12 @@ export async function processBillingEvent(c: Container, eventId: string, origin:
   else if (event.livemode !== (c.config.billing.mode === 'live')) outcome = 'ignored_mode';
   else if (!event.subscription_id) outcome = 'ignored_no_subscription';
   // Read outside the transaction: no row lock is held while the provider answers.
-  const sub = outcome ? null : subscriptionState(c, await callProvider('retrieve subscription', async () => (await providerClient(c.config)).subscriptions.retrieve(event.subscription_id!)));
+  const sub = outcome
+    ? null
+    : subscriptionState(
+        c,
+        await callProvider('retrieve subscription', async () => (await providerClient(c.config)).subscriptions.retrieve(event.subscription_id!)),
+      );
 
   const done = await c.db.transaction(async (trx) => {
     const locked = await billingEvents(trx).where({ id: eventId }).forUpdate().first();
@@ -340,11 +359,24 @@ export async function processBillingEvent(c: Container, eventId: string, origin:
     const effective = effectivePlan(c, after, now);
     const changed = before.subscribed !== effective.subscribed || before.plan.id !== effective.plan.id;
     const statusChanged = account.status !== sub.status;
-    const details = { event_id: eventId, event_type: event.type, subscription_id: sub.subscription_id, from_plan: before.plan.id, to_plan: effective.plan.id, subscribed_plan: sub.plan, from_status: account.status, status: sub.status };
+    const details = {
+      event_id: eventId,
+      event_type: event.type,
+      subscription_id: sub.subscription_id,
+      from_plan: before.plan.id,
+      to_plan: effective.plan.id,
+      subscribed_plan: sub.plan,
+      from_status: account.status,
+      status: sub.status,
+    };
     if (changed) await audit(trx, account.user_id, 'billing.plan_changed', sub.subscription_id, origin, details);
     else if (statusChanged) await audit(trx, account.user_id, 'billing.status_changed', sub.subscription_id, origin, details);
     if (event.type === 'invoice.payment_failed') {
-      await audit(trx, account.user_id, 'billing.payment_failed', event.object_id, origin, { event_id: eventId, subscription_id: sub.subscription_id, status: sub.status });
+      await audit(trx, account.user_id, 'billing.payment_failed', event.object_id, origin, {
+        event_id: eventId,
+        subscription_id: sub.subscription_id,
+        status: sub.status,
+      });
     }
     const result = await finish(changed || statusChanged ? 'applied' : 'unchanged', account.user_id);
     return { ...result, change: changed ? { from: before.plan.id, to: effective.plan.id, fromStatus: account.status, status: sub.status } : null };
@@ -352,7 +384,12 @@ export async function processBillingEvent(c: Container, eventId: string, origin:
   if (!done) return { outcome: 'processed' };
   // Events after the commit: published once, since only the run that marked the event processed gets here.
   if (done.userId && done.change) {
-    await emitEvent(c, done.userId, 'billing.plan_changed', { from_plan: done.change.from, to_plan: done.change.to, status: done.change.status, subscription_id: event.subscription_id });
+    await emitEvent(c, done.userId, 'billing.plan_changed', {
+      from_plan: done.change.from,
+      to_plan: done.change.to,
+      status: done.change.status,
+      subscription_id: event.subscription_id,
+    });
   }
   if (done.userId && event.type === 'invoice.payment_failed') {
     await emitEvent(c, done.userId, 'billing.payment_failed', { invoice_id: event.object_id, subscription_id: event.subscription_id });

@@ -7,7 +7,25 @@ import { type AccountEvent } from '../event-stream';
 import { AppError, conflict, invalid, tooManyRequests } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Slot } from '../slots';
-import { findJobWithOutputs, countUploading, failUnfinishedJob, findJobByIdempotencyKey, freeIdempotencyKey, nextInput, type NextInput, findUserJob, insertJob, isFinished, jobFiles, recordUploadEnd, type OutputFile, type JobKind, type JobProgress, type JobRow, deleteJob } from '../../db/jobs';
+import {
+  findJobWithOutputs,
+  countUploading,
+  failUnfinishedJob,
+  findJobByIdempotencyKey,
+  freeIdempotencyKey,
+  nextInput,
+  type NextInput,
+  findUserJob,
+  insertJob,
+  isFinished,
+  jobFiles,
+  recordUploadEnd,
+  type OutputFile,
+  type JobKind,
+  type JobProgress,
+  type JobRow,
+  deleteJob,
+} from '../../db/jobs';
 import { lockAccount } from '../../db/users';
 
 /**
@@ -79,7 +97,13 @@ export async function jobView(c: Container, row: JobRow & { outputs?: OutputFile
   };
 }
 
-const fileView = (jobId: string, f: OutputFile) => ({ n: f.n, name: f.name, size: f.size, content_type: f.content_type, download_url: `${statusUrl(jobId)}/files/${f.n}` });
+const fileView = (jobId: string, f: OutputFile) => ({
+  n: f.n,
+  name: f.name,
+  size: f.size,
+  content_type: f.content_type,
+  download_url: `${statusUrl(jobId)}/files/${f.n}`,
+});
 
 export interface SubmitInput {
   id: string;
@@ -109,8 +133,15 @@ const SECRET_FIELDS = new Set(['passphrase', 'current_passphrase', 'new_passphra
  * Idempotency-Key must agree on it.
  */
 export function requestHash(kind: JobKind, body: unknown, files: { name: string; size: number; fingerprint: string }[] = []): string {
-  const fields = body && typeof body === 'object' ? Object.entries(body).filter(([k]) => !SECRET_FIELDS.has(k)).sort(([a], [b]) => (a < b ? -1 : 1)) : [];
-  return createHash('sha256').update(JSON.stringify({ kind, fields, files: files.map((f) => [f.name, f.size, f.fingerprint]) })).digest('hex');
+  const fields =
+    body && typeof body === 'object'
+      ? Object.entries(body)
+          .filter(([k]) => !SECRET_FIELDS.has(k))
+          .sort(([a], [b]) => (a < b ? -1 : 1))
+      : [];
+  return createHash('sha256')
+    .update(JSON.stringify({ kind, fields, files: files.map((f) => [f.name, f.size, f.fingerprint]) }))
+    .digest('hex');
 }
 
 /**
@@ -201,7 +232,13 @@ export async function completeUpload(c: Container, row: JobRow, files: { n: numb
   // Plan limits are checked on the real sizes under the account's lock, in one transaction with the record.
   const recorded = jobLimitsApply(c, row.kind)
     ? await c.db.transaction(async (trx) => {
-        await enforceUploadLimits(c, trx, row.user_id, row.kind, files.map((f) => f.size));
+        await enforceUploadLimits(
+          c,
+          trx,
+          row.user_id,
+          row.kind,
+          files.map((f) => f.size),
+        );
         return record(trx);
       })
     : await record(c.db);
@@ -236,8 +273,14 @@ export async function failUpload(c: Container, row: JobRow, err: unknown): Promi
  * follower's idle limit is for a writer that stopped, not for a queue). A job waiting for its own
  * upload gives its `slot` back meanwhile (it takes it again itself).
  */
-export async function arrivingInput(c: Container, jobId: string, n: number, signal?: AbortSignal, opts: { started?: boolean; slot?: Slot } = {}): Promise<NextInput> {
-  for (let delay = 2; ; ) {
+export async function arrivingInput(
+  c: Container,
+  jobId: string,
+  n: number,
+  signal?: AbortSignal,
+  opts: { started?: boolean; slot?: Slot } = {},
+): Promise<NextInput> {
+  for (let delay = 2; ;) {
     signal?.throwIfAborted();
     const next = await nextInput(c.db, jobId, n);
     const settled = next.state === undefined || isFinished(next.state) || (next.uploaded && !next.file);

@@ -58,7 +58,10 @@ export async function keyMetricsOf(c: Container, lineageId: string) {
     generations.map((g) => g.fingerprint),
     generations.map((g) => g.id),
   );
-  const lastUsed = generations.map((g) => g.last_used_at).filter((d): d is Date => Boolean(d)).sort((a, b) => b.getTime() - a.getTime())[0];
+  const lastUsed = generations
+    .map((g) => g.last_used_at)
+    .filter((d): d is Date => Boolean(d))
+    .sort((a, b) => b.getTime() - a.getTime())[0];
   return {
     lineage_id: lineage.id,
     account: lineage.user_id,

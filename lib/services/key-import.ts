@@ -39,9 +39,22 @@ export async function importKey(c: Container, userId: string, input: ImportInput
   const imported = await readImportedKey(input.key, { keyPassphrase: input.keyPassphrase, secret, now: new Date() }).catch(async (err: unknown) => {
     throw await fail(err);
   });
-  if (imported.secret && !input.passphrase) throw await fail(invalid('passphrase_required', 'A secret key needs `passphrase`: the passphrase it will have here (at least 12 characters).'), imported.fingerprint);
-  const described = { label: input.label, environment: input.environment, uid_name: imported.uidName, uid_email: imported.uidEmail, algorithm: imported.rotationAlgorithm, key_ttl_days: null };
-  const spec: LineageSpec = imported.secret ? await newLineage(c, described, input.passphrase!) : { ...described, id: randomUUID(), unlock_public: '', unlock_locked: '' };
+  if (imported.secret && !input.passphrase)
+    throw await fail(
+      invalid('passphrase_required', 'A secret key needs `passphrase`: the passphrase it will have here (at least 12 characters).'),
+      imported.fingerprint,
+    );
+  const described = {
+    label: input.label,
+    environment: input.environment,
+    uid_name: imported.uidName,
+    uid_email: imported.uidEmail,
+    algorithm: imported.rotationAlgorithm,
+    key_ttl_days: null,
+  };
+  const spec: LineageSpec = imported.secret
+    ? await newLineage(c, described, input.passphrase!)
+    : { ...described, id: randomUUID(), unlock_public: '', unlock_locked: '' };
   const first = await generationRow(c, { ...spec, user_id: userId }, 1, imported, secret);
   const kind = imported.secret ? 'managed' : 'recipient';
   let stored: { lineage: LineageRow; key: KeyRow };
@@ -51,10 +64,18 @@ export async function importKey(c: Container, userId: string, input: ImportInput
     // The lineage was not stored: the token key its first generation made (LINEAGE_TOKEN_KEYS) goes too.
     if (first.private_sealed && usesTokenKey(c, {}, 1)) await c.lineageKeys.remove(spec.id).catch(() => undefined);
     // Fingerprints are unique across the service.
-    if ((err as { code?: string }).code === '23505') throw await fail(conflict('key_exists', 'This key is already stored in the service.'), imported.fingerprint);
+    if ((err as { code?: string }).code === '23505')
+      throw await fail(conflict('key_exists', 'This key is already stored in the service.'), imported.fingerprint);
     throw err;
   }
-  await emitEvent(c, userId, 'key.imported', { lineage_id: spec.id, fingerprint: first.fingerprint, label: spec.label, environment: spec.environment, algorithm: first.algorithm, kind });
+  await emitEvent(c, userId, 'key.imported', {
+    lineage_id: spec.id,
+    fingerprint: first.fingerprint,
+    label: spec.label,
+    environment: spec.environment,
+    algorithm: first.algorithm,
+    kind,
+  });
   await resyncLinkedTo(c, userId, 'key.imported', meta);
   return stored;
 }

@@ -6,7 +6,20 @@ import { requireKey } from './keys';
 import { verifiedKey } from './key-integrity';
 import { resyncLinkedTo } from './team-access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { updateLineage, unscheduleGenerations, setGenerationDestroyAfter, scheduleUnscheduledGenerations, lockLineageWithGenerations, lineagesWithDueGenerations, destroyGeneration, lineageGenerations, lineagesWithSpentTokenKey, markTokenKeyDeleted, type KeyRow, type LineageRow } from '../../db/keys';
+import {
+  updateLineage,
+  unscheduleGenerations,
+  setGenerationDestroyAfter,
+  scheduleUnscheduledGenerations,
+  lockLineageWithGenerations,
+  lineagesWithDueGenerations,
+  destroyGeneration,
+  lineageGenerations,
+  lineagesWithSpentTokenKey,
+  markTokenKeyDeleted,
+  type KeyRow,
+  type LineageRow,
+} from '../../db/keys';
 import { lineageKeyLabel } from '../root-of-trust/lineage-keys';
 import { jobsNeedingLineage } from '../../db/jobs';
 
@@ -21,7 +34,10 @@ import { jobsNeedingLineage } from '../../db/jobs';
 
 export type GenerationState = 'current' | 'rotated' | 'retired' | 'pending_destruction' | 'destroyed';
 
-export function generationState(lineage: Pick<LineageRow, 'min_decryption_generation'>, g: Pick<KeyRow, 'status' | 'generation' | 'destroy_after' | 'destroyed_at'>): GenerationState {
+export function generationState(
+  lineage: Pick<LineageRow, 'min_decryption_generation'>,
+  g: Pick<KeyRow, 'status' | 'generation' | 'destroy_after' | 'destroyed_at'>,
+): GenerationState {
   if (g.destroyed_at) return 'destroyed';
   if (g.destroy_after) return 'pending_destruction';
   if (g.status === 'active') return 'current';
@@ -37,8 +53,13 @@ export function requireDecryptable(lineage: Pick<LineageRow, 'min_decryption_gen
   const state = generationState(lineage, g);
   const name = `Generation ${g.generation} (${g.fingerprint})`;
   if (state === 'destroyed') throw gone('generation_destroyed', `${name} of this key was destroyed; what was encrypted to it can no longer be decrypted.`);
-  if (state === 'pending_destruction') throw conflict('destruction_pending', `${name} of this key is scheduled for destruction and no longer decrypts; cancel the destruction to use it.`);
-  if (state === 'retired') throw conflict('generation_retired', `${name} of this key is retired (min_decryption_generation is ${lineage.min_decryption_generation}); lower it in the key's settings to decrypt with it.`);
+  if (state === 'pending_destruction')
+    throw conflict('destruction_pending', `${name} of this key is scheduled for destruction and no longer decrypts; cancel the destruction to use it.`);
+  if (state === 'retired')
+    throw conflict(
+      'generation_retired',
+      `${name} of this key is retired (min_decryption_generation is ${lineage.min_decryption_generation}); lower it in the key's settings to decrypt with it.`,
+    );
   return g;
 }
 
@@ -93,7 +114,13 @@ export async function listGenerations(c: Container, userId: string, fingerprint:
   const view = await requireKey(c, userId, fingerprint, meta, 'read');
   const all = await lineageGenerations(c.db, view.lineage.id);
   const generations = all.slice((q.page - 1) * q.pageSize, q.page * q.pageSize).map((g) => verifiedKey(c, g));
-  return { ...lifecycleOut(view.lineage, view.current), items: generations.map((g) => generationOut(c, view.lineage, g)), page: q.page, page_size: q.pageSize, total: all.length };
+  return {
+    ...lifecycleOut(view.lineage, view.current),
+    items: generations.map((g) => generationOut(c, view.lineage, g)),
+    page: q.page,
+    page_size: q.pageSize,
+    total: all.length,
+  };
 }
 
 /** The lineage and its generations, locked for a lifecycle change (one change at a time per key). */
@@ -118,17 +145,22 @@ export async function updateKeySettings(c: Container, userId: string, fingerprin
     const next = body.min_decryption_generation;
     if (next === undefined || next === lineage.min_decryption_generation) return lifecycleOut(lineage, current);
     if (next > current.generation) {
-      throw invalid('invalid_generation', `min_decryption_generation may be at most the current generation (${current.generation}): the current generation is never retired.`, [
-        { path: 'min_decryption_generation', message: `at most ${current.generation}` },
-      ]);
+      throw invalid(
+        'invalid_generation',
+        `min_decryption_generation may be at most the current generation (${current.generation}): the current generation is never retired.`,
+        [{ path: 'min_decryption_generation', message: `at most ${current.generation}` }],
+      );
     }
     for (const g of generations.filter((g) => g.generation >= next && g.generation < lineage.min_decryption_generation)) {
       if (g.destroyed_at) throw gone('generation_destroyed', `Generation ${g.generation} (${g.fingerprint}) was destroyed and cannot be brought back.`);
-      if (g.destroy_after) throw conflict('destruction_pending', `Generation ${g.generation} (${g.fingerprint}) is scheduled for destruction; cancel that first.`);
+      if (g.destroy_after)
+        throw conflict('destruction_pending', `Generation ${g.generation} (${g.fingerprint}) is scheduled for destruction; cancel that first.`);
     }
     const row = await updateLineage(trx, lineage.id, { min_decryption_generation: next, updated_at: c.clock.now() });
-    await audit(trx, userId, meta, 'keys.settings_update', current.fingerprint, { min_decryption_generation: { from: lineage.min_decryption_generation, to: next } });
-    return lifecycleOut(row!, current);
+    await audit(trx, userId, meta, 'keys.settings_update', current.fingerprint, {
+      min_decryption_generation: { from: lineage.min_decryption_generation, to: next },
+    });
+    return lifecycleOut(row, current);
   });
 }
 
@@ -147,7 +179,13 @@ function liveGeneration(generations: KeyRow[], n: number): KeyRow {
  * otherwise), or, without `generation`, of the whole key, which is disabled at once (a cancel leaves it
  * disabled, as disabling is final). The `maintenance` sweep destroys when the wait is over.
  */
-export async function scheduleDestruction(c: Container, userId: string, fingerprint: string, body: { generation?: number; waiting_days: number }, meta: RequestMeta) {
+export async function scheduleDestruction(
+  c: Container,
+  userId: string,
+  fingerprint: string,
+  body: { generation?: number; waiting_days: number },
+  meta: RequestMeta,
+) {
   const view = await requireKey(c, userId, fingerprint, meta, 'manage');
   const now = c.clock.now();
   const when = new Date(now.getTime() + body.waiting_days * DAY_MS);
@@ -156,21 +194,34 @@ export async function scheduleDestruction(c: Container, userId: string, fingerpr
     if (lineage.destroyed_at) throw gone('key_destroyed', 'This key was destroyed.');
     if (body.generation !== undefined) {
       const g = liveGeneration(generations, body.generation);
-      if (g.destroy_after) throw conflict('destruction_already_scheduled', `Generation ${g.generation} is already scheduled for destruction (${g.destroy_after.toISOString()}).`);
+      if (g.destroy_after)
+        throw conflict('destruction_already_scheduled', `Generation ${g.generation} is already scheduled for destruction (${g.destroy_after.toISOString()}).`);
       if (generationState(lineage, g) !== 'retired') {
-        throw conflict('generation_not_retired', `Generation ${g.generation} is not retired: raise min_decryption_generation above it first (the current generation is destroyed only with the whole key).`);
+        throw conflict(
+          'generation_not_retired',
+          `Generation ${g.generation} is not retired: raise min_decryption_generation above it first (the current generation is destroyed only with the whole key).`,
+        );
       }
       await setGenerationDestroyAfter(trx, g.id, when);
-      await audit(trx, userId, meta, 'keys.destruction_schedule', g.fingerprint, { scope: 'generation', generation: g.generation, destroy_after: when.toISOString() });
+      await audit(trx, userId, meta, 'keys.destruction_schedule', g.fingerprint, {
+        scope: 'generation',
+        generation: g.generation,
+        destroy_after: when.toISOString(),
+      });
       return { scope: 'generation' as const, generation: g.generation, fingerprint: g.fingerprint, newlyDisabled: false, lineage, current };
     }
-    if (lineage.destroy_after) throw conflict('destruction_already_scheduled', `This key is already scheduled for destruction (${lineage.destroy_after.toISOString()}).`);
+    if (lineage.destroy_after)
+      throw conflict('destruction_already_scheduled', `This key is already scheduled for destruction (${lineage.destroy_after.toISOString()}).`);
     const row = await updateLineage(trx, lineage.id, { destroy_after: when, disabled_at: lineage.disabled_at ?? now, updated_at: now });
     // Generations already scheduled on their own keep their (earlier or later) date.
     await scheduleUnscheduledGenerations(trx, lineage.id, when);
-    await audit(trx, userId, meta, 'keys.destruction_schedule', current.fingerprint, { scope: 'key', generations: generations.filter((g) => !g.destroyed_at).length, destroy_after: when.toISOString() });
+    await audit(trx, userId, meta, 'keys.destruction_schedule', current.fingerprint, {
+      scope: 'key',
+      generations: generations.filter((g) => !g.destroyed_at).length,
+      destroy_after: when.toISOString(),
+    });
     if (!lineage.disabled_at) await audit(trx, userId, meta, 'keys.disable', current.fingerprint, { label: lineage.label, reason: 'destruction_scheduled' });
-    return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, newlyDisabled: !lineage.disabled_at, lineage: row!, current };
+    return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, newlyDisabled: !lineage.disabled_at, lineage: row, current };
   });
   const data = { lineage_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation, destroy_after: when.toISOString() };
   await emitEvent(c, userId, 'key.destruction_scheduled', data);
@@ -178,7 +229,13 @@ export async function scheduleDestruction(c: Container, userId: string, fingerpr
     await emitEvent(c, userId, 'key.disabled', { lineage_id: view.lineage.id, fingerprint: out.current.fingerprint, label: out.lineage.label });
     await resyncLinkedTo(c, userId, 'key.disabled', meta);
   }
-  return { scope: out.scope, generation: out.generation, fingerprint: out.fingerprint, destroy_after: when.toISOString(), key: lifecycleOut(out.lineage, out.current) };
+  return {
+    scope: out.scope,
+    generation: out.generation,
+    fingerprint: out.fingerprint,
+    destroy_after: when.toISOString(),
+    key: lifecycleOut(out.lineage, out.current),
+  };
 }
 
 /** Cancels a scheduled destruction (409 `destruction_not_scheduled` when there is none; 410 once done). */
@@ -201,9 +258,14 @@ export async function cancelDestruction(c: Container, userId: string, fingerprin
     await unscheduleGenerations(trx, lineage.id, lineage.destroy_after);
     const row = await updateLineage(trx, lineage.id, { destroy_after: null, updated_at: c.clock.now() });
     await audit(trx, userId, meta, 'keys.destruction_cancel', current.fingerprint, { scope: 'key' });
-    return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, lineage: row!, current };
+    return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, lineage: row, current };
   });
-  await emitEvent(c, userId, 'key.destruction_cancelled', { lineage_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation });
+  await emitEvent(c, userId, 'key.destruction_cancelled', {
+    lineage_id: view.lineage.id,
+    fingerprint: out.fingerprint,
+    scope: out.scope,
+    generation: out.generation,
+  });
   return { scope: out.scope, generation: out.generation, fingerprint: out.fingerprint, key: lifecycleOut(out.lineage, out.current) };
 }
 
@@ -223,7 +285,13 @@ export async function destroyDueGenerations(c: Container, limit = 200): Promise<
       const { lineage, generations } = await lockedKey(trx, lineage_id);
       const ripe = generations.filter((g) => !g.destroyed_at && g.destroy_after && g.destroy_after <= now);
       if (!ripe.length) return [];
-      if (await jobsNeedingLineage(trx, lineage.id, generations.map((g) => g.id))) {
+      if (
+        await jobsNeedingLineage(
+          trx,
+          lineage.id,
+          generations.map((g) => g.id),
+        )
+      ) {
         postponed++;
         return [];
       }
@@ -232,15 +300,32 @@ export async function destroyDueGenerations(c: Container, limit = 200): Promise<
         const row = await destroyGeneration(trx, g.id, now);
         if (!row) continue;
         gone.push(row);
-        await recordAudit(trx, { user_id: lineage.user_id, action: 'keys.generation_destroy', status: 'success', target: g.fingerprint, details: { lineage_id: lineage.id, generation: g.generation, scheduled_for: g.destroy_after!.toISOString() } });
+        await recordAudit(trx, {
+          user_id: lineage.user_id,
+          action: 'keys.generation_destroy',
+          status: 'success',
+          target: g.fingerprint,
+          details: { lineage_id: lineage.id, generation: g.generation, scheduled_for: g.destroy_after!.toISOString() },
+        });
       }
       const left = generations.filter((g) => !g.destroyed_at && !gone.some((x) => x.id === g.id));
       if (lineage.destroy_after && !left.length) await updateLineage(trx, lineage.id, { destroyed_at: now, updated_at: now });
-      return gone.map((g) => ({ user: lineage.user_id, lineage_id: lineage.id, fingerprint: g.fingerprint, generation: g.generation, whole: Boolean(lineage.destroy_after) && !left.length }));
+      return gone.map((g) => ({
+        user: lineage.user_id,
+        lineage_id: lineage.id,
+        fingerprint: g.fingerprint,
+        generation: g.generation,
+        whole: Boolean(lineage.destroy_after) && !left.length,
+      }));
     });
     for (const d of done) {
       destroyed++;
-      await emitEvent(c, d.user, 'key.generation_destroyed', { lineage_id: d.lineage_id, fingerprint: d.fingerprint, generation: d.generation, key_destroyed: d.whole });
+      await emitEvent(c, d.user, 'key.generation_destroyed', {
+        lineage_id: d.lineage_id,
+        fingerprint: d.fingerprint,
+        generation: d.generation,
+        key_destroyed: d.whole,
+      });
     }
   }
   await deleteSpentTokenKeys(c, limit);
@@ -261,10 +346,19 @@ export async function deleteSpentTokenKeys(c: Container, limit = 200): Promise<n
       await c.db.transaction(async (trx) => {
         if (!(await markTokenKeyDeleted(trx, lineage.id, c.clock.now()))) return;
         deleted++;
-        await recordAudit(trx, { user_id: lineage.user_id, action: 'keys.token_key_delete', status: 'success', target: lineage.id, details: { label: lineageKeyLabel(lineage.id), found: outcome === 'deleted' } });
+        await recordAudit(trx, {
+          user_id: lineage.user_id,
+          action: 'keys.token_key_delete',
+          status: 'success',
+          target: lineage.id,
+          details: { label: lineageKeyLabel(lineage.id), found: outcome === 'deleted' },
+        });
       });
     } catch (err) {
-      c.log.warn({ lineage_id: lineage.id, err: err instanceof Error ? err.message : String(err) }, 'deleting the token key of a destroyed lineage failed; the next sweep tries again');
+      c.log.warn(
+        { lineage_id: lineage.id, err: err instanceof Error ? err.message : String(err) },
+        'deleting the token key of a destroyed lineage failed; the next sweep tries again',
+      );
     }
   }
   return deleted;

@@ -61,7 +61,8 @@ export async function createKeyShare(c: Container, owner: { id: string; username
     await recordAudit(c.db, { user_id: owner.id, action: 'key_share.created', status: 'failure', target: view.current.fingerprint, details: { reason } }, meta);
     throw err;
   }
-  if (input.recipientEmail) await consume(c.limiters.shareNotice, owner.id, 'Too many share notices from this account; try again later or share the link yourself.');
+  if (input.recipientEmail)
+    await consume(c.limiters.shareNotice, owner.id, 'Too many share notices from this account; try again later or share the link yourself.');
   const { share, token } = await createShare(
     c,
     {
@@ -95,25 +96,47 @@ export async function createKeyShare(c: Container, owner: { id: string; username
   return { share: keyShareOut(c, share, view, { user_id: owner.id, username: owner.username }), token, url, notice_queued: Boolean(input.recipientEmail) };
 }
 
-
 /**
  * Public key shares the caller made, and every share of the caller's own keys whoever made it (a
  * teammate's, through team access), newest first; by key (any generation's fingerprint) and state.
  */
-export async function listKeyShares(c: Container, userId: string, q: { fingerprint?: string; state?: ShareState; page: number; pageSize: number }, meta: RequestMeta) {
+export async function listKeyShares(
+  c: Container,
+  userId: string,
+  q: { fingerprint?: string; state?: ShareState; page: number; pageSize: number },
+  meta: RequestMeta,
+) {
   const targetId = q.fingerprint ? (await requireKey(c, userId, q.fingerprint, meta, 'read')).lineage.id : undefined;
   // Shares of the caller's own keys are its to see (and revoke) whoever made them.
-  const { items, total } = await listShares(c, { userId, kind: 'public_key', orTargetIn: ownLineageIds(c.db, userId), targetId, state: q.state, page: q.page, pageSize: q.pageSize });
-  const targets = await keyTargets(c.db, items.map((s) => s.target_id));
+  const { items, total } = await listShares(c, {
+    userId,
+    kind: 'public_key',
+    orTargetIn: ownLineageIds(c.db, userId),
+    targetId,
+    state: q.state,
+    page: q.page,
+    pageSize: q.pageSize,
+  });
+  const targets = await keyTargets(
+    c.db,
+    items.map((s) => s.target_id),
+  );
   const makers = new Map(
-    (await usersByIds(c.db, items.map((s) => s.user_id))).map((u) => [u.id, { user_id: u.id, username: u.username }]),
+    (
+      await usersByIds(
+        c.db,
+        items.map((s) => s.user_id),
+      )
+    ).map((u) => [u.id, { user_id: u.id, username: u.username }]),
   );
   return { items: items.map((s) => keyShareOut(c, s, targets.get(s.target_id), makers.get(s.user_id) ?? { user_id: s.user_id, username: '' })), total };
 }
 
 /** Revokes a public key share the caller made, or any share of the caller's own key (see revokeShare). */
 export function revokeKeyShare(c: Container, userId: string, shareId: string, meta: RequestMeta) {
-  return revokeShare(c, userId, 'public_key', shareId, meta, async (row, trx) => Boolean(await ownLineageIds(trx, userId).where({ id: row.target_id }).first()));
+  return revokeShare(c, userId, 'public_key', shareId, meta, async (row, trx) =>
+    Boolean(await ownLineageIds(trx, userId).where({ id: row.target_id }).first()),
+  );
 }
 
 /**
@@ -134,8 +157,10 @@ export async function viewKeyShare(c: Container, req: { token: string; userAgent
       // The MACs bind each row to its account; the generation must be its lineage's.
       if (current.user_id !== lineage.user_id) throw new IntegrityError(`share ${row.id} target`);
       // A teammate's share of an inherited key serves only while team access still grants it the key.
-      if (lineage.user_id !== row.user_id && !(await lineageUsableBy(trx, row.user_id, lineage.id))) throw gone('share_access_revoked', 'The key was shared through team access, which has ended.');
-      if (lineage.destroyed_at || lineage.destroy_after) throw gone('key_destroyed', 'The shared key was destroyed (or is scheduled for destruction) by its owner.');
+      if (lineage.user_id !== row.user_id && !(await lineageUsableBy(trx, row.user_id, lineage.id)))
+        throw gone('share_access_revoked', 'The key was shared through team access, which has ended.');
+      if (lineage.destroyed_at || lineage.destroy_after)
+        throw gone('key_destroyed', 'The shared key was destroyed (or is scheduled for destruction) by its owner.');
       if (lineage.disabled_at) throw gone('key_disabled', 'The shared key was disabled by its owner.');
       return { lineage, current };
     },

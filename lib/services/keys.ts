@@ -9,7 +9,22 @@ import { keyMac, lineageMac, verifiedKey, verifiedLineage } from './key-integrit
 import { generateKey, unlockPrivateKey, type GeneratedKey, type KeyAlgorithm } from '../pgp/keys';
 import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { listKeys, disableLineage, fingerprintExists, findLineage, activeGeneration, findKeyByFingerprint, insertKey, insertLineage, lineageUsableBy, type KeyRow, type KeyListQuery, type KeyView, type LineageKind, type LineageRow } from '../../db/keys';
+import {
+  listKeys,
+  disableLineage,
+  fingerprintExists,
+  findLineage,
+  activeGeneration,
+  findKeyByFingerprint,
+  insertKey,
+  insertLineage,
+  lineageUsableBy,
+  type KeyRow,
+  type KeyListQuery,
+  type KeyView,
+  type LineageKind,
+  type LineageRow,
+} from '../../db/keys';
 import { isLineageSealed } from '../root-of-trust/lineage-keys';
 
 /**
@@ -55,7 +70,8 @@ type TokenKeyed = Partial<Pick<LineageRow, 'token_key'>>;
  * generation) as LINEAGE_TOKEN_KEYS says, and then for the lineage's whole life as its `token_key` says,
  * whatever the setting is later. A recipient key has no private key, so no token key.
  */
-export const usesTokenKey = (c: Container, lineage: TokenKeyed, generation: number) => (generation === 1 ? c.config.masterKeys.lineageTokenKeys : Boolean(lineage.token_key));
+export const usesTokenKey = (c: Container, lineage: TokenKeyed, generation: number) =>
+  generation === 1 ? c.config.masterKeys.lineageTokenKeys : Boolean(lineage.token_key);
 
 /**
  * The private key's sealed column: under the lineage's token key first when it has one (its first
@@ -75,7 +91,11 @@ async function openPrivateKey(c: Container, key: Pick<KeyRow, 'lineage_id' | 'ge
 }
 
 /** Makes generation `generation` of a lineage. Needs no passphrase: the secret is sealed to the lineage's public key. */
-export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id' | 'uid_name' | 'uid_email' | 'algorithm' | 'key_ttl_days' | 'unlock_public'> & { user_id: string } & TokenKeyed, generation: number): Promise<GenerationRow> {
+export async function newGeneration(
+  c: Container,
+  lineage: Pick<LineageSpec, 'id' | 'uid_name' | 'uid_email' | 'algorithm' | 'key_ttl_days' | 'unlock_public'> & { user_id: string } & TokenKeyed,
+  generation: number,
+): Promise<GenerationRow> {
   const secret = randomSecret();
   const key = await generateKey({
     name: lineage.uid_name,
@@ -89,15 +109,31 @@ export async function newGeneration(c: Container, lineage: Pick<LineageSpec, 'id
 }
 
 /** The OpenPGP key of a generation, whether generated here or imported; `privateArmored` null for a recipient key. */
-export type GenerationKey = Pick<GeneratedKey, 'fingerprint' | 'encryptionKeyIds' | 'publicArmored' | 'expiresAt'> & { algorithm: string; privateArmored: string | null };
+export type GenerationKey = Pick<GeneratedKey, 'fingerprint' | 'encryptionKeyIds' | 'publicArmored' | 'expiresAt'> & {
+  algorithm: string;
+  privateArmored: string | null;
+};
 
 /**
  * A generation row for `key`: its public columns MAC'd, its private key (locked with `secret`, from
  * randomSecret) sealed under the master key (sealPrivateKey) and `secret` sealed to the lineage's unlock
  * key, each bound to the row. Generated and imported generations are stored alike.
  */
-export async function generationRow(c: Container, lineage: Pick<LineageSpec, 'id' | 'unlock_public'> & { user_id: string } & TokenKeyed, generation: number, key: GenerationKey, secret: string): Promise<GenerationRow> {
-  const identity = { lineage_id: lineage.id, user_id: lineage.user_id, generation, fingerprint: key.fingerprint, encryption_key_ids: key.encryptionKeyIds, public_armored: key.publicArmored };
+export async function generationRow(
+  c: Container,
+  lineage: Pick<LineageSpec, 'id' | 'unlock_public'> & { user_id: string } & TokenKeyed,
+  generation: number,
+  key: GenerationKey,
+  secret: string,
+): Promise<GenerationRow> {
+  const identity = {
+    lineage_id: lineage.id,
+    user_id: lineage.user_id,
+    generation,
+    fingerprint: key.fingerprint,
+    encryption_key_ids: key.encryptionKeyIds,
+    public_armored: key.publicArmored,
+  };
   const where = aad.secret(lineage.id, generation);
   return {
     ...identity,
@@ -144,13 +180,23 @@ export async function storeNewKey(
     token_key: first.private_sealed !== '' && usesTokenKey(c, {}, 1),
   });
   const key = await insertKey(trx, { ...first, imported: Boolean(imported) });
-  await recordAudit(trx, {
-    user_id: userId,
-    action: imported ? 'keys.import' : 'keys.generate',
-    status: 'success',
-    target: key.fingerprint,
-    details: { label: spec.label, environment: spec.environment, algorithm: first.algorithm, ...(imported ? { kind: imported.kind } : {}), ...(meta.job_id ? { job_id: meta.job_id } : {}) },
-  }, meta);
+  await recordAudit(
+    trx,
+    {
+      user_id: userId,
+      action: imported ? 'keys.import' : 'keys.generate',
+      status: 'success',
+      target: key.fingerprint,
+      details: {
+        label: spec.label,
+        environment: spec.environment,
+        algorithm: first.algorithm,
+        ...(imported ? { kind: imported.kind } : {}),
+        ...(meta.job_id ? { job_id: meta.job_id } : {}),
+      },
+    },
+    meta,
+  );
   return { lineage, key };
 }
 
@@ -174,11 +220,13 @@ export async function rekeyLineage(c: Container, lineage: LineageRow, generation
   for (const g of generations) verifiedKey(c, g);
   const lock = await createLineageLock(passphrases.next);
   // A destroyed generation has no secret left to re-seal.
-  const secrets = generations.filter((g) => !g.destroyed_at).map((g) => {
-    const where = aad.secret(g.lineage_id, g.generation);
-    const secret = openSealedSecret(old, c.sealer.openText(g.secret_sealed, where), where);
-    return { id: g.id, secret_sealed: c.sealer.seal(sealSecret(lock.publicKey, secret, where), where) };
-  });
+  const secrets = generations
+    .filter((g) => !g.destroyed_at)
+    .map((g) => {
+      const where = aad.secret(g.lineage_id, g.generation);
+      const secret = openSealedSecret(old, c.sealer.openText(g.secret_sealed, where), where);
+      return { id: g.id, secret_sealed: c.sealer.seal(sealSecret(lock.publicKey, secret, where), where) };
+    });
   return {
     unlock_public: lock.publicKey,
     unlock_locked: c.sealer.seal(lock.lockedPrivate, aad.unlock(lineage.id)),
@@ -195,7 +243,11 @@ export async function unlockLineage(c: Container, lineage: Pick<LineageRow, 'id'
 
 /** The usable private key of one generation, given the opened lineage. */
 export async function unlockGeneration(c: Container, unlock: UnlockKey, key: KeyRow): Promise<openpgp.PrivateKey> {
-  if (key.destroyed_at) throw gone('generation_destroyed', `Generation ${key.generation} (${key.fingerprint}) of this key was destroyed; what was encrypted to it can no longer be decrypted.`);
+  if (key.destroyed_at)
+    throw gone(
+      'generation_destroyed',
+      `Generation ${key.generation} (${key.fingerprint}) of this key was destroyed; what was encrypted to it can no longer be decrypted.`,
+    );
   const sealed = c.sealer.openText(key.secret_sealed, aad.secret(key.lineage_id, key.generation));
   const secret = openSealedSecret(unlock, sealed, aad.secret(key.lineage_id, key.generation));
   return unlockPrivateKey(await openPrivateKey(c, key), secret);
@@ -206,7 +258,11 @@ export async function unlockGeneration(c: Container, unlock: UnlockKey, key: Key
  * of a private key (decrypt, sign, rotate, a passphrase check) goes through here first.
  */
 export function requireManaged(lineage: Pick<LineageRow, 'kind'>): void {
-  if (lineage.kind === 'recipient') throw conflict('recipient_key', 'This is a recipient key (an imported public key): it encrypts and verifies, but has no private key to decrypt, sign or rotate with.');
+  if (lineage.kind === 'recipient')
+    throw conflict(
+      'recipient_key',
+      'This is a recipient key (an imported public key): it encrypts and verifies, but has no private key to decrypt, sign or rotate with.',
+    );
 }
 
 export type KeyStatus = 'active' | 'disabled' | 'expired';
@@ -232,8 +288,13 @@ const INHERITABLE: ReadonlySet<KeyUse> = new Set(['read', 'encrypt', 'share', 'd
  */
 export async function requireKey(c: Container, userId: string, fingerprint: string, meta: RequestMeta, use: KeyUse = 'manage'): Promise<KeyView> {
   const view = await findKeyByFingerprint(c.db, userId, fingerprint, { inherited: INHERITABLE.has(use) });
-  if (view) return { lineage: verifiedLineage(c, view.lineage), current: verifiedKey(c, view.current), named: verifiedKey(c, view.named), inherited: view.inherited };
-  throw await notYours(c, { userId, resource: 'key', target: fingerprint, existsElsewhere: await fingerprintExists(c.db, fingerprint), meta }, notFound('key_not_found', 'No key with this fingerprint in your account.'));
+  if (view)
+    return { lineage: verifiedLineage(c, view.lineage), current: verifiedKey(c, view.current), named: verifiedKey(c, view.named), inherited: view.inherited };
+  throw await notYours(
+    c,
+    { userId, resource: 'key', target: fingerprint, existsElsewhere: await fingerprintExists(c.db, fingerprint), meta },
+    notFound('key_not_found', 'No key with this fingerprint in your account.'),
+  );
 }
 
 /**
@@ -248,7 +309,10 @@ export function encryptionTarget(view: KeyView, now: Date, jobEndsBy?: Date): Ke
   if (status === 'expired') throw conflict('key_expired', 'This key has expired and no longer encrypts; rotate it or generate a new one.');
   const expires = view.current.expires_at;
   if (jobEndsBy && expires && expires < jobEndsBy) {
-    throw conflict('key_expires_during_job', `This key expires at ${expires.toISOString()}, before a job started now is sure to finish (${jobEndsBy.toISOString()}); rotate it first.`);
+    throw conflict(
+      'key_expires_during_job',
+      `This key expires at ${expires.toISOString()}, before a job started now is sure to finish (${jobEndsBy.toISOString()}); rotate it first.`,
+    );
   }
   return view.current;
 }
@@ -266,7 +330,12 @@ export function signingTarget(view: Pick<KeyView, 'lineage' | 'current'>, now: D
  * In a job: the lineage (still the caller's, or still granted to it), its current generation if it may
  * sign, and that generation's private key opened with the passphrase the job carries.
  */
-export async function openSigningKey(c: Container, userId: string, lineageId: string, passphrase: string): Promise<{ lineage: LineageRow; current: KeyRow; privateKey: openpgp.PrivateKey }> {
+export async function openSigningKey(
+  c: Container,
+  userId: string,
+  lineageId: string,
+  passphrase: string,
+): Promise<{ lineage: LineageRow; current: KeyRow; privateKey: openpgp.PrivateKey }> {
   const found = await findLineage(c.db, lineageId);
   const current = found && (await lineageUsableBy(c.db, userId, found.id)) ? await activeGeneration(c.db, found.id) : undefined;
   if (!found || !current) throw invalid('key_not_found', 'The key no longer exists.');
@@ -283,7 +352,12 @@ export const jobDeadline = (c: Container, now: Date) => new Date(now.getTime() +
 export function disableKey(c: Container, userId: string, view: KeyView, meta: RequestMeta): Promise<{ lineage: LineageRow; changed: boolean }> {
   return c.db.transaction(async (trx) => {
     const row = await disableLineage(trx, view.lineage.id, c.clock.now());
-    if (row) await recordAudit(trx, { user_id: userId, action: 'keys.disable', status: 'success', target: view.current.fingerprint, details: { label: view.lineage.label } }, meta);
+    if (row)
+      await recordAudit(
+        trx,
+        { user_id: userId, action: 'keys.disable', status: 'success', target: view.current.fingerprint, details: { label: view.lineage.label } },
+        meta,
+      );
     return row ? { lineage: row, changed: true } : { lineage: view.lineage, changed: false };
   });
 }
@@ -294,4 +368,3 @@ export const auditKeyRefusal = (c: Container, userId: string, action: string, ta
 
 /** A page of the caller's keys (its own, and those team access grants it), with their current generation. */
 export const keyPage = (c: Container, q: KeyListQuery) => listKeys(c.db, q);
-

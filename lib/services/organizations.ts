@@ -11,7 +11,19 @@ import { isManager, outranks } from './org-roles';
 import { afterDetach, detachMember, memberOut, type Detached } from './team-access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { findUserById, lockLiveUser } from '../../db/users';
-import { memberWithEmail, heirOf, ensureMembership, invitations, memberViews, members, organizations, pageMembers, type InvitationRow, type MemberRow, type OrganizationRow } from '../../db/teams';
+import {
+  memberWithEmail,
+  heirOf,
+  ensureMembership,
+  invitations,
+  memberViews,
+  members,
+  organizations,
+  pageMembers,
+  type InvitationRow,
+  type MemberRow,
+  type OrganizationRow,
+} from '../../db/teams';
 
 /**
  * Organizations: every account belongs to one. It starts as the owner of its own one-member
@@ -27,10 +39,17 @@ export const INVITATION_TTL_HOURS = 72;
 export const MAX_OPEN_INVITATIONS = 100;
 
 const memberCount = async (db: Knex, organizationId: string) =>
-  Number(((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count) ?? 0);
+  Number((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count ?? 0);
 
 export function organizationOut(org: OrganizationRow, mine: MemberRow, count: number) {
-  return { organization_id: org.id, name: org.name, owner_user_id: org.owner_id, role: mine.role, member_count: count, created_at: org.created_at.toISOString() };
+  return {
+    organization_id: org.id,
+    name: org.name,
+    owner_user_id: org.owner_id,
+    role: mine.role,
+    member_count: count,
+    created_at: org.created_at.toISOString(),
+  };
 }
 
 /** The caller's organization (made on first use for accounts that have none yet). */
@@ -79,16 +98,46 @@ export async function invite(c: Container, inviter: { id: string }, input: { ema
     const org = (await organizations(trx).where({ id: mine.organization_id }).forUpdate().first())!;
     const already = await memberWithEmail(trx, org.id, input.email);
     if (already) throw conflict('already_member', 'An account with this email address is already a member.');
-    const open = await invitations(trx).where({ organization_id: org.id }).whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '>', now).count<{ count: string }[]>({ count: '*' });
-    if (Number(open[0]?.count ?? 0) >= MAX_OPEN_INVITATIONS) throw conflict('invitation_limit_reached', `An organization has at most ${MAX_OPEN_INVITATIONS} open invitations.`);
+    const open = await invitations(trx)
+      .where({ organization_id: org.id })
+      .whereNull('accepted_at')
+      .whereNull('revoked_at')
+      .where('expires_at', '>', now)
+      .count<{ count: string }[]>({ count: '*' });
+    if (Number(open[0]?.count ?? 0) >= MAX_OPEN_INVITATIONS)
+      throw conflict('invitation_limit_reached', `An organization has at most ${MAX_OPEN_INVITATIONS} open invitations.`);
     const [row] = await invitations(trx)
-      .insert({ organization_id: org.id, email: input.email, role: input.role, invited_by: inviter.id, token_hash: hashToken(token), expires_at: new Date(now.getTime() + INVITATION_TTL_HOURS * 3600_000), created_at: now })
+      .insert({
+        organization_id: org.id,
+        email: input.email,
+        role: input.role,
+        invited_by: inviter.id,
+        token_hash: hashToken(token),
+        expires_at: new Date(now.getTime() + INVITATION_TTL_HOURS * 3600_000),
+        created_at: now,
+      })
       .returning('*');
-    await recordAudit(trx, { user_id: inviter.id, action: 'organization.invitation_created', status: 'success', target: row!.id, details: { organization_id: org.id, role: input.role } }, meta);
-    return { org, row: row! };
+    await recordAudit(
+      trx,
+      {
+        user_id: inviter.id,
+        action: 'organization.invitation_created',
+        status: 'success',
+        target: row.id,
+        details: { organization_id: org.id, role: input.role },
+      },
+      meta,
+    );
+    return { org, row: row };
   });
   const who = await findUserById(c.db, inviter.id);
-  await notify(c, input.email, 'organization-invite', { inviter: who?.username ?? '', organization: org.name, role: input.role, token, ttl_hours: String(INVITATION_TTL_HOURS) }, meta.requestId);
+  await notify(
+    c,
+    input.email,
+    'organization-invite',
+    { inviter: who?.username ?? '', organization: org.name, role: input.role, token, ttl_hours: String(INVITATION_TTL_HOURS) },
+    meta.requestId,
+  );
   return invitationOut(row, now);
 }
 
@@ -123,7 +172,14 @@ export async function listInvitations(c: Container, userId: string, q: { state?:
   if (q.state === 'expired') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '<=', now);
   if (q.state === 'pending') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '>', now);
   const [rows, count] = await Promise.all([
-    base.clone().orderBy([{ column: 'created_at', order: 'desc' }, { column: 'id', order: 'desc' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base
+      .clone()
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize),
     base.clone().count<{ count: string }[]>({ count: '*' }),
   ]);
   return { items: rows.map((r) => invitationOut(r, now)), total: Number(count[0]?.count ?? 0) };
@@ -142,14 +198,28 @@ export async function revokeInvitation(c: Container, actorId: string, invitation
     await c.db.transaction(async (trx) => {
       const inv = await invitations(trx).where({ id: invitationId }).forUpdate().first();
       if (inv?.organization_id !== mine.organization_id) {
-        throw await notYours(c, { userId: actorId, resource: 'organization_invitation', target: invitationId, existsElsewhere: Boolean(inv), meta }, notFound('invitation_not_found', 'No such invitation in your organization.'));
+        throw await notYours(
+          c,
+          { userId: actorId, resource: 'organization_invitation', target: invitationId, existsElsewhere: Boolean(inv), meta },
+          notFound('invitation_not_found', 'No such invitation in your organization.'),
+        );
       }
       if (!isManager(mine)) throw forbidden('organization_admin_required', 'Only the owner or an admin may revoke invitations.');
       if (!outranks(mine.role, inv.role)) throw forbidden('organization_owner_required', "Only the owner may revoke an admin's invitation.");
       if (inv.accepted_at) throw conflict('invitation_used', 'This invitation has already been accepted; remove the member instead.');
       if (inv.revoked_at) return;
       await invitations(trx).where({ id: inv.id }).update({ revoked_at: now, revoked_by: actorId });
-      await recordAudit(trx, { user_id: actorId, action: 'organization.invitation_revoked', status: 'success', target: inv.id, details: { organization_id: inv.organization_id, role: inv.role } }, meta);
+      await recordAudit(
+        trx,
+        {
+          user_id: actorId,
+          action: 'organization.invitation_revoked',
+          status: 'success',
+          target: inv.id,
+          details: { organization_id: inv.organization_id, role: inv.role },
+        },
+        meta,
+      );
     });
   } catch (err) {
     if (!(err instanceof AppError && err.status === 404)) await failureAudit(c, actorId, 'organization.invitation_revoked', invitationId, meta, err);
@@ -172,12 +242,16 @@ export async function acceptInvitation(c: Container, userId: string, token: stri
     result = await c.db.transaction(async (trx) => {
       const account = await lockLiveUser(trx, userId);
       if (!account) throw notFound('account_not_found', 'The account no longer exists.');
-      const inv = await invitations(trx).where({ token_hash: hashToken(token) }).forUpdate().first();
+      const inv = await invitations(trx)
+        .where({ token_hash: hashToken(token) })
+        .forUpdate()
+        .first();
       if (!inv) throw badRequest('invalid_invitation_token', 'This invitation token is not valid.');
       if (inv.accepted_at) throw gone('invitation_used', 'This invitation has already been used.');
       if (inv.revoked_at) throw gone('invitation_revoked', 'This invitation was revoked; ask for a new one.');
       if (inv.expires_at <= now) throw gone('invitation_expired', 'This invitation has expired; ask for a new one.');
-      if (inv.email.toLowerCase() !== account.email.toLowerCase()) throw forbidden('invitation_wrong_account', 'This invitation was sent to another email address; accept it from the account with that address.');
+      if (inv.email.toLowerCase() !== account.email.toLowerCase())
+        throw forbidden('invitation_wrong_account', 'This invitation was sent to another email address; accept it from the account with that address.');
       const previous = (await members(trx).where({ user_id: userId }).forUpdate().first())!;
       if (previous.organization_id === inv.organization_id) throw conflict('already_member', 'You are already a member of this organization.');
       const org = (await organizations(trx).where({ id: inv.organization_id }).forUpdate().first())!;
@@ -189,8 +263,29 @@ export async function acceptInvitation(c: Container, userId: string, token: stri
       if (previous.role === 'owner') await organizations(trx).where({ id: previous.organization_id }).delete();
       await members(trx).insert({ user_id: userId, organization_id: org.id, role: inv.role, joined_at: now });
       await invitations(trx).where({ id: inv.id }).update({ accepted_at: now, accepted_by: userId });
-      await recordAudit(trx, { user_id: userId, action: 'organization.member_joined', status: 'success', target: org.id, details: { invitation_id: inv.id, role: inv.role, previous_organization_id: previous.organization_id } }, meta);
-      if (inv.invited_by) await recordAudit(trx, { user_id: inv.invited_by, action: 'organization.member_joined', status: 'success', target: userId, details: { invitation_id: inv.id, organization_id: org.id } }, meta);
+      await recordAudit(
+        trx,
+        {
+          user_id: userId,
+          action: 'organization.member_joined',
+          status: 'success',
+          target: org.id,
+          details: { invitation_id: inv.id, role: inv.role, previous_organization_id: previous.organization_id },
+        },
+        meta,
+      );
+      if (inv.invited_by)
+        await recordAudit(
+          trx,
+          {
+            user_id: inv.invited_by,
+            action: 'organization.member_joined',
+            status: 'success',
+            target: userId,
+            details: { invitation_id: inv.id, organization_id: org.id },
+          },
+          meta,
+        );
       return { org, inv, previous, detached };
     });
   } catch (err) {
@@ -199,7 +294,12 @@ export async function acceptInvitation(c: Container, userId: string, token: stri
   }
   const { org, inv, previous, detached } = result;
   await afterDetach(c, userId, detached, 'joined_organization', meta);
-  if (previous.role !== 'owner') await tellManagers(c, previous.organization_id, 'organization.member_removed', { organization_id: previous.organization_id, user_id: userId, reason: 'joined_organization' });
+  if (previous.role !== 'owner')
+    await tellManagers(c, previous.organization_id, 'organization.member_removed', {
+      organization_id: previous.organization_id,
+      user_id: userId,
+      reason: 'joined_organization',
+    });
   await tellManagers(c, org.id, 'organization.member_joined', { organization_id: org.id, user_id: userId, role: inv.role }, [userId]);
   return myOrganization(c, userId);
 }
@@ -220,18 +320,38 @@ export async function removeMember(c: Container, actorId: string, targetId: stri
       const target = await members(trx).where({ user_id: targetId }).forUpdate().first();
       const live = target && (await findUserById(trx, targetId));
       if (!target || !live || target.organization_id !== mine.organization_id) {
-        throw await notYours(c, { userId: actorId, resource: 'organization_member', target: targetId, existsElsewhere: Boolean(live), meta }, notFound('member_not_found', 'No such member in your organization.'));
+        throw await notYours(
+          c,
+          { userId: actorId, resource: 'organization_member', target: targetId, existsElsewhere: Boolean(live), meta },
+          notFound('member_not_found', 'No such member in your organization.'),
+        );
       }
       const actor = (await members(trx).where({ user_id: actorId }).first())!;
-      if (target.role === 'owner') throw forbidden(targetId === actorId ? 'owner_cannot_leave' : 'owner_cannot_be_removed', 'The owner stays in the organization.');
+      if (target.role === 'owner')
+        throw forbidden(targetId === actorId ? 'owner_cannot_leave' : 'owner_cannot_be_removed', 'The owner stays in the organization.');
       if (targetId !== actorId && !isManager(actor)) throw forbidden('organization_admin_required', 'Only the owner or an admin may remove members.');
       if (targetId !== actorId && !outranks(actor.role, target.role)) throw forbidden('organization_owner_required', 'Only the owner may remove an admin.');
       const d = await detachMember(trx, targetId, now, 'removed_from_organization', meta);
       await members(trx).where({ user_id: targetId }).delete();
       await ensureMembership(trx, targetId);
       const reason = targetId === actorId ? 'left' : 'removed';
-      await recordAudit(trx, { user_id: actorId, action: 'organization.member_removed', status: 'success', target: targetId, details: { organization_id: mine.organization_id, reason } }, meta);
-      if (targetId !== actorId) await recordAudit(trx, { user_id: targetId, action: 'organization.member_removed', status: 'success', target: mine.organization_id, details: { by: actorId, reason } }, meta);
+      await recordAudit(
+        trx,
+        {
+          user_id: actorId,
+          action: 'organization.member_removed',
+          status: 'success',
+          target: targetId,
+          details: { organization_id: mine.organization_id, reason },
+        },
+        meta,
+      );
+      if (targetId !== actorId)
+        await recordAudit(
+          trx,
+          { user_id: targetId, action: 'organization.member_removed', status: 'success', target: mine.organization_id, details: { by: actorId, reason } },
+          meta,
+        );
       return d;
     });
   } catch (err) {
@@ -239,7 +359,13 @@ export async function removeMember(c: Container, actorId: string, targetId: stri
     throw err;
   }
   await afterDetach(c, targetId, detached, 'removed_from_organization', meta);
-  await tellManagers(c, mine.organization_id, 'organization.member_removed', { organization_id: mine.organization_id, user_id: targetId, reason: targetId === actorId ? 'left' : 'removed' }, [targetId]);
+  await tellManagers(
+    c,
+    mine.organization_id,
+    'organization.member_removed',
+    { organization_id: mine.organization_id, user_id: targetId, reason: targetId === actorId ? 'left' : 'removed' },
+    [targetId],
+  );
 }
 
 /**
@@ -258,10 +384,15 @@ export async function leaveOnDeletion(trx: Knex.Transaction, userId: string, at:
     else {
       await members(trx).where({ user_id: heir.user_id }).update({ role: 'owner' });
       await organizations(trx).where({ id: mine.organization_id }).update({ owner_id: heir.user_id });
-      await recordAudit(trx, { user_id: heir.user_id, action: 'organization.owner_changed', status: 'success', target: mine.organization_id, details: { reason: 'owner_deleted' } }, meta);
+      await recordAudit(
+        trx,
+        { user_id: heir.user_id, action: 'organization.owner_changed', status: 'success', target: mine.organization_id, details: { reason: 'owner_deleted' } },
+        meta,
+      );
     }
   }
   return detached;
 }
 
-export const afterAccountDeleted = (c: Container, userId: string, detached: Detached, meta: RequestMeta) => afterDetach(c, userId, detached, 'account_deleted', meta);
+export const afterAccountDeleted = (c: Container, userId: string, detached: Detached, meta: RequestMeta) =>
+  afterDetach(c, userId, detached, 'account_deleted', meta);

@@ -52,7 +52,11 @@ function partnerKeyStatus(row: PartnerKeyRow | undefined, now: Date) {
 export function rotatePartnerKey(c: Container, userId: string, via: string, meta: RequestMeta): Promise<IssuedKey> {
   return c.db.transaction(async (trx) => {
     const issued = await issuePartnerKey(trx, userId, c.clock.now(), c.config.partnerKeyTtlDays);
-    await recordAudit(trx, { user_id: userId, action: 'partner.rotate_api_key', status: 'success', target: issued.row.id, details: { prefix: issued.row.prefix, via } }, meta);
+    await recordAudit(
+      trx,
+      { user_id: userId, action: 'partner.rotate_api_key', status: 'success', target: issued.row.id, details: { prefix: issued.row.prefix, via } },
+      meta,
+    );
     return issued;
   });
 }

@@ -1,5 +1,10 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { AuthenticationResponseJSON, PublicKeyCredentialCreationOptionsJSON, PublicKeyCredentialRequestOptionsJSON, RegistrationResponseJSON } from '@simplewebauthn/server';
+import type {
+  AuthenticationResponseJSON,
+  PublicKeyCredentialCreationOptionsJSON,
+  PublicKeyCredentialRequestOptionsJSON,
+  RegistrationResponseJSON,
+} from '@simplewebauthn/server';
 import type { Container } from '../container';
 import { AppError, badRequest, conflict, invalid, notFound, unauthorized } from '../errors';
 import { consume, spendThenCheck } from '../auth/limiters';
@@ -9,7 +14,18 @@ import { signIn, type newSession } from './accounts';
 import { notYours } from './access';
 import { auditedSuccess, recordAudit, type RequestMeta } from '../../db/audit';
 import { findUserById, findUserByLogin, lockLiveUser, type UserRow } from '../../db/users';
-import { pagePasskeys, advanceCounter, countPasskeys, credentialsOf, deletePasskey, findPasskey, findPasskeyByCredentialId, insertPasskey, updatePasskey, type PasskeyRow } from '../../db/passkeys';
+import {
+  pagePasskeys,
+  advanceCounter,
+  countPasskeys,
+  credentialsOf,
+  deletePasskey,
+  findPasskey,
+  findPasskeyByCredentialId,
+  insertPasskey,
+  updatePasskey,
+  type PasskeyRow,
+} from '../../db/passkeys';
 
 /**
  * Passkeys (WebAuthn) with @simplewebauthn/server: registration by a signed-in user, and login that
@@ -145,7 +161,8 @@ export async function completeRegistration(
   };
   const record = await takeChallenge(c, input.challenge_id, 'register');
   // Each account's challenge is its own: another account's (or a login challenge) never registers here.
-  if (record.user_id !== userId) throw await fail('challenge_of_another_account', badRequest('challenge_not_found', 'This passkey challenge is unknown or was already used; begin again.'));
+  if (record.user_id !== userId)
+    throw await fail('challenge_of_another_account', badRequest('challenge_not_found', 'This passkey challenge is unknown or was already used; begin again.'));
 
   const { rpId, origins } = c.config.webauthn;
   const { verifyRegistrationResponse } = await webauthn();
@@ -173,7 +190,8 @@ export async function completeRegistration(
       // The account row lock serialises registrations, so the limit holds under parallel requests.
       const user = await lockLiveUser(trx, userId);
       if (!user) throw unauthorized('token_revoked', 'The account no longer exists.');
-      if ((await countPasskeys(trx, userId)) >= MAX_PASSKEYS) throw conflict('passkey_limit_reached', `An account has at most ${MAX_PASSKEYS} passkeys; delete one first.`);
+      if ((await countPasskeys(trx, userId)) >= MAX_PASSKEYS)
+        throw conflict('passkey_limit_reached', `An account has at most ${MAX_PASSKEYS} passkeys; delete one first.`);
       const row = await insertPasskey(trx, {
         user_id: userId,
         credential_id: info.credential.id,
@@ -185,7 +203,18 @@ export async function completeRegistration(
         aaguid: info.aaguid,
         name,
       });
-      await audit(c, meta, { user_id: userId, action: 'passkey.add', status: 'success', target: row.id, details: { name, device_type: row.device_type, backed_up: row.backed_up, aaguid: row.aaguid } }, trx);
+      await audit(
+        c,
+        meta,
+        {
+          user_id: userId,
+          action: 'passkey.add',
+          status: 'success',
+          target: row.id,
+          details: { name, device_type: row.device_type, backed_up: row.backed_up, aaguid: row.aaguid },
+        },
+        trx,
+      );
       return { row, user };
     });
   } catch (err) {
@@ -229,7 +258,12 @@ export async function beginLogin(
   }
   const { rpId, challengeTtlSeconds } = c.config.webauthn;
   const { generateAuthenticationOptions } = await webauthn();
-  const options = await generateAuthenticationOptions({ rpID: rpId, allowCredentials: allow, timeout: challengeTtlSeconds * 1000, userVerification: USER_VERIFICATION });
+  const options = await generateAuthenticationOptions({
+    rpID: rpId,
+    allowCredentials: allow,
+    timeout: challengeTtlSeconds * 1000,
+    userVerification: USER_VERIFICATION,
+  });
   const { id, expiresAt } = await storeChallenge(c, { ceremony: 'login', challenge: options.challenge, user_id: userId });
   return { challengeId: id, expiresAt, options };
 }
@@ -257,7 +291,12 @@ export async function completeLogin(
 
   let outcome: LoginCheck;
   try {
-    outcome = await spendThenCheck(budgets, 'Too many failed sign-in attempts; wait before trying again.', () => checkAssertion(c, record, passkey, user, input.credential), (o) => o.ok);
+    outcome = await spendThenCheck(
+      budgets,
+      'Too many failed sign-in attempts; wait before trying again.',
+      () => checkAssertion(c, record, passkey, user, input.credential),
+      (o) => o.ok,
+    );
   } catch (err) {
     if (err instanceof AppError && err.code === 'rate_limited') await auditFailure('locked');
     throw err;
@@ -265,7 +304,13 @@ export async function completeLogin(
   if (!outcome.ok) {
     await auditFailure(outcome.reason);
     if (outcome.reason === 'counter_not_increased') {
-      await audit(c, meta, { user_id: user!.id, action: 'passkey.clone_suspected', status: 'failure', target: passkey!.id, details: { stored_counter: passkey!.counter } });
+      await audit(c, meta, {
+        user_id: user!.id,
+        action: 'passkey.clone_suspected',
+        status: 'failure',
+        target: passkey!.id,
+        details: { stored_counter: passkey!.counter },
+      });
     }
     throw unauthorized('passkey_login_failed', 'The passkey was not accepted.');
   }
@@ -273,7 +318,13 @@ export async function completeLogin(
   return { ...(await signIn(c, user!, meta)), passkey: passkey! };
 }
 
-async function checkAssertion(c: Container, record: ChallengeRecord, passkey: PasskeyRow | undefined, user: UserRow | undefined, response: AuthenticationResponseJSON): Promise<LoginCheck> {
+async function checkAssertion(
+  c: Container,
+  record: ChallengeRecord,
+  passkey: PasskeyRow | undefined,
+  user: UserRow | undefined,
+  response: AuthenticationResponseJSON,
+): Promise<LoginCheck> {
   if (!passkey) return { ok: false, reason: 'unknown_credential' };
   if (!user) return { ok: false, reason: 'account_deleted' };
   if (!passkey.active) return { ok: false, reason: 'passkey_inactive' };
@@ -316,7 +367,13 @@ export async function ownPasskey(c: Container, userId: string, passkeyId: string
   throw await notYours(c, { userId, resource: 'passkey', target: passkeyId, existsElsewhere: Boolean(row), meta });
 }
 
-export async function changePasskey(c: Container, userId: string, passkeyId: string, patch: { name?: string; active?: boolean }, meta: RequestMeta): Promise<PasskeyRow> {
+export async function changePasskey(
+  c: Container,
+  userId: string,
+  passkeyId: string,
+  patch: { name?: string; active?: boolean },
+  meta: RequestMeta,
+): Promise<PasskeyRow> {
   await ownPasskey(c, userId, passkeyId, meta);
   return c.db.transaction(async (trx) => {
     const row = await updatePasskey(trx, userId, passkeyId, patch, c.clock.now());

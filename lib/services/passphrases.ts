@@ -60,7 +60,11 @@ export async function verifyKeyPassphrase(
 /** A wrong passphrase on a key, told to its owner (whoever guessed, the owner included). */
 async function reportToOwner(c: Container, callerId: string, view: KeyView, action: PassphraseAction, meta: RequestMeta): Promise<void> {
   const facts = { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, caller_user_id: callerId, action };
-  await recordAudit(c.db, { user_id: view.lineage.user_id, action: 'key.passphrase_failed', status: 'failure', target: view.named.fingerprint, details: facts }, meta);
+  await recordAudit(
+    c.db,
+    { user_id: view.lineage.user_id, action: 'key.passphrase_failed', status: 'failure', target: view.named.fingerprint, details: facts },
+    meta,
+  );
   await emitEvent(c, view.lineage.user_id, 'key.passphrase_failed', facts);
 }
 
@@ -71,7 +75,10 @@ const USES: Record<PassphraseAction, KeyUse> = { 'keys.decrypt': 'decrypt', 'key
  * it through verifyKeyPassphrase. Each call is a check (a point spent, argon2 run): a multipart route
  * checks in its precheck and hands the key to its handler (`prechecked`), never checking twice.
  */
-export async function requireKeyWithPassphrase(c: Container, input: { userId: string; fingerprint: string; passphrase: string; action: PassphraseAction; meta: RequestMeta }): Promise<KeyView> {
+export async function requireKeyWithPassphrase(
+  c: Container,
+  input: { userId: string; fingerprint: string; passphrase: string; action: PassphraseAction; meta: RequestMeta },
+): Promise<KeyView> {
   const view = await requireKey(c, input.userId, input.fingerprint, input.meta, USES[input.action]);
   await verifyKeyPassphrase(c, { userId: input.userId, view, passphrase: input.passphrase, action: input.action, meta: input.meta });
   return view;

@@ -8,7 +8,17 @@ import { verifyKeyPassphrase } from './passphrases';
 import { verifiedLineage } from './key-integrity';
 import { resyncLinkedTo } from './team-access';
 import { recordAudit } from '../../db/audit';
-import { updateLineage, storeRekeyedLineage, generationInsert, lineageGenerations, lineageWithActive, retireActive, type GenerationRef, type KeyView, type LineageRow } from '../../db/keys';
+import {
+  updateLineage,
+  storeRekeyedLineage,
+  generationInsert,
+  lineageGenerations,
+  lineageWithActive,
+  retireActive,
+  type GenerationRef,
+  type KeyView,
+  type LineageRow,
+} from '../../db/keys';
 import type { RequestMeta } from '../../db/audit';
 import { insertRotation, listRotations, succeededRotationFrom, type RotationQuery, type RotationRow, type RotationTrigger } from '../../db/rotation';
 
@@ -40,7 +50,10 @@ export type RotateOutcome = { rotated: true; entry: RotationRow } | { rotated: f
  * current passphrase, that passphrase, through the one limited, audited check (422 `wrong_passphrase`,
  * 429 past the key's budget) rather than as a failed job later.
  */
-export async function manualRotationTarget(c: Container, input: { userId: string; fingerprint: string; currentPassphrase?: string; meta: RequestMeta }): Promise<KeyView> {
+export async function manualRotationTarget(
+  c: Container,
+  input: { userId: string; fingerprint: string; currentPassphrase?: string; meta: RequestMeta },
+): Promise<KeyView> {
   const view = await requireKey(c, input.userId, input.fingerprint, input.meta);
   requireManaged(view.lineage);
   if (view.lineage.disabled_at) throw conflict('key_disabled', 'This key is disabled and is not rotated.');
@@ -63,7 +76,11 @@ export interface PreparedRotation {
 /** A rotation that has nothing to do: the lineage is gone, disabled, or already past `fromGeneration`. */
 type Skipped = Extract<RotateOutcome, { rotated: false }>;
 
-export const alreadyRotated = async (db: Knex, input: RotateInput): Promise<Skipped> => ({ rotated: false, reason: 'already_rotated', entry: await succeededRotationFrom(db, input.lineageId, input.fromGeneration) });
+export const alreadyRotated = async (db: Knex, input: RotateInput): Promise<Skipped> => ({
+  rotated: false,
+  reason: 'already_rotated',
+  entry: await succeededRotationFrom(db, input.lineageId, input.fromGeneration),
+});
 
 export async function prepareRotation(c: Container, input: RotateInput): Promise<PreparedRotation | Skipped> {
   const found = await lineageWithActive(c.db, input.lineageId);
@@ -82,7 +99,11 @@ export async function prepareRotation(c: Container, input: RotateInput): Promise
   }
   const rekeyed = input.passphrases ? await rekeyLineage(c, lineage, await lineageGenerations(c.db, lineage.id), input.passphrases) : undefined;
   const unlock_public = rekeyed?.unlock_public ?? lineage.unlock_public;
-  const next = await newGeneration(c, { ...lineage, unlock_public, algorithm: lineage.algorithm as Parameters<typeof newGeneration>[1]['algorithm'] }, current.generation + 1);
+  const next = await newGeneration(
+    c,
+    { ...lineage, unlock_public, algorithm: lineage.algorithm as Parameters<typeof newGeneration>[1]['algorithm'] },
+    current.generation + 1,
+  );
   return { lineage, current, next, rekeyed };
 }
 
@@ -98,13 +119,24 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
   if (rekeyed) {
     await storeRekeyedLineage(trx, lineage.id, rekeyed, now);
   }
-  const audit = recordAudit(trx, {
-    user_id: lineage.user_id,
-    action: 'keys.rotate',
-    status: 'success',
-    target: current.fingerprint,
-    details: { new_fingerprint: next.fingerprint, generation: next.generation, trigger: input.trigger, actor_id: input.actorId, passphrase_changed: Boolean(rekeyed), ...(input.jobId ? { job_id: input.jobId } : {}) },
-  }, input.origin);
+  const audit = recordAudit(
+    trx,
+    {
+      user_id: lineage.user_id,
+      action: 'keys.rotate',
+      status: 'success',
+      target: current.fingerprint,
+      details: {
+        new_fingerprint: next.fingerprint,
+        generation: next.generation,
+        trigger: input.trigger,
+        actor_id: input.actorId,
+        passphrase_changed: Boolean(rekeyed),
+        ...(input.jobId ? { job_id: input.jobId } : {}),
+      },
+    },
+    input.origin,
+  );
   const history = {
     user_id: lineage.user_id,
     lineage_id: lineage.id,
@@ -123,7 +155,13 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
 /** The owner's event of a committed rotation. */
 export const rotatedEvent = (lineage: LineageRow, entry: RotationRow): NewEvent => ({
   type: 'key.rotated',
-  data: { lineage_id: lineage.id, label: lineage.label, old_fingerprint: entry.old_fingerprint, new_fingerprint: entry.new_fingerprint, trigger: entry.trigger },
+  data: {
+    lineage_id: lineage.id,
+    label: lineage.label,
+    old_fingerprint: entry.old_fingerprint,
+    new_fingerprint: entry.new_fingerprint,
+    trigger: entry.trigger,
+  },
 });
 
 /** Once committed (and announced): re-syncs of the accounts that inherit this one's keys. */
@@ -163,8 +201,23 @@ export async function recordRotationFailure(c: Container, input: RotateInput, er
     error,
     job_id: input.jobId ?? null,
   });
-  await recordAudit(trx, { user_id: found.lineage.user_id, action: 'keys.rotate', status: 'failure', target: found.active.fingerprint, details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) } }, input.origin);
-  await emitEvent(c, found.lineage.user_id, 'key.rotation_failed', { lineage_id: found.lineage.id, fingerprint: found.active.fingerprint, trigger: input.trigger, code: error.code });
+  await recordAudit(
+    trx,
+    {
+      user_id: found.lineage.user_id,
+      action: 'keys.rotate',
+      status: 'failure',
+      target: found.active.fingerprint,
+      details: { trigger: input.trigger, code: error.code, ...(input.jobId ? { job_id: input.jobId } : {}) },
+    },
+    input.origin,
+  );
+  await emitEvent(c, found.lineage.user_id, 'key.rotation_failed', {
+    lineage_id: found.lineage.id,
+    fingerprint: found.active.fingerprint,
+    trigger: input.trigger,
+    code: error.code,
+  });
 }
 
 export function rotationOut(r: RotationRow) {
@@ -195,4 +248,3 @@ export function setRotationSchedule(c: Container, userId: string, view: KeyView,
 
 /** A page of the account's rotations (of one lineage, or all), newest first. */
 export const rotationHistory = (c: Container, q: RotationQuery) => listRotations(c.db, q);
-

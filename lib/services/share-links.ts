@@ -9,7 +9,20 @@ import { hashToken, newToken } from '../tokens';
 import { userAgentClass } from '../user-agent';
 import { notYours } from './access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { UA_CLASSES, SHARE_STATES, findByTokenHash, pageShares, purgeViewsBefore, shareAnalytics as queryAnalytics, shares, shareViews, takeView, type ShareKind, type ShareRow, type ShareState } from '../../db/share-links';
+import {
+  UA_CLASSES,
+  SHARE_STATES,
+  findByTokenHash,
+  pageShares,
+  purgeViewsBefore,
+  shareAnalytics as queryAnalytics,
+  shares,
+  shareViews,
+  takeView,
+  type ShareKind,
+  type ShareRow,
+  type ShareState,
+} from '../../db/share-links';
 
 /**
  * Share links, the one mechanism behind public key shares (`/keys/share/...`) and managed API key
@@ -50,7 +63,8 @@ const TOKEN_BODY = /^[A-Za-z0-9_-]{43}$/;
 export const recipientAad = (shareId: string) => `share-recipient:${shareId}`;
 
 /** Whether `token` has the shape of a token of this kind (a lookup is pointless otherwise). */
-export const isShareToken = (kind: ShareKind, token: string) => token.startsWith(SHARE_KIND_INFO[kind].prefix) && TOKEN_BODY.test(token.slice(SHARE_KIND_INFO[kind].prefix.length));
+export const isShareToken = (kind: ShareKind, token: string) =>
+  token.startsWith(SHARE_KIND_INFO[kind].prefix) && TOKEN_BODY.test(token.slice(SHARE_KIND_INFO[kind].prefix.length));
 
 export function shareState(row: Pick<ShareRow, 'revoked_at' | 'expires_at' | 'view_limit' | 'view_count'>, now: Date): ShareState {
   if (row.revoked_at) return 'revoked';
@@ -94,8 +108,10 @@ export interface NewShare {
 /** Creates a share; the token is answered here once (only its hash is stored). Audited; emits share.created. */
 export async function createShare(c: Container, input: NewShare, meta: RequestMeta): Promise<{ share: ShareRow; token: string }> {
   const now = c.clock.now();
-  if (input.expiresAt && input.expiresAt <= now) throw invalid('validation_failed', 'The expiry must be in the future.', [{ path: 'body.expires_at', message: 'must be in the future' }]);
-  if (input.maxViews !== null && (!Number.isInteger(input.maxViews) || input.maxViews < 1)) throw invalid('validation_failed', 'The view limit must be a positive integer.', [{ path: 'body.max_views', message: 'must be at least 1' }]);
+  if (input.expiresAt && input.expiresAt <= now)
+    throw invalid('validation_failed', 'The expiry must be in the future.', [{ path: 'body.expires_at', message: 'must be in the future' }]);
+  if (input.maxViews !== null && (!Number.isInteger(input.maxViews) || input.maxViews < 1))
+    throw invalid('validation_failed', 'The view limit must be a positive integer.', [{ path: 'body.max_views', message: 'must be at least 1' }]);
   const id = randomUUID();
   const token = newToken(SHARE_KIND_INFO[input.kind].prefix);
   const share = await c.db.transaction(async (trx) => {
@@ -113,16 +129,34 @@ export async function createShare(c: Container, input: NewShare, meta: RequestMe
         created_at: now,
       })
       .returning('*');
-    await recordAudit(trx, {
-      user_id: input.userId,
-      action: `${SHARE_KIND_INFO[input.kind].audit}.created`,
-      status: 'success',
-      target: id,
-      details: { ...input.details, kind: input.kind, target_id: input.targetId, expires_at: input.expiresAt?.toISOString() ?? null, max_views: input.maxViews, recipient: Boolean(input.recipientEmail) },
-    }, meta);
-    return row!;
+    await recordAudit(
+      trx,
+      {
+        user_id: input.userId,
+        action: `${SHARE_KIND_INFO[input.kind].audit}.created`,
+        status: 'success',
+        target: id,
+        details: {
+          ...input.details,
+          kind: input.kind,
+          target_id: input.targetId,
+          expires_at: input.expiresAt?.toISOString() ?? null,
+          max_views: input.maxViews,
+          recipient: Boolean(input.recipientEmail),
+        },
+      },
+      meta,
+    );
+    return row;
   });
-  await emitEvent(c, input.userId, 'share.created', { ...input.details, share_id: id, kind: input.kind, target_id: input.targetId, expires_at: input.expiresAt?.toISOString() ?? null, max_views: input.maxViews });
+  await emitEvent(c, input.userId, 'share.created', {
+    ...input.details,
+    share_id: id,
+    kind: input.kind,
+    target_id: input.targetId,
+    expires_at: input.expiresAt?.toISOString() ?? null,
+    max_views: input.maxViews,
+  });
   return { share, token };
 }
 
@@ -132,7 +166,11 @@ const shareNotFound = () => notFound('share_not_found', 'No such share in your a
 export async function ownShare(c: Container, userId: string, kind: ShareKind, id: string, meta?: RequestMeta, db: Knex = c.db): Promise<ShareRow> {
   const row = await shares(db).where({ id }).first();
   if (row?.user_id === userId && row.kind === kind) return row;
-  throw await notYours(c, { userId, resource: SHARE_KIND_INFO[kind].audit, target: id, existsElsewhere: Boolean(row && row.user_id !== userId), meta }, shareNotFound());
+  throw await notYours(
+    c,
+    { userId, resource: SHARE_KIND_INFO[kind].audit, target: id, existsElsewhere: Boolean(row && row.user_id !== userId), meta },
+    shareNotFound(),
+  );
 }
 
 /**
@@ -153,20 +191,28 @@ export async function revokeShare(
   const result = await c.db.transaction(async (trx) => {
     const row = await shares(trx).where({ id }).forUpdate().first();
     if (!row || row.kind !== kind || (row.user_id !== userId && !(await mayRevoke(row, trx)))) {
-      throw await notYours(c, { userId, resource: SHARE_KIND_INFO[kind].audit, target: id, existsElsewhere: Boolean(row && row.user_id !== userId), meta }, shareNotFound());
+      throw await notYours(
+        c,
+        { userId, resource: SHARE_KIND_INFO[kind].audit, target: id, existsElsewhere: Boolean(row && row.user_id !== userId), meta },
+        shareNotFound(),
+      );
     }
     if (row.revoked_at) return { share: row, changed: false };
     const [updated] = await shares(trx).where({ id }).update({ revoked_at: now }).returning('*');
     for (const who of new Set([userId, row.user_id])) {
-      await recordAudit(trx, {
-        user_id: who,
-        action: `${SHARE_KIND_INFO[kind].audit}.revoked`,
-        status: 'success',
-        target: id,
-        details: { kind, target_id: row.target_id, view_count: row.view_count, revoked_by: userId },
-      }, meta);
+      await recordAudit(
+        trx,
+        {
+          user_id: who,
+          action: `${SHARE_KIND_INFO[kind].audit}.revoked`,
+          status: 'success',
+          target: id,
+          details: { kind, target_id: row.target_id, view_count: row.view_count, revoked_by: userId },
+        },
+        meta,
+      );
     }
-    return { share: updated!, changed: true };
+    return { share: updated, changed: true };
   });
   if (result.changed) {
     for (const who of new Set([userId, result.share.user_id])) {
@@ -177,7 +223,10 @@ export async function revokeShare(
 }
 
 /** The caller's shares of one kind (and those of `orTargetIn`'s targets), newest first; optionally of one target and in one state. */
-export function listShares(c: Container, q: { userId: string; kind: ShareKind; orTargetIn?: Knex.QueryBuilder; targetId?: string; state?: ShareState; page: number; pageSize: number }) {
+export function listShares(
+  c: Container,
+  q: { userId: string; kind: ShareKind; orTargetIn?: Knex.QueryBuilder; targetId?: string; state?: ShareState; page: number; pageSize: number },
+) {
   return pageShares(c.db, { ...q, now: c.clock.now() });
 }
 
@@ -238,7 +287,12 @@ export async function consumeView<T>(c: Container, req: ViewRequest<T>): Promise
   }
   // Sampled: the first view and each power of ten, so a popular link does not flood the stream and webhooks.
   if (/^10*$/.test(String(taken.share.view_count))) {
-    await emitEvent(c, taken.share.user_id, 'share.viewed', { share_id: taken.share.id, kind: req.kind, target_id: taken.share.target_id, view_count: taken.share.view_count });
+    await emitEvent(c, taken.share.user_id, 'share.viewed', {
+      share_id: taken.share.id,
+      kind: req.kind,
+      target_id: taken.share.target_id,
+      view_count: taken.share.view_count,
+    });
   }
   return { ok: true, ...taken };
 }

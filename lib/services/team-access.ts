@@ -6,7 +6,23 @@ import { notYours } from './access';
 import { isManager, outranks } from './org-roles';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { LineageRow } from '../../db/keys';
-import { upsertTeamLink, lockMembership, grantLineages, countGrantedLineages, accountOrganization, ensureMembership, markLinksToPending, members, membershipOf, pageMembers, teamGrants, teamLinks, type MemberView, type SyncState, type TeamLinkRow } from '../../db/teams';
+import {
+  upsertTeamLink,
+  lockMembership,
+  grantLineages,
+  countGrantedLineages,
+  accountOrganization,
+  ensureMembership,
+  markLinksToPending,
+  members,
+  membershipOf,
+  pageMembers,
+  teamGrants,
+  teamLinks,
+  type MemberView,
+  type SyncState,
+  type TeamLinkRow,
+} from '../../db/teams';
 import { usersByIds } from '../../db/users';
 import { enabledLineageIds } from '../../db/keys';
 
@@ -81,7 +97,13 @@ export const memberOut = (m: MemberView) => ({ user_id: m.user_id, username: m.u
 /** Eligible sources: members of the caller's organization, live, not the caller; by username or email prefix. */
 export async function searchSources(c: Container, userId: string, q: { prefix?: string; page: number; pageSize: number }) {
   const mine = await ensureMembership(c.db, userId);
-  const { items, total } = await pageMembers(c.db, { organizationId: mine.organization_id, excludeUserId: userId, prefix: q.prefix, page: q.page, pageSize: q.pageSize });
+  const { items, total } = await pageMembers(c.db, {
+    organizationId: mine.organization_id,
+    excludeUserId: userId,
+    prefix: q.prefix,
+    page: q.page,
+    pageSize: q.pageSize,
+  });
   return { items: items.map(memberOut), total };
 }
 
@@ -89,12 +111,16 @@ export async function searchSources(c: Container, userId: string, q: { prefix?: 
 async function eligibleSource(c: Container, db: Knex, userId: string, organizationId: string, sourceId: string, meta: RequestMeta): Promise<void> {
   const source = await accountOrganization(db, sourceId);
   if (source?.organization_id === organizationId) return;
-  throw await notYours(c, { userId, resource: 'team_member', target: sourceId, existsElsewhere: Boolean(source), meta }, notFound('member_not_found', 'No such member in your organization.'));
+  throw await notYours(
+    c,
+    { userId, resource: 'team_member', target: sourceId, existsElsewhere: Boolean(source), meta },
+    notFound('member_not_found', 'No such member in your organization.'),
+  );
 }
 
 export type TeamStatus = Awaited<ReturnType<typeof teamStatus>>;
 
-const approvalOf = (link: Pick<TeamLinkRow, 'approved_at'>) => (link.approved_at ? 'approved' : 'pending') as 'approved' | 'pending';
+const approvalOf = (link: Pick<TeamLinkRow, 'approved_at'>) => (link.approved_at ? 'approved' : 'pending');
 
 /** The caller's link and its sync state; `inherited_keys` counts what key lookups grant right now. */
 export async function teamStatus(c: Container, userId: string) {
@@ -103,7 +129,7 @@ export async function teamStatus(c: Container, userId: string) {
   const [source] = link ? await usersByIds(c.db, [link.source_id]) : [];
   return {
     linked: Boolean(link),
-    state: (link?.state ?? 'unlinked') as SyncState | 'unlinked',
+    state: link?.state ?? 'unlinked',
     source: source && !source.deleted_at ? { user_id: source.id, username: source.username, email: source.email } : null,
     source_user_id: link?.source_id ?? null,
     linked_at: link?.linked_at.toISOString() ?? null,
@@ -122,7 +148,8 @@ export async function teamStatus(c: Container, userId: string) {
  * approval. The grants follow from the sync it queues.
  */
 export async function linkSource(c: Container, userId: string, sourceId: string, meta: RequestMeta): Promise<TeamStatus> {
-  if (sourceId === userId) throw invalid('cannot_link_self', 'An account cannot link to itself.', [{ path: 'body.source_user_id', message: 'must be another member' }]);
+  if (sourceId === userId)
+    throw invalid('cannot_link_self', 'An account cannot link to itself.', [{ path: 'body.source_user_id', message: 'must be another member' }]);
   const now = c.clock.now();
   const mine = await ensureMembership(c.db, userId);
   const { previous, requested } = await c.db.transaction(async (trx) => {
@@ -130,17 +157,22 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
     const locked = await lockMembership(trx, userId);
     await eligibleSource(c, trx, userId, locked?.organization_id ?? mine.organization_id, sourceId, meta);
     const before = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();
-    const kept = before?.source_id === sourceId ? { approved_at: before.approved_at, approved_by: before.approved_by } : { approved_at: null, approved_by: null };
+    const kept =
+      before?.source_id === sourceId ? { approved_at: before.approved_at, approved_by: before.approved_by } : { approved_at: null, approved_by: null };
     await upsertTeamLink(trx, { grantee_id: userId, source_id: sourceId, state: 'pending', last_error: null, linked_at: now, updated_at: now, ...kept });
     const revoked = await teamGrants(trx).where({ grantee_id: userId }).whereNot({ source_id: sourceId }).delete();
     const approval = approvalOf(kept);
-    await recordAudit(trx, {
-      user_id: userId,
-      action: 'team_access.linked',
-      status: 'success',
-      target: sourceId,
-      details: { previous_source_user_id: before?.source_id ?? null, revoked, approval },
-    }, meta);
+    await recordAudit(
+      trx,
+      {
+        user_id: userId,
+        action: 'team_access.linked',
+        status: 'success',
+        target: sourceId,
+        details: { previous_source_user_id: before?.source_id ?? null, revoked, approval },
+      },
+      meta,
+    );
     const requested = before?.source_id !== sourceId;
     if (requested) await recordAudit(trx, { user_id: sourceId, action: 'team_access.requested', status: 'success', target: userId, details: {} }, meta);
     return { previous: before, requested };
@@ -155,7 +187,11 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
 async function endLink(trx: Knex.Transaction, link: TeamLinkRow, reason: string, meta: RequestMeta): Promise<number> {
   const revoked = await teamGrants(trx).where({ grantee_id: link.grantee_id }).delete();
   await teamLinks(trx).where({ grantee_id: link.grantee_id }).delete();
-  await recordAudit(trx, { user_id: link.grantee_id, action: 'team_access.unlinked', status: 'success', target: link.source_id, details: { reason, revoked } }, meta);
+  await recordAudit(
+    trx,
+    { user_id: link.grantee_id, action: 'team_access.unlinked', status: 'success', target: link.source_id, details: { reason, revoked } },
+    meta,
+  );
   return revoked;
 }
 
@@ -184,13 +220,24 @@ async function decidableLink(c: Container, trx: Knex.Transaction, actorId: strin
   if (link?.source_id === actorId) return link;
   if (link) {
     const [actor, source, grantee] = await Promise.all([membershipOf(trx, actorId), membershipOf(trx, link.source_id), membershipOf(trx, link.grantee_id)]);
-    if (actor && source && grantee && isManager(actor) && actor.organization_id === source.organization_id && actor.organization_id === grantee.organization_id) {
+    if (
+      actor &&
+      source &&
+      grantee &&
+      isManager(actor) &&
+      actor.organization_id === source.organization_id &&
+      actor.organization_id === grantee.organization_id
+    ) {
       if (outranks(actor.role, source.role)) return link;
       await recordAudit(trx, { user_id: actorId, action, status: 'failure', target: granteeId, details: { reason: 'organization_owner_required' } }, meta);
       throw forbidden('organization_owner_required', "Only the owner may decide on links to the owner's or an admin's keys.");
     }
   }
-  throw await notYours(c, { userId: actorId, resource: 'team_link', target: granteeId, existsElsewhere: Boolean(link), meta }, notFound('team_link_not_found', 'No such team access link for you to decide on.'));
+  throw await notYours(
+    c,
+    { userId: actorId, resource: 'team_link', target: granteeId, existsElsewhere: Boolean(link), meta },
+    notFound('team_link_not_found', 'No such team access link for you to decide on.'),
+  );
 }
 
 export type LinkView = Awaited<ReturnType<typeof linkViews>>[number];
@@ -199,7 +246,10 @@ type Person = { user_id: string; username: string; email: string };
 
 /** Links with both sides' account fields, for the lists and the answers of approve. */
 async function linkViews(db: Knex, rows: TeamLinkRow[]) {
-  const users = await usersByIds(db, rows.flatMap((l) => [l.grantee_id, l.source_id]));
+  const users = await usersByIds(
+    db,
+    rows.flatMap((l) => [l.grantee_id, l.source_id]),
+  );
   const byId = new Map(users.map((u) => [u.id, { user_id: u.id, username: u.username, email: u.email } satisfies Person]));
   return rows.map((l) => ({
     grantee: byId.get(l.grantee_id) ?? null,
@@ -217,7 +267,11 @@ async function linkViews(db: Knex, rows: TeamLinkRow[]) {
  * Links, requested and approved, newest request first: `source`, those naming the caller as source;
  * `organization` (owners and admins), those of every member of the caller's organization.
  */
-export async function listLinks(c: Container, userId: string, q: { view: 'source' | 'organization'; approval?: 'pending' | 'approved'; page: number; pageSize: number }) {
+export async function listLinks(
+  c: Container,
+  userId: string,
+  q: { view: 'source' | 'organization'; approval?: 'pending' | 'approved'; page: number; pageSize: number },
+) {
   const base = teamLinks(c.db);
   if (q.view === 'organization') {
     const mine = await ensureMembership(c.db, userId);
@@ -226,7 +280,11 @@ export async function listLinks(c: Container, userId: string, q: { view: 'source
   } else base.where({ source_id: userId });
   if (q.approval) base.where((w) => (q.approval === 'approved' ? w.whereNotNull('approved_at') : w.whereNull('approved_at')));
   const [rows, count] = await Promise.all([
-    base.clone().orderBy([{ column: 'linked_at', order: 'desc' }, { column: 'grantee_id' }]).limit(q.pageSize).offset((q.page - 1) * q.pageSize),
+    base
+      .clone()
+      .orderBy([{ column: 'linked_at', order: 'desc' }, { column: 'grantee_id' }])
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize),
     base.clone().count<{ count: string }[]>({ count: '*' }),
   ]);
   return { items: await linkViews(c.db, rows), total: Number(count[0]?.count ?? 0) };
@@ -243,33 +301,60 @@ export async function approveLink(c: Container, actorId: string, granteeId: stri
     const link = await decidableLink(c, trx, actorId, granteeId, 'team_access.approved', meta);
     if (link.source_id !== sourceId) throw conflict('team_link_changed', 'This member now links to another source; list the links again.');
     if (link.approved_at) return { link, changed: false };
-    const [approved] = await teamLinks(trx).where({ grantee_id: granteeId }).update({ approved_at: now, approved_by: actorId, state: 'pending', updated_at: now }).returning('*');
+    const [approved] = await teamLinks(trx)
+      .where({ grantee_id: granteeId })
+      .update({ approved_at: now, approved_by: actorId, state: 'pending', updated_at: now })
+      .returning('*');
     // One row for each party: the approver, the grantee and the source (who may be the approver).
-    const parties = new Map([[actorId, granteeId], [granteeId, sourceId]]);
+    const parties = new Map([
+      [actorId, granteeId],
+      [granteeId, sourceId],
+    ]);
     if (!parties.has(sourceId)) parties.set(sourceId, granteeId);
     for (const [who, target] of parties) {
-      await recordAudit(trx, { user_id: who, action: 'team_access.approved', status: 'success', target, details: { grantee_user_id: granteeId, source_user_id: sourceId, approved_by: actorId } }, meta);
+      await recordAudit(
+        trx,
+        {
+          user_id: who,
+          action: 'team_access.approved',
+          status: 'success',
+          target,
+          details: { grantee_user_id: granteeId, source_user_id: sourceId, approved_by: actorId },
+        },
+        meta,
+      );
     }
-    return { link: approved!, changed: true };
+    return { link: approved, changed: true };
   });
   if (changed) {
-    for (const who of new Set([granteeId, sourceId, actorId])) await emitEvent(c, who, 'team_access.approved', { grantee_user_id: granteeId, source_user_id: sourceId, approved_by: actorId });
+    for (const who of new Set([granteeId, sourceId, actorId]))
+      await emitEvent(c, who, 'team_access.approved', { grantee_user_id: granteeId, source_user_id: sourceId, approved_by: actorId });
     await enqueueSync(c, granteeId, meta);
   }
-  return (await linkViews(c.db, [link]))[0]!;
+  return (await linkViews(c.db, [link]))[0];
 }
 
 /** Ends `granteeId`'s link from the source's side (see decidableLink): its grants end at once. */
-export async function endLinkAsSource(c: Container, actorId: string, granteeId: string, meta: RequestMeta): Promise<{ grantee_user_id: string; source_user_id: string; revoked_keys: number }> {
+export async function endLinkAsSource(
+  c: Container,
+  actorId: string,
+  granteeId: string,
+  meta: RequestMeta,
+): Promise<{ grantee_user_id: string; source_user_id: string; revoked_keys: number }> {
   const done = await c.db.transaction(async (trx) => {
     const link = await decidableLink(c, trx, actorId, granteeId, 'team_access.ended', meta);
     const reason = link.source_id === actorId ? 'ended_by_source' : 'ended_by_admin';
     const revoked = await endLink(trx, link, reason, meta);
-    await recordAudit(trx, { user_id: actorId, action: 'team_access.ended', status: 'success', target: granteeId, details: { reason, source_user_id: link.source_id, revoked } }, meta);
+    await recordAudit(
+      trx,
+      { user_id: actorId, action: 'team_access.ended', status: 'success', target: granteeId, details: { reason, source_user_id: link.source_id, revoked } },
+      meta,
+    );
     return { grantee_user_id: granteeId, source_user_id: link.source_id, revoked_keys: revoked, reason };
   });
   const { reason, ...out } = done;
-  for (const who of new Set([granteeId, done.source_user_id, actorId])) await emitEvent(c, who, 'team_access.unlinked', { grantee_user_id: granteeId, source_user_id: done.source_user_id, reason });
+  for (const who of new Set([granteeId, done.source_user_id, actorId]))
+    await emitEvent(c, who, 'team_access.unlinked', { grantee_user_id: granteeId, source_user_id: done.source_user_id, reason });
   return out;
 }
 
@@ -330,7 +415,13 @@ export async function syncGrants(c: Container, granteeId: string, origin: Origin
     return { linked: true, state, source_user_id: link.source_id, inherited_keys: wanted.length, added, removed: removed.map((r) => r.lineage_id) };
   });
   if (outcome.linked) {
-    await emitEvent(c, granteeId, 'team_access.synced', { source_user_id: outcome.source_user_id, state: outcome.state, inherited_keys: outcome.inherited_keys, added: outcome.added.length, removed: outcome.removed.length });
+    await emitEvent(c, granteeId, 'team_access.synced', {
+      source_user_id: outcome.source_user_id,
+      state: outcome.state,
+      inherited_keys: outcome.inherited_keys,
+      added: outcome.added.length,
+      removed: outcome.removed.length,
+    });
   }
   return outcome;
 }
@@ -341,10 +432,17 @@ export async function markSyncFailed(c: Container, granteeId: string, code: stri
 }
 
 /** For key lists: the owner (id, username) of each inherited lineage, by lineage id. */
-export async function inheritedOwners(c: Container, userId: string, lineages: Pick<LineageRow, 'id' | 'user_id'>[]): Promise<Map<string, { user_id: string; username: string }>> {
+export async function inheritedOwners(
+  c: Container,
+  userId: string,
+  lineages: Pick<LineageRow, 'id' | 'user_id'>[],
+): Promise<Map<string, { user_id: string; username: string }>> {
   const foreign = lineages.filter((l) => l.user_id !== userId);
   if (!foreign.length) return new Map();
-  const users = await usersByIds(c.db, foreign.map((l) => l.user_id));
+  const users = await usersByIds(
+    c.db,
+    foreign.map((l) => l.user_id),
+  );
   const names = new Map(users.map((u) => [u.id, u.username]));
   return new Map(foreign.map((l) => [l.id, { user_id: l.user_id, username: names.get(l.user_id) ?? '' }]));
 }

@@ -8,7 +8,20 @@ import { checkWebhookUrl } from '../webhooks/address';
 import { newWebhookSecret, webhookHeaders } from '../webhooks/signature';
 import { postWebhook, type AttemptResult } from '../webhooks/send';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { pageEndpoints, pageDeliveries, attemptsOf, deliveries, enabledEndpoints, endpoints, takesEvent, type AttemptRow, type DeliveryRow, type DeliveryState, type EndpointRow, recordAttempt } from '../../db/webhooks';
+import {
+  pageEndpoints,
+  pageDeliveries,
+  attemptsOf,
+  deliveries,
+  enabledEndpoints,
+  endpoints,
+  takesEvent,
+  type AttemptRow,
+  type DeliveryRow,
+  type DeliveryState,
+  type EndpointRow,
+  recordAttempt,
+} from '../../db/webhooks';
 import { lockAccount } from '../../db/users';
 
 /**
@@ -45,7 +58,12 @@ const audit = (c: Container, userId: string, action: string, target: string, met
   recordAudit(c.db, { user_id: userId, action, status: 'success', target, details }, meta);
 
 /** Creates an endpoint; its secret is answered here once and stored only sealed. */
-export async function createEndpoint(c: Container, userId: string, input: EndpointInput, meta: RequestMeta): Promise<{ endpoint: EndpointRow; secret: string }> {
+export async function createEndpoint(
+  c: Container,
+  userId: string,
+  input: EndpointInput,
+  meta: RequestMeta,
+): Promise<{ endpoint: EndpointRow; secret: string }> {
   await vetUrl(c, input.url);
   const id = randomUUID();
   const secret = newWebhookSecret();
@@ -55,16 +73,36 @@ export async function createEndpoint(c: Container, userId: string, input: Endpoi
     const [{ count }] = (await endpoints(trx).where({ user_id: userId }).count<{ count: number }[]>({ count: '*' })) as [{ count: number }];
     if (count >= MAX_ENDPOINTS) throw conflict('webhook_limit_reached', `An account has at most ${MAX_ENDPOINTS} webhook endpoints.`);
     const [row] = await endpoints(trx)
-      .insert({ id, user_id: userId, url: input.url, description: input.description ?? '', event_types: input.event_types ?? [], enabled: input.enabled ?? true, secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')), created_at: c.clock.now(), updated_at: c.clock.now() })
+      .insert({
+        id,
+        user_id: userId,
+        url: input.url,
+        description: input.description ?? '',
+        event_types: input.event_types ?? [],
+        enabled: input.enabled ?? true,
+        secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')),
+        created_at: c.clock.now(),
+        updated_at: c.clock.now(),
+      })
       .returning('*');
-    await recordAudit(trx, { user_id: userId, action: 'webhook.created', status: 'success', target: id, details: { event_types: input.event_types ?? [] } }, meta);
-    return row!;
+    await recordAudit(
+      trx,
+      { user_id: userId, action: 'webhook.created', status: 'success', target: id, details: { event_types: input.event_types ?? [] } },
+      meta,
+    );
+    return row;
   });
   await endpointsChanged(c, userId);
   return { endpoint, secret };
 }
 
-export async function updateEndpoint(c: Container, userId: string, id: string, patch: EndpointInput | Partial<EndpointInput>, meta: RequestMeta): Promise<EndpointRow> {
+export async function updateEndpoint(
+  c: Container,
+  userId: string,
+  id: string,
+  patch: EndpointInput | Partial<EndpointInput>,
+  meta: RequestMeta,
+): Promise<EndpointRow> {
   await ownEndpoint(c, userId, id, meta);
   if (patch.url !== undefined) await vetUrl(c, patch.url);
   const changes: Partial<EndpointRow> = { updated_at: c.clock.now() };
@@ -76,7 +114,7 @@ export async function updateEndpoint(c: Container, userId: string, id: string, p
   const [row] = await endpoints(c.db).where({ id, user_id: userId }).update(changes).returning('*');
   await endpointsChanged(c, userId);
   await audit(c, userId, 'webhook.updated', id, meta, { fields: Object.keys(patch).filter((k) => patch[k as keyof EndpointInput] !== undefined) });
-  return row!;
+  return row;
 }
 
 export async function deleteEndpoint(c: Container, userId: string, id: string, meta: RequestMeta): Promise<void> {
@@ -90,7 +128,13 @@ export async function deleteEndpoint(c: Container, userId: string, id: string, m
  * A new secret, answered once. The old one keeps signing beside it (two signatures per delivery) until
  * the grace period ends, so receivers can switch without losing deliveries.
  */
-export async function rotateSecret(c: Container, userId: string, id: string, graceMs: number, meta: RequestMeta): Promise<{ secret: string; previous_secret_expires_at: Date | null }> {
+export async function rotateSecret(
+  c: Container,
+  userId: string,
+  id: string,
+  graceMs: number,
+  meta: RequestMeta,
+): Promise<{ secret: string; previous_secret_expires_at: Date | null }> {
   const secret = newWebhookSecret();
   const expires = graceMs > 0 ? new Date(c.clock.now().getTime() + graceMs) : null;
   await c.db.transaction(async (trx) => {
@@ -99,8 +143,17 @@ export async function rotateSecret(c: Container, userId: string, id: string, gra
     const previous = expires ? c.sealer.seal(c.sealer.openText(row.secret_sealed, secretAad(id, 'current')), secretAad(id, 'previous')) : null;
     await endpoints(trx)
       .where({ id })
-      .update({ secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')), previous_secret_sealed: previous, previous_secret_expires_at: expires, updated_at: c.clock.now() });
-    await recordAudit(trx, { user_id: userId, action: 'webhook.secret_rotated', status: 'success', target: id, details: { grace_seconds: Math.round(graceMs / 1000) } }, meta);
+      .update({
+        secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')),
+        previous_secret_sealed: previous,
+        previous_secret_expires_at: expires,
+        updated_at: c.clock.now(),
+      });
+    await recordAudit(
+      trx,
+      { user_id: userId, action: 'webhook.secret_rotated', status: 'success', target: id, details: { grace_seconds: Math.round(graceMs / 1000) } },
+      meta,
+    );
   });
   return { secret, previous_secret_expires_at: expires };
 }
@@ -134,7 +187,9 @@ const targetCaches = new WeakMap<Container, LruCache<string, Targets>>();
 /** After a committed change to an account's endpoints: every process reads them again at its next event. */
 async function endpointsChanged(c: Container, userId: string): Promise<void> {
   targetCaches.get(c)?.delete(userId);
-  await c.redis.incr(endpointsVersionKey(c.config.redisPrefix, userId, c.redis.isCluster)).catch((err: unknown) => c.log.warn({ err, user_id: userId }, 'could not announce a webhook endpoint change; other processes see it within a minute'));
+  await c.redis
+    .incr(endpointsVersionKey(c.config.redisPrefix, userId, c.redis.isCluster))
+    .catch((err: unknown) => c.log.warn({ err, user_id: userId }, 'could not announce a webhook endpoint change; other processes see it within a minute'));
 }
 
 /** The account's enabled endpoints, given their version in Redis (read here when not given). */
@@ -157,7 +212,18 @@ export async function fanOut(c: Container, event: AccountEvent, endpoints?: Targ
   const body = JSON.stringify(event);
   const now = c.clock.now();
   const rows = await deliveries(c.db)
-    .insert(targets.map((t) => ({ endpoint_id: t.id, user_id: t.user_id, event_id: event.id, event_type: event.type, body, next_attempt_at: now, created_at: now, updated_at: now })))
+    .insert(
+      targets.map((t) => ({
+        endpoint_id: t.id,
+        user_id: t.user_id,
+        event_id: event.id,
+        event_type: event.type,
+        body,
+        next_attempt_at: now,
+        created_at: now,
+        updated_at: now,
+      })),
+    )
     .returning('*');
   await Promise.all(rows.map((d) => enqueueAttempts(c, d, '0')));
   return rows.length;
@@ -169,10 +235,22 @@ export async function sendTestPing(c: Container, userId: string, id: string, met
   const deliveryId = randomUUID();
   const now = c.clock.now();
   const body = JSON.stringify({ id: deliveryId, type: 'webhook.test', created_at: now.toISOString(), account: userId, data: { endpoint_id: endpoint.id } });
-  const [row] = await deliveries(c.db).insert({ id: deliveryId, endpoint_id: endpoint.id, user_id: userId, event_id: deliveryId, event_type: 'webhook.test', body, next_attempt_at: now, created_at: now, updated_at: now }).returning('*');
-  await enqueueAttempts(c, row!, '0');
+  const [row] = await deliveries(c.db)
+    .insert({
+      id: deliveryId,
+      endpoint_id: endpoint.id,
+      user_id: userId,
+      event_id: deliveryId,
+      event_type: 'webhook.test',
+      body,
+      next_attempt_at: now,
+      created_at: now,
+      updated_at: now,
+    })
+    .returning('*');
+  await enqueueAttempts(c, row, '0');
   await audit(c, userId, 'webhook.test_sent', id, meta, { delivery_id: deliveryId });
-  return row!;
+  return row;
 }
 
 export async function ownDelivery(c: Container, userId: string, endpointId: string, deliveryId: string, meta?: RequestMeta): Promise<DeliveryRow> {
@@ -188,10 +266,13 @@ export async function redeliver(c: Container, userId: string, endpointId: string
   if (!endpoint.enabled) throw conflict('webhook_disabled', 'The endpoint is disabled; enable it before redelivering.');
   const existing = await ownDelivery(c, userId, endpointId, deliveryId, meta);
   if (existing.state === 'pending') throw conflict('delivery_pending', 'The delivery is still being tried; wait for its outcome.');
-  const [row] = await deliveries(c.db).where({ id: deliveryId }).update({ state: 'pending', next_attempt_at: c.clock.now(), updated_at: c.clock.now() }).returning('*');
-  await enqueueAttempts(c, row!, `r${existing.attempts}`);
+  const [row] = await deliveries(c.db)
+    .where({ id: deliveryId })
+    .update({ state: 'pending', next_attempt_at: c.clock.now(), updated_at: c.clock.now() })
+    .returning('*');
+  await enqueueAttempts(c, row, `r${existing.attempts}`);
   await audit(c, userId, 'webhook.redelivered', endpointId, meta, { delivery_id: deliveryId });
-  return row!;
+  return row;
 }
 
 /** What `deliver-webhook` reports for one try. */
@@ -219,7 +300,11 @@ export async function tryDelivery(c: Container, deliveryId: string, nextDelayMs:
   }
   // Wall-clock time: receivers judge the timestamp against their own clocks (replay protection).
   const headers = webhookHeaders(signingSecrets(c, endpoint), delivery.id, new Date(), delivery.body);
-  const result = await postWebhook(endpoint.url, headers, delivery.body, { timeoutMs: c.config.webhooks.timeoutMs, allowPrivate: c.config.webhooks.allowPrivate, userAgent: 'kms-webhooks/1' });
+  const result = await postWebhook(endpoint.url, headers, delivery.body, {
+    timeoutMs: c.config.webhooks.timeoutMs,
+    allowPrivate: c.config.webhooks.allowPrivate,
+    userAgent: 'kms-webhooks/1',
+  });
   const gone = result.status === 410;
   const ok = result.error === null;
   const now = c.clock.now();
@@ -229,11 +314,17 @@ export async function tryDelivery(c: Container, deliveryId: string, nextDelayMs:
       trx,
       deliveryId,
       { status_code: result.status, latency_ms: result.latencyMs, error: result.error, created_at: now },
-      { state: ok ? 'succeeded' : last ? 'failed' : 'pending', next_attempt_at: last ? null : new Date(now.getTime() + nextDelayMs!), updated_at: now },
+      { state: ok ? 'succeeded' : last ? 'failed' : 'pending', next_attempt_at: last ? null : new Date(now.getTime() + nextDelayMs), updated_at: now },
     );
     if (gone) {
       await endpoints(trx).where({ id: endpoint.id }).update({ enabled: false, disabled_reason: 'gone', updated_at: now });
-      await recordAudit(trx, { user_id: endpoint.user_id, action: 'webhook.disabled', status: 'success', target: endpoint.id, details: { reason: 'gone', delivery_id: deliveryId } });
+      await recordAudit(trx, {
+        user_id: endpoint.user_id,
+        action: 'webhook.disabled',
+        status: 'success',
+        target: endpoint.id,
+        details: { reason: 'gone', delivery_id: deliveryId },
+      });
     }
   });
   if (gone) await endpointsChanged(c, endpoint.user_id);
@@ -250,10 +341,23 @@ export async function purgeDeliveries(c: Container): Promise<number> {
 export const listEndpoints = (c: Container, userId: string, q: { page: number; pageSize: number }) => pageEndpoints(c.db, userId, q);
 
 /** A page of one of the caller's endpoints' deliveries (404 when not its), with their attempts. */
-export async function listDeliveries(c: Container, userId: string, endpointId: string, q: { state?: DeliveryState; page: number; pageSize: number }, meta: RequestMeta) {
+export async function listDeliveries(
+  c: Container,
+  userId: string,
+  endpointId: string,
+  q: { state?: DeliveryState; page: number; pageSize: number },
+  meta: RequestMeta,
+) {
   await ownEndpoint(c, userId, endpointId, meta);
   const { items, total } = await pageDeliveries(c.db, endpointId, q);
-  return { items, total, attempts: await deliveryAttempts(c, items.map((d) => d.id)) };
+  return {
+    items,
+    total,
+    attempts: await deliveryAttempts(
+      c,
+      items.map((d) => d.id),
+    ),
+  };
 }
 
 /** The attempts of these deliveries, oldest first. */

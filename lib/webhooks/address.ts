@@ -11,21 +11,41 @@ import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
  */
 const blocked = new BlockList();
 for (const [net, bits] of [
-  ['0.0.0.0', 8], ['10.0.0.0', 8], ['100.64.0.0', 10], ['127.0.0.0', 8], ['169.254.0.0', 16], ['172.16.0.0', 12],
-  ['192.0.0.0', 24], ['192.0.2.0', 24], ['192.88.99.0', 24], ['192.168.0.0', 16], ['198.18.0.0', 15], ['198.51.100.0', 24],
-  ['203.0.113.0', 24], ['224.0.0.0', 4], ['240.0.0.0', 4],
-] as const) blocked.addSubnet(net, bits, 'ipv4');
+  ['0.0.0.0', 8],
+  ['10.0.0.0', 8],
+  ['100.64.0.0', 10],
+  ['127.0.0.0', 8],
+  ['169.254.0.0', 16],
+  ['172.16.0.0', 12],
+  ['192.0.0.0', 24],
+  ['192.0.2.0', 24],
+  ['192.88.99.0', 24],
+  ['192.168.0.0', 16],
+  ['198.18.0.0', 15],
+  ['198.51.100.0', 24],
+  ['203.0.113.0', 24],
+  ['224.0.0.0', 4],
+  ['240.0.0.0', 4],
+] as const)
+  blocked.addSubnet(net, bits, 'ipv4');
 for (const [net, bits] of [
-  ['::', 128], ['::1', 128], ['64:ff9b:1::', 48], ['100::', 64], ['2001::', 23], ['2001:db8::', 32], ['fc00::', 7],
-  ['fe80::', 10], ['fec0::', 10], ['ff00::', 8],
-] as const) blocked.addSubnet(net, bits, 'ipv6');
+  ['::', 128],
+  ['::1', 128],
+  ['64:ff9b:1::', 48],
+  ['100::', 64],
+  ['2001::', 23],
+  ['2001:db8::', 32],
+  ['fc00::', 7],
+  ['fe80::', 10],
+  ['fec0::', 10],
+  ['ff00::', 8],
+] as const)
+  blocked.addSubnet(net, bits, 'ipv6');
 
 /** The eight 16-bit groups of an IPv6 address (valid per isIP), a trailing dotted quad folded in. */
 function ipv6Groups(address: string): number[] {
   const quad = /(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(address);
-  const hex = quad
-    ? `${address.slice(0, quad.index)}${((+quad[1] << 8) | +quad[2]).toString(16)}:${((+quad[3] << 8) | +quad[4]).toString(16)}`
-    : address;
+  const hex = quad ? `${address.slice(0, quad.index)}${((+quad[1] << 8) | +quad[2]).toString(16)}:${((+quad[3] << 8) | +quad[4]).toString(16)}` : address;
   const [head, tail] = hex.split('::') as [string, string | undefined];
   const part = (s: string | undefined) => (s ? s.split(':').map((g) => parseInt(g, 16)) : []);
   const left = part(head);
@@ -101,4 +121,7 @@ export async function checkWebhookUrl(raw: string, allowPrivate: boolean): Promi
   return addresses.some((a) => !isPublicAddress(a.address)) ? notAllowed(host) : undefined;
 }
 
-const notAllowed = (host: string) => ({ code: 'address_not_allowed', message: `${host} is a loopback, private, link-local or reserved address (or resolves to one); webhooks go to public addresses only.` });
+const notAllowed = (host: string) => ({
+  code: 'address_not_allowed',
+  message: `${host} is a loopback, private, link-local or reserved address (or resolves to one); webhooks go to public addresses only.`,
+});

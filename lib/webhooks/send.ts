@@ -19,7 +19,12 @@ const MAX_RESPONSE_BYTES = 64 * 1024;
  * redirects are not followed (a 3xx fails the attempt), so a receiver cannot send the request on to an
  * internal address. The whole attempt, connection to last byte read, is bounded by `timeoutMs`.
  */
-export function postWebhook(target: string, headers: Record<string, string>, body: string, opts: { timeoutMs: number; allowPrivate: boolean; userAgent: string }): Promise<AttemptResult> {
+export function postWebhook(
+  target: string,
+  headers: Record<string, string>,
+  body: string,
+  opts: { timeoutMs: number; allowPrivate: boolean; userAgent: string },
+): Promise<AttemptResult> {
   const started = performance.now();
   const done = (status: number | null, error: string | null): AttemptResult => ({ status, latencyMs: Math.round(performance.now() - started), error });
   return new Promise((resolve) => {
@@ -63,7 +68,15 @@ class TimeoutError extends Error {
 
 function errorCode(err: NodeJS.ErrnoException): string {
   if (err instanceof AddressNotAllowed || err instanceof TimeoutError) return err.code;
-  const codes: Record<string, string> = { ECONNREFUSED: 'connection_refused', ECONNRESET: 'connection_reset', ENOTFOUND: 'dns_not_found', EAI_AGAIN: 'dns_failed', EHOSTUNREACH: 'host_unreachable', ENETUNREACH: 'network_unreachable', ETIMEDOUT: 'timeout' };
+  const codes: Record<string, string> = {
+    ECONNREFUSED: 'connection_refused',
+    ECONNRESET: 'connection_reset',
+    ENOTFOUND: 'dns_not_found',
+    EAI_AGAIN: 'dns_failed',
+    EHOSTUNREACH: 'host_unreachable',
+    ENETUNREACH: 'network_unreachable',
+    ETIMEDOUT: 'timeout',
+  };
   if (err.code && codes[err.code]) return codes[err.code];
   if (err.code?.startsWith('ERR_TLS') || /CERT|SSL/.test(err.code ?? '')) return 'tls_error';
   return 'request_failed';

@@ -56,6 +56,16 @@ describe('armor', () => {
       expect(read.stderr).toBe('');
       expect(read.data.equals(data)).toBe(true);
     }
-    expect((await collect(dearmor((async function* () { yield message; })()))).equals(data)).toBe(true);
+    expect(
+      (
+        await collect(
+          dearmor(
+            (async function* () {
+              yield message;
+            })(),
+          ),
+        )
+      ).equals(data),
+    ).toBe(true);
   });
 });

@@ -40,12 +40,23 @@ describe('LocalBlobStore.readFrames', () => {
     const data = randomBytes(30);
     await writeFile(join(dir, 'thirty'), data);
     const got = await pieces('thirty', 5, 8);
-    expect(got.map((p) => [p.bytes.length, p.last])).toEqual([[5, false], [8, false], [8, false], [8, false], [1, true]]);
+    expect(got.map((p) => [p.bytes.length, p.last])).toEqual([
+      [5, false],
+      [8, false],
+      [8, false],
+      [8, false],
+      [1, true],
+    ]);
     expect(Buffer.concat(got.map((p) => p.bytes))).toEqual(data);
 
     // Whole pieces to the end: an empty remainder still comes, marked last.
     await writeFile(join(dir, 'exact'), data.subarray(0, 21));
-    expect((await pieces('exact', 5, 8)).map((p) => [p.bytes.length, p.last])).toEqual([[5, false], [8, false], [8, false], [0, true]]);
+    expect((await pieces('exact', 5, 8)).map((p) => [p.bytes.length, p.last])).toEqual([
+      [5, false],
+      [8, false],
+      [8, false],
+      [0, true],
+    ]);
     // Shorter than the first piece, and empty.
     await writeFile(join(dir, 'short'), data.subarray(0, 3));
     expect((await pieces('short', 5, 8)).map((p) => [p.bytes.length, p.last])).toEqual([[3, true]]);

@@ -153,7 +153,11 @@ describe.each([
   // Within the first part (S3: before any request) and past it (S3: inside a multipart upload).
   it.each([3, 10])('stops and cleans up when the signal aborts after %i MiB', async (mib) => {
     const ac = new AbortController();
-    const endless = new Readable({ read() { this.push(randomBytes(MiB)); } });
+    const endless = new Readable({
+      read() {
+        this.push(randomBytes(MiB));
+      },
+    });
     const put = store.put('aborted', endless, { signal: ac.signal, onProgress: (n) => n >= mib * MiB && ac.abort() });
     await expect(put).rejects.toMatchObject({ name: 'AbortError' });
     expect(await store.stat('aborted')).toBeNull();
@@ -399,7 +403,9 @@ describe('S3 sweep of incomplete multipart uploads', () => {
         res.end(
           `<?xml version="1.0" encoding="UTF-8"?><ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Bucket>kms-blobs</Bucket>` +
             `<IsTruncated>${truncated}</IsTruncated>${truncated ? `<NextKeyMarker>${last!.Key}</NextKeyMarker><NextUploadIdMarker>${last!.UploadId}</NextUploadIdMarker>` : ''}` +
-            page.map((u) => `<Upload><Key>${u.Key}</Key><UploadId>${u.UploadId}</UploadId><Initiated>${u.Initiated.toISOString()}</Initiated></Upload>`).join('') +
+            page
+              .map((u) => `<Upload><Key>${u.Key}</Key><UploadId>${u.UploadId}</UploadId><Initiated>${u.Initiated.toISOString()}</Initiated></Upload>`)
+              .join('') +
             `</ListMultipartUploadsResult>`,
         );
         return;
@@ -457,11 +463,15 @@ describe('S3 store, refused or slowed down by the server', () => {
     });
   });
 
-  it('rejects a put of several parts with the server\'s error and closes its source', async () => {
+  it("rejects a put of several parts with the server's error and closes its source", async () => {
     const h = await s3Harness('s3://no-such-bucket');
     try {
       let left = 40;
-      const source = new Readable({ read() { this.push(left-- > 0 ? randomBytes(MiB) : null); } });
+      const source = new Readable({
+        read() {
+          this.push(left-- > 0 ? randomBytes(MiB) : null);
+        },
+      });
       await expect(h.store.put('jobs/j1/out/0', source)).rejects.toMatchObject({ name: 'NoSuchBucket' });
       expect(source.destroyed).toBe(true);
     } finally {

@@ -21,7 +21,8 @@ afterAll(async () => {
   redis.disconnect();
 });
 
-const publishEvent = (user: string, type: EventType, data: Record<string, unknown>, once?: Once) => publishEvents(redis, prefix, user, [{ type, data }], new Date(), once);
+const publishEvent = (user: string, type: EventType, data: Record<string, unknown>, once?: Once) =>
+  publishEvents(redis, prefix, user, [{ type, data }], new Date(), once);
 const publish = async (user: string, n: number) => (await publishEvent(user, 'key.generated', { n }))!.ids[0];
 const collector = () => {
   const seen: number[] = [];
@@ -157,11 +158,24 @@ describe('publishEvents', () => {
     const user = randomBytes(4).toString('hex');
     await publishEvent(user, 'key.generated', { n: 0 });
     const sent = vi.spyOn(redis, 'sendCommand');
-    const published = await publishEvents(redis, prefix, user, [{ type: 'key.rotated', data: { n: 1 } }, { type: 'job.completed', data: { n: 2 } }], new Date());
+    const published = await publishEvents(
+      redis,
+      prefix,
+      user,
+      [
+        { type: 'key.rotated', data: { n: 1 } },
+        { type: 'job.completed', data: { n: 2 } },
+      ],
+      new Date(),
+    );
     expect(sent).toHaveBeenCalledTimes(1);
     sent.mockRestore();
     const events = await readEvents(redis, prefix, user);
-    expect(events.map((e) => [e.type, e.data.n])).toEqual([['key.generated', 0], ['key.rotated', 1], ['job.completed', 2]]);
+    expect(events.map((e) => [e.type, e.data.n])).toEqual([
+      ['key.generated', 0],
+      ['key.rotated', 1],
+      ['job.completed', 2],
+    ]);
     expect(published?.ids).toEqual(events.slice(1).map((e) => e.id));
   });
 });

@@ -34,7 +34,11 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
     if (backend === 's3') {
       const s3 = await startS3(root);
       close = s3.close;
-      open = () => createBlobStore('s3://kms-blobs/followable', { s3: { endpoint: s3.endpoint, accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', uploadTmpDir: join(root, 'uploads') }, env: {} });
+      open = () =>
+        createBlobStore('s3://kms-blobs/followable', {
+          s3: { endpoint: s3.endpoint, accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', uploadTmpDir: join(root, 'uploads') },
+          env: {},
+        });
     }
     const stack = async () => followableJobFiles(sealedJobBlobs(await open(), jobs.keys()), { segmentBytes: SEGMENT });
     writer = await stack();
@@ -166,7 +170,9 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
 
   it('a small file whose announcement fails is not left behind', async () => {
     const k = key();
-    await expect(writer.put(k, Readable.from([randomBytes(10)]), { fresh: true, onOpen: () => Promise.reject(new Error('job failed meanwhile')) })).rejects.toThrow(/job failed meanwhile/);
+    await expect(
+      writer.put(k, Readable.from([randomBytes(10)]), { fresh: true, onOpen: () => Promise.reject(new Error('job failed meanwhile')) }),
+    ).rejects.toThrow(/job failed meanwhile/);
     expect(await reader.stat(k)).toBeNull();
   });
 
@@ -186,7 +192,12 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
   it.runIf(backend === 'local')("a fresh put (a new job's file) only writes: it looks for no earlier write to replace", async () => {
     const calls: string[] = [];
     const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), jobs.keys());
-    const spied = new Proxy(sealed, { get: (target, name: keyof BlobStore) => (typeof target[name] === 'function' ? (...args: unknown[]) => (calls.push(String(name)), (target[name] as (...a: unknown[]) => unknown)(...args)) : target[name]) });
+    const spied = new Proxy(sealed, {
+      get: (target, name: keyof BlobStore) =>
+        typeof target[name] === 'function'
+          ? (...args: unknown[]) => (calls.push(String(name)), (target[name] as (...a: unknown[]) => unknown)(...args))
+          : target[name],
+    });
     const store = followableJobFiles(spied, { segmentBytes: SEGMENT });
     const k = key();
     const data = randomBytes(2 * SEGMENT + 5);
@@ -198,7 +209,11 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
   it.runIf(backend === 'local')('a small file is one object, and replacing a large one leaves no head or segment of it', async () => {
     const k = key();
     const dir = k.split('/').slice(0, 2).join('/');
-    const files = () => readdirSync(join(root, 'store', dir), { recursive: true, withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name).sort();
+    const files = () =>
+      readdirSync(join(root, 'store', dir), { recursive: true, withFileTypes: true })
+        .filter((e) => e.isFile())
+        .map((e) => e.name)
+        .sort();
     await writer.put(k, Readable.from([randomBytes(100)]), { fresh: true });
     expect(files()).toEqual(['0']);
     await writer.put(k, Readable.from([randomBytes(3 * SEGMENT)]));
@@ -213,7 +228,11 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
     // No `segments`: a reader that predates inline files fails on it instead of reading an empty file.
     expect(JSON.parse((await collect(await sealed.get(k))).toString())).toEqual({ write: expect.stringMatching(/^[0-9a-f]{32}$/), size: 3, data: 'YWJj' });
     const marker = (m: object) => sealed.put(k, Readable.from([Buffer.from(JSON.stringify({ write: 'ab'.repeat(16), ...m }))]));
-    for (const bad of [{ size: 4, data: 'YWJj' }, { segments: 0, size: 3, data: 'YWJj' }, { size: 3, data: 'YWJj!' }]) {
+    for (const bad of [
+      { size: 4, data: 'YWJj' },
+      { segments: 0, size: 3, data: 'YWJj' },
+      { size: 3, data: 'YWJj!' },
+    ]) {
       await marker(bad);
       await expect(reader.get(k).then(collect), JSON.stringify(bad)).rejects.toThrow(/malformed end marker/);
     }
@@ -224,11 +243,16 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
   it.runIf(backend === 'local')('deleting the file or its folder removes every segment', async () => {
     const k = key();
     const dir = k.split('/').slice(0, 2).join('/');
-    const files = () => readdirSync(join(root, 'store', dir), { recursive: true, withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name);
+    const files = () =>
+      readdirSync(join(root, 'store', dir), { recursive: true, withFileTypes: true })
+        .filter((e) => e.isFile())
+        .map((e) => e.name);
     await writer.put(k, Readable.from([randomBytes(3 * SEGMENT)]));
     await writer.put(k, Readable.from([randomBytes(2 * SEGMENT)])); // the first write's segments go too
     // The second write's two segments beside the file (no folders), its head and end marker.
-    const write = files().find((f) => f.endsWith('.0') && f !== '0')!.slice(2, -2);
+    const write = files()
+      .find((f) => f.endsWith('.0') && f !== '0')!
+      .slice(2, -2);
     expect(files().sort()).toEqual(['0', `0.${write}.0`, `0.${write}.1`, '0.head']);
     await writer.delete(k);
     expect(await reader.stat(k)).toBeNull();
@@ -240,17 +264,27 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
 
   it.runIf(backend === 'local')('the segments of a writer that crashed go with the next write, or with the file', async () => {
     const dir = key().replace(/\/0$/, '');
-    const files = (n: number) => readdirSync(join(root, 'store', dir)).filter((f) => f.split('.')[0] === String(n)).sort();
+    const files = (n: number) =>
+      readdirSync(join(root, 'store', dir))
+        .filter((f) => f.split('.')[0] === String(n))
+        .sort();
     const sealed = sealedJobBlobs(await createBlobStore(join(root, 'store')), jobs.keys());
     await writer.put(`${dir}/9`, Readable.from([randomBytes(5)]), { fresh: true }); // the job's folder
     /** What a writer leaves when its process dies: its head and segments, no end marker. */
     const crashed = async (k: string) => {
       const w = randomBytes(16).toString('hex');
-      for (const [name, text] of [[`${k}.head`, w], [`${k}.${w}.0`, 'a'], [`${k}.${w}.1`, 'b']]) await sealed.put(name, Readable.from([Buffer.from(text)]));
+      for (const [name, text] of [
+        [`${k}.head`, w],
+        [`${k}.${w}.0`, 'a'],
+        [`${k}.${w}.1`, 'b'],
+      ])
+        await sealed.put(name, Readable.from([Buffer.from(text)]));
     };
     await crashed(`${dir}/0`);
     await writer.put(`${dir}/0`, Readable.from([randomBytes(SEGMENT + 1)]));
-    const write = files(0).find((f) => f.endsWith('.1'))!.slice(2, -2);
+    const write = files(0)
+      .find((f) => f.endsWith('.1'))!
+      .slice(2, -2);
     expect(files(0)).toEqual(['0', `0.${write}.0`, `0.${write}.1`, '0.head']);
     await crashed(`${dir}/1`);
     await writer.delete(`${dir}/1`);

@@ -16,7 +16,10 @@ import type { KeyRow, LineageRow } from '../../db/keys';
 
 /** Count bytes of the S2K specifiers of every secret key packet (primary and subkeys). */
 function s2kCounts(key: openpgp.PrivateKey): number[] {
-  return key.getKeys().map((k) => (k.keyPacket as unknown as { s2k: { type: string; c: number } }).s2k).map((s) => (s.type === 'iterated' ? s.c : -1));
+  return key
+    .getKeys()
+    .map((k) => (k.keyPacket as unknown as { s2k: { type: string; c: number } }).s2k)
+    .map((s) => (s.type === 'iterated' ? s.c : -1));
 }
 
 /** What generateKey wrote before this change: the same key, locked at OpenPGP.js's default count (224). */
@@ -121,7 +124,10 @@ describe('generation key lock (stored rows)', () => {
     const stored = s.c.sealer.openText(k.private_sealed, privateAad(k));
     expect(s2kCounts(await openpgp.readPrivateKey({ armoredKey: stored }))).toEqual([0, 0]);
     // Rewrite the row as the previous code stored it: same key, locked at count byte 224.
-    await s.c.db('pgp_keys').where({ id: k.id }).update({ private_sealed: s.c.sealer.seal(await oldLock(stored, secret), privateAad(k)) });
+    await s.c
+      .db('pgp_keys')
+      .where({ id: k.id })
+      .update({ private_sealed: s.c.sealer.seal(await oldLock(stored, secret), privateAad(k)) });
 
     const data = randomBytes(3000);
     const dec = await roundTrip(key.fingerprint, data);
@@ -136,7 +142,11 @@ describe('generation key lock (stored rows)', () => {
     expect(again.state, JSON.stringify(again.error)).toBe('completed');
     expect((await download(s.api, u.token, again.job_id)).equals(data)).toBe(true);
     // The old generation (now rotated, still old-format) keeps decrypting what was sent to it.
-    const old = await runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f.bin.gpg', data: Buffer.from(await encryptTo(k.public_armored, data)) }] });
+    const old = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'f.bin.gpg', data: Buffer.from(await encryptTo(k.public_armored, data)) }],
+    });
     expect(old.state, JSON.stringify(old.error)).toBe('completed');
   });
 
@@ -145,11 +155,15 @@ describe('generation key lock (stored rows)', () => {
     const k = await row(key.fingerprint);
     const data = randomBytes(1000);
     const ciphertext = Buffer.from(await encryptTo(k.public_armored, data));
-    const decrypt = () => runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f.bin.gpg', data: ciphertext }] });
+    const decrypt = () =>
+      runJob(s.api, u.token, '/keys/decrypt', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f.bin.gpg', data: ciphertext }] });
 
     // The lock itself altered (as if sealed by the service): OpenPGP's checksum refuses it.
     const flipped = await flipLastByte(s.c.sealer.openText(k.private_sealed, privateAad(k)));
-    await s.c.db('pgp_keys').where({ id: k.id }).update({ private_sealed: s.c.sealer.seal(flipped, privateAad(k)) });
+    await s.c
+      .db('pgp_keys')
+      .where({ id: k.id })
+      .update({ private_sealed: s.c.sealer.seal(flipped, privateAad(k)) });
     const first = await decrypt();
     expect(first.state).toBe('failed');
     expect(first.result).toBeNull();

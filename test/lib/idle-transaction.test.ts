@@ -28,7 +28,10 @@ describe('a transaction whose process stops answering', () => {
       woke = true;
       await trx('t').where({ id: 1 }).update({ v: 2 });
     });
-    const heldOutcome = held.then(() => 'committed', (err: Error) => err.message);
+    const heldOutcome = held.then(
+      () => 'committed',
+      (err: Error) => err.message,
+    );
     await sleep(50);
     // Another session waits on the row lock until the server ends the idle one, not for good.
     await other('t').where({ id: 1 }).update({ v: 3 });

@@ -31,7 +31,7 @@ const ours = () => generateKey({ name: 'Alice', email: 'alice@example.com', algo
 function hashedArea(sig: openpgp.SignaturePacket): Array<[number, string]> {
   const data = Buffer.from((sig as unknown as { signatureData: Uint8Array }).signatureData);
   const out: Array<[number, string]> = [];
-  for (let at = 6; at < 6 + data.readUInt16BE(4); ) {
+  for (let at = 6; at < 6 + data.readUInt16BE(4);) {
     const length = data[at]; // every subpacket here is shorter than 192 octets
     const type = data[at + 1];
     if (![16, 20, 33].includes(type & 0x7f)) out.push([type, data.subarray(at + 2, at + 1 + length).toString('hex')]);
@@ -42,7 +42,12 @@ function hashedArea(sig: openpgp.SignaturePacket): Array<[number, string]> {
 
 /** What a key packet carries besides its key material and random lock parameters. */
 function shape(packet: openpgp.AnyKeyPacket) {
-  const p = packet as unknown as { s2k: { type: string; algorithm: number; c: number }; s2kUsage: number; symmetric: number; publicParams: { kdfParams?: { hash: number; cipher: number } } };
+  const p = packet as unknown as {
+    s2k: { type: string; algorithm: number; c: number };
+    s2kUsage: number;
+    symmetric: number;
+    publicParams: { kdfParams?: { hash: number; cipher: number } };
+  };
   return {
     version: packet.version,
     algorithm: packet.algorithm,
@@ -107,10 +112,11 @@ describe('curve25519 keys from keygen.ts', () => {
   it('are new each time: fresh key material, salts and IVs', async () => {
     const [a, b] = await Promise.all([ours(), ours()]);
     expect(a.fingerprint).not.toBe(b.fingerprint);
-    const locks = async (armored: string) => (await openpgp.readPrivateKey({ armoredKey: armored })).getKeys().map((k) => {
-      const p = k.keyPacket as unknown as { s2k: { salt: Uint8Array }; iv: Uint8Array };
-      return Buffer.concat([p.s2k.salt, p.iv]).toString('hex');
-    });
+    const locks = async (armored: string) =>
+      (await openpgp.readPrivateKey({ armoredKey: armored })).getKeys().map((k) => {
+        const p = k.keyPacket as unknown as { s2k: { salt: Uint8Array }; iv: Uint8Array };
+        return Buffer.concat([p.s2k.salt, p.iv]).toString('hex');
+      });
     const all = [...(await locks(a.privateArmored)), ...(await locks(b.privateArmored))];
     expect(new Set(all).size).toBe(4);
   });

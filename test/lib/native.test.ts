@@ -22,9 +22,12 @@ beforeAll(async () => {
   priv = await unlockPrivateKey(key.privateArmored, SECRET);
 });
 
-const source = (data: Buffer, chunk = 64 * 1024) => Readable.from((function* () {
-  for (let i = 0; i < data.length; i += chunk) yield data.subarray(i, i + chunk);
-})());
+const source = (data: Buffer, chunk = 64 * 1024) =>
+  Readable.from(
+    (function* () {
+      for (let i = 0; i < data.length; i += chunk) yield data.subarray(i, i + chunk);
+    })(),
+  );
 
 async function nativeEncrypt(data: Buffer, filename = 'f.bin') {
   return buffer(await encryptStream(source(data), pub, { armor: false, filename }));
@@ -43,7 +46,11 @@ describe('native SEIPDv1', () => {
     const theirs = await openpgp.decrypt({ message: await openpgp.readMessage({ binaryMessage: ours }), decryptionKeys: priv, format: 'binary' });
     expect(Buffer.compare(Buffer.from(theirs.data as Uint8Array), data)).toBe(0);
     expect(theirs.filename).toBe('f.bin');
-    const byOpenpgp = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: data, filename: 'g.bin' }), encryptionKeys: pub, format: 'binary' });
+    const byOpenpgp = await openpgp.encrypt({
+      message: await openpgp.createMessage({ binary: data, filename: 'g.bin' }),
+      encryptionKeys: pub,
+      format: 'binary',
+    });
     const back = await ourDecrypt(byOpenpgp);
     expect(Buffer.compare(back.data, data)).toBe(0);
     expect(back.filename).toBe('g.bin');
@@ -68,7 +75,12 @@ describe('native SEIPDv1', () => {
 
   it('fails on truncated messages and trailing garbage', async () => {
     const message = await nativeEncrypt(randomBytes(300_000));
-    for (const bad of [message.subarray(0, message.length - 1), message.subarray(0, message.length - 25), message.subarray(0, 200), Buffer.concat([message, Buffer.from([0xcb, 0x01, 0x00])])]) {
+    for (const bad of [
+      message.subarray(0, message.length - 1),
+      message.subarray(0, message.length - 25),
+      message.subarray(0, 200),
+      Buffer.concat([message, Buffer.from([0xcb, 0x01, 0x00])]),
+    ]) {
       await expect(ourDecrypt(bad)).rejects.toBeInstanceOf(AppError);
     }
   });
@@ -77,7 +89,12 @@ describe('native SEIPDv1', () => {
     const data = randomBytes(200_000);
     const armored = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: data }), encryptionKeys: pub });
     expect(Buffer.compare((await ourDecrypt(Buffer.from(armored))).data, data)).toBe(0);
-    const compressed = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: data }), encryptionKeys: pub, format: 'binary', config: { preferredCompressionAlgorithm: openpgp.enums.compression.zlib } });
+    const compressed = await openpgp.encrypt({
+      message: await openpgp.createMessage({ binary: data }),
+      encryptionKeys: pub,
+      format: 'binary',
+      config: { preferredCompressionAlgorithm: openpgp.enums.compression.zlib },
+    });
     expect(Buffer.compare((await ourDecrypt(compressed)).data, data)).toBe(0);
   });
 

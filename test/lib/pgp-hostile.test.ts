@@ -37,7 +37,11 @@ function counting(data: Buffer, chunk = 64 * 1024) {
   return { stream, state };
 }
 
-const code = (p: Promise<unknown>) => p.then(() => 'ok', (err: unknown) => (err instanceof AppError ? err.code : err));
+const code = (p: Promise<unknown>) =>
+  p.then(
+    () => 'ok',
+    (err: unknown) => (err instanceof AppError ? err.code : err),
+  );
 
 async function decryptAll(message: Buffer, input = counting(message).stream, key = priv, opts: { idleMs?: number; signal?: AbortSignal } = {}) {
   const opened = await openEncrypted(input, { maxDecompressedBytes: MiB, ...opts });
@@ -230,7 +234,10 @@ describe('hostile OpenPGP input', () => {
 
   it('a storage error comes out unchanged on the armored and OpenPGP.js paths too', async () => {
     const storage = Object.assign(new Error('read EIO'), { code: 'EIO' });
-    for (const message of [armorMessage(await buffer(await encryptStream(Readable.from([randomBytes(100)]), pub, { armor: false }))), await viaOpenPGPjs(randomBytes(100))]) {
+    for (const message of [
+      armorMessage(await buffer(await encryptStream(Readable.from([randomBytes(100)]), pub, { armor: false }))),
+      await viaOpenPGPjs(randomBytes(100)),
+    ]) {
       for (const cut of [3, 40, 120]) {
         const failing = Readable.from(
           (async function* () {
@@ -243,22 +250,29 @@ describe('hostile OpenPGP input', () => {
     }
   });
 
-  it('RSA session keys are decrypted in constant time: a PKCS#1 failure looks like any damaged message, honest ones all decrypt', { timeout: 60_000 }, async () => {
-    const rsa = await generateKey({ name: 'R', email: 'r@example.test', algorithm: 'rsa3072', secret: SECRET });
-    const rsaPub = await readStoredPublicKey(rsa.publicArmored);
-    const rsaPriv = await unlockPrivateKey(rsa.privateArmored, SECRET);
-    for (const honest of [await buffer(await encryptStream(Readable.from([randomBytes(3000)]), rsaPub, { armor: false })), await viaOpenPGPjs(randomBytes(3000), rsaPub)]) {
-      const bad = Buffer.from(honest);
-      bad[packetBody(bad, 1) + 12 + 100] ^= 0x01; // inside the RSA ciphertext (after version, key id, algorithm, MPI length)
-      expect(await code(decryptAll(bad, undefined, rsaPriv))).not.toBe('no_matching_key');
-    }
-    // OpenPGP.js would try one candidate key per AES size in parallel and sometimes never settle: not here.
-    for (let i = 0; i < 25; i++) {
-      const data = randomBytes(1000);
-      const message = i % 2 ? await viaOpenPGPjs(data, rsaPub) : await buffer(await encryptStream(Readable.from([data]), rsaPub, { armor: false }));
-      expect((await decryptAll(message, undefined, rsaPriv, { idleMs: 2000 })).equals(data), `message ${i}`).toBe(true);
-    }
-  });
+  it(
+    'RSA session keys are decrypted in constant time: a PKCS#1 failure looks like any damaged message, honest ones all decrypt',
+    { timeout: 60_000 },
+    async () => {
+      const rsa = await generateKey({ name: 'R', email: 'r@example.test', algorithm: 'rsa3072', secret: SECRET });
+      const rsaPub = await readStoredPublicKey(rsa.publicArmored);
+      const rsaPriv = await unlockPrivateKey(rsa.privateArmored, SECRET);
+      for (const honest of [
+        await buffer(await encryptStream(Readable.from([randomBytes(3000)]), rsaPub, { armor: false })),
+        await viaOpenPGPjs(randomBytes(3000), rsaPub),
+      ]) {
+        const bad = Buffer.from(honest);
+        bad[packetBody(bad, 1) + 12 + 100] ^= 0x01; // inside the RSA ciphertext (after version, key id, algorithm, MPI length)
+        expect(await code(decryptAll(bad, undefined, rsaPriv))).not.toBe('no_matching_key');
+      }
+      // OpenPGP.js would try one candidate key per AES size in parallel and sometimes never settle: not here.
+      for (let i = 0; i < 25; i++) {
+        const data = randomBytes(1000);
+        const message = i % 2 ? await viaOpenPGPjs(data, rsaPub) : await buffer(await encryptStream(Readable.from([data]), rsaPub, { armor: false }));
+        expect((await decryptAll(message, undefined, rsaPriv, { idleMs: 2000 })).equals(data), `message ${i}`).toBe(true);
+      }
+    },
+  );
 
   it('an abort while the native output is read fails it with the signal’s reason and destroys the input', async () => {
     const honest = await buffer(await encryptStream(Readable.from([randomBytes(3 * MiB)]), pub, { armor: false }));
@@ -318,9 +332,16 @@ describe('hostile OpenPGP input', () => {
   });
 
   it('refuses an AEAD chunk size above 2^22 octets before reading the data (OpenPGP.js would buffer a chunk of any size whole)', async () => {
-    const aead = await openpgp.generateKey({ userIDs: [{ email: 'a@example.test' }], curve: 'curve25519Legacy', format: 'object', config: { aeadProtect: true } });
+    const aead = await openpgp.generateKey({
+      userIDs: [{ email: 'a@example.test' }],
+      curve: 'curve25519Legacy',
+      format: 'object',
+      config: { aeadProtect: true },
+    });
     const data = randomBytes(8 * MiB);
-    const honest = Buffer.from(await openpgp.encrypt({ message: await openpgp.createMessage({ binary: data }), encryptionKeys: aead.publicKey, format: 'binary' }));
+    const honest = Buffer.from(
+      await openpgp.encrypt({ message: await openpgp.createMessage({ binary: data }), encryptionKeys: aead.publicKey, format: 'binary' }),
+    );
     const seipd = packetBody(honest, 18);
     expect(honest[seipd]).toBe(2); // SEIPDv2: version, cipher, AEAD mode, chunk size octet
     expect((await decryptAll(honest, undefined, aead.privateKey)).equals(data)).toBe(true);

@@ -94,7 +94,9 @@ describe('every failure after decryption has begun answers alike', () => {
 
   it('OpenPGP.js path: the same sweep finds the same one answer', { timeout: 240_000 }, async () => {
     const data = randomBytes(40);
-    const message = Buffer.from(await openpgp.encrypt({ message: await openpgp.createMessage({ binary: data }), encryptionKeys: pub, passwords: ['pw'], format: 'binary' }));
+    const message = Buffer.from(
+      await openpgp.encrypt({ message: await openpgp.createMessage({ binary: data }), encryptionKeys: pub, passwords: ['pw'], format: 'binary' }),
+    );
     const seen = await sweep(message);
     expect([...seen.keys()], JSON.stringify([...seen].map(([k, v]) => [k, v.slice(0, 3)]))).toHaveLength(1);
     const native = await buffer(await encryptStream(Readable.from([data]), pub, { armor: false }));

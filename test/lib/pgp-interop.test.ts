@@ -27,11 +27,10 @@ interface OurKey {
 const keys = {} as Record<'curve25519' | 'rsa3072', OurKey>;
 
 async function encryptFile(gen: GeneratedKey, out: string, opts: { armor: boolean; compress?: boolean }): Promise<string> {
-  const encrypted = await encryptStream(
-    createReadStream(plainPath, { highWaterMark: CHUNK_BYTES }),
-    await readStoredPublicKey(gen.publicArmored),
-    { ...opts, filename: FILENAME },
-  );
+  const encrypted = await encryptStream(createReadStream(plainPath, { highWaterMark: CHUNK_BYTES }), await readStoredPublicKey(gen.publicArmored), {
+    ...opts,
+    filename: FILENAME,
+  });
   await pipeline(encrypted, createWriteStream(home.file(out)));
   return home.file(out);
 }

@@ -4,14 +4,7 @@ import { pipeline } from 'node:stream/promises';
 import * as openpgp from 'openpgp';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../lib/errors';
-import {
-  generateKey,
-  MAX_PUBLIC_KEY_BYTES,
-  readRecipientKey,
-  readStoredPublicKey,
-  unlockPrivateKey,
-  type GeneratedKey,
-} from '../../lib/pgp/keys';
+import { generateKey, MAX_PUBLIC_KEY_BYTES, readRecipientKey, readStoredPublicKey, unlockPrivateKey, type GeneratedKey } from '../../lib/pgp/keys';
 import { encryptStream, openEncrypted } from '../../lib/pgp/stream';
 
 const MiB = 1 << 20;
@@ -117,10 +110,7 @@ describe('generateKey', () => {
   it('rejects unknown algorithms and bad expiry', async () => {
     // @ts-expect-error: not a KeyAlgorithm
     await expectAppError(generateKey({ name: 'x', email: 'x@example.com', algorithm: 'dsa', secret: SECRET }), 'invalid_algorithm');
-    await expectAppError(
-      generateKey({ name: 'x', email: 'x@example.com', algorithm: 'curve25519', secret: SECRET, expiresInDays: 0 }),
-      'invalid_expiry',
-    );
+    await expectAppError(generateKey({ name: 'x', email: 'x@example.com', algorithm: 'curve25519', secret: SECRET, expiresInDays: 0 }), 'invalid_expiry');
     await expectAppError(generateKey({ name: 'x', email: 'x@example.com', algorithm: 'curve25519', secret: SECRET, expiresInDays: 49_711 }), 'invalid_expiry');
     expect((await generateKey({ name: 'x', email: 'x@example.com', algorithm: 'curve25519', secret: SECRET, expiresInDays: 49_710 })).expiresAt).not.toBeNull();
   });
@@ -319,7 +309,7 @@ describe('encryptStream / openEncrypted', () => {
 /** Splits new-format packets with definite lengths (what OpenPGP.js writes for in-memory messages). */
 function packets(bytes: Uint8Array): { tag: number; body: Uint8Array }[] {
   const out: { tag: number; body: Uint8Array }[] = [];
-  for (let i = 0; i < bytes.length; ) {
+  for (let i = 0; i < bytes.length;) {
     const tag = bytes[i++] & 0x3f;
     const l0 = bytes[i++];
     let len: number;
@@ -481,10 +471,7 @@ describe('readRecipientKey', () => {
     const other = await generateKey({ name: 'D', email: 'd@example.com', algorithm: 'curve25519', secret: SECRET });
     const both = openpgp.armor(
       openpgp.enums.armor.publicKey,
-      new Uint8Array([
-        ...(await readStoredPublicKey(good.publicArmored)).write(),
-        ...(await readStoredPublicKey(other.publicArmored)).write(),
-      ]),
+      new Uint8Array([...(await readStoredPublicKey(good.publicArmored)).write(), ...(await readStoredPublicKey(other.publicArmored)).write()]),
     );
     await expectAppError(readRecipientKey(both), 'invalid_public_key');
   });

@@ -62,7 +62,13 @@ describe('sessionKeyPacket', () => {
   });
 
   it('refuses a key that cannot encrypt (expired)', async () => {
-    const { privateKey } = await openpgp.generateKey({ ...legacy, userIDs: [user], keyExpirationTime: 1, date: new Date(Date.now() - 10_000), format: 'object' });
+    const { privateKey } = await openpgp.generateKey({
+      ...legacy,
+      userIDs: [user],
+      keyExpirationTime: 1,
+      date: new Date(Date.now() - 10_000),
+      format: 'object',
+    });
     await expect(sessionKeyPacket(privateKey.toPublic(), 'aes256', randomBytes(32))).rejects.toThrow(/expired|encryption key/i);
   });
 });

@@ -52,7 +52,10 @@ describe('a prepared statement whose result type a migration changed under the r
   });
 
   it('binds each :name where it occurs, refuses a missing one, and keeps a transaction to its connection', async () => {
-    const pair = prepared<{ a: number; b: string; again: number }>('test_bindings', 'SELECT CAST(:a AS int) AS a, CAST(:b AS text) AS b, CAST(:a AS int) + 1 AS again');
+    const pair = prepared<{ a: number; b: string; again: number }>(
+      'test_bindings',
+      'SELECT CAST(:a AS int) AS a, CAST(:b AS text) AS b, CAST(:a AS int) + 1 AS again',
+    );
     expect(await pair(db, { a: 1, b: 'x' })).toEqual([{ a: 1, b: 'x', again: 2 }]);
     expect(await pair(db, { a: 1, b: null })).toEqual([{ a: 1, b: null, again: 2 }]);
     await expect(pair(db, { a: 1 })).rejects.toThrow(/no value for :b/);
@@ -95,7 +98,14 @@ describe('prepared statements planned before the tables have statistics', () => 
 
   /** The scans of `statement`'s plan, run (in a transaction rolled back) with `args` as literals, one per `:name` in order. */
   async function scans(statement: string, args: string[]) {
-    type Node = { 'Node Type': string; 'Relation Name'?: string; 'Index Name'?: string; 'Index Cond'?: string; 'Rows Removed by Filter'?: number; Plans?: Node[] };
+    type Node = {
+      'Node Type': string;
+      'Relation Name'?: string;
+      'Index Name'?: string;
+      'Index Cond'?: string;
+      'Rows Removed by Filter'?: number;
+      Plans?: Node[];
+    };
     const flat = (n: Node): Node[] => [n, ...(n.Plans ?? []).flatMap(flat)];
     let plan: Node | undefined;
     await db
@@ -126,9 +136,29 @@ describe('prepared statements planned before the tables have statistics', () => 
     const lineage = randomUUID();
     expect(await retireActive(db, lineage, 1, new Date())).toBe(false); // planned now, on empty tables
     const lineages = [lineage, ...Array.from({ length: 300 }, () => randomUUID())];
-    const common = { user_id: owner, environment: 'production', uid_name: 'n', uid_email: 'n@example.com', algorithm: 'curve25519', unlock_public: 'x', unlock_locked: 'x' };
+    const common = {
+      user_id: owner,
+      environment: 'production',
+      uid_name: 'n',
+      uid_email: 'n@example.com',
+      algorithm: 'curve25519',
+      unlock_public: 'x',
+      unlock_locked: 'x',
+    };
     await db('key_lineages').insert(lineages.map((id, i) => ({ id, label: `k${i}`, ...common })));
-    await db('pgp_keys').insert(lineages.map((id, i) => ({ lineage_id: id, user_id: owner, generation: 1, fingerprint: `f${i}`, encryption_key_ids: [], algorithm: 'curve25519', public_armored: 'x', private_sealed: 'x', secret_sealed: 'x' })));
+    await db('pgp_keys').insert(
+      lineages.map((id, i) => ({
+        lineage_id: id,
+        user_id: owner,
+        generation: 1,
+        fingerprint: `f${i}`,
+        encryption_key_ids: [],
+        algorithm: 'curve25519',
+        public_armored: 'x',
+        private_sealed: 'x',
+        secret_sealed: 'x',
+      })),
+    );
     const keys = (await scans('retire_active', [lineage, new Date().toISOString(), lineage, '1'])).filter((n) => n['Relation Name'] === 'pgp_keys');
     expect(keys).toHaveLength(1);
     expect(keys[0]).toMatchObject({ 'Index Cond': expect.stringMatching(/lineage_id = /) });

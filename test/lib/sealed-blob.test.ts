@@ -39,13 +39,19 @@ afterAll(async () => {
 /** `data` as a stream of pieces of `piece` bytes (default: two halves). */
 function source(data: Buffer, piece?: number): Readable {
   if (!piece) return Readable.from([data.subarray(0, data.length >> 1), data.subarray(data.length >> 1)]);
-  return Readable.from((function* () {
-    for (let at = 0; at < data.length; at += piece) yield data.subarray(at, at + piece);
-  })());
+  return Readable.from(
+    (function* () {
+      for (let at = 0; at < data.length; at += piece) yield data.subarray(at, at + piece);
+    })(),
+  );
 }
 const put = (key: string, data: Buffer, s: BlobStore = store) => s.put(key, source(data));
 const read = async (key: string, s: BlobStore = store) => buffer(await s.get(key));
-const failure = (key: string, s: BlobStore = store) => read(key, s).then(() => undefined, (err: unknown) => err as Error);
+const failure = (key: string, s: BlobStore = store) =>
+  read(key, s).then(
+    () => undefined,
+    (err: unknown) => err as Error,
+  );
 const fails = (key: string, s: BlobStore = store) => failure(key, s).then((err) => err?.message ?? 'read');
 const rawPath = (key: string) => join(dir, key);
 
@@ -61,18 +67,21 @@ async function readUntilFailure(key: string): Promise<{ got: Buffer; error?: Err
 }
 
 describe('sealed job blobs', () => {
-  it.each([0, 1, MiB - 1, MiB, MiB + 1, 3 * MiB])('round-trips %i bytes; the stored bytes are not the plaintext; stat gives the plaintext size', async (size) => {
-    const key = `jobs/${newJob()}/in/0`;
-    const data = Buffer.alloc(size, 'secret plaintext ');
-    expect((await put(key, data)).size).toBe(size);
-    expect(Buffer.compare(await read(key), data)).toBe(0);
-    expect(Buffer.compare(await read(key, fresh()), data)).toBe(0);
-    expect(await store.stat(key)).toEqual({ size });
-    const stored = await readFile(rawPath(key));
-    expect(stored.length).toBe(sealedSize(size));
-    expect(plaintextSize(stored.length)).toBe(size);
-    if (size > 16) expect(stored.includes(data.subarray(0, 17))).toBe(false);
-  });
+  it.each([0, 1, MiB - 1, MiB, MiB + 1, 3 * MiB])(
+    'round-trips %i bytes; the stored bytes are not the plaintext; stat gives the plaintext size',
+    async (size) => {
+      const key = `jobs/${newJob()}/in/0`;
+      const data = Buffer.alloc(size, 'secret plaintext ');
+      expect((await put(key, data)).size).toBe(size);
+      expect(Buffer.compare(await read(key), data)).toBe(0);
+      expect(Buffer.compare(await read(key, fresh()), data)).toBe(0);
+      expect(await store.stat(key)).toEqual({ size });
+      const stored = await readFile(rawPath(key));
+      expect(stored.length).toBe(sealedSize(size));
+      expect(plaintextSize(stored.length)).toBe(size);
+      if (size > 16) expect(stored.includes(data.subarray(0, 17))).toBe(false);
+    },
+  );
 
   it.each([
     ['one buffer', 3 * MiB + 5, 0],
@@ -273,7 +282,10 @@ describe('sealed job blobs on the S3 driver (s3rver)', () => {
   it('round-trip, hold no plaintext in the bucket and refuse a changed object', async () => {
     const s3dir = await mkdtemp(join(tmpdir(), 'kms-sealed-s3-'));
     const s3 = await startS3(s3dir);
-    const rawS3 = await createBlobStore(s3.env.BLOB_STORE_URL, { s3: { endpoint: s3.endpoint, region: 'us-east-1', accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', partSize: 5 * MiB }, env: {} });
+    const rawS3 = await createBlobStore(s3.env.BLOB_STORE_URL, {
+      s3: { endpoint: s3.endpoint, region: 'us-east-1', accessKeyId: 'S3RVER', secretAccessKey: 'S3RVER', partSize: 5 * MiB },
+      env: {},
+    });
     const sealedS3 = sealedJobBlobs(rawS3, jobs.keys());
     try {
       const job = newJob();

@@ -6,7 +6,11 @@ import { defineProcessor, type JobContext } from '../../workers/define';
 import { AppError } from '../../lib/errors';
 
 const never = () => new Promise<never>(() => undefined);
-const code = (p: Promise<unknown>) => p.then(() => 'settled', (err: unknown) => (err instanceof AppError ? err.code : String(err)));
+const code = (p: Promise<unknown>) =>
+  p.then(
+    () => 'settled',
+    (err: unknown) => (err instanceof AppError ? err.code : String(err)),
+  );
 
 describe('Watchdog', () => {
   it('makes a promise that never settles lose to the wall-clock limit', async () => {

@@ -13,7 +13,12 @@ export async function createKey(api: ApiClient, token: string, fields: Record<st
 }
 
 /** Submits a job and waits for it to end (Prefer: wait); returns the finished job. */
-export async function runJob(api: ApiClient, token: string, path: '/keys/encrypt' | '/keys/decrypt' | '/keys/sign' | '/keys/verify', form: Record<string, string | FormFile | FormFile[]>) {
+export async function runJob(
+  api: ApiClient,
+  token: string,
+  path: '/keys/encrypt' | '/keys/decrypt' | '/keys/sign' | '/keys/verify',
+  form: Record<string, string | FormFile | FormFile[]>,
+) {
   const res = await api('POST', path, { token, form, headers: { prefer: 'wait=30' } });
   expect([200, 202], JSON.stringify(res.body)).toContain(res.status);
   return waitJob(api, token, res.body.job_id);

@@ -1,7 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 
 /** Starts `lib/main.ts <role>` as a separate Node process with the given environment. */
-export function startProcess(role: 'web' | 'worker' | 'scheduler', env: Record<string, string>): ChildProcess & { exited: Promise<number | null>; output: () => string } {
+export function startProcess(
+  role: 'web' | 'worker' | 'scheduler',
+  env: Record<string, string>,
+): ChildProcess & { exited: Promise<number | null>; output: () => string } {
   const child = spawn(process.execPath, ['--import', 'tsx', 'lib/main.ts', role], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout.on('data', (c: Buffer) => (output += c.toString()));

@@ -41,14 +41,29 @@ export async function startRedisCluster(primaries = 3, nodeTimeoutMs = 2000) {
       const port = await freePort();
       // The cluster bus on a free port of its own (by default port + 10000, past 65535 for high ports).
       const busPort = await freePort();
-      const args = ['--port', String(port), '--cluster-port', String(busPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--cluster-enabled', 'yes'];
+      const args = [
+        '--port',
+        String(port),
+        '--cluster-port',
+        String(busPort),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--cluster-enabled',
+        'yes',
+      ];
       args.push('--cluster-config-file', join(dir, `nodes-${port}.conf`), '--cluster-node-timeout', String(nodeTimeoutMs), '--dir', dir);
       // A replica takes over only once it has synced; by default a diskless sync waits 5 s for more replicas.
       args.push('--repl-diskless-sync-delay', '0');
       nodes.push({ port, child: spawn('redis-server', args, { stdio: 'ignore' }) });
     }
     for (const { port } of nodes) await waitForPing(port);
-    await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], { timeout: 30_000 });
+    await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', '1', '--cluster-yes'], {
+      timeout: 30_000,
+    });
     const cluster = {
       dir,
       ports: nodes.map((n) => n.port),

@@ -145,7 +145,11 @@ export function apiClient(base: string): ApiClient {
     }
     const res = await fetch(base + path, { method, headers, body });
     const type = res.headers.get('content-type') ?? '';
-    const parsed = type.includes('json') ? await res.json() : type.startsWith('text/') || type.includes('pgp-keys') ? await res.text() : Buffer.from(await res.arrayBuffer());
+    const parsed = type.includes('json')
+      ? await res.json()
+      : type.startsWith('text/') || type.includes('pgp-keys')
+        ? await res.text()
+        : Buffer.from(await res.arrayBuffer());
     return { status: res.status, headers: res.headers, body: parsed as never };
   };
 }

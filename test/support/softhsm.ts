@@ -75,9 +75,12 @@ export async function startSoftHsm(): Promise<SoftHsm> {
     uri: (object, pin = 'pin') => `pkcs11:token=kms;object=${object}?module-path=${SOFTHSM_MODULE}&pin-source=file:${join(dir, pin)}`,
     labels: () =>
       withSession((p, session) =>
-        find(p, session, [{ type: pkcs11js.CKA_CLASS, value: pkcs11js.CKO_SECRET_KEY }]).map((h) => (p.C_GetAttributeValue(session, h, [{ type: pkcs11js.CKA_LABEL }])[0].value).toString()),
+        find(p, session, [{ type: pkcs11js.CKA_CLASS, value: pkcs11js.CKO_SECRET_KEY }]).map((h) =>
+          p.C_GetAttributeValue(session, h, [{ type: pkcs11js.CKA_LABEL }])[0].value.toString(),
+        ),
       ),
-    destroyKey: (label) => withSession((p, session) => find(p, session, [{ type: pkcs11js.CKA_LABEL, value: label }]).forEach((h) => p.C_DestroyObject(session, h))),
+    destroyKey: (label) =>
+      withSession((p, session) => find(p, session, [{ type: pkcs11js.CKA_LABEL, value: label }]).forEach((h) => p.C_DestroyObject(session, h))),
     async loggedOut(fn) {
       withSession((p, session) => p.C_Logout(session));
       await rename(join(dir, 'pin'), join(dir, 'pin.away'));
@@ -103,7 +106,10 @@ export async function startSoftHsm(): Promise<SoftHsm> {
 
 /** `npm run admin -- …` as an operator runs it. */
 export function admin(args: string[], env: Record<string, string>): Promise<{ code: number | null; out: string; err: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'db/cli/admin.ts', ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, ['--import', 'tsx', 'db/cli/admin.ts', ...args], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   let err = '';
   child.stdout.on('data', (c: Buffer) => (out += c.toString()));

@@ -47,7 +47,16 @@ export function subscriptionObject(s: SubscriptionSpec) {
       object: 'list',
       has_more: false,
       url: `/v1/subscription_items?subscription=${s.id}`,
-      data: [{ id: `si_${s.id}`, object: 'subscription_item', quantity: 1, current_period_start: created, current_period_end: end, price: { id: s.price, object: 'price', active: true, currency: 'eur', unit_amount: 1000 } }],
+      data: [
+        {
+          id: `si_${s.id}`,
+          object: 'subscription_item',
+          quantity: 1,
+          current_period_start: created,
+          current_period_end: end,
+          price: { id: s.price, object: 'price', active: true, currency: 'eur', unit_amount: 1000 },
+        },
+      ],
     },
   };
 }
@@ -63,11 +72,21 @@ export async function startStripeServer(opts: { latencyMs?: number } = {}) {
     res.writeHead(status, { 'content-type': 'application/json', 'request-id': rid('req') });
     res.end(JSON.stringify(body, null, 2));
   }
-  const missing = (what: string, id: string) => ({ status: 404, body: { error: { type: 'invalid_request_error', code: 'resource_missing', message: `No such ${what}: '${id}'`, param: 'id' } } });
+  const missing = (what: string, id: string) => ({
+    status: 404,
+    body: { error: { type: 'invalid_request_error', code: 'resource_missing', message: `No such ${what}: '${id}'`, param: 'id' } },
+  });
 
   function route(method: string, path: string, form: Record<string, string>): { status: number; body: unknown } {
     if (method === 'POST' && path === '/v1/customers') {
-      const customer = { id: rid('cus'), object: 'customer', email: form.email ?? null, created: now(), livemode: false, metadata: { user_id: form['metadata[user_id]'] } };
+      const customer = {
+        id: rid('cus'),
+        object: 'customer',
+        email: form.email ?? null,
+        created: now(),
+        livemode: false,
+        metadata: { user_id: form['metadata[user_id]'] },
+      };
       customers.set(customer.id, customer);
       return { status: 200, body: customer };
     }
@@ -97,7 +116,18 @@ export async function startStripeServer(opts: { latencyMs?: number } = {}) {
     if (method === 'POST' && path === '/v1/billing_portal/sessions') {
       if (!form.customer || !customers.has(form.customer)) return missing('customer', form.customer ?? '');
       const id = rid('bps');
-      return { status: 200, body: { id, object: 'billing_portal.session', customer: form.customer, return_url: form.return_url, url: `https://billing.stripe.test/p/session/${id}`, created: now(), livemode: false } };
+      return {
+        status: 200,
+        body: {
+          id,
+          object: 'billing_portal.session',
+          customer: form.customer,
+          return_url: form.return_url,
+          url: `https://billing.stripe.test/p/session/${id}`,
+          created: now(),
+          livemode: false,
+        },
+      };
     }
     const sub = /^\/v1\/subscriptions\/([A-Za-z0-9_]+)$/.exec(path);
     if (method === 'GET' && sub) {
@@ -115,7 +145,7 @@ export async function startStripeServer(opts: { latencyMs?: number } = {}) {
       const body = Buffer.concat(chunks).toString();
       const form = Object.fromEntries(new URLSearchParams(req.method === 'GET' ? url.search : body));
       const idempotencyKey = (req.headers['idempotency-key'] as string | undefined) ?? null;
-      requests.push({ method: req.method ?? '', path: url.pathname, form, idempotencyKey, authorization: (req.headers.authorization) ?? null });
+      requests.push({ method: req.method ?? '', path: url.pathname, form, idempotencyKey, authorization: req.headers.authorization ?? null });
       const hold = holds.find((h) => url.pathname.startsWith(h.prefix));
       if (hold) {
         holds.splice(holds.indexOf(hold), 1);

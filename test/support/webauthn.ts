@@ -107,7 +107,12 @@ export class SoftAuthenticator {
       id: this.id,
       rawId: this.id,
       type: 'public-key' as const,
-      response: { clientDataJSON: b64u(clientDataJSON), authenticatorData: b64u(authData), signature: b64u(signature), ...(handle ? { userHandle: handle } : {}) },
+      response: {
+        clientDataJSON: b64u(clientDataJSON),
+        authenticatorData: b64u(authData),
+        signature: b64u(signature),
+        ...(handle ? { userHandle: handle } : {}),
+      },
       authenticatorAttachment: 'platform' as const,
       clientExtensionResults: {},
     };

@@ -33,10 +33,11 @@ export async function startReceiver(opts: { answers?: (number | 'hang')[]; heade
     answer(next: (number | 'hang')[]) {
       answers = next;
     },
-    close: () => new Promise<void>((resolve) => {
-      server.closeAllConnections();
-      server.close(() => resolve());
-    }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }
 

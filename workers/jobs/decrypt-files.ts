@@ -14,7 +14,10 @@ import { signerKeys } from '../../lib/services/signers';
 
 /** `report.pdf.gpg` → `report.pdf`, when the message itself names no file. */
 function plainName(stored: string, fromMessage: string): string {
-  const base = fromMessage.split(/[\\/]/).pop()?.replace(/[\u0000-\u001f\u007f"]/g, '');
+  const base = fromMessage
+    .split(/[\\/]/)
+    .pop()
+    ?.replace(/[\u0000-\u001f\u007f"]/g, '');
   if (base && base !== '.' && base !== '..') return base;
   return stored.replace(/\.(gpg|pgp|asc)$/i, '') || stored;
 }
@@ -73,7 +76,14 @@ export const decryptFilesProcessor = defineTrackedProcessor(decryptFiles, {
           insertOutputFiles(db, row.id, done.outputs),
           // One write per key: each updates its own row.
           ...[...used].map(([keyId, use]) => recordKeyUse(db, keyId, 'decrypt', use.files, use.bytes, c.clock.now())),
-          recordAudit(db, { ...origin, user_id: row.user_id, action: 'keys.decrypt', status: 'success', target: req.fingerprint, details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal } }),
+          recordAudit(db, {
+            ...origin,
+            user_id: row.user_id,
+            action: 'keys.decrypt',
+            status: 'success',
+            target: req.fingerprint,
+            details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal },
+          }),
         ];
       },
       after: done.deleteInputs,
@@ -83,6 +93,13 @@ export const decryptFilesProcessor = defineTrackedProcessor(decryptFiles, {
   },
   async onFailure(trx, row, failure, { origin }) {
     const req = DecryptRequest.safeParse(row.request);
-    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.decrypt', status: 'failure', target: req.success ? req.data.fingerprint : null, details: { job_id: row.id, code: failure.code } });
+    await recordAudit(trx, {
+      ...origin,
+      user_id: row.user_id,
+      action: 'keys.decrypt',
+      status: 'failure',
+      target: req.success ? req.data.fingerprint : null,
+      details: { job_id: row.id, code: failure.code },
+    });
   },
 });

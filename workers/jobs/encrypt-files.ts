@@ -36,27 +36,54 @@ export const encryptFilesProcessor = defineTrackedProcessor(encryptFiles, {
     if (req.sign_with) {
       // A job enqueued again from its row alone has no passphrase: it cannot sign.
       if (!payload.sealed_passphrase) throw invalid('job_lost', 'The signing passphrase of this job was lost; submit it again.');
-      signingKey = (await openSigningKey(c, row.user_id, req.sign_with.lineage_id, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)))).privateKey;
+      signingKey = (await openSigningKey(c, row.user_id, req.sign_with.lineage_id, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id))))
+        .privateKey;
     }
     const done = await transformFiles(c, row, progress, { signal, slot }, async (source, file) => ({
       stream: await encryptStream(source, recipient, { armor: req.armor, compress: req.compress, filename: file.name, signal, signingKey }),
       ...encryptedOutput(file.name, req.armor),
     }));
     return {
-      result: { fingerprint_used: req.recipient.fingerprint, armor: req.armor, compressed: req.compress, ...(req.sign_with ? { signed_by: req.sign_with.fingerprint } : {}), files: [] },
+      result: {
+        fingerprint_used: req.recipient.fingerprint,
+        armor: req.armor,
+        compressed: req.compress,
+        ...(req.sign_with ? { signed_by: req.sign_with.fingerprint } : {}),
+        files: [],
+      },
       progress: done.progress,
       processedBytes: done.bytesTotal,
       writes: (db) => [
         insertOutputFiles(db, row.id, done.outputs),
         recordUsage(db, { jobId: row.id, userId: row.user_id, bytes: done.bytesTotal, at: c.clock.now() }), // billing: once per job (job id unique)
         ...(key ? [recordKeyUse(db, key.id, 'encrypt', done.inputs.length, done.bytesTotal, c.clock.now())] : []),
-        recordAudit(db, { ...origin, user_id: row.user_id, action: 'keys.encrypt', status: 'success', target: auditTarget(req), details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, recipient: req.recipient.type, ...(req.sign_with ? { signed_by: req.sign_with.fingerprint } : {}) } }),
+        recordAudit(db, {
+          ...origin,
+          user_id: row.user_id,
+          action: 'keys.encrypt',
+          status: 'success',
+          target: auditTarget(req),
+          details: {
+            job_id: row.id,
+            files: done.inputs.length,
+            bytes: done.bytesTotal,
+            recipient: req.recipient.type,
+            ...(req.sign_with ? { signed_by: req.sign_with.fingerprint } : {}),
+          },
+        }),
       ],
       after: done.deleteInputs,
     };
   },
   async onFailure(trx, row, failure, { origin }) {
     const req = EncryptRequest.safeParse(row.request);
-    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.encrypt', status: 'failure', target: req.success ? auditTarget(req.data) : null, details: { job_id: row.id, code: failure.code } });
+    await recordAudit(trx, {
+      ...origin,
+      user_id: row.user_id,
+      action: 'keys.encrypt',
+      status: 'failure',
+      target: req.success ? auditTarget(req.data) : null,
+      details: { job_id: row.id, code: failure.code },
+    });
   },
 });

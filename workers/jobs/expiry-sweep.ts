@@ -31,7 +31,13 @@ export const expirySweepProcessor = defineProcessor(expirySweep, {
           .returning('lead_days');
         if (!rows.some((r: { lead_days: number }) => r.lead_days === nearest)) return false;
         await trx('pgp_keys').where({ id: key.key_id }).whereNull('expiry_warned_at').update({ expiry_warned_at: now });
-        await recordAudit(trx, { user_id: key.user_id, action: 'keys.expiry_warning', status: 'success', target: key.fingerprint, details: { expires_at: key.expires_at.toISOString(), lead_days: nearest } });
+        await recordAudit(trx, {
+          user_id: key.user_id,
+          action: 'keys.expiry_warning',
+          status: 'success',
+          target: key.fingerprint,
+          details: { expires_at: key.expires_at.toISOString(), lead_days: nearest },
+        });
         return true;
       });
       if (!claimed) continue;

@@ -12,7 +12,11 @@ export const generateKeyProcessor = defineTrackedProcessor(generateKey, {
     const first = await newGeneration(c, { ...spec, user_id: row.user_id }, 1);
     return {
       async commit(trx) {
-        const { lineage, key } = await storeNewKey(c, trx, row.user_id, spec, first, { job_id: row.id, ip: origin.ip ?? undefined, requestId: origin.request_id ?? undefined });
+        const { lineage, key } = await storeNewKey(c, trx, row.user_id, spec, first, {
+          job_id: row.id,
+          ip: origin.ip ?? undefined,
+          requestId: origin.request_id ?? undefined,
+        });
         return { key: keyOut(lineage, key, c.clock.now()) };
       },
       events: () => [{ type: 'key.generated', data: keyGeneratedData(spec, first) }],

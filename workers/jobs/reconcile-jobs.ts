@@ -47,7 +47,7 @@ export const reconcileJobsProcessor = defineProcessor(reconcileJobs, {
     const before = new Date(c.clock.now().getTime() - c.config.jobReconcile.graceMs);
     const counts = { requeued: 0, lost: 0, errors: 0 };
     // Jobs enqueued again stay unfinished: the pages go on by creation time.
-    for (let after = new Date(0); ; ) {
+    for (let after = new Date(0); ;) {
       const batch = await unfinishedJobsBefore(c.db, before, BATCH).where('created_at', '>', after);
       for (const row of batch) {
         const outcome = await reconcileJob(c, row, log).catch((err: unknown) => {

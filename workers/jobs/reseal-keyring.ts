@@ -14,12 +14,15 @@ export const resealKeyringProcessor = defineProcessor(resealKeyring, {
     const row = await c.db('keyring').where({ kid: target_kid }).first('current_from', 'retired_at');
     if (!row) throw new Error(`re-seal: there is no data key "${target_kid}"`);
     if (c.keyring.current().kid !== target_kid) {
-      if (row.current_from && row.current_from.getTime() > Date.now()) throw new Error(`re-seal: data key "${target_kid}" is current from ${row.current_from.toISOString()}`);
+      if (row.current_from && row.current_from.getTime() > Date.now())
+        throw new Error(`re-seal: data key "${target_kid}" is current from ${row.current_from.toISOString()}`);
       await c.db('keyring_reseals').where({ target_kid }).whereNull('finished_at').update({ finished_at: c.db.fn.now() });
       log.info({ target_kid, current_kid: c.keyring.current().kid }, 're-seal overtaken by a later rotation');
       return { superseded: true };
     }
-    const run = await reseal(c.db, c.keyring, c.sealer, target_kid, { onSkip: (where, err) => log.warn({ where, err: err instanceof Error ? err.message : String(err) }, 're-seal left a value that does not open or verify') });
+    const run = await reseal(c.db, c.keyring, c.sealer, target_kid, {
+      onSkip: (where, err) => log.warn({ where, err: err instanceof Error ? err.message : String(err) }, 're-seal left a value that does not open or verify'),
+    });
     log.info({ target_kid, resealed: run.resealed, skipped: run.skipped }, 're-seal finished');
     return { resealed: run.resealed, skipped: run.skipped };
   },

@@ -24,7 +24,7 @@ async function sniffArmor(input: Readable): Promise<{ armored: boolean; stream: 
   const it = input[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
   const head: Buffer[] = [];
   let first: number | undefined;
-  for (let seen = 0; first === undefined && seen < 64 * 1024; ) {
+  for (let seen = 0; first === undefined && seen < 64 * 1024;) {
     const next = await it.next();
     if (next.done) break;
     head.push(next.value);
@@ -103,7 +103,11 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
         stream = await encryptStream(plaintext, recipient, { armor: armored, filename: plaintext.filename, signal });
       }
       moved.push({ n: file.n, name: file.name, from });
-      return { stream, name: rewrappedName(file.name, armored), contentType: armored ? 'application/pgp-encrypted; charset=us-ascii' : 'application/pgp-encrypted' };
+      return {
+        stream,
+        name: rewrappedName(file.name, armored),
+        contentType: armored ? 'application/pgp-encrypted; charset=us-ascii' : 'application/pgp-encrypted',
+      };
     });
     const files = moved.map((m) => ({
       n: m.n,
@@ -124,13 +128,27 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
         for (const m of moved) fromCounts.set(m.from.id, (fromCounts.get(m.from.id) ?? 0) + 1);
         for (const [keyId, n] of fromCounts) await recordGenerationUse(trx, keyId, 'rewrap_from', n, 0, now);
         await recordGenerationUse(trx, target.id, 'rewrap_to', moved.length, 0, now);
-        await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.rewrap', status: 'success', target: req.fingerprint, details: { job_id: row.id, mode: req.mode, files: done.inputs.length, bytes: done.bytesTotal, to_generation: target.generation } });
+        await recordAudit(trx, {
+          ...origin,
+          user_id: row.user_id,
+          action: 'keys.rewrap',
+          status: 'success',
+          target: req.fingerprint,
+          details: { job_id: row.id, mode: req.mode, files: done.inputs.length, bytes: done.bytesTotal, to_generation: target.generation },
+        });
       },
       after: done.deleteInputs,
     };
   },
   async onFailure(trx, row, failure, { origin }) {
     const req = RewrapRequest.safeParse(row.request);
-    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.rewrap', status: 'failure', target: req.success ? req.data.fingerprint : null, details: { job_id: row.id, code: failure.code } });
+    await recordAudit(trx, {
+      ...origin,
+      user_id: row.user_id,
+      action: 'keys.rewrap',
+      status: 'failure',
+      target: req.success ? req.data.fingerprint : null,
+      details: { job_id: row.id, code: failure.code },
+    });
   },
 });

@@ -19,7 +19,10 @@ export const rotateDueKeyProcessor = defineProcessor(rotateDueKey, {
     } catch (err) {
       const final = (err instanceof AppError && err.status < 500) || job.attemptsMade + 1 >= (job.opts.attempts ?? 1);
       if (final) {
-        const failure = err instanceof AppError ? { code: err.code, message: err.message } : { code: 'rotation_failed', message: 'The scheduled rotation failed after retries.' };
+        const failure =
+          err instanceof AppError
+            ? { code: err.code, message: err.message }
+            : { code: 'rotation_failed', message: 'The scheduled rotation failed after retries.' };
         await recordRotationFailure(c, input, failure);
       }
       throw err;

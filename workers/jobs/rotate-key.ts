@@ -1,7 +1,17 @@
 import { defineTrackedProcessor } from '../tracked';
 import type { JobOrigin } from '../../jobs/define';
 import { RotateRequest, rotateKey, rotationPassphraseAad } from '../../jobs/rotate-key';
-import { alreadyRotated, commitRotation, prepareRotation, recordRotationFailure, resyncAfterRotation, rotatedEvent, rotationOut, type RotateInput, type RotateOutcome } from '../../lib/services/rotation';
+import {
+  alreadyRotated,
+  commitRotation,
+  prepareRotation,
+  recordRotationFailure,
+  resyncAfterRotation,
+  rotatedEvent,
+  rotationOut,
+  type RotateInput,
+  type RotateOutcome,
+} from '../../lib/services/rotation';
 import type { RotationRow } from '../../db/rotation';
 
 const inputOf = (row: { id: string; request: unknown }, origin: JobOrigin): RotateInput => {
@@ -9,7 +19,11 @@ const inputOf = (row: { id: string; request: unknown }, origin: JobOrigin): Rota
   return { lineageId: req.lineage_id, fromGeneration: req.from_generation, trigger: 'manual', actorId: req.actor_id, jobId: row.id, origin };
 };
 
-const outcomeResult = (outcome: RotateOutcome) => ({ ...(outcome.entry ? rotationOut(outcome.entry) : {}), rotated: outcome.rotated, ...(outcome.rotated ? {} : { reason: outcome.reason }) });
+const outcomeResult = (outcome: RotateOutcome) => ({
+  ...(outcome.entry ? rotationOut(outcome.entry) : {}),
+  rotated: outcome.rotated,
+  ...(outcome.rotated ? {} : { reason: outcome.reason }),
+});
 
 /** "Rotate now", requested through the API and polled by the client. */
 export const rotateKeyProcessor = defineTrackedProcessor(rotateKey, {

@@ -8,7 +8,11 @@ export const rotationSweepProcessor = defineProcessor(rotationSweep, {
   async process(_payload, { c, log }) {
     const due = await dueRotations(c.db, c.clock.now(), 1000);
     for (const d of due) {
-      await c.jobs.enqueue('rotate-due-key', { lineage_id: d.lineage_id, from_generation: d.generation, trigger: d.trigger }, { jobId: dueJobId(d.lineage_id, d.generation) });
+      await c.jobs.enqueue(
+        'rotate-due-key',
+        { lineage_id: d.lineage_id, from_generation: d.generation, trigger: d.trigger },
+        { jobId: dueJobId(d.lineage_id, d.generation) },
+      );
     }
     if (due.length) log.info({ due: due.length }, 'rotations enqueued');
     return { enqueued: due.length };

@@ -21,7 +21,12 @@ export const signFilesProcessor = defineTrackedProcessor(signFiles, {
   async run(row, payload, progress, { c, origin, signal, slot }) {
     const req = SignRequest.parse(row.request);
     const { signStream } = await import('../../lib/pgp/signatures'); // the OpenPGP stack loads with a process's first crypto job
-    const { lineage, current, privateKey } = await openSigningKey(c, row.user_id, req.lineage_id, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
+    const { lineage, current, privateKey } = await openSigningKey(
+      c,
+      row.user_id,
+      req.lineage_id,
+      c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)),
+    );
     const done = await transformFiles(c, row, progress, { signal, slot }, async (source, file) => ({
       stream: await signStream(source, privateKey, { detached: req.detached, armor: req.armor, filename: file.name, signal }),
       ...signedOutput(file.name, req),
@@ -33,7 +38,14 @@ export const signFilesProcessor = defineTrackedProcessor(signFiles, {
       processedBytes: done.bytesTotal,
       writes: (db) => [
         insertOutputFiles(db, row.id, done.outputs),
-        recordAudit(db, { ...origin, user_id: row.user_id, action: 'keys.sign', status: 'success', target: current.fingerprint, details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, detached: req.detached } }),
+        recordAudit(db, {
+          ...origin,
+          user_id: row.user_id,
+          action: 'keys.sign',
+          status: 'success',
+          target: current.fingerprint,
+          details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, detached: req.detached },
+        }),
       ],
       events: () => [{ type: 'key.signed', data: facts }],
       after: done.deleteInputs,
@@ -41,6 +53,13 @@ export const signFilesProcessor = defineTrackedProcessor(signFiles, {
   },
   async onFailure(trx, row, failure, { origin }) {
     const req = SignRequest.safeParse(row.request);
-    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.sign', status: 'failure', target: req.success ? req.data.fingerprint : null, details: { job_id: row.id, code: failure.code } });
+    await recordAudit(trx, {
+      ...origin,
+      user_id: row.user_id,
+      action: 'keys.sign',
+      status: 'failure',
+      target: req.success ? req.data.fingerprint : null,
+      details: { job_id: row.id, code: failure.code },
+    });
   },
 });

@@ -13,7 +13,13 @@ export const syncTeamAccessProcessor = defineProcessor(syncTeamAccess, {
   async process(payload, { c, job, origin }) {
     try {
       const outcome = await syncGrants(c, payload.grantee_id, origin);
-      return { linked: outcome.linked, state: outcome.state ?? null, inherited_keys: outcome.inherited_keys, added: outcome.added.length, removed: outcome.removed.length };
+      return {
+        linked: outcome.linked,
+        state: outcome.state ?? null,
+        inherited_keys: outcome.inherited_keys,
+        added: outcome.added.length,
+        removed: outcome.removed.length,
+      };
     } catch (err) {
       if (job.attemptsMade + 1 >= (job.opts.attempts ?? 1)) await markSyncFailed(c, payload.grantee_id, err instanceof AppError ? err.code : 'sync_failed');
       throw err;

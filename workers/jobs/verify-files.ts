@@ -36,7 +36,10 @@ export const verifyFilesProcessor = defineTrackedProcessor(verifyFiles, {
       return null;
     });
     if (req.signatures > 0 && done.inputs.length !== req.signatures) {
-      throw invalid('signature_count_mismatch', `${req.signatures} signatures came with ${done.inputs.length} files: send one signature for each file, in the same order.`);
+      throw invalid(
+        'signature_count_mismatch',
+        `${req.signatures} signatures came with ${done.inputs.length} files: send one signature for each file, in the same order.`,
+      );
     }
     const valid = checks.filter((s) => s.valid).length;
     return {
@@ -44,7 +47,14 @@ export const verifyFilesProcessor = defineTrackedProcessor(verifyFiles, {
       progress: done.progress,
       processedBytes: done.bytesTotal,
       writes: (db) => [
-        recordAudit(db, { ...origin, user_id: row.user_id, action: 'keys.verify', status: 'success', target: req.signer.fingerprint, details: { job_id: row.id, files: checks.length, valid, signer: req.signer.type } }),
+        recordAudit(db, {
+          ...origin,
+          user_id: row.user_id,
+          action: 'keys.verify',
+          status: 'success',
+          target: req.signer.fingerprint,
+          details: { job_id: row.id, files: checks.length, valid, signer: req.signer.type },
+        }),
       ],
       events: () => [{ type: 'key.verified', data: { job_id: row.id, fingerprint: req.signer.fingerprint, files: checks.length, valid } }],
       after: () => c.blob.deletePrefix(jobBlob.dir(row.id)).then(() => undefined),
@@ -52,6 +62,13 @@ export const verifyFilesProcessor = defineTrackedProcessor(verifyFiles, {
   },
   async onFailure(trx, row, failure, { origin }) {
     const req = VerifyRequest.safeParse(row.request);
-    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.verify', status: 'failure', target: req.success ? req.data.signer.fingerprint : null, details: { job_id: row.id, code: failure.code } });
+    await recordAudit(trx, {
+      ...origin,
+      user_id: row.user_id,
+      action: 'keys.verify',
+      status: 'failure',
+      target: req.success ? req.data.signer.fingerprint : null,
+      details: { job_id: row.id, code: failure.code },
+    });
   },
 });

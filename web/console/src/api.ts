@@ -42,7 +42,13 @@ export function problemOf(response: Response, body: unknown): ApiProblem {
   const retry = Number(response.headers.get('retry-after'));
   const problem: Problem = isProblem(body)
     ? body
-    : { type: 'about:blank', title: response.statusText, status: response.status, code: `http_${response.status}`, detail: `The service answered ${response.status} ${response.statusText}.` };
+    : {
+        type: 'about:blank',
+        title: response.statusText,
+        status: response.status,
+        code: `http_${response.status}`,
+        detail: `The service answered ${response.status} ${response.statusText}.`,
+      };
   return new ApiProblem(response.status, problem, Number.isFinite(retry) && retry > 0 ? retry : undefined);
 }
 
@@ -52,7 +58,13 @@ export async function ok<D>(call: Promise<{ data?: D; error?: unknown; response:
   try {
     answer = await call;
   } catch {
-    throw new ApiProblem(0, { type: 'about:blank', title: 'Network error', status: 0, code: 'network_error', detail: 'The service could not be reached; check the connection and try again.' });
+    throw new ApiProblem(0, {
+      type: 'about:blank',
+      title: 'Network error',
+      status: 0,
+      code: 'network_error',
+      detail: 'The service could not be reached; check the connection and try again.',
+    });
   }
   if (!answer.response.ok) throw problemOf(answer.response, answer.error);
   return answer.data as NonNullable<D>;
@@ -64,7 +76,9 @@ export type Job = Schemas['Job'];
  * A WebAuthn response from @simplewebauthn/browser as the API's schema types it: the same JSON, with
  * its extension results as a plain object (an interface has no index signature; a copy does).
  */
-export function asJson<T extends { clientExtensionResults: object }>(credential: T): Omit<T, 'clientExtensionResults'> & { clientExtensionResults: Record<string, unknown> } {
+export function asJson<T extends { clientExtensionResults: object }>(
+  credential: T,
+): Omit<T, 'clientExtensionResults'> & { clientExtensionResults: Record<string, unknown> } {
   // eslint-disable-next-line @typescript-eslint/no-unnecessary-type-assertion -- the spread's type is `{}`, which the server's type does not take
   return { ...credential, clientExtensionResults: { ...credential.clientExtensionResults } as Record<string, unknown> };
 }
@@ -97,7 +111,10 @@ export function postForm<P extends FormPath, T = Job>(path: P, parts: FormPart<P
     xhr.setRequestHeader(CONSOLE_HEADER, '1');
     xhr.responseType = 'json';
     if (onProgress) xhr.upload.onprogress = (e) => onProgress({ loaded: e.loaded, total: e.total });
-    xhr.onerror = () => reject(new ApiProblem(0, { type: 'about:blank', title: 'Network error', status: 0, code: 'network_error', detail: 'The upload was cut off; try again.' }));
+    xhr.onerror = () =>
+      reject(
+        new ApiProblem(0, { type: 'about:blank', title: 'Network error', status: 0, code: 'network_error', detail: 'The upload was cut off; try again.' }),
+      );
     xhr.onload = () => {
       const headers = new Headers({ 'retry-after': xhr.getResponseHeader('retry-after') ?? '' });
       if (xhr.status >= 200 && xhr.status < 300) resolve(xhr.response as T);

@@ -48,7 +48,12 @@ export function useAction(): Action {
 /** The problem's detail, with the wait a 429 asked for. */
 export function ProblemText({ action, id }: { action: Action; id?: string }) {
   const p = action.problem;
-  if (!p) return action.notice ? <p class="notice" role="status">{action.notice}</p> : null;
+  if (!p)
+    return action.notice ? (
+      <p class="notice" role="status">
+        {action.notice}
+      </p>
+    ) : null;
   const wait = p.retryAfter ? ` Try again in ${p.retryAfter} second${p.retryAfter === 1 ? '' : 's'}.` : '';
   return (
     <p class="error" role="alert" id={id}>

@@ -4,7 +4,19 @@ import { api, asJson, ok, type Schemas } from '../api';
 import { CopyButton, Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
 
 type Scope = Schemas['ManagedApiKey']['scopes'][number];
-const SCOPES: Scope[] = ['keys:read', 'keys:write', 'crypto:encrypt', 'crypto:decrypt', 'jobs:read', 'shares:read', 'shares:write', 'audit:read', 'events:read', 'webhooks:write', 'account:read'];
+const SCOPES: Scope[] = [
+  'keys:read',
+  'keys:write',
+  'crypto:encrypt',
+  'crypto:decrypt',
+  'jobs:read',
+  'shares:read',
+  'shares:write',
+  'audit:read',
+  'events:read',
+  'webhooks:write',
+  'account:read',
+];
 
 /** A secret the API shows once, with the warning and a copy button. */
 function ShownOnce({ label, value }: { label: string; value: string | null }) {
@@ -29,7 +41,9 @@ function PartnerKey() {
       <h2 id="partner-h">Partner API key</h2>
       {status && (
         <p>
-          {status.status === 'none' ? 'No partner key.' : `Key ${status.prefix}… is ${status.status}; expires ${when(status.expires_at)}${status.days_remaining !== null ? ` (${status.days_remaining} days)` : ''}; last used ${when(status.last_used_at)}.`}
+          {status.status === 'none'
+            ? 'No partner key.'
+            : `Key ${status.prefix}… is ${status.status}; expires ${when(status.expires_at)}${status.days_remaining !== null ? ` (${status.days_remaining} days)` : ''}; last used ${when(status.last_used_at)}.`}
         </p>
       )}
       <button
@@ -57,7 +71,8 @@ function ApiKeys() {
   const [shown, setShown] = useState<{ label: string; value: string | null }>();
   const [shares, setShares] = useState<{ keyId: string; items: Schemas['ApiKeyShare'][] }>();
   const load = () => action.run(async () => setItems((await ok(api.GET('/api-keys', { params: { query: { page_size: 100 } } }))).items));
-  const loadShares = async (keyId: string) => setShares({ keyId, items: (await ok(api.GET('/api-keys/{key_id}/shares', { params: { path: { key_id: keyId }, query: { page_size: 50 } } }))).items });
+  const loadShares = async (keyId: string) =>
+    setShares({ keyId, items: (await ok(api.GET('/api-keys/{key_id}/shares', { params: { path: { key_id: keyId }, query: { page_size: 50 } } }))).items });
   useEffect(() => void load(), []);
   return (
     <section aria-labelledby="apikeys-h">
@@ -65,7 +80,7 @@ function ApiKeys() {
       <form
         onSubmit={(e) => {
           const v = formValues(e);
-          const scopes = SCOPES.filter((s) => (e.currentTarget).querySelector<HTMLInputElement>(`input[value="${s}"]`)?.checked);
+          const scopes = SCOPES.filter((s) => e.currentTarget.querySelector<HTMLInputElement>(`input[value="${s}"]`)?.checked);
           void action.run(async () => {
             const made = await ok(api.POST('/api-keys/generate', { body: { name: v.name, scopes, ...(v.days ? { expires_in_days: Number(v.days) } : {}) } }));
             setShown({ label: `The key "${made.name}"`, value: made.value });
@@ -105,7 +120,19 @@ function ApiKeys() {
               <td>{k.scopes.join(', ')}</td>
               <td>{k.status}</td>
               <td class="actions">
-                <button type="button" class="secondary" aria-label={`Show the value of ${k.name}`} onClick={() => action.run(async () => setShown({ label: `The key "${k.name}"`, value: (await ok(api.GET('/api-keys/{key_id}', { params: { path: { key_id: k.key_id } } }))).value }))}>
+                <button
+                  type="button"
+                  class="secondary"
+                  aria-label={`Show the value of ${k.name}`}
+                  onClick={() =>
+                    action.run(async () =>
+                      setShown({
+                        label: `The key "${k.name}"`,
+                        value: (await ok(api.GET('/api-keys/{key_id}', { params: { path: { key_id: k.key_id } } }))).value,
+                      }),
+                    )
+                  }
+                >
                   Show
                 </button>
                 <button
@@ -128,7 +155,9 @@ function ApiKeys() {
                   aria-label={`Share link of ${k.name}`}
                   onClick={() =>
                     action.run(async () => {
-                      const sh = await ok(api.POST('/api-keys/{key_id}/share', { params: { path: { key_id: k.key_id } }, body: { expires_in_hours: 24, max_views: 1 } }));
+                      const sh = await ok(
+                        api.POST('/api-keys/{key_id}/share', { params: { path: { key_id: k.key_id } }, body: { expires_in_hours: 24, max_views: 1 } }),
+                      );
                       setShown({ label: 'A one-view share link, valid 24 hours', value: sh.url });
                       await loadShares(k.key_id);
                     })
@@ -165,7 +194,17 @@ function ApiKeys() {
             <li key={sh.share_id}>
               {sh.key_name}: {sh.state}, {sh.view_count} view(s), until {when(sh.expires_at)}{' '}
               {sh.state === 'active' && (
-                <button type="button" class="secondary" onClick={() => action.run(async () => { await ok(api.DELETE('/api-keys/shares/{share_id}', { params: { path: { share_id: sh.share_id } } })); await loadShares(shares.keyId); return 'Share link revoked.'; })}>
+                <button
+                  type="button"
+                  class="secondary"
+                  onClick={() =>
+                    action.run(async () => {
+                      await ok(api.DELETE('/api-keys/shares/{share_id}', { params: { path: { share_id: sh.share_id } } }));
+                      await loadShares(shares.keyId);
+                      return 'Share link revoked.';
+                    })
+                  }
+                >
                   Revoke
                 </button>
               )}
@@ -193,7 +232,11 @@ function Passkeys() {
             const begun = await ok(api.POST('/auth/passkeys/register/begin'));
             // The API's schema names transports as strings; the library's type narrows them to its known names.
             const credential = await startRegistration({ optionsJSON: begun.options as Parameters<typeof startRegistration>[0]['optionsJSON'] });
-            const added = await ok(api.POST('/auth/passkeys/register/complete', { body: { challenge_id: begun.challenge_id, credential: asJson(credential), ...(v.name ? { name: v.name } : {}) } }));
+            const added = await ok(
+              api.POST('/auth/passkeys/register/complete', {
+                body: { challenge_id: begun.challenge_id, credential: asJson(credential), ...(v.name ? { name: v.name } : {}) },
+              }),
+            );
             await load();
             return `Passkey "${added.name}" added.`;
           });
@@ -207,10 +250,31 @@ function Passkeys() {
         {items.map((p) => (
           <li key={p.passkey_id}>
             <span class="name">{p.name}</span> ({p.active ? 'active' : 'inactive'}, last used {when(p.last_used_at)}){' '}
-            <button type="button" class="secondary" aria-label={`${p.active ? 'Deactivate' : 'Activate'} ${p.name}`} onClick={() => action.run(async () => { await ok(api.PATCH('/auth/passkeys/{passkey_id}', { params: { path: { passkey_id: p.passkey_id } }, body: { active: !p.active } })); await load(); })}>
+            <button
+              type="button"
+              class="secondary"
+              aria-label={`${p.active ? 'Deactivate' : 'Activate'} ${p.name}`}
+              onClick={() =>
+                action.run(async () => {
+                  await ok(api.PATCH('/auth/passkeys/{passkey_id}', { params: { path: { passkey_id: p.passkey_id } }, body: { active: !p.active } }));
+                  await load();
+                })
+              }
+            >
               {p.active ? 'Deactivate' : 'Activate'}
             </button>{' '}
-            <button type="button" class="danger" aria-label={`Delete ${p.name}`} onClick={() => confirm(`Delete the passkey "${p.name}"?`) && action.run(async () => { await ok(api.DELETE('/auth/passkeys/{passkey_id}', { params: { path: { passkey_id: p.passkey_id } } })); await load(); })}>
+            <button
+              type="button"
+              class="danger"
+              aria-label={`Delete ${p.name}`}
+              onClick={() =>
+                confirm(`Delete the passkey "${p.name}"?`) &&
+                action.run(async () => {
+                  await ok(api.DELETE('/auth/passkeys/{passkey_id}', { params: { path: { passkey_id: p.passkey_id } } }));
+                  await load();
+                })
+              }
+            >
               Delete
             </button>
           </li>
@@ -250,16 +314,59 @@ function Webhooks() {
         {items.map((w) => (
           <li key={w.webhook_id}>
             <span class="mono">{w.url}</span> {w.enabled ? '' : `(disabled: ${w.disabled_reason ?? ''})`}{' '}
-            <button type="button" class="secondary" onClick={() => action.run(async () => setSecret((await ok(api.POST('/webhooks/{webhook_id}/rotate-secret', { params: { path: { webhook_id: w.webhook_id } }, body: { grace_hours: 24 } }))).secret))}>
+            <button
+              type="button"
+              class="secondary"
+              onClick={() =>
+                action.run(async () =>
+                  setSecret(
+                    (await ok(api.POST('/webhooks/{webhook_id}/rotate-secret', { params: { path: { webhook_id: w.webhook_id } }, body: { grace_hours: 24 } })))
+                      .secret,
+                  ),
+                )
+              }
+            >
               Rotate secret
             </button>{' '}
-            <button type="button" class="secondary" onClick={() => action.run(async () => { const d = await ok(api.POST('/webhooks/{webhook_id}/test', { params: { path: { webhook_id: w.webhook_id } } })); return `Test delivery ${d.state}.`; })}>
+            <button
+              type="button"
+              class="secondary"
+              onClick={() =>
+                action.run(async () => {
+                  const d = await ok(api.POST('/webhooks/{webhook_id}/test', { params: { path: { webhook_id: w.webhook_id } } }));
+                  return `Test delivery ${d.state}.`;
+                })
+              }
+            >
               Send a test
             </button>{' '}
-            <button type="button" class="secondary" onClick={() => action.run(async () => setDeliveries({ id: w.webhook_id, items: (await ok(api.GET('/webhooks/{webhook_id}/deliveries', { params: { path: { webhook_id: w.webhook_id }, query: { page_size: 20 } } }))).items }))}>
+            <button
+              type="button"
+              class="secondary"
+              onClick={() =>
+                action.run(async () =>
+                  setDeliveries({
+                    id: w.webhook_id,
+                    items: (
+                      await ok(api.GET('/webhooks/{webhook_id}/deliveries', { params: { path: { webhook_id: w.webhook_id }, query: { page_size: 20 } } }))
+                    ).items,
+                  }),
+                )
+              }
+            >
               Deliveries
             </button>{' '}
-            <button type="button" class="danger" onClick={() => confirm('Delete this endpoint?') && action.run(async () => { await ok(api.DELETE('/webhooks/{webhook_id}', { params: { path: { webhook_id: w.webhook_id } } })); await load(); })}>
+            <button
+              type="button"
+              class="danger"
+              onClick={() =>
+                confirm('Delete this endpoint?') &&
+                action.run(async () => {
+                  await ok(api.DELETE('/webhooks/{webhook_id}', { params: { path: { webhook_id: w.webhook_id } } }));
+                  await load();
+                })
+              }
+            >
               Delete
             </button>
             {deliveries?.id === w.webhook_id && (
@@ -268,7 +375,20 @@ function Webhooks() {
                 {deliveries.items.map((d) => (
                   <li key={d.delivery_id}>
                     {d.event_type}: {d.state} after {d.attempts} attempt(s){' '}
-                    <button type="button" class="secondary" onClick={() => action.run(async () => { await ok(api.POST('/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver', { params: { path: { webhook_id: w.webhook_id, delivery_id: d.delivery_id } } })); return 'Redelivery queued.'; })}>
+                    <button
+                      type="button"
+                      class="secondary"
+                      onClick={() =>
+                        action.run(async () => {
+                          await ok(
+                            api.POST('/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver', {
+                              params: { path: { webhook_id: w.webhook_id, delivery_id: d.delivery_id } },
+                            }),
+                          );
+                          return 'Redelivery queued.';
+                        })
+                      }
+                    >
                       Redeliver
                     </button>
                   </li>

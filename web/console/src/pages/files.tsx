@@ -36,7 +36,10 @@ function startJob(mode: Mode, v: Record<string, string>, up: Upload, onProgress:
       return postForm('/keys/encrypt', [...parts, ...files], onProgress);
     }
     case 'decrypt': {
-      const parts: FormPart<'/keys/decrypt'>[] = [['fingerprint', v.fingerprint], ['passphrase', v.passphrase]];
+      const parts: FormPart<'/keys/decrypt'>[] = [
+        ['fingerprint', v.fingerprint],
+        ['passphrase', v.passphrase],
+      ];
       if (v.verify_with) parts.push(['verify_with', v.verify_with]);
       if (v.require_signature) parts.push(['require_signature', 'true']);
       return postForm('/keys/decrypt', [...parts, ...files], onProgress);
@@ -44,7 +47,11 @@ function startJob(mode: Mode, v: Record<string, string>, up: Upload, onProgress:
     case 'rewrap':
       return postForm('/keys/rewrap', [['fingerprint', v.fingerprint], ['passphrase', v.passphrase], ...files], onProgress);
     case 'sign':
-      return postForm('/keys/sign', [['fingerprint', v.fingerprint], ['passphrase', v.passphrase], ['detached', yes('detached')], ['armor', yes('armor')], ...files], onProgress);
+      return postForm(
+        '/keys/sign',
+        [['fingerprint', v.fingerprint], ['passphrase', v.passphrase], ['detached', yes('detached')], ['armor', yes('armor')], ...files],
+        onProgress,
+      );
     case 'verify': {
       const signer: FormPart<'/keys/verify'> = up.publicKey ? ['public_key', up.publicKey] : ['fingerprint', v.fingerprint];
       return postForm('/keys/verify', [signer, ...up.signatures.map((f) => ['signatures', f] as const), ...files], onProgress);
@@ -66,7 +73,12 @@ export function SignatureChecks({ checks }: { checks: Schemas['SignatureCheck'][
             </>
           ) : (
             <>
-              <strong class="error">not valid</strong> ({c.reason}){c.signer_fingerprint && <>, signer <span class="mono">{c.signer_fingerprint}</span></>}
+              <strong class="error">not valid</strong> ({c.reason})
+              {c.signer_fingerprint && (
+                <>
+                  , signer <span class="mono">{c.signer_fingerprint}</span>
+                </>
+              )}
             </>
           )}
         </li>
@@ -83,7 +95,8 @@ function KeyOptions({ keys }: { keys: Key[] }) {
     <>
       {keys.map((k) => (
         <option key={k.fingerprint} value={k.fingerprint}>
-          {k.label} ({k.environment}{k.kind === 'recipient' ? ', recipient' : ''}, …{k.fingerprint.slice(-16)})
+          {k.label} ({k.environment}
+          {k.kind === 'recipient' ? ', recipient' : ''}, …{k.fingerprint.slice(-16)})
         </option>
       ))}
     </>
@@ -207,7 +220,12 @@ export function Files() {
           <>
             <label>
               Or the signer's public key file (instead of a stored key)
-              <input type="file" name="public_key" accept=".asc,.gpg,.pgp,.key,application/pgp-keys" onChange={(e) => setPublicKey(e.currentTarget.files?.[0])} />
+              <input
+                type="file"
+                name="public_key"
+                accept=".asc,.gpg,.pgp,.key,application/pgp-keys"
+                onChange={(e) => setPublicKey(e.currentTarget.files?.[0])}
+              />
             </label>
             <label>
               Detached signatures (one per file, in the order of the files; none for signed messages)

@@ -28,7 +28,9 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
   useEffect(() => void load(), [k.fingerprint]);
   const destroy = (generation: number | undefined, waitingDays: number) =>
     action.run(async () => {
-      const d = await ok(api.POST('/keys/{fingerprint}/destruction', { params: { path }, body: { waiting_days: waitingDays, ...(generation ? { generation } : {}) } }));
+      const d = await ok(
+        api.POST('/keys/{fingerprint}/destruction', { params: { path }, body: { waiting_days: waitingDays, ...(generation ? { generation } : {}) } }),
+      );
       await load();
       onChange();
       return `${generation ? `Generation ${generation}` : 'The whole key'} will be destroyed after ${when(d.destroy_after)}; until then it can be cancelled.`;
@@ -60,7 +62,9 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
               void action.run(async () => {
                 const body = v.days === 'policy' ? { use_account_policy: true as const } : { rotation_interval_days: v.days ? Number(v.days) : null };
                 const s = await ok(api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path }, body }));
-                return s.next_rotation_at ? `Next rotation ${when(s.next_rotation_at)} (${s.mode}).` : `Scheduled rotation is ${s.mode === 'off' ? 'off' : s.mode}.`;
+                return s.next_rotation_at
+                  ? `Next rotation ${when(s.next_rotation_at)} (${s.mode}).`
+                  : `Scheduled rotation is ${s.mode === 'off' ? 'off' : s.mode}.`;
               });
             }}
           >
@@ -116,8 +120,9 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
                     class="secondary"
                     aria-label={`Retire generation ${g.generation}`}
                     onClick={() =>
-                      confirm(`Retire generation ${g.generation}${g.generation > 1 ? ' and the older ones' : ''}? Files encrypted to it can no longer be decrypted until it is brought back.`) &&
-                      retireBelow(g.generation + 1, `Generations up to ${g.generation} retired.`)
+                      confirm(
+                        `Retire generation ${g.generation}${g.generation > 1 ? ' and the older ones' : ''}? Files encrypted to it can no longer be decrypted until it is brought back.`,
+                      ) && retireBelow(g.generation + 1, `Generations up to ${g.generation} retired.`)
                     }
                   >
                     Retire
@@ -125,14 +130,22 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
                 )}
                 {g.status === 'retired' && (
                   <>
-                    <button type="button" class="secondary" aria-label={`Bring back generation ${g.generation}`} onClick={() => retireBelow(g.generation, `Generation ${g.generation} decrypts again.`)}>
+                    <button
+                      type="button"
+                      class="secondary"
+                      aria-label={`Bring back generation ${g.generation}`}
+                      onClick={() => retireBelow(g.generation, `Generation ${g.generation} decrypts again.`)}
+                    >
                       Bring back
                     </button>
                     <button
                       type="button"
                       class="danger"
                       aria-label={`Destroy generation ${g.generation}`}
-                      onClick={() => confirm(`Destroy generation ${g.generation} after ${waitingDays} days? Data encrypted to it can no longer be decrypted then.`) && destroy(g.generation, waitingDays)}
+                      onClick={() =>
+                        confirm(`Destroy generation ${g.generation} after ${waitingDays} days? Data encrypted to it can no longer be decrypted then.`) &&
+                        destroy(g.generation, waitingDays)
+                      }
                     >
                       Destroy ({waitingDays}-day wait)
                     </button>
@@ -157,7 +170,11 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
         </p>
       ) : (
         <p>
-          <button type="button" class="danger" onClick={() => confirm(`Destroy the key "${k.label}" and every generation after a ${waitingDays}-day wait?`) && destroy(undefined, waitingDays)}>
+          <button
+            type="button"
+            class="danger"
+            onClick={() => confirm(`Destroy the key "${k.label}" and every generation after a ${waitingDays}-day wait?`) && destroy(undefined, waitingDays)}
+          >
             Destroy the whole key ({waitingDays}-day wait)
           </button>
         </p>
@@ -170,7 +187,8 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
         <ul class="history">
           {history.map((h) => (
             <li key={h.rotation_id}>
-              {when(h.created_at)}: generation {h.from_generation} → {h.new_fingerprint ? <span class="mono">{h.new_fingerprint}</span> : '—'} ({h.trigger}, {h.status})
+              {when(h.created_at)}: generation {h.from_generation} → {h.new_fingerprint ? <span class="mono">{h.new_fingerprint}</span> : '—'} ({h.trigger},{' '}
+              {h.status})
             </li>
           ))}
         </ul>
@@ -182,7 +200,15 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
         onSubmit={(e) => {
           const v = formValues(e);
           void action.run(async () => {
-            const made = await ok(api.POST('/keys/share/create', { body: { fingerprint: k.fingerprint, ...(v.hours ? { expires_in_hours: Number(v.hours) } : {}), ...(v.recipient ? { recipient_email: v.recipient } : {}) } }));
+            const made = await ok(
+              api.POST('/keys/share/create', {
+                body: {
+                  fingerprint: k.fingerprint,
+                  ...(v.hours ? { expires_in_hours: Number(v.hours) } : {}),
+                  ...(v.recipient ? { recipient_email: v.recipient } : {}),
+                },
+              }),
+            );
             setLink(made.url);
             await load();
             return v.recipient ? `Share link created and mailed to ${v.recipient}.` : 'Share link created.';
@@ -201,7 +227,17 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
           <li key={s.share_id}>
             {s.state}, {s.view_count} view(s){s.recipient_email ? `, sent to ${s.recipient_email}` : ''}, until {when(s.expires_at)}{' '}
             {s.state === 'active' && (
-              <button type="button" class="secondary" onClick={() => action.run(async () => { await ok(api.DELETE('/keys/share/{share_id}', { params: { path: { share_id: s.share_id } } })); await load(); return 'Share link revoked.'; })}>
+              <button
+                type="button"
+                class="secondary"
+                onClick={() =>
+                  action.run(async () => {
+                    await ok(api.DELETE('/keys/share/{share_id}', { params: { path: { share_id: s.share_id } } }));
+                    await load();
+                    return 'Share link revoked.';
+                  })
+                }
+              >
                 Revoke
               </button>
             )}
@@ -222,7 +258,8 @@ export function ShareAnalytics() {
   const last30 = a.views_by_day.reduce((n, d) => n + d.views, 0);
   return (
     <p>
-      Share links: {a.totals.shares} ({a.totals.active} active, {a.totals.revoked} revoked, {a.totals.expired} expired, {a.totals.exhausted} used up); {a.totals.views} views, {last30} in the last 30 days.
+      Share links: {a.totals.shares} ({a.totals.active} active, {a.totals.revoked} revoked, {a.totals.expired} expired, {a.totals.exhausted} used up);{' '}
+      {a.totals.views} views, {last30} in the last 30 days.
     </p>
   );
 }

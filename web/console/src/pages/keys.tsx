@@ -31,7 +31,10 @@ function ImportKey({ onImported }: { onImported: () => void }) {
   return (
     <>
       <h2>Import a key</h2>
-      <p class="muted">A secret key (gpg --export-secret-keys, sq key generate) becomes a managed key; a public key becomes a recipient key, which encrypts and verifies but never decrypts, signs or rotates.</p>
+      <p class="muted">
+        A secret key (gpg --export-secret-keys, sq key generate) becomes a managed key; a public key becomes a recipient key, which encrypts and verifies but
+        never decrypts, signs or rotates.
+      </p>
       <form
         onSubmit={(e) => {
           const v = formValues(e);
@@ -59,7 +62,13 @@ function ImportKey({ onImported }: { onImported: () => void }) {
         </label>
         <label>
           Or paste an armored key
-          <textarea name="key" rows={4} spellcheck={false} aria-invalid={action.fields.key ? 'true' : undefined} aria-describedby={action.fields.key ? keyError : undefined} />
+          <textarea
+            name="key"
+            rows={4}
+            spellcheck={false}
+            aria-invalid={action.fields.key ? 'true' : undefined}
+            aria-describedby={action.fields.key ? keyError : undefined}
+          />
         </label>
         {action.fields.key && (
           <span class="field-error" id={keyError}>
@@ -68,20 +77,58 @@ function ImportKey({ onImported }: { onImported: () => void }) {
         )}
         <Field label="Label of the imported key" name="label" required maxLength={100} action={action} />
         <Field label="Its environment (optional; default production)" name="environment" action={action} />
-        <Field label="Passphrase the key has now (if protected)" name="key_passphrase" type="password" autocomplete="off" maxLength={1024} hint="Used once to unlock it; never stored." action={action} />
-        <Field label="New passphrase here (secret keys)" name="passphrase" type="password" autocomplete="new-password" minLength={12} maxLength={1024} hint="At least 12 characters; needed to decrypt and sign. Not needed for a public key." action={action} />
+        <Field
+          label="Passphrase the key has now (if protected)"
+          name="key_passphrase"
+          type="password"
+          autocomplete="off"
+          maxLength={1024}
+          hint="Used once to unlock it; never stored."
+          action={action}
+        />
+        <Field
+          label="New passphrase here (secret keys)"
+          name="passphrase"
+          type="password"
+          autocomplete="new-password"
+          minLength={12}
+          maxLength={1024}
+          hint="At least 12 characters; needed to decrypt and sign. Not needed for a public key."
+          action={action}
+        />
         <Submit action={action}>Import</Submit>
         <ProblemText action={action} />
       </form>
       {imported && (
         <dl class="facts imported" aria-label="Imported key">
-          <div><dt>Label</dt><dd>{imported.label}</dd></div>
-          <div><dt>Kind</dt><dd>{kindOf(imported)}</dd></div>
-          <div><dt>Fingerprint</dt><dd class="mono">{imported.fingerprint}</dd></div>
-          <div><dt>User id</dt><dd>{imported.uid}</dd></div>
-          <div><dt>Algorithm</dt><dd>{imported.algorithm}</dd></div>
-          <div><dt>Environment</dt><dd>{imported.environment}</dd></div>
-          <div><dt>Expires</dt><dd>{when(imported.expires_at)}</dd></div>
+          <div>
+            <dt>Label</dt>
+            <dd>{imported.label}</dd>
+          </div>
+          <div>
+            <dt>Kind</dt>
+            <dd>{kindOf(imported)}</dd>
+          </div>
+          <div>
+            <dt>Fingerprint</dt>
+            <dd class="mono">{imported.fingerprint}</dd>
+          </div>
+          <div>
+            <dt>User id</dt>
+            <dd>{imported.uid}</dd>
+          </div>
+          <div>
+            <dt>Algorithm</dt>
+            <dd>{imported.algorithm}</dd>
+          </div>
+          <div>
+            <dt>Environment</dt>
+            <dd>{imported.environment}</dd>
+          </div>
+          <div>
+            <dt>Expires</dt>
+            <dd>{when(imported.expires_at)}</dd>
+          </div>
         </dl>
       )}
     </>
@@ -146,74 +193,80 @@ export function Keys() {
           <tbody>
             {keys.map((k) => (
               <Fragment key={k.fingerprint}>
-              <tr data-fingerprint={k.fingerprint}>
-                <td>{k.label}</td>
-                <td>{k.environment}</td>
-                <td class="mono">{k.fingerprint}</td>
-                <td>{kindOf(k)}</td>
-                <td>{k.status}</td>
-                <td>{k.generation}</td>
-                <td>{when(k.expires_at)}</td>
-                <td class="actions">
-                  <button type="button" class="secondary" aria-expanded={open === k.fingerprint} aria-label={`Details of ${k.label}`} onClick={() => setOpen(open === k.fingerprint ? undefined : k.fingerprint)}>
-                    Details
-                  </button>
-                  <button
-                    type="button"
-                    class="secondary"
-                    aria-label={`Public key (.asc) of ${k.label}`}
-                    onClick={() =>
-                      row.run(async () => {
-                        const pk = await ok(api.POST('/keys/get-public-key', { body: { fingerprint: k.fingerprint } }));
-                        saveText(`${k.label}-${k.fingerprint.slice(-16)}.asc`, pk.public_key, 'application/pgp-keys');
-                      })
-                    }
-                  >
-                    Public key (.asc)
-                  </button>
-                  {k.active && k.kind === 'managed' && (
+                <tr data-fingerprint={k.fingerprint}>
+                  <td>{k.label}</td>
+                  <td>{k.environment}</td>
+                  <td class="mono">{k.fingerprint}</td>
+                  <td>{kindOf(k)}</td>
+                  <td>{k.status}</td>
+                  <td>{k.generation}</td>
+                  <td>{when(k.expires_at)}</td>
+                  <td class="actions">
                     <button
                       type="button"
                       class="secondary"
-                      aria-label={`Rotate ${k.label} now`}
-                      onClick={() =>
-                        row.run(async () => {
-                          const started = await ok(api.POST('/keys/{fingerprint}/rotate', { params: { path: { fingerprint: k.fingerprint } }, body: {} }));
-                          const done = await followJob(started.job_id, setJob);
-                          await load();
-                          return done.state === 'completed' ? `${k.label} rotated.` : undefined;
-                        })
-                      }
+                      aria-expanded={open === k.fingerprint}
+                      aria-label={`Details of ${k.label}`}
+                      onClick={() => setOpen(open === k.fingerprint ? undefined : k.fingerprint)}
                     >
-                      Rotate
+                      Details
                     </button>
-                  )}
-                  {k.active && (
                     <button
                       type="button"
-                      class="danger"
-                      aria-label={`Disable ${k.label}`}
+                      class="secondary"
+                      aria-label={`Public key (.asc) of ${k.label}`}
                       onClick={() =>
-                        confirm(`Disable the key "${k.label}"? It stops encrypting and decrypting.`) &&
                         row.run(async () => {
-                          await ok(api.POST('/keys/disable-key', { body: { fingerprint: k.fingerprint } }));
-                          await load();
-                          return `${k.label} disabled.`;
+                          const pk = await ok(api.POST('/keys/get-public-key', { body: { fingerprint: k.fingerprint } }));
+                          saveText(`${k.label}-${k.fingerprint.slice(-16)}.asc`, pk.public_key, 'application/pgp-keys');
                         })
                       }
                     >
-                      Disable
+                      Public key (.asc)
                     </button>
-                  )}
-                </td>
-              </tr>
-              {open === k.fingerprint && (
-                <tr>
-                  <td colSpan={8}>
-                    <KeyDetail k={k} onChange={load} />
+                    {k.active && k.kind === 'managed' && (
+                      <button
+                        type="button"
+                        class="secondary"
+                        aria-label={`Rotate ${k.label} now`}
+                        onClick={() =>
+                          row.run(async () => {
+                            const started = await ok(api.POST('/keys/{fingerprint}/rotate', { params: { path: { fingerprint: k.fingerprint } }, body: {} }));
+                            const done = await followJob(started.job_id, setJob);
+                            await load();
+                            return done.state === 'completed' ? `${k.label} rotated.` : undefined;
+                          })
+                        }
+                      >
+                        Rotate
+                      </button>
+                    )}
+                    {k.active && (
+                      <button
+                        type="button"
+                        class="danger"
+                        aria-label={`Disable ${k.label}`}
+                        onClick={() =>
+                          confirm(`Disable the key "${k.label}"? It stops encrypting and decrypting.`) &&
+                          row.run(async () => {
+                            await ok(api.POST('/keys/disable-key', { body: { fingerprint: k.fingerprint } }));
+                            await load();
+                            return `${k.label} disabled.`;
+                          })
+                        }
+                      >
+                        Disable
+                      </button>
+                    )}
                   </td>
                 </tr>
-              )}
+                {open === k.fingerprint && (
+                  <tr>
+                    <td colSpan={8}>
+                      <KeyDetail k={k} onChange={load} />
+                    </td>
+                  </tr>
+                )}
               </Fragment>
             ))}
           </tbody>
@@ -226,7 +279,14 @@ export function Keys() {
           const v = formValues(e);
           const form = e.currentTarget;
           void generate.run(async () => {
-            const body = { label: v.label, name: v.name, email: v.email, passphrase: v.passphrase, algorithm: v.algorithm as 'curve25519' | 'rsa3072' | 'rsa4096', ...(v.environment ? { environment: v.environment } : {}) };
+            const body = {
+              label: v.label,
+              name: v.name,
+              email: v.email,
+              passphrase: v.passphrase,
+              algorithm: v.algorithm as 'curve25519' | 'rsa3072' | 'rsa4096',
+              ...(v.environment ? { environment: v.environment } : {}),
+            };
             const { data, error, response } = await api.POST('/keys/generate-key', { body });
             if (!response.ok) throw problemOf(response, error);
             form.reset();
@@ -244,7 +304,17 @@ export function Keys() {
         <Field label="Environment (optional)" name="environment" action={generate} />
         <Field label="Name in the key" name="name" required maxLength={100} action={generate} />
         <Field label="Email in the key" name="email" type="email" required action={generate} />
-        <Field label="Passphrase" name="passphrase" type="password" autocomplete="new-password" required minLength={12} maxLength={1024} hint="At least 12 characters; needed to decrypt. The service cannot recover it." action={generate} />
+        <Field
+          label="Passphrase"
+          name="passphrase"
+          type="password"
+          autocomplete="new-password"
+          required
+          minLength={12}
+          maxLength={1024}
+          hint="At least 12 characters; needed to decrypt. The service cannot recover it."
+          action={generate}
+        />
         <label>
           Algorithm
           <select name="algorithm">

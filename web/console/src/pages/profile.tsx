@@ -25,13 +25,31 @@ export function Profile() {
             };
             const updated = await ok(api.PUT('/profile/update', { body }));
             await session.refresh();
-            return updated.pending_email ? `Saved. We sent a confirmation link to ${updated.pending_email}; the new address counts once you open it.` : 'Saved.';
+            return updated.pending_email
+              ? `Saved. We sent a confirmation link to ${updated.pending_email}; the new address counts once you open it.`
+              : 'Saved.';
           });
         }}
       >
         <Field label="Username" name="username" autocomplete="username" required minLength={3} maxLength={64} defaultValue={user.username} action={details} />
-        <Field label="Email" name="email" type="email" autocomplete="email" required defaultValue={user.email} hint={user.email_verified ? 'Confirmed.' : 'Not confirmed yet.'} action={details} />
-        <Field label="Current password (needed to change the email)" name="current_password" type="password" autocomplete="current-password" maxLength={256} action={details} />
+        <Field
+          label="Email"
+          name="email"
+          type="email"
+          autocomplete="email"
+          required
+          defaultValue={user.email}
+          hint={user.email_verified ? 'Confirmed.' : 'Not confirmed yet.'}
+          action={details}
+        />
+        <Field
+          label="Current password (needed to change the email)"
+          name="current_password"
+          type="password"
+          autocomplete="current-password"
+          maxLength={256}
+          action={details}
+        />
         <Field label="Company" name="company_name" autocomplete="organization" maxLength={200} defaultValue={user.company_name ?? ''} action={details} />
         <Submit action={details}>Save</Submit>
         <ProblemText action={details} />
@@ -42,7 +60,9 @@ export function Profile() {
         onSubmit={(e) => {
           const v = formValues(e);
           void password.run(async () => {
-            const { session: fresh } = await ok(api.POST('/profile/change-password', { body: { current_password: v.current_password, new_password: v.new_password } }));
+            const { session: fresh } = await ok(
+              api.POST('/profile/change-password', { body: { current_password: v.current_password, new_password: v.new_password } }),
+            );
             // Every other session ended: this page keeps the fresh one.
             await session.adopt(fresh.token);
             return 'Password changed; your other sessions were signed out.';
@@ -68,7 +88,15 @@ export function Profile() {
           });
         }}
       >
-        <Field label="Rotate keys every (days, empty for off)" name="days" type="number" min={1} max={730} defaultValue={user.rotation_interval_days?.toString() ?? ''} action={rotation} />
+        <Field
+          label="Rotate keys every (days, empty for off)"
+          name="days"
+          type="number"
+          min={1}
+          max={730}
+          defaultValue={user.rotation_interval_days?.toString() ?? ''}
+          action={rotation}
+        />
         <Submit action={rotation}>Save</Submit>
       </form>
       <ProblemText action={rotation} />

@@ -34,7 +34,16 @@ export function SignIn() {
           void password.run(async () => done((await ok(api.POST('/auth/login', { body: { identifier: v.identifier, password: v.password } }))).session.token));
         }}
       >
-        <Field label="Username or email" name="identifier" autocomplete="username webauthn" required maxLength={254} value={identifier} onInput={(e) => setIdentifier(e.currentTarget.value)} action={password} />
+        <Field
+          label="Username or email"
+          name="identifier"
+          autocomplete="username webauthn"
+          required
+          maxLength={254}
+          value={identifier}
+          onInput={(e) => setIdentifier(e.currentTarget.value)}
+          action={password}
+        />
         <Field label="Password" name="password" type="password" autocomplete="current-password" required maxLength={256} action={password} />
         <Submit action={password}>Sign in</Submit>
         <ProblemText action={password} />
@@ -49,7 +58,9 @@ export function SignIn() {
               const begun = await ok(api.POST('/auth/passkeys/login/begin', { body: identifier.trim() ? { username: identifier.trim() } : {} }));
               // The API's schema names transports as strings; the library's type narrows them to its known names.
               const credential = await startAuthentication({ optionsJSON: begun.options as Parameters<typeof startAuthentication>[0]['optionsJSON'] });
-              const finished = await ok(api.POST('/auth/passkeys/login/complete', { body: { challenge_id: begun.challenge_id, credential: asJson(credential) } }));
+              const finished = await ok(
+                api.POST('/auth/passkeys/login/complete', { body: { challenge_id: begun.challenge_id, credential: asJson(credential) } }),
+              );
               return done(finished.session.token);
             })
           }
@@ -59,7 +70,8 @@ export function SignIn() {
       </p>
       <ProblemText action={passkey} />
       <p>
-        <Link href="/forgot-password">Forgot your password?</Link> · <Link href="/register">Register a partner account</Link> · <Link href="/contact">Contact us</Link>
+        <Link href="/forgot-password">Forgot your password?</Link> · <Link href="/register">Register a partner account</Link> ·{' '}
+        <Link href="/contact">Contact us</Link>
       </p>
     </>
   );
@@ -96,7 +108,9 @@ export function Register() {
         onSubmit={(e) => {
           const v = formValues(e);
           void action.run(async () => {
-            const made = await ok(api.POST('/partners/register', { body: { username: v.username, email: v.email, password: v.password, company_name: v.company_name || null } }));
+            const made = await ok(
+              api.POST('/partners/register', { body: { username: v.username, email: v.email, password: v.password, company_name: v.company_name || null } }),
+            );
             await session.adopt(made.session.token);
             setIssued(made.partner_api_key);
           });
@@ -104,7 +118,17 @@ export function Register() {
       >
         <Field label="Username" name="username" autocomplete="username" required minLength={3} maxLength={64} action={action} />
         <Field label="Email" name="email" type="email" autocomplete="email" required action={action} />
-        <Field label="Password" name="password" type="password" autocomplete="new-password" required minLength={12} maxLength={256} hint="At least 12 characters." action={action} />
+        <Field
+          label="Password"
+          name="password"
+          type="password"
+          autocomplete="new-password"
+          required
+          minLength={12}
+          maxLength={256}
+          hint="At least 12 characters."
+          action={action}
+        />
         <Field label="Company (optional)" name="company_name" autocomplete="organization" maxLength={200} action={action} />
         <Submit action={action}>Register</Submit>
         <ProblemText action={action} />
@@ -152,7 +176,13 @@ export function ResetPassword() {
     // The token stays in memory only: off the address bar, out of the history.
     if (token) history.replaceState(null, '', location.pathname);
   }, [token]);
-  if (!token) return <><h1>Set a new password</h1><MissingToken what="password reset" /></>;
+  if (!token)
+    return (
+      <>
+        <h1>Set a new password</h1>
+        <MissingToken what="password reset" />
+      </>
+    );
   return (
     <>
       <h1>Set a new password</h1>
@@ -170,7 +200,17 @@ export function ResetPassword() {
             });
           }}
         >
-          <Field label="New password" name="new_password" type="password" autocomplete="new-password" required minLength={12} maxLength={256} hint="At least 12 characters." action={action} />
+          <Field
+            label="New password"
+            name="new_password"
+            type="password"
+            autocomplete="new-password"
+            required
+            minLength={12}
+            maxLength={256}
+            hint="At least 12 characters."
+            action={action}
+          />
           <Submit action={action}>Set the password</Submit>
           <ProblemText action={action} />
         </form>
@@ -207,7 +247,13 @@ export function AcceptInvitation() {
   const session = useSession();
   const action = useAction();
   const [token] = useState(fragmentToken);
-  if (!token) return <><h1>Accept an invitation</h1><MissingToken what="invitation" /></>;
+  if (!token)
+    return (
+      <>
+        <h1>Accept an invitation</h1>
+        <MissingToken what="invitation" />
+      </>
+    );
   return (
     <>
       <h1>Accept an invitation</h1>

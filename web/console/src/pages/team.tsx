@@ -13,13 +13,18 @@ function Organization() {
       const o = await ok(api.GET('/organization'));
       setOrg(o);
       setMembers((await ok(api.GET('/organization/members', { params: { query: { page_size: 100 } } }))).items);
-      if (o.role !== 'member') setInvitations((await ok(api.GET('/organization/invitations', { params: { query: { state: 'pending', page_size: 100 } } }))).items);
+      if (o.role !== 'member')
+        setInvitations((await ok(api.GET('/organization/invitations', { params: { query: { state: 'pending', page_size: 100 } } }))).items);
     });
   useEffect(() => void load(), []);
   return (
     <section aria-labelledby="org-h">
       <h2 id="org-h">Organization{org ? `: ${org.name}` : ''}</h2>
-      {org && <p>You are its {org.role}; it has {org.member_count} member(s).</p>}
+      {org && (
+        <p>
+          You are its {org.role}; it has {org.member_count} member(s).
+        </p>
+      )}
       <table class="members">
         <caption class="muted">Members</caption>
         <thead>
@@ -39,7 +44,19 @@ function Organization() {
               {org && org.role !== 'member' && (
                 <td>
                   {m.role !== 'owner' && (
-                    <button type="button" class="danger" aria-label={`Remove ${m.username}`} onClick={() => confirm(`Remove ${m.username} from the organization?`) && action.run(async () => { await ok(api.DELETE('/organization/members/{user_id}', { params: { path: { user_id: m.user_id } } })); await load(); return `${m.username} removed.`; })}>
+                    <button
+                      type="button"
+                      class="danger"
+                      aria-label={`Remove ${m.username}`}
+                      onClick={() =>
+                        confirm(`Remove ${m.username} from the organization?`) &&
+                        action.run(async () => {
+                          await ok(api.DELETE('/organization/members/{user_id}', { params: { path: { user_id: m.user_id } } }));
+                          await load();
+                          return `${m.username} removed.`;
+                        })
+                      }
+                    >
                       Remove
                     </button>
                   )}
@@ -78,7 +95,17 @@ function Organization() {
             {invitations.map((i) => (
               <li key={i.invitation_id}>
                 {i.email} as {i.role}, until {when(i.expires_at)}{' '}
-                <button type="button" class="secondary" aria-label={`Revoke the invitation of ${i.email}`} onClick={() => action.run(async () => { await ok(api.DELETE('/organization/invitations/{invitation_id}', { params: { path: { invitation_id: i.invitation_id } } })); await load(); })}>
+                <button
+                  type="button"
+                  class="secondary"
+                  aria-label={`Revoke the invitation of ${i.email}`}
+                  onClick={() =>
+                    action.run(async () => {
+                      await ok(api.DELETE('/organization/invitations/{invitation_id}', { params: { path: { invitation_id: i.invitation_id } } }));
+                      await load();
+                    })
+                  }
+                >
                   Revoke
                 </button>
               </li>
@@ -110,7 +137,9 @@ function TeamAccess() {
       <p class="muted">Inherit access to a teammate's keys: the link waits for their approval (or an organization admin's), then keys sync.</p>
       {status && (
         <p role="status" class="team-status">
-          {status.linked ? `Linked to ${status.source?.username ?? 'a former member'}: approval ${status.approval ?? 'n/a'}, sync ${status.state}.` : 'Not linked.'}
+          {status.linked
+            ? `Linked to ${status.source?.username ?? 'a former member'}: approval ${status.approval ?? 'n/a'}, sync ${status.state}.`
+            : 'Not linked.'}
         </p>
       )}
       <form
@@ -137,7 +166,17 @@ function TeamAccess() {
         <Submit action={action}>Link to this teammate</Submit>
       </form>
       {status?.linked && (
-        <button type="button" class="secondary" onClick={() => action.run(async () => { await ok(api.DELETE('/team-access/link')); await load(); return 'Unlinked.'; })}>
+        <button
+          type="button"
+          class="secondary"
+          onClick={() =>
+            action.run(async () => {
+              await ok(api.DELETE('/team-access/link'));
+              await load();
+              return 'Unlinked.';
+            })
+          }
+        >
           Remove the link
         </button>
       )}
@@ -151,7 +190,12 @@ function TeamAccess() {
               aria-label={`Approve ${l.grantee?.username}`}
               onClick={() =>
                 action.run(async () => {
-                  await ok(api.POST('/team-access/links/{grantee_user_id}/approve', { params: { path: { grantee_user_id: l.grantee!.user_id } }, body: { source_user_id: l.source!.user_id } }));
+                  await ok(
+                    api.POST('/team-access/links/{grantee_user_id}/approve', {
+                      params: { path: { grantee_user_id: l.grantee!.user_id } },
+                      body: { source_user_id: l.source!.user_id },
+                    }),
+                  );
                   await load();
                   return `Approved ${l.grantee?.username}.`;
                 })
@@ -182,7 +226,11 @@ function Billing() {
       {status && status.mode !== 'disabled' && (
         <p class="actions">
           {(['pro', 'business'] as const).map((plan) => (
-            <button key={plan} type="button" onClick={() => action.run(async () => location.assign((await ok(api.POST('/billing/checkout', { body: { plan } }))).url))}>
+            <button
+              key={plan}
+              type="button"
+              onClick={() => action.run(async () => location.assign((await ok(api.POST('/billing/checkout', { body: { plan } }))).url))}
+            >
               Upgrade to {plan}
             </button>
           ))}
