@@ -27,7 +27,7 @@ import type { AppContext } from './context';
  * How every job-submitting endpoint answers: 202 with Location and the job, or, when the client sent
  * `Prefer: wait=N` and the job ended within N seconds, 200 with the finished job.
  */
-export async function replyWithJob(c: Container, ctx: AppContext, row: JobRow, watch?: JobEndWatch): Promise<Reply> {
+async function replyWithJob(c: Container, ctx: AppContext, row: JobRow, watch?: JobEndWatch): Promise<Reply> {
   const { row: current, wait } = await waitAsPreferred(c, ctx, row, watch);
   const body = await jobView(c, current);
   if (wait !== undefined && isFinished(current.state)) return { status: 200, body, headers: { 'Preference-Applied': `wait=${wait}` } };
@@ -38,7 +38,7 @@ export async function replyWithJob(c: Container, ctx: AppContext, row: JobRow, w
  * Honours `Prefer: wait=N`: the job as it is after at most N seconds of waiting for it to end. A `watch`
  * begun before `row` was read saves reading it again (see waitForJob).
  */
-export async function waitAsPreferred(c: Container, ctx: AppContext, row: JobRow, watch?: JobEndWatch): Promise<{ row: JobRow; wait?: number }> {
+async function waitAsPreferred(c: Container, ctx: AppContext, row: JobRow, watch?: JobEndWatch): Promise<{ row: JobRow; wait?: number }> {
   const wait = preferWait(ctx.get('prefer'));
   return { row: wait ? await waitForJob(c, row, wait, watch) : row, wait };
 }

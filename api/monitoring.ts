@@ -9,7 +9,7 @@ import type { AppContext } from './context';
 import { presentedCredential } from './middleware/browser-session';
 
 /** Where the BullMQ dashboard lives, outside /api/v1 (it is a page, not part of the API). */
-export const DASHBOARD_PATH = '/admin/queues';
+const DASHBOARD_PATH = '/admin/queues';
 const SESSION_PATH = `${DASHBOARD_PATH}/session`;
 const COOKIE = 'kms_dashboard';
 

@@ -30,7 +30,7 @@ export interface Reply {
   headers?: Record<string, string>;
 }
 
-export interface ResponseSpec {
+interface ResponseSpec {
   description: string;
   schema?: z.ZodType;
   /** Content type for non-JSON answers (file downloads, armored keys). */

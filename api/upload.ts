@@ -6,7 +6,7 @@ import { readMultipart, type MultipartOptions, type UploadedFile } from './middl
 import type { AppContext } from './context';
 
 /** An uploaded file as stored; `fingerprint` (lib/upload-fingerprint.ts) only when the request carries an Idempotency-Key (else ''). */
-export interface StoredFile extends UploadedFile {
+interface StoredFile extends UploadedFile {
   fingerprint: string;
 }
 

@@ -20,7 +20,7 @@ export function credentialsPath(env: NodeJS.ProcessEnv = process.env): string {
   return join(base, 'kms', 'credentials.json');
 }
 
-export async function loadCredentials(): Promise<Credentials | undefined> {
+async function loadCredentials(): Promise<Credentials | undefined> {
   let text: string;
   try {
     text = await readFile(credentialsPath(), 'utf8');

@@ -1,4 +1,4 @@
-import { Kms, ProblemError, type Problem } from '../client/index.js';
+import { Kms } from '../client/index.js';
 import { AuthMissingError } from './exit-codes.js';
 import { resolveTarget, type Resolved } from './config.js';
 import { progressBar } from './progress.js';
@@ -83,5 +83,3 @@ export function pagedFooter(page: { page: number; page_size: number; total: numb
   return pages > 1 ? `\npage ${page.page} of ${pages} (${page.total} in all; --page N for more)` : '';
 }
 
-export type { Problem };
-export { ProblemError };

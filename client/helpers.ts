@@ -18,7 +18,7 @@ import {
 } from './jobs.js';
 import { uploadName, type Upload } from './uploads.js';
 
-export interface FileJobOptions {
+interface FileJobOptions {
   files: Upload[];
   /** Where outputs are written (created if missing). Default: the current folder. */
   outDir?: string;

@@ -77,7 +77,7 @@ export const addJobBytes = (db: Knex, keyId: string, kind: 'encrypt' | 'decrypt'
     .increment(kind === 'encrypt' ? 'bytes_encrypted' : 'bytes_decrypted', bytes);
 
 /** Narrows a query of `api_keys` to the keys in `state` at `now`. */
-export function whereState(q: Knex.QueryBuilder, state: ApiKeyState, now: Date): Knex.QueryBuilder {
+function whereState(q: Knex.QueryBuilder, state: ApiKeyState, now: Date): Knex.QueryBuilder {
   if (state === 'revoked') return q.whereNotNull('revoked_at');
   q.whereNull('revoked_at');
   return state === 'expired' ? q.where('expires_at', '<=', now) : q.where((w) => w.whereNull('expires_at').orWhere('expires_at', '>', now));

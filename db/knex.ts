@@ -117,7 +117,7 @@ export function withWrites(db: Knex, table: string, writes: Knex.QueryBuilder[])
  * repeats the bad input (`invalid input syntax for type uuid: "<value>"`): that value goes, the SQL and
  * the rest stay. `detail` and `where`, where Postgres repeats values too, are left for the logger to drop.
  */
-export function cleanQueryError(err: unknown, sql: string | undefined): void {
+function cleanQueryError(err: unknown, sql: string | undefined): void {
   if (!(err instanceof Error)) return;
   const before = err.message;
   const prefix = sql && before.startsWith(`${sql} - `) ? `${sql} - ` : '';

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { KeyRow, LineageRow } from './keys';
 
 /** What a share link points at; the kind decides which table `target_id` names. */
-export const SHARE_KINDS = ['public_key', 'api_key'] as const;
+const SHARE_KINDS = ['public_key', 'api_key'] as const;
 export type ShareKind = (typeof SHARE_KINDS)[number];
 
 /** Computed from the row and the time, never stored: revoked wins over expired, expired over exhausted. */
@@ -11,7 +11,7 @@ export type ShareState = (typeof SHARE_STATES)[number];
 
 /** Coarse client classes a view is recorded under (never the raw User-Agent or the address). */
 export const UA_CLASSES = ['browser', 'cli', 'library', 'bot', 'other'] as const;
-export type UaClass = (typeof UA_CLASSES)[number];
+type UaClass = (typeof UA_CLASSES)[number];
 
 export interface ShareRow {
   id: string;

@@ -109,10 +109,7 @@ export async function pageMembers(
  * `granted_lineage_ids` (migrations 016 and 019; a function so that Postgres plans its join once per
  * session); db/keys.ts builds on it.
  */
-export const grantedLineageIds = (db: Knex, userId: string) => db.select('lineage_id').from(db.raw('granted_lineage_ids(?) as g(lineage_id)', [userId]));
-
-export const countGrants = async (db: Knex, granteeId: string) =>
-  Number((await teamGrants(db).where({ grantee_id: granteeId }).count<{ count: string }[]>({ count: '*' }))[0]?.count ?? 0);
+const grantedLineageIds = (db: Knex, userId: string) => db.select('lineage_id').from(db.raw('granted_lineage_ids(?) as g(lineage_id)', [userId]));
 
 /** Marks every link to the source pending (its keys changed); returns the accounts linked to it. One statement. */
 const linksToPending = prepared<{ grantee_id: string }>(

@@ -42,7 +42,7 @@ export interface AttemptRow {
 
 export const endpoints = (db: Knex) => db<EndpointRow>('webhook_endpoints');
 export const deliveries = (db: Knex) => db<DeliveryRow>('webhook_deliveries');
-export const attempts = (db: Knex) => db<AttemptRow>('webhook_attempts');
+const attempts = (db: Knex) => db<AttemptRow>('webhook_attempts');
 
 /** The enabled endpoints of an account: what its events fan out to (by type: `takesEvent`). */
 export const enabledEndpoints = (db: Knex, userId: string): Promise<Pick<EndpointRow, 'id' | 'user_id' | 'event_types'>[]> =>

@@ -18,7 +18,6 @@ const CHECKSUM_CHARS = 6;
 /** Characters of a value shown in lists: the kind and the first 6 random characters (~36 bits, useless to a guesser). */
 const DISPLAY_CHARS = MANAGED_KEY_PREFIX.length + 6;
 
-export const MANAGED_KEY_LENGTH = MANAGED_KEY_PREFIX.length + BODY_CHARS + CHECKSUM_CHARS;
 const SHAPE = new RegExp(`^${MANAGED_KEY_PREFIX}[0-9A-Za-z]{${BODY_CHARS + CHECKSUM_CHARS}}$`);
 
 function base62(n: bigint, width: number): string {

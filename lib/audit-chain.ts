@@ -21,7 +21,7 @@ export const CHECKPOINT_TYP = 'kms-audit-checkpoint+jws';
 export const EXPORT_FORMAT = 'kms-audit-export/1';
 
 /** RFC 8785 (JSON Canonicalization Scheme) of a JSON value: keys sorted by UTF-16 code units, ECMAScript number and string forms. */
-export function jcs(value: unknown): string {
+function jcs(value: unknown): string {
   if (value === null || typeof value !== 'object') {
     if (typeof value === 'number' && !Number.isFinite(value)) throw new Error('JCS: a number must be finite');
     return JSON.stringify(value);
@@ -94,7 +94,7 @@ export interface Jwk {
 }
 
 /** The claim of a compact JWS (EdDSA, Ed25519) signed by a key of `jwks`, or why it is not one. */
-export function verifyCheckpointJws(jws: string, jwks: { keys: Jwk[] }): { claim: CheckpointClaim; kid: string } | { error: string } {
+function verifyCheckpointJws(jws: string, jwks: { keys: Jwk[] }): { claim: CheckpointClaim; kid: string } | { error: string } {
   const parts = jws.split('.');
   if (parts.length !== 3 || !parts.every((p) => /^[A-Za-z0-9_-]*$/.test(p))) return { error: 'is not a compact JWS' };
   const [h, p, s] = parts as [string, string, string];

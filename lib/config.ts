@@ -349,7 +349,7 @@ function checkMasterKeys(
 }
 
 /** `crypto=2,notify` → [{queue:'crypto', concurrency:2}, {queue:'notify', concurrency:1}] */
-export function parseQueueList(spec: string): { queue: string; concurrency: number }[] {
+function parseQueueList(spec: string): { queue: string; concurrency: number }[] {
   return spec
     .split(',')
     .map((s) => s.trim())
@@ -373,7 +373,7 @@ function clusterNode(item: string): { host: string; port: number } {
 const UNIT_MS = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
 
 /** `5s,5m,2h` → [5000, 300000, 7200000] */
-export function parseDurations(name: string, spec: string): number[] {
+function parseDurations(name: string, spec: string): number[] {
   return spec
     .split(',')
     .map((s) => s.trim())

@@ -48,7 +48,7 @@ const relaying = new WeakMap<Container, Map<string, { again: boolean; done: Prom
  * One relayer per account: in this process, callers share the running one; across processes, an
  * account lock in Postgres, retried for up to `waitMs` without holding a connection meanwhile.
  */
-export function relayEvents(c: Container, userId: string, waitMs = 0): Promise<void> {
+function relayEvents(c: Container, userId: string, waitMs = 0): Promise<void> {
   let mine = relaying.get(c);
   if (!mine) relaying.set(c, (mine = new Map()));
   const running = mine.get(userId);

@@ -47,7 +47,7 @@ export interface KdfParams {
  */
 export const DEFAULT_KDF: KdfParams = { memoryKib: 19_456, timeCost: 3, parallelism: 1 };
 /** Floor for new locks in production (OWASP minimum for argon2id). Tests may go lower elsewhere. */
-export const PRODUCTION_KDF_FLOOR: KdfParams = { memoryKib: 19_456, timeCost: 2, parallelism: 1 };
+const PRODUCTION_KDF_FLOOR: KdfParams = { memoryKib: 19_456, timeCost: 2, parallelism: 1 };
 /** Bounds on what a stored lock may ask for, so a corrupt or hostile lock cannot exhaust memory. */
 const KDF_LIMITS = { memoryKib: [8, 1 << 20], timeCost: [1, 10], parallelism: [1, 8] } as const;
 

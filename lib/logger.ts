@@ -55,7 +55,7 @@ export function redactDataException(code: string | undefined, pgMessage: string)
 }
 
 /** A copy of `value` with secret-named fields and secret-shaped strings censored, at any depth. */
-export function scrub(value: unknown, depth = 0, ancestors = new WeakSet<object>()): unknown {
+function scrub(value: unknown, depth = 0, ancestors = new WeakSet<object>()): unknown {
   if (typeof value === 'string') return scrubText(value);
   if (!value || typeof value !== 'object') return value;
   if (depth > MAX_DEPTH) return '[too deep]';

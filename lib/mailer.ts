@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import type { Transporter } from 'nodemailer';
 import type { Logger } from './logger';
 
-export interface Mail {
+interface Mail {
   to: string;
   subject: string;
   text: string;

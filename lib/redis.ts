@@ -15,7 +15,7 @@ export interface RedisTarget {
 }
 
 /** How long a producer's command may wait for Redis's answer before it fails (a frozen or partitioned server). */
-export const PRODUCER_COMMAND_TIMEOUT_MS = 2000;
+const PRODUCER_COMMAND_TIMEOUT_MS = 2000;
 
 /**
  * Producer connections fail fast (no offline queue, and every command answered within

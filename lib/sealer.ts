@@ -37,7 +37,7 @@ export interface SealingKeys {
  * A value sealed (or a row MAC'd) under a key id this process has no key for: a retired data key, or
  * one it never had (a database from another installation). A 500 that names the key id, not a generic one.
  */
-export class SealingKeyError extends AppError {
+class SealingKeyError extends AppError {
   constructor(
     readonly kid: string,
     retired: boolean,
@@ -54,7 +54,7 @@ export class SealingKeyError extends AppError {
 }
 
 /** A fixed set of keys from `kid:base64` specs: the first is current. */
-export function fixedKeys(current: string, previous: string[] = []): SealingKeys {
+function fixedKeys(current: string, previous: string[] = []): SealingKeys {
   const [currentKid, currentKey] = parseKeySpec(current);
   const keys = new Map([[currentKid, currentKey], ...previous.map(parseKeySpec)]);
   return { current: () => ({ kid: currentKid, key: currentKey }), get: (kid) => keys.get(kid), isRetired: () => false };

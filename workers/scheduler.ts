@@ -7,7 +7,7 @@ import { contractOf, type JobName } from '../jobs/contracts';
  * Recurring work, registered as BullMQ job schedulers. Upserting is idempotent, so any number of
  * scheduler processes may run: Redis holds one scheduler per id, and each tick enqueues one job.
  */
-export const SCHEDULES: { id: string; job: JobName; every: number | ((config: Config) => number) }[] = [
+const SCHEDULES: { id: string; job: JobName; every: number | ((config: Config) => number) }[] = [
   { id: 'purge-expired', job: 'purge-expired', every: 3600_000 },
   { id: 'purge-job-outputs', job: 'purge-job-outputs', every: 600_000 },
   { id: 'sweep-blobs', job: 'sweep-blobs', every: 3600_000 },

@@ -25,7 +25,7 @@ export interface Progress {
   stop(): Promise<void>;
 }
 
-export interface Completion {
+interface Completion {
   result?: Record<string, unknown>;
   progress?: JobProgress;
   /**
@@ -48,7 +48,7 @@ export interface Completion {
   processedBytes?: number;
 }
 
-export interface Failure {
+interface Failure {
   code: string;
   message: string;
 }

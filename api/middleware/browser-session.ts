@@ -14,7 +14,7 @@ import { forbidden } from '../../lib/errors';
  * browser sends one, must be this service's. Requests with an Authorization header ignore the cookie:
  * the Bearer contract is unchanged.
  */
-export const SESSION_COOKIE = 'kms_session';
+const SESSION_COOKIE = 'kms_session';
 export const CONSOLE_HEADER = 'x-kms-console';
 
 export interface PresentedCredential {

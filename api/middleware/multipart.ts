@@ -231,7 +231,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
 }
 
 /** The name a file is stored and later offered under: the client's base name, without path or control characters. */
-export function safeName(filename: string | undefined, n: number): string {
+function safeName(filename: string | undefined, n: number): string {
   const base = (filename ?? '').split(/[\\/]/).pop() ?? '';
   const clean = base
     .replace(/[\u0000-\u001f\u007f"]/g, '')

@@ -8,7 +8,7 @@ import { EVENT_ID, EVENT_TYPES, eventHistory, lastEventId, readEvents, trimmedSi
 
 const tags = ['Events'];
 
-export const Event = z
+const Event = z
   .object({
     id: z.string().describe('Increasing; send it back as Last-Event-ID to resume'),
     type: z.enum(EVENT_TYPES),

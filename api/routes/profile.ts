@@ -13,7 +13,7 @@ const tags = ['Profile'];
 /** Bounds of the account's automatic rotation policy, in days. */
 export const ROTATION_DAYS = { min: 1, max: 730 } as const;
 
-export const ActivityItem = z
+const ActivityItem = z
   .object({ action: z.string(), status: z.enum(['success', 'failure']), target: z.string().nullable(), ip: z.string().nullable(), created_at: Timestamp })
   .meta({ id: 'ActivityItem' });
 

@@ -57,8 +57,6 @@ export function pageOf<T extends z.ZodType>(item: T) {
   });
 }
 
-export const Ok = z.object({ status: z.string() }).meta({ id: 'Ok' });
-
 /** One line of text that must not be blank; trimmed; no control characters. */
 export const text = (max: number) =>
   z

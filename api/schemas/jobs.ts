@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { Timestamp } from './common';
 
-export const JobFile = z
+const JobFile = z
   .object({
     n: z.number().int(),
     name: z.string(),
@@ -11,7 +11,7 @@ export const JobFile = z
   })
   .meta({ id: 'JobFile' });
 
-export const SignatureCheck = z
+const SignatureCheck = z
   .object({
     n: z.number().int().describe('The input file it is about'),
     name: z.string(),
@@ -26,7 +26,7 @@ export const SignatureCheck = z
   .meta({ id: 'SignatureCheck' });
 
 /** Kind-specific; the output files of encrypt and decrypt jobs are named so clients can read them without a hand-written type. */
-export const JobResult = z
+const JobResult = z
   .looseObject({
     files: z.array(JobFile).optional().describe('encrypt, decrypt: the output files, once completed'),
     outputs_expired: z.boolean().optional().describe('encrypt, decrypt: true once the outputs have passed their retention and were deleted'),

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { UserRow } from '../../db/users';
-import { Email, Timestamp, text } from './common';
+import { Timestamp, text } from './common';
 
 export const Username = z
   .string()
@@ -56,4 +56,3 @@ export const ApiKeyStatus = z
   })
   .meta({ id: 'PartnerApiKeyStatus' });
 
-export { Email };

@@ -86,7 +86,7 @@ interface LoadClient {
   min: number;
 }
 
-export interface LoadRound {
+interface LoadRound {
   requests: number;
   ms: number;
   /** Latencies of each kind of request (ms). */
@@ -96,7 +96,7 @@ export interface LoadRound {
   cpuMs: Record<string, number>;
 }
 
-export interface AuditChainCost {
+interface AuditChainCost {
   rounds: number;
   rotationWorkers: number;
   rotations: Record<Side, Timing[]>;
@@ -113,7 +113,7 @@ export async function auditSection(b: Bench): Promise<Record<string, never>> {
   return {};
 }
 
-export async function measureAuditChain(b: Bench): Promise<AuditChainCost> {
+async function measureAuditChain(b: Bench): Promise<AuditChainCost> {
   const db = createDb(b.service.databaseUrl, { max: 4 });
   try {
     if (b.service.workerCount('rotation') === 0) await b.service.addWorker('rotation=4');
@@ -265,7 +265,7 @@ const cpuLine = (without: Record<string, number>, withChain: Record<string, numb
     .join(' · ') +
   ` · service and Postgres together ${serviceTotal(without).toFixed(2)} → ${serviceTotal(withChain).toFixed(2)} (×${(serviceTotal(withChain) / serviceTotal(without)).toFixed(2)})`;
 
-export function auditChainLines(r: AuditChainCost): string[] {
+function auditChainLines(r: AuditChainCost): string[] {
   const rot = { without: r.rotations.without.map(rotationRate), with: r.rotations.with.map(rotationRate) };
   const load = { without: r.load.without.map(loadRate), with: r.load.with.map(loadRate) };
   const ratio = (x: Record<Side, number[]>) => median(x.with) / median(x.without);

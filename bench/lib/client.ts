@@ -19,7 +19,7 @@ export interface JobView {
 }
 
 /** A failed API call, with the problem+json body (code, detail) when there is one. */
-export class ApiError extends Error {
+class ApiError extends Error {
   constructor(
     readonly status: number,
     readonly request: string,

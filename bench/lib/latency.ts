@@ -139,7 +139,7 @@ export async function measureListLatency(base: string, opts: { rate: number; sec
   }
 }
 
-export async function generateKey(base: string, token: string): Promise<string> {
+async function generateKey(base: string, token: string): Promise<string> {
   const form = new FormData();
   for (const [k, v] of Object.entries({
     label: 'bench',

@@ -87,7 +87,7 @@ export interface Ratios {
  * A projected ratio for the service's processes (the client on a machine of its own), the same with a core
  * for the bench client too, the service process that bounds each step, and how many cores it assumes.
  */
-export interface Projection {
+interface Projection {
   ratio: number;
   with_client: number;
   busiest: string[];

@@ -22,14 +22,14 @@ export const int = (name: string) => (value: string) => {
 };
 
 /** A key fingerprint as the service takes it: 40 hexadecimal digits; spaces (as gpg prints them) and case do not matter. */
-export const fingerprint = (value: string) => {
+const fingerprint = (value: string) => {
   const fpr = value.replace(/\s+/g, '').toLowerCase();
   if (!/^[0-9a-f]{40}$/.test(fpr)) throw new InvalidArgumentError('A fingerprint is 40 hexadecimal digits.');
   return fpr;
 };
 
 /** A job id: a UUID. */
-export const jobId = (value: string) => {
+const jobId = (value: string) => {
   if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(value.trim()))
     throw new InvalidArgumentError('A job id is a UUID (as `kms encrypt` and `kms jobs` print it).');
   return value.trim().toLowerCase();

@@ -37,5 +37,3 @@ export const SCOPE_DESCRIPTIONS: Record<Scope, string> = {
   'webhooks:write': 'manage webhook endpoints and their deliveries',
   'account:read': 'read the profile (GET /auth/me) and the partner key status',
 };
-
-export const isScope = (value: string): value is Scope => (SCOPES as readonly string[]).includes(value);

@@ -12,7 +12,7 @@ export const DEFAULT_PLAN: PlanId = 'free';
 
 export const LIMIT_NAMES = ['keys', 'api_keys', 'shares', 'monthly_encrypted_bytes', 'concurrent_jobs', 'file_size'] as const;
 export type LimitName = (typeof LIMIT_NAMES)[number];
-export type Limits = Record<LimitName, number | null>;
+type Limits = Record<LimitName, number | null>;
 
 export const LIMIT_DESCRIPTIONS: Record<LimitName, string> = {
   keys: 'keys (lineages) not disabled',
@@ -79,8 +79,6 @@ export function buildPlans(prices: Partial<Record<PlanId, string | undefined>>, 
   }
   return plans;
 }
-
-export const isPlanId = (value: string): value is PlanId => (PLAN_IDS as readonly string[]).includes(value);
 
 /** The plan a provider price buys, or undefined for a price no plan names. */
 export const planForPrice = (plans: Plans, priceId: string | null | undefined): Plan | undefined =>

@@ -10,12 +10,11 @@ import { badRequest, conflict, unavailable } from '../errors';
  * The SDK is loaded on first use: its hundreds of modules are tens of thousands of objects that every
  * mark-compact of a process would otherwise walk, in every API and worker process, billing or not.
  */
-export type Provider = Stripe;
 export type ProviderEvent = Stripe.Event;
 export type ProviderSubscription = Stripe.Subscription;
 
 /** Signed webhooks older (or newer) than this are refused: Stripe's own default tolerance. */
-export const WEBHOOK_TOLERANCE_SECONDS = 300;
+const WEBHOOK_TOLERANCE_SECONDS = 300;
 
 const loadSdk = async () => (await import('stripe')).default;
 
@@ -34,7 +33,7 @@ export async function providerClient(config: Config): Promise<Stripe> {
   return client;
 }
 
-export const billingDisabled = () =>
+const billingDisabled = () =>
   conflict('billing_disabled', 'Billing is not enabled on this service (no payment provider is configured); every account is on the default plan.');
 
 /**

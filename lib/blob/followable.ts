@@ -37,7 +37,7 @@ import { type BlobStore, type FollowOptions, type PutOptions, BlobNotFoundError,
  * sealed segment stays under the S3 store's 8 MiB part size (one PutObject, not a multipart upload); at
  * 4 MiB the end-to-end bench was slower (more objects and waits per GiB).
  */
-export const SEGMENT_BYTES = (8 << 20) - 4096;
+const SEGMENT_BYTES = (8 << 20) - 4096;
 /** A segment that has held bytes this long is published, so a slow upload is followed as it trickles in. */
 const SEGMENT_MAX_AGE_MS = 500;
 const FILE_BLOB = /^jobs\/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\/(in|out)\/\d{1,5}$/;
@@ -48,7 +48,7 @@ const MARKER_MAX_BYTES = 48 * 1024;
 /** A follower polls for the next segment with this back-off (no notification channel in the blob layer). */
 const POLL_FIRST_MS = 2;
 const POLL_MAX_MS = 200;
-export const DEFAULT_IDLE_MS = 60_000;
+const DEFAULT_IDLE_MS = 60_000;
 
 const headKey = (key: string) => `${key}.head`;
 const partKey = (key: string, write: string, i: number) => `${key}.${write}.${i}`;
@@ -57,7 +57,7 @@ const failedKey = (key: string, write: string) => `${key}.${write}.failed`;
 /** The end marker as stored: segmented, or inline (a small file's bytes, base64, and no `segments`). */
 type EndMarker = { write: string; size: number } & ({ segments: number; data?: undefined } | { data: string; segments?: undefined });
 
-export const isFollowableKey = (key: string) => typeof key === 'string' && FILE_BLOB.test(key);
+const isFollowableKey = (key: string) => typeof key === 'string' && FILE_BLOB.test(key);
 
 export interface FollowableOptions {
   /** Smaller segments for tests (above INLINE_BYTES). */

@@ -7,9 +7,8 @@ import { LocalBlobStore } from './local';
 import type { S3Settings } from './s3';
 import type { BlobStore } from './types';
 
-export { BlobNotFoundError, isValidKey, type BlobStore, type ByteRange, type FollowOptions, type PutOptions } from './types';
+export { BlobNotFoundError, type BlobStore } from './types';
 export { LocalBlobStore } from './local';
-export type { S3BlobStoreOptions, S3Settings } from './s3';
 
 export interface BlobStoreOptions {
   /** S3 settings; each one left undefined falls back to the environment. Ignored by the local driver. */

@@ -29,7 +29,7 @@ import { type BlobStore, type ByteRange, type PutOptions, STREAM_CHUNK_BYTES } f
 
 const MAGIC = Buffer.from('KMSB\x01', 'latin1');
 const SALT_BYTES = 16;
-export const SEALED_HEADER_BYTES = MAGIC.length + SALT_BYTES;
+const SEALED_HEADER_BYTES = MAGIC.length + SALT_BYTES;
 const TAG_BYTES = 16;
 const CHUNK = STREAM_CHUNK_BYTES;
 const SEALED_CHUNK = CHUNK + TAG_BYTES;

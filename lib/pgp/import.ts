@@ -17,9 +17,9 @@ import { GENERATION_S2K_COUNT_BYTE, MAX_PUBLIC_KEY_BYTES, expiryOf, loadOpenpgp,
 /** Every call into OpenPGP.js about an imported key answers within this, or the key is refused (422). */
 export const KEY_PARSE_MS = 10_000;
 /** Real keys have a handful of subkeys (gpg and sq make one to three). */
-export const MAX_SUBKEYS = 32;
+const MAX_SUBKEYS = 32;
 /** Largest user id packet (RFC 9580 §5.11 sets no limit; real ones are under a hundred octets). */
-export const MAX_USER_ID_BYTES = 4096;
+const MAX_USER_ID_BYTES = 4096;
 /** Largest signature packet: an RSA-16384 signature with its subpackets is under 3 KiB. */
 export const MAX_SIGNATURE_PACKET_BYTES = 16 * 1024;
 /** Packets of any kind in one key (user ids, attributes, signatures, subkeys). */

@@ -11,7 +11,7 @@ import { curve25519Key } from './keygen';
  * whether OpenPGP.js encrypts with AEAD/OCB, which gpg 2.2 cannot read).
  */
 export type KeyAlgorithm = 'curve25519' | 'rsa3072' | 'rsa4096';
-export const KEY_ALGORITHMS: readonly KeyAlgorithm[] = ['curve25519', 'rsa3072', 'rsa4096'];
+const KEY_ALGORITHMS: readonly KeyAlgorithm[] = ['curve25519', 'rsa3072', 'rsa4096'];
 
 /** Supplied public keys above this size are refused (413) before parsing; real certificates are a few KiB. */
 export const MAX_PUBLIC_KEY_BYTES = 1 << 20;

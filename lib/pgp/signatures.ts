@@ -147,7 +147,7 @@ export async function verifySignedMessage(input: Readable, keys: VerificationKey
 }
 
 /** What openpgp.verify and openpgp.decrypt give for a streamed message. */
-export interface Verified {
+interface Verified {
   data: WebStream;
   signatures: VerificationResult[];
 }

@@ -233,7 +233,7 @@ export interface OpenEncryptedOptions extends WatchOptions {
   // (default 30 s): OpenPGP.js never settles on some hostile messages; 422 malformed_message after it.
 }
 
-export interface DecryptedStream extends Readable {
+interface DecryptedStream extends Readable {
   /** File name from the literal data packet ('' when none). */
   filename: string;
   /** With `verify`: the signatures' verdict, settled once the stream has ended. */

@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import { invalid } from '../errors';
 
 /** Default for `idleMs`: OpenPGP.js has moved no bytes for this long while we wait on it. */
-export const DEFAULT_IDLE_MS = 30_000;
+const DEFAULT_IDLE_MS = 30_000;
 
 export interface WatchOptions {
   /** Fails the work when OpenPGP.js moves no bytes for this long while we wait on it. */

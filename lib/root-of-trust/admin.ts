@@ -27,7 +27,7 @@ async function queuedSeals(c: Container, kid: string): Promise<number> {
 }
 
 /** The state of the keyring as `master-key status` prints it (and GET /status summarises it). */
-export async function keyringStatus(c: Container) {
+async function keyringStatus(c: Container) {
   const [rows, usage, reseal] = await Promise.all([c.db<KeyringRow>('keyring').orderBy('created_at'), keyUsage(c.db), resealProgress(c.db)]);
   const current = c.keyring.current().kid;
   return {

@@ -15,7 +15,7 @@ import { apiKeys, type ApiKeyRow } from '../../db/api-keys';
  */
 
 /** The public address of a share link (answered once, at creation). */
-export const apiKeyShareUrl = (c: Container, token: string) => `${c.config.publicUrl}/api/v1/api-keys/shared/${token}`;
+const apiKeyShareUrl = (c: Container, token: string) => `${c.config.publicUrl}/api/v1/api-keys/shared/${token}`;
 
 export const DEFAULT_SHARE_HOURS = 24;
 /** A link to a secret is a hand-over, not a standing grant: at most 30 days and 100 views. */
@@ -23,7 +23,7 @@ export const MAX_SHARE_HOURS = 30 * 24;
 export const MAX_SHARE_VIEWS = 100;
 
 /** A share as the key's owner sees it, with the key it points at (never the token or the value). */
-export function apiKeyShareOut(c: Container, row: ShareRow, key: Pick<ApiKeyRow, 'name' | 'prefix' | 'revoked_at' | 'expires_at'>) {
+function apiKeyShareOut(c: Container, row: ShareRow, key: Pick<ApiKeyRow, 'name' | 'prefix' | 'revoked_at' | 'expires_at'>) {
   const { target_id, kind: _kind, recipient_email: _recipient, ...rest } = shareOut(c, row);
   return { ...rest, key_id: target_id, key_name: key.name, key_prefix: key.prefix, key_status: apiKeyState(key, c.clock.now()) };
 }

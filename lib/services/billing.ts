@@ -41,7 +41,7 @@ export interface EffectivePlan {
 }
 
 /** The plan whose limits apply now: the subscribed one while active, trialing, or past due within the grace period. */
-export function effectivePlan(c: Container, account: BillingAccountRow | undefined, now: Date): EffectivePlan {
+function effectivePlan(c: Container, account: BillingAccountRow | undefined, now: Date): EffectivePlan {
   const plans = c.config.billing.plans;
   const subscribed = (account && (plans as Record<string, Plan>)[account.plan]?.id) || DEFAULT_PLAN;
   if (!account || c.config.billing.mode === 'disabled') return { plan: plans[DEFAULT_PLAN], subscribed: DEFAULT_PLAN, graceEndsAt: null };
@@ -228,7 +228,7 @@ export async function createPortal(c: Container, userId: string, meta: RequestMe
 // Webhooks
 
 /** Event types that change an account's plan or status; others are stored and marked ignored. */
-export const HANDLED_EVENTS = new Set([
+const HANDLED_EVENTS = new Set([
   'checkout.session.completed',
   'customer.subscription.created',
   'customer.subscription.updated',

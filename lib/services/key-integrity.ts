@@ -1,2 +1,2 @@
 /** Row MACs of the public key columns (see lib/integrity.ts), as the services and jobs use them. */
-export { IntegrityError, keyMac, lineageMac, verifiedKey, verifiedLineage } from '../integrity';
+export { keyMac, lineageMac, verifiedKey, verifiedLineage } from '../integrity';

@@ -34,7 +34,7 @@ import { jobsNeedingLineage } from '../../db/jobs';
 
 export type GenerationState = 'current' | 'rotated' | 'retired' | 'pending_destruction' | 'destroyed';
 
-export function generationState(
+function generationState(
   lineage: Pick<LineageRow, 'min_decryption_generation'>,
   g: Pick<KeyRow, 'status' | 'generation' | 'destroy_after' | 'destroyed_at'>,
 ): GenerationState {
@@ -66,7 +66,7 @@ export function requireDecryptable(lineage: Pick<LineageRow, 'min_decryption_gen
 const DAY_MS = 86_400_000;
 
 /** One generation as `GET /keys/{fingerprint}/generations` shows it (no private material). */
-export function generationOut(c: Container, lineage: LineageRow, g: KeyRow) {
+function generationOut(c: Container, lineage: LineageRow, g: KeyRow) {
   const state = generationState(lineage, g);
   const now = c.clock.now().getTime();
   // Quiet since the later of its rotation and its last decrypt: files encrypted just before a rotation
@@ -97,7 +97,7 @@ export function generationOut(c: Container, lineage: LineageRow, g: KeyRow) {
   };
 }
 
-export function lifecycleOut(lineage: LineageRow, current: KeyRow) {
+function lifecycleOut(lineage: LineageRow, current: KeyRow) {
   return {
     lineage_id: lineage.id,
     fingerprint: current.fingerprint,

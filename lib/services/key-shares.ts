@@ -19,14 +19,14 @@ import { usersByIds } from '../../db/users';
  */
 
 /** The public address of a share link (what the notice carries and the creation answers once). */
-export const keyShareUrl = (c: Container, token: string) => `${c.config.publicUrl}/api/v1/keys/share/${token}`;
+const keyShareUrl = (c: Container, token: string) => `${c.config.publicUrl}/api/v1/keys/share/${token}`;
 
 type KeyTarget = { lineage: LineageRow; current: KeyRow };
 
 type Maker = { user_id: string; username: string };
 
 /** A share as its owner sees it, with the key it points at (its current fingerprint and label) and who made it. */
-export function keyShareOut(c: Container, row: ShareRow, target: KeyTarget | undefined, maker: Maker) {
+function keyShareOut(c: Container, row: ShareRow, target: KeyTarget | undefined, maker: Maker) {
   const { target_id, kind: _kind, ...rest } = shareOut(c, row);
   return {
     ...rest,

@@ -34,14 +34,14 @@ import {
  */
 
 /** How long an invitation token is valid. */
-export const INVITATION_TTL_HOURS = 72;
+const INVITATION_TTL_HOURS = 72;
 /** Open (unused, unexpired) invitations per organization. */
-export const MAX_OPEN_INVITATIONS = 100;
+const MAX_OPEN_INVITATIONS = 100;
 
 const memberCount = async (db: Knex, organizationId: string) =>
   Number((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count ?? 0);
 
-export function organizationOut(org: OrganizationRow, mine: MemberRow, count: number) {
+function organizationOut(org: OrganizationRow, mine: MemberRow, count: number) {
   return {
     organization_id: org.id,
     name: org.name,
@@ -145,10 +145,10 @@ export const INVITATION_STATES = ['pending', 'accepted', 'revoked', 'expired'] a
 export type InvitationState = (typeof INVITATION_STATES)[number];
 
 /** Computed from the row and the time, never stored: accepted or revoked for good, else expired once past expires_at. */
-export const invitationState = (row: Pick<InvitationRow, 'accepted_at' | 'revoked_at' | 'expires_at'>, now: Date): InvitationState =>
+const invitationState = (row: Pick<InvitationRow, 'accepted_at' | 'revoked_at' | 'expires_at'>, now: Date): InvitationState =>
   row.accepted_at ? 'accepted' : row.revoked_at ? 'revoked' : row.expires_at <= now ? 'expired' : 'pending';
 
-export const invitationOut = (row: InvitationRow, now: Date) => ({
+const invitationOut = (row: InvitationRow, now: Date) => ({
   invitation_id: row.id,
   organization_id: row.organization_id,
   email: row.email,

@@ -42,7 +42,7 @@ const webauthn = () => import('@simplewebauthn/server');
 const ALGORITHMS = [-8, -7, -257];
 const USER_VERIFICATION = 'required' as const;
 /** Passkeys per account: a bound on a list the login options and excludeCredentials carry whole. */
-export const MAX_PASSKEYS = 20;
+const MAX_PASSKEYS = 20;
 
 type Ceremony = 'register' | 'login';
 interface ChallengeRecord {
@@ -84,7 +84,7 @@ async function takeChallenge(c: Container, id: string, ceremony: Ceremony): Prom
  * A short, stable reason for a refused WebAuthn response, for audit rows and error bodies. The library's
  * own messages quote challenges and origins, so they are matched here and never passed on.
  */
-export type FailureReason =
+type FailureReason =
   | 'wrong_origin'
   | 'wrong_rp_id'
   | 'wrong_challenge'
@@ -361,7 +361,7 @@ async function checkAssertion(
 // ---------------------------------------------------------------- management
 
 /** The caller's passkey, or 404 (audited when it is another account's). */
-export async function ownPasskey(c: Container, userId: string, passkeyId: string, meta: RequestMeta): Promise<PasskeyRow> {
+async function ownPasskey(c: Container, userId: string, passkeyId: string, meta: RequestMeta): Promise<PasskeyRow> {
   const row = await findPasskey(c.db, passkeyId);
   if (row?.user_id === userId) return row;
   throw await notYours(c, { userId, resource: 'passkey', target: passkeyId, existsElsewhere: Boolean(row), meta });

@@ -45,7 +45,7 @@ import {
  *   class), not in the audit log, which a public link could otherwise flood.
  */
 
-export type { ShareKind, ShareRow, ShareState, UaClass } from '../../db/share-links';
+export type { ShareKind, ShareRow, ShareState } from '../../db/share-links';
 
 interface KindInfo {
   /** Token prefix: tells a scanner (and a reader of a leaked URL) what the token opens. */
@@ -54,7 +54,7 @@ interface KindInfo {
   audit: string;
 }
 
-export const SHARE_KIND_INFO: Record<ShareKind, KindInfo> = {
+const SHARE_KIND_INFO: Record<ShareKind, KindInfo> = {
   public_key: { prefix: 'kms_ks_', audit: 'key_share' },
   api_key: { prefix: 'kms_as_', audit: 'api_key_share' },
 };
@@ -63,10 +63,10 @@ const TOKEN_BODY = /^[A-Za-z0-9_-]{43}$/;
 export const recipientAad = (shareId: string) => `share-recipient:${shareId}`;
 
 /** Whether `token` has the shape of a token of this kind (a lookup is pointless otherwise). */
-export const isShareToken = (kind: ShareKind, token: string) =>
+const isShareToken = (kind: ShareKind, token: string) =>
   token.startsWith(SHARE_KIND_INFO[kind].prefix) && TOKEN_BODY.test(token.slice(SHARE_KIND_INFO[kind].prefix.length));
 
-export function shareState(row: Pick<ShareRow, 'revoked_at' | 'expires_at' | 'view_limit' | 'view_count'>, now: Date): ShareState {
+function shareState(row: Pick<ShareRow, 'revoked_at' | 'expires_at' | 'view_limit' | 'view_count'>, now: Date): ShareState {
   if (row.revoked_at) return 'revoked';
   if (row.expires_at && row.expires_at <= now) return 'expired';
   if (row.view_limit !== null && row.view_count >= row.view_limit) return 'exhausted';
@@ -90,7 +90,6 @@ export function shareOut(c: Container, row: ShareRow) {
     created_at: row.created_at.toISOString(),
   };
 }
-export type ShareOut = ReturnType<typeof shareOut>;
 
 export interface NewShare {
   kind: ShareKind;
@@ -162,17 +161,6 @@ export async function createShare(c: Container, input: NewShare, meta: RequestMe
 
 const shareNotFound = () => notFound('share_not_found', 'No such share in your account.');
 
-/** The caller's share of this kind, or 404 (audited as not_owner when it is another account's). */
-export async function ownShare(c: Container, userId: string, kind: ShareKind, id: string, meta?: RequestMeta, db: Knex = c.db): Promise<ShareRow> {
-  const row = await shares(db).where({ id }).first();
-  if (row?.user_id === userId && row.kind === kind) return row;
-  throw await notYours(
-    c,
-    { userId, resource: SHARE_KIND_INFO[kind].audit, target: id, existsElsewhere: Boolean(row && row.user_id !== userId), meta },
-    shareNotFound(),
-  );
-}
-
 /**
  * Revokes a share at once: the caller's own, or one `mayRevoke` allows (the key's owner revoking a
  * teammate's share of her key); its maker is then audited and told too. Repeating it is harmless: a
@@ -230,10 +218,10 @@ export function listShares(
   return pageShares(c.db, { ...q, now: c.clock.now() });
 }
 
-export type ViewRefusal = 'unknown' | 'revoked' | 'expired' | 'exhausted';
+type ViewRefusal = 'unknown' | 'revoked' | 'expired' | 'exhausted';
 
 /** The HTTP answer to a refused view: unknown 404; revoked, expired, used up 410. */
-export function refusalError(reason: ViewRefusal): AppError {
+function refusalError(reason: ViewRefusal): AppError {
   switch (reason) {
     case 'unknown':
       return notFound('share_not_found', 'No share has this token.');
@@ -259,14 +247,14 @@ export interface ViewRequest<T> {
   resolve(share: ShareRow, trx: Knex.Transaction): Promise<T>;
 }
 
-export type ViewOutcome<T> = { ok: true; share: ShareRow; value: T } | { ok: false; reason: ViewRefusal };
+type ViewOutcome<T> = { ok: true; share: ShareRow; value: T } | { ok: false; reason: ViewRefusal };
 
 /**
  * One view of a share by its token: spends the caller's per-address point first (429 when spent), then
  * takes the view atomically and records it (time, client class) for analytics. Answers the share (its
  * `view_count` including this view) and what `resolve` made, or why the share cannot be viewed.
  */
-export async function consumeView<T>(c: Container, req: ViewRequest<T>): Promise<ViewOutcome<T>> {
+async function consumeView<T>(c: Container, req: ViewRequest<T>): Promise<ViewOutcome<T>> {
   await consume(c.limiters.shareView, req.meta.ip, 'Too many share-link views from this address; try again in a minute.');
   if (!isShareToken(req.kind, req.token)) return { ok: false, reason: 'unknown' };
   const tokenHash = hashToken(req.token);

@@ -39,7 +39,7 @@ import { enabledLineageIds } from '../../db/keys';
 type Origin = { request_id?: string | null; ip?: string | null };
 
 /** Queues one sync run for the grantee (no job id: a run queued after a change must not be deduplicated away). */
-export async function enqueueSync(c: Container, granteeId: string, meta?: Partial<RequestMeta>): Promise<void> {
+async function enqueueSync(c: Container, granteeId: string, meta?: Partial<RequestMeta>): Promise<void> {
   await c.jobs.enqueue('sync-team-access', { grantee_id: granteeId }, { meta });
 }
 

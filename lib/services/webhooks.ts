@@ -31,7 +31,7 @@ import { lockAccount } from '../../db/users';
  */
 
 /** Endpoints per account: deliveries fan out per endpoint, so the count bounds the work of one event. */
-export const MAX_ENDPOINTS = 20;
+const MAX_ENDPOINTS = 20;
 
 export const secretAad = (endpointId: string, which: 'current' | 'previous') => `webhook-secret:${endpointId}:${which}`;
 

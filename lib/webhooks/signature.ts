@@ -17,7 +17,7 @@ function secretBytes(secret: string): Buffer {
   return Buffer.from(secret.slice(PREFIX.length), 'base64');
 }
 
-export function signatureHeader(secrets: string[], msgId: string, timestampSeconds: number, body: string): string {
+function signatureHeader(secrets: string[], msgId: string, timestampSeconds: number, body: string): string {
   const content = `${msgId}.${timestampSeconds}.${body}`;
   return secrets.map((s) => 'v1,' + createHmac('sha256', secretBytes(s)).update(content).digest('base64')).join(' ');
 }

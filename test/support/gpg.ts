@@ -19,7 +19,7 @@ export function plaintextForGpg(size: number): Buffer {
   return data;
 }
 
-export interface ToolResult {
+interface ToolResult {
   code: number;
   stdout: Buffer;
   stderr: string;
@@ -38,7 +38,7 @@ export interface PgpHome {
   cleanup(): Promise<void>;
 }
 
-export interface RunOptions {
+interface RunOptions {
   input?: string | Uint8Array;
   allowFailure?: boolean;
 }

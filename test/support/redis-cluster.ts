@@ -139,7 +139,7 @@ async function nodeState(port: number): Promise<string> {
 }
 
 /** CLUSTER NODES lines: `<id> <ip:port@bus> <flags> <primary id|-> … <slots…>`; failed nodes are left out. */
-export function parseClusterNodes(text: string): ClusterNodeInfo[] {
+function parseClusterNodes(text: string): ClusterNodeInfo[] {
   const rows = text
     .trim()
     .split('\n')

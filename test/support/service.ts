@@ -105,7 +105,7 @@ export interface ApiResponse<T = any> {
   body: T;
 }
 
-export interface RequestOptions {
+interface RequestOptions {
   token?: string;
   body?: unknown;
   headers?: Record<string, string>;

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
  * checkout sessions, billing portal sessions and subscriptions in the provider's JSON shapes.
  * Subscriptions are set by the test (what the provider "knows"); a request can be held until released.
  */
-export interface RecordedRequest {
+interface RecordedRequest {
   method: string;
   path: string;
   form: Record<string, string>;

@@ -66,7 +66,7 @@ export const reconcileJobsProcessor = defineProcessor(reconcileJobs, {
 });
 
 /** One unfinished job: left alone while its queue entry lives, else enqueued again or failed as lost. */
-export async function reconcileJob(c: Container, row: JobRow, log: Logger): Promise<Reconciled> {
+async function reconcileJob(c: Container, row: JobRow, log: Logger): Promise<Reconciled> {
   const { processor, requeue } = KINDS[row.kind];
   const queue = c.jobs.queue(processor.contract.queue);
   const entry = await queue.getJob(row.id);

@@ -14,7 +14,7 @@ import { insertOutputFiles } from '../../db/jobs';
 import { lineageGenerations, lineageUsableBy, recordGenerationUse, type KeyRow, type LineageRow } from '../../db/keys';
 
 /** `report.pdf.gpg` → `report.pdf.asc` (armored output), as encrypt names its outputs. */
-export function rewrappedName(input: string, armored: boolean): string {
+function rewrappedName(input: string, armored: boolean): string {
   const base = input.replace(/\.(gpg|pgp|asc)$/i, '') || input;
   return `${base}${armored ? '.asc' : '.gpg'}`;
 }

@@ -7,7 +7,7 @@ import { recordAudit } from '../../db/audit';
 import { insertOutputFiles } from '../../db/jobs';
 
 /** The name and type of what signing input `name` makes: a detached signature or a signed message. */
-export const signedOutput = (name: string, req: Pick<SignRequest, 'detached' | 'armor'>) =>
+const signedOutput = (name: string, req: Pick<SignRequest, 'detached' | 'armor'>) =>
   req.detached
     ? { name: `${name}${req.armor ? '.asc' : '.sig'}`, contentType: 'application/pgp-signature' }
     : { name: `${name}${req.armor ? '.asc' : '.gpg'}`, contentType: req.armor ? 'application/pgp-signature; charset=us-ascii' : 'application/octet-stream' };

@@ -60,7 +60,7 @@ function startJob(mode: Mode, v: Record<string, string>, up: Upload, onProgress:
 }
 
 /** Each file's signature verdict (verify, and decrypt with a key to verify with). */
-export function SignatureChecks({ checks }: { checks: Schemas['SignatureCheck'][] | undefined }) {
+function SignatureChecks({ checks }: { checks: Schemas['SignatureCheck'][] | undefined }) {
   if (!checks?.length) return null;
   return (
     <ul class="signatures">
