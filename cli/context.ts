@@ -82,4 +82,3 @@ export function pagedFooter(page: { page: number; page_size: number; total: numb
   const pages = Math.max(1, Math.ceil(page.total / page.page_size));
   return pages > 1 ? `\npage ${page.page} of ${pages} (${page.total} in all; --page N for more)` : '';
 }
-

@@ -55,4 +55,3 @@ export const ApiKeyStatus = z
     days_remaining: z.number().int().nullable(),
   })
   .meta({ id: 'PartnerApiKeyStatus' });
-
