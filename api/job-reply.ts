@@ -83,7 +83,7 @@ export async function submitAndReply(
   c: Container,
   ctx: AppContext,
   job: JobSubmission,
-  prepare: () => Promise<{ request: Record<string, unknown>; enqueue(jobId: string): Promise<unknown> }>,
+  prepare: () => Promise<{ request: Record<string, unknown>; enqueue: (jobId: string) => Promise<unknown> }>,
 ): Promise<Reply> {
   const { upload } = job;
   if (upload && !upload.streaming) throw invalid('no_files', 'Attach at least one file in the form field "files".');

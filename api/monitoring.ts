@@ -21,7 +21,7 @@ type App = Koa<AppContext['state'], { container: Container }>;
  */
 export function mountMonitoring(app: App, c: Container): void {
   app.use(async (koaCtx, next) => {
-    if (koaCtx.path !== '/metrics') return next();
+    if (koaCtx.path !== '/metrics') return void (await next());
     const access = metricsAccess(c.config.monitoring.metricsToken, koaCtx.get('authorization'));
     if (access === 404) throw notFound('not_found', 'No such resource.');
     if (access === 401) throw unauthorized('invalid_token', 'Send METRICS_TOKEN as "Authorization: Bearer <token>".');
@@ -53,7 +53,7 @@ export function mountMonitoring(app: App, c: Container): void {
   };
 
   app.use(async (koaCtx, next) => {
-    if (koaCtx.path !== DASHBOARD_PATH && !koaCtx.path.startsWith(`${DASHBOARD_PATH}/`)) return next();
+    if (koaCtx.path !== DASHBOARD_PATH && !koaCtx.path.startsWith(`${DASHBOARD_PATH}/`)) return void (await next());
     const ctx = koaCtx as unknown as AppContext;
     if (ctx.path === SESSION_PATH) return dashboardSession(ctx, c);
     // A browser cannot add a Bearer header to the page's own requests: it sends the session cookie instead.
@@ -62,7 +62,8 @@ export function mountMonitoring(app: App, c: Container): void {
     ctx.state.user = await authenticate(ctx, 'session');
     await requireAdmin(ctx, DASHBOARD_PATH);
     ctx.set('X-Frame-Options', 'DENY');
-    return (await (dashboard ??= loadDashboard()))(koaCtx, next);
+    const board = await (dashboard ??= loadDashboard());
+    await board(koaCtx, next);
   });
 }
 

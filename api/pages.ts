@@ -93,12 +93,12 @@ export function mountPages(app: Koa<AppState, { container: Container }>): void {
   const consoleAssets = consolePages(dir);
   const assets = new Map([...(consoleAssets ?? []), ...passkeyPage()]);
   app.use(async (ctx, next) => {
-    if (ctx.method !== 'GET' && ctx.method !== 'HEAD') return next();
+    if (ctx.method !== 'GET' && ctx.method !== 'HEAD') return void (await next());
     const asset = assets.get(ctx.path);
     if (!asset) {
       if (!consoleAssets && CONSOLE_SHELLS.has(ctx.path))
         throw new AppError(503, 'console_not_built', `The web console is not built (no ${join(dir, 'app.js')}); run "npm run build".`);
-      return next();
+      return void (await next());
     }
     ctx.set(PAGE_HEADERS);
     ctx.set('Cache-Control', 'no-cache');

@@ -71,7 +71,7 @@ export interface MultipartSpec<C = unknown> {
    * Checks on the fields sent before the files (see readMultipart's beforeFiles), before any file is
    * stored; its answer reaches the handler as `prechecked`.
    */
-  precheck?(fields: Record<string, string>, input: { c: Container; user: AuthUser; meta: RequestMeta; parts: Record<string, Buffer[]> }): Promise<C>;
+  precheck?: (fields: Record<string, string>, input: { c: Container; user: AuthUser; meta: RequestMeta; parts: Record<string, Buffer[]> }) => Promise<C>;
 }
 
 export type RecentSignIn<B> = true | { when(body: B): boolean; description: string };

@@ -9,7 +9,7 @@ import { AppError } from '../lib/errors';
 export interface WebServer {
   server: Server;
   port: number;
-  close(): Promise<void>;
+  close: () => Promise<void>;
 }
 
 /** How long shutdown waits for in-flight requests (a large download, say) before cutting them. */
@@ -17,7 +17,9 @@ const SHUTDOWN_GRACE_MS = 30_000;
 
 export async function startWeb(c: Container, port = c.config.port): Promise<WebServer> {
   const app = createApp(c);
-  const server = createServer(app.callback());
+  const handle = app.callback();
+  // Koa's handler answers its own errors (ctx.onerror): the promise it returns never rejects.
+  const server = createServer((req, res) => void handle(req, res));
   // Uploads of large files take long: no whole-request timeout, but idle sockets are closed.
   server.requestTimeout = 0;
   server.headersTimeout = 60_000;

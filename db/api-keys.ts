@@ -80,7 +80,11 @@ export const addJobBytes = (db: Knex, keyId: string, kind: 'encrypt' | 'decrypt'
 function whereState(q: Knex.QueryBuilder, state: ApiKeyState, now: Date): Knex.QueryBuilder {
   if (state === 'revoked') return q.whereNotNull('revoked_at');
   q.whereNull('revoked_at');
-  return state === 'expired' ? q.where('expires_at', '<=', now) : q.where((w) => w.whereNull('expires_at').orWhere('expires_at', '>', now));
+  return state === 'expired'
+    ? q.where('expires_at', '<=', now)
+    : q.where((w) => {
+        w.whereNull('expires_at').orWhere('expires_at', '>', now);
+      });
 }
 
 export async function pageApiKeys(

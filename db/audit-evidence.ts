@@ -72,8 +72,8 @@ export async function insertCheckpoint(db: Knex, cp: CheckpointRow): Promise<Che
     .insert(cp)
     .onConflict(['chain', 'sequence'])
     .ignore()
-    .returning(['chain', 'sequence', 'hash', 'signed_at', 'kid', 'jws']);
-  return (row as CheckpointRow | undefined) ?? null;
+    .returning<CheckpointRow[]>(['chain', 'sequence', 'hash', 'signed_at', 'kid', 'jws']);
+  return row ?? null;
 }
 
 export const currentSigningKey = (db: Knex) => db<SigningKeyRow>('audit_signing_keys').whereNull('retired_at').first();

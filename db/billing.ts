@@ -87,8 +87,12 @@ export async function accountUsage(db: Knex, userId: string, now: Date, jobTimeo
         .count('*')
         .where({ user_id: userId })
         .whereNull('revoked_at')
-        .andWhere((q) => q.whereNull('expires_at').orWhere('expires_at', '>', now))
-        .andWhere((q) => q.whereNull('view_limit').orWhereRaw('view_count < view_limit')),
+        .andWhere((q) => {
+          q.whereNull('expires_at').orWhere('expires_at', '>', now);
+        })
+        .andWhere((q) => {
+          q.whereNull('view_limit').orWhereRaw('view_count < view_limit');
+        }),
       used_bytes: db('billing_usage')
         .sum('bytes')
         .where({ user_id: userId, period: usagePeriod(now) }),

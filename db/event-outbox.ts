@@ -35,6 +35,6 @@ export async function deleteOutbox(db: Knex, ids: string[]): Promise<void> {
 
 /** Accounts with events still to publish. */
 export async function accountsWithPendingEvents(db: Knex, limit: number): Promise<string[]> {
-  const rows: { user_id: string }[] = await db('event_outbox').distinct('user_id').limit(limit);
+  const rows = await db<OutboxRow>('event_outbox').distinct('user_id').limit(limit);
   return rows.map((r) => r.user_id);
 }

@@ -302,8 +302,13 @@ export async function jobsNeedingLineage(db: Knex, lineageId: string, keyIds: st
   const [row] = await db<JobRow>('jobs')
     .whereIn('state', ['queued', 'active'])
     .andWhere((w) => {
-      w.where((x) => x.whereIn('kind', ['decrypt', 'rewrap']).andWhereRaw("request->>'lineage_id' = ?", [lineageId]));
-      if (keyIds.length) w.orWhere((x) => x.where('kind', 'encrypt').andWhereRaw("request->'recipient'->>'key_id' = ANY(?::text[])", [keyIds]));
+      w.where((x) => {
+        x.whereIn('kind', ['decrypt', 'rewrap']).andWhereRaw("request->>'lineage_id' = ?", [lineageId]);
+      });
+      if (keyIds.length)
+        w.orWhere((x) => {
+          x.where('kind', 'encrypt').andWhereRaw("request->'recipient'->>'key_id' = ANY(?::text[])", [keyIds]);
+        });
     })
     .count<{ count: string }[]>({ count: '*' });
   return Number(row?.count ?? 0);

@@ -46,8 +46,8 @@ export async function healthCounts(db: Knex, now: Date): Promise<HealthCounts> {
         now,
       }),
     )
-    .first();
-  return row as HealthCounts;
+    .first<HealthCounts>();
+  return row;
 }
 
 export const failedRotationsSince = async (db: Knex, since: Date, lineageId?: string): Promise<number> => {
@@ -105,7 +105,9 @@ export async function keyMetrics(db: Knex, lineageId: string, fingerprints: stri
     db('rotation_history').where({ lineage_id: lineageId }).select('status', db.raw('count(*)::int AS count')).groupBy('status').orderBy('status'),
     db('jobs')
       .whereNotNull('finished_at')
-      .where((q) => q.whereRaw(`request->>'lineage_id' = ?`, [lineageId]).orWhereRaw(`request->'recipient'->>'key_id' = ANY(?)`, [generationIds]))
+      .where((q) => {
+        q.whereRaw(`request->>'lineage_id' = ?`, [lineageId]).orWhereRaw(`request->'recipient'->>'key_id' = ANY(?)`, [generationIds]);
+      })
       .select(
         'kind',
         db.raw('count(*)::int AS count'),

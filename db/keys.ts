@@ -225,7 +225,7 @@ export const lineagesWithSpentTokenKey = (db: Knex, limit: number) =>
     .where('l.token_key', true)
     .whereNull('l.token_key_deleted_at')
     .whereNotExists(db('pgp_keys as k').whereRaw('k.lineage_id = l.id').whereNull('k.destroyed_at'))
-    .select('l.id', 'l.user_id')
+    .select<Pick<LineageRow, 'id' | 'user_id'>[]>('l.id', 'l.user_id')
     .limit(limit);
 
 /** Records the deletion of a lineage's token key, once. */

@@ -108,7 +108,7 @@ export const columnsOf = <Row>(all: Record<keyof Row & string, 1>) => Object.key
  */
 export function withWrites(db: Knex, table: string, writes: Knex.QueryBuilder[]): Knex.QueryBuilder {
   const query = db(table);
-  writes.forEach((write, i) => query.with(`w${i}`, write));
+  for (const [i, write] of writes.entries()) query.with(`w${i}`, write);
   return query;
 }
 

@@ -96,7 +96,10 @@ export const deletePasskey = (db: Knex, userId: string, id: string) => table(db)
 export async function advanceCounter(db: Knex, id: string, counter: number, backedUp: boolean, at: Date): Promise<boolean> {
   const n = await table(db)
     .where({ id, active: true })
-    .andWhere((q) => (counter === 0 ? q.where('counter', 0) : q.where('counter', '<', counter)))
+    .andWhere((q) => {
+      if (counter === 0) q.where('counter', 0);
+      else q.where('counter', '<', counter);
+    })
     .update({ counter, backed_up: backedUp, last_used_at: at, updated_at: at });
   return n === 1;
 }

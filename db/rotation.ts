@@ -22,8 +22,8 @@ export interface RotationRow {
 export async function insertRotation(db: Knex, row: Omit<RotationRow, 'id' | 'created_at'>, alongside: Knex.QueryBuilder[] = []): Promise<RotationRow> {
   const [inserted] = await withWrites(db, 'rotation_history', alongside)
     .insert({ ...row, error: row.error ? JSON.stringify(row.error) : null })
-    .returning('*');
-  return inserted as RotationRow;
+    .returning<RotationRow[]>('*');
+  return inserted;
 }
 
 export const succeededRotationFrom = (db: Knex, lineageId: string, fromGeneration: number) =>

@@ -63,7 +63,10 @@ export interface ShareListQuery {
 export async function pageShares(db: Knex, q: ShareListQuery): Promise<{ items: ShareRow[]; total: number }> {
   const base = shares(db)
     .where({ kind: q.kind })
-    .andWhere((w) => (q.orTargetIn ? w.where({ user_id: q.userId }).orWhereIn('target_id', q.orTargetIn) : w.where({ user_id: q.userId })));
+    .andWhere((w) => {
+      w.where({ user_id: q.userId });
+      if (q.orTargetIn) w.orWhereIn('target_id', q.orTargetIn);
+    });
   if (q.targetId) base.andWhere({ target_id: q.targetId });
   if (q.state) base.andWhereRaw(`(${STATE_CASE}) = ?`, [...stateBindings(q.now, 'share_links'), q.state]);
   const [items, count] = await Promise.all([
@@ -101,9 +104,15 @@ export async function takeView(db: Knex, q: { kind: ShareKind; tokenHash: string
   const [row] = await shares(db)
     .where({ token_hash: q.tokenHash, kind: q.kind })
     .whereNull('revoked_at')
-    .andWhere((w) => w.whereNull('expires_at').orWhere('expires_at', '>', q.now))
-    .andWhere((w) => w.whereNull('view_limit').orWhere('view_count', '<', db.ref('view_limit')))
-    .whereExists((e) => e.select(db.raw('1')).from('users').whereRaw('users.id = share_links.user_id').whereNull('users.deleted_at'))
+    .andWhere((w) => {
+      w.whereNull('expires_at').orWhere('expires_at', '>', q.now);
+    })
+    .andWhere((w) => {
+      w.whereNull('view_limit').orWhere('view_count', '<', db.ref('view_limit'));
+    })
+    .whereExists((e) => {
+      e.select(db.raw('1')).from('users').whereRaw('users.id = share_links.user_id').whereNull('users.deleted_at');
+    })
     .update({ view_count: db.raw('view_count + 1'), last_viewed_at: q.now })
     .returning('*');
   return row;

@@ -87,7 +87,9 @@ export async function pageMembers(
   if (q.prefix) {
     // A prefix, not a pattern: LIKE's own wildcards in the input match themselves.
     const like = `${q.prefix.toLowerCase().replace(/[\\%_]/g, (ch) => `\\${ch}`)}%`;
-    base.andWhere((w) => w.whereRaw('lower(u.username) LIKE ?', [like]).orWhereRaw('lower(u.email) LIKE ?', [like]));
+    base.andWhere((w) => {
+      w.whereRaw('lower(u.username) LIKE ?', [like]).orWhereRaw('lower(u.email) LIKE ?', [like]);
+    });
   }
   const [items, count] = await Promise.all([
     base
@@ -186,10 +188,10 @@ export const upsertTeamLink = (
 /** Grants the grantee these lineages of its source; answers the lineage ids newly granted. */
 export async function grantLineages(db: Knex, granteeId: string, sourceId: string, lineageIds: string[], at: Date): Promise<string[]> {
   if (!lineageIds.length) return [];
-  const rows = (await teamGrants(db)
+  const rows = await teamGrants(db)
     .insert(lineageIds.map((lineage_id) => ({ grantee_id: granteeId, lineage_id, source_id: sourceId, granted_at: at })))
     .onConflict(['grantee_id', 'lineage_id'])
     .ignore()
-    .returning('lineage_id')) as { lineage_id: string }[];
+    .returning<{ lineage_id: string }[]>('lineage_id');
   return rows.map((r) => r.lineage_id);
 }

@@ -39,7 +39,9 @@ export const findUserById = async (db: Knex, id: string): Promise<UserRow | unde
 /** Login accepts a username or an email, both case-insensitive. */
 export const findUserByLogin = (db: Knex, identifier: string) =>
   live(db)
-    .where((q) => q.whereRaw('lower(username) = lower(?)', [identifier]).orWhereRaw('lower(email) = lower(?)', [identifier]))
+    .where((q) => {
+      q.whereRaw('lower(username) = lower(?)', [identifier]).orWhereRaw('lower(email) = lower(?)', [identifier]);
+    })
     .first();
 
 /**

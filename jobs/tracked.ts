@@ -8,7 +8,7 @@ export type TrackedSchema<S extends z.ZodObject> = z.ZodObject<S['shape'] & { jo
  * carries the row's id and what the row must never hold (sealed secrets). Its processor is a tracked
  * one (workers/tracked.ts).
  */
-export function trackedContract<N extends string, S extends z.ZodObject = z.ZodObject<{}>>(spec: {
+export function trackedContract<N extends string, S extends z.ZodObject = z.ZodObject<Record<never, never>>>(spec: {
   queue: QueueName;
   name: N;
   /** Payload beyond `job_id` (e.g. a sealed passphrase). */

@@ -93,19 +93,26 @@ export interface Jwk {
   use?: string;
 }
 
+/** A base64url part of a compact JWS read as JSON: null when it is not an object. */
+function jsonObject(part: string): Record<string, unknown> | null {
+  const value: unknown = JSON.parse(Buffer.from(part, 'base64url').toString('utf8'));
+  return typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : null;
+}
+
 /** The claim of a compact JWS (EdDSA, Ed25519) signed by a key of `jwks`, or why it is not one. */
 function verifyCheckpointJws(jws: string, jwks: { keys: Jwk[] }): { claim: CheckpointClaim; kid: string } | { error: string } {
   const parts = jws.split('.');
   if (parts.length !== 3 || !parts.every((p) => /^[A-Za-z0-9_-]*$/.test(p))) return { error: 'is not a compact JWS' };
   const [h, p, s] = parts as [string, string, string];
-  let header: { alg?: unknown; kid?: unknown; typ?: unknown };
-  let claim: Partial<CheckpointClaim>;
+  let header: { alg?: unknown; kid?: unknown; typ?: unknown } | null;
+  let claim: { [K in keyof CheckpointClaim]?: unknown } | null;
   try {
-    header = JSON.parse(Buffer.from(h, 'base64url').toString('utf8'));
-    claim = JSON.parse(Buffer.from(p, 'base64url').toString('utf8'));
+    header = jsonObject(h);
+    claim = jsonObject(p);
   } catch {
     return { error: 'is not a compact JWS' };
   }
+  if (!header || !claim) return { error: 'is not a compact JWS' };
   if (header.alg !== 'EdDSA' || header.typ !== CHECKPOINT_TYP || typeof header.kid !== 'string')
     return { error: 'is not a checkpoint signature (alg, typ or kid)' };
   const jwk = jwks.keys.find((k) => k.kid === header.kid);

@@ -16,7 +16,7 @@ const DEDUPE_SECONDS = 3600;
  * notification per row at commit (never for a rolled-back one) and this relay publishes it. Every API
  * and scheduler process listens; a Redis SET NX per row id lets exactly one of them publish.
  */
-export function startAuditRelay(c: Container): { stop(): Promise<void> } {
+export function startAuditRelay(c: Container): { stop: () => Promise<void> } {
   let client: pg.Client | undefined;
   let stopped = false;
   let timer: NodeJS.Timeout | undefined;

@@ -364,7 +364,7 @@ function parseQueueList(spec: string): { queue: string; concurrency: number }[] 
 
 /** `10.0.0.5:7000` or `[::1]:7000` → {host, port}: a seed node of REDIS_CLUSTER_NODES. */
 function clusterNode(item: string): { host: string; port: number } {
-  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/\[\]]+)):(\d{1,5})$/.exec(item);
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/[\]]+)):(\d{1,5})$/.exec(item);
   const port = Number(m?.[3]);
   if (!m || port < 1 || port > 65535) throw new Error(`REDIS_CLUSTER_NODES: bad entry "${item}" (use host:port)`);
   return { host: m[1] ?? m[2], port };

@@ -58,7 +58,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   // Until the first connection, an error is what start-up fails with (one line naming REDIS_URL), not a log record.
   let connected = false;
   let refused: unknown;
-  redis.on('error', (err) => (connected ? log.warn({ err: err.message }, 'redis connection error') : (refused = err)));
+  redis.on('error', (err: Error) => (connected ? log.warn({ err: err.message }, 'redis connection error') : (refused = err)));
   await connectRedis(redis).catch((err: unknown) => {
     redis.disconnect();
     throw config.redisClusterNodes.length

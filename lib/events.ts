@@ -40,7 +40,11 @@ export const emitEvent = (c: Container, userId: string, type: EventType, data: R
   emitEvents(c, userId, [{ type, data }], once);
 
 /** The relay of each account running in this process: emitters that come meanwhile ask it to go round once more. */
-const relaying = new WeakMap<Container, Map<string, { again: boolean; done: Promise<void> }>>();
+interface Relay {
+  again: boolean;
+  done: Promise<void>;
+}
+const relaying = new WeakMap<Container, Map<string, Relay>>();
 
 /**
  * Publishes the account's stored events, oldest first, each once (a Redis key per event, kept a day),
@@ -50,7 +54,7 @@ const relaying = new WeakMap<Container, Map<string, { again: boolean; done: Prom
  */
 function relayEvents(c: Container, userId: string, waitMs = 0): Promise<void> {
   let mine = relaying.get(c);
-  if (!mine) relaying.set(c, (mine = new Map()));
+  if (!mine) relaying.set(c, (mine = new Map<string, Relay>()));
   const running = mine.get(userId);
   if (running) {
     running.again = true;
@@ -126,7 +130,7 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
 const RELAY_INTERVAL_MS = 2000;
 
 /** Publishes events that could not be published when they were emitted (Redis was down), every two seconds. */
-export function startEventRelay(c: Container): { stop(): Promise<void> } {
+export function startEventRelay(c: Container): { stop: () => Promise<void> } {
   let running: Promise<void> | undefined;
   const tick = async () => {
     if (c.redis.status !== 'ready') return;

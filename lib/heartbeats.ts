@@ -21,12 +21,12 @@ export interface WorkerBeat {
 /** One hash tag for every beat, so that one MGET reads them on a Redis Cluster too. */
 const keyOf = (prefix: string, id: string) => `{${prefix}:workers}:${id}`;
 
-export function startHeartbeat(redis: Redis, prefix: string, queues: WorkerBeat['queues']): { stop(): Promise<void> } {
+export function startHeartbeat(redis: Redis, prefix: string, queues: WorkerBeat['queues']): { stop: () => Promise<void> } {
   const id = randomUUID();
   const base = { id, host: hostname(), pid: process.pid, queues, started_at: new Date().toISOString() };
   const beat = () => redis.set(keyOf(prefix, id), JSON.stringify({ ...base, seen_at: new Date().toISOString() }), 'PX', TTL_MS).catch(() => undefined);
   void beat();
-  const timer = setInterval(beat, HEARTBEAT_MS);
+  const timer = setInterval(() => void beat(), HEARTBEAT_MS);
   timer.unref();
   return {
     async stop() {

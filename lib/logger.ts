@@ -133,6 +133,7 @@ export function createLogger(level: string, base: Record<string, unknown> = {}, 
   // pino applies `formatters.bindings` to the base bindings only, not to a child's: scrub those here.
   // Children inherit this method from the root (Object.create), so it covers grandchildren too.
   type ChildFn = (this: unknown, bindings: pino.Bindings, options?: pino.ChildLoggerOptions) => unknown;
+  // eslint-disable-next-line @typescript-eslint/unbound-method -- only called through `.call(this, …)` below, `this` being the logger asked for a child
   const child = logger.child as unknown as ChildFn;
   const scrubbingChild: ChildFn = function (bindings, childOptions) {
     return child.call(this, scrub(bindings) as pino.Bindings, childOptions);

@@ -24,7 +24,7 @@ export interface Service {
   port?: number;
   /** The worker's /healthz, /readyz and /metrics server, when WORKER_HTTP_PORT is set. */
   workerHttpPort?: number;
-  stop(): Promise<void>;
+  stop: () => Promise<void>;
 }
 
 /** Starts the given roles in this process; `stop` shuts them down in order (API first, workers drain). */

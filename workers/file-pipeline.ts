@@ -21,7 +21,7 @@ export interface FilesDone {
   bytesTotal: number;
   progress: JobProgress;
   /** Deletes the uploads (plaintext, for encryption) once the job's completion is committed. */
-  deleteInputs(): Promise<void>;
+  deleteInputs: () => Promise<void>;
 }
 
 /**

@@ -11,7 +11,7 @@ const CHECK_MS = 2000;
  * (the process answers), `/readyz` (503 until Postgres and Redis answer) and `/metrics` (its job
  * metrics, behind METRICS_TOKEN as on the API).
  */
-export async function startHealthServer(c: Container, port: number): Promise<{ port: number; close(): Promise<void> }> {
+export async function startHealthServer(c: Container, port: number): Promise<{ port: number; close: () => Promise<void> }> {
   const server: Server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     const send = (status: number, body: string, type = 'application/json') => {

@@ -23,7 +23,7 @@ const SCHEDULES: { id: string; job: JobName; every: number | ((config: Config) =
 const LOST_ITERATION_SLACK_MS = 30_000;
 
 export interface Scheduler {
-  close(): Promise<void>;
+  close: () => Promise<void>;
 }
 
 export async function startScheduler(c: Container): Promise<Scheduler> {
@@ -46,7 +46,7 @@ export async function startScheduler(c: Container): Promise<Scheduler> {
   await register();
   c.log.info({ schedules: SCHEDULES.map((s) => s.id) }, 'scheduler started');
   // Re-assert now and then: a Redis flush or failover must not silently drop the schedules.
-  const timer = setInterval(() => register().catch((err) => c.log.warn({ err: (err as Error).message }, 'could not register schedules')), 60_000);
+  const timer = setInterval(() => void register().catch((err) => c.log.warn({ err: (err as Error).message }, 'could not register schedules')), 60_000);
   return {
     async close() {
       clearInterval(timer);

@@ -34,7 +34,7 @@ interface Completion {
    */
   writes?(db: Knex): Knex.QueryBuilder[];
   /** Effects that need a transaction (reads, or rows written twice); may return the result (made from the rows it wrote). */
-  commit?(trx: Knex.Transaction): Promise<Record<string, unknown> | void>;
+  commit?: (trx: Knex.Transaction) => Promise<Record<string, unknown> | void>;
   /** Events of the committed effects (a rotation's `key.rotated`), published before `job.completed` in the same round trip. */
   events?(): NewEvent[];
   /**
@@ -64,7 +64,7 @@ export interface TrackedProcessorSpec<C extends JobContract<string, z.ZodObject>
     row: JobRow,
     payload: z.infer<C['schema']> & { job_id: string },
     progress: Progress,
-    ctx: JobContext & { signal: AbortSignal; failAs(map: (err: unknown) => unknown): void },
+    ctx: JobContext & { signal: AbortSignal; failAs: (map: (err: unknown) => unknown) => void },
   ): Promise<Completion>;
   /** Effects of a final failure (audit row), in the transaction that marks the job failed. */
   onFailure?(trx: Knex.Transaction, row: JobRow, failure: Failure, ctx: Pick<JobContext, 'c' | 'origin'>): Promise<void>;
@@ -142,7 +142,10 @@ export function defineTrackedProcessor<C extends JobContract<string, z.ZodObject
         if (!final) {
           log.warn({ err, attempt: job.attemptsMade + 1 }, 'job attempt failed; will retry');
           // The row may be out of reach too: then it says `active` until the next attempt starts it again.
-          const requeued = await requeueJob(c.db, jobId, failure).catch((e: unknown) => (outOfReach ? true : Promise.reject(e)));
+          const requeued = await requeueJob(c.db, jobId, failure).catch((e: unknown) => {
+            if (outOfReach) return true;
+            throw e;
+          });
           if (requeued) throw err;
           throw new UnrecoverableError(`job ${jobId} was failed by the API (its upload broke)`);
         }

@@ -12,7 +12,7 @@ import { startHeartbeat } from '../lib/heartbeats';
 export interface WorkerPool {
   workers: Worker[];
   /** Stops taking jobs, lets active ones finish, then closes connections. */
-  close(): Promise<void>;
+  close: () => Promise<void>;
 }
 
 /**
@@ -23,7 +23,7 @@ export interface WorkerPool {
  */
 export async function startWorkers(c: Container, queues: { queue: string; concurrency: number }[]): Promise<WorkerPool> {
   const connection = createRedis(c.config, 'worker');
-  connection.on('error', (err) => c.log.warn({ err: err.message }, 'worker redis connection error'));
+  connection.on('error', (err: Error) => c.log.warn({ err: err.message }, 'worker redis connection error'));
   await connectRedis(connection);
 
   const workers = queues.map(({ queue, concurrency }) => {

@@ -29,12 +29,12 @@ export interface MultipartOptions {
   smallFileBytes?: number;
   maxFiles: number;
   maxFileBytes: number;
-  store?(file: UploadedFile, source: Readable): Promise<{ size: number }>;
+  store?: (file: UploadedFile, source: Readable) => Promise<{ size: number }>;
   /**
    * Runs once, with the fields sent so far, before the first file is stored: a request that will be
    * refused anyway (unknown key, wrong passphrase) is answered before the client uploads gigabytes.
    */
-  beforeFiles?(fields: Record<string, string>, parts: Record<string, Buffer[]>): Promise<void>;
+  beforeFiles?: (fields: Record<string, string>, parts: Record<string, Buffer[]>) => Promise<void>;
   /** Refuse fields sent after the first file (422): they would come too late for `beforeFiles`. */
   fieldsFirst?: boolean;
   /** Aborting ends the form with the signal's reason: what is left of the upload is drained, not stored. */
@@ -136,7 +136,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
       ctx.req.resume(); // drain the rest so the client sees our answer
       // Stop files still streaming and let their stores settle, so the caller's clean-up runs last.
       for (const s of streams) s.destroy(err instanceof Error ? err : undefined);
-      void Promise.allSettled(pending).then(() => reject(err));
+      void Promise.allSettled(pending).then(() => reject(err instanceof Error ? err : new Error(String(err))));
     };
 
     const late = (name: string) =>
@@ -234,6 +234,7 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
 function safeName(filename: string | undefined, n: number): string {
   const base = (filename ?? '').split(/[\\/]/).pop() ?? '';
   const clean = base
+    // eslint-disable-next-line no-control-regex -- control characters are what it removes
     .replace(/[\u0000-\u001f\u007f"]/g, '')
     .trim()
     .slice(0, 255);

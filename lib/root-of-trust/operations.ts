@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Sealer } from '../sealer';
 import { newKid, type Keyring, type KeyringRow, type Roots } from './keyring';
-import { holdsSeal, kidSql, STORED_SEALS } from './stored-seals';
+import { holdsSeal, kidSql, STORED_SEALS, type SealedRow } from './stored-seals';
 
 /** Per key id, how many stored values and row MACs use it, by `table.column`. */
 export type KeyUsage = Record<string, Record<string, number>>;
@@ -47,7 +47,7 @@ export async function retireDataKey(db: Knex, kid: string, current: string, queu
   if (!row) throw new KeyringRefusal(`there is no data key "${kid}"`);
   if (row.retired_at) throw new KeyringRefusal(`data key "${kid}" is retired already`);
   if (kid === current) throw new KeyringRefusal(`data key "${kid}" is the current key; rotate first`);
-  const running = await db('keyring_reseals').whereNull('finished_at').first('target_kid');
+  const running = await db<ResealRow>('keyring_reseals').whereNull('finished_at').first('target_kid');
   if (running) throw new KeyringRefusal(`the re-seal to "${running.target_kid}" has not finished`);
   const uses = totalUses(await keyUsage(db), kid);
   if (uses > 0) throw new KeyringRefusal(`data key "${kid}" still seals ${uses} stored value(s) or row MAC(s)`);
@@ -77,11 +77,18 @@ export interface ResealProgress {
   finished_at: Date | null;
 }
 
+/** A keyring_reseals row as Postgres answers it (bigint counts come as strings). */
+interface ResealRow extends Omit<ResealProgress, 'resealed' | 'skipped'> {
+  resealed: string;
+  skipped: string;
+}
+
 /** The run to `target`, or the latest one. */
 export async function resealProgress(db: Knex, target?: string): Promise<ResealProgress | undefined> {
-  const row = await db('keyring_reseals')
-    .modify((q) => (target ? q.where({ target_kid: target }) : q.orderBy('started_at', 'desc')))
-    .first();
+  const query = db<ResealRow>('keyring_reseals');
+  if (target) query.where({ target_kid: target });
+  else query.orderBy('started_at', 'desc');
+  const row = await query.first();
   return row && { ...row, resealed: Number(row.resealed), skipped: Number(row.skipped) };
 }
 
@@ -105,38 +112,37 @@ export async function reseal(
   } = {},
 ): Promise<ResealProgress> {
   const batch = opts.batch ?? 200;
-  const run = await db('keyring_reseals').where({ target_kid: target }).first();
+  const run = await db<ResealRow>('keyring_reseals').where({ target_kid: target }).first();
   if (!run) throw new Error(`no re-seal run for data key "${target}"`);
-  let { seal, after } = run.position as ResealProgress['position'];
+  let { seal, after } = run.position;
   while (!run.finished_at && seal < STORED_SEALS.length) {
     const s = STORED_SEALS[seal];
     const key = s.key ?? { column: 'id', type: 'uuid' };
-    const rows = await db(s.table)
-      .select({ id: key.column }, s.column, ...s.reads)
+    const query = db(s.table)
+      .select<SealedRow[]>({ id: key.column }, s.column, ...s.reads)
       .whereRaw(holdsSeal(s.column))
-      .whereRaw(`${kidSql(s.column)} <> ?`, [target])
-      .modify((q) => (after ? q.where(key.column, '>', after) : q))
-      .orderBy(key.column)
-      .limit(batch);
+      .whereRaw(`${kidSql(s.column)} <> ?`, [target]);
+    if (after) query.where(key.column, '>', after);
+    const rows = await query.orderBy(key.column).limit(batch);
     if (keyring.current().kid !== target) throw new Error(`data key "${target}" is not (or no longer) current here; the re-seal waits for it`);
     const updates: { id: string; old: string; value: string }[] = [];
     let skipped = 0;
     for (const row of rows) {
       try {
-        updates.push({ id: row.id, old: row[s.column], value: s.renew(sealer, row) });
+        updates.push({ id: row.id, old: row[s.column] as string, value: s.renew(sealer, row) });
       } catch (err) {
         skipped++;
         opts.onSkip?.(`${s.table}.${s.column} ${row.id}`, err);
       }
     }
     await opts.between?.({ table: s.table, column: s.column, ids: updates.map((u) => u.id) });
-    const last = rows.at(-1)?.id as string | undefined;
+    const last = rows.at(-1)?.id;
     const next = rows.length < batch ? { seal: seal + 1, after: null } : { seal, after: last! };
     await db.transaction(async (trx) => {
       // One compare-and-set statement for the batch: a row whose value is no longer the one read is left.
       const moved = updates.length
         ? (
-            await trx.raw(
+            await trx.raw<{ rowCount: number }>(
               `UPDATE ?? AS t SET ?? = v.value FROM (VALUES ${updates.map(() => `(?::${key.type}, ?, ?)`).join(', ')}) AS v(id, old, value) WHERE t.?? = v.id AND t.?? = v.old`,
               [s.table, s.column, ...updates.flatMap((u) => [u.id, u.old, u.value]), key.column, s.column],
             )

@@ -7,7 +7,8 @@ import { dataKeyAad } from '../blob/data-keys';
 import { signingKeyAad } from '../services/audit-evidence';
 import { keyMac, lineageMac, verifiedKey, verifiedLineage, type KeyMacFields, type LineageMacFields } from '../integrity';
 
-type Row = Record<string, unknown> & { id: string };
+/** A row as the re-seal reads it: its key as `id`, the sealed column and the columns `renew` reads. */
+export type SealedRow = Record<string, unknown> & { id: string };
 
 /**
  * Every column of Postgres that holds a value sealed under a data key (`s1.<kid>.…`) or a row MAC
@@ -25,10 +26,10 @@ export interface StoredSeal {
    * The column's value under the current key: the sealed value opened and sealed again with the same AAD,
    * or a MAC made again once the old one verified. Throws when it does not open or verify (the row is left).
    */
-  renew(sealer: Sealer, row: Row): string;
+  renew(sealer: Sealer, row: SealedRow): string;
 }
 
-const resealed = (aad: (row: Row) => string, column: string) => (sealer: Sealer, row: Row) =>
+const resealed = (aad: (row: SealedRow) => string, column: string) => (sealer: Sealer, row: SealedRow) =>
   sealer.seal(sealer.open(row[column] as string, aad(row)), aad(row));
 
 export const STORED_SEALS: StoredSeal[] = [

@@ -47,7 +47,8 @@ export async function newSession(c: Container, user: UserRow) {
   return { token, token_type: 'Bearer' as const, expires_at: expiresAt.toISOString() };
 }
 
-function duplicate(err: unknown): AppError | unknown {
+/** A conflict (AppError) when `err` is a duplicate username or email; `err` itself otherwise. */
+function duplicate(err: unknown): unknown {
   const field = duplicateField(err);
   return field ? conflict(`${field}_taken`, `An account with this ${field} already exists.`) : err;
 }

@@ -318,8 +318,9 @@ export type EventOutcome =
  * applies the provider's current state, never its own stale copy. The event row is locked and checked
  * in the transaction that applies the change, audits it and marks the event processed: a crash at any
  * point leaves the event unprocessed (to run again) or processed with its effect, never the effect twice.
+ * The outcome is an EventOutcome, `missing`, or, for an event processed before, the one stored then.
  */
-export async function processBillingEvent(c: Container, eventId: string, origin: JobOrigin): Promise<{ outcome: EventOutcome | string }> {
+export async function processBillingEvent(c: Container, eventId: string, origin: JobOrigin): Promise<{ outcome: string }> {
   const event = await billingEvents(c.db).where({ id: eventId }).first();
   if (!event) return { outcome: 'missing' };
   if (event.processed_at) return { outcome: event.outcome ?? 'processed' };

@@ -121,7 +121,7 @@ export interface SubmitInput {
   apiKeyId?: string;
   requestId: string;
   /** Enqueues the BullMQ job with the given id (the row id, so a retry of submit cannot double it). */
-  enqueue(jobId: string): Promise<unknown>;
+  enqueue: (jobId: string) => Promise<unknown>;
 }
 
 /** Fields never part of a request hash: secrets stay out of the database, hashed or not. */

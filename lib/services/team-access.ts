@@ -278,7 +278,11 @@ export async function listLinks(
     if (!isManager(mine)) throw forbidden('organization_admin_required', "Only the owner or an admin may list the organization's links.");
     base.whereIn('grantee_id', members(c.db).where({ organization_id: mine.organization_id }).select('user_id'));
   } else base.where({ source_id: userId });
-  if (q.approval) base.where((w) => (q.approval === 'approved' ? w.whereNotNull('approved_at') : w.whereNull('approved_at')));
+  if (q.approval)
+    base.where((w) => {
+      if (q.approval === 'approved') w.whereNotNull('approved_at');
+      else w.whereNull('approved_at');
+    });
   const [rows, count] = await Promise.all([
     base
       .clone()
@@ -383,18 +387,20 @@ export async function syncGrants(c: Container, granteeId: string, origin: Origin
   const outcome = await c.db.transaction(async (trx): Promise<SyncOutcome> => {
     const link = await teamLinks(trx).where({ grantee_id: granteeId }).forUpdate().first();
     if (!link) {
-      const removed = (await teamGrants(trx).where({ grantee_id: granteeId }).delete().returning('lineage_id')) as { lineage_id: string }[];
+      const removed = await teamGrants(trx).where({ grantee_id: granteeId }).delete().returning<{ lineage_id: string }[]>('lineage_id');
       return { linked: false, inherited_keys: 0, added: [], removed: removed.map((r) => r.lineage_id) };
     }
     const [grantee, source] = await Promise.all([membershipOf(trx, granteeId), accountOrganization(trx, link.source_id)]);
     const eligible = Boolean(grantee && source?.organization_id && grantee.organization_id === source.organization_id);
     // One hop: lineages the source owns, never the ones it inherits itself; none until the link is approved.
     const wanted = eligible && link.approved_at ? await enabledLineageIds(trx, link.source_id) : [];
-    const removed = (await teamGrants(trx)
+    const removed = await teamGrants(trx)
       .where({ grantee_id: granteeId })
-      .andWhere((w) => w.whereNot({ source_id: link.source_id }).orWhereNotIn('lineage_id', wanted))
+      .andWhere((w) => {
+        w.whereNot({ source_id: link.source_id }).orWhereNotIn('lineage_id', wanted);
+      })
       .delete()
-      .returning('lineage_id')) as { lineage_id: string }[];
+      .returning<{ lineage_id: string }[]>('lineage_id');
     const added = await grantLineages(trx, granteeId, link.source_id, wanted, now);
     const state: SyncState = eligible ? 'ok' : 'failed';
     const lastError = eligible ? null : 'source_unavailable';

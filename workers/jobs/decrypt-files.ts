@@ -17,6 +17,7 @@ function plainName(stored: string, fromMessage: string): string {
   const base = fromMessage
     .split(/[\\/]/)
     .pop()
+    // eslint-disable-next-line no-control-regex -- control characters are what it removes
     ?.replace(/[\u0000-\u001f\u007f"]/g, '');
   if (base && base !== '.' && base !== '..') return base;
   return stored.replace(/\.(gpg|pgp|asc)$/i, '') || stored;

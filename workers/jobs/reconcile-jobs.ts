@@ -19,7 +19,7 @@ import { jobBlob } from '../../lib/services/jobs';
  * its route enqueued it). Kinds whose payload carries a sealed secret that is never stored (a passphrase,
  * a new key's lock) have no `requeue`: a lost one cannot be run again.
  */
-const KINDS: Record<JobKind, { processor: Processor; requeue?(c: Container, row: JobRow): Promise<unknown> }> = {
+const KINDS: Record<JobKind, { processor: Processor; requeue?: (c: Container, row: JobRow) => Promise<unknown> }> = {
   encrypt: { processor: encryptFilesProcessor, requeue: (c, row) => c.jobs.enqueue('encrypt-files', { job_id: row.id }, { jobId: row.id }) },
   decrypt: { processor: decryptFilesProcessor },
   rewrap: { processor: rewrapFilesProcessor },

@@ -1,6 +1,7 @@
 import { defineProcessor } from '../define';
 import { resealKeyring } from '../../jobs/reseal-keyring';
 import { reseal } from '../../lib/root-of-trust/operations';
+import type { KeyringRow } from '../../lib/root-of-trust/keyring';
 
 /**
  * After `master-key rotate`: moves every stored seal and row MAC to the new data key
@@ -11,7 +12,7 @@ import { reseal } from '../../lib/root-of-trust/operations';
 export const resealKeyringProcessor = defineProcessor(resealKeyring, {
   async process({ target_kid }, { c, log }) {
     await c.keyring.load();
-    const row = await c.db('keyring').where({ kid: target_kid }).first('current_from', 'retired_at');
+    const row = await c.db<KeyringRow>('keyring').where({ kid: target_kid }).first('current_from', 'retired_at');
     if (!row) throw new Error(`re-seal: there is no data key "${target_kid}"`);
     if (c.keyring.current().kid !== target_kid) {
       if (row.current_from && row.current_from.getTime() > Date.now())
