@@ -271,8 +271,10 @@ describe('verified webhooks', () => {
     const audits = await auditRows(s, u.id, 'billing.plan_changed');
     expect(audits).toHaveLength(1);
     expect(audits[0].details).toMatchObject({ from_plan: 'free', to_plan: 'pro', event_id: e.event.id, status: 'active' });
-    const events = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing.plan_changed'] });
-    expect(events).toHaveLength(1);
+    // The event is emitted after the commit that marks the provider event processed: it may come a moment later.
+    const planChanged = () => eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing.plan_changed'] });
+    await expect.poll(async () => (await planChanged()).length, { timeout: 10_000 }).toBe(1);
+    const events = await planChanged();
     expect(events[0].data).toMatchObject({ from_plan: 'free', to_plan: 'pro', subscription_id: sub.id });
     expect(JSON.stringify(events[0].data)).not.toContain(WEBHOOK_SECRET);
   });
