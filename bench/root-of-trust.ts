@@ -72,14 +72,15 @@ try {
     const sealer = sealerOver(keyring);
     if (which === 'token') {
       // The re-seal rate: webhook secrets under the current key, moved to a new one in batches of 200.
-      const [user] = await db('users').insert({ id: randomUUID(), username: 'bench', email: 'bench@example.test', password_hash: 'x' }).returning('id');
+      const userId = randomUUID();
+      await db('users').insert({ id: userId, username: 'bench', email: 'bench@example.test', password_hash: 'x' });
       for (let i = 0; i < rows; i += 1000) {
         await db('webhook_endpoints').insert(
           Array.from({ length: Math.min(1000, rows - i) }, () => {
             const id = randomUUID();
             return {
               id,
-              user_id: user.id,
+              user_id: userId,
               url: 'https://example.test/hook',
               secret_sealed: sealer.seal(randomBytes(32).toString('base64'), secretAad(id, 'current')),
             };

@@ -56,7 +56,12 @@ export function print(opts: GlobalOptions, value: unknown, human?: string | (() 
 /** A plain table: one header row, columns padded to their widest cell. */
 export function table(rows: Record<string, unknown>[], columns: string[]): string {
   if (!rows.length) return '(none)';
-  const cell = (v: unknown) => (v === null || v === undefined ? '-' : typeof v === 'object' ? JSON.stringify(v) : String(v));
+  const cell = (v: unknown): string => {
+    if (v === null || v === undefined) return '-';
+    if (typeof v === 'string') return v;
+    if (typeof v === 'number' || typeof v === 'boolean' || typeof v === 'bigint') return String(v);
+    return JSON.stringify(v); // rows are JSON: an object or an array
+  };
   const cells = [columns, ...rows.map((r) => columns.map((c) => cell(r[c])))];
   const widths = columns.map((_, i) => Math.max(...cells.map((r) => r[i].length)));
   return cells

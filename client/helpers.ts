@@ -203,13 +203,13 @@ export async function rewrap(kms: Kms, opts: RewrapOptions): Promise<FileJobResu
 /** Rotates a key now (a rotation job), optionally changing its passphrase; answers the finished job. */
 export async function rotate(kms: Kms, opts: RotateOptions): Promise<Job> {
   const wait = Math.min(30, Math.max(0, opts.waitSeconds ?? 2));
-  const job = (await kms.data(
+  const job = await kms.data<Job>(
     kms.api.POST('/keys/{fingerprint}/rotate', {
       params: { path: { fingerprint: opts.fingerprint } },
       body: { current_passphrase: opts.currentPassphrase, new_passphrase: opts.newPassphrase },
       headers: { 'idempotency-key': opts.idempotencyKey ?? newIdempotencyKey(), ...(wait ? { prefer: `wait=${wait}` } : {}) },
     }),
-  )) as Job;
+  );
   opts.onSubmitted?.(job);
   return opts.noWait ? job : waitForJob(kms, job, { onProgress: opts.onProgress });
 }

@@ -28,7 +28,7 @@ async function everyBlobFile(): Promise<Buffer> {
   async function walk(dir: string): Promise<Buffer[]> {
     const entries = await readdir(dir, { withFileTypes: true }).catch(unlessGone([]));
     const parts = await Promise.all(
-      entries.map((e) => (e.isDirectory() ? walk(join(dir, e.name)) : e.isFile() ? readFile(join(dir, e.name)).then((b) => [b], unlessGone([])) : [])),
+      entries.map(async (e) => (e.isDirectory() ? walk(join(dir, e.name)) : e.isFile() ? readFile(join(dir, e.name)).then((b) => [b], unlessGone([])) : [])),
     );
     return parts.flat();
   }

@@ -421,6 +421,7 @@ describe('kms command line', { timeout: 90_000 }, () => {
     }
     // Piped (not a terminal): no bar, no control characters.
     const piped = ok(await kms(['encrypt', 'two.txt', '--key', fingerprint, '--out', 'piped']));
+    // eslint-disable-next-line no-control-regex -- the assertion is that no ANSI escape (ESC [) reaches a pipe
     expect(piped.stderr).not.toMatch(/[█░]|\x1b\[/);
   }, 120_000);
 

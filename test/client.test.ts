@@ -50,10 +50,9 @@ afterAll(async () => {
 /** The paths of the requests of one method `kms` sends through node:http (GET: downloads) from now on. */
 function recordRequests(client: Kms, of = 'GET'): string[] {
   const paths: string[] = [];
-  const raw = Kms.prototype.rawRequest;
   client.rawRequest = function (this: Kms, method, path, ...rest) {
     if (method === of) paths.push(path);
-    return raw.call(this, method, path, ...rest);
+    return Kms.prototype.rawRequest.call(this, method, path, ...rest);
   };
   return paths;
 }

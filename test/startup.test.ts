@@ -25,7 +25,8 @@ describe('start-up', () => {
       await waitForOutput(web, 'console');
       await waitForOutput(web, 'JWT_SECRET');
       const all = records(web.output());
-      const port = all.find((r) => r.msg === 'api listening')?.port;
+      const port = Number(all.find((r) => r.msg === 'api listening')?.port);
+      expect(port).toBeGreaterThan(0);
       const ready = all.filter((r) => typeof r.msg === 'string' && r.msg.includes('console'));
       expect(ready).toHaveLength(1);
       expect(ready[0]).toMatchObject({ level: 30, api_url: `http://localhost:${port}/api/v1`, console_url: `http://localhost:${port}/` });

@@ -27,10 +27,7 @@ const file = (name = 'note.txt', text = 'team secret') => [{ name, data: Buffer.
 
 const keyList = async (u: User) => (await s.api('GET', '/keys/list?page_size=100', { token: u.token })).body.items as any[];
 const grantsOf = async (u: User) =>
-  (await s.c.db('team_grants').where({ grantee_id: u.id }).orderBy('lineage_id').select('lineage_id', 'source_id')) as {
-    lineage_id: string;
-    source_id: string;
-  }[];
+  s.c.db('team_grants').where({ grantee_id: u.id }).orderBy('lineage_id').select<{ lineage_id: string; source_id: string }[]>('lineage_id', 'source_id');
 const encryptStatus = async (u: User, fingerprint: string) =>
   (await s.api('POST', '/keys/encrypt', { token: u.token, form: { fingerprint, files: file() } })).status;
 

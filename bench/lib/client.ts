@@ -77,7 +77,9 @@ export class Api {
    */
   async submitEncryptFollowed(file: string, fingerprint: string, dest: string): Promise<{ job: JobView; downloaded: Promise<number> }> {
     let downloaded: Promise<number> | undefined;
-    const job = await this.submitEncrypt(file, fingerprint, (id) => (downloaded = this.download(`/api/v1/jobs/${id}/files/0?follow=true`, dest)));
+    const job = await this.submitEncrypt(file, fingerprint, (id) => {
+      downloaded = this.download(`/api/v1/jobs/${id}/files/0?follow=true`, dest);
+    });
     if (!downloaded) throw new Error('the API sent no 103 Early Hints naming the job');
     return { job, downloaded };
   }

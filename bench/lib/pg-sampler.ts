@@ -15,8 +15,8 @@ const TOP = 15;
  */
 export async function samplePostgres(databaseUrl: string, label: string): Promise<() => Promise<string[]>> {
   const db = new pg.Client({ connectionString: databaseUrl });
-  let failure: unknown;
-  db.on('error', (err) => (failure ??= err));
+  let failure: string | undefined; // the first error's message
+  db.on('error', (err) => (failure ??= err.message));
   await db.connect();
   const counts = new Map<string, number>();
   let samples = 0;
@@ -37,7 +37,7 @@ export async function samplePostgres(databaseUrl: string, label: string): Promis
       await sleep(INTERVAL_MS);
     }
   })().catch((err: unknown) => {
-    failure ??= err; // reported at the end: the section goes on without its sampler
+    failure ??= err instanceof Error ? err.message : String(err); // reported at the end: the section goes on without its sampler
   });
   return async () => {
     stopped = true;
@@ -46,7 +46,7 @@ export async function samplePostgres(databaseUrl: string, label: string): Promis
     const seconds = (Date.now() - t0) / 1000;
     const top = [...counts].sort((a, b) => b[1] - a[1]).slice(0, TOP);
     return [
-      ...(failure ? [`Postgres sampling stopped early: ${failure instanceof Error ? failure.message : String(failure)}`] : []),
+      ...(failure ? [`Postgres sampling stopped early: ${failure}`] : []),
       `Postgres sessions active during ${label} (${samples} samples of pg_stat_activity over ${seconds.toFixed(1)} s; sessions at once on average, by statement and wait):`,
       ...top.map(([key, n]) => `  ${(n / samples).toFixed(3)}  ${key}`),
     ];

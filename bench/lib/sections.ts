@@ -152,7 +152,7 @@ export async function rotateAll(b: Bench, keys: RotatedKey[]): Promise<number> {
       .catch(async (err: Error) => {
         throw new Error(`${err.message}; ${await b.service.stuckJobReport('rotation', id).catch((e: Error) => `no report: ${e.message}`)}`);
       });
-  await Promise.all(jobs.map(({ job, api }) => job.state === 'completed' || wait(api, job.job_id)));
+  await Promise.all(jobs.filter(({ job }) => job.state !== 'completed').map(({ job, api }) => wait(api, job.job_id)));
   return jobs.length;
 }
 
@@ -182,8 +182,8 @@ function mark(b: Bench): Mark {
 function cpuBetween(a: Mark, z: Mark): Record<string, number> {
   return Object.fromEntries(
     Object.entries(z.cpu)
-      .map(([k, v]) => [k, v - (a.cpu[k] ?? 0)])
-      .filter(([, v]) => (v as number) >= 0.05),
+      .map(([k, v]): [string, number] => [k, v - (a.cpu[k] ?? 0)])
+      .filter(([, v]) => v >= 0.05),
   );
 }
 

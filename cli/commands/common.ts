@@ -8,7 +8,7 @@ import type { GlobalOptions } from '../context.js';
 export function run<O extends object, A extends unknown[] = []>(fn: (opts: O & GlobalOptions, ...args: A) => Promise<void>) {
   return async (...args: unknown[]) => {
     const cmd = args[args.length - 1] as Command;
-    await fn(cmd.optsWithGlobals() as O & GlobalOptions, ...(args.slice(0, -2) as A));
+    await fn(cmd.optsWithGlobals<O & GlobalOptions>(), ...(args.slice(0, -2) as A));
   };
 }
 

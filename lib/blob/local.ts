@@ -232,7 +232,10 @@ export class LocalBlobStore implements BlobStore {
     // Spare files too: a store that stopped writing gives their disk back.
     for (const dir of [this.tmpDir, this.uploadTmpDir, this.spareDir]) {
       // A folder removed by hand holds nothing to sweep.
-      const names = await readdir(dir).catch((err: unknown) => (isMissing(err) ? [] : Promise.reject(err)));
+      const names = await readdir(dir).catch((err: unknown) => {
+        if (isMissing(err)) return [];
+        throw err;
+      });
       for (const name of names) {
         const path = join(dir, name);
         const info = await lstat(path).catch(() => null);

@@ -238,7 +238,10 @@ export class S3BlobStore implements BlobStore {
       }
       [keyMarker, uploadIdMarker] = page.IsTruncated ? [page.NextKeyMarker, page.NextUploadIdMarker] : [undefined, undefined];
     } while (keyMarker);
-    const names = await readdir(this.uploadTmpDir).catch((err: unknown) => ((err as NodeJS.ErrnoException).code === 'ENOENT' ? [] : Promise.reject(err)));
+    const names = await readdir(this.uploadTmpDir).catch((err: unknown) => {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return [];
+      throw err;
+    });
     for (const name of names) {
       const path = join(this.uploadTmpDir, name);
       const info = await stat(path).catch(() => null);

@@ -162,7 +162,7 @@ export function assertValidRange(range: ByteRange): void {
 export function byteCounter(onProgress?: (bytes: number) => void) {
   const counter = {
     bytes: 0,
-    async *stage(source: AsyncIterable<Uint8Array | string>): AsyncGenerator<Uint8Array> {
+    async *stage(this: void, source: AsyncIterable<Uint8Array | string>): AsyncGenerator<Uint8Array> {
       for await (const chunk of source) {
         const buf = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
         counter.bytes += buf.byteLength;

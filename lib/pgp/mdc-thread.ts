@@ -1,6 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
+import { asError } from './thrown';
 
 /**
  * The integrity check of a SEIPDv1 data stream (RFC 9580 §5.13.1) on a thread of its own, so that a
@@ -42,7 +43,7 @@ export class MdcThread {
         this.settle();
         resolve(m);
       });
-      this.worker.once('error', (err) => (this.settle(), reject(err)));
+      this.worker.once('error', (err: unknown) => (this.settle(), reject(asError(err))));
       this.worker.once('exit', (code) => (this.settle(), reject(new Error(`the MDC thread exited (${code})`))));
     });
     this.verdict.catch(() => undefined); // read by verify(); a thread that dies before is reported there

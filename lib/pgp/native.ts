@@ -8,6 +8,7 @@ import { lengthOctets, packet } from './packets';
 import { sessionKeyPacket } from './pkesk';
 import { afterDecryption, integrityFailure } from './integrity';
 import { sessionKeyV1 } from './session';
+import { asError } from './thrown';
 
 /**
  * SEIPDv1 (RFC 9580 §5.13.1, "MDC") encryption on Node's own AES-256-CFB and SHA-1 (OpenSSL), for the
@@ -151,7 +152,7 @@ export const MAX_SMALL_PACKETS = 1024;
 class Pull {
   private buf: Buffer = Buffer.alloc(0);
   /** An error of the source itself (storage), never to be taken for a malformed message. */
-  failed: unknown;
+  failed: Error | undefined;
   constructor(
     private readonly it: AsyncIterator<Buffer>,
     public record?: Buffer[],
@@ -168,8 +169,7 @@ class Pull {
       try {
         next = await this.it.next();
       } catch (err) {
-        this.failed = err;
-        throw err;
+        throw (this.failed = asError(err));
       }
       if (next.done) {
         ended = true;
@@ -200,7 +200,7 @@ class Pull {
     return out;
   }
 
-  async *drain(): AsyncGenerator<Buffer> {
+  async *drain(): AsyncGenerator<Buffer, void> {
     for (let c = await this.chunk(CHUNK); c; c = await this.chunk(CHUNK)) yield c;
   }
 }
@@ -231,7 +231,7 @@ async function header(p: Pull): Promise<{ tag: number; length: Length }> {
 }
 
 /** The body of a packet as chunks, following partial lengths. */
-async function* body(p: Pull, first: Length): AsyncGenerator<Buffer> {
+async function* body(p: Pull, first: Length): AsyncGenerator<Buffer, void> {
   let length = first;
   for (;;) {
     if (length.kind === 'indeterminate') return yield* p.drain();

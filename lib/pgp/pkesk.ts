@@ -78,7 +78,7 @@ export async function openSessionKeyPacket(
 interface PkeskFields {
   version: number;
   publicKeyID: openpgp.KeyID;
-  publicKeyAlgorithm: number;
+  publicKeyAlgorithm: openpgp.enums.publicKey;
   encrypted?: { V?: Uint8Array; C?: { data?: Uint8Array } };
 }
 interface EcdhOid {

@@ -8,6 +8,7 @@ import { MAX_SMALL_PACKETS, MIN_PARTIAL } from './native';
 import { sessionKeyPacket } from './pkesk';
 import { sessionKeyV1 } from './session';
 import { dearmor, CHUNK_BYTES } from './stream';
+import { asError } from './thrown';
 import { Watch, type WatchOptions } from './watch';
 
 /**
@@ -56,7 +57,8 @@ interface Packet {
 /** Reads whole packets from the head of a stream of binary chunks; then hands over the rest. */
 class HeadReader {
   private buf: Buffer = Buffer.alloc(0);
-  failed: unknown;
+  /** An error of the source itself (storage), never to be taken for a malformed message. */
+  failed: Error | undefined;
   constructor(private readonly it: AsyncIterator<Uint8Array>) {}
 
   private async fill(n: number): Promise<boolean> {
@@ -65,8 +67,7 @@ class HeadReader {
       try {
         next = await this.it.next();
       } catch (err) {
-        this.failed = err;
-        throw err;
+        throw (this.failed = asError(err));
       }
       if (next.done) return false;
       this.buf = this.buf.length ? Buffer.concat([this.buf, next.value]) : Buffer.from(next.value.buffer, next.value.byteOffset, next.value.byteLength);

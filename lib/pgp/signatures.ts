@@ -4,7 +4,8 @@ import { AppError, invalid, tooLarge } from '../errors';
 import { within } from '../within';
 import { KEY_PARSE_MS, MAX_SIGNATURE_PACKET_BYTES, checkPacketLimits } from './import';
 import { MAX_PUBLIC_KEY_BYTES, scanPackets } from './keys';
-import { NodeSource, WebSource, asError, errMessage, readMessageFrom, type WebStream } from './stream';
+import { NodeSource, WebSource, readMessageFrom, type WebStream } from './stream';
+import { asError, errMessage } from './thrown';
 import { Watch, type WatchOptions } from './watch';
 import type { SignatureCheck, SignatureProblem, VerificationKey, VerificationResult } from './verification';
 
@@ -41,6 +42,7 @@ export async function signStream(input: Readable, signingKey: openpgp.PrivateKey
   try {
     const message = await openpgp.createMessage({ binary: source.open(), filename, format: 'binary' });
     const base = { message, signingKeys: signingKey, detached: opts.detached };
+    // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- openpgp's types take WebStream from @openpgp/web-stream-tools, an optional peer not installed: an error type to ESLint (tsc reads it as any)
     out = opts.armor ? await watch.call(openpgp.sign({ ...base, format: 'armored' })) : await watch.call(openpgp.sign({ ...base, format: 'binary' }));
   } catch (err) {
     input.destroy();
@@ -88,6 +90,7 @@ export async function readDetachedSignature(bytes: Uint8Array): Promise<openpgp.
 export async function readSignerKey(armored: string): Promise<VerificationKey> {
   if (Buffer.byteLength(armored) > MAX_PUBLIC_KEY_BYTES) throw tooLarge('public_key_too_large', `The public key is larger than ${MAX_PUBLIC_KEY_BYTES} bytes.`);
   try {
+    // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- openpgp's types take WebStream from @openpgp/web-stream-tools, an optional peer not installed: an error type to ESLint (tsc reads it as any)
     const { data, type } = await within(openpgp.unarmor(armored), KEY_PARSE_MS);
     if (type !== openpgp.enums.armor.publicKey) throw invalid('invalid_public_key', 'Expected an armored PGP PUBLIC KEY BLOCK.');
     const binary = new Uint8Array(await new Response(data as ReadableStream<Uint8Array>).arrayBuffer());

@@ -7,6 +7,7 @@ import { ONE_PIECE } from '../streams';
 import { MAX_SMALL_PACKETS, MIN_PARTIAL, encryptNative, nativeEncryptable, openNative } from './native';
 import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyPacketsFor, sessionKeyV1 } from './session';
 import { afterDecryption, integrityFailure } from './integrity';
+import { asError, errMessage } from './thrown';
 import { Watch, type WatchOptions } from './watch';
 import type { SignatureCheck, VerificationKey, VerificationResult } from './verification';
 
@@ -77,10 +78,8 @@ export async function encryptStream(input: Readable, recipient: openpgp.PublicKe
   let out: WebStream;
   try {
     const base = { message, encryptionKeys: recipient, config, ...(opts.signingKey ? { signingKeys: opts.signingKey } : {}) };
-    const encrypted = opts.armor
-      ? await watch.call(openpgp.encrypt({ ...base, format: 'armored' }))
-      : await watch.call(openpgp.encrypt({ ...base, format: 'binary' }));
-    out = encrypted;
+    // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- openpgp's types take WebStream from @openpgp/web-stream-tools, an optional peer not installed: an error type to ESLint (tsc reads it as any)
+    out = opts.armor ? await watch.call(openpgp.encrypt({ ...base, format: 'armored' })) : await watch.call(openpgp.encrypt({ ...base, format: 'binary' }));
   } catch (err) {
     input.destroy();
     watch.close();
@@ -109,10 +108,10 @@ const ZLIB_CHUNK = 256 * 1024;
 
 /** Fields of OpenPGP.js's CompressedDataPacket that its type declarations keep private. */
 interface CompressedPacketFields {
-  algorithm: number;
+  algorithm: openpgp.enums.compression;
   packets: openpgp.PacketList<openpgp.AnyPacket>;
   compressed: unknown;
-  decompress(config?: openpgp.Config): Promise<void>;
+  decompress: (this: CompressedPacketFields, config?: openpgp.Config) => Promise<void>;
 }
 
 /**
@@ -203,9 +202,9 @@ function rewriteWeb(stream: WebStream, rewrite: (chunks: AsyncIterable<Uint8Arra
     {
       pull: async (controller) => {
         try {
-          const { done, value } = await iterator.next();
-          if (done) controller.close();
-          else controller.enqueue(value);
+          const next = await iterator.next();
+          if (next.done) controller.close();
+          else controller.enqueue(next.value);
         } catch (err) {
           reader.cancel(err).catch(() => {});
           throw err;
@@ -688,9 +687,9 @@ class ByteReader {
 
   private async fill(): Promise<boolean> {
     while (this.at >= this.chunk.length) {
-      const { done, value } = await this.source.next();
-      if (done) return false;
-      this.chunk = value;
+      const next = await this.source.next();
+      if (next.done) return false;
+      this.chunk = next.value;
       this.at = 0;
     }
     return true;
@@ -760,10 +759,10 @@ export class NodeSource {
   }
 
   private async next(): Promise<Uint8Array | null> {
-    const { done, value } = await (this.watch ? this.watch.pulling(this.iterator.next()) : this.iterator.next());
-    if (done) return null;
-    if (typeof value === 'string') return Buffer.from(value);
-    const bytes = value as Uint8Array;
+    const next = await (this.watch ? this.watch.pulling(this.iterator.next()) : this.iterator.next());
+    if (next.done) return null;
+    if (typeof next.value === 'string') return Buffer.from(next.value);
+    const bytes = next.value as Uint8Array;
     // A plain Uint8Array view (no copy): OpenPGP.js expects Uint8Array, not Buffer's subclass.
     return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   }
@@ -800,9 +799,9 @@ export class NodeSource {
       {
         pull: async (controller) => {
           try {
-            const { done, value } = await iterator.next();
-            if (done) controller.close();
-            else controller.enqueue(value);
+            const next = await iterator.next();
+            if (next.done) controller.close();
+            else controller.enqueue(next.value);
           } catch (err) {
             // After a cancel, the input's "premature close" is our doing, not the cause of anything.
             if (!cancelled) this.failure ??= asError(err);
@@ -892,12 +891,4 @@ export class WebSource extends Readable {
     this.reader.cancel(err ?? undefined).catch(() => {});
     callback(err);
   }
-}
-
-export function asError(err: unknown): Error {
-  return err instanceof Error ? err : new Error(String(err));
-}
-
-export function errMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

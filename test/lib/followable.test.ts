@@ -196,7 +196,7 @@ describe.each(['local', 's3'] as const)('followable job files (%s)', (backend) =
       get: (target, name: keyof BlobStore) =>
         typeof target[name] === 'function'
           ? (...args: unknown[]) => (calls.push(String(name)), (target[name] as (...a: unknown[]) => unknown)(...args))
-          : target[name],
+          : Reflect.get(target, name),
     });
     const store = followableJobFiles(spied, { segmentBytes: SEGMENT });
     const k = key();

@@ -371,7 +371,7 @@ describe('input framing we accept', () => {
     const [pkesk, seipd] = packets(message);
     for (const sizes of [[512], [8192], [1 << 20], [512, 4096, 65536, 1024]]) {
       const framed = Buffer.concat([Buffer.of(0xc1, pkesk.body.length), Buffer.from(pkesk.body), partialPacket(18, seipd.body, sizes)]);
-      for (const chunk of [7, 4096, MiB]) expect((await decryptChunked(framed, chunk)).equals(data), `${sizes} / ${chunk}`).toBe(true);
+      for (const chunk of [7, 4096, MiB]) expect((await decryptChunked(framed, chunk)).equals(data), `${sizes.join(',')} / ${chunk}`).toBe(true);
     }
   });
 

@@ -5,7 +5,7 @@ import { createLogger, type Logger } from '../../lib/logger';
  * The service's own logger (redaction included) writing into a string a test can read: `logger(level)`
  * makes loggers that all write to the one output.
  */
-export function captureLogs(): { logger(level?: string): Logger; output(): string } {
+export function captureLogs(): { logger: (level?: string) => Logger; output: () => string } {
   let out = '';
   const sink = new Writable({
     write(chunk: Buffer, _enc, done) {

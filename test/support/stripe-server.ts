@@ -137,26 +137,32 @@ export async function startStripeServer(opts: { latencyMs?: number } = {}) {
     return { status: 404, body: { error: { type: 'invalid_request_error', message: `Unrecognized request URL (${method}: ${path})` } } };
   }
 
+  async function respond(req: IncomingMessage, res: ServerResponse, body: string) {
+    const url = new URL(req.url ?? '/', 'http://local');
+    const form = Object.fromEntries(new URLSearchParams(req.method === 'GET' ? url.search : body));
+    const idempotencyKey = (req.headers['idempotency-key'] as string | undefined) ?? null;
+    requests.push({ method: req.method ?? '', path: url.pathname, form, idempotencyKey, authorization: req.headers.authorization ?? null });
+    const hold = holds.find((h) => url.pathname.startsWith(h.prefix));
+    if (hold) {
+      holds.splice(holds.indexOf(hold), 1);
+      hold.arrived();
+      await hold.released;
+    }
+    if (opts.latencyMs) await new Promise((r) => setTimeout(r, opts.latencyMs));
+    const key = idempotencyKey ? `${req.method} ${url.pathname} ${idempotencyKey}` : null;
+    const reply = (key && replies.get(key)) || route(req.method ?? 'GET', url.pathname, form);
+    if (key && !replies.has(key)) replies.set(key, reply);
+    answer(res, reply.status, reply.body);
+  }
+
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', async () => {
-      const url = new URL(req.url ?? '/', 'http://local');
-      const body = Buffer.concat(chunks).toString();
-      const form = Object.fromEntries(new URLSearchParams(req.method === 'GET' ? url.search : body));
-      const idempotencyKey = (req.headers['idempotency-key'] as string | undefined) ?? null;
-      requests.push({ method: req.method ?? '', path: url.pathname, form, idempotencyKey, authorization: req.headers.authorization ?? null });
-      const hold = holds.find((h) => url.pathname.startsWith(h.prefix));
-      if (hold) {
-        holds.splice(holds.indexOf(hold), 1);
-        hold.arrived();
-        await hold.released;
-      }
-      if (opts.latencyMs) await new Promise((r) => setTimeout(r, opts.latencyMs));
-      const key = idempotencyKey ? `${req.method} ${url.pathname} ${idempotencyKey}` : null;
-      const reply = (key && replies.get(key)) || route(req.method ?? 'GET', url.pathname, form);
-      if (key && !replies.has(key)) replies.set(key, reply);
-      answer(res, reply.status, reply.body);
+    req.on('end', () => {
+      // A failure of this double answers as Stripe answers its own: a 500 api_error.
+      respond(req, res, Buffer.concat(chunks).toString()).catch((err: unknown) =>
+        answer(res, 500, { error: { type: 'api_error', message: err instanceof Error ? err.message : String(err) } }),
+      );
     });
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
