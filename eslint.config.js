@@ -5,7 +5,7 @@ import globals from 'globals';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/', 'dist/', 'coverage/', 'var/', '.build-test-*/', 'client/openapi.ts', 'web/passkeys/*.js'] },
+  { ignores: ['**/node_modules/', '**/dist/', 'coverage/', 'var/', '.build-test-*/', 'client/openapi.ts', 'web/passkeys/*.js'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked,
   {

@@ -2,8 +2,7 @@ import type { Knex } from 'knex';
 import type { KeyRow, LineageRow } from './keys';
 
 /** What a share link points at; the kind decides which table `target_id` names. */
-const SHARE_KINDS = ['public_key', 'api_key'] as const;
-export type ShareKind = (typeof SHARE_KINDS)[number];
+export type ShareKind = 'public_key' | 'api_key';
 
 /** Computed from the row and the time, never stored: revoked wins over expired, expired over exhausted. */
 export const SHARE_STATES = ['active', 'expired', 'revoked', 'exhausted'] as const;

@@ -204,15 +204,13 @@ describe('destroying a whole key', () => {
     // A job that still needs the key (queued or running) holds the destruction back.
     const lineage = await s.c.db('key_lineages').where({ id: key.lineage_id }).first();
     const jobId = (await import('node:crypto')).randomUUID();
-    await s.c
-      .db('jobs')
-      .insert({
-        id: jobId,
-        user_id: u.id,
-        kind: 'decrypt',
-        state: 'active',
-        request: JSON.stringify({ lineage_id: lineage.id, fingerprint: key.fingerprint }),
-      });
+    await s.c.db('jobs').insert({
+      id: jobId,
+      user_id: u.id,
+      kind: 'decrypt',
+      state: 'active',
+      request: JSON.stringify({ lineage_id: lineage.id, fingerprint: key.fingerprint }),
+    });
     await withClockAdvanced(8 * DAY, async () => expect(await destroyDueGenerations(s.c)).toEqual({ destroyed: 0, postponed: 1 }));
     expect((await s.c.db('pgp_keys').where({ lineage_id: key.lineage_id }).first()).destroyed_at).toBeNull();
     await s.c.db('jobs').where({ id: jobId }).update({ state: 'completed' });

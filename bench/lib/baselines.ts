@@ -102,19 +102,17 @@ export async function makePgpKeys(): Promise<PgpKeys> {
  */
 export async function pgpEncrypt(input: string, output: string, keys: PgpKeys): Promise<void> {
   const message = await openpgp.createMessage({ binary: Readable.toWeb(createReadStream(input, { highWaterMark: MiB })) });
-  // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- openpgp's types take WebStream from @openpgp/web-stream-tools, an optional peer not installed: an error type to ESLint (tsc reads it as any)
   const encrypted = await openpgp.encrypt({
     message,
     encryptionKeys: keys.publicKey,
     format: 'binary',
     config: { preferredCompressionAlgorithm: openpgp.enums.compression.uncompressed },
   });
-  await pipeline(Readable.fromWeb(encrypted as unknown as NodeReadableStream<Uint8Array>), createWriteStream(output, { highWaterMark: MiB }));
+  await pipeline(Readable.fromWeb(encrypted), createWriteStream(output, { highWaterMark: MiB }));
 }
 
 export async function pgpDecrypt(input: string, output: string, keys: PgpKeys): Promise<void> {
   const message = await openpgp.readMessage({ binaryMessage: Readable.toWeb(createReadStream(input, { highWaterMark: MiB })) });
-  // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- openpgp's types take WebStream from @openpgp/web-stream-tools, an optional peer not installed: an error type to ESLint (tsc reads it as any)
   const { data } = await openpgp.decrypt({ message, decryptionKeys: keys.privateKey, format: 'binary', config: { allowUnauthenticatedStream: true } });
   await pipeline(Readable.fromWeb(data as unknown as NodeReadableStream<Uint8Array>), createWriteStream(output, { highWaterMark: MiB }));
 }

@@ -70,9 +70,7 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
   const text = Buffer.from(data.subarray(0, 64)).toString('latin1').trimStart();
   const binary = text.startsWith('-----BEGIN PGP')
     ? await parse(
-        pgp
-          .unarmor(Buffer.from(data).toString('utf8'))
-          .then(async ({ data: body }) => new Uint8Array(await new Response(body as ReadableStream<Uint8Array>).arrayBuffer())),
+        pgp.unarmor(Buffer.from(data).toString('utf8')).then(async ({ data: body }) => new Uint8Array(await new Response(body).arrayBuffer())),
         'The armored key cannot be read',
       )
     : data;

@@ -269,9 +269,8 @@ export async function expiryOf(key: openpgp.Key): Promise<Date | null> {
 
 async function hasSecretPackets(armored: string): Promise<boolean> {
   try {
-    // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- openpgp's types take WebStream from @openpgp/web-stream-tools, an optional peer not installed: an error type to ESLint (tsc reads it as any)
     const { data } = await (await loadOpenpgp()).unarmor(armored);
-    const bytes = await new Response(data as ReadableStream<Uint8Array>).arrayBuffer();
+    const bytes = await new Response(data).arrayBuffer();
     return scanPackets(new Uint8Array(bytes)).some((p) => SECRET_TAGS.has(p.tag));
   } catch {
     return false;

@@ -14,7 +14,10 @@ export const SESSION_KEY_CONFIG: openpgp.PartialConfig = { constantTimePKCS1Decr
 export const MAX_SESSION_KEY_TRIES = 16;
 
 /** The session key packets `privateKey` would open: those naming one of its key ids, and anonymous ones. */
-export function sessionKeyPacketsFor(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
+export function sessionKeyPacketsFor(
+  message: openpgp.Message<openpgp.MaybeStream<Uint8Array | string>>,
+  privateKey: openpgp.PrivateKey,
+): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
   const ours = new Set(privateKey.getKeys().map((k) => k.getKeyID().toHex()));
   const packets = message.packets.filterByTag(enums.packet.publicKeyEncryptedSessionKey) as unknown as (openpgp.PublicKeyEncryptedSessionKeyPacket & {
     publicKeyID: openpgp.KeyID;
@@ -29,7 +32,10 @@ export function sessionKeyPacketsFor(message: openpgp.Message<unknown>, privateK
  * constant-time mode), so a message of a few hundred KiB repeating one packet would hold a worker for
  * minutes. Returns those packets.
  */
-export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
+export function checkSessionKeyPackets(
+  message: openpgp.Message<openpgp.MaybeStream<Uint8Array | string>>,
+  privateKey: openpgp.PrivateKey,
+): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
   const packets = sessionKeyPacketsFor(message, privateKey);
   if (packets.length > MAX_SESSION_KEY_TRIES) {
     throw invalid('malformed_message', `The message has ${packets.length} session key packets for this key (at most ${MAX_SESSION_KEY_TRIES} are tried).`);
@@ -47,7 +53,10 @@ export function checkSessionKeyPackets(message: openpgp.Message<unknown>, privat
  * and what gpg, sq and OpenPGP.js then use), never by the data: acting on decrypted bytes to pick one
  * would be an oracle again. A message to an RSA key under another AES size fails its integrity check.
  */
-export async function sessionKeyV1(message: openpgp.Message<unknown>, privateKey: openpgp.PrivateKey): Promise<openpgp.SessionKey> {
+export async function sessionKeyV1(
+  message: openpgp.Message<openpgp.MaybeStream<Uint8Array | string>>,
+  privateKey: openpgp.PrivateKey,
+): Promise<openpgp.SessionKey> {
   const mine = checkSessionKeyPackets(message, privateKey);
   // The common case, one packet for our key and it a Curve25519 one, opens on Node's crypto (pkesk.ts).
   const opened = mine.length === 1 ? await openSessionKeyPacket(mine[0], privateKey) : undefined;

@@ -42,7 +42,6 @@ export async function signStream(input: Readable, signingKey: openpgp.PrivateKey
   try {
     const message = await openpgp.createMessage({ binary: source.open(), filename, format: 'binary' });
     const base = { message, signingKeys: signingKey, detached: opts.detached };
-    // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- openpgp's types take WebStream from @openpgp/web-stream-tools, an optional peer not installed: an error type to ESLint (tsc reads it as any)
     out = opts.armor ? await watch.call(openpgp.sign({ ...base, format: 'armored' })) : await watch.call(openpgp.sign({ ...base, format: 'binary' }));
   } catch (err) {
     input.destroy();
@@ -66,9 +65,7 @@ export async function readDetachedSignature(bytes: Uint8Array): Promise<openpgp.
   try {
     const binary = armored
       ? await within(
-          openpgp
-            .unarmor(Buffer.from(bytes).toString('utf8'))
-            .then(async ({ data }) => new Uint8Array(await new Response(data as ReadableStream<Uint8Array>).arrayBuffer())),
+          openpgp.unarmor(Buffer.from(bytes).toString('utf8')).then(async ({ data }) => new Uint8Array(await new Response(data).arrayBuffer())),
           KEY_PARSE_MS,
         )
       : bytes;
@@ -90,10 +87,9 @@ export async function readDetachedSignature(bytes: Uint8Array): Promise<openpgp.
 export async function readSignerKey(armored: string): Promise<VerificationKey> {
   if (Buffer.byteLength(armored) > MAX_PUBLIC_KEY_BYTES) throw tooLarge('public_key_too_large', `The public key is larger than ${MAX_PUBLIC_KEY_BYTES} bytes.`);
   try {
-    // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- openpgp's types take WebStream from @openpgp/web-stream-tools, an optional peer not installed: an error type to ESLint (tsc reads it as any)
     const { data, type } = await within(openpgp.unarmor(armored), KEY_PARSE_MS);
     if (type !== openpgp.enums.armor.publicKey) throw invalid('invalid_public_key', 'Expected an armored PGP PUBLIC KEY BLOCK.');
-    const binary = new Uint8Array(await new Response(data as ReadableStream<Uint8Array>).arrayBuffer());
+    const binary = new Uint8Array(await new Response(data).arrayBuffer());
     checkPacketLimits(binary);
     const keys = await within(openpgp.readKeys({ binaryKeys: binary }), KEY_PARSE_MS);
     if (keys.length !== 1 || keys[0].isPrivate()) throw invalid('invalid_public_key', 'Expected exactly one public key.');

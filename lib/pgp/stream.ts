@@ -78,7 +78,6 @@ export async function encryptStream(input: Readable, recipient: openpgp.PublicKe
   let out: WebStream;
   try {
     const base = { message, encryptionKeys: recipient, config, ...(opts.signingKey ? { signingKeys: opts.signingKey } : {}) };
-    // eslint-disable-next-line @typescript-eslint/no-unsafe-assignment -- openpgp's types take WebStream from @openpgp/web-stream-tools, an optional peer not installed: an error type to ESLint (tsc reads it as any)
     out = opts.armor ? await watch.call(openpgp.encrypt({ ...base, format: 'armored' })) : await watch.call(openpgp.encrypt({ ...base, format: 'binary' }));
   } catch (err) {
     input.destroy();
@@ -445,7 +444,7 @@ export async function readMessageFrom(
 const MAX_AEAD_CHUNK_SIZE_BYTE = 16;
 
 /** The chunk size octet of the message's AEAD packet (SEIPDv2 or the draft's AEAD packet); -1 when none. */
-function aeadChunkSizeByte(message: openpgp.Message<unknown>): number {
+function aeadChunkSizeByte(message: openpgp.Message<openpgp.MaybeStream<Uint8Array | string>>): number {
   const packet = message.packets.findPacket(enums.packet.symEncryptedIntegrityProtectedData) ?? message.packets.findPacket(enums.packet.aeadEncryptedData);
   return (packet as { chunkSizeByte?: number | null } | undefined)?.chunkSizeByte ?? -1;
 }

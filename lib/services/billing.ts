@@ -309,7 +309,7 @@ function subscriptionState(c: Container, sub: ProviderSubscription): Subscriptio
   };
 }
 
-export type EventOutcome =
+type EventOutcome =
   'applied' | 'unchanged' | 'ignored_type' | 'ignored_no_subscription' | 'ignored_unknown_customer' | 'ignored_mode' | 'ignored_other_subscription';
 
 /**

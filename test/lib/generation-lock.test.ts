@@ -31,7 +31,7 @@ async function oldLock(armored: string, secret: string): Promise<string> {
 /** Flips one bit near the end of the secret subkey packet: inside its encrypted secret material and checksum. */
 async function flipLastByte(armored: string): Promise<string> {
   const { data } = await openpgp.unarmor(armored);
-  const bytes = new Uint8Array(await new Response(data as ReadableStream<Uint8Array>).arrayBuffer());
+  const bytes = new Uint8Array(await new Response(data).arrayBuffer());
   const sub = (await openpgp.readPrivateKey({ binaryKey: bytes })).subkeys[0].keyPacket.write();
   const at = Buffer.from(bytes).indexOf(Buffer.from(sub));
   expect(at).toBeGreaterThan(0);
@@ -41,12 +41,12 @@ async function flipLastByte(armored: string): Promise<string> {
 
 async function encryptTo(publicArmored: string, data: Uint8Array): Promise<Uint8Array> {
   const message = await openpgp.createMessage({ binary: data });
-  return openpgp.encrypt({ message, encryptionKeys: await readStoredPublicKey(publicArmored), format: 'binary' }) as Promise<Uint8Array>;
+  return openpgp.encrypt({ message, encryptionKeys: await readStoredPublicKey(publicArmored), format: 'binary' });
 }
 
 async function decryptWith(privateKey: openpgp.PrivateKey, ciphertext: Uint8Array): Promise<Uint8Array> {
   const message = await openpgp.readMessage({ binaryMessage: ciphertext });
-  return (await openpgp.decrypt({ message, decryptionKeys: privateKey, format: 'binary' })).data as Uint8Array;
+  return (await openpgp.decrypt({ message, decryptionKeys: privateKey, format: 'binary' })).data;
 }
 
 describe('generation key lock (in process)', () => {

@@ -86,7 +86,7 @@ describe('curve25519 keys from keygen.ts', () => {
 
     // One octet of the last signature (the subkey binding's S) changed: the subkey is no longer usable.
     const { data } = await openpgp.unarmor(gen.publicArmored);
-    const bytes = Buffer.from(data as Uint8Array);
+    const bytes = Buffer.from(await new Response(data).arrayBuffer());
     bytes[bytes.length - 3] ^= 0x01;
     const tampered = await openpgp.readKey({ binaryKey: bytes });
     await expect(tampered.subkeys[0].verify(created)).rejects.toThrow();
