@@ -3,7 +3,7 @@ import { UsageError } from './exit-codes.js';
 
 /**
  * The shortest new password or key passphrase the service accepts (its `Password` and `Passphrase`
- * schemas); test/cli.test.ts holds the two together.
+ * schemas); test/interface/cli.test.ts holds the two together.
  */
 export const MIN_SECRET_LENGTH = 12;
 

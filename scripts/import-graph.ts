@@ -2,7 +2,7 @@
  * The import graph of the service's own modules (api, lib, jobs, workers, db), read from their source
  * with a regular expression: enough for this code base, whose imports are all single-quoted and whose
  * relative specifiers name a .ts file or a folder's index.ts. Its cycles and what a module reaches are
- * checked by test/import-graph.test.ts; `npx tsx scripts/import-graph.ts` prints the cycles.
+ * checked by test/codebase/import-graph.test.ts; `npx tsx scripts/import-graph.ts` prints the cycles.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';

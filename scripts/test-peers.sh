@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The external programs the tests talk to, as Debian packages: `package check` per line, where the check
 # is a command that succeeds when the package is usable (a program on PATH, or a Python module of the
-# system's python: test/python-client.test.ts runs /usr/bin/python3, whatever python3 PATH finds first).
+# system's python: test/interface/python-client.test.ts runs /usr/bin/python3, whatever python3 PATH finds first).
 # The test command (`npm test`) and CI both run this, so there is one list. Missing peers are installed
 # when we run as root with apt; otherwise we stop at once with the one command that installs them.
 set -euo pipefail

@@ -15,7 +15,7 @@ const REDIS_URL = 'redis://127.0.0.1:6379';
 
 /**
  * How the Procfile starts `role`: its environment assignments and node flags (package.json's scripts use the
- * same: test/build.test.ts), so the bench measures the processes as they run (docs/performance.md, "Process flags").
+ * same: test/operations/build.test.ts), so the bench measures the processes as they run (docs/performance.md, "Process flags").
  */
 export function procfileCommand(role: string): { env: Record<string, string>; flags: string[] } {
   const line = readFileSync(join(REPO, 'Procfile'), 'utf8')

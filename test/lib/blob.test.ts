@@ -372,7 +372,7 @@ async function withStubS3(handler: RequestListener, use: (store: BlobStore) => P
 /**
  * s3rver answers ListMultipartUploads with 501 NotImplemented and AbortMultipartUpload with 405, so the
  * sweep of incomplete multipart uploads runs here against a stub speaking just those two calls (S3's
- * XML, paginated); against s3rver the sweep only checks that a 501 is no error (test/blob-at-rest.test.ts).
+ * XML, paginated); against s3rver the sweep only checks that a 501 is no error (test/keys/blob-at-rest.test.ts).
  */
 describe('S3 sweep of incomplete multipart uploads', () => {
   it('aborts uploads under its prefix begun before the cut-off, page after page, and keeps newer ones', async () => {

@@ -5,7 +5,7 @@ import { openSessionKeyPacket, sessionKeyPacket } from '../../lib/pgp/pkesk';
 
 /**
  * The session key packet built on Node's X25519 (lib/pgp/pkesk.ts) against OpenPGP.js's reading of it.
- * gpg and sq read it in the interop tests (test/interop.test.ts, test/lib/pgp-interop.test.ts).
+ * gpg and sq read it in the interop tests (test/keys/interop.test.ts, test/lib/pgp-interop.test.ts).
  */
 const user = { name: 'PKESK', email: 'pkesk@example.com' };
 let curve: openpgp.PrivateKey;

@@ -1,0 +1,120 @@
+/**
+ * Data access has one rule: routes call services, services call db/, and only db/ writes queries.
+ * A route that opens a transaction or a service that names a table has put a query where no one looks
+ * for it; a migration that imports the service's code changes what it did whenever that code changes.
+ * Audit rows take the request's address and id in one place (recordAudit's `from`), never copied by hand.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+const filesOf = (dir: string) =>
+  readdirSync(dir)
+    .filter((f) => f.endsWith('.ts'))
+    .map((f) => join(dir, f));
+
+interface Rule {
+  name: string;
+  re: RegExp;
+}
+
+/** Every line of `files` that matches a rule, as `file:line: rule: text`. */
+function breaches(files: string[], rules: Rule[]): string[] {
+  const found: string[] = [];
+  for (const file of files) {
+    readFileSync(file, 'utf8')
+      .split('\n')
+      .forEach((line, i) => {
+        for (const { name, re } of rules) if (re.test(line)) found.push(`${file}:${i + 1}: ${name}: ${line.trim().slice(0, 140)}`);
+      });
+  }
+  return found;
+}
+
+/** Import statements (one or more lines each) with the module they name. */
+function importsOf(file: string): { statement: string; from: string; line: number }[] {
+  const text = readFileSync(file, 'utf8');
+  const out: { statement: string; from: string; line: number }[] = [];
+  for (const m of text.matchAll(/^(?:import|export)\b[^;]*?\bfrom\s+'([^']+)'/gm)) {
+    out.push({ statement: m[0], from: m[1], line: text.slice(0, m.index).split('\n').length });
+  }
+  for (const m of text.matchAll(/\bimport\(\s*'([^']+)'\s*\)/g)) {
+    out.push({ statement: m[0], from: m[1], line: text.slice(0, m.index).split('\n').length });
+  }
+  return out;
+}
+
+const typeOnly = (statement: string) => /^(?:import|export)\s+type\b/.test(statement);
+
+/** A query written in place: a table call on a connection or transaction, or raw SQL. */
+const QUERIES: Rule[] = [
+  { name: 'a table call', re: /\b(?:db|trx|knex)\s*(?:<[^>]*>\s*)?\(\s*['"`]/ },
+  { name: 'a query on the connection', re: /\b(?:db|trx|knex)\.(?:from|select|insert|update|table|queryBuilder)\(/ },
+  { name: 'raw SQL', re: /\.(?:raw|whereRaw|joinRaw|orderByRaw)\(/ },
+];
+
+/** What only a service does: open a transaction, or query. */
+const ROUTE_RULES: Rule[] = [
+  { name: 'a database call', re: /\bc\.db\b/ },
+  { name: 'a transaction', re: /\.transaction\(/ },
+  { name: 'a transaction call', re: /\btrx\(/ },
+  ...QUERIES,
+];
+
+/** The request's address and id copied into an audit row by hand. */
+const AUDIT_RULES: Rule[] = [
+  { name: 'an audit row copying the request id', re: /\brequest_id:\s*(?:meta|ctx|req|input\.meta)\b/ },
+  { name: 'an audit row copying the address', re: /\bip:\s*(?:meta\??\.ip|input\.meta\??\.ip|req\.ip)\b/ },
+];
+
+const routes = filesOf('api/routes');
+const services = filesOf('lib/services');
+const migrations = filesOf('db/migrations');
+
+function routeImports(): string[] {
+  return routes.flatMap((file) =>
+    importsOf(file)
+      .filter((i) => /(?:^|\/)db\//.test(i.from) && !typeOnly(i.statement))
+      .map((i) => `${file}:${i.line}: imports values from ${i.from}`),
+  );
+}
+
+function migrationImports(): string[] {
+  return migrations.flatMap((file) =>
+    importsOf(file)
+      .filter((i) => !typeOnly(i.statement) && !(i.from === 'knex' || i.from.startsWith('node:') || /^\.\/[\w-]+$/.test(i.from)))
+      .map((i) => `${file}:${i.line}: imports ${i.from}`),
+  );
+}
+
+describe('layering', () => {
+  it('routes call services: no query, transaction or db/ function in api/routes', () => {
+    expect([...routeImports(), ...breaches(routes, ROUTE_RULES)]).toEqual([]);
+  });
+
+  it('services call db/: no table call or raw SQL in lib/services', () => {
+    expect(breaches(services, QUERIES)).toEqual([]);
+  });
+
+  it('a migration holds all it runs: nothing but types from outside db/migrations (and knex, node:)', () => {
+    expect(migrationImports()).toEqual([]);
+  });
+
+  it("audit rows take the request's address and id from recordAudit's source, not by hand", () => {
+    expect(breaches([...routes, ...services, ...filesOf('api'), ...filesOf('api/middleware')], AUDIT_RULES)).toEqual([]);
+  });
+
+  it('the rules catch what they are meant to', () => {
+    const hits = (line: string, rules: Rule[]) => rules.filter(({ re }) => re.test(line)).map(({ name }) => name);
+    expect(hits("await trx('key_lineages').where({ id })", QUERIES)).toEqual(['a table call']);
+    expect(hits("const row = await c.db('users').first()", QUERIES)).toEqual(['a table call']);
+    expect(hits("await trx<LineageRow>('key_lineages').forUpdate()", QUERIES)).toEqual(['a table call']);
+    expect(hits("attempts: trx.raw('attempts + 1')", QUERIES)).toEqual(['raw SQL']);
+    expect(hits('await c.db.transaction((trx) => storeNewKey(c, trx))', ROUTE_RULES)).toEqual(['a database call', 'a transaction']);
+    expect(hits('const view = await requireKey(c, user.id, fp, meta)', ROUTE_RULES)).toEqual([]);
+    expect(hits('recordAudit(c.db, { ip: meta.ip, request_id: meta.requestId })', AUDIT_RULES)).toHaveLength(2);
+    expect(hits('recordAudit(c.db, { user_id: id, action }, meta)', AUDIT_RULES)).toEqual([]);
+    expect(typeOnly("import type { RequestMeta } from '../../../db/audit'")).toBe(true);
+    expect(typeOnly("import { listKeys, type KeyView } from '../../../db/keys'")).toBe(false);
+  });
+});

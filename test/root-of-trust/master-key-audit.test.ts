@@ -1,0 +1,81 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { randomBytes } from 'node:crypto';
+import { startTestService, type TestService } from '../support/service';
+import { admin, startSoftHsm, type SoftHsm } from '../support/softhsm';
+import { loadConfig } from '../../lib/config';
+import { createContainer } from '../../lib/container';
+import { reseal } from '../../lib/root-of-trust/operations';
+
+/** `npm run admin -- master-key …` leaves one audit row per command on the system chain: ids, never key material. */
+let hsm: SoftHsm;
+let s: TestService;
+const MASTER_KEY = `m1:${randomBytes(32).toString('base64')}`;
+
+beforeAll(async () => {
+  hsm = await startSoftHsm();
+  s = await startTestService({ roles: [], env: { MASTER_KEY, KEYRING_REFRESH_MS: '200' } });
+});
+afterAll(async () => {
+  await s?.stop();
+  await hsm?.stop();
+});
+
+const rows = () => s.c.db('audit_logs').where('action', 'like', 'master_key.%').orderBy('id');
+
+describe('audit rows of the master-key commands', () => {
+  it('init, rewrap, rotate, a refused retire, reseal, retire: one system row each, with the key ids; status none', async () => {
+    const root = 'pkcs11:token=kms;object=root-a';
+    const withToken = { ...s.env, MASTER_KEY_URI: hsm.uri('root-a') };
+    const run = async (args: string[], env = withToken, code = 0) => {
+      const out = await admin(['master-key', ...args], env);
+      expect(out.code, out.err + out.out).toBe(code);
+      return out;
+    };
+
+    await run(['init']);
+    await run(['init']);
+    await run(['rewrap']);
+    const kid = /Data key (\S+) is current/.exec((await run(['rotate'])).out)![1];
+    const refused = await run(['retire', 'm1'], withToken, 1);
+    expect(refused.err).toMatch(/re-seal to "dk-.*" has not finished/);
+    await run(['reseal']);
+    // The re-seal run, as the job does it, once the new key is current everywhere.
+    await new Promise((r) => setTimeout(r, 600));
+    const c = await createContainer(loadConfig(withToken));
+    try {
+      expect((await reseal(c.db, c.keyring, c.sealer, kid)).finished_at).not.toBeNull();
+    } finally {
+      await c.close();
+    }
+    await run(['retire', 'm1']);
+    await run(['reseal']);
+    await run(['status']);
+
+    const audit = await rows();
+    expect(audit.map((r) => [r.action, r.status, r.target])).toEqual([
+      ['master_key.init', 'success', root],
+      ['master_key.init', 'success', root],
+      ['master_key.rewrap', 'success', root],
+      ['master_key.rotate', 'success', kid],
+      ['master_key.retire', 'failure', 'm1'],
+      ['master_key.reseal', 'success', kid],
+      ['master_key.retire', 'success', 'm1'],
+      ['master_key.reseal', 'success', null],
+    ]);
+    for (const r of audit) expect(r).toMatchObject({ user_id: null, chain: 'system', ip: null, details: { via: 'admin-cli' } });
+    expect(audit.map((r) => r.details)).toEqual([
+      { via: 'admin-cli', root_id: root, created: true },
+      { via: 'admin-cli', root_id: root, created: false },
+      { via: 'admin-cli', root_id: root, rewrapped: 1, keys: [{ kid: 'm1', root_id: 'master-key:m1' }] },
+      { via: 'admin-cli', kid, previous_kid: 'm1', root_id: root, current_from: expect.any(String) },
+      { via: 'admin-cli', kid: 'm1', refusal: expect.stringMatching(/^the re-seal to "dk-.*" has not finished$/) },
+      { via: 'admin-cli', enqueued: true, target_kid: kid, resealed: 0, skipped: 0 },
+      { via: 'admin-cli', kid: 'm1', root_id: root },
+      { via: 'admin-cli', enqueued: false },
+    ]);
+    // Nothing secret: neither the root key nor any wrapped data key is in a row.
+    const text = JSON.stringify(audit);
+    expect(text).not.toContain(MASTER_KEY.slice(3));
+    for (const k of await s.c.db('keyring').whereNotNull('wrapped')) expect(text).not.toContain(k.wrapped.slice(3, 40));
+  }, 90_000);
+});
