@@ -20,15 +20,14 @@ export interface AuditEntry {
   action: string;
   status: AuditStatus;
   target?: string | null;
-  /** A job's origin spread into the entry; everything else passes its source to recordAudit. */
-  ip?: string | null;
-  request_id?: string | null;
   /** Never secrets: ids, names, counts and error codes only. */
   details?: Record<string, unknown>;
 }
 
 export interface AuditRow extends Required<Omit<AuditEntry, 'details'>> {
   id: number;
+  ip: string | null;
+  request_id: string | null;
   details: Record<string, unknown>;
   created_at: Date;
   /** The account's chain (its id at write time, `system` without one): lib/audit-chain.ts. */

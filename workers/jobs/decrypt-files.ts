@@ -77,14 +77,17 @@ export const decryptFilesProcessor = defineTrackedProcessor(decryptFiles, {
           insertOutputFiles(db, row.id, done.outputs),
           // One write per key: each updates its own row.
           ...[...used].map(([keyId, use]) => recordKeyUse(db, keyId, 'decrypt', use.files, use.bytes, c.clock.now())),
-          recordAudit(db, {
-            ...origin,
-            user_id: row.user_id,
-            action: 'keys.decrypt',
-            status: 'success',
-            target: req.fingerprint,
-            details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal },
-          }),
+          recordAudit(
+            db,
+            {
+              user_id: row.user_id,
+              action: 'keys.decrypt',
+              status: 'success',
+              target: req.fingerprint,
+              details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal },
+            },
+            origin,
+          ),
         ];
       },
       after: done.deleteInputs,
@@ -94,13 +97,16 @@ export const decryptFilesProcessor = defineTrackedProcessor(decryptFiles, {
   },
   async onFailure(trx, row, failure, { origin }) {
     const req = DecryptRequest.safeParse(row.request);
-    await recordAudit(trx, {
-      ...origin,
-      user_id: row.user_id,
-      action: 'keys.decrypt',
-      status: 'failure',
-      target: req.success ? req.data.fingerprint : null,
-      details: { job_id: row.id, code: failure.code },
-    });
+    await recordAudit(
+      trx,
+      {
+        user_id: row.user_id,
+        action: 'keys.decrypt',
+        status: 'failure',
+        target: req.success ? req.data.fingerprint : null,
+        details: { job_id: row.id, code: failure.code },
+      },
+      origin,
+    );
   },
 });

@@ -57,33 +57,39 @@ export const encryptFilesProcessor = defineTrackedProcessor(encryptFiles, {
         insertOutputFiles(db, row.id, done.outputs),
         recordUsage(db, { jobId: row.id, userId: row.user_id, bytes: done.bytesTotal, at: c.clock.now() }), // billing: once per job (job id unique)
         ...(key ? [recordKeyUse(db, key.id, 'encrypt', done.inputs.length, done.bytesTotal, c.clock.now())] : []),
-        recordAudit(db, {
-          ...origin,
-          user_id: row.user_id,
-          action: 'keys.encrypt',
-          status: 'success',
-          target: auditTarget(req),
-          details: {
-            job_id: row.id,
-            files: done.inputs.length,
-            bytes: done.bytesTotal,
-            recipient: req.recipient.type,
-            ...(req.sign_with ? { signed_by: req.sign_with.fingerprint } : {}),
+        recordAudit(
+          db,
+          {
+            user_id: row.user_id,
+            action: 'keys.encrypt',
+            status: 'success',
+            target: auditTarget(req),
+            details: {
+              job_id: row.id,
+              files: done.inputs.length,
+              bytes: done.bytesTotal,
+              recipient: req.recipient.type,
+              ...(req.sign_with ? { signed_by: req.sign_with.fingerprint } : {}),
+            },
           },
-        }),
+          origin,
+        ),
       ],
       after: done.deleteInputs,
     };
   },
   async onFailure(trx, row, failure, { origin }) {
     const req = EncryptRequest.safeParse(row.request);
-    await recordAudit(trx, {
-      ...origin,
-      user_id: row.user_id,
-      action: 'keys.encrypt',
-      status: 'failure',
-      target: req.success ? auditTarget(req.data) : null,
-      details: { job_id: row.id, code: failure.code },
-    });
+    await recordAudit(
+      trx,
+      {
+        user_id: row.user_id,
+        action: 'keys.encrypt',
+        status: 'failure',
+        target: req.success ? auditTarget(req.data) : null,
+        details: { job_id: row.id, code: failure.code },
+      },
+      origin,
+    );
   },
 });

@@ -24,6 +24,6 @@ export const generateKeyProcessor = defineTrackedProcessor(generateKey, {
     };
   },
   async onFailure(trx, row, failure, { origin }) {
-    await recordAudit(trx, { ...origin, user_id: row.user_id, action: 'keys.generate', status: 'failure', details: { job_id: row.id, code: failure.code } });
+    await recordAudit(trx, { user_id: row.user_id, action: 'keys.generate', status: 'failure', details: { job_id: row.id, code: failure.code } }, origin);
   },
 });

@@ -128,27 +128,33 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
         for (const m of moved) fromCounts.set(m.from.id, (fromCounts.get(m.from.id) ?? 0) + 1);
         for (const [keyId, n] of fromCounts) await recordGenerationUse(trx, keyId, 'rewrap_from', n, 0, now);
         await recordGenerationUse(trx, target.id, 'rewrap_to', moved.length, 0, now);
-        await recordAudit(trx, {
-          ...origin,
-          user_id: row.user_id,
-          action: 'keys.rewrap',
-          status: 'success',
-          target: req.fingerprint,
-          details: { job_id: row.id, mode: req.mode, files: done.inputs.length, bytes: done.bytesTotal, to_generation: target.generation },
-        });
+        await recordAudit(
+          trx,
+          {
+            user_id: row.user_id,
+            action: 'keys.rewrap',
+            status: 'success',
+            target: req.fingerprint,
+            details: { job_id: row.id, mode: req.mode, files: done.inputs.length, bytes: done.bytesTotal, to_generation: target.generation },
+          },
+          origin,
+        );
       },
       after: done.deleteInputs,
     };
   },
   async onFailure(trx, row, failure, { origin }) {
     const req = RewrapRequest.safeParse(row.request);
-    await recordAudit(trx, {
-      ...origin,
-      user_id: row.user_id,
-      action: 'keys.rewrap',
-      status: 'failure',
-      target: req.success ? req.data.fingerprint : null,
-      details: { job_id: row.id, code: failure.code },
-    });
+    await recordAudit(
+      trx,
+      {
+        user_id: row.user_id,
+        action: 'keys.rewrap',
+        status: 'failure',
+        target: req.success ? req.data.fingerprint : null,
+        details: { job_id: row.id, code: failure.code },
+      },
+      origin,
+    );
   },
 });

@@ -38,14 +38,17 @@ export const signFilesProcessor = defineTrackedProcessor(signFiles, {
       processedBytes: done.bytesTotal,
       writes: (db) => [
         insertOutputFiles(db, row.id, done.outputs),
-        recordAudit(db, {
-          ...origin,
-          user_id: row.user_id,
-          action: 'keys.sign',
-          status: 'success',
-          target: current.fingerprint,
-          details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, detached: req.detached },
-        }),
+        recordAudit(
+          db,
+          {
+            user_id: row.user_id,
+            action: 'keys.sign',
+            status: 'success',
+            target: current.fingerprint,
+            details: { job_id: row.id, files: done.inputs.length, bytes: done.bytesTotal, detached: req.detached },
+          },
+          origin,
+        ),
       ],
       events: () => [{ type: 'key.signed', data: facts }],
       after: done.deleteInputs,
@@ -53,13 +56,16 @@ export const signFilesProcessor = defineTrackedProcessor(signFiles, {
   },
   async onFailure(trx, row, failure, { origin }) {
     const req = SignRequest.safeParse(row.request);
-    await recordAudit(trx, {
-      ...origin,
-      user_id: row.user_id,
-      action: 'keys.sign',
-      status: 'failure',
-      target: req.success ? req.data.fingerprint : null,
-      details: { job_id: row.id, code: failure.code },
-    });
+    await recordAudit(
+      trx,
+      {
+        user_id: row.user_id,
+        action: 'keys.sign',
+        status: 'failure',
+        target: req.success ? req.data.fingerprint : null,
+        details: { job_id: row.id, code: failure.code },
+      },
+      origin,
+    );
   },
 });

@@ -47,14 +47,17 @@ export const verifyFilesProcessor = defineTrackedProcessor(verifyFiles, {
       progress: done.progress,
       processedBytes: done.bytesTotal,
       writes: (db) => [
-        recordAudit(db, {
-          ...origin,
-          user_id: row.user_id,
-          action: 'keys.verify',
-          status: 'success',
-          target: req.signer.fingerprint,
-          details: { job_id: row.id, files: checks.length, valid, signer: req.signer.type },
-        }),
+        recordAudit(
+          db,
+          {
+            user_id: row.user_id,
+            action: 'keys.verify',
+            status: 'success',
+            target: req.signer.fingerprint,
+            details: { job_id: row.id, files: checks.length, valid, signer: req.signer.type },
+          },
+          origin,
+        ),
       ],
       events: () => [{ type: 'key.verified', data: { job_id: row.id, fingerprint: req.signer.fingerprint, files: checks.length, valid } }],
       after: () => c.blob.deletePrefix(jobBlob.dir(row.id)).then(() => undefined),
@@ -62,13 +65,16 @@ export const verifyFilesProcessor = defineTrackedProcessor(verifyFiles, {
   },
   async onFailure(trx, row, failure, { origin }) {
     const req = VerifyRequest.safeParse(row.request);
-    await recordAudit(trx, {
-      ...origin,
-      user_id: row.user_id,
-      action: 'keys.verify',
-      status: 'failure',
-      target: req.success ? req.data.signer.fingerprint : null,
-      details: { job_id: row.id, code: failure.code },
-    });
+    await recordAudit(
+      trx,
+      {
+        user_id: row.user_id,
+        action: 'keys.verify',
+        status: 'failure',
+        target: req.success ? req.data.signer.fingerprint : null,
+        details: { job_id: row.id, code: failure.code },
+      },
+      origin,
+    );
   },
 });
