@@ -1,6 +1,7 @@
 import busboy from 'busboy';
 import type { Readable } from 'node:stream';
 import { AppError, invalid, tooLarge } from '../../lib/errors';
+import { baseFileName } from '../../lib/file-names';
 import type { AppContext } from '../context';
 
 /**
@@ -232,11 +233,5 @@ export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<
 
 /** The name a file is stored and later offered under: the client's base name, without path or control characters. */
 function safeName(filename: string | undefined, n: number): string {
-  const base = (filename ?? '').split(/[\\/]/).pop() ?? '';
-  const clean = base
-    // eslint-disable-next-line no-control-regex -- control characters are what it removes
-    .replace(/[\u0000-\u001f\u007f"]/g, '')
-    .trim()
-    .slice(0, 255);
-  return clean && clean !== '.' && clean !== '..' ? clean : `file-${n + 1}`;
+  return baseFileName(filename ?? '') ?? `file-${n + 1}`;
 }

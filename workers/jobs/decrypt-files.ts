@@ -10,17 +10,12 @@ import { insertOutputFiles } from '../../db/jobs';
 import { lineageGenerations, lineageUsableBy, recordKeyUse, type LineageRow } from '../../db/keys';
 import { requireDecryptable } from '../../lib/services/key-lifecycle';
 import { verifiedKey } from '../../lib/services/key-integrity';
+import { baseFileName } from '../../lib/file-names';
 import { signerKeys } from '../../lib/services/signers';
 
 /** `report.pdf.gpg` → `report.pdf`, when the message itself names no file. */
 function plainName(stored: string, fromMessage: string): string {
-  const base = fromMessage
-    .split(/[\\/]/)
-    .pop()
-    // eslint-disable-next-line no-control-regex -- control characters are what it removes
-    ?.replace(/[\u0000-\u001f\u007f"]/g, '');
-  if (base && base !== '.' && base !== '..') return base;
-  return stored.replace(/\.(gpg|pgp|asc)$/i, '') || stored;
+  return baseFileName(fromMessage) ?? (stored.replace(/\.(gpg|pgp|asc)$/i, '') || stored);
 }
 
 /**
