@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Scope } from '../lib/auth/scopes';
-import { prepared } from './knex';
+import { newestFirstPage, prepared } from './knex';
 
 export interface ApiKeyRow {
   id: string;
@@ -94,18 +94,7 @@ export async function pageApiKeys(
 ): Promise<{ items: ApiKeyRow[]; total: number }> {
   const base = apiKeys(db).where({ user_id: userId });
   if (q.state) whereState(base, q.state, q.now);
-  const [items, count] = await Promise.all([
-    base
-      .clone()
-      .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .limit(q.pageSize)
-      .offset((q.page - 1) * q.pageSize),
-    base.clone().count<{ count: number }[]>({ count: '*' }),
-  ]);
-  return { items, total: count[0]?.count ?? 0 };
+  return newestFirstPage<ApiKeyRow>(base, q);
 }
 
 /** Revokes every unrevoked key of the account and forgets their sealed values; answers the keys revoked. */

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { newestFirstPage } from './knex';
 import { rowDigest } from '../lib/audit-chain';
 
 /** Who and where a request came from, as audit rows record it. */
@@ -79,16 +80,5 @@ export async function listAudit(db: Knex, q: AuditQuery): Promise<{ items: Audit
   const base = db<AuditRow>('audit_logs').where({ user_id: q.userId });
   if (q.action) base.andWhere('action', q.action.endsWith('*') ? 'like' : '=', q.action.replace(/\*$/, '%'));
   if (q.status) base.andWhere({ status: q.status });
-  const [items, count] = await Promise.all([
-    base
-      .clone()
-      .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .limit(q.pageSize)
-      .offset((q.page - 1) * q.pageSize),
-    base.clone().count<{ count: number }[]>({ count: '*' }),
-  ]);
-  return { items, total: count[0]?.count ?? 0 };
+  return newestFirstPage<AuditRow>(base, q);
 }

@@ -171,3 +171,19 @@ export function waitingForConnection(db: Db): number {
 
 /** A round trip to Postgres (`select 1`): the readiness and status checks. */
 export const pingDb = (db: Knex) => db.raw('select 1');
+
+/** One page of `rows`, newest first (by `created_at`, then `id`), and how many rows there are in all. */
+export async function newestFirstPage<Row>(rows: Knex.QueryBuilder, q: { page: number; pageSize: number }): Promise<{ items: Row[]; total: number }> {
+  const [items, count] = await Promise.all([
+    rows
+      .clone()
+      .orderBy([
+        { column: 'created_at', order: 'desc' },
+        { column: 'id', order: 'desc' },
+      ])
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize) as Promise<Row[]>,
+    rows.clone().count<{ count: number }[]>({ count: '*' }),
+  ]);
+  return { items, total: count[0]?.count ?? 0 };
+}

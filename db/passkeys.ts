@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { newestFirstPage } from './knex';
 
 export interface PasskeyRow {
   id: string;
@@ -53,18 +54,8 @@ export async function countPasskeys(db: Knex, userId: string): Promise<number> {
 
 export async function pagePasskeys(db: Knex, userId: string, q: { page: number; pageSize: number }): Promise<{ items: PasskeyRow[]; total: number }> {
   const base = table(db).where({ user_id: userId });
-  const [items, count] = await Promise.all([
-    base
-      .clone()
-      .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .limit(q.pageSize)
-      .offset((q.page - 1) * q.pageSize),
-    base.clone().count<{ count: string }[]>({ count: '*' }),
-  ]);
-  return { items: items.map(toRow), total: Number(count[0]?.count ?? 0) };
+  const { items, total } = await newestFirstPage<Stored>(base, q);
+  return { items: items.map(toRow), total };
 }
 
 /** Changes one account's passkey; undefined when it is gone (deleted meanwhile) or not the account's. */

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { newestFirstPage } from './knex';
 import type { KeyRow, LineageRow } from './keys';
 
 /** What a share link points at; the kind decides which table `target_id` names. */
@@ -68,18 +69,7 @@ export async function pageShares(db: Knex, q: ShareListQuery): Promise<{ items: 
     });
   if (q.targetId) base.andWhere({ target_id: q.targetId });
   if (q.state) base.andWhereRaw(`(${STATE_CASE}) = ?`, [...stateBindings(q.now, 'share_links'), q.state]);
-  const [items, count] = await Promise.all([
-    base
-      .clone()
-      .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .limit(q.pageSize)
-      .offset((q.page - 1) * q.pageSize),
-    base.clone().count<{ count: number }[]>({ count: '*' }),
-  ]);
-  return { items, total: count[0]?.count ?? 0 };
+  return newestFirstPage<ShareRow>(base, q);
 }
 
 /** Revokes the account's usable shares of one kind (expired and used-up ones are over already); answers them. */

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { newestFirstPage } from './knex';
 
 export interface EndpointRow {
   id: string;
@@ -59,18 +60,7 @@ export async function pageDeliveries(
 ): Promise<{ items: DeliveryRow[]; total: number }> {
   const base = deliveries(db).where({ endpoint_id: endpointId });
   if (q.state) base.andWhere({ state: q.state });
-  const [items, count] = await Promise.all([
-    base
-      .clone()
-      .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .limit(q.pageSize)
-      .offset((q.page - 1) * q.pageSize),
-    base.clone().count<{ count: number }[]>({ count: '*' }),
-  ]);
-  return { items, total: count[0]?.count ?? 0 };
+  return newestFirstPage<DeliveryRow>(base, q);
 }
 
 /** One delivery attempt's outcome: the attempt recorded, the delivery's state and next try set. */

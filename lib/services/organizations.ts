@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import { newestFirstPage } from '../../db/knex';
 import type { Container } from '../container';
 import { AppError, badRequest, conflict, forbidden, gone, notFound } from '../errors';
 import { emitEvent } from '../events';
@@ -171,18 +172,8 @@ export async function listInvitations(c: Container, userId: string, q: { state?:
   if (q.state === 'revoked') base.whereNull('accepted_at').whereNotNull('revoked_at');
   if (q.state === 'expired') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '<=', now);
   if (q.state === 'pending') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '>', now);
-  const [rows, count] = await Promise.all([
-    base
-      .clone()
-      .orderBy([
-        { column: 'created_at', order: 'desc' },
-        { column: 'id', order: 'desc' },
-      ])
-      .limit(q.pageSize)
-      .offset((q.page - 1) * q.pageSize),
-    base.clone().count<{ count: string }[]>({ count: '*' }),
-  ]);
-  return { items: rows.map((r) => invitationOut(r, now)), total: Number(count[0]?.count ?? 0) };
+  const { items, total } = await newestFirstPage<InvitationRow>(base, q);
+  return { items: items.map((r) => invitationOut(r, now)), total };
 }
 
 /**
