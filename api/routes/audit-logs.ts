@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { route } from '../route';
 import { PageQuery, Timestamp, pageOf, wholeNumber } from '../schemas/common';
 import { auditPage } from '../../lib/services/audit-log';
-import { auditJwks, exportChain, verifyChain } from '../../lib/services/audit-evidence';
+import { auditJwks, exportChain, verifyAccountChain } from '../../lib/services/audit-evidence';
 
 const EXPORT_CHUNK_LINES = 200;
 
@@ -154,7 +154,7 @@ export default [
     scope: 'audit:read',
     responses: { 200: { description: 'The verdict, with the first row where the evidence breaks', schema: Verdict } },
     async handler({ c, user }) {
-      return { body: await verifyChain(c, user.id) };
+      return { body: await verifyAccountChain(c, user.id) };
     },
   }),
 ];

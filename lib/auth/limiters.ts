@@ -23,7 +23,12 @@ export interface Limiters {
   shareNotice: RateLimiterRedis;
   /** Organization invitations mailed, per organization: invitations must not become a spam relay. */
   invitationMail: RateLimiterRedis;
+  /** Server-side audit chain verifications, per account: each reads the account's whole trail. */
+  auditVerify: RateLimiterRedis;
 }
+
+/** How often an account may have its audit chain verified by the service (the export verifies offline, unlimited). */
+export const AUDIT_VERIFICATIONS_PER_HOUR = 60;
 
 export function createLimiters(redis: Redis, config: Config): Limiters {
   const base = { storeClient: redis, keyPrefix: `${config.redisPrefix}:rl` };
@@ -49,6 +54,7 @@ export function createLimiters(redis: Redis, config: Config): Limiters {
     shareView: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:share-view`, points: config.shares.viewsPerMinute, duration: 60 }),
     shareNotice: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:share-notice`, points: 30, duration: 3600 }),
     invitationMail: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:invitation-mail`, points: 30, duration: 3600 }),
+    auditVerify: new RateLimiterRedis({ ...base, keyPrefix: `${base.keyPrefix}:audit-verify`, points: AUDIT_VERIFICATIONS_PER_HOUR, duration: 3600 }),
   };
 }
 

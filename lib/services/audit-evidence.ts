@@ -4,6 +4,7 @@ import { CompactSign, calculateJwkThumbprint } from 'jose';
 import type { Container } from '../container';
 import { CHECKPOINT_TYP, EXPORT_FORMAT, EvidenceVerifier, type CheckpointClaim, type ExportLine, type Jwk, type Verdict } from '../audit-chain';
 import { emitEvent } from '../events';
+import { consume } from '../auth/limiters';
 import {
   chainCheckpoints,
   chainRows,
@@ -136,6 +137,16 @@ export async function* exportChain(c: Container, chain: string, from: number): A
     if (rows.length < BATCH) break;
   }
   for (const cp of await chainCheckpoints(c.db, chain, next)) yield checkpointOut(cp);
+}
+
+/** The account's own chain, verified by the service: AUDIT_VERIFICATIONS_PER_HOUR per account (each reads the whole trail). */
+export async function verifyAccountChain(c: Container, userId: string): Promise<Verdict> {
+  await consume(
+    c.limiters.auditVerify,
+    userId,
+    'Too many audit verifications for this account; try again later, or verify an export offline (kms audit verify).',
+  );
+  return verifyChain(c, userId);
 }
 
 /** The server's own check of an account's chain: the same verifier as `kms audit verify`, on the same export. */

@@ -11,6 +11,7 @@ import { signedHeaders, startReceiver } from '../support/webhook-receiver';
 import { recordAudit } from '../../db/audit';
 import { EvidenceVerifier, GENESIS, linkHash, rowDigest, type ExportLine, type Jwk, type Verdict } from '../../lib/audit-chain';
 import { checkpointChains, verifyChain } from '../../lib/services/audit-evidence';
+import { AUDIT_VERIFICATIONS_PER_HOUR } from '../../lib/auth/limiters';
 import * as m023 from '../../db/migrations/023_audit_chain';
 
 /** Audit evidence: the chain per account, signed checkpoints, the export and both verifiers. */
@@ -286,6 +287,17 @@ describe('the export', () => {
     expect((await s.api('GET', '/audit-logs/verify')).status).toBe(401);
     const beyond = await exportOf(u.token, 1000);
     expect(beyond.map((l) => l.type)).toEqual(['header']);
+  });
+
+  it('verifies an account server-side at most AUDIT_VERIFICATIONS_PER_HOUR times an hour, then answers 429 with Retry-After', async () => {
+    const [u, other] = [await registerUser(s.api), await registerUser(s.api)];
+    const verify = (token: string) => s.api('GET', '/audit-logs/verify', { token });
+    const answers = await Promise.all(Array.from({ length: AUDIT_VERIFICATIONS_PER_HOUR + 5 }, () => verify(u.token)));
+    expect(answers.filter((r) => r.status === 200)).toHaveLength(AUDIT_VERIFICATIONS_PER_HOUR);
+    const refused = answers.find((r) => r.status === 429)!;
+    expect(refused.body).toMatchObject({ code: 'rate_limited' });
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(0);
+    expect((await verify(other.token)).status).toBe(200); // one account's budget, not the service's
   });
 });
 
