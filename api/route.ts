@@ -50,28 +50,29 @@ export interface HandlerInput<A extends Access, P, Q, B, C = unknown> {
   /** Multipart routes with files: the uploads, stored as inputs of job `upload.id` (api/upload.ts). */
   upload: Upload;
   /**
-   * What the route's multipart `precheck` answered for these fields, so the handler uses that lookup (and
-   * its audit row, its spent rate-limit point) instead of making it again; undefined when the precheck
-   * did not run (a JSON body, a form without files).
+   * The answer of the route's multipart `check` for this request: made before the files when the fields
+   * sent ahead of them already form a valid body, else on the first call. Once per request either way, so
+   * its lookup, audit row and spent rate-limit point happen once.
    */
-  prechecked: C | undefined;
+  checked: () => Promise<C>;
 }
 
 /**
  * multipart/form-data: `body` validates the text fields. With `files`, uploaded files (form field
  * `files`, repeatable) stream into the blob store as the inputs of a job with id `upload.id`.
  */
-export interface MultipartSpec<C = unknown> {
+export interface MultipartSpec<B = unknown, C = unknown> {
   description: string;
   files?: boolean;
   textFileFields?: string[];
   /** Small binary parts, repeatable (readMultipart's `binaryFields`): the handler finds them in `upload.parts`. */
   binaryFields?: string[];
   /**
-   * Checks on the fields sent before the files (see readMultipart's beforeFiles), before any file is
-   * stored; its answer reaches the handler as `prechecked`.
+   * The request's check on its fields (the key it names, a passphrase, a signer), run before any file is
+   * stored when the fields sent ahead of the files (readMultipart's beforeFiles) form a valid body; its
+   * answer reaches the handler through `checked`.
    */
-  precheck?: (fields: Record<string, string>, input: { c: Container; user: AuthUser; meta: RequestMeta; parts: Record<string, Buffer[]> }) => Promise<C>;
+  check?(body: B, input: { c: Container; user: AuthUser; meta: RequestMeta; parts: Record<string, Buffer[]> }): Promise<C>;
 }
 
 export type RecentSignIn<B> = true | { when(body: B): boolean; description: string };
@@ -117,7 +118,7 @@ export function route<
       params?: PS;
       query?: QS;
       body?: BS;
-      multipart?: MultipartSpec<C>;
+      multipart?: MultipartSpec<Infer<BS>, C>;
       recentSignIn?: RecentSignIn<Infer<BS>>;
       handler(input: HandlerInput<A, Infer<PS>, Infer<QS>, Infer<BS>, C>): Promise<Reply | void>;
     },
@@ -212,21 +213,29 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       const query = parse(def.query, ctx.query, 'query');
       const user = ctx.state.user as AuthUser;
       const meta = requestMeta(ctx);
-      let prechecked: unknown;
+      let checking: Promise<unknown> | undefined;
+      const check = (body: unknown, parts: Record<string, Buffer[]>) =>
+        (checking ??= def.multipart?.check ? def.multipart.check(body, { c, user, meta, parts }) : Promise.resolve(undefined));
       const run = async (body: unknown, upload: Upload = noUpload) => {
         if (def.recentSignIn === true || def.recentSignIn?.when(body)) await requireRecentSignIn(ctx);
-        return def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta, prechecked });
+        return def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta, checked: () => check(body, upload.parts) });
       };
       let reply: Reply | void;
       if (def.multipart?.files && !ctx.is('json')) {
-        const { precheck, textFileFields, binaryFields } = def.multipart;
+        const { textFileFields, binaryFields } = def.multipart;
+        const early = def.multipart.check && def.body;
         reply = await receiveUpload(
           ctx,
           c,
           {
             textFileFields,
             binaryFields,
-            precheck: precheck && (async (fields, parts) => void (prechecked = await precheck(fields, { c, user, meta, parts }))),
+            precheck:
+              early &&
+              (async (fields, parts) => {
+                const body = early.safeParse(fields);
+                if (body.success) await check(body.data, parts);
+              }),
           },
           (fields, upload) => run(parse(def.body, fields, 'body'), upload),
         );

@@ -92,16 +92,13 @@ export default [
     multipart: {
       description: 'Fields: fingerprint, passphrase, mode; files (OpenPGP messages, binary or armored)',
       files: true,
-      async precheck(fields, { c, user, meta }) {
-        const body = RewrapForm.safeParse(fields);
-        return body.success ? rewrapTarget(c, user.id, body.data, meta) : undefined;
-      },
+      check: (body, { c, user, meta }) => rewrapTarget(c, user.id, body, meta),
     },
     body: RewrapForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
+    async handler({ c, ctx, user, body, upload, meta, checked }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'rewrap', requestId: meta.requestId, body, upload }, async () => {
-        const view = prechecked ?? (await rewrapTarget(c, user.id, body, meta));
+        const view = await checked();
         const request: RewrapRequest = { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, mode: body.mode };
         return {
           request,

@@ -311,16 +311,13 @@ export default [
       description: 'Fields: fingerprint or public_key (text or file), armor, compress, sign_with and passphrase (sign and encrypt); files',
       files: true,
       textFileFields: ['public_key'],
-      async precheck(fields, { c, user, meta }) {
-        const body = EncryptForm.safeParse(fields);
-        return body.success ? encryptionParties(c, user.id, body.data, meta) : undefined;
-      },
+      check: (body, { c, user, meta }) => encryptionParties(c, user.id, body, meta),
     },
     body: EncryptForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
+    async handler({ c, ctx, user, body, upload, meta, checked }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'encrypt', requestId: meta.requestId, body, upload }, async () => {
-        const { recipient, signer } = prechecked ?? (await encryptionParties(c, user.id, body, meta));
+        const { recipient, signer } = await checked();
         if (body.public_key) await keepSuppliedKey(c, upload.id, body.public_key);
         const request: EncryptRequest = {
           recipient,
@@ -345,16 +342,13 @@ export default [
       description: 'Fields: fingerprint, passphrase, verify_with or verify_public_key (text or file), require_signature; files',
       files: true,
       textFileFields: ['verify_public_key'],
-      async precheck(fields, { c, user, meta }) {
-        const body = DecryptForm.safeParse(fields);
-        return body.success ? decryptionParties(c, user.id, body.data, meta) : undefined;
-      },
+      check: (body, { c, user, meta }) => decryptionParties(c, user.id, body, meta),
     },
     body: DecryptForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
+    async handler({ c, ctx, user, body, upload, meta, checked }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'decrypt', requestId: meta.requestId, body, upload }, async () => {
-        const { view, signer } = prechecked ?? (await decryptionParties(c, user.id, body, meta));
+        const { view, signer } = await checked();
         if (body.verify_public_key) await keepSuppliedKey(c, upload.id, body.verify_public_key);
         return {
           request: {

@@ -102,16 +102,13 @@ export default [
     multipart: {
       description: 'Fields: fingerprint, passphrase, detached, armor; files',
       files: true,
-      async precheck(fields, { c, user, meta }) {
-        const body = SignForm.safeParse(fields);
-        return body.success ? keyForSigning(c, user.id, body.data, meta) : undefined;
-      },
+      check: (body, { c, user, meta }) => keyForSigning(c, user.id, body, meta),
     },
     body: SignForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
+    async handler({ c, ctx, user, body, upload, meta, checked }) {
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'sign', requestId: meta.requestId, body, upload }, async () => {
-        const view = prechecked ?? (await keyForSigning(c, user.id, body, meta));
+        const view = await checked();
         return {
           request: { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint, detached: body.detached, armor: body.armor },
           enqueue: (jobId) =>
@@ -134,17 +131,14 @@ export default [
       files: true,
       textFileFields: ['public_key'],
       binaryFields: ['signatures'],
-      async precheck(fields, { c, user, meta, parts }) {
-        const body = VerifyForm.safeParse(fields);
-        return body.success ? verification(c, user.id, body.data, meta, parts.signatures ?? []) : undefined;
-      },
+      check: (body, { c, user, meta, parts }) => verification(c, user.id, body, meta, parts.signatures ?? []),
     },
     body: VerifyForm,
     responses: jobResponses,
-    async handler({ c, ctx, user, body, upload, meta, prechecked }) {
+    async handler({ c, ctx, user, body, upload, meta, checked }) {
       const signatures = upload.parts.signatures ?? [];
       return submitAndReply(c, ctx, { id: upload.id, userId: user.id, kind: 'verify', requestId: meta.requestId, body, upload }, async () => {
-        const signer = prechecked ?? (await verification(c, user.id, body, meta, signatures));
+        const signer = await checked();
         if (body.public_key) await keepSuppliedKey(c, upload.id, body.public_key);
         for (const [n, signature] of signatures.entries()) await c.blob.put(jobBlob.signature(upload.id, n), Readable.from([signature]));
         return { request: { signer, signatures: signatures.length }, enqueue: (jobId) => c.jobs.enqueue('verify-files', { job_id: jobId }, { jobId, meta }) };

@@ -73,7 +73,7 @@ const USES: Record<PassphraseAction, KeyUse> = { 'keys.decrypt': 'decrypt', 'key
 /**
  * The caller's key, found by any generation's fingerprint (404 otherwise), once `passphrase` has opened
  * it through verifyKeyPassphrase. Each call is a check (a point spent, argon2 run): a multipart route
- * checks in its precheck and hands the key to its handler (`prechecked`), never checking twice.
+ * runs it as its multipart `check`, which api/route.ts makes once per request, never checking twice.
  */
 export async function requireKeyWithPassphrase(
   c: Container,
