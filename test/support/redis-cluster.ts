@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
 import { freePort } from './ports';
+import { waitForPing } from './redis-server';
 
 const run = promisify(execFile);
 
@@ -107,17 +108,6 @@ export async function startRedisCluster(primaries = 3, nodeTimeoutMs = 2000) {
   } catch (err) {
     await stop();
     throw err;
-  }
-}
-
-async function waitForPing(port: number) {
-  const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => 50, maxRetriesPerRequest: null });
-  probe.on('error', () => undefined); // refused until the server listens
-  try {
-    await probe.connect().catch(() => undefined);
-    await probe.ping();
-  } finally {
-    probe.disconnect();
   }
 }
 

@@ -12,14 +12,7 @@ export async function startRedisServer() {
   let child: ChildProcess | undefined;
   const start = async () => {
     child = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
-    const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => 50, maxRetriesPerRequest: null });
-    probe.on('error', () => undefined); // refused until the server listens
-    try {
-      await probe.connect().catch(() => undefined);
-      await probe.ping();
-    } finally {
-      probe.disconnect();
-    }
+    await waitForPing(port);
   };
   await start();
   return {
@@ -35,4 +28,16 @@ export async function startRedisServer() {
       await new Promise((resolve) => c.once('exit', resolve));
     },
   };
+}
+
+/** Resolves once a Redis server on `port` answers PING (connections are refused until it listens). */
+export async function waitForPing(port: number): Promise<void> {
+  const probe = new Redis({ port, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => 50, maxRetriesPerRequest: null });
+  probe.on('error', () => undefined); // refused until the server listens
+  try {
+    await probe.connect().catch(() => undefined);
+    await probe.ping();
+  } finally {
+    probe.disconnect();
+  }
 }
