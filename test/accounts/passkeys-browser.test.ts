@@ -1,11 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
-import { freePort } from '../support/ports';
-import { registerUser, startTestService, type TestService } from '../support/service';
+import type { BrowserContext, Page } from 'playwright-core';
+import { openChromium, screenshot, startOnLocalhost } from '../support/browser';
+import { registerUser, type TestService } from '../support/service';
 
 /**
  * The passkey page end to end in Debian's Chromium (scripts/test-peers.sh installs it) with a CDP
@@ -13,8 +12,6 @@ import { registerUser, startTestService, type TestService } from '../support/ser
  * the passkey (discoverable, no username), and the JWT the page got works on GET /auth/me.
  * WebAuthn needs a domain as RP id and a secure context: http://localhost:PORT is both.
  */
-const CHROMIUM = '/usr/bin/chromium';
-const ARTIFACTS = join(process.cwd(), 'test-artifacts');
 
 let s: TestService;
 let origin: string;
@@ -22,32 +19,9 @@ let profile: string;
 let context: BrowserContext;
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: run \`bash scripts/test-peers.sh\` (it installs Debian's chromium)`);
-  // Another process may take the port between the probe and the listen: try a few.
-  for (let attempt = 1; !s; attempt++) {
-    const port = await freePort();
-    origin = `http://localhost:${port}`;
-    try {
-      s = await startTestService({ env: { PORT: String(port), WEBAUTHN_ORIGINS: origin } });
-    } catch (err) {
-      if (attempt >= 3 || (err as { code?: string }).code !== 'EADDRINUSE') throw err;
-    }
-  }
+  ({ s, origin } = await startOnLocalhost((origin) => ({ WEBAUTHN_ORIGINS: origin })));
   profile = await mkdtemp(join(tmpdir(), 'kms-chromium-'));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    viewport: { width: 900, height: 1000 },
-  });
+  context = await openChromium(profile, { viewport: { width: 900, height: 1000 } });
 });
 afterAll(async () => {
   await context?.close();
@@ -136,8 +110,7 @@ describe('the passkey page in Chromium', () => {
     const after = await cdp.send('WebAuthn.getCredentials', { authenticatorId });
     expect(after.credentials[0].signCount).toBeGreaterThan(0);
 
-    await mkdir(ARTIFACTS, { recursive: true });
-    await page.screenshot({ path: join(ARTIFACTS, 'passkeys-browser.png'), fullPage: true });
+    await screenshot(page, 'passkeys-browser');
     // No CSP violation, script error or failed request on the way.
     expect(problems).toEqual([]);
   });

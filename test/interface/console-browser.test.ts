@@ -1,12 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it, onTestFailed } from 'vitest';
-import { existsSync } from 'node:fs';
-import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
-import { ManualClockFollowingTime, startTestService, withClockAhead, type TestService } from '../support/service';
-import { freePort } from '../support/ports';
+import type { BrowserContext, Page } from 'playwright-core';
+import { ManualClockFollowingTime, withClockAhead, type TestService } from '../support/service';
+import { openChromium, screenshot, startOnLocalhost } from '../support/browser';
 import { startSmtpServer } from '../support/smtp';
 import { createPgpHome } from '../support/gpg';
 import { buildConsole } from '../../scripts/build-console.mjs';
@@ -17,8 +16,6 @@ import { buildConsole } from '../../scripts/build-console.mjs';
  * checked with axe-core (no serious or critical violation); a failing test leaves a screenshot in
  * test-artifacts/ (gitignored).
  */
-const CHROMIUM = '/usr/bin/chromium';
-const ARTIFACTS = join(process.cwd(), 'test-artifacts');
 const AXE = await readFile(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 
 let s: TestService;
@@ -28,36 +25,16 @@ let work: string;
 let context: BrowserContext;
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: run \`bash scripts/test-peers.sh\` (it installs Debian's chromium)`);
   work = await mkdtemp(join(tmpdir(), 'kms-console-'));
   await buildConsole(join(work, 'console'));
   smtp = await startSmtpServer();
-  for (let attempt = 1; !s; attempt++) {
-    const port = await freePort();
-    origin = `http://localhost:${port}`;
-    try {
-      s = await startTestService({
-        env: { PORT: String(port), WEBAUTHN_ORIGINS: origin, CONSOLE_DIR: join(work, 'console'), SMTP_URL: smtp.url, QUEUE_DASHBOARD: 'read-only' },
-      });
-    } catch (err) {
-      if (attempt >= 3 || (err as { code?: string }).code !== 'EADDRINUSE') throw err;
-    }
-  }
-  context = await chromium.launchPersistentContext(join(work, 'profile'), {
-    executablePath: CHROMIUM,
-    headless: true,
-    acceptDownloads: true,
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-    viewport: { width: 1100, height: 1000 },
-  });
+  ({ s, origin } = await startOnLocalhost((origin) => ({
+    WEBAUTHN_ORIGINS: origin,
+    CONSOLE_DIR: join(work, 'console'),
+    SMTP_URL: smtp.url,
+    QUEUE_DASHBOARD: 'read-only',
+  })));
+  context = await openChromium(join(work, 'profile'), { viewport: { width: 1100, height: 1000 }, acceptDownloads: true });
 });
 afterAll(async () => {
   await context?.close();
@@ -76,8 +53,7 @@ async function open(name: string, { signedOut = true } = {}) {
   });
   page.on('pageerror', (e) => problems.push(e.message));
   onTestFailed(async () => {
-    await mkdir(ARTIFACTS, { recursive: true });
-    await page.screenshot({ path: join(ARTIFACTS, `console-${name}.png`), fullPage: true }).catch(() => undefined);
+    await screenshot(page, `console-${name}`).catch(() => undefined);
   });
   return { page, problems };
 }
