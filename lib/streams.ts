@@ -40,3 +40,24 @@ export async function readBytes(source: Readable, maxBytes: number): Promise<Buf
   }
   return Buffer.concat(chunks);
 }
+
+/**
+ * An async iterator as a web stream that reads only when its reader asks (highWaterMark 0): no read-ahead
+ * beyond the piece asked for. `onCancel` runs when the reader cancels.
+ */
+export function pullStream(source: AsyncIterator<Uint8Array>, onCancel?: () => void): ReadableStream<Uint8Array> {
+  return new ReadableStream<Uint8Array>(
+    {
+      pull: async (controller) => {
+        const next = await source.next();
+        if (next.done) controller.close();
+        else controller.enqueue(next.value);
+      },
+      cancel: () => {
+        onCancel?.();
+        void source.return?.();
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}

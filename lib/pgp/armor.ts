@@ -1,5 +1,7 @@
+import { invalid } from '../errors';
+
 /**
- * ASCII armor (RFC 9580 §6.2), 64 characters a line, with the CRC24 line: RFC 9580 §6.1 says not to
+ * ASCII armor (RFC 9580 §6.2), written and read. Written 64 characters a line, with the CRC24 line: RFC 9580 §6.1 says not to
  * emit it unless a peer needs it, and gpg 2.2 does. Without it, armor whose data is a multiple of 3
  * octets (no `=` padding) is read on into the END line: gpg then refuses a key block ("no valid
  * OpenPGP data found") and decrypts a message with an "invalid packet" error after it.
@@ -71,4 +73,109 @@ export function crc24(bytes: Uint8Array, crc: number): number {
   }
   for (; i < bytes.length; i++) r = (r << 8) ^ t[(r >>> 24) ^ bytes[i]];
   return (r >>> 8) & 0xffffff;
+}
+
+/** Longer than any read plus what is carried over, so only a line that never ends can reach it. */
+const MAX_ARMOR_LINE = 4 << 20;
+
+const malformed = (why: string) => invalid('malformed_message', `The message is malformed: ${why}`);
+
+/**
+ * Decodes ASCII armor with Node's base64 (OpenPGP.js decodes in JS, ~3× slower). Header lines are
+ * skipped and the CRC24 line is ignored, as RFC 9580 §6.1 requires of receivers (the MDC or AEAD tag
+ * protects the data). Stops at the END line: anything after the first message is not read.
+ */
+export async function* dearmor(chunks: AsyncIterable<Uint8Array>): AsyncGenerator<Uint8Array> {
+  let state = 'begin' as 'begin' | 'headers' | 'body';
+  let partial = ''; // an incomplete last line
+  let base64 = ''; // body characters not yet decoded (fewer than 4 after each step)
+  const take = (line: string): boolean => {
+    const text = line.trim();
+    if (state === 'begin') {
+      if (text === '') return false;
+      if (text !== '-----BEGIN PGP MESSAGE-----') throw malformed(`armor is not a PGP MESSAGE (${text.slice(0, 40)})`);
+      state = 'headers';
+      return false;
+    }
+    if (state === 'headers') {
+      if (text === '') state = 'body';
+      else if (!/^[\x21-\x39\x3b-\x7e]+: /.test(text)) {
+        state = 'body'; // tolerate a missing blank line after the headers
+        return take(line);
+      }
+      return false;
+    }
+    if (text.startsWith('-----END PGP MESSAGE-----')) return true;
+    if (/^=[A-Za-z0-9+/]{4}$/.test(text)) return false; // CRC24
+    addBase64(text);
+    return false;
+  };
+  const addBase64 = (lines: string) => {
+    if (/[^A-Za-z0-9+/=\n]/.test(lines)) {
+      lines = lines.replace(/[ \t\r]+/g, ''); // CRLF or stray blanks: the slow path
+      if (/[^A-Za-z0-9+/=\n]/.test(lines)) throw malformed('invalid character in armor');
+    }
+    base64 += lines;
+    digits += lines.length - countNewlines(lines);
+  };
+  let digits = 0; // base64 digits in `base64`, which also holds newlines (Node's decoder skips them)
+  const decoded = (final: boolean): Uint8Array | null => {
+    let cut = base64.length;
+    let carry = '';
+    if (!final && digits % 4) {
+      // Keep the last digits % 4 digits for the next round: decode whole quads only.
+      let keep = digits % 4;
+      while (keep) if (base64[--cut] !== '\n') keep--;
+      carry = base64.slice(cut).replaceAll('\n', '');
+    } else if (final && digits % 4 === 1) throw malformed('armor body is cut short');
+    const text = base64.slice(0, cut);
+    base64 = carry;
+    digits = carry.length;
+    if (!text) return null;
+    const bytes = Buffer.from(text, 'base64');
+    return bytes.length ? new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength) : null;
+  };
+  for await (const chunk of chunks) {
+    let text = partial + Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength).toString('latin1');
+    if (state === 'body') {
+      // Fast path: all whole lines up to one starting with '=' (CRC or wrapped padding) or '-' (END).
+      const stop = text.search(/(?:^|\n)[-=]/);
+      const end = stop >= 0 ? stop : text.lastIndexOf('\n');
+      if (end > 0) {
+        addBase64(text.slice(0, end));
+        text = text.slice(end);
+      }
+    }
+    const lines = text.split('\n');
+    partial = lines.pop() ?? '';
+    if (partial.length > 1 << 20 && state !== 'body') throw malformed('armor header line too long');
+    // A long body line that is not plain base64 would be re-read with every chunk (quadratic).
+    if (partial.length > MAX_ARMOR_LINE && !/^[A-Za-z0-9+/]+$/.test(partial)) throw malformed('armor line too long');
+    for (const line of lines) {
+      if (take(line)) {
+        const last = decoded(true);
+        if (last) yield last;
+        return;
+      }
+    }
+    // Armor without line breaks: decode what cannot be part of the END line yet.
+    if (state === 'body' && partial.length > 1 << 16 && /^[A-Za-z0-9+/]+$/.test(partial)) {
+      addBase64(partial);
+      partial = '';
+    }
+    const bytes = decoded(false);
+    if (bytes) yield bytes;
+  }
+  if (partial && take(partial)) {
+    const last = decoded(true);
+    if (last) yield last;
+    return;
+  }
+  throw malformed('armor has no END line (truncated?)');
+}
+
+function countNewlines(text: string): number {
+  let n = 0;
+  for (let i = text.indexOf('\n'); i >= 0; i = text.indexOf('\n', i + 1)) n++;
+  return n;
 }

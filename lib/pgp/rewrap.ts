@@ -4,10 +4,10 @@ import { AppError, invalid } from '../errors';
 import { armorMessage } from './armor';
 import { integrityFailure } from './integrity';
 import { MdcThread } from './mdc-thread';
-import { MAX_SMALL_PACKETS, MIN_PARTIAL } from './native';
+import { CHUNK_BYTES, MAX_SMALL_PACKETS, MIN_PARTIAL } from './packets';
 import { sessionKeyPacket } from './pkesk';
 import { sessionKeyV1 } from './session';
-import { dearmor, CHUNK_BYTES } from './stream';
+import { dearmor } from './armor';
 import { asError } from './thrown';
 import { Watch, type WatchOptions } from './watch';
 

@@ -4,10 +4,12 @@ import { AppError, invalid, tooLarge } from '../errors';
 import { within } from '../within';
 import { KEY_PARSE_MS, MAX_SIGNATURE_PACKET_BYTES, checkPacketLimits } from './import';
 import { MAX_PUBLIC_KEY_BYTES, scanPackets } from './keys';
-import { NodeSource, WebSource, readMessageFrom, type WebStream } from './stream';
+import { readContent } from './content';
+import { Pull, tagOf } from './packets';
+import { NodeSource, WebSource, binaryPackets, type WebStream } from './stream';
 import { asError, errMessage } from './thrown';
 import { Watch, type WatchOptions } from './watch';
-import type { SignatureCheck, SignatureProblem, VerificationKey, VerificationResult } from './verification';
+import { UNSIGNED, judge, type SignatureCheck, type VerificationKey, type VerificationResult } from './verification';
 
 /**
  * OpenPGP signatures, streamed: one pass over the data, hashed as bytes flow, memory flat whatever the
@@ -50,7 +52,7 @@ export async function signStream(input: Readable, signingKey: openpgp.PrivateKey
     if (/signing key|expired|revoked/i.test(errMessage(err))) throw invalid('no_signing_key', `This key cannot sign: ${errMessage(err)}`);
     throw err;
   }
-  return new WebSource(out, (err) => watch.failure ?? source.failure ?? asError(err), false, watch);
+  return new WebSource(out, (err) => watch.failure ?? source.failure ?? asError(err), watch);
 }
 
 /**
@@ -126,24 +128,26 @@ export async function verifyDetached(data: Readable, signature: openpgp.Signatur
 export async function verifySignedMessage(input: Readable, keys: VerificationKey[], opts: VerifyOptions): Promise<SignatureCheck> {
   const watch = new Watch(input, opts);
   watch.check();
-  const source = new NodeSource(input, watch);
+  let packets: Pull | undefined;
   try {
-    const kind = await source.sniff();
-    if (kind === 'empty' || kind === 'unknown') throw invalid('malformed_message', 'Not an OpenPGP signed message (neither armored nor binary packets).');
-    const config: openpgp.PartialConfig = { maxDecompressedMessageSize: opts.maxDecompressedBytes };
-    const message = await readMessageFrom(source, kind, input, watch, config);
-    if (message.getEncryptionKeyIDs().length > 0) throw invalid('malformed_message', 'The message is encrypted: decrypt it with verify_with instead.');
-    const result = await watch.call(openpgp.verify({ message, verificationKeys: keys.map((k) => k.key), format: 'binary', config }));
-    return await settle(result, keys, watch, source);
+    packets = new Pull((await binaryPackets(input))[Symbol.asyncIterator]());
+    const first = await packets.peek();
+    if (first === null) throw invalid('malformed_message', 'Not an OpenPGP signed message: it is empty.');
+    if (ENCRYPTED.has(tagOf(first))) throw invalid('malformed_message', 'The message is encrypted: decrypt it with verify_with instead.');
+    const content = await readContent(packets, { maxDecompressedBytes: opts.maxDecompressedBytes, verify: keys, watch });
+    for await (const _ of content.data);
+    return content.signatures ? await judge(content.signatures, keys) : UNSIGNED;
   } catch (err) {
     input.destroy();
-    throw (
-      watch.failure ?? source.failure ?? (err instanceof AppError ? err : invalid('malformed_message', `The signed message is malformed: ${errMessage(err)}.`))
-    );
+    const inputError = packets?.failed instanceof AppError ? undefined : packets?.failed;
+    throw watch.failure ?? inputError ?? (err instanceof AppError ? err : invalid('malformed_message', `The signed message is malformed: ${errMessage(err)}.`));
   } finally {
     watch.close();
   }
 }
+
+/** Packets that begin an encrypted message: session keys and encrypted data. */
+const ENCRYPTED = new Set([1, 3, 9, 18, 20]);
 
 /** What openpgp.verify and openpgp.decrypt give for a streamed message. */
 interface Verified {
@@ -153,44 +157,7 @@ interface Verified {
 
 /** Reads the data to its end, then judges the signatures (each verifies only once all bytes were hashed). */
 async function settle(result: Verified, keys: VerificationKey[], watch: Watch, source: NodeSource): Promise<SignatureCheck> {
-  const drained = new WebSource(result.data, (err) => watch.failure ?? source.failure ?? asError(err), false, watch);
+  const drained = new WebSource(result.data, (err) => watch.failure ?? source.failure ?? asError(err), watch);
   for await (const _ of drained);
   return judge(result.signatures, keys);
-}
-
-/**
- * The verdict over a message's signatures: valid when one by a known key verifies (reported: that one);
- * otherwise the first failure, in the words of SignatureProblem.
- */
-export async function judge(signatures: VerificationResult[], keys: VerificationKey[]): Promise<SignatureCheck> {
-  if (signatures.length === 0) return { valid: false, signer_fingerprint: null, signed_at: null, reason: 'unsigned' };
-  let first: SignatureCheck | undefined;
-  for (const s of signatures) {
-    const signer = keys.find((k) => k.key.getKeys(s.keyID).length > 0);
-    let signedAt: string | null = null;
-    try {
-      const packet = (await s.signature).packets[0];
-      signedAt = packet?.created ? packet.created.toISOString() : null;
-    } catch {
-      /* unreadable: reported as a bad signature below */
-    }
-    const base = { signer_fingerprint: signer?.fingerprint ?? null, signed_at: signedAt };
-    try {
-      await s.verified;
-      if (signer) return { ...base, valid: true, reason: null };
-      first ??= { ...base, valid: false, reason: 'unknown_signer' };
-    } catch (err) {
-      first ??= { ...base, valid: false, reason: signer ? problem(err) : 'unknown_signer' };
-    }
-  }
-  return first!;
-}
-
-function problem(err: unknown): SignatureProblem {
-  const text = errMessage(err);
-  if (/revoked/i.test(text)) return 'signer_key_revoked';
-  if (/expired/i.test(text)) return 'signer_key_expired';
-  if (/hash algorithm|insecure/i.test(text)) return 'weak_hash';
-  if (/could not find signing key/i.test(text)) return 'unknown_signer';
-  return 'bad_signature';
 }

@@ -1,7 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { armorKey, armorMessage, crc24 } from '../../lib/pgp/armor';
-import { dearmor } from '../../lib/pgp/stream';
+import { armorKey, armorMessage, crc24, dearmor } from '../../lib/pgp/armor';
 import { createPgpHome, type PgpHome } from '../support/gpg';
 
 let home: PgpHome;

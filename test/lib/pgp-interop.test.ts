@@ -4,7 +4,8 @@ import { pipeline } from 'node:stream/promises';
 import * as openpgp from 'openpgp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateKey, readRecipientKey, readStoredPublicKey, unlockPrivateKey, type GeneratedKey } from '../../lib/pgp/keys';
-import { CHUNK_BYTES, encryptStream, openEncrypted } from '../../lib/pgp/stream';
+import { CHUNK_BYTES } from '../../lib/pgp/packets';
+import { encryptStream, openEncrypted } from '../../lib/pgp/stream';
 import { createPgpHome, plaintextForGpg, type PgpHome } from '../support/gpg';
 
 /**
