@@ -3,7 +3,7 @@ import { route } from '../route';
 import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../schemas/common';
 import { SCOPES, SCOPE_DESCRIPTIONS } from '../../lib/auth/scopes';
 import type { ApiKeyRow } from '../../db/api-keys';
-import { MAX_LIFETIME_DAYS, apiKeyState, generateApiKey, listApiKeys, readApiKey, revokeApiKey, rotateApiKey } from '../../lib/services/api-keys';
+import { MAX_LIFETIME_DAYS, apiKeyState, generateApiKey, listApiKeys, readApiKey, revokeApiKey, rotateApiKey } from '../../lib/accounts/api-keys';
 import type { Container } from '../../lib/container';
 
 /**

@@ -3,13 +3,13 @@ import { route } from '../route';
 import { Email, Password, multilineText, text } from '../schemas/common';
 import { Session, User, userOut } from '../schemas/users';
 import { consume } from '../../lib/auth/limiters';
-import * as accounts from '../../lib/services/accounts';
-import { notify } from '../../lib/services/notify';
+import * as accounts from '../../lib/accounts/user-accounts';
+import { notify } from '../../lib/notify';
 import { CONSOLE_HEADER, clearSessionCookie, presentedCredential, setSessionCookie } from '../middleware/browser-session';
 
 const tags = ['Authentication'];
 
-/** Whichever of a username and an email a login names: both are looked up (lib/services/accounts.ts login). */
+/** Whichever of a username and an email a login names: both are looked up (lib/accounts/user-accounts.ts login). */
 const LoginName = z.string().trim().min(1).max(254);
 
 const Accepted = z.object({ status: z.literal('accepted'), message: z.string() });

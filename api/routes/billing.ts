@@ -4,7 +4,7 @@ import type { AppContext } from '../context';
 import { Timestamp, isoOrNull } from '../schemas/common';
 import { idempotencyKey } from '../job-reply';
 import { LIMIT_DESCRIPTIONS, LIMIT_NAMES, PLAN_IDS } from '../../lib/billing/plans';
-import { billingStatus, createCheckout, createPortal, receiveWebhook } from '../../lib/services/billing';
+import { billingStatus, createCheckout, createPortal, receiveWebhook } from '../../lib/billing/subscriptions';
 import { AppError, badRequest, tooLarge } from '../../lib/errors';
 
 /**

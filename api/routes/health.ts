@@ -6,7 +6,7 @@ import { liveWorkers } from '../../lib/heartbeats';
 import { Timestamp } from '../schemas/common';
 import type { Container } from '../../lib/container';
 import { within } from '../../lib/within';
-import { latestReseal, pingPostgres } from '../../lib/services/health';
+import { latestReseal, pingPostgres } from '../../lib/operations/health-checks';
 
 const Check = z.enum(['up', 'down']);
 

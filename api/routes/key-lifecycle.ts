@@ -4,13 +4,13 @@ import { PageQuery, Timestamp, pageOf, wholeNumber } from '../schemas/common';
 import { Fingerprint } from '../schemas/keys';
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
-import { encryptionTarget, jobDeadline } from '../../lib/services/keys';
-import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
+import { encryptionTarget, jobDeadline } from '../../lib/keys/key-catalog';
+import { requireKeyWithPassphrase } from '../../lib/keys/passphrases';
 import { passphraseAad } from '../../jobs/tracked';
 import type { RewrapRequest } from '../../jobs/rewrap-files';
 import type { Container } from '../../lib/container';
 import type { RequestMeta } from '../../db/audit';
-import { cancelDestruction, DESTRUCTION_WAIT_DAYS, listGenerations, scheduleDestruction, updateKeySettings } from '../../lib/services/key-lifecycle';
+import { cancelDestruction, DESTRUCTION_WAIT_DAYS, listGenerations, scheduleDestruction, updateKeySettings } from '../../lib/lifecycle/key-lifecycle';
 
 const tags = ['Key lifecycle'];
 const KeyParams = z.object({ fingerprint: Fingerprint });

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { route } from '../route';
 import { Timestamp } from '../schemas/common';
 import { Fingerprint } from '../schemas/keys';
-import { healthOverview, keyHealth, keyMetricsOf, lineageOf } from '../../lib/services/key-health';
+import { healthOverview, keyHealth, keyMetricsOf, lineageOf } from '../../lib/keys/key-health';
 
 const tags = ['Monitoring'];
 

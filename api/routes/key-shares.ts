@@ -2,8 +2,8 @@ import { z } from 'zod';
 import { route } from '../route';
 import { Email, PageQuery, Timestamp, pageOf } from '../schemas/common';
 import { Fingerprint } from '../schemas/keys';
-import { UA_CLASSES, SHARE_STATES, SHARE_VIEW_HEADERS } from '../../lib/services/share-links';
-import { createKeyShare, keyShareAnalytics, listKeyShares, revokeKeyShare, viewKeyShare } from '../../lib/services/key-shares';
+import { UA_CLASSES, SHARE_STATES, SHARE_VIEW_HEADERS } from '../../lib/sharing/share-links';
+import { createKeyShare, keyShareAnalytics, listKeyShares, revokeKeyShare, viewKeyShare } from '../../lib/sharing/key-shares';
 
 /**
  * Public key sharing (SPEC.md): tokenized links to a key lineage's current public key. Order matters:

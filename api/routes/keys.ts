@@ -20,15 +20,15 @@ import {
   requireKey,
   signingTarget,
   storeKey,
-} from '../../lib/services/keys';
-import { keepSuppliedKey, resolveSigner } from '../../lib/services/signers';
+} from '../../lib/keys/key-catalog';
+import { keepSuppliedKey, resolveSigner } from '../../lib/keys/signers';
 import { emitEvent } from '../../lib/events';
-import { inheritedOwners, resyncLinkedTo } from '../../lib/services/team-access';
-import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
+import { inheritedOwners, resyncLinkedTo } from '../../lib/teams/team-access';
+import { requireKeyWithPassphrase } from '../../lib/keys/passphrases';
 import type { KeyView } from '../../db/keys';
-import { keyOut } from '../../lib/services/key-view';
-import { currentUser } from '../../lib/services/accounts';
-import { newJobId } from '../../lib/services/jobs';
+import { keyOut } from '../../lib/keys/key-view';
+import { currentUser } from '../../lib/accounts/user-accounts';
+import { newJobId } from '../../lib/jobs/job-records';
 import { AppError } from '../../lib/errors';
 import type { RequestMeta } from '../../db/audit';
 import type { Container } from '../../lib/container';
@@ -164,7 +164,7 @@ async function recipientFor(c: Container, userId: string, body: z.infer<typeof E
 }
 
 /**
- * The key to decrypt with, once the passphrase has opened it (limited, audited; lib/services/passphrases):
+ * The key to decrypt with, once the passphrase has opened it (limited, audited; lib/keys/passphrases):
  * a wrong one is a clear 422 before any job, and before the upload when the fields come first.
  */
 const keyForDecryption = (c: Container, userId: string, body: z.infer<typeof DecryptForm>, meta: RequestMeta): Promise<KeyView> =>
@@ -237,7 +237,7 @@ export default [
         page: query.page,
         pageSize: query.page_size,
       });
-      // Keys inherited through team access are listed with their owner (lib/services/team-access.ts).
+      // Keys inherited through team access are listed with their owner (lib/teams/team-access.ts).
       const owners = await inheritedOwners(
         c,
         user.id,

@@ -10,7 +10,7 @@ import {
   myOrganization,
   removeMember,
   revokeInvitation,
-} from '../../lib/services/organizations';
+} from '../../lib/teams/organizations';
 
 /**
  * Organizations (what team access needs; SPEC.md names no endpoints for them): read the caller's

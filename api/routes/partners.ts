@@ -3,8 +3,8 @@ import { route } from '../route';
 import { Email, Password, Timestamp } from '../schemas/common';
 import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
 import { consume } from '../../lib/auth/limiters';
-import * as accounts from '../../lib/services/accounts';
-import { rotatePartnerKey, currentPartnerKeyStatus } from '../../lib/services/partner-keys';
+import * as accounts from '../../lib/accounts/user-accounts';
+import { rotatePartnerKey, currentPartnerKeyStatus } from '../../lib/accounts/partner-keys';
 
 const tags = ['Partners'];
 

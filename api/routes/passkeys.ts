@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { route } from '../route';
 import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../schemas/common';
 import { Session, User, userOut } from '../schemas/users';
-import * as passkeys from '../../lib/services/passkeys';
+import * as passkeys from '../../lib/accounts/passkeys';
 import type { PasskeyRow } from '../../db/passkeys';
 
 const tags = ['Passkeys'];

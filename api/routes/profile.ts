@@ -2,9 +2,9 @@ import { z } from 'zod';
 import { route } from '../route';
 import { Email, PageQuery, Password, Timestamp, pageOf } from '../schemas/common';
 import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
-import * as accounts from '../../lib/services/accounts';
-import { currentPartnerKeyStatus } from '../../lib/services/partner-keys';
-import { auditPage } from '../../lib/services/audit-log';
+import * as accounts from '../../lib/accounts/user-accounts';
+import { currentPartnerKeyStatus } from '../../lib/accounts/partner-keys';
+import { auditPage } from '../../lib/audit/audit-log';
 import { invalid } from '../../lib/errors';
 import { consume } from '../../lib/auth/limiters';
 

@@ -6,10 +6,10 @@ import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
 import { ROTATION_DAYS } from './profile';
 import { invalid } from '../../lib/errors';
-import { requireKey } from '../../lib/services/keys';
-import { newJobId } from '../../lib/services/jobs';
-import { manualRotationTarget, rotationHistory, rotationOut, setRotationSchedule } from '../../lib/services/rotation';
-import { currentUser } from '../../lib/services/accounts';
+import { requireKey } from '../../lib/keys/key-catalog';
+import { newJobId } from '../../lib/jobs/job-records';
+import { manualRotationTarget, rotationHistory, rotationOut, setRotationSchedule } from '../../lib/lifecycle/rotation';
+import { currentUser } from '../../lib/accounts/user-accounts';
 import { rotationPassphraseAad } from '../../jobs/rotate-key';
 
 const tags = ['Key rotation'];

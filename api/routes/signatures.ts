@@ -5,12 +5,12 @@ import { Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '.
 import { jobResponses } from '../schemas/jobs';
 import { submitAndReply } from '../job-reply';
 import { invalid } from '../../lib/errors';
-import { importKey } from '../../lib/services/key-import';
-import { keyOut } from '../../lib/services/key-view';
-import { signingTarget } from '../../lib/services/keys';
-import { requireKeyWithPassphrase } from '../../lib/services/passphrases';
-import { keepSuppliedKey, resolveSigner } from '../../lib/services/signers';
-import { jobBlob } from '../../lib/services/jobs';
+import { importKey } from '../../lib/keys/key-import';
+import { keyOut } from '../../lib/keys/key-view';
+import { signingTarget } from '../../lib/keys/key-catalog';
+import { requireKeyWithPassphrase } from '../../lib/keys/passphrases';
+import { keepSuppliedKey, resolveSigner } from '../../lib/keys/signers';
+import { jobBlob } from '../../lib/jobs/job-records';
 import { MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
 import type { Container } from '../../lib/container';
 import type { RequestMeta } from '../../db/audit';

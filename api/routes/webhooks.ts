@@ -15,7 +15,7 @@ import {
   rotateSecret,
   sendTestPing,
   updateEndpoint,
-} from '../../lib/services/webhooks';
+} from '../../lib/webhooks/endpoints';
 
 const tags = ['Webhooks'];
 

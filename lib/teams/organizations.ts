@@ -6,8 +6,8 @@ import { emitEvent } from '../events';
 import { type EventType } from '../event-stream';
 import { consume } from '../auth/limiters';
 import { hashToken, newToken } from '../tokens';
-import { notify } from './notify';
-import { notYours } from './access';
+import { notify } from '../notify';
+import { notYours } from '../auth/ownership';
 import { isManager, outranks } from './org-roles';
 import { afterDetach, detachMember, memberOut, type Detached } from './team-access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
@@ -31,7 +31,7 @@ import {
  * organization; an owner or admin invites others by email (a single-use token, mailed through the
  * `notify` queue), lists the invitations and revokes them, and an invitee who accepts moves into the
  * inviter's organization. Team access
- * (lib/services/team-access.ts) links members of one organization only.
+ * (lib/teams/team-access.ts) links members of one organization only.
  */
 
 /** How long an invitation token is valid. */

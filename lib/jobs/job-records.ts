@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { enforceJobLimits, enforceUploadLimits, jobLimitsApply } from './billing';
+import { enforceJobLimits, enforceUploadLimits, jobLimitsApply } from '../billing/subscriptions';
 import type { Container } from '../container';
 import type { Knex } from 'knex';
 import { emitEvent } from '../events';

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { conflict, forbidden, invalid, notFound } from '../errors';
 import { emitEvent } from '../events';
-import { notYours } from './access';
+import { notYours } from '../auth/ownership';
 import { isManager, outranks } from './org-roles';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { LineageRow } from '../../db/keys';

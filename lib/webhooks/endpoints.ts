@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import type { Container } from '../container';
 import { conflict, invalid } from '../errors';
 import { LruCache } from '../lru';
-import { notYours } from './access';
+import { notYours } from '../auth/ownership';
 import { endpointsVersionKey, type AccountEvent } from '../event-stream';
-import { checkWebhookUrl } from '../webhooks/address';
-import { newWebhookSecret, webhookHeaders } from '../webhooks/signature';
-import { postWebhook, type AttemptResult } from '../webhooks/send';
+import { checkWebhookUrl } from './address';
+import { newWebhookSecret, webhookHeaders } from './signature';
+import { postWebhook, type AttemptResult } from './send';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import {
   pageEndpoints,

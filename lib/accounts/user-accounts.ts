@@ -10,9 +10,9 @@ import { issuePartnerKey } from './partner-keys';
 import { revokeAllApiKeys } from './api-keys';
 import { emitEvents } from '../events';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { notify } from './notify';
+import { notify } from '../notify';
 import { resetRequestAad } from '../../jobs/request-password-reset';
-import { afterAccountDeleted, leaveOnDeletion } from './organizations';
+import { afterAccountDeleted, leaveOnDeletion } from '../teams/organizations';
 import {
   insertContactRequest,
   bumpTokenVersion,

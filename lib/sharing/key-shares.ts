@@ -2,9 +2,9 @@ import type { Container } from '../container';
 import { AppError, gone } from '../errors';
 import { consume } from '../auth/limiters';
 import { IntegrityError } from '../integrity';
-import { notify } from './notify';
-import { encryptionTarget, keyStatus, requireKey } from './keys';
-import { verifiedKey, verifiedLineage } from './key-integrity';
+import { notify } from '../notify';
+import { encryptionTarget, keyStatus, requireKey } from '../keys/key-catalog';
+import { verifiedKey, verifiedLineage } from '../keys/key-integrity';
 import { createShare, listShares, revokeShare, shareAnalytics, shareOut, viewShare, type ShareRow, type ShareState } from './share-links';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { keyTargets } from '../../db/share-links';
@@ -14,7 +14,7 @@ import { usersByIds } from '../../db/users';
 /**
  * Public key shares: share links of kind `public_key` whose target is a key lineage, so a link always
  * serves the lineage's current generation (it follows rotations). Everything generic (tokens, expiry,
- * view limits, revocation, analytics) is lib/services/share-links.ts; this adds the key lookups, the
+ * view limits, revocation, analytics) is lib/sharing/share-links.ts; this adds the key lookups, the
  * recipient's notice and the public key a view answers.
  */
 

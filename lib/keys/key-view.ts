@@ -1,5 +1,5 @@
 import type { ListedKey } from '../../db/keys';
-import { keyStatus } from './keys';
+import { keyStatus } from './key-catalog';
 
 /**
  * A key as the API shows it: the lineage with its current generation; never private material. It needs

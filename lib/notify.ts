@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type { Container } from '../container';
-import type { MailTemplate } from '../mail-templates';
-import { mailAad } from '../../jobs/send-email';
+import type { Container } from './container';
+import type { MailTemplate } from './mail-templates';
+import { mailAad } from '../jobs/send-email';
 
 /**
  * Queues a templated email on the `notify` queue. The recipient and the variables travel sealed under

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
-import { enforcePlanLimit } from './billing';
+import { enforcePlanLimit } from '../billing/subscriptions';
 import type { Container } from '../container';
 import { conflict, invalid } from '../errors';
 import { emitEvent } from '../events';
@@ -8,7 +8,7 @@ import { type NewEvent } from '../event-stream';
 import { hashToken } from '../tokens';
 import { checkManagedKey, displayPrefix, newManagedKey } from '../api-key-format';
 import type { Scope } from '../auth/scopes';
-import { notYours } from './access';
+import { notYours } from '../auth/ownership';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { revokeActiveShares } from '../../db/share-links';
 import {

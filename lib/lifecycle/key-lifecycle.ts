@@ -2,9 +2,9 @@ import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { conflict, gone, invalid, notFound } from '../errors';
 import { emitEvent } from '../events';
-import { requireKey } from './keys';
-import { verifiedKey } from './key-integrity';
-import { resyncLinkedTo } from './team-access';
+import { requireKey } from '../keys/key-catalog';
+import { verifiedKey } from '../keys/key-integrity';
+import { resyncLinkedTo } from '../teams/team-access';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import {
   updateLineage,

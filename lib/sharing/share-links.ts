@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { enforcePlanLimit } from './billing';
+import { enforcePlanLimit } from '../billing/subscriptions';
 import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { AppError, gone, invalid, notFound } from '../errors';
@@ -7,7 +7,7 @@ import { consume } from '../auth/limiters';
 import { emitEvent } from '../events';
 import { hashToken, newToken } from '../tokens';
 import { userAgentClass } from '../user-agent';
-import { notYours } from './access';
+import { notYours } from '../auth/ownership';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import {
   UA_CLASSES,

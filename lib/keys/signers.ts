@@ -1,9 +1,9 @@
 import { Readable } from 'node:stream';
 import type { Container } from '../container';
 import { invalid } from '../errors';
-import { requireKey } from './keys';
+import { requireKey } from './key-catalog';
 import { verifiedKey } from './key-integrity';
-import { jobBlob } from './jobs';
+import { jobBlob } from '../jobs/job-records';
 import { readText } from '../streams';
 import { MAX_PUBLIC_KEY_BYTES, readStoredPublicKey } from '../pgp/keys';
 import type { VerificationKey } from '../pgp/verification';

@@ -2,7 +2,7 @@ import type { Container } from '../container';
 import { AppError } from '../errors';
 import { emitEvent } from '../events';
 import { spendThenCheck } from '../auth/limiters';
-import { requireKey, requireManaged, unlockLineage, type KeyUse } from './keys';
+import { requireKey, requireManaged, unlockLineage, type KeyUse } from './key-catalog';
 import type { UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import type { KeyView } from '../../db/keys';

@@ -1,7 +1,7 @@
 import type { Container } from '../container';
 import { conflict, gone, invalid } from '../errors';
 import { IntegrityError } from '../integrity';
-import { apiKeyState, currentApiKeyValue, ownApiKey } from './api-keys';
+import { apiKeyState, currentApiKeyValue, ownApiKey } from '../accounts/api-keys';
 import { createShare, listShares, shareOut, viewShare, type ShareRow, type ShareState } from './share-links';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { apiKeys, type ApiKeyRow } from '../../db/api-keys';
@@ -11,7 +11,7 @@ import { apiKeys, type ApiKeyRow } from '../../db/api-keys';
  * key, so a link hands out the key's *current* value (it follows rotations). A value is a secret, so
  * unlike public key shares every link has an expiry and a view limit (defaults: 24 hours, one view)
  * and each value handed out is audited for the owner. Tokens, expiry, limits, revocation and events are
- * lib/services/share-links.ts.
+ * lib/sharing/share-links.ts.
  */
 
 /** The public address of a share link (answered once, at creation). */

@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type { Container } from '../container';
 import { AppError, conflict, invalid } from '../errors';
 import { emitEvent } from '../events';
-import { auditKeyRefusal, checkKeyLimit, generationRow, newLineage, storeKey, usesTokenKey, type LineageSpec } from './keys';
-import { resyncLinkedTo } from './team-access';
+import { auditKeyRefusal, checkKeyLimit, generationRow, newLineage, storeKey, usesTokenKey, type LineageSpec } from './key-catalog';
+import { resyncLinkedTo } from '../teams/team-access';
 import { readImportedKey } from '../pgp/import';
 import { randomSecret } from '../lineage';
 import type { RequestMeta } from '../../db/audit';
@@ -22,7 +22,7 @@ export interface ImportInput {
 
 /**
  * Brings a key in. A secret key becomes a managed key whose first generation is the imported key, its
- * private key locked with a random secret and sealed like a generated generation's (lib/services/keys.ts
+ * private key locked with a random secret and sealed like a generated generation's (lib/keys/key-catalog.ts
  * generationRow), behind a lineage lock made from `passphrase`. A public-only key becomes a recipient
  * key: a lineage with no unlock key whose generation has no private key (encrypt and verify only).
  * Audited (`keys.import`, success or the refusal's code; never key material) and announced

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { enforcePlanLimit } from './billing';
+import { enforcePlanLimit } from '../billing/subscriptions';
 import type { Knex } from 'knex';
 import type * as openpgp from 'openpgp';
 import type { Container } from '../container';
 import { conflict, gone, invalid, notFound } from '../errors';
-import { notYours } from './access';
+import { notYours } from '../auth/ownership';
 import { keyMac, lineageMac, verifiedKey, verifiedLineage } from './key-integrity';
 import { generateKey, unlockPrivateKey, type GeneratedKey, type KeyAlgorithm } from '../pgp/keys';
 import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
@@ -274,7 +274,7 @@ export function keyStatus(lineage: Pick<LineageRow, 'disabled_at'>, current: Pic
 }
 
 /**
- * What the caller does with a key. Team access (lib/services/team-access.ts) lets a linked member use
+ * What the caller does with a key. Team access (lib/teams/team-access.ts) lets a linked member use
  * the source's keys to read, encrypt, share and (with the key's passphrase) decrypt; managing a key
  * (disable, rotate, schedule, history) stays with its owner.
  */

@@ -3,10 +3,10 @@ import type { Container } from '../container';
 import { conflict } from '../errors';
 import { emitEvent, emitEvents } from '../events';
 import { type NewEvent } from '../event-stream';
-import { newGeneration, rekeyLineage, requireKey, requireManaged, type GenerationRow, type Rekeyed } from './keys';
-import { verifyKeyPassphrase } from './passphrases';
-import { verifiedLineage } from './key-integrity';
-import { resyncLinkedTo } from './team-access';
+import { newGeneration, rekeyLineage, requireKey, requireManaged, type GenerationRow, type Rekeyed } from '../keys/key-catalog';
+import { verifyKeyPassphrase } from '../keys/passphrases';
+import { verifiedLineage } from '../keys/key-integrity';
+import { resyncLinkedTo } from '../teams/team-access';
 import { recordAudit } from '../../db/audit';
 import {
   updateLineage,

@@ -9,9 +9,9 @@ import type { Container } from '../container';
 import { AppError, badRequest, conflict, invalid, notFound, unauthorized } from '../errors';
 import { consume, spendThenCheck } from '../auth/limiters';
 import { emitEvent } from '../events';
-import { notify } from './notify';
-import { signIn, type newSession } from './accounts';
-import { notYours } from './access';
+import { notify } from '../notify';
+import { signIn, type newSession } from './user-accounts';
+import { notYours } from '../auth/ownership';
 import { auditedSuccess, recordAudit, type RequestMeta } from '../../db/audit';
 import { findUserById, findUserByLogin, lockLiveUser, type UserRow } from '../../db/users';
 import {
