@@ -1,13 +1,13 @@
 import { z } from 'zod';
 import { route } from '../route';
-import { Job } from '../schemas/jobs';
+import { Job } from '../schemas/job-replies';
 import { wholeNumber } from '../schemas/common';
 import { AppError, conflict, gone, notFound } from '../../lib/errors';
 import { arrivingInput, isFinished, jobBlob, jobReadableBy, jobView, jobWithOutputs, watchJobEnd, type JobReader } from '../../lib/jobs/job-records';
 import { readAsPreferred } from '../job-reply';
 import type { JobRow } from '../../db/jobs';
 import { encryptedOutput, EncryptRequest } from '../../jobs/encrypt-files';
-import { FormBoolean } from '../schemas/keys';
+import { FormBoolean } from '../schemas/key-fields';
 import type { AppContext } from '../context';
 import type { Readable } from 'node:stream';
 import { notYours } from '../../lib/auth/ownership';

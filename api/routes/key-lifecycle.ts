@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { route, type RouteDef } from '../route';
 import { PageQuery, Timestamp, pageOf, wholeNumber } from '../schemas/common';
-import { Fingerprint } from '../schemas/keys';
-import { jobResponses } from '../schemas/jobs';
+import { Fingerprint } from '../schemas/key-fields';
+import { jobResponses } from '../schemas/job-replies';
 import { submitAndReply } from '../job-reply';
 import { encryptionTarget, jobDeadline } from '../../lib/keys/key-catalog';
 import { requireKeyWithPassphrase } from '../../lib/keys/passphrases';

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Email, Password, Timestamp } from '../schemas/common';
-import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
+import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/account-fields';
 import { consume } from '../../lib/auth/limiters';
 import * as accounts from '../../lib/accounts/user-accounts';
 import { rotatePartnerKey, currentPartnerKeyStatus } from '../../lib/accounts/partner-keys';

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { Email, PageQuery, Password, Timestamp, pageOf } from '../schemas/common';
-import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/users';
+import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/account-fields';
 import * as accounts from '../../lib/accounts/user-accounts';
 import { currentPartnerKeyStatus } from '../../lib/accounts/partner-keys';
 import { auditPage } from '../../lib/audit/audit-log';

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { route } from '../route';
 import { PageQuery, Timestamp, instant, pageOf } from '../schemas/common';
-import { Fingerprint, Passphrase } from '../schemas/keys';
-import { jobResponses } from '../schemas/jobs';
+import { Fingerprint, Passphrase } from '../schemas/key-fields';
+import { jobResponses } from '../schemas/job-replies';
 import { submitAndReply } from '../job-reply';
 import { ROTATION_DAYS } from './profile';
 import { invalid } from '../../lib/errors';

@@ -1,8 +1,8 @@
 import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { route } from '../route';
-import { Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/keys';
-import { jobResponses } from '../schemas/jobs';
+import { Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/key-fields';
+import { jobResponses } from '../schemas/job-replies';
 import { submitAndReply } from '../job-reply';
 import { invalid } from '../../lib/errors';
 import { importKey } from '../../lib/keys/key-import';
