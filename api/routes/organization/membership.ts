@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { Email, PageQuery, Timestamp, pageOf } from '../schemas/common';
+import { route } from '../../route';
+import { Email, PageQuery, Timestamp, pageOf } from '../../schemas/common';
 import {
   INVITATION_STATES,
   acceptInvitation,
@@ -10,7 +10,7 @@ import {
   myOrganization,
   removeMember,
   revokeInvitation,
-} from '../../lib/teams/organizations';
+} from '../../../lib/teams/organizations';
 
 /**
  * Organizations (what team access needs; SPEC.md names no endpoints for them): read the caller's

@@ -1,9 +1,9 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../schemas/common';
-import { Session, User, userOut } from '../schemas/account-fields';
-import * as passkeys from '../../lib/accounts/passkeys';
-import type { PasskeyRow } from '../../db/passkeys';
+import { route } from '../../route';
+import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../../schemas/common';
+import { Session, User, userOut } from '../../schemas/account-fields';
+import * as passkeys from '../../../lib/accounts/passkeys';
+import type { PasskeyRow } from '../../../db/passkeys';
 
 const tags = ['Passkeys'];
 

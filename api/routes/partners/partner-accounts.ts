@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { Email, Password, Timestamp } from '../schemas/common';
-import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/account-fields';
-import { consume } from '../../lib/auth/limiters';
-import * as accounts from '../../lib/accounts/user-accounts';
-import { rotatePartnerKey, currentPartnerKeyStatus } from '../../lib/accounts/partner-keys';
+import { route } from '../../route';
+import { Email, Password, Timestamp } from '../../schemas/common';
+import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../../schemas/account-fields';
+import { consume } from '../../../lib/auth/limiters';
+import * as accounts from '../../../lib/accounts/user-accounts';
+import { rotatePartnerKey, currentPartnerKeyStatus } from '../../../lib/accounts/partner-keys';
 
 const tags = ['Partners'];
 

@@ -1,8 +1,8 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { PageQuery, Timestamp, pageOf, text } from '../schemas/common';
-import { Member } from './organizations';
-import { approveLink, endLinkAsSource, linkSource, listLinks, searchSources, teamStatus, unlinkSource } from '../../lib/teams/team-access';
+import { route } from '../../route';
+import { PageQuery, Timestamp, pageOf, text } from '../../schemas/common';
+import { Member } from '../organization/membership';
+import { approveLink, endLinkAsSource, linkSource, listLinks, searchSources, teamStatus, unlinkSource } from '../../../lib/teams/team-access';
 
 /**
  * Team access sync (SPEC.md): link to one member of your organization and inherit its keys (encrypt,

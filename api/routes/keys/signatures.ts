@@ -1,21 +1,21 @@
 import { Readable } from 'node:stream';
 import { z } from 'zod';
-import { route } from '../route';
-import { Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/key-fields';
-import { jobResponses } from '../schemas/job-replies';
-import { submitAndReply } from '../job-reply';
-import { invalid } from '../../lib/errors';
-import { importKey } from '../../lib/keys/key-import';
-import { keyOut } from '../../lib/keys/key-view';
-import { signingTarget } from '../../lib/keys/key-catalog';
-import { requireKeyWithPassphrase } from '../../lib/keys/passphrases';
-import { keepSuppliedKey, resolveSigner } from '../../lib/keys/signers';
-import { jobBlob } from '../../lib/jobs/job-records';
-import { MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
-import type { Container } from '../../lib/container';
-import type { RequestMeta } from '../../db/audit';
-import type { KeyView } from '../../db/keys';
-import { passphraseAad } from '../../jobs/tracked';
+import { route } from '../../route';
+import { Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../../schemas/key-fields';
+import { jobResponses } from '../../schemas/job-replies';
+import { submitAndReply } from '../../job-reply';
+import { invalid } from '../../../lib/errors';
+import { importKey } from '../../../lib/keys/key-import';
+import { keyOut } from '../../../lib/keys/key-view';
+import { signingTarget } from '../../../lib/keys/key-catalog';
+import { requireKeyWithPassphrase } from '../../../lib/keys/passphrases';
+import { keepSuppliedKey, resolveSigner } from '../../../lib/keys/signers';
+import { jobBlob } from '../../../lib/jobs/job-records';
+import { MAX_PUBLIC_KEY_BYTES } from '../../../lib/pgp/keys';
+import type { Container } from '../../../lib/container';
+import type { RequestMeta } from '../../../db/audit';
+import type { KeyView } from '../../../db/keys';
+import { passphraseAad } from '../../../jobs/tracked';
 
 const tags = ['PGP keys'];
 
@@ -58,7 +58,7 @@ const keyForSigning = (c: Container, userId: string, body: z.infer<typeof SignFo
  */
 async function verification(c: Container, userId: string, body: z.infer<typeof VerifyForm>, meta: RequestMeta, signatures: Buffer[]) {
   const signer = await resolveSigner(c, userId, { fingerprint: body.fingerprint, publicKey: body.public_key }, meta);
-  const { readDetachedSignature } = await import('../../lib/pgp/signatures'); // OpenPGP.js loads on first use
+  const { readDetachedSignature } = await import('../../../lib/pgp/signatures'); // OpenPGP.js loads on first use
   for (const part of signatures) await readDetachedSignature(part);
   return signer;
 }

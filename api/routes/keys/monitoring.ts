@@ -1,8 +1,8 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { Timestamp } from '../schemas/common';
-import { Fingerprint } from '../schemas/key-fields';
-import { healthOverview, keyHealth, keyMetricsOf, lineageOf } from '../../lib/keys/key-health';
+import { route } from '../../route';
+import { Timestamp } from '../../schemas/common';
+import { Fingerprint } from '../../schemas/key-fields';
+import { healthOverview, keyHealth, keyMetricsOf, lineageOf } from '../../../lib/keys/key-health';
 
 const tags = ['Monitoring'];
 

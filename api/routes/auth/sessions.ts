@@ -1,11 +1,11 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { Email, Password, multilineText, text } from '../schemas/common';
-import { Session, User, userOut } from '../schemas/account-fields';
-import { consume } from '../../lib/auth/limiters';
-import * as accounts from '../../lib/accounts/user-accounts';
-import { notify } from '../../lib/notify';
-import { CONSOLE_HEADER, clearSessionCookie, presentedCredential, setSessionCookie } from '../middleware/browser-session';
+import { route } from '../../route';
+import { Email, Password, multilineText, text } from '../../schemas/common';
+import { Session, User, userOut } from '../../schemas/account-fields';
+import { consume } from '../../../lib/auth/limiters';
+import * as accounts from '../../../lib/accounts/user-accounts';
+import { notify } from '../../../lib/notify';
+import { CONSOLE_HEADER, clearSessionCookie, presentedCredential, setSessionCookie } from '../../middleware/browser-session';
 
 const tags = ['Authentication'];
 

@@ -1,16 +1,16 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { PageQuery, Timestamp, instant, pageOf } from '../schemas/common';
-import { Fingerprint, Passphrase } from '../schemas/key-fields';
-import { jobResponses } from '../schemas/job-replies';
-import { submitAndReply } from '../job-reply';
-import { ROTATION_DAYS } from './profile';
-import { invalid } from '../../lib/errors';
-import { requireKey } from '../../lib/keys/key-catalog';
-import { newJobId } from '../../lib/jobs/job-records';
-import { manualRotationTarget, rotationHistory, rotationOut, setRotationSchedule } from '../../lib/lifecycle/rotation';
-import { currentUser } from '../../lib/accounts/user-accounts';
-import { rotationPassphraseAad } from '../../jobs/rotate-key';
+import { route } from '../../route';
+import { PageQuery, Timestamp, instant, pageOf } from '../../schemas/common';
+import { Fingerprint, Passphrase } from '../../schemas/key-fields';
+import { jobResponses } from '../../schemas/job-replies';
+import { submitAndReply } from '../../job-reply';
+import { ROTATION_DAYS } from '../profile/account-profile';
+import { invalid } from '../../../lib/errors';
+import { requireKey } from '../../../lib/keys/key-catalog';
+import { newJobId } from '../../../lib/jobs/job-records';
+import { manualRotationTarget, rotationHistory, rotationOut, setRotationSchedule } from '../../../lib/lifecycle/rotation';
+import { currentUser } from '../../../lib/accounts/user-accounts';
+import { rotationPassphraseAad } from '../../../jobs/rotate-key';
 
 const tags = ['Key rotation'];
 const KeyParams = z.object({ fingerprint: Fingerprint });

@@ -1,9 +1,9 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { Email, PageQuery, Timestamp, pageOf } from '../schemas/common';
-import { Fingerprint } from '../schemas/key-fields';
-import { UA_CLASSES, SHARE_STATES, SHARE_VIEW_HEADERS } from '../../lib/sharing/share-links';
-import { createKeyShare, keyShareAnalytics, listKeyShares, revokeKeyShare, viewKeyShare } from '../../lib/sharing/key-shares';
+import { route } from '../../route';
+import { Email, PageQuery, Timestamp, pageOf } from '../../schemas/common';
+import { Fingerprint } from '../../schemas/key-fields';
+import { UA_CLASSES, SHARE_STATES, SHARE_VIEW_HEADERS } from '../../../lib/sharing/share-links';
+import { createKeyShare, keyShareAnalytics, listKeyShares, revokeKeyShare, viewKeyShare } from '../../../lib/sharing/key-shares';
 
 /**
  * Public key sharing (SPEC.md): tokenized links to a key lineage's current public key. Order matters:

@@ -1,10 +1,10 @@
 import { PassThrough } from 'node:stream';
 import { z } from 'zod';
-import { route } from '../route';
-import { PageQuery, Timestamp, instant, pageOf } from '../schemas/common';
-import { invalid } from '../../lib/errors';
-import type { Container } from '../../lib/container';
-import { EVENT_ID, EVENT_TYPES, eventHistory, lastEventId, readEvents, trimmedSince, type AccountEvent, type EventType } from '../../lib/event-stream';
+import { route } from '../../route';
+import { PageQuery, Timestamp, instant, pageOf } from '../../schemas/common';
+import { invalid } from '../../../lib/errors';
+import type { Container } from '../../../lib/container';
+import { EVENT_ID, EVENT_TYPES, eventHistory, lastEventId, readEvents, trimmedSince, type AccountEvent, type EventType } from '../../../lib/event-stream';
 
 const tags = ['Events'];
 

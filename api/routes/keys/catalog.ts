@@ -1,12 +1,12 @@
 import { z } from 'zod';
-import { route, type HandlerInput } from '../route';
-import type { Access } from '../context';
-import { Email, PageQuery, pageOf, text, wholeNumber } from '../schemas/common';
-import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../schemas/key-fields';
-import { jobResponses } from '../schemas/job-replies';
-import { submitAndReply } from '../job-reply';
-import { newToken } from '../../lib/tokens';
-import { readRecipientKey } from '../../lib/pgp/keys';
+import { route, type HandlerInput } from '../../route';
+import type { Access } from '../../context';
+import { Email, PageQuery, pageOf, text, wholeNumber } from '../../schemas/common';
+import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../../schemas/key-fields';
+import { jobResponses } from '../../schemas/job-replies';
+import { submitAndReply } from '../../job-reply';
+import { newToken } from '../../../lib/tokens';
+import { readRecipientKey } from '../../../lib/pgp/keys';
 import {
   auditKeyRefusal,
   checkKeyLimit,
@@ -20,22 +20,22 @@ import {
   requireKey,
   signingTarget,
   storeKey,
-} from '../../lib/keys/key-catalog';
-import { keepSuppliedKey, resolveSigner } from '../../lib/keys/signers';
-import { emitEvent } from '../../lib/events';
-import { inheritedOwners, resyncLinkedTo } from '../../lib/teams/team-access';
-import { requireKeyWithPassphrase } from '../../lib/keys/passphrases';
-import type { KeyView } from '../../db/keys';
-import { keyOut } from '../../lib/keys/key-view';
-import { currentUser } from '../../lib/accounts/user-accounts';
-import { newJobId } from '../../lib/jobs/job-records';
-import { AppError } from '../../lib/errors';
-import type { RequestMeta } from '../../db/audit';
-import type { Container } from '../../lib/container';
-import { passphraseAad } from '../../jobs/tracked';
-import { sealGenerateLock } from '../../jobs/generate-key';
-import type { EncryptRequest } from '../../jobs/encrypt-files';
-import type { Signer } from '../../jobs/verify-files';
+} from '../../../lib/keys/key-catalog';
+import { keepSuppliedKey, resolveSigner } from '../../../lib/keys/signers';
+import { emitEvent } from '../../../lib/events';
+import { inheritedOwners, resyncLinkedTo } from '../../../lib/teams/team-access';
+import { requireKeyWithPassphrase } from '../../../lib/keys/passphrases';
+import type { KeyView } from '../../../db/keys';
+import { keyOut } from '../../../lib/keys/key-view';
+import { currentUser } from '../../../lib/accounts/user-accounts';
+import { newJobId } from '../../../lib/jobs/job-records';
+import { AppError } from '../../../lib/errors';
+import type { RequestMeta } from '../../../db/audit';
+import type { Container } from '../../../lib/container';
+import { passphraseAad } from '../../../jobs/tracked';
+import { sealGenerateLock } from '../../../jobs/generate-key';
+import type { EncryptRequest } from '../../../jobs/encrypt-files';
+import type { Signer } from '../../../jobs/verify-files';
 
 const tags = ['PGP keys'];
 

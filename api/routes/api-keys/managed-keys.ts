@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../schemas/common';
-import { SCOPES, SCOPE_DESCRIPTIONS } from '../../lib/auth/scopes';
-import type { ApiKeyRow } from '../../db/api-keys';
-import { MAX_LIFETIME_DAYS, apiKeyState, generateApiKey, listApiKeys, readApiKey, revokeApiKey, rotateApiKey } from '../../lib/accounts/api-keys';
-import type { Container } from '../../lib/container';
+import { route } from '../../route';
+import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../../schemas/common';
+import { SCOPES, SCOPE_DESCRIPTIONS } from '../../../lib/auth/scopes';
+import type { ApiKeyRow } from '../../../db/api-keys';
+import { MAX_LIFETIME_DAYS, apiKeyState, generateApiKey, listApiKeys, readApiKey, revokeApiKey, rotateApiKey } from '../../../lib/accounts/api-keys';
+import type { Container } from '../../../lib/container';
 
 /**
  * Managed API keys (`kms_sk_…`). Managing them needs a session: an API key never creates, reads,

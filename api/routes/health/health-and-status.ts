@@ -1,16 +1,16 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
-import { route } from '../route';
-import { QUEUES } from '../../jobs/define';
-import { liveWorkers } from '../../lib/heartbeats';
-import { Timestamp } from '../schemas/common';
-import type { Container } from '../../lib/container';
-import { within } from '../../lib/within';
-import { latestReseal, pingPostgres } from '../../lib/operations/health-checks';
+import { route } from '../../route';
+import { QUEUES } from '../../../jobs/define';
+import { liveWorkers } from '../../../lib/heartbeats';
+import { Timestamp } from '../../schemas/common';
+import type { Container } from '../../../lib/container';
+import { within } from '../../../lib/within';
+import { latestReseal, pingPostgres } from '../../../lib/operations/health-checks';
 
 const Check = z.enum(['up', 'down']);
 
-const VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const VERSION = (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 /** Each dependency gets this long to answer a health check. */
 const CHECK_MS = 2000;

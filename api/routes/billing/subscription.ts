@@ -1,11 +1,11 @@
 import { z } from 'zod';
-import { route } from '../route';
-import type { AppContext } from '../context';
-import { Timestamp, isoOrNull } from '../schemas/common';
-import { idempotencyKey } from '../job-reply';
-import { LIMIT_DESCRIPTIONS, LIMIT_NAMES, PLAN_IDS } from '../../lib/billing/plans';
-import { billingStatus, createCheckout, createPortal, receiveWebhook } from '../../lib/billing/subscriptions';
-import { AppError, badRequest, tooLarge } from '../../lib/errors';
+import { route } from '../../route';
+import type { AppContext } from '../../context';
+import { Timestamp, isoOrNull } from '../../schemas/common';
+import { idempotencyKey } from '../../job-reply';
+import { LIMIT_DESCRIPTIONS, LIMIT_NAMES, PLAN_IDS } from '../../../lib/billing/plans';
+import { billingStatus, createCheckout, createPortal, receiveWebhook } from '../../../lib/billing/subscriptions';
+import { AppError, badRequest, tooLarge } from '../../../lib/errors';
 
 /**
  * Billing (SPEC.md "Billing"): status for any credential with `account:read`; checkout and portal need a

@@ -1,12 +1,12 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { Email, PageQuery, Password, Timestamp, pageOf } from '../schemas/common';
-import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../schemas/account-fields';
-import * as accounts from '../../lib/accounts/user-accounts';
-import { currentPartnerKeyStatus } from '../../lib/accounts/partner-keys';
-import { auditPage } from '../../lib/audit/audit-log';
-import { invalid } from '../../lib/errors';
-import { consume } from '../../lib/auth/limiters';
+import { route } from '../../route';
+import { Email, PageQuery, Password, Timestamp, pageOf } from '../../schemas/common';
+import { ApiKeyStatus, CompanyName, Session, User, Username, userOut } from '../../schemas/account-fields';
+import * as accounts from '../../../lib/accounts/user-accounts';
+import { currentPartnerKeyStatus } from '../../../lib/accounts/partner-keys';
+import { auditPage } from '../../../lib/audit/audit-log';
+import { invalid } from '../../../lib/errors';
+import { consume } from '../../../lib/auth/limiters';
 
 const tags = ['Profile'];
 

@@ -1,9 +1,9 @@
 import { Readable } from 'node:stream';
 import { z } from 'zod';
-import { route } from '../route';
-import { PageQuery, Timestamp, pageOf, wholeNumber } from '../schemas/common';
-import { auditPage } from '../../lib/audit/audit-log';
-import { auditJwks, exportChain, verifyAccountChain } from '../../lib/audit/audit-evidence';
+import { route } from '../../route';
+import { PageQuery, Timestamp, pageOf, wholeNumber } from '../../schemas/common';
+import { auditPage } from '../../../lib/audit/audit-log';
+import { auditJwks, exportChain, verifyAccountChain } from '../../../lib/audit/audit-evidence';
 
 const EXPORT_CHUNK_LINES = 200;
 

@@ -1,16 +1,16 @@
 import { z } from 'zod';
-import { route, type RouteDef } from '../route';
-import { PageQuery, Timestamp, pageOf, wholeNumber } from '../schemas/common';
-import { Fingerprint } from '../schemas/key-fields';
-import { jobResponses } from '../schemas/job-replies';
-import { submitAndReply } from '../job-reply';
-import { encryptionTarget, jobDeadline } from '../../lib/keys/key-catalog';
-import { requireKeyWithPassphrase } from '../../lib/keys/passphrases';
-import { passphraseAad } from '../../jobs/tracked';
-import type { RewrapRequest } from '../../jobs/rewrap-files';
-import type { Container } from '../../lib/container';
-import type { RequestMeta } from '../../db/audit';
-import { cancelDestruction, DESTRUCTION_WAIT_DAYS, listGenerations, scheduleDestruction, updateKeySettings } from '../../lib/lifecycle/key-lifecycle';
+import { route, type RouteDef } from '../../route';
+import { PageQuery, Timestamp, pageOf, wholeNumber } from '../../schemas/common';
+import { Fingerprint } from '../../schemas/key-fields';
+import { jobResponses } from '../../schemas/job-replies';
+import { submitAndReply } from '../../job-reply';
+import { encryptionTarget, jobDeadline } from '../../../lib/keys/key-catalog';
+import { requireKeyWithPassphrase } from '../../../lib/keys/passphrases';
+import { passphraseAad } from '../../../jobs/tracked';
+import type { RewrapRequest } from '../../../jobs/rewrap-files';
+import type { Container } from '../../../lib/container';
+import type { RequestMeta } from '../../../db/audit';
+import { cancelDestruction, DESTRUCTION_WAIT_DAYS, listGenerations, scheduleDestruction, updateKeySettings } from '../../../lib/lifecycle/key-lifecycle';
 
 const tags = ['Key lifecycle'];
 const KeyParams = z.object({ fingerprint: Fingerprint });

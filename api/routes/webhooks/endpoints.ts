@@ -1,8 +1,8 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../schemas/common';
-import { EVENT_TYPES } from '../../lib/event-stream';
-import type { AttemptRow, DeliveryRow, EndpointRow } from '../../db/webhooks';
+import { route } from '../../route';
+import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../../schemas/common';
+import { EVENT_TYPES } from '../../../lib/event-stream';
+import type { AttemptRow, DeliveryRow, EndpointRow } from '../../../db/webhooks';
 import {
   createEndpoint,
   deleteEndpoint,
@@ -15,7 +15,7 @@ import {
   rotateSecret,
   sendTestPing,
   updateEndpoint,
-} from '../../lib/webhooks/endpoints';
+} from '../../../lib/webhooks/endpoints';
 
 const tags = ['Webhooks'];
 

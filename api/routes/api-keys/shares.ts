@@ -1,9 +1,16 @@
 import { z } from 'zod';
-import { route } from '../route';
-import { PageQuery, Timestamp, pageOf } from '../schemas/common';
-import { SCOPES } from '../../lib/auth/scopes';
-import { SHARE_STATES, SHARE_VIEW_HEADERS, revokeShare } from '../../lib/sharing/share-links';
-import { DEFAULT_SHARE_HOURS, MAX_SHARE_HOURS, MAX_SHARE_VIEWS, createApiKeyShare, listApiKeyShares, viewApiKeyShare } from '../../lib/sharing/api-key-shares';
+import { route } from '../../route';
+import { PageQuery, Timestamp, pageOf } from '../../schemas/common';
+import { SCOPES } from '../../../lib/auth/scopes';
+import { SHARE_STATES, SHARE_VIEW_HEADERS, revokeShare } from '../../../lib/sharing/share-links';
+import {
+  DEFAULT_SHARE_HOURS,
+  MAX_SHARE_HOURS,
+  MAX_SHARE_VIEWS,
+  createApiKeyShare,
+  listApiKeyShares,
+  viewApiKeyShare,
+} from '../../../lib/sharing/api-key-shares';
 
 /**
  * Managed API key share links (SPEC.md): a link that hands out a key's current value a limited number
