@@ -1,18 +1,13 @@
 import { z } from 'zod';
 import { route } from '../../route';
-import { Email, Password, multilineText, text } from '../../schemas/common';
 import { Session, User, userOut } from '../../schemas/account-fields';
-import { consume } from '../../../lib/auth/limiters';
 import * as accounts from '../../../lib/accounts/user-accounts';
-import { notify } from '../../../lib/notify';
 import { CONSOLE_HEADER, clearSessionCookie, presentedCredential, setSessionCookie } from '../../middleware/browser-session';
 
 const tags = ['Authentication'];
 
 /** Whichever of a username and an email a login names: both are looked up (lib/accounts/user-accounts.ts login). */
 const LoginName = z.string().trim().min(1).max(254);
-
-const Accepted = z.object({ status: z.literal('accepted'), message: z.string() });
 
 export default [
   route({
@@ -90,53 +85,6 @@ export default [
     async handler({ ctx }) {
       clearSessionCookie(ctx);
       return { body: { status: 'cookie_cleared' } };
-    },
-  }),
-
-  route({
-    method: 'post',
-    path: '/auth/forgot-password',
-    summary: 'Request a password reset email (same answer whether or not the account exists)',
-    tags,
-    access: 'public',
-    body: z.object({ email: Email }),
-    responses: { 202: { description: 'Accepted', schema: Accepted } },
-    async handler({ c, body, meta }) {
-      await consume(c.limiters.publicIp, `forgot:${meta.ip}`, 'Too many requests from this address.');
-      await accounts.forgotPassword(c, body.email, meta);
-      return { status: 202, body: { status: 'accepted', message: 'If an account with this email exists, a reset email is on its way.' } };
-    },
-  }),
-
-  route({
-    method: 'post',
-    path: '/auth/reset-password',
-    summary: 'Set a new password with a reset token (single use; ends every session)',
-    tags,
-    access: 'public',
-    body: z.object({ token: z.string().min(1).max(256), new_password: Password }),
-    responses: { 200: { description: 'Password changed', schema: z.object({ status: z.literal('password_reset') }) } },
-    async handler({ c, body, meta }) {
-      await consume(c.limiters.publicIp, `reset:${meta.ip}`, 'Too many requests from this address.');
-      await accounts.resetPassword(c, body, meta);
-      return { body: { status: 'password_reset' } };
-    },
-  }),
-
-  route({
-    method: 'post',
-    path: '/auth/contact',
-    summary: 'Submit a support or contact request',
-    tags,
-    access: 'public',
-    body: z.object({ name: text(200), email: Email, subject: text(200), message: multilineText(10_000) }),
-    responses: { 202: { description: 'Received', schema: z.object({ status: z.literal('received'), reference: z.uuid() }) } },
-    async handler({ c, body, user, meta }) {
-      await consume(c.limiters.publicIp, `contact:${meta.ip}`, 'Too many requests from this address.');
-      const id = await accounts.submitContactRequest(c, body, user?.id ?? null, meta);
-      // Forwarded to support only: a public form that mails arbitrary addresses would be a spam relay.
-      await notify(c, c.config.mail.support, 'contact-forward', { ...body, reference: id }, meta.requestId);
-      return { status: 202, body: { status: 'received', reference: id } };
     },
   }),
 ];
