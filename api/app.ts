@@ -7,26 +7,31 @@ import type { AppState } from './context';
 import { errorHandler } from './middleware/errors';
 import { requestContext } from './middleware/request-context';
 import { shedLoad } from './middleware/overload';
-import authRoutes from './routes/auth';
-import partnerRoutes from './routes/partners';
-import profileRoutes from './routes/profile';
-import auditRoutes from './routes/audit-logs';
-import healthRoutes from './routes/health';
-import keyRoutes from './routes/keys';
-import jobRoutes from './routes/jobs';
-import rotationRoutes from './routes/rotation';
-import keyLifecycleRoutes from './routes/key-lifecycle';
-import eventRoutes from './routes/events';
-import keyMonitoringRoutes from './routes/key-monitoring';
-import webhookRoutes from './routes/webhooks';
-import passkeyRoutes from './routes/passkeys';
-import keyShareRoutes from './routes/key-shares';
-import apiKeyShareRoutes from './routes/api-key-shares';
-import billingRoutes from './routes/billing';
-import teamAccessRoutes from './routes/team-access';
-import organizationRoutes from './routes/organizations';
-import apiKeyRoutes from './routes/api-keys';
-import signatureRoutes from './routes/signatures';
+import authSessionRoutes from './routes/auth/sessions';
+import passwordResetRoutes from './routes/auth/password-reset';
+import contactRoutes from './routes/auth/contact';
+import passkeyRoutes from './routes/auth/passkeys';
+import partnerRoutes from './routes/partners/partner-accounts';
+import profileRoutes from './routes/profile/account-profile';
+import keyMonitoringRoutes from './routes/keys/monitoring';
+import keyCatalogRoutes from './routes/keys/catalog';
+import keyFileRoutes from './routes/keys/files';
+import keyImportRoutes from './routes/keys/import';
+import signatureRoutes from './routes/keys/signatures';
+import rotationRoutes from './routes/keys/rotation';
+import keyLifecycleRoutes from './routes/keys/lifecycle';
+import keyShareRoutes from './routes/keys/share';
+import apiKeyRoutes from './routes/api-keys/managed-keys';
+import apiKeyShareRoutes from './routes/api-keys/shares';
+import billingRoutes from './routes/billing/subscription';
+import billingWebhookRoutes from './routes/billing/provider-webhook';
+import jobRoutes from './routes/jobs/job-results';
+import eventRoutes from './routes/events/account-events';
+import webhookRoutes from './routes/webhooks/endpoints';
+import auditRoutes from './routes/audit-logs/audit-trail';
+import teamAccessRoutes from './routes/team-access/team-links';
+import organizationRoutes from './routes/organization/membership';
+import healthRoutes from './routes/health/health-and-status';
 import { mountPages } from './pages';
 import { mountMonitoring } from './monitoring';
 
@@ -34,12 +39,16 @@ export const API_PREFIX = '/api/v1';
 
 /** Every route of the API, in SPEC.md's order; the OpenAPI document is generated from this list. */
 export const routes: RouteDef[] = [
-  ...authRoutes,
+  ...authSessionRoutes,
+  ...passwordResetRoutes,
+  ...contactRoutes,
   ...passkeyRoutes,
   ...partnerRoutes,
   ...profileRoutes,
   ...keyMonitoringRoutes,
-  ...keyRoutes,
+  ...keyCatalogRoutes,
+  ...keyFileRoutes,
+  ...keyImportRoutes,
   ...signatureRoutes,
   ...rotationRoutes,
   ...keyLifecycleRoutes,
@@ -47,6 +56,7 @@ export const routes: RouteDef[] = [
   ...apiKeyRoutes,
   ...apiKeyShareRoutes,
   ...billingRoutes,
+  ...billingWebhookRoutes,
   ...jobRoutes,
   ...eventRoutes,
   ...webhookRoutes,

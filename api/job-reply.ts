@@ -17,7 +17,7 @@ import {
   waitForJob,
   watchJobEnd,
   type JobEndWatch,
-} from '../lib/services/jobs';
+} from '../lib/jobs/job-records';
 import { findJob, findJobByIdempotencyKey, isFinished, type JobKind, type JobRow } from '../db/jobs';
 import type { Upload } from './upload';
 import type { Reply } from './route';

@@ -283,7 +283,7 @@ function accessNote(def: RouteDef): string | undefined {
 /** An uploaded file in a multipart form (OpenAPI 3.1: contentMediaType; `format: binary` for 3.0-minded tools). */
 const BinaryFile = { type: 'string', format: 'binary', contentMediaType: 'application/octet-stream' } as const;
 
-/** RFC 7240 preferences a file job's submission honours (lib/services/jobs.ts preferWait, preferEarlyHints). */
+/** RFC 7240 preferences a file job's submission honours (lib/jobs/job-records.ts preferWait, preferEarlyHints). */
 const UploadPreferences = z.object({
   prefer: z
     .string()

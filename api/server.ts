@@ -2,7 +2,7 @@ import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Container } from '../lib/container';
 import { createApp } from './app';
-import { endEventStreams } from './routes/events';
+import { endEventStreams } from './routes/events/account-events';
 import { problemDocument, problemTitle } from './middleware/errors';
 import { AppError } from '../lib/errors';
 

@@ -1,5 +1,5 @@
 import type { Container } from '../lib/container';
-import { jobBlob, newJobId } from '../lib/services/jobs';
+import { jobBlob, newJobId } from '../lib/jobs/job-records';
 import { insertInputFile } from '../db/jobs';
 import { fingerprintAsRead } from '../lib/upload-fingerprint';
 import { readMultipart, type MultipartOptions, type UploadedFile } from './middleware/multipart';

@@ -21,7 +21,7 @@ import { tokenLineageKeys } from '../lib/root-of-trust/lineage-keys';
 import { reseal, rotateDataKey } from '../lib/root-of-trust/operations';
 import { createDb, dropDatabase, ensureDatabase } from '../db/knex';
 import { migrateLatest } from '../db/migrate';
-import { secretAad } from '../lib/services/webhooks';
+import { secretAad } from '../lib/webhooks/endpoints';
 
 const rows = Number(process.argv[2] ?? 20_000);
 const dir = await mkdtemp(join(tmpdir(), 'kms-bench-root-'));

@@ -41,7 +41,7 @@ export const shareViews = (db: Knex) => db<ViewRow>('share_link_views');
 /** View records older than `cutoff` (analytics reads the last 30 days; totals live on the share row). */
 export const purgeViewsBefore = (db: Knex, cutoff: Date) => shareViews(db).where('viewed_at', '<', cutoff).delete();
 
-/** The state of a row at `now`, in SQL (same rules as shareState in lib/services/share-links.ts). */
+/** The state of a row at `now`, in SQL (same rules as shareState in lib/sharing/share-links.ts). */
 const STATE_CASE = `CASE WHEN ??.revoked_at IS NOT NULL THEN 'revoked'
   WHEN ??.expires_at IS NOT NULL AND ??.expires_at <= ? THEN 'expired'
   WHEN ??.view_limit IS NOT NULL AND ??.view_count >= ??.view_limit THEN 'exhausted'

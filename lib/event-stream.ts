@@ -79,7 +79,7 @@ export const eventStream = (redisPrefix: string, userId: string, cluster: boolea
 export const besideStream = (redisPrefix: string, userId: string, name: string, cluster: boolean) =>
   `{${streamTag(redisPrefix, userId, cluster)}}:${cluster ? `${userId}:` : ''}${name}`;
 
-/** The version of the account's webhook endpoints, bumped on every change (lib/services/webhooks.ts). */
+/** The version of the account's webhook endpoints, bumped on every change (lib/webhooks/endpoints.ts). */
 export const endpointsVersionKey = (redisPrefix: string, userId: string, cluster: boolean) => besideStream(redisPrefix, userId, 'webhook-endpoints', cluster);
 
 /** An event to publish: its kind and its data (ids, fingerprints, states; never secrets). */
@@ -101,7 +101,7 @@ export interface Published {
 }
 
 /**
- * The GET of the account's webhook endpoints version (lib/services/webhooks.ts `eventTargets`) and an
+ * The GET of the account's webhook endpoints version (lib/webhooks/endpoints.ts `eventTargets`) and an
  * XADD per event (ARGV from 4 on: type, data, ...), in order and in one round trip; with ARGV[1] > 0,
  * only if the SET NX of KEYS[3] succeeds (nil otherwise): of the processes that hear the same audit row,
  * one publishes it.

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Container } from './container';
 import { besideStream, publishEvents, type AccountEvent, type EventType, type NewEvent, type Once } from './event-stream';
-import { eventTargets, fanOut } from './services/webhooks';
+import { eventTargets, fanOut } from './webhooks/endpoints';
 import { accountsWithPendingEvents, deleteOutbox, insertOutbox, lockAccountOutbox, pendingEvents } from '../db/event-outbox';
 
 /** How long a relayed event's Redis key is kept: a relayer that published it but could not delete its row skips it. */

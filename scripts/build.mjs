@@ -10,7 +10,7 @@
 // typecheck` (part of `npm test`); a build takes about a second.
 //
 // Source files that find files relative to themselves (`import.meta.url`: package.json in
-// api/routes/health.ts, web/passkeys/ in api/pages.ts) keep working: in every bundled module except the
+// api/routes/health/health-and-status.ts, web/passkeys/ in api/pages.ts) keep working: in every bundled module except the
 // entry point, `import.meta.url` is rewritten to the URL its source file has, computed from the output
 // file's location (`new URL('../api/pages.ts', import.meta.url)`), so it holds wherever the project is
 // deployed, as long as the output folder stays where it was built relative to the source tree (and so

@@ -5,7 +5,8 @@
  *
  * The route file is found by identity: each default import of api/app.ts is loaded and its declarations
  * matched against the route list. The job is read from the route's declaration in that file: a
- * `jobs.enqueue('name'` in it, or in a function it calls by name, of the same file or of lib/services/.
+ * `jobs.enqueue('name'` in it, or in a function it calls by name, of the same file or of a service module
+ * (scripts/layers.ts: lib/ and its area folders, lib/keys/, lib/accounts/, …).
  * Test files are matched by the paths they write (`/keys/${fpr}/rotate` matches `/keys/{fingerprint}/rotate`;
  * a literal segment beats a parameter), and by method where the call names one.
  */
@@ -13,6 +14,7 @@ import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, relative, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { RouteDef } from '../api/route';
+import { serviceModules } from './layers';
 
 const root = resolve(fileURLToPath(new URL('..', import.meta.url)));
 export const ROUTE_INDEX = join(root, 'docs', 'routes.md');
@@ -51,14 +53,11 @@ function enqueuesByFunction(source: string): Map<string, Set<string>> {
   return found;
 }
 
-/** Functions of lib/services/ that enqueue a job themselves (a route reaches them by name). */
+/** Functions of the service modules that enqueue a job themselves (a route reaches them by name). */
 function serviceEnqueues(): Map<string, Set<string>> {
-  const dir = join(root, 'lib', 'services');
   const found = new Map<string, Set<string>>();
-  for (const f of readdirSync(dir)
-    .filter((n) => n.endsWith('.ts'))
-    .sort()) {
-    for (const [fn, names] of enqueuesByFunction(readFileSync(join(dir, f), 'utf8'))) found.set(fn, new Set([...(found.get(fn) ?? []), ...names]));
+  for (const f of serviceModules()) {
+    for (const [fn, names] of enqueuesByFunction(readFileSync(join(root, f), 'utf8'))) found.set(fn, new Set([...(found.get(fn) ?? []), ...names]));
   }
   return found;
 }
@@ -136,7 +135,7 @@ export async function routeIndex(): Promise<string> {
   const fileOf = new Map<RouteDef, string>();
   for (const { file, defs } of files) for (const d of defs) fileOf.set(d, file);
   const services = serviceEnqueues();
-  // What a handler can call by name: the functions of its own file, then those of lib/services/.
+  // What a handler can call by name: the functions of its own file, then those of the service modules.
   const sources = new Map(files.map(({ file }) => [file, readFileSync(join(root, file), 'utf8')]));
   const callable = new Map([...sources].map(([file, text]) => [file, new Map([...services, ...enqueuesByFunction(text)])]));
 

@@ -3,7 +3,7 @@ import type { Container } from '../lib/container';
 import { AppError, tooLarge } from '../lib/errors';
 import { integrityFailure } from '../lib/pgp/integrity';
 import { ONE_PIECE, counted } from '../lib/streams';
-import { arrivingInput, jobBlob } from '../lib/services/jobs';
+import { arrivingInput, jobBlob } from '../lib/jobs/job-records';
 import { UnrecoverableError } from 'bullmq';
 import { type JobFileRow, type JobProgress, type JobRow, type OutputFile } from '../db/jobs';
 import type { Progress } from './tracked';

@@ -9,7 +9,7 @@ import { emitEvent, emitEvents } from '../lib/events';
 import { type NewEvent } from '../lib/event-stream';
 import { AppError, isOutOfReach, isStorageFull, storageFull } from '../lib/errors';
 import { failUnfinishedJob, findJob, mergeProgress, requeueJob, startJobAttempt, updateJob, type JobProgress, type JobRow } from '../db/jobs';
-import { jobBlob } from '../lib/services/jobs';
+import { jobBlob } from '../lib/jobs/job-records';
 
 /**
  * A job the client polls: its Postgres row moves queued → active → completed | failed, progress is

@@ -1,11 +1,11 @@
 import { AppError, forbidden, unauthorized } from '../../lib/errors';
 import { verifySession } from '../../lib/auth/jwt';
 import { hashToken } from '../../lib/tokens';
-import { PARTNER_KEY_PREFIX } from '../../lib/services/partner-keys';
+import { PARTNER_KEY_PREFIX } from '../../lib/accounts/partner-keys';
 import { MANAGED_KEY_PREFIX } from '../../lib/api-key-format';
 import { consume } from '../../lib/auth/limiters';
 import type { Scope } from '../../lib/auth/scopes';
-import { recordApiKeyUse, verifyApiKey } from '../../lib/services/api-keys';
+import { recordApiKeyUse, verifyApiKey } from '../../lib/accounts/api-keys';
 import { findUserById, type UserRow } from '../../db/users';
 import { findPartnerKeyByHash } from '../../db/partner-keys';
 import { recordAudit } from '../../db/audit';

@@ -1,7 +1,7 @@
 import type { Next } from 'koa';
 import { AppError, isDatabaseUnreachable, isRedisUnreachable, isSocketFailure, isStorageFull, notFound, storageFull, unavailable } from '../../lib/errors';
 import type { AppContext } from '../context';
-import { statusUrl } from '../../lib/services/jobs';
+import { statusUrl } from '../../lib/jobs/job-records';
 import { within } from '../../lib/within';
 
 const TITLES: Record<number, string> = {

@@ -301,7 +301,7 @@ const settle = () => run('sync', []);
 
 /**
  * Frees the disk a finished job's output holds until its retention ends (the API has no delete):
- * the blob store is the bench's own folder, laid out as `jobs/<id>/` (lib/services/jobs.ts).
+ * the blob store is the bench's own folder, laid out as `jobs/<id>/` (lib/jobs/job-records.ts).
  */
 const dropJobFiles = (b: Bench, jobId: string) => rm(join(b.service.blobDir, 'jobs', jobId), { recursive: true, force: true });
 

@@ -3,7 +3,7 @@ import type { Knex } from 'knex';
 export async function up(knex: Knex): Promise<void> {
   // Every account belongs to exactly one organization (organization_members.user_id is the key). An
   // account starts as the owner of its own one-member organization: made here for existing accounts,
-  // and on first use for accounts registered later (lib/services/organizations.ts ensureMembership).
+  // and on first use for accounts registered later (lib/teams/organizations.ts ensureMembership).
   await knex.schema.createTable('organizations', (t) => {
     t.uuid('id').primary().defaultTo(knex.raw('gen_random_uuid()'));
     t.text('name').notNullable();

@@ -1,10 +1,10 @@
 import type { Sealer } from '../sealer';
-import { aad as keyAad } from '../services/keys';
-import { valueAad } from '../services/api-keys';
-import { secretAad } from '../services/webhooks';
-import { recipientAad } from '../services/share-links';
+import { aad as keyAad } from '../keys/key-catalog';
+import { valueAad } from '../accounts/api-keys';
+import { secretAad } from '../webhooks/endpoints';
+import { recipientAad } from '../sharing/share-links';
 import { dataKeyAad } from '../blob/data-keys';
-import { signingKeyAad } from '../services/audit-evidence';
+import { signingKeyAad } from '../audit/audit-evidence';
 import { keyMac, lineageMac, verifiedKey, verifiedLineage, type KeyMacFields, type LineageMacFields } from '../integrity';
 
 /** A row as the re-seal reads it: its key as `id`, the sealed column and the columns `renew` reads. */

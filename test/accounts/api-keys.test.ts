@@ -7,7 +7,7 @@ import { SCOPES, type Scope } from '../../lib/auth/scopes';
 import { MANAGED_KEY_PREFIX, checkManagedKey, newManagedKey } from '../../lib/api-key-format';
 import { hashToken } from '../../lib/tokens';
 import type { Logger } from '../../lib/logger';
-import { MAX_API_KEYS } from '../../lib/services/api-keys';
+import { MAX_API_KEYS } from '../../lib/accounts/api-keys';
 import { login, registerUser, startTestService, withClockAhead, type ManualClockFollowingTime, type TestService } from '../support/service';
 import { captureLogs } from '../support/logs';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from '../support/keys';

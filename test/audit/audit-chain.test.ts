@@ -10,7 +10,7 @@ import { registerUser, startTestService, withClockAhead, type ManualClockFollowi
 import { signedHeaders, startReceiver } from '../support/webhook-receiver';
 import { recordAudit } from '../../db/audit';
 import { EvidenceVerifier, GENESIS, linkHash, rowDigest, type ExportLine, type Jwk, type Verdict } from '../../lib/audit-chain';
-import { checkpointChains, verifyChain } from '../../lib/services/audit-evidence';
+import { checkpointChains, verifyChain } from '../../lib/audit/audit-evidence';
 import { AUDIT_VERIFICATIONS_PER_HOUR } from '../../lib/auth/limiters';
 import * as m023 from '../../db/migrations/023_audit_chain';
 

@@ -7,6 +7,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { routeModules, serviceModules } from '../../scripts/layers';
 
 const filesOf = (dir: string) =>
   readdirSync(dir)
@@ -67,8 +68,9 @@ const AUDIT_RULES: Rule[] = [
   { name: 'an audit row copying the address', re: /\bip:\s*(?:meta\??\.ip|input\.meta\??\.ip|req\.ip)\b/ },
 ];
 
-const routes = filesOf('api/routes');
-const services = filesOf('lib/services');
+// Routes: api/routes/<first path segment>/; services: lib/ and its area folders (scripts/layers.ts).
+const routes = routeModules();
+const services = serviceModules();
 const migrations = filesOf('db/migrations');
 
 function routeImports(): string[] {
@@ -92,8 +94,14 @@ describe('layering', () => {
     expect([...routeImports(), ...breaches(routes, ROUTE_RULES)]).toEqual([]);
   });
 
-  it('services call db/: no table call or raw SQL in lib/services', () => {
+  it('services call db/: no table call or raw SQL in lib/ and its area folders (lib/keys, lib/accounts, …)', () => {
     expect(breaches(services, QUERIES)).toEqual([]);
+  });
+
+  it('the rules read every route file and every service module, never the building blocks of lib/pgp', () => {
+    expect(routes.length).toBeGreaterThanOrEqual(20);
+    expect(services).toEqual(expect.arrayContaining(['lib/keys/key-catalog.ts', 'lib/billing/subscriptions.ts', 'lib/notify.ts', 'lib/auth/ownership.ts']));
+    expect(services.filter((f) => f.startsWith('lib/pgp/'))).toEqual([]);
   });
 
   it('a migration holds all it runs: nothing but types from outside db/migrations (and knex, node:)', () => {

@@ -6,7 +6,7 @@ import { startProcess, waitForOutput } from '../support/process';
 import { Webhook } from 'standardwebhooks';
 import { emitEvent } from '../../lib/events';
 import { eventStream } from '../../lib/event-stream';
-import { watchJobEnd } from '../../lib/services/jobs';
+import { watchJobEnd } from '../../lib/jobs/job-records';
 import { signedHeaders, startReceiver } from '../support/webhook-receiver';
 
 /** Account events: live over SSE, resumable on another API process, per account, and listed. */

@@ -5,7 +5,7 @@ import { createKey } from '../support/keys';
 import { signedHeaders, startReceiver } from '../support/webhook-receiver';
 import { isPublicAddress } from '../../lib/webhooks/address';
 import { postWebhook } from '../../lib/webhooks/send';
-import { fanOut } from '../../lib/services/webhooks';
+import { fanOut } from '../../lib/webhooks/endpoints';
 import { createContainer } from '../../lib/container';
 
 /** Outbound webhooks: signed per Standard Webhooks (verified with the spec authors' package), retried, recorded. */

@@ -466,7 +466,7 @@ describe('kms command line', { timeout: 90_000 }, () => {
 
     // A new password below the service's minimum: refused at once, from any source, with no account made.
     const { Password } = await import('../../api/schemas/common');
-    const { Passphrase } = await import('../../api/schemas/keys');
+    const { Passphrase } = await import('../../api/schemas/key-fields');
     const { MIN_SECRET_LENGTH } = await import('../../cli/secrets');
     for (const schema of [Password, Passphrase]) {
       expect(schema.safeParse('x'.repeat(MIN_SECRET_LENGTH - 1)).success).toBe(false);

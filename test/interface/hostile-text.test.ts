@@ -3,7 +3,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { connect } from 'node:net';
 import { registerUser, startTestService, type TestService } from '../support/service';
 import { PASSPHRASE, createKey, encrypt } from '../support/keys';
-import * as accounts from '../../lib/services/accounts';
+import * as accounts from '../../lib/accounts/user-accounts';
 import { routes } from '../../api/app';
 
 /**

@@ -6,7 +6,7 @@ import { startRedisServer } from '../support/redis-server';
 import { createKey, download, PASSPHRASE, runJob, waitJob } from '../support/keys';
 import { startWorkers, type WorkerPool } from '../../workers/worker';
 import { startScheduler, type Scheduler } from '../../workers/scheduler';
-import { jobBlob } from '../../lib/services/jobs';
+import { jobBlob } from '../../lib/jobs/job-records';
 
 let redis: Awaited<ReturnType<typeof startRedisServer>>;
 let s: TestService;

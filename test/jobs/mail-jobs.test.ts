@@ -5,7 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { registerUser, startTestService, type TestService } from '../support/service';
 import { startSmtpServer } from '../support/smtp';
 import { startWorkers } from '../../workers/worker';
-import { notify } from '../../lib/services/notify';
+import { notify } from '../../lib/notify';
 import { mailAad } from '../../jobs/send-email';
 import { sendEmailProcessor } from '../../workers/jobs/send-email';
 import { createMailer } from '../../lib/mailer';

@@ -2,8 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { registerUser, startTestService, type TestService } from '../support/service';
 import { PASSPHRASE, createKey, download, encrypt, runJob, waitJob } from '../support/keys';
-import { unlockLineage, unlockGeneration } from '../../lib/services/keys';
-import { passphraseBudgetKey } from '../../lib/services/passphrases';
+import { unlockLineage, unlockGeneration } from '../../lib/keys/key-catalog';
+import { passphraseBudgetKey } from '../../lib/keys/passphrases';
 import { startService } from '../../lib/main';
 import * as m005 from '../../db/migrations/005_key_integrity';
 

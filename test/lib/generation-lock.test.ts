@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import * as openpgp from 'openpgp';
 import { GENERATION_S2K_COUNT_BYTE, generateKey, readStoredPublicKey, unlockPrivateKey } from '../../lib/pgp/keys';
 import { randomSecret, openSealedSecret } from '../../lib/lineage';
-import { unlockLineage } from '../../lib/services/keys';
+import { unlockLineage } from '../../lib/keys/key-catalog';
 import { registerUser, startTestService, type TestService } from '../support/service';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from '../support/keys';
 import type { KeyRow, LineageRow } from '../../db/keys';
@@ -104,7 +104,7 @@ describe('generation key lock (stored rows)', () => {
     await s?.stop();
   });
 
-  // The row bindings of lib/services/keys.ts (`aad`): the stored values are sealed to their row.
+  // The row bindings of lib/keys/key-catalog.ts (`aad`): the stored values are sealed to their row.
   const privateAad = (k: KeyRow) => `pgp-private:${k.lineage_id}:${k.generation}`;
   const secretAad = (k: KeyRow) => `pgp-secret:${k.lineage_id}:${k.generation}`;
   const row = (fingerprint: string) => s.c.db<KeyRow>('pgp_keys').where({ fingerprint }).first() as Promise<KeyRow>;

@@ -3,7 +3,7 @@ import { randomBytes } from 'node:crypto';
 import { registerUser, startTestService, type TestService, type ManualClockFollowingTime } from '../support/service';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from '../support/keys';
 import { readEvents } from '../../lib/event-stream';
-import { destroyDueGenerations } from '../../lib/services/key-lifecycle';
+import { destroyDueGenerations } from '../../lib/lifecycle/key-lifecycle';
 
 /** Key lifecycle: per-generation usage, retiring generations, scheduled destruction, expiry warnings. */
 let s: TestService;

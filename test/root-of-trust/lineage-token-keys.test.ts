@@ -7,8 +7,8 @@ import { startProcess } from '../support/process';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from '../support/keys';
 import { loadConfig } from '../../lib/config';
 import { AppError } from '../../lib/errors';
-import { aad, unlockGeneration, unlockLineage } from '../../lib/services/keys';
-import { deleteSpentTokenKeys, destroyDueGenerations } from '../../lib/services/key-lifecycle';
+import { aad, unlockGeneration, unlockLineage } from '../../lib/keys/key-catalog';
+import { deleteSpentTokenKeys, destroyDueGenerations } from '../../lib/lifecycle/key-lifecycle';
 import { lineageKeyLabel } from '../../lib/root-of-trust/lineage-keys';
 import type { KeyRow, LineageRow } from '../../db/keys';
 

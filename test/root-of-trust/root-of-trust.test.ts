@@ -242,7 +242,7 @@ describe('re-seal runs', () => {
     const tokenOnly = await createContainer(loadConfig({ ...rest, MASTER_KEY_URI: uri('root-b') }));
     try {
       const row = await tokenOnly.db('api_keys').where({ id: a.apiKey.key_id }).first();
-      const { valueAad } = await import('../../lib/services/api-keys');
+      const { valueAad } = await import('../../lib/accounts/api-keys');
       expect(tokenOnly.sealer.openText(row.value_sealed, valueAad(row.id, row.current_secret_id))).toBe(a.apiKey.value);
     } finally {
       await tokenOnly.close();

@@ -7,7 +7,7 @@ import { PASSPHRASE, createKey, download, runJob } from '../support/keys';
 import { createPgpHome, type PgpHome } from '../support/gpg';
 import { teamHelpers } from '../support/teams';
 import { eventHistory } from '../../lib/event-stream';
-import { VIEW_RETENTION_DAYS } from '../../lib/services/share-links';
+import { VIEW_RETENTION_DAYS } from '../../lib/sharing/share-links';
 import { userAgentClass } from '../../lib/user-agent';
 
 /**

@@ -4,7 +4,7 @@ import { registerUser, startTestService, type TestService } from '../support/ser
 import { createKey } from '../support/keys';
 import { startSmtpServer } from '../support/smtp';
 import { startProcess, waitForOutput } from '../support/process';
-import { syncGrants } from '../../lib/services/team-access';
+import { syncGrants } from '../../lib/teams/team-access';
 
 /**
  * A team-sync worker killed in the middle of a sync (its transaction has deleted a grant and waits to

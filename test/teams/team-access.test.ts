@@ -3,7 +3,7 @@ import { startTestService, type ManualClockFollowingTime, type TestService } fro
 import { teamHelpers, type User } from '../support/teams';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from '../support/keys';
 import { startSmtpServer } from '../support/smtp';
-import { syncGrants } from '../../lib/services/team-access';
+import { syncGrants } from '../../lib/teams/team-access';
 
 /**
  * Organizations (invitations by mail, members, removal) and team access sync: linking inherits the

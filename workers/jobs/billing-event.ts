@@ -1,11 +1,11 @@
 import { defineProcessor } from '../define';
 import { billingEvent, billingSweep } from '../../jobs/billing-event';
-import { processBillingEvent, requeueUnprocessedEvents } from '../../lib/services/billing';
+import { processBillingEvent, requeueUnprocessedEvents } from '../../lib/billing/subscriptions';
 
 /**
  * One inbound payment-provider event, stored by the webhook receiver and processed here: the account's
  * subscription is re-read from the provider and applied with its audit row in one transaction that also
- * marks the event processed (lib/services/billing.ts). Retried with back-off while the provider is down;
+ * marks the event processed (lib/billing/subscriptions.ts). Retried with back-off while the provider is down;
  * the payload is an event id, nothing secret. A job that gives up (or is failed for stalling after
  * repeated crashes) leaves Redis, so the `billing-sweep` can queue its event again under the same id.
  */

@@ -4,14 +4,14 @@ import { passphraseAad } from '../../jobs/tracked';
 import type { FileSignature } from '../../jobs/verify-files';
 import { invalid } from '../../lib/errors';
 import { decryptionLimits, transformFiles } from '../file-pipeline';
-import { unlockGeneration, unlockLineage } from '../../lib/services/keys';
+import { unlockGeneration, unlockLineage } from '../../lib/keys/key-catalog';
 import { recordAudit } from '../../db/audit';
 import { insertOutputFiles } from '../../db/jobs';
 import { lineageGenerations, lineageUsableBy, recordKeyUse, type LineageRow } from '../../db/keys';
-import { requireDecryptable } from '../../lib/services/key-lifecycle';
-import { verifiedKey } from '../../lib/services/key-integrity';
+import { requireDecryptable } from '../../lib/lifecycle/key-lifecycle';
+import { verifiedKey } from '../../lib/keys/key-integrity';
 import { baseFileName } from '../../lib/file-names';
-import { signerKeys } from '../../lib/services/signers';
+import { signerKeys } from '../../lib/keys/signers';
 
 /** `report.pdf.gpg` → `report.pdf`, when the message itself names no file. */
 function plainName(stored: string, fromMessage: string): string {

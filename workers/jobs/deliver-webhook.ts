@@ -1,7 +1,7 @@
 import { UnrecoverableError } from 'bullmq';
 import { defineProcessor } from '../define';
 import { deliverWebhook } from '../../jobs/deliver-webhook';
-import { tryDelivery } from '../../lib/services/webhooks';
+import { tryDelivery } from '../../lib/webhooks/endpoints';
 
 /**
  * One webhook delivery, tried on the Standard Webhooks schedule (WEBHOOK_RETRY_SCHEDULE: immediately,

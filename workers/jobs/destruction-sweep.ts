@@ -1,6 +1,6 @@
 import { defineProcessor } from '../define';
 import { destructionSweep } from '../../jobs/destruction-sweep';
-import { destroyDueGenerations } from '../../lib/services/key-lifecycle';
+import { destroyDueGenerations } from '../../lib/lifecycle/key-lifecycle';
 
 /**
  * Every few minutes (scheduler): destroys generations whose destruction wait is over. Safe

@@ -5,12 +5,12 @@ import { passphraseAad } from '../../jobs/tracked';
 import { readRecipientKey, readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
 import { readText } from '../../lib/streams';
 import { transformFiles } from '../file-pipeline';
-import { jobBlob } from '../../lib/services/jobs';
+import { jobBlob } from '../../lib/jobs/job-records';
 import { recordAudit } from '../../db/audit';
 import { insertOutputFiles } from '../../db/jobs';
 import { findUsableKey, recordKeyUse, type KeyRow } from '../../db/keys';
-import { verifiedKey } from '../../lib/services/key-integrity';
-import { openSigningKey } from '../../lib/services/keys';
+import { verifiedKey } from '../../lib/keys/key-integrity';
+import { openSigningKey } from '../../lib/keys/key-catalog';
 import { invalid } from '../../lib/errors';
 
 const auditTarget = (req: EncryptRequest) => req.recipient.fingerprint;

@@ -1,7 +1,7 @@
 import { defineProcessor } from '../define';
 import { expirySweep } from '../../jobs/expiry-sweep';
 import { emitEvent } from '../../lib/events';
-import { notify } from '../../lib/services/notify';
+import { notify } from '../../lib/notify';
 import { recordAudit } from '../../db/audit';
 import { dueExpiryWarnings } from '../../db/keys';
 

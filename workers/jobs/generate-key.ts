@@ -1,9 +1,9 @@
 import { defineTrackedProcessor } from '../tracked';
 import { generateKey, GenerateRequest, openGenerateLock } from '../../jobs/generate-key';
-import { keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../../lib/services/keys';
-import { resyncLinkedTo } from '../../lib/services/team-access';
+import { keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../../lib/keys/key-catalog';
+import { resyncLinkedTo } from '../../lib/teams/team-access';
 import { recordAudit } from '../../db/audit';
-import { keyOut } from '../../lib/services/key-view';
+import { keyOut } from '../../lib/keys/key-view';
 
 /** Slow key types (RSA) are generated here rather than in the request. */
 export const generateKeyProcessor = defineTrackedProcessor(generateKey, {

@@ -1,7 +1,7 @@
 import { defineProcessor } from '../define';
 import { purgeExpired } from '../../jobs/purge-expired';
-import { purgeDeliveries } from '../../lib/services/webhooks';
-import { purgeShareViews } from '../../lib/services/share-links';
+import { purgeDeliveries } from '../../lib/webhooks/endpoints';
+import { purgeShareViews } from '../../lib/sharing/share-links';
 
 /** Maintenance sweep: drops expired, single-use secrets (reset tokens), and webhook delivery and share view records past retention. */
 export const purgeExpiredProcessor = defineProcessor(purgeExpired, {

@@ -1,7 +1,7 @@
 import { defineProcessor } from '../define';
 import { purgeJobOutputs } from '../../jobs/purge-job-outputs';
 import { expiredJobs, updateJob } from '../../db/jobs';
-import { jobBlob } from '../../lib/services/jobs';
+import { jobBlob } from '../../lib/jobs/job-records';
 
 /** Deletes the files of jobs past their retention (JOB_RETENTION_HOURS); the rows stay, marked purged. */
 export const purgeJobOutputsProcessor = defineProcessor(purgeJobOutputs, {

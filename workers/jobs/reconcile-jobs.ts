@@ -12,7 +12,7 @@ import { verifyFilesProcessor } from './verify-files';
 import type { Container } from '../../lib/container';
 import type { Logger } from '../../lib/logger';
 import { findJob, freeIdempotencyKey, isFinished, jobFiles, unfinishedJobsBefore, type JobKind, type JobRow } from '../../db/jobs';
-import { jobBlob } from '../../lib/services/jobs';
+import { jobBlob } from '../../lib/jobs/job-records';
 
 /**
  * Each kind of job the client polls: its processor, and how it is enqueued again from its row alone (as

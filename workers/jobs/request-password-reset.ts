@@ -1,6 +1,6 @@
 import { defineProcessor } from '../define';
 import { requestPasswordReset, resetRequestAad } from '../../jobs/request-password-reset';
-import { issuePasswordReset } from '../../lib/services/accounts';
+import { issuePasswordReset } from '../../lib/accounts/user-accounts';
 
 /**
  * The work behind POST /auth/forgot-password, off the request path: the API seals the address and

@@ -1,7 +1,7 @@
 import { defineProcessor } from '../define';
 import { rotateDueKey } from '../../jobs/rotate-due-key';
 import { AppError } from '../../lib/errors';
-import { recordRotationFailure, rotateLineage, type RotateInput } from '../../lib/services/rotation';
+import { recordRotationFailure, rotateLineage, type RotateInput } from '../../lib/lifecycle/rotation';
 
 /**
  * A rotation the schedule or the account policy made due. Its job id names the lineage and the

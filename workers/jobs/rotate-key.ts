@@ -11,7 +11,7 @@ import {
   rotationOut,
   type RotateInput,
   type RotateOutcome,
-} from '../../lib/services/rotation';
+} from '../../lib/lifecycle/rotation';
 import type { RotationRow } from '../../db/rotation';
 
 const inputOf = (row: { id: string; request: unknown }, origin: JobOrigin): RotateInput => {

@@ -2,7 +2,7 @@ import { defineTrackedProcessor } from '../tracked';
 import { transformFiles } from '../file-pipeline';
 import { signFiles, SignRequest } from '../../jobs/sign-files';
 import { passphraseAad } from '../../jobs/tracked';
-import { openSigningKey } from '../../lib/services/keys';
+import { openSigningKey } from '../../lib/keys/key-catalog';
 import { recordAudit } from '../../db/audit';
 import { insertOutputFiles } from '../../db/jobs';
 

@@ -1,10 +1,10 @@
 import { defineProcessor } from '../define';
 import { syncTeamAccess } from '../../jobs/sync-team-access';
 import { AppError } from '../../lib/errors';
-import { markSyncFailed, syncGrants } from '../../lib/services/team-access';
+import { markSyncFailed, syncGrants } from '../../lib/teams/team-access';
 
 /**
- * Recomputes one account's inherited key grants from its team access link (lib/services/team-access.ts
+ * Recomputes one account's inherited key grants from its team access link (lib/teams/team-access.ts
  * syncGrants): one transaction, idempotent, so a retry after a crash or a duplicate run changes nothing
  * more. Queued on link, on the source's key changes and when the source leaves. The last failed try
  * marks the link `failed`; the grants stay as the last good run left them.

@@ -1,0 +1,385 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { enforceJobLimits, enforceUploadLimits, jobLimitsApply } from '../billing/subscriptions';
+import type { Container } from '../container';
+import type { Knex } from 'knex';
+import { emitEvent } from '../events';
+import { type AccountEvent } from '../event-stream';
+import { AppError, conflict, invalid, tooManyRequests } from '../errors';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Slot } from '../slots';
+import {
+  findJobWithOutputs,
+  countUploading,
+  failUnfinishedJob,
+  findJobByIdempotencyKey,
+  freeIdempotencyKey,
+  nextInput,
+  type NextInput,
+  findUserJob,
+  insertJob,
+  isFinished,
+  jobFiles,
+  recordUploadEnd,
+  type OutputFile,
+  type JobKind,
+  type JobProgress,
+  type JobRow,
+  deleteJob,
+} from '../../db/jobs';
+import { lockAccount } from '../../db/users';
+
+/**
+ * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
+ * that does the work. Files live in the blob store under `jobs/<id>/`.
+ */
+export const jobBlob = {
+  dir: (jobId: string) => `jobs/${jobId}/`,
+  inputs: (jobId: string) => `jobs/${jobId}/in/`,
+  input: (jobId: string, n: number) => `jobs/${jobId}/in/${n}`,
+  output: (jobId: string, n: number) => `jobs/${jobId}/out/${n}`,
+  recipient: (jobId: string) => `jobs/${jobId}/recipient.asc`,
+  /** Detached signature n of a verification (the signature of input n). */
+  signature: (jobId: string, n: number) => `jobs/${jobId}/sig/${n}`,
+};
+
+export const newJobId = () => randomUUID();
+
+export interface JobView {
+  job_id: string;
+  kind: JobKind;
+  state: JobRow['state'];
+  status_url: string;
+  progress: JobProgress;
+  result: Record<string, unknown> | null;
+  error: { code: string; message: string } | null;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+  expires_at: string | null;
+}
+
+/** Who is asking for a job: the account, and the managed API key when that is the credential. */
+export interface JobReader {
+  id: string;
+  apiKey?: { id: string };
+}
+
+/**
+ * Whose jobs a caller reads: a session (or the account's partner key) every job of the account; a
+ * managed API key only the jobs it submitted, so that a key scoped to its own work never reads the
+ * plaintext of another credential's decryption.
+ */
+export const jobReadableBy = (row: Pick<JobRow, 'user_id' | 'api_key_id'>, reader: JobReader): boolean =>
+  row.user_id === reader.id && (!reader.apiKey || row.api_key_id === reader.apiKey.id);
+
+export const statusUrl = (jobId: string) => `/api/v1/jobs/${jobId}`;
+
+/** A job as the API shows it; `outputs` when the row was read with them (findUserJob), else they are read here. */
+export async function jobView(c: Container, row: JobRow & { outputs?: OutputFile[] | null }): Promise<JobView> {
+  let result = row.result;
+  if (row.state === 'completed' && result && Array.isArray(result.files)) {
+    // Download links are derived, not stored, and vanish with the outputs.
+    const outputs = row.purged_at ? [] : (row.outputs ?? (await jobFiles(c.db, row.id, 'output')));
+    result = { ...result, files: outputs.map((f) => fileView(row.id, f)), outputs_expired: Boolean(row.purged_at) };
+  }
+  return {
+    job_id: row.id,
+    kind: row.kind,
+    state: row.state,
+    status_url: statusUrl(row.id),
+    progress: row.progress,
+    result,
+    error: row.error,
+    created_at: row.created_at.toISOString(),
+    started_at: row.started_at?.toISOString() ?? null,
+    finished_at: row.finished_at?.toISOString() ?? null,
+    expires_at: row.expires_at?.toISOString() ?? null,
+  };
+}
+
+const fileView = (jobId: string, f: OutputFile) => ({
+  n: f.n,
+  name: f.name,
+  size: f.size,
+  content_type: f.content_type,
+  download_url: `${statusUrl(jobId)}/files/${f.n}`,
+});
+
+export interface SubmitInput {
+  id: string;
+  userId: string;
+  kind: JobKind;
+  request: Record<string, unknown>;
+  /** The job's inputs still arrive (api/upload.ts): sizes, totals and the request hash come with completeUpload. */
+  uploading?: boolean;
+  /** The sealed data key its files are stored under (file jobs: Upload.dataKey). */
+  dataKey?: string;
+  idempotencyKey?: string;
+  /** requestHash() of the request, compared when its Idempotency-Key is replayed; null until the upload ends. */
+  requestHash: string | null;
+  /** The managed API key the request came with, if any. */
+  apiKeyId?: string;
+  requestId: string;
+  /** Enqueues the BullMQ job with the given id (the row id, so a retry of submit cannot double it). */
+  enqueue: (jobId: string) => Promise<unknown>;
+}
+
+/** Fields never part of a request hash: secrets stay out of the database, hashed or not. */
+const SECRET_FIELDS = new Set(['passphrase', 'current_passphrase', 'new_passphrase']);
+
+/**
+ * What a job-submitting request asked for, as a SHA-256: its kind, its fields (secrets left out) and
+ * each uploaded file's name, size and fingerprint (lib/upload-fingerprint.ts). Two requests with one
+ * Idempotency-Key must agree on it.
+ */
+export function requestHash(kind: JobKind, body: unknown, files: { name: string; size: number; fingerprint: string }[] = []): string {
+  const fields =
+    body && typeof body === 'object'
+      ? Object.entries(body)
+          .filter(([k]) => !SECRET_FIELDS.has(k))
+          .sort(([a], [b]) => (a < b ? -1 : 1))
+      : [];
+  return createHash('sha256')
+    .update(JSON.stringify({ kind, fields, files: files.map((f) => [f.name, f.size, f.fingerprint]) }))
+    .digest('hex');
+}
+
+/**
+ * Returns the job a replayed Idempotency-Key already made, if any (the new uploads are then dropped);
+ * the same key with a different request is refused (422), as Stripe does.
+ */
+export async function replayedJob(c: Container, userId: string, key: string | undefined, hash: string): Promise<JobRow | undefined> {
+  if (!key) return undefined;
+  const existing = await findJobByIdempotencyKey(c.db, userId, key);
+  // Rows from before request hashes were kept (null) replay as they did.
+  if (existing && existing.request_hash !== null && existing.request_hash !== hash) {
+    throw idempotencyKeyReused();
+  }
+  return existing;
+}
+
+export const idempotencyKeyReused = () =>
+  invalid('idempotency_key_reused', 'This Idempotency-Key was already used for a different request; use a new key for a new request.');
+
+/** A job with this Idempotency-Key whose upload still arrives: its request cannot be compared yet (409, as Stripe). */
+export const idempotencyKeyInUse = () =>
+  conflict('idempotency_key_in_use', 'A request with this Idempotency-Key is still uploading; retry once it has been answered.');
+
+/** The loser of two concurrent inserts with one Idempotency-Key. */
+export class DuplicateIdempotencyKey extends Error {}
+
+/**
+ * One account may have at most UPLOADS_PER_ACCOUNT uploads arriving at once: the workers keep a bounded
+ * number of jobs open while they wait for bytes (WORKER_UPLOAD_WAITERS), and one account's slow clients
+ * must not take all of them.
+ */
+async function enforceUploadShare(c: Container, trx: Knex.Transaction, userId: string): Promise<void> {
+  // NO KEY UPDATE: serialises with the account's other submissions, not with inserts that merely reference it.
+  await lockAccount(trx, userId, 'no key update');
+  const limit = c.config.uploadsPerAccount;
+  if ((await countUploading(trx, userId, c.config.jobLimits.timeoutMs)) < limit) return;
+  throw tooManyRequests(`This account already has ${limit} uploads in progress; send this one when one of them has arrived.`, 5, 'too_many_uploads');
+}
+
+/** Records the job and enqueues it. A failure to enqueue removes the row and the uploads (503 follows). */
+export async function submitJob(c: Container, input: SubmitInput): Promise<JobRow> {
+  const record = (db: Knex) =>
+    insertJob(db, {
+      id: input.id,
+      user_id: input.userId,
+      kind: input.kind,
+      request: input.request,
+      progress: {},
+      idempotency_key: input.idempotencyKey ?? null,
+      request_hash: input.requestHash,
+      api_key_id: input.apiKeyId ?? null,
+      uploaded_at: input.uploading ? null : c.clock.now(),
+      data_key: input.dataKey ?? null,
+    });
+  let row: JobRow;
+  try {
+    // Plan limits (concurrent jobs, monthly bytes so far) and the account's share of uploads are counted
+    // under the account's row lock; an upload's own sizes are checked as it arrives and again when it
+    // ends (completeUpload).
+    row =
+      input.uploading || jobLimitsApply(c, input.kind)
+        ? await c.db.transaction(async (trx) => {
+            if (input.uploading) await enforceUploadShare(c, trx, input.userId);
+            await enforceJobLimits(c, trx, input.userId, input.kind, []);
+            return record(trx);
+          })
+        : await record(c.db);
+  } catch (err) {
+    if ((err as { constraint?: string }).constraint === 'jobs_idempotency' && input.idempotencyKey) throw new DuplicateIdempotencyKey();
+    throw err;
+  }
+  try {
+    await input.enqueue(input.id);
+  } catch (err) {
+    await deleteJob(c.db, input.id);
+    await c.blob.deletePrefix(jobBlob.dir(input.id)).catch(() => undefined);
+    throw err;
+  }
+  return row;
+}
+
+/**
+ * The upload of a running job has ended: its files' sizes and totals are recorded, the plan's limits
+ * checked on the real sizes, and `uploaded_at` set, which tells the worker that no more files come.
+ */
+export async function completeUpload(c: Container, row: JobRow, files: { n: number; size: number }[], hash: string): Promise<JobRow> {
+  const record = (db: Knex) => recordUploadEnd(db, row.id, files, c.clock.now(), hash);
+  // Plan limits are checked on the real sizes under the account's lock, in one transaction with the record.
+  const recorded = jobLimitsApply(c, row.kind)
+    ? await c.db.transaction(async (trx) => {
+        await enforceUploadLimits(
+          c,
+          trx,
+          row.user_id,
+          row.kind,
+          files.map((f) => f.size),
+        );
+        return record(trx);
+      })
+    : await record(c.db);
+  if (recorded) return recorded;
+  // The job failed while its files still arrived (a damaged first file): the answer is that job, and
+  // what the rest of the upload stored after the worker's clean-up goes too.
+  await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
+  return (await findUserJob(c.db, row.user_id, row.id))!;
+}
+
+/**
+ * The upload of a job broke (client gone, a limit crossed): the job fails with the request's own error,
+ * unless it has already ended, and everything it stored goes. Its worker, following the inputs, stops.
+ * False when the job had already ended: its own failure came first (and its clean-up may be what broke
+ * the upload).
+ */
+export async function failUpload(c: Container, row: JobRow, err: unknown): Promise<boolean> {
+  const error = err instanceof AppError ? { code: err.code, message: err.message } : { code: 'upload_failed', message: 'The upload could not be stored.' };
+  const failed = await failUnfinishedJob(c.db, row.id, error, c.clock.now());
+  // The request never arrived whole: its Idempotency-Key is free for the client to send it again.
+  await freeIdempotencyKey(c.db, row.id);
+  await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
+  if (failed) await emitEvent(c, row.user_id, 'job.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: error.code });
+  return failed;
+}
+
+/**
+ * Input n of a job once its upload has begun (its row exists), else why there is none: the upload
+ * ended with fewer files (`uploaded`), or the job ended (`state`). While the upload still arrives it
+ * waits, polling the row with a short back-off: the worker and a follower of the output both do.
+ * `started`: a follower also waits while the job is queued, since its output has no writer yet (the
+ * follower's idle limit is for a writer that stopped, not for a queue). A job waiting for its own
+ * upload gives its `slot` back meanwhile (it takes it again itself).
+ */
+export async function arrivingInput(
+  c: Container,
+  jobId: string,
+  n: number,
+  signal?: AbortSignal,
+  opts: { started?: boolean; slot?: Slot } = {},
+): Promise<NextInput> {
+  for (let delay = 2; ;) {
+    signal?.throwIfAborted();
+    const next = await nextInput(c.db, jobId, n);
+    const settled = next.state === undefined || isFinished(next.state) || (next.uploaded && !next.file);
+    if (settled || (next.file && !(opts.started && next.state === 'queued'))) return next;
+    opts.slot?.release();
+    await sleep(delay, undefined, { signal });
+    // A queue may hold a job for minutes: its followers ask less often than for an upload's next file.
+    delay = Math.min(delay * 2, next.state === 'queued' ? 1000 : 200);
+  }
+}
+
+/**
+ * How often `Prefer: wait` reads the row when no event arrives: insurance against a missed event (it
+ * costs at most this), not the way waits end, so it need not be often (at 250 ms, 40 waiting clients
+ * read their rows ~160 times a second for nothing).
+ */
+const WAIT_POLL_MS = 1000;
+
+/** The end of one job as this process's event hub sees it, from the moment the watch began. */
+export interface JobEndWatch {
+  /** Waits at most `ms` for the job's end event; true when it came (since the watch began or the last call). */
+  next(ms: number): Promise<boolean>;
+  stop(): void;
+}
+
+/** Watches for job `jobId`'s `job.completed` or `job.failed`; `onEnd` sees the event as it arrives. */
+export async function watchJobEnd(c: Container, userId: string, jobId: string, onEnd?: (event: AccountEvent) => void): Promise<JobEndWatch> {
+  let seen = false;
+  let wake: (() => void) | undefined;
+  const stop = await c.eventHub.listen(userId, undefined, (events) => {
+    for (const e of events) {
+      if ((e.type !== 'job.completed' && e.type !== 'job.failed') || e.data.job_id !== jobId) continue;
+      seen = true;
+      onEnd?.(e);
+      wake?.();
+    }
+  });
+  return {
+    stop,
+    next: (ms) =>
+      new Promise<boolean>((resolve) => {
+        if (seen) {
+          seen = false;
+          return resolve(true);
+        }
+        const timer = setTimeout(() => {
+          wake = undefined;
+          resolve(false);
+        }, ms);
+        wake = () => {
+          clearTimeout(timer);
+          wake = undefined;
+          seen = false;
+          resolve(true);
+        };
+      }),
+  };
+}
+
+/**
+ * `Prefer: wait=N` (RFC 7240): the job as it is when it ends, or after N seconds. The row in Postgres is
+ * the one source of truth (the worker commits it before it announces the end); the job's end event,
+ * through the process's event hub, says when to read it again, and a slow poll covers a missed event.
+ * `watch`, when given, began before `row` was read, so no end can have slipped between the two; without
+ * one, the wait begins its own and reads the row again.
+ */
+export async function waitForJob(c: Container, row: JobRow, seconds: number, watch?: JobEndWatch): Promise<JobRow> {
+  if (isFinished(row.state)) return row;
+  const deadline = Date.now() + seconds * 1000;
+  const own = watch ? undefined : await watchJobEnd(c, row.user_id, row.id);
+  try {
+    let current = own ? ((await findUserJob(c.db, row.user_id, row.id)) ?? row) : row;
+    while (!isFinished(current.state) && Date.now() < deadline) {
+      await (watch ?? own!).next(Math.min(WAIT_POLL_MS, deadline - Date.now()));
+      current = (await findUserJob(c.db, row.user_id, row.id)) ?? current;
+    }
+    return current;
+  } finally {
+    own?.stop();
+  }
+}
+
+/**
+ * `Prefer: early-hints`: the client reads informational answers, so a file job may say where it is
+ * (103 Early Hints) before its upload has been answered. Never sent unasked: many HTTP clients take a
+ * 1xx for the final answer and then read the real one as the reply to their next request.
+ */
+export function preferEarlyHints(header: string | undefined): boolean {
+  return /(?:^|,)\s*early-hints\s*(?:[,;]|$)/i.test(header ?? '');
+}
+
+/** Parses `Prefer: wait=N`, capped at 30 s; undefined when absent. */
+export function preferWait(header: string | undefined): number | undefined {
+  const match = /(?:^|[,;\s])wait=(\d+)/i.exec(header ?? '');
+  return match ? Math.min(30, Number(match[1])) : undefined;
+}
+
+/** Whether a job's state is final (completed or failed). */
+export { isFinished };
+
+/** A job with its outputs, whoever owns it: the caller checks it may read it (jobReadableBy). */
+export const jobWithOutputs = (c: Container, id: string) => findJobWithOutputs(c.db, id);

@@ -1,0 +1,81 @@
+import { randomUUID } from 'node:crypto';
+import type { Container } from '../container';
+import { AppError, conflict, invalid } from '../errors';
+import { emitEvent } from '../events';
+import { auditKeyRefusal, checkKeyLimit, generationRow, newLineage, storeKey, usesTokenKey, type LineageSpec } from './key-catalog';
+import { resyncLinkedTo } from '../teams/team-access';
+import { readImportedKey } from '../pgp/import';
+import { randomSecret } from '../lineage';
+import type { RequestMeta } from '../../db/audit';
+import type { KeyRow, LineageRow } from '../../db/keys';
+
+export interface ImportInput {
+  /** The transferable key as sent (armored or binary). */
+  key: Uint8Array;
+  /** Unlocks the key as it came, when it is protected; used here once and kept nowhere. */
+  keyPassphrase?: string;
+  /** The passphrase the key has here (a secret key only). */
+  passphrase?: string;
+  label: string;
+  environment: string;
+}
+
+/**
+ * Brings a key in. A secret key becomes a managed key whose first generation is the imported key, its
+ * private key locked with a random secret and sealed like a generated generation's (lib/keys/key-catalog.ts
+ * generationRow), behind a lineage lock made from `passphrase`. A public-only key becomes a recipient
+ * key: a lineage with no unlock key whose generation has no private key (encrypt and verify only).
+ * Audited (`keys.import`, success or the refusal's code; never key material) and announced
+ * (`key.imported`).
+ */
+export async function importKey(c: Container, userId: string, input: ImportInput, meta: RequestMeta): Promise<{ lineage: LineageRow; key: KeyRow }> {
+  await checkKeyLimit(c, userId); // early 402, before any parse
+  const fail = async (err: unknown, target: string | null = null) => {
+    await auditKeyRefusal(c, userId, 'keys.import', target, err instanceof AppError ? err.code : 'error', meta);
+    return err;
+  };
+  const secret = randomSecret();
+  // Wall-clock time, not c.clock: OpenPGP.js checks key validity against the real time.
+  const imported = await readImportedKey(input.key, { keyPassphrase: input.keyPassphrase, secret, now: new Date() }).catch(async (err: unknown) => {
+    throw await fail(err);
+  });
+  if (imported.secret && !input.passphrase)
+    throw await fail(
+      invalid('passphrase_required', 'A secret key needs `passphrase`: the passphrase it will have here (at least 12 characters).'),
+      imported.fingerprint,
+    );
+  const described = {
+    label: input.label,
+    environment: input.environment,
+    uid_name: imported.uidName,
+    uid_email: imported.uidEmail,
+    algorithm: imported.rotationAlgorithm,
+    key_ttl_days: null,
+  };
+  const spec: LineageSpec = imported.secret
+    ? await newLineage(c, described, input.passphrase!)
+    : { ...described, id: randomUUID(), unlock_public: '', unlock_locked: '' };
+  const first = await generationRow(c, { ...spec, user_id: userId }, 1, imported, secret);
+  const kind = imported.secret ? 'managed' : 'recipient';
+  let stored: { lineage: LineageRow; key: KeyRow };
+  try {
+    stored = await storeKey(c, userId, spec, first, meta, { kind });
+  } catch (err) {
+    // The lineage was not stored: the token key its first generation made (LINEAGE_TOKEN_KEYS) goes too.
+    if (first.private_sealed && usesTokenKey(c, {}, 1)) await c.lineageKeys.remove(spec.id).catch(() => undefined);
+    // Fingerprints are unique across the service.
+    if ((err as { code?: string }).code === '23505')
+      throw await fail(conflict('key_exists', 'This key is already stored in the service.'), imported.fingerprint);
+    throw err;
+  }
+  await emitEvent(c, userId, 'key.imported', {
+    lineage_id: spec.id,
+    fingerprint: first.fingerprint,
+    label: spec.label,
+    environment: spec.environment,
+    algorithm: first.algorithm,
+    kind,
+  });
+  await resyncLinkedTo(c, userId, 'key.imported', meta);
+  return stored;
+}

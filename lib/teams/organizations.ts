@@ -1,0 +1,389 @@
+import type { Knex } from 'knex';
+import { newestFirstPage } from '../../db/knex';
+import type { Container } from '../container';
+import { AppError, badRequest, conflict, forbidden, gone, notFound } from '../errors';
+import { emitEvent } from '../events';
+import { type EventType } from '../event-stream';
+import { consume } from '../auth/limiters';
+import { hashToken, newToken } from '../tokens';
+import { notify } from '../notify';
+import { notYours } from '../auth/ownership';
+import { isManager, outranks } from './org-roles';
+import { afterDetach, detachMember, memberOut, type Detached } from './team-access';
+import { recordAudit, type RequestMeta } from '../../db/audit';
+import { findUserById, lockLiveUser } from '../../db/users';
+import {
+  memberWithEmail,
+  heirOf,
+  ensureMembership,
+  invitations,
+  memberViews,
+  members,
+  organizations,
+  pageMembers,
+  type InvitationRow,
+  type MemberRow,
+  type OrganizationRow,
+} from '../../db/teams';
+
+/**
+ * Organizations: every account belongs to one. It starts as the owner of its own one-member
+ * organization; an owner or admin invites others by email (a single-use token, mailed through the
+ * `notify` queue), lists the invitations and revokes them, and an invitee who accepts moves into the
+ * inviter's organization. Team access
+ * (lib/teams/team-access.ts) links members of one organization only.
+ */
+
+/** How long an invitation token is valid. */
+const INVITATION_TTL_HOURS = 72;
+/** Open (unused, unexpired) invitations per organization. */
+const MAX_OPEN_INVITATIONS = 100;
+
+const memberCount = async (db: Knex, organizationId: string) =>
+  Number((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count ?? 0);
+
+function organizationOut(org: OrganizationRow, mine: MemberRow, count: number) {
+  return {
+    organization_id: org.id,
+    name: org.name,
+    owner_user_id: org.owner_id,
+    role: mine.role,
+    member_count: count,
+    created_at: org.created_at.toISOString(),
+  };
+}
+
+/** The caller's organization (made on first use for accounts that have none yet). */
+export async function myOrganization(c: Container, userId: string) {
+  const mine = await ensureMembership(c.db, userId);
+  const org = (await organizations(c.db).where({ id: mine.organization_id }).first())!;
+  return organizationOut(org, mine, await memberCount(c.db, org.id));
+}
+
+export async function listMembers(c: Container, userId: string, page: { page: number; pageSize: number }) {
+  const mine = await ensureMembership(c.db, userId);
+  const { items, total } = await pageMembers(c.db, { organizationId: mine.organization_id, page: page.page, pageSize: page.pageSize });
+  return { items: items.map(memberOut), total };
+}
+
+/** Emits an organization event to its owner and admins (and to `also`, e.g. the member concerned). */
+async function tellManagers(c: Container, organizationId: string, type: EventType, data: Record<string, unknown>, also: string[] = []): Promise<void> {
+  const managers = (await memberViews(c.db, organizationId).whereIn('m.role', ['owner', 'admin'])).map((m) => m.user_id);
+  for (const id of new Set([...managers, ...also])) await emitEvent(c, id, type, data);
+}
+
+const failureAudit = (c: Container, userId: string, action: string, target: string | null, meta: RequestMeta, err: unknown) =>
+  err instanceof AppError && err.status < 500
+    ? recordAudit(c.db, { user_id: userId, action, status: 'failure', target, details: { reason: err.code } }, meta)
+    : Promise.resolve();
+
+/**
+ * Invites an email address into the caller's organization (owners and admins only). The token goes
+ * only into the mail; the answer and the database hold its hash. At most 30 invitation mails per
+ * organization per hour (the point is spent before anything is created) and 100 open invitations.
+ */
+export async function invite(c: Container, inviter: { id: string }, input: { email: string; role: 'admin' | 'member' }, meta: RequestMeta) {
+  const mine = await ensureMembership(c.db, inviter.id);
+  try {
+    if (!isManager(mine)) throw forbidden('organization_admin_required', 'Only the owner or an admin of the organization may invite.');
+    if (input.role === 'admin' && mine.role !== 'owner') throw forbidden('organization_owner_required', 'Only the owner may invite admins.');
+  } catch (err) {
+    await failureAudit(c, inviter.id, 'organization.invitation_created', mine.organization_id, meta, err);
+    throw err;
+  }
+  await consume(c.limiters.invitationMail, mine.organization_id, 'Too many invitations from this organization; try again later.');
+  const token = newToken('kms_inv_');
+  const now = c.clock.now();
+  const { org, row } = await c.db.transaction(async (trx) => {
+    // Serialises the organization's invitations, so parallel requests cannot pass the open limit together.
+    const org = (await organizations(trx).where({ id: mine.organization_id }).forUpdate().first())!;
+    const already = await memberWithEmail(trx, org.id, input.email);
+    if (already) throw conflict('already_member', 'An account with this email address is already a member.');
+    const open = await invitations(trx)
+      .where({ organization_id: org.id })
+      .whereNull('accepted_at')
+      .whereNull('revoked_at')
+      .where('expires_at', '>', now)
+      .count<{ count: string }[]>({ count: '*' });
+    if (Number(open[0]?.count ?? 0) >= MAX_OPEN_INVITATIONS)
+      throw conflict('invitation_limit_reached', `An organization has at most ${MAX_OPEN_INVITATIONS} open invitations.`);
+    const [row] = await invitations(trx)
+      .insert({
+        organization_id: org.id,
+        email: input.email,
+        role: input.role,
+        invited_by: inviter.id,
+        token_hash: hashToken(token),
+        expires_at: new Date(now.getTime() + INVITATION_TTL_HOURS * 3600_000),
+        created_at: now,
+      })
+      .returning('*');
+    await recordAudit(
+      trx,
+      {
+        user_id: inviter.id,
+        action: 'organization.invitation_created',
+        status: 'success',
+        target: row.id,
+        details: { organization_id: org.id, role: input.role },
+      },
+      meta,
+    );
+    return { org, row: row };
+  });
+  const who = await findUserById(c.db, inviter.id);
+  await notify(
+    c,
+    input.email,
+    'organization-invite',
+    { inviter: who?.username ?? '', organization: org.name, role: input.role, token, ttl_hours: String(INVITATION_TTL_HOURS) },
+    meta.requestId,
+  );
+  return invitationOut(row, now);
+}
+
+export const INVITATION_STATES = ['pending', 'accepted', 'revoked', 'expired'] as const;
+export type InvitationState = (typeof INVITATION_STATES)[number];
+
+/** Computed from the row and the time, never stored: accepted or revoked for good, else expired once past expires_at. */
+const invitationState = (row: Pick<InvitationRow, 'accepted_at' | 'revoked_at' | 'expires_at'>, now: Date): InvitationState =>
+  row.accepted_at ? 'accepted' : row.revoked_at ? 'revoked' : row.expires_at <= now ? 'expired' : 'pending';
+
+const invitationOut = (row: InvitationRow, now: Date) => ({
+  invitation_id: row.id,
+  organization_id: row.organization_id,
+  email: row.email,
+  role: row.role,
+  state: invitationState(row, now),
+  invited_by_user_id: row.invited_by,
+  expires_at: row.expires_at.toISOString(),
+  accepted_at: row.accepted_at?.toISOString() ?? null,
+  revoked_at: row.revoked_at?.toISOString() ?? null,
+  created_at: row.created_at.toISOString(),
+});
+
+/** The caller's organization's invitations, newest first, optionally in one state (owners and admins). */
+export async function listInvitations(c: Container, userId: string, q: { state?: InvitationState; page: number; pageSize: number }) {
+  const mine = await ensureMembership(c.db, userId);
+  if (!isManager(mine)) throw forbidden('organization_admin_required', "Only the owner or an admin may list the organization's invitations.");
+  const now = c.clock.now();
+  const base = invitations(c.db).where({ organization_id: mine.organization_id });
+  if (q.state === 'accepted') base.whereNotNull('accepted_at');
+  if (q.state === 'revoked') base.whereNull('accepted_at').whereNotNull('revoked_at');
+  if (q.state === 'expired') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '<=', now);
+  if (q.state === 'pending') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '>', now);
+  const { items, total } = await newestFirstPage<InvitationRow>(base, q);
+  return { items: items.map((r) => invitationOut(r, now)), total };
+}
+
+/**
+ * Revokes an invitation of the caller's organization: its token no longer joins (410
+ * `invitation_revoked`). Owners revoke any; admins those inviting plain members (only the owner
+ * invites admins). An accepted invitation: 409 `invitation_used`; repeating a revocation is harmless.
+ * Another organization's invitation, or an unknown id: 404 (audited as not_owner when it exists).
+ */
+export async function revokeInvitation(c: Container, actorId: string, invitationId: string, meta: RequestMeta): Promise<void> {
+  const mine = await ensureMembership(c.db, actorId);
+  const now = c.clock.now();
+  try {
+    await c.db.transaction(async (trx) => {
+      const inv = await invitations(trx).where({ id: invitationId }).forUpdate().first();
+      if (inv?.organization_id !== mine.organization_id) {
+        throw await notYours(
+          c,
+          { userId: actorId, resource: 'organization_invitation', target: invitationId, existsElsewhere: Boolean(inv), meta },
+          notFound('invitation_not_found', 'No such invitation in your organization.'),
+        );
+      }
+      if (!isManager(mine)) throw forbidden('organization_admin_required', 'Only the owner or an admin may revoke invitations.');
+      if (!outranks(mine.role, inv.role)) throw forbidden('organization_owner_required', "Only the owner may revoke an admin's invitation.");
+      if (inv.accepted_at) throw conflict('invitation_used', 'This invitation has already been accepted; remove the member instead.');
+      if (inv.revoked_at) return;
+      await invitations(trx).where({ id: inv.id }).update({ revoked_at: now, revoked_by: actorId });
+      await recordAudit(
+        trx,
+        {
+          user_id: actorId,
+          action: 'organization.invitation_revoked',
+          status: 'success',
+          target: inv.id,
+          details: { organization_id: inv.organization_id, role: inv.role },
+        },
+        meta,
+      );
+    });
+  } catch (err) {
+    if (!(err instanceof AppError && err.status === 404)) await failureAudit(c, actorId, 'organization.invitation_revoked', invitationId, meta, err);
+    throw err;
+  }
+}
+
+/**
+ * The signed-in invitee accepts with the mailed token: the invitation must be unused, unexpired and
+ * addressed to the caller's email (403 otherwise; the token stays usable by its addressee). The caller
+ * leaves its current organization: its own one-member organization is deleted; an owner whose
+ * organization still has other members must remove them first (409). Leaving ends the caller's team
+ * access link and the access others inherited from it (see detachMember).
+ */
+export async function acceptInvitation(c: Container, userId: string, token: string, meta: RequestMeta) {
+  const now = c.clock.now();
+  let result: { org: OrganizationRow; inv: InvitationRow; previous: MemberRow; detached: Detached };
+  try {
+    await ensureMembership(c.db, userId);
+    result = await c.db.transaction(async (trx) => {
+      const account = await lockLiveUser(trx, userId);
+      if (!account) throw notFound('account_not_found', 'The account no longer exists.');
+      const inv = await invitations(trx)
+        .where({ token_hash: hashToken(token) })
+        .forUpdate()
+        .first();
+      if (!inv) throw badRequest('invalid_invitation_token', 'This invitation token is not valid.');
+      if (inv.accepted_at) throw gone('invitation_used', 'This invitation has already been used.');
+      if (inv.revoked_at) throw gone('invitation_revoked', 'This invitation was revoked; ask for a new one.');
+      if (inv.expires_at <= now) throw gone('invitation_expired', 'This invitation has expired; ask for a new one.');
+      if (inv.email.toLowerCase() !== account.email.toLowerCase())
+        throw forbidden('invitation_wrong_account', 'This invitation was sent to another email address; accept it from the account with that address.');
+      const previous = (await members(trx).where({ user_id: userId }).forUpdate().first())!;
+      if (previous.organization_id === inv.organization_id) throw conflict('already_member', 'You are already a member of this organization.');
+      const org = (await organizations(trx).where({ id: inv.organization_id }).forUpdate().first())!;
+      if (previous.role === 'owner' && (await memberCount(trx, previous.organization_id)) > 1) {
+        throw conflict('organization_not_empty', 'You own an organization with other members; remove them before joining another.');
+      }
+      const detached = await detachMember(trx, userId, now, 'joined_organization', meta);
+      await members(trx).where({ user_id: userId }).delete();
+      if (previous.role === 'owner') await organizations(trx).where({ id: previous.organization_id }).delete();
+      await members(trx).insert({ user_id: userId, organization_id: org.id, role: inv.role, joined_at: now });
+      await invitations(trx).where({ id: inv.id }).update({ accepted_at: now, accepted_by: userId });
+      await recordAudit(
+        trx,
+        {
+          user_id: userId,
+          action: 'organization.member_joined',
+          status: 'success',
+          target: org.id,
+          details: { invitation_id: inv.id, role: inv.role, previous_organization_id: previous.organization_id },
+        },
+        meta,
+      );
+      if (inv.invited_by)
+        await recordAudit(
+          trx,
+          {
+            user_id: inv.invited_by,
+            action: 'organization.member_joined',
+            status: 'success',
+            target: userId,
+            details: { invitation_id: inv.id, organization_id: org.id },
+          },
+          meta,
+        );
+      return { org, inv, previous, detached };
+    });
+  } catch (err) {
+    await failureAudit(c, userId, 'organization.invitation_accept', null, meta, err);
+    throw err;
+  }
+  const { org, inv, previous, detached } = result;
+  await afterDetach(c, userId, detached, 'joined_organization', meta);
+  if (previous.role !== 'owner')
+    await tellManagers(c, previous.organization_id, 'organization.member_removed', {
+      organization_id: previous.organization_id,
+      user_id: userId,
+      reason: 'joined_organization',
+    });
+  await tellManagers(c, org.id, 'organization.member_joined', { organization_id: org.id, user_id: userId, role: inv.role }, [userId]);
+  return myOrganization(c, userId);
+}
+
+/**
+ * Takes a member out of the caller's organization: owners and admins remove others (never the owner);
+ * any non-owner member may remove itself (leave). The member gets a new one-member organization of its
+ * own; its team access link and inherited keys end, and so does what others inherited from it. Another
+ * organization's member, or an unknown id, is 404 (audited as not_owner when the account exists).
+ */
+export async function removeMember(c: Container, actorId: string, targetId: string, meta: RequestMeta): Promise<void> {
+  const mine = await ensureMembership(c.db, actorId);
+  const now = c.clock.now();
+  let detached: Detached;
+  try {
+    detached = await c.db.transaction(async (trx) => {
+      await organizations(trx).where({ id: mine.organization_id }).forUpdate().first();
+      const target = await members(trx).where({ user_id: targetId }).forUpdate().first();
+      const live = target && (await findUserById(trx, targetId));
+      if (!target || !live || target.organization_id !== mine.organization_id) {
+        throw await notYours(
+          c,
+          { userId: actorId, resource: 'organization_member', target: targetId, existsElsewhere: Boolean(live), meta },
+          notFound('member_not_found', 'No such member in your organization.'),
+        );
+      }
+      const actor = (await members(trx).where({ user_id: actorId }).first())!;
+      if (target.role === 'owner')
+        throw forbidden(targetId === actorId ? 'owner_cannot_leave' : 'owner_cannot_be_removed', 'The owner stays in the organization.');
+      if (targetId !== actorId && !isManager(actor)) throw forbidden('organization_admin_required', 'Only the owner or an admin may remove members.');
+      if (targetId !== actorId && !outranks(actor.role, target.role)) throw forbidden('organization_owner_required', 'Only the owner may remove an admin.');
+      const d = await detachMember(trx, targetId, now, 'removed_from_organization', meta);
+      await members(trx).where({ user_id: targetId }).delete();
+      await ensureMembership(trx, targetId);
+      const reason = targetId === actorId ? 'left' : 'removed';
+      await recordAudit(
+        trx,
+        {
+          user_id: actorId,
+          action: 'organization.member_removed',
+          status: 'success',
+          target: targetId,
+          details: { organization_id: mine.organization_id, reason },
+        },
+        meta,
+      );
+      if (targetId !== actorId)
+        await recordAudit(
+          trx,
+          { user_id: targetId, action: 'organization.member_removed', status: 'success', target: mine.organization_id, details: { by: actorId, reason } },
+          meta,
+        );
+      return d;
+    });
+  } catch (err) {
+    if (!(err instanceof AppError && err.status === 404)) await failureAudit(c, actorId, 'organization.member_removed', targetId, meta, err);
+    throw err;
+  }
+  await afterDetach(c, targetId, detached, 'removed_from_organization', meta);
+  await tellManagers(
+    c,
+    mine.organization_id,
+    'organization.member_removed',
+    { organization_id: mine.organization_id, user_id: targetId, reason: targetId === actorId ? 'left' : 'removed' },
+    [targetId],
+  );
+}
+
+/**
+ * Account deletion, in its transaction: the account leaves its organization (see detachMember). An
+ * owner hands the organization to its longest-standing admin, else its longest-standing member; an
+ * organization left empty is deleted. The caller runs `afterAccountDeleted` once it has committed.
+ */
+export async function leaveOnDeletion(trx: Knex.Transaction, userId: string, at: Date, meta: RequestMeta): Promise<Detached> {
+  const mine = await members(trx).where({ user_id: userId }).forUpdate().first();
+  const detached = await detachMember(trx, userId, at, 'account_deleted', meta);
+  if (!mine) return detached;
+  await members(trx).where({ user_id: userId }).delete();
+  if (mine.role === 'owner') {
+    const heir = await heirOf(trx, mine.organization_id);
+    if (!heir) await organizations(trx).where({ id: mine.organization_id }).delete();
+    else {
+      await members(trx).where({ user_id: heir.user_id }).update({ role: 'owner' });
+      await organizations(trx).where({ id: mine.organization_id }).update({ owner_id: heir.user_id });
+      await recordAudit(
+        trx,
+        { user_id: heir.user_id, action: 'organization.owner_changed', status: 'success', target: mine.organization_id, details: { reason: 'owner_deleted' } },
+        meta,
+      );
+    }
+  }
+  return detached;
+}
+
+export const afterAccountDeleted = (c: Container, userId: string, detached: Detached, meta: RequestMeta) =>
+  afterDetach(c, userId, detached, 'account_deleted', meta);
