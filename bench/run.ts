@@ -41,13 +41,11 @@ import {
 
 /** `sealing`: the blob store's at-rest sealing alone, in this process (bench/lib/sealing.ts). */
 const sealingSection = (b: Bench) => measureSealing(b.input, b.size, b.dir, b.runs);
-/**
- * `rewrap`: the service's rewrap and reencrypt in this process (bench/lib/rewrap.ts). Imported only when
- * it runs: lib/pgp/stream.ts hardens OpenPGP.js's packet reader for the whole process, which must not
- * change the in-process OpenPGP.js baseline of the encrypt and decrypt sections (they run before it).
- */
+/** `rewrap`: the service's rewrap and reencrypt in this process (bench/lib/rewrap.ts); imported when it runs. */
 const rewrapSection = async (b: Bench) => (await import('./lib/rewrap')).measureRewrap(b.input, b.size, b.dir, b.runs);
-/** `signatures`: sign-and-encrypt and verify in this process ÷ gpg -se and gpg --verify (bench/lib/signatures.ts); imported when it runs, as rewrap. */
+/** `shapes`: decrypting each message shape in this process ÷ the common one (bench/lib/shapes.ts); imported when it runs. */
+const shapesSection = async (b: Bench) => (await import('./lib/shapes')).measureShapes(b.input, b.size, b.dir, b.runs);
+/** `signatures`: sign-and-encrypt and verify in this process ÷ gpg -se and gpg --verify (bench/lib/signatures.ts); imported when it runs. */
 const signaturesSection = async (b: Bench) => (await import('./lib/signatures')).measureSignatures(b.input, b.size, b.dir, b.runs, b.gpg);
 /** `events`: publish → SSE latency with 100 live clients on the API process; printed as it is measured (not a byte rate). */
 const eventsSection = async (b: Bench) => {
@@ -78,6 +76,7 @@ const SECTIONS = {
   rotation: rotationSection,
   sealing: sealingSection,
   rewrap: rewrapSection,
+  shapes: shapesSection,
   signatures: signaturesSection,
   events: eventsSection,
   auth: authSection,

@@ -17,7 +17,7 @@ import type { Watch } from './watch';
  */
 
 export interface ContentOptions {
-  /** Cap on the size of decompressed data, all layers together (decompression bombs). */
+  /** Cap on the size of each layer of decompressed data (decompression bombs). */
   maxDecompressedBytes: number;
   /** Verify the signatures of a signed message against these keys. */
   verify?: VerificationKey[];
@@ -43,14 +43,14 @@ const NOT_IN_SIGNED_LIST = new Set([1, 3, 8, 9, 18, 20]);
 
 /** Reads the content of `packets`; anything but literal, compressed or signed data is refused at once (malformed). */
 export async function readContent(packets: Pull, opts: ContentOptions): Promise<Content> {
-  return read(packets, opts, { depth: 0, inflated: 0 });
+  return read(packets, opts, 0);
 }
 
-async function read(packets: Pull, opts: ContentOptions, state: { depth: number; inflated: number }): Promise<Content> {
+async function read(packets: Pull, opts: ContentOptions, depth: number): Promise<Content> {
   const first = await packets.peek();
   if (first === null) throw malformed('it holds no data');
   const tag = tagOf(first);
-  if (tag === 8) return readCompressed(packets, opts, state);
+  if (tag === 8) return readCompressed(packets, opts, depth);
   if ((tag === 4 || tag === 2) && opts.verify) return readSigned(packets, opts.verify, opts.watch);
   return readLiteral(packets);
 }
@@ -78,18 +78,19 @@ async function readLiteral(packets: Pull): Promise<Content> {
   return { filename, data: data() };
 }
 
-async function readCompressed(packets: Pull, opts: ContentOptions, state: { depth: number; inflated: number }): Promise<Content> {
-  if (state.depth >= MAX_NESTING) throw malformed('compressed data nested too deep');
+async function readCompressed(packets: Pull, opts: ContentOptions, depth: number): Promise<Content> {
+  if (depth >= MAX_NESTING) throw malformed('compressed data nested too deep');
   const compressed = new Pull(body(packets, (await header(packets)).length));
   const algorithm = (await compressed.take(1))[0];
   async function* capped(): AsyncGenerator<Buffer> {
+    let inflated = 0;
     for await (const c of decompress(compressed, algorithm)) {
-      state.inflated += c.length;
-      if (state.inflated > opts.maxDecompressedBytes) throw malformed(`its data decompresses to more than ${opts.maxDecompressedBytes} bytes`);
+      inflated += c.length;
+      if (inflated > opts.maxDecompressedBytes) throw malformed(`its data decompresses to more than ${opts.maxDecompressedBytes} bytes`);
       yield c;
     }
   }
-  const inner = await read(new Pull(capped()[Symbol.asyncIterator]()), opts, { ...state, depth: state.depth + 1 });
+  const inner = await read(new Pull(capped()[Symbol.asyncIterator]()), opts, depth + 1);
   async function* data(): AsyncGenerator<Buffer> {
     yield* inner.data;
     // Only padding may follow compressed data.

@@ -4,11 +4,10 @@ import { AppError, invalid } from '../errors';
 import { armorMessage } from './armor';
 import { integrityFailure } from './integrity';
 import { MdcThread } from './mdc-thread';
-import { CHUNK_BYTES, MAX_SMALL_PACKETS, MIN_PARTIAL } from './packets';
+import { CHUNK_BYTES, MAX_SMALL_PACKETS, MIN_PARTIAL, Pull } from './packets';
 import { sessionKeyPacket } from './pkesk';
 import { sessionKeyV1 } from './session';
 import { dearmor } from './armor';
-import { asError } from './thrown';
 import { Watch, type WatchOptions } from './watch';
 
 /**
@@ -54,52 +53,12 @@ interface Packet {
   body: Buffer;
 }
 
-/** Reads whole packets from the head of a stream of binary chunks; then hands over the rest. */
-class HeadReader {
-  private buf: Buffer = Buffer.alloc(0);
-  /** An error of the source itself (storage), never to be taken for a malformed message. */
-  failed: Error | undefined;
-  constructor(private readonly it: AsyncIterator<Uint8Array>) {}
-
-  private async fill(n: number): Promise<boolean> {
-    while (this.buf.length < n) {
-      let next: IteratorResult<Uint8Array>;
-      try {
-        next = await this.it.next();
-      } catch (err) {
-        throw (this.failed = asError(err));
-      }
-      if (next.done) return false;
-      this.buf = this.buf.length ? Buffer.concat([this.buf, next.value]) : Buffer.from(next.value.buffer, next.value.byteOffset, next.value.byteLength);
-    }
-    return true;
-  }
-
-  async take(n: number): Promise<Buffer> {
-    if (!(await this.fill(n))) throw malformed('it ends too early');
-    const out = this.buf.subarray(0, n);
-    this.buf = this.buf.subarray(n);
-    return out;
-  }
-
-  async atEnd(): Promise<boolean> {
-    return !(await this.fill(1));
-  }
-
-  /** What is left: the buffered bytes, then the rest of the source. */
-  async *rest(): AsyncGenerator<Buffer> {
-    if (this.buf.length) yield this.buf;
-    this.buf = Buffer.alloc(0);
-    for (let n = await this.it.next(); !n.done; n = await this.it.next()) yield Buffer.from(n.value.buffer, n.value.byteOffset, n.value.byteLength);
-  }
-}
-
 /** Reads packets up to the SEIPD packet's tag octet (returned, not consumed further). */
-async function readHead(r: HeadReader): Promise<{ packets: Packet[]; seipdTag: Buffer }> {
+async function readHead(r: Pull): Promise<{ packets: Packet[]; seipdTag: Buffer }> {
   const packets: Packet[] = [];
   for (let n = 1; ; n++) {
     if (n > MAX_SMALL_PACKETS) throw malformed(`more than ${MAX_SMALL_PACKETS} packets before the encrypted data`);
-    if (await r.atEnd()) throw n === 1 ? invalid('malformed_message', 'The message is empty.') : malformed('there is no encrypted data packet');
+    if ((await r.peek()) === null) throw n === 1 ? invalid('malformed_message', 'The message is empty.') : malformed('there is no encrypted data packet');
     const ctb = await r.take(1);
     const c = ctb[0];
     if (!(c & 0x80)) throw invalid('malformed_message', 'Not an OpenPGP message (neither armored nor binary packets).');
@@ -221,7 +180,7 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
     for (let n = await source.next(); !n.done; n = await source.next()) yield n.value;
   }
   const armored = first === 0x2d;
-  const r = new HeadReader((armored ? dearmor(raw()) : raw())[Symbol.asyncIterator]());
+  const r = new Pull((armored ? dearmor(raw()) : raw())[Symbol.asyncIterator]());
   let parsed: Awaited<ReturnType<typeof readHead>>;
   try {
     if (first === undefined) throw invalid('malformed_message', 'The message is empty.');
@@ -274,7 +233,7 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
         // The MDC is checked on another thread while this one copies (lib/pgp/mdc-thread.ts).
         const check = new MdcThread(ecb, sessionKey.data);
         try {
-          for await (const chunk of r.rest()) {
+          for await (const chunk of r.drain()) {
             scanner.push(chunk);
             for (const piece of pieces.splice(0)) await check.update(piece);
             if (held) yield held;

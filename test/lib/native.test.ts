@@ -8,8 +8,9 @@ import { encryptStream, openEncrypted } from '../../lib/pgp/stream';
 import { AppError } from '../../lib/errors';
 
 /**
- * The native SEIPDv1 path (Node's AES-CFB and SHA-1) checked against OpenPGP.js as an independent
- * reader and writer, at the sizes where framing changes, and against tampering anywhere.
+ * Decryption on Node's crypto (SEIPDv1: AES-CFB and SHA-1; SEIPDv2: AES-OCB and AES-GCM chunks) checked
+ * against OpenPGP.js as an independent reader and writer, at the sizes where framing changes, and against
+ * tampering anywhere; and the formats it refuses before decrypting.
  */
 const MiB = 1 << 20;
 const SECRET = 'native-test-secret-0000';
@@ -85,7 +86,7 @@ describe('native SEIPDv1', () => {
     }
   });
 
-  it('leaves armored and compressed messages to OpenPGP.js, with the same results', async () => {
+  it('reads armored and compressed messages OpenPGP.js wrote, with the same results', async () => {
     const data = randomBytes(200_000);
     const armored = await openpgp.encrypt({ message: await openpgp.createMessage({ binary: data }), encryptionKeys: pub });
     expect(Buffer.compare((await ourDecrypt(Buffer.from(armored))).data, data)).toBe(0);
@@ -106,3 +107,80 @@ describe('native SEIPDv1', () => {
     await expect(opened.decrypt(await unlockPrivateKey(other.privateArmored, SECRET))).rejects.toMatchObject({ code: 'no_matching_key' });
   });
 });
+
+/** A message OpenPGP.js writes as SEIPDv2 with `aead` (a session key naming the mode forces the format), in chunks of 2^(c+6). */
+async function seipdV2(data: Buffer, aead: 'ocb' | 'gcm' | 'eax', chunkSizeByte = 0, filename = 'v2.bin'): Promise<Buffer> {
+  const sessionKey = { data: randomBytes(32), algorithm: 'aes256' as const, aeadAlgorithm: aead };
+  const message = await openpgp.createMessage({ binary: data, filename });
+  return Buffer.from(await openpgp.encrypt({ message, encryptionKeys: pub, sessionKey, format: 'binary', config: { aeadChunkSizeByte: chunkSizeByte } }));
+}
+
+const code = (p: Promise<unknown>) =>
+  p.then(
+    () => 'ok',
+    (err: unknown) => (err instanceof AppError ? err.code : String(err)),
+  );
+
+describe('native SEIPDv2', () => {
+  it.each(['ocb', 'gcm'] as const)('reads %s messages at the sizes where chunks begin and end (64-octet chunks)', async (aead) => {
+    for (const size of [0, 1, 63, 64, 65, 127, 128, 129, 1000]) {
+      const data = randomBytes(size);
+      const { data: out, filename } = await ourDecrypt(await seipdV2(data, aead));
+      expect(out.equals(data), `${aead}, ${size} bytes`).toBe(true);
+      expect(filename).toBe('v2.bin');
+    }
+    const big = randomBytes(3 * MiB + 7); // OpenPGP.js's default chunks (256 KiB), several reads per chunk
+    expect((await ourDecrypt(await seipdV2(big, aead, 12))).data.equals(big)).toBe(true);
+  });
+
+  it('fails a changed chunk, a dropped chunk, swapped chunks and a cut final tag alike (integrity_check_failed)', async () => {
+    const message = await seipdV2(randomBytes(200), 'ocb'); // chunks of 64 octets: three full ones and a last of 8
+    const [before, body] = seipdPacket(message);
+    const head = body.subarray(0, 4 + 32); // version, cipher, mode, chunk size, salt
+    const finalTag = body.subarray(body.length - 16);
+    const chunks = [0, 1, 2, 3].map((i) => body.subarray(head.length + i * 80, Math.min(head.length + (i + 1) * 80, body.length - 16)));
+    const rebuilt = (parts: Buffer[]) => withSeipd(before, Buffer.concat([head, ...parts]));
+    expect(await code(ourDecrypt(rebuilt([...chunks, finalTag])))).toBe('ok');
+    const flipped = Buffer.from(chunks[1]);
+    flipped[5] ^= 1;
+    for (const bad of [
+      rebuilt([chunks[0], flipped, chunks[2], chunks[3], finalTag]),
+      rebuilt([chunks[0], chunks[2], chunks[3], finalTag]),
+      rebuilt([chunks[1], chunks[0], chunks[2], chunks[3], finalTag]),
+      rebuilt([...chunks, finalTag.subarray(0, 15)]),
+      rebuilt([...chunks]),
+      rebuilt([chunks[0], chunks[1], chunks[2], finalTag]),
+    ]) {
+      expect(await code(ourDecrypt(bad))).toBe('integrity_check_failed');
+    }
+  });
+
+  it('refuses EAX, legacy ciphers and unprotected data before decrypting (unsupported_message)', async () => {
+    expect(await code(ourDecrypt(await seipdV2(randomBytes(100), 'eax')))).toBe('unsupported_message');
+    // SEIPDv1 under CAST5 (the session key packet names it; the data is never decrypted).
+    const cast5 = await openpgp.encryptSessionKey({ data: randomBytes(16), algorithm: 'cast5', encryptionKeys: pub, format: 'binary' });
+    const v1 = Buffer.concat([Buffer.from(cast5), Buffer.from([0xd2, 40, 1]), randomBytes(39)]);
+    expect(await code(ourDecrypt(v1))).toBe('unsupported_message');
+    // Symmetrically Encrypted Data (tag 9): no integrity protection.
+    const aes = await openpgp.encryptSessionKey({ data: randomBytes(32), algorithm: 'aes256', encryptionKeys: pub, format: 'binary' });
+    expect(await code(ourDecrypt(Buffer.concat([Buffer.from(aes), Buffer.from([0xc9, 40]), randomBytes(40)])))).toBe('unsupported_message');
+  });
+});
+
+/** What precedes a message's SEIPD packet, and that packet's body (new-format definite lengths, as OpenPGP.js writes in memory). */
+function seipdPacket(message: Buffer): [Buffer, Buffer] {
+  for (let at = 0; at < message.length;) {
+    const o = message[at + 1];
+    const [bodyAt, length] = o < 192 ? [at + 2, o] : o < 224 ? [at + 3, ((o - 192) << 8) + message[at + 2] + 192] : [at + 6, message.readUInt32BE(at + 2)];
+    if ((message[at] & 0x3f) === 18) return [message.subarray(0, at), message.subarray(bodyAt, bodyAt + length)];
+    at = bodyAt + length;
+  }
+  throw new Error('no SEIPD packet');
+}
+
+/** `before`, then a SEIPD packet of `body` with a five-octet length. */
+function withSeipd(before: Buffer, body: Buffer): Buffer {
+  const length = Buffer.alloc(4);
+  length.writeUInt32BE(body.length);
+  return Buffer.concat([before, Buffer.from([0xd2, 0xff]), length, body]);
+}

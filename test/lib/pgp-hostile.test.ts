@@ -1,5 +1,6 @@
 import { describe, expect, it, beforeAll } from 'vitest';
 import { createCipheriv, createHash, randomBytes } from 'node:crypto';
+import { deflateSync } from 'node:zlib';
 import { PassThrough, Readable } from 'node:stream';
 import { buffer } from 'node:stream/consumers';
 import * as openpgp from 'openpgp';
@@ -48,15 +49,15 @@ async function decryptAll(message: Buffer, input = counting(message).stream, key
   return buffer(await opened.decrypt(key));
 }
 
-/** Encrypted to the key and a password: the password packet sends it down the OpenPGP.js path. */
-async function viaOpenPGPjs(data: Buffer, key = pub): Promise<Buffer> {
+/** What OpenPGP.js writes to the key and a password: a password packet before ours, its own framing. */
+async function fromOpenPGPjs(data: Buffer, key = pub): Promise<Buffer> {
   const message = await openpgp.createMessage({ binary: data });
   return Buffer.from(await openpgp.encrypt({ message, encryptionKeys: key, passwords: ['pw'], format: 'binary' }));
 }
 
 /**
- * A SEIPDv1 message to `key` whose decrypted contents are `inner` (any packets we like). With a password
- * too, its session key packet sends the message down the OpenPGP.js path.
+ * A SEIPDv1 message to `key` whose decrypted contents are `inner` (any packets we like); with `passwords`,
+ * a password packet beside ours.
  */
 async function sealed(inner: Buffer, key = pub, passwords?: string[]): Promise<Buffer> {
   const sessionKey = randomBytes(32);
@@ -80,7 +81,7 @@ function tinyChunks(ctb: number, content: Buffer): Buffer {
   return Buffer.concat(parts);
 }
 
-/** A password session key packet (of another message: only its presence matters, it sends the message to OpenPGP.js). */
+/** A password session key packet (of another message: only its presence matters; it is passed over). */
 async function passwordPacket(): Promise<Buffer> {
   const packet = await openpgp.encryptSessionKey({ data: randomBytes(32), algorithm: 'aes256', passwords: ['pw'], format: 'binary' });
   return Buffer.from(packet);
@@ -141,8 +142,8 @@ describe('hostile OpenPGP input', () => {
     }
   });
 
-  it('the byte flip on the OpenPGP.js path (binary and armored) is refused at once, not after the idle timeout, and the input is destroyed', async () => {
-    const honest = await viaOpenPGPjs(randomBytes(4096));
+  it('the byte flip in a message OpenPGP.js wrote (binary and armored) is refused at once, not after the idle timeout, and the input is destroyed', async () => {
+    const honest = await fromOpenPGPjs(randomBytes(4096));
     for (const tampered of [flipInnerTag(honest), armorMessage(flipInnerTag(honest))]) {
       const { stream, state } = counting(tampered);
       const started = Date.now();
@@ -151,9 +152,9 @@ describe('hostile OpenPGP input', () => {
       await new Promise((r) => setImmediate(r)); // as above
       expect(state.destroyed).toBe(true);
     }
-    // The same path still reads an honest message.
+    // An honest one reads.
     const data = randomBytes(5000);
-    expect((await decryptAll(await viaOpenPGPjs(data), undefined, priv, { idleMs: 300 })).equals(data)).toBe(true);
+    expect((await decryptAll(await fromOpenPGPjs(data), undefined, priv, { idleMs: 300 })).equals(data)).toBe(true);
   });
 
   it('a call into OpenPGP.js that never settles fails after idleMs (422) and destroys the input; waits on our input do not count', async () => {
@@ -170,10 +171,10 @@ describe('hostile OpenPGP input', () => {
     watch.close();
   });
 
-  it('an abort stops a pending OpenPGP.js read with the signal’s reason and destroys the input', async () => {
-    const message = await viaOpenPGPjs(randomBytes(3 * MiB));
+  it('an abort stops a pending read with the signal’s reason and destroys the input', async () => {
+    const message = await fromOpenPGPjs(randomBytes(3 * MiB));
     const input = new PassThrough();
-    input.write(message.subarray(0, 2 * MiB)); // the rest never comes: OpenPGP.js waits
+    input.write(message.subarray(0, 2 * MiB)); // the rest never comes: the reader waits
     const controller = new AbortController();
     const reason = new Error('job stopped');
     const opened = await openEncrypted(input, { maxDecompressedBytes: 4 * MiB, signal: controller.signal, idleMs: 60_000 });
@@ -183,7 +184,7 @@ describe('hostile OpenPGP input', () => {
     expect(input.destroyed).toBe(true);
   });
 
-  it('encryptStream: an abort fails the output with its reason and destroys the input (native and OpenPGP.js paths)', async () => {
+  it('encryptStream: an abort fails the output with its reason and destroys the input (Node crypto and OpenPGP.js paths)', async () => {
     for (const armor of [false, true]) {
       const input = new PassThrough();
       input.write(randomBytes(1000));
@@ -201,14 +202,14 @@ describe('hostile OpenPGP input', () => {
     expect(input.destroyed).toBe(true);
   });
 
-  it('an inner compressed packet in tiny partial chunks is refused as damaged (native check and re-framing for OpenPGP.js)', async () => {
+  it('compressed data in tiny partial chunks, or holding a packet in them, is refused as damaged', async () => {
     const data = randomBytes(2000);
     // Compressed ("uncompressed" algorithm) packet whose own body comes in 1-octet chunks: refused on sight.
     const lit = Buffer.concat([Buffer.from([0xcb, 0xff]), Buffer.alloc(4), literal(data)]);
     lit.writeUInt32BE(lit.length - 6, 2);
     const outer = await sealed(tinyChunks(0xc8, Buffer.concat([Buffer.from([0]), lit])));
     expect(await code(decryptAll(outer))).toBe('integrity_check_failed');
-    // A well-framed compressed packet holding a literal packet in 1-octet chunks: the inner re-framing refuses it.
+    // A well-framed compressed packet holding a literal packet in 1-octet chunks.
     const innerTiny = tinyChunks(0xcb, literal(data));
     const compressed = Buffer.concat([Buffer.from([0xc8, 0xff]), Buffer.alloc(4), Buffer.from([0]), innerTiny]);
     compressed.writeUInt32BE(1 + innerTiny.length, 2);
@@ -219,8 +220,8 @@ describe('hostile OpenPGP input', () => {
     expect((await decryptAll(await sealed(good))).equals(data)).toBe(true);
   });
 
-  it('on the OpenPGP.js path too, a long marker is refused without reading it', async () => {
-    const honest = await viaOpenPGPjs(randomBytes(100));
+  it('a long marker after a password packet is refused without reading it', async () => {
+    const honest = await fromOpenPGPjs(randomBytes(100));
     const length = 64 * MiB;
     const marker = Buffer.concat([Buffer.from([0xca, 0xff]), Buffer.alloc(4), Buffer.alloc(length, 0x50)]);
     marker.writeUInt32BE(length, 2);
@@ -232,11 +233,11 @@ describe('hostile OpenPGP input', () => {
     expect(state.pulled).toBeLessThan(4 * MiB);
   });
 
-  it('a storage error comes out unchanged on the armored and OpenPGP.js paths too', async () => {
+  it('a storage error comes out unchanged from armored messages and those OpenPGP.js wrote too', async () => {
     const storage = Object.assign(new Error('read EIO'), { code: 'EIO' });
     for (const message of [
       armorMessage(await buffer(await encryptStream(Readable.from([randomBytes(100)]), pub, { armor: false }))),
-      await viaOpenPGPjs(randomBytes(100)),
+      await fromOpenPGPjs(randomBytes(100)),
     ]) {
       for (const cut of [3, 40, 120]) {
         const failing = Readable.from(
@@ -259,7 +260,7 @@ describe('hostile OpenPGP input', () => {
       const rsaPriv = await unlockPrivateKey(rsa.privateArmored, SECRET);
       for (const honest of [
         await buffer(await encryptStream(Readable.from([randomBytes(3000)]), rsaPub, { armor: false })),
-        await viaOpenPGPjs(randomBytes(3000), rsaPub),
+        await fromOpenPGPjs(randomBytes(3000), rsaPub),
       ]) {
         const bad = Buffer.from(honest);
         bad[packetBody(bad, 1) + 12 + 100] ^= 0x01; // inside the RSA ciphertext (after version, key id, algorithm, MPI length)
@@ -268,7 +269,7 @@ describe('hostile OpenPGP input', () => {
       // OpenPGP.js would try one candidate key per AES size in parallel and sometimes never settle: not here.
       for (let i = 0; i < 25; i++) {
         const data = randomBytes(1000);
-        const message = i % 2 ? await viaOpenPGPjs(data, rsaPub) : await buffer(await encryptStream(Readable.from([data]), rsaPub, { armor: false }));
+        const message = i % 2 ? await fromOpenPGPjs(data, rsaPub) : await buffer(await encryptStream(Readable.from([data]), rsaPub, { armor: false }));
         expect((await decryptAll(message, undefined, rsaPriv, { idleMs: 2000 })).equals(data), `message ${i}`).toBe(true);
       }
     },
@@ -286,18 +287,62 @@ describe('hostile OpenPGP input', () => {
     expect(input.destroyed).toBe(true);
   });
 
-  it('on the OpenPGP.js path, packets inside the encrypted data are held to the same framing rules (refused as damaged)', async () => {
+  it('compressed data: two layers at most, trailing bytes after the zlib stream dropped, nothing but padding after it, the cap on each layer', async () => {
+    const data = randomBytes(3000);
+    const lit = Buffer.concat([Buffer.from([0xcb, 0xff]), Buffer.alloc(4), literal(data)]);
+    lit.writeUInt32BE(lit.length - 6, 2);
+    const compressedPacket = (algorithm: number, content: Buffer) => {
+      const packed = Buffer.concat([Buffer.from([algorithm]), content]);
+      const header = Buffer.from([0xc8, 0xff, 0, 0, 0, 0]);
+      header.writeUInt32BE(packed.length, 2);
+      return Buffer.concat([header, packed]);
+    };
+    const zlib = (packets: Buffer, trailing = Buffer.alloc(0)) => compressedPacket(2, Buffer.concat([deflateSync(packets), trailing]));
+    expect((await decryptAll(await sealed(zlib(zlib(lit))))).equals(data)).toBe(true);
+    expect(await code(decryptAll(await sealed(zlib(zlib(zlib(lit))))))).toBe('integrity_check_failed');
+    // Sequoia pads inside the compressed packet, after the end of the zlib stream.
+    expect((await decryptAll(await sealed(zlib(lit, randomBytes(700))))).equals(data)).toBe(true);
+    // A padding packet (type 21) may follow; literal data may not.
+    expect((await decryptAll(await sealed(Buffer.concat([zlib(lit), Buffer.from([0xd5, 4, 1, 2, 3, 4])])))).equals(data)).toBe(true);
+    expect(await code(decryptAll(await sealed(Buffer.concat([zlib(lit), lit]))))).toBe('integrity_check_failed');
+    // The cap (1 MiB here) holds for each layer, the inner one too.
+    const sized = (n: number) => {
+      const packet = Buffer.concat([Buffer.from([0xcb, 0xff]), Buffer.alloc(4), literal(Buffer.alloc(n))]);
+      packet.writeUInt32BE(packet.length - 6, 2);
+      return packet;
+    };
+    expect((await decryptAll(await sealed(zlib(zlib(sized(MiB - 100)))))).length).toBe(MiB - 100);
+    expect(await code(decryptAll(await sealed(zlib(zlib(sized(MiB))))))).toBe('integrity_check_failed');
+  });
+
+  it('a signed list handed to OpenPGP.js to verify is held to the same framing rules (refused as damaged)', async () => {
     const data = randomBytes(64 * 1024);
-    // A literal packet in 1-octet partial chunks inside the encrypted data (OpenPGP.js took ~1 s per 100 KiB).
-    expect(await code(decryptAll(await sealed(tinyChunks(0xcb, literal(data)), pub, ['pw'])))).toBe('integrity_check_failed');
-    // The same in 512-octet chunks is honest framing and decrypts.
-    const parts = [Buffer.from([0xcb])];
-    const body = literal(data);
-    let at = 0;
-    for (; body.length - at > 512; at += 512) parts.push(Buffer.from([0xe9]), body.subarray(at, at + 512));
-    parts.push(Buffer.from([0xff, 0, 0, 0, 0]), body.subarray(at));
-    parts[parts.length - 2].writeUInt32BE(body.length - at, 1);
-    expect((await decryptAll(await sealed(Buffer.concat(parts), pub, ['pw']))).equals(data)).toBe(true);
+    const signer = await openpgp.generateKey({ userIDs: [{ email: 's@example.test' }], curve: 'curve25519Legacy', format: 'object' });
+    const keys = [{ key: signer.publicKey, fingerprint: signer.publicKey.getFingerprint() }];
+    const signed = Buffer.from(
+      await openpgp.sign({ message: await openpgp.createMessage({ binary: data }), signingKeys: signer.privateKey, format: 'binary' }),
+    );
+    const verified = async (inner: Buffer) => {
+      const opened = await openEncrypted(counting(await sealed(inner)).stream, { maxDecompressedBytes: MiB, verify: { keys, require: true } });
+      const out = await opened.decrypt(priv);
+      return { data: await buffer(out), check: await out.signature };
+    };
+    const honest = await verified(signed);
+    expect(honest.data.equals(data)).toBe(true);
+    expect(honest.check).toMatchObject({ valid: true });
+    // The same list with its literal packet in 1-octet partial chunks (OpenPGP.js took ~1 s per 100 KiB of them).
+    const literalAt = packetBody(signed, 11);
+    const literalStart = literalAt - 6; // a five-octet length
+    expect(signed.subarray(literalStart, literalStart + 2)).toEqual(Buffer.from([0xcb, 0xff]));
+    const literalEnd = literalAt + 6 + data.length;
+    const tiny = Buffer.concat([signed.subarray(0, literalStart), tinyChunks(0xcb, literal(data)), signed.subarray(literalEnd)]);
+    expect(await code(verified(tiny))).toBe('integrity_check_failed');
+    // Compressed data inside the signed list is not handed over either.
+    const literalPacket = signed.subarray(literalStart, literalEnd);
+    const compressed = Buffer.concat([Buffer.from([0xc8, 0xff]), Buffer.alloc(4), Buffer.from([0]), literalPacket]);
+    compressed.writeUInt32BE(1 + literalPacket.length, 2);
+    const nested = Buffer.concat([signed.subarray(0, literalStart), compressed, signed.subarray(literalEnd)]);
+    expect(await code(verified(nested))).toBe('integrity_check_failed');
   });
 
   it('refuses a message that names the key in more session key packets than it tries, before decrypting any', async () => {
@@ -309,8 +354,8 @@ describe('hostile OpenPGP input', () => {
     for (const copies of [pkesk, anonymous]) {
       const flood = Buffer.concat([...Array<Buffer>(MAX_SESSION_KEY_TRIES).fill(copies), honest]);
       expect(await code(decryptAll(flood))).toBe('malformed_message');
-      const viaLibrary = Buffer.concat([await passwordPacket(), flood]);
-      expect(await code(decryptAll(viaLibrary))).toBe('malformed_message');
+      const withPassword = Buffer.concat([await passwordPacket(), flood]);
+      expect(await code(decryptAll(withPassword))).toBe('malformed_message');
     }
     // A few anonymous packets besides ours are fine (of a message to another key: ours fails to open them).
     const other = await generateKey({ name: 'O', email: 'o@example.test', algorithm: 'curve25519', secret: SECRET });
@@ -322,7 +367,7 @@ describe('hostile OpenPGP input', () => {
     expect((await decryptAll(Buffer.concat([theirs, theirs, message]))).equals(data)).toBe(true);
   });
 
-  it('refuses more than a thousand packets before the encrypted data, on both paths', async () => {
+  it('refuses more than a thousand packets before the encrypted data, with or without a password packet', async () => {
     const honest = await buffer(await encryptStream(Readable.from([randomBytes(100)]), pub, { armor: false }));
     const markers = Buffer.concat(Array<Buffer>(2000).fill(Buffer.from([0xca, 3, 0x50, 0x47, 0x50])));
     expect(await code(decryptAll(Buffer.concat([markers, honest])))).toBe('malformed_message');
@@ -331,7 +376,7 @@ describe('hostile OpenPGP input', () => {
     expect(await code(decryptAll(Buffer.concat([markers.subarray(0, 5), honest])))).toBe('ok');
   });
 
-  it('refuses an AEAD chunk size above 2^22 octets before reading the data (OpenPGP.js would buffer a chunk of any size whole)', async () => {
+  it('refuses an AEAD chunk size above 2^22 octets before reading the data (a chunk is read whole before it is opened)', async () => {
     const aead = await openpgp.generateKey({
       userIDs: [{ email: 'a@example.test' }],
       curve: 'curve25519Legacy',
