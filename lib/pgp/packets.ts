@@ -147,26 +147,58 @@ export async function header(p: Pull): Promise<{ tag: number; length: Length }> 
   return { tag, length: { kind: 'definite', n: type === 0 ? b[0] : type === 1 ? b.readUInt16BE(0) : b.readUInt32BE(0) } };
 }
 
-/** The body of a packet as chunks, following partial lengths. */
+/**
+ * The body of a packet as chunks, following partial lengths. Small pieces (a sender's small partial
+ * chunks: gpg's 8 KiB, or what a compressor emitted) are joined up to JOINED_BYTES, or as far as the input
+ * has come before waiting for more, so that their size does not become the size of every later step's
+ * work; large pieces pass as they are, uncopied.
+ */
 export async function* body(p: Pull, first: Length): AsyncGenerator<Buffer, void> {
+  let pending: Buffer[] = [];
+  let size = 0;
+  const joined = () => {
+    const out = pending.length === 1 ? pending[0] : Buffer.concat(pending, size);
+    pending = [];
+    size = 0;
+    return out;
+  };
   let length = first;
   for (;;) {
-    if (length.kind === 'indeterminate') return yield* p.drain();
+    if (length.kind === 'indeterminate') {
+      if (size) yield joined();
+      return yield* p.drain();
+    }
     for (let left = length.n; left > 0;) {
       const c = await p.chunk(Math.min(left, CHUNK_BYTES));
       if (!c) throw malformed('a packet is cut short');
       left -= c.length;
-      yield c;
+      if (c.length >= SMALL_PIECE) {
+        if (size) yield joined();
+        yield c;
+        continue;
+      }
+      pending.push(c);
+      size += c.length;
+      if (size >= JOINED_BYTES || p.buffered === 0) yield joined();
     }
-    if (length.kind === 'definite') return;
+    if (length.kind === 'definite') {
+      if (size) yield joined();
+      return;
+    }
     length = await newLength(p);
   }
 }
 
-/** The whole body of a packet that is not data (session keys, signatures, markers): definite and small. */
-export async function smallBody(p: Pull, h: { tag: number; length: Length }): Promise<Buffer> {
+const SMALL_PIECE = 64 * 1024;
+const JOINED_BYTES = 256 * 1024;
+
+/** Largest session key packet we read: an RSA-16384 one is about 2 KiB. */
+export const MAX_SESSION_KEY_PACKET = 8192;
+
+/** The whole body of a packet that is not data (session keys, signatures, markers): definite and at most `limit` octets. */
+export async function smallBody(p: Pull, h: { tag: number; length: Length }, limit = MAX_SMALL_PACKET): Promise<Buffer> {
   if (h.length.kind !== 'definite') throw malformed(`a packet of type ${h.tag} without a definite length`);
-  if (h.length.n > MAX_SMALL_PACKET) throw malformed(`a packet of type ${h.tag} longer than ${MAX_SMALL_PACKET} octets`);
+  if (h.length.n > limit) throw malformed(`a packet of type ${h.tag} longer than ${limit} octets`);
   return p.take(h.length.n);
 }
 

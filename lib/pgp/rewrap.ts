@@ -4,7 +4,7 @@ import { AppError, invalid } from '../errors';
 import { armorMessage } from './armor';
 import { integrityFailure } from './integrity';
 import { MdcThread } from './mdc-thread';
-import { CHUNK_BYTES, MAX_SMALL_PACKETS, MIN_PARTIAL, Pull } from './packets';
+import { CHUNK_BYTES, MAX_SESSION_KEY_PACKET, MAX_SMALL_PACKETS, MIN_PARTIAL, Pull } from './packets';
 import { sessionKeyPacket } from './pkesk';
 import { sessionKeyV1 } from './session';
 import { dearmor } from './armor';
@@ -31,8 +31,6 @@ const TAG_PKESK = 1;
 const TAG_SKESK = 3;
 const TAG_MARKER = 10;
 const TAG_SEIPD = 18;
-/** Session key packets are far smaller (RSA-16384: ~2 KiB); native.ts holds them to the same bound. */
-const MAX_PKESK = 8192;
 
 export interface RewrapOpened {
   /** Whether the input was ASCII-armored (the output is too). */
@@ -82,7 +80,7 @@ async function readHead(r: Pull): Promise<{ packets: Packet[]; seipdTag: Buffer 
       lengthOctets = await r.take(1 << type);
       length = lengthOctets.readUIntBE(0, 1 << type);
     }
-    if (length > MAX_PKESK) throw malformed(`a packet of type ${tag} longer than ${MAX_PKESK} octets`);
+    if (length > MAX_SESSION_KEY_PACKET) throw malformed(`a packet of type ${tag} longer than ${MAX_SESSION_KEY_PACKET} octets`);
     const body = Buffer.from(await r.take(length)); // copied: the read buffer is reused
     if (tag === TAG_MARKER && !body.equals(Buffer.from('PGP'))) throw malformed('a marker packet that is not "PGP"');
     if (tag === TAG_PKESK && body[0] !== 3) throw unsupported(`a version ${body[0]} session key packet`);

@@ -13,9 +13,9 @@ import { Watch, type WatchOptions } from './watch';
  * Streaming OpenPGP encryption and decryption with flat memory, whatever the file size.
  *
  * Decryption runs on Node's crypto (native.ts) and reads the content itself (content.ts); OpenPGP.js
- * opens session keys and verifies signatures. Encryption runs on Node's crypto for the common case and
- * on OpenPGP.js for the rest (armor, compression, signing, SEIPDv2 recipients), fed through pull-based
- * adapters: Node streams at the edges, web streams inside (OpenPGP.js rejects Node streams).
+ * opens session keys and verifies signatures. Encryption runs on Node's crypto too, but for signing and
+ * non-v4 recipients, which OpenPGP.js does, fed through pull-based adapters: Node streams at the edges,
+ * web streams inside (OpenPGP.js rejects Node streams).
  */
 
 const { enums } = openpgp;
@@ -44,9 +44,10 @@ export interface EncryptStreamOptions extends WatchOptions {
 export async function encryptStream(input: Readable, recipient: openpgp.PublicKey, opts: EncryptStreamOptions): Promise<Readable> {
   const watch = new Watch(input, opts);
   watch.check();
-  if (!opts.signingKey && nativeEncryptable(recipient, opts)) {
+  const compress = (opts.compress ?? false) && (await acceptsZlib(recipient));
+  if (!opts.signingKey && nativeEncryptable(recipient)) {
     // Node's crypto cannot stall; only the signal applies.
-    const out = await watch.call(encryptNative(input, recipient, opts));
+    const out = await watch.call(encryptNative(input, recipient, { ...opts, compress }));
     watch.onFail((err) => out.destroy(err));
     out.once('close', () => watch.close());
     return out;
@@ -63,8 +64,8 @@ export async function encryptStream(input: Readable, recipient: openpgp.PublicKe
     preferredSymmetricAlgorithm: enums.symmetric.aes256,
     // Only used if a recipient key advertises SEIPDv2: GCM (~165 MiB/s), not OCB (~2 MiB/s), if it allows.
     preferredAEADAlgorithm: enums.aead.gcm,
-    // zlib at its default level (gpg's too), streamed through the platform's CompressionStream.
-    preferredCompressionAlgorithm: opts.compress && (await acceptsZlib(recipient)) ? enums.compression.zlib : enums.compression.uncompressed,
+    // zlib at its default level (gpg's too), through the platform's CompressionStream.
+    preferredCompressionAlgorithm: compress ? enums.compression.zlib : enums.compression.uncompressed,
   };
   let out: WebStream;
   try {

@@ -165,6 +165,16 @@ describe('encryptStream / openEncrypted', () => {
     expect((inner.packets[0] as unknown as { algorithm: number }).algorithm).toBe(openpgp.enums.compression.zlib);
     const armored = await encrypt(data, alicePub, { armor: true, compress: true });
     expect((await decrypt(armored, alicePriv)).data.equals(data)).toBe(true);
+    // Signed, OpenPGP.js writes the message (compressed through its public option); read and verified alike.
+    const signed = await encrypt(text, alicePub, { armor: false, compress: true, signingKey: alicePriv });
+    expect(signed.length).toBeLessThan(text.length / 50);
+    const opened = await openEncrypted(source(signed), {
+      maxDecompressedBytes: 1 << 30,
+      verify: { keys: [{ key: alicePub, fingerprint: 'alice' }], require: true },
+    });
+    const out2 = await opened.decrypt(alicePriv);
+    expect((await collect(out2)).equals(text)).toBe(true);
+    expect(await out2.signature).toMatchObject({ valid: true, signer_fingerprint: 'alice' });
   });
 
   it('handles empty input', async () => {
