@@ -55,6 +55,30 @@ const QUERIES: Rule[] = [
   { name: 'raw SQL', re: /\.(?:raw|whereRaw|joinRaw|orderByRaw)\(/ },
 ];
 
+/**
+ * A query built in place on something db/ handed out: services call db/ functions named after what
+ * they do and never chain a query builder. These methods are knex's; no service uses them on anything
+ * else (update, delete and select are left out: hashes, Maps and Sets have them too).
+ */
+const CHAINS: Rule[] = [
+  {
+    name: 'a query chained in a service',
+    re: /\.(?:where|whereIn|whereNot|whereNotIn|whereNull|whereNotNull|whereExists|andWhere|orWhere|orWhereIn|orWhereNotIn|forUpdate|forShare|forNoKeyUpdate|returning|orderBy|groupBy|having|count|first|insert|onConflict|increment|decrement|pluck)\(/,
+  },
+];
+
+/** A db/ export that hands out a bare table (`export const t = (db: Knex) => db<Row>('t')`), for others to chain queries on. */
+const TABLE_HELPERS: Rule[] = [
+  {
+    name: 'an exported table helper',
+    re: /^export\s+const\s+\w+\s*=\s*\(\s*\w+\s*:\s*Knex(?:\.Transaction)?\s*\)\s*(?::[^=]+)?=>\s*\w+\s*(?:<[^>]*>)?\(\s*['"`][\w.]+(?:\s+as\s+\w+)?['"`]\s*\)\s*;?\s*$/,
+  },
+  {
+    name: 'an exported table helper',
+    re: /^export\s+function\s+\w+\s*\(\s*\w+\s*:\s*Knex(?:\.Transaction)?\s*\)[^{]*\{\s*return\s+\w+\s*(?:<[^>]*>)?\(\s*['"`][\w.]+['"`]\s*\)\s*;?\s*\}\s*$/,
+  },
+];
+
 /** What only a service does: open a transaction, or query. */
 const ROUTE_RULES: Rule[] = [
   { name: 'a database call', re: /\bc\.db\b/ },
@@ -121,6 +145,11 @@ describe('layering', () => {
     expect(breaches(services, QUERIES)).toEqual([]);
   });
 
+  it('services call named db/ functions: no query chained on what db/ hands out, and db/ hands out no bare table', () => {
+    expect(breaches(services, CHAINS)).toEqual([]);
+    expect(breaches(filesOf('db'), TABLE_HELPERS)).toEqual([]);
+  });
+
   it('the rules read every route file and every service module, never the building blocks of lib/pgp', () => {
     expect(routes.length).toBeGreaterThanOrEqual(20);
     expect(services).toEqual(expect.arrayContaining(['lib/keys/key-catalog.ts', 'lib/billing/subscriptions.ts', 'lib/notify.ts', 'lib/auth/ownership.ts']));
@@ -141,6 +170,15 @@ describe('layering', () => {
     expect(hits("const row = await c.db('users').first()", QUERIES)).toEqual(['a table call']);
     expect(hits("await trx<LineageRow>('key_lineages').forUpdate()", QUERIES)).toEqual(['a table call']);
     expect(hits("attempts: trx.raw('attempts + 1')", QUERIES)).toEqual(['raw SQL']);
+    expect(hits('const link = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();', CHAINS)).toHaveLength(1);
+    expect(hits("    .whereNot({ state: 'pending' })", CHAINS)).toHaveLength(1);
+    expect(hits("const [row] = await endpoints(c.db).where({ id, user_id: userId }).update(changes).returning('*');", CHAINS)).toHaveLength(1);
+    expect(hits("return createHash('sha256').update(token).digest('hex');", CHAINS)).toEqual([]);
+    expect(hits('cache.delete(userId); parts.join(",");', CHAINS)).toEqual([]);
+    expect(hits("export const teamLinks = (db: Knex) => db<TeamLinkRow>('team_links');", TABLE_HELPERS)).toHaveLength(1);
+    expect(hits("export const apiKeys = (trx: Knex.Transaction) => trx('api_keys')", TABLE_HELPERS)).toHaveLength(1);
+    expect(hits("const teamLinks = (db: Knex) => db<TeamLinkRow>('team_links');", TABLE_HELPERS)).toEqual([]);
+    expect(hits('export const findEndpoint = (db: Knex, id: string) => endpoints(db).where({ id }).first();', TABLE_HELPERS)).toEqual([]);
     expect(hits('await c.db.transaction((trx) => storeNewKey(c, trx))', ROUTE_RULES)).toEqual(['a database call', 'a transaction']);
     expect(hits('const view = await requireKey(c, user.id, fp, meta)', ROUTE_RULES)).toEqual([]);
     expect(hits('recordAudit(c.db, { ip: meta.ip, request_id: meta.requestId })', AUDIT_RULES)).toHaveLength(2);
