@@ -34,8 +34,45 @@ export interface ApiKeySecretRow {
 
 export type ApiKeyState = 'active' | 'expired' | 'revoked';
 
-export const apiKeys = (db: Knex) => db<ApiKeyRow>('api_keys');
-export const apiKeySecrets = (db: Knex) => db<ApiKeySecretRow>('api_key_secrets');
+const apiKeys = (db: Knex) => db<ApiKeyRow>('api_keys');
+const apiKeySecrets = (db: Knex) => db<ApiKeySecretRow>('api_key_secrets');
+
+export const findApiKey = (db: Knex, id: string): Promise<ApiKeyRow | undefined> => apiKeys(db).where({ id }).first();
+
+/** The key row, locked until the transaction ends. */
+export const lockApiKey = (trx: Knex.Transaction, id: string): Promise<ApiKeyRow | undefined> => apiKeys(trx).where({ id }).forUpdate().first();
+
+/** The key row under a share lock: a revocation or rotation committing meanwhile waits for the transaction, or is seen. */
+export const shareLockApiKey = (trx: Knex.Transaction, id: string): Promise<ApiKeyRow | undefined> => apiKeys(trx).where({ id }).forShare().first();
+
+export async function insertApiKey(
+  trx: Knex.Transaction,
+  row: Pick<ApiKeyRow, 'id' | 'user_id' | 'name' | 'prefix' | 'scopes' | 'value_sealed' | 'current_secret_id' | 'expires_at' | 'created_at' | 'updated_at'>,
+): Promise<ApiKeyRow> {
+  const [inserted] = await apiKeys(trx).insert(row).returning('*');
+  return inserted;
+}
+
+export const insertApiKeySecret = (trx: Knex.Transaction, row: Pick<ApiKeySecretRow, 'id' | 'key_id' | 'key_hash' | 'prefix' | 'created_at'>) =>
+  apiKeySecrets(trx).insert(row);
+
+/** A value replaced by rotation: it keeps working until `validUntil`. */
+export const retireApiKeySecret = (trx: Knex.Transaction, secretId: string, at: Date, validUntil: Date) =>
+  apiKeySecrets(trx).where({ id: secretId }).update({ rotated_at: at, valid_until: validUntil });
+
+/** The key's new current value (a rotation); answers the key. */
+export async function setApiKeyValue(
+  trx: Knex.Transaction,
+  id: string,
+  value: Pick<ApiKeyRow, 'prefix' | 'value_sealed' | 'current_secret_id' | 'last_rotated_at' | 'previous_value_expires_at' | 'updated_at'>,
+): Promise<ApiKeyRow> {
+  const [updated] = await apiKeys(trx).where({ id }).update(value).returning('*');
+  return updated;
+}
+
+/** Revokes the key and forgets its sealed value. */
+export const markApiKeyRevoked = (trx: Knex.Transaction, id: string, at: Date) =>
+  apiKeys(trx).where({ id }).update({ revoked_at: at, value_sealed: null, updated_at: at });
 
 /** What authentication needs about a presented value, its key and its (live) account: one indexed lookup. */
 export interface ApiKeyCredential {

@@ -28,8 +28,8 @@ export interface BillingEventRow {
   outcome: string | null;
 }
 
-export const billingAccounts = (db: Knex) => db<BillingAccountRow>('billing_accounts');
-export const billingEvents = (db: Knex) => db<BillingEventRow>('billing_events');
+const billingAccounts = (db: Knex) => db<BillingAccountRow>('billing_accounts');
+const billingEvents = (db: Knex) => db<BillingEventRow>('billing_events');
 
 export const findBillingAccount = (db: Knex, userId: string) => billingAccounts(db).where({ user_id: userId }).first();
 
@@ -37,6 +37,41 @@ export const findBillingAccount = (db: Knex, userId: string) => billingAccounts(
 export async function lockBillingAccount(trx: Knex.Transaction, userId: string, now: Date): Promise<BillingAccountRow> {
   await billingAccounts(trx).insert({ user_id: userId, created_at: now, updated_at: now }).onConflict('user_id').ignore();
   return (await billingAccounts(trx).where({ user_id: userId }).forUpdate().first())!;
+}
+
+/** The billing row of the provider's customer, locked until the transaction ends. */
+export const lockBillingAccountOfCustomer = (trx: Knex.Transaction, customerId: string): Promise<BillingAccountRow | undefined> =>
+  billingAccounts(trx).where({ customer_id: customerId }).forUpdate().first();
+
+export const setBillingCustomer = (trx: Knex.Transaction, userId: string, customerId: string, at: Date) =>
+  billingAccounts(trx).where({ user_id: userId }).update({ customer_id: customerId, updated_at: at });
+
+/** The subscription state as last read from the provider; answers the account's billing row. */
+export async function updateSubscription(
+  trx: Knex.Transaction,
+  userId: string,
+  fields: Pick<
+    BillingAccountRow,
+    'subscription_id' | 'plan' | 'status' | 'current_period_end' | 'cancel_at_period_end' | 'past_due_since' | 'synced_at' | 'updated_at'
+  >,
+): Promise<BillingAccountRow> {
+  const [after] = await billingAccounts(trx).where({ user_id: userId }).update(fields).returning('*');
+  return after;
+}
+
+export const findBillingEvent = (db: Knex, id: string): Promise<BillingEventRow | undefined> => billingEvents(db).where({ id }).first();
+
+/** The event row, locked: one worker at a time processes it. */
+export const lockBillingEvent = (trx: Knex.Transaction, id: string): Promise<BillingEventRow | undefined> =>
+  billingEvents(trx).where({ id }).forUpdate().first();
+
+export const markBillingEventProcessed = (trx: Knex.Transaction, id: string, done: Pick<BillingEventRow, 'processed_at' | 'outcome' | 'user_id'>) =>
+  billingEvents(trx).where({ id }).update(done);
+
+/** Ids of events still unprocessed that arrived at or before `before`, oldest first, at most `limit`. */
+export async function unprocessedBillingEvents(db: Knex, before: Date, limit: number): Promise<string[]> {
+  const rows = await billingEvents(db).whereNull('processed_at').where('received_at', '<=', before).orderBy('received_at').limit(limit).select('id');
+  return rows.map((r) => r.id);
 }
 
 /** Stores an inbound event once; false when its id was stored before (a replay). */

@@ -481,6 +481,9 @@ export const activeGeneration = (db: Knex, lineageId: string): Promise<KeyRow | 
 
 /** The ids of the lineages an account owns (a subquery), or, `enabled`, of those not disabled (their ids). */
 export const ownLineageIds = (db: Knex, userId: string) => db<LineageRow>('key_lineages').where({ user_id: userId }).select('id');
+/** Whether the account owns the lineage (its own key, not one it inherits). */
+export const ownsLineage = async (db: Knex, userId: string, lineageId: string): Promise<boolean> =>
+  Boolean(await ownLineageIds(db, userId).where({ id: lineageId }).first());
 export const enabledLineageIds = async (db: Knex, userId: string): Promise<string[]> =>
   db<LineageRow>('key_lineages').where({ user_id: userId }).whereNull('disabled_at').pluck('id');
 

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { newestFirstPage } from './knex';
-import type { KeyRow, LineageRow } from './keys';
+import { ownLineageIds, type KeyRow, type LineageRow } from './keys';
 
 /** What a share link points at; the kind decides which table `target_id` names. */
 export type ShareKind = 'public_key' | 'api_key';
@@ -35,8 +35,28 @@ export interface ViewRow {
   ua_class: UaClass;
 }
 
-export const shares = (db: Knex) => db<ShareRow>('share_links');
-export const shareViews = (db: Knex) => db<ViewRow>('share_link_views');
+const shares = (db: Knex) => db<ShareRow>('share_links');
+const shareViews = (db: Knex) => db<ViewRow>('share_link_views');
+
+export async function insertShare(
+  trx: Knex.Transaction,
+  row: Pick<ShareRow, 'id' | 'kind' | 'user_id' | 'target_id' | 'token_hash' | 'expires_at' | 'view_limit' | 'recipient_sealed' | 'created_at'>,
+): Promise<ShareRow> {
+  const [inserted] = await shares(trx).insert(row).returning('*');
+  return inserted;
+}
+
+/** The share row, locked until the transaction ends. */
+export const lockShare = (trx: Knex.Transaction, id: string): Promise<ShareRow | undefined> => shares(trx).where({ id }).forUpdate().first();
+
+/** Revokes the share; answers it. */
+export async function markShareRevoked(trx: Knex.Transaction, id: string, at: Date): Promise<ShareRow> {
+  const [updated] = await shares(trx).where({ id }).update({ revoked_at: at }).returning('*');
+  return updated;
+}
+
+/** One view's record for analytics: when, and the client class (never the raw User-Agent or the address). */
+export const recordShareView = (trx: Knex.Transaction, view: Omit<ViewRow, 'id'>) => shareViews(trx).insert(view);
 
 /** View records older than `cutoff` (analytics reads the last 30 days; totals live on the share row). */
 export const purgeViewsBefore = (db: Knex, cutoff: Date) => shareViews(db).where('viewed_at', '<', cutoff).delete();
@@ -51,8 +71,8 @@ const stateBindings = (now: Date, alias: string) => [alias, alias, alias, now, a
 export interface ShareListQuery {
   userId: string;
   kind: ShareKind;
-  /** Also the shares of these targets (a subquery of target ids), whoever made them. */
-  orTargetIn?: Knex.QueryBuilder;
+  /** Also the shares of the user's own key lineages, whoever made them (public key shares). */
+  alsoOfOwnKeys?: boolean;
   targetId?: string;
   state?: ShareState;
   now: Date;
@@ -65,7 +85,7 @@ export async function pageShares(db: Knex, q: ShareListQuery): Promise<{ items: 
     .where({ kind: q.kind })
     .andWhere((w) => {
       w.where({ user_id: q.userId });
-      if (q.orTargetIn) w.orWhereIn('target_id', q.orTargetIn);
+      if (q.alsoOfOwnKeys) w.orWhereIn('target_id', ownLineageIds(db, q.userId));
     });
   if (q.targetId) base.andWhere({ target_id: q.targetId });
   if (q.state) base.andWhereRaw(`(${STATE_CASE}) = ?`, [...stateBindings(q.now, 'share_links'), q.state]);

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { recordAudit } from './audit';
-import { prepared } from './knex';
+import { newestFirstPage, prepared } from './knex';
 
 /** Organizations, their members and invitations, team access links and the grants the sync computes. */
 
@@ -62,16 +62,42 @@ export interface GrantRow {
   granted_at: Date;
 }
 
-export const organizations = (db: Knex) => db<OrganizationRow>('organizations');
-export const members = (db: Knex) => db<MemberRow>('organization_members');
-export const invitations = (db: Knex) => db<InvitationRow>('organization_invitations');
-export const teamLinks = (db: Knex) => db<TeamLinkRow>('team_links');
-export const teamGrants = (db: Knex) => db<GrantRow>('team_grants');
+const organizations = (db: Knex) => db<OrganizationRow>('organizations');
+const members = (db: Knex) => db<MemberRow>('organization_members');
+const invitations = (db: Knex) => db<InvitationRow>('organization_invitations');
+const teamLinks = (db: Knex) => db<TeamLinkRow>('team_links');
+const teamGrants = (db: Knex) => db<GrantRow>('team_grants');
 
 export const membershipOf = (db: Knex, userId: string) => members(db).where({ user_id: userId }).first();
 
+/** The account's membership row, locked until the transaction ends. */
+export const lockMember = (trx: Knex.Transaction, userId: string): Promise<MemberRow | undefined> =>
+  members(trx).where({ user_id: userId }).forUpdate().first();
+
+export const deleteMember = (trx: Knex.Transaction, userId: string) => members(trx).where({ user_id: userId }).delete();
+
+export const insertMember = (trx: Knex.Transaction, row: MemberRow) => members(trx).insert(row);
+
+export async function countMembers(db: Knex, organizationId: string): Promise<number> {
+  return Number((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count ?? 0);
+}
+
+export const findOrganization = (db: Knex, id: string): Promise<OrganizationRow | undefined> => organizations(db).where({ id }).first();
+
+/** The organization row, locked: what serialises its invitations and membership changes. */
+export const lockOrganization = (trx: Knex.Transaction, id: string): Promise<OrganizationRow | undefined> =>
+  organizations(trx).where({ id }).forUpdate().first();
+
+export const deleteOrganization = (trx: Knex.Transaction, id: string) => organizations(trx).where({ id }).delete();
+
+/** The heir becomes the organization's owner: its member row and the organization's owner_id, in that order. */
+export async function transferOwnership(trx: Knex.Transaction, organizationId: string, heirId: string): Promise<void> {
+  await members(trx).where({ user_id: heirId }).update({ role: 'owner' });
+  await organizations(trx).where({ id: organizationId }).update({ owner_id: heirId });
+}
+
 /** Live members of an organization with their account fields. */
-export const memberViews = (db: Knex, organizationId: string) =>
+const memberViews = (db: Knex, organizationId: string) =>
   db('organization_members as m')
     .join('users as u', 'u.id', 'm.user_id')
     .whereNull('u.deleted_at')
@@ -178,6 +204,138 @@ export const memberWithEmail = (db: Knex, organizationId: string, email: string)
 /** Who takes over an organization from its departing owner: the longest-standing admin, else the longest-standing member. */
 export const heirOf = (db: Knex, organizationId: string) =>
   members(db).where({ organization_id: organizationId }).orderByRaw(`CASE role WHEN 'admin' THEN 0 ELSE 1 END`).orderBy('joined_at').first();
+
+/** The owner and admins of an organization (live accounts). */
+export const managerIds = async (db: Knex, organizationId: string): Promise<string[]> =>
+  (await memberViews(db, organizationId).whereIn('m.role', ['owner', 'admin'])).map((m) => m.user_id);
+
+/** Open invitations of an organization: neither accepted nor revoked, and not expired at `now`. */
+export async function countOpenInvitations(db: Knex, organizationId: string, now: Date): Promise<number> {
+  const open = await invitations(db)
+    .where({ organization_id: organizationId })
+    .whereNull('accepted_at')
+    .whereNull('revoked_at')
+    .where('expires_at', '>', now)
+    .count<{ count: string }[]>({ count: '*' });
+  return Number(open[0]?.count ?? 0);
+}
+
+export async function insertInvitation(
+  trx: Knex.Transaction,
+  row: Pick<InvitationRow, 'organization_id' | 'email' | 'role' | 'invited_by' | 'token_hash' | 'expires_at' | 'created_at'>,
+): Promise<InvitationRow> {
+  const [inserted] = await invitations(trx).insert(row).returning('*');
+  return inserted;
+}
+
+/** A page of an organization's invitations, newest first, optionally in one state at `now` (accepted or revoked for good, else expired once past expires_at). */
+export function pageInvitations(
+  db: Knex,
+  organizationId: string,
+  q: { state?: 'pending' | 'accepted' | 'revoked' | 'expired'; now: Date; page: number; pageSize: number },
+): Promise<{ items: InvitationRow[]; total: number }> {
+  const base = invitations(db).where({ organization_id: organizationId });
+  if (q.state === 'accepted') base.whereNotNull('accepted_at');
+  if (q.state === 'revoked') base.whereNull('accepted_at').whereNotNull('revoked_at');
+  if (q.state === 'expired') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '<=', q.now);
+  if (q.state === 'pending') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '>', q.now);
+  return newestFirstPage<InvitationRow>(base, q);
+}
+
+export const lockInvitation = (trx: Knex.Transaction, id: string): Promise<InvitationRow | undefined> => invitations(trx).where({ id }).forUpdate().first();
+
+export const lockInvitationByTokenHash = (trx: Knex.Transaction, tokenHash: string): Promise<InvitationRow | undefined> =>
+  invitations(trx).where({ token_hash: tokenHash }).forUpdate().first();
+
+export const markInvitationRevoked = (trx: Knex.Transaction, id: string, by: string, at: Date) =>
+  invitations(trx).where({ id }).update({ revoked_at: at, revoked_by: by });
+
+export const markInvitationAccepted = (trx: Knex.Transaction, id: string, by: string, at: Date) =>
+  invitations(trx).where({ id }).update({ accepted_at: at, accepted_by: by });
+
+/** The account's own link (as grantee), if any. */
+export const teamLinkOfGrantee = (db: Knex, granteeId: string): Promise<TeamLinkRow | undefined> => teamLinks(db).where({ grantee_id: granteeId }).first();
+
+/** The account's own link (as grantee), locked: runs of its sync and decisions on it take turns. */
+export const lockTeamLinkOfGrantee = (trx: Knex.Transaction, granteeId: string): Promise<TeamLinkRow | undefined> =>
+  teamLinks(trx).where({ grantee_id: granteeId }).forUpdate().first();
+
+export const deleteTeamLink = (trx: Knex.Transaction, granteeId: string) => teamLinks(trx).where({ grantee_id: granteeId }).delete();
+
+/** The link's sync state (and when it last ran, or why it failed). */
+export const setTeamLinkState = (
+  db: Knex,
+  granteeId: string,
+  fields: Pick<TeamLinkRow, 'state' | 'updated_at'> & Partial<Pick<TeamLinkRow, 'last_error' | 'last_synced_at'>>,
+) => teamLinks(db).where({ grantee_id: granteeId }).update(fields);
+
+/** Approves the grantee's link and marks it pending (to be synced); answers the link. */
+export async function approveTeamLink(trx: Knex.Transaction, granteeId: string, approvedBy: string, at: Date): Promise<TeamLinkRow> {
+  const [approved] = await teamLinks(trx)
+    .where({ grantee_id: granteeId })
+    .update({ approved_at: at, approved_by: approvedBy, state: 'pending', updated_at: at })
+    .returning('*');
+  return approved;
+}
+
+/** Every link naming the account as its source goes back to awaiting approval. */
+export const withdrawApprovalsOfSource = (trx: Knex.Transaction, sourceId: string) =>
+  teamLinks(trx).where({ source_id: sourceId }).update({ approved_at: null, approved_by: null });
+
+/**
+ * A page of links, newest request first (then by grantee): those naming `sourceId` as source, or those
+ * of every member of `organizationId`; optionally only the approved or only the pending ones.
+ */
+export async function pageTeamLinks(
+  db: Knex,
+  q: ({ sourceId: string } | { organizationId: string }) & { approval?: 'pending' | 'approved'; page: number; pageSize: number },
+): Promise<{ items: TeamLinkRow[]; total: number }> {
+  const base = teamLinks(db);
+  if ('organizationId' in q) base.whereIn('grantee_id', members(db).where({ organization_id: q.organizationId }).select('user_id'));
+  else base.where({ source_id: q.sourceId });
+  if (q.approval)
+    base.where((w) => {
+      if (q.approval === 'approved') w.whereNotNull('approved_at');
+      else w.whereNull('approved_at');
+    });
+  const [items, count] = await Promise.all([
+    base
+      .clone()
+      .orderBy([{ column: 'linked_at', order: 'desc' }, { column: 'grantee_id' }])
+      .limit(q.pageSize)
+      .offset((q.page - 1) * q.pageSize),
+    base.clone().count<{ count: string }[]>({ count: '*' }),
+  ]);
+  return { items, total: Number(count[0]?.count ?? 0) };
+}
+
+/** Deletes the grantee's grants; answers how many there were. */
+export const deleteGrantsOfGrantee = (trx: Knex.Transaction, granteeId: string): Promise<number> => teamGrants(trx).where({ grantee_id: granteeId }).delete();
+
+/** Deletes the grantee's grants; answers their lineage ids. */
+export async function deleteGrantedLineages(trx: Knex.Transaction, granteeId: string): Promise<string[]> {
+  const removed = await teamGrants(trx).where({ grantee_id: granteeId }).delete().returning<{ lineage_id: string }[]>('lineage_id');
+  return removed.map((r) => r.lineage_id);
+}
+
+/** Deletes the grantee's grants made through any other source; answers how many there were. */
+export const deleteGrantsFromOtherSources = (trx: Knex.Transaction, granteeId: string, sourceId: string): Promise<number> =>
+  teamGrants(trx).where({ grantee_id: granteeId }).whereNot({ source_id: sourceId }).delete();
+
+/** Deletes the grants others inherited from the account. */
+export const deleteGrantsFromSource = (trx: Knex.Transaction, sourceId: string) => teamGrants(trx).where({ source_id: sourceId }).delete();
+
+/** Deletes the grantee's grants but those of `wanted` from `sourceId`; answers the lineage ids deleted. */
+export async function deleteUnwantedGrants(trx: Knex.Transaction, granteeId: string, sourceId: string, wanted: string[]): Promise<string[]> {
+  const removed = await teamGrants(trx)
+    .where({ grantee_id: granteeId })
+    .andWhere((w) => {
+      w.whereNot({ source_id: sourceId }).orWhereNotIn('lineage_id', wanted);
+    })
+    .delete()
+    .returning<{ lineage_id: string }[]>('lineage_id');
+  return removed.map((r) => r.lineage_id);
+}
 
 /** The grantee's link to `source_id`, made or replaced (one link per grantee). */
 export const upsertTeamLink = (

@@ -41,9 +41,67 @@ export interface AttemptRow {
   created_at: Date;
 }
 
-export const endpoints = (db: Knex) => db<EndpointRow>('webhook_endpoints');
-export const deliveries = (db: Knex) => db<DeliveryRow>('webhook_deliveries');
+const endpoints = (db: Knex) => db<EndpointRow>('webhook_endpoints');
+const deliveries = (db: Knex) => db<DeliveryRow>('webhook_deliveries');
 const attempts = (db: Knex) => db<AttemptRow>('webhook_attempts');
+
+export const findEndpoint = (db: Knex, id: string): Promise<EndpointRow | undefined> => endpoints(db).where({ id }).first();
+
+/** The endpoint row, locked until the transaction ends. */
+export const lockEndpoint = (trx: Knex.Transaction, id: string): Promise<EndpointRow | undefined> => endpoints(trx).where({ id }).forUpdate().first();
+
+export async function countEndpoints(db: Knex, userId: string): Promise<number> {
+  const [{ count }] = (await endpoints(db).where({ user_id: userId }).count<{ count: number }[]>({ count: '*' })) as [{ count: number }];
+  return Number(count);
+}
+
+export async function insertEndpoint(
+  trx: Knex.Transaction,
+  row: Pick<EndpointRow, 'id' | 'user_id' | 'url' | 'description' | 'event_types' | 'enabled' | 'secret_sealed' | 'created_at' | 'updated_at'>,
+): Promise<EndpointRow> {
+  const [inserted] = await endpoints(trx).insert(row).returning('*');
+  return inserted;
+}
+
+/** Changes the account's endpoint; answers it (undefined when the account has no such endpoint). */
+export async function updateOwnEndpoint(db: Knex, id: string, userId: string, changes: Partial<EndpointRow>): Promise<EndpointRow | undefined> {
+  const [row] = await endpoints(db).where({ id, user_id: userId }).update(changes).returning('*');
+  return row;
+}
+
+export const deleteOwnEndpoint = (db: Knex, id: string, userId: string) => endpoints(db).where({ id, user_id: userId }).delete();
+
+export const setEndpointSecrets = (
+  trx: Knex.Transaction,
+  id: string,
+  secrets: Pick<EndpointRow, 'secret_sealed' | 'previous_secret_sealed' | 'previous_secret_expires_at' | 'updated_at'>,
+) => endpoints(trx).where({ id }).update(secrets);
+
+/** The service turns the endpoint off, saying why (`disabled_reason`); the owner turning it on again clears it. */
+export const disableEndpoint = (trx: Knex.Transaction, id: string, reason: string, at: Date) =>
+  endpoints(trx).where({ id }).update({ enabled: false, disabled_reason: reason, updated_at: at });
+
+export const findDelivery = (db: Knex, id: string): Promise<DeliveryRow | undefined> => deliveries(db).where({ id }).first();
+
+export const insertDeliveries = (
+  db: Knex,
+  rows: (Pick<DeliveryRow, 'endpoint_id' | 'user_id' | 'event_id' | 'event_type' | 'body' | 'next_attempt_at' | 'created_at' | 'updated_at'> &
+    Partial<Pick<DeliveryRow, 'id'>>)[],
+): Promise<DeliveryRow[]> => deliveries(db).insert(rows).returning('*');
+
+/** The delivery to be tried again from now; answers it. */
+export async function markDeliveryPending(db: Knex, id: string, at: Date): Promise<DeliveryRow> {
+  const [row] = await deliveries(db).where({ id }).update({ state: 'pending', next_attempt_at: at, updated_at: at }).returning('*');
+  return row;
+}
+
+/** The delivery ends failed, with no further try. */
+export const markDeliveryFailed = (db: Knex, id: string, at: Date) =>
+  deliveries(db).where({ id }).update({ state: 'failed', next_attempt_at: null, updated_at: at });
+
+/** Deletes the deliveries made before `cutoff` that are no longer being tried (their attempts cascade); answers how many. */
+export const purgeDeliveriesBefore = (db: Knex, cutoff: Date): Promise<number> =>
+  deliveries(db).where('created_at', '<', cutoff).whereNot({ state: 'pending' }).delete();
 
 /** The enabled endpoints of an account: what its events fan out to (by type: `takesEvent`). */
 export const enabledEndpoints = (db: Knex, userId: string): Promise<Pick<EndpointRow, 'id' | 'user_id' | 'event_types'>[]> =>

@@ -1,14 +1,12 @@
 import { AppError, forbidden, unauthorized } from '../../lib/errors';
 import { verifySession } from '../../lib/auth/jwt';
-import { hashToken } from '../../lib/tokens';
 import { PARTNER_KEY_PREFIX } from '../../lib/accounts/partner-keys';
 import { MANAGED_KEY_PREFIX } from '../../lib/api-key-format';
 import { consume } from '../../lib/auth/limiters';
 import type { Scope } from '../../lib/auth/scopes';
 import { recordApiKeyUse, verifyApiKey } from '../../lib/accounts/api-keys';
-import { findUserById, type UserRow } from '../../db/users';
-import { findPartnerKeyByHash } from '../../db/partner-keys';
-import { recordAudit } from '../../db/audit';
+import { checkPartnerKey, checkSessionUser, recordAuthDenied } from '../../lib/auth/authenticate';
+import type { UserRow } from '../../db/users';
 import type { Access, AppContext, AuthUser } from '../context';
 import { requestMeta } from './request-context';
 import { presentedCredential } from './browser-session';
@@ -31,6 +29,11 @@ const API_KEY_REFUSALS = {
   api_key_rotated: 'The API key was rotated and its grace period is over; use the new value.',
 } as const;
 
+const PARTNER_KEY_REFUSALS = {
+  invalid_api_key: 'The API key is unknown or was rotated or revoked.',
+  api_key_expired: 'The API key has expired; rotate it to get a new one.',
+} as const;
+
 /**
  * A managed key (`kms_sk_…`): checksum (no I/O), one indexed lookup, the per-key request budget (spent
  * before the request runs), one counter update. It never opens session or admin routes; route() checks
@@ -48,17 +51,7 @@ async function authenticateApiKey(ctx: AppContext, access: Access, credential: s
         check.credential.key_id,
         `This API key made more than ${c.config.apiKeys.rateLimitPerMinute} requests in a minute; slow down.`,
       );
-      await recordAudit(
-        c.db,
-        {
-          user_id: check.credential.user_id,
-          action: 'auth.denied',
-          status: 'failure',
-          target: routeOf(ctx),
-          details: { reason: check.code, api_key_id: check.credential.key_id },
-        },
-        requestMeta(ctx),
-      );
+      await recordAuthDenied(c, check.credential.user_id, routeOf(ctx), { reason: check.code, api_key_id: check.credential.key_id }, requestMeta(ctx));
     }
     throw challenge(check.code, API_KEY_REFUSALS[check.code]);
   }
@@ -66,11 +59,7 @@ async function authenticateApiKey(ctx: AppContext, access: Access, credential: s
   await consume(c.limiters.apiKey, key.key_id, `This API key made more than ${c.config.apiKeys.rateLimitPerMinute} requests in a minute; slow down.`);
   recordApiKeyUse(c, key.key_id, now);
   if (access === 'session' || access === 'admin') {
-    await recordAudit(
-      c.db,
-      { user_id: key.user_id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'session_required', api_key_id: key.key_id } },
-      requestMeta(ctx),
-    );
+    await recordAuthDenied(c, key.user_id, routeOf(ctx), { reason: 'session_required', api_key_id: key.key_id }, requestMeta(ctx));
     throw forbidden('session_required', 'This endpoint needs a session token from /auth/login; managed API keys are not accepted here.');
   }
   return {
@@ -92,7 +81,8 @@ function challenge(code: string, message: string): AppError {
  * leaked API key must not be able to change the password or delete the account.
  */
 export async function authenticate(ctx: AppContext, access: Access): Promise<AuthUser> {
-  const { db, clock, config } = ctx.container;
+  const c = ctx.container;
+  const { clock, config } = c;
   const presented = presentedCredential(ctx);
   if (!presented) throw challenge('missing_credentials', 'Send "Authorization: Bearer <token>" with a session token or an API key.');
   const credential = presented.token;
@@ -102,37 +92,25 @@ export async function authenticate(ctx: AppContext, access: Access): Promise<Aut
   if (presented.via === 'bearer' && credential.startsWith(MANAGED_KEY_PREFIX)) return authenticateApiKey(ctx, access, credential);
 
   if (presented.via === 'bearer' && credential.startsWith(PARTNER_KEY_PREFIX)) {
-    const key = await findPartnerKeyByHash(db, hashToken(credential));
-    if (!key || key.status !== 'active') throw challenge('invalid_api_key', 'The API key is unknown or was rotated or revoked.');
-    if (key.expires_at <= now) throw challenge('api_key_expired', 'The API key has expired; rotate it to get a new one.');
-    const user = await findUserById(db, key.user_id);
-    if (!user) throw challenge('invalid_api_key', 'The API key is unknown or was rotated or revoked.');
+    const check = await checkPartnerKey(c, credential, now);
+    if (!check.ok) throw challenge(check.code, PARTNER_KEY_REFUSALS[check.code]);
+    const { key, user } = check;
     if (access === 'session') {
-      await recordAudit(
-        db,
-        { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'session_required' } },
-        requestMeta(ctx),
-      );
+      await recordAuthDenied(c, user.id, routeOf(ctx), { reason: 'session_required' }, requestMeta(ctx));
       throw forbidden('session_required', 'This endpoint needs a session token from /auth/login; API keys are not accepted here.');
     }
-    ctx.container.usage.record('partner_key', key.id, now);
+    c.usage.record('partner_key', key.id, now);
     return toAuthUser(user, 'partner_key');
   }
 
   const claims = await verifySession(credential, config.jwt.secret, now, config.jwt.ttlSeconds);
   if (!claims) throw challenge('invalid_token', 'The session token is invalid or has expired; log in again.');
-  const user = await findUserById(db, claims.sub);
-  if (!user || user.token_version !== claims.tv) {
-    if (user) {
-      await recordAudit(
-        db,
-        { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'token_revoked' } },
-        requestMeta(ctx),
-      );
-    }
+  const session = await checkSessionUser(c, claims.sub, claims.tv);
+  if (!session.ok) {
+    if (session.user) await recordAuthDenied(c, session.user.id, routeOf(ctx), { reason: 'token_revoked' }, requestMeta(ctx));
     throw challenge('token_revoked', 'The session token is no longer valid (password changed, reset or account deleted); log in again.');
   }
-  return { ...toAuthUser(user, 'jwt'), signedInAt: new Date(claims.auth_time * 1000) };
+  return { ...toAuthUser(session.user, 'jwt'), signedInAt: new Date(claims.auth_time * 1000) };
 }
 
 /**
@@ -144,15 +122,10 @@ export async function authenticate(ctx: AppContext, access: Access): Promise<Aut
 export async function requireRecentSignIn(ctx: AppContext): Promise<void> {
   const user = ctx.state.user;
   if (user && user.via !== 'jwt') return;
-  const { db, clock, config } = ctx.container;
-  const maxAge = config.recentSignInSeconds;
-  if (user?.signedInAt && clock.now().getTime() - user.signedInAt.getTime() <= maxAge * 1000) return;
-  if (user)
-    await recordAudit(
-      db,
-      { user_id: user.id, action: 'auth.denied', status: 'failure', target: routeOf(ctx), details: { reason: 'reauthentication_required' } },
-      requestMeta(ctx),
-    );
+  const c = ctx.container;
+  const maxAge = c.config.recentSignInSeconds;
+  if (user?.signedInAt && c.clock.now().getTime() - user.signedInAt.getTime() <= maxAge * 1000) return;
+  if (user) await recordAuthDenied(c, user.id, routeOf(ctx), { reason: 'reauthentication_required' }, requestMeta(ctx));
   const minutes = Math.round(maxAge / 60);
   const err = forbidden(
     'reauthentication_required',
@@ -173,16 +146,11 @@ export async function requireScope(ctx: AppContext, scope: Scope | undefined): P
   const user = ctx.state.user;
   if (user?.via !== 'api_key') return;
   if (scope && user.apiKey?.scopes.includes(scope)) return;
-  const { db } = ctx.container;
-  await recordAudit(
-    db,
-    {
-      user_id: user.id,
-      action: 'auth.denied',
-      status: 'failure',
-      target: routeOf(ctx),
-      details: { reason: 'insufficient_scope', scope: scope ?? null, api_key_id: user.apiKey?.id ?? null },
-    },
+  await recordAuthDenied(
+    ctx.container,
+    user.id,
+    routeOf(ctx),
+    { reason: 'insufficient_scope', scope: scope ?? null, api_key_id: user.apiKey?.id ?? null },
     requestMeta(ctx),
   );
   const err = forbidden(

@@ -3,6 +3,7 @@ import { AppError, isDatabaseUnreachable, isRedisUnreachable, isSocketFailure, i
 import type { AppContext } from '../context';
 import { statusUrl } from '../../lib/jobs/job-records';
 import { within } from '../../lib/within';
+import { pingPostgres } from '../../lib/operations/health-checks';
 
 const TITLES: Record<number, string> = {
   400: 'Bad Request',
@@ -40,7 +41,7 @@ function fromForeign(err: { status?: number; statusCode?: number; type?: string;
 
 /** Whether Postgres answers a trivial query within a second. */
 const databaseAnswers = (ctx: AppContext): Promise<boolean> =>
-  within(ctx.container.db.raw('SELECT 1'), 1000).then(
+  within(pingPostgres(ctx.container), 1000).then(
     () => true,
     () => false,
   );

@@ -12,8 +12,13 @@ import { notYours } from '../auth/ownership';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { revokeActiveShares } from '../../db/share-links';
 import {
-  apiKeys,
-  apiKeySecrets,
+  findApiKey,
+  lockApiKey,
+  insertApiKey,
+  insertApiKeySecret,
+  retireApiKeySecret,
+  setApiKeyValue,
+  markApiKeyRevoked,
   countUnrevoked,
   revokeKeysOfAccount,
   findCredentialByHash,
@@ -58,7 +63,7 @@ export function currentApiKeyValue(c: Container, row: Pick<ApiKeyRow, 'id' | 'cu
 
 /** The caller's key, or 404 (audited as not_owner when it is another account's). */
 export async function ownApiKey(c: Container, userId: string, id: string, meta?: RequestMeta): Promise<ApiKeyRow> {
-  const row = await apiKeys(c.db).where({ id }).first();
+  const row = await findApiKey(c.db, id);
   if (row?.user_id === userId) return row;
   throw await notYours(c, { userId, resource: 'api_key', target: id, existsElsewhere: Boolean(row), meta });
 }
@@ -95,21 +100,19 @@ export async function generateApiKey(c: Container, userId: string, input: NewApi
     await enforcePlanLimit(c, trx, userId, 'api_keys');
     if ((await countUnrevoked(trx, userId)) >= MAX_API_KEYS)
       throw conflict('api_key_limit_reached', `An account has at most ${MAX_API_KEYS} unrevoked API keys; revoke one first.`);
-    const [inserted] = await apiKeys(trx)
-      .insert({
-        id,
-        user_id: userId,
-        name: input.name,
-        prefix: displayPrefix(value),
-        scopes: input.scopes,
-        value_sealed: c.sealer.seal(value, valueAad(id, secretId)),
-        current_secret_id: secretId,
-        expires_at: expires,
-        created_at: now,
-        updated_at: now,
-      })
-      .returning('*');
-    await apiKeySecrets(trx).insert({ id: secretId, key_id: id, key_hash: hashToken(value), prefix: displayPrefix(value), created_at: now });
+    const inserted = await insertApiKey(trx, {
+      id,
+      user_id: userId,
+      name: input.name,
+      prefix: displayPrefix(value),
+      scopes: input.scopes,
+      value_sealed: c.sealer.seal(value, valueAad(id, secretId)),
+      current_secret_id: secretId,
+      expires_at: expires,
+      created_at: now,
+      updated_at: now,
+    });
+    await insertApiKeySecret(trx, { id: secretId, key_id: id, key_hash: hashToken(value), prefix: displayPrefix(value), created_at: now });
     await recordAudit(
       trx,
       {
@@ -159,7 +162,7 @@ export async function rotateApiKey(
   const now = c.clock.now();
   const previousEnd = new Date(now.getTime() + graceMs);
   const row = await c.db.transaction(async (trx) => {
-    const key = await apiKeys(trx).where({ id }).forUpdate().first();
+    const key = await lockApiKey(trx, id);
     if (key?.user_id !== userId) throw await notYours(c, { userId, resource: 'api_key', target: id, existsElsewhere: Boolean(key), meta });
     const state = apiKeyState(key, now);
     if (state !== 'active')
@@ -167,19 +170,16 @@ export async function rotateApiKey(
         `api_key_${state}`,
         `The API key is ${state}; ${state === 'revoked' ? 'generate a new one' : 'generate a new one (expiry does not change on rotation)'}.`,
       );
-    await apiKeySecrets(trx).where({ id: key.current_secret_id }).update({ rotated_at: now, valid_until: previousEnd });
-    await apiKeySecrets(trx).insert({ id: secretId, key_id: id, key_hash: hashToken(value), prefix: displayPrefix(value), created_at: now });
-    const [updated] = await apiKeys(trx)
-      .where({ id })
-      .update({
-        prefix: displayPrefix(value),
-        value_sealed: c.sealer.seal(value, valueAad(id, secretId)),
-        current_secret_id: secretId,
-        last_rotated_at: now,
-        previous_value_expires_at: previousEnd,
-        updated_at: now,
-      })
-      .returning('*');
+    await retireApiKeySecret(trx, key.current_secret_id, now, previousEnd);
+    await insertApiKeySecret(trx, { id: secretId, key_id: id, key_hash: hashToken(value), prefix: displayPrefix(value), created_at: now });
+    const updated = await setApiKeyValue(trx, id, {
+      prefix: displayPrefix(value),
+      value_sealed: c.sealer.seal(value, valueAad(id, secretId)),
+      current_secret_id: secretId,
+      last_rotated_at: now,
+      previous_value_expires_at: previousEnd,
+      updated_at: now,
+    });
     await recordAudit(
       trx,
       {
@@ -201,10 +201,10 @@ export async function rotateApiKey(
 export async function revokeApiKey(c: Container, userId: string, id: string, meta: RequestMeta): Promise<void> {
   const now = c.clock.now();
   const revoked = await c.db.transaction(async (trx) => {
-    const key = await apiKeys(trx).where({ id }).forUpdate().first();
+    const key = await lockApiKey(trx, id);
     if (key?.user_id !== userId) throw await notYours(c, { userId, resource: 'api_key', target: id, existsElsewhere: Boolean(key), meta });
     if (key.revoked_at) return false;
-    await apiKeys(trx).where({ id }).update({ revoked_at: now, value_sealed: null, updated_at: now });
+    await markApiKeyRevoked(trx, id, now);
     await recordAudit(trx, { user_id: userId, action: 'api_key.revoked', status: 'success', target: id, details: { prefix: key.prefix } }, meta);
     return true;
   });

@@ -11,9 +11,14 @@ import type { JobKind } from '../../db/jobs';
 import { findUserById, lockAccount } from '../../db/users';
 import {
   accountUsage,
-  billingAccounts,
-  billingEvents,
   findBillingAccount,
+  findBillingEvent,
+  lockBillingEvent,
+  lockBillingAccountOfCustomer,
+  markBillingEventProcessed,
+  setBillingCustomer,
+  unprocessedBillingEvents,
+  updateSubscription,
   insertBillingEvent,
   lockBillingAccount,
   usagePeriod,
@@ -164,7 +169,7 @@ async function ensureCustomer(c: Container, userId: string, meta: RequestMeta): 
     const customer = await callProvider('create customer', () =>
       provider.customers.create({ email: user?.email, metadata: { user_id: userId } }, { idempotencyKey: `kms-customer-${userId}` }),
     );
-    await billingAccounts(trx).where({ user_id: userId }).update({ customer_id: customer.id, updated_at: c.clock.now() });
+    await setBillingCustomer(trx, userId, customer.id, c.clock.now());
     await audit(trx, userId, 'billing.customer_created', customer.id, meta);
     return customer.id;
   });
@@ -269,7 +274,7 @@ export async function receiveWebhook(c: Container, raw: string | Buffer, signatu
     ...ids,
     received_at: c.clock.now(),
   });
-  const row = stored ? undefined : await billingEvents(c.db).where({ id: event.id }).first();
+  const row = stored ? undefined : await findBillingEvent(c.db, event.id);
   if (stored || !row?.processed_at) await c.jobs.enqueue('billing-event', { event_id: event.id }, { jobId: `billing-${event.id}` });
   return { event_id: event.id, duplicate: !stored };
 }
@@ -277,14 +282,14 @@ export async function receiveWebhook(c: Container, raw: string | Buffer, signatu
 /** Queues stored events still unprocessed after `olderThanMs` (at most 500 per run); a queued one is not doubled (job id). */
 export async function requeueUnprocessedEvents(c: Container, olderThanMs: number): Promise<number> {
   const before = new Date(c.clock.now().getTime() - olderThanMs);
-  const rows = await billingEvents(c.db).whereNull('processed_at').where('received_at', '<=', before).orderBy('received_at').limit(500).select('id');
-  for (const { id } of rows) {
+  const ids = await unprocessedBillingEvents(c.db, before, 500);
+  for (const id of ids) {
     // A failed job kept under the id would make the enqueue a no-op: it goes first.
     const stale = await c.jobs.queue('billing').getJob(`billing-${id}`);
     if (stale && (await stale.isFailed())) await stale.remove();
     await c.jobs.enqueue('billing-event', { event_id: id }, { jobId: `billing-${id}` });
   }
-  return rows.length;
+  return ids.length;
 }
 
 interface SubscriptionState {
@@ -321,7 +326,7 @@ type EventOutcome =
  * The outcome is an EventOutcome, `missing`, or, for an event processed before, the one stored then.
  */
 export async function processBillingEvent(c: Container, eventId: string, origin: JobOrigin): Promise<{ outcome: string }> {
-  const event = await billingEvents(c.db).where({ id: eventId }).first();
+  const event = await findBillingEvent(c.db, eventId);
   if (!event) return { outcome: 'missing' };
   if (event.processed_at) return { outcome: event.outcome ?? 'processed' };
   let outcome: EventOutcome | null = null;
@@ -337,15 +342,15 @@ export async function processBillingEvent(c: Container, eventId: string, origin:
       );
 
   const done = await c.db.transaction(async (trx) => {
-    const locked = await billingEvents(trx).where({ id: eventId }).forUpdate().first();
+    const locked = await lockBillingEvent(trx, eventId);
     if (!locked || locked.processed_at) return null; // another worker finished it meanwhile
     const now = c.clock.now();
     const finish = async (result: EventOutcome, userId: string | null = null) => {
-      await billingEvents(trx).where({ id: eventId }).update({ processed_at: now, outcome: result, user_id: userId });
+      await markBillingEventProcessed(trx, eventId, { processed_at: now, outcome: result, user_id: userId });
       return { outcome: result, userId, change: null as null | { from: PlanId; to: PlanId; fromStatus: string; status: string } };
     };
     if (outcome || !sub) return finish(outcome ?? 'ignored_no_subscription');
-    const account = event.customer_id ? await billingAccounts(trx).where({ customer_id: event.customer_id }).forUpdate().first() : undefined;
+    const account = event.customer_id ? await lockBillingAccountOfCustomer(trx, event.customer_id) : undefined;
     if (!account) return finish('ignored_unknown_customer');
     // A late event about an old subscription must not replace a newer live one.
     if (account.subscription_id && account.subscription_id !== sub.subscription_id && LIVE.has(account.status) && !LIVE.has(sub.status)) {
@@ -353,10 +358,7 @@ export async function processBillingEvent(c: Container, eventId: string, origin:
     }
     const before = effectivePlan(c, account, now);
     const pastDueSince = sub.status === 'past_due' ? (account.status === 'past_due' && account.past_due_since ? account.past_due_since : now) : null;
-    const [after] = await billingAccounts(trx)
-      .where({ user_id: account.user_id })
-      .update({ ...sub, past_due_since: pastDueSince, synced_at: now, updated_at: now })
-      .returning('*');
+    const after = await updateSubscription(trx, account.user_id, { ...sub, past_due_since: pastDueSince, synced_at: now, updated_at: now });
     const effective = effectivePlan(c, after, now);
     const changed = before.subscribed !== effective.subscribed || before.plan.id !== effective.plan.id;
     const statusChanged = account.status !== sub.status;

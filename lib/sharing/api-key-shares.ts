@@ -4,7 +4,7 @@ import { IntegrityError } from '../integrity';
 import { apiKeyState, currentApiKeyValue, ownApiKey } from '../accounts/api-keys';
 import { createShare, listShares, shareOut, viewShare, type ShareRow, type ShareState } from './share-links';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { apiKeys, type ApiKeyRow } from '../../db/api-keys';
+import { shareLockApiKey, type ApiKeyRow } from '../../db/api-keys';
 
 /**
  * Managed API key shares: share links of kind `api_key` (tokens `kms_as_…`) whose target is a managed
@@ -81,7 +81,7 @@ export async function viewApiKeyShare(c: Container, req: { token: string; userAg
     meta,
     userAgent: req.userAgent,
     async resolve(row, trx) {
-      const key = await apiKeys(trx).where({ id: row.target_id }).forShare().first();
+      const key = await shareLockApiKey(trx, row.target_id);
       if (!key) throw gone('share_target_gone', 'The API key this link shared no longer exists.');
       if (key.user_id !== row.user_id) throw new IntegrityError(`share ${row.id} target`);
       const state = apiKeyState(key, c.clock.now());

@@ -8,7 +8,7 @@ import { verifiedKey, verifiedLineage } from '../keys/key-integrity';
 import { createShare, listShares, revokeShare, shareAnalytics, shareOut, viewShare, type ShareRow, type ShareState } from './share-links';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import { keyTargets } from '../../db/share-links';
-import { ownLineageIds, lineageUsableBy, type KeyRow, type LineageRow } from '../../db/keys';
+import { ownsLineage, lineageUsableBy, type KeyRow, type LineageRow } from '../../db/keys';
 import { usersByIds } from '../../db/users';
 
 /**
@@ -111,7 +111,7 @@ export async function listKeyShares(
   const { items, total } = await listShares(c, {
     userId,
     kind: 'public_key',
-    orTargetIn: ownLineageIds(c.db, userId),
+    alsoOfOwnKeys: true,
     targetId,
     state: q.state,
     page: q.page,
@@ -134,9 +134,7 @@ export async function listKeyShares(
 
 /** Revokes a public key share the caller made, or any share of the caller's own key (see revokeShare). */
 export function revokeKeyShare(c: Container, userId: string, shareId: string, meta: RequestMeta) {
-  return revokeShare(c, userId, 'public_key', shareId, meta, async (row, trx) =>
-    Boolean(await ownLineageIds(trx, userId).where({ id: row.target_id }).first()),
-  );
+  return revokeShare(c, userId, 'public_key', shareId, meta, async (row, trx) => ownsLineage(trx, userId, row.target_id));
 }
 
 /**

@@ -16,8 +16,10 @@ import {
   pageShares,
   purgeViewsBefore,
   shareAnalytics as queryAnalytics,
-  shares,
-  shareViews,
+  insertShare,
+  lockShare,
+  markShareRevoked,
+  recordShareView,
   takeView,
   type ShareKind,
   type ShareRow,
@@ -115,19 +117,17 @@ export async function createShare(c: Container, input: NewShare, meta: RequestMe
   const token = newToken(SHARE_KIND_INFO[input.kind].prefix);
   const share = await c.db.transaction(async (trx) => {
     await enforcePlanLimit(c, trx, input.userId, 'shares');
-    const [row] = await shares(trx)
-      .insert({
-        id,
-        kind: input.kind,
-        user_id: input.userId,
-        target_id: input.targetId,
-        token_hash: hashToken(token),
-        expires_at: input.expiresAt,
-        view_limit: input.maxViews,
-        recipient_sealed: input.recipientEmail ? c.sealer.seal(input.recipientEmail, recipientAad(id)) : null,
-        created_at: now,
-      })
-      .returning('*');
+    const row = await insertShare(trx, {
+      id,
+      kind: input.kind,
+      user_id: input.userId,
+      target_id: input.targetId,
+      token_hash: hashToken(token),
+      expires_at: input.expiresAt,
+      view_limit: input.maxViews,
+      recipient_sealed: input.recipientEmail ? c.sealer.seal(input.recipientEmail, recipientAad(id)) : null,
+      created_at: now,
+    });
     await recordAudit(
       trx,
       {
@@ -177,7 +177,7 @@ export async function revokeShare(
 ): Promise<{ share: ShareRow; changed: boolean }> {
   const now = c.clock.now();
   const result = await c.db.transaction(async (trx) => {
-    const row = await shares(trx).where({ id }).forUpdate().first();
+    const row = await lockShare(trx, id);
     if (!row || row.kind !== kind || (row.user_id !== userId && !(await mayRevoke(row, trx)))) {
       throw await notYours(
         c,
@@ -186,7 +186,7 @@ export async function revokeShare(
       );
     }
     if (row.revoked_at) return { share: row, changed: false };
-    const [updated] = await shares(trx).where({ id }).update({ revoked_at: now }).returning('*');
+    const updated = await markShareRevoked(trx, id, now);
     for (const who of new Set([userId, row.user_id])) {
       await recordAudit(
         trx,
@@ -210,10 +210,10 @@ export async function revokeShare(
   return result;
 }
 
-/** The caller's shares of one kind (and those of `orTargetIn`'s targets), newest first; optionally of one target and in one state. */
+/** The caller's shares of one kind (and, with `alsoOfOwnKeys`, those of its own key lineages), newest first; optionally of one target and in one state. */
 export function listShares(
   c: Container,
-  q: { userId: string; kind: ShareKind; orTargetIn?: Knex.QueryBuilder; targetId?: string; state?: ShareState; page: number; pageSize: number },
+  q: { userId: string; kind: ShareKind; alsoOfOwnKeys?: boolean; targetId?: string; state?: ShareState; page: number; pageSize: number },
 ) {
   return pageShares(c.db, { ...q, now: c.clock.now() });
 }
@@ -262,7 +262,7 @@ async function consumeView<T>(c: Container, req: ViewRequest<T>): Promise<ViewOu
   const taken = await c.db.transaction(async (trx) => {
     const share = await takeView(trx, { kind: req.kind, tokenHash, now });
     if (!share) return null;
-    await shareViews(trx).insert({ share_id: share.id, viewed_at: now, ua_class: userAgentClass(req.userAgent) });
+    await recordShareView(trx, { share_id: share.id, viewed_at: now, ua_class: userAgentClass(req.userAgent) });
     return { share, value: await req.resolve(share, trx) };
   });
   if (!taken) {

@@ -1,5 +1,4 @@
 import type { Knex } from 'knex';
-import { newestFirstPage } from '../../db/knex';
 import type { Container } from '../container';
 import { AppError, badRequest, conflict, forbidden, gone, notFound } from '../errors';
 import { emitEvent } from '../events';
@@ -16,11 +15,24 @@ import {
   memberWithEmail,
   heirOf,
   ensureMembership,
-  invitations,
-  memberViews,
-  members,
-  organizations,
+  membershipOf,
   pageMembers,
+  managerIds,
+  countMembers,
+  findOrganization,
+  lockOrganization,
+  deleteOrganization,
+  lockMember,
+  deleteMember,
+  insertMember,
+  transferOwnership,
+  countOpenInvitations,
+  insertInvitation,
+  pageInvitations,
+  lockInvitation,
+  lockInvitationByTokenHash,
+  markInvitationRevoked,
+  markInvitationAccepted,
   type InvitationRow,
   type MemberRow,
   type OrganizationRow,
@@ -39,9 +51,6 @@ const INVITATION_TTL_HOURS = 72;
 /** Open (unused, unexpired) invitations per organization. */
 const MAX_OPEN_INVITATIONS = 100;
 
-const memberCount = async (db: Knex, organizationId: string) =>
-  Number((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count ?? 0);
-
 function organizationOut(org: OrganizationRow, mine: MemberRow, count: number) {
   return {
     organization_id: org.id,
@@ -56,8 +65,8 @@ function organizationOut(org: OrganizationRow, mine: MemberRow, count: number) {
 /** The caller's organization (made on first use for accounts that have none yet). */
 export async function myOrganization(c: Container, userId: string) {
   const mine = await ensureMembership(c.db, userId);
-  const org = (await organizations(c.db).where({ id: mine.organization_id }).first())!;
-  return organizationOut(org, mine, await memberCount(c.db, org.id));
+  const org = (await findOrganization(c.db, mine.organization_id))!;
+  return organizationOut(org, mine, await countMembers(c.db, org.id));
 }
 
 export async function listMembers(c: Container, userId: string, page: { page: number; pageSize: number }) {
@@ -68,7 +77,7 @@ export async function listMembers(c: Container, userId: string, page: { page: nu
 
 /** Emits an organization event to its owner and admins (and to `also`, e.g. the member concerned). */
 async function tellManagers(c: Container, organizationId: string, type: EventType, data: Record<string, unknown>, also: string[] = []): Promise<void> {
-  const managers = (await memberViews(c.db, organizationId).whereIn('m.role', ['owner', 'admin'])).map((m) => m.user_id);
+  const managers = await managerIds(c.db, organizationId);
   for (const id of new Set([...managers, ...also])) await emitEvent(c, id, type, data);
 }
 
@@ -96,28 +105,20 @@ export async function invite(c: Container, inviter: { id: string }, input: { ema
   const now = c.clock.now();
   const { org, row } = await c.db.transaction(async (trx) => {
     // Serialises the organization's invitations, so parallel requests cannot pass the open limit together.
-    const org = (await organizations(trx).where({ id: mine.organization_id }).forUpdate().first())!;
+    const org = (await lockOrganization(trx, mine.organization_id))!;
     const already = await memberWithEmail(trx, org.id, input.email);
     if (already) throw conflict('already_member', 'An account with this email address is already a member.');
-    const open = await invitations(trx)
-      .where({ organization_id: org.id })
-      .whereNull('accepted_at')
-      .whereNull('revoked_at')
-      .where('expires_at', '>', now)
-      .count<{ count: string }[]>({ count: '*' });
-    if (Number(open[0]?.count ?? 0) >= MAX_OPEN_INVITATIONS)
+    if ((await countOpenInvitations(trx, org.id, now)) >= MAX_OPEN_INVITATIONS)
       throw conflict('invitation_limit_reached', `An organization has at most ${MAX_OPEN_INVITATIONS} open invitations.`);
-    const [row] = await invitations(trx)
-      .insert({
-        organization_id: org.id,
-        email: input.email,
-        role: input.role,
-        invited_by: inviter.id,
-        token_hash: hashToken(token),
-        expires_at: new Date(now.getTime() + INVITATION_TTL_HOURS * 3600_000),
-        created_at: now,
-      })
-      .returning('*');
+    const row = await insertInvitation(trx, {
+      organization_id: org.id,
+      email: input.email,
+      role: input.role,
+      invited_by: inviter.id,
+      token_hash: hashToken(token),
+      expires_at: new Date(now.getTime() + INVITATION_TTL_HOURS * 3600_000),
+      created_at: now,
+    });
     await recordAudit(
       trx,
       {
@@ -167,12 +168,7 @@ export async function listInvitations(c: Container, userId: string, q: { state?:
   const mine = await ensureMembership(c.db, userId);
   if (!isManager(mine)) throw forbidden('organization_admin_required', "Only the owner or an admin may list the organization's invitations.");
   const now = c.clock.now();
-  const base = invitations(c.db).where({ organization_id: mine.organization_id });
-  if (q.state === 'accepted') base.whereNotNull('accepted_at');
-  if (q.state === 'revoked') base.whereNull('accepted_at').whereNotNull('revoked_at');
-  if (q.state === 'expired') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '<=', now);
-  if (q.state === 'pending') base.whereNull('accepted_at').whereNull('revoked_at').where('expires_at', '>', now);
-  const { items, total } = await newestFirstPage<InvitationRow>(base, q);
+  const { items, total } = await pageInvitations(c.db, mine.organization_id, { ...q, now });
   return { items: items.map((r) => invitationOut(r, now)), total };
 }
 
@@ -187,7 +183,7 @@ export async function revokeInvitation(c: Container, actorId: string, invitation
   const now = c.clock.now();
   try {
     await c.db.transaction(async (trx) => {
-      const inv = await invitations(trx).where({ id: invitationId }).forUpdate().first();
+      const inv = await lockInvitation(trx, invitationId);
       if (inv?.organization_id !== mine.organization_id) {
         throw await notYours(
           c,
@@ -199,7 +195,7 @@ export async function revokeInvitation(c: Container, actorId: string, invitation
       if (!outranks(mine.role, inv.role)) throw forbidden('organization_owner_required', "Only the owner may revoke an admin's invitation.");
       if (inv.accepted_at) throw conflict('invitation_used', 'This invitation has already been accepted; remove the member instead.');
       if (inv.revoked_at) return;
-      await invitations(trx).where({ id: inv.id }).update({ revoked_at: now, revoked_by: actorId });
+      await markInvitationRevoked(trx, inv.id, actorId, now);
       await recordAudit(
         trx,
         {
@@ -233,27 +229,24 @@ export async function acceptInvitation(c: Container, userId: string, token: stri
     result = await c.db.transaction(async (trx) => {
       const account = await lockLiveUser(trx, userId);
       if (!account) throw notFound('account_not_found', 'The account no longer exists.');
-      const inv = await invitations(trx)
-        .where({ token_hash: hashToken(token) })
-        .forUpdate()
-        .first();
+      const inv = await lockInvitationByTokenHash(trx, hashToken(token));
       if (!inv) throw badRequest('invalid_invitation_token', 'This invitation token is not valid.');
       if (inv.accepted_at) throw gone('invitation_used', 'This invitation has already been used.');
       if (inv.revoked_at) throw gone('invitation_revoked', 'This invitation was revoked; ask for a new one.');
       if (inv.expires_at <= now) throw gone('invitation_expired', 'This invitation has expired; ask for a new one.');
       if (inv.email.toLowerCase() !== account.email.toLowerCase())
         throw forbidden('invitation_wrong_account', 'This invitation was sent to another email address; accept it from the account with that address.');
-      const previous = (await members(trx).where({ user_id: userId }).forUpdate().first())!;
+      const previous = (await lockMember(trx, userId))!;
       if (previous.organization_id === inv.organization_id) throw conflict('already_member', 'You are already a member of this organization.');
-      const org = (await organizations(trx).where({ id: inv.organization_id }).forUpdate().first())!;
-      if (previous.role === 'owner' && (await memberCount(trx, previous.organization_id)) > 1) {
+      const org = (await lockOrganization(trx, inv.organization_id))!;
+      if (previous.role === 'owner' && (await countMembers(trx, previous.organization_id)) > 1) {
         throw conflict('organization_not_empty', 'You own an organization with other members; remove them before joining another.');
       }
       const detached = await detachMember(trx, userId, now, 'joined_organization', meta);
-      await members(trx).where({ user_id: userId }).delete();
-      if (previous.role === 'owner') await organizations(trx).where({ id: previous.organization_id }).delete();
-      await members(trx).insert({ user_id: userId, organization_id: org.id, role: inv.role, joined_at: now });
-      await invitations(trx).where({ id: inv.id }).update({ accepted_at: now, accepted_by: userId });
+      await deleteMember(trx, userId);
+      if (previous.role === 'owner') await deleteOrganization(trx, previous.organization_id);
+      await insertMember(trx, { user_id: userId, organization_id: org.id, role: inv.role, joined_at: now });
+      await markInvitationAccepted(trx, inv.id, userId, now);
       await recordAudit(
         trx,
         {
@@ -307,8 +300,8 @@ export async function removeMember(c: Container, actorId: string, targetId: stri
   let detached: Detached;
   try {
     detached = await c.db.transaction(async (trx) => {
-      await organizations(trx).where({ id: mine.organization_id }).forUpdate().first();
-      const target = await members(trx).where({ user_id: targetId }).forUpdate().first();
+      await lockOrganization(trx, mine.organization_id);
+      const target = await lockMember(trx, targetId);
       const live = target && (await findUserById(trx, targetId));
       if (!target || !live || target.organization_id !== mine.organization_id) {
         throw await notYours(
@@ -317,13 +310,13 @@ export async function removeMember(c: Container, actorId: string, targetId: stri
           notFound('member_not_found', 'No such member in your organization.'),
         );
       }
-      const actor = (await members(trx).where({ user_id: actorId }).first())!;
+      const actor = (await membershipOf(trx, actorId))!;
       if (target.role === 'owner')
         throw forbidden(targetId === actorId ? 'owner_cannot_leave' : 'owner_cannot_be_removed', 'The owner stays in the organization.');
       if (targetId !== actorId && !isManager(actor)) throw forbidden('organization_admin_required', 'Only the owner or an admin may remove members.');
       if (targetId !== actorId && !outranks(actor.role, target.role)) throw forbidden('organization_owner_required', 'Only the owner may remove an admin.');
       const d = await detachMember(trx, targetId, now, 'removed_from_organization', meta);
-      await members(trx).where({ user_id: targetId }).delete();
+      await deleteMember(trx, targetId);
       await ensureMembership(trx, targetId);
       const reason = targetId === actorId ? 'left' : 'removed';
       await recordAudit(
@@ -365,16 +358,15 @@ export async function removeMember(c: Container, actorId: string, targetId: stri
  * organization left empty is deleted. The caller runs `afterAccountDeleted` once it has committed.
  */
 export async function leaveOnDeletion(trx: Knex.Transaction, userId: string, at: Date, meta: RequestMeta): Promise<Detached> {
-  const mine = await members(trx).where({ user_id: userId }).forUpdate().first();
+  const mine = await lockMember(trx, userId);
   const detached = await detachMember(trx, userId, at, 'account_deleted', meta);
   if (!mine) return detached;
-  await members(trx).where({ user_id: userId }).delete();
+  await deleteMember(trx, userId);
   if (mine.role === 'owner') {
     const heir = await heirOf(trx, mine.organization_id);
-    if (!heir) await organizations(trx).where({ id: mine.organization_id }).delete();
+    if (!heir) await deleteOrganization(trx, mine.organization_id);
     else {
-      await members(trx).where({ user_id: heir.user_id }).update({ role: 'owner' });
-      await organizations(trx).where({ id: mine.organization_id }).update({ owner_id: heir.user_id });
+      await transferOwnership(trx, mine.organization_id, heir.user_id);
       await recordAudit(
         trx,
         { user_id: heir.user_id, action: 'organization.owner_changed', status: 'success', target: mine.organization_id, details: { reason: 'owner_deleted' } },

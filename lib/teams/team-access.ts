@@ -14,11 +14,20 @@ import {
   accountOrganization,
   ensureMembership,
   markLinksToPending,
-  members,
   membershipOf,
   pageMembers,
-  teamGrants,
-  teamLinks,
+  teamLinkOfGrantee,
+  lockTeamLinkOfGrantee,
+  deleteTeamLink,
+  setTeamLinkState,
+  approveTeamLink,
+  withdrawApprovalsOfSource,
+  pageTeamLinks,
+  deleteGrantsOfGrantee,
+  deleteGrantedLineages,
+  deleteGrantsFromOtherSources,
+  deleteGrantsFromSource,
+  deleteUnwantedGrants,
   type MemberView,
   type SyncState,
   type TeamLinkRow,
@@ -71,15 +80,15 @@ export interface Detached {
  * stay (marked pending; the re-sync finds the source gone and says so in their status).
  */
 export async function detachMember(trx: Knex.Transaction, userId: string, at: Date, reason: string, meta?: Partial<RequestMeta>): Promise<Detached> {
-  const link = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();
-  const revoked = await teamGrants(trx).where({ grantee_id: userId }).delete();
+  const link = await lockTeamLinkOfGrantee(trx, userId);
+  const revoked = await deleteGrantsOfGrantee(trx, userId);
   if (link) {
-    await teamLinks(trx).where({ grantee_id: userId }).delete();
+    await deleteTeamLink(trx, userId);
     await recordAudit(trx, { user_id: userId, action: 'team_access.unlinked', status: 'success', target: link.source_id, details: { reason, revoked } }, meta);
   }
-  await teamGrants(trx).where({ source_id: userId }).delete();
+  await deleteGrantsFromSource(trx, userId);
   // Approval was given within the organization: a source that comes back must approve again.
-  await teamLinks(trx).where({ source_id: userId }).update({ approved_at: null, approved_by: null });
+  await withdrawApprovalsOfSource(trx, userId);
   return { link, grantees: await markLinksToPending(trx, userId, at) };
 }
 
@@ -124,7 +133,7 @@ const approvalOf = (link: Pick<TeamLinkRow, 'approved_at'>) => (link.approved_at
 
 /** The caller's link and its sync state; `inherited_keys` counts what key lookups grant right now. */
 export async function teamStatus(c: Container, userId: string) {
-  const link = await teamLinks(c.db).where({ grantee_id: userId }).first();
+  const link = await teamLinkOfGrantee(c.db, userId);
   const count = await countGrantedLineages(c.db, userId);
   const [source] = link ? await usersByIds(c.db, [link.source_id]) : [];
   return {
@@ -156,11 +165,11 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
     // The caller's membership, locked: a concurrent move to another organization waits for this link.
     const locked = await lockMembership(trx, userId);
     await eligibleSource(c, trx, userId, locked?.organization_id ?? mine.organization_id, sourceId, meta);
-    const before = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();
+    const before = await lockTeamLinkOfGrantee(trx, userId);
     const kept =
       before?.source_id === sourceId ? { approved_at: before.approved_at, approved_by: before.approved_by } : { approved_at: null, approved_by: null };
     await upsertTeamLink(trx, { grantee_id: userId, source_id: sourceId, state: 'pending', last_error: null, linked_at: now, updated_at: now, ...kept });
-    const revoked = await teamGrants(trx).where({ grantee_id: userId }).whereNot({ source_id: sourceId }).delete();
+    const revoked = await deleteGrantsFromOtherSources(trx, userId, sourceId);
     const approval = approvalOf(kept);
     await recordAudit(
       trx,
@@ -185,8 +194,8 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
 
 /** Deletes a link and every grant made through it, in the caller's transaction; audited for the grantee. */
 async function endLink(trx: Knex.Transaction, link: TeamLinkRow, reason: string, meta: RequestMeta): Promise<number> {
-  const revoked = await teamGrants(trx).where({ grantee_id: link.grantee_id }).delete();
-  await teamLinks(trx).where({ grantee_id: link.grantee_id }).delete();
+  const revoked = await deleteGrantsOfGrantee(trx, link.grantee_id);
+  await deleteTeamLink(trx, link.grantee_id);
   await recordAudit(
     trx,
     { user_id: link.grantee_id, action: 'team_access.unlinked', status: 'success', target: link.source_id, details: { reason, revoked } },
@@ -201,7 +210,7 @@ async function endLink(trx: Knex.Transaction, link: TeamLinkRow, reason: string,
  */
 export async function unlinkSource(c: Container, userId: string, meta: RequestMeta): Promise<{ source_user_id: string; revoked_keys: number } | undefined> {
   const done = await c.db.transaction(async (trx) => {
-    const link = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();
+    const link = await lockTeamLinkOfGrantee(trx, userId);
     if (!link) return undefined;
     return { source_user_id: link.source_id, revoked_keys: await endLink(trx, link, 'unlinked', meta) };
   });
@@ -216,7 +225,7 @@ export async function unlinkSource(c: Container, userId: string, meta: RequestMe
  * (audited when the link exists), or 403 for a manager the source outranks.
  */
 async function decidableLink(c: Container, trx: Knex.Transaction, actorId: string, granteeId: string, action: string, meta: RequestMeta): Promise<TeamLinkRow> {
-  const link = granteeId === actorId ? undefined : await teamLinks(trx).where({ grantee_id: granteeId }).forUpdate().first();
+  const link = granteeId === actorId ? undefined : await lockTeamLinkOfGrantee(trx, granteeId);
   if (link?.source_id === actorId) return link;
   if (link) {
     const [actor, source, grantee] = await Promise.all([membershipOf(trx, actorId), membershipOf(trx, link.source_id), membershipOf(trx, link.grantee_id)]);
@@ -272,26 +281,14 @@ export async function listLinks(
   userId: string,
   q: { view: 'source' | 'organization'; approval?: 'pending' | 'approved'; page: number; pageSize: number },
 ) {
-  const base = teamLinks(c.db);
+  let whose: { sourceId: string } | { organizationId: string } = { sourceId: userId };
   if (q.view === 'organization') {
     const mine = await ensureMembership(c.db, userId);
     if (!isManager(mine)) throw forbidden('organization_admin_required', "Only the owner or an admin may list the organization's links.");
-    base.whereIn('grantee_id', members(c.db).where({ organization_id: mine.organization_id }).select('user_id'));
-  } else base.where({ source_id: userId });
-  if (q.approval)
-    base.where((w) => {
-      if (q.approval === 'approved') w.whereNotNull('approved_at');
-      else w.whereNull('approved_at');
-    });
-  const [rows, count] = await Promise.all([
-    base
-      .clone()
-      .orderBy([{ column: 'linked_at', order: 'desc' }, { column: 'grantee_id' }])
-      .limit(q.pageSize)
-      .offset((q.page - 1) * q.pageSize),
-    base.clone().count<{ count: string }[]>({ count: '*' }),
-  ]);
-  return { items: await linkViews(c.db, rows), total: Number(count[0]?.count ?? 0) };
+    whose = { organizationId: mine.organization_id };
+  }
+  const { items, total } = await pageTeamLinks(c.db, { ...whose, approval: q.approval, page: q.page, pageSize: q.pageSize });
+  return { items: await linkViews(c.db, items), total };
 }
 
 /**
@@ -305,10 +302,7 @@ export async function approveLink(c: Container, actorId: string, granteeId: stri
     const link = await decidableLink(c, trx, actorId, granteeId, 'team_access.approved', meta);
     if (link.source_id !== sourceId) throw conflict('team_link_changed', 'This member now links to another source; list the links again.');
     if (link.approved_at) return { link, changed: false };
-    const [approved] = await teamLinks(trx)
-      .where({ grantee_id: granteeId })
-      .update({ approved_at: now, approved_by: actorId, state: 'pending', updated_at: now })
-      .returning('*');
+    const approved = await approveTeamLink(trx, granteeId, actorId, now);
     // One row for each party: the approver, the grantee and the source (who may be the approver).
     const parties = new Map([
       [actorId, granteeId],
@@ -382,29 +376,20 @@ export interface SyncOutcome {
  * `source_unavailable`).
  */
 export async function syncGrants(c: Container, granteeId: string, origin: Origin): Promise<SyncOutcome> {
-  await teamLinks(c.db).where({ grantee_id: granteeId }).update({ state: 'running', updated_at: c.clock.now() });
+  await setTeamLinkState(c.db, granteeId, { state: 'running', updated_at: c.clock.now() });
   const now = c.clock.now();
   const outcome = await c.db.transaction(async (trx): Promise<SyncOutcome> => {
-    const link = await teamLinks(trx).where({ grantee_id: granteeId }).forUpdate().first();
-    if (!link) {
-      const removed = await teamGrants(trx).where({ grantee_id: granteeId }).delete().returning<{ lineage_id: string }[]>('lineage_id');
-      return { linked: false, inherited_keys: 0, added: [], removed: removed.map((r) => r.lineage_id) };
-    }
+    const link = await lockTeamLinkOfGrantee(trx, granteeId);
+    if (!link) return { linked: false, inherited_keys: 0, added: [], removed: await deleteGrantedLineages(trx, granteeId) };
     const [grantee, source] = await Promise.all([membershipOf(trx, granteeId), accountOrganization(trx, link.source_id)]);
     const eligible = Boolean(grantee && source?.organization_id && grantee.organization_id === source.organization_id);
     // One hop: lineages the source owns, never the ones it inherits itself; none until the link is approved.
     const wanted = eligible && link.approved_at ? await enabledLineageIds(trx, link.source_id) : [];
-    const removed = await teamGrants(trx)
-      .where({ grantee_id: granteeId })
-      .andWhere((w) => {
-        w.whereNot({ source_id: link.source_id }).orWhereNotIn('lineage_id', wanted);
-      })
-      .delete()
-      .returning<{ lineage_id: string }[]>('lineage_id');
+    const removed = await deleteUnwantedGrants(trx, granteeId, link.source_id, wanted);
     const added = await grantLineages(trx, granteeId, link.source_id, wanted, now);
     const state: SyncState = eligible ? 'ok' : 'failed';
     const lastError = eligible ? null : 'source_unavailable';
-    await teamLinks(trx).where({ grantee_id: granteeId }).update({ state, last_error: lastError, last_synced_at: now, updated_at: now });
+    await setTeamLinkState(trx, granteeId, { state, last_error: lastError, last_synced_at: now, updated_at: now });
     if (added.length || removed.length || link.last_error !== lastError) {
       await recordAudit(
         trx,
@@ -418,7 +403,7 @@ export async function syncGrants(c: Container, granteeId: string, origin: Origin
         origin,
       );
     }
-    return { linked: true, state, source_user_id: link.source_id, inherited_keys: wanted.length, added, removed: removed.map((r) => r.lineage_id) };
+    return { linked: true, state, source_user_id: link.source_id, inherited_keys: wanted.length, added, removed };
   });
   if (outcome.linked) {
     await emitEvent(c, granteeId, 'team_access.synced', {
@@ -434,7 +419,7 @@ export async function syncGrants(c: Container, granteeId: string, origin: Origin
 
 /** The last try of a sync failed: the status says so (the grants are what the last good run left). */
 export async function markSyncFailed(c: Container, granteeId: string, code: string): Promise<void> {
-  await teamLinks(c.db).where({ grantee_id: granteeId }).update({ state: 'failed', last_error: code, updated_at: c.clock.now() });
+  await setTeamLinkState(c.db, granteeId, { state: 'failed', last_error: code, updated_at: c.clock.now() });
 }
 
 /** For key lists: the owner (id, username) of each inherited lineage, by lineage id. */

@@ -12,10 +12,21 @@ import {
   pageEndpoints,
   pageDeliveries,
   attemptsOf,
-  deliveries,
   enabledEndpoints,
-  endpoints,
   takesEvent,
+  findEndpoint,
+  lockEndpoint,
+  countEndpoints,
+  insertEndpoint,
+  updateOwnEndpoint,
+  deleteOwnEndpoint,
+  setEndpointSecrets,
+  disableEndpoint,
+  findDelivery,
+  insertDeliveries,
+  markDeliveryPending,
+  markDeliveryFailed,
+  purgeDeliveriesBefore,
   type AttemptRow,
   type DeliveryRow,
   type DeliveryState,
@@ -49,7 +60,7 @@ async function vetUrl(c: Container, url: string): Promise<void> {
 
 /** The caller's endpoint, or 404 (audited as not_owner when it is another account's). */
 export async function ownEndpoint(c: Container, userId: string, id: string, meta?: RequestMeta): Promise<EndpointRow> {
-  const row = await endpoints(c.db).where({ id }).first();
+  const row = await findEndpoint(c.db, id);
   if (row?.user_id === userId) return row;
   throw await notYours(c, { userId, resource: 'webhook', target: id, existsElsewhere: Boolean(row), meta });
 }
@@ -70,21 +81,19 @@ export async function createEndpoint(
   const endpoint = await c.db.transaction(async (trx) => {
     // One account's creations are serialised so that concurrent requests cannot pass the limit together.
     await lockAccount(trx, userId);
-    const [{ count }] = (await endpoints(trx).where({ user_id: userId }).count<{ count: number }[]>({ count: '*' })) as [{ count: number }];
-    if (count >= MAX_ENDPOINTS) throw conflict('webhook_limit_reached', `An account has at most ${MAX_ENDPOINTS} webhook endpoints.`);
-    const [row] = await endpoints(trx)
-      .insert({
-        id,
-        user_id: userId,
-        url: input.url,
-        description: input.description ?? '',
-        event_types: input.event_types ?? [],
-        enabled: input.enabled ?? true,
-        secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')),
-        created_at: c.clock.now(),
-        updated_at: c.clock.now(),
-      })
-      .returning('*');
+    if ((await countEndpoints(trx, userId)) >= MAX_ENDPOINTS)
+      throw conflict('webhook_limit_reached', `An account has at most ${MAX_ENDPOINTS} webhook endpoints.`);
+    const row = await insertEndpoint(trx, {
+      id,
+      user_id: userId,
+      url: input.url,
+      description: input.description ?? '',
+      event_types: input.event_types ?? [],
+      enabled: input.enabled ?? true,
+      secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')),
+      created_at: c.clock.now(),
+      updated_at: c.clock.now(),
+    });
     await recordAudit(
       trx,
       { user_id: userId, action: 'webhook.created', status: 'success', target: id, details: { event_types: input.event_types ?? [] } },
@@ -111,7 +120,7 @@ export async function updateEndpoint(
   if (patch.event_types !== undefined) changes.event_types = patch.event_types;
   // Turning an endpoint back on clears why the service had turned it off.
   if (patch.enabled !== undefined) Object.assign(changes, { enabled: patch.enabled, disabled_reason: null });
-  const [row] = await endpoints(c.db).where({ id, user_id: userId }).update(changes).returning('*');
+  const row = (await updateOwnEndpoint(c.db, id, userId, changes))!;
   await endpointsChanged(c, userId);
   await audit(c, userId, 'webhook.updated', id, meta, { fields: Object.keys(patch).filter((k) => patch[k as keyof EndpointInput] !== undefined) });
   return row;
@@ -119,7 +128,7 @@ export async function updateEndpoint(
 
 export async function deleteEndpoint(c: Container, userId: string, id: string, meta: RequestMeta): Promise<void> {
   await ownEndpoint(c, userId, id, meta);
-  await endpoints(c.db).where({ id, user_id: userId }).delete();
+  await deleteOwnEndpoint(c.db, id, userId);
   await endpointsChanged(c, userId);
   await audit(c, userId, 'webhook.deleted', id, meta);
 }
@@ -138,17 +147,15 @@ export async function rotateSecret(
   const secret = newWebhookSecret();
   const expires = graceMs > 0 ? new Date(c.clock.now().getTime() + graceMs) : null;
   await c.db.transaction(async (trx) => {
-    const row = await endpoints(trx).where({ id }).forUpdate().first();
+    const row = await lockEndpoint(trx, id);
     if (row?.user_id !== userId) throw await notYours(c, { userId, resource: 'webhook', target: id, existsElsewhere: Boolean(row), meta });
     const previous = expires ? c.sealer.seal(c.sealer.openText(row.secret_sealed, secretAad(id, 'current')), secretAad(id, 'previous')) : null;
-    await endpoints(trx)
-      .where({ id })
-      .update({
-        secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')),
-        previous_secret_sealed: previous,
-        previous_secret_expires_at: expires,
-        updated_at: c.clock.now(),
-      });
+    await setEndpointSecrets(trx, id, {
+      secret_sealed: c.sealer.seal(secret, secretAad(id, 'current')),
+      previous_secret_sealed: previous,
+      previous_secret_expires_at: expires,
+      updated_at: c.clock.now(),
+    });
     await recordAudit(
       trx,
       { user_id: userId, action: 'webhook.secret_rotated', status: 'success', target: id, details: { grace_seconds: Math.round(graceMs / 1000) } },
@@ -211,20 +218,19 @@ export async function fanOut(c: Container, event: AccountEvent, endpoints?: Targ
   if (!targets.length) return 0;
   const body = JSON.stringify(event);
   const now = c.clock.now();
-  const rows = await deliveries(c.db)
-    .insert(
-      targets.map((t) => ({
-        endpoint_id: t.id,
-        user_id: t.user_id,
-        event_id: event.id,
-        event_type: event.type,
-        body,
-        next_attempt_at: now,
-        created_at: now,
-        updated_at: now,
-      })),
-    )
-    .returning('*');
+  const rows = await insertDeliveries(
+    c.db,
+    targets.map((t) => ({
+      endpoint_id: t.id,
+      user_id: t.user_id,
+      event_id: event.id,
+      event_type: event.type,
+      body,
+      next_attempt_at: now,
+      created_at: now,
+      updated_at: now,
+    })),
+  );
   await Promise.all(rows.map((d) => enqueueAttempts(c, d, '0')));
   return rows.length;
 }
@@ -235,8 +241,8 @@ export async function sendTestPing(c: Container, userId: string, id: string, met
   const deliveryId = randomUUID();
   const now = c.clock.now();
   const body = JSON.stringify({ id: deliveryId, type: 'webhook.test', created_at: now.toISOString(), account: userId, data: { endpoint_id: endpoint.id } });
-  const [row] = await deliveries(c.db)
-    .insert({
+  const [row] = await insertDeliveries(c.db, [
+    {
       id: deliveryId,
       endpoint_id: endpoint.id,
       user_id: userId,
@@ -246,8 +252,8 @@ export async function sendTestPing(c: Container, userId: string, id: string, met
       next_attempt_at: now,
       created_at: now,
       updated_at: now,
-    })
-    .returning('*');
+    },
+  ]);
   await enqueueAttempts(c, row, '0');
   await audit(c, userId, 'webhook.test_sent', id, meta, { delivery_id: deliveryId });
   return row;
@@ -255,7 +261,7 @@ export async function sendTestPing(c: Container, userId: string, id: string, met
 
 export async function ownDelivery(c: Container, userId: string, endpointId: string, deliveryId: string, meta?: RequestMeta): Promise<DeliveryRow> {
   await ownEndpoint(c, userId, endpointId, meta);
-  const row = await deliveries(c.db).where({ id: deliveryId }).first();
+  const row = await findDelivery(c.db, deliveryId);
   if (row?.endpoint_id === endpointId) return row;
   throw await notYours(c, { userId, resource: 'webhook_delivery', target: deliveryId, existsElsewhere: Boolean(row), meta });
 }
@@ -266,10 +272,7 @@ export async function redeliver(c: Container, userId: string, endpointId: string
   if (!endpoint.enabled) throw conflict('webhook_disabled', 'The endpoint is disabled; enable it before redelivering.');
   const existing = await ownDelivery(c, userId, endpointId, deliveryId, meta);
   if (existing.state === 'pending') throw conflict('delivery_pending', 'The delivery is still being tried; wait for its outcome.');
-  const [row] = await deliveries(c.db)
-    .where({ id: deliveryId })
-    .update({ state: 'pending', next_attempt_at: c.clock.now(), updated_at: c.clock.now() })
-    .returning('*');
+  const row = await markDeliveryPending(c.db, deliveryId, c.clock.now());
   await enqueueAttempts(c, row, `r${existing.attempts}`);
   await audit(c, userId, 'webhook.redelivered', endpointId, meta, { delivery_id: deliveryId });
   return row;
@@ -289,13 +292,13 @@ export interface TryOutcome {
  * is when the queue will try again after a failure (null: this was the last try), for the record.
  */
 export async function tryDelivery(c: Container, deliveryId: string, nextDelayMs: number | null): Promise<TryOutcome> {
-  const delivery = await deliveries(c.db).where({ id: deliveryId }).first();
+  const delivery = await findDelivery(c.db, deliveryId);
   if (!delivery) return { result: null, gone: false, skipped: 'delivery_missing' };
   if (delivery.state !== 'pending') return { result: null, gone: false, skipped: 'not_pending' };
-  const endpoint = await endpoints(c.db).where({ id: delivery.endpoint_id }).first();
+  const endpoint = await findEndpoint(c.db, delivery.endpoint_id);
   // A disabled endpoint takes only test pings (a user checking it before turning it back on).
   if (!endpoint || (!endpoint.enabled && delivery.event_type !== 'webhook.test')) {
-    await deliveries(c.db).where({ id: deliveryId }).update({ state: 'failed', next_attempt_at: null, updated_at: c.clock.now() });
+    await markDeliveryFailed(c.db, deliveryId, c.clock.now());
     return { result: null, gone: false, skipped: 'endpoint_disabled' };
   }
   // Wall-clock time: receivers judge the timestamp against their own clocks (replay protection).
@@ -317,7 +320,7 @@ export async function tryDelivery(c: Container, deliveryId: string, nextDelayMs:
       { state: ok ? 'succeeded' : last ? 'failed' : 'pending', next_attempt_at: last ? null : new Date(now.getTime() + nextDelayMs), updated_at: now },
     );
     if (gone) {
-      await endpoints(trx).where({ id: endpoint.id }).update({ enabled: false, disabled_reason: 'gone', updated_at: now });
+      await disableEndpoint(trx, endpoint.id, 'gone', now);
       await recordAudit(trx, {
         user_id: endpoint.user_id,
         action: 'webhook.disabled',
@@ -334,7 +337,7 @@ export async function tryDelivery(c: Container, deliveryId: string, nextDelayMs:
 /** Delivery records past retention, with their attempts (cascade). */
 export async function purgeDeliveries(c: Container): Promise<number> {
   const cutoff = new Date(c.clock.now().getTime() - c.config.webhooks.retentionDays * 86400_000);
-  return deliveries(c.db).where('created_at', '<', cutoff).whereNot({ state: 'pending' }).delete();
+  return purgeDeliveriesBefore(c.db, cutoff);
 }
 
 /** A page of the account's endpoints, newest first. */

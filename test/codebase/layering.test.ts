@@ -1,10 +1,11 @@
 /**
- * Data access has one rule: routes call services, services call db/, and only db/ writes queries.
- * A route that opens a transaction or a service that names a table has put a query where no one looks
- * for it; a migration that imports the service's code changes what it did whenever that code changes.
+ * Data access has one rule: routes (and the HTTP middleware) call services, services call db/, and only
+ * db/ writes queries. A route that opens a transaction or a service that names a table has put a query
+ * where no one looks for it; a migration that imports the service's code changes what it did whenever that code changes.
  * Audit rows take the request's address and id in one place (recordAudit's `from`), never copied by hand.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { routeModules, serviceModules } from '../../scripts/layers';
@@ -54,6 +55,30 @@ const QUERIES: Rule[] = [
   { name: 'raw SQL', re: /\.(?:raw|whereRaw|joinRaw|orderByRaw)\(/ },
 ];
 
+/**
+ * A query built in place on something db/ handed out: services call db/ functions named after what
+ * they do and never chain a query builder. These methods are knex's; no service uses them on anything
+ * else (update, delete and select are left out: hashes, Maps and Sets have them too).
+ */
+const CHAINS: Rule[] = [
+  {
+    name: 'a query chained in a service',
+    re: /\.(?:where|whereIn|whereNot|whereNotIn|whereNull|whereNotNull|whereExists|andWhere|orWhere|orWhereIn|orWhereNotIn|forUpdate|forShare|forNoKeyUpdate|returning|orderBy|groupBy|having|count|first|insert|onConflict|increment|decrement|pluck)\(/,
+  },
+];
+
+/** A db/ export that hands out a bare table (`export const t = (db: Knex) => db<Row>('t')`), for others to chain queries on. */
+const TABLE_HELPERS: Rule[] = [
+  {
+    name: 'an exported table helper',
+    re: /^export\s+const\s+\w+\s*=\s*\(\s*\w+\s*:\s*Knex(?:\.Transaction)?\s*\)\s*(?::[^=]+)?=>\s*\w+\s*(?:<[^>]*>)?\(\s*['"`][\w.]+(?:\s+as\s+\w+)?['"`]\s*\)\s*;?\s*$/,
+  },
+  {
+    name: 'an exported table helper',
+    re: /^export\s+function\s+\w+\s*\(\s*\w+\s*:\s*Knex(?:\.Transaction)?\s*\)[^{]*\{\s*return\s+\w+\s*(?:<[^>]*>)?\(\s*['"`][\w.]+['"`]\s*\)\s*;?\s*\}\s*$/,
+  },
+];
+
 /** What only a service does: open a transaction, or query. */
 const ROUTE_RULES: Rule[] = [
   { name: 'a database call', re: /\bc\.db\b/ },
@@ -70,13 +95,30 @@ const AUDIT_RULES: Rule[] = [
 
 // Routes: api/routes/<first path segment>/; services: lib/ and its area folders (scripts/layers.ts).
 const routes = routeModules();
+const middleware = filesOf('api/middleware');
 const services = serviceModules();
 const migrations = filesOf('db/migrations');
 
-function routeImports(): string[] {
-  return routes.flatMap((file) =>
+/** The values an import statement names (`type` specifiers left out); empty for a default or namespace import. */
+const namedValues = (statement: string): string[] =>
+  (/\{([^}]*)\}/.exec(statement)?.[1] ?? '')
+    .split(',')
+    .map((n) => n.trim())
+    .filter((n) => n && !n.startsWith('type '));
+
+/** db/ values middleware may import, by module: the load shedder reads the pool's queue length (pool monitoring, not a query). */
+const MIDDLEWARE_DB_VALUES: Record<string, string[]> = { 'db/knex': ['waitingForConnection'] };
+
+/** Imports of values (not only types) from db/, but for those `allowed` names by module. */
+function dbValueImports(files: string[], allowed: Record<string, string[]> = {}): string[] {
+  const isAllowed = (statement: string, from: string) => {
+    const names = namedValues(statement);
+    const ok = allowed[from.replace(/^(?:\.\.?\/)+/, '')];
+    return Boolean(ok && names.length && !/\bimport\s+(?!type\b)\w+\s*,|\*\s+as\b/.test(statement) && names.every((n) => ok.includes(n)));
+  };
+  return files.flatMap((file) =>
     importsOf(file)
-      .filter((i) => /(?:^|\/)db\//.test(i.from) && !typeOnly(i.statement))
+      .filter((i) => /(?:^|\/)db\//.test(i.from) && !typeOnly(i.statement) && !isAllowed(i.statement, i.from))
       .map((i) => `${file}:${i.line}: imports values from ${i.from}`),
   );
 }
@@ -91,11 +133,21 @@ function migrationImports(): string[] {
 
 describe('layering', () => {
   it('routes call services: no query, transaction or db/ function in api/routes', () => {
-    expect([...routeImports(), ...breaches(routes, ROUTE_RULES)]).toEqual([]);
+    expect([...dbValueImports(routes), ...breaches(routes, ROUTE_RULES)]).toEqual([]);
+  });
+
+  it('middleware calls services as routes do: no query, transaction or db/ function in api/middleware (but the pool monitor)', () => {
+    expect(middleware).toEqual(expect.arrayContaining(['api/middleware/auth.ts', 'api/middleware/admin.ts', 'api/middleware/overload.ts']));
+    expect([...dbValueImports(middleware, MIDDLEWARE_DB_VALUES), ...breaches(middleware, ROUTE_RULES)]).toEqual([]);
   });
 
   it('services call db/: no table call or raw SQL in lib/ and its area folders (lib/keys, lib/accounts, …)', () => {
     expect(breaches(services, QUERIES)).toEqual([]);
+  });
+
+  it('services call named db/ functions: no query chained on what db/ hands out, and db/ hands out no bare table', () => {
+    expect(breaches(services, CHAINS)).toEqual([]);
+    expect(breaches(filesOf('db'), TABLE_HELPERS)).toEqual([]);
   });
 
   it('the rules read every route file and every service module, never the building blocks of lib/pgp', () => {
@@ -109,7 +161,7 @@ describe('layering', () => {
   });
 
   it("audit rows take the request's address and id from recordAudit's source, not by hand", () => {
-    expect(breaches([...routes, ...services, ...filesOf('api'), ...filesOf('api/middleware')], AUDIT_RULES)).toEqual([]);
+    expect(breaches([...routes, ...services, ...filesOf('api'), ...middleware], AUDIT_RULES)).toEqual([]);
   });
 
   it('the rules catch what they are meant to', () => {
@@ -118,11 +170,31 @@ describe('layering', () => {
     expect(hits("const row = await c.db('users').first()", QUERIES)).toEqual(['a table call']);
     expect(hits("await trx<LineageRow>('key_lineages').forUpdate()", QUERIES)).toEqual(['a table call']);
     expect(hits("attempts: trx.raw('attempts + 1')", QUERIES)).toEqual(['raw SQL']);
+    expect(hits('const link = await teamLinks(trx).where({ grantee_id: userId }).forUpdate().first();', CHAINS)).toHaveLength(1);
+    expect(hits("    .whereNot({ state: 'pending' })", CHAINS)).toHaveLength(1);
+    expect(hits("const [row] = await endpoints(c.db).where({ id, user_id: userId }).update(changes).returning('*');", CHAINS)).toHaveLength(1);
+    expect(hits("return createHash('sha256').update(token).digest('hex');", CHAINS)).toEqual([]);
+    expect(hits('cache.delete(userId); parts.join(",");', CHAINS)).toEqual([]);
+    expect(hits("export const teamLinks = (db: Knex) => db<TeamLinkRow>('team_links');", TABLE_HELPERS)).toHaveLength(1);
+    expect(hits("export const apiKeys = (trx: Knex.Transaction) => trx('api_keys')", TABLE_HELPERS)).toHaveLength(1);
+    expect(hits("const teamLinks = (db: Knex) => db<TeamLinkRow>('team_links');", TABLE_HELPERS)).toEqual([]);
+    expect(hits('export const findEndpoint = (db: Knex, id: string) => endpoints(db).where({ id }).first();', TABLE_HELPERS)).toEqual([]);
     expect(hits('await c.db.transaction((trx) => storeNewKey(c, trx))', ROUTE_RULES)).toEqual(['a database call', 'a transaction']);
     expect(hits('const view = await requireKey(c, user.id, fp, meta)', ROUTE_RULES)).toEqual([]);
     expect(hits('recordAudit(c.db, { ip: meta.ip, request_id: meta.requestId })', AUDIT_RULES)).toHaveLength(2);
     expect(hits('recordAudit(c.db, { user_id: id, action }, meta)', AUDIT_RULES)).toEqual([]);
     expect(typeOnly("import type { RequestMeta } from '../../../db/audit'")).toBe(true);
     expect(typeOnly("import { listKeys, type KeyView } from '../../../db/keys'")).toBe(false);
+    expect(namedValues("import { listKeys, type KeyView } from '../../../db/keys'")).toEqual(['listKeys']);
+    const imports = (statement: string) => {
+      const file = join(mkdtempSync(join(tmpdir(), 'layering-')), 'm.ts');
+      writeFileSync(file, `${statement}\n`);
+      return dbValueImports([file], MIDDLEWARE_DB_VALUES).length;
+    };
+    expect(imports("import { waitingForConnection } from '../../db/knex';")).toBe(0);
+    expect(imports("import { waitingForConnection, pingDb } from '../../db/knex';")).toBe(1);
+    expect(imports("import * as knex from '../../db/knex';")).toBe(1);
+    expect(imports("import { recordAudit } from '../../db/audit';")).toBe(1);
+    expect(imports("import type { RequestMeta } from '../../db/audit';")).toBe(0);
   });
 });
