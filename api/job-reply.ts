@@ -5,7 +5,10 @@ import {
   DuplicateIdempotencyKey,
   failUpload,
   idempotencyKeyInUse,
+  currentJob,
   idempotencyKeyReused,
+  isFinished,
+  jobOfIdempotencyKey,
   jobReadableBy,
   jobView,
   preferEarlyHints,
@@ -18,7 +21,7 @@ import {
   watchJobEnd,
   type JobEndWatch,
 } from '../lib/jobs/job-records';
-import { findJob, findJobByIdempotencyKey, isFinished, type JobKind, type JobRow } from '../db/jobs';
+import type { JobKind, JobRow } from '../db/jobs';
 import type { Upload } from './upload';
 import type { Reply } from './route';
 import type { AppContext } from './context';
@@ -88,7 +91,7 @@ export async function submitAndReply(
   const { upload } = job;
   if (upload && !upload.streaming) throw invalid('no_files', 'Attach at least one file in the form field "files".');
   const key = idempotencyKey(ctx);
-  const replay = key ? await findJobByIdempotencyKey(c.db, job.userId, key) : undefined;
+  const replay = key ? await jobOfIdempotencyKey(c, job.userId, key) : undefined;
   if (replay) return replyToReplay(c, ctx, job, key!, replay);
   const { request, enqueue } = await prepare();
   // The job's end is watched from before it can end, when something waits for it: its upload (a job that
@@ -120,7 +123,7 @@ export async function submitAndReply(
       });
     } catch (err) {
       // Two concurrent requests with one Idempotency-Key: the loser answers as a replay of the winner.
-      if (err instanceof DuplicateIdempotencyKey) return await replyToReplay(c, ctx, job, key!, (await findJobByIdempotencyKey(c.db, job.userId, key!))!);
+      if (err instanceof DuplicateIdempotencyKey) return await replyToReplay(c, ctx, job, key!, (await jobOfIdempotencyKey(c, job.userId, key!))!);
       throw err;
     }
     ctx.state.jobId = row.id;
@@ -138,7 +141,7 @@ export async function submitAndReply(
         // A job that failed first is the answer, whether its event stopped the upload or its clean-up
         // (the job's files deleted) broke a write before the event arrived.
         if (await failUpload(c, row, err)) throw err;
-        row = (await findJob(c.db, row.id)) ?? row;
+        row = (await currentJob(c, row.id)) ?? row;
       } finally {
         uploading = false;
       }

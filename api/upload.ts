@@ -1,6 +1,5 @@
 import type { Container } from '../lib/container';
-import { jobBlob, newJobId } from '../lib/jobs/job-records';
-import { insertInputFile } from '../db/jobs';
+import { jobBlob, newJobId, recordInputFile } from '../lib/jobs/job-records';
 import { fingerprintAsRead } from '../lib/upload-fingerprint';
 import { readMultipart, type MultipartOptions, type UploadedFile } from './middleware/multipart';
 import type { AppContext } from './context';
@@ -95,7 +94,7 @@ export async function receiveUpload<R>(
     async store(file, source) {
       // The input is recorded (and so followed by the worker) once its put has opened: a follower never
       // waits for a file whose put could still fail to begin.
-      const onOpen = asJob ? () => insertInputFile(c.db, upload.id, { n: file.n, name: file.name, content_type: file.contentType }) : undefined;
+      const onOpen = asJob ? () => recordInputFile(c, upload.id, { n: file.n, name: file.name, content_type: file.contentType }) : undefined;
       // The fingerprint is only ever compared on an Idempotency-Key replay: without the header it is not made.
       if (fingerprinted) fingerprintAsRead(source, await c.jobKeys.get(fingerprintJob), file.n, (hex) => fingerprints.set(file.n, hex));
       return c.blob.put(jobBlob.input(upload.id, file.n), source, { onOpen, fresh: true });

@@ -8,7 +8,9 @@ import { AppError, conflict, invalid, tooManyRequests } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Slot } from '../slots';
 import {
+  findJob,
   findJobWithOutputs,
+  insertInputFile,
   countUploading,
   failUnfinishedJob,
   findJobByIdempotencyKey,
@@ -383,3 +385,13 @@ export { isFinished };
 
 /** A job with its outputs, whoever owns it: the caller checks it may read it (jobReadableBy). */
 export const jobWithOutputs = (c: Container, id: string) => findJobWithOutputs(c.db, id);
+
+/** A job's row as it is now (undefined once deleted). */
+export const currentJob = (c: Container, id: string): Promise<JobRow | undefined> => findJob(c.db, id);
+
+/** The account's job submitted with this Idempotency-Key, if any. */
+export const jobOfIdempotencyKey = (c: Container, userId: string, key: string): Promise<JobRow | undefined> => findJobByIdempotencyKey(c.db, userId, key);
+
+/** Records an input file of a job as its upload opens it (name and type; the size comes with the upload's end). */
+export const recordInputFile = (c: Container, jobId: string, file: { n: number; name: string; content_type: string }): Promise<void> =>
+  insertInputFile(c.db, jobId, file);
