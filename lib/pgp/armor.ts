@@ -179,3 +179,25 @@ function countNewlines(text: string): number {
   for (let i = text.indexOf('\n'); i >= 0; i = text.indexOf('\n', i + 1)) n++;
   return n;
 }
+
+/**
+ * Whether a message is armored, from its first octet that is not white space (within its first 64 KiB):
+ * a '-' begins `-----BEGIN PGP MESSAGE-----`. `empty`: no such octet. `chunks` replays the input whole.
+ */
+export async function sniffArmor(input: AsyncIterable<Buffer>): Promise<{ armored: boolean; empty: boolean; chunks: AsyncGenerator<Buffer> }> {
+  const it = input[Symbol.asyncIterator]();
+  const head: Buffer[] = [];
+  let first: number | undefined;
+  for (let seen = 0; first === undefined && seen < 64 * 1024;) {
+    const next = await it.next();
+    if (next.done) break;
+    head.push(next.value);
+    seen += next.value.length;
+    first = next.value.find((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
+  }
+  async function* chunks(): AsyncGenerator<Buffer> {
+    yield* head;
+    for (let next = await it.next(); !next.done; next = await it.next()) yield next.value;
+  }
+  return { armored: first === 0x2d, empty: first === undefined, chunks: chunks() };
+}

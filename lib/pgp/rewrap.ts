@@ -7,7 +7,7 @@ import { MdcThread } from './mdc-thread';
 import { CHUNK_BYTES, MAX_SESSION_KEY_PACKET, MAX_SMALL_PACKETS, MIN_PARTIAL, Pull } from './packets';
 import { sessionKeyPacket } from './pkesk';
 import { sessionKeyV1 } from './session';
-import { dearmor } from './armor';
+import { dearmor, sniffArmor } from './armor';
 import { Watch, type WatchOptions } from './watch';
 
 /**
@@ -162,26 +162,11 @@ class FramingScanner {
 export async function openForRewrap(input: Readable, opts: WatchOptions = {}): Promise<RewrapOpened> {
   const watch = new Watch(input, opts);
   watch.check();
-  const source = input[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
-  // Armored or binary: the first octet that is not white space says.
-  const head: Buffer[] = [];
-  let first: number | undefined;
-  for (let seen = 0; first === undefined && seen < 64 * 1024;) {
-    const next = await source.next();
-    if (next.done) break;
-    head.push(next.value);
-    seen += next.value.length;
-    first = next.value.find((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
-  }
-  async function* raw(): AsyncGenerator<Uint8Array> {
-    yield* head;
-    for (let n = await source.next(); !n.done; n = await source.next()) yield n.value;
-  }
-  const armored = first === 0x2d;
-  const r = new Pull((armored ? dearmor(raw()) : raw())[Symbol.asyncIterator]());
+  const { armored, empty, chunks } = await sniffArmor(input);
+  const r = new Pull((armored ? dearmor(chunks) : chunks)[Symbol.asyncIterator]());
   let parsed: Awaited<ReturnType<typeof readHead>>;
   try {
-    if (first === undefined) throw invalid('malformed_message', 'The message is empty.');
+    if (empty) throw invalid('malformed_message', 'The message is empty.');
     parsed = await readHead(r);
   } catch (err) {
     input.destroy();

@@ -130,7 +130,7 @@ export async function verifySignedMessage(input: Readable, keys: VerificationKey
   watch.check();
   let packets: Pull | undefined;
   try {
-    packets = new Pull((await binaryPackets(input))[Symbol.asyncIterator]());
+    packets = new Pull((await binaryPackets(input)).packets[Symbol.asyncIterator]());
     const first = await packets.peek();
     if (first === null) throw invalid('malformed_message', 'Not an OpenPGP signed message: it is empty.');
     if (ENCRYPTED.has(tagOf(first))) throw invalid('malformed_message', 'The message is encrypted: decrypt it with verify_with instead.');

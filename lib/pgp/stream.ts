@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
 import { invalid } from '../errors';
 import { ONE_PIECE, pullStream } from '../streams';
-import { dearmor } from './armor';
+import { dearmor, sniffArmor } from './armor';
 import { type Decrypted, encryptNative, nativeEncryptable, openNative } from './native';
 import { CHUNK_BYTES } from './packets';
 import { asError, errMessage } from './thrown';
@@ -117,6 +117,8 @@ interface DecryptedStream extends Readable {
 }
 
 export interface OpenedMessage {
+  /** Whether the message was ASCII-armored. */
+  armored: boolean;
   /** Lowercase hex key ids the message is encrypted to (pkesk.ts's WILDCARD_KEY_ID for a hidden recipient). */
   encryptionKeyIds: string[];
   /** Decrypts as a stream. Call once. Integrity failures arrive as an error at the end of the stream. */
@@ -145,13 +147,17 @@ export async function openEncrypted(input: Readable, opts: OpenEncryptedOptions)
   watch.check();
   const contentOptions = { maxDecompressedBytes: opts.maxDecompressedBytes, verify: opts.verify?.keys, watch, signal: opts.signal };
   let opened: Awaited<ReturnType<typeof openNative>>;
+  let armored: boolean;
   try {
-    opened = await openNative(await binaryPackets(input), contentOptions);
+    const binary = await binaryPackets(input);
+    armored = binary.armored;
+    opened = await openNative(binary.packets, contentOptions);
   } catch (err) {
     watch.close();
     throw watch.failure ?? err;
   }
   return {
+    armored,
     encryptionKeyIds: opened.encryptionKeyIds,
     async decrypt(privateKey) {
       let content: Decrypted;
@@ -202,28 +208,14 @@ function decryptedStream(content: Decrypted, verify: OpenEncryptedOptions['verif
 }
 
 /**
- * A message's binary packets, de-armored here when armored (armor.ts). Destroying the result
+ * A message's binary packets, de-armored here when armored (armor.ts), and whether it was. Destroying them
  * destroys `input`; an error of `input` comes out unchanged (a storage error is not a bad message).
  */
-export async function binaryPackets(input: Readable): Promise<Readable> {
-  const it = input[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
-  const head: Buffer[] = [];
-  let seen = 0;
-  let first: number | undefined;
-  while (first === undefined && seen < 64 * 1024) {
-    const next = await it.next();
-    if (next.done) break;
-    head.push(next.value);
-    seen += next.value.length;
-    first = next.value.find((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
-  }
-  async function* all(): AsyncGenerator<Uint8Array> {
-    yield* head;
-    for (let next = await it.next(); !next.done; next = await it.next()) yield next.value;
-  }
-  const out = Readable.from(first === 0x2d ? dearmor(all()) : all(), ONE_PIECE);
-  out.once('close', () => input.destroy());
-  return out;
+export async function binaryPackets(input: Readable): Promise<{ armored: boolean; packets: Readable }> {
+  const { armored, chunks } = await sniffArmor(input);
+  const packets = Readable.from(armored ? dearmor(chunks) : chunks, ONE_PIECE);
+  packets.once('close', () => input.destroy());
+  return { armored, packets };
 }
 
 // ---------------------------------------------------------------------------------------- adapters

@@ -19,27 +19,6 @@ function rewrappedName(input: string, armored: boolean): string {
   return `${base}${armored ? '.asc' : '.gpg'}`;
 }
 
-/** Whether a message is armored, from its first octet that is not white space; `input` is replayed whole. */
-async function sniffArmor(input: Readable): Promise<{ armored: boolean; stream: Readable }> {
-  const it = input[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
-  const head: Buffer[] = [];
-  let first: number | undefined;
-  for (let seen = 0; first === undefined && seen < 64 * 1024;) {
-    const next = await it.next();
-    if (next.done) break;
-    head.push(next.value);
-    seen += next.value.length;
-    first = next.value.find((b) => b !== 0x20 && b !== 0x09 && b !== 0x0a && b !== 0x0d);
-  }
-  async function* all(): AsyncGenerator<Buffer> {
-    yield* head;
-    for (let n = await it.next(); !n.done; n = await it.next()) yield n.value;
-  }
-  const stream = Readable.from(all(), { objectMode: false, highWaterMark: 1 << 20 });
-  stream.once('close', () => input.destroy());
-  return { armored: first === 0x2d, stream };
-}
-
 /**
  * Addresses each uploaded message to the lineage's current generation. Mode `rewrap` swaps
  * the session-key packet and copies the encrypted data byte for byte (lib/pgp/rewrap.ts); `reencrypt`
@@ -91,10 +70,9 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
         armored = opened.armored;
         stream = await opened.rewrap(await privateKeyOf(from), from.encryption_key_ids, recipient);
       } else {
-        const sniffed = await sniffArmor(input);
-        armored = sniffed.armored;
-        const message = await openEncrypted(sniffed.stream, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
-        from = pick(sniffed.stream, file.name, message.encryptionKeyIds);
+        const message = await openEncrypted(input, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
+        armored = message.armored;
+        from = pick(input, file.name, message.encryptionKeyIds);
         const privateKey = await privateKeyOf(from);
         limits.begin();
         const plaintext = limits.decrypted(await message.decrypt(privateKey));
