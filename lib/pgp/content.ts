@@ -38,6 +38,8 @@ export interface Content {
 const MAX_NESTING = 2;
 /** What may precede or follow the literal data: one-pass signatures and signatures (not verified: no keys), padding. */
 const AROUND_LITERAL = new Set([2, 4, 21]);
+/** What may follow compressed data: padding only. */
+const PADDING = new Set([21]);
 /** Not in a signed list handed to OpenPGP.js: session keys, encrypted data, compressed data. */
 const NOT_IN_SIGNED_LIST = new Set([1, 3, 8, 9, 18, 20]);
 
@@ -55,13 +57,21 @@ async function read(packets: Pull, opts: ContentOptions, depth: number): Promise
   return readLiteral(packets);
 }
 
-async function readLiteral(packets: Pull): Promise<Content> {
+/**
+ * Reads past packets that hold nothing for the caller (signatures not being verified, padding): only
+ * `allowed` tags, small, and at most MAX_SMALL_PACKETS of them.
+ */
+function skipper(packets: Pull, allowed: ReadonlySet<number>, where: string) {
   let small = 0;
-  const skip = async (h: Awaited<ReturnType<typeof header>>) => {
-    if (!AROUND_LITERAL.has(h.tag)) throw malformed(`a packet of type ${h.tag} where literal data or signatures belong`);
+  return async (h: Awaited<ReturnType<typeof header>>) => {
+    if (!allowed.has(h.tag)) throw malformed(`a packet of type ${h.tag} ${where}`);
     if (++small > MAX_SMALL_PACKETS) throw malformed(`more than ${MAX_SMALL_PACKETS} packets besides the data`);
     await smallBody(packets, h);
   };
+}
+
+async function readLiteral(packets: Pull): Promise<Content> {
+  const skip = skipper(packets, AROUND_LITERAL, 'where literal data or signatures belong');
   let h = await header(packets);
   while (h.tag !== 11) {
     await skip(h);
@@ -91,14 +101,10 @@ async function readCompressed(packets: Pull, opts: ContentOptions, depth: number
     }
   }
   const inner = await read(new Pull(capped()[Symbol.asyncIterator]()), opts, depth + 1);
+  const skip = skipper(packets, PADDING, 'after compressed data');
   async function* data(): AsyncGenerator<Buffer> {
     yield* inner.data;
-    // Only padding may follow compressed data.
-    while ((await packets.peek()) !== null) {
-      const h = await header(packets);
-      if (h.tag !== 21) throw malformed(`a packet of type ${h.tag} after compressed data`);
-      await smallBody(packets, h);
-    }
+    while ((await packets.peek()) !== null) await skip(await header(packets));
   }
   return { ...inner, data: data() };
 }
