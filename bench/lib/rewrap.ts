@@ -13,7 +13,7 @@ import { generateKey, readStoredPublicKey, unlockPrivateKey } from '../../lib/pg
 import { randomSecret } from '../../lib/lineage';
 import { encryptStream, openEncrypted } from '../../lib/pgp/stream';
 import { openForRewrap } from '../../lib/pgp/rewrap';
-import type { Results, Timing } from './sections';
+import { keepFastest, type Results, type Timing } from './sections';
 import { MiB, mibPerSec, timedInProcess } from './util';
 
 const read = (path: string) => createReadStream(path, { highWaterMark: MiB });
@@ -34,9 +34,7 @@ export async function measureRewrap(input: string, size: number, dir: string, ru
   await pipeline(await encryptStream(read(input), a.pub, { armor: false }), createWriteStream(message));
   const bytes = (await stat(message)).size;
   const best: Results = {};
-  const keep = (key: string, t: Timing) => {
-    if (!best[key] || t.ms < best[key].ms) best[key] = t;
-  };
+  const keep = (key: string, t: Timing) => keepFastest(best, key, t);
   try {
     for (let i = 0; i < runs; i++) {
       keep('rewrap.copy', await timedInProcess(bytes, () => pipeline(read(message), createWriteStream(out))));

@@ -13,7 +13,7 @@ import * as openpgp from 'openpgp';
 import { generateKey, readStoredPublicKey, unlockPrivateKey } from '../../lib/pgp/keys';
 import { randomSecret } from '../../lib/lineage';
 import { NodeSource, encryptStream, openEncrypted } from '../../lib/pgp/stream';
-import type { Results, Timing } from './sections';
+import { keepFastest, type Results, type Timing } from './sections';
 import { MiB, mibPerSec, timedInProcess } from './util';
 
 const read = (path: string) => createReadStream(path, { highWaterMark: MiB });
@@ -38,9 +38,7 @@ export async function measureShapes(input: string, size: number, dir: string, ru
     return pipeline(await encryptStream(read(input), pub, opts), createWriteStream(path(shape)));
   };
   const best: Results = {};
-  const keep = (key: string, t: Timing & { rss: number }) => {
-    if (!best[key] || t.ms < best[key].ms) best[key] = t;
-  };
+  const keep = (key: string, t: Timing & { rss: number }) => keepFastest(best, key, t);
   try {
     for (const shape of SHAPES) await write(shape);
     for (let i = 0; i < runs; i++) {

@@ -14,7 +14,7 @@ import { randomSecret } from '../../lib/lineage';
 import { encryptStream } from '../../lib/pgp/stream';
 import { readDetachedSignature, signStream, verifyDetached } from '../../lib/pgp/signatures';
 import type { Gpg } from './baselines';
-import type { Results, Timing } from './sections';
+import { keepFastest, type Results, type Timing } from './sections';
 import { MiB, mibPerSec, ownCpuSeconds, run, timedInProcess } from './util';
 
 const read = (path: string) => createReadStream(path, { highWaterMark: MiB });
@@ -40,9 +40,7 @@ export async function measureSignatures(input: string, size: number, dir: string
   await gpg.detachSign(input, gpgSig);
   const signature = await readDetachedSignature(await readFile(sig));
   const best: Results = {};
-  const keep = (key: string, t: Timing) => {
-    if (!best[key] || t.ms < best[key].ms) best[key] = t;
-  };
+  const keep = (key: string, t: Timing) => keepFastest(best, key, t);
   try {
     for (let i = 0; i < runs; i++) {
       keep(
