@@ -1,5 +1,8 @@
 import { createCipheriv } from 'node:crypto';
 
+/** OpenSSL's ECB of each AES, by OpenPGP.js's session key algorithm name: what cfbDecryptor takes. */
+export const AES_ECB: Record<string, string> = { aes128: 'aes-128-ecb', aes192: 'aes-192-ecb', aes256: 'aes-256-ecb' };
+
 export interface CfbDecryptor {
   /**
    * The plaintext of `ciphertext`, as many octets as it has (CFB is a stream mode), in up to three

@@ -6,7 +6,7 @@ import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
 import { ONE_PIECE } from '../streams';
 import { armorMessage } from './armor';
-import { cfbDecryptor } from './cfb';
+import { AES_ECB, cfbDecryptor } from './cfb';
 import { type Content, type ContentOptions, readContent } from './content';
 import { CHUNK_BYTES, MAX_SESSION_KEY_PACKET, MAX_SMALL_PACKETS, Pull, body, header, lengthOctets, malformed, packet, smallBody } from './packets';
 import { sessionKeyPacket } from './pkesk';
@@ -167,7 +167,6 @@ export interface Decrypted extends Content {
 
 /** AES key sizes by OpenPGP cipher id (RFC 9580 §9.3). */
 const AES_BITS: Record<number, number> = { 7: 128, 8: 192, 9: 256 };
-const AES_BY_NAME: Record<string, number> = { aes128: 7, aes192: 8, aes256: 9 };
 /** AEAD modes by id (RFC 9580 §9.6) Node's OpenSSL runs: OCB (the one every implementation has) and GCM. */
 const AEAD: Record<number, { name: 'ocb' | 'gcm'; nonce: number }> = { 2: { name: 'ocb', nonce: 15 }, 3: { name: 'gcm', nonce: 12 } };
 const AEAD_NAMES: Record<number, string> = { 1: 'EAX' };
@@ -274,9 +273,9 @@ async function seipdHead(data: Pull): Promise<SeipdHead> {
 /** SEIPDv1: AES-CFB over a random prefix, the content and an MDC packet (SHA-1 of all before it), checked at the end. */
 async function decryptV1(data: Pull, message: openpgp.Message<Uint8Array>, privateKey: openpgp.PrivateKey, watch: Watch): Promise<AsyncIterable<Buffer>> {
   const sessionKey = await watch.call(sessionKeyV1(message, privateKey));
-  const cipher = AES_BY_NAME[sessionKey.algorithm];
-  if (!cipher) throw unsupported(`its cipher is ${sessionKey.algorithm}, not AES`);
-  const cfb = cfbDecryptor(`aes-${AES_BITS[cipher]}-ecb`, Buffer.from(sessionKey.data));
+  const ecb = AES_ECB[sessionKey.algorithm];
+  if (!ecb) throw unsupported(`its cipher is ${sessionKey.algorithm}, not AES`);
+  const cfb = cfbDecryptor(ecb, Buffer.from(sessionKey.data));
   const mdc = crypto.createHash('sha1');
   async function* plaintext(): AsyncGenerator<Buffer> {
     for await (const c of data.drain()) yield* cfb.update(c);

@@ -3,6 +3,7 @@ import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
 import { armorMessage } from './armor';
 import { integrityFailure } from './integrity';
+import { AES_ECB } from './cfb';
 import { MdcThread } from './mdc-thread';
 import { CHUNK_BYTES, MAX_SESSION_KEY_PACKET, MAX_SMALL_PACKETS, MIN_PARTIAL, Pull } from './packets';
 import { sessionKeyPacket } from './pkesk';
@@ -25,8 +26,6 @@ import { Watch, type WatchOptions } from './watch';
 const malformed = (why: string) => invalid('malformed_message', `The message is malformed: ${why}`);
 const unsupported = (why: string) => invalid('unsupported_message', `This message cannot be rewrapped (${why}); use mode "reencrypt".`);
 
-/** OpenSSL's name of each AES in ECB mode, from which lib/pgp/cfb.ts decrypts CFB. */
-const AES: Record<string, string> = { aes128: 'aes-128-ecb', aes192: 'aes-192-ecb', aes256: 'aes-256-ecb' };
 const TAG_PKESK = 1;
 const TAG_SKESK = 3;
 const TAG_MARKER = 10;
@@ -198,14 +197,14 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
         sessionKey = await watch.call(sessionKeyV1(message, oldKey)).catch((err: unknown) => {
           throw err instanceof AppError ? err : invalid('no_matching_key', 'The message cannot be decrypted with this key.');
         });
-        if (!sessionKey.algorithm || !AES[sessionKey.algorithm]) throw unsupported(`its cipher is ${sessionKey.algorithm ?? 'unknown'}, not AES`);
+        if (!sessionKey.algorithm || !AES_ECB[sessionKey.algorithm]) throw unsupported(`its cipher is ${sessionKey.algorithm ?? 'unknown'}, not AES`);
         newPkesk = await watch.call(sessionKeyPacket(recipient, sessionKey.algorithm, sessionKey.data));
       } catch (err) {
         input.destroy();
         watch.close();
         throw watch.failure ?? err;
       }
-      const ecb = AES[sessionKey.algorithm];
+      const ecb = AES_ECB[sessionKey.algorithm];
       const pieces: Buffer[] = [];
       const scanner = new FramingScanner(parsed.seipdTag[0], (piece) => pieces.push(piece));
       const kept = parsed.packets.filter((p) => p.tag !== TAG_MARKER && !(p.tag === TAG_PKESK && fromIds.has(keyIdOf(p))));
