@@ -8,7 +8,7 @@ import { ONE_PIECE } from '../streams';
 import { armorMessage } from './armor';
 import { AES_ECB, cfbDecryptor } from './cfb';
 import { type Content, type ContentOptions, readContent } from './content';
-import { CHUNK_BYTES, MAX_SESSION_KEY_PACKET, MAX_SMALL_PACKETS, Pull, body, header, lengthOctets, malformed, packet, smallBody } from './packets';
+import { CHUNK_BYTES, Pull, body, header, lengthOctets, malformed, packet, sessionKeyPackets } from './packets';
 import { sessionKeyPacket } from './pkesk';
 import { afterDecryption, integrityFailure } from './integrity';
 import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyPacketsFor, sessionKeyV1 } from './session';
@@ -173,7 +173,6 @@ const AEAD_NAMES: Record<number, string> = { 1: 'EAX' };
 const TAG = 16;
 /** RFC 9580 §5.13.2: chunks of 2^(c+6) octets, c at most 16. */
 const MAX_CHUNK_SIZE_BYTE = 16;
-const MARKER = Buffer.from('PGP');
 
 const unsupported = (why: string) => invalid('unsupported_message', `This message cannot be decrypted here: ${why}.`);
 
@@ -190,25 +189,18 @@ const unsupported = (why: string) => invalid('unsupported_message', `This messag
  */
 export async function openNative(input: Readable, opts: ContentOptions & { signal?: AbortSignal }): Promise<OpenedPackets> {
   const p = new Pull(input[Symbol.asyncIterator]());
-  const pkesks: Buffer[] = [];
-  let seipd: Awaited<ReturnType<typeof header>> | undefined;
+  let pkesks: Buffer[];
+  let seipd: Awaited<ReturnType<typeof header>>;
   try {
-    for (let n = 1; !seipd; n++) {
-      if (n > MAX_SMALL_PACKETS) throw malformed(`more than ${MAX_SMALL_PACKETS} packets before the encrypted data`);
-      if ((await p.peek()) === null) throw malformed('it has no encrypted data');
-      const h = await header(p);
-      if (h.tag === 18) seipd = h;
-      else if (h.tag === 1) pkesks.push(packet(1, await smallBody(p, h, MAX_SESSION_KEY_PACKET)));
-      else if (h.tag === 3) {
-        await smallBody(p, h, MAX_SESSION_KEY_PACKET); // a password's session key: not ours to try
-      } else if (h.tag === 10) {
-        // A marker packet is the three octets "PGP" (RFC 9580 §5.8), nothing longer.
-        if (h.length.kind !== 'definite' || h.length.n !== 3 || !(await p.take(3)).equals(MARKER)) throw malformed('a marker packet that is not "PGP"');
-      } else if (h.tag === 9) throw unsupported('its data is not integrity protected (SED)');
-      else if (h.tag === 20) throw unsupported('it uses the draft AEAD packet; SEIPD packets are read');
-      else throw malformed(pkesks.length ? `a packet of type ${h.tag} before the encrypted data` : 'it is not encrypted to a public key');
-    }
+    const { packets, next } = await sessionKeyPackets(p);
+    pkesks = packets.filter((k) => k.tag === 1).map((k) => packet(1, k.body)); // password packets: not ours to try
+    if (next === 9) throw unsupported('its data is not integrity protected (SED)');
+    if (next === 20) throw unsupported('it uses the draft AEAD packet; SEIPD packets are read');
+    if (next === null) throw malformed('it has no encrypted data');
+    if (next < 0) throw malformed('bad packet header');
+    if (next !== 18) throw malformed(pkesks.length ? `a packet of type ${next} before the encrypted data` : 'it is not encrypted to a public key');
     if (!pkesks.length) throw malformed('it is not encrypted to a public key');
+    seipd = await header(p);
   } catch (err) {
     input.destroy();
     throw p.failed ?? err; // a storage error is not a judgement on the message, and is retried

@@ -202,6 +202,34 @@ export async function smallBody(p: Pull, h: { tag: number; length: Length }, lim
   return p.take(h.length.n);
 }
 
+/** A session key packet before an encrypted message's data (RFC 9580 §10.3): public-key (tag 1) or password (tag 3). */
+export interface SessionKeyPacket {
+  tag: 1 | 3;
+  body: Buffer;
+}
+
+const MARKER = Buffer.from('PGP');
+
+/**
+ * Reads the session key packets at the head of an encrypted message, passing over marker packets (the
+ * three octets "PGP", RFC 9580 §5.8), up to the first other packet, which is left unread: its tag is
+ * `next` (-1 for an octet that is no packet header, null at the end of the input). Each is definite and
+ * at most MAX_SESSION_KEY_PACKET octets, MAX_SMALL_PACKETS in all. What may come next is the caller's.
+ */
+export async function sessionKeyPackets(p: Pull): Promise<{ packets: SessionKeyPacket[]; next: number | null }> {
+  const packets: SessionKeyPacket[] = [];
+  for (let n = 1; ; n++) {
+    const ctb = await p.peek();
+    if (ctb === null) return { packets, next: null };
+    const tag = tagOf(ctb);
+    if (tag !== 1 && tag !== 3 && tag !== 10) return { packets, next: tag };
+    if (n > MAX_SMALL_PACKETS) throw malformed(`more than ${MAX_SMALL_PACKETS} packets before the encrypted data`);
+    const body = Buffer.from(await smallBody(p, await header(p), MAX_SESSION_KEY_PACKET)); // copied: kept past later reads
+    if (tag !== 10) packets.push({ tag, body });
+    else if (!body.equals(MARKER)) throw malformed('a marker packet that is not "PGP"');
+  }
+}
+
 // ---------------------------------------------------------------------------------------- re-framing
 
 /**

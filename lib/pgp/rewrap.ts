@@ -1,14 +1,13 @@
 import { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
 import { AppError, invalid } from '../errors';
-import { armorMessage } from './armor';
 import { integrityFailure } from './integrity';
 import { AES_ECB } from './cfb';
 import { MdcThread } from './mdc-thread';
-import { CHUNK_BYTES, MAX_SESSION_KEY_PACKET, MAX_SMALL_PACKETS, MIN_PARTIAL, Pull } from './packets';
+import { CHUNK_BYTES, MIN_PARTIAL, Pull, malformed, packet, sessionKeyPackets, type SessionKeyPacket } from './packets';
 import { sessionKeyPacket } from './pkesk';
 import { sessionKeyV1 } from './session';
-import { dearmor, sniffArmor } from './armor';
+import { armorMessage, dearmor, sniffArmor } from './armor';
 import { Watch, type WatchOptions } from './watch';
 
 /**
@@ -23,12 +22,9 @@ import { Watch, type WatchOptions } from './watch';
  * packets) are refused with 422 `unsupported_message`: re-encrypt them instead.
  */
 
-const malformed = (why: string) => invalid('malformed_message', `The message is malformed: ${why}`);
 const unsupported = (why: string) => invalid('unsupported_message', `This message cannot be rewrapped (${why}); use mode "reencrypt".`);
 
 const TAG_PKESK = 1;
-const TAG_SKESK = 3;
-const TAG_MARKER = 10;
 const TAG_SEIPD = 18;
 
 export interface RewrapOpened {
@@ -38,53 +34,23 @@ export interface RewrapOpened {
   encryptionKeyIds: string[];
   /**
    * The message addressed to `recipient` instead of the key ids `from` (whose session key `oldKey`
-   * opens). Session key packets for other recipients (and password packets) are kept. Call once.
+   * opens). Session key packets for other recipients (and password packets) are kept, their contents as they
+   * were (headers written anew; nothing covers them); markers are dropped. Call once.
    */
   rewrap(oldKey: openpgp.PrivateKey, from: string[], recipient: openpgp.PublicKey): Promise<Readable>;
 }
 
-interface Packet {
-  tag: number;
-  /** The whole packet, header included. */
-  raw: Buffer;
-  body: Buffer;
-}
-
-/** Reads packets up to the SEIPD packet's tag octet (returned, not consumed further). */
-async function readHead(r: Pull): Promise<{ packets: Packet[]; seipdTag: Buffer }> {
-  const packets: Packet[] = [];
-  for (let n = 1; ; n++) {
-    if (n > MAX_SMALL_PACKETS) throw malformed(`more than ${MAX_SMALL_PACKETS} packets before the encrypted data`);
-    if ((await r.peek()) === null) throw n === 1 ? invalid('malformed_message', 'The message is empty.') : malformed('there is no encrypted data packet');
-    const ctb = await r.take(1);
-    const c = ctb[0];
-    if (!(c & 0x80)) throw invalid('malformed_message', 'Not an OpenPGP message (neither armored nor binary packets).');
-    const tag = c & 0x40 ? c & 0x3f : (c >> 2) & 0x0f;
-    if (tag === TAG_SEIPD) return { packets, seipdTag: Buffer.from(ctb) };
-    if (tag !== TAG_PKESK && tag !== TAG_SKESK && tag !== TAG_MARKER) {
-      if (tag === 9 || tag === 20) throw unsupported(tag === 9 ? 'its data is not integrity protected (SED)' : 'AEAD encrypted data');
-      throw unsupported(`a packet of type ${tag} before the encrypted data`);
-    }
-    let lengthOctets: Buffer;
-    let length: number;
-    if (c & 0x40) {
-      const f = (await r.take(1))[0];
-      if (f >= 224 && f < 255) throw malformed(`partial body lengths in a packet of type ${tag}`);
-      const extra = f < 192 ? Buffer.alloc(0) : f < 224 ? await r.take(1) : await r.take(4);
-      lengthOctets = Buffer.concat([Buffer.of(f), extra]);
-      length = f < 192 ? f : f < 224 ? ((f - 192) << 8) + extra[0] + 192 : extra.readUInt32BE(0);
-    } else {
-      const type = c & 3;
-      if (type === 3) throw malformed(`a packet of type ${tag} of indeterminate length`);
-      lengthOctets = await r.take(1 << type);
-      length = lengthOctets.readUIntBE(0, 1 << type);
-    }
-    if (length > MAX_SESSION_KEY_PACKET) throw malformed(`a packet of type ${tag} longer than ${MAX_SESSION_KEY_PACKET} octets`);
-    const body = Buffer.from(await r.take(length)); // copied: the read buffer is reused
-    if (tag === TAG_MARKER && !body.equals(Buffer.from('PGP'))) throw malformed('a marker packet that is not "PGP"');
-    if (tag === TAG_PKESK && body[0] !== 3) throw unsupported(`a version ${body[0]} session key packet`);
-    packets.push({ tag, raw: Buffer.concat([ctb, lengthOctets, body]), body });
-  }
+/** Reads the session key packets and the SEIPD packet's tag octet (returned; the rest is left unread). */
+async function readHead(r: Pull): Promise<{ packets: SessionKeyPacket[]; seipdTag: Buffer }> {
+  const { packets, next } = await sessionKeyPackets(r);
+  if (next === null) throw malformed('there is no encrypted data packet');
+  if (next < 0) throw invalid('malformed_message', 'Not an OpenPGP message (neither armored nor binary packets).');
+  if (next === 9) throw unsupported('its data is not integrity protected (SED)');
+  if (next === 20) throw unsupported('AEAD encrypted data');
+  if (next !== TAG_SEIPD) throw unsupported(`a packet of type ${next} before the encrypted data`);
+  const notV3 = packets.find((p) => p.tag === TAG_PKESK && p.body[0] !== 3);
+  if (notV3) throw unsupported(`a version ${notV3.body[0]} session key packet`);
+  return { packets, seipdTag: Buffer.from(await r.take(1)) };
 }
 
 /**
@@ -174,7 +140,7 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
     throw err;
   }
   const pkesks = parsed.packets.filter((p) => p.tag === TAG_PKESK);
-  const keyIdOf = (p: Packet) => p.body.subarray(1, 9).toString('hex');
+  const keyIdOf = (p: SessionKeyPacket) => p.body.subarray(1, 9).toString('hex');
   if (!pkesks.length) {
     input.destroy();
     watch.close();
@@ -193,7 +159,7 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
       let newPkesk: Uint8Array;
       try {
         if (!ours.length) throw invalid('no_matching_key', 'The message is not encrypted to this key.');
-        const message = await watch.call(openpgp.readMessage({ binaryMessage: Buffer.concat(ours.map((p) => p.raw)) }));
+        const message = await watch.call(openpgp.readMessage({ binaryMessage: Buffer.concat(ours.map((p) => packet(p.tag, p.body))) }));
         sessionKey = await watch.call(sessionKeyV1(message, oldKey)).catch((err: unknown) => {
           throw err instanceof AppError ? err : invalid('no_matching_key', 'The message cannot be decrypted with this key.');
         });
@@ -207,9 +173,9 @@ export async function openForRewrap(input: Readable, opts: WatchOptions = {}): P
       const ecb = AES_ECB[sessionKey.algorithm];
       const pieces: Buffer[] = [];
       const scanner = new FramingScanner(parsed.seipdTag[0], (piece) => pieces.push(piece));
-      const kept = parsed.packets.filter((p) => p.tag !== TAG_MARKER && !(p.tag === TAG_PKESK && fromIds.has(keyIdOf(p))));
+      const kept = parsed.packets.filter((p) => !(p.tag === TAG_PKESK && fromIds.has(keyIdOf(p))));
       async function* binary(): AsyncGenerator<Buffer> {
-        yield Buffer.concat([Buffer.from(newPkesk), ...kept.map((p) => p.raw), parsed.seipdTag]);
+        yield Buffer.concat([Buffer.from(newPkesk), ...kept.map((p) => packet(p.tag, p.body)), parsed.seipdTag]);
         // The data packet as it came; the last chunk waits for the MDC check.
         let held: Buffer | undefined;
         // The MDC is checked on another thread while this one copies (lib/pgp/mdc-thread.ts).
