@@ -25,6 +25,7 @@ import type { JobKind, JobRow } from '../db/jobs';
 import type { Upload } from './upload';
 import type { Reply } from './route';
 import type { AppContext } from './context';
+import { requestMeta } from './middleware/request-context';
 
 /**
  * How every job-submitting endpoint answers: 202 with Location and the job, or, when the client sent
@@ -140,7 +141,7 @@ export async function submitAndReply(
       } catch (err) {
         // A job that failed first is the answer, whether its event stopped the upload or its clean-up
         // (the job's files deleted) broke a write before the event arrived.
-        if (await failUpload(c, row, err)) throw err;
+        if (await failUpload(c, row, err, requestMeta(ctx))) throw err;
         row = (await currentJob(c, row.id)) ?? row;
       } finally {
         uploading = false;

@@ -1,4 +1,5 @@
 import type { z } from 'zod';
+import type { JobKind } from '../db/jobs';
 import type { JobContract } from './define';
 import { sendEmail } from './send-email';
 import { requestPasswordReset } from './request-password-reset';
@@ -59,6 +60,17 @@ export type PayloadOf<N extends JobName> = z.input<(typeof contracts)[N]['schema
 
 /** Each contract is listed under its own name. */
 contracts satisfies { [N in JobName]: JobContract<N> };
+
+/** The contract that runs each kind of job a client polls (jobs.kind). */
+export const contractOfKind = {
+  encrypt: encryptFiles,
+  decrypt: decryptFiles,
+  rewrap: rewrapFiles,
+  'generate-key': generateKey,
+  'rotate-key': rotateKey,
+  sign: signFiles,
+  verify: verifyFiles,
+} as const satisfies Record<JobKind, JobContract>;
 
 export function contractOf(name: string): JobContract | undefined {
   return Object.hasOwn(contracts, name) ? contracts[name as JobName] : undefined;

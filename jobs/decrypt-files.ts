@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { trackedContract } from './tracked';
+import { failureAudit, trackedContract } from './tracked';
 import { Signer } from './verify-files';
 
 /** What the API stores in the job row for a decryption (nothing secret). */
@@ -16,4 +16,5 @@ export const decryptFiles = trackedContract({
   name: 'decrypt-files',
   extra: z.object({ sealed_passphrase: z.string() }),
   watchProgress: true,
+  failureAudit: failureAudit('keys.decrypt', DecryptRequest, (r) => r.fingerprint),
 });

@@ -37,6 +37,12 @@ export interface JobOrigin {
   ip: string | null;
 }
 
+/** How the final failure of a job a client polls is audited: its action, and the key its stored request names. */
+export interface FailureAudit {
+  action: string;
+  target(request: unknown): string | null;
+}
+
 /**
  * What producers (API, services, scheduler) and consumers (workers/processors.ts) agree on for one kind
  * of job: its name, its queue and the payload it carries. The work itself is the worker's alone.
@@ -49,6 +55,8 @@ export interface JobContract<N extends string = string, S extends z.ZodType = z.
   options?: JobsOptions;
   /** Moves bytes: fails when progress stops for JOB_IDLE_SECONDS. */
   watchProgress?: boolean;
+  /** Tracked jobs: the audit row of a final failure, wherever it is recorded (worker, upload, reconciler). */
+  failureAudit?: FailureAudit;
 }
 
 export function defineContract<N extends string, S extends z.ZodType>(contract: JobContract<N, S>): JobContract<N, S> {

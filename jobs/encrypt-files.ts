@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { trackedContract } from './tracked';
+import { failureAudit, trackedContract } from './tracked';
 
 /** What the API stores in the job row for an encryption (nothing secret). */
 export const EncryptRequest = z.object({
@@ -26,4 +26,5 @@ export const encryptFiles = trackedContract({
   name: 'encrypt-files',
   extra: z.object({ sealed_passphrase: z.string().optional() }),
   watchProgress: true,
+  failureAudit: failureAudit('keys.encrypt', EncryptRequest, (r) => r.recipient.fingerprint),
 });

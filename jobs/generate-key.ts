@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { trackedContract } from './tracked';
+import { failureAudit, trackedContract } from './tracked';
 import type { Sealer } from '../lib/sealer';
 
 /**
@@ -28,4 +28,9 @@ const Lock = z.object({ unlock_public: z.string(), unlock_locked: z.string() });
 export const sealGenerateLock = (sealer: Sealer, jobId: string, lock: z.infer<typeof Lock>) => sealer.seal(JSON.stringify(lock), generateLockAad(jobId));
 export const openGenerateLock = (sealer: Sealer, jobId: string, sealed: string) => Lock.parse(JSON.parse(sealer.openText(sealed, generateLockAad(jobId))));
 
-export const generateKey = trackedContract({ queue: 'crypto', name: 'generate-key', extra: z.object({ sealed_lock: z.string() }) });
+export const generateKey = trackedContract({
+  queue: 'crypto',
+  name: 'generate-key',
+  extra: z.object({ sealed_lock: z.string() }),
+  failureAudit: failureAudit('keys.generate'),
+});

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { trackedContract } from './tracked';
+import { failureAudit, trackedContract } from './tracked';
 import type { SignatureCheck } from '../lib/pgp/verification';
 
 /**
@@ -18,4 +18,9 @@ export const VerifyRequest = z.object({ signer: Signer, signatures: z.number().i
 /** A file's verdict as the job result lists it. */
 export type FileSignature = SignatureCheck & { n: number; name: string };
 
-export const verifyFiles = trackedContract({ queue: 'crypto', name: 'verify-files', watchProgress: true });
+export const verifyFiles = trackedContract({
+  queue: 'crypto',
+  name: 'verify-files',
+  watchProgress: true,
+  failureAudit: failureAudit('keys.verify', VerifyRequest, (r) => r.signer.fingerprint),
+});

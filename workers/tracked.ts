@@ -8,8 +8,8 @@ import { addJobBytes } from '../db/api-keys';
 import { emitEvent, emitEvents } from '../lib/events';
 import { type NewEvent } from '../lib/event-stream';
 import { AppError, isOutOfReach, isStorageFull, storageFull } from '../lib/errors';
-import { failUnfinishedJob, findJob, mergeProgress, requeueJob, startJobAttempt, updateJob, type JobProgress, type JobRow } from '../db/jobs';
-import { jobBlob } from '../lib/jobs/job-records';
+import { findJob, mergeProgress, requeueJob, startJobAttempt, updateJob, type JobProgress, type JobRow } from '../db/jobs';
+import { failJob, jobBlob } from '../lib/jobs/job-records';
 
 /**
  * A job the client polls: its Postgres row moves queued → active → completed | failed, progress is
@@ -66,7 +66,7 @@ export interface TrackedProcessorSpec<C extends JobContract<string, z.ZodObject>
     progress: Progress,
     ctx: JobContext & { signal: AbortSignal; failAs: (map: (err: unknown) => unknown) => void },
   ): Promise<Completion>;
-  /** Effects of a final failure (audit row), in the transaction that marks the job failed. */
+  /** Effects of a final failure beyond its contract's failure audit, in the transaction that marks the job failed. */
   onFailure?(trx: Knex.Transaction, row: JobRow, failure: Failure, ctx: Pick<JobContext, 'c' | 'origin'>): Promise<void>;
 }
 
@@ -75,11 +75,7 @@ const PROGRESS_INTERVAL_MS = 500;
 export function defineTrackedProcessor<C extends JobContract<string, z.ZodObject>>(contract: C, spec: TrackedProcessorSpec<C>): Processor<C> {
   /** Marks the job failed with its kind's failure effects, in one transaction; false when it had already ended. */
   const recordFailure = (c: Container, row: JobRow, failure: Failure, origin: JobOrigin) =>
-    c.db.transaction(async (trx) => {
-      if (!(await failUnfinishedJob(trx, row.id, failure, c.clock.now()))) return false;
-      await spec.onFailure?.(trx, row, failure, { c, origin });
-      return true;
-    });
+    failJob(c, row, failure, origin, spec.onFailure && ((trx) => spec.onFailure!(trx, row, failure, { c, origin })));
   const announceFailure = (c: Container, row: JobRow, failure: Failure) =>
     emitEvent(c, row.user_id, 'job.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: failure.code });
   // Not defineProcessor: this job races its own limits, so that a failure is recorded before the attempt ends.

@@ -29,6 +29,8 @@ import {
   deleteJob,
 } from '../../db/jobs';
 import { lockAccount } from '../../db/users';
+import { recordAudit, type AuditSource } from '../../db/audit';
+import { contractOfKind } from '../../jobs/contracts';
 
 /**
  * User-visible jobs: a Postgres row the client polls (state, progress, result, error) and a BullMQ job
@@ -252,14 +254,38 @@ export async function completeUpload(c: Container, row: JobRow, files: { n: numb
 }
 
 /**
+ * Marks an unfinished job failed with its kind's failure audit row (contract `failureAudit`) and what
+ * `also` records, in one transaction: every way a job fails (worker, upload, reconciler) leaves the same
+ * trace. False when the job had already ended (nothing is recorded then).
+ */
+export async function failJob(
+  c: Container,
+  row: JobRow,
+  failure: { code: string; message: string },
+  from: AuditSource,
+  also?: (trx: Knex.Transaction) => Promise<void>,
+): Promise<boolean> {
+  const audit = contractOfKind[row.kind].failureAudit;
+  return c.db.transaction(async (trx) => {
+    if (!(await failUnfinishedJob(trx, row.id, failure, c.clock.now()))) return false;
+    if (audit) {
+      const details = { job_id: row.id, code: failure.code };
+      await recordAudit(trx, { user_id: row.user_id, action: audit.action, status: 'failure', target: audit.target(row.request), details }, from);
+    }
+    await also?.(trx);
+    return true;
+  });
+}
+
+/**
  * The upload of a job broke (client gone, a limit crossed): the job fails with the request's own error,
  * unless it has already ended, and everything it stored goes. Its worker, following the inputs, stops.
  * False when the job had already ended: its own failure came first (and its clean-up may be what broke
  * the upload).
  */
-export async function failUpload(c: Container, row: JobRow, err: unknown): Promise<boolean> {
+export async function failUpload(c: Container, row: JobRow, err: unknown, from: AuditSource): Promise<boolean> {
   const error = err instanceof AppError ? { code: err.code, message: err.message } : { code: 'upload_failed', message: 'The upload could not be stored.' };
-  const failed = await failUnfinishedJob(c.db, row.id, error, c.clock.now());
+  const failed = await failJob(c, row, error, from);
   // The request never arrived whole: its Idempotency-Key is free for the client to send it again.
   await freeIdempotencyKey(c.db, row.id);
   await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);

@@ -2,7 +2,7 @@
  * A file job starts while its upload still arrives (the worker follows the inputs as they
  * are written) and is answered when the upload ends; a broken upload fails the job and leaves nothing.
  */
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { request, type ClientRequest, type IncomingMessage } from 'node:http';
 import { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
@@ -23,9 +23,15 @@ const BOUNDARY = 'streaming-test-boundary';
 /** A multipart encrypt request whose body the test writes by hand, so it can hold bytes back. */
 function openUpload(token: string, fields: Record<string, string>, fileName: string, path = '/keys/encrypt', service: TestService = s) {
   const url = new URL(`/api/v1${path}`, service.url);
+  const requestId = randomUUID();
   const req: ClientRequest = request(url, {
     method: 'POST',
-    headers: { authorization: `Bearer ${token}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}`, prefer: 'early-hints' },
+    headers: {
+      authorization: `Bearer ${token}`,
+      'content-type': `multipart/form-data; boundary=${BOUNDARY}`,
+      prefer: 'early-hints',
+      'x-request-id': requestId,
+    },
   });
   /** The job's status URL from the 103 Early Hints the API sends once the job exists (asked for above). */
   const hinted = new Promise<string>((resolve) => req.on('information', (info) => info.statusCode === 103 && resolve(String(info.headers.link))));
@@ -39,11 +45,15 @@ function openUpload(token: string, fields: Record<string, string>, fileName: str
   });
   for (const [k, v] of Object.entries(fields)) req.write(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="${k}"\r\n\r\n${v}\r\n`);
   req.write(`--${BOUNDARY}\r\nContent-Disposition: form-data; name="files"; filename="${fileName}"\r\nContent-Type: application/octet-stream\r\n\r\n`);
-  return { req, response, hinted, end: () => req.end(`\r\n--${BOUNDARY}--\r\n`) };
+  return { req, response, hinted, requestId, end: () => req.end(`\r\n--${BOUNDARY}--\r\n`) };
 }
 
 /** Polls `probe` until it returns a value (vitest's vi.waitUntil, at the interval these jobs need). */
 const until = <T>(probe: () => Promise<T | undefined>) => vi.waitUntil(probe, { timeout: 20_000, interval: 20 }) as Promise<T>;
+
+/** The audit rows of a job's failure. */
+const failureAudits = (jobId: string) =>
+  s.c.db('audit_logs').where({ status: 'failure' }).whereRaw("details->>'job_id' = ?", [jobId]).select('action', 'target', 'details', 'request_id');
 
 const jobOf = (userId: string) => s.c.db('jobs').where({ user_id: userId }).orderBy('created_at', 'desc').first();
 
@@ -146,6 +156,10 @@ describe('a job runs while its upload arrives', () => {
     expect([answer.body.state, answer.body.error?.code]).toEqual(['failed', 'malformed_message']);
     upload.req.destroy();
     await until(async () => ((await s.c.blob.stat(`jobs/${answer.body.job_id}/in/0`)) === null ? true : undefined));
+    // One failure, audited once: the worker's, not the broken upload's as well.
+    expect(await failureAudits(answer.body.job_id)).toEqual([
+      { action: 'keys.decrypt', target: key.fingerprint, details: { job_id: answer.body.job_id, code: 'malformed_message' }, request_id: upload.requestId },
+    ]);
   });
 
   it('a job that failed first is the answer when its clean-up breaks the upload before its event is heard (never a 500)', async () => {
@@ -272,6 +286,10 @@ describe('a job runs while its upload arrives', () => {
     });
     expect(failed.error.code).toBe('upload_interrupted');
     expect(await s.c.blob.stat(`jobs/${row.id}/in/0`)).toBeNull();
+    // Audited as any failed encryption, with the request that broke.
+    expect(await failureAudits(row.id)).toEqual([
+      { action: 'keys.encrypt', target: key.fingerprint, details: { job_id: row.id, code: 'upload_interrupted' }, request_id: upload.requestId },
+    ]);
     // The worker let go of it: the next job runs.
     const next = await runJob(s.api, u.token, '/keys/encrypt', { fingerprint: key.fingerprint, files: [{ name: 'next.txt', data: Buffer.from('next') }] });
     expect(next.state).toBe('completed');
@@ -288,6 +306,9 @@ describe('a job runs while its upload arrives', () => {
     const row = await jobOf(u.id);
     expect([row.state, row.error.code]).toEqual(['failed', 'field_after_files']);
     expect(await s.c.blob.stat(`jobs/${row.id}/in/0`)).toBeNull();
+    expect(await failureAudits(row.id)).toEqual([
+      { action: 'keys.encrypt', target: key.fingerprint, details: { job_id: row.id, code: 'field_after_files' }, request_id: upload.requestId },
+    ]);
   });
 });
 

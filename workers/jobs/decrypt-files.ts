@@ -90,18 +90,4 @@ export const decryptFilesProcessor = defineTrackedProcessor(decryptFiles, {
       retentionHours: c.config.decryptRetentionHours,
     };
   },
-  async onFailure(trx, row, failure, { origin }) {
-    const req = DecryptRequest.safeParse(row.request);
-    await recordAudit(
-      trx,
-      {
-        user_id: row.user_id,
-        action: 'keys.decrypt',
-        status: 'failure',
-        target: req.success ? req.data.fingerprint : null,
-        details: { job_id: row.id, code: failure.code },
-      },
-      origin,
-    );
-  },
 });

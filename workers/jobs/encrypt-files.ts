@@ -78,18 +78,4 @@ export const encryptFilesProcessor = defineTrackedProcessor(encryptFiles, {
       after: done.deleteInputs,
     };
   },
-  async onFailure(trx, row, failure, { origin }) {
-    const req = EncryptRequest.safeParse(row.request);
-    await recordAudit(
-      trx,
-      {
-        user_id: row.user_id,
-        action: 'keys.encrypt',
-        status: 'failure',
-        target: req.success ? auditTarget(req.data) : null,
-        details: { job_id: row.id, code: failure.code },
-      },
-      origin,
-    );
-  },
 });

@@ -2,7 +2,6 @@ import { defineTrackedProcessor } from '../tracked';
 import { generateKey, GenerateRequest, openGenerateLock } from '../../jobs/generate-key';
 import { keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../../lib/keys/key-catalog';
 import { resyncLinkedTo } from '../../lib/teams/team-access';
-import { recordAudit } from '../../db/audit';
 import { keyOut } from '../../lib/keys/key-view';
 
 /** Slow key types (RSA) are generated here rather than in the request. */
@@ -22,8 +21,5 @@ export const generateKeyProcessor = defineTrackedProcessor(generateKey, {
       events: () => [{ type: 'key.generated', data: keyGeneratedData(spec, first) }],
       after: () => resyncLinkedTo(c, row.user_id, 'key.generated', { requestId: origin.request_id ?? undefined, ip: origin.ip ?? undefined }),
     };
-  },
-  async onFailure(trx, row, failure, { origin }) {
-    await recordAudit(trx, { user_id: row.user_id, action: 'keys.generate', status: 'failure', details: { job_id: row.id, code: failure.code } }, origin);
   },
 });

@@ -121,18 +121,4 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
       after: done.deleteInputs,
     };
   },
-  async onFailure(trx, row, failure, { origin }) {
-    const req = RewrapRequest.safeParse(row.request);
-    await recordAudit(
-      trx,
-      {
-        user_id: row.user_id,
-        action: 'keys.rewrap',
-        status: 'failure',
-        target: req.success ? req.data.fingerprint : null,
-        details: { job_id: row.id, code: failure.code },
-      },
-      origin,
-    );
-  },
 });

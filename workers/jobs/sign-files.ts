@@ -54,18 +54,4 @@ export const signFilesProcessor = defineTrackedProcessor(signFiles, {
       after: done.deleteInputs,
     };
   },
-  async onFailure(trx, row, failure, { origin }) {
-    const req = SignRequest.safeParse(row.request);
-    await recordAudit(
-      trx,
-      {
-        user_id: row.user_id,
-        action: 'keys.sign',
-        status: 'failure',
-        target: req.success ? req.data.fingerprint : null,
-        details: { job_id: row.id, code: failure.code },
-      },
-      origin,
-    );
-  },
 });

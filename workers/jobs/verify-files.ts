@@ -63,18 +63,4 @@ export const verifyFilesProcessor = defineTrackedProcessor(verifyFiles, {
       after: () => c.blob.deletePrefix(jobBlob.dir(row.id)).then(() => undefined),
     };
   },
-  async onFailure(trx, row, failure, { origin }) {
-    const req = VerifyRequest.safeParse(row.request);
-    await recordAudit(
-      trx,
-      {
-        user_id: row.user_id,
-        action: 'keys.verify',
-        status: 'failure',
-        target: req.success ? req.data.signer.fingerprint : null,
-        details: { job_id: row.id, code: failure.code },
-      },
-      origin,
-    );
-  },
 });
