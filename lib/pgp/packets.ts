@@ -193,7 +193,7 @@ const SMALL_PIECE = 64 * 1024;
 const JOINED_BYTES = 256 * 1024;
 
 /** Largest session key packet we read: an RSA-16384 one is about 2 KiB. */
-export const MAX_SESSION_KEY_PACKET = 8192;
+const MAX_SESSION_KEY_PACKET = 8192;
 
 /** The whole body of a packet that is not data (session keys, signatures, markers): definite and at most `limit` octets. */
 export async function smallBody(p: Pull, h: { tag: number; length: Length }, limit = MAX_SMALL_PACKET): Promise<Buffer> {
