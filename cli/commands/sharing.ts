@@ -1,22 +1,8 @@
 import { Option, type Command } from 'commander';
-import type { components } from '../../client/index.js';
+import { SCOPES, type Scope } from '../../client/index.js';
 import { connect, fields, pagedFooter, print, table } from '../context.js';
 import { examples, int, run } from './common.js';
 
-type Scope = components['schemas']['ManagedApiKey']['scopes'][number];
-const SCOPES: Scope[] = [
-  'keys:read',
-  'keys:write',
-  'crypto:encrypt',
-  'crypto:decrypt',
-  'jobs:read',
-  'shares:read',
-  'shares:write',
-  'audit:read',
-  'events:read',
-  'webhooks:write',
-  'account:read',
-];
 const API_KEY_COLUMNS = ['key_id', 'name', 'prefix', 'status', 'scopes', 'expires_at', 'last_used_at', 'use_count'];
 const SHARE_COLUMNS = ['share_id', 'state', 'view_count', 'max_views', 'expires_at', 'created_at'];
 const states = ['active', 'expired', 'revoked', 'exhausted'] as const;

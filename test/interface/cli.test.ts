@@ -330,6 +330,10 @@ describe('kms command line', { timeout: 90_000 }, () => {
     const revoked = await kms(['keys', 'list'], { env: asReader });
     expect(revoked.code).toBe(3);
     expect(revoked.stderr).toContain('api_key_revoked');
+    // Every scope the service has is a choice (the client's list: client/scopes.ts).
+    const signer = json(await kms(['api-keys', 'create', '--name', 'signer', '--scope', 'crypto:sign', '--scope', 'crypto:verify', '--json']));
+    expect(signer.scopes).toEqual(['crypto:sign', 'crypto:verify']);
+    ok(await kms(['api-keys', 'revoke', signer.key_id]));
 
     const share = json(await kms(['shares', 'create', fingerprint, '--max-views', '2', '--json']));
     expect(share.share_token).toMatch(/^kms_ks_/);

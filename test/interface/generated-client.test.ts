@@ -2,6 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import createClient from 'openapi-fetch';
 import type { paths } from '../../client/openapi';
+import { SCOPES as CLIENT_SCOPES } from '../../client/scopes';
+import { SCOPES } from '../../lib/auth/scopes';
 import { openApiForTypes } from '../../scripts/openapi-types';
 import { startTestService, type TestService } from '../support/service';
 
@@ -38,6 +40,10 @@ describe('client generated from the OpenAPI document', () => {
     const { servers: _servedServers, ...rest } = served;
     const { servers: _localServers, ...local } = JSON.parse(JSON.stringify(openApiForTypes()));
     expect(rest).toEqual(local);
+  });
+
+  it("lists the service's scopes, in its order, for the CLI's and the console's choices", () => {
+    expect(CLIENT_SCOPES).toEqual(SCOPES);
   });
 
   it('registers, makes a key, encrypts files (to the key and to its public key sent as a file) and decrypts them', async () => {

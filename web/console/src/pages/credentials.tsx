@@ -1,22 +1,8 @@
 import { startRegistration } from '@simplewebauthn/browser';
 import { useEffect, useState } from 'preact/hooks';
+import { SCOPES } from '../../../../client/scopes';
 import { api, asJson, ok, type Schemas } from '../api';
 import { CopyButton, Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
-
-type Scope = Schemas['ManagedApiKey']['scopes'][number];
-const SCOPES: Scope[] = [
-  'keys:read',
-  'keys:write',
-  'crypto:encrypt',
-  'crypto:decrypt',
-  'jobs:read',
-  'shares:read',
-  'shares:write',
-  'audit:read',
-  'events:read',
-  'webhooks:write',
-  'account:read',
-];
 
 /** A secret the API shows once, with the warning and a copy button. */
 function ShownOnce({ label, value }: { label: string; value: string | null }) {
