@@ -157,9 +157,31 @@ export const keyGeneratedData = (spec: Pick<LineageSpec, 'id' | 'label' | 'envir
 /** The early plan check of a key creation (402 before the slow part); storeNewKey checks again when it inserts. */
 export const checkKeyLimit = (c: Container, userId: string): Promise<void> => c.db.transaction((trx) => enforcePlanLimit(c, trx, userId, 'keys'));
 
-/** storeNewKey in a transaction of its own. */
-export const storeKey = (c: Container, userId: string, spec: LineageSpec, first: GenerationRow, meta: RequestMeta, imported?: { kind: LineageKind }) =>
-  c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta, imported));
+/** storeNewKey in a transaction of its own; a lineage it could not store leaves no token key behind. */
+export async function storeKey(
+  c: Container,
+  userId: string,
+  spec: LineageSpec,
+  first: GenerationRow,
+  meta: RequestMeta,
+  imported?: { kind: LineageKind },
+): Promise<{ lineage: LineageRow; key: KeyRow }> {
+  try {
+    return await c.db.transaction((trx) => storeNewKey(c, trx, userId, spec, first, meta, imported));
+  } catch (err) {
+    if (first.private_sealed) await dropUnstoredTokenKey(c, spec.id);
+    throw err;
+  }
+}
+
+/**
+ * The token key a first generation made (LINEAGE_TOKEN_KEYS) for a lineage that was never stored (its
+ * insert failed, or its job failed for good): nothing is sealed under it, and it would stay in the token.
+ */
+export async function dropUnstoredTokenKey(c: Container, lineageId: string): Promise<void> {
+  if (usesTokenKey(c, {}, 1))
+    await c.lineageKeys.remove(lineageId).catch((err: unknown) => c.log.warn({ err, lineage_id: lineageId }, 'could not delete an unused token key'));
+}
 
 /** Stores a new lineage with its first generation and the audit row, in the caller's transaction. */
 export async function storeNewKey(

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Container } from '../container';
 import { AppError, conflict, invalid } from '../errors';
 import { emitEvent } from '../events';
-import { auditKeyRefusal, checkKeyLimit, generationRow, newLineage, storeKey, usesTokenKey, type LineageSpec } from './key-catalog';
+import { auditKeyRefusal, checkKeyLimit, generationRow, newLineage, storeKey, type LineageSpec } from './key-catalog';
 import { resyncLinkedTo } from '../teams/team-access';
 import { readImportedKey } from '../pgp/import';
 import { randomSecret } from '../lineage';
@@ -61,8 +61,6 @@ export async function importKey(c: Container, userId: string, input: ImportInput
   try {
     stored = await storeKey(c, userId, spec, first, meta, { kind });
   } catch (err) {
-    // The lineage was not stored: the token key its first generation made (LINEAGE_TOKEN_KEYS) goes too.
-    if (first.private_sealed && usesTokenKey(c, {}, 1)) await c.lineageKeys.remove(spec.id).catch(() => undefined);
     // Fingerprints are unique across the service.
     if ((err as { code?: string }).code === '23505')
       throw await fail(conflict('key_exists', 'This key is already stored in the service.'), imported.fingerprint);

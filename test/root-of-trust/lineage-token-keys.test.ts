@@ -4,6 +4,7 @@ import * as openpgp from 'openpgp';
 import { registerUser, startTestService, type ManualClockFollowingTime, type TestService } from '../support/service';
 import { admin, startSoftHsm, type SoftHsm } from '../support/softhsm';
 import { startProcess } from '../support/process';
+import { startWorkers } from '../../workers/worker';
 import { PASSPHRASE, createKey, download, encrypt, runJob } from '../support/keys';
 import { loadConfig } from '../../lib/config';
 import { AppError } from '../../lib/errors';
@@ -205,6 +206,43 @@ describe('a lineage with its own token key', () => {
     expect((await rowsOf(key.lineage_id)).generations[0].private_sealed).toBe('');
     expect((await opensFrom(backup.lineage, backup.generations[0])).isPrivate()).toBe(true);
   });
+
+  it('a lineage that is never stored leaves no token key: refused at the plan limit in the request, or in its job', async () => {
+    const limits = { keys: 1, api_keys: 1, shares: 1, monthly_encrypted_bytes: 1 << 30, concurrent_jobs: 5, file_size: 1 << 26 };
+    const env = {
+      MASTER_KEY_URI: hsm.uri('root'),
+      LINEAGE_TOKEN_KEYS: 'true',
+      BILLING_ENFORCE_LIMITS: 'true',
+      BILLING_PLANS: JSON.stringify({ free: limits }),
+    };
+    const web = await startTestService({ roles: ['web'], env }); // no worker yet: the RSA job waits
+    try {
+      const v = await registerUser(web.api);
+      const before = new Set(hsm.labels());
+      const generate = (label: string, algorithm = 'curve25519') =>
+        web.api('POST', '/keys/generate-key', {
+          token: v.token,
+          form: { label, name: 'Ann Example', email: 'ann@example.test', passphrase: PASSPHRASE, algorithm },
+        });
+      const rsa = await generate('rsa', 'rsa3072');
+      expect(rsa.status, JSON.stringify(rsa.body)).toBe(202);
+      // Both pass the early check (nothing stored yet) and make their token key; one is stored.
+      const both = await Promise.all([generate('a'), generate('b')]);
+      expect(both.map((r) => r.status).sort()).toEqual([201, 402]);
+      const pool = await startWorkers(web.c, [{ queue: 'crypto', concurrency: 1 }]);
+      try {
+        const job = await web.api('GET', `/jobs/${rsa.body.job_id}`, { token: v.token, headers: { prefer: 'wait=60' } });
+        expect([job.body.state, job.body.error?.code]).toEqual(['failed', 'plan_limit_reached']);
+      } finally {
+        await pool.close();
+      }
+      const stored = await web.c.db('key_lineages').where({ user_id: v.id }).pluck('id');
+      expect(stored).toHaveLength(1);
+      expect(hsm.labels().filter((l) => !before.has(l))).toEqual(stored.map(lineageKeyLabel));
+    } finally {
+      await web.stop();
+    }
+  }, 120_000);
 
   it('a token that refuses to create the key, cannot be logged in to, or has lost the key gives an error naming the lineage, never a 500', async () => {
     const generate = (api: typeof s.api, label: string) =>

@@ -1,6 +1,6 @@
 import { defineTrackedProcessor } from '../tracked';
 import { generateKey, GenerateRequest, openGenerateLock } from '../../jobs/generate-key';
-import { keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../../lib/keys/key-catalog';
+import { dropUnstoredTokenKey, keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../../lib/keys/key-catalog';
 import { resyncLinkedTo } from '../../lib/teams/team-access';
 import { keyOut } from '../../lib/keys/key-view';
 
@@ -21,5 +21,10 @@ export const generateKeyProcessor = defineTrackedProcessor(generateKey, {
       events: () => [{ type: 'key.generated', data: keyGeneratedData(spec, first) }],
       after: () => resyncLinkedTo(c, row.user_id, 'key.generated', { requestId: origin.request_id ?? undefined, ip: origin.ip ?? undefined }),
     };
+  },
+  // Failed for good: its lineage was never stored (a stored one completes the job in the same transaction).
+  async onFailure(_trx, row, _failure, { c }) {
+    const req = GenerateRequest.safeParse(row.request);
+    if (req.success) await dropUnstoredTokenKey(c, req.data.lineage.id);
   },
 });
