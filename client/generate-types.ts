@@ -25,9 +25,18 @@ const HEADER = `/**
 const isBinary = (s: SchemaObject) =>
   'type' in s && s.type === 'string' && ((s as { contentMediaType?: string }).contentMediaType === 'application/octet-stream' || s.format === 'binary');
 
+/** The scopes a managed API key may hold, as the document's ManagedApiKey schema lists them. */
+function scopesOf(document: OpenAPI3): string[] {
+  const schema = document.components?.schemas?.ManagedApiKey as { properties?: { scopes?: { items?: { enum?: unknown } } } } | undefined;
+  const scopes = schema?.properties?.scopes?.items?.enum;
+  if (!Array.isArray(scopes) || !scopes.every((s) => typeof s === 'string')) throw new Error('the document lists no ManagedApiKey scopes');
+  return scopes;
+}
+
 /**
- * The text of the types for a document. The deployment's `servers` are dropped (they change no type);
- * uploads (binary strings) are typed Blob.
+ * The text of the types for a document, and the one list of values a client offers as choices (the
+ * scopes). The deployment's `servers` are dropped (they change no type); uploads (binary strings) are
+ * typed Blob.
  */
 export async function clientTypesFor(document: Record<string, unknown>): Promise<string> {
   const { servers: _servers, ...rest } = document;
@@ -35,7 +44,12 @@ export async function clientTypesFor(document: Record<string, unknown>): Promise
     silent: true,
     transform: (schema) => (isBinary(schema) ? ts.factory.createTypeReferenceNode('Blob') : undefined),
   });
-  return HEADER + astToString(ast);
+  const scopes = `
+/** Every scope a managed API key may hold, in the service's order (for choices in a CLI or a form). */
+export const SCOPES = ${JSON.stringify(scopesOf(rest as unknown as OpenAPI3))} as const satisfies readonly components['schemas']['ManagedApiKey']['scopes'][number][];
+export type Scope = (typeof SCOPES)[number];
+`;
+  return HEADER + astToString(ast) + scopes;
 }
 
 /** The document a service at `apiUrl` (…/api/v1) serves. */

@@ -39,5 +39,5 @@ export {
   type OnProgress,
 } from './jobs.js';
 export type { Upload } from './uploads.js';
-export { SCOPES, type Scope } from './scopes.js';
+export { SCOPES, type Scope } from './openapi.js';
 export type { paths, components } from './openapi.js';

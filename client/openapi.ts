@@ -6657,3 +6657,7 @@ export interface components {
 }
 export type $defs = Record<string, never>;
 export type operations = Record<string, never>;
+
+/** Every scope a managed API key may hold, in the service's order (for choices in a CLI or a form). */
+export const SCOPES = ["keys:read","keys:write","crypto:encrypt","crypto:decrypt","crypto:sign","crypto:verify","jobs:read","shares:read","shares:write","audit:read","events:read","webhooks:write","account:read"] as const satisfies readonly components['schemas']['ManagedApiKey']['scopes'][number][];
+export type Scope = (typeof SCOPES)[number];

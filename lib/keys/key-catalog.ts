@@ -70,7 +70,7 @@ type TokenKeyed = Partial<Pick<LineageRow, 'token_key'>>;
  * generation) as LINEAGE_TOKEN_KEYS says, and then for the lineage's whole life as its `token_key` says,
  * whatever the setting is later. A recipient key has no private key, so no token key.
  */
-export const usesTokenKey = (c: Container, lineage: TokenKeyed, generation: number) =>
+const usesTokenKey = (c: Container, lineage: TokenKeyed, generation: number) =>
   generation === 1 ? c.config.masterKeys.lineageTokenKeys : Boolean(lineage.token_key);
 
 /**

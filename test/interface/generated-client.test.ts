@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import createClient from 'openapi-fetch';
 import type { paths } from '../../client/openapi';
-import { SCOPES as CLIENT_SCOPES } from '../../client/scopes';
+import { SCOPES as CLIENT_SCOPES } from '../../client/openapi';
 import { SCOPES } from '../../lib/auth/scopes';
 import { openApiForTypes } from '../../scripts/openapi-types';
 import { startTestService, type TestService } from '../support/service';

@@ -1,6 +1,6 @@
 import { startRegistration } from '@simplewebauthn/browser';
 import { useEffect, useState } from 'preact/hooks';
-import { SCOPES } from '../../../../client/scopes';
+import { SCOPES } from '../../../../client/openapi';
 import { api, asJson, ok, type Schemas } from '../api';
 import { CopyButton, Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
 
