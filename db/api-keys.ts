@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import type { Scope } from '../lib/auth/scopes';
-import { newestFirstPage, prepared } from './knex';
+import { newestFirstPage, prepared, type Write } from './knex';
 
 export interface ApiKeyRow {
   id: string;
@@ -107,9 +107,9 @@ export const addUse = (db: Knex, keyId: string, count: number, last: Date) =>
     .where({ id: keyId })
     .update({ use_count: db.raw('use_count + ?', [count]) as unknown as number, last_used_at: db.raw('greatest(last_used_at, ?)', [last]) as unknown as Date });
 
-/** Adds a completed job's plaintext bytes to the key that submitted it (in the job's commit: once). */
-export const addJobBytes = (db: Knex, keyId: string, kind: 'encrypt' | 'decrypt', bytes: number) =>
-  apiKeys(db)
+/** Adds a completed job's plaintext bytes to the key that submitted it (a write that lands with the job's completion: once). */
+export const addJobBytes = (db: Knex, keyId: string, kind: 'encrypt' | 'decrypt', bytes: number): Write =>
+  db<object>('api_keys')
     .where({ id: keyId })
     .increment(kind === 'encrypt' ? 'bytes_encrypted' : 'bytes_decrypted', bytes);
 

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { newestFirstPage } from './knex';
+import { newestFirstPage, type Write } from './knex';
 import { rowDigest } from '../lib/audit-chain';
 
 /** Who and where a request came from, as audit rows record it. */
@@ -38,12 +38,11 @@ export interface AuditRow extends Required<Omit<AuditEntry, 'details'>> {
 }
 
 /**
- * Writes one audit row (a query builder: awaited, or run with the change it records, db/jobs.ts updateJob);
- * pass the transaction of the change it records so both land or neither. The row carries its content
- * digest; the audit_logs trigger links it to its account's chain, holding the chain's head until the
- * transaction ends (writers of one account take turns there).
+ * One audit row's insert, not yet run: a write that lands with the change it records (db/jobs.ts updateJob,
+ * db/rotation.ts insertRotation). The row carries its content digest; the audit_logs trigger links it to
+ * its account's chain, holding the chain's head until the transaction ends (writers of one account take turns there).
  */
-export function recordAudit(db: Knex, entry: AuditEntry, from?: AuditSource) {
+export function auditInsert(db: Knex, entry: AuditEntry, from?: AuditSource): Write {
   const row = { ...entry, ...(from && sourceOf(from)) };
   const details = row.details ?? {};
   const digest = rowDigest({
@@ -54,7 +53,12 @@ export function recordAudit(db: Knex, entry: AuditEntry, from?: AuditSource) {
     request_id: row.request_id ?? null,
     details,
   });
-  return db('audit_logs').insert({ ...row, details: JSON.stringify(details), digest });
+  return db<object>('audit_logs').insert({ ...row, details: JSON.stringify(details), digest });
+}
+
+/** Writes one audit row (auditInsert); pass the transaction of the change it records so both land or neither. */
+export async function recordAudit(db: Knex, entry: AuditEntry, from?: AuditSource): Promise<void> {
+  await auditInsert(db, entry, from);
 }
 
 /** The row's columns of a source: the one place a request's address and id become an audit row's. */

@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import type { Write } from './knex';
 
 export interface BillingAccountRow {
   user_id: string;
@@ -84,8 +85,8 @@ export async function insertBillingEvent(db: Knex, row: Omit<BillingEventRow, 'p
 export const usagePeriod = (at: Date) => at.toISOString().slice(0, 7);
 
 /** Counts an encrypt job's plaintext bytes once (its id is the key); a write that lands with the job's completion (jobs/tracked.ts `writes`). */
-export const recordUsage = (db: Knex, entry: { jobId: string; userId: string; bytes: number; at: Date }) =>
-  db('billing_usage')
+export const recordUsage = (db: Knex, entry: { jobId: string; userId: string; bytes: number; at: Date }): Write =>
+  db<object>('billing_usage')
     .insert({ job_id: entry.jobId, user_id: entry.userId, period: usagePeriod(entry.at), bytes: entry.bytes, created_at: entry.at })
     .onConflict('job_id')
     .ignore();

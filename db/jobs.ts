@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { columnsOf, prepared, withWrites } from './knex';
+import { columnsOf, prepared, withWrites, type Write } from './knex';
 
 export type JobState = 'queued' | 'active' | 'completed' | 'failed';
 export type JobKind = 'encrypt' | 'decrypt' | 'generate-key' | 'rotate-key' | 'rewrap' | 'sign' | 'verify';
@@ -135,19 +135,16 @@ export const jobFiles = (db: Knex, jobId: string, role: JobFileRow['role']) => f
  * Updates a job row; `alongside`, writes to other tables, run in the same statement as data-modifying
  * CTEs (one round trip, atomic without a transaction). They must not touch the job row or each other's rows.
  */
-export async function updateJob(
-  db: Knex,
-  id: string,
-  patch: Partial<Omit<JobRow, 'id' | 'user_id' | 'kind'>>,
-  alongside: Knex.QueryBuilder[] = [],
-): Promise<void> {
+export async function updateJob(db: Knex, id: string, patch: Partial<Omit<JobRow, 'id' | 'user_id' | 'kind'>>, alongside: Write[] = []): Promise<void> {
   const jsonColumns = new Set(['request', 'progress', 'result', 'error']);
   const values = Object.fromEntries(
     Object.entries(patch)
       .filter(([, v]) => v !== undefined)
       .map(([k, v]) => [k, jsonColumns.has(k) && v !== null ? JSON.stringify(v) : v]),
   );
-  await withWrites(db, 'jobs', alongside).where({ id }).update(values);
+  const jobs = db('jobs');
+  withWrites(jobs, alongside);
+  await jobs.where({ id }).update(values);
 }
 
 /** Merges keys into the job's progress (the API adds totals when the upload ends, the worker what it has done). */
@@ -255,12 +252,17 @@ export async function failUnfinishedJob(db: Knex, id: string, error: { code: str
 
 export type OutputFile = Omit<JobFileRow, 'job_id' | 'role'>;
 
-/** A job's output rows (at least one file). */
-export const insertOutputFiles = (db: Knex, jobId: string, files: OutputFile[]) =>
-  db('job_files')
+/** A job's output rows (at least one file), not yet run: a write that lands with the job's completion (workers/tracked.ts `writes`). */
+export const outputFilesInsert = (db: Knex, jobId: string, files: OutputFile[]): Write =>
+  db<object>('job_files')
     .insert(files.map((f) => ({ ...f, job_id: jobId, role: 'output' })))
     .onConflict(['job_id', 'role', 'n'])
     .merge();
+
+/** A job's output rows (at least one file). */
+export const insertOutputFiles = async (db: Knex, jobId: string, files: OutputFile[]): Promise<void> => {
+  await outputFilesInsert(db, jobId, files);
+};
 
 /** Jobs not finished that were created before `before`, oldest first (the reconciler's candidates). */
 export const unfinishedJobsBefore = (db: Knex, before: Date, limit: number) =>

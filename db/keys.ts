@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { columnsOf, prepared } from './knex';
+import { columnsOf, prepared, type Write } from './knex';
 
 export type LineageKind = 'managed' | 'recipient';
 
@@ -358,8 +358,8 @@ function generationCounters(db: Knex, use: GenerationUse, files: number, bytes: 
 }
 
 /** A job's use of a key, in the transaction that completes it: the key's counters and its generation's, one statement. */
-export const recordKeyUse = (db: Knex, keyId: string, use: 'encrypt' | 'decrypt', files: number, bytes: number, at: Date) =>
-  db('pgp_keys')
+export const recordKeyUse = (db: Knex, keyId: string, use: 'encrypt' | 'decrypt', files: number, bytes: number, at: Date): Write =>
+  db<object>('pgp_keys')
     .where({ id: keyId })
     .update({
       ops_count: db.raw('ops_count + 1'),
@@ -500,5 +500,5 @@ export async function storeRekeyedLineage(
   for (const g of rekeyed.secrets) await trx<KeyRow>('pgp_keys').where({ id: g.id }).update({ secret_sealed: g.secret_sealed });
 }
 
-/** A new generation's insert, not yet run: awaited, or run alongside another write (db/rotation.ts insertRotation). */
-export const generationInsert = (db: Knex, row: Omit<KeyRow, KeyDefaults> & Partial<Pick<KeyRow, 'imported'>>) => db('pgp_keys').insert(row);
+/** A new generation's insert, not yet run: a write that lands with the rotation's history row (db/rotation.ts insertRotation). */
+export const generationInsert = (db: Knex, row: Omit<KeyRow, KeyDefaults> & Partial<Pick<KeyRow, 'imported'>>): Write => db<object>('pgp_keys').insert(row);

@@ -5,6 +5,14 @@ import { DB_MESSAGE_CLEANED, redactDataException } from '../lib/logger';
 export type { Knex };
 export type Db = Knex;
 
+/**
+ * A write not yet run, for another statement to run with it (withWrites: `updateJob`'s and
+ * `insertRotation`'s `alongside`): db/ composes it, services pass it on and never await it. Its rows are
+ * `object` (`db<object>('table')`): writes to different tables go in one list, and a builder's row type
+ * must match exactly.
+ */
+export type Write = Knex.QueryBuilder<object, unknown>;
+
 // Postgres returns bigint (COUNT, bigserial) as strings; our counts fit in a JS number.
 pg.types.setTypeParser(pg.types.builtins.INT8, (v: string) => Number(v));
 
@@ -102,14 +110,12 @@ export const preparedStatements: ReadonlyMap<string, string> = statements;
 export const columnsOf = <Row>(all: Record<keyof Row & string, 1>) => Object.keys(all) as (keyof Row & string)[];
 
 /**
- * `table`'s query builder with `writes` to other tables attached as data-modifying CTEs: they run in the
- * statement it becomes (one round trip, atomic without a transaction). Each must touch its own rows: the
- * parts of one statement see one snapshot, and the order among them is not defined.
+ * Attaches `writes`, to other tables, to `query` as data-modifying CTEs: they run in the statement it
+ * becomes (one round trip, atomic without a transaction). Each must touch its own rows: the parts of one
+ * statement see one snapshot, and the order among them is not defined.
  */
-export function withWrites(db: Knex, table: string, writes: Knex.QueryBuilder[]): Knex.QueryBuilder {
-  const query = db(table);
+export function withWrites<Row extends object, Result>(query: Knex.QueryBuilder<Row, Result>, writes: Write[]): void {
   for (const [i, write] of writes.entries()) query.with(`w${i}`, write);
-  return query;
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { withWrites } from './knex';
+import { withWrites, type Write } from './knex';
 
 export type RotationTrigger = 'manual' | 'schedule' | 'policy';
 
@@ -19,10 +19,10 @@ export interface RotationRow {
 }
 
 /** Inserts a history row; `alongside`, writes to other tables, in the same statement (db/knex.ts `withWrites`). */
-export async function insertRotation(db: Knex, row: Omit<RotationRow, 'id' | 'created_at'>, alongside: Knex.QueryBuilder[] = []): Promise<RotationRow> {
-  const [inserted] = await withWrites(db, 'rotation_history', alongside)
-    .insert({ ...row, error: row.error ? JSON.stringify(row.error) : null })
-    .returning<RotationRow[]>('*');
+export async function insertRotation(db: Knex, row: Omit<RotationRow, 'id' | 'created_at'>, alongside: Write[] = []): Promise<RotationRow> {
+  const history = db('rotation_history');
+  withWrites(history, alongside);
+  const [inserted] = await history.insert({ ...row, error: row.error ? JSON.stringify(row.error) : null }).returning<RotationRow[]>('*');
   return inserted;
 }
 

@@ -5,6 +5,7 @@ import type { JobContract, JobOrigin } from '../jobs/define';
 import type { JobContext, Processor } from './define';
 import type { Container } from '../lib/container';
 import { addJobBytes } from '../db/api-keys';
+import type { Write } from '../db/knex';
 import { emitEvent, emitEvents } from '../lib/events';
 import { type NewEvent } from '../lib/event-stream';
 import { AppError, isOutOfReach, isStorageFull, storageFull } from '../lib/errors';
@@ -32,7 +33,7 @@ interface Completion {
    * Writes that land with the completed state, in the same statement as the job row's update (db/jobs.ts
    * updateJob): one round trip. Each must touch its own rows (not the job's, not another write's).
    */
-  writes?(db: Knex): Knex.QueryBuilder[];
+  writes?(db: Knex): Write[];
   /** Effects that need a transaction (reads, or rows written twice); may return the result (made from the rows it wrote). */
   commit?: (trx: Knex.Transaction) => Promise<Record<string, unknown> | void>;
   /** Events of the committed effects (a rotation's `key.rotated`), published before `job.completed` in the same round trip. */

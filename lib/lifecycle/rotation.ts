@@ -7,7 +7,7 @@ import { newGeneration, rekeyLineage, requireKey, requireManaged, type Generatio
 import { verifyKeyPassphrase } from '../keys/passphrases';
 import { verifiedLineage } from '../keys/key-integrity';
 import { resyncLinkedTo } from '../teams/team-access';
-import { recordAudit } from '../../db/audit';
+import { auditInsert, recordAudit } from '../../db/audit';
 import {
   updateLineage,
   storeRekeyedLineage,
@@ -119,7 +119,7 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
   if (rekeyed) {
     await storeRekeyedLineage(trx, lineage.id, rekeyed, now);
   }
-  const audit = recordAudit(
+  const audit = auditInsert(
     trx,
     {
       user_id: lineage.user_id,

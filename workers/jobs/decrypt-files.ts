@@ -5,8 +5,8 @@ import type { FileSignature } from '../../jobs/verify-files';
 import { invalid } from '../../lib/errors';
 import { decryptionLimits, transformFiles } from '../file-pipeline';
 import { unlockGeneration, unlockLineage } from '../../lib/keys/key-catalog';
-import { recordAudit } from '../../db/audit';
-import { insertOutputFiles } from '../../db/jobs';
+import { auditInsert } from '../../db/audit';
+import { outputFilesInsert } from '../../db/jobs';
 import { lineageGenerations, lineageUsableBy, recordKeyUse, type LineageRow } from '../../db/keys';
 import { requireDecryptable } from '../../lib/lifecycle/key-lifecycle';
 import { verifiedKey } from '../../lib/keys/key-integrity';
@@ -69,10 +69,10 @@ export const decryptFilesProcessor = defineTrackedProcessor(decryptFiles, {
           used.set(openedBy.get(f.n)!, { files: use.files + 1, bytes: use.bytes + f.size });
         }
         return [
-          insertOutputFiles(db, row.id, done.outputs),
+          outputFilesInsert(db, row.id, done.outputs),
           // One write per key: each updates its own row.
           ...[...used].map(([keyId, use]) => recordKeyUse(db, keyId, 'decrypt', use.files, use.bytes, c.clock.now())),
-          recordAudit(
+          auditInsert(
             db,
             {
               user_id: row.user_id,

@@ -6,8 +6,8 @@ import { readRecipientKey, readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../
 import { readText } from '../../lib/streams';
 import { transformFiles } from '../file-pipeline';
 import { jobBlob } from '../../lib/jobs/job-records';
-import { recordAudit } from '../../db/audit';
-import { insertOutputFiles } from '../../db/jobs';
+import { auditInsert } from '../../db/audit';
+import { outputFilesInsert } from '../../db/jobs';
 import { findUsableKey, recordKeyUse, type KeyRow } from '../../db/keys';
 import { verifiedKey } from '../../lib/keys/key-integrity';
 import { openSigningKey } from '../../lib/keys/key-catalog';
@@ -54,10 +54,10 @@ export const encryptFilesProcessor = defineTrackedProcessor(encryptFiles, {
       progress: done.progress,
       processedBytes: done.bytesTotal,
       writes: (db) => [
-        insertOutputFiles(db, row.id, done.outputs),
+        outputFilesInsert(db, row.id, done.outputs),
         recordUsage(db, { jobId: row.id, userId: row.user_id, bytes: done.bytesTotal, at: c.clock.now() }), // billing: once per job (job id unique)
         ...(key ? [recordKeyUse(db, key.id, 'encrypt', done.inputs.length, done.bytesTotal, c.clock.now())] : []),
-        recordAudit(
+        auditInsert(
           db,
           {
             user_id: row.user_id,

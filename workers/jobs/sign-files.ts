@@ -3,8 +3,8 @@ import { transformFiles } from '../file-pipeline';
 import { signFiles, SignRequest } from '../../jobs/sign-files';
 import { passphraseAad } from '../../jobs/tracked';
 import { openSigningKey } from '../../lib/keys/key-catalog';
-import { recordAudit } from '../../db/audit';
-import { insertOutputFiles } from '../../db/jobs';
+import { auditInsert } from '../../db/audit';
+import { outputFilesInsert } from '../../db/jobs';
 
 /** The name and type of what signing input `name` makes: a detached signature or a signed message. */
 const signedOutput = (name: string, req: Pick<SignRequest, 'detached' | 'armor'>) =>
@@ -37,8 +37,8 @@ export const signFilesProcessor = defineTrackedProcessor(signFiles, {
       progress: done.progress,
       processedBytes: done.bytesTotal,
       writes: (db) => [
-        insertOutputFiles(db, row.id, done.outputs),
-        recordAudit(
+        outputFilesInsert(db, row.id, done.outputs),
+        auditInsert(
           db,
           {
             user_id: row.user_id,

@@ -5,7 +5,7 @@ import { transformFiles } from '../file-pipeline';
 import { signerKeys } from '../../lib/keys/signers';
 import { jobBlob } from '../../lib/jobs/job-records';
 import { readBytes } from '../../lib/streams';
-import { recordAudit } from '../../db/audit';
+import { auditInsert } from '../../db/audit';
 import type { SignatureCheck } from '../../lib/pgp/verification';
 
 /**
@@ -47,7 +47,7 @@ export const verifyFilesProcessor = defineTrackedProcessor(verifyFiles, {
       progress: done.progress,
       processedBytes: done.bytesTotal,
       writes: (db) => [
-        recordAudit(
+        auditInsert(
           db,
           {
             user_id: row.user_id,
