@@ -53,12 +53,17 @@ export async function insertApiKey(
   return inserted;
 }
 
-export const insertApiKeySecret = (trx: Knex.Transaction, row: Pick<ApiKeySecretRow, 'id' | 'key_id' | 'key_hash' | 'prefix' | 'created_at'>) =>
-  apiKeySecrets(trx).insert(row);
+export const insertApiKeySecret = async (
+  trx: Knex.Transaction,
+  row: Pick<ApiKeySecretRow, 'id' | 'key_id' | 'key_hash' | 'prefix' | 'created_at'>,
+): Promise<void> => {
+  await apiKeySecrets(trx).insert(row);
+};
 
 /** A value replaced by rotation: it keeps working until `validUntil`. */
-export const retireApiKeySecret = (trx: Knex.Transaction, secretId: string, at: Date, validUntil: Date) =>
-  apiKeySecrets(trx).where({ id: secretId }).update({ rotated_at: at, valid_until: validUntil });
+export const retireApiKeySecret = async (trx: Knex.Transaction, secretId: string, at: Date, validUntil: Date): Promise<void> => {
+  await apiKeySecrets(trx).where({ id: secretId }).update({ rotated_at: at, valid_until: validUntil });
+};
 
 /** The key's new current value (a rotation); answers the key. */
 export async function setApiKeyValue(
@@ -71,8 +76,9 @@ export async function setApiKeyValue(
 }
 
 /** Revokes the key and forgets its sealed value. */
-export const markApiKeyRevoked = (trx: Knex.Transaction, id: string, at: Date) =>
-  apiKeys(trx).where({ id }).update({ revoked_at: at, value_sealed: null, updated_at: at });
+export const markApiKeyRevoked = async (trx: Knex.Transaction, id: string, at: Date): Promise<void> => {
+  await apiKeys(trx).where({ id }).update({ revoked_at: at, value_sealed: null, updated_at: at });
+};
 
 /** What authentication needs about a presented value, its key and its (live) account: one indexed lookup. */
 export interface ApiKeyCredential {
@@ -102,10 +108,11 @@ export async function findCredentialByHash(db: Knex, keyHash: string): Promise<A
 }
 
 /** Adds `count` authenticated requests (lib/usage.ts batches them): a single-row UPDATE by primary key. */
-export const addUse = (db: Knex, keyId: string, count: number, last: Date) =>
-  apiKeys(db)
+export const addUse = async (db: Knex, keyId: string, count: number, last: Date): Promise<void> => {
+  await apiKeys(db)
     .where({ id: keyId })
     .update({ use_count: db.raw('use_count + ?', [count]) as unknown as number, last_used_at: db.raw('greatest(last_used_at, ?)', [last]) as unknown as Date });
+};
 
 /** Adds a completed job's plaintext bytes to the key that submitted it (a write that lands with the job's completion: once). */
 export const addJobBytes = (db: Knex, keyId: string, kind: 'encrypt' | 'decrypt', bytes: number): Write =>

@@ -76,10 +76,12 @@ export async function insertCheckpoint(db: Knex, cp: CheckpointRow): Promise<Che
   return row ?? null;
 }
 
-export const currentSigningKey = (db: Knex) => db<SigningKeyRow>('audit_signing_keys').whereNull('retired_at').first();
+export const currentSigningKey = async (db: Knex): Promise<SigningKeyRow | undefined> =>
+  db<SigningKeyRow>('audit_signing_keys').whereNull('retired_at').first();
 
 /** Every signing key, current and retired, oldest first: what the JWKS publishes. */
-export const signingKeys = (db: Knex) => db<SigningKeyRow>('audit_signing_keys').orderBy('created_at').select('kid', 'public_jwk', 'created_at', 'retired_at');
+export const signingKeys = async (db: Knex): Promise<Pick<SigningKeyRow, 'kid' | 'public_jwk' | 'created_at' | 'retired_at'>[]> =>
+  db<SigningKeyRow>('audit_signing_keys').orderBy('created_at').select('kid', 'public_jwk', 'created_at', 'retired_at');
 
 /** Retires the current key and stores `next` as current, in one transaction. */
 export async function replaceSigningKey(db: Knex, next: Omit<SigningKeyRow, 'retired_at'>, now: Date): Promise<void> {

@@ -32,7 +32,8 @@ export interface BillingEventRow {
 const billingAccounts = (db: Knex) => db<BillingAccountRow>('billing_accounts');
 const billingEvents = (db: Knex) => db<BillingEventRow>('billing_events');
 
-export const findBillingAccount = (db: Knex, userId: string) => billingAccounts(db).where({ user_id: userId }).first();
+export const findBillingAccount = async (db: Knex, userId: string): Promise<BillingAccountRow | undefined> =>
+  billingAccounts(db).where({ user_id: userId }).first();
 
 /** The account's billing row, made if missing, locked until the transaction ends (one customer per account). */
 export async function lockBillingAccount(trx: Knex.Transaction, userId: string, now: Date): Promise<BillingAccountRow> {
@@ -44,8 +45,9 @@ export async function lockBillingAccount(trx: Knex.Transaction, userId: string, 
 export const lockBillingAccountOfCustomer = (trx: Knex.Transaction, customerId: string): Promise<BillingAccountRow | undefined> =>
   billingAccounts(trx).where({ customer_id: customerId }).forUpdate().first();
 
-export const setBillingCustomer = (trx: Knex.Transaction, userId: string, customerId: string, at: Date) =>
-  billingAccounts(trx).where({ user_id: userId }).update({ customer_id: customerId, updated_at: at });
+export const setBillingCustomer = async (trx: Knex.Transaction, userId: string, customerId: string, at: Date): Promise<void> => {
+  await billingAccounts(trx).where({ user_id: userId }).update({ customer_id: customerId, updated_at: at });
+};
 
 /** The subscription state as last read from the provider; answers the account's billing row. */
 export async function updateSubscription(
@@ -66,8 +68,13 @@ export const findBillingEvent = (db: Knex, id: string): Promise<BillingEventRow 
 export const lockBillingEvent = (trx: Knex.Transaction, id: string): Promise<BillingEventRow | undefined> =>
   billingEvents(trx).where({ id }).forUpdate().first();
 
-export const markBillingEventProcessed = (trx: Knex.Transaction, id: string, done: Pick<BillingEventRow, 'processed_at' | 'outcome' | 'user_id'>) =>
-  billingEvents(trx).where({ id }).update(done);
+export const markBillingEventProcessed = async (
+  trx: Knex.Transaction,
+  id: string,
+  done: Pick<BillingEventRow, 'processed_at' | 'outcome' | 'user_id'>,
+): Promise<void> => {
+  await billingEvents(trx).where({ id }).update(done);
+};
 
 /** Ids of events still unprocessed that arrived at or before `before`, oldest first, at most `limit`. */
 export async function unprocessedBillingEvents(db: Knex, before: Date, limit: number): Promise<string[]> {
@@ -82,7 +89,7 @@ export async function insertBillingEvent(db: Knex, row: Omit<BillingEventRow, 'p
 }
 
 /** `YYYY-MM` of a time, UTC: the usage period. */
-export const usagePeriod = (at: Date) => at.toISOString().slice(0, 7);
+export const usagePeriod = (at: Date): string => at.toISOString().slice(0, 7);
 
 /** Counts an encrypt job's plaintext bytes once (its id is the key); a write that lands with the job's completion (jobs/tracked.ts `writes`). */
 export const recordUsage = (db: Knex, entry: { jobId: string; userId: string; bytes: number; at: Date }): Write =>

@@ -5,7 +5,7 @@ export type JobState = 'queued' | 'active' | 'completed' | 'failed';
 export type JobKind = 'encrypt' | 'decrypt' | 'generate-key' | 'rotate-key' | 'rewrap' | 'sign' | 'verify';
 
 /** A job in one of these states will not change again. */
-export const isFinished = (state: JobState) => state === 'completed' || state === 'failed';
+export const isFinished = (state: JobState): boolean => state === 'completed' || state === 'failed';
 
 export interface JobProgress {
   bytes_done?: number;
@@ -71,7 +71,7 @@ const JOB_COLUMNS = columnsOf<JobRow>({
   purged_at: 1,
 }).join(', ');
 
-export const findJob = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }).first();
+export const findJob = async (db: Knex, id: string): Promise<JobRow | undefined> => db<JobRow>('jobs').where({ id }).first();
 /** A job as its owner reads it: with its output files once it has completed, until they are purged (else null). */
 export type UserJobRow = JobRow & { outputs: OutputFile[] | null };
 // The outputs come in the same statement: a status read of a finished job and a download need both. The
@@ -93,13 +93,19 @@ export async function findUserJob(db: Knex, userId: string, id: string): Promise
   return row?.user_id === userId ? row : undefined;
 }
 /** A job's sealed data key (lib/blob/data-keys.ts), for a process that has not read its row. */
-export const jobDataKey = async (db: Knex, id: string) => (await db<JobRow>('jobs').where({ id }).first('data_key'))?.data_key;
-/** A job whose request was never done (an upload that broke, a lost job): its Idempotency-Key can be sent again. */
+export const jobDataKey = async (db: Knex, id: string): Promise<string | null | undefined> =>
+  (await db<JobRow>('jobs').where({ id }).first('data_key'))?.data_key;
 /** A job row that never reached its queue (enqueueing failed): it goes, with its files' rows. */
-export const deleteJob = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }).delete();
+export const deleteJob = async (db: Knex, id: string): Promise<void> => {
+  await db<JobRow>('jobs').where({ id }).delete();
+};
 
-export const freeIdempotencyKey = (db: Knex, id: string) => db<JobRow>('jobs').where({ id }).update({ idempotency_key: null });
-export const findJobByIdempotencyKey = (db: Knex, userId: string, key: string) => db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();
+/** A job whose request was never done (an upload that broke, a lost job): its Idempotency-Key can be sent again. */
+export const freeIdempotencyKey = async (db: Knex, id: string): Promise<void> => {
+  await db<JobRow>('jobs').where({ id }).update({ idempotency_key: null });
+};
+export const findJobByIdempotencyKey = async (db: Knex, userId: string, key: string): Promise<JobRow | undefined> =>
+  db<JobRow>('jobs').where({ user_id: userId, idempotency_key: key }).first();
 
 type NewJob = Pick<JobRow, 'id' | 'user_id' | 'kind' | 'request' | 'progress' | 'idempotency_key' | 'request_hash' | 'api_key_id' | 'uploaded_at' | 'data_key'>;
 const NEW_JOB_COLUMNS = columnsOf<NewJob>({
@@ -129,7 +135,7 @@ const filesOf = prepared<JobFileRow>(
   'job_files',
   `SELECT job_id, role, n, name, size, content_type FROM job_files WHERE job_id = :id AND role = :role ORDER BY n`,
 );
-export const jobFiles = (db: Knex, jobId: string, role: JobFileRow['role']) => filesOf(db, { id: jobId, role });
+export const jobFiles = (db: Knex, jobId: string, role: JobFileRow['role']): Promise<JobFileRow[]> => filesOf(db, { id: jobId, role });
 
 /**
  * Updates a job row; `alongside`, writes to other tables, run in the same statement as data-modifying
@@ -148,10 +154,11 @@ export async function updateJob(db: Knex, id: string, patch: Partial<Omit<JobRow
 }
 
 /** Merges keys into the job's progress (the API adds totals when the upload ends, the worker what it has done). */
-export const mergeProgress = (db: Knex, id: string, patch: JobProgress) =>
-  db('jobs')
+export const mergeProgress = async (db: Knex, id: string, patch: JobProgress): Promise<void> => {
+  await db('jobs')
     .where({ id })
     .update({ progress: db.raw('progress || ?::jsonb', [JSON.stringify(patch)]) });
+};
 
 /** An input as its upload starts (size 0 until it ends): from then on the worker may follow it. */
 const inputFile = prepared<never>(
@@ -264,12 +271,12 @@ export const insertOutputFiles = async (db: Knex, jobId: string, files: OutputFi
   await outputFilesInsert(db, jobId, files);
 };
 
-/** Jobs not finished that were created before `before`, oldest first (the reconciler's candidates). */
-export const unfinishedJobsBefore = (db: Knex, before: Date, limit: number) =>
-  db<JobRow>('jobs').whereIn('state', ['queued', 'active']).where('created_at', '<', before).orderBy('created_at').limit(limit);
+/** Jobs not finished that were created after `after` and before `before`, oldest first (the reconciler's candidates, a page at a time). */
+export const unfinishedJobsBetween = async (db: Knex, after: Date, before: Date, limit: number): Promise<JobRow[]> =>
+  db<JobRow>('jobs').whereIn('state', ['queued', 'active']).where('created_at', '<', before).where('created_at', '>', after).orderBy('created_at').limit(limit);
 
 /** Jobs whose outputs have outlived their retention and not been deleted yet. */
-export const expiredJobs = (db: Knex, now: Date, limit: number) =>
+export const expiredJobs = async (db: Knex, now: Date, limit: number): Promise<JobRow[]> =>
   db<JobRow>('jobs').whereNull('purged_at').where('expires_at', '<=', now).orderBy('expires_at').limit(limit);
 
 /**

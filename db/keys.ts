@@ -220,7 +220,7 @@ const keyByFingerprint = prepared<Record<string, unknown>>(
  * Lineages whose token key is still to delete: every generation destroyed, the object not yet deleted
  * (the sweep deletes it after the commit that destroyed the last one, and again after a failed delete).
  */
-export const lineagesWithSpentTokenKey = (db: Knex, limit: number) =>
+export const lineagesWithSpentTokenKey = async (db: Knex, limit: number): Promise<Pick<LineageRow, 'id' | 'user_id'>[]> =>
   db<LineageRow>('key_lineages as l')
     .where('l.token_key', true)
     .whereNull('l.token_key_deleted_at')
@@ -229,7 +229,7 @@ export const lineagesWithSpentTokenKey = (db: Knex, limit: number) =>
     .limit(limit);
 
 /** Records the deletion of a lineage's token key, once. */
-export const markTokenKeyDeleted = (db: Knex, lineageId: string, at: Date) =>
+export const markTokenKeyDeleted = async (db: Knex, lineageId: string, at: Date): Promise<number> =>
   db('key_lineages').where({ id: lineageId, token_key: true }).whereNull('token_key_deleted_at').update({ token_key_deleted_at: at });
 
 /** A generation's identity: what a rotation needs of the one it replaces. */
@@ -276,10 +276,11 @@ export const findUsableKey = async (db: Knex, userId: string, where: { id: strin
 
 /** Whether the caller may still use a lineage (its own, or granted): decrypt jobs re-check it. */
 const usableLineage = prepared<{ id: string }>('usable_lineage', `SELECT id FROM key_lineages l WHERE id = :id AND ${usableSql('l.user_id', 'l.id')}`);
-export const lineageUsableBy = async (db: Knex, userId: string, lineageId: string) =>
+export const lineageUsableBy = async (db: Knex, userId: string, lineageId: string): Promise<boolean> =>
   (await usableLineage(db, { id: lineageId, user: userId, inherited: true })).length > 0;
 
-export const lineageGenerations = (db: Knex, lineageId: string) => db<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation', 'desc');
+export const lineageGenerations = async (db: Knex, lineageId: string): Promise<KeyRow[]> =>
+  db<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).orderBy('generation', 'desc');
 
 export interface KeyListQuery {
   userId: string;
@@ -369,10 +370,11 @@ export const recordKeyUse = (db: Knex, keyId: string, use: 'encrypt' | 'decrypt'
     });
 
 /** Per-generation usage alone (a rewrap's, which is not counted as a use of the key). */
-export const recordGenerationUse = (db: Knex, keyId: string, use: GenerationUse, files: number, bytes: number, at: Date) =>
-  db('pgp_keys')
+export const recordGenerationUse = async (db: Knex, keyId: string, use: GenerationUse, files: number, bytes: number, at: Date): Promise<void> => {
+  await db('pgp_keys')
     .where({ id: keyId })
     .update(generationCounters(db, use, files, bytes, at));
+};
 
 export interface ExpiryCandidate {
   key_id: string;
@@ -434,16 +436,19 @@ export async function disableLineage(db: Knex, lineageId: string, at: Date): Pro
 }
 
 /** Schedules (a date) or unschedules (null) one generation's destruction. */
-export const setGenerationDestroyAfter = (db: Knex, keyId: string, when: Date | null) =>
-  db<KeyRow>('pgp_keys').where({ id: keyId }).update({ destroy_after: when });
+export const setGenerationDestroyAfter = async (db: Knex, keyId: string, when: Date | null): Promise<void> => {
+  await db<KeyRow>('pgp_keys').where({ id: keyId }).update({ destroy_after: when });
+};
 
 /** A whole key's destruction: its generations not yet destroyed nor scheduled on their own get its date. */
-export const scheduleUnscheduledGenerations = (db: Knex, lineageId: string, when: Date) =>
-  db<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).whereNull('destroyed_at').whereNull('destroy_after').update({ destroy_after: when });
+export const scheduleUnscheduledGenerations = async (db: Knex, lineageId: string, when: Date): Promise<void> => {
+  await db<KeyRow>('pgp_keys').where({ lineage_id: lineageId }).whereNull('destroyed_at').whereNull('destroy_after').update({ destroy_after: when });
+};
 
 /** A whole key's destruction cancelled: the generations that had its date (`when`) lose it. */
-export const unscheduleGenerations = (db: Knex, lineageId: string, when: Date) =>
-  db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, destroy_after: when }).whereNull('destroyed_at').update({ destroy_after: null });
+export const unscheduleGenerations = async (db: Knex, lineageId: string, when: Date): Promise<void> => {
+  await db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, destroy_after: when }).whereNull('destroyed_at').update({ destroy_after: null });
+};
 
 /** Lineages with a generation whose destruction is due (at most `limit`). */
 export async function lineagesWithDueGenerations(db: Knex, now: Date, limit: number): Promise<string[]> {
@@ -467,11 +472,11 @@ export async function destroyGeneration(db: Knex, keyId: string, at: Date): Prom
 }
 
 /** Whether any account holds a generation with this fingerprint. */
-export const fingerprintExists = async (db: Knex, fingerprint: string) =>
+export const fingerprintExists = async (db: Knex, fingerprint: string): Promise<boolean> =>
   Boolean(await db<KeyRow>('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).first('id'));
 
 /** The lineage a generation's fingerprint belongs to (any account's). */
-export const lineageIdOfFingerprint = async (db: Knex, fingerprint: string) =>
+export const lineageIdOfFingerprint = async (db: Knex, fingerprint: string): Promise<string | undefined> =>
   (await db<KeyRow>('pgp_keys').where({ fingerprint }).first('lineage_id'))?.lineage_id;
 
 export const findLineage = (db: Knex, lineageId: string): Promise<LineageRow | undefined> => db<LineageRow>('key_lineages').where({ id: lineageId }).first();
@@ -479,11 +484,10 @@ export const findLineage = (db: Knex, lineageId: string): Promise<LineageRow | u
 export const activeGeneration = (db: Knex, lineageId: string): Promise<KeyRow | undefined> =>
   db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, status: 'active' }).first();
 
-/** The ids of the lineages an account owns (a subquery), or, `enabled`, of those not disabled (their ids). */
-export const ownLineageIds = (db: Knex, userId: string) => db<LineageRow>('key_lineages').where({ user_id: userId }).select('id');
 /** Whether the account owns the lineage (its own key, not one it inherits). */
 export const ownsLineage = async (db: Knex, userId: string, lineageId: string): Promise<boolean> =>
-  Boolean(await ownLineageIds(db, userId).where({ id: lineageId }).first());
+  Boolean(await db<LineageRow>('key_lineages').where({ user_id: userId, id: lineageId }).first('id'));
+/** The ids of the account's own lineages that are not disabled. */
 export const enabledLineageIds = async (db: Knex, userId: string): Promise<string[]> =>
   db<LineageRow>('key_lineages').where({ user_id: userId }).whereNull('disabled_at').pluck('id');
 

@@ -13,7 +13,8 @@ export interface PartnerKeyRow {
   created_at: Date;
 }
 
-export const findActivePartnerKey = (db: Knex, userId: string) => db<PartnerKeyRow>('partner_api_keys').where({ user_id: userId, status: 'active' }).first();
+export const findActivePartnerKey = async (db: Knex, userId: string): Promise<PartnerKeyRow | undefined> =>
+  db<PartnerKeyRow>('partner_api_keys').where({ user_id: userId, status: 'active' }).first();
 
 // Every request authenticated by a partner key makes this lookup: a prepared statement.
 const partnerKeyByHash = prepared<PartnerKeyRow>(
@@ -29,10 +30,11 @@ export async function insertPartnerKey(db: Knex, row: Pick<PartnerKeyRow, 'user_
 }
 
 /** Retires every live key of the account (rotation: 'rotated'; deletion: 'revoked'). */
-export const retirePartnerKeys = (db: Knex, userId: string, status: 'rotated' | 'revoked', at: Date) =>
+export const retirePartnerKeys = async (db: Knex, userId: string, status: 'rotated' | 'revoked', at: Date): Promise<number> =>
   db<PartnerKeyRow>('partner_api_keys').where({ user_id: userId, status: 'active' }).update({ status, revoked_at: at });
 
-export const touchPartnerKey = (db: Knex, id: string, at: Date) =>
-  db<PartnerKeyRow>('partner_api_keys')
+export const touchPartnerKey = async (db: Knex, id: string, at: Date): Promise<void> => {
+  await db<PartnerKeyRow>('partner_api_keys')
     .where({ id })
     .update({ last_used_at: db.raw('greatest(last_used_at, ?)', [at]) as unknown as Date });
+};

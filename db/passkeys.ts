@@ -77,7 +77,7 @@ export async function updatePasskey(
 export const deactivatePasskeys = (trx: Knex.Transaction, userId: string, at: Date): Promise<Pick<PasskeyRow, 'id' | 'name'>[]> =>
   table(trx).where({ user_id: userId, active: true }).update({ active: false, updated_at: at }).returning(['id', 'name']);
 
-export const deletePasskey = (db: Knex, userId: string, id: string) => table(db).where({ id, user_id: userId }).delete();
+export const deletePasskey = async (db: Knex, userId: string, id: string): Promise<number> => table(db).where({ id, user_id: userId }).delete();
 
 /**
  * Moves the signature counter forward and records the use, only if the counter still allows it: a

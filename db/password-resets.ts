@@ -9,12 +9,14 @@ export interface PasswordResetRow {
   created_at: Date;
 }
 
-export const insertPasswordReset = (db: Knex, row: Pick<PasswordResetRow, 'user_id' | 'token_hash' | 'expires_at'>) => db('password_resets').insert(row);
+export const insertPasswordReset = async (db: Knex, row: Pick<PasswordResetRow, 'user_id' | 'token_hash' | 'expires_at'>): Promise<void> => {
+  await db('password_resets').insert(row);
+};
 
 /** Locks the row so two concurrent redemptions of one token cannot both succeed. */
-export const lockPasswordReset = (trx: Knex.Transaction, tokenHash: string) =>
+export const lockPasswordReset = async (trx: Knex.Transaction, tokenHash: string): Promise<PasswordResetRow | undefined> =>
   trx<PasswordResetRow>('password_resets').where({ token_hash: tokenHash }).forUpdate().first();
 
 /** Redeeming one token voids every other outstanding token of the account. */
-export const usePasswordResets = (trx: Knex.Transaction, userId: string, at: Date) =>
+export const usePasswordResets = async (trx: Knex.Transaction, userId: string, at: Date): Promise<number> =>
   trx<PasswordResetRow>('password_resets').where({ user_id: userId }).whereNull('used_at').update({ used_at: at });

@@ -26,7 +26,7 @@ export async function insertRotation(db: Knex, row: Omit<RotationRow, 'id' | 'cr
   return inserted;
 }
 
-export const succeededRotationFrom = (db: Knex, lineageId: string, fromGeneration: number) =>
+export const succeededRotationFrom = async (db: Knex, lineageId: string, fromGeneration: number): Promise<RotationRow | undefined> =>
   db<RotationRow>('rotation_history').where({ lineage_id: lineageId, from_generation: fromGeneration, status: 'succeeded' }).first();
 
 export interface RotationQuery {

@@ -1,6 +1,6 @@
 import type { Knex } from 'knex';
 import { newestFirstPage } from './knex';
-import { ownLineageIds, type KeyRow, type LineageRow } from './keys';
+import type { KeyRow, LineageRow } from './keys';
 
 /** What a share link points at; the kind decides which table `target_id` names. */
 export type ShareKind = 'public_key' | 'api_key';
@@ -56,10 +56,12 @@ export async function markShareRevoked(trx: Knex.Transaction, id: string, at: Da
 }
 
 /** One view's record for analytics: when, and the client class (never the raw User-Agent or the address). */
-export const recordShareView = (trx: Knex.Transaction, view: Omit<ViewRow, 'id'>) => shareViews(trx).insert(view);
+export const recordShareView = async (trx: Knex.Transaction, view: Omit<ViewRow, 'id'>): Promise<void> => {
+  await shareViews(trx).insert(view);
+};
 
 /** View records older than `cutoff` (analytics reads the last 30 days; totals live on the share row). */
-export const purgeViewsBefore = (db: Knex, cutoff: Date) => shareViews(db).where('viewed_at', '<', cutoff).delete();
+export const purgeViewsBefore = async (db: Knex, cutoff: Date): Promise<number> => shareViews(db).where('viewed_at', '<', cutoff).delete();
 
 /** The state of a row at `now`, in SQL (same rules as shareState in lib/sharing/share-links.ts). */
 const STATE_CASE = `CASE WHEN ??.revoked_at IS NOT NULL THEN 'revoked'
@@ -85,7 +87,7 @@ export async function pageShares(db: Knex, q: ShareListQuery): Promise<{ items: 
     .where({ kind: q.kind })
     .andWhere((w) => {
       w.where({ user_id: q.userId });
-      if (q.alsoOfOwnKeys) w.orWhereIn('target_id', ownLineageIds(db, q.userId));
+      if (q.alsoOfOwnKeys) w.orWhereIn('target_id', db<LineageRow>('key_lineages').where({ user_id: q.userId }).select('id'));
     });
   if (q.targetId) base.andWhere({ target_id: q.targetId });
   if (q.state) base.andWhereRaw(`(${STATE_CASE}) = ?`, [...stateBindings(q.now, 'share_links'), q.state]);

@@ -68,15 +68,19 @@ const invitations = (db: Knex) => db<InvitationRow>('organization_invitations');
 const teamLinks = (db: Knex) => db<TeamLinkRow>('team_links');
 const teamGrants = (db: Knex) => db<GrantRow>('team_grants');
 
-export const membershipOf = (db: Knex, userId: string) => members(db).where({ user_id: userId }).first();
+export const membershipOf = async (db: Knex, userId: string): Promise<MemberRow | undefined> => members(db).where({ user_id: userId }).first();
 
 /** The account's membership row, locked until the transaction ends. */
 export const lockMember = (trx: Knex.Transaction, userId: string): Promise<MemberRow | undefined> =>
   members(trx).where({ user_id: userId }).forUpdate().first();
 
-export const deleteMember = (trx: Knex.Transaction, userId: string) => members(trx).where({ user_id: userId }).delete();
+export const deleteMember = async (trx: Knex.Transaction, userId: string): Promise<void> => {
+  await members(trx).where({ user_id: userId }).delete();
+};
 
-export const insertMember = (trx: Knex.Transaction, row: MemberRow) => members(trx).insert(row);
+export const insertMember = async (trx: Knex.Transaction, row: MemberRow): Promise<void> => {
+  await members(trx).insert(row);
+};
 
 export async function countMembers(db: Knex, organizationId: string): Promise<number> {
   return Number((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count ?? 0);
@@ -88,7 +92,9 @@ export const findOrganization = (db: Knex, id: string): Promise<OrganizationRow 
 export const lockOrganization = (trx: Knex.Transaction, id: string): Promise<OrganizationRow | undefined> =>
   organizations(trx).where({ id }).forUpdate().first();
 
-export const deleteOrganization = (trx: Knex.Transaction, id: string) => organizations(trx).where({ id }).delete();
+export const deleteOrganization = async (trx: Knex.Transaction, id: string): Promise<void> => {
+  await organizations(trx).where({ id }).delete();
+};
 
 /** The heir becomes the organization's owner: its member row and the organization's owner_id, in that order. */
 export async function transferOwnership(trx: Knex.Transaction, organizationId: string, heirId: string): Promise<void> {
@@ -181,7 +187,7 @@ export async function countGrantedLineages(db: Knex, userId: string): Promise<nu
 }
 
 /** A live account's organization (null without one); undefined when there is no such live account. */
-export const accountOrganization = (db: Knex, userId: string) =>
+export const accountOrganization = async (db: Knex, userId: string): Promise<{ organization_id: string | null } | undefined> =>
   db('users as u')
     .leftJoin('organization_members as m', 'm.user_id', 'u.id')
     .whereNull('u.deleted_at')
@@ -189,11 +195,11 @@ export const accountOrganization = (db: Knex, userId: string) =>
     .first<{ organization_id: string | null } | undefined>('m.organization_id');
 
 /** The account's membership, locked: a concurrent move to another organization waits for the transaction. */
-export const lockMembership = (trx: Knex.Transaction, userId: string) =>
+export const lockMembership = async (trx: Knex.Transaction, userId: string): Promise<Pick<MemberRow, 'organization_id'> | undefined> =>
   members(trx).where({ user_id: userId }).forUpdate().first<Pick<MemberRow, 'organization_id'> | undefined>('organization_id');
 
 /** A live member of the organization with this email address (lower-case), if any. */
-export const memberWithEmail = (db: Knex, organizationId: string, email: string) =>
+export const memberWithEmail = async (db: Knex, organizationId: string, email: string): Promise<{ user_id: string } | undefined> =>
   db('organization_members as m')
     .join('users as u', 'u.id', 'm.user_id')
     .whereNull('u.deleted_at')
@@ -202,7 +208,7 @@ export const memberWithEmail = (db: Knex, organizationId: string, email: string)
     .first<{ user_id: string } | undefined>('m.user_id');
 
 /** Who takes over an organization from its departing owner: the longest-standing admin, else the longest-standing member. */
-export const heirOf = (db: Knex, organizationId: string) =>
+export const heirOf = async (db: Knex, organizationId: string): Promise<MemberRow | undefined> =>
   members(db).where({ organization_id: organizationId }).orderByRaw(`CASE role WHEN 'admin' THEN 0 ELSE 1 END`).orderBy('joined_at').first();
 
 /** The owner and admins of an organization (live accounts). */
@@ -247,11 +253,13 @@ export const lockInvitation = (trx: Knex.Transaction, id: string): Promise<Invit
 export const lockInvitationByTokenHash = (trx: Knex.Transaction, tokenHash: string): Promise<InvitationRow | undefined> =>
   invitations(trx).where({ token_hash: tokenHash }).forUpdate().first();
 
-export const markInvitationRevoked = (trx: Knex.Transaction, id: string, by: string, at: Date) =>
-  invitations(trx).where({ id }).update({ revoked_at: at, revoked_by: by });
+export const markInvitationRevoked = async (trx: Knex.Transaction, id: string, by: string, at: Date): Promise<void> => {
+  await invitations(trx).where({ id }).update({ revoked_at: at, revoked_by: by });
+};
 
-export const markInvitationAccepted = (trx: Knex.Transaction, id: string, by: string, at: Date) =>
-  invitations(trx).where({ id }).update({ accepted_at: at, accepted_by: by });
+export const markInvitationAccepted = async (trx: Knex.Transaction, id: string, by: string, at: Date): Promise<void> => {
+  await invitations(trx).where({ id }).update({ accepted_at: at, accepted_by: by });
+};
 
 /** The account's own link (as grantee), if any. */
 export const teamLinkOfGrantee = (db: Knex, granteeId: string): Promise<TeamLinkRow | undefined> => teamLinks(db).where({ grantee_id: granteeId }).first();
@@ -260,14 +268,18 @@ export const teamLinkOfGrantee = (db: Knex, granteeId: string): Promise<TeamLink
 export const lockTeamLinkOfGrantee = (trx: Knex.Transaction, granteeId: string): Promise<TeamLinkRow | undefined> =>
   teamLinks(trx).where({ grantee_id: granteeId }).forUpdate().first();
 
-export const deleteTeamLink = (trx: Knex.Transaction, granteeId: string) => teamLinks(trx).where({ grantee_id: granteeId }).delete();
+export const deleteTeamLink = async (trx: Knex.Transaction, granteeId: string): Promise<void> => {
+  await teamLinks(trx).where({ grantee_id: granteeId }).delete();
+};
 
 /** The link's sync state (and when it last ran, or why it failed). */
-export const setTeamLinkState = (
+export const setTeamLinkState = async (
   db: Knex,
   granteeId: string,
   fields: Pick<TeamLinkRow, 'state' | 'updated_at'> & Partial<Pick<TeamLinkRow, 'last_error' | 'last_synced_at'>>,
-) => teamLinks(db).where({ grantee_id: granteeId }).update(fields);
+): Promise<void> => {
+  await teamLinks(db).where({ grantee_id: granteeId }).update(fields);
+};
 
 /** Approves the grantee's link and marks it pending (to be synced); answers the link. */
 export async function approveTeamLink(trx: Knex.Transaction, granteeId: string, approvedBy: string, at: Date): Promise<TeamLinkRow> {
@@ -279,8 +291,9 @@ export async function approveTeamLink(trx: Knex.Transaction, granteeId: string, 
 }
 
 /** Every link naming the account as its source goes back to awaiting approval. */
-export const withdrawApprovalsOfSource = (trx: Knex.Transaction, sourceId: string) =>
-  teamLinks(trx).where({ source_id: sourceId }).update({ approved_at: null, approved_by: null });
+export const withdrawApprovalsOfSource = async (trx: Knex.Transaction, sourceId: string): Promise<void> => {
+  await teamLinks(trx).where({ source_id: sourceId }).update({ approved_at: null, approved_by: null });
+};
 
 /**
  * A page of links, newest request first (then by grantee): those naming `sourceId` as source, or those
@@ -323,7 +336,9 @@ export const deleteGrantsFromOtherSources = (trx: Knex.Transaction, granteeId: s
   teamGrants(trx).where({ grantee_id: granteeId }).whereNot({ source_id: sourceId }).delete();
 
 /** Deletes the grants others inherited from the account. */
-export const deleteGrantsFromSource = (trx: Knex.Transaction, sourceId: string) => teamGrants(trx).where({ source_id: sourceId }).delete();
+export const deleteGrantsFromSource = async (trx: Knex.Transaction, sourceId: string): Promise<void> => {
+  await teamGrants(trx).where({ source_id: sourceId }).delete();
+};
 
 /** Deletes the grantee's grants but those of `wanted` from `sourceId`; answers the lineage ids deleted. */
 export async function deleteUnwantedGrants(trx: Knex.Transaction, granteeId: string, sourceId: string, wanted: string[]): Promise<string[]> {
@@ -338,10 +353,15 @@ export async function deleteUnwantedGrants(trx: Knex.Transaction, granteeId: str
 }
 
 /** The grantee's link to `source_id`, made or replaced (one link per grantee). */
-export const upsertTeamLink = (
+export const upsertTeamLink = async (
   db: Knex,
   link: Pick<TeamLinkRow, 'grantee_id' | 'source_id' | 'state' | 'last_error' | 'linked_at' | 'updated_at' | 'approved_at' | 'approved_by'>,
-) => teamLinks(db).insert(link).onConflict('grantee_id').merge(['source_id', 'state', 'last_error', 'linked_at', 'updated_at', 'approved_at', 'approved_by']);
+): Promise<void> => {
+  await teamLinks(db)
+    .insert(link)
+    .onConflict('grantee_id')
+    .merge(['source_id', 'state', 'last_error', 'linked_at', 'updated_at', 'approved_at', 'approved_by']);
+};
 
 /** Grants the grantee these lineages of its source; answers the lineage ids newly granted. */
 export async function grantLineages(db: Knex, granteeId: string, sourceId: string, lineageIds: string[], at: Date): Promise<string[]> {

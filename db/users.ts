@@ -37,7 +37,7 @@ const userById = prepared<UserRow>('users_by_id', `SELECT ${USER_COLUMNS} FROM u
 export const findUserById = async (db: Knex, id: string): Promise<UserRow | undefined> => (await userById(db, { id }))[0];
 
 /** Login accepts a username or an email, both case-insensitive. */
-export const findUserByLogin = (db: Knex, identifier: string) =>
+export const findUserByLogin = async (db: Knex, identifier: string): Promise<UserRow | undefined> =>
   live(db)
     .where((q) => {
       q.whereRaw('lower(username) = lower(?)', [identifier]).orWhereRaw('lower(email) = lower(?)', [identifier]);
@@ -55,9 +55,9 @@ export async function lockAccount(trx: Knex.Transaction, id: string, strength: '
 }
 
 /** The live account's row, locked for the rest of the transaction. */
-export const lockLiveUser = (trx: Knex.Transaction, id: string) => live(trx).where({ id }).forUpdate().first();
+export const lockLiveUser = async (trx: Knex.Transaction, id: string): Promise<UserRow | undefined> => live(trx).where({ id }).forUpdate().first();
 
-export const findUserByEmail = (db: Knex, email: string) => live(db).whereRaw('lower(email) = lower(?)', [email]).first();
+export const findUserByEmail = async (db: Knex, email: string): Promise<UserRow | undefined> => live(db).whereRaw('lower(email) = lower(?)', [email]).first();
 
 export async function insertUser(db: Knex, user: Pick<UserRow, 'username' | 'email' | 'company_name' | 'password_hash' | 'role'>): Promise<UserRow> {
   const [row] = await db<UserRow>('users').insert(user).returning('*');
@@ -99,15 +99,16 @@ export interface EmailChangeRow {
   used_at: Date | null;
 }
 
-export const insertEmailChange = (db: Knex, row: Pick<EmailChangeRow, 'user_id' | 'new_email' | 'token_hash' | 'expires_at'>) =>
-  db('email_changes').insert(row);
+export const insertEmailChange = async (db: Knex, row: Pick<EmailChangeRow, 'user_id' | 'new_email' | 'token_hash' | 'expires_at'>): Promise<void> => {
+  await db('email_changes').insert(row);
+};
 
 /** Locks the row so two concurrent confirmations of one token cannot both succeed. */
-export const lockEmailChange = (trx: Knex.Transaction, tokenHash: string) =>
+export const lockEmailChange = async (trx: Knex.Transaction, tokenHash: string): Promise<EmailChangeRow | undefined> =>
   trx<EmailChangeRow>('email_changes').where({ token_hash: tokenHash }).forUpdate().first();
 
 /** Confirming one change voids the account's other outstanding requests. */
-export const useEmailChanges = (trx: Knex.Transaction, userId: string, at: Date) =>
+export const useEmailChanges = async (trx: Knex.Transaction, userId: string, at: Date): Promise<number> =>
   trx<EmailChangeRow>('email_changes').where({ user_id: userId }).whereNull('used_at').update({ used_at: at });
 
 /** Accounts by id with their public names, deleted ones included (what they made still names them). */

@@ -69,17 +69,22 @@ export async function updateOwnEndpoint(db: Knex, id: string, userId: string, ch
   return row;
 }
 
-export const deleteOwnEndpoint = (db: Knex, id: string, userId: string) => endpoints(db).where({ id, user_id: userId }).delete();
+export const deleteOwnEndpoint = async (db: Knex, id: string, userId: string): Promise<void> => {
+  await endpoints(db).where({ id, user_id: userId }).delete();
+};
 
-export const setEndpointSecrets = (
+export const setEndpointSecrets = async (
   trx: Knex.Transaction,
   id: string,
   secrets: Pick<EndpointRow, 'secret_sealed' | 'previous_secret_sealed' | 'previous_secret_expires_at' | 'updated_at'>,
-) => endpoints(trx).where({ id }).update(secrets);
+): Promise<void> => {
+  await endpoints(trx).where({ id }).update(secrets);
+};
 
 /** The service turns the endpoint off, saying why (`disabled_reason`); the owner turning it on again clears it. */
-export const disableEndpoint = (trx: Knex.Transaction, id: string, reason: string, at: Date) =>
-  endpoints(trx).where({ id }).update({ enabled: false, disabled_reason: reason, updated_at: at });
+export const disableEndpoint = async (trx: Knex.Transaction, id: string, reason: string, at: Date): Promise<void> => {
+  await endpoints(trx).where({ id }).update({ enabled: false, disabled_reason: reason, updated_at: at });
+};
 
 export const findDelivery = (db: Knex, id: string): Promise<DeliveryRow | undefined> => deliveries(db).where({ id }).first();
 
@@ -96,8 +101,9 @@ export async function markDeliveryPending(db: Knex, id: string, at: Date): Promi
 }
 
 /** The delivery ends failed, with no further try. */
-export const markDeliveryFailed = (db: Knex, id: string, at: Date) =>
-  deliveries(db).where({ id }).update({ state: 'failed', next_attempt_at: null, updated_at: at });
+export const markDeliveryFailed = async (db: Knex, id: string, at: Date): Promise<void> => {
+  await deliveries(db).where({ id }).update({ state: 'failed', next_attempt_at: null, updated_at: at });
+};
 
 /** Deletes the deliveries made before `cutoff` that are no longer being tried (their attempts cascade); answers how many. */
 export const purgeDeliveriesBefore = (db: Knex, cutoff: Date): Promise<number> =>
@@ -108,7 +114,7 @@ export const enabledEndpoints = (db: Knex, userId: string): Promise<Pick<Endpoin
   endpoints(db).where({ user_id: userId, enabled: true }).select('id', 'user_id', 'event_types');
 
 /** Whether an endpoint takes events of this type (an empty list takes all). */
-export const takesEvent = (endpoint: Pick<EndpointRow, 'event_types'>, type: string) =>
+export const takesEvent = (endpoint: Pick<EndpointRow, 'event_types'>, type: string): boolean =>
   endpoint.event_types.length === 0 || endpoint.event_types.includes(type);
 
 export async function pageDeliveries(

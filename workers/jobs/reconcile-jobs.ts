@@ -11,7 +11,7 @@ import { signFilesProcessor } from './sign-files';
 import { verifyFilesProcessor } from './verify-files';
 import type { Container } from '../../lib/container';
 import type { Logger } from '../../lib/logger';
-import { findJob, freeIdempotencyKey, isFinished, jobFiles, unfinishedJobsBefore, type JobKind, type JobRow } from '../../db/jobs';
+import { findJob, freeIdempotencyKey, isFinished, jobFiles, unfinishedJobsBetween, type JobKind, type JobRow } from '../../db/jobs';
 import { jobBlob } from '../../lib/jobs/job-records';
 
 /**
@@ -48,7 +48,7 @@ export const reconcileJobsProcessor = defineProcessor(reconcileJobs, {
     const counts = { requeued: 0, lost: 0, errors: 0 };
     // Jobs enqueued again stay unfinished: the pages go on by creation time.
     for (let after = new Date(0); ;) {
-      const batch = await unfinishedJobsBefore(c.db, before, BATCH).where('created_at', '>', after);
+      const batch = await unfinishedJobsBetween(c.db, after, before, BATCH);
       for (const row of batch) {
         const outcome = await reconcileJob(c, row, log).catch((err: unknown) => {
           log.warn({ err, job_id: row.id }, 'could not reconcile a job; the next run tries again');
