@@ -71,7 +71,7 @@ const statements = new Map<string, string>();
  * on a fresh database has none: give each table's key as a parameter in its own condition (retire_active),
  * and check in code what another index could serve (the owner in findUserJob), so that no plan prefers it.
  */
-export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: Knex.ValueDict) => Promise<Row[]> {
+export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: Record<string, unknown>) => Promise<Row[]> {
   if (statements.has(name)) throw new Error(`prepared statement "${name}" is defined twice`);
   if (/::|\?/.test(sql)) throw new Error(`prepared statement "${name}": write casts as CAST(x AS t), and no "?"`);
   statements.set(name, sql);
@@ -107,7 +107,7 @@ const isStalePlan = (err: unknown) => (err as { code?: string }).code === '0A000
 export const preparedStatements: ReadonlyMap<string, string> = statements;
 
 /** Every column of a row type, as a list the compiler holds to the type (for statements that name their columns). */
-export const columnsOf = <Row>(all: Record<keyof Row & string, 1>) => Object.keys(all) as (keyof Row & string)[];
+export const columnsOf = <Row>(all: Record<keyof Row & string, 1>): (keyof Row & string)[] => Object.keys(all) as (keyof Row & string)[];
 
 /**
  * Attaches `writes`, to other tables, to `query` as data-modifying CTEs: they run in the statement it
@@ -176,10 +176,15 @@ export function waitingForConnection(db: Db): number {
 }
 
 /** A round trip to Postgres (`select 1`): the readiness and status checks. */
-export const pingDb = (db: Knex) => db.raw('select 1');
+export const pingDb = async (db: Knex): Promise<void> => {
+  await db.raw('select 1');
+};
 
 /** One page of `rows`, newest first (by `created_at`, then `id`), and how many rows there are in all. */
-export async function newestFirstPage<Row>(rows: Knex.QueryBuilder, q: { page: number; pageSize: number }): Promise<{ items: Row[]; total: number }> {
+export async function newestFirstPage<Row extends object>(
+  rows: Knex.QueryBuilder<Row, unknown>,
+  q: { page: number; pageSize: number },
+): Promise<{ items: Row[]; total: number }> {
   const [items, count] = await Promise.all([
     rows
       .clone()
