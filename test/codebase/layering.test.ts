@@ -6,7 +6,8 @@
  */
 import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
+import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 import { routeModules, serviceModules } from '../../scripts/layers';
 
@@ -132,6 +133,105 @@ function migrationImports(): string[] {
   );
 }
 
+/**
+ * db/'s exports say exactly what they answer, so that services chain no query on them (CHAINS) by type
+ * and not only by text. Every exported function of db/*.ts has its return type written, and it is what
+ * the caller gets (rows, a count, a flag, void): never a knex query builder or raw query, on which a
+ * caller could chain more query and which runs only once awaited. The one builder handed out is `Write`
+ * (db/knex.ts), a write that db/ runs within another statement (withWrites), returned under that name.
+ * And no exported signature has `any` in what it takes or answers: across a module boundary it turns the
+ * compiler's checks off on both sides. Types are read through unions, intersections, type arguments and
+ * the members of the project's own and of anonymous types; a dependency's named types (Date, Buffer,
+ * knex's builders) only by the type arguments db/ gives them, their members being the dependency's. The
+ * connection (Knex, Knex.Transaction) is left as knex types it, its rows `any` by knex's defaults: it is
+ * what every db/ function takes and narrows with its row types (`db<JobRow>('jobs')`), and what createDb
+ * makes.
+ */
+function signatureBreaches(program: ts.Program, files: string[]): string[] {
+  const checker = program.getTypeChecker();
+  const moduleOf = (file: string) => checker.getSymbolAtLocation(program.getSourceFile(file)!)!;
+  const write = checker.getExportsOfModule(moduleOf('db/knex.ts')).find((s) => s.name === 'Write');
+  const declaredIn = (symbol: ts.Symbol | undefined, re: RegExp) => Boolean(symbol?.declarations?.some((d) => re.test(d.getSourceFile().fileName)));
+  const knexType = (symbol: ts.Symbol | undefined, names: string[]) =>
+    Boolean(symbol && names.includes(symbol.name) && declaredIn(symbol, /[/\\]node_modules[/\\]knex[/\\]/));
+  /** `any` and knex's query types found in `type`. */
+  const scan = (type: ts.Type, found = new Set<'any' | 'a query builder'>(), seen = new Set<ts.Type>()) => {
+    const walk = (t: ts.Type) => void scan(t, found, seen);
+    if (seen.has(type)) return found;
+    seen.add(type);
+    if (type.flags & ts.TypeFlags.Any) found.add('any');
+    else if (type.isUnionOrIntersection()) type.types.forEach(walk);
+    else if (type.flags & ts.TypeFlags.TypeParameter) {
+      const constraint = checker.getBaseConstraintOfType(type);
+      if (constraint) walk(constraint);
+    } else if (type.flags & ts.TypeFlags.Object) {
+      const reference = (type as ts.ObjectType).objectFlags & ts.ObjectFlags.Reference ? (type as ts.TypeReference) : undefined;
+      const target = reference?.target ?? (type as ts.ObjectType);
+      const symbol = target.getSymbol();
+      if (knexType(symbol, ['Knex', 'Transaction'])) return found;
+      if (knexType(symbol, ['QueryBuilder', 'Raw'])) found.add('a query builder');
+      if (reference) checker.getTypeArguments(reference).forEach(walk);
+      // A tuple's members, and those of a dependency's class or interface, are the library's: only their type arguments are db/'s.
+      const opaque =
+        target.objectFlags & ts.ObjectFlags.Tuple || (target.objectFlags & ts.ObjectFlags.ClassOrInterface && declaredIn(symbol, /[/\\]node_modules[/\\]/));
+      if (!opaque) {
+        for (const p of checker.getPropertiesOfType(type)) walk(checker.getTypeOfSymbol(p));
+        for (const i of checker.getIndexInfosOfType(type)) walk(i.type);
+        for (const s of [...type.getCallSignatures(), ...type.getConstructSignatures()]) {
+          s.getParameters().forEach((p) => walk(checker.getTypeOfSymbol(p)));
+          walk(s.getReturnType());
+        }
+      }
+    }
+    return found;
+  };
+  const isWrite = (node: ts.TypeNode | undefined) => {
+    const symbol = node && ts.isTypeReferenceNode(node) ? checker.getSymbolAtLocation(node.typeName) : undefined;
+    return Boolean(write && symbol && (symbol.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(symbol) : symbol) === write);
+  };
+  const text = (type: ts.Type) => checker.typeToString(type).slice(0, 100);
+  const found: string[] = [];
+  for (const file of files) {
+    // Types have no value declaration; a re-export is checked where it is declared.
+    for (const exported of checker.getExportsOfModule(moduleOf(file)).filter((s) => s.valueDeclaration)) {
+      const at = `${file}: ${exported.name}`;
+      for (const signature of checker.getTypeOfSymbol(exported).getCallSignatures()) {
+        const written = signature.getDeclaration().type;
+        const returned = signature.getReturnType();
+        const inReturn = scan(returned);
+        if (!written) found.push(`${at}: no return type written`);
+        if (inReturn.has('a query builder') && !isWrite(written)) found.push(`${at}: answers a query builder (${text(returned)})`);
+        if (inReturn.has('any')) found.push(`${at}: answers any (${text(returned)})`);
+        for (const p of signature.getParameters()) {
+          const type = checker.getTypeOfSymbol(p);
+          if (scan(type).has('any')) found.push(`${at}: takes any (${p.name}: ${text(type)})`);
+        }
+      }
+    }
+  }
+  return found;
+}
+
+/** Exports that break the rule above or keep it, for the check of the check. */
+const SIGNATURE_FIXTURE = `import type { Knex, Write } from '${resolve('db/knex')}';
+export const builder = (db: Knex) => db<{ id: string }>('t').where({ id: 'a' });
+export const raw = (db: Knex): Knex.Raw => db.raw('select 1');
+export async function anyRow(db: Knex): Promise<any> { return db('t').first(); }
+export const anyRows = async (rows: Knex.QueryBuilder): Promise<void> => { await rows; };
+export const write = (db: Knex): Write => db('t').insert({ id: 'a' });
+export const row = async (db: Knex, trx: Knex.Transaction, id: string): Promise<{ id: string } | undefined> => db<{ id: string }>('t').where({ id }).first();
+`;
+
+/** db/*.ts and the fixture, in one program (with the repository's compiler options). */
+let compiled: { program: ts.Program; fixture: string } | undefined;
+function dbProgram() {
+  if (compiled) return compiled;
+  const fixture = join(mkdtempSync(join(tmpdir(), 'layering-')), 'fixture.ts');
+  writeFileSync(fixture, SIGNATURE_FIXTURE);
+  const { options } = ts.parseJsonConfigFileContent(ts.readConfigFile('tsconfig.json', (f) => ts.sys.readFile(f)).config, ts.sys, '.');
+  return (compiled = { program: ts.createProgram([...filesOf('db'), fixture], options), fixture });
+}
+
 describe('layering', () => {
   it('routes call services: no query, transaction or db/ function in api/routes', () => {
     expect([...dbValueImports(routes), ...breaches(routes, ROUTE_RULES)]).toEqual([]);
@@ -149,6 +249,11 @@ describe('layering', () => {
   it('services call named db/ functions: no query chained on what db/ hands out, and db/ hands out no bare table', () => {
     expect(breaches(services, CHAINS)).toEqual([]);
     expect(breaches(filesOf('db'), TABLE_HELPERS)).toEqual([]);
+  });
+
+  it('db/ hands out what its functions answer: a written return type, no query builder but a Write, no any', () => {
+    const { program } = dbProgram();
+    expect(signatureBreaches(program, filesOf('db'))).toEqual([]);
   });
 
   it('the rules read every route file and every service module, never the building blocks of lib/pgp', () => {
@@ -187,6 +292,16 @@ describe('layering', () => {
     expect(typeOnly("import type { RequestMeta } from '../../../db/audit'")).toBe(true);
     expect(typeOnly("import { listKeys, type KeyView } from '../../../db/keys'")).toBe(false);
     expect(namedValues("import { listKeys, type KeyView } from '../../../db/keys'")).toEqual(['listKeys']);
+    const { program: fixtures, fixture } = dbProgram();
+    const caught = signatureBreaches(fixtures, [fixture]).map((b) => b.slice(fixture.length + 2).replace(/ \(.*/, ''));
+    expect(caught.sort()).toEqual([
+      'anyRow: answers any',
+      'anyRows: takes any',
+      'builder: answers a query builder',
+      'builder: no return type written',
+      'raw: answers a query builder',
+      'raw: answers any',
+    ]);
     const imports = (statement: string) => {
       const file = join(mkdtempSync(join(tmpdir(), 'layering-')), 'm.ts');
       writeFileSync(file, `${statement}\n`);
