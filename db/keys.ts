@@ -412,6 +412,21 @@ export function dueExpiryWarnings(db: Knex, now: Date, leadDays: number[], limit
     .limit(limit);
 }
 
+/**
+ * Claims the warnings `leadDays` of a generation (one key_expiry_warnings row each; a racing sweep's claim
+ * wins): the lead times claimed here, and the generation marked warned when `nearest` is among them.
+ */
+export async function claimExpiryWarnings(trx: Knex.Transaction, keyId: string, leadDays: number[], nearest: number, now: Date): Promise<boolean> {
+  const rows: { lead_days: number }[] = await trx('key_expiry_warnings')
+    .insert(leadDays.map((lead_days) => ({ key_id: keyId, lead_days, sent_at: now })))
+    .onConflict(['key_id', 'lead_days'])
+    .ignore()
+    .returning('lead_days');
+  if (!rows.some((r) => r.lead_days === nearest)) return false;
+  await trx('pgp_keys').where({ id: keyId }).whereNull('expiry_warned_at').update({ expiry_warned_at: now });
+  return true;
+}
+
 /** The lineage and all its generations (oldest first), locked for the rest of the transaction. */
 export async function lockLineageWithGenerations(trx: Knex.Transaction, lineageId: string): Promise<{ lineage: LineageRow; generations: KeyRow[] }> {
   const lineage = (await trx<LineageRow>('key_lineages').where({ id: lineageId }).forUpdate().first())!;

@@ -20,3 +20,7 @@ export const lockPasswordReset = async (trx: Knex.Transaction, tokenHash: string
 /** Redeeming one token voids every other outstanding token of the account. */
 export const usePasswordResets = async (trx: Knex.Transaction, userId: string, at: Date): Promise<number> =>
   trx<PasswordResetRow>('password_resets').where({ user_id: userId }).whereNull('used_at').update({ used_at: at });
+
+/** Deletes tokens that expired before `cutoff`: how many went. */
+export const purgePasswordResetsBefore = async (db: Knex, cutoff: Date): Promise<number> =>
+  db<PasswordResetRow>('password_resets').where('expires_at', '<', cutoff).delete();

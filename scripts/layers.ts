@@ -3,6 +3,7 @@
  * scripts/route-index.ts). Routes: api/routes/<first path segment>/*.ts. Services: lib/*.ts and the files
  * of lib/'s area folders (lib/keys/, lib/accounts/, lib/teams/, …), but for the folders of building blocks
  * that hold no service: OpenPGP, the blob store, and the root of trust (which keeps its keyring's own queries).
+ * Workers: workers/ and its processors (workers/jobs/), held to the services' rules.
  * Paths are relative to the repository root.
  */
 import { readdirSync } from 'node:fs';
@@ -28,6 +29,9 @@ const foldersOf = (dir: string) =>
 
 /** The route files (one folder per first path segment under /api/v1). */
 export const routeModules = (): string[] => [...tsOf('api/routes'), ...foldersOf('api/routes').flatMap((f) => tsOf(join('api/routes', f)))];
+
+/** The worker side: the worker's own modules and one processor per job (workers/jobs/), services as lib/'s are. */
+export const workerModules = (): string[] => [...tsOf('workers'), ...tsOf('workers/jobs')];
 
 /** The service modules. */
 export const serviceModules = (): string[] => [

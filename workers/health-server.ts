@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { Container } from '../lib/container';
 import { metricsAccess, scrapeMetrics } from '../lib/metrics';
 import { within } from '../lib/within';
+import { pingPostgres } from '../lib/operations/health-checks';
 
 /** Each dependency gets this long to answer a readiness check. */
 const CHECK_MS = 2000;
@@ -22,7 +23,7 @@ export async function startHealthServer(c: Container, port: number): Promise<{ p
     if (path === '/healthz') return send(200, JSON.stringify({ status: 'ok' }));
     if (path === '/readyz') {
       void Promise.all([
-        within(c.db.raw('select 1'), CHECK_MS).then(
+        within(pingPostgres(c), CHECK_MS).then(
           () => 'up' as const,
           () => 'down' as const,
         ),

@@ -83,6 +83,15 @@ interface ResealRow extends Omit<ResealProgress, 'resealed' | 'skipped'> {
   skipped: string;
 }
 
+/** A data key's row: when it is current from, and whether it is retired. */
+export const dataKey = (db: Knex, kid: string): Promise<Pick<KeyringRow, 'current_from' | 'retired_at'> | undefined> =>
+  db<KeyringRow>('keyring').where({ kid }).first('current_from', 'retired_at');
+
+/** Ends the run to `target` if it is unfinished (overtaken by a later rotation, or done). */
+export async function finishReseal(db: Knex, target: string): Promise<void> {
+  await db('keyring_reseals').where({ target_kid: target }).whereNull('finished_at').update({ finished_at: db.fn.now() });
+}
+
 /** The run to `target`, or the latest one. */
 export async function resealProgress(db: Knex, target?: string): Promise<ResealProgress | undefined> {
   const query = db<ResealRow>('keyring_reseals');
@@ -159,6 +168,6 @@ export async function reseal(
     });
     ({ seal, after } = next);
   }
-  await db('keyring_reseals').where({ target_kid: target }).whereNull('finished_at').update({ finished_at: db.fn.now() });
+  await finishReseal(db, target);
   return (await resealProgress(db, target))!;
 }

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
-import { routeModules, serviceModules } from '../../scripts/layers';
+import { routeModules, serviceModules, workerModules } from '../../scripts/layers';
 
 const filesOf = (dir: string) =>
   readdirSync(dir)
@@ -94,11 +94,12 @@ const AUDIT_RULES: Rule[] = [
   { name: 'an audit row copying the address', re: /\bip:\s*(?:meta\??\.ip|input\.meta\??\.ip|req\.ip)\b/ },
 ];
 
-// Routes: api/routes/<first path segment>/; services: lib/ and its area folders (scripts/layers.ts).
+// Routes: api/routes/<first path segment>/; services: lib/ and its area folders, and workers/ (scripts/layers.ts).
 const routes = routeModules();
 /** The HTTP layer besides the routes: middleware, and api/'s own modules (the route mechanism, job replies, uploads). */
 const middleware = [...filesOf('api/middleware'), ...filesOf('api')];
-const services = serviceModules();
+/** Services, and the worker side that calls them as a route does (its processors are services too). */
+const services = [...serviceModules(), ...workerModules()];
 const migrations = filesOf('db/migrations');
 
 /** The values an import statement names (`type` specifiers left out); empty for a default or namespace import. */
@@ -242,7 +243,7 @@ describe('layering', () => {
     expect([...dbValueImports(middleware, MIDDLEWARE_DB_VALUES), ...breaches(middleware, ROUTE_RULES)]).toEqual([]);
   });
 
-  it('services call db/: no table call or raw SQL in lib/ and its area folders (lib/keys, lib/accounts, …)', () => {
+  it('services call db/: no table call or raw SQL in lib/ and its area folders (lib/keys, lib/accounts, …) or in workers/', () => {
     expect(breaches(services, QUERIES)).toEqual([]);
   });
 
@@ -258,7 +259,15 @@ describe('layering', () => {
 
   it('the rules read every route file and every service module, never the building blocks of lib/pgp', () => {
     expect(routes.length).toBeGreaterThanOrEqual(20);
-    expect(services).toEqual(expect.arrayContaining(['lib/keys/key-catalog.ts', 'lib/billing/subscriptions.ts', 'lib/notify.ts', 'lib/auth/ownership.ts']));
+    expect(services).toEqual(
+      expect.arrayContaining([
+        'lib/keys/key-catalog.ts',
+        'lib/billing/subscriptions.ts',
+        'lib/notify.ts',
+        'lib/auth/ownership.ts',
+        'workers/jobs/expiry-sweep.ts',
+      ]),
+    );
     expect(services.filter((f) => f.startsWith('lib/pgp/'))).toEqual([]);
   });
 

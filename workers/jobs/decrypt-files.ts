@@ -7,7 +7,7 @@ import { decryptionLimits, transformFiles } from '../file-pipeline';
 import { unlockGeneration, unlockLineage } from '../../lib/keys/key-catalog';
 import { auditInsert } from '../../db/audit';
 import { outputFilesInsert } from '../../db/jobs';
-import { lineageGenerations, lineageUsableBy, recordKeyUse, type LineageRow } from '../../db/keys';
+import { findLineage, lineageGenerations, lineageUsableBy, recordKeyUse } from '../../db/keys';
 import { requireDecryptable } from '../../lib/lifecycle/key-lifecycle';
 import { verifiedKey } from '../../lib/keys/key-integrity';
 import { baseFileName } from '../../lib/file-names';
@@ -27,7 +27,7 @@ export const decryptFilesProcessor = defineTrackedProcessor(decryptFiles, {
   async run(row, payload, progress, { c, origin, signal, failAs, slot }) {
     const req = DecryptRequest.parse(row.request);
     const { openEncrypted } = await import('../../lib/pgp/stream'); // the OpenPGP stack loads with a process's first crypto job
-    const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
+    const lineage = await findLineage(c.db, req.lineage_id);
     // Still the caller's, or still granted to it (team access revoked after submission refuses).
     if (!lineage || !(await lineageUsableBy(c.db, row.user_id, lineage.id))) throw invalid('key_not_found', 'The key no longer exists.');
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));

@@ -3,7 +3,7 @@ import { expirySweep } from '../../jobs/expiry-sweep';
 import { emitEvent } from '../../lib/events';
 import { notify } from '../../lib/notify';
 import { recordAudit } from '../../db/audit';
-import { dueExpiryWarnings } from '../../db/keys';
+import { claimExpiryWarnings, dueExpiryWarnings } from '../../db/keys';
 
 const DAY_MS = 86_400_000;
 
@@ -24,13 +24,7 @@ export const expirySweepProcessor = defineProcessor(expirySweep, {
       if (!due.length) continue;
       const nearest = Math.min(...due);
       const claimed = await c.db.transaction(async (trx) => {
-        const rows = await trx('key_expiry_warnings')
-          .insert(due.map((lead_days) => ({ key_id: key.key_id, lead_days, sent_at: now })))
-          .onConflict(['key_id', 'lead_days'])
-          .ignore()
-          .returning('lead_days');
-        if (!rows.some((r: { lead_days: number }) => r.lead_days === nearest)) return false;
-        await trx('pgp_keys').where({ id: key.key_id }).whereNull('expiry_warned_at').update({ expiry_warned_at: now });
+        if (!(await claimExpiryWarnings(trx, key.key_id, due, nearest, now))) return false;
         await recordAudit(trx, {
           user_id: key.user_id,
           action: 'keys.expiry_warning',

@@ -1,7 +1,6 @@
 import { defineProcessor } from '../define';
 import { resealKeyring } from '../../jobs/reseal-keyring';
-import { reseal } from '../../lib/root-of-trust/operations';
-import type { KeyringRow } from '../../lib/root-of-trust/keyring';
+import { dataKey, finishReseal, reseal } from '../../lib/root-of-trust/operations';
 
 /**
  * After `master-key rotate`: moves every stored seal and row MAC to the new data key
@@ -12,12 +11,12 @@ import type { KeyringRow } from '../../lib/root-of-trust/keyring';
 export const resealKeyringProcessor = defineProcessor(resealKeyring, {
   async process({ target_kid }, { c, log }) {
     await c.keyring.load();
-    const row = await c.db<KeyringRow>('keyring').where({ kid: target_kid }).first('current_from', 'retired_at');
+    const row = await dataKey(c.db, target_kid);
     if (!row) throw new Error(`re-seal: there is no data key "${target_kid}"`);
     if (c.keyring.current().kid !== target_kid) {
       if (row.current_from && row.current_from.getTime() > Date.now())
         throw new Error(`re-seal: data key "${target_kid}" is current from ${row.current_from.toISOString()}`);
-      await c.db('keyring_reseals').where({ target_kid }).whereNull('finished_at').update({ finished_at: c.db.fn.now() });
+      await finishReseal(c.db, target_kid);
       log.info({ target_kid, current_kid: c.keyring.current().kid }, 're-seal overtaken by a later rotation');
       return { superseded: true };
     }

@@ -11,7 +11,7 @@ import { requireDecryptable } from '../../lib/lifecycle/key-lifecycle';
 import { verifiedKey } from '../../lib/keys/key-integrity';
 import { recordAudit } from '../../db/audit';
 import { insertOutputFiles } from '../../db/jobs';
-import { lineageGenerations, lineageUsableBy, recordGenerationUse, type KeyRow, type LineageRow } from '../../db/keys';
+import { findLineage, lineageGenerations, lineageUsableBy, recordGenerationUse, type KeyRow } from '../../db/keys';
 
 /** `report.pdf.gpg` → `report.pdf.asc` (armored output), as encrypt names its outputs. */
 function rewrappedName(input: string, armored: boolean): string {
@@ -33,7 +33,7 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
     failAs(limits.failAs);
     // The OpenPGP stack loads with a process's first crypto job.
     const [{ openEncrypted, encryptStream }, { openForRewrap }] = await Promise.all([import('../../lib/pgp/stream'), import('../../lib/pgp/rewrap')]);
-    const lineage = await c.db<LineageRow>('key_lineages').where({ id: req.lineage_id }).first();
+    const lineage = await findLineage(c.db, req.lineage_id);
     if (!lineage || !(await lineageUsableBy(c.db, row.user_id, lineage.id))) throw invalid('key_not_found', 'The key no longer exists.');
     const generations = (await lineageGenerations(c.db, lineage.id)).map((g) => verifiedKey(c, g));
     const target = generations.find((g) => g.status === 'active')!;
