@@ -37,13 +37,13 @@ export type ApiKeyState = 'active' | 'expired' | 'revoked';
 const apiKeys = (db: Knex) => db<ApiKeyRow>('api_keys');
 const apiKeySecrets = (db: Knex) => db<ApiKeySecretRow>('api_key_secrets');
 
-export const findApiKey = (db: Knex, id: string): Promise<ApiKeyRow | undefined> => apiKeys(db).where({ id }).first();
+export const findApiKey = async (db: Knex, id: string): Promise<ApiKeyRow | undefined> => apiKeys(db).where({ id }).first();
 
 /** The key row, locked until the transaction ends. */
-export const lockApiKey = (trx: Knex.Transaction, id: string): Promise<ApiKeyRow | undefined> => apiKeys(trx).where({ id }).forUpdate().first();
+export const lockApiKey = async (trx: Knex.Transaction, id: string): Promise<ApiKeyRow | undefined> => apiKeys(trx).where({ id }).forUpdate().first();
 
 /** The key row under a share lock: a revocation or rotation committing meanwhile waits for the transaction, or is seen. */
-export const shareLockApiKey = (trx: Knex.Transaction, id: string): Promise<ApiKeyRow | undefined> => apiKeys(trx).where({ id }).forShare().first();
+export const shareLockApiKey = async (trx: Knex.Transaction, id: string): Promise<ApiKeyRow | undefined> => apiKeys(trx).where({ id }).forShare().first();
 
 export async function insertApiKey(
   trx: Knex.Transaction,
@@ -142,7 +142,7 @@ export async function pageApiKeys(
 }
 
 /** Revokes every unrevoked key of the account and forgets their sealed values; answers the keys revoked. */
-export const revokeKeysOfAccount = (trx: Knex.Transaction, userId: string, at: Date): Promise<Pick<ApiKeyRow, 'id' | 'prefix'>[]> =>
+export const revokeKeysOfAccount = async (trx: Knex.Transaction, userId: string, at: Date): Promise<Pick<ApiKeyRow, 'id' | 'prefix'>[]> =>
   apiKeys(trx).where({ user_id: userId }).whereNull('revoked_at').update({ revoked_at: at, value_sealed: null, updated_at: at }).returning(['id', 'prefix']);
 
 export async function countUnrevoked(db: Knex, userId: string): Promise<number> {

@@ -28,7 +28,7 @@ export interface SigningKeyRow {
 }
 
 /** Rows of `chain` with sequence ≥ `from`, in order, at most `limit`. */
-export function chainRows(db: Knex, chain: string, from: number, limit: number): Promise<ChainRow[]> {
+export async function chainRows(db: Knex, chain: string, from: number, limit: number): Promise<ChainRow[]> {
   return db('audit_logs')
     .where({ chain })
     .andWhere('sequence', '>=', from)
@@ -50,14 +50,14 @@ export function chainRows(db: Knex, chain: string, from: number, limit: number):
 }
 
 /** Checkpoints of `chain` with from ≤ sequence (≤ to when given), in order. */
-export function chainCheckpoints(db: Knex, chain: string, from: number, to?: number): Promise<CheckpointRow[]> {
+export async function chainCheckpoints(db: Knex, chain: string, from: number, to?: number): Promise<CheckpointRow[]> {
   const q = db<CheckpointRow>('audit_checkpoints').where({ chain }).andWhere('sequence', '>=', from);
   if (to !== undefined) q.andWhere('sequence', '<=', to);
   return q.orderBy('sequence').select('chain', 'sequence', 'hash', 'signed_at', 'kid', 'jws');
 }
 
 /** Chain heads that moved past their last checkpoint, after `afterChain` (pages by chain), at most `limit`. */
-export function movedChains(db: Knex, afterChain: string, limit: number): Promise<{ chain: string; sequence: number; hash: string }[]> {
+export async function movedChains(db: Knex, afterChain: string, limit: number): Promise<{ chain: string; sequence: number; hash: string }[]> {
   return db('audit_chains as h')
     .where('h.chain', '>', afterChain)
     .andWhere('h.sequence', '>', db.raw('COALESCE((SELECT max(cp.sequence) FROM audit_checkpoints cp WHERE cp.chain = h.chain), 0)'))

@@ -42,7 +42,7 @@ export async function lockBillingAccount(trx: Knex.Transaction, userId: string, 
 }
 
 /** The billing row of the provider's customer, locked until the transaction ends. */
-export const lockBillingAccountOfCustomer = (trx: Knex.Transaction, customerId: string): Promise<BillingAccountRow | undefined> =>
+export const lockBillingAccountOfCustomer = async (trx: Knex.Transaction, customerId: string): Promise<BillingAccountRow | undefined> =>
   billingAccounts(trx).where({ customer_id: customerId }).forUpdate().first();
 
 export const setBillingCustomer = async (trx: Knex.Transaction, userId: string, customerId: string, at: Date): Promise<void> => {
@@ -62,10 +62,10 @@ export async function updateSubscription(
   return after;
 }
 
-export const findBillingEvent = (db: Knex, id: string): Promise<BillingEventRow | undefined> => billingEvents(db).where({ id }).first();
+export const findBillingEvent = async (db: Knex, id: string): Promise<BillingEventRow | undefined> => billingEvents(db).where({ id }).first();
 
 /** The event row, locked: one worker at a time processes it. */
-export const lockBillingEvent = (trx: Knex.Transaction, id: string): Promise<BillingEventRow | undefined> =>
+export const lockBillingEvent = async (trx: Knex.Transaction, id: string): Promise<BillingEventRow | undefined> =>
   billingEvents(trx).where({ id }).forUpdate().first();
 
 export const markBillingEventProcessed = async (

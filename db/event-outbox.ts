@@ -26,7 +26,7 @@ export async function lockAccountOutbox(trx: Knex.Transaction, userId: string): 
   return rows[0].locked;
 }
 
-export const pendingEvents = (db: Knex, userId: string, limit: number): Promise<OutboxRow[]> =>
+export const pendingEvents = async (db: Knex, userId: string, limit: number): Promise<OutboxRow[]> =>
   db('event_outbox').where({ user_id: userId }).orderBy('id').limit(limit);
 
 export async function deleteOutbox(db: Knex, ids: string[]): Promise<void> {

@@ -135,7 +135,7 @@ const filesOf = prepared<JobFileRow>(
   'job_files',
   `SELECT job_id, role, n, name, size, content_type FROM job_files WHERE job_id = :id AND role = :role ORDER BY n`,
 );
-export const jobFiles = (db: Knex, jobId: string, role: JobFileRow['role']): Promise<JobFileRow[]> => filesOf(db, { id: jobId, role });
+export const jobFiles = async (db: Knex, jobId: string, role: JobFileRow['role']): Promise<JobFileRow[]> => filesOf(db, { id: jobId, role });
 
 /**
  * Updates a job row; `alongside`, writes to other tables, run in the same statement as data-modifying

@@ -70,7 +70,7 @@ export interface KeyHealthRow {
   next_rotation_at: Date | null;
 }
 
-export const keyHealthRow = (db: Knex, lineageId: string): Promise<KeyHealthRow | undefined> =>
+export const keyHealthRow = async (db: Knex, lineageId: string): Promise<KeyHealthRow | undefined> =>
   lineages(db)
     .where('l.id', lineageId)
     .select(

@@ -391,7 +391,7 @@ export interface ExpiryCandidate {
  * warning (the smallest lead time that has come) has not been sent: no key_expiry_warnings row with a
  * lead at or below it.
  */
-export function dueExpiryWarnings(db: Knex, now: Date, leadDays: number[], limit: number): Promise<ExpiryCandidate[]> {
+export async function dueExpiryWarnings(db: Knex, now: Date, leadDays: number[], limit: number): Promise<ExpiryCandidate[]> {
   const maxLeadDays = Math.max(...leadDays);
   return db
     .select('k.id as key_id', 'k.lineage_id', 'k.user_id', 'k.fingerprint', 'l.label', 'u.email', 'k.expires_at')
@@ -494,9 +494,10 @@ export const fingerprintExists = async (db: Knex, fingerprint: string): Promise<
 export const lineageIdOfFingerprint = async (db: Knex, fingerprint: string): Promise<string | undefined> =>
   (await db<KeyRow>('pgp_keys').where({ fingerprint }).first('lineage_id'))?.lineage_id;
 
-export const findLineage = (db: Knex, lineageId: string): Promise<LineageRow | undefined> => db<LineageRow>('key_lineages').where({ id: lineageId }).first();
+export const findLineage = async (db: Knex, lineageId: string): Promise<LineageRow | undefined> =>
+  db<LineageRow>('key_lineages').where({ id: lineageId }).first();
 
-export const activeGeneration = (db: Knex, lineageId: string): Promise<KeyRow | undefined> =>
+export const activeGeneration = async (db: Knex, lineageId: string): Promise<KeyRow | undefined> =>
   db<KeyRow>('pgp_keys').where({ lineage_id: lineageId, status: 'active' }).first();
 
 /** Whether the account owns the lineage (its own key, not one it inherits). */

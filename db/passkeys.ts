@@ -42,7 +42,7 @@ export async function findPasskey(db: Knex, id: string): Promise<PasskeyRow | un
 }
 
 /** Credential ids (and transports) of an account's passkeys; `activeOnly` for login, all for excludeCredentials. */
-export function credentialsOf(db: Knex, userId: string, activeOnly: boolean): Promise<Pick<PasskeyRow, 'credential_id' | 'transports'>[]> {
+export async function credentialsOf(db: Knex, userId: string, activeOnly: boolean): Promise<Pick<PasskeyRow, 'credential_id' | 'transports'>[]> {
   const q = table(db).where({ user_id: userId }).select('credential_id', 'transports').orderBy('created_at');
   return activeOnly ? q.andWhere({ active: true }) : q;
 }
@@ -74,7 +74,7 @@ export async function updatePasskey(
 }
 
 /** Makes every active passkey of the account inactive (the owner can make them active again); answers them. */
-export const deactivatePasskeys = (trx: Knex.Transaction, userId: string, at: Date): Promise<Pick<PasskeyRow, 'id' | 'name'>[]> =>
+export const deactivatePasskeys = async (trx: Knex.Transaction, userId: string, at: Date): Promise<Pick<PasskeyRow, 'id' | 'name'>[]> =>
   table(trx).where({ user_id: userId, active: true }).update({ active: false, updated_at: at }).returning(['id', 'name']);
 
 export const deletePasskey = async (db: Knex, userId: string, id: string): Promise<number> => table(db).where({ id, user_id: userId }).delete();

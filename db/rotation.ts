@@ -73,7 +73,7 @@ export interface DueRotation {
  * account's rotation_days ('policy'). Disabled keys, recipient keys (no private key of ours to replace)
  * and deleted accounts are never due.
  */
-export function dueRotations(db: Knex, now: Date, limit: number): Promise<DueRotation[]> {
+export async function dueRotations(db: Knex, now: Date, limit: number): Promise<DueRotation[]> {
   return db
     .select('l.id as lineage_id', 'l.user_id', 'k.generation', db.raw(`CASE WHEN l.rotation_mode = 'interval' THEN 'schedule' ELSE 'policy' END AS trigger`))
     .from('key_lineages as l')

@@ -47,7 +47,7 @@ export async function insertShare(
 }
 
 /** The share row, locked until the transaction ends. */
-export const lockShare = (trx: Knex.Transaction, id: string): Promise<ShareRow | undefined> => shares(trx).where({ id }).forUpdate().first();
+export const lockShare = async (trx: Knex.Transaction, id: string): Promise<ShareRow | undefined> => shares(trx).where({ id }).forUpdate().first();
 
 /** Revokes the share; answers it. */
 export async function markShareRevoked(trx: Knex.Transaction, id: string, at: Date): Promise<ShareRow> {
@@ -95,7 +95,7 @@ export async function pageShares(db: Knex, q: ShareListQuery): Promise<{ items: 
 }
 
 /** Revokes the account's usable shares of one kind (expired and used-up ones are over already); answers them. */
-export const revokeActiveShares = (
+export const revokeActiveShares = async (
   trx: Knex.Transaction,
   q: { userId: string; kind: ShareKind; now: Date },
 ): Promise<Pick<ShareRow, 'id' | 'target_id' | 'view_count'>[]> =>

@@ -71,7 +71,7 @@ const teamGrants = (db: Knex) => db<GrantRow>('team_grants');
 export const membershipOf = async (db: Knex, userId: string): Promise<MemberRow | undefined> => members(db).where({ user_id: userId }).first();
 
 /** The account's membership row, locked until the transaction ends. */
-export const lockMember = (trx: Knex.Transaction, userId: string): Promise<MemberRow | undefined> =>
+export const lockMember = async (trx: Knex.Transaction, userId: string): Promise<MemberRow | undefined> =>
   members(trx).where({ user_id: userId }).forUpdate().first();
 
 export const deleteMember = async (trx: Knex.Transaction, userId: string): Promise<void> => {
@@ -86,10 +86,10 @@ export async function countMembers(db: Knex, organizationId: string): Promise<nu
   return Number((await members(db).where({ organization_id: organizationId }).count<{ count: string }[]>({ count: '*' }))[0]?.count ?? 0);
 }
 
-export const findOrganization = (db: Knex, id: string): Promise<OrganizationRow | undefined> => organizations(db).where({ id }).first();
+export const findOrganization = async (db: Knex, id: string): Promise<OrganizationRow | undefined> => organizations(db).where({ id }).first();
 
 /** The organization row, locked: what serialises its invitations and membership changes. */
-export const lockOrganization = (trx: Knex.Transaction, id: string): Promise<OrganizationRow | undefined> =>
+export const lockOrganization = async (trx: Knex.Transaction, id: string): Promise<OrganizationRow | undefined> =>
   organizations(trx).where({ id }).forUpdate().first();
 
 export const deleteOrganization = async (trx: Knex.Transaction, id: string): Promise<void> => {
@@ -235,7 +235,7 @@ export async function insertInvitation(
 }
 
 /** A page of an organization's invitations, newest first, optionally in one state at `now` (accepted or revoked for good, else expired once past expires_at). */
-export function pageInvitations(
+export async function pageInvitations(
   db: Knex,
   organizationId: string,
   q: { state?: 'pending' | 'accepted' | 'revoked' | 'expired'; now: Date; page: number; pageSize: number },
@@ -248,9 +248,10 @@ export function pageInvitations(
   return newestFirstPage<InvitationRow>(base, q);
 }
 
-export const lockInvitation = (trx: Knex.Transaction, id: string): Promise<InvitationRow | undefined> => invitations(trx).where({ id }).forUpdate().first();
+export const lockInvitation = async (trx: Knex.Transaction, id: string): Promise<InvitationRow | undefined> =>
+  invitations(trx).where({ id }).forUpdate().first();
 
-export const lockInvitationByTokenHash = (trx: Knex.Transaction, tokenHash: string): Promise<InvitationRow | undefined> =>
+export const lockInvitationByTokenHash = async (trx: Knex.Transaction, tokenHash: string): Promise<InvitationRow | undefined> =>
   invitations(trx).where({ token_hash: tokenHash }).forUpdate().first();
 
 export const markInvitationRevoked = async (trx: Knex.Transaction, id: string, by: string, at: Date): Promise<void> => {
@@ -262,10 +263,11 @@ export const markInvitationAccepted = async (trx: Knex.Transaction, id: string, 
 };
 
 /** The account's own link (as grantee), if any. */
-export const teamLinkOfGrantee = (db: Knex, granteeId: string): Promise<TeamLinkRow | undefined> => teamLinks(db).where({ grantee_id: granteeId }).first();
+export const teamLinkOfGrantee = async (db: Knex, granteeId: string): Promise<TeamLinkRow | undefined> =>
+  teamLinks(db).where({ grantee_id: granteeId }).first();
 
 /** The account's own link (as grantee), locked: runs of its sync and decisions on it take turns. */
-export const lockTeamLinkOfGrantee = (trx: Knex.Transaction, granteeId: string): Promise<TeamLinkRow | undefined> =>
+export const lockTeamLinkOfGrantee = async (trx: Knex.Transaction, granteeId: string): Promise<TeamLinkRow | undefined> =>
   teamLinks(trx).where({ grantee_id: granteeId }).forUpdate().first();
 
 export const deleteTeamLink = async (trx: Knex.Transaction, granteeId: string): Promise<void> => {
@@ -323,7 +325,8 @@ export async function pageTeamLinks(
 }
 
 /** Deletes the grantee's grants; answers how many there were. */
-export const deleteGrantsOfGrantee = (trx: Knex.Transaction, granteeId: string): Promise<number> => teamGrants(trx).where({ grantee_id: granteeId }).delete();
+export const deleteGrantsOfGrantee = async (trx: Knex.Transaction, granteeId: string): Promise<number> =>
+  teamGrants(trx).where({ grantee_id: granteeId }).delete();
 
 /** Deletes the grantee's grants; answers their lineage ids. */
 export async function deleteGrantedLineages(trx: Knex.Transaction, granteeId: string): Promise<string[]> {
@@ -332,7 +335,7 @@ export async function deleteGrantedLineages(trx: Knex.Transaction, granteeId: st
 }
 
 /** Deletes the grantee's grants made through any other source; answers how many there were. */
-export const deleteGrantsFromOtherSources = (trx: Knex.Transaction, granteeId: string, sourceId: string): Promise<number> =>
+export const deleteGrantsFromOtherSources = async (trx: Knex.Transaction, granteeId: string, sourceId: string): Promise<number> =>
   teamGrants(trx).where({ grantee_id: granteeId }).whereNot({ source_id: sourceId }).delete();
 
 /** Deletes the grants others inherited from the account. */

@@ -45,10 +45,10 @@ const endpoints = (db: Knex) => db<EndpointRow>('webhook_endpoints');
 const deliveries = (db: Knex) => db<DeliveryRow>('webhook_deliveries');
 const attempts = (db: Knex) => db<AttemptRow>('webhook_attempts');
 
-export const findEndpoint = (db: Knex, id: string): Promise<EndpointRow | undefined> => endpoints(db).where({ id }).first();
+export const findEndpoint = async (db: Knex, id: string): Promise<EndpointRow | undefined> => endpoints(db).where({ id }).first();
 
 /** The endpoint row, locked until the transaction ends. */
-export const lockEndpoint = (trx: Knex.Transaction, id: string): Promise<EndpointRow | undefined> => endpoints(trx).where({ id }).forUpdate().first();
+export const lockEndpoint = async (trx: Knex.Transaction, id: string): Promise<EndpointRow | undefined> => endpoints(trx).where({ id }).forUpdate().first();
 
 export async function countEndpoints(db: Knex, userId: string): Promise<number> {
   const [{ count }] = (await endpoints(db).where({ user_id: userId }).count<{ count: number }[]>({ count: '*' })) as [{ count: number }];
@@ -86,9 +86,9 @@ export const disableEndpoint = async (trx: Knex.Transaction, id: string, reason:
   await endpoints(trx).where({ id }).update({ enabled: false, disabled_reason: reason, updated_at: at });
 };
 
-export const findDelivery = (db: Knex, id: string): Promise<DeliveryRow | undefined> => deliveries(db).where({ id }).first();
+export const findDelivery = async (db: Knex, id: string): Promise<DeliveryRow | undefined> => deliveries(db).where({ id }).first();
 
-export const insertDeliveries = (
+export const insertDeliveries = async (
   db: Knex,
   rows: (Pick<DeliveryRow, 'endpoint_id' | 'user_id' | 'event_id' | 'event_type' | 'body' | 'next_attempt_at' | 'created_at' | 'updated_at'> &
     Partial<Pick<DeliveryRow, 'id'>>)[],
@@ -106,11 +106,11 @@ export const markDeliveryFailed = async (db: Knex, id: string, at: Date): Promis
 };
 
 /** Deletes the deliveries made before `cutoff` that are no longer being tried (their attempts cascade); answers how many. */
-export const purgeDeliveriesBefore = (db: Knex, cutoff: Date): Promise<number> =>
+export const purgeDeliveriesBefore = async (db: Knex, cutoff: Date): Promise<number> =>
   deliveries(db).where('created_at', '<', cutoff).whereNot({ state: 'pending' }).delete();
 
 /** The enabled endpoints of an account: what its events fan out to (by type: `takesEvent`). */
-export const enabledEndpoints = (db: Knex, userId: string): Promise<Pick<EndpointRow, 'id' | 'user_id' | 'event_types'>[]> =>
+export const enabledEndpoints = async (db: Knex, userId: string): Promise<Pick<EndpointRow, 'id' | 'user_id' | 'event_types'>[]> =>
   endpoints(db).where({ user_id: userId, enabled: true }).select('id', 'user_id', 'event_types');
 
 /** Whether an endpoint takes events of this type (an empty list takes all). */
@@ -140,7 +140,7 @@ export async function recordAttempt(
     .update({ ...next, attempts: trx.raw('attempts + 1') });
 }
 
-export function attemptsOf(db: Knex, deliveryIds: string[]): Promise<AttemptRow[]> {
+export async function attemptsOf(db: Knex, deliveryIds: string[]): Promise<AttemptRow[]> {
   return attempts(db).whereIn('delivery_id', deliveryIds).orderBy('id');
 }
 

@@ -140,7 +140,9 @@ function migrationImports(): string[] {
  * the caller gets (rows, a count, a flag, void): never a knex query builder or raw query, on which a
  * caller could chain more query and which runs only once awaited. The one builder handed out is `Write`
  * (db/knex.ts), a write that db/ runs within another statement (withWrites), returned under that name.
- * And no exported signature has `any` in what it takes or answers: across a module boundary it turns the
+ * A function that answers a promise is `async`: a builder typed as a promise passes the compiler, but its
+ * query runs only when awaited, so a call whose result is dropped would do nothing. And no exported
+ * signature has `any` in what it takes or answers: across a module boundary it turns the
  * compiler's checks off on both sides. Types are read through unions, intersections, type arguments and
  * the members of the project's own and of anonymous types; a dependency's named types (Date, Buffer,
  * knex's builders) only by the type arguments db/ gives them, their members being the dependency's. The
@@ -203,6 +205,9 @@ function signatureBreaches(program: ts.Program, files: string[]): string[] {
         if (!written) found.push(`${at}: no return type written`);
         if (inReturn.has('a query builder') && !isWrite(written)) found.push(`${at}: answers a query builder (${text(returned)})`);
         if (inReturn.has('any')) found.push(`${at}: answers any (${text(returned)})`);
+        const declaration = signature.getDeclaration();
+        const isAsync = ts.canHaveModifiers(declaration) && ts.getModifiers(declaration)?.some((m) => m.kind === ts.SyntaxKind.AsyncKeyword);
+        if (returned.getSymbol()?.name === 'Promise' && !isAsync) found.push(`${at}: answers a promise without being async (${text(returned)})`);
         for (const p of signature.getParameters()) {
           const type = checker.getTypeOfSymbol(p);
           if (scan(type).has('any')) found.push(`${at}: takes any (${p.name}: ${text(type)})`);
@@ -221,6 +226,8 @@ export async function anyRow(db: Knex): Promise<any> { return db('t').first(); }
 export const anyRows = async (rows: Knex.QueryBuilder): Promise<void> => { await rows; };
 export const write = (db: Knex): Write => db('t').insert({ id: 'a' });
 export const row = async (db: Knex, trx: Knex.Transaction, id: string): Promise<{ id: string } | undefined> => db<{ id: string }>('t').where({ id }).first();
+export const lazy = (db: Knex): Promise<{ id: string } | undefined> => db<{ id: string }>('t').first();
+export function lazier(db: Knex): Promise<number> { return db('t').delete(); }
 `;
 
 /** db/*.ts and the fixture, in one program (with the repository's compiler options). */
@@ -308,6 +315,8 @@ describe('layering', () => {
       'anyRows: takes any',
       'builder: answers a query builder',
       'builder: no return type written',
+      'lazier: answers a promise without being async',
+      'lazy: answers a promise without being async',
       'raw: answers a query builder',
       'raw: answers any',
     ]);
