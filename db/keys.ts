@@ -413,8 +413,8 @@ export async function dueExpiryWarnings(db: Knex, now: Date, leadDays: number[],
 }
 
 /**
- * Claims the warnings `leadDays` of a generation (one key_expiry_warnings row each; a racing sweep's claim
- * wins): the lead times claimed here, and the generation marked warned when `nearest` is among them.
+ * Claims the warnings `leadDays` of a generation (a key_expiry_warnings row each; a racing sweep's claim
+ * wins). True when `nearest` was claimed here: the generation is then marked warned.
  */
 export async function claimExpiryWarnings(trx: Knex.Transaction, keyId: string, leadDays: number[], nearest: number, now: Date): Promise<boolean> {
   const rows: { lead_days: number }[] = await trx('key_expiry_warnings')
