@@ -1,11 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { Container } from '../lib/container';
 import { metricsAccess, scrapeMetrics } from '../lib/metrics';
-import { within } from '../lib/within';
-import { pingPostgres } from '../lib/operations/health-checks';
-
-/** Each dependency gets this long to answer a readiness check. */
-const CHECK_MS = 2000;
+import { dependencyChecks } from '../lib/operations/health-checks';
 
 /**
  * A worker process's own small HTTP server (WORKER_HTTP_PORT), without the API's stack: `/healthz`
@@ -22,16 +18,7 @@ export async function startHealthServer(c: Container, port: number): Promise<{ p
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(405, JSON.stringify({ status: 'method_not_allowed' }));
     if (path === '/healthz') return send(200, JSON.stringify({ status: 'ok' }));
     if (path === '/readyz') {
-      void Promise.all([
-        within(pingPostgres(c), CHECK_MS).then(
-          () => 'up' as const,
-          () => 'down' as const,
-        ),
-        within(c.redis.ping(), CHECK_MS).then(
-          () => 'up' as const,
-          () => 'down' as const,
-        ),
-      ]).then(([postgres, redis]) => {
+      void dependencyChecks(c).then(({ postgres, redis }) => {
         const ready = postgres === 'up' && redis === 'up';
         send(ready ? 200 : 503, JSON.stringify({ status: ready ? 'ready' : 'not_ready', checks: { postgres, redis } }));
       });

@@ -6,14 +6,11 @@ import { liveWorkers } from '../../../lib/heartbeats';
 import { Timestamp } from '../../schemas/common';
 import type { Container } from '../../../lib/container';
 import { within } from '../../../lib/within';
-import { latestReseal, pingPostgres } from '../../../lib/operations/health-checks';
+import { CHECK_MS, dependencyChecks, latestReseal, pingPostgres } from '../../../lib/operations/health-checks';
 
 const Check = z.enum(['up', 'down']);
 
 const VERSION = (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
-
-/** Each dependency gets this long to answer a health check. */
-const CHECK_MS = 2000;
 
 /** How long a dependency takes to answer (ms), or null when it does not answer within CHECK_MS. */
 async function latency(work: () => Promise<unknown>): Promise<number | null> {
@@ -113,16 +110,7 @@ export default [
       },
     },
     async handler({ c }) {
-      const [postgres, redis] = await Promise.all([
-        within(pingPostgres(c), CHECK_MS).then(
-          () => 'up' as const,
-          () => 'down' as const,
-        ),
-        within(c.redis.ping(), CHECK_MS).then(
-          () => 'up' as const,
-          () => 'down' as const,
-        ),
-      ]);
+      const { postgres, redis } = await dependencyChecks(c);
       const ok = postgres === 'up' && redis === 'up';
       return {
         status: ok ? 200 : 503,
