@@ -109,6 +109,14 @@ const Env = z.object({
    * most), so a minute never ends a healthy one.
    */
   DB_IDLE_IN_TRANSACTION_SECONDS: intish(60, 0, 86400),
+  /**
+   * Keys and signatures a caller sends are read and checked on threads of their own, stopped at the
+   * deadline (lib/pgp/untrusted.ts): threads per process, tasks waiting beyond them (more get 503
+   * `overloaded`), and the deadline in milliseconds (the task is refused with 422).
+   */
+  UNTRUSTED_THREADS: intish(1, 1, 64),
+  UNTRUSTED_QUEUE: intish(32, 0, 10_000),
+  UNTRUSTED_DEADLINE_MS: intish(10_000, 100, 600_000),
   JOB_RETENTION_HOURS: intish(24, 1, 24 * 90),
   ARGON2_MEMORY_KIB: intish(19456, 1024),
   LINEAGE_KDF_MEMORY_KIB: intish(DEFAULT_KDF.memoryKib, 1024),
@@ -272,6 +280,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       maxJobOutputBytes: e.MAX_JOB_OUTPUT_BYTES || 4 * e.MAX_FILE_BYTES,
     },
     jobLimits: { timeoutMs: e.JOB_TIMEOUT_SECONDS * 1000, idleMs: e.JOB_IDLE_SECONDS * 1000 },
+    untrusted: { threads: e.UNTRUSTED_THREADS, maxQueued: e.UNTRUSTED_QUEUE, deadlineMs: e.UNTRUSTED_DEADLINE_MS },
     rotationSweepMs: e.ROTATION_SWEEP_SECONDS * 1000,
     jobReconcile: { intervalMs: e.JOB_RECONCILE_INTERVAL_SECONDS * 1000, graceMs: e.JOB_RECONCILE_GRACE_SECONDS * 1000 },
     auditCheckpoints: { intervalMs: e.AUDIT_CHECKPOINT_INTERVAL_SECONDS * 1000, signingKeyMaxAgeMs: e.AUDIT_SIGNING_KEY_DAYS * 86400_000 },

@@ -20,6 +20,7 @@ import { EventHub } from './event-hub';
 import { addUse } from '../db/api-keys';
 import { touchPartnerKey } from '../db/partner-keys';
 import { jobDataKey } from '../db/jobs';
+import { UntrustedPgp } from './pgp/untrusted';
 
 /**
  * The composition root: every long-lived dependency, built once per process and handed to the API,
@@ -47,6 +48,8 @@ export interface Container {
   usage: UsageRecorder;
   /** Live account events on one Redis reader for the whole process (connects on first use). */
   eventHub: EventHub;
+  /** Keys and signatures a caller sends, read and checked on threads stopped at a deadline (started on first use). */
+  untrusted: UntrustedPgp;
   close(): Promise<void>;
 }
 
@@ -89,6 +92,8 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const blob = followableJobFiles(sealedJobBlobs(store, jobKeys));
   const usage = new UsageRecorder((kind, id, count, last) => (kind === 'api_key' ? addUse(db, id, count, last) : touchPartnerKey(db, id, last)), log);
   const eventHub = new EventHub({ redis, target: config, redisPrefix: config.redisPrefix, log });
+  const metrics = createMetrics();
+  const untrusted = new UntrustedPgp(config.untrusted, metrics);
   return {
     config,
     log,
@@ -103,10 +108,12 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
     limiters: createLimiters(redis, config),
     blob,
     jobKeys,
-    metrics: createMetrics(),
+    metrics,
     usage,
     eventHub,
+    untrusted,
     async close() {
+      await untrusted.close();
       await eventHub.stop();
       await usage.close();
       await jobs.close();

@@ -20,6 +20,8 @@ export interface Metrics {
   bytes: Counter<'operation'>;
   /** Job counts per queue and state, read from Redis when scraped (set by whoever can read the queues). */
   queueJobs: Gauge<'queue' | 'state'>;
+  /** Untrusted OpenPGP work stopped at its deadline or out of memory (lib/pgp/untrusted.ts), by task. */
+  untrustedStopped: Counter<'task' | 'why'>;
 }
 
 export function createMetrics(): Metrics {
@@ -55,6 +57,12 @@ export function createMetrics(): Metrics {
       registers,
     }),
     bytes: new Counter({ name: 'kms_crypto_bytes_total', help: 'Plaintext bytes of completed encrypt and decrypt jobs', labelNames: ['operation'], registers }),
+    untrustedStopped: new Counter({
+      name: 'kms_untrusted_work_stopped_total',
+      help: 'Keys and signatures from callers whose reading was stopped at its deadline or out of memory, by task',
+      labelNames: ['task', 'why'],
+      registers,
+    }),
     queueJobs: new Gauge({
       name: 'kms_queue_jobs',
       help: 'Jobs per queue and state (waiting, active, delayed, failed, completed)',

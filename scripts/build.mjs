@@ -55,8 +55,13 @@ let result;
 try {
   result = await build({
     absWorkingDir: root,
-    // The MDC check's thread (lib/pgp/mdc-thread.ts) loads its own file, mdc-check.js beside main.js.
-    entryPoints: { main: entry, 'mdc-check': join(root, 'lib', 'pgp', 'mdc-check.ts') },
+    // Threads load their own files beside main.js (lib/thread-pool.ts threadModule): the MDC check
+    // (lib/pgp/mdc-thread.ts) and the reading of untrusted OpenPGP data (lib/pgp/untrusted.ts).
+    entryPoints: {
+      main: entry,
+      'mdc-check': join(root, 'lib', 'pgp', 'mdc-check.ts'),
+      'untrusted-thread': join(root, 'lib', 'pgp', 'untrusted-thread.ts'),
+    },
     outdir: staging,
     bundle: true,
     splitting: true,

@@ -4,7 +4,6 @@ import { AppError, conflict, invalid } from '../errors';
 import { emitEvent } from '../events';
 import { auditKeyRefusal, checkKeyLimit, generationRow, newLineage, storeKey, type LineageSpec } from './key-catalog';
 import { resyncLinkedTo } from '../teams/team-access';
-import { readImportedKey } from '../pgp/import';
 import { randomSecret } from '../lineage';
 import type { RequestMeta } from '../../db/audit';
 import type { KeyRow, LineageRow } from '../../db/keys';
@@ -36,9 +35,11 @@ export async function importKey(c: Container, userId: string, input: ImportInput
   };
   const secret = randomSecret();
   // Wall-clock time, not c.clock: OpenPGP.js checks key validity against the real time.
-  const imported = await readImportedKey(input.key, { keyPassphrase: input.keyPassphrase, secret, now: new Date() }).catch(async (err: unknown) => {
-    throw await fail(err);
-  });
+  const imported = await c.untrusted
+    .run('importKey', { data: input.key, keyPassphrase: input.keyPassphrase, secret, now: new Date() })
+    .catch(async (err: unknown) => {
+      throw await fail(err);
+    });
   if (imported.secret && !input.passphrase)
     throw await fail(
       invalid('passphrase_required', 'A secret key needs `passphrase`: the passphrase it will have here (at least 12 characters).'),

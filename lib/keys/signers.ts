@@ -20,8 +20,7 @@ export async function resolveSigner(c: Container, userId: string, input: { finge
     const view = await requireKey(c, userId, input.fingerprint, meta, 'read');
     return { type: 'stored', lineage_id: view.lineage.id, fingerprint: view.named.fingerprint };
   }
-  const { readSignerKey } = await import('../pgp/signatures'); // OpenPGP.js loads on first use
-  const key = await readSignerKey(input.publicKey ?? '');
+  const key = await c.untrusted.run('signerKey', input.publicKey ?? '');
   return { type: 'supplied', fingerprint: key.fingerprint };
 }
 
@@ -33,8 +32,10 @@ export async function keepSuppliedKey(c: Container, jobId: string, publicKey: st
 /** The keys a job verifies with (in a worker): the lineage's generations, MAC-checked, or the supplied key. */
 export async function signerKeys(c: Container, userId: string, jobId: string, signer: Signer): Promise<VerificationKey[]> {
   if (signer.type === 'supplied') {
-    const { readSignerKey } = await import('../pgp/signatures');
-    return [await readSignerKey(await readText(await c.blob.get(jobBlob.recipient(jobId)), MAX_PUBLIC_KEY_BYTES))];
+    // Checked on the untrusted-work thread; parsed here again for the verification (cheap once checked).
+    const armored = await readText(await c.blob.get(jobBlob.recipient(jobId)), MAX_PUBLIC_KEY_BYTES);
+    const { fingerprint } = await c.untrusted.run('signerKey', armored);
+    return [{ key: await readStoredPublicKey(armored), fingerprint }];
   }
   // Still the caller's, or still granted to it.
   if (!(await lineageUsableBy(c.db, userId, signer.lineage_id))) throw invalid('key_not_found', 'The key no longer exists.');

@@ -1,6 +1,5 @@
 import type * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
-import { within } from '../within';
 import { GENERATION_S2K_COUNT_BYTE, MAX_PUBLIC_KEY_BYTES, expiryOf, loadOpenpgp, scanPackets, validEncryptionKeyIds, type KeyAlgorithm } from './keys';
 
 /**
@@ -9,13 +8,14 @@ import { GENERATION_S2K_COUNT_BYTE, MAX_PUBLIC_KEY_BYTES, expiryOf, loadOpenpgp,
  * generations are (a random secret, GENERATION_S2K_COUNT_BYTE). The passphrase it came with is used
  * once, here, and kept nowhere.
  *
- * The input is untrusted: its packets are counted and measured before OpenPGP.js parses it (a key with
- * 10,000 subkeys or a 1 MiB user id is refused without being parsed), and every call into OpenPGP.js
- * runs under KEY_PARSE_MS.
+ * The input is untrusted, and this runs on a thread that is stopped at a deadline (lib/pgp/untrusted.ts).
+ * Within it, what a key may make us do is bounded before the work starts: its packets are counted and
+ * measured before OpenPGP.js parses it (a key with 10,000 subkeys or a 1 MiB user id is refused without
+ * being parsed), RSA moduli and public exponents before any signature is verified (checkKeyCost), and
+ * the key derivation of every locked secret part before any is unlocked (checkProtection): no more than
+ * the service would ask of itself.
  */
 
-/** Every call into OpenPGP.js about an imported key answers within this, or the key is refused (422). */
-export const KEY_PARSE_MS = 10_000;
 /** Real keys have a handful of subkeys (gpg and sq make one to three). */
 const MAX_SUBKEYS = 32;
 /** Largest user id packet (RFC 9580 §5.11 sets no limit; real ones are under a hundred octets). */
@@ -27,6 +27,24 @@ const MAX_KEY_PACKETS = 512;
 
 /** Packet tags (RFC 9580 §5), fixed by the format. */
 const TAG = { signature: 2, secretKey: 5, publicKey: 6, secretSubkey: 7, userId: 13, publicSubkey: 14 } as const;
+const SECRET_TAGS = new Set<number>([TAG.secretKey, TAG.secretSubkey]);
+/** Largest RSA modulus (gpg's --enable-large-rsa limit): verifying with more costs seconds per signature. */
+const MAX_RSA_BITS = 16384;
+/**
+ * Largest RSA public exponent, in octets: real keys use 65537 (three octets). A verification's cost grows
+ * with the exponent's length, and one as long as the modulus makes each signature check as costly as a
+ * private-key operation.
+ */
+const MAX_RSA_EXPONENT_OCTETS = 4;
+/**
+ * The key derivation an imported secret key may ask for, per locked secret part: Argon2 no costlier than
+ * OpenPGP.js's (and RFC 9580 §4.2.1's second recommended) choice of t=3, p=4, m=2^16 KiB (64 MiB), and
+ * iterated-and-salted S2K up to the format's largest count (65,011,712 octets hashed, gpg's ceiling);
+ * at most MAX_LOCKED_PARTS locked parts (gpg and sq lock a primary key and one to three subkeys).
+ */
+const MAX_ARGON2 = { t: 3, p: 4, encodedM: 16 } as const;
+const MAX_LOCKED_PARTS = 4;
+
 /** Hash algorithm ids too weak for a self-signature (RFC 9580 §9.5): MD5, SHA-1, RIPEMD-160. */
 const WEAK_HASHES = new Set([1, 2, 3]);
 
@@ -62,7 +80,7 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
   if (data.length > MAX_PUBLIC_KEY_BYTES) throw tooLarge('key_too_large', `The key is larger than ${MAX_PUBLIC_KEY_BYTES} bytes.`);
   const pgp = await loadOpenpgp();
   const parse = <T>(work: Promise<T>, what: string): Promise<T> =>
-    within(work, KEY_PARSE_MS).catch((err: unknown) => {
+    work.catch((err: unknown) => {
       if (err instanceof AppError) throw err;
       throw refuse('invalid_key', `${what}: ${reason(err)}`);
     });
@@ -80,6 +98,7 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
   if (keys.length !== 1) throw refuse('invalid_key', `Expected exactly one key, found ${keys.length}.`);
   const key = keys[0];
 
+  checkKeyCost(key);
   checkAlgorithms(key);
   checkSelfSignatureHashes(key);
   if (await parse(key.isRevoked(undefined, undefined, input.now), 'The key cannot be checked')) throw refuse('key_revoked', 'The key is revoked.');
@@ -114,8 +133,72 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
   return { ...common, secret: true, privateArmored: relocked.armor() };
 }
 
+export interface RecipientKey {
+  key: openpgp.PublicKey;
+  fingerprint: string;
+  /** Encryption-capable (sub)keys that are valid now. */
+  encryptionKeyIds: string[];
+  expiresAt: Date | null;
+  algorithm: openpgp.AlgorithmInfo;
+  userIds: string[];
+}
+
+/**
+ * Validates a public key a user supplies to encrypt to: one certificate within the import's limits, no
+ * secret material, at least one encryption-capable (sub)key that is valid now (not revoked, not expired,
+ * strong enough). Errors: 413 public_key_too_large; 422 invalid_public_key, private_key_supplied,
+ * no_encryption_key.
+ */
+export async function readRecipientKey(armored: string, now = new Date()): Promise<RecipientKey> {
+  const key = await readSuppliedPublicKey(armored);
+  const ids = await validEncryptionKeyIds(key, now);
+  if (ids.length === 0) {
+    const why = await key.getEncryptionKey(undefined, now).then(
+      () => 'no valid encryption-capable key',
+      (err: unknown) => reason(err),
+    );
+    throw invalid('no_encryption_key', `The key cannot be encrypted to (revoked, expired, too weak or sign-only): ${why}`);
+  }
+  return {
+    key,
+    fingerprint: key.getFingerprint(),
+    encryptionKeyIds: ids,
+    expiresAt: await expiryOf(key),
+    algorithm: key.getAlgorithmInfo(),
+    userIds: key.getUserIDs(),
+  };
+}
+
+/**
+ * One armored public key a caller supplies (to encrypt to or to verify with), read within the import's
+ * limits (checkPacketLimits, checkKeyCost). 413 public_key_too_large; 422 invalid_public_key,
+ * private_key_supplied.
+ */
+export async function readSuppliedPublicKey(armored: string): Promise<openpgp.PublicKey> {
+  if (typeof armored !== 'string' || !armored.trim()) throw invalid('invalid_public_key', 'The public key is empty.');
+  if (Buffer.byteLength(armored) > MAX_PUBLIC_KEY_BYTES) throw tooLarge('public_key_too_large', `The public key is larger than ${MAX_PUBLIC_KEY_BYTES} bytes.`);
+  // Checked before parsing so the message is right even when the private block itself is malformed.
+  const secretSupplied = () => invalid('private_key_supplied', 'A private key was supplied; send only the public key.');
+  if (/-----BEGIN PGP PRIVATE KEY BLOCK-----/.test(armored)) throw secretSupplied();
+  const pgp = await loadOpenpgp();
+  try {
+    const { data, type } = await pgp.unarmor(armored);
+    if (type !== pgp.enums.armor.publicKey) throw invalid('invalid_public_key', 'Expected an armored PGP PUBLIC KEY BLOCK.');
+    const binary = new Uint8Array(await new Response(data).arrayBuffer());
+    if (scanPackets(binary).some((p) => SECRET_TAGS.has(p.tag))) throw secretSupplied();
+    checkPacketLimits(binary);
+    const keys = await pgp.readKeys({ binaryKeys: binary });
+    if (keys.length !== 1 || keys[0].isPrivate()) throw invalid('invalid_public_key', `Expected exactly one public key, found ${keys.length}.`);
+    checkKeyCost(keys[0]);
+    return keys[0];
+  } catch (err) {
+    if (err instanceof AppError) throw err.code === 'invalid_key' ? invalid('invalid_public_key', err.message) : err;
+    throw invalid('invalid_public_key', `Not a readable OpenPGP public key: ${reason(err)}`);
+  }
+}
+
 /** Counts and sizes packets before any parse: what OpenPGP.js would otherwise verify one by one. */
-export function checkPacketLimits(binary: Uint8Array): void {
+function checkPacketLimits(binary: Uint8Array): void {
   const packets = scanPackets(binary);
   if (packets.length === 0) throw refuse('invalid_key', 'Not a readable OpenPGP key: no packets.');
   if (packets.length > MAX_KEY_PACKETS) throw refuse('invalid_key', `The key has more than ${MAX_KEY_PACKETS} packets.`);
@@ -128,6 +211,56 @@ export function checkPacketLimits(binary: Uint8Array): void {
   }
   if (packets[0].tag !== TAG.publicKey && packets[0].tag !== TAG.secretKey)
     throw refuse('invalid_key', 'Not an OpenPGP key: it does not begin with a key packet.');
+}
+
+/**
+ * What verifying the key's signatures may cost, bounded before any is verified: RSA moduli of at most
+ * MAX_RSA_BITS and public exponents of at most MAX_RSA_EXPONENT_OCTETS. For every key read from a caller.
+ */
+function checkKeyCost(key: openpgp.Key): void {
+  for (const k of key.getKeys()) {
+    const info = k.getAlgorithmInfo();
+    if (!info.algorithm.startsWith('rsa')) continue;
+    if ((info.bits ?? 0) > MAX_RSA_BITS) throw refuse('invalid_key', `The key uses RSA with ${info.bits} bits; at most ${MAX_RSA_BITS} are accepted.`);
+    const { e } = (k.keyPacket as unknown as { publicParams: { e?: Uint8Array } }).publicParams;
+    if (!e || e.length > MAX_RSA_EXPONENT_OCTETS)
+      throw refuse('invalid_key', `The key's RSA public exponent is longer than ${MAX_RSA_EXPONENT_OCTETS} octets (real keys use 65537).`);
+  }
+}
+
+/** What the S2K specifier of a locked secret part asks for (OpenPGP.js's parsed GenericS2K or Argon2S2K). */
+interface S2kSpec {
+  type: string;
+  /** Iterated and salted: the coded count octet. */
+  c?: number;
+  /** Argon2: passes, parallelism, memory exponent (2^encodedM KiB). */
+  t?: number;
+  p?: number;
+  encodedM?: number;
+}
+
+/**
+ * The key derivation of each locked secret part, bounded before any is unlocked: the S2K specifier is
+ * not covered by any signature, so a key whose signatures all verify may still ask for hours of Argon2 or
+ * gibibytes of memory. 422 key_protection_too_costly names what to re-export with.
+ */
+function checkProtection(parts: (openpgp.SecretKeyPacket | openpgp.SecretSubkeyPacket)[]): void {
+  const locked = parts.filter((p) => !p.isDecrypted());
+  const tooCostly = (what: string) =>
+    refuse(
+      'key_protection_too_costly',
+      `${what}; unlock it and export it again with a standard protection (gpg --export-secret-keys, or sq key password) before importing.`,
+    );
+  if (locked.length > MAX_LOCKED_PARTS) throw tooCostly(`The key has ${locked.length} locked secret parts; at most ${MAX_LOCKED_PARTS} are accepted`);
+  for (const part of locked) {
+    const s2k = (part as unknown as { s2k: S2kSpec | null }).s2k;
+    if (s2k?.type !== 'argon2') continue; // simple, salted and iterated counts (at most 65,011,712 octets) are all within bounds
+    const { t = Infinity, p = Infinity, encodedM = Infinity } = s2k;
+    if (t > MAX_ARGON2.t || p > MAX_ARGON2.p || encodedM > MAX_ARGON2.encodedM)
+      throw tooCostly(
+        `The key is locked with Argon2 t=${t}, p=${p}, m=2^${encodedM} KiB; at most t=${MAX_ARGON2.t}, p=${MAX_ARGON2.p}, m=2^${MAX_ARGON2.encodedM} KiB are accepted`,
+      );
+  }
 }
 
 /** RSA of 2048 bits or more, and elliptic curves; never DSA or ElGamal, on the primary key or any subkey. */
@@ -174,7 +307,9 @@ async function unlockImported(
   let unlocked = priv;
   if (!priv.isDecrypted()) {
     if (!passphrase) throw refuse('key_passphrase_required', 'The key is protected: send its passphrase as key_passphrase.');
-    unlocked = await parse(pgp.decryptKey({ privateKey: priv, passphrase }), 'The key cannot be unlocked').catch((err: unknown) => {
+    checkProtection(secretPackets);
+    const config = { maxArgon2MemoryExponent: MAX_ARGON2.encodedM };
+    unlocked = await parse(pgp.decryptKey({ privateKey: priv, passphrase, config }), 'The key cannot be unlocked').catch((err: unknown) => {
       if (err instanceof AppError && /incorrect key passphrase/i.test(err.message)) throw refuse('wrong_key_passphrase', 'The key passphrase is wrong.');
       if (err instanceof AppError && /invalid/i.test(err.message)) throw mismatch();
       throw err;
@@ -182,7 +317,7 @@ async function unlockImported(
   }
   // Every secret part must belong to its public part (key overwriting; a key put together from two).
   try {
-    for (const k of unlocked.getKeys()) await within((k.keyPacket as openpgp.SecretKeyPacket).validate(), KEY_PARSE_MS);
+    for (const k of unlocked.getKeys()) await (k.keyPacket as openpgp.SecretKeyPacket).validate();
   } catch {
     throw mismatch();
   }

@@ -1,5 +1,5 @@
 import type * as openpgp from 'openpgp';
-import { invalid, tooLarge } from '../errors';
+import { invalid } from '../errors';
 import { LruCache } from '../lru';
 import { armorKey } from './armor';
 import { curve25519Key } from './keygen';
@@ -141,66 +141,6 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
 /** The user id packet's text, as OpenPGP.js forms it: "name <email>", either part left out when empty. */
 const userIdOf = ({ name, email }: Pick<GenerateKeyInput, 'name' | 'email'>): string => [name, email && `<${email}>`].filter(Boolean).join(' ');
 
-export interface RecipientKey {
-  key: openpgp.PublicKey;
-  fingerprint: string;
-  /** Encryption-capable (sub)keys that are valid now. */
-  encryptionKeyIds: string[];
-  expiresAt: Date | null;
-  algorithm: openpgp.AlgorithmInfo;
-  userIds: string[];
-}
-
-/** Packet tags of a secret key and a secret subkey (RFC 9580 §5.5.1; OpenPGP.js's enums.packet, fixed by the format). */
-const SECRET_TAGS = new Set<number>([5, 7]);
-
-/**
- * Validates a public key a user supplies (untrusted): one certificate, no secret material, at least one
- * encryption-capable (sub)key that is valid now (not revoked, not expired, strong enough).
- * Errors: 413 public_key_too_large; 422 invalid_public_key, private_key_supplied, no_encryption_key.
- */
-export async function readRecipientKey(armored: string, now = new Date()): Promise<RecipientKey> {
-  if (typeof armored !== 'string' || !armored.trim()) throw invalid('invalid_public_key', 'The public key is empty.');
-  if (Buffer.byteLength(armored) > MAX_PUBLIC_KEY_BYTES) {
-    throw tooLarge('public_key_too_large', `The public key is larger than ${MAX_PUBLIC_KEY_BYTES} bytes.`);
-  }
-  // Checked before parsing so the message is right even when the private block itself is malformed.
-  if (/-----BEGIN PGP PRIVATE KEY BLOCK-----/.test(armored)) {
-    throw invalid('private_key_supplied', 'A private key was supplied; send only the public key.');
-  }
-  let keys: openpgp.Key[];
-  try {
-    keys = await (await loadOpenpgp()).readKeys({ armoredKeys: armored });
-  } catch (err) {
-    // A secret subkey under a public primary is rejected by the parser rather than returned.
-    if (await hasSecretPackets(armored)) throw invalid('private_key_supplied', 'The key contains secret key material.');
-    throw invalid('invalid_public_key', `Not a readable OpenPGP public key: ${message(err)}`);
-  }
-  if (keys.length !== 1) throw invalid('invalid_public_key', `Expected exactly one key, found ${keys.length}.`);
-  const key = keys[0];
-  if (key.isPrivate() || key.getKeys().some((k) => SECRET_TAGS.has(tagOf(k.keyPacket)))) {
-    throw invalid('private_key_supplied', 'The key contains secret key material; send only the public key.');
-  }
-  const ids = await validEncryptionKeyIds(key, now);
-  if (ids.length === 0) {
-    let reason = 'no valid encryption-capable key';
-    try {
-      await key.getEncryptionKey(undefined, now);
-    } catch (err) {
-      reason = message(err);
-    }
-    throw invalid('no_encryption_key', `The key cannot be encrypted to (revoked, expired, too weak or sign-only): ${reason}`);
-  }
-  return {
-    key,
-    fingerprint: key.getFingerprint(),
-    encryptionKeyIds: ids,
-    expiresAt: await expiryOf(key),
-    algorithm: key.getAlgorithmInfo(),
-    userIds: key.getUserIDs(),
-  };
-}
-
 /**
  * Stored public keys as parsed, by their armored text (a changed key is a different entry). OpenPGP.js
  * records on a parsed key which of its self-signatures it has verified, so a key used again (every job
@@ -267,16 +207,6 @@ export async function expiryOf(key: openpgp.Key): Promise<Date | null> {
   }
 }
 
-async function hasSecretPackets(armored: string): Promise<boolean> {
-  try {
-    const { data } = await (await loadOpenpgp()).unarmor(armored);
-    const bytes = await new Response(data).arrayBuffer();
-    return scanPackets(new Uint8Array(bytes)).some((p) => SECRET_TAGS.has(p.tag));
-  } catch {
-    return false;
-  }
-}
-
 /** Tags and body lengths of a binary packet sequence (RFC 9580 §4.2), without parsing bodies. Stops at garbage. */
 export function scanPackets(bytes: Uint8Array): { tag: number; length: number }[] {
   const tags: { tag: number; length: number }[] = [];
@@ -309,10 +239,6 @@ export function scanPackets(bytes: Uint8Array): { tag: number; length: number }[
     i += len;
   }
   return tags;
-}
-
-function tagOf(packet: object): number {
-  return (packet.constructor as { tag?: number }).tag ?? -1;
 }
 
 function message(err: unknown): string {

@@ -1,6 +1,5 @@
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
+import { threadModule } from '../thread-pool';
 import { asError } from './thrown';
 
 /**
@@ -9,15 +8,12 @@ import { asError } from './thrown';
  * (lib/pgp/cfb.ts) and hashes it (SHA-1) to check the MDC: the copy no longer waits for the check. No
  * plaintext leaves the thread; its answer is a verdict.
  *
- * The thread runs lib/pgp/mdc-check.ts: built to its own file beside the bundle (scripts/build.mjs), or
- * from the sources through tsx, as the rest of the service runs from them.
+ * The thread runs lib/pgp/mdc-check.ts (lib/thread-pool.ts threadModule).
  */
 export type MdcVerdict = { ok: true } | { ok: false; kind: 'unsupported' | 'malformed' | 'tampered'; why: string };
 
 /** The thread's module: beside the bundle's chunks (import.meta.dirname is dist/ there), or the source. */
-const THREAD = existsSync(join(import.meta.dirname, 'mdc-check.js'))
-  ? { file: join(import.meta.dirname, 'mdc-check.js'), execArgv: [] }
-  : { file: join(import.meta.dirname, 'mdc-check.ts'), execArgv: ['--import', 'tsx'] };
+const THREAD = threadModule(import.meta.dirname, 'mdc-check');
 
 /** At most this much of the stream waits for the thread: the copy pauses beyond it (flat memory). */
 const MAX_IN_FLIGHT = 16 << 20;

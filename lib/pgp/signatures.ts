@@ -1,9 +1,8 @@
 import type { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
-import { within } from '../within';
-import { KEY_PARSE_MS, MAX_SIGNATURE_PACKET_BYTES, checkPacketLimits } from './import';
-import { MAX_PUBLIC_KEY_BYTES, scanPackets } from './keys';
+import { MAX_SIGNATURE_PACKET_BYTES, readSuppliedPublicKey } from './import';
+import { scanPackets } from './keys';
 import { readContent } from './content';
 import { Pull, tagOf } from './packets';
 import { NodeSource, WebSource, binaryPackets, type WebStream } from './stream';
@@ -57,25 +56,19 @@ export async function signStream(input: Readable, signingKey: openpgp.PrivateKey
 
 /**
  * Reads a detached signature file (armored or binary) sent with a request: only signature packets,
- * each at most MAX_SIGNATURE_PACKET_BYTES (huge subpacket areas are refused unread), parsed under
- * KEY_PARSE_MS. 413 signature_too_large; 422 malformed_signature.
+ * each at most MAX_SIGNATURE_PACKET_BYTES (huge subpacket areas are refused unread). 413 signature_too_large; 422 malformed_signature.
  */
 export async function readDetachedSignature(bytes: Uint8Array): Promise<openpgp.Signature> {
   if (bytes.length > MAX_SIGNATURE_BYTES) throw tooLarge('signature_too_large', `A signature is larger than ${MAX_SIGNATURE_BYTES} bytes.`);
   const malformed = (why: string) => invalid('malformed_signature', `A signature cannot be read: ${why}`);
   const armored = Buffer.from(bytes.subarray(0, 64)).toString('latin1').trimStart().startsWith('-----BEGIN PGP SIGNATURE-----');
   try {
-    const binary = armored
-      ? await within(
-          openpgp.unarmor(Buffer.from(bytes).toString('utf8')).then(async ({ data }) => new Uint8Array(await new Response(data).arrayBuffer())),
-          KEY_PARSE_MS,
-        )
-      : bytes;
+    const binary = armored ? new Uint8Array(await new Response((await openpgp.unarmor(Buffer.from(bytes).toString('utf8'))).data).arrayBuffer()) : bytes;
     const packets = scanPackets(binary);
     if (packets.length === 0 || packets.length > MAX_SIGNATURES || packets.some((p) => p.tag !== 2))
       throw malformed(`expected 1 to ${MAX_SIGNATURES} signature packets.`);
     if (packets.some((p) => p.length > MAX_SIGNATURE_PACKET_BYTES)) throw malformed(`a signature packet is longer than ${MAX_SIGNATURE_PACKET_BYTES} octets.`);
-    return await within(openpgp.readSignature({ binarySignature: binary }), KEY_PARSE_MS);
+    return await openpgp.readSignature({ binarySignature: binary });
   } catch (err) {
     if (err instanceof AppError) throw err;
     throw malformed(`${errMessage(err)}.`);
@@ -84,22 +77,11 @@ export async function readDetachedSignature(bytes: Uint8Array): Promise<openpgp.
 
 /**
  * Reads a public key a caller supplies to verify with (untrusted): one key, no secret material, within
- * the import's packet limits, parsed under KEY_PARSE_MS. 413 public_key_too_large; 422 invalid_public_key.
+ * the import's limits. 413 public_key_too_large; 422 invalid_public_key, private_key_supplied.
  */
 export async function readSignerKey(armored: string): Promise<VerificationKey> {
-  if (Buffer.byteLength(armored) > MAX_PUBLIC_KEY_BYTES) throw tooLarge('public_key_too_large', `The public key is larger than ${MAX_PUBLIC_KEY_BYTES} bytes.`);
-  try {
-    const { data, type } = await within(openpgp.unarmor(armored), KEY_PARSE_MS);
-    if (type !== openpgp.enums.armor.publicKey) throw invalid('invalid_public_key', 'Expected an armored PGP PUBLIC KEY BLOCK.');
-    const binary = new Uint8Array(await new Response(data).arrayBuffer());
-    checkPacketLimits(binary);
-    const keys = await within(openpgp.readKeys({ binaryKeys: binary }), KEY_PARSE_MS);
-    if (keys.length !== 1 || keys[0].isPrivate()) throw invalid('invalid_public_key', 'Expected exactly one public key.');
-    return { key: keys[0], fingerprint: keys[0].getFingerprint() };
-  } catch (err) {
-    if (err instanceof AppError) throw err.code === 'invalid_key' ? invalid('invalid_public_key', err.message) : err;
-    throw invalid('invalid_public_key', `Not a readable OpenPGP public key: ${errMessage(err)}.`);
-  }
+  const key = await readSuppliedPublicKey(armored);
+  return { key, fingerprint: key.getFingerprint() };
 }
 
 export interface VerifyOptions extends WatchOptions {

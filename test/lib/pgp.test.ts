@@ -4,7 +4,8 @@ import { pipeline } from 'node:stream/promises';
 import * as openpgp from 'openpgp';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { AppError } from '../../lib/errors';
-import { generateKey, MAX_PUBLIC_KEY_BYTES, readRecipientKey, readStoredPublicKey, unlockPrivateKey, type GeneratedKey } from '../../lib/pgp/keys';
+import { generateKey, MAX_PUBLIC_KEY_BYTES, readStoredPublicKey, unlockPrivateKey, type GeneratedKey } from '../../lib/pgp/keys';
+import { readRecipientKey } from '../../lib/pgp/import';
 import { encryptStream, openEncrypted } from '../../lib/pgp/stream';
 
 const MiB = 1 << 20;

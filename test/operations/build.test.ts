@@ -5,6 +5,9 @@ import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { createCipheriv, createHash, randomBytes } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
+import * as openpgp from 'openpgp';
+import { invalid } from '../../lib/errors';
+import { ThreadPool, threadModule } from '../../lib/thread-pool';
 import { startTestService, type TestService } from '../support/service';
 import { waitForOutput } from '../support/process';
 import { nodeCommand, procfileCommand } from '../../bench/lib/service';
@@ -91,6 +94,19 @@ describe('the built service', () => {
     const tampered = Buffer.from(body);
     tampered[500] ^= 1;
     expect(await verdict(tampered)).toMatchObject({ ok: false, kind: 'tampered' });
+  });
+
+  it('builds the untrusted-work thread to its own file, which reads a key with node alone', async () => {
+    const pool = new ThreadPool({ module: threadModule(out, 'untrusted-thread'), threads: 1, maxQueued: 1, deadlineMs: 10_000 });
+    try {
+      const stopped = () => invalid('stopped', 'stopped');
+      expect(threadModule(out, 'untrusted-thread').execArgv).toEqual([]);
+      const { publicKey } = await openpgp.generateKey({ type: 'ecc', curve: 'curve25519Legacy', userIDs: [{ email: 'b@example.test' }], format: 'object' });
+      expect(await pool.run('recipientKey', { armored: publicKey.armor(), now: new Date() }, stopped)).toEqual({ fingerprint: publicKey.getFingerprint() });
+      expect(await pool.run('signerKey', 'not a key', stopped).catch((err: unknown) => err)).toMatchObject({ status: 422, code: 'invalid_public_key' });
+    } finally {
+      await pool.close();
+    }
   });
 
   it('runs the web role with node alone: health answers 200, the passkey page and version files are found', async () => {

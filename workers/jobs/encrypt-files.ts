@@ -2,7 +2,7 @@ import { recordUsage } from '../../db/billing';
 import { defineTrackedProcessor } from '../tracked';
 import { encryptedOutput, encryptFiles, EncryptRequest } from '../../jobs/encrypt-files';
 import { passphraseAad } from '../../jobs/tracked';
-import { readRecipientKey, readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
+import { readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
 import { readText } from '../../lib/streams';
 import { transformFiles } from '../file-pipeline';
 import { jobBlob } from '../../lib/jobs/job-records';
@@ -29,8 +29,10 @@ export const encryptFilesProcessor = defineTrackedProcessor(encryptFiles, {
       verifiedKey(c, key);
       recipient = await readStoredPublicKey(key.public_armored);
     } else {
+      // Checked again now (it may have expired since the request) on the untrusted-work thread, then parsed here.
       const armored = await readText(await c.blob.get(jobBlob.recipient(row.id)), MAX_PUBLIC_KEY_BYTES);
-      recipient = (await readRecipientKey(armored, c.clock.now())).key;
+      await c.untrusted.run('recipientKey', { armored, now: c.clock.now() });
+      recipient = await readStoredPublicKey(armored);
     }
     let signingKey: Awaited<ReturnType<typeof openSigningKey>>['privateKey'] | undefined;
     if (req.sign_with) {

@@ -3,7 +3,6 @@ import { route } from '../../route';
 import { Fingerprint, FormBoolean } from '../../schemas/key-fields';
 import { jobResponses } from '../../schemas/job-replies';
 import { submitAndReply } from '../../job-reply';
-import { readRecipientKey } from '../../../lib/pgp/keys';
 import { auditKeyRefusal, encryptionTarget, jobDeadline, requireKey, signingTarget } from '../../../lib/keys/key-catalog';
 import { keepSuppliedKey, resolveSigner } from '../../../lib/keys/signers';
 import { requireKeyWithPassphrase } from '../../../lib/keys/passphrases';
@@ -81,7 +80,8 @@ async function decryptionParties(c: Container, userId: string, body: z.infer<typ
 
 /** Where an encryption goes: a stored key's current generation (409 if it may not encrypt, audited) or a supplied public key. */
 async function recipientFor(c: Container, userId: string, body: z.infer<typeof EncryptForm>, meta: RequestMeta): Promise<EncryptRequest['recipient']> {
-  if (!body.fingerprint) return { type: 'supplied', fingerprint: (await readRecipientKey(body.public_key!, c.clock.now())).fingerprint };
+  if (!body.fingerprint)
+    return { type: 'supplied', fingerprint: (await c.untrusted.run('recipientKey', { armored: body.public_key!, now: c.clock.now() })).fingerprint };
   const view = await requireKey(c, userId, body.fingerprint, meta, 'encrypt');
   try {
     const now = c.clock.now();

@@ -43,8 +43,7 @@ const keyForSigning = (c: Container, userId: string, body: z.infer<typeof SignFo
  */
 async function verification(c: Container, userId: string, body: z.infer<typeof VerifyForm>, meta: RequestMeta, signatures: Buffer[]) {
   const signer = await resolveSigner(c, userId, { fingerprint: body.fingerprint, publicKey: body.public_key }, meta);
-  const { readDetachedSignature } = await import('../../../lib/pgp/signatures'); // OpenPGP.js loads on first use
-  for (const part of signatures) await readDetachedSignature(part);
+  for (const part of signatures) await c.untrusted.run('detachedSignature', part);
   return signer;
 }
 
