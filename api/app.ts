@@ -13,6 +13,7 @@ import contactRoutes from './routes/auth/contact';
 import passkeyRoutes from './routes/auth/passkeys';
 import partnerRoutes from './routes/partners/partner-accounts';
 import profileRoutes from './routes/profile/account-profile';
+import recoveryReviewRoutes from './routes/profile/recovery-review';
 import keyMonitoringRoutes from './routes/keys/monitoring';
 import keyCatalogRoutes from './routes/keys/catalog';
 import keyFileRoutes from './routes/keys/files';
@@ -45,6 +46,7 @@ export const routes: RouteDef[] = [
   ...passkeyRoutes,
   ...partnerRoutes,
   ...profileRoutes,
+  ...recoveryReviewRoutes,
   ...keyMonitoringRoutes,
   ...keyCatalogRoutes,
   ...keyFileRoutes,

@@ -376,3 +376,76 @@ export async function grantLineages(db: Knex, granteeId: string, sourceId: strin
     .returning<{ lineage_id: string }[]>('lineage_id');
   return rows.map((r) => r.lineage_id);
 }
+
+/** A member who joined through an invitation, with what it was invited as and its account fields. */
+export interface InviteeView extends MemberView {
+  invitation_id: string;
+  invited_as: InvitationRow['role'];
+}
+
+/**
+ * Live members of `organizationId` who joined it through an invitation `inviterId` made and that was
+ * accepted at or after `since`, longest-standing first; their member rows locked.
+ */
+export async function lockRecentInvitees(trx: Knex.Transaction, inviterId: string, organizationId: string, since: Date): Promise<InviteeView[]> {
+  return trx('organization_invitations as i')
+    .join('organization_members as m', function () {
+      this.on('m.user_id', '=', 'i.accepted_by').andOn('m.organization_id', '=', 'i.organization_id');
+    })
+    .join('users as u', 'u.id', 'm.user_id')
+    .whereNull('u.deleted_at')
+    .where({ 'i.invited_by': inviterId, 'i.organization_id': organizationId })
+    .where('i.accepted_at', '>=', since)
+    .orderBy('m.joined_at')
+    .forUpdate('m')
+    .select<InviteeView[]>('m.user_id', 'm.organization_id', 'm.role', 'm.joined_at', 'u.username', 'u.email', 'i.id as invitation_id', 'i.role as invited_as');
+}
+
+/** A member's role in its organization (never `owner`: ownership moves through transferOwnership). */
+export const setMemberRole = async (trx: Knex.Transaction, userId: string, role: Exclude<MemberRole, 'owner'>): Promise<void> => {
+  await members(trx).where({ user_id: userId }).update({ role });
+};
+
+/** Revokes every open invitation (unused, unrevoked, unexpired at `at`) these accounts made; answers them. */
+export async function revokeOpenInvitationsBy(trx: Knex.Transaction, inviterIds: string[], by: string, at: Date): Promise<InvitationRow[]> {
+  if (!inviterIds.length) return [];
+  return invitations(trx)
+    .whereIn('invited_by', inviterIds)
+    .whereNull('accepted_at')
+    .whereNull('revoked_at')
+    .where('expires_at', '>', at)
+    .update({ revoked_at: at, revoked_by: by })
+    .returning('*');
+}
+
+/** A revoked invitation's token joins again. */
+export const markInvitationUnrevoked = async (trx: Knex.Transaction, id: string): Promise<void> => {
+  await invitations(trx).where({ id }).update({ revoked_at: null, revoked_by: null });
+};
+
+/**
+ * Approved links, locked, that were approved at or after `since` by one of `approvers`, or that
+ * `granteeId` requested at or after `since` (and someone approved since).
+ */
+export async function lockRecentlyApprovedLinks(
+  trx: Knex.Transaction,
+  q: { granteeId: string; approvers: string[]; since: Date },
+): Promise<TeamLinkRow[]> {
+  return teamLinks(trx)
+    .whereNotNull('approved_at')
+    .andWhere((w) => {
+      w.where((a) => {
+        a.whereIn('approved_by', q.approvers).andWhere('approved_at', '>=', q.since);
+      }).orWhere((g) => {
+        g.where({ grantee_id: q.granteeId }).andWhere('linked_at', '>=', q.since);
+      });
+    })
+    .orderBy('grantee_id')
+    .forUpdate();
+}
+
+/** These links go back to awaiting approval (and to be synced). */
+export const withdrawApprovals = async (trx: Knex.Transaction, granteeIds: string[], at: Date): Promise<void> => {
+  if (!granteeIds.length) return;
+  await teamLinks(trx).whereIn('grantee_id', granteeIds).update({ approved_at: null, approved_by: null, state: 'pending', updated_at: at });
+};

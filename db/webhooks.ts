@@ -86,6 +86,20 @@ export const disableEndpoint = async (trx: Knex.Transaction, id: string, reason:
   await endpoints(trx).where({ id }).update({ enabled: false, disabled_reason: reason, updated_at: at });
 };
 
+/**
+ * Turns off the account's enabled endpoints made or changed at or after `since`, saying why
+ * (`disabled_reason`); answers them.
+ */
+export async function disableEndpointsChangedSince(trx: Knex.Transaction, userId: string, since: Date, reason: string, at: Date): Promise<EndpointRow[]> {
+  return endpoints(trx)
+    .where({ user_id: userId, enabled: true })
+    .andWhere((w) => {
+      w.where('created_at', '>=', since).orWhere('updated_at', '>=', since);
+    })
+    .update({ enabled: false, disabled_reason: reason, updated_at: at })
+    .returning('*');
+}
+
 export const findDelivery = async (db: Knex, id: string): Promise<DeliveryRow | undefined> => deliveries(db).where({ id }).first();
 
 export const insertDeliveries = async (

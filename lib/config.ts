@@ -93,6 +93,8 @@ const Env = z.object({
   RESET_TOKEN_TTL_MINUTES: intish(30, 5, 1440),
   /** Routes that add a way into the account need a session signed in this recently (403 `reauthentication_required`). */
   RECENT_SIGN_IN_MINUTES: intish(10, 1, 1440),
+  /** A password reset undoes the grants made this many days before it, until the owner reviews them (lib/accounts/recovery-review.ts). */
+  RECOVERY_REVIEW_DAYS: intish(7, 1, 90),
   LOGIN_MAX_FAILURES: intish(5, 1, 100),
   LOGIN_LOCK_SECONDS: intish(900, 1, 86400),
   LOGIN_IP_MAX_FAILURES: intish(50, 1, 10000),
@@ -270,6 +272,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     apiKeys: { rateLimitPerMinute: e.API_KEY_RATE_LIMIT_PER_MINUTE },
     resetTokenTtlMinutes: e.RESET_TOKEN_TTL_MINUTES,
     recentSignInSeconds: e.RECENT_SIGN_IN_MINUTES * 60,
+    recoveryReviewDays: e.RECOVERY_REVIEW_DAYS,
     login: { maxFailures: e.LOGIN_MAX_FAILURES, lockSeconds: e.LOGIN_LOCK_SECONDS, ipMaxFailures: e.LOGIN_IP_MAX_FAILURES },
     limits: {
       maxFileBytes: e.MAX_FILE_BYTES,

@@ -46,6 +46,17 @@ export function renderMail(template: MailTemplate, v: Vars, config: Pick<Config,
         v.api_key_shares !== '0' && `- ${n(v.api_key_shares, 'API key share link', 'API key share links')}: revoked`,
         v.passkeys !== '0' && `- ${n(v.passkeys, 'passkey', 'passkeys')}: deactivated (sign in and make active again the ones you recognise)`,
       ].filter(Boolean);
+      // Access the account gave others shortly before the reset, undone until the owner reviews it.
+      const review = v.review
+        ? [
+            '',
+            `Access given to others in the ${v.review_days ?? '7'} days before the reset was undone until you review it:`,
+            '',
+            v.review,
+            '',
+            `Sign in and keep or remove each at ${config.publicUrl}/recovery-review`,
+          ]
+        : [];
       return {
         subject: 'Your password was reset',
         text: [
@@ -54,6 +65,7 @@ export function renderMail(template: MailTemplate, v: Vars, config: Pick<Config,
           `The password of your account was reset at ${v.at}. Every other way into the account was ended:`,
           '',
           ...ended,
+          ...review,
           '',
           'If this was not you, reset your password again at once and contact support.',
         ].join('\n'),

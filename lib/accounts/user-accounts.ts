@@ -13,6 +13,7 @@ import { recordAudit, type RequestMeta } from '../../db/audit';
 import { notify } from '../notify';
 import { resetRequestAad } from '../../jobs/request-password-reset';
 import { afterAccountDeleted, leaveOnDeletion } from '../teams/organizations';
+import { reviewLines, undoRecentGrants } from './recovery-review';
 import {
   insertContactRequest,
   bumpTokenVersion,
@@ -199,7 +200,9 @@ export async function issuePasswordReset(c: Container, email: string, meta: Requ
  * A reset is how an owner takes the account back from whoever else holds it, so it ends every credential
  * other than the new password: sessions (the token version moves on), partner keys, managed API keys and
  * their share links, and passkeys (deactivated: the owner makes active again the ones she recognises).
- * All in the reset's transaction; the confirmation email lists what was ended.
+ * Access the account gave others in the last RECOVERY_REVIEW_DAYS is undone until the owner reviews it
+ * (lib/accounts/recovery-review.ts). All in the reset's transaction; the confirmation email lists what
+ * was ended and what awaits review.
  */
 export async function resetPassword(c: Container, input: { token: string; new_password: string }, meta: RequestMeta) {
   const password_hash = await hashPassword(input.new_password, c.config.argon2MemoryKib);
@@ -229,18 +232,25 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
         details: { active: false, reason: 'password_reset' },
       });
     const voided = await useEmailChanges(trx, row.id, now);
+    const undone = await undoRecentGrants(c, trx, row.id, now, meta);
     const counts = {
       partner_keys_revoked: retired,
       api_keys_revoked: apiKeys.keys,
       api_key_shares_revoked: apiKeys.shares,
       passkeys_deactivated: passkeys.length,
     };
-    await audit(meta)(trx, { user_id: row.id, action: 'auth.reset_password', status: 'success', details: { ...counts, email_changes_voided: voided } });
-    return { user: await promoteAdminEmail(c, trx, verified, meta), ended: { counts, events: apiKeys.events } };
+    await audit(meta)(trx, {
+      user_id: row.id,
+      action: 'auth.reset_password',
+      status: 'success',
+      details: { ...counts, email_changes_voided: voided, grants_undone_for_review: undone.items.length },
+    });
+    return { user: await promoteAdminEmail(c, trx, verified, meta), ended: { counts, events: apiKeys.events, undone } };
   });
   // A successful reset proves control of the mailbox: lift any login lockout on the account.
   await c.limiters.loginAccount.delete(lockoutKey(user, user.username)).catch(() => undefined);
   await emitEvents(c, user.id, ended.events);
+  await ended.undone.after();
   const { partner_keys_revoked, api_keys_revoked, api_key_shares_revoked, passkeys_deactivated } = ended.counts;
   await notify(
     c,
@@ -253,6 +263,8 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
       api_keys: String(api_keys_revoked),
       api_key_shares: String(api_key_shares_revoked),
       passkeys: String(passkeys_deactivated),
+      review: reviewLines(ended.undone.items),
+      review_days: String(c.config.recoveryReviewDays),
     },
     meta.requestId,
   );

@@ -33,6 +33,11 @@ import {
   lockInvitationByTokenHash,
   markInvitationRevoked,
   markInvitationAccepted,
+  markInvitationUnrevoked,
+  revokeOpenInvitationsBy,
+  lockRecentInvitees,
+  setMemberRole,
+  type InviteeView,
   type InvitationRow,
   type MemberRow,
   type OrganizationRow,
@@ -299,57 +304,179 @@ export async function removeMember(c: Container, actorId: string, targetId: stri
   const now = c.clock.now();
   let detached: Detached;
   try {
-    detached = await c.db.transaction(async (trx) => {
-      await lockOrganization(trx, mine.organization_id);
-      const target = await lockMember(trx, targetId);
-      const live = target && (await findUserById(trx, targetId));
-      if (!target || !live || target.organization_id !== mine.organization_id) {
-        throw await notYours(
-          c,
-          { userId: actorId, resource: 'organization_member', target: targetId, existsElsewhere: Boolean(live), meta },
-          notFound('member_not_found', 'No such member in your organization.'),
-        );
-      }
-      const actor = (await membershipOf(trx, actorId))!;
-      if (target.role === 'owner')
-        throw forbidden(targetId === actorId ? 'owner_cannot_leave' : 'owner_cannot_be_removed', 'The owner stays in the organization.');
-      if (targetId !== actorId && !isManager(actor)) throw forbidden('organization_admin_required', 'Only the owner or an admin may remove members.');
-      if (targetId !== actorId && !outranks(actor.role, target.role)) throw forbidden('organization_owner_required', 'Only the owner may remove an admin.');
-      const d = await detachMember(trx, targetId, now, 'removed_from_organization', meta);
-      await deleteMember(trx, targetId);
-      await ensureMembership(trx, targetId);
-      const reason = targetId === actorId ? 'left' : 'removed';
-      await recordAudit(
-        trx,
-        {
-          user_id: actorId,
-          action: 'organization.member_removed',
-          status: 'success',
-          target: targetId,
-          details: { organization_id: mine.organization_id, reason },
-        },
-        meta,
-      );
-      if (targetId !== actorId)
-        await recordAudit(
-          trx,
-          { user_id: targetId, action: 'organization.member_removed', status: 'success', target: mine.organization_id, details: { by: actorId, reason } },
-          meta,
-        );
-      return d;
-    });
+    detached = await c.db.transaction((trx) => takeOutMember(c, trx, actorId, targetId, mine.organization_id, now, meta));
   } catch (err) {
     if (!(err instanceof AppError && err.status === 404)) await failureAudit(c, actorId, 'organization.member_removed', targetId, meta, err);
     throw err;
   }
+  await afterTakenOut(c, actorId, targetId, mine.organization_id, detached, meta);
+}
+
+/** removeMember's change, in the caller's transaction: the checks, the departure and its audit rows. */
+async function takeOutMember(
+  c: Container,
+  trx: Knex.Transaction,
+  actorId: string,
+  targetId: string,
+  organizationId: string,
+  now: Date,
+  meta: RequestMeta,
+): Promise<Detached> {
+  await lockOrganization(trx, organizationId);
+  const target = await lockMember(trx, targetId);
+  const live = target && (await findUserById(trx, targetId));
+  if (!target || !live || target.organization_id !== organizationId) {
+    throw await notYours(
+      c,
+      { userId: actorId, resource: 'organization_member', target: targetId, existsElsewhere: Boolean(live), meta },
+      notFound('member_not_found', 'No such member in your organization.'),
+    );
+  }
+  const actor = await membershipOf(trx, actorId);
+  if (target.role === 'owner') throw forbidden(targetId === actorId ? 'owner_cannot_leave' : 'owner_cannot_be_removed', 'The owner stays in the organization.');
+  if (targetId !== actorId && !(actor?.organization_id === organizationId && isManager(actor)))
+    throw forbidden('organization_admin_required', 'Only the owner or an admin may remove members.');
+  if (targetId !== actorId && !outranks(actor!.role, target.role)) throw forbidden('organization_owner_required', 'Only the owner may remove an admin.');
+  const d = await detachMember(trx, targetId, now, 'removed_from_organization', meta);
+  await deleteMember(trx, targetId);
+  await ensureMembership(trx, targetId);
+  const reason = targetId === actorId ? 'left' : 'removed';
+  await recordAudit(
+    trx,
+    { user_id: actorId, action: 'organization.member_removed', status: 'success', target: targetId, details: { organization_id: organizationId, reason } },
+    meta,
+  );
+  if (targetId !== actorId)
+    await recordAudit(
+      trx,
+      { user_id: targetId, action: 'organization.member_removed', status: 'success', target: organizationId, details: { by: actorId, reason } },
+      meta,
+    );
+  return d;
+}
+
+/** After a member's removal committed: its links' ends are told, and the organization's managers hear of it. */
+async function afterTakenOut(c: Container, actorId: string, targetId: string, organizationId: string, detached: Detached, meta: RequestMeta): Promise<void> {
   await afterDetach(c, targetId, detached, 'removed_from_organization', meta);
   await tellManagers(
     c,
-    mine.organization_id,
+    organizationId,
     'organization.member_removed',
-    { organization_id: mine.organization_id, user_id: targetId, reason: targetId === actorId ? 'left' : 'removed' },
+    { organization_id: organizationId, user_id: targetId, reason: targetId === actorId ? 'left' : 'removed' },
     [targetId],
   );
+}
+
+/**
+ * In a password reset's transaction: members who joined the account's organization in the review window
+ * through an invitation it made. Admins among them become plain members (audited
+ * `organization.role_changed`), for the owner to make admins again on review; plain members are only
+ * listed. Nothing else in the organization changes: removing someone is the owner's decision.
+ */
+export async function demoteRecentInvitees(
+  trx: Knex.Transaction,
+  accountId: string,
+  since: Date,
+  meta: RequestMeta,
+): Promise<{ demoted: InviteeView[]; listed: InviteeView[] }> {
+  const mine = await membershipOf(trx, accountId);
+  if (!mine || !isManager(mine)) return { demoted: [], listed: [] };
+  const invitees = await lockRecentInvitees(trx, accountId, mine.organization_id, since);
+  const demoted = invitees.filter((m) => m.role === 'admin');
+  for (const m of demoted) {
+    await setMemberRole(trx, m.user_id, 'member');
+    const details = { organization_id: m.organization_id, from: 'admin', to: 'member', reason: 'password_reset' };
+    await recordAudit(trx, { user_id: accountId, action: 'organization.role_changed', status: 'success', target: m.user_id, details }, meta);
+    await recordAudit(trx, { user_id: m.user_id, action: 'organization.role_changed', status: 'success', target: m.organization_id, details }, meta);
+  }
+  return { demoted, listed: invitees.filter((m) => m.role === 'member') };
+}
+
+/** In a password reset's transaction: every open invitation these accounts made is revoked (audited for `by`). */
+export async function revokeOpenInvitationsOf(trx: Knex.Transaction, inviterIds: string[], by: string, at: Date, meta: RequestMeta): Promise<InvitationRow[]> {
+  const revoked = await revokeOpenInvitationsBy(trx, inviterIds, by, at);
+  for (const inv of revoked)
+    await recordAudit(
+      trx,
+      {
+        user_id: by,
+        action: 'organization.invitation_revoked',
+        status: 'success',
+        target: inv.id,
+        details: { organization_id: inv.organization_id, role: inv.role, invited_by: inv.invited_by, reason: 'password_reset' },
+      },
+      meta,
+    );
+  return revoked;
+}
+
+/**
+ * Keeping an invitation a reset revoked: its mailed token joins again, while it has not expired and the
+ * actor still may revoke it (revokeInvitation's rule). `changed`: gone, expired, or no longer the actor's.
+ */
+export async function reopenInvitation(
+  trx: Knex.Transaction,
+  actorId: string,
+  invitationId: string,
+  at: Date,
+  meta: RequestMeta,
+): Promise<'reopened' | 'unchanged' | 'changed'> {
+  const inv = await lockInvitation(trx, invitationId);
+  const mine = await membershipOf(trx, actorId);
+  if (!inv || !mine || inv.organization_id !== mine.organization_id || !isManager(mine) || !outranks(mine.role, inv.role)) return 'changed';
+  if (!inv.revoked_at || inv.accepted_at) return 'unchanged';
+  if (inv.expires_at <= at) return 'changed';
+  await markInvitationUnrevoked(trx, inv.id);
+  await recordAudit(
+    trx,
+    {
+      user_id: actorId,
+      action: 'organization.invitation_reopened',
+      status: 'success',
+      target: inv.id,
+      details: { organization_id: inv.organization_id, role: inv.role, reason: 'recovery_review' },
+    },
+    meta,
+  );
+  return 'reopened';
+}
+
+/** Keeping an admin a reset made a plain member: admin again, by the organization's owner, if still a member. */
+export async function restoreAdmin(
+  trx: Knex.Transaction,
+  actorId: string,
+  memberId: string,
+  organizationId: string,
+  meta: RequestMeta,
+): Promise<'restored' | 'unchanged' | 'changed'> {
+  await lockOrganization(trx, organizationId);
+  const member = await lockMember(trx, memberId);
+  const actor = await membershipOf(trx, actorId);
+  if (member?.organization_id !== organizationId) return 'changed';
+  if (member.role !== 'member') return 'unchanged';
+  if (actor?.organization_id !== organizationId || actor.role !== 'owner') throw forbidden('organization_owner_required', 'Only the owner makes admins.');
+  await setMemberRole(trx, memberId, 'admin');
+  const details = { organization_id: organizationId, from: 'member', to: 'admin', reason: 'recovery_review' };
+  await recordAudit(trx, { user_id: actorId, action: 'organization.role_changed', status: 'success', target: memberId, details }, meta);
+  await recordAudit(trx, { user_id: memberId, action: 'organization.role_changed', status: 'success', target: organizationId, details }, meta);
+  return 'restored';
+}
+
+/**
+ * Removing a member listed on review: removeMember's change in the caller's transaction, if it is still
+ * a member of that organization (undefined otherwise). The caller runs the answer's `after` once committed.
+ */
+export async function removeReviewedMember(
+  c: Container,
+  trx: Knex.Transaction,
+  actorId: string,
+  memberId: string,
+  organizationId: string,
+  meta: RequestMeta,
+): Promise<{ after(): Promise<void> } | undefined> {
+  if ((await membershipOf(trx, memberId))?.organization_id !== organizationId) return undefined;
+  const detached = await takeOutMember(c, trx, actorId, memberId, organizationId, c.clock.now(), meta);
+  return { after: () => afterTakenOut(c, actorId, memberId, organizationId, detached, meta) };
 }
 
 /**

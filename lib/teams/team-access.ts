@@ -28,6 +28,8 @@ import {
   deleteGrantsFromOtherSources,
   deleteGrantsFromSource,
   deleteUnwantedGrants,
+  lockRecentlyApprovedLinks,
+  withdrawApprovals,
   type MemberView,
   type SyncState,
   type TeamLinkRow,
@@ -354,6 +356,101 @@ export async function endLinkAsSource(
   for (const who of new Set([granteeId, done.source_user_id, actorId]))
     await emitEvent(c, who, 'team_access.unlinked', { grantee_user_id: granteeId, source_user_id: done.source_user_id, reason });
   return out;
+}
+
+/**
+ * In a password reset's transaction: links approved at or after `since` by one of `approvers` (the
+ * account, and admins it brought in then), and links the account itself requested since, go back to
+ * awaiting approval; their grants end at once. Audited for each party. Answers the links as they were;
+ * the caller runs resyncGrantees once committed.
+ */
+export async function withdrawRecentApprovals(
+  trx: Knex.Transaction,
+  q: { accountId: string; approvers: string[]; since: Date; at: Date },
+  meta: RequestMeta,
+): Promise<TeamLinkRow[]> {
+  const links = await lockRecentlyApprovedLinks(trx, { granteeId: q.accountId, approvers: q.approvers, since: q.since });
+  for (const link of links) {
+    const revoked = await deleteGrantsOfGrantee(trx, link.grantee_id);
+    for (const who of new Set([q.accountId, link.grantee_id, link.source_id])) {
+      await recordAudit(
+        trx,
+        {
+          user_id: who,
+          action: 'team_access.approval_withdrawn',
+          status: 'success',
+          target: link.grantee_id,
+          details: { grantee_user_id: link.grantee_id, source_user_id: link.source_id, approved_by: link.approved_by, revoked, reason: 'password_reset' },
+        },
+        meta,
+      );
+    }
+  }
+  await withdrawApprovals(
+    trx,
+    links.map((l) => l.grantee_id),
+    q.at,
+  );
+  return links;
+}
+
+/** After links changed in a committed transaction: their grantees' syncs are queued (a failure is logged). */
+export async function resyncGrantees(c: Container, granteeIds: string[], meta?: Partial<RequestMeta>): Promise<void> {
+  for (const grantee of new Set(granteeIds)) {
+    await enqueueSync(c, grantee, meta).catch((err: unknown) => c.log.warn({ err }, 'could not queue a team access re-sync'));
+  }
+}
+
+/**
+ * The owner of a reset account keeps a link the reset sent back to awaiting approval: the approval it had
+ * is given again (by `approvedBy`, who gave it), if the link still joins the same grantee and source.
+ * `changed`: it no longer does (ended, or linked elsewhere); `unchanged`: approved again since.
+ */
+export async function restoreApproval(
+  trx: Knex.Transaction,
+  actorId: string,
+  link: { grantee_id: string; source_id: string; approved_by: string | null },
+  at: Date,
+  meta: RequestMeta,
+): Promise<'restored' | 'unchanged' | 'changed'> {
+  const now = await lockTeamLinkOfGrantee(trx, link.grantee_id);
+  if (now?.source_id !== link.source_id) return 'changed';
+  if (now.approved_at) return 'unchanged';
+  const approvedBy = link.approved_by ?? actorId;
+  await approveTeamLink(trx, link.grantee_id, approvedBy, at);
+  for (const who of new Set([actorId, link.grantee_id, link.source_id])) {
+    await recordAudit(
+      trx,
+      {
+        user_id: who,
+        action: 'team_access.approved',
+        status: 'success',
+        target: link.grantee_id,
+        details: { grantee_user_id: link.grantee_id, source_user_id: link.source_id, approved_by: approvedBy, reason: 'recovery_review', by: actorId },
+      },
+      meta,
+    );
+  }
+  return 'restored';
+}
+
+/** The owner of a reset account removes such a link: it ends with its grants (false when it had already ended or changed). */
+export async function endReviewedLink(trx: Knex.Transaction, actorId: string, link: { grantee_id: string; source_id: string }, meta: RequestMeta): Promise<boolean> {
+  const now = await lockTeamLinkOfGrantee(trx, link.grantee_id);
+  if (now?.source_id !== link.source_id) return false;
+  const revoked = await endLink(trx, now, 'recovery_review', meta);
+  await recordAudit(
+    trx,
+    { user_id: actorId, action: 'team_access.ended', status: 'success', target: link.grantee_id, details: { reason: 'recovery_review', source_user_id: link.source_id, revoked } },
+    meta,
+  );
+  return true;
+}
+
+/** After endReviewedLink committed: both sides hear of it. */
+export async function afterReviewedLinkEnded(c: Container, link: { grantee_id: string; source_id: string }): Promise<void> {
+  for (const who of new Set([link.grantee_id, link.source_id]))
+    await emitEvent(c, who, 'team_access.unlinked', { grantee_user_id: link.grantee_id, source_user_id: link.source_id, reason: 'recovery_review' });
 }
 
 export interface SyncOutcome {

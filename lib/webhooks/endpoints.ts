@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { conflict, invalid } from '../errors';
 import { LruCache } from '../lru';
@@ -22,6 +23,7 @@ import {
   deleteOwnEndpoint,
   setEndpointSecrets,
   disableEndpoint,
+  disableEndpointsChangedSince,
   findDelivery,
   insertDeliveries,
   markDeliveryPending,
@@ -165,6 +167,49 @@ export async function rotateSecret(
   return { secret, previous_secret_expires_at: expires };
 }
 
+/** `disabled_reason` of an endpoint a password reset paused: its owner resumes or deletes it on review (lib/accounts/recovery-review.ts). */
+export const PAUSED_BY_RESET = 'password_reset';
+
+/**
+ * In a password reset's transaction: the account's enabled endpoints made or changed at or after `since`
+ * stop receiving events (audited `webhook.disabled`). The caller runs endpointsChanged once committed.
+ */
+export async function pauseEndpointsChangedSince(trx: Knex.Transaction, userId: string, since: Date, at: Date, meta: RequestMeta): Promise<EndpointRow[]> {
+  const paused = await disableEndpointsChangedSince(trx, userId, since, PAUSED_BY_RESET, at);
+  for (const row of paused)
+    await recordAudit(trx, { user_id: userId, action: 'webhook.disabled', status: 'success', target: row.id, details: { reason: PAUSED_BY_RESET } }, meta);
+  return paused;
+}
+
+/**
+ * The owner keeps an endpoint a reset paused: it receives events again, unless it was changed since
+ * (turned on, or off by its owner or the service, which then stands). Gone: undefined. The caller runs
+ * endpointsChanged once committed.
+ */
+export async function resumePausedEndpoint(
+  trx: Knex.Transaction,
+  userId: string,
+  id: string,
+  at: Date,
+  meta: RequestMeta,
+): Promise<'resumed' | 'unchanged' | undefined> {
+  const row = await lockEndpoint(trx, id);
+  if (row?.user_id !== userId) return undefined;
+  if (row.enabled || row.disabled_reason !== PAUSED_BY_RESET) return 'unchanged';
+  await updateOwnEndpoint(trx, id, userId, { enabled: true, disabled_reason: null, updated_at: at });
+  await recordAudit(trx, { user_id: userId, action: 'webhook.updated', status: 'success', target: id, details: { fields: ['enabled'], reason: 'recovery_review' } }, meta);
+  return 'resumed';
+}
+
+/** The owner removes an endpoint on review: deleted with its deliveries (false when already gone). */
+export async function deleteReviewedEndpoint(trx: Knex.Transaction, userId: string, id: string, meta: RequestMeta): Promise<boolean> {
+  const row = await lockEndpoint(trx, id);
+  if (row?.user_id !== userId) return false;
+  await deleteOwnEndpoint(trx, id, userId);
+  await recordAudit(trx, { user_id: userId, action: 'webhook.deleted', status: 'success', target: id, details: { reason: 'recovery_review' } }, meta);
+  return true;
+}
+
 /** The secrets that sign a delivery now: the current one, and the previous one during its grace period. */
 function signingSecrets(c: Container, row: EndpointRow): string[] {
   const secrets = [c.sealer.openText(row.secret_sealed, secretAad(row.id, 'current'))];
@@ -192,7 +237,7 @@ type Targets = { version: string | null; endpoints: Pick<EndpointRow, 'id' | 'us
 const targetCaches = new WeakMap<Container, LruCache<string, Targets>>();
 
 /** After a committed change to an account's endpoints: every process reads them again at its next event. */
-async function endpointsChanged(c: Container, userId: string): Promise<void> {
+export async function endpointsChanged(c: Container, userId: string): Promise<void> {
   targetCaches.get(c)?.delete(userId);
   await c.redis
     .incr(endpointsVersionKey(c.config.redisPrefix, userId, c.redis.isCluster))

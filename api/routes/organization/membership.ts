@@ -91,6 +91,8 @@ export default [
     summary: 'Invite an email address into the organization (owner or admin; admins only by the owner): the token goes by mail, valid 72 hours, once',
     tags,
     access: 'session',
+    // An invitation lets another principal into the organization: a stolen session must not hand it out.
+    recentSignIn: true,
     body: z.object({ email: Email, role: z.enum(['admin', 'member']).default('member') }),
     responses: { 201: { description: 'The invitation (its token is only in the mail)', schema: Invitation } },
     async handler({ c, user, body, meta }) {

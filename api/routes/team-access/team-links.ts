@@ -80,6 +80,8 @@ export default [
     summary: 'Link (or change) the source member whose keys you inherit; the grants follow from a sync job',
     tags,
     access: 'session',
+    // A request a source may approve on trust in the account: made by its owner, not by a stolen session.
+    recentSignIn: true,
     body: z.object({ source_user_id: z.uuid().describe('A member id from GET /team-access/members') }),
     responses: { 200: { description: 'The status (state pending until the sync ran)', schema: Status } },
     async handler({ c, user, body, meta }) {
@@ -124,6 +126,8 @@ export default [
     summary: "Approve a member's link to your keys (owners and admins: to the keys of a member they outrank); the grants follow from a sync job",
     tags,
     access: 'session',
+    // Approving hands another member the source's keys.
+    recentSignIn: true,
     params: z.object({ grantee_user_id: z.uuid() }),
     body: z.object({ source_user_id: z.uuid().describe('The source the approval is for: a link changed since is refused (409 `team_link_changed`)') }),
     responses: { 200: { description: 'The approved link', schema: Link } },

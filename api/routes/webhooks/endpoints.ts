@@ -35,7 +35,12 @@ const Endpoint = z
     description: z.string(),
     event_types: z.array(z.string()),
     enabled: z.boolean(),
-    disabled_reason: z.string().nullable().describe('`gone` when the receiver answered 410 and the service turned it off'),
+    disabled_reason: z
+      .string()
+      .nullable()
+      .describe(
+        'Why the service turned it off: `gone` (the receiver answered 410), `password_reset` (made or changed shortly before a password reset: see GET /profile/recovery-review)',
+      ),
     secret_rotation_ends_at: Timestamp.nullable().describe('Until then the previous secret signs too'),
     created_at: Timestamp,
     updated_at: Timestamp,
@@ -131,8 +136,9 @@ export default [
     scope: 'webhooks:write',
     params: Params,
     body: EndpointBody.partial().refine((b) => Object.values(b).some((v) => v !== undefined), 'name at least one field to change'),
-    // Pointing an endpoint somewhere else sends the account's events there: as much a new credential as a new endpoint.
-    recentSignIn: { when: (b) => b.url !== undefined, description: 'To change the URL' },
+    // Pointing an endpoint somewhere else, or turning it on again (one a password reset paused), sends the
+    // account's events there: as much a new credential as a new endpoint.
+    recentSignIn: { when: (b) => b.url !== undefined || b.enabled === true, description: 'To change the URL or turn the endpoint on' },
     responses: { 200: { description: 'The endpoint', schema: Endpoint } },
     async handler({ c, user, params, body, meta }) {
       return { body: endpointView(await updateEndpoint(c, user.id, params.webhook_id, body, meta)) };
