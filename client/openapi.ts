@@ -1366,6 +1366,164 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/profile/recovery-review": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What password resets undid of the access given to others in the RECOVERY_REVIEW_DAYS before them, newest first
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        get: {
+            parameters: {
+                query?: {
+                    page?: number;
+                    page_size?: number;
+                    /** @description open: not decided yet */
+                    state?: "open" | "kept" | "removed";
+                };
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description A page of review items */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            items: components["schemas"]["RecoveryReviewItem"][];
+                            page: number;
+                            page_size: number;
+                            total: number;
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/profile/recovery-review/{item_id}/keep": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Keep one item: restore what the reset undid (reopen the invitation, approve the link again, resume the webhook, make the member an admin again)
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    item_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The decided item and what deciding did */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RecoveryReviewDecision"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/profile/recovery-review/{item_id}/remove": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Remove one item: end the link, delete the webhook, remove the member from the organization (an invitation stays revoked)
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    item_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The decided item and what deciding did */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["RecoveryReviewDecision"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/keys/health": {
         parameters: {
             query?: never;
@@ -4077,7 +4235,7 @@ export interface paths {
                             description: string;
                             event_types: string[];
                             enabled: boolean;
-                            /** @description `gone` when the receiver answered 410 and the service turned it off */
+                            /** @description Why the service turned it off: `gone` (the receiver answered 410), `password_reset` (made or changed shortly before a password reset: see GET /profile/recovery-review) */
                             disabled_reason: string | null;
                             /**
                              * Format: date-time
@@ -4191,7 +4349,7 @@ export interface paths {
         head?: never;
         /**
          * Change a webhook endpoint: URL, description, event types, enabled
-         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`. To change the URL, a session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
+         * @description A session, the partner key, or a managed API key with the scope `webhooks:write`. To change the URL or turn the endpoint on, a session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         patch: {
             parameters: {
@@ -4828,7 +4986,7 @@ export interface paths {
         put?: never;
         /**
          * Link (or change) the source member whose keys you inherit; the grants follow from a sync job
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {
@@ -4987,7 +5145,7 @@ export interface paths {
         put?: never;
         /**
          * Approve a member's link to your keys (owners and admins: to the keys of a member they outrank); the grants follow from a sync job
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {
@@ -5248,7 +5406,7 @@ export interface paths {
         put?: never;
         /**
          * Invite an email address into the organization (owner or admin; admins only by the owner): the token goes by mail, valid 72 hours, once
-         * @description Needs a user session (JWT); API keys are refused.
+         * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
             parameters: {
@@ -5741,6 +5899,77 @@ export interface components {
             ip: string | null;
             /** Format: date-time */
             created_at: string;
+        };
+        RecoveryReviewItem: {
+            /** Format: uuid */
+            item_id: string;
+            /**
+             * @description invitation: an organization invitation; team_link: a team access link (target_id is its grantee); webhook; member
+             * @enum {string}
+             */
+            kind: "invitation" | "team_link" | "webhook" | "member";
+            /**
+             * Format: uuid
+             * @description The invitation, grantee, webhook endpoint or member the item is about
+             */
+            target_id: string;
+            /** @description What it is, for a person: an email address, a webhook receiver’s host */
+            label: string;
+            /**
+             * @description What the reset did: revoked (an open invitation), returned_to_pending (a team link’s approval withdrawn, its inherited keys with it), paused (a webhook endpoint turned off), demoted (an admin made a plain member), listed (a member who joined in that time; nothing changed)
+             * @enum {string}
+             */
+            action: "revoked" | "returned_to_pending" | "paused" | "demoted" | "listed";
+            /**
+             * Format: date-time
+             * @description When the reset did it
+             */
+            done_at: string;
+            /**
+             * @description null while open
+             * @enum {string|null}
+             */
+            decision: "kept" | "removed" | null;
+            /** Format: date-time */
+            decided_at: string | null;
+        };
+        RecoveryReviewDecision: {
+            /** Format: uuid */
+            item_id: string;
+            /**
+             * @description invitation: an organization invitation; team_link: a team access link (target_id is its grantee); webhook; member
+             * @enum {string}
+             */
+            kind: "invitation" | "team_link" | "webhook" | "member";
+            /**
+             * Format: uuid
+             * @description The invitation, grantee, webhook endpoint or member the item is about
+             */
+            target_id: string;
+            /** @description What it is, for a person: an email address, a webhook receiver’s host */
+            label: string;
+            /**
+             * @description What the reset did: revoked (an open invitation), returned_to_pending (a team link’s approval withdrawn, its inherited keys with it), paused (a webhook endpoint turned off), demoted (an admin made a plain member), listed (a member who joined in that time; nothing changed)
+             * @enum {string}
+             */
+            action: "revoked" | "returned_to_pending" | "paused" | "demoted" | "listed";
+            /**
+             * Format: date-time
+             * @description When the reset did it
+             */
+            done_at: string;
+            /**
+             * @description null while open
+             * @enum {string|null}
+             */
+            decision: "kept" | "removed" | null;
+            /** Format: date-time */
+            decided_at: string | null;
+            /**
+             * @description reopened (the invitation’s token joins again), restored (the link approved again, the admin an admin again), resumed (the webhook receives events again), unchanged (nothing was left to restore: already so), removed (ended or deleted; an invitation stays revoked), already_gone
+             * @enum {string}
+             */
+            outcome: "reopened" | "restored" | "resumed" | "unchanged" | "removed" | "already_gone";
         };
         KeyMetrics: {
             /** Format: uuid */
@@ -6374,7 +6603,7 @@ export interface components {
             description: string;
             event_types: string[];
             enabled: boolean;
-            /** @description `gone` when the receiver answered 410 and the service turned it off */
+            /** @description Why the service turned it off: `gone` (the receiver answered 410), `password_reset` (made or changed shortly before a password reset: see GET /profile/recovery-review) */
             disabled_reason: string | null;
             /**
              * Format: date-time

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { routes } from '../../api/app';
 import { openApiDocument } from '../../api/route';
@@ -42,6 +43,8 @@ async function setUp(u: User) {
   expect(key.status).toBe(201);
   const hook = await s.api('POST', '/webhooks', { token: u.token, body: { url: 'http://127.0.0.1:9/hook' } });
   expect(hook.status).toBe(201);
+  // Turning an endpoint off needs no recent sign-in; turning it on again does.
+  expect((await s.api('PATCH', `/webhooks/${hook.body.webhook_id}`, { token: u.token, body: { enabled: false } })).status).toBe(200);
   const passkey = await registerPasskey(u.token);
   expect((await s.api('PATCH', `/auth/passkeys/${passkey.passkeyId}`, { token: u.token, body: { active: false } })).status).toBe(200);
   // A challenge begun while the session was fresh must not let an old session complete the registration.
@@ -69,6 +72,14 @@ const sudoCalls = (t: Awaited<ReturnType<typeof setUp>>, u: User): [string, stri
   ['POST', '/webhooks', { url: 'http://127.0.0.1:9/other' }],
   ['POST', `/webhooks/${t.webhookId}/rotate-secret`, {}],
   ['PATCH', `/webhooks/${t.webhookId}`, { url: 'http://127.0.0.1:9/moved' }],
+  ['PATCH', `/webhooks/${t.webhookId}`, { enabled: true }],
+  // Giving another principal access: an invitation, a team link asked for or approved.
+  ['POST', '/organization/invitations', { email: `invitee-${u.email}`, role: 'admin' }],
+  ['POST', '/team-access/link', { source_user_id: randomUUID() }],
+  ['POST', `/team-access/links/${randomUUID()}/approve`, { source_user_id: u.id }],
+  // Deciding on what a password reset undid.
+  ['POST', `/profile/recovery-review/${randomUUID()}/keep`, undefined],
+  ['POST', `/profile/recovery-review/${randomUUID()}/remove`, undefined],
   ['POST', '/partners/rotate-api-key', undefined],
   ['PUT', '/profile/update', { email: `new-${u.email}`, current_password: u.password }],
   ['POST', '/profile/delete-account', { password: u.password }],
@@ -89,6 +100,8 @@ describe('routes that add a credential need a recent sign-in', () => {
     expect(denied).toHaveLength(sudoCalls(t, u).length);
     // Nothing happened: no new key, the passkey stays inactive, the email and account stay.
     expect(await s.c.db('api_keys').where({ user_id: u.id })).toHaveLength(1);
+    expect(await s.c.db('organization_invitations').where({ invited_by: u.id })).toHaveLength(0);
+    expect((await s.c.db('webhook_endpoints').where({ id: t.webhookId }).first()).enabled).toBe(false);
     expect((await s.c.db('passkeys').where({ id: t.passkey.passkeyId }).first()).active).toBe(false);
     expect((await s.api('GET', '/auth/me', { token: u.token })).body.email).toBe(u.email);
 
@@ -155,6 +168,11 @@ describe('routes that add a credential need a recent sign-in', () => {
         'POST /webhooks',
         'POST /webhooks/{webhook_id}/rotate-secret',
         'PATCH /webhooks/{webhook_id}',
+        'POST /organization/invitations',
+        'POST /team-access/link',
+        'POST /team-access/links/{grantee_user_id}/approve',
+        'POST /profile/recovery-review/{item_id}/keep',
+        'POST /profile/recovery-review/{item_id}/remove',
         'POST /partners/rotate-api-key',
         'PUT /profile/update',
         'POST /profile/delete-account',
