@@ -442,6 +442,33 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
     await page.close();
   });
 
+  it('review after recovery: the reset email points at it, and the page resumes the webhook the reset paused', async () => {
+    const { page, problems } = await open('recovery-review');
+    const email = 'recovered@example.test';
+    const reg = await s.api('POST', '/partners/register', { body: { username: 'recovered', email, password: 'the old password 3' } });
+    const hook = await s.api('POST', '/webhooks', { token: reg.body.session.token, body: { url: 'http://127.0.0.1:9/sink', description: 'planted' } });
+    expect(hook.status).toBe(201);
+    expect((await s.api('POST', '/auth/forgot-password', { body: { email } })).status).toBe(202);
+    const token = /Reset token: (\S+)/.exec((await smtp.waitFor(email)).text ?? '')![1];
+    expect((await s.api('POST', '/auth/reset-password', { body: { token, new_password: 'the new password 3' } })).status).toBe(200);
+    await expect.poll(() => smtp.received.some((m) => JSON.stringify(m.to).includes(email) && /password was reset/.test(m.subject ?? ''))).toBe(true);
+    const done = smtp.received.find((m) => JSON.stringify(m.to).includes(email) && /password was reset/.test(m.subject ?? ''))!;
+    expect(done.text).toContain('webhook 127.0.0.1:9 (planted): paused');
+    expect(done.text).toContain(`${origin}/recovery-review`);
+
+    await signIn(page, 'recovered', 'the new password 3');
+    await page.goto(`${origin}/recovery-review`);
+    await says(page, /Webhook: 127\.0\.0\.1:9 \(planted\)/);
+    await accessible(page);
+    await page.getByRole('button', { name: 'Resume: 127.0.0.1:9 (planted)' }).click();
+    await says(page, /Nothing awaits your review\./);
+    await says(page, /127\.0\.0\.1:9 \(planted\): kept/);
+    const session = await s.api('POST', '/auth/login', { body: { identifier: 'recovered', password: 'the new password 3' } });
+    expect((await s.api('GET', `/webhooks/${hook.body.webhook_id}`, { token: session.body.session.token })).body).toMatchObject({ enabled: true });
+    expect(problems).toEqual([]);
+    await page.close();
+  });
+
   it("a sign-in refused for too many failures (429) shows the API's detail and its wait", async () => {
     const { page } = await open('locked');
     await s.api('POST', '/partners/register', { body: { username: 'hammered', email: 'hammered@example.test', password: 'hammered password 1' } });

@@ -11,6 +11,7 @@ import { Profile } from './pages/profile';
 import { Admin } from './pages/admin';
 import { Credentials } from './pages/credentials';
 import { Team } from './pages/team';
+import { RecoveryReview } from './pages/recovery-review';
 
 interface Page {
   title: string;
@@ -36,6 +37,7 @@ const PAGES: Record<Exclude<ConsolePath, '/'>, Page> = {
   '/credentials': { title: 'Credentials', component: Credentials, access: 'user', nav: true },
   '/team': { title: 'Team and billing', component: Team, access: 'user', nav: true },
   '/profile': { title: 'Profile', component: Profile, access: 'user', nav: true },
+  '/recovery-review': { title: 'Review after recovery', component: RecoveryReview, access: 'user' },
   '/admin': { title: 'Administration', component: Admin, access: 'admin', nav: true },
 };
 

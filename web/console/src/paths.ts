@@ -18,6 +18,7 @@ export const CONSOLE_PATHS = [
   '/credentials',
   '/team',
   '/profile',
+  '/recovery-review',
   '/admin',
 ] as const;
 

@@ -1,5 +1,5 @@
 import { api, ok } from '../api';
-import { navigate } from '../router';
+import { Link, navigate } from '../router';
 import { useSession } from '../session';
 import { Field, formValues, ProblemText, Submit, useAction } from '../ui';
 
@@ -74,6 +74,10 @@ export function Profile() {
         <Submit action={password}>Change the password</Submit>
         <ProblemText action={password} />
       </form>
+
+      <p>
+        After a password reset: <Link href="/recovery-review">review the access it undid</Link>.
+      </p>
 
       <h2>Automatic rotation</h2>
       <form
