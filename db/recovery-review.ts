@@ -52,8 +52,7 @@ export async function pageReviewItems(
 export const findReviewItem = async (db: Knex, id: string): Promise<ReviewItemRow | undefined> => items(db).where({ id }).first();
 
 /** The item, locked: two decisions on it take turns. */
-export const lockReviewItem = async (trx: Knex.Transaction, id: string): Promise<ReviewItemRow | undefined> =>
-  items(trx).where({ id }).forUpdate().first();
+export const lockReviewItem = async (trx: Knex.Transaction, id: string): Promise<ReviewItemRow | undefined> => items(trx).where({ id }).forUpdate().first();
 
 export async function markReviewDecided(trx: Knex.Transaction, id: string, decision: ReviewDecision, at: Date): Promise<ReviewItemRow> {
   const [row] = await items(trx).where({ id }).update({ decision, decided_at: at }).returning('*');

@@ -427,10 +427,7 @@ export const markInvitationUnrevoked = async (trx: Knex.Transaction, id: string)
  * Approved links, locked, that were approved at or after `since` by one of `approvers`, or that
  * `granteeId` requested at or after `since` (and someone approved since).
  */
-export async function lockRecentlyApprovedLinks(
-  trx: Knex.Transaction,
-  q: { granteeId: string; approvers: string[]; since: Date },
-): Promise<TeamLinkRow[]> {
+export async function lockRecentlyApprovedLinks(trx: Knex.Transaction, q: { granteeId: string; approvers: string[]; since: Date }): Promise<TeamLinkRow[]> {
   return teamLinks(trx)
     .whereNotNull('approved_at')
     .andWhere((w) => {

@@ -138,7 +138,7 @@ export function reviewLines(items: NewReviewItem[], max = 20): string {
   return lines.join('\n');
 }
 
-export const reviewItemOut = (row: ReviewItemRow) => ({
+const reviewItemOut = (row: ReviewItemRow) => ({
   item_id: row.id,
   kind: row.kind,
   target_id: row.target_id,
@@ -188,7 +188,9 @@ async function remove(c: Container, trx: Knex.Transaction, item: ReviewItemRow, 
       return { outcome: 'removed' };
     case 'team_link': {
       const link = { grantee_id: item.target_id, source_id: LinkDetails.parse(item.details).source_user_id };
-      return (await endReviewedLink(trx, userId, link, meta)) ? { outcome: 'removed', after: () => afterReviewedLinkEnded(c, link) } : { outcome: 'already_gone' };
+      return (await endReviewedLink(trx, userId, link, meta))
+        ? { outcome: 'removed', after: () => afterReviewedLinkEnded(c, link) }
+        : { outcome: 'already_gone' };
     }
     case 'webhook':
       return (await deleteReviewedEndpoint(trx, userId, item.target_id, meta))

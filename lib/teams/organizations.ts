@@ -473,7 +473,7 @@ export async function removeReviewedMember(
   memberId: string,
   organizationId: string,
   meta: RequestMeta,
-): Promise<{ after(): Promise<void> } | undefined> {
+): Promise<{ after: () => Promise<void> } | undefined> {
   if ((await membershipOf(trx, memberId))?.organization_id !== organizationId) return undefined;
   const detached = await takeOutMember(c, trx, actorId, memberId, organizationId, c.clock.now(), meta);
   return { after: () => afterTakenOut(c, actorId, memberId, organizationId, detached, meta) };

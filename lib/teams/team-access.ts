@@ -435,13 +435,24 @@ export async function restoreApproval(
 }
 
 /** The owner of a reset account removes such a link: it ends with its grants (false when it had already ended or changed). */
-export async function endReviewedLink(trx: Knex.Transaction, actorId: string, link: { grantee_id: string; source_id: string }, meta: RequestMeta): Promise<boolean> {
+export async function endReviewedLink(
+  trx: Knex.Transaction,
+  actorId: string,
+  link: { grantee_id: string; source_id: string },
+  meta: RequestMeta,
+): Promise<boolean> {
   const now = await lockTeamLinkOfGrantee(trx, link.grantee_id);
   if (now?.source_id !== link.source_id) return false;
   const revoked = await endLink(trx, now, 'recovery_review', meta);
   await recordAudit(
     trx,
-    { user_id: actorId, action: 'team_access.ended', status: 'success', target: link.grantee_id, details: { reason: 'recovery_review', source_user_id: link.source_id, revoked } },
+    {
+      user_id: actorId,
+      action: 'team_access.ended',
+      status: 'success',
+      target: link.grantee_id,
+      details: { reason: 'recovery_review', source_user_id: link.source_id, revoked },
+    },
     meta,
   );
   return true;

@@ -168,7 +168,7 @@ export async function rotateSecret(
 }
 
 /** `disabled_reason` of an endpoint a password reset paused: its owner resumes or deletes it on review (lib/accounts/recovery-review.ts). */
-export const PAUSED_BY_RESET = 'password_reset';
+const PAUSED_BY_RESET = 'password_reset';
 
 /**
  * In a password reset's transaction: the account's enabled endpoints made or changed at or after `since`
@@ -197,7 +197,11 @@ export async function resumePausedEndpoint(
   if (row?.user_id !== userId) return undefined;
   if (row.enabled || row.disabled_reason !== PAUSED_BY_RESET) return 'unchanged';
   await updateOwnEndpoint(trx, id, userId, { enabled: true, disabled_reason: null, updated_at: at });
-  await recordAudit(trx, { user_id: userId, action: 'webhook.updated', status: 'success', target: id, details: { fields: ['enabled'], reason: 'recovery_review' } }, meta);
+  await recordAudit(
+    trx,
+    { user_id: userId, action: 'webhook.updated', status: 'success', target: id, details: { fields: ['enabled'], reason: 'recovery_review' } },
+    meta,
+  );
   return 'resumed';
 }
 
