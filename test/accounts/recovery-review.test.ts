@@ -224,6 +224,21 @@ describe('a password reset undoes the grants of the days before it', () => {
     expect((await s.api('POST', `/profile/recovery-review/${item('webhook')}/remove`, { token: session })).body).toMatchObject({ outcome: 'already_gone' });
   });
 
+  it('decides an item once under parallel requests', async () => {
+    const p = await plant();
+    const session = await resetPassword(p.owner);
+    const hook = (await review(session)).find((i) => i.kind === 'webhook')!;
+    const both = await Promise.all(
+      (['keep', 'remove'] as const).map((what) => s.api('POST', `/profile/recovery-review/${hook.item_id}/${what}`, { token: session })),
+    );
+    expect(both.map((r) => r.status).sort()).toEqual([200, 409]);
+    expect(both.find((r) => r.status === 409)!.body.code).toBe('review_item_decided');
+    const winner = both.find((r) => r.status === 200)!.body.decision as string;
+    const endpoint = await s.c.db('webhook_endpoints').where({ id: p.webhookId }).first();
+    if (winner === 'kept') expect(endpoint.enabled).toBe(true);
+    else expect(endpoint).toBeUndefined();
+  });
+
   it('undoes what an admin brought in by the stolen session did with its role: its invitations and the links it approved', async () => {
     const [owner, grantee, source] = await team(3);
     await createKey(s.api, source.token);
