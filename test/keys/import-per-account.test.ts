@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import * as openpgp from 'openpgp';
 import { startTestService, type ManualClockFollowingTime, type TestService } from '../support/service';
-import { PASSPHRASE, download, encrypt, runJob } from '../support/keys';
+import { PASSPHRASE, createKey, download, encrypt, runJob } from '../support/keys';
 import { teamHelpers, type User } from '../support/teams';
 import { startSmtpServer } from '../support/smtp';
 import { destroyDueGenerations } from '../../lib/lifecycle/key-lifecycle';
@@ -26,7 +26,7 @@ afterAll(async () => {
   await smtp?.close();
 });
 
-const { newUser, team, link } = teamHelpers(() => ({ s, smtp }));
+const { newUser, team, link, settled } = teamHelpers(() => ({ s, smtp }));
 
 /** A key pair made elsewhere (the owner's): the unprotected secret key and the public key it publishes. */
 async function ownersKey(email: string) {
@@ -287,6 +287,14 @@ describe('team access and administrators', () => {
     // Rotating is the owner's: the member's own recipient copy answers.
     const rotate = await s.api('POST', `/keys/${key.fingerprint}/rotate`, { token: member.token, body: {} });
     expect([rotate.status, rotate.body.code]).toEqual([409, 'recipient_key']);
+    // A key the member only sees through team access: managing it is 404, audited as not_owner (the
+    // member can list that key: the row tells it nothing new).
+    const granted = await createKey(s.api, source.token, { label: 'granted only' });
+    await settled(member);
+    const disable = await s.api('POST', '/keys/disable-key', { token: member.token, body: { fingerprint: granted.fingerprint } });
+    expect([disable.status, disable.body.code]).toEqual([404, 'key_not_found']);
+    const denied = await s.c.db('audit_logs').where({ user_id: member.id, action: 'key.access_denied' }).select('target', 'details');
+    expect(denied).toEqual([{ target: granted.fingerprint, details: { reason: 'not_owner' } }]);
   }, 60_000);
 
   it('administrators name a fingerprint that several accounts hold by lineage id (409 ambiguous_key); metrics count each copy alone', async () => {
