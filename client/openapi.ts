@@ -2244,6 +2244,15 @@ export interface paths {
                 };
             };
             responses: {
+                /** @description The secret key of one of the account's recipient keys: that key (its `lineage_id`), now a managed key */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["Key"];
+                    };
+                };
                 /** @description The imported key */
                 201: {
                     headers: {

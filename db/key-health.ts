@@ -93,12 +93,18 @@ export interface KeyMetrics {
   jobLatency: { kind: string; count: number; p50_ms: number | null; p95_ms: number | null }[];
 }
 
-/** Operations (audit rows of its generations' fingerprints), rotations, and its jobs' latencies. */
+/**
+ * Operations (audit rows of its generations' fingerprints), rotations, and its jobs' latencies. An
+ * account that holds a copy of one of those fingerprints in a lineage of its own (an imported key)
+ * writes its rows about that copy: they are left out. The owner's rows and those of accounts that used
+ * the key through team access count.
+ */
 export async function keyMetrics(db: Knex, lineageId: string, fingerprints: string[], generationIds: string[]): Promise<KeyMetrics> {
   const [operations, rotations, jobLatency] = await Promise.all([
     db('audit_logs')
       .whereIn('action', ['keys.encrypt', 'keys.decrypt', 'keys.rotate', 'keys.generate', 'keys.disable'])
       .whereIn('target', fingerprints)
+      .whereNotIn('user_id', db('pgp_keys').whereIn('fingerprint', fingerprints).whereNot('lineage_id', lineageId).select('user_id'))
       .select('action', 'status', db.raw('count(*)::int AS count'))
       .groupBy('action', 'status')
       .orderBy(['action', 'status']),

@@ -137,11 +137,24 @@ export async function insertKey(db: Knex, row: Omit<KeyRow, KeyDefaults> & Parti
 }
 
 /**
- * Resolves any generation's fingerprint to its lineage and current generation, within one account:
- * another account's fingerprint is simply not found.
+ * Resolves any generation's fingerprint to its lineage and current generation, within one account (and,
+ * with `inherited`, the lineages team access grants it): another account's copy of the fingerprint is
+ * simply not found. A fingerprint is unique within an account only, so the caller's own key and a granted
+ * one may both match: `needsPrivate` (decrypt, sign) puts a key that holds its private key first, then the
+ * caller's own key comes before a granted one, then the older.
  */
-export async function findKeyByFingerprint(db: Knex, userId: string, fingerprint: string, opts: { inherited?: boolean } = {}): Promise<KeyView | undefined> {
-  const [row] = await keyByFingerprint(db, { fingerprint: fingerprint.toLowerCase(), user: userId, inherited: opts.inherited ?? false });
+export async function findKeyByFingerprint(
+  db: Knex,
+  userId: string,
+  fingerprint: string,
+  opts: { inherited?: boolean; needsPrivate?: boolean } = {},
+): Promise<KeyView | undefined> {
+  const [row] = await keyByFingerprint(db, {
+    fingerprint: fingerprint.toLowerCase(),
+    user: userId,
+    inherited: opts.inherited ?? false,
+    private: opts.needsPrivate ?? false,
+  });
   if (!row) return undefined;
   const lineage = Object.fromEntries(LINEAGE_COLUMNS.map((col) => [col, row[LINEAGE_AS + col]])) as unknown as LineageRow;
   const named = Object.fromEntries(KEY_COLUMNS.map((col) => [col, row[col]])) as unknown as KeyRow;
@@ -213,7 +226,9 @@ const keyByFingerprint = prepared<Record<string, unknown>>(
   'key_by_fingerprint',
   `SELECT ${KEY_COLUMNS.map((c) => `k.${c}`).join(', ')}, ${LINEAGE_COLUMNS.map((c) => `l.${c} AS ${LINEAGE_AS}${c}`).join(', ')}
    FROM pgp_keys k JOIN key_lineages l ON l.id = k.lineage_id
-   WHERE k.fingerprint = :fingerprint AND ${usableSql('k.user_id', 'k.lineage_id')}`,
+   WHERE k.fingerprint = :fingerprint AND ${usableSql('k.user_id', 'k.lineage_id')}
+   ORDER BY (CAST(:private AS boolean) AND l.kind = 'recipient'), k.user_id = :user DESC, k.created_at, k.id
+   LIMIT 1`,
 );
 
 /**
@@ -227,6 +242,10 @@ export const lineagesWithSpentTokenKey = async (db: Knex, limit: number): Promis
     .whereNotExists(db('pgp_keys as k').whereRaw('k.lineage_id = l.id').whereNull('k.destroyed_at'))
     .select<Pick<LineageRow, 'id' | 'user_id'>[]>('l.id', 'l.user_id')
     .limit(limit);
+
+/** Whether a lineage's generations use its token key, read under its row lock (false when it is gone). */
+export const lockedTokenKey = async (trx: Knex.Transaction, lineageId: string): Promise<boolean> =>
+  Boolean((await trx<LineageRow>('key_lineages').where({ id: lineageId }).forUpdate().first('token_key'))?.token_key);
 
 /** Records the deletion of a lineage's token key, once. */
 export const markTokenKeyDeleted = async (db: Knex, lineageId: string, at: Date): Promise<number> =>
@@ -450,6 +469,20 @@ export async function disableLineage(db: Knex, lineageId: string, at: Date): Pro
   return row;
 }
 
+/** A generation's key columns replaced (by an imported secret key of its fingerprint): the row as changed. */
+export async function storeGenerationKey(
+  trx: Knex.Transaction,
+  keyId: string,
+  key: Pick<KeyRow, 'encryption_key_ids' | 'algorithm' | 'public_armored' | 'public_mac' | 'private_sealed' | 'secret_sealed' | 'expires_at'>,
+): Promise<KeyRow> {
+  const { encryption_key_ids, algorithm, public_armored, public_mac, private_sealed, secret_sealed, expires_at } = key;
+  const [row] = await trx<KeyRow>('pgp_keys')
+    .where({ id: keyId })
+    .update({ encryption_key_ids, algorithm, public_armored, public_mac, private_sealed, secret_sealed, expires_at })
+    .returning('*');
+  return row;
+}
+
 /** Schedules (a date) or unschedules (null) one generation's destruction. */
 export const setGenerationDestroyAfter = async (db: Knex, keyId: string, when: Date | null): Promise<void> => {
   await db<KeyRow>('pgp_keys').where({ id: keyId }).update({ destroy_after: when });
@@ -486,13 +519,9 @@ export async function destroyGeneration(db: Knex, keyId: string, at: Date): Prom
   return row;
 }
 
-/** Whether any account holds a generation with this fingerprint. */
-export const fingerprintExists = async (db: Knex, fingerprint: string): Promise<boolean> =>
-  Boolean(await db<KeyRow>('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).first('id'));
-
-/** The lineage a generation's fingerprint belongs to (any account's). */
-export const lineageIdOfFingerprint = async (db: Knex, fingerprint: string): Promise<string | undefined> =>
-  (await db<KeyRow>('pgp_keys').where({ fingerprint }).first('lineage_id'))?.lineage_id;
+/** The lineages (of any accounts) with a generation of this fingerprint, oldest first, at most `limit`: for administrators. */
+export const lineageIdsOfFingerprint = async (db: Knex, fingerprint: string, limit: number): Promise<string[]> =>
+  db<KeyRow>('pgp_keys').where({ fingerprint: fingerprint.toLowerCase() }).orderBy(['created_at', 'id']).limit(limit).pluck('lineage_id');
 
 export const findLineage = async (db: Knex, lineageId: string): Promise<LineageRow | undefined> =>
   db<LineageRow>('key_lineages').where({ id: lineageId }).first();

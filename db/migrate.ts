@@ -25,6 +25,7 @@ import * as m025 from './migrations/025_event_outbox';
 import * as m026 from './migrations/026_lineage_token_keys';
 import * as m027 from './migrations/027_audit_chain_plan';
 import * as m028 from './migrations/028_recovery_review';
+import * as m030 from './migrations/030_account_fingerprints';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -57,6 +58,7 @@ const migrations: Record<string, Knex.Migration> = {
   '026_lineage_token_keys': m026,
   '027_audit_chain_plan': m027,
   '028_recovery_review': m028,
+  '030_account_fingerprints': m030,
 };
 
 const source: Knex.MigrationSource<string> = {

@@ -12,13 +12,16 @@ import { recordAudit, type RequestMeta } from '../../db/audit';
 import {
   listKeys,
   disableLineage,
-  fingerprintExists,
   findLineage,
   activeGeneration,
   findKeyByFingerprint,
   insertKey,
   insertLineage,
   lineageUsableBy,
+  lockLineageWithGenerations,
+  lockedTokenKey,
+  storeGenerationKey,
+  updateLineage,
   type KeyRow,
   type KeyListQuery,
   type KeyView,
@@ -54,8 +57,12 @@ export const aad = {
 };
 
 /** Derives the lineage lock from the passphrase (argon2id; tens of ms), ready to be stored. */
-export async function newLineage(c: Container, input: Omit<LineageSpec, 'id' | 'unlock_public' | 'unlock_locked'>, passphrase: string): Promise<LineageSpec> {
-  const id = randomUUID();
+export async function newLineage(
+  c: Container,
+  input: Omit<LineageSpec, 'id' | 'unlock_public' | 'unlock_locked'>,
+  passphrase: string,
+  id: string = randomUUID(),
+): Promise<LineageSpec> {
   const lock = await createLineageLock(passphrase);
   return { ...input, id, unlock_public: lock.publicKey, unlock_locked: c.sealer.seal(lock.lockedPrivate, aad.unlock(id)) };
 }
@@ -222,6 +229,76 @@ export async function storeNewKey(
   return { lineage, key };
 }
 
+/**
+ * A recipient key of the account becomes a managed key: the secret key of its fingerprint was imported.
+ * Under the lineage's row lock, it must still be a recipient key, not destroyed nor scheduled for
+ * destruction (409 `key_exists` otherwise, saying which); then the lineage gets `spec`'s lock, label and
+ * names, and its one generation the imported key (its public columns as the secret key has them, its
+ * private key sealed as a first generation's, under a token key of its own with LINEAGE_TOKEN_KEYS).
+ * The lineage id stays, so its shares and team grants stay too. Audited `keys.import` (`upgraded`).
+ */
+export async function storeRecipientUpgrade(
+  c: Container,
+  userId: string,
+  spec: LineageSpec,
+  key: GenerationKey,
+  secret: string,
+  meta: RequestMeta,
+): Promise<{ lineage: LineageRow; key: KeyRow }> {
+  let sealing = false;
+  try {
+    return await c.db.transaction(async (trx) => {
+      const { lineage, generations } = await lockLineageWithGenerations(trx, spec.id);
+      requireUpgradable(lineage, generations, key.fingerprint);
+      sealing = true;
+      const first = await generationRow(c, { ...spec, user_id: userId }, 1, key, secret);
+      const now = c.clock.now();
+      const upgraded = await updateLineage(trx, spec.id, {
+        kind: 'managed',
+        label: spec.label,
+        environment: spec.environment,
+        uid_name: spec.uid_name,
+        uid_email: spec.uid_email,
+        algorithm: spec.algorithm,
+        unlock_public: spec.unlock_public,
+        unlock_locked: spec.unlock_locked,
+        unlock_mac: lineageMac(c, { ...spec, user_id: userId }),
+        token_key: usesTokenKey(c, {}, 1),
+        updated_at: now,
+      });
+      const stored = await storeGenerationKey(trx, generations[0].id, first);
+      await recordAudit(
+        trx,
+        {
+          user_id: userId,
+          action: 'keys.import',
+          status: 'success',
+          target: stored.fingerprint,
+          details: { label: spec.label, environment: spec.environment, algorithm: first.algorithm, kind: 'managed', upgraded: 'recipient' },
+        },
+        meta,
+      );
+      return { lineage: upgraded, key: stored };
+    });
+  } catch (err) {
+    // The lineage stayed a recipient key: a token key made for it holds nothing, unless another upgrade
+    // (which waited for this one's lock) has stored under it since: looked at under the same lock.
+    if (sealing && usesTokenKey(c, {}, 1) && !(await c.db.transaction((trx) => lockedTokenKey(trx, spec.id)))) await dropUnstoredTokenKey(c, spec.id);
+    throw err;
+  }
+}
+
+/** The 409 of a secret key import whose fingerprint the account holds in a key that cannot take it. */
+function requireUpgradable(lineage: LineageRow, generations: KeyRow[], fingerprint: string): void {
+  const held = `This account already holds this key (${fingerprint})`;
+  if (lineage.kind !== 'recipient' || generations.length !== 1 || generations[0].fingerprint !== fingerprint)
+    throw conflict('key_exists', `${held}, with its secret key.`);
+  if (lineage.destroyed_at || generations[0].destroyed_at)
+    throw conflict('key_exists', `${held} as a recipient key that was destroyed; its fingerprint stays taken in this account.`);
+  if (lineage.destroy_after || generations[0].destroy_after)
+    throw conflict('key_exists', `${held} as a recipient key scheduled for destruction; cancel the destruction, then import the secret key again.`);
+}
+
 export interface Rekeyed {
   unlock_public: string;
   /** Master-key sealed. */
@@ -302,19 +379,25 @@ export function keyStatus(lineage: Pick<LineageRow, 'disabled_at'>, current: Pic
  */
 export type KeyUse = 'manage' | 'read' | 'encrypt' | 'share' | 'decrypt' | 'sign';
 const INHERITABLE: ReadonlySet<KeyUse> = new Set(['read', 'encrypt', 'share', 'decrypt', 'sign']);
+/** Uses that need the key's private key: where the caller's own copy is a recipient key, a granted one that holds it goes first. */
+const PRIVATE_USES: ReadonlySet<KeyUse> = new Set(['decrypt', 'sign']);
 
 /**
  * Finds the caller's key by any generation's fingerprint, or for an inheritable `use` one granted to it
- * through team access; anything else is a 404 (never "not yours"), audited as not_owner when the key
- * exists in another account. Every ownership check of a key goes through here.
+ * through team access (which of several: db/keys.ts findKeyByFingerprint); anything else is a 404 (never
+ * "not yours"). A fingerprint names a public key anyone may hold, so whether another account holds it is
+ * never looked at: the miss is audited as not_owner only when team access shows the caller the key and
+ * the use is its owner's, which tells the caller nothing it cannot list. Every ownership check of a key
+ * goes through here.
  */
 export async function requireKey(c: Container, userId: string, fingerprint: string, meta: RequestMeta, use: KeyUse = 'manage'): Promise<KeyView> {
-  const view = await findKeyByFingerprint(c.db, userId, fingerprint, { inherited: INHERITABLE.has(use) });
+  const view = await findKeyByFingerprint(c.db, userId, fingerprint, { inherited: INHERITABLE.has(use), needsPrivate: PRIVATE_USES.has(use) });
   if (view)
     return { lineage: verifiedLineage(c, view.lineage), current: verifiedKey(c, view.current), named: verifiedKey(c, view.named), inherited: view.inherited };
+  const granted = !INHERITABLE.has(use) && Boolean(await findKeyByFingerprint(c.db, userId, fingerprint, { inherited: true }));
   throw await notYours(
     c,
-    { userId, resource: 'key', target: fingerprint, existsElsewhere: await fingerprintExists(c.db, fingerprint), meta },
+    { userId, resource: 'key', target: fingerprint, existsElsewhere: granted, meta },
     notFound('key_not_found', 'No key with this fingerprint in your account.'),
   );
 }

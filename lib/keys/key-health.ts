@@ -1,7 +1,7 @@
 import type { Container } from '../container';
-import { notFound } from '../errors';
+import { conflict, notFound } from '../errors';
 import { failedRotationsSince, healthCounts, keyHealthRow, keyMetrics, OVERDUE_AFTER } from '../../db/key-health';
-import { lineageIdOfFingerprint, findLineage, lineageGenerations } from '../../db/keys';
+import { lineageIdsOfFingerprint, findLineage, lineageGenerations } from '../../db/keys';
 
 /** Administrators' view of keys across accounts: health overview, one key's health, one key's metrics. */
 const DAY = 86400_000;
@@ -13,15 +13,24 @@ export async function healthOverview(c: Container) {
   return { ...counts, failed_rotations_24h: failed, overdue_after: OVERDUE_AFTER };
 }
 
+/** How many holders of one fingerprint an ambiguous reference names. */
+const AMBIGUOUS_SHOWN = 10;
+
 /**
- * The lineage a key reference names: any generation's fingerprint (40 hex digits, unique across
- * accounts) or the lineage id. An unknown fingerprint answers 404 `key_not_found`.
+ * The lineage a key reference names: any generation's fingerprint (40 hex digits) or the lineage id. An
+ * unknown fingerprint answers 404 `key_not_found`; one that several accounts hold (each may import the
+ * same key) answers 409 `ambiguous_key` naming their lineage ids (administrators see every account).
  */
 export async function lineageOf(c: Container, ref: string): Promise<string> {
   if (!FINGERPRINT.test(ref)) return ref;
-  const lineageId = await lineageIdOfFingerprint(c.db, ref);
-  if (!lineageId) throw notFound('key_not_found', 'No key with this fingerprint.');
-  return lineageId;
+  const lineageIds = await lineageIdsOfFingerprint(c.db, ref, AMBIGUOUS_SHOWN + 1);
+  if (!lineageIds.length) throw notFound('key_not_found', 'No key with this fingerprint.');
+  if (lineageIds.length > 1)
+    throw conflict(
+      'ambiguous_key',
+      `Keys of several accounts have this fingerprint; name one by its lineage id: ${lineageIds.slice(0, AMBIGUOUS_SHOWN).join(', ')}${lineageIds.length > AMBIGUOUS_SHOWN ? ', …' : ''}.`,
+    );
+  return lineageIds[0];
 }
 
 export async function keyHealth(c: Container, lineageId: string) {

@@ -2,11 +2,11 @@ import { randomUUID } from 'node:crypto';
 import type { Container } from '../container';
 import { AppError, conflict, invalid } from '../errors';
 import { emitEvent } from '../events';
-import { auditKeyRefusal, checkKeyLimit, generationRow, newLineage, storeKey, type LineageSpec } from './key-catalog';
+import { auditKeyRefusal, checkKeyLimit, generationRow, newLineage, storeKey, storeRecipientUpgrade, type LineageSpec } from './key-catalog';
 import { resyncLinkedTo } from '../teams/team-access';
 import { randomSecret } from '../lineage';
 import type { RequestMeta } from '../../db/audit';
-import type { KeyRow, LineageRow } from '../../db/keys';
+import { findKeyByFingerprint, type KeyRow, type LineageRow } from '../../db/keys';
 
 export interface ImportInput {
   /** The transferable key as sent (armored or binary). */
@@ -24,10 +24,18 @@ export interface ImportInput {
  * private key locked with a random secret and sealed like a generated generation's (lib/keys/key-catalog.ts
  * generationRow), behind a lineage lock made from `passphrase`. A public-only key becomes a recipient
  * key: a lineage with no unlock key whose generation has no private key (encrypt and verify only).
- * Audited (`keys.import`, success or the refusal's code; never key material) and announced
- * (`key.imported`).
+ * Fingerprints are unique within the account only: what other accounts hold is never looked at. A key
+ * the account holds already is 409 `key_exists`, except the secret key of one of its recipient keys,
+ * which that key takes (`upgraded`: the same lineage, now managed; lib/keys/key-catalog.ts
+ * storeRecipientUpgrade). Audited (`keys.import`, success or the refusal's code; never key material)
+ * and announced (`key.imported`).
  */
-export async function importKey(c: Container, userId: string, input: ImportInput, meta: RequestMeta): Promise<{ lineage: LineageRow; key: KeyRow }> {
+export async function importKey(
+  c: Container,
+  userId: string,
+  input: ImportInput,
+  meta: RequestMeta,
+): Promise<{ lineage: LineageRow; key: KeyRow; upgraded: boolean }> {
   await checkKeyLimit(c, userId); // early 402, before any parse
   const fail = async (err: unknown, target: string | null = null) => {
     await auditKeyRefusal(c, userId, 'keys.import', target, err instanceof AppError ? err.code : 'error', meta);
@@ -53,28 +61,33 @@ export async function importKey(c: Container, userId: string, input: ImportInput
     algorithm: imported.rotationAlgorithm,
     key_ttl_days: null,
   };
+  const exists = conflict('key_exists', `This account already holds this key (${imported.fingerprint}).`);
+  const held = await findKeyByFingerprint(c.db, userId, imported.fingerprint);
+  if (held && !(imported.secret && held.lineage.kind === 'recipient')) throw await fail(exists, imported.fingerprint);
   const spec: LineageSpec = imported.secret
-    ? await newLineage(c, described, input.passphrase!)
+    ? await newLineage(c, described, input.passphrase!, held?.lineage.id)
     : { ...described, id: randomUUID(), unlock_public: '', unlock_locked: '' };
-  const first = await generationRow(c, { ...spec, user_id: userId }, 1, imported, secret);
   const kind = imported.secret ? 'managed' : 'recipient';
   let stored: { lineage: LineageRow; key: KeyRow };
   try {
-    stored = await storeKey(c, userId, spec, first, meta, { kind });
+    stored = held
+      ? await storeRecipientUpgrade(c, userId, spec, imported, secret, meta)
+      : await storeKey(c, userId, spec, await generationRow(c, { ...spec, user_id: userId }, 1, imported, secret), meta, { kind });
   } catch (err) {
-    // Fingerprints are unique across the service.
-    if ((err as { code?: string }).code === '23505')
-      throw await fail(conflict('key_exists', 'This key is already stored in the service.'), imported.fingerprint);
+    if (err instanceof AppError && err.code === 'key_exists') throw await fail(err, imported.fingerprint);
+    // An import of the same key into the same account that got there first (pgp_keys_account_fingerprint).
+    if ((err as { code?: string }).code === '23505') throw await fail(exists, imported.fingerprint);
     throw err;
   }
   await emitEvent(c, userId, 'key.imported', {
     lineage_id: spec.id,
-    fingerprint: first.fingerprint,
+    fingerprint: stored.key.fingerprint,
     label: spec.label,
     environment: spec.environment,
-    algorithm: first.algorithm,
+    algorithm: stored.key.algorithm,
     kind,
+    upgraded: Boolean(held),
   });
   await resyncLinkedTo(c, userId, 'key.imported', meta);
-  return stored;
+  return { ...stored, upgraded: Boolean(held) };
 }

@@ -127,6 +127,26 @@ describe('a lineage with its own token key', () => {
     expect(hsm.labels()).not.toContain(lineageKeyLabel(recipient.body.lineage_id));
   });
 
+  it('a recipient key upgraded by its secret key gets a token key; of two upgrades at once, the refused one leaves it in place', async () => {
+    const made = await openpgp.generateKey({ userIDs: [{ name: 'Up Graded', email: 'up@example.test' }], format: 'armored' });
+    const recipient = await s.api('POST', '/keys/import', { token: u.token, form: { label: 'up', key: made.publicKey } });
+    expect(recipient.status, JSON.stringify(recipient.body)).toBe(201);
+    const ct = await download(
+      s.api,
+      u.token,
+      (await encrypt(s.api, u.token, recipient.body.fingerprint, [{ name: 'u', data: Buffer.from('upgraded') }])).job_id,
+    );
+    const upgrade = () => s.api('POST', '/keys/import', { token: u.token, form: { label: 'up', passphrase: PASSPHRASE, key: made.privateKey } });
+    const answers = await Promise.all([upgrade(), upgrade()]);
+    expect(answers.map((r) => r.status).sort(), JSON.stringify(answers.map((r) => r.body))).toEqual([200, 409]);
+    const rows = await rowsOf(recipient.body.lineage_id);
+    expect(rows.lineage).toMatchObject({ kind: 'managed', token_key: true });
+    expect(hsm.labels()).toContain(lineageKeyLabel(rows.lineage.id));
+    const dec = await decrypt(recipient.body.fingerprint, ct);
+    expect(dec.state, JSON.stringify(dec.error)).toBe('completed');
+    expect((await download(s.api, u.token, dec.job_id)).toString()).toBe('upgraded');
+  });
+
   it('a destroyed lineage’s token key is deleted after the commit: a backup copy of its rows no longer opens with keyring and root key; another lineage still does', async () => {
     const doomed = await createKey(s.api, u.token, { label: 'doomed' });
     const kept = await createKey(s.api, u.token, { label: 'kept' });

@@ -35,7 +35,10 @@ export default [
       binaryFields: ['key'],
     },
     body: ImportForm,
-    responses: { 201: { description: 'The imported key', schema: Key } },
+    responses: {
+      201: { description: 'The imported key', schema: Key },
+      200: { description: "The secret key of one of the account's recipient keys: that key (its `lineage_id`), now a managed key", schema: Key },
+    },
     async handler({ c, user, body, upload, meta }) {
       const parts = upload.parts.key ?? (body.key ? [Buffer.from(body.key)] : []);
       if (parts.length !== 1) throw invalid('key_required', 'Send exactly one key in the field `key`.');
@@ -45,7 +48,7 @@ export default [
         { key: parts[0], keyPassphrase: body.key_passphrase, passphrase: body.passphrase, label: body.label, environment: body.environment ?? 'production' },
         meta,
       );
-      return { status: 201, body: keyOut(stored.lineage, stored.key, c.clock.now()) };
+      return { status: stored.upgraded ? 200 : 201, body: keyOut(stored.lineage, stored.key, c.clock.now()) };
     },
   }),
 ];
