@@ -132,7 +132,7 @@ describe('worker processes', () => {
       expect((await fetch(`${base}/healthz`)).status).toBe(200);
       const ready = await fetch(`${base}/readyz`);
       expect(ready.status).toBe(200);
-      expect(await ready.json()).toEqual({ status: 'ready', checks: { postgres: 'up', redis: 'up' } });
+      expect(await ready.json()).toEqual({ status: 'ready', checks: { postgres: 'up', redis: 'up', keyring: 'current' } });
       expect((await fetch(`${base}/metrics`)).status).toBe(401);
       const samples = await scrape(`${base}/metrics`);
       expect(samples.some((x) => x.name === 'kms_queue_jobs')).toBe(true);
