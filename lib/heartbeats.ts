@@ -25,10 +25,10 @@ const ProcessBeat = z.object({
   id: z.string(),
   host: z.string(),
   pid: z.number().int(),
-  /** A beat without roles is a worker's: only workers beat where the field is missing. */
+  /** Read as a worker's when missing: a process that writes no roles beats only from its workers. */
   roles: z.array(z.string()).default(['worker']),
   queues: z.array(QueueShare),
-  /** Missing from a process that does not say which data key it seals under. */
+  /** Missing from a process that does not say which data key it seals under: it counts as behind. */
   keyring: KeyringBeat.optional(),
   started_at: z.string(),
   seen_at: z.string(),
