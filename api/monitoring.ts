@@ -6,7 +6,7 @@ import { QUEUES } from '../jobs/define';
 import { authenticate } from './middleware/auth';
 import { requireAdmin } from './middleware/admin';
 import type { AppContext } from './context';
-import { presentedCredential } from './middleware/browser-session';
+import { presentedCredential, refuseForgedRequest } from './middleware/browser-session';
 
 /** Where the BullMQ dashboard lives, outside /api/v1 (it is a page, not part of the API). */
 const DASHBOARD_PATH = '/admin/queues';
@@ -56,9 +56,13 @@ export function mountMonitoring(app: App, c: Container): void {
     if (koaCtx.path !== DASHBOARD_PATH && !koaCtx.path.startsWith(`${DASHBOARD_PATH}/`)) return void (await next());
     const ctx = koaCtx as unknown as AppContext;
     if (ctx.path === SESSION_PATH) return dashboardSession(ctx, c);
-    // A browser cannot add a Bearer header to the page's own requests: it sends the session cookie instead.
+    // A browser cannot add a Bearer header to the page's own requests: it sends the session cookie instead,
+    // which the browser also attaches to requests other sites make; the dashboard's page sends no header of ours.
     const cookie = ctx.cookies.get(COOKIE);
-    if (!ctx.get('authorization') && cookie) ctx.request.headers.authorization = `Bearer ${cookie}`;
+    if (!ctx.get('authorization') && cookie) {
+      refuseForgedRequest(ctx, 'browser-origin');
+      ctx.request.headers.authorization = `Bearer ${cookie}`;
+    }
     ctx.state.user = await authenticate(ctx, 'session');
     await requireAdmin(ctx, DASHBOARD_PATH);
     ctx.set('X-Frame-Options', 'DENY');

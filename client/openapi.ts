@@ -6884,6 +6884,19 @@ export interface components {
                     /** Format: date-time */
                     finished_at: string | null;
                 } | null;
+                /** @description Every live API, worker and scheduler process, with the data key it seals under */
+                processes: {
+                    process_id: string;
+                    host: string;
+                    pid: number;
+                    roles: string[];
+                    /** @description The data key the process seals under, as its heartbeat says (null: not said) */
+                    current_kid: string | null;
+                    /** @description Why its keyring reload fails, while it does */
+                    reload_error: string | null;
+                    /** @description It does not seal under the keyring's current data key (or does not say): `master-key retire` refuses meanwhile */
+                    behind: boolean;
+                }[];
             };
         };
     };

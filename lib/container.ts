@@ -79,7 +79,12 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
     await db.destroy();
     throw err;
   });
-  keyring.start(config.masterKeys.refreshMs, (err) => log.warn({ err: err.message }, 'keyring reload failed; the keys known are kept'));
+  const metrics = createMetrics();
+  keyring.onChange((state) => metrics.keyringReloadFailing.set(state.reload_error === null ? 0 : 1));
+  keyring.start(config.masterKeys.refreshMs, (err) => {
+    metrics.keyringReloadFailures.inc();
+    log.warn({ err: err.message }, 'keyring reload failed; the keys known are kept');
+  });
   const mailer = createMailer({ ...config.mail, smtpUrl: config.mail.smtpUrl, log });
   const jobs = new JobClient(redis, config.redisPrefix, (err) => log.warn({ err: err.message }, 'job queue error'));
   const sealer = sealerOver(keyring);
@@ -92,7 +97,6 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const blob = followableJobFiles(sealedJobBlobs(store, jobKeys));
   const usage = new UsageRecorder((kind, id, count, last) => (kind === 'api_key' ? addUse(db, id, count, last) : touchPartnerKey(db, id, last)), log);
   const eventHub = new EventHub({ redis, target: config, redisPrefix: config.redisPrefix, log });
-  const metrics = createMetrics();
   const untrusted = new UntrustedPgp(config.untrusted, metrics);
   return {
     config,

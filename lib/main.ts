@@ -2,6 +2,7 @@ import { dependencyFailed, loadConfig, type Config } from './config';
 import { createContainer, type Container } from './container';
 import { ensureDatabase, openDatabase } from '../db/knex';
 import { migrateLatest } from '../db/migrate';
+import { startHeartbeat } from './heartbeats';
 
 export type Role = 'web' | 'worker' | 'scheduler';
 const ROLES: Record<string, Role[]> = { web: ['web'], worker: ['worker'], scheduler: ['scheduler'], all: ['web', 'worker', 'scheduler'] };
@@ -61,6 +62,14 @@ export async function startService(roles: Role[], config: Config = loadConfig(),
     const { startAuditRelay } = await import('./audit-relay');
     const { startEventRelay } = await import('./events');
     stops.push(startAuditRelay(c).stop, startEventRelay(c).stop);
+  }
+  if (roles.length) {
+    // Beats until every role has stopped: a worker still finishing its jobs still seals.
+    const heartbeat = startHeartbeat(c.redis, config.redisPrefix, { roles, queues: roles.includes('worker') ? config.workerQueues : [] }, () => ({
+      keyring: c.keyring.state(),
+    }));
+    c.keyring.onChange(() => heartbeat.beat());
+    stops.push(heartbeat.stop);
   }
   return {
     container: c,

@@ -22,6 +22,10 @@ export interface Metrics {
   queueJobs: Gauge<'queue' | 'state'>;
   /** Untrusted OpenPGP work stopped at its deadline or out of memory (lib/pgp/untrusted.ts), by task. */
   untrustedStopped: Counter<'task' | 'why'>;
+  /** Keyring reloads that failed (the process keeps sealing under the keys it knows). */
+  keyringReloadFailures: Counter;
+  /** 1 while this process's latest keyring reload failed, else 0. */
+  keyringReloadFailing: Gauge;
 }
 
 export function createMetrics(): Metrics {
@@ -61,6 +65,16 @@ export function createMetrics(): Metrics {
       name: 'kms_untrusted_work_stopped_total',
       help: 'Keys and signatures from callers whose reading was stopped at its deadline or out of memory, by task',
       labelNames: ['task', 'why'],
+      registers,
+    }),
+    keyringReloadFailures: new Counter({
+      name: 'kms_keyring_reload_failures_total',
+      help: 'Keyring reloads that failed; the process keeps sealing under the data keys it had',
+      registers,
+    }),
+    keyringReloadFailing: new Gauge({
+      name: 'kms_keyring_reload_failing',
+      help: '1 while the latest keyring reload of this process failed (it may seal under a data key that is no longer current)',
       registers,
     }),
     queueJobs: new Gauge({

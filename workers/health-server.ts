@@ -1,12 +1,12 @@
 import { createServer, type Server } from 'node:http';
 import type { Container } from '../lib/container';
 import { metricsAccess, scrapeMetrics } from '../lib/metrics';
-import { dependencyChecks } from '../lib/operations/health-checks';
+import { dependencyChecks, keyringCheck } from '../lib/operations/health-checks';
 
 /**
  * A worker process's own small HTTP server (WORKER_HTTP_PORT), without the API's stack: `/healthz`
- * (the process answers), `/readyz` (503 until Postgres and Redis answer) and `/metrics` (its job
- * metrics, behind METRICS_TOKEN as on the API).
+ * (the process answers), `/readyz` (503 until Postgres and Redis answer; 200 `degraded` while its
+ * keyring reload fails) and `/metrics` (its job metrics, behind METRICS_TOKEN as on the API).
  */
 export async function startHealthServer(c: Container, port: number): Promise<{ port: number; close: () => Promise<void> }> {
   const server: Server = createServer((req, res) => {
@@ -20,7 +20,9 @@ export async function startHealthServer(c: Container, port: number): Promise<{ p
     if (path === '/readyz') {
       void dependencyChecks(c).then(({ postgres, redis }) => {
         const ready = postgres === 'up' && redis === 'up';
-        send(ready ? 200 : 503, JSON.stringify({ status: ready ? 'ready' : 'not_ready', checks: { postgres, redis } }));
+        const keyring = keyringCheck(c);
+        const status = !ready ? 'not_ready' : keyring === 'stale' ? 'degraded' : 'ready';
+        send(ready ? 200 : 503, JSON.stringify({ status, checks: { postgres, redis, keyring } }));
       });
       return;
     }

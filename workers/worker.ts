@@ -7,7 +7,6 @@ import { UPLOAD_QUEUE, isQueueName, type JobEnvelope, type QueueName } from '../
 import { NO_POOL, SlotPool } from '../lib/slots';
 import { processorOf } from './processors';
 import { Watchdog, abortRunningJobs } from './watchdog';
-import { startHeartbeat } from '../lib/heartbeats';
 
 export interface WorkerPool {
   workers: Worker[];
@@ -44,13 +43,11 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
     return worker;
   });
   await Promise.all(workers.map((w) => w.waitUntilReady()));
-  const heartbeat = startHeartbeat(c.redis, c.config.redisPrefix, queues);
   c.log.info({ queues }, 'workers started');
 
   return {
     workers,
     async close() {
-      await heartbeat.stop();
       const drained = Promise.all(workers.map((w) => w.close()));
       const grace = new Promise<'late'>((resolve) => setTimeout(resolve, c.config.workerLocks.shutdownGraceMs, 'late').unref());
       if ((await Promise.race([drained, grace])) === 'late') {

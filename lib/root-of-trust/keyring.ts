@@ -117,11 +117,27 @@ export async function ensureKeyring(db: Knex, roots: Roots, legacy: string[]): P
   });
 }
 
+/** What a process says of its keyring (in its heartbeat, /readyz, GET /status): no key material. */
+export interface KeyringState {
+  /** The data key this process seals and MACs under now; null if it has none current. */
+  current_kid: string | null;
+  /** The end of the latest load that succeeded. */
+  loaded_at: string | null;
+  /** Why the latest reload failed, while it keeps failing (the keys known are kept meanwhile). */
+  reload_error: string | null;
+}
+
 /** The data keys in memory, kept in step with the `keyring` table. */
 export class Keyring implements SealingKeys {
   private readonly live = new Map<string, { key: Buffer; currentFrom: number | null }>();
   private readonly retired = new Set<string>();
   private timer: NodeJS.Timeout | undefined;
+  private loadedAt: Date | undefined;
+  private failure: string | undefined;
+  /** Fires when a known key's `current_from` arrives, so that listeners hear of the switch when it happens. */
+  private switchTimer: NodeJS.Timeout | undefined;
+  private readonly listeners: ((state: KeyringState) => void)[] = [];
+  private told = '';
 
   constructor(
     private readonly db: Knex,
@@ -145,21 +161,63 @@ export class Keyring implements SealingKeys {
     return this.retired.has(kid);
   }
 
+  state(): KeyringState {
+    let current_kid: string | null = null;
+    try {
+      current_kid = this.current().kid;
+    } catch {
+      // No key is current: said as null.
+    }
+    return { current_kid, loaded_at: this.loadedAt?.toISOString() ?? null, reload_error: this.failure ?? null };
+  }
+
+  /** Calls `listener` whenever the key this process seals under or its reload failure changes. */
+  onChange(listener: (state: KeyringState) => void): void {
+    this.listeners.push(listener);
+  }
+
   /** Reads the keyring: unwraps keys new to this process, drops retired ones, follows `current_from`. */
   async load(): Promise<void> {
-    const rows = await this.db<KeyringRow>('keyring').select('kid', 'wrapped', 'root_id', 'current_from', 'retired_at');
-    for (const row of rows) {
-      if (row.retired_at || !row.wrapped) {
-        this.live.get(row.kid)?.key.fill(0);
-        this.live.delete(row.kid);
-        this.retired.add(row.kid);
-        continue;
+    try {
+      const rows = await this.db<KeyringRow>('keyring').select('kid', 'wrapped', 'root_id', 'current_from', 'retired_at');
+      for (const row of rows) {
+        if (row.retired_at || !row.wrapped) {
+          this.live.get(row.kid)?.key.fill(0);
+          this.live.delete(row.kid);
+          this.retired.add(row.kid);
+          continue;
+        }
+        const currentFrom = row.current_from ? row.current_from.getTime() : null;
+        const known = this.live.get(row.kid);
+        if (known) known.currentFrom = currentFrom;
+        else this.live.set(row.kid, { key: await this.roots.unwrap(row), currentFrom });
       }
-      const currentFrom = row.current_from ? row.current_from.getTime() : null;
-      const known = this.live.get(row.kid);
-      if (known) known.currentFrom = currentFrom;
-      else this.live.set(row.kid, { key: await this.roots.unwrap(row), currentFrom });
+      this.loadedAt = new Date();
+      this.failure = undefined;
+    } catch (err) {
+      this.failure = (err as Error).message;
+      throw err;
+    } finally {
+      this.scheduleSwitch();
+      this.tell();
     }
+  }
+
+  private scheduleSwitch(): void {
+    clearTimeout(this.switchTimer);
+    const now = Date.now();
+    const next = Math.min(...[...this.live.values()].map((e) => (e.currentFrom !== null && e.currentFrom > now ? e.currentFrom : Infinity)));
+    if (next === Infinity) return;
+    this.switchTimer = setTimeout(() => this.tell(), Math.min(next - now + 1, 2 ** 31 - 1));
+    this.switchTimer.unref();
+  }
+
+  private tell(): void {
+    const state = this.state();
+    const said = `${state.current_kid}\n${state.reload_error}`;
+    if (said === this.told) return;
+    this.told = said;
+    for (const listener of this.listeners) listener(state);
   }
 
   /** Reloads every `ms` until `close`; a failed reload keeps the keys known and is reported. */
@@ -170,6 +228,7 @@ export class Keyring implements SealingKeys {
 
   async close(): Promise<void> {
     clearInterval(this.timer);
+    clearTimeout(this.switchTimer);
     for (const e of this.live.values()) e.key.fill(0);
     this.live.clear();
     await this.roots.close();

@@ -3,6 +3,7 @@ import type { Knex } from 'knex';
 import type { Sealer } from '../sealer';
 import { newKid, type Keyring, type KeyringRow, type Roots } from './keyring';
 import { holdsSeal, kidSql, STORED_SEALS, type SealedRow } from './stored-seals';
+import { processName, type ProcessBeat } from '../heartbeats';
 
 /** Per key id, how many stored values and row MACs use it, by `table.column`. */
 export type KeyUsage = Record<string, Record<string, number>>;
@@ -37,21 +38,75 @@ export async function rotateDataKey(db: Knex, roots: Roots, graceMs: number): Pr
 
 export class KeyringRefusal extends Error {}
 
+/** The data key the keyring table makes current now (as each process's keyring does): the live key with the latest `current_from` in the past. */
+export async function currentDataKey(db: Knex): Promise<string | null> {
+  const row = await db<KeyringRow>('keyring')
+    .whereNull('retired_at')
+    .whereNotNull('wrapped')
+    .where('current_from', '<=', db.fn.now())
+    .orderBy('current_from', 'desc')
+    .first('kid');
+  return row?.kid ?? null;
+}
+
+/** A live process (by its heartbeat) and the data key it seals under. */
+export interface ProcessKeyring {
+  process_id: string;
+  host: string;
+  pid: number;
+  roles: string[];
+  /** Null when it does not say. */
+  current_kid: string | null;
+  reload_error: string | null;
+  /**
+   * Not sealing under `current`: a process whose reload fails keeps sealing under the key it knows, and
+   * one that does not say which key it seals under may too.
+   */
+  behind: boolean;
+}
+
+export const processKeyrings = (beats: ProcessBeat[], current: string | null): ProcessKeyring[] =>
+  beats.map((b) => ({
+    process_id: b.id,
+    host: b.host,
+    pid: b.pid,
+    roles: b.roles,
+    current_kid: b.keyring?.current_kid ?? null,
+    reload_error: b.keyring?.reload_error ?? null,
+    behind: !b.keyring || b.keyring.current_kid !== current,
+  }));
+
+/** A process that is behind, as an operator reads it. */
+export const behindText = (p: ProcessKeyring): string =>
+  `${processName(p)} ${p.current_kid === null ? 'does not say which data key it seals under' : `seals under "${p.current_kid}"`}${p.reload_error ? ` (its keyring reload fails: ${p.reload_error})` : ''}`;
+
 /**
- * Retires a data key: refused while it is current, while a stored value or row MAC uses it, while a job
- * not yet run carries a value sealed under it (`queuedUses`), or while a re-seal run is unfinished. Its material is deleted from the row; the row stays, so a value that still
- * names it is reported as under a retired key. A backup from before still holds the wrapped material.
+ * Retires a data key: refused while it is current, while a live process (`processes`) has not loaded the
+ * current key (it may still seal under this one), while a re-seal run is unfinished, while a stored value
+ * or row MAC uses it, or while a job not yet run carries a value sealed under it (`queuedUses`). Its
+ * material is deleted from the row; the row stays, so a value that still names it is reported as under
+ * a retired key. A backup from before still holds the wrapped material.
  */
-export async function retireDataKey(db: Knex, kid: string, current: string, queuedUses: (kid: string) => Promise<number>): Promise<void> {
+export async function retireDataKey(
+  db: Knex,
+  kid: string,
+  current: string,
+  checks: { processes: () => Promise<ProcessKeyring[]>; queuedUses: (kid: string) => Promise<number> },
+): Promise<void> {
   const row = await db<KeyringRow>('keyring').where({ kid }).first();
   if (!row) throw new KeyringRefusal(`there is no data key "${kid}"`);
   if (row.retired_at) throw new KeyringRefusal(`data key "${kid}" is retired already`);
   if (kid === current) throw new KeyringRefusal(`data key "${kid}" is the current key; rotate first`);
+  const behind = (await checks.processes()).filter((p) => p.behind);
+  if (behind.length)
+    throw new KeyringRefusal(
+      `${behind.length} live process(es) have not loaded the current data key "${current}", so may still seal under "${kid}": ${behind.map(behindText).join('; ')}. Give each the root key configuration and restart it (or wait for its next keyring reload), then retire`,
+    );
   const running = await db<ResealRow>('keyring_reseals').whereNull('finished_at').first('target_kid');
   if (running) throw new KeyringRefusal(`the re-seal to "${running.target_kid}" has not finished`);
   const uses = totalUses(await keyUsage(db), kid);
   if (uses > 0) throw new KeyringRefusal(`data key "${kid}" still seals ${uses} stored value(s) or row MAC(s)`);
-  const queued = await queuedUses(kid);
+  const queued = await checks.queuedUses(kid);
   if (queued > 0) throw new KeyringRefusal(`data key "${kid}" still seals values in ${queued} job(s) waiting in the queues; retire it once they have run`);
   await db('keyring').where({ kid }).whereNull('retired_at').update({ wrapped: null, retired_at: db.fn.now() });
 }

@@ -132,7 +132,7 @@ describe('worker processes', () => {
       expect((await fetch(`${base}/healthz`)).status).toBe(200);
       const ready = await fetch(`${base}/readyz`);
       expect(ready.status).toBe(200);
-      expect(await ready.json()).toEqual({ status: 'ready', checks: { postgres: 'up', redis: 'up' } });
+      expect(await ready.json()).toEqual({ status: 'ready', checks: { postgres: 'up', redis: 'up', keyring: 'current' } });
       expect((await fetch(`${base}/metrics`)).status).toBe(401);
       const samples = await scrape(`${base}/metrics`);
       expect(samples.some((x) => x.name === 'kms_queue_jobs')).toBe(true);
@@ -201,5 +201,61 @@ describe('queue dashboard', () => {
     const closed = await dashboard('/session', { method: 'DELETE' });
     expect(closed.status).toBe(204);
     expect(closed.headers.get('set-cookie')).toMatch(/^kms_dashboard=;/);
+  });
+});
+
+describe('queue dashboard, read-write, opened by its cookie', () => {
+  let rw: TestService;
+  beforeAll(async () => {
+    // No worker: a job the dashboard adds stays waiting where the test can count it.
+    rw = await startTestService({ roles: ['web'], env: { QUEUE_DASHBOARD: 'read-write' } });
+  });
+  afterAll(async () => {
+    await rw?.stop();
+  });
+
+  it("refuses a change another site makes with the cookie (Origin or Sec-Fetch-Site, as the console's cookie), does nothing, and accepts its own page's", async () => {
+    const own = rw.url.replace(/\/api\/v1$/, '');
+    const u = await registerUser(rw.api);
+    await rw.c.db('users').where({ id: u.id }).update({ role: 'admin' });
+    const opened = await fetch(`${own}/admin/queues/session`, { method: 'POST', headers: { authorization: `Bearer ${u.token}` } });
+    expect(opened.status).toBe(204);
+    const cookie = opened.headers.get('set-cookie')!.split(';')[0];
+    const board = (path: string, method: string, headers: Record<string, string>, body?: unknown) =>
+      fetch(`${own}/admin/queues/api/queues${path}`, {
+        method,
+        headers: { cookie, ...(body ? { 'content-type': 'application/json' } : {}), ...headers },
+        body: body ? JSON.stringify(body) : undefined,
+      });
+    const notify = rw.c.jobs.queue('notify');
+    const add = { name: 'forged', data: {}, options: {} };
+    // A form another site posts (urlencoded: no preflight) carries the cookie and the other site's Origin.
+    const forged = await fetch(`${own}/admin/queues/api/queues/notify/add`, {
+      method: 'POST',
+      headers: { cookie, origin: 'https://evil.example', 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'name=forged',
+    });
+    expect([forged.status, forged.headers.get('content-type')]).toEqual([403, expect.stringContaining('application/problem+json')]);
+    expect(await forged.json()).toMatchObject({ status: 403, code: 'cross_origin_request' });
+    const crossSite = await board('/notify/pause', 'PUT', { 'sec-fetch-site': 'cross-site' });
+    expect([crossSite.status, ((await crossSite.json()) as { code: string }).code]).toEqual([403, 'cross_site_request']);
+    const sameSite = await board('/notify/add', 'POST', { 'sec-fetch-site': 'same-site', origin: own }, add);
+    expect([sameSite.status, ((await sameSite.json()) as { code: string }).code]).toEqual([403, 'cross_site_request']);
+    // A browser always says where a change comes from; a request that says nothing is not the dashboard's page.
+    const silent = await board('/notify/add', 'POST', {}, add);
+    expect([silent.status, ((await silent.json()) as { code: string }).code]).toEqual([403, 'origin_required']);
+    expect(await notify.getJobCounts('waiting', 'delayed')).toEqual({ waiting: 0, delayed: 0 });
+    expect(await notify.isPaused()).toBe(false);
+
+    // The dashboard's own page: its requests carry the service's Origin (and Sec-Fetch-Site: same-origin).
+    const added = await board('/notify/add', 'POST', { origin: own, 'sec-fetch-site': 'same-origin' }, add);
+    expect(added.status, await added.clone().text()).toBe(200);
+    expect((await notify.getJobs(['waiting'])).map((j) => j.name)).toEqual(['forged']);
+    expect((await board('/notify/pause', 'PUT', { 'sec-fetch-site': 'same-origin' })).status).toBe(200);
+    expect(await notify.isPaused()).toBe(true);
+    // Reads need no proof; a Bearer header is unchanged (the cookie is not looked at).
+    expect((await board('', 'GET', {})).status).toBe(200);
+    expect((await fetch(`${own}/admin/queues/api/queues/notify/resume`, { method: 'PUT', headers: { authorization: `Bearer ${u.token}` } })).status).toBe(200);
+    expect(await notify.isPaused()).toBe(false);
   });
 });

@@ -36,6 +36,16 @@ describe('GET /status', () => {
     expect(maintenance.schedulers[0].next_run_at).toBeTruthy();
     const before = first.body.workers.length;
     expect(before).toBeGreaterThanOrEqual(1);
+    // Every process, with the data key it seals under: this one runs the API, the workers and the scheduler.
+    expect(first.body.master_key.processes).toContainEqual({
+      process_id: expect.any(String),
+      host: expect.any(String),
+      pid: process.pid,
+      roles: ['web', 'worker', 'scheduler'],
+      current_kid: first.body.master_key.current_kid,
+      reload_error: null,
+      behind: false,
+    });
 
     const worker = startProcess('worker', { ...s.env, LOG_LEVEL: 'info', WORKER_QUEUES: 'crypto=3' });
     try {
@@ -43,8 +53,10 @@ describe('GET /status', () => {
       await expect
         .poll(async () => (await s.api('GET', '/status', { token: a.token })).body.workers.length, { timeout: 10_000, interval: 200 })
         .toBe(before + 1);
-      const crypto = (await s.api('GET', '/status', { token: a.token })).body.queues.find((q: { queue: string }) => q.queue === 'crypto');
+      const status = (await s.api('GET', '/status', { token: a.token })).body;
+      const crypto = status.queues.find((q: { queue: string }) => q.queue === 'crypto');
       expect(crypto.concurrency).toBeGreaterThanOrEqual(3);
+      expect(status.master_key.processes).toContainEqual(expect.objectContaining({ pid: worker.pid, roles: ['worker'], behind: false }));
     } finally {
       worker.kill('SIGKILL');
       await worker.exited;

@@ -23,7 +23,7 @@ afterAll(async () => {
 const rows = () => s.c.db('audit_logs').where('action', 'like', 'master_key.%').orderBy('id');
 
 describe('audit rows of the master-key commands', () => {
-  it('init, rewrap, rotate, a refused retire, reseal, retire: one system row each, with the key ids; status none', async () => {
+  it('init, rewrap, a refused rotate, rotate, a refused retire, reseal, retire: one system row each, with the key ids; status none', async () => {
     const root = 'pkcs11:token=kms;object=root-a';
     const withToken = { ...s.env, MASTER_KEY_URI: hsm.uri('root-a') };
     const run = async (args: string[], env = withToken, code = 0) => {
@@ -35,10 +35,18 @@ describe('audit rows of the master-key commands', () => {
     await run(['init']);
     await run(['init']);
     await run(['rewrap']);
-    const kid = /Data key (\S+) is current/.exec((await run(['rotate'])).out)![1];
+    // No worker takes the maintenance queue here: rotate refuses, and --force goes on with a warning.
+    const unserved = await run(['rotate'], withToken, 1);
+    expect(unserved.err).toMatch(
+      /^no live worker takes the "maintenance" queue on this Redis \(REDIS_PREFIX ".+"\), so the re-seal job would wait and never start/,
+    );
+    expect(await s.c.db('keyring')).toHaveLength(1);
+    const forced = await run(['rotate', '--force']);
+    expect(forced.err).toMatch(/^WARNING: no live worker takes the "maintenance" queue/);
+    const kid = /Data key (\S+) is current/.exec(forced.out)![1];
     const refused = await run(['retire', 'm1'], withToken, 1);
     expect(refused.err).toMatch(/re-seal to "dk-.*" has not finished/);
-    await run(['reseal']);
+    await run(['reseal', '--force']);
     // The re-seal run, as the job does it, once the new key is current everywhere.
     await new Promise((r) => setTimeout(r, 600));
     const c = await createContainer(loadConfig(withToken));
@@ -56,6 +64,7 @@ describe('audit rows of the master-key commands', () => {
       ['master_key.init', 'success', root],
       ['master_key.init', 'success', root],
       ['master_key.rewrap', 'success', root],
+      ['master_key.rotate', 'failure', null],
       ['master_key.rotate', 'success', kid],
       ['master_key.retire', 'failure', 'm1'],
       ['master_key.reseal', 'success', kid],
@@ -67,9 +76,10 @@ describe('audit rows of the master-key commands', () => {
       { via: 'admin-cli', root_id: root, created: true },
       { via: 'admin-cli', root_id: root, created: false },
       { via: 'admin-cli', root_id: root, rewrapped: 1, keys: [{ kid: 'm1', root_id: 'master-key:m1' }] },
-      { via: 'admin-cli', kid, previous_kid: 'm1', root_id: root, current_from: expect.any(String) },
+      { via: 'admin-cli', refusal: expect.stringMatching(/^no live worker takes the "maintenance" queue/) },
+      { via: 'admin-cli', kid, previous_kid: 'm1', root_id: root, current_from: expect.any(String), without_maintenance_worker: true },
       { via: 'admin-cli', kid: 'm1', refusal: expect.stringMatching(/^the re-seal to "dk-.*" has not finished$/) },
-      { via: 'admin-cli', enqueued: true, target_kid: kid, resealed: 0, skipped: 0 },
+      { via: 'admin-cli', enqueued: true, target_kid: kid, resealed: 0, skipped: 0, without_maintenance_worker: true },
       { via: 'admin-cli', kid: 'm1', root_id: root },
       { via: 'admin-cli', enqueued: false },
     ]);

@@ -3,11 +3,13 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import pkcs11js from 'pkcs11js';
 import { startTestService, registerUser, type TestService } from '../support/service';
 import { admin, SOFTHSM_MODULE as MODULE, startSoftHsm, TOKEN_PIN as PIN, type SoftHsm } from '../support/softhsm';
-import { startProcess } from '../support/process';
+import { hostname } from 'node:os';
+import { startProcess, waitForOutput } from '../support/process';
 import { createKey, download, encrypt, PASSPHRASE, runJob } from '../support/keys';
 import { loadConfig } from '../../lib/config';
 import { createContainer } from '../../lib/container';
-import { keyUsage, reseal, rewrapKeyring, rotateDataKey, totalUses } from '../../lib/root-of-trust/operations';
+import { keyUsage, reseal, resealProgress, rewrapKeyring, rotateDataKey, totalUses } from '../../lib/root-of-trust/operations';
+import { liveProcesses } from '../../lib/heartbeats';
 
 /**
  * The root of trust on a real PKCS#11 token: SoftHSM2 with its own token folder for this run
@@ -252,6 +254,96 @@ describe('re-seal runs', () => {
       /wrapped by the root key pkcs11:token=kms;object=root-b, which is not configured/,
     );
   });
+});
+
+describe('rotate and retire know the live processes', () => {
+  const A = `ka:${randomBytes(32).toString('base64')}`;
+  const B = `kb:${randomBytes(32).toString('base64')}`;
+  const METRICS_TOKEN = 'metrics-token-for-tests-0123456789';
+  let s: TestService;
+  /** The configuration after the root moved to B: what every process should be restarted with. */
+  let moved: Record<string, string>;
+  /** A real worker process started with root A only, which nobody restarts after the root moves. */
+  let old: ReturnType<typeof startProcess>;
+  const started: ReturnType<typeof startProcess>[] = [];
+  const start = (env: Record<string, string>) => {
+    const p = startProcess('worker', { ...env, LOG_LEVEL: 'info' });
+    started.push(p);
+    return p;
+  };
+  const stop = async (p: ReturnType<typeof startProcess>) => {
+    p.kill('SIGTERM');
+    await p.exited;
+  };
+  const beatOf = async (pid: number | undefined, prefix = s.config.redisPrefix) => (await liveProcesses(s.c.redis, prefix)).find((b) => b.pid === pid);
+
+  beforeAll(async () => {
+    s = await startTestService({ roles: [], env: { MASTER_KEY: A, KEYRING_REFRESH_MS: '200' } });
+    moved = { ...s.env, MASTER_KEY: B, MASTER_KEYS_PREVIOUS: A };
+    old = start({ ...s.env, WORKER_QUEUES: 'notify=1', WORKER_HTTP_PORT: '0', METRICS_TOKEN });
+    await waitForOutput(old, 'workers started');
+    // The operator moves the root key to B; the worker keeps running, as it knows every data key.
+    expect(await admin(['master-key', 'rewrap'], moved)).toMatchObject({ code: 0 });
+  }, 60_000);
+  afterAll(async () => {
+    for (const p of started) if (p.exitCode === null) await stop(p);
+    await s?.stop();
+  });
+
+  it('rotate refuses while no worker takes the maintenance queue on the Redis it enqueues to (nothing made, exit 1)', async () => {
+    // A worker of the maintenance queue on another prefix of the same Redis does not serve these queues.
+    const other = `${s.config.redisPrefix}_other`;
+    const elsewhere = start({ ...moved, REDIS_PREFIX: other, WORKER_QUEUES: 'maintenance=1' });
+    await expect.poll(async () => (await beatOf(elsewhere.pid, other))?.queues, { timeout: 20_000 }).toEqual([{ queue: 'maintenance', concurrency: 1 }]);
+    const refused = await admin(['master-key', 'rotate'], moved);
+    expect(refused, refused.out).toMatchObject({ code: 1, err: expect.stringMatching(/^no live worker takes the "maintenance" queue on this Redis/) });
+    expect((await s.c.db('keyring')).map((r) => r.kid)).toEqual(['ka']);
+    expect(await s.c.jobs.queue('maintenance').getJobCounts('waiting', 'delayed')).toEqual({ waiting: 0, delayed: 0 });
+    await stop(elsewhere);
+  }, 60_000);
+
+  it('retire refuses, naming it, while a live process has not loaded the current key (its reload fails: heartbeat, /readyz, metric), and goes once it is restarted', async () => {
+    const fresh = start({ ...moved, WORKER_QUEUES: 'maintenance=1' });
+    await expect.poll(() => beatOf(fresh.pid), { timeout: 20_000 }).toBeDefined();
+    const rotated = await admin(['master-key', 'rotate'], moved);
+    expect(rotated.code, rotated.err).toBe(0);
+    const kid = /Data key (\S+) is current/.exec(rotated.out)![1];
+    // The old worker cannot unwrap the new key (the root B wraps it): it keeps sealing under "ka".
+    await waitForOutput(old, 'keyring reload failed');
+    await expect.poll(async () => (await resealProgress(s.c.db, kid))?.finished_at ?? null, { timeout: 30_000, interval: 300 }).not.toBeNull();
+    expect(await usesOf(s, 'ka')).toBe(0);
+    const refused = await admin(['master-key', 'retire', 'ka'], moved);
+    expect(refused, refused.out).toMatchObject({ code: 1, err: expect.stringContaining(`have not loaded the current data key "${kid}"`) });
+    expect(refused.err).toContain(
+      `worker pid ${old.pid} on ${hostname()} seals under "ka" (its keyring reload fails: the keyring's data key "${kid}" is wrapped by the root key master-key:kb, which is not configured`,
+    );
+    expect(refused.err).not.toContain(`pid ${fresh.pid} `);
+    expect(await s.c.db('keyring').where({ kid: 'ka' }).first()).toMatchObject({ retired_at: null, wrapped: expect.any(String) });
+
+    // What shows it: its heartbeat, its /readyz, its metrics, master-key status.
+    expect((await beatOf(old.pid))?.keyring).toMatchObject({ current_kid: 'ka', reload_error: expect.stringContaining('master-key:kb') });
+    expect((await beatOf(fresh.pid))?.keyring).toMatchObject({ current_kid: kid, reload_error: null });
+    const port = Number(/"port":(\d+),[^\n]*worker health server listening/.exec(old.output())![1]);
+    const ready = await fetch(`http://127.0.0.1:${port}/readyz`);
+    expect([ready.status, await ready.json()]).toEqual([200, { status: 'degraded', checks: { postgres: 'up', redis: 'up', keyring: 'stale' } }]);
+    const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text();
+    expect(metrics).toMatch(/^kms_keyring_reload_failing 1$/m);
+    expect(Number(/^kms_keyring_reload_failures_total (\d+)$/m.exec(metrics)![1])).toBeGreaterThan(0);
+    const status = JSON.parse((await admin(['master-key', 'status', '--json'], moved)).out) as { processes: { pid: number; behind: boolean }[] };
+    expect(status.processes.map((p) => [p.pid, p.behind]).sort()).toEqual(
+      [
+        [old.pid, true],
+        [fresh.pid, false],
+      ].sort(),
+    );
+
+    // Restarted with the root key configuration, it loads the current key, and the old key retires.
+    await stop(old);
+    const restarted = start({ ...moved, WORKER_QUEUES: 'notify=1' });
+    await expect.poll(async () => (await beatOf(restarted.pid))?.keyring, { timeout: 20_000 }).toMatchObject({ current_kid: kid, reload_error: null });
+    const retired = await admin(['master-key', 'retire', 'ka'], moved);
+    expect(retired.code, retired.err).toBe(0);
+  }, 120_000);
 });
 
 describe('start-up failures of the root of trust', () => {

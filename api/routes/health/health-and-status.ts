@@ -2,11 +2,11 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { route } from '../../route';
 import { QUEUES } from '../../../jobs/define';
-import { liveWorkers } from '../../../lib/heartbeats';
+import { liveProcesses, type ProcessBeat } from '../../../lib/heartbeats';
 import { Timestamp } from '../../schemas/common';
 import type { Container } from '../../../lib/container';
 import { within } from '../../../lib/within';
-import { CHECK_MS, dependencyChecks, latestReseal, pingPostgres } from '../../../lib/operations/health-checks';
+import { CHECK_MS, dependencyChecks, keyringOfProcesses, latestReseal, pingPostgres } from '../../../lib/operations/health-checks';
 
 const Check = z.enum(['up', 'down']);
 
@@ -60,11 +60,24 @@ const Status = z
         })
         .nullable()
         .describe('The latest re-seal run (`npm run admin -- master-key rotate`), null before the first'),
+      processes: z
+        .array(
+          z.object({
+            process_id: z.string(),
+            host: z.string(),
+            pid: z.number().int(),
+            roles: z.array(z.string()),
+            current_kid: z.string().nullable().describe('The data key the process seals under, as its heartbeat says (null: not said)'),
+            reload_error: z.string().nullable().describe('Why its keyring reload fails, while it does'),
+            behind: z.boolean().describe("It does not seal under the keyring's current data key (or does not say): `master-key retire` refuses meanwhile"),
+          }),
+        )
+        .describe('Every live API, worker and scheduler process, with the data key it seals under'),
     }),
   })
   .meta({ id: 'Status' });
 
-async function queueStatus(c: Container, workers: Awaited<ReturnType<typeof liveWorkers>>) {
+async function queueStatus(c: Container, workers: ProcessBeat[]) {
   return Promise.all(
     QUEUES.map(async (name) => {
       const queue = c.jobs.queue(name);
@@ -129,8 +142,10 @@ export default [
     responses: { 200: { description: 'The snapshot', schema: Status } },
     async handler({ c }) {
       const [pg, redis] = await Promise.all([latency(() => pingPostgres(c)), latency(() => c.redis.ping())]);
-      const workers = redis === null ? [] : await liveWorkers(c.redis, c.config.redisPrefix);
+      const beats = redis === null ? [] : await liveProcesses(c.redis, c.config.redisPrefix);
+      const workers = beats.filter((b) => b.roles.includes('worker'));
       const reseal = pg === null ? undefined : await latestReseal(c);
+      const processes = pg === null ? [] : await keyringOfProcesses(c, beats);
       return {
         headers: { 'Cache-Control': 'no-store' },
         body: {
@@ -139,7 +154,7 @@ export default [
           postgres: { state: pg === null ? 'down' : 'up', latency_ms: pg },
           redis: { state: redis === null ? 'down' : 'up', latency_ms: redis },
           queues: redis === null ? [] : await queueStatus(c, workers),
-          workers: workers.map(({ id, ...w }) => ({ worker_id: id, ...w })),
+          workers: workers.map(({ id, host, pid, queues, started_at, seen_at }) => ({ worker_id: id, host, pid, queues, started_at, seen_at })),
           master_key: {
             root_id: c.keyring.roots.currentId,
             current_kid: c.keyring.current().kid,
@@ -153,6 +168,7 @@ export default [
                   finished_at: reseal.finished_at?.toISOString() ?? null,
                 }
               : null,
+            processes,
           },
         },
       };
