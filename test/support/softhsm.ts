@@ -3,6 +3,7 @@ import { mkdtemp, mkdir, readdir, rename, rm, writeFile } from 'node:fs/promises
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pkcs11js from 'pkcs11js';
+import { inject } from 'vitest';
 
 /**
  * A SoftHSM2 token of its own for one test file (SOFTHSM2_CONF points every process of the file at its
@@ -104,10 +105,17 @@ export async function startSoftHsm(): Promise<SoftHsm> {
   };
 }
 
+/** A database of this run for commands given none (`master-key init` writes its audit row there), never the machine's default. */
+const scratchDatabase = () => {
+  const url = new URL(inject('pgBase'));
+  url.pathname = `/${inject('runId')}_admin`;
+  return url.toString();
+};
+
 /** `npm run admin -- …` as an operator runs it. */
 export function admin(args: string[], env: Record<string, string>): Promise<{ code: number | null; out: string; err: string }> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'db/cli/admin.ts', ...args], {
-    env: { ...process.env, ...env },
+    env: { ...process.env, DATABASE_URL: scratchDatabase(), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
