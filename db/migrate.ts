@@ -24,6 +24,7 @@ import * as m023 from './migrations/023_audit_chain';
 import * as m025 from './migrations/025_event_outbox';
 import * as m026 from './migrations/026_lineage_token_keys';
 import * as m027 from './migrations/027_audit_chain_plan';
+import * as m031 from './migrations/031_client_request_id';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -55,6 +56,7 @@ const migrations: Record<string, Knex.Migration> = {
   '025_event_outbox': m025,
   '026_lineage_token_keys': m026,
   '027_audit_chain_plan': m027,
+  '031_client_request_id': m031,
 };
 
 const source: Knex.MigrationSource<string> = {

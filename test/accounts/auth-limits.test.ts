@@ -6,6 +6,7 @@ import { createApp } from '../../api/app';
 import { hashPassword } from '../../lib/auth/passwords';
 import { registerUser, startTestService, type TestService } from '../support/service';
 import { startSmtpServer } from '../support/smtp';
+import { captureLogs } from '../support/logs';
 
 /**
  * Guess limits that hold under parallel requests, client addresses that cannot be forged, session tokens
@@ -111,7 +112,7 @@ async function recordedIp(url: string, xff: string): Promise<string> {
     body: JSON.stringify({ identifier: `nobody-${requestId}`, password: 'wrong password guess' }),
   });
   expect(res.status).toBe(401);
-  return (await s.c.db('audit_logs').where({ request_id: requestId, action: 'auth.login' }).first()).ip;
+  return (await s.c.db('audit_logs').where({ client_request_id: requestId, action: 'auth.login' }).first()).ip;
 }
 
 describe('client addresses', () => {
@@ -285,5 +286,39 @@ describe('credentials that could take over an account', () => {
     expect(added.filter((a) => a.name !== 'request-password-reset').every((a) => a.name === 'send-email')).toBe(true);
     expect(JSON.stringify(added)).not.toContain(u.email);
     await smtp.waitFor(u.email);
+  });
+});
+
+describe('request ids', () => {
+  it("are always the service's own; a client's X-Request-Id is kept as client_request_id only when short and plain", async () => {
+    const logs = captureLogs();
+    const original = s.c.log;
+    s.c.log = logs.logger('info');
+    const u = await registerUser(s.api);
+    const forged = ['FORGED with spaces', `FORGED-${'x'.repeat(60)}`, 'FORGED<script>', 'FORGED/../etc', 'FORGED;drop', 'FORGED%20pct', 'FORGED+plus'];
+    const good = 'client-req:42.a_B';
+    try {
+      for (const [i, id] of [...forged, good].entries()) {
+        // A failed login (a problem body) and a successful one, each audited.
+        const password = i % 2 ? u.password : 'wrong password guess';
+        const res = await s.api('POST', '/auth/login', { headers: { 'x-request-id': id }, body: { identifier: u.username, password } });
+        expect(res.status).toBe(i % 2 ? 200 : 401);
+        const ours = res.headers.get('x-request-id')!;
+        expect(ours).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+        if (res.status === 401) expect(res.body.request_id).toBe(ours);
+        const row = await s.c.db('audit_logs').where({ request_id: ours }).first();
+        expect(row).toMatchObject({ user_id: u.id, action: 'auth.login', client_request_id: id === good ? good : null });
+      }
+    } finally {
+      s.c.log = original;
+    }
+    const rows = JSON.stringify(await s.c.db('audit_logs').select('request_id', 'client_request_id', 'details', 'target'));
+    const text = logs.output();
+    for (const id of forged) {
+      expect(rows).not.toContain(id);
+      expect(text).not.toContain(id);
+    }
+    expect(text).toContain(`"client_request_id":"${good}"`);
+    expect(rows).toContain(good);
   });
 });

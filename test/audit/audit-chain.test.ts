@@ -69,7 +69,19 @@ describe('the chain', () => {
     expect(list.status).toBe(200);
     const newest = list.body.items[0];
     expect(newest).toMatchObject({ action: 'test.row', target: 't4', sequence: rows.length, hash: rows[rows.length - 1]!.hash });
-    expect(Object.keys(newest).sort()).toEqual(['action', 'audit_id', 'created_at', 'details', 'hash', 'ip', 'request_id', 'sequence', 'status', 'target']);
+    expect(Object.keys(newest).sort()).toEqual([
+      'action',
+      'audit_id',
+      'client_request_id',
+      'created_at',
+      'details',
+      'hash',
+      'ip',
+      'request_id',
+      'sequence',
+      'status',
+      'target',
+    ]);
 
     const { offline, server } = await verdicts(u);
     expect(offline).toMatchObject({ ok: true, rows: rows.length, checkpoints: 0, unanchored_rows: rows.length, first_break: null });
