@@ -385,6 +385,38 @@ describe('tampering done directly in Postgres', () => {
     await expectBreak(u, third.sequence, /does not match its hash/);
   });
 
+  it("hashes a row's client_request_id: the row verifies with it, and setting, changing or clearing it breaks there", async () => {
+    const u = await accountWithRows(2);
+    await recordAudit(
+      s.c.db,
+      { user_id: u.id, action: 'test.client_id', status: 'success' },
+      { ip: '192.0.2.1', requestId: 'ours', clientRequestId: 'theirs:1' },
+    );
+    await recordAudit(s.c.db, { user_id: u.id, action: 'test.row', status: 'success' });
+    const [withId] = await s.c.db('audit_logs').where({ chain: u.id, action: 'test.client_id' });
+    expect(withId).toMatchObject({ request_id: 'ours', client_request_id: 'theirs:1' });
+    expect((await exportOf(u.token)).find((l) => l.type === 'row' && l.sequence === withId.sequence)).toMatchObject({ client_request_id: 'theirs:1' });
+    expect((await verdicts(u)).offline).toMatchObject({ ok: true, first_break: null });
+    const plain = await s.c
+      .db('audit_logs')
+      .where({ chain: u.id, sequence: withId.sequence - 1 })
+      .first();
+    for (const [row, value] of [
+      [withId, 'theirs:2'],
+      [withId, null],
+      [plain, 'theirs:1'],
+    ] as const) {
+      await s.c.db('audit_logs').where({ id: row.id }).update({ client_request_id: value });
+      await expectBreak(u, row.sequence, /does not match its hash/);
+      await s.c.db('audit_logs').where({ id: row.id }).update({ client_request_id: row.client_request_id });
+    }
+    expect((await verdicts(u)).offline.ok).toBe(true);
+    // Only the form the API keeps is stored (migration 031).
+    await expect(
+      recordAudit(s.c.db, { user_id: u.id, action: 'test.client_id', status: 'success' }, { ip: null, request_id: 'ours', client_request_id: 'FORGED text' }),
+    ).rejects.toMatchObject({ code: '23514' });
+  });
+
   it('finds an edited field whose hashes were computed again down the chain', async () => {
     const { u, rows, third } = await checkpointed();
     // The forger recomputes the edited row and every later one: only the signed checkpoint disagrees.
