@@ -20,7 +20,10 @@ export interface AuthUser {
 }
 
 export interface AppState {
+  /** The service's own id of the request (logs, problem bodies, audit rows, jobs). */
   requestId: string;
+  /** The client's X-Request-Id when it is plain and short (api/middleware/request-context.ts), recorded beside ours. */
+  clientRequestId?: string;
   log: Logger;
   user?: AuthUser;
   /** The job this request recorded: a problem answered after that names it, so the client can follow it. */

@@ -6654,7 +6654,10 @@ export interface components {
             status: "success" | "failure";
             target: string | null;
             ip: string | null;
+            /** @description The service's id of the request that wrote the row */
             request_id: string | null;
+            /** @description The X-Request-Id the client sent with that request, when it was one the API keeps */
+            client_request_id: string | null;
             details: {
                 [key: string]: unknown;
             };

@@ -44,6 +44,7 @@ export async function chainRows(db: Knex, chain: string, from: number, limit: nu
       'target',
       'ip',
       'request_id',
+      'client_request_id',
       'details',
       db.raw(`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at`),
     );

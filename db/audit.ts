@@ -5,14 +5,17 @@ import { rowDigest } from '../lib/audit-chain';
 /** Who and where a request came from, as audit rows record it. */
 export interface RequestMeta {
   ip: string;
+  /** The service's own id of the request (never the client's). */
   requestId: string;
+  /** The client's X-Request-Id, when it is one the API keeps (api/middleware/request-context.ts). */
+  clientRequestId?: string;
 }
 
 /**
- * Where an audit row's address and request id come from: the request (RequestMeta), or a job's origin
+ * Where an audit row's address and request ids come from: the request (RequestMeta), or a job's origin
  * (the request that enqueued it, nulls for the scheduler). recordAudit copies them into the row.
  */
-export type AuditSource = Partial<RequestMeta> | { ip?: string | null; request_id?: string | null };
+export type AuditSource = Partial<RequestMeta> | { ip?: string | null; request_id?: string | null; client_request_id?: string | null };
 
 export type AuditStatus = 'success' | 'failure';
 
@@ -29,6 +32,7 @@ export interface AuditRow extends Required<Omit<AuditEntry, 'details'>> {
   id: number;
   ip: string | null;
   request_id: string | null;
+  client_request_id: string | null;
   details: Record<string, unknown>;
   created_at: Date;
   /** The account's chain (its id at write time, `system` without one): lib/audit-chain.ts. */
@@ -51,6 +55,7 @@ export function auditInsert(db: Knex, entry: AuditEntry, from?: AuditSource): Wr
     target: row.target ?? null,
     ip: row.ip ?? null,
     request_id: row.request_id ?? null,
+    client_request_id: row.client_request_id ?? null,
     details,
   });
   return db<object>('audit_logs').insert({ ...row, details: JSON.stringify(details), digest });
@@ -61,10 +66,11 @@ export async function recordAudit(db: Knex, entry: AuditEntry, from?: AuditSourc
   await auditInsert(db, entry, from);
 }
 
-/** The row's columns of a source: the one place a request's address and id become an audit row's. */
-function sourceOf(from: AuditSource): { ip: string | null; request_id: string | null } {
+/** The row's columns of a source: the one place a request's address and ids become an audit row's. */
+function sourceOf(from: AuditSource): { ip: string | null; request_id: string | null; client_request_id: string | null } {
   const requestId = 'requestId' in from ? from.requestId : 'request_id' in from ? from.request_id : undefined;
-  return { ip: from.ip ?? null, request_id: requestId ?? null };
+  const clientRequestId = 'clientRequestId' in from ? from.clientRequestId : 'client_request_id' in from ? from.client_request_id : undefined;
+  return { ip: from.ip ?? null, request_id: requestId ?? null, client_request_id: clientRequestId ?? null };
 }
 
 /** Whether the account's audit trail records `action` done successfully to `target` (a deleted row's only trace). */

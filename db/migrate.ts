@@ -26,6 +26,7 @@ import * as m026 from './migrations/026_lineage_token_keys';
 import * as m027 from './migrations/027_audit_chain_plan';
 import * as m028 from './migrations/028_recovery_review';
 import * as m030 from './migrations/030_account_fingerprints';
+import * as m031 from './migrations/031_client_request_id';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -59,6 +60,7 @@ const migrations: Record<string, Knex.Migration> = {
   '027_audit_chain_plan': m027,
   '028_recovery_review': m028,
   '030_account_fingerprints': m030,
+  '031_client_request_id': m031,
 };
 
 const source: Knex.MigrationSource<string> = {

@@ -53,7 +53,7 @@ export class JobClient {
     if (this.connection.status !== 'ready') throw unavailable('queue_unavailable', 'The job queue is not reachable; try again shortly.');
     const data: JobEnvelope = {
       payload: def.schema.parse(payload),
-      meta: { request_id: opts.meta?.requestId, ip: opts.meta?.ip, enqueued_at: new Date().toISOString() },
+      meta: { request_id: opts.meta?.requestId, client_request_id: opts.meta?.clientRequestId, ip: opts.meta?.ip, enqueued_at: new Date().toISOString() },
     };
     const options: JobsOptions = { ...def.options, jobId: opts.jobId, delay: opts.delay };
     const job = await this.queue(def.queue).add(def.name, data, options);

@@ -28,14 +28,23 @@ export const KEEP_ENDED_JOBS = {
 /** What a job carries in Redis: ids and small values only, secrets sealed under the master key. */
 export interface JobEnvelope<P = unknown> {
   payload: P;
-  meta: { request_id?: string; ip?: string; enqueued_at: string };
+  meta: { request_id?: string; client_request_id?: string; ip?: string; enqueued_at: string };
 }
 
 /** The request that enqueued a job, as the job's audit rows record it (null for the scheduler). */
 export interface JobOrigin {
   request_id: string | null;
   ip: string | null;
+  /** The client's own id of that request, when it sent one the API keeps. */
+  client_request_id?: string | null;
 }
+
+/** The origin as the request meta that services take (what they enqueue in turn carries it on). */
+export const originMeta = (o: JobOrigin) => ({
+  ip: o.ip ?? undefined,
+  requestId: o.request_id ?? undefined,
+  clientRequestId: o.client_request_id ?? undefined,
+});
 
 /** How the final failure of a job a client polls is audited: its action, and the key its stored request names. */
 export interface FailureAudit {

@@ -5,9 +5,10 @@ import { createHash, createPublicKey, verify } from 'node:crypto';
  * and `kms audit verify`, which needs nothing but an export and the published keys). Only node:crypto:
  * the command line bundles this file. docs/audit-evidence.md states the rule for other implementations.
  *
- *   digest = SHA-256(JCS({action, details, ip, request_id, status, target}))
+ *   digest = SHA-256(JCS({action, client_request_id?, details, ip, request_id, status, target}))
  *   hash   = SHA-256(JCS({chain, created_at, digest, prev_hash, sequence}))
  *
+ * `client_request_id` is in the object only when the row has one (a row without one has the digest it had before the field existed).
  * JCS is RFC 8785; hashes are lowercase hex; `created_at` is UTC with microseconds; the first row of a
  * chain has `prev_hash` GENESIS. Postgres computes `hash` (the audit_logs trigger, migration 023).
  */
@@ -44,6 +45,8 @@ export interface AuditContent {
   target: string | null;
   ip: string | null;
   request_id: string | null;
+  /** The client's own X-Request-Id, when it sent a plain one (absent from exports made before there was one). */
+  client_request_id?: string | null;
   details: Record<string, unknown>;
 }
 
@@ -52,6 +55,7 @@ export const rowDigest = (r: AuditContent) =>
   sha256(
     jcs({
       action: r.action,
+      client_request_id: r.client_request_id ?? undefined,
       details: JSON.parse(JSON.stringify(r.details)) as unknown,
       ip: r.ip,
       request_id: r.request_id,
@@ -142,6 +146,7 @@ function wellFormedRow(line: object): boolean {
     textOrNull(r.target) &&
     textOrNull(r.ip) &&
     textOrNull(r.request_id) &&
+    (r.client_request_id === undefined || textOrNull(r.client_request_id)) &&
     typeof r.details === 'object' &&
     r.details !== null &&
     !Array.isArray(r.details)

@@ -3,7 +3,7 @@ import type { Container } from '../lib/container';
 import { AppError, isOutOfReach } from '../lib/errors';
 import { createRedis, connectRedis } from '../lib/redis';
 import { bullPrefix } from '../jobs/client';
-import { UPLOAD_QUEUE, isQueueName, type JobEnvelope, type QueueName } from '../jobs/define';
+import { UPLOAD_QUEUE, isQueueName, type JobEnvelope, type JobOrigin, type QueueName } from '../jobs/define';
 import { NO_POOL, SlotPool } from '../lib/slots';
 import { processorOf } from './processors';
 import { Watchdog, abortRunningJobs } from './watchdog';
@@ -105,9 +105,10 @@ async function runJob(c: Container, queue: QueueName, job: Job<JobEnvelope>, poo
   const def = processor.contract;
   const parsed = def.schema.safeParse(job.data?.payload);
   if (!parsed.success) throw new UnrecoverableError(`payload of "${job.name}" does not match its schema`);
-  const log = c.log.child({ queue, job: job.name, job_id: job.id, request_id: job.data.meta?.request_id });
+  const enqueued = job.data.meta;
+  const log = c.log.child({ queue, job: job.name, job_id: job.id, request_id: enqueued?.request_id, client_request_id: enqueued?.client_request_id });
   try {
-    const origin = { request_id: job.data.meta?.request_id ?? null, ip: job.data.meta?.ip ?? null };
+    const origin: JobOrigin = { request_id: enqueued?.request_id ?? null, ip: enqueued?.ip ?? null, client_request_id: enqueued?.client_request_id ?? null };
     const { timeoutMs, idleMs } = c.config.jobLimits;
     const watchdog = new Watchdog({ timeoutMs, idleMs: def.watchProgress ? idleMs : undefined });
     const slot = pool?.slot() ?? NO_POOL;

@@ -3,22 +3,27 @@ import type { Next } from 'koa';
 import type { AppContext } from '../context';
 import type { RequestMeta } from '../../db/audit';
 
-const SAFE_ID = /^[A-Za-z0-9._-]{1,128}$/;
+/** The X-Request-Id a client may send: kept (as client_request_id) only in this form, dropped otherwise. */
+const CLIENT_REQUEST_ID = /^[A-Za-z0-9._:-]{1,64}$/;
 
-/** What audit rows (and jobs) record of a request: its client address and id. */
-export const requestMeta = (ctx: AppContext): RequestMeta => ({ ip: ctx.ip, requestId: ctx.state.requestId });
+/** What audit rows (and jobs) record of a request: its client address, our id and the client's own. */
+export const requestMeta = (ctx: AppContext): RequestMeta => ({ ip: ctx.ip, requestId: ctx.state.requestId, clientRequestId: ctx.state.clientRequestId });
 
 /**
- * Request id (taken from X-Request-Id when sane, else new), a child logger carrying it, safe default
- * headers, one access-log line and the request metrics. Both name the matched route template, not the
- * raw path, since some paths carry share tokens (and templates keep the metrics' label set bounded).
+ * Request id (always the service's own: a client's X-Request-Id is kept beside it, when plain, as
+ * client_request_id, so that what a client sends never passes for ours), a child logger carrying both,
+ * safe default headers, one access-log line and the request metrics. Both name the matched route
+ * template, not the raw path, since some paths carry share tokens (and templates keep the metrics'
+ * label set bounded).
  */
 export async function requestContext(ctx: AppContext, next: Next) {
   const started = process.hrtime.bigint();
   const incoming = ctx.get('x-request-id');
-  const requestId = SAFE_ID.test(incoming) ? incoming : randomUUID();
+  const requestId = randomUUID();
+  const clientRequestId = CLIENT_REQUEST_ID.test(incoming) ? incoming : undefined;
   ctx.state.requestId = requestId;
-  ctx.state.log = ctx.container.log.child({ request_id: requestId });
+  ctx.state.clientRequestId = clientRequestId;
+  ctx.state.log = ctx.container.log.child(clientRequestId ? { request_id: requestId, client_request_id: clientRequestId } : { request_id: requestId });
   ctx.set('X-Request-Id', requestId);
   ctx.set('X-Content-Type-Options', 'nosniff');
   ctx.set('Cache-Control', 'no-store');

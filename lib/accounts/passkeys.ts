@@ -8,6 +8,7 @@ import type {
 import type { Container } from '../container';
 import { AppError, badRequest, conflict, invalid, notFound, unauthorized } from '../errors';
 import { consume, spendThenCheck } from '../auth/limiters';
+import { auditRefusal, endRefusals } from '../auth/refusals';
 import { emitEvent } from '../events';
 import { notify } from '../notify';
 import { signIn, type newSession } from './user-accounts';
@@ -274,7 +275,8 @@ type LoginCheck = { ok: true } | { ok: false; reason: string };
  * Verifies an assertion and answers a session as password login does. A point of the address's and
  * (when the credential names one) the account's failure budgets is spent before the signature is
  * checked, and given back on success: parallel attempts never get more tries than the login limit.
- * Every failure is audited with its reason; the caller learns only that the passkey was refused.
+ * Every failure is audited with its reason, refusals by the lockout once per episode (lib/auth/refusals.ts);
+ * the caller learns only that the passkey was refused.
  */
 export async function completeLogin(
   c: Container,
@@ -298,9 +300,16 @@ export async function completeLogin(
       (o) => o.ok,
     );
   } catch (err) {
-    if (err instanceof AppError && err.code === 'rate_limited') await auditFailure('locked');
+    if (err instanceof AppError && err.code === 'rate_limited')
+      await auditRefusal(
+        c,
+        'lockout',
+        { user_id: user?.id ?? null, action: 'auth.login', status: 'failure', target: passkey?.id ?? null, details: { method: 'passkey', reason: 'locked' } },
+        meta,
+      );
     throw err;
   }
+  await endRefusals(c, 'lockout', user?.id ?? null, meta);
   if (!outcome.ok) {
     await auditFailure(outcome.reason);
     if (outcome.reason === 'counter_not_increased') {

@@ -5,6 +5,7 @@ import { AppError, conflict, forbidden, gone, badRequest, invalid, unauthorized 
 import { hashPassword, verifyPassword, dummyHash } from '../auth/passwords';
 import { signSession } from '../auth/jwt';
 import { consume, spendThenCheck } from '../auth/limiters';
+import { auditRefusal, endRefusals } from '../auth/refusals';
 import { hashToken, newToken } from '../tokens';
 import { issuePartnerKey } from './partner-keys';
 import { revokeAllApiKeys } from './api-keys';
@@ -84,7 +85,8 @@ const lockoutKey = (user: UserRow | undefined, identifier: string) => (user ? `u
  * The one password check (login, password change, account deletion): a point of the account's and
  * the address's failure budgets is spent *before* argon2 runs, so parallel guesses never get more tries
  * than the limit; a correct password gets them back and clears the account's lockout. Unknown accounts
- * cost the same argon2 time. Failures and lockouts are audited under `action`.
+ * cost the same argon2 time. Failures are audited under `action`; refusals by the lockout once per
+ * episode (lib/auth/refusals.ts), which the next check that runs ends.
  */
 async function checkAccountPassword(
   c: Container,
@@ -110,9 +112,10 @@ async function checkAccountPassword(
     );
   } catch (err) {
     if (err instanceof AppError && err.code === 'rate_limited')
-      await log(c.db, { user_id: user?.id ?? null, action, status: 'failure', details: { reason: 'locked' } });
+      await auditRefusal(c, 'lockout', { user_id: user?.id ?? null, action, status: 'failure', details: { reason: 'locked' } }, meta);
     throw err;
   }
+  await endRefusals(c, 'lockout', user?.id ?? null, meta);
   if (ok) {
     await loginAccount.delete(key).catch(() => undefined);
     return true;
@@ -183,10 +186,22 @@ export async function forgotPassword(c: Container, email: string, meta: RequestM
   await c.jobs.enqueue('request-password-reset', { request_id, sealed_email: c.sealer.seal(email, resetRequestAad(request_id)) }, { meta });
 }
 
-/** An existing account gets a reset token (stored as SHA-256) and the email carrying it. */
+/**
+ * An existing account gets a reset token (stored as SHA-256) and the email carrying it, at most
+ * RESET_MAILS_PER_HOUR an hour: anyone can ask for any address, so requests past it are refused (no
+ * token, no mail) and audited once per episode (lib/auth/refusals.ts), which the next mail sent ends.
+ */
 export async function issuePasswordReset(c: Container, email: string, meta: RequestMeta): Promise<void> {
   const user = await findUserByEmail(c.db, email);
   if (!user) return;
+  try {
+    await consume(c.limiters.resetMail, user.id, 'Too many password-reset mails for this account.');
+  } catch (err) {
+    if (!(err instanceof AppError && err.code === 'rate_limited')) throw err;
+    await auditRefusal(c, 'reset-mail', { user_id: user.id, action: 'auth.forgot_password', status: 'failure', details: { reason: 'rate_limited' } }, meta);
+    return;
+  }
+  await endRefusals(c, 'reset-mail', user.id, meta);
   const token = newToken();
   const ttl = c.config.resetTokenTtlMinutes;
   await c.db.transaction(async (trx) => {
@@ -249,6 +264,7 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
   });
   // A successful reset proves control of the mailbox: lift any login lockout on the account.
   await c.limiters.loginAccount.delete(lockoutKey(user, user.username)).catch(() => undefined);
+  await endRefusals(c, 'lockout', user.id, meta);
   await emitEvents(c, user.id, ended.events);
   await ended.undone.after();
   const { partner_keys_revoked, api_keys_revoked, api_key_shares_revoked, passkeys_deactivated } = ended.counts;

@@ -8,6 +8,7 @@ import { verifyKeyPassphrase } from '../keys/passphrases';
 import { verifiedLineage } from '../keys/key-integrity';
 import { resyncLinkedTo } from '../teams/team-access';
 import { auditInsert, recordAudit } from '../../db/audit';
+import { originMeta, type JobOrigin } from '../../jobs/define';
 import {
   updateLineage,
   storeRekeyedLineage,
@@ -39,7 +40,7 @@ export interface RotateInput {
   /** Manual rotation may also change the passphrase (the current one is required). */
   passphrases?: { current: string; next: string };
   /** The request that enqueued the rotation (null for the scheduler), recorded in its audit rows. */
-  origin?: { request_id: string | null; ip: string | null };
+  origin?: JobOrigin;
 }
 
 export type RotateOutcome = { rotated: true; entry: RotationRow } | { rotated: false; reason: 'already_rotated' | 'disabled' | 'gone'; entry?: RotationRow };
@@ -166,7 +167,7 @@ export const rotatedEvent = (lineage: LineageRow, entry: RotationRow): NewEvent 
 
 /** Once committed (and announced): re-syncs of the accounts that inherit this one's keys. */
 export const resyncAfterRotation = (c: Container, input: RotateInput, lineage: LineageRow) =>
-  resyncLinkedTo(c, lineage.user_id, 'key.rotated', { requestId: input.origin?.request_id ?? undefined, ip: input.origin?.ip ?? undefined });
+  resyncLinkedTo(c, lineage.user_id, 'key.rotated', input.origin && originMeta(input.origin));
 
 /** A whole rotation in its own transaction (the scheduler's; a tracked job commits it with the job). */
 export async function rotateLineage(c: Container, input: RotateInput): Promise<RotateOutcome> {

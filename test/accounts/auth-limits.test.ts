@@ -6,6 +6,7 @@ import { createApp } from '../../api/app';
 import { hashPassword } from '../../lib/auth/passwords';
 import { registerUser, startTestService, type TestService } from '../support/service';
 import { startSmtpServer } from '../support/smtp';
+import { captureLogs } from '../support/logs';
 
 /**
  * Guess limits that hold under parallel requests, client addresses that cannot be forged, session tokens
@@ -111,7 +112,7 @@ async function recordedIp(url: string, xff: string): Promise<string> {
     body: JSON.stringify({ identifier: `nobody-${requestId}`, password: 'wrong password guess' }),
   });
   expect(res.status).toBe(401);
-  return (await s.c.db('audit_logs').where({ request_id: requestId, action: 'auth.login' }).first()).ip;
+  return (await s.c.db('audit_logs').where({ client_request_id: requestId, action: 'auth.login' }).first()).ip;
 }
 
 describe('client addresses', () => {
@@ -285,5 +286,102 @@ describe('credentials that could take over an account', () => {
     expect(added.filter((a) => a.name !== 'request-password-reset').every((a) => a.name === 'send-email')).toBe(true);
     expect(JSON.stringify(added)).not.toContain(u.email);
     await smtp.waitFor(u.email);
+  });
+});
+
+/** The rows of an account's audit chain, in order. */
+const chainOf = (userId: string) => s.c.db('audit_logs').where({ chain: userId }).orderBy('sequence');
+
+describe('refusals an outsider can repeat', () => {
+  it('1,000 refused logins on a locked account, each with a forged X-Request-Id, add one audit row; the lock ending adds one summary', async () => {
+    const u = await registerUser(s.api);
+    for (let i = 0; i < 5; i++)
+      expect((await s.api('POST', '/auth/login', { body: { identifier: u.username, password: 'wrong password guess' } })).status).toBe(401);
+    const before = (await chainOf(u.id)).length;
+    const refused: number[] = [];
+    for (let i = 0; i < 1000; i += 25) {
+      const batch = await Promise.all(
+        Array.from({ length: 25 }, (_, j) =>
+          s.api('POST', '/auth/login', {
+            headers: { 'x-request-id': `FORGED-${i + j}` },
+            body: { identifier: j % 2 ? u.email : u.username, password: 'wrong password guess' },
+          }),
+        ),
+      );
+      refused.push(...batch.map((r) => r.status));
+    }
+    expect(statuses(refused.map((status) => ({ status })))).toEqual({ 429: 1000 });
+    const during = (await chainOf(u.id)).slice(before);
+    expect(during).toHaveLength(1);
+    expect(during[0]).toMatchObject({ action: 'auth.login', status: 'failure', details: { reason: 'locked' } });
+    expect(during[0].client_request_id).toMatch(/^FORGED-\d+$/);
+
+    // The lock ends (as its expiry does), and the next login is the event that closes the episode.
+    await s.c.limiters.loginAccount.delete(`user:${u.id}`);
+    const ok = await s.api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } });
+    expect(ok.status).toBe(200);
+    const after = (await chainOf(u.id)).slice(before);
+    expect(after.map((r) => [r.action, r.status, r.details.reason ?? null])).toEqual([
+      ['auth.login', 'failure', 'locked'],
+      ['auth.login', 'failure', 'locked'],
+      ['auth.login', 'success', null],
+    ]);
+    expect(after[1].details).toMatchObject({ refused: 1000, first_refused_at: expect.any(String), last_refused_at: expect.any(String) });
+    expect(after[1].request_id).toBe(ok.headers.get('x-request-id'));
+    const verdict = await s.api('GET', '/audit-logs/verify', { token: ok.body.session.token });
+    expect(verdict.body).toMatchObject({ ok: true });
+  });
+
+  it("refusals of a blocked client address count on the account they name; the owner's next login ends the episode", async () => {
+    const p = behindProxy;
+    const u = await registerUser(p.api);
+    const from = (client: string) => (password: string) =>
+      p.api('POST', '/auth/login', { headers: { 'x-forwarded-for': `203.0.113.1, ${client}` }, body: { identifier: u.username, password } });
+    const attacker = from('192.0.2.99');
+    const answers = [];
+    for (let i = 0; i < 40; i++) answers.push(await attacker('wrong password guess'));
+    // LOGIN_IP_MAX_FAILURES=3 there: three checks, then the address is refused before the account's budget is touched.
+    expect(statuses(answers)).toEqual({ 401: 3, 429: 37 });
+    const rows = () => p.c.db('audit_logs').where({ chain: u.id, action: 'auth.login' }).orderBy('sequence');
+    expect((await rows()).map((r) => r.details.reason)).toEqual(['wrong_password', 'wrong_password', 'wrong_password', 'locked']);
+    expect((await from('192.0.2.100')(u.password)).status).toBe(200);
+    const after = await rows();
+    expect(after.map((r) => r.details.reason ?? r.status)).toEqual(['wrong_password', 'wrong_password', 'wrong_password', 'locked', 'locked', 'success']);
+    expect(after[4].details).toMatchObject({ refused: 37 });
+    expect(after[4].ip).toBe('192.0.2.100');
+  });
+});
+
+describe('request ids', () => {
+  it("are always the service's own; a client's X-Request-Id is kept as client_request_id only when short and plain", async () => {
+    const logs = captureLogs();
+    const original = s.c.log;
+    s.c.log = logs.logger('info');
+    const u = await registerUser(s.api);
+    const forged = ['FORGED with spaces', `FORGED-${'x'.repeat(60)}`, 'FORGED<script>', 'FORGED/../etc', 'FORGED;drop', 'FORGED%20pct', 'FORGED+plus'];
+    const good = 'client-req:42.a_B';
+    try {
+      for (const [i, id] of [...forged, good].entries()) {
+        // A failed login (a problem body) and a successful one, each audited.
+        const password = i % 2 ? u.password : 'wrong password guess';
+        const res = await s.api('POST', '/auth/login', { headers: { 'x-request-id': id }, body: { identifier: u.username, password } });
+        expect(res.status).toBe(i % 2 ? 200 : 401);
+        const ours = res.headers.get('x-request-id')!;
+        expect(ours).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
+        if (res.status === 401) expect(res.body.request_id).toBe(ours);
+        const row = await s.c.db('audit_logs').where({ request_id: ours }).first();
+        expect(row).toMatchObject({ user_id: u.id, action: 'auth.login', client_request_id: id === good ? good : null });
+      }
+    } finally {
+      s.c.log = original;
+    }
+    const rows = JSON.stringify(await s.c.db('audit_logs').select('request_id', 'client_request_id', 'details', 'target'));
+    const text = logs.output();
+    for (const id of forged) {
+      expect(rows).not.toContain(id);
+      expect(text).not.toContain(id);
+    }
+    expect(text).toContain(`"client_request_id":"${good}"`);
+    expect(rows).toContain(good);
   });
 });

@@ -536,6 +536,31 @@ describe('login limits', () => {
     expect((await auditRows(u.id, 'auth.login')).filter((r) => r.details.reason === 'locked').length).toBeGreaterThan(0);
   });
 
+  it('refused passkey logins on a locked account add one audit row; the next login after the lock adds one summary', async () => {
+    const u = await registerUser(s.api);
+    const { auth } = await addPasskey(u);
+    for (let i = 0; i < MAX_FAILURES; i++) expect((await login(auth, { origin: 'http://evil.localhost' })).status).toBe(401);
+    const before = (await auditRows(u.id, 'auth.login')).length;
+    const begun = await Promise.all(Array.from({ length: 40 }, () => beginLogin()));
+    const refused = await Promise.all(
+      begun.map((b) =>
+        s.api('POST', '/auth/passkeys/login/complete', { body: { challenge_id: b.challenge_id, credential: auth.assert(b.options, { origin: ORIGIN }) } }),
+      ),
+    );
+    expect(refused.every((r) => r.status === 429)).toBe(true);
+    expect((await auditRows(u.id, 'auth.login')).slice(before).map((r) => r.details)).toEqual([{ method: 'passkey', reason: 'locked' }]);
+
+    await s.c.limiters.loginAccount.delete(`user:${u.id}`);
+    expect((await login(auth)).status).toBe(200);
+    const after = (await auditRows(u.id, 'auth.login')).slice(before);
+    expect(after.map((r) => [r.status, r.details.reason ?? null])).toEqual([
+      ['failure', 'locked'],
+      ['failure', 'locked'],
+      ['success', null],
+    ]);
+    expect(after[1].details).toMatchObject({ refused: 40 });
+  });
+
   it('a successful passkey login gives its point back', async () => {
     const u = await registerUser(s.api);
     const { auth } = await addPasskey(u);

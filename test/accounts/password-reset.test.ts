@@ -1,7 +1,10 @@
+import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { login, registerUser, startTestService, type TestService, type ManualClockFollowingTime } from '../support/service';
 import { startSmtpServer } from '../support/smtp';
 import { SoftAuthenticator } from '../support/webauthn';
+import { issuePasswordReset } from '../../lib/accounts/user-accounts';
+import { RESET_MAILS_PER_HOUR } from '../../lib/auth/limiters';
 
 const ORIGIN = 'http://localhost:4173';
 
@@ -90,6 +93,30 @@ describe('password recovery by email', () => {
     expect(res2.body).toEqual(res.body);
     await smtp.waitFor(known.email);
     expect(smtp.received.some((m) => JSON.stringify(m.to).includes('nobody-at-all'))).toBe(false);
+  });
+
+  it(`mails an account at most ${RESET_MAILS_PER_HOUR} resets an hour, whoever asks: the requests past it are audited as one row and one summary`, async () => {
+    const u = await registerUser(s.api);
+    const rows = () => s.c.db('audit_logs').where({ chain: u.id, action: 'auth.forgot_password' }).orderBy('sequence');
+    // What the request-password-reset job does for each POST /auth/forgot-password, from addresses without number.
+    const ask = (i: number) => issuePasswordReset(s.c, u.email, { ip: `203.0.113.${i % 250}`, requestId: randomUUID(), clientRequestId: `FORGED-${i}` });
+    for (let i = 0; i < RESET_MAILS_PER_HOUR + 20; i++) await ask(i);
+    for (let i = 0; i < RESET_MAILS_PER_HOUR; i++) await takeMail(u.email, /^Reset your password$/);
+    expect((await rows()).map((r) => [r.status, r.details.reason ?? null])).toEqual([
+      ...Array.from({ length: RESET_MAILS_PER_HOUR }, () => ['success', null]),
+      ['failure', 'rate_limited'],
+    ]);
+    expect(await s.c.db('password_resets').where({ user_id: u.id })).toHaveLength(RESET_MAILS_PER_HOUR);
+
+    // The hour passes: the next mail sent ends the episode with its count.
+    await s.c.limiters.resetMail.delete(u.id);
+    await ask(999);
+    await takeMail(u.email, /^Reset your password$/);
+    const all = await rows();
+    expect(all).toHaveLength(RESET_MAILS_PER_HOUR + 3);
+    expect(all.at(-2)).toMatchObject({ status: 'failure', details: { reason: 'rate_limited', refused: 20 }, client_request_id: 'FORGED-999' });
+    expect(all.at(-1)).toMatchObject({ status: 'success' });
+    expect(smtp.received.some((m) => JSON.stringify(m.to).includes(u.email))).toBe(false);
   });
 
   it('refuses an expired token and an unknown one', async () => {

@@ -69,7 +69,19 @@ describe('the chain', () => {
     expect(list.status).toBe(200);
     const newest = list.body.items[0];
     expect(newest).toMatchObject({ action: 'test.row', target: 't4', sequence: rows.length, hash: rows[rows.length - 1]!.hash });
-    expect(Object.keys(newest).sort()).toEqual(['action', 'audit_id', 'created_at', 'details', 'hash', 'ip', 'request_id', 'sequence', 'status', 'target']);
+    expect(Object.keys(newest).sort()).toEqual([
+      'action',
+      'audit_id',
+      'client_request_id',
+      'created_at',
+      'details',
+      'hash',
+      'ip',
+      'request_id',
+      'sequence',
+      'status',
+      'target',
+    ]);
 
     const { offline, server } = await verdicts(u);
     expect(offline).toMatchObject({ ok: true, rows: rows.length, checkpoints: 0, unanchored_rows: rows.length, first_break: null });
@@ -371,6 +383,38 @@ describe('tampering done directly in Postgres', () => {
       .where({ id: third.id })
       .update({ details: JSON.stringify({ i: 99 }) });
     await expectBreak(u, third.sequence, /does not match its hash/);
+  });
+
+  it("hashes a row's client_request_id: the row verifies with it, and setting, changing or clearing it breaks there", async () => {
+    const u = await accountWithRows(2);
+    await recordAudit(
+      s.c.db,
+      { user_id: u.id, action: 'test.client_id', status: 'success' },
+      { ip: '192.0.2.1', requestId: 'ours', clientRequestId: 'theirs:1' },
+    );
+    await recordAudit(s.c.db, { user_id: u.id, action: 'test.row', status: 'success' });
+    const [withId] = await s.c.db('audit_logs').where({ chain: u.id, action: 'test.client_id' });
+    expect(withId).toMatchObject({ request_id: 'ours', client_request_id: 'theirs:1' });
+    expect((await exportOf(u.token)).find((l) => l.type === 'row' && l.sequence === withId.sequence)).toMatchObject({ client_request_id: 'theirs:1' });
+    expect((await verdicts(u)).offline).toMatchObject({ ok: true, first_break: null });
+    const plain = await s.c
+      .db('audit_logs')
+      .where({ chain: u.id, sequence: withId.sequence - 1 })
+      .first();
+    for (const [row, value] of [
+      [withId, 'theirs:2'],
+      [withId, null],
+      [plain, 'theirs:1'],
+    ] as const) {
+      await s.c.db('audit_logs').where({ id: row.id }).update({ client_request_id: value });
+      await expectBreak(u, row.sequence, /does not match its hash/);
+      await s.c.db('audit_logs').where({ id: row.id }).update({ client_request_id: row.client_request_id });
+    }
+    expect((await verdicts(u)).offline.ok).toBe(true);
+    // Only the form the API keeps is stored (migration 031).
+    await expect(
+      recordAudit(s.c.db, { user_id: u.id, action: 'test.client_id', status: 'success' }, { ip: null, request_id: 'ours', client_request_id: 'FORGED text' }),
+    ).rejects.toMatchObject({ code: '23514' });
   });
 
   it('finds an edited field whose hashes were computed again down the chain', async () => {

@@ -163,7 +163,7 @@ describe("another account's job", () => {
 });
 
 describe('worker audit rows', () => {
-  it('carry the request id and client address of the request that enqueued the job', async () => {
+  it("carry the request id (ours), the client's own id and the client address of the request that enqueued the job", async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
     const res = await s.api('POST', '/keys/encrypt', {
@@ -173,6 +173,11 @@ describe('worker audit rows', () => {
     });
     await waitJob(s.api, u.token, res.body.job_id);
     const row = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.encrypt', status: 'success' }).first();
-    expect(row).toMatchObject({ request_id: 'req-audit-origin-1', ip: expect.stringContaining('127.0.0.1') });
+    expect(row).toMatchObject({
+      request_id: res.headers.get('x-request-id'),
+      client_request_id: 'req-audit-origin-1',
+      ip: expect.stringContaining('127.0.0.1'),
+    });
+    expect(row.request_id).toMatch(/^[0-9a-f-]{36}$/);
   });
 });

@@ -53,7 +53,7 @@ const until = <T>(probe: () => Promise<T | undefined>) => vi.waitUntil(probe, { 
 
 /** The audit rows of a job's failure. */
 const failureAudits = (jobId: string) =>
-  s.c.db('audit_logs').where({ status: 'failure' }).whereRaw("details->>'job_id' = ?", [jobId]).select('action', 'target', 'details', 'request_id');
+  s.c.db('audit_logs').where({ status: 'failure' }).whereRaw("details->>'job_id' = ?", [jobId]).select('action', 'target', 'details', 'client_request_id');
 
 const jobOf = (userId: string) => s.c.db('jobs').where({ user_id: userId }).orderBy('created_at', 'desc').first();
 
@@ -158,7 +158,12 @@ describe('a job runs while its upload arrives', () => {
     await until(async () => ((await s.c.blob.stat(`jobs/${answer.body.job_id}/in/0`)) === null ? true : undefined));
     // One failure, audited once: the worker's, not the broken upload's as well.
     expect(await failureAudits(answer.body.job_id)).toEqual([
-      { action: 'keys.decrypt', target: key.fingerprint, details: { job_id: answer.body.job_id, code: 'malformed_message' }, request_id: upload.requestId },
+      {
+        action: 'keys.decrypt',
+        target: key.fingerprint,
+        details: { job_id: answer.body.job_id, code: 'malformed_message' },
+        client_request_id: upload.requestId,
+      },
     ]);
   });
 
@@ -288,7 +293,7 @@ describe('a job runs while its upload arrives', () => {
     expect(await s.c.blob.stat(`jobs/${row.id}/in/0`)).toBeNull();
     // Audited as any failed encryption, with the request that broke.
     expect(await failureAudits(row.id)).toEqual([
-      { action: 'keys.encrypt', target: key.fingerprint, details: { job_id: row.id, code: 'upload_interrupted' }, request_id: upload.requestId },
+      { action: 'keys.encrypt', target: key.fingerprint, details: { job_id: row.id, code: 'upload_interrupted' }, client_request_id: upload.requestId },
     ]);
     // The worker let go of it: the next job runs.
     const next = await runJob(s.api, u.token, '/keys/encrypt', { fingerprint: key.fingerprint, files: [{ name: 'next.txt', data: Buffer.from('next') }] });
@@ -307,7 +312,7 @@ describe('a job runs while its upload arrives', () => {
     expect([row.state, row.error.code]).toEqual(['failed', 'field_after_files']);
     expect(await s.c.blob.stat(`jobs/${row.id}/in/0`)).toBeNull();
     expect(await failureAudits(row.id)).toEqual([
-      { action: 'keys.encrypt', target: key.fingerprint, details: { job_id: row.id, code: 'field_after_files' }, request_id: upload.requestId },
+      { action: 'keys.encrypt', target: key.fingerprint, details: { job_id: row.id, code: 'field_after_files' }, client_request_id: upload.requestId },
     ]);
   });
 });

@@ -172,7 +172,7 @@ describe('a passphrase change', () => {
 });
 
 describe('audit rows written by workers', () => {
-  it('carry the request id and client address of the request that enqueued the job (generate-key, rotate-key)', async () => {
+  it("carry the request id (ours), the client's own id and the client address of the request that enqueued the job (generate-key, rotate-key)", async () => {
     const u = await registerUser(s.api);
     const gen = await s.api('POST', '/keys/generate-key', {
       token: u.token,
@@ -183,13 +183,22 @@ describe('audit rows written by workers', () => {
     const job = await waitJob(s.api, u.token, gen.body.job_id);
     expect(job.state, JSON.stringify(job.error)).toBe('completed');
     const generated = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.generate', status: 'success' }).first();
-    expect(generated).toMatchObject({ request_id: 'req-generate-origin', ip: expect.stringContaining('127.0.0.1') });
+    expect(generated).toMatchObject({
+      request_id: gen.headers.get('x-request-id'),
+      client_request_id: 'req-generate-origin',
+      ip: expect.stringContaining('127.0.0.1'),
+    });
 
     const fpr = job.result.key.fingerprint as string;
     const rot = await s.api('POST', `/keys/${fpr}/rotate`, { token: u.token, headers: { prefer: 'wait=30', 'x-request-id': 'req-rotate-origin' }, body: {} });
     expect(rot.status, JSON.stringify(rot.body)).toBe(200);
     const rotated = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.rotate', status: 'success' }).first();
-    expect(rotated).toMatchObject({ target: fpr, request_id: 'req-rotate-origin', ip: expect.stringContaining('127.0.0.1') });
+    expect(rotated).toMatchObject({
+      target: fpr,
+      request_id: rot.headers.get('x-request-id'),
+      client_request_id: 'req-rotate-origin',
+      ip: expect.stringContaining('127.0.0.1'),
+    });
   });
 });
 

@@ -1,5 +1,6 @@
 import { defineTrackedProcessor } from '../tracked';
 import { generateKey, GenerateRequest, openGenerateLock } from '../../jobs/generate-key';
+import { originMeta } from '../../jobs/define';
 import { dropUnstoredTokenKey, keyGeneratedData, newGeneration, storeNewKey, type LineageSpec } from '../../lib/keys/key-catalog';
 import { resyncLinkedTo } from '../../lib/teams/team-access';
 import { keyOut } from '../../lib/keys/key-view';
@@ -13,13 +14,12 @@ export const generateKeyProcessor = defineTrackedProcessor(generateKey, {
       async commit(trx) {
         const { lineage, key } = await storeNewKey(c, trx, row.user_id, spec, first, {
           job_id: row.id,
-          ip: origin.ip ?? undefined,
-          requestId: origin.request_id ?? undefined,
+          ...originMeta(origin),
         });
         return { key: keyOut(lineage, key, c.clock.now()) };
       },
       events: () => [{ type: 'key.generated', data: keyGeneratedData(spec, first) }],
-      after: () => resyncLinkedTo(c, row.user_id, 'key.generated', { requestId: origin.request_id ?? undefined, ip: origin.ip ?? undefined }),
+      after: () => resyncLinkedTo(c, row.user_id, 'key.generated', originMeta(origin)),
     };
   },
   // Failed for good: its lineage was never stored (a stored one completes the job in the same transaction).

@@ -1,5 +1,6 @@
 import { defineProcessor } from '../define';
 import { requestPasswordReset, resetRequestAad } from '../../jobs/request-password-reset';
+import { originMeta } from '../../jobs/define';
 import { issuePasswordReset } from '../../lib/accounts/user-accounts';
 
 /**
@@ -10,7 +11,7 @@ import { issuePasswordReset } from '../../lib/accounts/user-accounts';
 export const requestPasswordResetProcessor = defineProcessor(requestPasswordReset, {
   async process(payload, { c, origin }) {
     const email = c.sealer.openText(payload.sealed_email, resetRequestAad(payload.request_id));
-    await issuePasswordReset(c, email, { ip: origin.ip ?? '', requestId: origin.request_id ?? '' });
+    await issuePasswordReset(c, email, { ...originMeta(origin), ip: origin.ip ?? '', requestId: origin.request_id ?? '' });
     return {};
   },
 });
