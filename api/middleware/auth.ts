@@ -5,7 +5,7 @@ import { MANAGED_KEY_PREFIX } from '../../lib/api-key-format';
 import { consume } from '../../lib/auth/limiters';
 import type { Scope } from '../../lib/auth/scopes';
 import { recordApiKeyUse, verifyApiKey } from '../../lib/accounts/api-keys';
-import { checkPartnerKey, checkSessionUser, recordAuthDenied } from '../../lib/auth/authenticate';
+import { auditStaleCredential, checkPartnerKey, checkSessionUser, recordAuthDenied } from '../../lib/auth/authenticate';
 import type { UserRow } from '../../db/users';
 import type { Access, AppContext, AuthUser } from '../context';
 import { requestMeta } from './request-context';
@@ -45,13 +45,13 @@ async function authenticateApiKey(ctx: AppContext, access: Access, credential: s
   const check = await verifyApiKey(c, credential, now);
   if (!check.ok) {
     if (check.credential) {
-      // A revoked, expired or rotated-out key is refused within the key's budget too: each refusal is audited.
+      // A revoked, expired or rotated-out key is refused within the key's budget too, and counted, not audited per request.
       await consume(
         c.limiters.apiKey,
         check.credential.key_id,
         `This API key made more than ${c.config.apiKeys.rateLimitPerMinute} requests in a minute; slow down.`,
       );
-      await recordAuthDenied(c, check.credential.user_id, routeOf(ctx), { reason: check.code, api_key_id: check.credential.key_id }, requestMeta(ctx));
+      await auditStaleCredential(c, check.credential.user_id, routeOf(ctx), { reason: check.code, api_key_id: check.credential.key_id }, requestMeta(ctx));
     }
     throw challenge(check.code, API_KEY_REFUSALS[check.code]);
   }
@@ -107,7 +107,7 @@ export async function authenticate(ctx: AppContext, access: Access): Promise<Aut
   if (!claims) throw challenge('invalid_token', 'The session token is invalid or has expired; log in again.');
   const session = await checkSessionUser(c, claims.sub, claims.tv);
   if (!session.ok) {
-    if (session.user) await recordAuthDenied(c, session.user.id, routeOf(ctx), { reason: 'token_revoked' }, requestMeta(ctx));
+    if (session.user) await auditStaleCredential(c, session.user.id, routeOf(ctx), { reason: 'token_revoked' }, requestMeta(ctx));
     throw challenge('token_revoked', 'The session token is no longer valid (password changed, reset or account deleted); log in again.');
   }
   return { ...toAuthUser(session.user, 'jwt'), signedInAt: new Date(claims.auth_time * 1000) };

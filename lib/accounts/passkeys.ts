@@ -8,7 +8,7 @@ import type {
 import type { Container } from '../container';
 import { AppError, badRequest, conflict, invalid, notFound, unauthorized } from '../errors';
 import { consume, spendThenCheck } from '../auth/limiters';
-import { auditRefusal, endRefusals } from '../auth/refusals';
+import { SIGN_IN_ENDS, auditRefusal, endRefusals } from '../auth/refusals';
 import { emitEvent } from '../events';
 import { notify } from '../notify';
 import { signIn, type newSession } from './user-accounts';
@@ -309,7 +309,7 @@ export async function completeLogin(
       );
     throw err;
   }
-  await endRefusals(c, 'lockout', user?.id ?? null, meta);
+  await endRefusals(c, SIGN_IN_ENDS, user?.id ?? null, meta);
   if (!outcome.ok) {
     await auditFailure(outcome.reason);
     if (outcome.reason === 'counter_not_increased') {

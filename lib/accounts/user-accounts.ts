@@ -5,7 +5,7 @@ import { AppError, conflict, forbidden, gone, badRequest, invalid, unauthorized 
 import { hashPassword, verifyPassword, dummyHash } from '../auth/passwords';
 import { signSession } from '../auth/jwt';
 import { consume, spendThenCheck } from '../auth/limiters';
-import { auditRefusal, endRefusals } from '../auth/refusals';
+import { SIGN_IN_ENDS, auditRefusal, endRefusals } from '../auth/refusals';
 import { hashToken, newToken } from '../tokens';
 import { issuePartnerKey } from './partner-keys';
 import { revokeAllApiKeys } from './api-keys';
@@ -115,7 +115,7 @@ async function checkAccountPassword(
       await auditRefusal(c, 'lockout', { user_id: user?.id ?? null, action, status: 'failure', details: { reason: 'locked' } }, meta);
     throw err;
   }
-  await endRefusals(c, 'lockout', user?.id ?? null, meta);
+  await endRefusals(c, SIGN_IN_ENDS, user?.id ?? null, meta);
   if (ok) {
     await loginAccount.delete(key).catch(() => undefined);
     return true;
@@ -264,7 +264,7 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
   });
   // A successful reset proves control of the mailbox: lift any login lockout on the account.
   await c.limiters.loginAccount.delete(lockoutKey(user, user.username)).catch(() => undefined);
-  await endRefusals(c, 'lockout', user.id, meta);
+  await endRefusals(c, SIGN_IN_ENDS, user.id, meta);
   await emitEvents(c, user.id, ended.events);
   await ended.undone.after();
   const { partner_keys_revoked, api_keys_revoked, api_key_shares_revoked, passkeys_deactivated } = ended.counts;

@@ -1,6 +1,7 @@
 import type { Container } from '../container';
 import { hashToken } from '../tokens';
 import { recordAudit, type RequestMeta } from '../../db/audit';
+import { auditRefusal } from './refusals';
 import { findPartnerKeyByHash, type PartnerKeyRow } from '../../db/partner-keys';
 import { findUserById, type UserRow } from '../../db/users';
 
@@ -40,3 +41,11 @@ export async function checkSessionUser(
 /** The audit row of a refused request (`auth.denied`): the account if known, the route, and why. */
 export const recordAuthDenied = (c: Container, userId: string | null, target: string, details: Record<string, unknown>, meta: RequestMeta) =>
   recordAudit(c.db, { user_id: userId, action: 'auth.denied', status: 'failure', target, details }, meta);
+
+/**
+ * The audit row of a credential presented after it stopped being valid (a revoked session token; a
+ * revoked, rotated-out or expired API key): counted per account like a locked login (lib/auth/refusals.ts),
+ * since whoever kept a stolen one can repeat it at will.
+ */
+export const auditStaleCredential = (c: Container, userId: string, target: string, details: { reason: string; api_key_id?: string }, meta: RequestMeta) =>
+  auditRefusal(c, 'stale-credential', { user_id: userId, action: 'auth.denied', status: 'failure', target, details }, meta);

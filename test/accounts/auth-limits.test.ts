@@ -350,6 +350,26 @@ describe('refusals an outsider can repeat', () => {
     expect(after[4].details).toMatchObject({ refused: 37 });
     expect(after[4].ip).toBe('192.0.2.100');
   });
+  it("a session token kept after the owner signed out everywhere, replayed 300 times, adds one row; the owner's next sign-in adds the summary", async () => {
+    const u = await registerUser(s.api);
+    const stolen = (await s.api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } })).body.session.token as string;
+    expect((await s.api('POST', '/auth/logout', { token: u.token })).status).toBe(200);
+    const before = (await chainOf(u.id)).length;
+    const answers = [];
+    for (let i = 0; i < 300; i += 25) answers.push(...(await Promise.all(Array.from({ length: 25 }, () => s.api('GET', '/keys/list', { token: stolen })))));
+    expect(statuses(answers)).toEqual({ 401: 300 });
+    const during = (await chainOf(u.id)).slice(before);
+    expect(during.map((r) => [r.action, r.details.reason])).toEqual([['auth.denied', 'token_revoked']]);
+
+    expect((await s.api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } })).status).toBe(200);
+    const after = (await chainOf(u.id)).slice(before);
+    expect(after.map((r) => [r.action, r.details.reason ?? r.status])).toEqual([
+      ['auth.denied', 'token_revoked'],
+      ['auth.denied', 'token_revoked'],
+      ['auth.login', 'success'],
+    ]);
+    expect(after[1].details).toMatchObject({ refused: 300 });
+  });
 });
 
 describe('request ids', () => {
