@@ -22,6 +22,8 @@ export interface Metrics {
   queueJobs: Gauge<'queue' | 'state'>;
   /** Untrusted OpenPGP work stopped at its deadline or out of memory (lib/pgp/untrusted.ts), by task. */
   untrustedStopped: Counter<'task' | 'why'>;
+  /** Runs of the checkpoint signer that found an audit chain broken and did not sign it, by chain kind (account, system). */
+  auditChainBreaks: Counter<'chain'>;
 }
 
 export function createMetrics(): Metrics {
@@ -61,6 +63,12 @@ export function createMetrics(): Metrics {
       name: 'kms_untrusted_work_stopped_total',
       help: 'Keys and signatures from callers whose reading was stopped at its deadline or out of memory, by task',
       labelNames: ['task', 'why'],
+      registers,
+    }),
+    auditChainBreaks: new Counter({
+      name: 'kms_audit_chain_breaks_total',
+      help: 'Audit chains the checkpoint signer found broken and refused to sign, once per chain and run, by chain kind (account, system)',
+      labelNames: ['chain'],
       registers,
     }),
     queueJobs: new Gauge({
