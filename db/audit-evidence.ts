@@ -27,13 +27,18 @@ export interface SigningKeyRow {
   retired_at: Date | null;
 }
 
-/** Rows of `chain` with sequence ≥ `from`, in order, at most `limit`. */
-export async function chainRows(db: Knex, chain: string, from: number, limit: number): Promise<ChainRow[]> {
+/**
+ * Rows of `chain` with `from` ≤ sequence < `from + count`, in order. The range is bounded at both ends so
+ * that whatever plan the statistics lead to, a page reads at most `count` rows: with `sequence ≥ from`
+ * alone and stale statistics, Postgres chose a bitmap scan of the whole rest of the chain and a sort,
+ * for every page (a chain read quadratic in its length).
+ */
+export async function chainRows(db: Knex, chain: string, from: number, count: number): Promise<ChainRow[]> {
   return db('audit_logs')
     .where({ chain })
     .andWhere('sequence', '>=', from)
+    .andWhere('sequence', '<', from + count)
     .orderBy('sequence')
-    .limit(limit)
     .select(
       'id as audit_id',
       'sequence',
@@ -47,6 +52,12 @@ export async function chainRows(db: Knex, chain: string, from: number, limit: nu
       'details',
       db.raw(`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at`),
     );
+}
+
+/** The lowest sequence ≥ `from` among the rows of `chain` (where reading goes on after deleted rows), or null when there is none. */
+export async function nextChainSequence(db: Knex, chain: string, from: number): Promise<number | null> {
+  const row = await db('audit_logs').where({ chain }).andWhere('sequence', '>=', from).min<{ min: number | string | null }>('sequence as min').first();
+  return row?.min == null ? null : Number(row.min);
 }
 
 /** Checkpoints of `chain` with from ≤ sequence (≤ to when given), in order. */

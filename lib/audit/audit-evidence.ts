@@ -21,6 +21,7 @@ import {
   chainCheckpoints,
   chainRows,
   checkpointBefore,
+  nextChainSequence,
   currentSigningKey,
   insertNextCheckpoint,
   movedChains,
@@ -235,21 +236,27 @@ export async function checkpointChains(c: Container): Promise<{ signed: number; 
 /** The export's lines from `db` (the service's connection, or a snapshot); exportChain says what they are. */
 async function* exportLines(db: Knex, chain: string, from: number, at: Date): AsyncGenerator<ExportLine> {
   yield { type: 'header', format: EXPORT_FORMAT, chain, from_sequence: from, exported_at: at.toISOString() };
-  let next = from;
-  for (;;) {
+  // `next`: the next row to read; `listed`: checkpoints below it are out (also those of deleted rows).
+  for (let next = from, listed = from; ;) {
     const rows = await chainRows(db, chain, next, BATCH);
-    if (!rows.length) break;
+    if (!rows.length) {
+      const after = await nextChainSequence(db, chain, next);
+      if (after === null) {
+        for (const cp of await chainCheckpoints(db, chain, listed)) yield checkpointOut(cp);
+        return;
+      }
+      next = after;
+      continue;
+    }
     const last = rows[rows.length - 1].sequence;
-    const checkpoints = await chainCheckpoints(db, chain, next, last);
+    const checkpoints = await chainCheckpoints(db, chain, listed, last);
     let k = 0;
     for (const r of rows) {
       yield { type: 'row', ...r };
       while (k < checkpoints.length && checkpoints[k].sequence <= r.sequence) yield checkpointOut(checkpoints[k++]);
     }
-    next = last + 1;
-    if (rows.length < BATCH) break;
+    next = listed = last + 1;
   }
-  for (const cp of await chainCheckpoints(db, chain, next)) yield checkpointOut(cp);
 }
 
 /**
