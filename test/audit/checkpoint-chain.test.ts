@@ -175,6 +175,31 @@ describe('the signer', () => {
     }
   });
 
+  it('takes kept checkpoints only as evidence: a forged, foreign, deleted or unlisted one breaks the verdict', async () => {
+    const [u, other] = [await registerUser(s.api), await registerUser(s.api)];
+    await rowsUpTo(u.id, 5);
+    await rowsUpTo(other.id, 3);
+    await checkpointChains(s.c);
+    const [mine] = await checkpointsOf(u.id);
+    const [theirs] = await checkpointsOf(other.id);
+    const [h, p, sig] = mine.jws.split('.') as [string, string, string];
+    const flipped = Buffer.from(sig, 'base64url');
+    flipped[0] ^= 1;
+    expect((await offline(u.id, [`${h}.${p}.${flipped.toString('base64url')}`])).first_break?.reason).toMatch(
+      /kept from earlier has a signature that does not match/,
+    );
+    expect((await offline(u.id, [theirs.jws])).first_break?.reason).toMatch(/kept from earlier signs another chain/);
+    expect(await offline(u.id, [mine.jws])).toMatchObject({ ok: true });
+    // Its row intact but the checkpoint itself gone from the database.
+    await s.c.db('audit_checkpoints').where({ chain: u.id }).delete();
+    expect((await offline(u.id, [mine.jws])).first_break).toEqual({
+      sequence: 5,
+      reason: 'The checkpoint of row 5, kept from earlier, is missing from the export: it was deleted.',
+    });
+    await s.c.db('audit_logs').where({ chain: u.id, sequence: 5 }).delete();
+    expect((await offline(u.id, [mine.jws])).first_break).toEqual({ sequence: 5, reason: 'Row 5, which a signed checkpoint covers, is missing (deleted).' });
+  });
+
   it('checks the system chain on every run, moved or not, and does not sign it rewritten', async () => {
     const op = await admin();
     const start = await headOf('system');
