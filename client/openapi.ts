@@ -4225,7 +4225,7 @@ export interface paths {
                         url: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "audit.chain_broken" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified")[];
                         enabled?: boolean;
                     };
                 };
@@ -4376,7 +4376,7 @@ export interface paths {
                         url?: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified")[];
+                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "audit.chain_broken" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified")[];
                         enabled?: boolean;
                     };
                 };
@@ -6592,7 +6592,7 @@ export interface components {
             /** @description Increasing; send it back as Last-Event-ID to resume */
             id: string;
             /** @enum {string} */
-            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified";
+            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "audit.chain_broken" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified";
             /** Format: date-time */
             created_at: string;
             /**
@@ -6822,6 +6822,11 @@ export interface components {
             created_at: string;
         };
         Status: {
+            /**
+             * @description degraded while Postgres or Redis is down or an audit chain is broken
+             * @enum {string}
+             */
+            status: "ok" | "degraded";
             version: string;
             uptime_seconds: number;
             postgres: {
@@ -6901,6 +6906,18 @@ export interface components {
                     behind: boolean;
                 }[];
             };
+            /** @description Null while Redis, where the signer keeps them, is down */
+            audit_chains: {
+                /** @description Audit chains the checkpoint signer found broken and does not sign (docs/audit-evidence.md) */
+                broken: number;
+                chains: {
+                    chain: string;
+                    sequence: number;
+                    reason: string;
+                    /** Format: date-time */
+                    detected_at: string;
+                }[];
+            } | null;
         };
     };
     responses: never;

@@ -27,13 +27,18 @@ export interface SigningKeyRow {
   retired_at: Date | null;
 }
 
-/** Rows of `chain` with sequence ≥ `from`, in order, at most `limit`. */
-export async function chainRows(db: Knex, chain: string, from: number, limit: number): Promise<ChainRow[]> {
+/**
+ * Rows of `chain` with `from` ≤ sequence < `from + count`, in order. The range is bounded at both ends so
+ * that whatever plan the statistics lead to, a page reads at most `count` rows: with `sequence ≥ from`
+ * alone and stale statistics, Postgres chose a bitmap scan of the whole rest of the chain and a sort,
+ * for every page (a chain read quadratic in its length).
+ */
+export async function chainRows(db: Knex, chain: string, from: number, count: number): Promise<ChainRow[]> {
   return db('audit_logs')
     .where({ chain })
     .andWhere('sequence', '>=', from)
+    .andWhere('sequence', '<', from + count)
     .orderBy('sequence')
-    .limit(limit)
     .select(
       'id as audit_id',
       'sequence',
@@ -48,6 +53,12 @@ export async function chainRows(db: Knex, chain: string, from: number, limit: nu
       'details',
       db.raw(`to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS created_at`),
     );
+}
+
+/** The lowest sequence ≥ `from` among the rows of `chain` (where reading goes on after deleted rows), or null when there is none. */
+export async function nextChainSequence(db: Knex, chain: string, from: number): Promise<number | null> {
+  const row = await db('audit_logs').where({ chain }).andWhere('sequence', '>=', from).min<{ min: number | string | null }>('sequence as min').first();
+  return row?.min == null ? null : Number(row.min);
 }
 
 /** Checkpoints of `chain` with from ≤ sequence (≤ to when given), in order. */
@@ -67,22 +78,38 @@ export async function movedChains(db: Knex, afterChain: string, limit: number): 
     .select('h.chain', 'h.sequence', 'h.hash');
 }
 
-/** Stores a checkpoint once: null when another scheduler stored the same one first. */
-export async function insertCheckpoint(db: Knex, cp: CheckpointRow): Promise<CheckpointRow | null> {
-  const [row] = await db('audit_checkpoints')
-    .insert(cp)
-    .onConflict(['chain', 'sequence'])
-    .ignore()
-    .returning<CheckpointRow[]>(['chain', 'sequence', 'hash', 'signed_at', 'kid', 'jws']);
-  return row ?? null;
+/** The chain's newest checkpoint with a sequence below `before` (any, when not given), or undefined. */
+export async function checkpointBefore(db: Knex, chain: string, before?: number): Promise<{ sequence: number } | undefined> {
+  const q = db<CheckpointRow>('audit_checkpoints').where({ chain });
+  if (before !== undefined) q.andWhere('sequence', '<', before);
+  return q.orderBy('sequence', 'desc').first('sequence');
+}
+
+/**
+ * Stores a checkpoint that follows the chain's checkpoint of sequence `after` (0: the chain's first).
+ * Null when the chain's newest checkpoint is another by now (a signer that ran at the same time stored
+ * one): two signers never both extend the same checkpoint, so the checkpoints of a chain stay one line.
+ */
+export async function insertNextCheckpoint(db: Knex, cp: CheckpointRow, after: number): Promise<CheckpointRow | null> {
+  return db.transaction(async (trx) => {
+    await trx.raw('SELECT pg_advisory_xact_lock(hashtextextended(?, 0))', [`audit_checkpoints:${cp.chain}`]);
+    const newest = await checkpointBefore(trx, cp.chain);
+    if ((newest?.sequence ?? 0) !== after) return null;
+    const [row] = await trx('audit_checkpoints')
+      .insert(cp)
+      .onConflict(['chain', 'sequence'])
+      .ignore()
+      .returning<CheckpointRow[]>(['chain', 'sequence', 'hash', 'signed_at', 'kid', 'jws']);
+    return row ?? null;
+  });
 }
 
 export const currentSigningKey = async (db: Knex): Promise<SigningKeyRow | undefined> =>
   db<SigningKeyRow>('audit_signing_keys').whereNull('retired_at').first();
 
-/** Every signing key, current and retired, oldest first: what the JWKS publishes. */
-export const signingKeys = async (db: Knex): Promise<Pick<SigningKeyRow, 'kid' | 'public_jwk' | 'created_at' | 'retired_at'>[]> =>
-  db<SigningKeyRow>('audit_signing_keys').orderBy('created_at').select('kid', 'public_jwk', 'created_at', 'retired_at');
+/** Every signing key, current and retired, oldest first, with its sealed private part (the JWKS is made from it). */
+export const signingKeys = async (db: Knex): Promise<Pick<SigningKeyRow, 'kid' | 'private_sealed' | 'created_at' | 'retired_at'>[]> =>
+  db<SigningKeyRow>('audit_signing_keys').orderBy('created_at').select('kid', 'private_sealed', 'created_at', 'retired_at');
 
 /** Retires the current key and stores `next` as current, in one transaction. */
 export async function replaceSigningKey(db: Knex, next: Omit<SigningKeyRow, 'retired_at'>, now: Date): Promise<void> {

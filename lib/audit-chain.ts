@@ -14,6 +14,7 @@ import { createHash, createPublicKey, verify } from 'node:crypto';
  */
 
 export const GENESIS = '0'.repeat(64);
+const HEX64 = /^[0-9a-f]{64}$/;
 
 /** The JWS `typ` of a checkpoint, so that no other signature of the key can pass for one. */
 export const CHECKPOINT_TYP = 'kms-audit-checkpoint+jws';
@@ -74,13 +75,26 @@ export interface Link {
 
 export const linkHash = (l: Link) => sha256(jcs({ chain: l.chain, created_at: l.created_at, digest: l.digest, prev_hash: l.prev_hash, sequence: l.sequence }));
 
-/** A checkpoint's signed claim: the chain's head at `sequence` had `hash`. */
+/** Where a checkpoint follows the chain's checkpoint before it: its sequence and the SHA-256 of its compact JWS. */
+export interface CheckpointLink {
+  sequence: number;
+  checkpoint: string;
+}
+
+/**
+ * A checkpoint's signed claim: the chain's head at `sequence` had `hash`, and the checkpoint before
+ * it was `prev` (null for the chain's first). Checkpoints signed before they were chained have no `prev`.
+ */
 export interface CheckpointClaim {
   chain: string;
   sequence: number;
   hash: string;
   signed_at: string;
+  prev?: CheckpointLink | null;
 }
+
+/** What the next checkpoint's `prev` says of this one. */
+export const checkpointLink = (cp: { sequence: number; jws: string }): CheckpointLink => ({ sequence: cp.sequence, checkpoint: sha256(cp.jws) });
 
 /** The export, one JSON object per line: a header, then rows in sequence order, each checkpoint after the row it covers. */
 export type ExportLine =
@@ -103,6 +117,15 @@ function jsonObject(part: string): Record<string, unknown> | null {
   return typeof value === 'object' && value !== null ? (value as Record<string, unknown>) : null;
 }
 
+const validLink = (prev: unknown) =>
+  prev === undefined ||
+  prev === null ||
+  (typeof prev === 'object' &&
+    Number.isSafeInteger((prev as CheckpointLink).sequence) &&
+    (prev as CheckpointLink).sequence >= 1 &&
+    typeof (prev as CheckpointLink).checkpoint === 'string' &&
+    HEX64.test((prev as CheckpointLink).checkpoint));
+
 /** The claim of a compact JWS (EdDSA, Ed25519) signed by a key of `jwks`, or why it is not one. */
 function verifyCheckpointJws(jws: string, jwks: { keys: Jwk[] }): { claim: CheckpointClaim; kid: string } | { error: string } {
   const parts = jws.split('.');
@@ -124,12 +147,17 @@ function verifyCheckpointJws(jws: string, jwks: { keys: Jwk[] }): { claim: Check
     return { error: `is signed by key ${JSON.stringify(header.kid)}, which the published keys do not hold` };
   const key = createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x }, format: 'jwk' });
   if (!verify(null, Buffer.from(`${h}.${p}`), key, Buffer.from(s, 'base64url'))) return { error: 'has a signature that does not match' };
-  if (typeof claim.chain !== 'string' || !Number.isSafeInteger(claim.sequence) || typeof claim.hash !== 'string' || typeof claim.signed_at !== 'string')
+  if (
+    typeof claim.chain !== 'string' ||
+    !Number.isSafeInteger(claim.sequence) ||
+    typeof claim.hash !== 'string' ||
+    typeof claim.signed_at !== 'string' ||
+    !validLink(claim.prev)
+  )
     return { error: 'signs an unknown claim' };
   return { claim: claim as CheckpointClaim, kid: header.kid };
 }
 
-const HEX64 = /^[0-9a-f]{64}$/;
 const textOrNull = (v: unknown) => v === null || typeof v === 'string';
 
 /** The fields a row line must have, of the right types, before its hash can be computed. */
@@ -173,11 +201,22 @@ export interface Verdict {
   first_break: Break | null;
 }
 
+/** A checkpoint kept from earlier (by the customer, or by the signer outside the database), once its signature was checked. */
+interface Kept {
+  claim: CheckpointClaim;
+  jws: string;
+  /** The export listed this very checkpoint. */
+  listed: boolean;
+}
+
 /**
  * Checks an export line by line in constant memory (a resumed export appended to an interrupted one too) and stops at the first break: a row whose content
  * or place does not give its hash (a changed field, a swapped sequence), a row that does not follow the
  * previous one (a deleted, inserted or reordered row), a checkpoint whose signature does not verify
- * with the published keys or that signs another head than the rows have (a deleted tail, a rewritten chain).
+ * with the published keys or that signs another head than the rows have (a deleted tail, a rewritten chain),
+ * a checkpoint that does not follow the one before it (a deleted or replaced checkpoint), and a checkpoint
+ * kept from earlier (`kept`, compact JWSs) that the export's row at its sequence or its checkpoints contradict
+ * (a chain rewritten and its later checkpoints deleted).
  */
 export class EvidenceVerifier {
   private chain: string | null = null;
@@ -188,8 +227,30 @@ export class EvidenceVerifier {
   private checkpoints = 0;
   private first: number | null = null;
   private anchored: number | null = null;
+  /** The last checkpoint verified, and whether it carried its link to the one before. */
+  private lastCheckpoint: { sequence: number; jws: string; chained: boolean } | null = null;
+  /** Sorted by sequence; those before `nextKept` were found in the export, row and checkpoint. */
+  private kept: Kept[] = [];
+  private nextKept = 0;
+  private keptError: string | null = null;
 
-  constructor(private readonly jwks: { keys: Jwk[] }) {}
+  constructor(
+    private readonly jwks: { keys: Jwk[] },
+    kept: string[] = [],
+  ) {
+    const bySequence = new Map<number, Kept>();
+    for (const jws of kept) {
+      const signed = verifyCheckpointJws(jws, jwks);
+      if ('error' in signed) {
+        this.keptError ??= `A checkpoint kept from earlier ${signed.error}.`;
+        continue;
+      }
+      const seen = bySequence.get(signed.claim.sequence);
+      if (seen && seen.jws !== jws) this.keptError ??= `Two checkpoints kept from earlier sign row ${signed.claim.sequence} differently.`;
+      bySequence.set(signed.claim.sequence, { claim: signed.claim, jws, listed: false });
+    }
+    this.kept = [...bySequence.values()].sort((a, b) => a.claim.sequence - b.claim.sequence);
+  }
 
   /** Feeds one line (parsed); answers false once the evidence is broken. */
   add(line: ExportLine): boolean {
@@ -206,6 +267,11 @@ export class EvidenceVerifier {
           : this.fail(at, 'A header line of another chain or place was found inside the export.');
       this.chain = line.chain;
       this.from = line.from_sequence;
+      if (this.keptError) return this.fail(at, this.keptError);
+      const other = this.kept.find((k) => k.claim.chain !== line.chain);
+      if (other) return this.fail(other.claim.sequence, `A checkpoint kept from earlier signs another chain than this export's (${other.claim.chain}).`);
+      // What an export resumed past them cannot show.
+      this.kept = this.kept.filter((k) => k.claim.sequence >= line.from_sequence);
       return true;
     }
     if (this.chain === null) return this.fail(at, 'The export does not start with its header line.');
@@ -214,8 +280,22 @@ export class EvidenceVerifier {
     return this.fail(at, 'A line of an unknown type was found.');
   }
 
+  /** A kept checkpoint before row `before` that the export did not list (its row went by without it), or null. */
+  private keptNotListed(before: number): Kept | null {
+    for (let k = this.kept[this.nextKept]; k && k.claim.sequence < before; k = this.kept[++this.nextKept]) if (!k.listed) return k;
+    return null;
+  }
+
+  /** The kept checkpoint of row `sequence`, once those before it were passed. */
+  private keptAt(sequence: number): Kept | undefined {
+    const k = this.kept[this.nextKept];
+    return k?.claim.sequence === sequence ? k : undefined;
+  }
+
   private row(r: Extract<ExportLine, { type: 'row' }>): boolean {
     const expected = this.last ? this.last.sequence + 1 : this.from;
+    const unlisted = this.keptNotListed(expected);
+    if (unlisted) return this.fail(unlisted.claim.sequence, missingKept(unlisted.claim.sequence));
     if (!wellFormedRow(r)) return this.fail(expected, `The row line after row ${expected - 1} is malformed (a field is missing or of the wrong type).`);
     if (r.sequence !== expected) {
       if (r.sequence > expected)
@@ -232,6 +312,9 @@ export class EvidenceVerifier {
     if (this.last ? r.prev_hash !== this.last.hash : this.from === 1 && r.prev_hash !== GENESIS) {
       return this.fail(r.sequence, `Row ${r.sequence} does not follow row ${r.sequence - 1}: a row before it was changed, inserted or deleted.`);
     }
+    const kept = this.keptAt(r.sequence);
+    if (kept && kept.claim.hash !== r.hash)
+      return this.fail(r.sequence, `Row ${r.sequence} is not the row its signed checkpoint covers: the chain up to it was rewritten.`);
     this.last = { sequence: r.sequence, hash: r.hash };
     this.first ??= r.sequence;
     this.rows++;
@@ -251,9 +334,33 @@ export class EvidenceVerifier {
       return this.fail(claim.sequence, `Row ${claim.sequence}, which a signed checkpoint covers, is missing (deleted).`);
     if (this.last.hash !== claim.hash)
       return this.fail(claim.sequence, `Row ${claim.sequence} is not the row its signed checkpoint covers: the chain up to it was rewritten.`);
+    const broken = this.unlinked(claim);
+    if (broken) return this.fail(claim.sequence, broken);
+    const kept = this.keptAt(claim.sequence);
+    if (kept) {
+      if (kept.jws !== cp.jws) return this.fail(claim.sequence, `The checkpoint of row ${claim.sequence} is not the one kept from earlier: it was replaced.`);
+      kept.listed = true;
+    }
+    this.lastCheckpoint = { sequence: claim.sequence, jws: cp.jws, chained: claim.prev !== undefined };
     this.anchored = claim.sequence;
     this.checkpoints++;
     return true;
+  }
+
+  /** Why `claim` does not follow the checkpoint before it in the export, or null when it does (or the export cannot show it). */
+  private unlinked(claim: CheckpointClaim): string | null {
+    const before = this.lastCheckpoint;
+    const at = `The checkpoint of row ${claim.sequence}`;
+    // Signed before checkpoints were chained: only a chain's earliest checkpoints can be such.
+    if (claim.prev === undefined) return before?.chained ? `${at} is not linked to the checkpoint before it.` : null;
+    if (before) {
+      const link = checkpointLink(before);
+      return claim.prev?.sequence === link.sequence && claim.prev.checkpoint === link.checkpoint
+        ? null
+        : `${at} does not follow the checkpoint of row ${before.sequence}: a checkpoint between them was deleted or replaced.`;
+    }
+    if (claim.prev && claim.prev.sequence >= this.from) return `${at} follows a checkpoint of row ${claim.prev.sequence}, which is missing (deleted).`;
+    return null;
   }
 
   private fail(sequence: number, reason: string): false {
@@ -261,9 +368,21 @@ export class EvidenceVerifier {
     return false;
   }
 
+  /** The last row that verified, and the last checkpoint (what a next checkpoint follows). */
+  tip(): { row: { sequence: number; hash: string } | null; checkpoint: { sequence: number; jws: string } | null } {
+    return { row: this.last, checkpoint: this.lastCheckpoint && { sequence: this.lastCheckpoint.sequence, jws: this.lastCheckpoint.jws } };
+  }
+
   /** The outcome once every line was fed. */
   verdict(): Verdict {
     if (!this.broken && this.chain === null) this.fail(this.from, 'The export is empty: it has no header line.');
+    if (!this.broken) {
+      const lastSeq = this.last?.sequence ?? this.from - 1;
+      const unlisted = this.keptNotListed(lastSeq + 1);
+      const gone = this.kept[this.nextKept];
+      if (unlisted) this.fail(unlisted.claim.sequence, missingKept(unlisted.claim.sequence));
+      else if (gone) this.fail(gone.claim.sequence, `Row ${gone.claim.sequence}, which a signed checkpoint covers, is missing (deleted).`);
+    }
     const lastSeq = this.last?.sequence ?? null;
     return {
       ok: !this.broken,
@@ -278,3 +397,5 @@ export class EvidenceVerifier {
     };
   }
 }
+
+const missingKept = (sequence: number) => `The checkpoint of row ${sequence}, kept from earlier, is missing from the export: it was deleted.`;

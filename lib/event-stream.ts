@@ -18,6 +18,7 @@ export const EVENT_TYPES = [
   'job.failed',
   'audit.recorded',
   'audit.checkpoint',
+  'audit.chain_broken',
   'share.created',
   'share.revoked',
   'share.viewed',

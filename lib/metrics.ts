@@ -26,6 +26,8 @@ export interface Metrics {
   keyringReloadFailures: Counter;
   /** 1 while this process's latest keyring reload failed, else 0. */
   keyringReloadFailing: Gauge;
+  /** Runs of the checkpoint signer that found an audit chain broken and did not sign it, by chain kind (account, system). */
+  auditChainBreaks: Counter<'chain'>;
 }
 
 export function createMetrics(): Metrics {
@@ -75,6 +77,12 @@ export function createMetrics(): Metrics {
     keyringReloadFailing: new Gauge({
       name: 'kms_keyring_reload_failing',
       help: '1 while the latest keyring reload of this process failed (it may seal under a data key that is no longer current)',
+      registers,
+    }),
+    auditChainBreaks: new Counter({
+      name: 'kms_audit_chain_breaks_total',
+      help: 'Audit chains the checkpoint signer found broken and refused to sign, once per chain and run, by chain kind (account, system)',
+      labelNames: ['chain'],
       registers,
     }),
     queueJobs: new Gauge({

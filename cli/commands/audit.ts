@@ -82,12 +82,23 @@ export function registerAuditEvidence(audit: Command) {
     .command('verify <file>')
     .description('Check an export offline: the chain, and each checkpoint against the published keys; exit 1 where the evidence breaks')
     .option('--keys <file>', 'the published keys (a saved GET /audit-logs/keys); default: fetched from the service')
-    .addHelpText('after', examples('kms audit verify audit.ndjson', 'kms audit verify audit.ndjson --keys audit-keys.json --json'))
+    .option(
+      '--checkpoints <file>',
+      'checkpoints you kept earlier (NDJSON: an earlier export, audit.checkpoint events or webhook bodies); each must still hold in the export',
+    )
+    .addHelpText(
+      'after',
+      examples(
+        'kms audit verify audit.ndjson',
+        'kms audit verify audit.ndjson --keys audit-keys.json --json',
+        'kms audit verify audit.ndjson --keys audit-keys.json --checkpoints last-month.ndjson',
+      ),
+    )
     .action(
-      run<{ keys?: string }, [string]>(async (opts, file) => {
+      run<{ keys?: string; checkpoints?: string }, [string]>(async (opts, file) => {
         const jwks = opts.keys ? (JSON.parse(await readFile(opts.keys, 'utf8')) as { keys: Jwk[] }) : await fetchKeys(opts);
         if (!Array.isArray(jwks.keys)) throw new UsageError('--keys must be a JWKS ({"keys": [...]})');
-        const verifier = new EvidenceVerifier(jwks);
+        const verifier = new EvidenceVerifier(jwks, opts.checkpoints ? await keptCheckpoints(opts.checkpoints) : []);
         let n = 0;
         for await (const line of createInterface({ input: createReadStream(file), crlfDelay: Infinity })) {
           n++;
@@ -105,6 +116,26 @@ export function registerAuditEvidence(audit: Command) {
         if (!verdict.ok) throw new EvidenceBroken(`the audit evidence breaks at row ${verdict.first_break!.sequence}`);
       }),
     );
+}
+
+/** The compact JWSs of a file of kept checkpoints: any line with a `jws` (an export's checkpoint line, an event's data) or a `data.jws` (an event, a webhook body). */
+async function keptCheckpoints(path: string): Promise<string[]> {
+  const found: string[] = [];
+  let n = 0;
+  for await (const line of createInterface({ input: createReadStream(path), crlfDelay: Infinity })) {
+    n++;
+    if (!line.trim()) continue;
+    let parsed: { jws?: unknown; data?: { jws?: unknown } };
+    try {
+      parsed = JSON.parse(line) as typeof parsed;
+    } catch {
+      throw new UsageError(`line ${n} of ${path} is not JSON`);
+    }
+    const jws = parsed?.jws ?? parsed?.data?.jws;
+    if (typeof jws === 'string') found.push(jws);
+  }
+  if (!found.length) throw new UsageError(`${path} holds no checkpoint (lines with a "jws")`);
+  return found;
 }
 
 async function fetchKeys(opts: Parameters<typeof connect>[0]): Promise<{ keys: Jwk[] }> {

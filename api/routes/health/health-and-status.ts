@@ -7,6 +7,7 @@ import { Timestamp } from '../../schemas/common';
 import type { Container } from '../../../lib/container';
 import { within } from '../../../lib/within';
 import { CHECK_MS, dependencyChecks, keyringOfProcesses, latestReseal, pingPostgres } from '../../../lib/operations/health-checks';
+import { brokenChains } from '../../../lib/audit/signer-memory';
 
 const Check = z.enum(['up', 'down']);
 
@@ -29,8 +30,12 @@ const QueueStatus = z.object({
   concurrency: z.number().int().describe('Their summed concurrency'),
   schedulers: z.array(z.object({ scheduler_id: z.string(), every_ms: z.number().nullable(), next_run_at: Timestamp.nullable() })),
 });
+/** How many broken audit chains the status names (the count covers them all). */
+const BROKEN_CHAINS_SHOWN = 20;
+
 const Status = z
   .object({
+    status: z.enum(['ok', 'degraded']).describe('degraded while Postgres or Redis is down or an audit chain is broken'),
     version: z.string(),
     uptime_seconds: z.number().int(),
     postgres: Dependency,
@@ -74,6 +79,13 @@ const Status = z
         )
         .describe('Every live API, worker and scheduler process, with the data key it seals under'),
     }),
+    audit_chains: z
+      .object({
+        broken: z.number().int().describe('Audit chains the checkpoint signer found broken and does not sign (docs/audit-evidence.md)'),
+        chains: z.array(z.object({ chain: z.string(), sequence: z.number().int(), reason: z.string(), detected_at: Timestamp })),
+      })
+      .nullable()
+      .describe('Null while Redis, where the signer keeps them, is down'),
   })
   .meta({ id: 'Status' });
 
@@ -146,9 +158,12 @@ export default [
       const workers = beats.filter((b) => b.roles.includes('worker'));
       const reseal = pg === null ? undefined : await latestReseal(c);
       const processes = pg === null ? [] : await keyringOfProcesses(c, beats);
+      const audit = redis === null ? null : await brokenChains(c, BROKEN_CHAINS_SHOWN);
+      const degraded = pg === null || redis === null || (audit?.count ?? 0) > 0;
       return {
         headers: { 'Cache-Control': 'no-store' },
         body: {
+          status: degraded ? 'degraded' : 'ok',
           version: VERSION,
           uptime_seconds: Math.round(process.uptime()),
           postgres: { state: pg === null ? 'down' : 'up', latency_ms: pg },
@@ -170,6 +185,7 @@ export default [
               : null,
             processes,
           },
+          audit_chains: audit && { broken: audit.count, chains: audit.chains },
         },
       };
     },
