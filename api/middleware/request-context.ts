@@ -11,7 +11,8 @@ export const requestMeta = (ctx: AppContext): RequestMeta => ({ ip: ctx.ip, requ
 
 /**
  * Request id (always the service's own: a client's X-Request-Id is kept beside it, when plain, as
- * client_request_id, so that what a client sends never passes for ours), a child logger carrying both,
+ * client_request_id and echoed as X-Client-Request-Id, so that what a client sends never passes for
+ * ours), a child logger carrying both,
  * safe default headers, one access-log line and the request metrics. Both name the matched route
  * template, not the raw path, since some paths carry share tokens (and templates keep the metrics'
  * label set bounded).
@@ -25,6 +26,8 @@ export async function requestContext(ctx: AppContext, next: Next) {
   ctx.state.clientRequestId = clientRequestId;
   ctx.state.log = ctx.container.log.child(clientRequestId ? { request_id: requestId, client_request_id: clientRequestId } : { request_id: requestId });
   ctx.set('X-Request-Id', requestId);
+  // Echoed so a client can pair each answer with its request; in this form it is inert in any header.
+  if (clientRequestId) ctx.set('X-Client-Request-Id', clientRequestId);
   ctx.set('X-Content-Type-Options', 'nosniff');
   ctx.set('Cache-Control', 'no-store');
   try {

@@ -186,7 +186,7 @@ export async function readSuppliedPublicKey(armored: string): Promise<openpgp.Pu
     if (type !== pgp.enums.armor.publicKey) throw invalid('invalid_public_key', 'Expected an armored PGP PUBLIC KEY BLOCK.');
     const binary = new Uint8Array(await new Response(data).arrayBuffer());
     if (scanPackets(binary).some((p) => SECRET_TAGS.has(p.tag))) throw secretSupplied();
-    checkPacketLimits(binary);
+    checkPacketLimits(binary, 'public key');
     const keys = await pgp.readKeys({ binaryKeys: binary });
     if (keys.length !== 1 || keys[0].isPrivate()) throw invalid('invalid_public_key', `Expected exactly one public key, found ${keys.length}.`);
     checkKeyCost(keys[0]);
@@ -198,19 +198,20 @@ export async function readSuppliedPublicKey(armored: string): Promise<openpgp.Pu
 }
 
 /** Counts and sizes packets before any parse: what OpenPGP.js would otherwise verify one by one. */
-function checkPacketLimits(binary: Uint8Array): void {
+function checkPacketLimits(binary: Uint8Array, what: 'key' | 'public key' = 'key'): void {
   const packets = scanPackets(binary);
-  if (packets.length === 0) throw refuse('invalid_key', 'Not a readable OpenPGP key: no packets.');
-  if (packets.length > MAX_KEY_PACKETS) throw refuse('invalid_key', `The key has more than ${MAX_KEY_PACKETS} packets.`);
+  if (packets.length === 0) throw refuse('invalid_key', `Not a readable OpenPGP ${what}: no packets.`);
+  if (packets.length > MAX_KEY_PACKETS) throw refuse('invalid_key', `The ${what} has more than ${MAX_KEY_PACKETS} packets.`);
   const subkeys = packets.filter((p) => p.tag === TAG.publicSubkey || p.tag === TAG.secretSubkey).length;
-  if (subkeys > MAX_SUBKEYS) throw refuse('invalid_key', `The key has ${subkeys} subkeys; at most ${MAX_SUBKEYS} are accepted.`);
+  if (subkeys > MAX_SUBKEYS) throw refuse('invalid_key', `The ${what} has ${subkeys} subkeys; at most ${MAX_SUBKEYS} are accepted.`);
   for (const p of packets) {
-    if (p.tag === TAG.userId && p.length > MAX_USER_ID_BYTES) throw refuse('invalid_key', `A user id of the key is longer than ${MAX_USER_ID_BYTES} octets.`);
+    if (p.tag === TAG.userId && p.length > MAX_USER_ID_BYTES)
+      throw refuse('invalid_key', `A user id of the ${what} is longer than ${MAX_USER_ID_BYTES} octets.`);
     if (p.tag === TAG.signature && p.length > MAX_SIGNATURE_PACKET_BYTES)
-      throw refuse('invalid_key', `A signature of the key is longer than ${MAX_SIGNATURE_PACKET_BYTES} octets.`);
+      throw refuse('invalid_key', `A signature of the ${what} is longer than ${MAX_SIGNATURE_PACKET_BYTES} octets.`);
   }
   if (packets[0].tag !== TAG.publicKey && packets[0].tag !== TAG.secretKey)
-    throw refuse('invalid_key', 'Not an OpenPGP key: it does not begin with a key packet.');
+    throw refuse('invalid_key', `Not an OpenPGP ${what}: it does not begin with a key packet.`);
 }
 
 /**

@@ -389,6 +389,7 @@ describe('request ids', () => {
         const ours = res.headers.get('x-request-id')!;
         expect(ours).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
         if (res.status === 401) expect(res.body.request_id).toBe(ours);
+        expect(res.headers.get('x-client-request-id')).toBe(id === good ? good : null);
         const row = await s.c.db('audit_logs').where({ request_id: ours }).first();
         expect(row).toMatchObject({ user_id: u.id, action: 'auth.login', client_request_id: id === good ? good : null });
       }

@@ -5,7 +5,8 @@ Usage: spec_client.py API_BASE   (API_BASE ends in /api/v1)
 It walks the README's flows and SPEC's endpoints: register, log in (identifier, username, email),
 generate a key, encrypt and decrypt through jobs, rotate, shares, managed API keys, profile, audit logs,
 team access, health. After every call it checks that the answer is the one meant for its request: not an
-informational (1xx) answer, the X-Request-Id it sent echoed back, the status expected, and a body field
+informational (1xx) answer, the X-Request-Id it sent echoed back (as X-Client-Request-Id: the service's
+own id is X-Request-Id), the status expected, and a body field
 that ties the answer to what was asked. Plain asserts; the first failure stops the run with its story.
 """
 
@@ -34,7 +35,8 @@ def call(method, path, expect, token=None, **kwargs):
     story = "%s %s -> %s %s" % (method, path, res.status_code, res.text[:400])
     CALLS.append("%s %s %s" % (method, path, res.status_code))
     assert res.status_code >= 200, "an informational answer was taken as final: " + story
-    assert res.headers.get("X-Request-Id") == rid, "the answer belongs to another request (X-Request-Id %r, sent %r): %s" % (res.headers.get("X-Request-Id"), rid, story)
+    echoed = res.headers.get("X-Client-Request-Id")
+    assert echoed == rid, "the answer belongs to another request (X-Client-Request-Id %r, sent %r): %s" % (echoed, rid, story)
     expected = expect if isinstance(expect, (list, tuple)) else [expect]
     assert res.status_code in expected, "expected %s: %s" % (expected, story)
     return res
