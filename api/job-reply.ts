@@ -19,6 +19,7 @@ import {
   submitJob,
   waitForJob,
   watchJobEnd,
+  WAIT_POLL_MS,
   type JobEndWatch,
 } from '../lib/jobs/job-records';
 import type { JobKind, JobRow } from '../db/jobs';
@@ -135,6 +136,13 @@ export async function submitAndReply(
       // before this request has been answered.
       if (preferEarlyHints(ctx.get('prefer'))) ctx.res.writeEarlyHints({ link: `<${statusUrl(row.id)}>; rel="monitor"` });
       upload.begin(true);
+      // The same insurance as a wait's against a missed end event: the row is read now and then.
+      const poll = setInterval(() => {
+        void currentJob(c, row.id).then(
+          (now) => uploading && now?.state === 'failed' && upload.stop(ended),
+          () => undefined,
+        );
+      }, WAIT_POLL_MS);
       try {
         const files = await upload.files();
         row = await completeUpload(c, row, files, requestHash(job.kind, job.body, files));
@@ -144,6 +152,7 @@ export async function submitAndReply(
         if (await failUpload(c, row, err, requestMeta(ctx))) throw err;
         row = (await currentJob(c, row.id)) ?? row;
       } finally {
+        clearInterval(poll);
         uploading = false;
       }
     }

@@ -321,11 +321,11 @@ export async function arrivingInput(
 }
 
 /**
- * How often `Prefer: wait` reads the row when no event arrives: insurance against a missed event (it
+ * How often `Prefer: wait` (and an upload whose job may fail first) reads the row when no event arrives: insurance against a missed event (it
  * costs at most this), not the way waits end, so it need not be often (at 250 ms, 40 waiting clients
  * read their rows ~160 times a second for nothing).
  */
-const WAIT_POLL_MS = 1000;
+export const WAIT_POLL_MS = 1000;
 
 /** The end of one job as this process's event hub sees it, from the moment the watch began. */
 export interface JobEndWatch {

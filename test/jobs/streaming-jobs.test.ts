@@ -204,6 +204,24 @@ describe('a job runs while its upload arrives', () => {
     }
   });
 
+  it('a job that fails while its files still arrive is answered within a poll when its end event is missed', async () => {
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const { eventHub } = s.c;
+    const listen = eventHub.listen.bind(eventHub);
+    eventHub.listen = async () => () => {};
+    try {
+      const upload = openUpload(u.token, { fingerprint: key.fingerprint, passphrase: PASSPHRASE }, 'garbage.gpg', '/keys/decrypt');
+      upload.req.write(randomBytes(1 << 20)); // not an OpenPGP message: the worker fails it at once
+      const answer = await upload.response;
+      expect(upload.req.writableEnded).toBe(false);
+      expect([answer.status, answer.body.state, answer.body.error?.code]).toEqual([202, 'failed', 'malformed_message']);
+      upload.req.destroy();
+    } finally {
+      eventHub.listen = listen;
+    }
+  });
+
   it('a follower of an encrypt job is cut off as soon as the job fails, also before its output has begun (409 while it was queued)', async () => {
     // No worker: the output never begins, so only the job's failure can end the follower (not JOB_IDLE_SECONDS).
     const web = await startTestService({ roles: ['web'] });
