@@ -230,7 +230,10 @@ async function decidableLink(c: Container, trx: Knex.Transaction, actorId: strin
   const link = granteeId === actorId ? undefined : await lockTeamLinkOfGrantee(trx, granteeId);
   if (link?.source_id === actorId) return link;
   if (link) {
-    const [actor, source, grantee] = await Promise.all([membershipOf(trx, actorId), membershipOf(trx, link.source_id), membershipOf(trx, link.grantee_id)]);
+    // One after another: a transaction is one connection, which runs one query at a time.
+    const actor = await membershipOf(trx, actorId);
+    const source = await membershipOf(trx, link.source_id);
+    const grantee = await membershipOf(trx, link.grantee_id);
     if (
       actor &&
       source &&
@@ -489,7 +492,8 @@ export async function syncGrants(c: Container, granteeId: string, origin: Origin
   const outcome = await c.db.transaction(async (trx): Promise<SyncOutcome> => {
     const link = await lockTeamLinkOfGrantee(trx, granteeId);
     if (!link) return { linked: false, inherited_keys: 0, added: [], removed: await deleteGrantedLineages(trx, granteeId) };
-    const [grantee, source] = await Promise.all([membershipOf(trx, granteeId), accountOrganization(trx, link.source_id)]);
+    const grantee = await membershipOf(trx, granteeId);
+    const source = await accountOrganization(trx, link.source_id);
     const eligible = Boolean(grantee && source?.organization_id && grantee.organization_id === source.organization_id);
     // One hop: lineages the source owns, never the ones it inherits itself; none until the link is approved.
     const wanted = eligible && link.approved_at ? await enabledLineageIds(trx, link.source_id) : [];
