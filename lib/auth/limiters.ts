@@ -81,7 +81,7 @@ const TALLY_TTL_SECONDS = 30 * 86400;
 
 /**
  * Refusals that anyone can repeat at will against an account (a locked login, a reset mail over its
- * budget) are counted, not audited one by one (lib/auth/refusals.ts writes the rows): the count of an
+ * budget, a credential presented after it stopped being valid) are counted, not audited one by one (lib/auth/refusals.ts writes the rows): the count of an
  * episode lives here, one hash per kind and audit chain, until the episode is ended. Not a secret.
  */
 class RefusalTallies {

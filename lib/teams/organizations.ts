@@ -383,12 +383,7 @@ export async function demoteRecentInvitees(
   if (!mine || !isManager(mine)) return { demoted: [], listed: [] };
   const invitees = await lockRecentInvitees(trx, accountId, mine.organization_id, since);
   const demoted = invitees.filter((m) => m.role === 'admin');
-  for (const m of demoted) {
-    await setMemberRole(trx, m.user_id, 'member');
-    const details = { organization_id: m.organization_id, from: 'admin', to: 'member', reason: 'password_reset' };
-    await recordAudit(trx, { user_id: accountId, action: 'organization.role_changed', status: 'success', target: m.user_id, details }, meta);
-    await recordAudit(trx, { user_id: m.user_id, action: 'organization.role_changed', status: 'success', target: m.organization_id, details }, meta);
-  }
+  for (const m of demoted) await changeRole(trx, accountId, m, 'member', 'password_reset', meta);
   return { demoted, listed: invitees.filter((m) => m.role === 'member') };
 }
 
@@ -455,11 +450,23 @@ export async function restoreAdmin(
   if (member?.organization_id !== organizationId) return 'changed';
   if (member.role !== 'member') return 'unchanged';
   if (actor?.organization_id !== organizationId || actor.role !== 'owner') throw forbidden('organization_owner_required', 'Only the owner makes admins.');
-  await setMemberRole(trx, memberId, 'admin');
-  const details = { organization_id: organizationId, from: 'member', to: 'admin', reason: 'recovery_review' };
-  await recordAudit(trx, { user_id: actorId, action: 'organization.role_changed', status: 'success', target: memberId, details }, meta);
-  await recordAudit(trx, { user_id: memberId, action: 'organization.role_changed', status: 'success', target: organizationId, details }, meta);
+  await changeRole(trx, actorId, { user_id: memberId, organization_id: organizationId }, 'admin', 'recovery_review', meta);
   return 'restored';
+}
+
+/** A member's role between admin and member, audited `organization.role_changed` for the actor and the member. */
+async function changeRole(
+  trx: Knex.Transaction,
+  actorId: string,
+  member: { user_id: string; organization_id: string },
+  to: 'admin' | 'member',
+  reason: string,
+  meta: RequestMeta,
+): Promise<void> {
+  await setMemberRole(trx, member.user_id, to);
+  const details = { organization_id: member.organization_id, from: to === 'admin' ? 'member' : 'admin', to, reason };
+  await recordAudit(trx, { user_id: actorId, action: 'organization.role_changed', status: 'success', target: member.user_id, details }, meta);
+  await recordAudit(trx, { user_id: member.user_id, action: 'organization.role_changed', status: 'success', target: member.organization_id, details }, meta);
 }
 
 /**
