@@ -1668,7 +1668,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Generate an OpenPGP key pair (curve25519 at once: 201; RSA as a job: 202)
+         * Generate an OpenPGP key pair of a profile (rfc4880, rfc9580, pqc): 201 at once; RSA as a job: 202
          * @description A session, the partner key, or a managed API key with the scope `keys:write`.
          */
         post: {
@@ -1693,10 +1693,16 @@ export interface paths {
                         email: string;
                         passphrase: string;
                         /**
-                         * @default curve25519
+                         * @description rfc4880: v4 keys, files SEIPDv1 (every OpenPGP implementation, gpg 2.2 included); rfc9580: v6 Ed25519/X25519 keys, files SEIPDv2 (AEAD); pqc: v6 post-quantum keys (ML-DSA-65+Ed25519, ML-KEM-768+X25519, RFC 9980)
+                         * @default rfc4880
                          * @enum {string}
                          */
-                        algorithm?: "curve25519" | "rsa3072" | "rsa4096";
+                        profile?: "rfc4880" | "rfc9580" | "pqc";
+                        /**
+                         * @description Default: curve25519 (rfc4880 and rfc9580), ml-kem-768+x25519 (pqc); RSA is rfc4880 only
+                         * @enum {string}
+                         */
+                        algorithm?: "curve25519" | "rsa3072" | "rsa4096" | "ml-kem-768+x25519";
                         expires_in_days?: number;
                     };
                     "application/json": {
@@ -1711,10 +1717,16 @@ export interface paths {
                         email: string;
                         passphrase: string;
                         /**
-                         * @default curve25519
+                         * @description rfc4880: v4 keys, files SEIPDv1 (every OpenPGP implementation, gpg 2.2 included); rfc9580: v6 Ed25519/X25519 keys, files SEIPDv2 (AEAD); pqc: v6 post-quantum keys (ML-DSA-65+Ed25519, ML-KEM-768+X25519, RFC 9980)
+                         * @default rfc4880
                          * @enum {string}
                          */
-                        algorithm?: "curve25519" | "rsa3072" | "rsa4096";
+                        profile?: "rfc4880" | "rfc9580" | "pqc";
+                        /**
+                         * @description Default: curve25519 (rfc4880 and rfc9580), ml-kem-768+x25519 (pqc); RSA is rfc4880 only
+                         * @enum {string}
+                         */
+                        algorithm?: "curve25519" | "rsa3072" | "rsa4096" | "ml-kem-768+x25519";
                         expires_in_days?: number;
                     };
                 };
@@ -1790,6 +1802,12 @@ export interface paths {
                         label: string;
                         /** @default production */
                         env?: string;
+                        /**
+                         * @description rfc4880: v4 keys, files SEIPDv1 (every OpenPGP implementation, gpg 2.2 included); rfc9580: v6 Ed25519/X25519 keys, files SEIPDv2 (AEAD); pqc: v6 post-quantum keys (ML-DSA-65+Ed25519, ML-KEM-768+X25519, RFC 9980)
+                         * @default rfc4880
+                         * @enum {string}
+                         */
+                        profile?: "rfc4880" | "rfc9580" | "pqc";
                     };
                 };
             };
@@ -1810,6 +1828,16 @@ export interface paths {
                             label: string;
                             environment: string;
                             algorithm: string;
+                            /**
+                             * @description The OpenPGP profile of the current generation
+                             * @enum {string}
+                             */
+                            profile: "rfc4880" | "rfc9580" | "pqc";
+                            /**
+                             * @description The profile the next generation is made with (POST /keys/{fingerprint}/rotate and rotation-schedule change it)
+                             * @enum {string}
+                             */
+                            rotation_profile: "rfc4880" | "rfc9580" | "pqc";
                             /**
                              * @description managed: holds its private key (generated or imported); recipient: an imported public key that encrypts and verifies, never decrypts or signs
                              * @enum {string}
@@ -2440,7 +2468,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Rotate a key now (a rotation job). Optionally changes the passphrase when the current one is given.
+         * Rotate a key now (a rotation job). Optionally changes the passphrase when the current one is given, and the profile of this and later generations.
          * @description A session, the partner key, or a managed API key with the scope `keys:write`.
          */
         post: {
@@ -2457,6 +2485,11 @@ export interface paths {
                     "application/json": {
                         current_passphrase?: string;
                         new_passphrase?: string;
+                        /**
+                         * @description The new generation's profile, kept for the lineage's later rotations; default: the lineage's rotation_profile
+                         * @enum {string}
+                         */
+                        profile?: "rfc4880" | "rfc9580" | "pqc";
                     };
                 };
             };
@@ -2506,7 +2539,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Set the key's rotation interval in days (1–730), null for off, or follow the account policy
+         * Set the key's rotation interval in days (1–730), null for off, or follow the account policy; and/or the profile of its next generations
          * @description A session, the partner key, or a managed API key with the scope `keys:write`.
          */
         post: {
@@ -2521,10 +2554,18 @@ export interface paths {
             requestBody: {
                 content: {
                     "application/json": {
-                        rotation_interval_days: number | null;
-                    } | {
-                        /** @enum {boolean} */
-                        use_account_policy: true;
+                        /** @description null: scheduled rotation off */
+                        rotation_interval_days?: number | null;
+                        /**
+                         * @description Follow the account's rotation_interval_days
+                         * @enum {boolean}
+                         */
+                        use_account_policy?: true;
+                        /**
+                         * @description The profile scheduled (and manual) rotations make the next generations with
+                         * @enum {string}
+                         */
+                        profile?: "rfc4880" | "rfc9580" | "pqc";
                     };
                 };
             };
@@ -2713,7 +2754,7 @@ export interface paths {
                         fingerprint: string;
                         passphrase: string;
                         /**
-                         * @description rewrap: new session-key packet, same encrypted data; reencrypt: a fresh session key
+                         * @description rewrap: new session-key packet, same encrypted data; reencrypt: a fresh session key. To a v6 (rfc9580, pqc) generation files are always encrypted again, as SEIPDv2
                          * @default rewrap
                          * @enum {string}
                          */
@@ -6096,6 +6137,16 @@ export interface components {
             environment: string;
             algorithm: string;
             /**
+             * @description The OpenPGP profile of the current generation
+             * @enum {string}
+             */
+            profile: "rfc4880" | "rfc9580" | "pqc";
+            /**
+             * @description The profile the next generation is made with (POST /keys/{fingerprint}/rotate and rotation-schedule change it)
+             * @enum {string}
+             */
+            rotation_profile: "rfc4880" | "rfc9580" | "pqc";
+            /**
              * @description managed: holds its private key (generated or imported); recipient: an imported public key that encrypts and verifies, never decrypts or signs
              * @enum {string}
              */
@@ -6140,6 +6191,11 @@ export interface components {
             effective_rotation_interval_days: number | null;
             /** Format: date-time */
             next_rotation_at: string | null;
+            /**
+             * @description The profile of the next generations
+             * @enum {string}
+             */
+            profile: "rfc4880" | "rfc9580" | "pqc";
         };
         RotationEntry: {
             /** Format: uuid */

@@ -1,5 +1,6 @@
 import type { Knex } from 'knex';
 import { columnsOf, prepared, type Write } from './knex';
+import type { KeyProfile } from '../lib/pgp/profiles';
 
 export type LineageKind = 'managed' | 'recipient';
 
@@ -10,7 +11,9 @@ export interface LineageRow {
   environment: string;
   uid_name: string;
   uid_email: string;
+  /** The algorithm and OpenPGP profile (lib/pgp/profiles.ts) its next generation is made with. */
   algorithm: string;
+  profile: KeyProfile;
   /** `recipient`: an imported public key (encrypts and verifies only); its unlock columns are ''. */
   kind: LineageKind;
   unlock_public: string;
@@ -41,6 +44,8 @@ export interface KeyRow {
   fingerprint: string;
   encryption_key_ids: string[];
   algorithm: string;
+  /** The OpenPGP profile its key was made or imported under (v4 `rfc4880`, v6 `rfc9580` or `pqc`). */
+  profile: KeyProfile;
   public_armored: string;
   public_mac: string | null;
   /** Brought in through /keys/import rather than generated here. */
@@ -172,6 +177,7 @@ const LINEAGE_COLUMNS = columnsOf<LineageRow>({
   uid_name: 1,
   uid_email: 1,
   algorithm: 1,
+  profile: 1,
   kind: 1,
   unlock_public: 1,
   unlock_locked: 1,
@@ -196,6 +202,7 @@ const KEY_COLUMNS = columnsOf<KeyRow>({
   fingerprint: 1,
   encryption_key_ids: 1,
   algorithm: 1,
+  profile: 1,
   public_armored: 1,
   public_mac: 1,
   imported: 1,
@@ -321,13 +328,14 @@ const LISTED_LINEAGE = [
   'environment',
   'uid_name',
   'uid_email',
+  'profile',
   'kind',
   'created_at',
   'disabled_at',
   'rotation_mode',
   'rotation_interval_days',
 ] as const;
-const LISTED_KEY = ['fingerprint', 'algorithm', 'generation', 'imported', 'created_at', 'expires_at'] as const;
+const LISTED_KEY = ['fingerprint', 'algorithm', 'profile', 'generation', 'imported', 'created_at', 'expires_at'] as const;
 export type ListedKey = { lineage: Pick<LineageRow, (typeof LISTED_LINEAGE)[number]>; current: Pick<KeyRow, (typeof LISTED_KEY)[number]> };
 
 /**

@@ -27,6 +27,7 @@ import * as m027 from './migrations/027_audit_chain_plan';
 import * as m028 from './migrations/028_recovery_review';
 import * as m030 from './migrations/030_account_fingerprints';
 import * as m031 from './migrations/031_client_request_id';
+import * as m032 from './migrations/032_key_profiles';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -61,6 +62,7 @@ const migrations: Record<string, Knex.Migration> = {
   '028_recovery_review': m028,
   '030_account_fingerprints': m030,
   '031_client_request_id': m031,
+  '032_key_profiles': m032,
 };
 
 const source: Knex.MigrationSource<string> = {

@@ -15,6 +15,7 @@ export const GenerateRequest = z.object({
     uid_name: z.string(),
     uid_email: z.string(),
     algorithm: z.enum(['curve25519', 'rsa3072', 'rsa4096']),
+    profile: z.literal('rfc4880').default('rfc4880'), // RSA keys, the only ones made as a job, are v4
     key_ttl_days: z.number().int().nullable(),
   }),
 });

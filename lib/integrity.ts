@@ -18,6 +18,8 @@ export interface LineageMacFields {
   id: string;
   user_id: string;
   unlock_public: string;
+  /** The OpenPGP profile its next generation is made with: a database write must not downgrade it. */
+  profile: string;
 }
 
 export interface KeyMacFields {
@@ -29,7 +31,11 @@ export interface KeyMacFields {
   public_armored: string;
 }
 
-const lineageData = (l: LineageMacFields) => JSON.stringify(['kms/lineage/v1', l.id, l.user_id, l.unlock_public]);
+/** `rfc4880`, every lineage's profile before there were others, keeps the MAC those lineages were stored with. */
+const lineageData = (l: LineageMacFields) =>
+  JSON.stringify(
+    l.profile === 'rfc4880' ? ['kms/lineage/v1', l.id, l.user_id, l.unlock_public] : ['kms/lineage/v2', l.id, l.user_id, l.unlock_public, l.profile],
+  );
 const keyData = (k: KeyMacFields) =>
   JSON.stringify(['kms/pgp-key/v1', k.lineage_id, k.user_id, k.generation, k.fingerprint, k.encryption_key_ids, k.public_armored]);
 

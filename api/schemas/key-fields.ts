@@ -1,11 +1,14 @@
 import { z } from 'zod';
 import { Timestamp, text } from './common';
+import { FINGERPRINT, KEY_PROFILES, PROFILE_ALGORITHMS } from '../../lib/pgp/profiles';
 
-/** A v4 fingerprint: 40 hex digits; spaces are tolerated (as gpg prints them) and case is ignored. */
+const KEY_ALGORITHMS = [...new Set(Object.values(PROFILE_ALGORITHMS).flat())] as [string, ...string[]];
+
+/** A fingerprint: 40 hex digits (v4 key) or 64 (v6 key); spaces are tolerated (as gpg prints them) and case is ignored. */
 export const Fingerprint = z
   .string()
   .transform((s) => s.replace(/\s+/g, '').toLowerCase())
-  .pipe(z.string().regex(/^[0-9a-f]{40}$/, 'a fingerprint is 40 hexadecimal digits'));
+  .pipe(z.string().regex(FINGERPRINT, 'a fingerprint is 40 hexadecimal digits (a v4 key) or 64 (a v6 key)'));
 
 export const Environment = z
   .string()
@@ -23,7 +26,13 @@ export const FormBoolean = z
   .union([z.boolean(), z.enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'])])
   .transform((v) => v === true || v === 'true' || v === '1' || v === 'yes' || v === 'on');
 
-export const Algorithm = z.enum(['curve25519', 'rsa3072', 'rsa4096']);
+export const Algorithm = z.enum(KEY_ALGORITHMS);
+
+export const Profile = z
+  .enum(KEY_PROFILES)
+  .describe(
+    'rfc4880: v4 keys, files SEIPDv1 (every OpenPGP implementation, gpg 2.2 included); rfc9580: v6 Ed25519/X25519 keys, files SEIPDv2 (AEAD); pqc: v6 post-quantum keys (ML-DSA-65+Ed25519, ML-KEM-768+X25519, RFC 9980)',
+  );
 
 export const Key = z
   .object({
@@ -32,6 +41,8 @@ export const Key = z
     label: z.string(),
     environment: z.string(),
     algorithm: z.string(),
+    profile: Profile.describe('The OpenPGP profile of the current generation'),
+    rotation_profile: Profile.describe('The profile the next generation is made with (POST /keys/{fingerprint}/rotate and rotation-schedule change it)'),
     kind: z
       .enum(['managed', 'recipient'])
       .describe(

@@ -21,10 +21,10 @@ export const int = (name: string) => (value: string) => {
   return n;
 };
 
-/** A key fingerprint as the service takes it: 40 hexadecimal digits; spaces (as gpg prints them) and case do not matter. */
+/** A key fingerprint as the service takes it: 40 hexadecimal digits (a v4 key) or 64 (v6); spaces (as gpg prints them) and case do not matter. */
 const fingerprint = (value: string) => {
   const fpr = value.replace(/\s+/g, '').toLowerCase();
-  if (!/^[0-9a-f]{40}$/.test(fpr)) throw new InvalidArgumentError('A fingerprint is 40 hexadecimal digits.');
+  if (!/^(?:[0-9a-f]{40}|[0-9a-f]{64})$/.test(fpr)) throw new InvalidArgumentError('A fingerprint is 40 hexadecimal digits (a v4 key) or 64 (a v6 key).');
   return fpr;
 };
 

@@ -6,7 +6,7 @@ import type { Container } from '../container';
 import { conflict, gone, invalid, notFound } from '../errors';
 import { notYours } from '../auth/ownership';
 import { keyMac, lineageMac, verifiedKey, verifiedLineage } from './key-integrity';
-import { generateKey, unlockPrivateKey, type GeneratedKey, type KeyAlgorithm } from '../pgp/keys';
+import { generateKey, unlockPrivateKey, type GeneratedKey, type KeyAlgorithm, type KeyProfile } from '../pgp/keys';
 import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import {
@@ -44,6 +44,7 @@ export interface LineageSpec {
   uid_name: string;
   uid_email: string;
   algorithm: KeyAlgorithm;
+  profile: KeyProfile;
   key_ttl_days: number | null;
   unlock_public: string;
   /** Master-key sealed. */
@@ -100,13 +101,14 @@ async function openPrivateKey(c: Container, key: Pick<KeyRow, 'lineage_id' | 'ge
 /** Makes generation `generation` of a lineage. Needs no passphrase: the secret is sealed to the lineage's public key. */
 export async function newGeneration(
   c: Container,
-  lineage: Pick<LineageSpec, 'id' | 'uid_name' | 'uid_email' | 'algorithm' | 'key_ttl_days' | 'unlock_public'> & { user_id: string } & TokenKeyed,
+  lineage: Pick<LineageSpec, 'id' | 'uid_name' | 'uid_email' | 'algorithm' | 'profile' | 'key_ttl_days' | 'unlock_public'> & { user_id: string } & TokenKeyed,
   generation: number,
 ): Promise<GenerationRow> {
   const secret = randomSecret();
   const key = await generateKey({
     name: lineage.uid_name,
     email: lineage.uid_email,
+    profile: lineage.profile,
     algorithm: lineage.algorithm,
     secret,
     expiresInDays: lineage.key_ttl_days ?? undefined,
@@ -116,7 +118,7 @@ export async function newGeneration(
 }
 
 /** The OpenPGP key of a generation, whether generated here or imported; `privateArmored` null for a recipient key. */
-export type GenerationKey = Pick<GeneratedKey, 'fingerprint' | 'encryptionKeyIds' | 'publicArmored' | 'expiresAt'> & {
+export type GenerationKey = Pick<GeneratedKey, 'fingerprint' | 'encryptionKeyIds' | 'publicArmored' | 'expiresAt' | 'profile'> & {
   algorithm: string;
   privateArmored: string | null;
 };
@@ -146,6 +148,7 @@ export async function generationRow(
     ...identity,
     public_mac: keyMac(c, identity),
     algorithm: key.algorithm,
+    profile: key.profile,
     private_sealed: key.privateArmored === null ? '' : await sealPrivateKey(c, lineage, generation, key.privateArmored),
     secret_sealed: key.privateArmored === null ? '' : c.sealer.seal(sealSecret(lineage.unlock_public, secret, where), where),
     expires_at: key.expiresAt,
@@ -153,12 +156,16 @@ export async function generationRow(
 }
 
 /** What a `key.generated` event says (ids and names, nothing secret). */
-export const keyGeneratedData = (spec: Pick<LineageSpec, 'id' | 'label' | 'environment' | 'algorithm'>, first: Pick<GenerationRow, 'fingerprint'>) => ({
+export const keyGeneratedData = (
+  spec: Pick<LineageSpec, 'id' | 'label' | 'environment' | 'algorithm' | 'profile'>,
+  first: Pick<GenerationRow, 'fingerprint'>,
+) => ({
   lineage_id: spec.id,
   fingerprint: first.fingerprint,
   label: spec.label,
   environment: spec.environment,
   algorithm: spec.algorithm,
+  profile: spec.profile,
 });
 
 /** The early plan check of a key creation (402 before the slow part); storeNewKey checks again when it inserts. */
@@ -220,6 +227,7 @@ export async function storeNewKey(
         label: spec.label,
         environment: spec.environment,
         algorithm: first.algorithm,
+        profile: first.profile,
         ...(imported ? { kind: imported.kind } : {}),
         ...(meta.job_id ? { job_id: meta.job_id } : {}),
       },
@@ -260,6 +268,7 @@ export async function storeRecipientUpgrade(
         uid_name: spec.uid_name,
         uid_email: spec.uid_email,
         algorithm: spec.algorithm,
+        profile: spec.profile,
         unlock_public: spec.unlock_public,
         unlock_locked: spec.unlock_locked,
         unlock_mac: lineageMac(c, { ...spec, user_id: userId }),
@@ -329,7 +338,7 @@ export async function rekeyLineage(c: Container, lineage: LineageRow, generation
   return {
     unlock_public: lock.publicKey,
     unlock_locked: c.sealer.seal(lock.lockedPrivate, aad.unlock(lineage.id)),
-    unlock_mac: lineageMac(c, { id: lineage.id, user_id: lineage.user_id, unlock_public: lock.publicKey }),
+    unlock_mac: lineageMac(c, { ...lineage, unlock_public: lock.publicKey }),
     secrets,
   };
 }

@@ -1,11 +1,11 @@
 import type { Container } from '../container';
 import { conflict, notFound } from '../errors';
 import { failedRotationsSince, healthCounts, keyHealthRow, keyMetrics, OVERDUE_AFTER } from '../../db/key-health';
+import { FINGERPRINT } from '../pgp/profiles';
 import { lineageIdsOfFingerprint, findLineage, lineageGenerations } from '../../db/keys';
 
 /** Administrators' view of keys across accounts: health overview, one key's health, one key's metrics. */
 const DAY = 86400_000;
-const FINGERPRINT = /^[0-9a-f]{40}$/;
 
 export async function healthOverview(c: Container) {
   const now = c.clock.now();
@@ -17,7 +17,7 @@ export async function healthOverview(c: Container) {
 const AMBIGUOUS_SHOWN = 10;
 
 /**
- * The lineage a key reference names: any generation's fingerprint (40 hex digits) or the lineage id. An
+ * The lineage a key reference names: any generation's fingerprint (40 or 64 hex digits) or the lineage id. An
  * unknown fingerprint answers 404 `key_not_found`; one that several accounts hold (each may import the
  * same key) answers 409 `ambiguous_key` naming their lineage ids (administrators see every account).
  */

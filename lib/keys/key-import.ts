@@ -59,6 +59,7 @@ export async function importKey(
     uid_name: imported.uidName,
     uid_email: imported.uidEmail,
     algorithm: imported.rotationAlgorithm,
+    profile: imported.profile,
     key_ttl_days: null,
   };
   const exists = conflict('key_exists', `This account already holds this key (${imported.fingerprint}).`);
@@ -85,6 +86,7 @@ export async function importKey(
     label: spec.label,
     environment: spec.environment,
     algorithm: stored.key.algorithm,
+    profile: stored.key.profile,
     kind,
     upgraded: Boolean(held),
   });

@@ -13,6 +13,8 @@ export function keyOut(lineage: ListedKey['lineage'], current: ListedKey['curren
     label: lineage.label,
     environment: lineage.environment,
     algorithm: current.algorithm,
+    profile: current.profile,
+    rotation_profile: lineage.profile,
     kind: lineage.kind,
     imported: current.imported,
     uid: `${lineage.uid_name} <${lineage.uid_email}>`,

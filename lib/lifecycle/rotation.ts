@@ -5,7 +5,8 @@ import { emitEvent, emitEvents } from '../events';
 import { type NewEvent } from '../event-stream';
 import { newGeneration, rekeyLineage, requireKey, requireManaged, type GenerationRow, type Rekeyed } from '../keys/key-catalog';
 import { verifyKeyPassphrase } from '../keys/passphrases';
-import { verifiedLineage } from '../keys/key-integrity';
+import { lineageMac, verifiedLineage } from '../keys/key-integrity';
+import { defaultAlgorithm, type KeyAlgorithm, type KeyProfile } from '../pgp/profiles';
 import { resyncLinkedTo } from '../teams/team-access';
 import { auditInsert, recordAudit } from '../../db/audit';
 import { originMeta, type JobOrigin } from '../../jobs/define';
@@ -15,6 +16,7 @@ import {
   generationInsert,
   lineageGenerations,
   lineageWithActive,
+  lockLineageWithGenerations,
   retireActive,
   type GenerationRef,
   type KeyView,
@@ -39,6 +41,8 @@ export interface RotateInput {
   jobId?: string;
   /** Manual rotation may also change the passphrase (the current one is required). */
   passphrases?: { current: string; next: string };
+  /** Manual rotation may move the lineage to another OpenPGP profile: this generation and the next ones. */
+  profile?: KeyProfile;
   /** The request that enqueued the rotation (null for the scheduler), recorded in its audit rows. */
   origin?: JobOrigin;
 }
@@ -68,10 +72,13 @@ const isUniqueViolation = (err: unknown) => (err as { code?: string }).code === 
 
 /** The next generation, made and sealed outside any transaction (key generation is the slow part). */
 export interface PreparedRotation {
+  /** As it will be once committed: with the profile the rotation moves it to. */
   lineage: LineageRow;
   current: GenerationRef;
   next: GenerationRow;
   rekeyed?: Rekeyed;
+  /** The rotation changes the lineage's profile (stored with it, its MAC anew). */
+  moved: boolean;
 }
 
 /** A rotation that has nothing to do: the lineage is gone, disabled, or already past `fromGeneration`. */
@@ -98,14 +105,12 @@ export async function prepareRotation(c: Container, input: RotateInput): Promise
     if (input.trigger === 'manual') throw conflict('key_disabled', 'This key is disabled and is not rotated.');
     return { rotated: false, reason: 'disabled' };
   }
-  const rekeyed = input.passphrases ? await rekeyLineage(c, lineage, await lineageGenerations(c.db, lineage.id), input.passphrases) : undefined;
+  const moved = input.profile && input.profile !== lineage.profile ? { profile: input.profile, algorithm: defaultAlgorithm(input.profile) } : undefined;
+  const target = moved ? { ...lineage, ...moved } : lineage;
+  const rekeyed = input.passphrases ? await rekeyLineage(c, target, await lineageGenerations(c.db, lineage.id), input.passphrases) : undefined;
   const unlock_public = rekeyed?.unlock_public ?? lineage.unlock_public;
-  const next = await newGeneration(
-    c,
-    { ...lineage, unlock_public, algorithm: lineage.algorithm as Parameters<typeof newGeneration>[1]['algorithm'] },
-    current.generation + 1,
-  );
-  return { lineage, current, next, rekeyed };
+  const next = await newGeneration(c, { ...target, unlock_public, algorithm: target.algorithm as KeyAlgorithm }, current.generation + 1);
+  return { lineage: target, current, next, rekeyed, moved: Boolean(moved) };
 }
 
 /**
@@ -114,11 +119,15 @@ export async function prepareRotation(c: Container, input: RotateInput): Promise
  * the current generation, then the new generation, its history row and audit row together.
  */
 export async function commitRotation(c: Container, trx: Knex.Transaction, input: RotateInput, p: PreparedRotation): Promise<RotationRow | undefined> {
-  const { lineage, current, next, rekeyed } = p;
+  const { lineage, current, next, rekeyed, moved } = p;
   const now = c.clock.now();
   if (!(await retireActive(trx, lineage.id, input.fromGeneration, now))) return undefined;
   if (rekeyed) {
     await storeRekeyedLineage(trx, lineage.id, rekeyed, now);
+  }
+  if (moved) {
+    const unlock_mac = rekeyed?.unlock_mac ?? lineageMac(c, lineage);
+    await updateLineage(trx, lineage.id, { profile: lineage.profile, algorithm: lineage.algorithm, unlock_mac, updated_at: now });
   }
   const audit = auditInsert(
     trx,
@@ -133,6 +142,7 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
         trigger: input.trigger,
         actor_id: input.actorId,
         passphrase_changed: Boolean(rekeyed),
+        profile: next.profile,
         ...(input.jobId ? { job_id: input.jobId } : {}),
       },
     },
@@ -237,12 +247,19 @@ export function rotationOut(r: RotationRow) {
   };
 }
 
-export type RotationSchedule = Pick<LineageRow, 'rotation_mode' | 'rotation_interval_days'>;
+export type RotationSchedule = Partial<Pick<LineageRow, 'rotation_mode' | 'rotation_interval_days' | 'profile'>>;
 
-/** Sets a key's rotation schedule, audited with it. */
+/**
+ * Changes a lineage's schedule and/or the profile its next generations are made with. The profile is
+ * under the lineage's MAC (lib/integrity.ts), made anew here from the row as locked, so a passphrase
+ * change committing meanwhile is not undone.
+ */
 export function setRotationSchedule(c: Container, userId: string, view: KeyView, schedule: RotationSchedule, meta: RequestMeta): Promise<void> {
   return c.db.transaction(async (trx) => {
-    await updateLineage(trx, view.lineage.id, { ...schedule, updated_at: c.clock.now() });
+    const { lineage } = await lockLineageWithGenerations(trx, view.lineage.id);
+    const moved = schedule.profile && schedule.profile !== lineage.profile ? { ...verifiedLineage(c, lineage), profile: schedule.profile } : undefined;
+    const profile = moved ? { algorithm: defaultAlgorithm(moved.profile), unlock_mac: lineageMac(c, moved) } : {};
+    await updateLineage(trx, lineage.id, { ...schedule, ...profile, updated_at: c.clock.now() });
     await recordAudit(trx, { user_id: userId, action: 'keys.rotation_schedule', status: 'success', target: view.current.fingerprint, details: schedule }, meta);
   });
 }

@@ -1,6 +1,7 @@
 import type * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
-import { GENERATION_S2K_COUNT_BYTE, MAX_PUBLIC_KEY_BYTES, expiryOf, loadOpenpgp, scanPackets, validEncryptionKeyIds, type KeyAlgorithm } from './keys';
+import { GENERATION_S2K_COUNT_BYTE, MAX_PUBLIC_KEY_BYTES, expiryOf, loadOpenpgp, scanPackets, validEncryptionKeyIds } from './keys';
+import { type KeyAlgorithm, type KeyProfile, defaultAlgorithm, profileOf } from './profiles';
 
 /**
  * OpenPGP keys brought in from elsewhere (gpg, sq, another KMS): read, held to what we would generate,
@@ -58,7 +59,9 @@ export interface ImportedKey {
   privateArmored: string | null;
   /** What the key is, as keys are listed: curve25519, rsa2048…rsa16384, ecdsa-p256, curve448. */
   algorithm: string;
-  /** What a rotation generates next for it (one of ours). */
+  /** Its OpenPGP profile (profiles.ts), which a rotation keeps. */
+  profile: KeyProfile;
+  /** What a rotation generates next for it (one of the profile's). */
   rotationAlgorithm: KeyAlgorithm;
   expiresAt: Date | null;
   uidName: string;
@@ -114,12 +117,14 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
     throw refuse('no_encryption_key', 'The key has no encryption-capable subkey that is valid now (revoked, expired, too weak or sign-only).');
 
   const info = key.getAlgorithmInfo();
+  const profile = profileOf(key.keyPacket.version, []);
   const common = {
     fingerprint: key.getFingerprint(),
     encryptionKeyIds,
     publicArmored: key.toPublic().armor(),
     algorithm: algorithmName(info),
-    rotationAlgorithm: rotationAlgorithm(info),
+    profile,
+    rotationAlgorithm: profile === 'rfc4880' ? rotationAlgorithm(info) : defaultAlgorithm(profile),
     expiresAt,
     uidName: primary.user.userID?.name ?? '',
     uidEmail: primary.user.userID?.email ?? '',

@@ -3,15 +3,15 @@ import { invalid } from '../errors';
 import { LruCache } from '../lru';
 import { armorKey } from './armor';
 import { curve25519Key } from './keygen';
+import { type KeyAlgorithm, type KeyProfile, KEY_PROFILES, defaultAlgorithm, profileAllows } from './profiles';
 
 /**
- * OpenPGP keys we generate and keys users hand us. Everything here is chosen so that GnuPG 2.2 and
- * Sequoia 0.27 read our keys and what we encrypt to them (NOTES.md, "OpenPGP peers"): v4 keys only,
- * legacy Curve25519 ids, and no SEIPDv2 feature flag (the recipient key's flags, not our config, decide
- * whether OpenPGP.js encrypts with AEAD/OCB, which gpg 2.2 cannot read).
+ * OpenPGP keys we generate and keys users hand us. The `rfc4880` profile (profiles.ts) is chosen so that
+ * GnuPG 2.2 and Sequoia 0.27 read our keys and what we encrypt to them (NOTES.md, "OpenPGP peers"): v4
+ * keys, legacy Curve25519 ids, and no SEIPDv2 feature flag (the recipient key's flags decide whether a
+ * message to it is SEIPDv1 or SEIPDv2). The `rfc9580` and `pqc` profiles make v6 keys (v6/keygen.ts).
  */
-export type KeyAlgorithm = 'curve25519' | 'rsa3072' | 'rsa4096';
-const KEY_ALGORITHMS: readonly KeyAlgorithm[] = ['curve25519', 'rsa3072', 'rsa4096'];
+export type { KeyAlgorithm, KeyProfile } from './profiles';
 
 /** Supplied public keys above this size are refused (413) before parsing; real certificates are a few KiB. */
 export const MAX_PUBLIC_KEY_BYTES = 1 << 20;
@@ -58,7 +58,10 @@ export const GENERATION_S2K_COUNT_BYTE = 0;
 export interface GenerateKeyInput {
   name: string;
   email: string;
-  algorithm: KeyAlgorithm;
+  /** Default: `rfc4880`. */
+  profile?: KeyProfile;
+  /** Default: the profile's first (profiles.ts PROFILE_ALGORITHMS); it must be one of the profile's. */
+  algorithm?: KeyAlgorithm;
   /** Protects the private key: a random secret from lineage.ts `randomSecret` (no key stretching, see above). */
   secret: string;
   expiresInDays?: number;
@@ -67,24 +70,28 @@ export interface GenerateKeyInput {
 }
 
 export interface GeneratedKey {
-  /** 40 lowercase hex digits (v4 fingerprint). */
+  /** Lowercase hex: 40 digits for a v4 key (SHA-1), 64 for a v6 key (SHA-256). */
   fingerprint: string;
-  /** 16 lowercase hex digits: the primary key id. */
+  /** 16 lowercase hex digits: the primary key id (the last 8 octets of a v4 fingerprint, the first 8 of a v6 one). */
   keyId: string;
   /** Key ids of the encryption-capable subkeys: what PKESK packets of messages to this key name. */
   encryptionKeyIds: string[];
   publicArmored: string;
   privateArmored: string;
+  profile: KeyProfile;
   algorithm: KeyAlgorithm;
   createdAt: Date;
   expiresAt: Date | null;
 }
 
 /** RSA sizes; Curve25519 keys are made in keygen.ts. */
-const RSA_BITS: Record<Exclude<KeyAlgorithm, 'curve25519'>, number> = { rsa3072: 3072, rsa4096: 4096 };
+const RSA_BITS: Record<string, number> = { rsa3072: 3072, rsa4096: 4096 };
 
 export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey> {
-  if (!KEY_ALGORITHMS.includes(input.algorithm)) throw invalid('invalid_algorithm', `Unknown key algorithm "${input.algorithm}".`);
+  const profile = input.profile ?? 'rfc4880';
+  if (!KEY_PROFILES.includes(profile)) throw invalid('invalid_profile', `Unknown key profile "${profile}".`);
+  const algorithm = input.algorithm ?? defaultAlgorithm(profile);
+  if (!profileAllows(profile, algorithm)) throw invalid('invalid_algorithm', `The ${profile} profile makes no "${algorithm}" keys.`);
   if (!input.secret) throw new Error('generateKey: a secret is required to protect the private key');
   const days = input.expiresInDays;
   // OpenPGP counts a key's lifetime in a 32-bit number of seconds (~136 years).
@@ -96,7 +103,28 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   const keyExpirationTime = days ? days * 86_400 : 0;
   const expiresAt = keyExpirationTime ? new Date(createdAt.getTime() + keyExpirationTime * 1000) : null;
 
-  if (input.algorithm === 'curve25519') {
+  if (profile !== 'rfc4880') {
+    const key = await v6Key({
+      profile,
+      userId: { name: input.name, email: input.email },
+      secret: input.secret,
+      s2kCountByte: GENERATION_S2K_COUNT_BYTE,
+      createdAt,
+      expiresIn: keyExpirationTime,
+    });
+    return {
+      fingerprint: key.fingerprint,
+      keyId: key.keyId,
+      encryptionKeyIds: [key.subkeyId],
+      publicArmored: armorKey('PUBLIC KEY', key.publicPackets),
+      privateArmored: armorKey('PRIVATE KEY', key.privatePackets),
+      profile,
+      algorithm,
+      createdAt,
+      expiresAt,
+    };
+  }
+  if (algorithm === 'curve25519') {
     const key = curve25519Key({
       userId: userIdOf(input),
       secret: input.secret,
@@ -110,7 +138,8 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
       encryptionKeyIds: [key.subkeyId],
       publicArmored: armorKey('PUBLIC KEY', key.publicPackets),
       privateArmored: armorKey('PRIVATE KEY', key.privatePackets),
-      algorithm: input.algorithm,
+      profile,
+      algorithm,
       createdAt,
       expiresAt,
     };
@@ -118,7 +147,7 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   const pgp = await loadOpenpgp();
   const { privateKey } = await pgp.generateKey({
     type: 'rsa',
-    rsaBits: RSA_BITS[input.algorithm],
+    rsaBits: RSA_BITS[algorithm],
     userIDs: [{ name: input.name, email: input.email }],
     passphrase: input.secret,
     keyExpirationTime,
@@ -132,9 +161,39 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
     encryptionKeyIds: privateKey.subkeys.map((s) => s.getKeyID().toHex()),
     publicArmored: privateKey.toPublic().armor(),
     privateArmored: privateKey.armor(),
-    algorithm: input.algorithm,
+    profile,
+    algorithm,
     createdAt,
     expiresAt,
+  };
+}
+
+// Interim: OpenPGP.js makes rfc9580 keys until v6/keygen.ts lands; pqc needs it.
+async function v6Key(input: {
+  profile: KeyProfile;
+  userId: { name: string; email: string };
+  secret: string;
+  s2kCountByte: number;
+  createdAt: Date;
+  expiresIn: number;
+}) {
+  if (input.profile === 'pqc') throw invalid('invalid_profile', 'Post-quantum keys are not made yet.');
+  const pgp = await loadOpenpgp();
+  const { privateKey } = await pgp.generateKey({
+    type: 'curve25519',
+    userIDs: [input.userId],
+    passphrase: input.secret,
+    keyExpirationTime: input.expiresIn,
+    date: input.createdAt,
+    format: 'object',
+    config: { ...keygenConfig(pgp), v6Keys: true, aeadProtect: true, s2kIterationCountByte: input.s2kCountByte },
+  });
+  return {
+    fingerprint: privateKey.getFingerprint(),
+    keyId: privateKey.getKeyID().toHex(),
+    subkeyId: privateKey.subkeys[0].getKeyID().toHex(),
+    publicPackets: Buffer.from(privateKey.toPublic().write()),
+    privatePackets: Buffer.from(privateKey.write()),
   };
 }
 

@@ -50,7 +50,7 @@ describe('generations and their usage', () => {
     const ct = await download(s.api, u.token, enc.job_id);
     expect((await decrypt(key.fingerprint, ct)).state).toBe('completed');
     const fpr2 = await rotate(key.fingerprint);
-    const rw = await runJob(s.api, u.token, '/keys/rewrap' as never, { fingerprint: fpr2, passphrase: PASSPHRASE, files: [{ name: 'a.gpg', data: ct }] });
+    const rw = await runJob(s.api, u.token, '/keys/rewrap', { fingerprint: fpr2, passphrase: PASSPHRASE, files: [{ name: 'a.gpg', data: ct }] });
     expect(rw.state, JSON.stringify(rw.error)).toBe('completed');
 
     const res = await generations(key.fingerprint);
@@ -119,7 +119,7 @@ describe('retire and destroy one generation', () => {
     expect(refused.state).toBe('failed');
     expect(refused.error.code).toBe('generation_retired');
     expect(refused.error.message).toContain(fpr1);
-    const rewrap = await runJob(s.api, u.token, '/keys/rewrap' as never, { fingerprint: fpr2, passphrase: PASSPHRASE, files: [{ name: 'p.gpg', data: old }] });
+    const rewrap = await runJob(s.api, u.token, '/keys/rewrap', { fingerprint: fpr2, passphrase: PASSPHRASE, files: [{ name: 'p.gpg', data: old }] });
     expect(rewrap.error?.code).toBe('generation_retired');
     expect((await settings(fpr2, { min_decryption_generation: 1 })).status).toBe(200);
     const ok = await decrypt(fpr2, old);

@@ -243,7 +243,7 @@ describe('schedules and policy', () => {
     const key = await createKey(s.api, v.token, { label: 'broken' });
     const lineage = await s.c.db('pgp_keys').where({ fingerprint: key.fingerprint }).first();
     // A corrupt lineage public key (MAC'd, as if the service itself stored it): no secret can be sealed to it.
-    const broken = { id: lineage.lineage_id, user_id: v.id, unlock_public: 'broken' };
+    const broken = { id: lineage.lineage_id, user_id: v.id, unlock_public: 'broken', profile: 'rfc4880' };
     await s.c
       .db('key_lineages')
       .where({ id: lineage.lineage_id })

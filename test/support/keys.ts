@@ -16,7 +16,7 @@ export async function createKey(api: ApiClient, token: string, fields: Record<st
 export async function runJob(
   api: ApiClient,
   token: string,
-  path: '/keys/encrypt' | '/keys/decrypt' | '/keys/sign' | '/keys/verify',
+  path: '/keys/encrypt' | '/keys/decrypt' | '/keys/sign' | '/keys/verify' | '/keys/rewrap',
   form: Record<string, string | FormFile | FormFile[]>,
 ) {
   const res = await api('POST', path, { token, form, headers: { prefer: 'wait=30' } });

@@ -41,6 +41,9 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
     if (status === 'disabled') throw conflict('key_disabled', 'This key is disabled and no longer encrypts.');
     if (status === 'expired') throw conflict('key_expired', 'This key has expired and no longer encrypts; rotate it first.');
     const recipient = await readStoredPublicKey(target.public_armored);
+    // A v6 generation takes SEIPDv2 messages, whose session key packets (PKESK v6) cannot front a
+    // SEIPDv1 packet: its files are encrypted again (and so move to AEAD) whichever mode was asked.
+    const mode = target.profile === 'rfc4880' ? req.mode : 'reencrypt';
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
     const unlocked = new Map<string, Promise<openpgp.PrivateKey>>();
     const privateKeyOf = (g: KeyRow) => {
@@ -64,7 +67,7 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
       let stream: Readable;
       let armored: boolean;
       let from: KeyRow;
-      if (req.mode === 'rewrap') {
+      if (mode === 'rewrap') {
         const opened = await openForRewrap(input, { signal });
         from = pick(input, file.name, opened.encryptionKeyIds);
         armored = opened.armored;
@@ -96,7 +99,7 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
       to_fingerprint: target.fingerprint,
     }));
     return {
-      result: { fingerprint: req.fingerprint, mode: req.mode, fingerprint_used: target.fingerprint, rewrapped: files, files: [] },
+      result: { fingerprint: req.fingerprint, mode, fingerprint_used: target.fingerprint, rewrapped: files, files: [] },
       progress: done.progress,
       processedBytes: done.bytesTotal,
       async commit(trx) {
@@ -113,7 +116,7 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
             action: 'keys.rewrap',
             status: 'success',
             target: req.fingerprint,
-            details: { job_id: row.id, mode: req.mode, files: done.inputs.length, bytes: done.bytesTotal, to_generation: target.generation },
+            details: { job_id: row.id, mode, files: done.inputs.length, bytes: done.bytesTotal, to_generation: target.generation },
           },
           origin,
         );

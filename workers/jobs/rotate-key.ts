@@ -16,7 +16,15 @@ import type { RotationRow } from '../../db/rotation';
 
 const inputOf = (row: { id: string; request: unknown }, origin: JobOrigin): RotateInput => {
   const req = RotateRequest.parse(row.request);
-  return { lineageId: req.lineage_id, fromGeneration: req.from_generation, trigger: 'manual', actorId: req.actor_id, jobId: row.id, origin };
+  return {
+    lineageId: req.lineage_id,
+    fromGeneration: req.from_generation,
+    trigger: 'manual',
+    actorId: req.actor_id,
+    jobId: row.id,
+    origin,
+    profile: req.profile,
+  };
 };
 
 const outcomeResult = (outcome: RotateOutcome) => ({

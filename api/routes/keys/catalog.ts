@@ -2,7 +2,8 @@ import { z } from 'zod';
 import { route, type HandlerInput } from '../../route';
 import type { Access } from '../../context';
 import { Email, PageQuery, pageOf, text, wholeNumber } from '../../schemas/common';
-import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase } from '../../schemas/key-fields';
+import { Algorithm, Environment, Fingerprint, FormBoolean, Key, Label, Passphrase, Profile } from '../../schemas/key-fields';
+import { defaultAlgorithm, profileAllows, type KeyAlgorithm } from '../../../lib/pgp/profiles';
 import { jobResponses } from '../../schemas/job-replies';
 import { submitAndReply } from '../../job-reply';
 import { newToken } from '../../../lib/tokens';
@@ -24,14 +25,20 @@ const GenerateKeyForm = z
     name: text(100).describe('Name in the OpenPGP user id'),
     email: Email.describe('Email in the OpenPGP user id'),
     passphrase: Passphrase,
-    algorithm: Algorithm.default('curve25519'),
+    profile: Profile.default('rfc4880'),
+    algorithm: Algorithm.optional().describe('Default: curve25519 (rfc4880 and rfc9580), ml-kem-768+x25519 (pqc); RSA is rfc4880 only'),
     expires_in_days: wholeNumber(1, 3650).optional(),
   })
-  .refine((b) => !b.env || !b.environment || b.env === b.environment, { message: 'env and environment name the same field: give one', path: ['env'] });
+  .refine((b) => !b.env || !b.environment || b.env === b.environment, { message: 'env and environment name the same field: give one', path: ['env'] })
+  .refine((b) => !b.algorithm || profileAllows(b.profile, b.algorithm), {
+    message: 'the profile makes no keys of this algorithm (rfc4880: curve25519, rsa3072, rsa4096; rfc9580: curve25519; pqc: ml-kem-768+x25519)',
+    path: ['algorithm'],
+  })
+  .transform((b) => ({ ...b, algorithm: (b.algorithm ?? defaultAlgorithm(b.profile)) as KeyAlgorithm }));
 
 type Input = HandlerInput<Access, unknown, unknown, unknown>;
 
-/** Curve25519 keys take milliseconds and are made in the request; RSA goes to the `crypto` queue. */
+/** Curve25519 and post-quantum keys take milliseconds and are made in the request; RSA goes to the `crypto` queue. */
 async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string, form: z.infer<typeof GenerateKeyForm>) {
   const { c, ctx, meta } = input;
   await checkKeyLimit(c, userId); // early 402, before the KDF
@@ -43,11 +50,12 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
       uid_name: form.name,
       uid_email: form.email,
       algorithm: form.algorithm,
+      profile: form.profile,
       key_ttl_days: form.expires_in_days ?? null,
     },
     form.passphrase,
   );
-  if (form.algorithm === 'curve25519') {
+  if (!form.algorithm.startsWith('rsa')) {
     const first = await newGeneration(c, { ...spec, user_id: userId }, 1);
     const { lineage, key } = await storeKey(c, userId, spec, first, meta);
     await emitEvent(c, userId, 'key.generated', keyGeneratedData(spec, first));
@@ -68,7 +76,7 @@ export default [
   route({
     method: 'post',
     path: '/keys/generate-key',
-    summary: 'Generate an OpenPGP key pair (curve25519 at once: 201; RSA as a job: 202)',
+    summary: 'Generate an OpenPGP key pair of a profile (rfc4880, rfc9580, pqc): 201 at once; RSA as a job: 202',
     tags,
     access: 'auth',
     scope: 'keys:write',
@@ -87,7 +95,7 @@ export default [
     tags,
     access: 'auth',
     scope: 'keys:write',
-    body: z.object({ label: Label, env: Environment.default('production') }),
+    body: z.object({ label: Label, env: Environment.default('production'), profile: Profile.default('rfc4880') }),
     responses: {
       201: {
         description: 'The new key and its passphrase',
@@ -104,7 +112,8 @@ export default [
         name: body.label,
         email: owner.email,
         passphrase,
-        algorithm: 'curve25519',
+        profile: body.profile,
+        algorithm: defaultAlgorithm(body.profile),
       });
       return { status: 201, headers: { 'Cache-Control': 'no-store' }, body: { ...(reply.body as object), env: body.env, passphrase } };
     },

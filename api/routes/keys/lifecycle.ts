@@ -65,7 +65,12 @@ const Destruction = z
 const RewrapForm = z.object({
   fingerprint: Fingerprint.describe("Any generation's fingerprint of the key"),
   passphrase: z.string().min(1).max(1024),
-  mode: z.enum(['rewrap', 'reencrypt']).default('rewrap').describe('rewrap: new session-key packet, same encrypted data; reencrypt: a fresh session key'),
+  mode: z
+    .enum(['rewrap', 'reencrypt'])
+    .default('rewrap')
+    .describe(
+      'rewrap: new session-key packet, same encrypted data; reencrypt: a fresh session key. To a v6 (rfc9580, pqc) generation files are always encrypted again, as SEIPDv2',
+    ),
 });
 
 /**
