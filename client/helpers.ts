@@ -100,6 +100,8 @@ export interface RotateOptions {
   /** Changes the passphrase as well (both needed). */
   currentPassphrase?: string;
   newPassphrase?: string;
+  /** Moves the key to this OpenPGP profile (this generation and the later ones). */
+  profile?: 'rfc4880' | 'rfc9580' | 'pqc';
   idempotencyKey?: string;
   waitSeconds?: number;
   onProgress?: OnProgress;
@@ -200,13 +202,13 @@ export async function rewrap(kms: Kms, opts: RewrapOptions): Promise<FileJobResu
   return fileJob(kms, '/keys/rewrap', { fingerprint: opts.fingerprint, passphrase: opts.passphrase, mode: opts.mode ?? 'rewrap' }, opts);
 }
 
-/** Rotates a key now (a rotation job), optionally changing its passphrase; answers the finished job. */
+/** Rotates a key now (a rotation job), optionally changing its passphrase and profile; answers the finished job. */
 export async function rotate(kms: Kms, opts: RotateOptions): Promise<Job> {
   const wait = Math.min(30, Math.max(0, opts.waitSeconds ?? 2));
   const job = await kms.data<Job>(
     kms.api.POST('/keys/{fingerprint}/rotate', {
       params: { path: { fingerprint: opts.fingerprint } },
-      body: { current_passphrase: opts.currentPassphrase, new_passphrase: opts.newPassphrase },
+      body: { current_passphrase: opts.currentPassphrase, new_passphrase: opts.newPassphrase, profile: opts.profile },
       headers: { 'idempotency-key': opts.idempotencyKey ?? newIdempotencyKey(), ...(wait ? { prefer: `wait=${wait}` } : {}) },
     }),
   );

@@ -6,7 +6,10 @@ import { UsageError } from '../exit-codes.js';
 import { readSecret } from '../secrets.js';
 import { examples, int, run } from './common.js';
 
-const KEY_COLUMNS = ['fingerprint', 'label', 'environment', 'algorithm', 'status', 'generation', 'expires_at'];
+const KEY_COLUMNS = ['fingerprint', 'label', 'environment', 'profile', 'algorithm', 'status', 'generation', 'expires_at'];
+const PROFILES = ['rfc4880', 'rfc9580', 'pqc'] as const;
+type Profile = (typeof PROFILES)[number];
+const profileHelp = 'OpenPGP profile: rfc4880 (v4, read by every implementation), rfc9580 (v6, AEAD), pqc (v6 post-quantum)';
 const passphraseHelp = 'The passphrase comes from --passphrase-fd N, else KMS_PASSPHRASE, else a prompt without echo.';
 
 export function registerKeys(program: Command) {
@@ -36,11 +39,12 @@ export function registerKeys(program: Command) {
 
   keys
     .command('generate')
-    .description('Generate a key (curve25519 at once; rsa3072/rsa4096 as a job that is waited for)')
+    .description('Generate a key (curve25519 and pqc at once; rsa3072/rsa4096 as a job that is waited for)')
     .requiredOption('--label <label>', 'a name for the key')
     .requiredOption('--name <name>', 'name in the OpenPGP user id')
     .requiredOption('--email <email>', 'email in the OpenPGP user id')
-    .addOption(new Option('--algorithm <alg>', 'key algorithm').choices(['curve25519', 'rsa3072', 'rsa4096']).default('curve25519'))
+    .addOption(new Option('--profile <profile>', profileHelp).choices(PROFILES).default('rfc4880'))
+    .addOption(new Option('--algorithm <alg>', 'key algorithm (rfc4880 only: rsa3072, rsa4096)').choices(['curve25519', 'rsa3072', 'rsa4096']))
     .option('--environment <env>', 'environment', 'production')
     .option('--expires-in-days <n>', 'key lifetime in days (1–3650); none: no expiry', int('--expires-in-days'))
     .option('--passphrase-fd <n>', 'read the passphrase from this file descriptor')
@@ -48,6 +52,7 @@ export function registerKeys(program: Command) {
       'after',
       examples(
         'kms keys generate --label backups --name Ann --email ann@example.com',
+        'kms keys generate --label archive --name Ann --email ann@example.com --profile pqc',
         'kms keys generate --label big --name Ann --email ann@example.com --algorithm rsa4096 --passphrase-fd 3 3<pass.txt',
       ) + `\n${passphraseHelp}\n`,
     )
@@ -56,7 +61,8 @@ export function registerKeys(program: Command) {
         label: string;
         name: string;
         email: string;
-        algorithm: 'curve25519' | 'rsa3072' | 'rsa4096';
+        profile: Profile;
+        algorithm?: 'curve25519' | 'rsa3072' | 'rsa4096';
         environment: string;
         expiresInDays?: number;
         passphraseFd?: string;
@@ -76,6 +82,7 @@ export function registerKeys(program: Command) {
               label: opts.label,
               name: opts.name,
               email: opts.email,
+              profile: opts.profile,
               algorithm: opts.algorithm,
               environment: opts.environment,
               expires_in_days: opts.expiresInDays,
@@ -183,40 +190,48 @@ export function registerKeys(program: Command) {
 
   keys
     .command('rotate <fingerprint>')
-    .description('Rotate a key now (a new generation); optionally change its passphrase')
+    .description('Rotate a key now (a new generation); optionally change its passphrase or its profile')
     .option('--change-passphrase', 'also set a new passphrase (the current one is needed)')
+    .addOption(new Option('--profile <profile>', `${profileHelp}; kept for later rotations`).choices(PROFILES))
     .option('--passphrase-fd <n>', 'read the current passphrase from this file descriptor')
     .option('--new-passphrase-fd <n>', 'read the new passphrase from this file descriptor (else KMS_NEW_PASSPHRASE or a prompt)')
     .option('--no-wait', 'answer once the rotation job is queued')
-    .addHelpText('after', examples('kms keys rotate 8F3A…', 'kms keys rotate 8F3A… --change-passphrase'))
+    .addHelpText('after', examples('kms keys rotate 8F3A…', 'kms keys rotate 8F3A… --change-passphrase', 'kms keys rotate 8F3A… --profile rfc9580'))
     .action(
-      run<{ changePassphrase?: boolean; passphraseFd?: string; newPassphraseFd?: string; wait: boolean }, [string]>(async (opts, fingerprint) => {
-        const { kms } = await connect(opts);
-        let currentPassphrase: string | undefined;
-        let newPassphrase: string | undefined;
-        if (opts.changePassphrase) {
-          currentPassphrase = await readSecret({
-            fd: opts.passphraseFd,
-            env: 'KMS_PASSPHRASE',
-            prompt: 'Current passphrase: ',
-            what: 'passphrase',
-            fdFlag: '--passphrase-fd',
-          });
-          newPassphrase = await readSecret({
-            fd: opts.newPassphraseFd,
-            env: 'KMS_NEW_PASSPHRASE',
-            prompt: 'New passphrase: ',
-            what: 'new passphrase',
-            fdFlag: '--new-passphrase-fd',
-            confirm: true,
-          });
-        }
-        const bar = bars(opts);
-        const job = await rotate(kms, { fingerprint, currentPassphrase, newPassphrase, noWait: !opts.wait, onProgress: bar.onProgress }).finally(() =>
-          bar.stop(),
-        );
-        print(opts, job, () => (job.state === 'completed' ? `rotated: ${fields(job.result ?? {})}` : `rotation job ${job.job_id} is ${job.state}`));
-      }),
+      run<{ changePassphrase?: boolean; passphraseFd?: string; newPassphraseFd?: string; profile?: Profile; wait: boolean }, [string]>(
+        async (opts, fingerprint) => {
+          const { kms } = await connect(opts);
+          let currentPassphrase: string | undefined;
+          let newPassphrase: string | undefined;
+          if (opts.changePassphrase) {
+            currentPassphrase = await readSecret({
+              fd: opts.passphraseFd,
+              env: 'KMS_PASSPHRASE',
+              prompt: 'Current passphrase: ',
+              what: 'passphrase',
+              fdFlag: '--passphrase-fd',
+            });
+            newPassphrase = await readSecret({
+              fd: opts.newPassphraseFd,
+              env: 'KMS_NEW_PASSPHRASE',
+              prompt: 'New passphrase: ',
+              what: 'new passphrase',
+              fdFlag: '--new-passphrase-fd',
+              confirm: true,
+            });
+          }
+          const bar = bars(opts);
+          const job = await rotate(kms, {
+            fingerprint,
+            currentPassphrase,
+            newPassphrase,
+            profile: opts.profile,
+            noWait: !opts.wait,
+            onProgress: bar.onProgress,
+          }).finally(() => bar.stop());
+          print(opts, job, () => (job.state === 'completed' ? `rotated: ${fields(job.result ?? {})}` : `rotation job ${job.job_id} is ${job.state}`));
+        },
+      ),
     );
 
   keys
@@ -225,13 +240,25 @@ export function registerKeys(program: Command) {
     .option('--days <n>', 'rotate every N days (1–730)', int('--days'))
     .option('--off', 'no scheduled or policy rotation')
     .option('--account-policy', "follow the account's rotation policy (the default)")
-    .addHelpText('after', examples('kms keys schedule 8F3A… --days 90', 'kms keys schedule 8F3A… --off', 'kms keys schedule 8F3A… --account-policy'))
+    .addOption(new Option('--profile <profile>', `the profile later generations are made with; ${profileHelp}`).choices(PROFILES))
+    .addHelpText(
+      'after',
+      examples(
+        'kms keys schedule 8F3A… --days 90',
+        'kms keys schedule 8F3A… --off',
+        'kms keys schedule 8F3A… --account-policy',
+        'kms keys schedule 8F3A… --profile pqc',
+      ),
+    )
     .action(
-      run<{ days?: number; off?: boolean; accountPolicy?: boolean }, [string]>(async (opts, fingerprint) => {
+      run<{ days?: number; off?: boolean; accountPolicy?: boolean; profile?: Profile }, [string]>(async (opts, fingerprint) => {
         const given = [opts.days !== undefined, Boolean(opts.off), Boolean(opts.accountPolicy)].filter(Boolean).length;
-        if (given !== 1) throw new UsageError('Give exactly one of --days N, --off and --account-policy.');
+        if (given > 1 || (given === 0 && !opts.profile)) throw new UsageError('Give one of --days N, --off and --account-policy, and/or --profile.');
         const { kms } = await connect(opts);
-        const body = opts.accountPolicy ? { use_account_policy: true as const } : { rotation_interval_days: opts.off ? null : opts.days! };
+        const body = {
+          ...(opts.accountPolicy ? { use_account_policy: true as const } : given ? { rotation_interval_days: opts.off ? null : opts.days! } : {}),
+          ...(opts.profile ? { profile: opts.profile } : {}),
+        };
         const schedule = await kms.data(kms.api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path: { fingerprint } }, body }));
         print(opts, schedule, () => fields(schedule));
       }),

@@ -118,6 +118,25 @@ describe('kms command line', { timeout: 90_000 }, () => {
     expect(bad.stderr).toContain('invalid_credentials');
   });
 
+  it('generates a v6 key by profile, and moves a key to another profile for its later rotations', async () => {
+    const v6 = json(
+      await kms(['keys', 'generate', '--label', 'cli-v6', '--name', 'V6', '--email', 'v6@example.test', '--profile', 'rfc9580', '--json'], {
+        env: { KMS_PASSPHRASE: passphrase },
+      }),
+    );
+    expect(v6).toMatchObject({ profile: 'rfc9580', rotation_profile: 'rfc9580' });
+    expect(v6.fingerprint).toMatch(/^[0-9a-f]{64}$/);
+    expect(ok(await kms(['keys', 'list'])).stdout).toContain('rfc9580');
+    expect(json(await kms(['keys', 'schedule', v6.fingerprint, '--profile', 'rfc4880', '--json']))).toMatchObject({ profile: 'rfc4880' });
+    const rotated = json(await kms(['keys', 'rotate', v6.fingerprint, '--profile', 'rfc9580', '--json']));
+    expect(rotated).toMatchObject({ state: 'completed', result: { rotated: true, from_generation: 1 } });
+    const bad = await kms(['keys', 'generate', '--label', 'x', '--name', 'X', '--email', 'x@example.test', '--profile', 'rfc2440'], {
+      env: { KMS_PASSPHRASE: passphrase },
+    });
+    expect(bad.code).not.toBe(0);
+    expect(bad.stderr).toContain('rfc9580');
+  });
+
   it('generates a key, encrypts three files into a folder and decrypts them back (passphrase on fd 3)', async () => {
     const key = json(
       await kms(['keys', 'generate', '--label', 'cli', '--name', 'Cli User', '--email', 'cli@example.test', '--json'], { env: { KMS_PASSPHRASE: passphrase } }),

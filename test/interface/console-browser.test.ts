@@ -182,13 +182,26 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
     await page.getByLabel(/Rotate every/).fill('30');
     await page.getByRole('button', { name: 'Set the schedule' }).click();
     await says(page, /Next rotation .* \(interval\)\./);
+    await page.getByLabel(/Next generations \(v4 now\)/).selectOption('rfc9580');
+    await page.getByRole('button', { name: 'Set the key type' }).click();
+    await says(page, /Rotations from now on make v6 generations\./);
+    // Rotation asks first, and says what it ends: dismissed, nothing happens; accepted, a v6 generation.
+    page.once('dialog', (d) => void d.dismiss());
+    await page.getByRole('button', { name: 'Rotate console key now' }).click();
+    await expect.poll(() => page.locator('tbody tr[data-fingerprint]').first().innerText()).toMatch(/v4/);
+    page.on('dialog', (d) => {
+      expect(d.message()).toMatch(/new v6 generation encrypts from now on; generation 1 still decrypts/);
+      void d.accept();
+    });
     await page.getByRole('button', { name: 'Rotate console key now' }).click();
     await says(page, /console key rotated\./);
     await page.getByRole('button', { name: 'Details of console key' }).click();
     await expect.poll(() => page.locator('table.generations tbody tr').count()).toBe(2);
     await expect.poll(() => page.locator('ul.history').innerText()).toMatch(/generation 1 → .*manual, succeeded/);
-    // Retire generation 1, schedule its destruction after the shortest wait, cancel, bring it back.
+    await expect.poll(() => page.locator('tbody tr[data-fingerprint]').first().innerText()).toMatch(/managed, v6/);
+    page.removeAllListeners('dialog');
     page.on('dialog', (d) => void d.accept());
+    // Retire generation 1, schedule its destruction after the shortest wait, cancel, bring it back.
     const first = page.locator('table.generations tr[data-generation="1"]');
     await page.getByRole('button', { name: 'Retire generation 1' }).click();
     await says(page, /Generations up to 1 retired\./);

@@ -220,4 +220,37 @@ describe('v6 keys with the independent implementations', () => {
     });
     expect(Buffer.compare(Buffer.from(opened.data), text)).toBe(0);
   }, 60_000);
+
+  it("signatures of a v6 key verify in Proton's OpenPGP.js, and Proton's verify here", async () => {
+    const proton = await import('@protontech/openpgp');
+    const key = await createKey(s.api, u.token, { label: 'v6-signer', profile: 'rfc9580' });
+    const pub = await s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } });
+    const data = randomBytes(100_000);
+    const signed = await runJob(s.api, u.token, '/keys/sign', { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'd.bin', data }] });
+    expect(signed.state, JSON.stringify(signed.error)).toBe('completed');
+    const signature = await download(s.api, u.token, signed.job_id);
+    const checked = await proton.verify({
+      message: await proton.createMessage({ binary: data }),
+      signature: await proton.readSignature({ binarySignature: new Uint8Array(signature) }),
+      verificationKeys: await proton.readKey({ armoredKey: pub.body.public_key as string }),
+      expectSigned: true,
+    });
+    await expect(checked.signatures[0].verified).resolves.toBe(true);
+
+    const theirs = await proton.generateKey({ type: 'curve25519', userIDs: [{ email: 'signer@example.test' }], config: { v6Keys: true }, format: 'object' });
+    const imported = await s.api('POST', '/keys/import', { token: u.token, form: { label: 'proton-signer', key: theirs.publicKey.armor() } });
+    expect(imported.status, JSON.stringify(imported.body)).toBe(201);
+    const theirSignature = await proton.sign({
+      message: await proton.createMessage({ binary: data }),
+      signingKeys: theirs.privateKey,
+      detached: true,
+      format: 'binary',
+    });
+    const verified = await runJob(s.api, u.token, '/keys/verify', {
+      fingerprint: imported.body.fingerprint as string,
+      files: [{ name: 'd.bin', data }],
+      signatures: [{ name: 'd.sig', data: Buffer.from(theirSignature) }],
+    });
+    expect(verified.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: imported.body.fingerprint });
+  }, 60_000);
 });

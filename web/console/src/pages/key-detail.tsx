@@ -4,6 +4,9 @@ import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
 
 type Key = Schemas['Key'];
 
+/** How the console names a profile (lib/pgp/profiles.ts). */
+export const PROFILE_NAMES: Record<Key['profile'], string> = { rfc4880: 'v4', rfc9580: 'v6', pqc: 'v6 post-quantum' };
+
 /** The destruction waiting period the API accepts (days), and its default. */
 const DESTRUCTION_WAIT = { min: 7, max: 30, default: 30 };
 
@@ -71,6 +74,29 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
             <Field label="Rotate every (days; empty: off; 'policy': the account's)" name="days" maxLength={6} action={action} />
             <Submit action={action} class="secondary">
               Set the schedule
+            </Submit>
+          </form>
+          <form
+            class="inline"
+            onSubmit={(e) => {
+              const profile = formValues(e).profile as Key['profile'];
+              void action.run(async () => {
+                await ok(api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path }, body: { profile } }));
+                onChange();
+                return `Rotations from now on make ${PROFILE_NAMES[profile]} generations.`;
+              });
+            }}
+          >
+            <label>
+              Next generations ({PROFILE_NAMES[k.profile]} now)
+              <select name="profile" value={k.rotation_profile}>
+                <option value="rfc4880">v4: every OpenPGP tool</option>
+                <option value="rfc9580">v6: AEAD files</option>
+                <option value="pqc">v6 post-quantum</option>
+              </select>
+            </label>
+            <Submit action={action} class="secondary">
+              Set the key type
             </Submit>
           </form>
         </>

@@ -1,10 +1,11 @@
 import { useEffect, useId, useState } from 'preact/hooks';
 import { api, followJob, ok, postForm, problemOf, saveText, type FormPart, type Job, type Schemas } from '../api';
 import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
-import { KeyDetail, ShareAnalytics } from './key-detail';
+import { KeyDetail, PROFILE_NAMES, ShareAnalytics } from './key-detail';
 import { Fragment } from 'preact';
 
 type Key = Schemas['Key'];
+type Profile = Key['profile'];
 
 export function JobProgress({ job }: { job: Job | undefined }) {
   if (!job) return null;
@@ -197,7 +198,9 @@ export function Keys() {
                   <td>{k.label}</td>
                   <td>{k.environment}</td>
                   <td class="mono">{k.fingerprint}</td>
-                  <td>{kindOf(k)}</td>
+                  <td>
+                    {kindOf(k)}, {PROFILE_NAMES[k.profile]}
+                  </td>
                   <td>{k.status}</td>
                   <td>{k.generation}</td>
                   <td>{when(k.expires_at)}</td>
@@ -230,6 +233,9 @@ export function Keys() {
                         class="secondary"
                         aria-label={`Rotate ${k.label} now`}
                         onClick={() =>
+                          confirm(
+                            `Rotate "${k.label}" now? A new ${PROFILE_NAMES[k.rotation_profile]} generation encrypts from now on; generation ${k.generation} still decrypts its files.`,
+                          ) &&
                           row.run(async () => {
                             const started = await ok(api.POST('/keys/{fingerprint}/rotate', { params: { path: { fingerprint: k.fingerprint } }, body: {} }));
                             const done = await followJob(started.job_id, setJob);
@@ -279,12 +285,14 @@ export function Keys() {
           const v = formValues(e);
           const form = e.currentTarget;
           void generate.run(async () => {
+            const [profile, algorithm] = v.type.split(':') as [Profile, 'curve25519' | 'rsa3072' | 'rsa4096' | undefined];
             const body = {
               label: v.label,
               name: v.name,
               email: v.email,
               passphrase: v.passphrase,
-              algorithm: v.algorithm as 'curve25519' | 'rsa3072' | 'rsa4096',
+              profile,
+              ...(algorithm ? { algorithm } : {}),
               ...(v.environment ? { environment: v.environment } : {}),
             };
             const { data, error, response } = await api.POST('/keys/generate-key', { body });
@@ -316,13 +324,19 @@ export function Keys() {
           action={generate}
         />
         <label>
-          Algorithm
-          <select name="algorithm">
-            <option value="curve25519">Curve25519 (at once)</option>
-            <option value="rsa3072">RSA 3072 (a job, seconds)</option>
-            <option value="rsa4096">RSA 4096 (a job, seconds)</option>
+          Key type
+          <select name="type" aria-describedby="key-type-hint">
+            <option value="rfc4880:curve25519">v4 Curve25519: every OpenPGP tool reads it (gpg 2.2 and later)</option>
+            <option value="rfc9580">v6 Ed25519/X25519: AEAD files (gpg 2.5+, Sequoia 2, OpenPGP.js 6)</option>
+            <option value="pqc">v6 post-quantum: ML-KEM-768 + X25519 (RFC 9980 readers)</option>
+            <option value="rfc4880:rsa3072">v4 RSA 3072 (a job, seconds)</option>
+            <option value="rfc4880:rsa4096">v4 RSA 4096 (a job, seconds)</option>
           </select>
         </label>
+        <p id="key-type-hint" class="muted">
+          Pick v4 when partners decrypt with gpg 2.2 or other older tools; post-quantum for files kept for years. A rotation can move a key to another type
+          later.
+        </p>
         <Submit action={generate}>Generate</Submit>
         <ProblemText action={generate} />
       </form>
