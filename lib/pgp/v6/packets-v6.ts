@@ -6,7 +6,7 @@ import { Cursor, subpackets, u32, type Subpacket } from './wire';
 /** Version 6 key packets and signature packets (RFC 9580 §5.5.2.3, §5.2.3), written and read. */
 
 /** Packet tags (RFC 9580 §5). */
-export const TAG = { signature: 2, secretKey: 5, publicKey: 6, secretSubkey: 7, trust: 12, userId: 13, publicSubkey: 14 } as const;
+export const TAG = { pkesk: 1, signature: 2, secretKey: 5, publicKey: 6, secretSubkey: 7, trust: 12, userId: 13, publicSubkey: 14 } as const;
 
 /** Signature types (RFC 9580 §5.2.1). */
 export const SIG = {
