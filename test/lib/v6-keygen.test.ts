@@ -1,4 +1,5 @@
 import * as proton from '@protontech/openpgp';
+import { decrypt as bouncyCastleDecrypt } from '@renovatebot/pgp';
 import * as openpgp from 'openpgp';
 import { describe, expect, it } from 'vitest';
 import { v6Key, type V6Profile } from '../../lib/pgp/v6/keygen';
@@ -6,7 +7,8 @@ import { v6Key, type V6Profile } from '../../lib/pgp/v6/keygen';
 /**
  * v6 keys made on Node's crypto (lib/pgp/v6/keygen.ts), read, unlocked and used by two independent
  * implementations: Proton's OpenPGP.js (both profiles, RFC 9580 and RFC 9980) and upstream OpenPGP.js
- * (the RFC 9580 profile; it has no post-quantum algorithms).
+ * (the RFC 9580 profile; it has no post-quantum algorithms), and Bouncy Castle for the RFC 9580 profile's
+ * packets (its decrypt takes an unprotected key: the lock is upstream's to check there).
  */
 const SECRET = 'v6-keygen-test-secret';
 /** A minute ago, in whole seconds: the keys are valid now and for 30 days. */
@@ -130,6 +132,17 @@ describe('v6 keys read by upstream OpenPGP.js', () => {
     });
     expect(data).toBe('upstream');
     await expect(signatures[0].verified).resolves.toBe(true);
+  });
+
+  it('the rfc9580 profile, unlocked by upstream, decrypts upstream’s SEIPDv2 in Bouncy Castle', async () => {
+    const key = make('rfc9580');
+    const unlocked = await openpgp.decryptKey({ privateKey: await openpgp.readPrivateKey({ binaryKey: bin(key.privatePackets) }), passphrase: SECRET });
+    const encrypted = await openpgp.encrypt({
+      message: await openpgp.createMessage({ text: 'to Bouncy Castle' }),
+      encryptionKeys: await openpgp.readKey({ binaryKey: bin(key.publicPackets) }),
+      config: { preferredAEADAlgorithm: openpgp.enums.aead.gcm },
+    });
+    await expect(bouncyCastleDecrypt(unlocked.armor(), encrypted, { runtime: 'wasm-java' })).resolves.toBe('to Bouncy Castle');
   });
 
   it('the pqc profile is beyond it (no algorithms 30 and 35): why the service reads those keys itself', async () => {

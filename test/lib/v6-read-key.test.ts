@@ -181,6 +181,19 @@ describe('readV6Key on keys Proton made', () => {
     expect(refusal(() => unlockV6Key(privateKey, 'not bob')).code).toBe('wrong_passphrase');
   });
 
+  it('unlocks a v6 key upstream OpenPGP.js locked with S2K usage 254 (CFB, SHA-1 check)', async () => {
+    const { privateKey } = await openpgp.generateKey({
+      type: 'curve25519',
+      userIDs: [{ name: 'Erin' }],
+      passphrase: 'erin pass',
+      format: 'object',
+      config: { v6Keys: true, s2kIterationCountByte: 96 },
+    });
+    expect((privateKey.keyPacket as unknown as { s2kUsage: number }).s2kUsage).toBe(254);
+    expect(unlockV6Key(privateKey.write(), 'erin pass').secrets.map((s) => s.algorithm)).toEqual([27, 25]);
+    expect(refusal(() => unlockV6Key(privateKey.write(), 'not erin')).code).toBe('wrong_passphrase');
+  });
+
   it('sees a revocation Proton made, and a v4 key is refused by its version', async () => {
     const { privateKey } = await proton.generateKey({
       type: 'pqc',

@@ -41,7 +41,7 @@ export async function signDetachedV6(key: UnlockedV6Key, data: AsyncIterable<Uin
     subpacket(SUB.issuerFingerprint, Buffer.concat([Buffer.from([6]), primary.fingerprint])),
   ]);
   for await (const chunk of chunks(data)) draft.hash.update(chunk);
-  return packet(TAG.signature, finishSignature(draft, { algorithm, fingerprint: primary.fingerprint, parts: privateParts(algorithm, primary.secretMaterial) }));
+  return packet(TAG.signature, finishSignature(draft, { algorithm, parts: privateParts(algorithm, primary.secretMaterial) }));
 }
 
 /**

@@ -70,7 +70,7 @@ export function v6Key(input: V6KeyInput): GeneratedV6Key {
   const subkey = keyBody(created, profile.subkey, subkeyMaterial.publicMaterial);
   const fingerprint = fingerprintOf(primary);
   const subkeyFingerprint = fingerprintOf(subkey);
-  const signer: SignerKey = { algorithm: profile.primary, fingerprint, parts: privateParts(profile.primary, primaryMaterial.secretMaterial) };
+  const signer: SignerKey = { algorithm: profile.primary, parts: privateParts(profile.primary, primaryMaterial.secretMaterial) };
 
   const issuer = subpacket(SUB.issuerFingerprint, Buffer.concat([Buffer.from([6]), fingerprint]));
   const validity = [subpacket(SUB.created | CRITICAL, u32(created)), ...(input.expiresIn ? [subpacket(SUB.keyExpires | CRITICAL, u32(input.expiresIn))] : [])];

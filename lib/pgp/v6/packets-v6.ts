@@ -102,7 +102,6 @@ export function readKeyPacket(body: Buffer, secret: boolean, fail: (why: string)
 
 export interface SignerKey {
   algorithm: SigningAlgorithm;
-  fingerprint: Buffer;
   parts: PrivateParts;
 }
 
