@@ -1,12 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { enforcePlanLimit } from '../billing/subscriptions';
 import type { Knex } from 'knex';
-import type * as openpgp from 'openpgp';
 import type { Container } from '../container';
 import { conflict, gone, invalid, notFound } from '../errors';
 import { notYours } from '../auth/ownership';
 import { keyMac, lineageMac, verifiedKey, verifiedLineage } from './key-integrity';
-import { generateKey, unlockPrivateKey, type GeneratedKey, type KeyAlgorithm, type KeyProfile } from '../pgp/keys';
+import { generateKey, unlockStoredKey, type GeneratedKey, type KeyAlgorithm, type KeyProfile, type StoredPrivateKey } from '../pgp/keys';
 import { createLineageLock, openLineageLock, openSealedSecret, randomSecret, sealSecret, type UnlockKey } from '../lineage';
 import { recordAudit, type RequestMeta } from '../../db/audit';
 import {
@@ -350,7 +349,7 @@ export async function unlockLineage(c: Container, lineage: Pick<LineageRow, 'id'
 }
 
 /** The usable private key of one generation, given the opened lineage. */
-export async function unlockGeneration(c: Container, unlock: UnlockKey, key: KeyRow): Promise<openpgp.PrivateKey> {
+export async function unlockGeneration(c: Container, unlock: UnlockKey, key: KeyRow): Promise<StoredPrivateKey> {
   if (key.destroyed_at)
     throw gone(
       'generation_destroyed',
@@ -358,7 +357,7 @@ export async function unlockGeneration(c: Container, unlock: UnlockKey, key: Key
     );
   const sealed = c.sealer.openText(key.secret_sealed, aad.secret(key.lineage_id, key.generation));
   const secret = openSealedSecret(unlock, sealed, aad.secret(key.lineage_id, key.generation));
-  return unlockPrivateKey(await openPrivateKey(c, key), secret);
+  return unlockStoredKey(await openPrivateKey(c, key), secret);
 }
 
 /**
@@ -449,7 +448,7 @@ export async function openSigningKey(
   userId: string,
   lineageId: string,
   passphrase: string,
-): Promise<{ lineage: LineageRow; current: KeyRow; privateKey: openpgp.PrivateKey }> {
+): Promise<{ lineage: LineageRow; current: KeyRow; privateKey: StoredPrivateKey }> {
   const found = await findLineage(c.db, lineageId);
   const current = found && (await lineageUsableBy(c.db, userId, found.id)) ? await activeGeneration(c.db, found.id) : undefined;
   if (!found || !current) throw invalid('key_not_found', 'The key no longer exists.');

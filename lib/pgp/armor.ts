@@ -80,6 +80,18 @@ const MAX_ARMOR_LINE = 4 << 20;
 
 const malformed = (why: string) => invalid('malformed_message', `The message is malformed: ${why}`);
 
+/** The packets of an armored key block (armorKey's, or OpenPGP.js's); header lines and the CRC24 line are skipped. */
+export function dearmorKey(text: string): Buffer {
+  const lines = text.split(/\r?\n/).map((l) => l.trim());
+  const begin = lines.findIndex((l) => /^-----BEGIN PGP (PUBLIC|PRIVATE) KEY BLOCK-----$/.test(l));
+  const end = lines.findIndex((l, i) => i > begin && l.startsWith('-----END PGP '));
+  if (begin < 0 || end < 0) throw invalid('invalid_key', 'Not an armored OpenPGP key block.');
+  const body = lines.slice(begin + 1, end);
+  const blank = body.indexOf('');
+  const data = (blank >= 0 ? body.slice(blank + 1) : body.filter((l) => !/^[\x21-\x39\x3b-\x7e]+: /.test(l))).filter((l) => l && !l.startsWith('='));
+  return Buffer.from(data.join(''), 'base64');
+}
+
 /**
  * Decodes ASCII armor with Node's base64 (OpenPGP.js decodes in JS, ~3× slower). Header lines are
  * skipped and the CRC24 line is ignored, as RFC 9580 §6.1 requires of receivers (the MDC or AEAD tag

@@ -1,8 +1,12 @@
 import type * as openpgp from 'openpgp';
 import { invalid } from '../errors';
 import { LruCache } from '../lru';
-import { armorKey } from './armor';
+import { armorKey, dearmorKey } from './armor';
 import { curve25519Key } from './keygen';
+import { v6Key } from './v6/keygen';
+import { readV6Key, unlockV6Key, type UnlockedV6Key, type V6Key } from './v6/read-key';
+import { MLDSA65_ED25519 } from './v6/key-material';
+
 import { type KeyAlgorithm, type KeyProfile, KEY_PROFILES, defaultAlgorithm, profileAllows } from './profiles';
 
 /**
@@ -104,9 +108,9 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   const expiresAt = keyExpirationTime ? new Date(createdAt.getTime() + keyExpirationTime * 1000) : null;
 
   if (profile !== 'rfc4880') {
-    const key = await v6Key({
+    const key = v6Key({
       profile,
-      userId: { name: input.name, email: input.email },
+      userId: userIdOf(input),
       secret: input.secret,
       s2kCountByte: GENERATION_S2K_COUNT_BYTE,
       createdAt,
@@ -168,37 +172,28 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   };
 }
 
-// Interim: OpenPGP.js makes rfc9580 keys until v6/keygen.ts lands; pqc needs it.
-async function v6Key(input: {
-  profile: KeyProfile;
-  userId: { name: string; email: string };
-  secret: string;
-  s2kCountByte: number;
-  createdAt: Date;
-  expiresIn: number;
-}) {
-  if (input.profile === 'pqc') throw invalid('invalid_profile', 'Post-quantum keys are not made yet.');
-  const pgp = await loadOpenpgp();
-  const { privateKey } = await pgp.generateKey({
-    type: 'curve25519',
-    userIDs: [input.userId],
-    passphrase: input.secret,
-    keyExpirationTime: input.expiresIn,
-    date: input.createdAt,
-    format: 'object',
-    config: { ...keygenConfig(pgp), v6Keys: true, aeadProtect: true, s2kIterationCountByte: input.s2kCountByte },
-  });
-  return {
-    fingerprint: privateKey.getFingerprint(),
-    keyId: privateKey.getKeyID().toHex(),
-    subkeyId: privateKey.subkeys[0].getKeyID().toHex(),
-    publicPackets: Buffer.from(privateKey.toPublic().write()),
-    privatePackets: Buffer.from(privateKey.write()),
-  };
-}
-
 /** The user id packet's text, as OpenPGP.js forms it: "name <email>", either part left out when empty. */
 const userIdOf = ({ name, email }: Pick<GenerateKeyInput, 'name' | 'email'>): string => [name, email && `<${email}>`].filter(Boolean).join(' ');
+
+/**
+ * A stored key's public half as parsed: OpenPGP.js reads v4 and rfc9580 keys; a post-quantum key (RFC
+ * 9980), which OpenPGP.js cannot read, is read by v6/read-key.ts and used through v6/ (kem.ts, detached.ts).
+ */
+export type StoredPublicKey = openpgp.PublicKey | V6Key;
+/** A stored key unlocked: OpenPGP.js's, or a post-quantum key's secrets. */
+export type StoredPrivateKey = openpgp.PrivateKey | UnlockedV6Key;
+
+export const isPqcKey = (key: StoredPublicKey): key is V6Key => !('keyPacket' in key);
+export const isPqcPrivateKey = (key: StoredPrivateKey): key is UnlockedV6Key => 'secrets' in key;
+
+/** The binary packets of an armored key, and whether its primary key is post-quantum (v6, ML-DSA-65+Ed25519). */
+function keyPackets(armored: string): { bytes: Buffer; pqc: boolean } {
+  const bytes = dearmorKey(armored);
+  // The first packet's body: version (1 octet), creation time (4), algorithm (1). Tags 5 and 6, new format.
+  const [ctb, len] = bytes;
+  const start = len < 192 ? 2 : len < 224 ? 3 : 6;
+  return { bytes, pqc: (ctb === 0xc5 || ctb === 0xc6) && bytes[start] === 6 && bytes[start + 5] === MLDSA65_ED25519 };
+}
 
 /**
  * Stored public keys as parsed, by their armored text (a changed key is a different entry). OpenPGP.js
@@ -206,14 +201,23 @@ const userIdOf = ({ name, email }: Pick<GenerateKeyInput, 'name' | 'email'>): st
  * to the same recipient) is not verified again: ~1 ms of EdDSA per small encryption. Expiry and
  * revocation are still checked at each use, against that use's date.
  */
-const parsedKeys = new LruCache<string, openpgp.PublicKey>({ max: 256 });
+const parsedKeys = new LruCache<string, StoredPublicKey>({ max: 256 });
 
-/** Parses a public key we stored ourselves (already validated when it was created or supplied). */
-export async function readStoredPublicKey(armored: string): Promise<openpgp.PublicKey> {
+/** Parses a public key we stored ourselves (already validated when it was created or supplied), of any profile. */
+export async function readStoredKey(armored: string): Promise<StoredPublicKey> {
   const cached = parsedKeys.get(armored);
   if (cached) return cached;
+  const packets = keyPackets(armored);
+  if (packets.pqc) return parsedKeys.set(armored, readV6Key(packets.bytes));
   const key = await (await loadOpenpgp()).readKey({ armoredKey: armored });
   return parsedKeys.set(armored, key.isPrivate() ? key.toPublic() : key);
+}
+
+/** readStoredKey for a key OpenPGP.js reads (v4 or rfc9580); a post-quantum key is an Error. */
+export async function readStoredPublicKey(armored: string): Promise<openpgp.PublicKey> {
+  const key = await readStoredKey(armored);
+  if (isPqcKey(key)) throw new Error('readStoredPublicKey: a post-quantum key (use readStoredKey)');
+  return key;
 }
 
 /**
@@ -221,6 +225,13 @@ export async function readStoredPublicKey(armored: string): Promise<openpgp.Publ
  * carry count byte 224 and still open, just slower). A wrong secret is AppError 422 `wrong_passphrase`;
  * anything else (an unreadable block) is corrupt stored data and stays a plain Error.
  */
+export async function unlockStoredKey(privateArmored: string, secret: string): Promise<StoredPrivateKey> {
+  const packets = keyPackets(privateArmored);
+  // unlockV6Key checks each secret against its public key; its lock (S2K usage 253) covers the public packet too.
+  return packets.pqc ? unlockV6Key(packets.bytes, secret) : unlockPrivateKey(privateArmored, secret);
+}
+
+/** unlockStoredKey for a key OpenPGP.js reads (v4 or rfc9580). */
 export async function unlockPrivateKey(privateArmored: string, secret: string): Promise<openpgp.PrivateKey> {
   const pgp = await loadOpenpgp();
   const privateKey = await pgp.readPrivateKey({ armoredKey: privateArmored });

@@ -11,7 +11,10 @@ import { type Content, type ContentOptions, readContent } from './content';
 import { CHUNK_BYTES, Pull, body, header, lengthOctets, malformed, packet, sessionKeyPackets } from './packets';
 import { sessionKeyPacket } from './pkesk';
 import { afterDecryption, integrityFailure } from './integrity';
-import { SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyPacketsFor, sessionKeyV1 } from './session';
+import { MAX_SESSION_KEY_TRIES, SESSION_KEY_CONFIG, checkSessionKeyPackets, sessionKeyPacketsFor, sessionKeyV1 } from './session';
+import { isPqcPrivateKey, type StoredPrivateKey } from './keys';
+import { openPqcSessionKeyPacket, pqcRecipientKeyId } from './v6/kem';
+import type { UnlockedV6Key } from './v6/read-key';
 import { errMessage } from './thrown';
 import type { Watch } from './watch';
 
@@ -157,7 +160,7 @@ export interface OpenedPackets {
   /** Lowercase hex key ids the message is encrypted to (pkesk.ts's WILDCARD_KEY_ID for a hidden recipient). */
   encryptionKeyIds: string[];
   /** Call once. Errors before decryption begins: 422 no_matching_key, unsupported_message, malformed_message. */
-  decrypt(privateKey: openpgp.PrivateKey): Promise<Decrypted>;
+  decrypt(privateKey: StoredPrivateKey): Promise<Decrypted>;
 }
 
 /** Decrypted content; its errors are classified by `failed` (integrity.ts: one answer once decryption has begun). */
@@ -190,10 +193,17 @@ const unsupported = (why: string) => invalid('unsupported_message', `This messag
 export async function openNative(input: Readable, opts: ContentOptions & { signal?: AbortSignal }): Promise<OpenedPackets> {
   const p = new Pull(input[Symbol.asyncIterator]());
   let pkesks: Buffer[];
+  let pqcPackets: { keyId: string; body: Buffer }[];
   let seipd: Awaited<ReturnType<typeof header>>;
   try {
     const { packets, next } = await sessionKeyPackets(p);
-    pkesks = packets.filter((k) => k.tag === 1).map((k) => packet(1, k.body)); // password packets: not ours to try
+    const publicKeyPackets = packets.filter((k) => k.tag === 1); // password packets: not ours to try
+    pkesks = publicKeyPackets.map((k) => packet(1, k.body));
+    // Post-quantum ones (RFC 9980), which OpenPGP.js does not read, are opened by v6/kem.ts.
+    pqcPackets = publicKeyPackets.flatMap((k) => {
+      const keyId = pqcRecipientKeyId(k.body);
+      return keyId ? [{ keyId, body: k.body }] : [];
+    });
     if (next === 9) throw unsupported('its data is not integrity protected (SED)');
     if (next === 20) throw unsupported('it uses the draft AEAD packet; SEIPD packets are read');
     if (next === null) throw malformed('it has no encrypted data');
@@ -217,15 +227,24 @@ export async function openNative(input: Readable, opts: ContentOptions & { signa
   }
   let used = false;
   return {
-    encryptionKeyIds: [...new Set(message.getEncryptionKeyIDs().map((id) => id.toHex()))],
+    encryptionKeyIds: [...new Set([...message.getEncryptionKeyIDs().map((id) => id.toHex()), ...pqcPackets.map((k) => k.keyId)])],
     async decrypt(privateKey) {
       if (used) throw new Error('decrypt() can be called once');
-      if (!privateKey.isDecrypted()) throw new Error('decrypt needs an unlocked private key');
+      if (!isPqcPrivateKey(privateKey) && !privateKey.isDecrypted()) throw new Error('decrypt needs an unlocked private key');
       used = true;
       let plaintext: AsyncIterable<Buffer>;
       try {
-        if (!sessionKeyPacketsFor(message, privateKey).length) throw invalid('no_matching_key', 'The message is not encrypted to this key.');
-        plaintext = head.version === 1 ? await decryptV1(data, message, privateKey, opts.watch) : await decryptV2(data, head, message, privateKey, opts.watch);
+        if (isPqcPrivateKey(privateKey)) {
+          // A v6 session key packet goes with SEIPDv2 only (RFC 9580 §5.1).
+          if (head.version !== 2) throw invalid('no_matching_key', 'The message is not encrypted to this key.');
+          plaintext = await decryptV2(data, head, pqcSessionKey(pqcPackets, privateKey));
+        } else {
+          if (!sessionKeyPacketsFor(message, privateKey).length) throw invalid('no_matching_key', 'The message is not encrypted to this key.');
+          plaintext =
+            head.version === 1
+              ? await decryptV1(data, message, privateKey, opts.watch)
+              : await decryptV2(data, head, await sessionKeyV2(message, privateKey, head, opts.watch));
+        }
       } catch (err) {
         input.destroy();
         throw p.failed ?? opts.watch.failure ?? (err instanceof AppError ? err : invalid('no_matching_key', 'The message cannot be decrypted with this key.'));
@@ -310,18 +329,37 @@ async function decryptV1(data: Pull, message: openpgp.Message<Uint8Array>, priva
  * SEIPDv2: HKDF-SHA256 of the session key gives the message key and nonce prefix; each chunk is opened
  * with its index as the nonce's last 8 octets, and a final tag covers the total length (RFC 9580 §5.13.2).
  */
-async function decryptV2(
-  data: Pull,
-  head: Extract<SeipdHead, { version: 2 }>,
-  message: openpgp.Message<Uint8Array>,
-  privateKey: openpgp.PrivateKey,
-  watch: Watch,
-): Promise<AsyncIterable<Buffer>> {
+/**
+ * The session key of a SEIPDv2 message from OpenPGP.js, for the AES size the encrypted data names (in
+ * constant-time mode an RSA packet yields one candidate per size).
+ */
+async function sessionKeyV2(message: openpgp.Message<Uint8Array>, privateKey: openpgp.PrivateKey, head: Extract<SeipdHead, { version: 2 }>, watch: Watch) {
   checkSessionKeyPackets(message, privateKey);
   const keys = await watch.call(openpgp.decryptSessionKeys({ message, decryptionKeys: privateKey, config: SESSION_KEY_CONFIG }));
-  const bits = AES_BITS[head.cipher];
-  const sessionKey = keys.find((k) => k.data.length === bits / 8);
+  const sessionKey = keys.find((k) => k.data.length === AES_BITS[head.cipher] / 8);
   if (!sessionKey) throw invalid('no_matching_key', 'The message cannot be decrypted with this key.');
+  return sessionKey.data;
+}
+
+/** The session key of a message to a post-quantum key: the first of at most MAX_SESSION_KEY_TRIES packets that opens (each opening is silent). */
+function pqcSessionKey(packets: { body: Buffer }[], privateKey: UnlockedV6Key): Uint8Array {
+  if (packets.length > MAX_SESSION_KEY_TRIES)
+    throw invalid('malformed_message', `The message has ${packets.length} session key packets for this key (at most ${MAX_SESSION_KEY_TRIES} are tried).`);
+  for (const k of packets) {
+    const opened = openPqcSessionKeyPacket(k.body, privateKey);
+    if (opened) return opened;
+  }
+  throw invalid('no_matching_key', 'The message cannot be decrypted with this key.');
+}
+
+/**
+ * SEIPDv2: HKDF-SHA256 of the session key gives the message key and nonce prefix; each chunk is opened
+ * with its index as the nonce's last 8 octets, and a final tag covers the total length (RFC 9580 §5.13.2).
+ */
+async function decryptV2(data: Pull, head: Extract<SeipdHead, { version: 2 }>, sessionKeyData: Uint8Array): Promise<AsyncIterable<Buffer>> {
+  const bits = AES_BITS[head.cipher];
+  if (sessionKeyData.length !== bits / 8) throw invalid('no_matching_key', 'The message cannot be decrypted with this key.');
+  const sessionKey = { data: sessionKeyData };
   const mode = AEAD[head.aead];
   const info = Buffer.from([0xc0 | 18, 2, head.cipher, head.aead, head.chunkSizeByte]);
   const derived = Buffer.from(crypto.hkdfSync('sha256', sessionKey.data, head.salt, info, bits / 8 + mode.nonce - 8));

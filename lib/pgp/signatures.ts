@@ -2,7 +2,7 @@ import type { Readable } from 'node:stream';
 import * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
 import { MAX_SIGNATURE_PACKET_BYTES, readSuppliedPublicKey } from './import';
-import { scanPackets } from './keys';
+import { isPqcPrivateKey, scanPackets, type StoredPrivateKey } from './keys';
 import { readContent } from './content';
 import { Pull, tagOf } from './packets';
 import { NodeSource, WebSource, binaryPackets, type WebStream } from './stream';
@@ -30,9 +30,13 @@ export interface SignOptions extends WatchOptions {
   filename?: string;
 }
 
-export async function signStream(input: Readable, signingKey: openpgp.PrivateKey, opts: SignOptions): Promise<Readable> {
+export async function signStream(input: Readable, signingKey: StoredPrivateKey, opts: SignOptions): Promise<Readable> {
   const watch = new Watch(input, opts);
   watch.check();
+  if (isPqcPrivateKey(signingKey)) {
+    watch.close();
+    throw invalid('no_signing_key', 'This key cannot sign: post-quantum signing is not available yet.');
+  }
   const filename = opts.filename ?? '';
   if (Buffer.byteLength(filename) > 255) {
     watch.close();

@@ -5,6 +5,7 @@ import { ONE_PIECE, pullStream } from '../streams';
 import { dearmor, sniffArmor } from './armor';
 import { type Decrypted, encryptNative, nativeEncryptable, openNative } from './native';
 import { CHUNK_BYTES } from './packets';
+import { isPqcKey, isPqcPrivateKey, type StoredPrivateKey, type StoredPublicKey } from './keys';
 import { asError, errMessage } from './thrown';
 import { UNSIGNED, judge, type SignatureCheck, type VerificationKey } from './verification';
 import { Watch, type WatchOptions } from './watch';
@@ -31,7 +32,7 @@ export interface EncryptStreamOptions extends WatchOptions {
   /** Literal packet date; defaults to now. */
   date?: Date;
   /** Signs too (sign-then-encrypt: one-pass signature inside the encryption, hashed as bytes flow). */
-  signingKey?: openpgp.PrivateKey;
+  signingKey?: StoredPrivateKey;
 }
 
 /**
@@ -41,9 +42,13 @@ export interface EncryptStreamOptions extends WatchOptions {
  * `signal` aborts (its reason; the input is destroyed); `idleMs` (default 30 s) bounds how long
  * OpenPGP.js may move no bytes while we wait on it (422 `malformed_message`).
  */
-export async function encryptStream(input: Readable, recipient: openpgp.PublicKey, opts: EncryptStreamOptions): Promise<Readable> {
+export async function encryptStream(input: Readable, recipient: StoredPublicKey, opts: EncryptStreamOptions): Promise<Readable> {
   const watch = new Watch(input, opts);
   watch.check();
+  if (isPqcKey(recipient) || (opts.signingKey && isPqcPrivateKey(opts.signingKey))) {
+    watch.close();
+    throw invalid('no_encryption_key', 'Cannot encrypt to this key: post-quantum encryption is not available yet.');
+  }
   const compress = (opts.compress ?? false) && (await acceptsZlib(recipient));
   if (!opts.signingKey && nativeEncryptable(recipient)) {
     // Node's crypto cannot stall; only the signal applies.
@@ -122,7 +127,7 @@ export interface OpenedMessage {
   /** Lowercase hex key ids the message is encrypted to (pkesk.ts's WILDCARD_KEY_ID for a hidden recipient). */
   encryptionKeyIds: string[];
   /** Decrypts as a stream. Call once. Integrity failures arrive as an error at the end of the stream. */
-  decrypt(privateKey: openpgp.PrivateKey): Promise<DecryptedStream>;
+  decrypt(privateKey: StoredPrivateKey): Promise<DecryptedStream>;
 }
 
 /**

@@ -253,4 +253,30 @@ describe('v6 keys with the independent implementations', () => {
     });
     expect(verified.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: imported.body.fingerprint });
   }, 60_000);
+
+  it("the service decrypts what Proton's OpenPGP.js encrypts to its post-quantum key (ML-KEM-768+X25519)", async () => {
+    const proton = await import('@protontech/openpgp');
+    const key = await createKey(s.api, u.token, { label: 'pqc', profile: 'pqc' });
+    expect(key).toMatchObject({ profile: 'pqc', algorithm: 'ml-kem-768+x25519' });
+    const pub = await s.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } });
+    const theirView = await proton.readKey({ armoredKey: pub.body.public_key as string });
+    expect(theirView.getFingerprint()).toBe(key.fingerprint);
+    expect(theirView.subkeys[0].getAlgorithmInfo().algorithm).toBe('pqc_mlkem_x25519');
+    for (const size of [1, 150_000]) {
+      const data = randomBytes(size);
+      const message = await proton.encrypt({ message: await proton.createMessage({ binary: data }), encryptionKeys: theirView, format: 'binary' });
+      expect(Buffer.compare(await decrypt(key.fingerprint, Buffer.from(message)), data)).toBe(0);
+    }
+    // One changed octet of the ciphertext: one integrity error, no output.
+    const message = Buffer.from(
+      await proton.encrypt({ message: await proton.createMessage({ binary: randomBytes(5000) }), encryptionKeys: theirView, format: 'binary' }),
+    );
+    message[message.length - 100] ^= 1;
+    const bad = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'bad.gpg', data: message }],
+    });
+    expect(bad).toMatchObject({ state: 'failed', error: { code: 'integrity_check_failed' } });
+  });
 });

@@ -53,9 +53,10 @@ const rowsOf = async (lineageId: string) => ({
 });
 
 /** Opens a generation's private key as a job does, from rows as given (a live row, or a backup's copy). */
+/** The generation's private key, opened (these tests' keys are v4: OpenPGP.js keys). */
 async function opensFrom(lineage: LineageRow, generation: KeyRow) {
   const unlock = await unlockLineage(s.c, lineage, PASSPHRASE);
-  return unlockGeneration(s.c, unlock, generation);
+  return (await unlockGeneration(s.c, unlock, generation)) as openpgp.PrivateKey;
 }
 
 describe('configuration', () => {

@@ -2,7 +2,7 @@ import { recordUsage } from '../../db/billing';
 import { defineTrackedProcessor } from '../tracked';
 import { encryptedOutput, encryptFiles, EncryptRequest } from '../../jobs/encrypt-files';
 import { passphraseAad } from '../../jobs/tracked';
-import { readStoredPublicKey, MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
+import { readStoredKey, MAX_PUBLIC_KEY_BYTES } from '../../lib/pgp/keys';
 import { readText } from '../../lib/streams';
 import { transformFiles } from '../file-pipeline';
 import { jobBlob } from '../../lib/jobs/job-records';
@@ -27,12 +27,12 @@ export const encryptFilesProcessor = defineTrackedProcessor(encryptFiles, {
       key = await findUsableKey(c.db, row.user_id, { id: req.recipient.key_id, fingerprint: req.recipient.fingerprint });
       if (!key) throw new Error(`key ${req.recipient.key_id} of job ${row.id} is gone or not the requested one`);
       verifiedKey(c, key);
-      recipient = await readStoredPublicKey(key.public_armored);
+      recipient = await readStoredKey(key.public_armored);
     } else {
       // Checked again now (it may have expired since the request) on the untrusted-work thread, then parsed here.
       const armored = await readText(await c.blob.get(jobBlob.recipient(row.id)), MAX_PUBLIC_KEY_BYTES);
       await c.untrusted.run('recipientKey', { armored, now: c.clock.now() });
-      recipient = await readStoredPublicKey(armored);
+      recipient = await readStoredKey(armored);
     }
     let signingKey: Awaited<ReturnType<typeof openSigningKey>>['privateKey'] | undefined;
     if (req.sign_with) {

@@ -1,10 +1,9 @@
 import { Readable } from 'node:stream';
-import type * as openpgp from 'openpgp';
 import { defineTrackedProcessor } from '../tracked';
 import { decryptionLimits, transformFiles } from '../file-pipeline';
 import { rewrapFiles, RewrapRequest } from '../../jobs/rewrap-files';
 import { passphraseAad } from '../../jobs/tracked';
-import { readStoredPublicKey } from '../../lib/pgp/keys';
+import { isPqcKey, isPqcPrivateKey, readStoredKey, type StoredPrivateKey } from '../../lib/pgp/keys';
 import { conflict, invalid } from '../../lib/errors';
 import { keyStatus, unlockGeneration, unlockLineage } from '../../lib/keys/key-catalog';
 import { requireDecryptable } from '../../lib/lifecycle/key-lifecycle';
@@ -40,12 +39,12 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
     const status = keyStatus(lineage, target, c.clock.now());
     if (status === 'disabled') throw conflict('key_disabled', 'This key is disabled and no longer encrypts.');
     if (status === 'expired') throw conflict('key_expired', 'This key has expired and no longer encrypts; rotate it first.');
-    const recipient = await readStoredPublicKey(target.public_armored);
+    const recipient = await readStoredKey(target.public_armored);
     // A v6 generation takes SEIPDv2 messages, whose session key packets (PKESK v6) cannot front a
     // SEIPDv1 packet: its files are encrypted again (and so move to AEAD) whichever mode was asked.
     const mode = target.profile === 'rfc4880' ? req.mode : 'reencrypt';
     const unlock = await unlockLineage(c, lineage, c.sealer.openText(payload.sealed_passphrase, passphraseAad(row.id)));
-    const unlocked = new Map<string, Promise<openpgp.PrivateKey>>();
+    const unlocked = new Map<string, Promise<StoredPrivateKey>>();
     const privateKeyOf = (g: KeyRow) => {
       let key = unlocked.get(g.id);
       if (!key) unlocked.set(g.id, (key = unlockGeneration(c, unlock, g)));
@@ -71,7 +70,10 @@ export const rewrapFilesProcessor = defineTrackedProcessor(rewrapFiles, {
         const opened = await openForRewrap(input, { signal });
         from = pick(input, file.name, opened.encryptionKeyIds);
         armored = opened.armored;
-        stream = await opened.rewrap(await privateKeyOf(from), from.encryption_key_ids, recipient);
+        const oldKey = await privateKeyOf(from);
+        // Post-quantum keys take and make only SEIPDv2 messages, which are encrypted again, never rewrapped.
+        if (isPqcPrivateKey(oldKey) || isPqcKey(recipient)) throw invalid('unsupported_message', 'A post-quantum key takes mode "reencrypt".');
+        stream = await opened.rewrap(oldKey, from.encryption_key_ids, recipient);
       } else {
         const message = await openEncrypted(input, { maxDecompressedBytes: c.config.limits.maxDecompressedBytes, signal });
         armored = message.armored;

@@ -70,6 +70,12 @@ export function openPqcSessionKeyPacket(packetBody: Uint8Array, unlockedKey: Unl
   return undefined;
 }
 
+/** The key id (hex) a post-quantum session key packet names: its fingerprint's first 8 octets; undefined for any other packet, 16 zeros for an anonymous one. */
+export function pqcRecipientKeyId(packetBody: Uint8Array): string | undefined {
+  const fields = read(Buffer.from(packetBody.buffer, packetBody.byteOffset, packetBody.byteLength));
+  return fields && (fields.fingerprint?.subarray(0, 8).toString('hex') ?? '0000000000000000');
+}
+
 interface Fields {
   fingerprint: Buffer | undefined;
   ecdhCiphertext: Buffer;
