@@ -3,7 +3,7 @@
  * - `rfc4880`: v4 keys that say "MDC only"; files to them are SEIPDv1 (AES-256-CFB + SHA-1 MDC), which
  *   every OpenPGP implementation reads, gpg 2.2 and Sequoia 0.27 included. The default.
  * - `rfc9580`: v6 keys (Ed25519 primary, X25519 subkey) whose features say SEIPDv2: files to them are
- *   AEAD (AES-256 in OCB or GCM chunks), read by gpg 2.5+, Sequoia 2, OpenPGP.js 6, Bouncy Castle 1.80+.
+ *   AEAD (AES-256 in OCB or GCM chunks), read by OpenPGP.js 6, Sequoia 2, Bouncy Castle (not by GnuPG, which follows LibrePGP).
  * - `pqc`: v6 keys with a post-quantum composite primary (ML-DSA-65+Ed25519) and subkey
  *   (ML-KEM-768+X25519), RFC 9980: files to them stay secret against a later quantum computer.
  */

@@ -327,7 +327,7 @@ export function Keys() {
           Key type
           <select name="type" aria-describedby="key-type-hint">
             <option value="rfc4880:curve25519">v4 Curve25519: every OpenPGP tool reads it (gpg 2.2 and later)</option>
-            <option value="rfc9580">v6 Ed25519/X25519: AEAD files (gpg 2.5+, Sequoia 2, OpenPGP.js 6)</option>
+            <option value="rfc9580">v6 Ed25519/X25519: AEAD files (OpenPGP.js 6, Sequoia 2, Bouncy Castle; not GnuPG)</option>
             <option value="pqc">v6 post-quantum: ML-KEM-768 + X25519 (RFC 9980 readers)</option>
             <option value="rfc4880:rsa3072">v4 RSA 3072 (a job, seconds)</option>
             <option value="rfc4880:rsa4096">v4 RSA 4096 (a job, seconds)</option>
