@@ -6223,6 +6223,11 @@ export interface components {
             generation: number;
             fingerprint: string;
             algorithm: string;
+            /**
+             * @description rfc4880: v4 keys, files SEIPDv1 (every OpenPGP implementation, gpg 2.2 included); rfc9580: v6 Ed25519/X25519 keys, files SEIPDv2 (AEAD); pqc: v6 post-quantum keys (ML-DSA-65+Ed25519, ML-KEM-768+X25519, RFC 9980)
+             * @enum {string}
+             */
+            profile: "rfc4880" | "rfc9580" | "pqc";
             /** @enum {string} */
             status: "current" | "rotated" | "retired" | "pending_destruction" | "destroyed";
             /** Format: date-time */
@@ -6405,6 +6410,11 @@ export interface components {
             fingerprint: string;
             label: string;
             algorithm: string;
+            /**
+             * @description rfc4880: a v4 key every OpenPGP tool reads; rfc9580 and pqc: v6 keys (docs/openpgp-profiles.md)
+             * @enum {string}
+             */
+            profile: "rfc4880" | "rfc9580" | "pqc";
             /** @description The OpenPGP user id, "Name <email>" */
             uid: string;
             /** @enum {string} */

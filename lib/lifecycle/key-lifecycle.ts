@@ -78,6 +78,7 @@ function generationOut(c: Container, lineage: LineageRow, g: KeyRow) {
     generation: g.generation,
     fingerprint: g.fingerprint,
     algorithm: g.algorithm,
+    profile: g.profile,
     status: state,
     created_at: g.created_at.toISOString(),
     rotated_at: iso(g.rotated_at),

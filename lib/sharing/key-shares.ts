@@ -169,6 +169,7 @@ export async function viewKeyShare(c: Container, req: { token: string; userAgent
     fingerprint: current.fingerprint,
     label: lineage.label,
     algorithm: current.algorithm,
+    profile: current.profile,
     uid: `${lineage.uid_name} <${lineage.uid_email}>`,
     status: keyStatus(lineage, current, now) as 'active' | 'expired',
     generation: current.generation,

@@ -136,6 +136,11 @@ describe('moving a lineage to another profile', () => {
 
     const gen3 = await rotate(gen2);
     expect((await publicKey(gen3)).keyPacket.version).toBe(6);
+    const generations = await s.api('GET', `/keys/${gen3}/generations`, { token: u.token });
+    expect(generations.body.items.map((g: { profile: string }) => g.profile)).toEqual(['rfc9580', 'rfc9580', 'rfc4880']); // newest first
+    const share = await s.api('POST', '/keys/share/create', { token: u.token, body: { fingerprint: gen3 } });
+    const shared = await s.api('GET', `/keys/share/${share.body.share_token as string}`);
+    expect(shared.body).toMatchObject({ fingerprint: gen3, profile: 'rfc9580' });
     const audit = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.rotate', target: key.fingerprint }).first();
     expect(audit.details).toMatchObject({ profile: 'rfc9580', generation: 2 });
   });

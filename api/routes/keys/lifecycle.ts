@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { route, type RouteDef } from '../../route';
 import { PageQuery, Timestamp, pageOf, wholeNumber } from '../../schemas/common';
-import { Fingerprint } from '../../schemas/key-fields';
+import { Fingerprint, Profile } from '../../schemas/key-fields';
 import { jobResponses } from '../../schemas/job-replies';
 import { submitAndReply } from '../../job-reply';
 import { encryptionTarget, jobDeadline } from '../../../lib/keys/key-catalog';
@@ -33,6 +33,7 @@ const Generation = z
     generation: z.number().int(),
     fingerprint: z.string(),
     algorithm: z.string(),
+    profile: Profile,
     status: z.enum(['current', 'rotated', 'retired', 'pending_destruction', 'destroyed']),
     created_at: Timestamp,
     rotated_at: Timestamp.nullable(),

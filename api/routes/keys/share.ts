@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { route } from '../../route';
 import { Email, PageQuery, Timestamp, pageOf } from '../../schemas/common';
-import { Fingerprint } from '../../schemas/key-fields';
+import { Fingerprint, Profile } from '../../schemas/key-fields';
 import { UA_CLASSES, SHARE_STATES, SHARE_VIEW_HEADERS } from '../../../lib/sharing/share-links';
 import { createKeyShare, keyShareAnalytics, listKeyShares, revokeKeyShare, viewKeyShare } from '../../../lib/sharing/key-shares';
 
@@ -61,6 +61,7 @@ const SharedKey = z
     fingerprint: z.string(),
     label: z.string(),
     algorithm: z.string(),
+    profile: Profile.describe('rfc4880: a v4 key every OpenPGP tool reads; rfc9580 and pqc: v6 keys (docs/openpgp-profiles.md)'),
     uid: z.string().describe('The OpenPGP user id, "Name <email>"'),
     status: z.enum(['active', 'expired']),
     generation: z.number().int().describe('Increases with each rotation; the link serves the current one'),
