@@ -284,4 +284,25 @@ describe('v6 keys with the independent implementations', () => {
     });
     expect(bad).toMatchObject({ state: 'failed', error: { code: 'integrity_check_failed' } });
   });
+
+  it('a v6 secret key imports (with its passphrase) as a managed key, decrypts what Proton encrypts to it and rotates as v6', async () => {
+    const proton = await import('@protontech/openpgp');
+    const { privateKey, publicKey: theirs } = await proton.generateKey({
+      type: 'curve25519',
+      userIDs: [{ name: 'Own', email: 'own@example.test' }],
+      passphrase: 'their lock passphrase',
+      config: { v6Keys: true, aeadProtect: true },
+      format: 'object',
+    });
+    const imported = await s.api('POST', '/keys/import', {
+      token: u.token,
+      form: { label: 'own-v6', key: privateKey.armor(), key_passphrase: 'their lock passphrase', passphrase: PASSPHRASE },
+    });
+    expect(imported.status, JSON.stringify(imported.body)).toBe(201);
+    expect(imported.body).toMatchObject({ kind: 'managed', profile: 'rfc9580', fingerprint: theirs.getFingerprint() });
+    const data = randomBytes(40_000);
+    const message = await proton.encrypt({ message: await proton.createMessage({ binary: data }), encryptionKeys: theirs, format: 'binary' });
+    expect(Buffer.compare(await decrypt(imported.body.fingerprint as string, Buffer.from(message)), data)).toBe(0);
+    expect((await publicKey(await rotate(imported.body.fingerprint as string))).keyPacket.version).toBe(6);
+  });
 });
