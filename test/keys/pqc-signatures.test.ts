@@ -141,6 +141,31 @@ describe("Proton's post-quantum signatures, verified here", () => {
   });
 });
 
+describe('post-quantum keys that are refused', () => {
+  it('a changed self-signature, a secret key as a recipient, an expired key', async () => {
+    const theirs = await protonKey('Refused');
+    const bytes = Buffer.from(theirs.publicKey.write());
+    bytes[bytes.length - 50] ^= 1; // in the subkey binding's ML-DSA-65 signature
+    const broken = await s.api('POST', '/keys/import', { token: u.token, form: { label: 'broken', key: { name: 'k.gpg', data: bytes } } });
+    expect(broken.body).toMatchObject({ code: 'invalid_key' });
+    const secretAsSigner = await s.api('POST', '/keys/verify', {
+      token: u.token,
+      form: { public_key: theirs.privateKey.armor(), files: [{ name: 'd.bin', data }], signatures: [{ name: 'd.sig', data: Buffer.from('x') }] },
+    });
+    expect(secretAsSigner.body).toMatchObject({ code: 'private_key_supplied' });
+    const old = await proton.generateKey({
+      type: 'pqc',
+      userIDs: [{ name: 'Old' }],
+      config: { v6Keys: true },
+      date: new Date(Date.now() - 3 * 86_400_000),
+      keyExpirationTime: 86_400,
+      format: 'object',
+    });
+    const expired = await s.api('POST', '/keys/import', { token: u.token, form: { label: 'expired', key: old.publicKey.armor() } });
+    expect(expired.body).toMatchObject({ code: 'key_expired' });
+  });
+});
+
 describe('a Proton post-quantum secret key, imported', () => {
   const importSecret = (key: Uint8Array | string, keyPassphrase: string, label: string) =>
     s.api('POST', '/keys/import', {
