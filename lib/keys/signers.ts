@@ -5,7 +5,7 @@ import { requireKey } from './key-catalog';
 import { verifiedKey } from './key-integrity';
 import { jobBlob } from '../jobs/job-records';
 import { readText } from '../streams';
-import { MAX_PUBLIC_KEY_BYTES, readStoredPublicKey } from '../pgp/keys';
+import { MAX_PUBLIC_KEY_BYTES, readStoredKey } from '../pgp/keys';
 import type { VerificationKey } from '../pgp/verification';
 import { lineageGenerations, lineageUsableBy } from '../../db/keys';
 import type { RequestMeta } from '../../db/audit';
@@ -35,10 +35,10 @@ export async function signerKeys(c: Container, userId: string, jobId: string, si
     // Checked on the untrusted-work thread; parsed here again for the verification (cheap once checked).
     const armored = await readText(await c.blob.get(jobBlob.recipient(jobId)), MAX_PUBLIC_KEY_BYTES);
     const { fingerprint } = await c.untrusted.run('signerKey', armored);
-    return [{ key: await readStoredPublicKey(armored), fingerprint }];
+    return [{ key: await readStoredKey(armored), fingerprint }];
   }
   // Still the caller's, or still granted to it.
   if (!(await lineageUsableBy(c.db, userId, signer.lineage_id))) throw invalid('key_not_found', 'The key no longer exists.');
   const generations = (await lineageGenerations(c.db, signer.lineage_id)).map((g) => verifiedKey(c, g));
-  return Promise.all(generations.map(async (g) => ({ key: await readStoredPublicKey(g.public_armored), fingerprint: g.fingerprint })));
+  return Promise.all(generations.map(async (g) => ({ key: await readStoredKey(g.public_armored), fingerprint: g.fingerprint })));
 }

@@ -26,6 +26,10 @@ export async function* armorMessage(chunks: AsyncIterable<Buffer>): AsyncGenerat
 export const armorKey = (kind: 'PUBLIC KEY' | 'PRIVATE KEY', packets: Buffer): string =>
   `-----BEGIN PGP ${kind} BLOCK-----\n\n${lines(packets)}${checksumLine(crc24(packets, CRC24_INIT))}-----END PGP ${kind} BLOCK-----\n`;
 
+/** A detached signature's armor (`.asc`). */
+export const armorSignature = (packets: Buffer): string =>
+  `-----BEGIN PGP SIGNATURE-----\n\n${lines(packets)}${checksumLine(crc24(packets, CRC24_INIT))}-----END PGP SIGNATURE-----\n`;
+
 function lines(bytes: Buffer): string {
   const b64 = bytes.toString('base64');
   let out = '';

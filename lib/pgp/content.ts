@@ -4,7 +4,7 @@ import unbzip2Stream from '@openpgp/unbzip2-stream';
 import * as openpgp from 'openpgp';
 import { pullStream } from '../streams';
 import { MAX_SMALL_PACKETS, Pull, body, header, malformed, reframe, smallBody, tagOf } from './packets';
-import type { VerificationKey, VerificationResult } from './verification';
+import { openpgpKeys, type VerificationKey, type VerificationResult } from './verification';
 import type { Watch } from './watch';
 
 /**
@@ -192,7 +192,7 @@ async function readSigned(packets: Pull, keys: VerificationKey[], watch: Watch):
   // OpenPGP.js waiting on our input is not idle.
   const stream = pullStream({ next: () => watch.pulling(source.next()) });
   const message = await watch.call(openpgp.readMessage({ binaryMessage: stream }));
-  const result = await watch.call(openpgp.verify({ message, verificationKeys: keys.map((k) => k.key), format: 'binary' }));
+  const result = await watch.call(openpgp.verify({ message, verificationKeys: openpgpKeys(keys), format: 'binary' }));
   const filename = message.getFilename() ?? '';
   async function* data(): AsyncGenerator<Buffer> {
     const reader = result.data.getReader();

@@ -1,7 +1,20 @@
 import type * as openpgp from 'openpgp';
 import { AppError, invalid, tooLarge } from '../errors';
-import { GENERATION_S2K_COUNT_BYTE, MAX_PUBLIC_KEY_BYTES, expiryOf, loadOpenpgp, scanPackets, validEncryptionKeyIds } from './keys';
+import { armorKey } from './armor';
+import {
+  GENERATION_S2K_COUNT_BYTE,
+  MAX_PUBLIC_KEY_BYTES,
+  expiryOf,
+  isPqcKey,
+  loadOpenpgp,
+  scanPackets,
+  validEncryptionKeyIds,
+  type StoredPublicKey,
+} from './keys';
 import { type KeyAlgorithm, type KeyProfile, defaultAlgorithm, profileOf } from './profiles';
+import { MLKEM768_X25519 } from './v6/key-material';
+import { readV6Key, type V6Key } from './v6/read-key';
+import { publicV6Packets, relockV6Key, startsWithPqcPrimary } from './v6/relock';
 
 /**
  * OpenPGP keys brought in from elsewhere (gpg, sq, another KMS): read, held to what we would generate,
@@ -14,7 +27,8 @@ import { type KeyAlgorithm, type KeyProfile, defaultAlgorithm, profileOf } from 
  * measured before OpenPGP.js parses it (a key with 10,000 subkeys or a 1 MiB user id is refused without
  * being parsed), RSA moduli and public exponents before any signature is verified (checkKeyCost), and
  * the key derivation of every locked secret part before any is unlocked (checkProtection): no more than
- * the service would ask of itself.
+ * the service would ask of itself. Post-quantum keys (RFC 9980), which OpenPGP.js cannot read, go
+ * through the same packet limits and are then read, unlocked and locked again by v6/ (readPqcKey).
  */
 
 /** Real keys have a handful of subkeys (gpg and sq make one to three). */
@@ -96,6 +110,7 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
       )
     : data;
   checkPacketLimits(binary);
+  if (startsWithPqcPrimary(binary)) return readPqcKey(binary, input);
 
   const keys = await parse(pgp.readKeys({ binaryKeys: binary }), 'Not a readable OpenPGP key');
   if (keys.length !== 1) throw refuse('invalid_key', `Expected exactly one key, found ${keys.length}.`);
@@ -139,12 +154,11 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
 }
 
 export interface RecipientKey {
-  key: openpgp.PublicKey;
+  key: StoredPublicKey;
   fingerprint: string;
   /** Encryption-capable (sub)keys that are valid now. */
   encryptionKeyIds: string[];
   expiresAt: Date | null;
-  algorithm: openpgp.AlgorithmInfo;
   userIds: string[];
 }
 
@@ -156,6 +170,11 @@ export interface RecipientKey {
  */
 export async function readRecipientKey(armored: string, now = new Date()): Promise<RecipientKey> {
   const key = await readSuppliedPublicKey(armored);
+  if (isPqcKey(key)) {
+    const ids = pqcEncryptionKeyIds(key, now);
+    if (ids.length === 0) throw invalid('no_encryption_key', `The key cannot be encrypted to: ${pqcUnusable(key, now)}.`);
+    return { key, fingerprint: key.fingerprint, encryptionKeyIds: ids, expiresAt: key.primary.expiresAt, userIds: key.userIds.map((u) => u.userId) };
+  }
   const ids = await validEncryptionKeyIds(key, now);
   if (ids.length === 0) {
     const why = await key.getEncryptionKey(undefined, now).then(
@@ -169,7 +188,6 @@ export async function readRecipientKey(armored: string, now = new Date()): Promi
     fingerprint: key.getFingerprint(),
     encryptionKeyIds: ids,
     expiresAt: await expiryOf(key),
-    algorithm: key.getAlgorithmInfo(),
     userIds: key.getUserIDs(),
   };
 }
@@ -179,7 +197,7 @@ export async function readRecipientKey(armored: string, now = new Date()): Promi
  * limits (checkPacketLimits, checkKeyCost). 413 public_key_too_large; 422 invalid_public_key,
  * private_key_supplied.
  */
-export async function readSuppliedPublicKey(armored: string): Promise<openpgp.PublicKey> {
+export async function readSuppliedPublicKey(armored: string): Promise<StoredPublicKey> {
   if (typeof armored !== 'string' || !armored.trim()) throw invalid('invalid_public_key', 'The public key is empty.');
   if (Buffer.byteLength(armored) > MAX_PUBLIC_KEY_BYTES) throw tooLarge('public_key_too_large', `The public key is larger than ${MAX_PUBLIC_KEY_BYTES} bytes.`);
   // Checked before parsing so the message is right even when the private block itself is malformed.
@@ -192,6 +210,7 @@ export async function readSuppliedPublicKey(armored: string): Promise<openpgp.Pu
     const binary = new Uint8Array(await new Response(data).arrayBuffer());
     if (scanPackets(binary).some((p) => SECRET_TAGS.has(p.tag))) throw secretSupplied();
     checkPacketLimits(binary, 'public key');
+    if (startsWithPqcPrimary(binary)) return readV6Key(binary);
     const keys = await pgp.readKeys({ binaryKeys: binary });
     if (keys.length !== 1 || keys[0].isPrivate()) throw invalid('invalid_public_key', `Expected exactly one public key, found ${keys.length}.`);
     checkKeyCost(keys[0]);
@@ -200,6 +219,68 @@ export async function readSuppliedPublicKey(armored: string): Promise<openpgp.Pu
     if (err instanceof AppError) throw err.code === 'invalid_key' ? invalid('invalid_public_key', err.message) : err;
     throw invalid('invalid_public_key', `Not a readable OpenPGP public key: ${reason(err)}`);
   }
+}
+
+/**
+ * A post-quantum key (v6, ML-DSA-65+Ed25519 primary), as readImportedKey has it: every self-signature
+ * verified by v6/read-key.ts, held to the same checks (revoked, expired, an encryption subkey valid
+ * now), a secret key unlocked with `keyPassphrase` and locked again with `secret` (v6/relock.ts).
+ */
+function readPqcKey(binary: Uint8Array, input: { keyPassphrase?: string; secret: string; now: Date }): ImportedKey {
+  const key = readV6Key(binary, input.now);
+  if (key.primary.revoked) throw refuse('key_revoked', 'The key is revoked.');
+  const expiresAt = key.primary.expiresAt;
+  if (expiresAt && expiresAt <= input.now) throw refuse('key_expired', `The key expired at ${expiresAt.toISOString()}.`);
+  const encryptionKeyIds = pqcEncryptionKeyIds(key, input.now);
+  if (encryptionKeyIds.length === 0)
+    throw refuse('no_encryption_key', `The key has no encryption-capable subkey that is valid now: ${pqcUnusable(key, input.now)}.`);
+  const primaryUser = key.userIds.find((u) => u.primary) ?? key.userIds[0];
+  const uid = splitUserId(primaryUser?.userId ?? '');
+  const common = {
+    fingerprint: key.fingerprint,
+    encryptionKeyIds,
+    publicArmored: armorKey('PUBLIC KEY', publicV6Packets(binary)),
+    algorithm: defaultAlgorithm('pqc'),
+    profile: 'pqc' as const,
+    rotationAlgorithm: defaultAlgorithm('pqc'),
+    expiresAt,
+    uidName: uid.name,
+    uidEmail: uid.email,
+  };
+  if (!key.secret) return { ...common, secret: false, privateArmored: null };
+  const relocked = relockV6Key(binary, input.keyPassphrase, input.secret, GENERATION_S2K_COUNT_BYTE, {
+    passphraseRequired: () => refuse('key_passphrase_required', 'The key is protected: send its passphrase as key_passphrase.'),
+    wrongPassphrase: () => refuse('wrong_key_passphrase', 'The key passphrase is wrong.'),
+    mismatch,
+    unsupported: (why) =>
+      refuse('key_protection_unsupported', `The key's protection cannot be read here (${why}); export it again with another protection before importing.`),
+    tooCostly: (why) => refuse('key_protection_too_costly', `${why}; unlock it and export it again with a standard protection before importing.`),
+  });
+  return { ...common, secret: true, privateArmored: armorKey('PRIVATE KEY', relocked) };
+}
+
+/** Key flags (RFC 9580 §5.2.3.29): encrypt communications, encrypt storage. */
+const ENCRYPT_FLAGS = 0x0c;
+
+/** The key ids of a post-quantum key's ML-KEM-768+X25519 subkeys that may encrypt now (not revoked, not expired, the primary key neither). */
+function pqcEncryptionKeyIds(key: V6Key, now: Date): string[] {
+  const inForce = (k: V6Key['primary']) => !k.revoked && k.created <= now && (!k.expiresAt || k.expiresAt > now);
+  if (!inForce(key.primary)) return [];
+  return key.subkeys.filter((k) => k.algorithm === MLKEM768_X25519 && k.flags & ENCRYPT_FLAGS && inForce(k)).map((k) => k.keyId);
+}
+
+/** Why a post-quantum key has no encryption subkey that is valid now. */
+function pqcUnusable(key: V6Key, now: Date): string {
+  if (key.primary.revoked) return 'it is revoked';
+  if (key.primary.expiresAt && key.primary.expiresAt <= now) return `it expired at ${key.primary.expiresAt.toISOString()}`;
+  return 'no ML-KEM-768+X25519 subkey for encryption that is valid now (revoked, expired or sign-only)';
+}
+
+/** A user id's name and email, from the usual "Name <email>" form (either part may be missing). */
+function splitUserId(userId: string): { name: string; email: string } {
+  const m = /^(.*?)\s*<([^<>]*)>\s*$/.exec(userId);
+  if (m) return { name: m[1].trim(), email: m[2].trim() };
+  return userId.includes('@') && !/\s/.test(userId.trim()) ? { name: '', email: userId.trim() } : { name: userId.trim(), email: '' };
 }
 
 /** Counts and sizes packets before any parse: what OpenPGP.js would otherwise verify one by one. */

@@ -45,7 +45,11 @@ export interface EncryptStreamOptions extends WatchOptions {
 export async function encryptStream(input: Readable, recipient: StoredPublicKey, opts: EncryptStreamOptions): Promise<Readable> {
   const watch = new Watch(input, opts);
   watch.check();
-  if (isPqcKey(recipient) || (opts.signingKey && isPqcPrivateKey(opts.signingKey))) {
+  if (opts.signingKey && isPqcPrivateKey(opts.signingKey)) {
+    watch.close();
+    throw invalid('signed_message_unsupported', 'A post-quantum key makes detached signatures only: encrypt without signing, and sign the file detached.');
+  }
+  if (isPqcKey(recipient)) {
     watch.close();
     throw invalid('no_encryption_key', 'Cannot encrypt to this key: post-quantum encryption is not available yet.');
   }

@@ -1,13 +1,18 @@
 import type * as openpgp from 'openpgp';
+import { isPqcKey, type StoredPublicKey } from './keys';
 import { errMessage } from './thrown';
 
 /** Signature verification: its shapes and the verdict over a message's signatures (stream.ts, signatures.ts). */
 
 /** A key that may have made a signature, with the fingerprint it is reported under (its generation's). */
 export interface VerificationKey {
-  key: openpgp.PublicKey;
+  /** A post-quantum key (RFC 9980) is verified with by v6/detached.ts; any other by OpenPGP.js. */
+  key: StoredPublicKey;
   fingerprint: string;
 }
+
+/** The keys OpenPGP.js verifies with: all but the post-quantum ones, which it cannot read. */
+export const openpgpKeys = (keys: VerificationKey[]): openpgp.PublicKey[] => keys.flatMap((k) => (isPqcKey(k.key) ? [] : [k.key]));
 
 type SignatureProblem = 'bad_signature' | 'unknown_signer' | 'signer_key_expired' | 'signer_key_revoked' | 'weak_hash' | 'unsigned';
 
@@ -34,7 +39,7 @@ export async function judge(signatures: VerificationResult[], keys: Verification
   if (signatures.length === 0) return UNSIGNED;
   let first: SignatureCheck | undefined;
   for (const s of signatures) {
-    const signer = keys.find((k) => k.key.getKeys(s.keyID).length > 0);
+    const signer = keys.find((k) => !isPqcKey(k.key) && k.key.getKeys(s.keyID).length > 0);
     let signedAt: string | null = null;
     try {
       const packet = (await s.signature).packets[0];

@@ -11,13 +11,21 @@ import { Cursor } from './wire';
  * (see ../keys.ts, GENERATION_S2K_COUNT_BYTE): stretching buys nothing. Argon2 (§3.7.1.4) would be the
  * choice for a human passphrase; it is not what this lock is for.
  *
- * Read: usage 0 (unprotected), 253 with OCB or GCM, 254 (CFB, SHA-1 check), iterated and salted S2K.
- * Usage 255 and bare cipher ids are forbidden for v6 keys (§5.5.3) and refused.
+ * Read: usage 0 (unprotected), 253 with OCB or GCM, 254 (CFB, SHA-1 check); iterated and salted S2K,
+ * and Argon2 (§3.7.1.4) up to MAX_ARGON2. Usage 255 and bare cipher ids are forbidden for v6 keys
+ * (§5.5.3) and refused.
  */
 
 const USAGE_AEAD = 253;
 const USAGE_CFB = 254;
 const S2K_ITERATED = 3;
+const S2K_ARGON2 = 4;
+/**
+ * The costliest Argon2 read: t=3 passes, p=4 lanes, 2^16 KiB (64 MiB), RFC 9580 §4.2.1's second
+ * recommended choice and OpenPGP.js's default. The S2K specifier is covered by no signature, so a key
+ * whose signatures all verify may still ask for hours of Argon2: it is refused before any is run.
+ */
+const MAX_ARGON2 = { t: 3, p: 4, encodedM: 16 } as const;
 const SHA256 = 8;
 const AES256 = 9;
 const OCB = 2;
@@ -42,9 +50,17 @@ export function lockMaterial(tag: number, publicBody: Buffer, material: Buffer, 
 
 /**
  * The material a secret part locks, or null when `secret` does not open it (the AEAD tag or the SHA-1
- * check fails). Throws through `fail` for a part that is malformed or locked in a way not read here.
+ * check fails). Throws through `fail` for a part that is malformed or locked in a way not read here,
+ * through `tooCostly` for Argon2 beyond MAX_ARGON2.
  */
-export function unlockMaterial(tag: number, publicBody: Buffer, secretPart: Buffer, secret: string, fail: (why: string) => Error): Buffer | null {
+export function unlockMaterial(
+  tag: number,
+  publicBody: Buffer,
+  secretPart: Buffer,
+  secret: string,
+  fail: (why: string) => Error,
+  tooCostly: (why: string) => Error = fail,
+): Buffer | null {
   const c = new Cursor(secretPart, fail);
   const usage = c.u8();
   if (usage === 0) return c.rest(); // v6: no checksum after unprotected material
@@ -56,17 +72,10 @@ export function unlockMaterial(tag: number, publicBody: Buffer, secretPart: Buff
   const aeadId = usage === USAGE_AEAD ? fields.u8() : 0;
   const aead = usage === USAGE_AEAD ? AEADS[aeadId] : undefined;
   if (usage === USAGE_AEAD && !aead) throw fail(`secret key AEAD mode ${aeadId} (read here: OCB, GCM)`);
-  const s2k = new Cursor(fields.bytes(fields.u8()), fail);
-  const s2kType = s2k.u8();
-  if (s2kType !== S2K_ITERATED) throw fail(`S2K type ${s2kType} (read here: 3, iterated and salted)`);
-  const hash = S2K_HASHES[s2k.u8()];
-  if (!hash) throw fail('an S2K hash not read here');
-  const salt = s2k.bytes(8);
-  const count = s2k.u8();
-  s2k.end('S2K specifier');
+  const derive = s2kOf(new Cursor(fields.bytes(fields.u8()), fail), cipher.bits / 8, fail, tooCostly);
   const iv = fields.bytes(aead ? aead.nonceBytes : 16);
   fields.end('secret key lock parameters');
-  const derived = iterated(hash, salt, count, secret).subarray(0, cipher.bits / 8);
+  const derived = derive(secret);
   const body = c.rest();
   if (aead) {
     if (body.length < TAG_BYTES) throw fail('locked secret key material shorter than its tag');
@@ -85,6 +94,29 @@ export function unlockMaterial(tag: number, publicBody: Buffer, secretPart: Buff
   if (plain.length < 20) throw fail('locked secret key material shorter than its check');
   const material = plain.subarray(0, plain.length - 20);
   return crypto.timingSafeEqual(crypto.createHash('sha1').update(material).digest(), plain.subarray(plain.length - 20)) ? material : null;
+}
+
+/** The key derivation an S2K specifier names, checked whole (and its cost bounded) before any is run. */
+function s2kOf(s2k: Cursor, keyBytes: number, fail: (why: string) => Error, tooCostly: (why: string) => Error): (secret: string) => Buffer {
+  const type = s2k.u8();
+  if (type === S2K_ITERATED) {
+    const hash = S2K_HASHES[s2k.u8()];
+    if (!hash) throw fail('an S2K hash not read here');
+    const salt = s2k.bytes(8);
+    const count = s2k.u8();
+    s2k.end('S2K specifier');
+    return (secret) => iterated(hash, salt, count, secret).subarray(0, keyBytes);
+  }
+  if (type !== S2K_ARGON2) throw fail(`S2K type ${type} (read here: 3, iterated and salted; 4, Argon2)`);
+  // RFC 9580 §3.7.1.4: a 16-octet salt, passes t, parallelism p, memory 2^encodedM KiB; Argon2id, version 0x13.
+  const salt = s2k.bytes(16);
+  const [t, p, encodedM] = [s2k.u8(), s2k.u8(), s2k.u8()];
+  s2k.end('S2K specifier');
+  if (t < 1 || p < 1 || encodedM < 3 + Math.ceil(Math.log2(p)) || encodedM > 31) throw fail(`Argon2 parameters t=${t}, p=${p}, m=2^${encodedM} KiB`);
+  if (t > MAX_ARGON2.t || p > MAX_ARGON2.p || encodedM > MAX_ARGON2.encodedM)
+    throw tooCostly(`Argon2 t=${t}, p=${p}, m=2^${encodedM} KiB; at most t=${MAX_ARGON2.t}, p=${MAX_ARGON2.p}, m=2^${MAX_ARGON2.encodedM} KiB are accepted`);
+  return (secret) =>
+    crypto.argon2Sync('argon2id', { message: Buffer.from(secret, 'utf8'), nonce: salt, parallelism: p, tagLength: keyBytes, memory: 2 ** encodedM, passes: t });
 }
 
 /** Iterated and salted S2K (RFC 9580 §3.7.1.3): the hash of `count` octets of salt ‖ secret repeated (all of it once at least). */
