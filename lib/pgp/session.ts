@@ -8,7 +8,7 @@ const { enums } = openpgp;
  * Session keys of RSA (and ElGamal) PKESKs are decrypted in constant time: a PKCS#1 failure yields a
  * random key instead of an error, so whether the padding was valid is not revealed (Bleichenbacher).
  */
-export const SESSION_KEY_CONFIG: openpgp.PartialConfig = { constantTimePKCS1Decryption: true };
+const SESSION_KEY_CONFIG: openpgp.PartialConfig = { constantTimePKCS1Decryption: true };
 
 /** Most session key packets one message may have our key open: each is a private-key operation. */
 export const MAX_SESSION_KEY_TRIES = 16;
@@ -32,7 +32,7 @@ export function sessionKeyPacketsFor(
  * constant-time mode), so a message of a few hundred KiB repeating one packet would hold a worker for
  * minutes. Returns those packets.
  */
-export function checkSessionKeyPackets(
+function checkSessionKeyPackets(
   message: openpgp.Message<openpgp.MaybeStream<Uint8Array | string>>,
   privateKey: openpgp.PrivateKey,
 ): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
