@@ -43,8 +43,10 @@ import {
 const sealingSection = (b: Bench) => measureSealing(b.input, b.size, b.dir, b.runs);
 /** `rewrap`: the service's rewrap and reencrypt in this process (bench/lib/rewrap.ts); imported when it runs. */
 const rewrapSection = async (b: Bench) => (await import('./lib/rewrap')).measureRewrap(b.input, b.size, b.dir, b.runs);
-/** `shapes`: decrypting each message shape in this process ÷ the common one (bench/lib/shapes.ts); imported when it runs. */
-const shapesSection = async (b: Bench) => (await import('./lib/shapes')).measureShapes(b.input, b.size, b.dir, b.runs);
+/** `shapes`: decrypting each message shape ÷ the common one, in a process under the worker's flags (bench/lib/shapes.ts); imported when it runs. */
+const shapesSection = async (b: Bench) => (await import('./lib/shapes')).shapesUnderWorkerFlags(b.input, b.size, b.dir, b.runs);
+/** `v6`: a v6 file's round trip through the service ÷ a scripted upload, gpg -e and download (bench/lib/v6.ts); imported when it runs. */
+const v6Section = async (b: Bench) => (await import('./lib/v6')).v6Section(b);
 /** `signatures`: sign-and-encrypt and verify in this process ÷ gpg -se and gpg --verify (bench/lib/signatures.ts); imported when it runs. */
 const signaturesSection = async (b: Bench) => (await import('./lib/signatures')).measureSignatures(b.input, b.size, b.dir, b.runs, b.gpg);
 /** `events`: publish → SSE latency with 100 live clients on the API process; printed as it is measured (not a byte rate). */
@@ -77,6 +79,7 @@ const SECTIONS = {
   sealing: sealingSection,
   rewrap: rewrapSection,
   shapes: shapesSection,
+  v6: v6Section,
   signatures: signaturesSection,
   events: eventsSection,
   auth: authSection,

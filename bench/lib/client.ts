@@ -18,6 +18,9 @@ export interface JobView {
   finished_at: string | null;
 }
 
+/** Whom an encryption is to: a stored key's fingerprint, or an armored public key the caller supplies. */
+export type Recipient = string | { publicKey: string };
+
 /** A failed API call, with the problem+json body (code, detail) when there is one. */
 class ApiError extends Error {
   constructor(
@@ -65,9 +68,12 @@ export class Api {
     return (await this.call<{ fingerprint: string }>('POST', '/keys/generate-key', { form }, 201)).fingerprint;
   }
 
-  /** Uploads the file (streamed from disk) for encryption; resolves with the job once the API answered 202. */
-  submitEncrypt(file: string, fingerprint: string, onJob?: (jobId: string) => void): Promise<JobView> {
-    return this.upload('/keys/encrypt', { fingerprint }, file, onJob);
+  /**
+   * Uploads the file (streamed from disk) for encryption to a stored key's fingerprint or a supplied armored
+   * public key; resolves with the job once the API answered 202.
+   */
+  submitEncrypt(file: string, to: Recipient, onJob?: (jobId: string) => void): Promise<JobView> {
+    return this.upload('/keys/encrypt', typeof to === 'string' ? { fingerprint: to } : { public_key: to.publicKey }, file, onJob);
   }
 
   /**
@@ -75,13 +81,20 @@ export class Api {
    * from the 103 Early Hints that name the job, during the upload): the job once the API answered, and the
    * download's byte count once it has ended.
    */
-  async submitEncryptFollowed(file: string, fingerprint: string, dest: string): Promise<{ job: JobView; downloaded: Promise<number> }> {
+  async submitEncryptFollowed(file: string, to: Recipient, dest: string): Promise<{ job: JobView; downloaded: Promise<number> }> {
     let downloaded: Promise<number> | undefined;
-    const job = await this.submitEncrypt(file, fingerprint, (id) => {
+    const job = await this.submitEncrypt(file, to, (id) => {
       downloaded = this.download(`/api/v1/jobs/${id}/files/0?follow=true`, dest);
     });
     if (!downloaded) throw new Error('the API sent no 103 Early Hints naming the job');
     return { job, downloaded };
+  }
+
+  /** Imports an armored secret key (unprotected as sent), to be held under `passphrase`; returns its fingerprint. */
+  async importKey(armored: string, passphrase: string): Promise<string> {
+    const form = new FormData();
+    for (const [k, v] of Object.entries({ key: armored, passphrase, label: 'bench-import' })) form.append(k, v);
+    return (await this.call<{ fingerprint: string }>('POST', '/keys/import', { form }, 201)).fingerprint;
   }
 
   submitDecrypt(file: string, fingerprint: string, passphrase: string): Promise<JobView> {

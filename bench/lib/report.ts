@@ -81,6 +81,12 @@ export interface Ratios {
   core_each_decrypt_e2e_vs_openpgp?: Projection;
   core_each_parallel_jobs_vs_gpg?: Projection;
   core_each_rotation_2_vs_1_workers?: Projection;
+  /** `shapes`: SEIPDv2 decryption (as the service writes it) ÷ SEIPDv1's, in this process. */
+  shapes_v2_ocb_vs_v1_decrypt?: number;
+  shapes_v2_gcm_vs_v1_decrypt?: number;
+  /** `v6`: a v6 file's round trip through the service ÷ the scripted one; its worker CPU per GiB ÷ gpg's. */
+  v6_roundtrip_vs_scripted?: number;
+  v6_worker_cpu_vs_gpg?: number;
 }
 
 /**
@@ -157,6 +163,10 @@ function projection(t: Timing | undefined, base: (who: (process: string) => bool
 }
 
 export function ratios(r: Results, rss: Record<string, number | null>, cores: number): Ratios {
+  return { ...serviceRatios(r, rss, cores), ...shapesRatios(r), ...v6Ratios(r) };
+}
+
+function serviceRatios(r: Results, rss: Record<string, number | null>, cores: number): Ratios {
   const workers = Object.entries(rss)
     .filter(([k, v]) => isWorker(k) && v !== null)
     .map(([, v]) => v!);
@@ -196,6 +206,31 @@ export function ratios(r: Results, rss: Record<string, number | null>, cores: nu
     core_each_parallel_jobs_vs_gpg: projection(r['parallel.jobs'], () => perSecond(r['parallel.gpg']), ['upload', 'jobs']),
     // One worker would be faster too with cores of its own: both sides are projected.
     core_each_rotation_2_vs_1_workers: projection(r['rotation.2w'], (who) => coreEachBound(r['rotation.1w'], who)?.rate),
+  };
+}
+
+/** SEIPDv2 (OCB, GCM) decryption ÷ SEIPDv1's, as the service writes both, in the same run. */
+export function shapesRatios(r: Results): { shapes_v2_ocb_vs_v1_decrypt?: number; shapes_v2_gcm_vs_v1_decrypt?: number } {
+  const base = r['shapes.v1'];
+  const of = (key: string) => (base && r[key] ? mibPerSec(r[key].bytes, r[key].ms) / mibPerSec(base.bytes, base.ms) : undefined);
+  return { shapes_v2_ocb_vs_v1_decrypt: of('shapes.v2-ocb'), shapes_v2_gcm_vs_v1_decrypt: of('shapes.v2-gcm') };
+}
+
+export const workerCpuPerGiB = (t: Timing | undefined) =>
+  t ? Object.entries(t.cpu ?? {}).reduce((n, [k, v]) => n + (k.startsWith('worker') ? v : 0), 0) / (t.bytes / GiB) : undefined;
+export const gpgCpuPerGiB = (t: Timing | undefined, phase?: string) => {
+  const cpu = phase ? t?.phaseCpu?.[phase] : t?.cpu;
+  return t && cpu?.gpg ? cpu.gpg / (t.bytes / GiB) : undefined;
+};
+
+/** The section's two ratios: round trip through the service ÷ the script, and worker CPU ÷ gpg's. */
+export function v6Ratios(r: Results): { v6_roundtrip_vs_scripted?: number; v6_worker_cpu_vs_gpg?: number } {
+  const [service, scripted] = [r['v6.service'], r['v6.scripted']];
+  const worker = [workerCpuPerGiB(service), workerCpuPerGiB(r['v6.service-decrypt'])];
+  const gpg = [gpgCpuPerGiB(scripted, 'gpg -e'), gpgCpuPerGiB(r['v6.gpg-decrypt'])];
+  return {
+    v6_roundtrip_vs_scripted: service && scripted ? mibPerSec(service.bytes, service.ms) / mibPerSec(scripted.bytes, scripted.ms) : undefined,
+    v6_worker_cpu_vs_gpg: worker.every((x) => x !== undefined) && gpg.every((x) => x) ? (worker[0] + worker[1]) / (gpg[0]! + gpg[1]!) : undefined,
   };
 }
 
@@ -281,6 +316,15 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
   out.push(
     `also: job-only encrypt ÷ OpenPGP.js ${fixed(q.encrypt_job_vs_openpgp)} · job-only decrypt ÷ OpenPGP.js ${fixed(q.decrypt_job_vs_openpgp)} · parallel e2e ÷ 2×gpg ${fixed(q.parallel_e2e_vs_gpg)} · OpenPGP.js ÷ gpg encrypt ${fixed(q.openpgp_vs_gpg_encrypt)}`,
   );
+  if (q.shapes_v2_ocb_vs_v1_decrypt !== undefined || q.v6_roundtrip_vs_scripted !== undefined)
+    out.push(
+      [
+        target('SEIPDv2 ÷ SEIPDv1 decrypt: OCB', q.shapes_v2_ocb_vs_v1_decrypt, '≥', 1.5),
+        target('GCM', q.shapes_v2_gcm_vs_v1_decrypt, '≥', 1.5),
+        target('v6 round trip ÷ scripted (PUT, gpg -e, GET)', q.v6_roundtrip_vs_scripted, '≥', 1.5),
+        `v6 worker CPU ÷ gpg (encrypt + decrypt) ${fixed(q.v6_worker_cpu_vs_gpg)}`,
+      ].join(' | '),
+    );
   console.log(out.join('\n'));
 }
 

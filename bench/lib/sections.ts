@@ -1,7 +1,7 @@
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pgpDecrypt, pgpEncrypt, type Gpg, type PgpKeys } from './baselines';
-import type { Api, JobView } from './client';
+import type { Api, JobView, Recipient } from './client';
 import type { Service } from './service';
 import { ownCpuSeconds, postgresCpuSeconds, run, sha256File } from './util';
 
@@ -201,7 +201,7 @@ interface ServiceRun {
 }
 
 /** upload → 202 → poll until completed → download to `dest`, marking each step. */
-async function serviceRun(b: Bench, submit: () => Promise<JobView>, dest: string): Promise<ServiceRun> {
+export async function serviceRun(b: Bench, submit: () => Promise<JobView>, dest: string): Promise<ServiceRun> {
   await settle();
   const m0 = mark(b);
   const { job_id } = await submit();
@@ -219,14 +219,14 @@ async function serviceRun(b: Bench, submit: () => Promise<JobView>, dest: string
  * the output as it is produced (`?follow=true`, started when the 103 Early Hints name the job), at once.
  * Marks: submit start, 202 received, completion seen, download end.
  */
-async function followedRun(b: Bench, dest: string): Promise<ServiceRun> {
+export async function followedRun(b: Bench, dest: string, to: Recipient = b.fingerprint): Promise<ServiceRun> {
   await settle();
   const m0 = mark(b);
   let m2!: Mark;
   const {
     job: { job_id },
     downloaded,
-  } = await b.api.submitEncryptFollowed(b.input, b.fingerprint, dest);
+  } = await b.api.submitEncryptFollowed(b.input, to, dest);
   const m1 = mark(b);
   const [job, bytes] = await Promise.all([waitFor(b, job_id).then((j) => ((m2 = mark(b)), j)), downloaded]);
   const m3 = mark(b);
@@ -241,7 +241,7 @@ const waitFor = (b: Bench, jobId: string) => b.api.waitForJob(jobId, 120_000 * (
  * e2e (upload start → download end) and job-only (the job's started_at → finished_at) figures. The CPU
  * shown with `job` covers 202 → completion seen (queue, job and poll).
  */
-function serviceFigures(kind: string, r: ServiceRun): Results {
+export function serviceFigures(kind: string, r: ServiceRun): Results {
   const [m0, m1, m2, m3] = r.marks;
   const started = Date.parse(r.job.started_at!);
   const finished = Date.parse(r.job.finished_at!);
@@ -287,7 +287,7 @@ async function parallelServiceRun(b: Bench, dests: string[]): Promise<Results> {
 // -------------------------------------------------------------------------------------- helpers
 
 /** Times a baseline with its CPU: gpg's (reaped children) or OpenPGP.js's (this process). */
-async function baseline(bytes: number, fn: () => Promise<unknown>): Promise<Timing> {
+export async function baseline(bytes: number, fn: () => Promise<unknown>): Promise<Timing> {
   await settle();
   const cpu0 = ownCpuSeconds();
   const start = performance.now();
@@ -302,7 +302,7 @@ async function baseline(bytes: number, fn: () => Promise<unknown>): Promise<Timi
  * Writes dirty pages out before each measurement, so none pays for the previous one's writeback (with
  * a disk-backed temp dir, 1 GiB figures otherwise swing with how much the earlier steps left dirty).
  */
-const settle = () => run('sync', []);
+export const settle = () => run('sync', []);
 
 /**
  * Frees the disk a finished job's output holds until its retention ends (the API has no delete):
@@ -320,7 +320,7 @@ async function ciphertexts(b: Bench): Promise<{ gpg: string; pgp: string; servic
 }
 
 /** The decrypted file must be the original, byte for byte; it is deleted after the check. */
-async function checkPlaintext(b: Bench, file: string, what: string): Promise<void> {
+export async function checkPlaintext(b: Bench, file: string, what: string): Promise<void> {
   const sha = await sha256File(file);
   await rm(file);
   if (sha !== b.inputSha) throw new Error(`${what}: output differs from the original (sha256 ${sha} ≠ ${b.inputSha})`);

@@ -8,7 +8,7 @@ const { enums } = openpgp;
  * Session keys of RSA (and ElGamal) PKESKs are decrypted in constant time: a PKCS#1 failure yields a
  * random key instead of an error, so whether the padding was valid is not revealed (Bleichenbacher).
  */
-export const SESSION_KEY_CONFIG: openpgp.PartialConfig = { constantTimePKCS1Decryption: true };
+const SESSION_KEY_CONFIG: openpgp.PartialConfig = { constantTimePKCS1Decryption: true };
 
 /** Most session key packets one message may have our key open: each is a private-key operation. */
 export const MAX_SESSION_KEY_TRIES = 16;
@@ -32,7 +32,7 @@ export function sessionKeyPacketsFor(
  * constant-time mode), so a message of a few hundred KiB repeating one packet would hold a worker for
  * minutes. Returns those packets.
  */
-export function checkSessionKeyPackets(
+function checkSessionKeyPackets(
   message: openpgp.Message<openpgp.MaybeStream<Uint8Array | string>>,
   privateKey: openpgp.PrivateKey,
 ): openpgp.PublicKeyEncryptedSessionKeyPacket[] {
@@ -60,7 +60,7 @@ export async function sessionKeyV1(
   const mine = checkSessionKeyPackets(message, privateKey);
   // The common case, one packet for our key and it a Curve25519 one, opens on Node's crypto (pkesk.ts).
   const opened = mine.length === 1 ? await openSessionKeyPacket(mine[0], privateKey) : undefined;
-  if (opened) return opened;
+  if (opened?.algorithm) return { data: opened.data, algorithm: opened.algorithm };
   const order = await preferenceOrder(privateKey);
   const aes = order.find((a) => AES.has(a))!;
   const candidates = await openpgp.decryptSessionKeys({
@@ -77,6 +77,24 @@ export async function sessionKeyV1(
     return i < 0 ? order.length : i;
   };
   return v1.reduce((best, k) => (rank(k) < rank(best) ? k : best));
+}
+
+/**
+ * The session key of a SEIPDv2 message whose cipher takes `keyBytes` octets (the SEIPD packet names the
+ * cipher; v6 packets do not). One packet for our key, to an X25519 or Curve25519 subkey, opens on Node's
+ * crypto (pkesk.ts); any other packet, and one that does not open there, goes to OpenPGP.js, in
+ * constant-time mode for RSA. A key of another size is no key: the message is then not for this key.
+ */
+export async function sessionKeyV2(
+  message: openpgp.Message<openpgp.MaybeStream<Uint8Array | string>>,
+  privateKey: openpgp.PrivateKey,
+  keyBytes: number,
+): Promise<Uint8Array | undefined> {
+  const mine = checkSessionKeyPackets(message, privateKey);
+  const opened = mine.length === 1 ? await openSessionKeyPacket(mine[0], privateKey) : undefined;
+  if (opened?.data.length === keyBytes) return opened.data;
+  const keys = await openpgp.decryptSessionKeys({ message, decryptionKeys: privateKey, config: SESSION_KEY_CONFIG });
+  return keys.find((k) => k.data.length === keyBytes)?.data;
 }
 
 const AES = new Set<number>([enums.symmetric.aes128, enums.symmetric.aes192, enums.symmetric.aes256]);

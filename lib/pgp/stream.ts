@@ -3,7 +3,7 @@ import * as openpgp from 'openpgp';
 import { invalid } from '../errors';
 import { ONE_PIECE, pullStream } from '../streams';
 import { dearmor, sniffArmor } from './armor';
-import { type Decrypted, encryptNative, nativeEncryptable, openNative } from './native';
+import { type Decrypted, encryptNative, encryptPqc, nativeEncryptable, openNative, recipientPreferences } from './native';
 import { CHUNK_BYTES } from './packets';
 import { isPqcKey, isPqcPrivateKey, type StoredPrivateKey, type StoredPublicKey } from './keys';
 import { asError, errMessage } from './thrown';
@@ -14,8 +14,8 @@ import { Watch, type WatchOptions } from './watch';
  * Streaming OpenPGP encryption and decryption with flat memory, whatever the file size.
  *
  * Decryption runs on Node's crypto (native.ts) and reads the content itself (content.ts); OpenPGP.js
- * opens session keys and verifies signatures. Encryption runs on Node's crypto too, but for signing and
- * non-v4 recipients, which OpenPGP.js does, fed through pull-based adapters: Node streams at the edges,
+ * opens the session keys pkesk.ts does not, and verifies signatures. Encryption runs on Node's crypto too
+ * (to v4 and v6 keys), but for signing, which OpenPGP.js does, fed through pull-based adapters: Node streams at the edges,
  * web streams inside (OpenPGP.js rejects Node streams).
  */
 
@@ -37,7 +37,8 @@ export interface EncryptStreamOptions extends WatchOptions {
 
 /**
  * Encrypts `input` to `recipient`. For v4 keys without the SEIPDv2 feature flag (ours, gpg's, sq's)
- * the output is SEIPDv1 (MDC) with AES-256, which gpg 2.2 and sq read. Errors on the returned stream:
+ * the output is SEIPDv1 (MDC) with AES-256, which gpg 2.2 and sq read; for v6 keys and keys that list
+ * SEIPDv2, SEIPDv2 with AES-256 in OCB or GCM (native.ts `messageFormat`). Errors on the returned stream:
  * the input's own error unchanged, anything else as it comes. An unusable key is 422 `no_encryption_key`.
  * `signal` aborts (its reason; the input is destroyed); `idleMs` (default 30 s) bounds how long
  * OpenPGP.js may move no bytes while we wait on it (422 `malformed_message`).
@@ -49,14 +50,11 @@ export async function encryptStream(input: Readable, recipient: StoredPublicKey,
     watch.close();
     throw invalid('signed_message_unsupported', 'A post-quantum key makes detached signatures only: encrypt without signing, and sign the file detached.');
   }
-  if (isPqcKey(recipient)) {
-    watch.close();
-    throw invalid('no_encryption_key', 'Cannot encrypt to this key: post-quantum encryption is not available yet.');
-  }
-  const compress = (opts.compress ?? false) && (await acceptsZlib(recipient));
-  if (!opts.signingKey && nativeEncryptable(recipient)) {
+  const pqc = isPqcKey(recipient);
+  const compress = (opts.compress ?? false) && (pqc || (await acceptsZlib(recipient)));
+  if (pqc || (!opts.signingKey && nativeEncryptable(recipient))) {
     // Node's crypto cannot stall; only the signal applies.
-    const out = await watch.call(encryptNative(input, recipient, { ...opts, compress }));
+    const out = await watch.call(pqc ? encryptPqc(input, recipient, { ...opts, compress }) : encryptNative(input, recipient, { ...opts, compress }));
     watch.onFail((err) => out.destroy(err));
     out.once('close', () => watch.close());
     return out;
@@ -94,12 +92,7 @@ export async function encryptStream(input: Readable, recipient: StoredPublicKey,
 
 /** Recipients that do not list zlib get uncompressed data (only "uncompressed" is a MUST in RFC 9580). */
 async function acceptsZlib(recipient: openpgp.PublicKey): Promise<boolean> {
-  try {
-    const { selfCertification } = await recipient.getPrimaryUser();
-    return selfCertification.preferredCompressionAlgorithms?.includes(enums.compression.zlib) ?? false;
-  } catch {
-    return false;
-  }
+  return (await recipientPreferences(recipient))?.preferredCompressionAlgorithms?.includes(enums.compression.zlib) ?? false;
 }
 
 // ---------------------------------------------------------------------------------------- decrypt

@@ -259,7 +259,7 @@ describe('v6 keys with the independent implementations', () => {
     expect(verified.result.signatures[0]).toMatchObject({ valid: true, signer_fingerprint: imported.body.fingerprint });
   }, 60_000);
 
-  it("the service decrypts what Proton's OpenPGP.js encrypts to its post-quantum key (ML-KEM-768+X25519)", async () => {
+  it("the service decrypts what Proton's OpenPGP.js encrypts to its post-quantum key (ML-KEM-768+X25519), small and 64 MiB", async () => {
     const proton = await import('@protontech/openpgp');
     const key = await createKey(s.api, u.token, { label: 'pqc', profile: 'pqc' });
     expect(key).toMatchObject({ profile: 'pqc', algorithm: 'ml-kem-768+x25519' });
@@ -267,7 +267,7 @@ describe('v6 keys with the independent implementations', () => {
     const theirView = await proton.readKey({ armoredKey: pub.body.public_key as string });
     expect(theirView.getFingerprint()).toBe(key.fingerprint);
     expect(theirView.subkeys[0].getAlgorithmInfo().algorithm).toBe('pqc_mlkem_x25519');
-    for (const size of [1, 150_000]) {
+    for (const size of [1, 150_000, 64 << 20]) {
       const data = randomBytes(size);
       const message = await proton.encrypt({ message: await proton.createMessage({ binary: data }), encryptionKeys: theirView, format: 'binary' });
       expect(Buffer.compare(await decrypt(key.fingerprint, Buffer.from(message)), data)).toBe(0);
@@ -283,7 +283,7 @@ describe('v6 keys with the independent implementations', () => {
       files: [{ name: 'bad.gpg', data: message }],
     });
     expect(bad).toMatchObject({ state: 'failed', error: { code: 'integrity_check_failed' } });
-  });
+  }, 120_000);
 
   it('a v6 secret key imports (with its passphrase) as a managed key, decrypts what Proton encrypts to it and rotates as v6', async () => {
     const proton = await import('@protontech/openpgp');
@@ -304,5 +304,50 @@ describe('v6 keys with the independent implementations', () => {
     const message = await proton.encrypt({ message: await proton.createMessage({ binary: data }), encryptionKeys: theirs, format: 'binary' });
     expect(Buffer.compare(await decrypt(imported.body.fingerprint as string, Buffer.from(message)), data)).toBe(0);
     expect((await publicKey(await rotate(imported.body.fingerprint as string))).keyPacket.version).toBe(6);
+  });
+
+  it("the service encrypts to post-quantum keys: its own (and decrypts), and Proton's (Proton decrypts), small and 64 MiB", async () => {
+    const proton = await import('@protontech/openpgp');
+    const own = await createKey(s.api, u.token, { label: 'pqc-own', profile: 'pqc' });
+    const small = randomBytes(70_000);
+    const toOwn = await download(s.api, u.token, (await encrypt(s.api, u.token, own.fingerprint, [{ name: 's.bin', data: small }])).job_id);
+    expect(packetVersions(toOwn).map((p) => p.version)).toEqual([6, 2]);
+    expect(Buffer.compare(await decrypt(own.fingerprint, toOwn), small)).toBe(0);
+
+    const theirs = await proton.generateKey({
+      type: 'pqc',
+      userIDs: [{ email: 'pq@example.test' }],
+      config: { v6Keys: true, aeadProtect: true },
+      format: 'object',
+    });
+    const imported = await s.api('POST', '/keys/import', { token: u.token, form: { label: 'proton-pqc', key: theirs.publicKey.armor() } });
+    expect(imported.body).toMatchObject({ profile: 'pqc', kind: 'recipient' });
+    const big = randomBytes(64 << 20);
+    for (const data of [small, big]) {
+      const job = await encrypt(s.api, u.token, imported.body.fingerprint as string, [{ name: 'b.bin', data }]);
+      const message = await download(s.api, u.token, job.job_id);
+      const opened = await proton.decrypt({
+        message: await proton.readMessage({ binaryMessage: new Uint8Array(message) }),
+        decryptionKeys: theirs.privateKey,
+        format: 'binary',
+      });
+      expect(Buffer.compare(Buffer.from(opened.data), data)).toBe(0);
+    }
+  }, 120_000);
+
+  it('a v4 lineage rotates to pqc; its old files rewrap to the post-quantum generation and decrypt', async () => {
+    const key = await createKey(s.api, u.token, { label: 'to-pqc' });
+    const data = randomBytes(90_000);
+    const old = await download(s.api, u.token, (await encrypt(s.api, u.token, key.fingerprint, [{ name: 'o.bin', data }])).job_id);
+    const next = await rotate(key.fingerprint, { profile: 'pqc' });
+    const job = await runJob(s.api, u.token, '/keys/rewrap', {
+      fingerprint: key.fingerprint,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'o.bin.gpg', data: old }],
+    });
+    expect(job.result).toMatchObject({ mode: 'reencrypt', fingerprint_used: next });
+    const moved = await download(s.api, u.token, job.job_id);
+    expect(packetVersions(moved).map((p) => p.version)).toEqual([6, 2]);
+    expect(Buffer.compare(await decrypt(next, moved), data)).toBe(0);
   });
 });

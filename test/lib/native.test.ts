@@ -155,6 +155,15 @@ describe('native SEIPDv2', () => {
     }
   });
 
+  it.each(['ocb', 'gcm'] as const)('reads %s messages fed in pieces of any size, across chunk and tag boundaries', async (aead) => {
+    const data = randomBytes(1000);
+    const message = await seipdV2(data, aead);
+    for (const piece of [1, 7, 16, 31, 32, 33, 80, 81]) {
+      const opened = await openEncrypted(source(message, piece), { maxDecompressedBytes: MiB });
+      expect((await buffer(await opened.decrypt(priv))).equals(data), `pieces of ${piece}`).toBe(true);
+    }
+  });
+
   it('refuses EAX, legacy ciphers and unprotected data before decrypting (unsupported_message)', async () => {
     expect(await code(ourDecrypt(await seipdV2(randomBytes(100), 'eax')))).toBe('unsupported_message');
     // SEIPDv1 under CAST5 (the session key packet names it; the data is never decrypted).

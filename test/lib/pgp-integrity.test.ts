@@ -23,10 +23,10 @@ beforeAll(async () => {
 });
 
 /** What decrypting `message` answers: 'ok', or the error's code and message (anything else as it is). */
-async function answer(message: Buffer): Promise<string> {
+async function answer(message: Buffer, key: openpgp.PrivateKey = priv): Promise<string> {
   try {
     const opened = await openEncrypted(Readable.from([message]), { maxDecompressedBytes: 1 << 20, idleMs: 5000 });
-    await buffer(await opened.decrypt(priv));
+    await buffer(await opened.decrypt(key));
     return 'ok';
   } catch (err) {
     return err instanceof AppError ? `${err.code}: ${err.message}` : `not ours: ${String(err)}`;
@@ -69,11 +69,11 @@ function* tampered(message: Buffer, head: number): Generator<[string, Buffer]> {
   }
 }
 
-async function sweep(message: Buffer, head = 1): Promise<Map<string, string[]>> {
-  expect(await answer(message)).toBe('ok');
+async function sweep(message: Buffer, head = 1, key = priv): Promise<Map<string, string[]>> {
+  expect(await answer(message, key)).toBe('ok');
   const seen = new Map<string, string[]>();
   for (const [what, bad] of tampered(message, head)) {
-    const got = await answer(bad);
+    const got = await answer(bad, key);
     seen.set(got, [...(seen.get(got) ?? []), what]);
   }
   return seen;
@@ -102,6 +102,22 @@ describe('every failure after decryption has begun answers alike', () => {
       }),
     );
     const seen = await sweep(message, 4 + 32);
+    expect([...seen.keys()], JSON.stringify([...seen].map(([k, v]) => [k, v.slice(0, 3)]))).toHaveLength(1);
+    const v1 = await buffer(await encryptStream(Readable.from([data]), pub, { armor: false }));
+    expect([...seen.keys()][0]).toBe(await answer(flipInnerTag(v1)));
+  });
+
+  it.each(['ocb', 'gcm'] as const)('SEIPDv2 (%s) as we write it to a v6 key: the same sweep finds the same one answer', { timeout: 120_000 }, async (aead) => {
+    const { privateKey } = await openpgp.generateKey({
+      type: 'curve25519',
+      userIDs: [{ name: 'I6', email: 'i6@example.test' }],
+      format: 'object',
+      config: { v6Keys: true, aeadProtect: true, preferredAEADAlgorithm: openpgp.enums.aead[aead] },
+    });
+    const data = randomBytes(100);
+    const message = await buffer(await encryptStream(Readable.from([data]), privateKey.toPublic(), { armor: false }));
+    expect(message[packetBody(message, 18) + 2]).toBe(openpgp.enums.aead[aead]);
+    const seen = await sweep(message, 4 + 32, privateKey);
     expect([...seen.keys()], JSON.stringify([...seen].map(([k, v]) => [k, v.slice(0, 3)]))).toHaveLength(1);
     const v1 = await buffer(await encryptStream(Readable.from([data]), pub, { armor: false }));
     expect([...seen.keys()][0]).toBe(await answer(flipInnerTag(v1)));

@@ -52,7 +52,7 @@ describe('sessionKeyPacket', () => {
     await expect(opened(await sessionKeyPacket(curve.toPublic(), 'aes256', randomBytes(32)), other)).rejects.toThrow();
   });
 
-  it('leaves other keys to OpenPGP.js (RSA, and RFC 9580 X25519)', async () => {
+  it('leaves other keys to OpenPGP.js (RSA), and wraps to RFC 9580 X25519 keys (v4) here, for OpenPGP.js to open', async () => {
     const x25519 = (await openpgp.generateKey({ type: 'curve25519', userIDs: [user], format: 'object' })).privateKey;
     for (const key of [rsa, x25519]) {
       const data = randomBytes(32);
@@ -70,6 +70,52 @@ describe('sessionKeyPacket', () => {
       format: 'object',
     });
     await expect(sessionKeyPacket(privateKey.toPublic(), 'aes256', randomBytes(32))).rejects.toThrow(/expired|encryption key/i);
+  });
+});
+
+describe('v6 packets to X25519 keys (RFC 9580 §5.1.6)', () => {
+  let v6: openpgp.PrivateKey;
+  beforeAll(async () => {
+    v6 = (await openpgp.generateKey({ type: 'curve25519', userIDs: [user], format: 'object', config: { v6Keys: true, aeadProtect: true } })).privateKey;
+  });
+
+  it.each(['ocb', 'gcm'] as const)("are made here (SEIPDv2 with %s) with the subkey's version and fingerprint, and OpenPGP.js opens them", async (aead) => {
+    const data = randomBytes(32);
+    const packet = await sessionKeyPacket(v6.toPublic(), 'aes256', data, aead);
+    const subkey = await v6.getEncryptionKey();
+    expect([...packet.subarray(0, 5)]).toEqual([0xc1, packet.length - 2, 6, 33, 6]); // tag 1, length, v6, 1 + 32 octets, key v6
+    expect(Buffer.from(packet.subarray(5, 37)).equals(Buffer.from(subkey.keyPacket.getFingerprintBytes()!))).toBe(true);
+    expect(packet[37]).toBe(openpgp.enums.publicKey.x25519);
+    const found = await pkesk(packet);
+    expect((found as unknown as { version: number }).version).toBe(6);
+    const [theirs] = await opened(packet, v6);
+    expect(Buffer.from(theirs.data).equals(data)).toBe(true);
+  });
+
+  it('open here, made here or by OpenPGP.js, v6 and v3 alike', async () => {
+    const data = randomBytes(32);
+    const x25519v4 = (await openpgp.generateKey({ type: 'curve25519', userIDs: [user], format: 'object' })).privateKey;
+    const cases: [openpgp.PrivateKey, Uint8Array, openpgp.enums.symmetricNames | null][] = [
+      [v6, await sessionKeyPacket(v6.toPublic(), 'aes256', data, 'ocb'), null],
+      [v6, await openpgp.encryptSessionKey({ data, algorithm: 'aes256', aeadAlgorithm: 'ocb', encryptionKeys: v6.toPublic(), format: 'binary' }), null],
+      [x25519v4, await sessionKeyPacket(x25519v4.toPublic(), 'aes256', data), 'aes256'],
+      [x25519v4, await openpgp.encryptSessionKey({ data, algorithm: 'aes256', encryptionKeys: x25519v4.toPublic(), format: 'binary' }), 'aes256'],
+    ];
+    for (const [key, packet, algorithm] of cases)
+      expect(await openSessionKeyPacket(await pkesk(packet), key)).toEqual({ data: new Uint8Array(data), algorithm });
+  });
+
+  it('leave to OpenPGP.js what does not open here: another key, a changed octet, another fingerprint', async () => {
+    const other = (await openpgp.generateKey({ type: 'curve25519', userIDs: [user], format: 'object', config: { v6Keys: true } })).privateKey;
+    const packet = await sessionKeyPacket(v6.toPublic(), 'aes256', randomBytes(32), 'gcm');
+    expect(await openSessionKeyPacket(await pkesk(packet), other)).toBeUndefined();
+    const changed = Buffer.from(packet);
+    changed[changed.length - 3] ^= 1; // inside the wrapped key
+    expect(await openSessionKeyPacket(await pkesk(changed), v6)).toBeUndefined();
+    await expect(opened(changed, v6)).rejects.toThrow();
+    const renamed = Buffer.from(packet);
+    renamed[36] ^= 1; // the fingerprint's last octet: the key id (its first 8) still names our subkey
+    expect(await openSessionKeyPacket(await pkesk(renamed), v6)).toBeUndefined();
   });
 });
 

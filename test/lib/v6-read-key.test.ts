@@ -65,8 +65,8 @@ describe.each(['rfc9580', 'pqc'] as const)('readV6Key on our %s keys', (profile)
       expect(key.preferences).toEqual({
         symmetric: [9, 7],
         aead: [
-          [9, 2],
           [9, 3],
+          [9, 2],
         ],
         hash: [10, 14, 8, 12],
         compression: [0, 2],
