@@ -18,8 +18,7 @@ import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
 import * as openpgp from 'openpgp';
 import { gpgCpuPerGiB, v6Ratios, workerCpuPerGiB } from './report';
-import { openEncrypted } from '../../lib/pgp/stream';
-import { MiB, cpuSeconds, mibPerSec, ownCpuSeconds, spawnTracked, stopChild, timedInProcess, writeRandomFile } from './util';
+import { MiB, cpuSeconds, mibPerSec, ownCpuSeconds, spawnTracked, stopChild, writeRandomFile } from './util';
 import { type Bench, type Results, type Timing, baseline, checkPlaintext, followedRun, keepFastest, serviceFigures, serviceRun, settle } from './sections';
 
 export async function v6Section(b: Bench): Promise<Results> {
@@ -44,7 +43,7 @@ export async function v6Section(b: Bench): Promise<Results> {
     for (let i = 0; i < b.runs; i++) {
       const encrypted = b.follow ? await followedRun(b, svcOut, { publicKey }) : await serviceRun(b, () => b.api.submitEncrypt(b.input, { publicKey }), svcOut);
       const encrypt = serviceFigures('v6', encrypted)['v6.service'];
-      const decrypt = await decryptRun(b, imported, privateKey, svcOut, svcPlain);
+      const decrypt = await decryptRun(b, imported, svcOut, svcPlain);
       await checkPlaintext(b, svcPlain, 'v6: service decrypt download');
       await rm(svcOut);
       const scripted = await scriptedRun(b, disk, gpgOut);
@@ -61,23 +60,9 @@ export async function v6Section(b: Bench): Promise<Results> {
   return best;
 }
 
-/**
- * The service's decryption of the v6 file, with the imported key; where the API refuses the key's
- * 64-digit fingerprint (422 validation_failed), the same code (lib/pgp/stream.ts) in this process instead,
- * its CPU counted as the worker's, and said so.
- */
-async function decryptRun(b: Bench, fingerprint: string, key: openpgp.PrivateKey, input: string, dest: string): Promise<Timing> {
-  try {
-    return serviceFigures('v6', { ...(await serviceRun(b, () => b.api.submitDecrypt(input, fingerprint, b.passphrase), dest)), bytes: b.size })['v6.service'];
-  } catch (err) {
-    if (!/HTTP 422: .*validation_failed/.test(String(err))) throw err;
-    console.error(`[bench] v6: the service does not decrypt with a v6 key (${String(err).slice(0, 160)}…); decrypting in this process`);
-  }
-  const t = await timedInProcess(b.size, async () => {
-    const opened = await openEncrypted(createReadStream(input, { highWaterMark: MiB }), { maxDecompressedBytes: Number.MAX_SAFE_INTEGER });
-    await pipeline(await opened.decrypt(key), createWriteStream(dest, { highWaterMark: MiB }));
-  });
-  return { ...t, cpu: { 'worker (in the bench process)': (t.cpu?.user ?? 0) + (t.cpu?.sys ?? 0) } };
+/** The service's decryption of the v6 file, with the imported key. */
+async function decryptRun(b: Bench, fingerprint: string, input: string, dest: string): Promise<Timing> {
+  return serviceFigures('v6', { ...(await serviceRun(b, () => b.api.submitDecrypt(input, fingerprint, b.passphrase), dest)), bytes: b.size })['v6.service'];
 }
 
 /** PUT to the disk server, `gpg -e` of the file it wrote, GET of the ciphertext: each step timed, with its CPU. */
