@@ -243,11 +243,12 @@ async function* sealV1(sessionKey: Buffer, content: AsyncIterable<Buffer>): Asyn
 }
 
 /**
- * Chunks of 2^(WRITE_CHUNK_SIZE_BYTE + 6) octets (1 MiB): OpenSSL's OCB and GCM run at full speed from
- * 256 KiB on, a reader holds one chunk's plaintext until its tag checks, and each chunk costs a cipher
- * context and a tag (bench: `shapes`, docs/performance.md).
+ * Chunks of 2^(WRITE_CHUNK_SIZE_BYTE + 6) octets (256 KiB, OpenPGP.js's default too): a reader holds one
+ * chunk's plaintext until its tag checks, and each chunk costs a cipher context and a tag. Decrypting
+ * 1 MiB chunks ran at 1.2 × SEIPDv1 against 2.1–2.4 × for 256 KiB ones (bench `shapes`, 256 MiB, the same
+ * reader): a chunk larger than the reader's 256 KiB pieces is held across several reads.
  */
-const WRITE_CHUNK_SIZE_BYTE = 14;
+const WRITE_CHUNK_SIZE_BYTE = 12;
 /**
  * The SEIPDv2 packet's partial-length pieces: 256 KiB. In 1 MiB pieces, as long as the chunks, every
  * piece's header fell inside a chunk and a reader's file reads cut each chunk once more: decryption
