@@ -41,18 +41,25 @@ interface Pending {
   resolve: (output: unknown) => void;
   reject: (err: unknown) => void;
   stopped: Stopped;
-  /** When it must have ended (counted from submission: waiting for a thread is part of it). */
+  /** When it must have ended (counted from submission: waiting for a busy thread is part of it, a new thread's start-up is not). */
   deadline: number;
 }
 
 interface Slot {
   worker: Worker;
+  /** Its module has loaded (it said so): tasks are posted, and their time counted, only from then on. */
+  ready: boolean;
+  /** The task given to it while it was starting. */
+  first?: Pending;
   running?: { pending: Pending; timer: NodeJS.Timeout };
   idle?: NodeJS.Timeout;
 }
 
 /** A task's failure as it crosses the thread boundary: an AppError keeps its status, code and extras. */
 type WireError = { app: { status: number; code: string; message: string; extra: AppError['extra'] } } | { message: string };
+
+/** How long a new thread may take to load its module before its first task is given up. */
+const STARTUP_LIMIT_MS = 30_000;
 
 const busy = () =>
   new AppError(503, 'overloaded', 'The service is checking too many keys or signatures at once; retry after the delay in Retry-After.', {
@@ -69,7 +76,7 @@ export class ThreadPool {
 
   run(task: string, input: unknown, stopped: Stopped): Promise<unknown> {
     if (this.closed) return Promise.reject(new Error('the thread pool is closed'));
-    const free = [...this.slots].find((s) => !s.running);
+    const free = [...this.slots].find((s) => !s.running && !s.first);
     if (!free && this.slots.size >= this.opts.threads && this.queue.length >= this.opts.maxQueued) return Promise.reject(busy());
     return new Promise((resolve, reject) => {
       const pending: Pending = { id: ++this.nextId, task, input, resolve, reject, stopped, deadline: Date.now() + this.opts.deadlineMs };
@@ -89,9 +96,17 @@ export class ThreadPool {
   private spawn(): Slot {
     const worker = new Worker(this.opts.module.file, { execArgv: this.opts.module.execArgv, resourceLimits: this.opts.resourceLimits });
     worker.unref();
-    const slot: Slot = { worker };
+    const slot: Slot = { worker, ready: false };
     this.slots.add(slot);
-    worker.on('message', (m: { id: number; output?: unknown; error?: WireError }) => {
+    worker.on('message', (m: { id: number; output?: unknown; error?: WireError; ready?: true }) => {
+      if (m.ready) {
+        slot.ready = true;
+        const first = slot.first;
+        slot.first = undefined;
+        if (first) this.start(slot, { ...first, deadline: Date.now() + this.opts.deadlineMs });
+        else this.next(slot);
+        return;
+      }
       const running = slot.running;
       if (running?.pending.id !== m.id) return;
       clearTimeout(running.timer);
@@ -102,7 +117,7 @@ export class ThreadPool {
     });
     const died = (err: unknown) => {
       if (!this.slots.delete(slot)) return;
-      const running = slot.running;
+      const running = slot.running ?? (slot.first && { pending: slot.first, timer: undefined });
       clearTimeout(slot.idle);
       if (running) {
         clearTimeout(running.timer);
@@ -117,6 +132,17 @@ export class ThreadPool {
   }
 
   private start(slot: Slot, pending: Pending): void {
+    if (!slot.ready) {
+      slot.first = pending;
+      // A thread that never comes up must not hold its task forever.
+      slot.idle = setTimeout(() => {
+        if (slot.ready) return;
+        slot.first = undefined;
+        pending.reject(pending.stopped('deadline'));
+        void this.end(slot);
+      }, STARTUP_LIMIT_MS).unref();
+      return;
+    }
     clearTimeout(slot.idle);
     const left = pending.deadline - Date.now();
     const timer = setTimeout(
@@ -154,6 +180,8 @@ export class ThreadPool {
       slot.running.pending.reject(err ?? new Error('the untrusted-work thread ended'));
       slot.running = undefined;
     }
+    slot.first?.reject(err ?? new Error('the untrusted-work thread ended'));
+    slot.first = undefined;
     await slot.worker.terminate();
     this.drain();
   }
@@ -166,6 +194,7 @@ function revive(err: WireError): Error {
 
 /** The thread's side: runs each task it is sent from `tasks` and answers its output or its error. */
 export function serveTasks(port: MessagePort, tasks: Record<string, (input: never) => Promise<unknown>>): void {
+  port.postMessage({ ready: true }); // the module and everything it imports have loaded
   port.on('message', ({ id, task, input }: { id: number; task: string; input: never }) => {
     const work = Object.hasOwn(tasks, task) ? tasks[task] : undefined;
     Promise.resolve()

@@ -107,35 +107,10 @@ export async function generateKey(input: GenerateKeyInput): Promise<GeneratedKey
   const keyExpirationTime = days ? days * 86_400 : 0;
   const expiresAt = keyExpirationTime ? new Date(createdAt.getTime() + keyExpirationTime * 1000) : null;
 
-  if (profile !== 'rfc4880') {
-    const key = v6Key({
-      profile,
-      userId: userIdOf(input),
-      secret: input.secret,
-      s2kCountByte: GENERATION_S2K_COUNT_BYTE,
-      createdAt,
-      expiresIn: keyExpirationTime,
-    });
-    return {
-      fingerprint: key.fingerprint,
-      keyId: key.keyId,
-      encryptionKeyIds: [key.subkeyId],
-      publicArmored: armorKey('PUBLIC KEY', key.publicPackets),
-      privateArmored: armorKey('PRIVATE KEY', key.privatePackets),
-      profile,
-      algorithm,
-      createdAt,
-      expiresAt,
-    };
-  }
-  if (algorithm === 'curve25519') {
-    const key = curve25519Key({
-      userId: userIdOf(input),
-      secret: input.secret,
-      s2kCountByte: GENERATION_S2K_COUNT_BYTE,
-      createdAt,
-      expiresIn: keyExpirationTime,
-    });
+  // Curve25519 and both v6 profiles are made on Node's crypto (keygen.ts, v6/keygen.ts); RSA by OpenPGP.js.
+  if (profile !== 'rfc4880' || algorithm === 'curve25519') {
+    const made = { userId: userIdOf(input), secret: input.secret, s2kCountByte: GENERATION_S2K_COUNT_BYTE, createdAt, expiresIn: keyExpirationTime };
+    const key = profile === 'rfc4880' ? curve25519Key(made) : v6Key({ ...made, profile });
     return {
       fingerprint: key.fingerprint,
       keyId: key.keyId,

@@ -37,7 +37,7 @@ export const STORED_SEALS: StoredSeal[] = [
   {
     table: 'key_lineages',
     column: 'unlock_mac',
-    reads: ['user_id', 'unlock_public'],
+    reads: ['user_id', 'unlock_public', 'profile'],
     renew: (sealer, r) => lineageMac({ sealer }, verifiedLineage({ sealer }, r as unknown as LineageMacFields & { unlock_mac: string })),
   },
   {

@@ -49,4 +49,15 @@ describe('ThreadPool', () => {
     expect(await spinning).toMatchObject({ code: 'stopped' });
     expect(await waiting).toMatchObject({ status: 503, code: 'overloaded' });
   });
+
+  it("does not count a new thread's start-up against its first task's deadline", async () => {
+    process.env.TEST_THREAD_LOAD_MS = '700';
+    try {
+      const p = poolOf({ deadlineMs: 300 });
+      expect(await p.run('echo', 'after a slow start', stopped)).toBe('after a slow start');
+      expect(await failure(p.run('spin', undefined, stopped))).toMatchObject({ message: 'stopped: deadline' });
+    } finally {
+      delete process.env.TEST_THREAD_LOAD_MS;
+    }
+  });
 });

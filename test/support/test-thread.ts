@@ -17,4 +17,8 @@ const tasks = {
   },
 };
 
+// A module that is slow to load (TEST_THREAD_LOAD_MS), as one with a large import graph is under tsx.
+const loadMs = Number(process.env.TEST_THREAD_LOAD_MS ?? 0);
+for (const end = Date.now() + loadMs; Date.now() < end;);
+
 if (parentPort) serveTasks(parentPort, tasks);
