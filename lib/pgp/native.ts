@@ -13,10 +13,9 @@ import { type Aead, sessionKeyPacket } from './pkesk';
 import { afterDecryption, integrityFailure } from './integrity';
 import { MAX_SESSION_KEY_TRIES, sessionKeyPacketsFor, sessionKeyV1, sessionKeyV2 } from './session';
 import { isPqcPrivateKey, type StoredPrivateKey } from './keys';
-import { openPqcSessionKeyPacket, pqcRecipientKeyId, pqcSessionKeyPacket } from './v6/kem';
+import { openPqcSessionKeyPacket, pqcPacketCipher, pqcRecipientKeyId, pqcSessionKeyPacket } from './v6/kem';
 import type { UnlockedV6Key, V6Key } from './v6/read-key';
 import { errMessage } from './thrown';
-import type { Watch } from './watch';
 
 /**
  * Encryption on Node's own crypto (OpenSSL), unsigned, binary or armored, compressed with Node's zlib or
@@ -378,14 +377,16 @@ export async function openNative(input: Readable, opts: ContentOptions & { signa
       let plaintext: AsyncIterable<Buffer>;
       try {
         if (isPqcPrivateKey(privateKey)) {
-          // A v6 session key packet goes with SEIPDv2 only (RFC 9580 §5.1).
-          if (head.version !== 2) throw invalid('no_matching_key', 'The message is not encrypted to this key.');
-          plaintext = await decryptV2(data, head, pqcSessionKey(pqcPackets, privateKey));
+          // A v6 session key packet goes with SEIPDv2, a v3 one with SEIPDv1 (RFC 9580 §5.1): the other kind is not tried.
+          const packets = pqcPackets.filter((k) => (pqcPacketCipher(k.body) === null) === (head.version === 2));
+          const sessionKey = pqcSessionKey(packets, privateKey);
+          if (head.version === 2) plaintext = await decryptV2(data, head, sessionKey.data);
+          else plaintext = await decryptV1(data, sessionKey);
         } else {
           if (!sessionKeyPacketsFor(message, privateKey).length) throw invalid('no_matching_key', 'The message is not encrypted to this key.');
           plaintext =
             head.version === 1
-              ? await decryptV1(data, message, privateKey, opts.watch)
+              ? await decryptV1(data, await opts.watch.call(sessionKeyV1(message, privateKey)))
               : await decryptV2(data, head, await opts.watch.call(sessionKeyV2(message, privateKey, AES_BITS[head.cipher] / 8)));
         }
       } catch (err) {
@@ -432,8 +433,7 @@ async function seipdHead(data: Pull): Promise<SeipdHead> {
 }
 
 /** SEIPDv1: AES-CFB over a random prefix, the content and an MDC packet (SHA-1 of all before it), checked at the end. */
-async function decryptV1(data: Pull, message: openpgp.Message<Uint8Array>, privateKey: openpgp.PrivateKey, watch: Watch): Promise<AsyncIterable<Buffer>> {
-  const sessionKey = await watch.call(sessionKeyV1(message, privateKey));
+async function decryptV1(data: Pull, sessionKey: openpgp.SessionKey): Promise<AsyncIterable<Buffer>> {
   const ecb = AES_ECB[sessionKey.algorithm];
   if (!ecb) throw unsupported(`its cipher is ${sessionKey.algorithm}, not AES`);
   const cfb = cfbDecryptor(ecb, Buffer.from(sessionKey.data));
@@ -519,13 +519,18 @@ function chunkKeys(sessionKey: Uint8Array, head: SeipdV2Head) {
   };
 }
 
-/** The session key of a message to a post-quantum key: the first of at most MAX_SESSION_KEY_TRIES packets that opens (each opening is silent). */
-function pqcSessionKey(packets: { body: Buffer }[], privateKey: UnlockedV6Key): Uint8Array {
+/**
+ * The session key of a message to a post-quantum key: the first of at most MAX_SESSION_KEY_TRIES packets
+ * that opens (each opening is silent), with the cipher a v3 packet names in the clear (decryptV1 refuses
+ * any but AES).
+ */
+function pqcSessionKey(packets: { body: Buffer }[], privateKey: UnlockedV6Key): openpgp.SessionKey {
   if (packets.length > MAX_SESSION_KEY_TRIES)
     throw invalid('malformed_message', `The message has ${packets.length} session key packets for this key (at most ${MAX_SESSION_KEY_TRIES} are tried).`);
   for (const k of packets) {
     const opened = openPqcSessionKeyPacket(k.body, privateKey);
-    if (opened) return opened;
+    const cipher = pqcPacketCipher(k.body);
+    if (opened) return { data: opened, algorithm: cipher ? openpgp.enums.read(openpgp.enums.symmetric, cipher) : 'aes256' };
   }
   throw invalid('no_matching_key', 'The message cannot be decrypted with this key.');
 }

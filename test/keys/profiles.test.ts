@@ -350,4 +350,27 @@ describe('v6 keys with the independent implementations', () => {
     expect(packetVersions(moved).map((p) => p.version)).toEqual([6, 2]);
     expect(Buffer.compare(await decrypt(next, moved), data)).toBe(0);
   });
+
+  it('decrypts what Proton writes to a post-quantum key of its default config (features without SEIPDv2: PKESK v3 + SEIPDv1)', async () => {
+    const proton = await import('@protontech/openpgp');
+    const { privateKey, publicKey: theirs } = await proton.generateKey({
+      type: 'pqc',
+      userIDs: [{ email: 'v3@example.test' }],
+      config: { v6Keys: true },
+      format: 'object',
+    });
+    const imported = await s.api('POST', '/keys/import', { token: u.token, form: { label: 'proton-pqc-v3', key: privateKey.armor(), passphrase: PASSPHRASE } });
+    expect(imported.status, JSON.stringify(imported.body)).toBe(201);
+    const data = randomBytes(30_000);
+    const message = Buffer.from(await proton.encrypt({ message: await proton.createMessage({ binary: data }), encryptionKeys: theirs, format: 'binary' }));
+    expect(packetVersions(message).map((p) => p.version)).toEqual([3, 1]);
+    expect(Buffer.compare(await decrypt(imported.body.fingerprint as string, message), data)).toBe(0);
+    message[message.length - 30] ^= 1;
+    const bad = await runJob(s.api, u.token, '/keys/decrypt', {
+      fingerprint: imported.body.fingerprint as string,
+      passphrase: PASSPHRASE,
+      files: [{ name: 'bad.gpg', data: message }],
+    });
+    expect(bad).toMatchObject({ state: 'failed', error: { code: 'integrity_check_failed' } });
+  });
 });

@@ -63,7 +63,8 @@ export function openPqcSessionKeyPacket(packetBody: Uint8Array, unlockedKey: Unl
   const fields = read(Buffer.from(packetBody.buffer, packetBody.byteOffset, packetBody.byteLength));
   if (!fields) return undefined;
   for (const secret of unlockedKey.secrets) {
-    if (secret.algorithm !== MLKEM768_X25519 || (fields.fingerprint && !fields.fingerprint.equals(secret.fingerprint))) continue;
+    if (secret.algorithm !== MLKEM768_X25519 || (fields.recipient && !fields.recipient.equals(secret.fingerprint.subarray(0, fields.recipient.length))))
+      continue;
     const opened = open(fields, secret);
     if (opened) return opened;
   }
@@ -73,31 +74,54 @@ export function openPqcSessionKeyPacket(packetBody: Uint8Array, unlockedKey: Unl
 /** The key id (hex) a post-quantum session key packet names: its fingerprint's first 8 octets; undefined for any other packet, 16 zeros for an anonymous one. */
 export function pqcRecipientKeyId(packetBody: Uint8Array): string | undefined {
   const fields = read(Buffer.from(packetBody.buffer, packetBody.byteOffset, packetBody.byteLength));
-  return fields && (fields.fingerprint?.subarray(0, 8).toString('hex') ?? '0000000000000000');
+  return fields && (fields.recipient?.subarray(0, 8).toString('hex') ?? '0000000000000000');
+}
+
+/**
+ * The cipher a version 3 packet to algorithm 35 names in the clear (the SEIPDv1 data's); null for a
+ * version 6 one (SEIPDv2 names its own), undefined for any other packet.
+ */
+export function pqcPacketCipher(packetBody: Uint8Array): number | null | undefined {
+  return read(Buffer.from(packetBody.buffer, packetBody.byteOffset, packetBody.byteLength))?.cipher;
 }
 
 interface Fields {
-  fingerprint: Buffer | undefined;
+  /** The recipient: a v6 packet's fingerprint (32 octets) or a v3 packet's key id (8); undefined when anonymous. */
+  recipient: Buffer | undefined;
+  /** A v3 packet's cleartext cipher id; null in a v6 packet. */
+  cipher: number | null;
   ecdhCiphertext: Buffer;
   mlkemCiphertext: Buffer;
   wrapped: Buffer;
 }
 
-/** The fields of a v6 PKESK to algorithm 35, each of its exact size, or undefined for anything else. */
+/**
+ * The fields of a PKESK to algorithm 35, each of its exact size, or undefined for anything else: version 6
+ * (with SEIPDv2), or version 3 (with SEIPDv1, as senders write to a key whose features list no SEIPDv2),
+ * whose last fields are the cipher id in the clear and then the wrapped key, as for X25519 (RFC 9580 §5.1.6).
+ */
 function read(body: Buffer): Fields | undefined {
   try {
     const c = new Cursor(body, () => new Error('malformed'));
-    if (c.u8() !== 6) return undefined;
-    const recipientBytes = c.u8();
-    if (recipientBytes !== 0 && recipientBytes !== 33) return undefined; // anonymous, or a v6 key's version and fingerprint
-    const fingerprint = recipientBytes ? (c.u8() === 6 ? c.bytes(32) : undefined) : undefined;
-    if (recipientBytes && !fingerprint) return undefined;
+    const version = c.u8();
+    let recipient: Buffer | undefined;
+    if (version === 6) {
+      const recipientBytes = c.u8();
+      if (recipientBytes !== 0 && recipientBytes !== 33) return undefined; // anonymous, or a v6 key's version and fingerprint
+      if (recipientBytes && c.u8() !== 6) return undefined;
+      recipient = recipientBytes ? c.bytes(32) : undefined;
+    } else if (version === 3) {
+      const keyId = c.bytes(8);
+      recipient = keyId.every((b) => b === 0) ? undefined : keyId;
+    } else return undefined;
     if (c.u8() !== MLKEM768_X25519) return undefined;
     const ecdhCiphertext = c.bytes(X25519_BYTES);
     const mlkemCiphertext = c.bytes(MLKEM768_CIPHERTEXT_BYTES);
-    const wrapped = c.bytes(c.u8());
+    const rest = c.bytes(c.u8());
+    const cipher = version === 3 ? rest[0] : null;
+    const wrapped = version === 3 ? rest.subarray(1) : rest;
     if (c.left || wrapped.length < 24 || wrapped.length > 40 || wrapped.length % 8) return undefined;
-    return { fingerprint, ecdhCiphertext, mlkemCiphertext, wrapped };
+    return { recipient, cipher, ecdhCiphertext, mlkemCiphertext, wrapped };
   } catch {
     return undefined;
   }
