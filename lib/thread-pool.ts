@@ -52,6 +52,7 @@ interface Slot {
   /** The task given to it while it was starting. */
   first?: Pending;
   running?: { pending: Pending; timer: NodeJS.Timeout };
+  /** The timer that ends it: idle too long, or (starting) not ready in STARTUP_LIMIT_MS. */
   idle?: NodeJS.Timeout;
 }
 

@@ -11,8 +11,8 @@ import {
   validEncryptionKeyIds,
   type StoredPublicKey,
 } from './keys';
-import { type KeyAlgorithm, type KeyProfile, defaultAlgorithm, profileOf } from './profiles';
-import { MLKEM768_X25519 } from './v6/key-material';
+import { type KeyAlgorithm, type KeyProfile, defaultAlgorithm } from './profiles';
+import { pqcEncryptionSubkeys } from './v6/kem';
 import { readV6Key, type V6Key } from './v6/read-key';
 import { publicV6Packets, relockV6Key, startsWithPqcPrimary } from './v6/relock';
 
@@ -132,7 +132,7 @@ export async function readImportedKey(data: Uint8Array, input: { keyPassphrase?:
     throw refuse('no_encryption_key', 'The key has no encryption-capable subkey that is valid now (revoked, expired, too weak or sign-only).');
 
   const info = key.getAlgorithmInfo();
-  const profile = profileOf(key.keyPacket.version, []);
+  const profile: KeyProfile = key.keyPacket.version === 6 ? 'rfc9580' : 'rfc4880'; // post-quantum keys went to readPqcKey
   const common = {
     fingerprint: key.getFingerprint(),
     encryptionKeyIds,
@@ -259,15 +259,8 @@ function readPqcKey(binary: Uint8Array, input: { keyPassphrase?: string; secret:
   return { ...common, secret: true, privateArmored: armorKey('PRIVATE KEY', relocked) };
 }
 
-/** Key flags (RFC 9580 §5.2.3.29): encrypt communications, encrypt storage. */
-const ENCRYPT_FLAGS = 0x0c;
-
-/** The key ids of a post-quantum key's ML-KEM-768+X25519 subkeys that may encrypt now (not revoked, not expired, the primary key neither). */
-function pqcEncryptionKeyIds(key: V6Key, now: Date): string[] {
-  const inForce = (k: V6Key['primary']) => !k.revoked && k.created <= now && (!k.expiresAt || k.expiresAt > now);
-  if (!inForce(key.primary)) return [];
-  return key.subkeys.filter((k) => k.algorithm === MLKEM768_X25519 && k.flags & ENCRYPT_FLAGS && inForce(k)).map((k) => k.keyId);
-}
+/** The key ids of a post-quantum key's ML-KEM-768+X25519 subkeys that may encrypt now. */
+const pqcEncryptionKeyIds = (key: V6Key, now: Date): string[] => pqcEncryptionSubkeys(key, now).map((k) => k.keyId);
 
 /** Why a post-quantum key has no encryption subkey that is valid now. */
 function pqcUnusable(key: V6Key, now: Date): string {

@@ -5,8 +5,7 @@ import { armorKey, dearmorKey } from './armor';
 import { curve25519Key } from './keygen';
 import { v6Key } from './v6/keygen';
 import { readV6Key, unlockV6Key, type UnlockedV6Key, type V6Key } from './v6/read-key';
-import { MLDSA65_ED25519 } from './v6/key-material';
-
+import { startsWithPqcPrimary } from './v6/relock';
 import { type KeyAlgorithm, type KeyProfile, KEY_PROFILES, defaultAlgorithm, profileAllows } from './profiles';
 
 /**
@@ -164,10 +163,7 @@ export const isPqcPrivateKey = (key: StoredPrivateKey): key is UnlockedV6Key => 
 /** The binary packets of an armored key, and whether its primary key is post-quantum (v6, ML-DSA-65+Ed25519). */
 function keyPackets(armored: string): { bytes: Buffer; pqc: boolean } {
   const bytes = dearmorKey(armored);
-  // The first packet's body: version (1 octet), creation time (4), algorithm (1). Tags 5 and 6, new format.
-  const [ctb, len] = bytes;
-  const start = len < 192 ? 2 : len < 224 ? 3 : 6;
-  return { bytes, pqc: (ctb === 0xc5 || ctb === 0xc6) && bytes[start] === 6 && bytes[start + 5] === MLDSA65_ED25519 };
+  return { bytes, pqc: startsWithPqcPrimary(bytes) };
 }
 
 /**

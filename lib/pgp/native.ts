@@ -13,7 +13,7 @@ import { type Aead, sessionKeyPacket } from './pkesk';
 import { afterDecryption, integrityFailure } from './integrity';
 import { MAX_SESSION_KEY_TRIES, sessionKeyPacketsFor, sessionKeyV1, sessionKeyV2 } from './session';
 import { isPqcPrivateKey, type StoredPrivateKey } from './keys';
-import { openPqcSessionKeyPacket, pqcPacketCipher, pqcRecipientKeyId, pqcSessionKeyPacket } from './v6/kem';
+import { openPqcSessionKeyPacket, pqcPacketRecipient, pqcSessionKeyPacket } from './v6/kem';
 import type { UnlockedV6Key, V6Key } from './v6/read-key';
 import { errMessage } from './thrown';
 
@@ -160,18 +160,12 @@ export async function encryptNative(input: Readable, recipient: openpgp.PublicKe
 
 /**
  * Encrypts `input` to a post-quantum key (RFC 9980), which OpenPGP.js does not read: PKESK v6 from
- * v6/kem.ts (ML-KEM-768 + X25519), then SEIPDv2 in the AEAD mode the key prefers (aeadOf). zlib only if
- * asked for and the key lists it. An expired or revoked key, or one without
- * a valid encryption subkey, is 422 no_encryption_key.
+ * v6/kem.ts (ML-KEM-768 + X25519), then SEIPDv2 in the AEAD mode the key prefers (aeadOf). An expired or
+ * revoked key, or one without a valid encryption subkey, is 422 no_encryption_key.
  */
 export async function encryptPqc(input: Readable, recipient: V6Key, opts: EncryptNativeOptions): Promise<Readable> {
-  const compress = opts.compress && recipient.preferences.compression.includes(ZLIB);
-  return encryptWith(
-    input,
-    async (sessionKey) => pqcSessionKeyPacket(recipient, sessionKey),
-    { seipd: 2, aead: aeadOf(recipient.preferences.aead) },
-    { ...opts, compress },
-  );
+  const packets: SessionKeyPackets = async (sessionKey) => pqcSessionKeyPacket(recipient, sessionKey);
+  return encryptWith(input, packets, { seipd: 2, aead: aeadOf(recipient.preferences.aead) }, opts);
 }
 
 /**
@@ -187,6 +181,7 @@ export async function encryptWith(input: Readable, sessionKeyPackets: SessionKey
     pkesk = await sessionKeyPackets(sessionKey, format);
   } catch (err) {
     input.destroy();
+    if (err instanceof AppError) throw err; // already says why (v6/kem.ts)
     throw invalid('no_encryption_key', `Cannot encrypt to this key: ${err instanceof Error ? err.message : String(err)}`);
   }
 
@@ -335,7 +330,7 @@ const unsupported = (why: string) => invalid('unsupported_message', `This messag
 export async function openNative(input: Readable, opts: ContentOptions & { signal?: AbortSignal }): Promise<OpenedPackets> {
   const p = new Pull(input[Symbol.asyncIterator]());
   let pkesks: Buffer[];
-  let pqcPackets: { keyId: string; body: Buffer }[];
+  let pqcPackets: { keyId: string; cipher: number | null; body: Buffer }[];
   let seipd: Awaited<ReturnType<typeof header>>;
   try {
     const { packets, next } = await sessionKeyPackets(p);
@@ -343,8 +338,8 @@ export async function openNative(input: Readable, opts: ContentOptions & { signa
     pkesks = publicKeyPackets.map((k) => packet(1, k.body));
     // Post-quantum ones (RFC 9980), which OpenPGP.js does not read, are opened by v6/kem.ts.
     pqcPackets = publicKeyPackets.flatMap((k) => {
-      const keyId = pqcRecipientKeyId(k.body);
-      return keyId ? [{ keyId, body: k.body }] : [];
+      const recipient = pqcPacketRecipient(k.body);
+      return recipient ? [{ ...recipient, body: k.body }] : [];
     });
     if (next === 9) throw unsupported('its data is not integrity protected (SED)');
     if (next === 20) throw unsupported('it uses the draft AEAD packet; SEIPD packets are read');
@@ -378,7 +373,7 @@ export async function openNative(input: Readable, opts: ContentOptions & { signa
       try {
         if (isPqcPrivateKey(privateKey)) {
           // A v6 session key packet goes with SEIPDv2, a v3 one with SEIPDv1 (RFC 9580 §5.1): the other kind is not tried.
-          const packets = pqcPackets.filter((k) => (pqcPacketCipher(k.body) === null) === (head.version === 2));
+          const packets = pqcPackets.filter((k) => (k.cipher === null) === (head.version === 2));
           const sessionKey = pqcSessionKey(packets, privateKey);
           if (head.version === 2) plaintext = await decryptV2(data, head, sessionKey.data);
           else plaintext = await decryptV1(data, sessionKey);
@@ -524,13 +519,12 @@ function chunkKeys(sessionKey: Uint8Array, head: SeipdV2Head) {
  * that opens (each opening is silent), with the cipher a v3 packet names in the clear (decryptV1 refuses
  * any but AES).
  */
-function pqcSessionKey(packets: { body: Buffer }[], privateKey: UnlockedV6Key): openpgp.SessionKey {
+function pqcSessionKey(packets: { cipher: number | null; body: Buffer }[], privateKey: UnlockedV6Key): openpgp.SessionKey {
   if (packets.length > MAX_SESSION_KEY_TRIES)
     throw invalid('malformed_message', `The message has ${packets.length} session key packets for this key (at most ${MAX_SESSION_KEY_TRIES} are tried).`);
   for (const k of packets) {
     const opened = openPqcSessionKeyPacket(k.body, privateKey);
-    const cipher = pqcPacketCipher(k.body);
-    if (opened) return { data: opened, algorithm: cipher ? openpgp.enums.read(openpgp.enums.symmetric, cipher) : 'aes256' };
+    if (opened) return { data: opened, algorithm: k.cipher ? openpgp.enums.read(openpgp.enums.symmetric, k.cipher) : 'aes256' };
   }
   throw invalid('no_matching_key', 'The message cannot be decrypted with this key.');
 }

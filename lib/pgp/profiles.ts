@@ -24,12 +24,5 @@ export const defaultAlgorithm = (profile: KeyProfile): KeyAlgorithm => PROFILE_A
 
 export const profileAllows = (profile: KeyProfile, algorithm: string): boolean => (PROFILE_ALGORITHMS[profile] as readonly string[]).includes(algorithm);
 
-/** RFC 9980's public-key algorithm ids: ML-DSA-65+Ed25519 (signing) and ML-KEM-768+X25519 (encryption). */
-const PQC_ALGORITHM_IDS: ReadonlySet<number> = new Set([30, 35]);
-
-/** The profile of a key read from its packets: its version, and whether it holds a post-quantum algorithm. */
-export const profileOf = (version: number, algorithmIds: readonly number[]): KeyProfile =>
-  version !== 6 ? 'rfc4880' : algorithmIds.some((a) => PQC_ALGORITHM_IDS.has(a)) ? 'pqc' : 'rfc9580';
-
 /** A fingerprint as stored: lowercase hex, 40 digits for a v4 key (SHA-1), 64 for a v6 key (SHA-256). */
 export const FINGERPRINT = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;

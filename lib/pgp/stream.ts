@@ -51,7 +51,7 @@ export async function encryptStream(input: Readable, recipient: StoredPublicKey,
     throw invalid('signed_message_unsupported', 'A post-quantum key makes detached signatures only: encrypt without signing, and sign the file detached.');
   }
   const pqc = isPqcKey(recipient);
-  const compress = (opts.compress ?? false) && (pqc || (await acceptsZlib(recipient)));
+  const compress = (opts.compress ?? false) && (await acceptsZlib(recipient));
   if (pqc || (!opts.signingKey && nativeEncryptable(recipient))) {
     // Node's crypto cannot stall; only the signal applies.
     const out = await watch.call(pqc ? encryptPqc(input, recipient, { ...opts, compress }) : encryptNative(input, recipient, { ...opts, compress }));
@@ -91,7 +91,8 @@ export async function encryptStream(input: Readable, recipient: StoredPublicKey,
 }
 
 /** Recipients that do not list zlib get uncompressed data (only "uncompressed" is a MUST in RFC 9580). */
-async function acceptsZlib(recipient: openpgp.PublicKey): Promise<boolean> {
+async function acceptsZlib(recipient: StoredPublicKey): Promise<boolean> {
+  if (isPqcKey(recipient)) return recipient.preferences.compression.includes(enums.compression.zlib);
   return (await recipientPreferences(recipient))?.preferredCompressionAlgorithms?.includes(enums.compression.zlib) ?? false;
 }
 

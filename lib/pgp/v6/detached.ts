@@ -1,7 +1,19 @@
 import { invalid } from '../../errors';
 import { packet } from '../packets';
 import { isSigningAlgorithm, privateParts, publicParts, type SigningAlgorithm } from './key-material';
-import { draftSignature, finishSignature, readSignature, SHA512, SIG, SUB, signatureHash, TAG, verifySignature, type V6Signature } from './packets-v6';
+import {
+  KEY_FLAGS,
+  draftSignature,
+  finishSignature,
+  readSignature,
+  SHA512,
+  SIG,
+  SUB,
+  signatureHash,
+  TAG,
+  verifySignature,
+  type V6Signature,
+} from './packets-v6';
 import type { UnlockedV6Key, V6Key, V6KeyPart } from './read-key';
 import { packetList, subpacket, u32 } from './wire';
 
@@ -15,7 +27,6 @@ import { packetList, subpacket, u32 } from './wire';
 const MAX_SIGNATURES = 16;
 /** A composite signature packet is about 3.5 KiB. */
 const MAX_SIGNATURE_PACKET_BYTES = 16 * 1024;
-const SIGN_FLAG = 0x02;
 const CRITICAL = 0x80;
 
 const malformed = (why: string) => invalid('malformed_signature', `A signature cannot be read: ${why}`);
@@ -42,7 +53,7 @@ export function assertMaySign(key: UnlockedV6Key, date = new Date()): void {
 /** The primary key's secret, which signs (a signing algorithm, the sign flag). */
 function signingSecret(key: UnlockedV6Key): UnlockedV6Key['secrets'][number] & { algorithm: SigningAlgorithm } {
   const [primary] = key.secrets;
-  if (!primary || !isSigningAlgorithm(primary.algorithm) || !(key.key.primary.flags & SIGN_FLAG)) throw invalid('no_signing_key', 'This key cannot sign.');
+  if (!primary || !isSigningAlgorithm(primary.algorithm) || !(key.key.primary.flags & KEY_FLAGS.sign)) throw invalid('no_signing_key', 'This key cannot sign.');
   return { ...primary, algorithm: primary.algorithm };
 }
 
@@ -141,7 +152,7 @@ export class DetachedV6Check {
 function signerOf(sig: V6Signature, key: V6Key, only: boolean): V6KeyPart | undefined {
   const named = sig.issuerFingerprint?.toString('hex') ?? (only ? key.fingerprint : undefined);
   const part = [key.primary, ...key.subkeys].find((k) => k.fingerprint === named);
-  return part && part.algorithm === sig.algorithm && part.flags & SIGN_FLAG ? part : undefined;
+  return part && part.algorithm === sig.algorithm && part.flags & KEY_FLAGS.sign ? part : undefined;
 }
 
 /** Why a verified signature still does not count: its key (or the primary key) revoked, or expired when it signed. */

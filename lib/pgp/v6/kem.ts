@@ -3,7 +3,7 @@ import { generateRawKeyPair, publicKeyFromRaw } from '../../curve25519';
 import { invalid } from '../../errors';
 import { packet } from '../packets';
 import { MLKEM768_X25519, privateParts, publicParts } from './key-material';
-import { TAG } from './packets-v6';
+import { KEY_FLAGS, TAG } from './packets-v6';
 import type { UnlockedV6Key, V6Key, V6KeyPart, V6Secret } from './read-key';
 import { Cursor } from './wire';
 
@@ -23,7 +23,6 @@ const DOMAIN = Buffer.from('OpenPGPCompositeKDFv1');
 const X25519_BYTES = 32;
 const MLKEM768_CIPHERTEXT_BYTES = 1088;
 const KEY_WRAP_IV = Buffer.from('a6a6a6a6a6a6a6a6', 'hex'); // RFC 3394's default IV
-const ENCRYPT_FLAGS = 0x0c;
 
 /**
  * The framed packet giving `sessionKey` (16, 24 or 32 octets: an AES key) to `recipient`'s newest
@@ -71,18 +70,14 @@ export function openPqcSessionKeyPacket(packetBody: Uint8Array, unlockedKey: Unl
   return undefined;
 }
 
-/** The key id (hex) a post-quantum session key packet names: its fingerprint's first 8 octets; undefined for any other packet, 16 zeros for an anonymous one. */
-export function pqcRecipientKeyId(packetBody: Uint8Array): string | undefined {
-  const fields = read(Buffer.from(packetBody.buffer, packetBody.byteOffset, packetBody.byteLength));
-  return fields && (fields.recipient?.subarray(0, 8).toString('hex') ?? '0000000000000000');
-}
-
 /**
- * The cipher a version 3 packet to algorithm 35 names in the clear (the SEIPDv1 data's); null for a
- * version 6 one (SEIPDv2 names its own), undefined for any other packet.
+ * Whom a post-quantum session key packet names, and with what: the key id (hex; its fingerprint's first 8
+ * octets in a v6 packet, 16 zeros for an anonymous one) and the cipher a v3 packet names in the clear (the
+ * SEIPDv1 data's; null in a v6 packet, whose SEIPDv2 names its own). Undefined for any other packet.
  */
-export function pqcPacketCipher(packetBody: Uint8Array): number | null | undefined {
-  return read(Buffer.from(packetBody.buffer, packetBody.byteOffset, packetBody.byteLength))?.cipher;
+export function pqcPacketRecipient(packetBody: Uint8Array): { keyId: string; cipher: number | null } | undefined {
+  const fields = read(Buffer.from(packetBody.buffer, packetBody.byteOffset, packetBody.byteLength));
+  return fields && { keyId: fields.recipient?.subarray(0, 8).toString('hex') ?? '0000000000000000', cipher: fields.cipher };
 }
 
 interface Fields {
@@ -153,13 +148,25 @@ const combine = (mlkemShare: Buffer, ecdhShare: Buffer, ecdhCiphertext: Buffer, 
     .update(Buffer.from([DOMAIN.length]))
     .digest();
 
+/**
+ * The ML-KEM-768+X25519 subkeys that may encrypt at `now` (flags, not revoked, not expired, created), newest
+ * first; none when the primary key itself is revoked or expired.
+ */
+export function pqcEncryptionSubkeys(key: V6Key, now: Date): V6KeyPart[] {
+  if (!inForce(key.primary, now)) return [];
+  return key.subkeys
+    .filter((s) => s.algorithm === MLKEM768_X25519 && s.flags & KEY_FLAGS.encrypt && inForce(s, now))
+    .sort((a, b) => b.created.getTime() - a.created.getTime());
+}
+
 /** The newest ML-KEM-768+X25519 subkey that may encrypt, of a key neither revoked nor expired at `now`. */
 function encryptionSubkey(key: V6Key, now: Date): V6KeyPart {
-  const inForce = (k: V6KeyPart) => !k.revoked && k.created <= now && (k.expiresAt === null || now < k.expiresAt);
-  if (!inForce(key.primary)) throw invalid('no_encryption_key', 'Cannot encrypt to this key: it is revoked or expired.');
-  const subkey = key.subkeys
-    .filter((s) => s.algorithm === MLKEM768_X25519 && s.flags & ENCRYPT_FLAGS && inForce(s))
-    .sort((a, b) => b.created.getTime() - a.created.getTime())[0];
-  if (!subkey) throw invalid('no_encryption_key', 'Cannot encrypt to this key: it has no ML-KEM-768+X25519 subkey in force.');
-  return subkey;
+  const [subkey] = pqcEncryptionSubkeys(key, now);
+  if (subkey) return subkey;
+  throw invalid(
+    'no_encryption_key',
+    `Cannot encrypt to this key: ${inForce(key.primary, now) ? 'it has no ML-KEM-768+X25519 subkey in force' : 'it is revoked or expired'}.`,
+  );
 }
+
+const inForce = (k: V6KeyPart, now: Date) => !k.revoked && k.created <= now && (k.expiresAt === null || now < k.expiresAt);

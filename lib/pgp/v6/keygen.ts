@@ -1,7 +1,7 @@
 import { packet } from '../packets';
 import { ED25519, generateMaterial, MLDSA65_ED25519, MLKEM768_X25519, privateParts, X25519, type SigningAlgorithm, type V6Algorithm } from './key-material';
 import { lockMaterial } from './lock';
-import { fingerprintOf, keyBody, keyHashed, SIG, signParts, SUB, TAG, userIdHashed, type SignerKey } from './packets-v6';
+import { KEY_FLAGS, fingerprintOf, keyBody, keyHashed, SIG, signParts, SUB, TAG, userIdHashed, type SignerKey } from './packets-v6';
 import { subpacket, u32 } from './wire';
 
 /**
@@ -53,9 +53,6 @@ const AES256 = 9;
 const OCB = 2;
 const GCM = 3;
 const CRITICAL = 0x80;
-/** Key flags (RFC 9580 §5.2.3.29). */
-const CERTIFY_SIGN = 0x03;
-const ENCRYPT = 0x0c; // communications and storage
 /** Features (RFC 9580 §5.2.3.32): SEIPD v1 and v2. */
 const SEIPD_V1_V2 = 0x09;
 
@@ -79,7 +76,7 @@ export function v6Key(input: V6KeyInput): GeneratedV6Key {
     SIG.directKey,
     [
       ...validity,
-      subpacket(SUB.keyFlags | CRITICAL, Buffer.from([CERTIFY_SIGN])),
+      subpacket(SUB.keyFlags | CRITICAL, Buffer.from([KEY_FLAGS.certifySign])),
       subpacket(SUB.features, Buffer.from([SEIPD_V1_V2])),
       subpacket(SUB.prefSymmetric, Buffer.from([AES256, AES128])),
       // GCM first: a sender picks the first suite it has, and OpenPGP.js runs GCM at ~80 times its OCB
@@ -101,7 +98,7 @@ export function v6Key(input: V6KeyInput): GeneratedV6Key {
   const binding = signParts(
     signer,
     SIG.subkeyBinding,
-    [...validity, subpacket(SUB.keyFlags | CRITICAL, Buffer.from([ENCRYPT])), issuer],
+    [...validity, subpacket(SUB.keyFlags | CRITICAL, Buffer.from([KEY_FLAGS.encrypt])), issuer],
     [keyHashed(primary), keyHashed(subkey)],
   );
 

@@ -39,6 +39,9 @@ export const SUB = {
   issuerFingerprint: 33,
   prefAead: 39,
 } as const;
+/** Key flags (RFC 9580 §5.2.3.29): sign; certify and sign; encrypt communications and storage. */
+export const KEY_FLAGS = { sign: 0x02, certifySign: 0x03, encrypt: 0x0c } as const;
+
 const KNOWN_SUBPACKETS = new Set<number>([...Object.values(SUB), 4, 5, 6, 7, 10, 12, 23, 24, 26, 28, 31, 34, 35, 37, 38]);
 
 /**

@@ -2,6 +2,7 @@ import { invalid } from '../../errors';
 import { isSigningAlgorithm, publicMaterialBytes, publicParts, secretMatches, type PublicParts, type SigningAlgorithm, type V6Algorithm } from './key-material';
 import { unlockMaterial } from './lock';
 import {
+  KEY_FLAGS,
   fingerprintOf,
   keyHashed,
   readKeyPacket,
@@ -30,7 +31,6 @@ const MAX_PACKETS = 32;
 const MAX_PACKET_BYTES = 16 * 1024;
 const MAX_KEY_BYTES = 128 * 1024;
 const CERTIFICATIONS = new Set<number>([0x10, 0x11, 0x12, 0x13]);
-const SIGN_FLAG = 0x02;
 
 export interface V6KeyPart {
   algorithm: V6Algorithm;
@@ -201,7 +201,7 @@ function inForce(sig: V6Signature, keyCreated: number, now: number): boolean {
  * RFC 9580 §5.2.1.9) as an embedded signature; a subkey that only encrypts needs none.
  */
 function backSigned(binding: V6Signature, subkey: KeyPacketFields, signed: Buffer[], now: number): boolean {
-  if (!((sub(binding, SUB.keyFlags)?.[0] ?? 0) & SIGN_FLAG)) return true;
+  if (!((sub(binding, SUB.keyFlags)?.[0] ?? 0) & KEY_FLAGS.sign)) return true;
   if (!isSigningAlgorithm(subkey.algorithm)) return false;
   const algorithm: SigningAlgorithm = subkey.algorithm;
   const key = importPublic(subkey);
