@@ -296,7 +296,13 @@ export function printReport(m: Machine, r: Results, snapshots: RssSnapshots, q: 
         out.push(
           `  CPU ms per rotation, ${w.replace('w', ' worker(s)')}: ${Object.entries(t.cpu)
             .map(([k, s]) => `${k} ${fixed((s * 1000) / t.bytes, 1)}`)
-            .join(' · ')}`,
+            .join(' · ')}${
+            t.work
+              ? `; per rotation: ${Object.entries(t.work)
+                  .map(([k, n]) => `${k.replace(/_/g, ' ')} ${fixed(n / t.bytes, 1)}`)
+                  .join(' · ')}`
+              : ''
+          }`,
         );
     }
   }

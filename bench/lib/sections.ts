@@ -39,6 +39,8 @@ export interface Timing {
   /** CPU seconds per process, in total and per step. */
   cpu?: Record<string, number>;
   phaseCpu?: Record<string, Record<string, number>>;
+  /** Work counted over the run (Service.workCounters): Postgres write transactions, WAL, Redis commands. */
+  work?: Record<string, number>;
   /** The download ran during the upload and the job (`?follow=true`): the API's phases overlap. */
   followed?: boolean;
 }
@@ -163,11 +165,15 @@ export async function rotateAll(b: Bench, keys: RotatedKey[]): Promise<number> {
 
 /** `batches` calls of `batch` (each resolving with its rotation count), timed, with every process's CPU (Postgres's summed). */
 export async function timedRotations(b: Bench, batch: () => Promise<number>, batches: number): Promise<Timing> {
+  const w0 = await b.service.workCounters();
   const m0 = { ...mark(b), postgres: postgresCpuSeconds() };
   let rotations = 0;
   for (let i = 0; i < batches; i++) rotations += await batch();
   const m1 = { ...mark(b), postgres: postgresCpuSeconds() };
-  return { bytes: rotations, ms: m1.t - m0.t, cpu: { ...cpuBetween(m0, m1), postgres: m1.postgres - m0.postgres } };
+  const w1 = await b.service.workCounters();
+  // One transaction id is the first reading's own.
+  const work = Object.fromEntries(Object.entries(w1).map(([k, v]) => [k, v - w0[k] - (k === 'pg_write_xacts' ? 1 : 0)]));
+  return { bytes: rotations, ms: m1.t - m0.t, cpu: { ...cpuBetween(m0, m1), postgres: m1.postgres - m0.postgres }, work };
 }
 
 // -------------------------------------------------------------------------------------- service

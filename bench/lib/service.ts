@@ -166,6 +166,28 @@ export class Service {
     }
   }
 
+  /**
+   * Work counters so far, exact: Postgres write transactions (transaction ids assigned; this reading takes one
+   * itself), WAL bytes written (both for the whole cluster: read with nothing else running) and the commands
+   * Redis has run (INFO commandstats, every client's).
+   */
+  async workCounters(): Promise<Record<string, number>> {
+    const db = new pg.Client({ connectionString: this.databaseUrl });
+    const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+    await db.connect();
+    try {
+      const { rows } = await db.query<{ xid: string; wal: string }>(
+        `SELECT pg_current_xact_id()::text::bigint AS xid, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') AS wal`,
+      );
+      const stats = await redis.info('commandstats');
+      const redisCommands = [...stats.matchAll(/calls=(\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
+      return { pg_write_xacts: Number(rows[0].xid), wal_kib: Number(rows[0].wal) / 1024, redis_commands: redisCommands };
+    } finally {
+      await db.end();
+      redis.disconnect();
+    }
+  }
+
   /** Ends the processes, drops the database and deletes the Redis keys; safe to call twice. */
   async stop(): Promise<void> {
     if (this.stopped) return;
