@@ -1,4 +1,5 @@
 import type { Knex } from 'knex';
+import type { Write } from './knex';
 
 export interface OutboxRow {
   id: string;
@@ -14,9 +15,11 @@ export type NewOutboxRow = Omit<OutboxRow, 'id'>;
 
 /** Stores events to publish; a row whose `once_key` is already waiting is not stored twice. */
 export async function insertOutbox(db: Knex, rows: NewOutboxRow[]): Promise<void> {
-  if (!rows.length) return;
-  await db('event_outbox').insert(rows).onConflict('once_key').ignore();
+  if (rows.length) await outboxInsert(db, rows);
 }
+
+/** The insert of insertOutbox as a statement to run in a transaction or beside another write (db/knex.ts withWrites). */
+export const outboxInsert = (db: Knex, rows: NewOutboxRow[]): Write => db<object>('event_outbox').insert(rows).onConflict('once_key').ignore();
 
 /** Takes the account's relay lock for the transaction, if it is free: one relayer per account keeps its events in order. */
 export async function lockAccountOutbox(trx: Knex.Transaction, userId: string): Promise<boolean> {

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { z } from 'zod';
 import type { Container } from './container';
-import { emitEvent } from './events';
+import { publishEvent } from './events';
 import { besideStream } from './event-stream';
 
 /** What the audit_logs trigger sends (migration 007) for every committed row of an account. */
@@ -26,13 +26,8 @@ export function startAuditRelay(c: Container): { stop: () => Promise<void> } {
     if (!parsed.success) return;
     const row = parsed.data;
     const once = { key: besideStream(c.config.redisPrefix, row.user_id, `audit-relay:${row.id}`, c.redis.isCluster), seconds: DEDUPE_SECONDS };
-    await emitEvent(
-      c,
-      row.user_id,
-      'audit.recorded',
-      { audit_id: row.id, action: row.action, status: row.status, target: row.target, recorded_at: new Date(row.created_at).toISOString() },
-      once,
-    );
+    const data = { audit_id: row.id, action: row.action, status: row.status, target: row.target, recorded_at: new Date(row.created_at).toISOString() };
+    await publishEvent(c, row.user_id, { type: 'audit.recorded', data }, c.clock.now(), once);
   };
 
   const connect = async () => {

@@ -1,8 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { Knex } from 'knex';
 import type { Container } from './container';
+import type { Write } from '../db/knex';
 import { besideStream, publishEvents, type AccountEvent, type EventType, type NewEvent, type Once } from './event-stream';
 import { eventTargets, fanOut } from './webhooks/endpoints';
-import { accountsWithPendingEvents, deleteOutbox, insertOutbox, lockAccountOutbox, pendingEvents } from '../db/event-outbox';
+import { accountsWithPendingEvents, deleteOutbox, insertOutbox, lockAccountOutbox, outboxInsert, pendingEvents, type NewOutboxRow } from '../db/event-outbox';
 
 /** How long a relayed event's Redis key is kept: a relayer that published it but could not delete its row skips it. */
 const RELAYED_ONCE_SECONDS = 24 * 3600;
@@ -20,19 +22,50 @@ const RELAY_RETRY_MS = 50;
  */
 export async function emitEvents(c: Container, userId: string, events: NewEvent[], once?: Once): Promise<void> {
   if (!events.length) return;
-  const at = c.clock.now();
   try {
     // A `once` key stands for one event: the rows of a call are stored together or not at all.
     if (once && events.length > 1) throw new TypeError('a once-only emit carries one event');
-    await insertOutbox(
-      c.db,
-      events.map((e) => ({ user_id: userId, type: e.type, data: e.data, once_key: once?.key ?? null, once_seconds: once?.seconds ?? null, created_at: at })),
-    );
+    await insertOutbox(c.db, outboxRows(c, userId, events, once));
   } catch (err) {
     c.log.warn({ err, types: events.map((e) => e.type) }, 'could not store account events');
     return;
   }
-  await relayEvents(c, userId, RELAY_WAIT_MS);
+  await announceEvents(c, userId);
+}
+
+const outboxRows = (c: Container, userId: string, events: NewEvent[], once?: Once): NewOutboxRow[] => {
+  const at = c.clock.now();
+  return events.map((e) => ({ user_id: userId, type: e.type, data: e.data, once_key: once?.key ?? null, once_seconds: once?.seconds ?? null, created_at: at }));
+};
+
+/**
+ * The outbox write of `events`, to commit with the change they report (in its transaction, or beside its
+ * statement: db/knex.ts withWrites): the events exist exactly when the change does, for one commit less.
+ * Once committed, announceEvents publishes them.
+ */
+export const storeEvents = (c: Container, db: Knex, userId: string, events: NewEvent[]): Write => outboxInsert(db, outboxRows(c, userId, events));
+
+/** Publishes the account's committed events (emitEvents, storeEvents); failures are logged, and the events wait in the outbox. */
+export const announceEvents = (c: Container, userId: string): Promise<void> => relayEvents(c, userId, RELAY_WAIT_MS);
+
+/**
+ * Publishes one event now, past the outbox, with a `once` key (see publishEvents): for a change whose own
+ * row is durable already and that several processes hear (the audit relay), where an outbox row and its
+ * relay would cost two more commits. It goes through the outbox only when Redis cannot take it.
+ */
+export async function publishEvent(c: Container, userId: string, event: NewEvent, at: Date, once: Once): Promise<void> {
+  let answer;
+  try {
+    if (c.redis.status !== 'ready') throw new Error('Redis is not ready');
+    answer = await publishEvents(c.redis, c.config.redisPrefix, userId, [event], at, once);
+  } catch {
+    return emitEvents(c, userId, [event], once);
+  }
+  if (!answer) return;
+  const published = { id: answer.ids[0], type: event.type, created_at: at.toISOString(), account: userId, data: event.data };
+  await fanOut(c, published, await eventTargets(c, userId, answer.endpointsVersion)).catch((err: unknown) =>
+    c.log.warn({ err, type: event.type }, 'could not queue the webhooks of an account event'),
+  );
 }
 
 /** One event: see emitEvents. `once`: see publishEvents. */

@@ -6,7 +6,7 @@ import type { JobContext, Processor } from './define';
 import type { Container } from '../lib/container';
 import { addJobBytes } from '../db/api-keys';
 import type { Write } from '../db/knex';
-import { emitEvent, emitEvents } from '../lib/events';
+import { announceEvents, emitEvent, storeEvents } from '../lib/events';
 import { type NewEvent } from '../lib/event-stream';
 import { AppError, isOutOfReach, isStorageFull, storageFull } from '../lib/errors';
 import { findJob, mergeProgress, requeueJob, startJobAttempt, updateJob, type JobProgress, type JobRow } from '../db/jobs';
@@ -36,7 +36,7 @@ interface Completion {
   writes?(db: Knex): Write[];
   /** Effects that need a transaction (reads, or rows written twice); may return the result (made from the rows it wrote). */
   commit?: (trx: Knex.Transaction) => Promise<Record<string, unknown> | void>;
-  /** Events of the committed effects (a rotation's `key.rotated`), published before `job.completed` in the same round trip. */
+  /** Events of the committed effects (a rotation's `key.rotated`), stored with the completed state before `job.completed`. */
   events?(): NewEvent[];
   /**
    * Work once committed and announced: re-syncs to queue, uploads to delete (a crash before it leaves those
@@ -108,7 +108,9 @@ export function defineTrackedProcessor<C extends JobContract<string, z.ZodObject
         await (done.progress ? progress.stop() : progress.flush());
         const finished = c.clock.now();
         const complete = async (db: Knex, result: Record<string, unknown>) => {
-          const writes = done.writes?.(db) ?? [];
+          // The job's events commit with its completed state (`done.events` reads what `commit` wrote).
+          const events = [...(done.events?.() ?? []), { type: 'job.completed' as const, data: { job_id: jobId, kind: row.kind, state: 'completed' } }];
+          const writes = [...(done.writes?.(db) ?? []), storeEvents(c, db, row.user_id, events)];
           if (done.processedBytes && row.api_key_id && (row.kind === 'encrypt' || row.kind === 'decrypt'))
             writes.push(addJobBytes(db, row.api_key_id, row.kind, done.processedBytes));
           const expires_at = new Date(finished.getTime() + (done.retentionHours ?? c.config.jobRetentionHours) * 3600_000);
@@ -122,7 +124,7 @@ export function defineTrackedProcessor<C extends JobContract<string, z.ZodObject
         await forgetSecrets(ctx);
         if (done.processedBytes) c.metrics.bytes.inc({ operation: row.kind }, done.processedBytes);
         // Announced before the clean-up: whoever waits for the job should not wait for that too.
-        await emitEvents(c, row.user_id, [...(done.events?.() ?? []), { type: 'job.completed', data: { job_id: jobId, kind: row.kind, state: 'completed' } }]);
+        await announceEvents(c, row.user_id);
         await done.after?.().catch((e: unknown) => log.warn({ err: e }, "work after the job's completion failed"));
         return result;
       } catch (caught) {

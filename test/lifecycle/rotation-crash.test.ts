@@ -93,7 +93,7 @@ describe('a worker frozen inside its rotation transaction', () => {
       const waiting = async () =>
         (
           await s.c.db.raw(
-            `SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE 'update "jobs"%'
+            `SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query ILIKE '%update "jobs"%'
                AND pid IN (SELECT pid FROM pg_locks WHERE relation = 'pgp_keys'::regclass AND mode = 'RowExclusiveLock' AND granted)`,
           )
         ).rows[0].n;
