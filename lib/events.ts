@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Knex } from 'knex';
 import type { Container } from './container';
 import type { Write } from '../db/knex';
-import { besideStream, publishEvents, type AccountEvent, type EventType, type NewEvent, type Once } from './event-stream';
+import { besideStream, publishEvents, type AccountEvent, type EventType, type NewEvent, type Once, type Published } from './event-stream';
 import { eventTargets, fanOut } from './webhooks/endpoints';
 import { accountsWithPendingEvents, deleteOutbox, insertOutbox, lockAccountOutbox, outboxInsert, pendingEvents, type NewOutboxRow } from '../db/event-outbox';
 
@@ -54,15 +54,15 @@ export const announceEvents = (c: Container, userId: string): Promise<void> => r
  * relay would cost two more commits. It goes through the outbox only when Redis cannot take it.
  */
 export async function publishEvent(c: Container, userId: string, event: NewEvent, at: Date, once: Once): Promise<void> {
-  let answer;
-  try {
-    if (c.redis.status !== 'ready') throw new Error('Redis is not ready');
-    answer = await publishEvents(c.redis, c.config.redisPrefix, userId, [event], at, once);
-  } catch {
-    return emitEvents(c, userId, [event], once);
-  }
-  if (!answer) return;
-  const published = { id: answer.ids[0], type: event.type, created_at: at.toISOString(), account: userId, data: event.data };
+  const answer = c.redis.status === 'ready' ? await publishEvents(c.redis, c.config.redisPrefix, userId, [event], at, once).catch(() => undefined) : undefined;
+  if (answer === undefined) return emitEvents(c, userId, [event], once);
+  // Null: published already (another process heard the same row).
+  if (answer) await queueWebhooks(c, userId, event, at, answer);
+}
+
+/** Queues the webhooks of one published event; a failure is logged (the event itself is out). */
+async function queueWebhooks(c: Container, userId: string, event: NewEvent, at: Date, answer: Published): Promise<void> {
+  const published: AccountEvent = { id: answer.ids[0], type: event.type, created_at: at.toISOString(), account: userId, data: event.data };
   await fanOut(c, published, await eventTargets(c, userId, answer.endpointsVersion)).catch((err: unknown) =>
     c.log.warn({ err, type: event.type }, 'could not queue the webhooks of an account event'),
   );
@@ -117,7 +117,7 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
     if (c.redis.status !== 'ready') return;
     // The transaction holds one pooled connection and asks for no other (no query on c.db inside it), so a
     // full pool cannot deadlock on it; webhooks are queued once it has committed.
-    const published: { event: AccountEvent; endpointsVersion: string | null }[] = [];
+    const published: { event: NewEvent; at: Date; answer: Published }[] = [];
     const outcome = await c.db.transaction(async (trx): Promise<'busy' | 'more' | 'done'> => {
       if (!(await lockAccountOutbox(trx, userId))) return 'busy';
       const rows = await pendingEvents(trx, userId, RELAY_BATCH);
@@ -132,11 +132,7 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
           const answer = await publishEvents(c.redis, prefix, userId, [event], row.created_at, once);
           done.push(row.id);
           // Null: published already (by another process hearing the same audit row, or before a failed delete).
-          if (answer)
-            published.push({
-              event: { id: answer.ids[0], type: event.type, created_at: row.created_at.toISOString(), account: userId, data: event.data },
-              endpointsVersion: answer.endpointsVersion,
-            });
+          if (answer) published.push({ event, at: row.created_at, answer });
         }
       } catch (err) {
         c.log.warn({ err, waiting: rows.length - done.length }, 'could not publish account events; they wait in the outbox');
@@ -146,11 +142,7 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
       await deleteOutbox(trx, done);
       return rows.length === RELAY_BATCH ? 'more' : 'done';
     });
-    for (const { event, endpointsVersion } of published) {
-      await fanOut(c, event, await eventTargets(c, userId, endpointsVersion)).catch((err: unknown) =>
-        c.log.warn({ err, type: event.type }, 'could not queue the webhooks of an account event'),
-      );
-    }
+    for (const { event, at, answer } of published) await queueWebhooks(c, userId, event, at, answer);
     if (outcome === 'done') return;
     if (outcome === 'busy') {
       // Another process relays this account; it may have read the outbox before these events were in it.

@@ -167,8 +167,8 @@ export class Service {
   }
 
   /**
-   * Work counters so far, exact: Postgres write transactions (transaction ids assigned; this reading takes one
-   * itself), WAL bytes written (both for the whole cluster: read with nothing else running) and the commands
+   * Work counters so far, exact: Postgres write transactions (transaction ids assigned: the snapshot's xmax,
+   * which this reading does not move), WAL bytes written (both for the whole cluster: read with nothing else running) and the commands
    * Redis has run (INFO commandstats, every client's).
    */
   async workCounters(): Promise<Record<string, number>> {
@@ -177,7 +177,7 @@ export class Service {
     await db.connect();
     try {
       const { rows } = await db.query<{ xid: string; wal: string }>(
-        `SELECT pg_current_xact_id()::text::bigint AS xid, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') AS wal`,
+        `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xid, pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') AS wal`,
       );
       const stats = await redis.info('commandstats');
       const redisCommands = [...stats.matchAll(/calls=(\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
