@@ -21,19 +21,26 @@ export async function insertOutbox(db: Knex, rows: NewOutboxRow[]): Promise<void
 /** The insert of insertOutbox as a statement to run in a transaction or beside another write (db/knex.ts withWrites). */
 export const outboxInsert = (db: Knex, rows: NewOutboxRow[]): Write => db<object>('event_outbox').insert(rows).onConflict('once_key').ignore();
 
-/** Takes the account's relay lock for the transaction, if it is free: one relayer per account keeps its events in order. */
-export async function lockAccountOutbox(trx: Knex.Transaction, userId: string): Promise<boolean> {
-  const { rows } = await trx.raw<{ rows: { locked: boolean }[] }>(`SELECT pg_try_advisory_xact_lock(hashtextextended('event_outbox:' || ?, 0)) AS locked`, [
-    userId,
-  ]);
-  return rows[0].locked;
-}
-
-export const pendingEvents = async (db: Knex, userId: string, limit: number): Promise<OutboxRow[]> =>
-  db('event_outbox').where({ user_id: userId }).orderBy('id').limit(limit);
-
-export async function deleteOutbox(db: Knex, ids: string[]): Promise<void> {
-  if (ids.length) await db('event_outbox').whereIn('id', ids).delete();
+/**
+ * Takes the account's relay lock for the transaction, if it is free (one relayer per account keeps its
+ * events in order), and with it, in the same statement, the account's oldest `limit` events, deleted: a
+ * relayer that cannot publish them rolls the transaction back and they wait again. Undefined: another
+ * transaction holds the lock. Rows a relayer committed meanwhile are not returned: Postgres re-checks a
+ * deleted row before deleting it again.
+ */
+export async function takePendingEvents(trx: Knex.Transaction, userId: string, limit: number): Promise<OutboxRow[] | undefined> {
+  const { rows } = await trx.raw<{ rows: ({ locked: boolean } & (OutboxRow | { [K in keyof OutboxRow]: null }))[] }>(
+    `WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(hashtextextended('event_outbox:' || ?, 0)) AS locked),
+     taken AS (
+       DELETE FROM event_outbox WHERE id IN (
+         SELECT id FROM event_outbox WHERE user_id = ? AND (SELECT locked FROM lock) ORDER BY id LIMIT ?
+       ) RETURNING *
+     )
+     SELECT lock.locked, taken.* FROM lock LEFT JOIN taken ON true ORDER BY taken.id`,
+    [userId, userId, limit],
+  );
+  if (!rows[0].locked) return undefined;
+  return rows.filter((r): r is { locked: boolean } & OutboxRow => r.id !== null).map(({ locked: _, ...row }) => row);
 }
 
 /** Accounts with events still to publish. */

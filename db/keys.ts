@@ -163,8 +163,12 @@ export async function findKeyByFingerprint(
   if (!row) return undefined;
   const lineage = Object.fromEntries(LINEAGE_COLUMNS.map((col) => [col, row[LINEAGE_AS + col]])) as unknown as LineageRow;
   const named = Object.fromEntries(KEY_COLUMNS.map((col) => [col, row[col]])) as unknown as KeyRow;
-  // Usually the caller names the current generation: no second look needed.
-  const current = named.status === 'active' ? named : await db<KeyRow>('pgp_keys').where({ lineage_id: named.lineage_id, status: 'active' }).first();
+  const current =
+    named.status === 'active'
+      ? named
+      : row[CURRENT_AS + 'id']
+        ? (Object.fromEntries(KEY_COLUMNS.map((col) => [col, row[CURRENT_AS + col]])) as unknown as KeyRow)
+        : undefined;
   return current ? { lineage, current, named, inherited: named.user_id !== userId } : undefined;
 }
 
@@ -228,11 +232,16 @@ const KEY_COLUMNS = columnsOf<KeyRow>({
 });
 const LINEAGE_AS = 'lineage__';
 
-// The generation and its lineage in one query: the lineage's columns come under LINEAGE_AS names.
+const CURRENT_AS = 'current__';
+
+// The generation, its lineage and, when the named one is not it, the lineage's current generation, in one
+// query: the lineage's columns come under LINEAGE_AS names, the current generation's under CURRENT_AS.
 const keyByFingerprint = prepared<Record<string, unknown>>(
   'key_by_fingerprint',
-  `SELECT ${KEY_COLUMNS.map((c) => `k.${c}`).join(', ')}, ${LINEAGE_COLUMNS.map((c) => `l.${c} AS ${LINEAGE_AS}${c}`).join(', ')}
+  `SELECT ${KEY_COLUMNS.map((c) => `k.${c}`).join(', ')}, ${LINEAGE_COLUMNS.map((c) => `l.${c} AS ${LINEAGE_AS}${c}`).join(', ')},
+     ${KEY_COLUMNS.map((c) => `a.${c} AS ${CURRENT_AS}${c}`).join(', ')}
    FROM pgp_keys k JOIN key_lineages l ON l.id = k.lineage_id
+   LEFT JOIN pgp_keys a ON a.lineage_id = k.lineage_id AND a.status = 'active' AND k.status <> 'active'
    WHERE k.fingerprint = :fingerprint AND ${usableSql('k.user_id', 'k.lineage_id')}
    ORDER BY (CAST(:private AS boolean) AND l.kind = 'recipient'), k.user_id = :user DESC, k.created_at, k.id
    LIMIT 1`,

@@ -4,7 +4,7 @@ import type { Container } from './container';
 import type { Write } from '../db/knex';
 import { besideStream, publishEvents, type AccountEvent, type EventType, type NewEvent, type Once, type Published } from './event-stream';
 import { eventTargets, fanOut } from './webhooks/endpoints';
-import { accountsWithPendingEvents, deleteOutbox, insertOutbox, lockAccountOutbox, outboxInsert, pendingEvents, type NewOutboxRow } from '../db/event-outbox';
+import { accountsWithPendingEvents, insertOutbox, outboxInsert, takePendingEvents, type NewOutboxRow } from '../db/event-outbox';
 
 /** How long a relayed event's Redis key is kept: a relayer that published it but could not delete its row skips it. */
 const RELAYED_ONCE_SECONDS = 24 * 3600;
@@ -118,30 +118,31 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
     // The transaction holds one pooled connection and asks for no other (no query on c.db inside it), so a
     // full pool cannot deadlock on it; webhooks are queued once it has committed.
     const published: { event: NewEvent; at: Date; answer: Published }[] = [];
-    const outcome = await c.db.transaction(async (trx): Promise<'busy' | 'more' | 'done'> => {
-      if (!(await lockAccountOutbox(trx, userId))) return 'busy';
-      const rows = await pendingEvents(trx, userId, RELAY_BATCH);
-      const done: string[] = [];
-      try {
-        for (const row of rows) {
+    let outcome: 'busy' | 'more' | 'done';
+    try {
+      outcome = await c.db.transaction(async (trx): Promise<'busy' | 'more' | 'done'> => {
+        const rows = await takePendingEvents(trx, userId, RELAY_BATCH);
+        if (!rows) return 'busy';
+        for (const [i, row] of rows.entries()) {
           const once = {
             key: row.once_key ?? besideStream(prefix, userId, `outbox:${row.id}`, c.redis.isCluster),
             seconds: row.once_seconds ?? RELAYED_ONCE_SECONDS,
           };
           const event: NewEvent = { type: row.type as EventType, data: row.data };
-          const answer = await publishEvents(c.redis, prefix, userId, [event], row.created_at, once);
-          done.push(row.id);
-          // Null: published already (by another process hearing the same audit row, or before a failed delete).
+          const answer = await publishEvents(c.redis, prefix, userId, [event], row.created_at, once).catch((err: unknown) => {
+            throw new PublishFailed(err, rows.length - i);
+          });
+          // Null: published already (by another process hearing the same audit row, or before a rolled-back relay).
           if (answer) published.push({ event, at: row.created_at, answer });
         }
-      } catch (err) {
-        c.log.warn({ err, waiting: rows.length - done.length }, 'could not publish account events; they wait in the outbox');
-        await deleteOutbox(trx, done);
-        return 'done';
-      }
-      await deleteOutbox(trx, done);
-      return rows.length === RELAY_BATCH ? 'more' : 'done';
-    });
+        return rows.length === RELAY_BATCH ? 'more' : 'done';
+      });
+    } catch (err) {
+      if (!(err instanceof PublishFailed)) throw err;
+      // The events are back in the outbox; those published already are skipped next time by their Redis key.
+      c.log.warn({ err: err.cause, waiting: err.waiting }, 'could not publish account events; they wait in the outbox');
+      outcome = 'done';
+    }
     for (const { event, at, answer } of published) await queueWebhooks(c, userId, event, at, answer);
     if (outcome === 'done') return;
     if (outcome === 'busy') {
@@ -149,6 +150,16 @@ async function relayAccount(c: Container, userId: string, waitMs: number): Promi
       if (Date.now() >= deadline) return;
       await sleep(RELAY_RETRY_MS);
     }
+  }
+}
+
+/** Redis refused an event: the relay's transaction rolls back, so the account's events wait in the outbox again. */
+class PublishFailed extends Error {
+  constructor(
+    cause: unknown,
+    readonly waiting: number,
+  ) {
+    super('could not publish an account event', { cause });
   }
 }
 
