@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { execFileSync } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtemp, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -13,6 +14,7 @@ import { loadConfig } from '../../lib/config';
 import { startService, type Service } from '../../lib/main';
 import { createDb, dropDatabase } from '../../db/knex';
 import { deleteKeysMatching } from '../../lib/redis';
+import { LocalBlobStore } from '../../lib/blob';
 import { checkpointChains, verifyChain } from '../../lib/audit/audit-evidence';
 
 /**
@@ -152,6 +154,21 @@ async function drill(env: Record<string, string>, badInputs: boolean) {
     // The job in flight: the reconciler finds its queue entry gone and fails it with a clear code.
     await c.jobs.enqueue('reconcile-jobs', {});
     await expect.poll(async () => (await c.db('jobs').where({ id: before.inFlight }).first()).error?.code, { timeout: 15_000 }).toBe('job_lost');
+
+    if (badInputs) {
+      // With --force a restore replaces a database that holds tables, in the same one transaction.
+      await restored.stop();
+      restored = undefined;
+      const again = await admin(['restore', archive, '--force'], s.env);
+      expect(again, again.err).toMatchObject({ code: 0 });
+      const db = createDb(s.env.DATABASE_URL, { max: 1 });
+      try {
+        expect(await db('jobs').where({ id: before.inFlight }).first()).toMatchObject({ state: 'active' });
+        expect(await db('audit_logs').where({ action: 'system.restore' }).count('* as n')).toEqual([{ n: 1 }]);
+      } finally {
+        await db.destroy();
+      }
+    }
   } finally {
     await restored?.stop();
     await s.stop().catch(() => undefined);
@@ -205,6 +222,18 @@ async function refusals(s: TestService, archive: string) {
     expect([null, 0]).toContain(await tablesOf(target.DATABASE_URL));
     expect(await stat(join(target.BLOB_STORE_URL, 'jobs')).catch(() => null)).toBe(null);
     await dropDatabase(target.DATABASE_URL).catch(() => undefined);
+  }
+  // A failure after the database committed (a blob store that takes no new folder) empties it again.
+  const late = scratchTarget(s.env, 'late');
+  new LocalBlobStore(late.BLOB_STORE_URL);
+  execFileSync('chattr', ['+i', late.BLOB_STORE_URL]);
+  try {
+    const res = await admin(['restore', archive], late);
+    expect(res).toMatchObject({ code: 1, err: expect.stringMatching(/failed after the database was replayed, and was undone.*EPERM/) });
+    expect(await tablesOf(late.DATABASE_URL)).toBe(0);
+  } finally {
+    execFileSync('chattr', ['-i', late.BLOB_STORE_URL]);
+    await dropDatabase(late.DATABASE_URL).catch(() => undefined);
   }
 }
 

@@ -136,11 +136,12 @@ export async function restoreBackup(config: Config, path: string, opts: RestoreO
       await recover(c, manifest, blobs);
       return { manifest, blobs };
     } catch (err) {
-      if (committed) {
-        for (const dir of written) await c?.blob.deletePrefix(dir).catch(() => undefined);
-        await emptyDatabase(db);
-      }
-      throw err;
+      if (!committed) throw err;
+      for (const dir of written) await c?.blob.deletePrefix(dir).catch(() => undefined);
+      await emptyDatabase(db);
+      throw new BackupError(
+        `the restore failed after the database was replayed, and was undone (the database emptied, the blobs written deleted): ${(err as Error).message}`,
+      );
     } finally {
       await c?.close();
       await store.close();
