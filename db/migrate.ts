@@ -65,6 +65,9 @@ const migrations: Record<string, Knex.Migration> = {
   '032_key_profiles': m032,
 };
 
+/** The migrations this version knows, in order (a restore refuses a database migrated further). */
+export const knownMigrations = (): string[] => Object.keys(migrations);
+
 const source: Knex.MigrationSource<string> = {
   getMigrations: async () => Object.keys(migrations),
   getMigrationName: (name) => name,

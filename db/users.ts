@@ -81,6 +81,15 @@ export async function bumpTokenVersion(db: Knex, id: string, patch: Partial<Pick
   return row;
 }
 
+/**
+ * Every account's version moves on by `step` at once (a restore: lib/operations/backup). The versions of
+ * the restored rows are those of the backup's time; tokens issued after it, on the timeline the restore
+ * undoes, carry versions up to that plus the revocations made since, so the step must outgrow those.
+ */
+export async function bumpAllTokenVersions(db: Knex, step: number): Promise<number> {
+  return db<UserRow>('users').update({ token_version: db.raw('token_version + ?', [step]) as unknown as number });
+}
+
 /** Which unique index a 23505 violation came from: the API answers 409 with the field's name. */
 export function duplicateField(err: unknown): 'username' | 'email' | null {
   const e = err as { code?: string; constraint?: string };

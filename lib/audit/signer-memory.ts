@@ -1,5 +1,5 @@
 import type { Container } from '../container';
-import type { Redis } from '../redis';
+import { deleteKeysMatching, type Redis } from '../redis';
 import type { Break } from '../audit-chain';
 
 /**
@@ -81,4 +81,13 @@ export async function brokenChains(c: Container, limit: number): Promise<{ count
     chains.push({ chain: flat[i], sequence: b.sequence, reason: b.reason, detected_at: b.detected_at });
   }
   return { count, chains };
+}
+
+/**
+ * Forgets every checkpoint the signer remembers and every break it recorded: after a restore the chains
+ * are the backup's, shorter than what was signed since, and would all read as rewritten. The restore
+ * that calls this records itself on the system chain first.
+ */
+export async function forgetSignerMemory(c: Container): Promise<number> {
+  return (await deleteKeysMatching(c.redis, `${c.config.redisPrefix}:audit:signed:*`)) + (await c.redis.del(brokenKey(c)));
 }

@@ -153,6 +153,19 @@ async function* open(chunks: AsyncIterator<Frame>, dataKey: Buffer, blobKey: str
   if (!ended) throw fail('truncated');
 }
 
+/**
+ * The same construction for a stream that is not a job blob (a backup archive, lib/operations/backup):
+ * sealed under `dataKey` and bound to `name`, so that it opens only under that name.
+ */
+export function sealStream(source: AsyncIterable<Buffer | string>, dataKey: Buffer, name: string): AsyncGenerator<Buffer> {
+  const salt = randomBytes(SALT_BYTES);
+  return seal(source, chunkKey(dataKey, salt, name), salt);
+}
+
+/** Opens what sealStream made: each chunk's plaintext once verified; a plain Error for anything changed or cut. */
+export const openStream = (source: AsyncIterable<Buffer | string>, dataKey: Buffer, name: string): AsyncGenerator<Buffer> =>
+  open(frames(source, SEALED_CHUNK, SEALED_HEADER_BYTES), dataKey, name);
+
 /** Wraps a store so that job blobs are sealed at rest (see the file comment). */
 export function sealedJobBlobs(inner: BlobStore, dataKeys: JobDataKeys): BlobStore {
   /** The job id of a job blob, null for keys outside `jobs/`; throws for anything else under `jobs/`. */
