@@ -5804,6 +5804,11 @@ export interface paths {
                     content: {
                         "application/json": {
                             queues: components["schemas"]["QueueSummary"][];
+                            /**
+                             * @description Bull Board at /admin/queues (QUEUE_DASHBOARD)
+                             * @enum {string}
+                             */
+                            dashboard: "off" | "read-only" | "read-write";
                         };
                     };
                 };

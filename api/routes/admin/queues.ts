@@ -56,7 +56,15 @@ export default [
     summary: 'Every job queue with its counts by state and whether it is paused',
     tags,
     access: 'admin',
-    responses: { 200: { description: 'The queues', schema: z.object({ queues: z.array(QueueSummary) }) } },
+    responses: {
+      200: {
+        description: 'The queues',
+        schema: z.object({
+          queues: z.array(QueueSummary),
+          dashboard: z.enum(['off', 'read-only', 'read-write']).describe('Bull Board at /admin/queues (QUEUE_DASHBOARD)'),
+        }),
+      },
+    },
     async handler({ c }) {
       const queues = await Promise.all(
         QUEUES.map(async (name) => {
@@ -65,7 +73,7 @@ export default [
           return { queue: name, paused, counts: Object.fromEntries(STATES.map((s) => [s, counts[s] ?? 0])) };
         }),
       );
-      return { headers: { 'Cache-Control': 'no-store' }, body: { queues } };
+      return { headers: { 'Cache-Control': 'no-store' }, body: { queues, dashboard: c.config.monitoring.queueDashboard } };
     },
   }),
 
