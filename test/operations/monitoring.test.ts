@@ -280,5 +280,16 @@ describe('queue dashboard, read-write, opened by its cookie', () => {
     expect((await board('', 'GET', {})).status).toBe(200);
     expect((await fetch(`${own}/admin/queues/api/queues/notify/resume`, { method: 'PUT', headers: { authorization: `Bearer ${u.token}` } })).status).toBe(200);
     expect(await notify.isPaused()).toBe(false);
+
+    // The console's session cookie alone (the dashboard opened directly): the same rules, no console header needed.
+    const set = await fetch(`${rw.url}/auth/session`, { method: 'POST', headers: { authorization: `Bearer ${u.token}` } });
+    const session = set.headers.get('set-cookie')!.split(';')[0];
+    const byConsole = (headers: Record<string, string>) =>
+      fetch(`${own}/admin/queues/api/queues/notify/pause`, { method: 'PUT', headers: { cookie: session, ...headers } });
+    expect(((await (await byConsole({ origin: 'https://evil.example' })).json()) as { code: string }).code).toBe('cross_origin_request');
+    expect(((await (await byConsole({})).json()) as { code: string }).code).toBe('origin_required');
+    expect(await notify.isPaused()).toBe(false);
+    expect((await byConsole({ origin: own, 'sec-fetch-site': 'same-origin' })).status).toBe(200);
+    expect(await notify.isPaused()).toBe(true);
   });
 });
