@@ -1,10 +1,8 @@
 import { z } from 'zod';
-import { ErrorCode, type Job, type JobType } from 'bullmq';
 import { route } from '../../route';
 import { QUEUES } from '../../../jobs/define';
-import { isoOrNull, Timestamp, wholeNumber } from '../../schemas/common';
-import { conflict, notFound } from '../../../lib/errors';
-import { recordAudit } from '../../../db/audit';
+import { Timestamp, wholeNumber } from '../../schemas/common';
+import { COUNTED_STATES, LISTED_STATES, queueSummaries, recentJobs, retryFailedJob } from '../../../lib/operations/queues';
 
 /**
  * The console's queue view on BullMQ's own API, for administrators: counts by state, recent jobs with
@@ -13,12 +11,8 @@ import { recordAudit } from '../../../db/audit';
  */
 const tags = ['Monitoring'];
 
-const STATES = ['waiting', 'active', 'delayed', 'prioritized', 'waiting-children', 'failed', 'completed'] as const satisfies readonly JobType[];
-/** The states a job list can be asked for: every state a job sits in for a while. */
-const LISTED = ['waiting', 'active', 'delayed', 'prioritized', 'failed', 'completed'] as const satisfies readonly JobType[];
-
 const QueueName = z.enum(QUEUES).describe('A queue of jobs/define.ts');
-const Counts = z.object(Object.fromEntries(STATES.map((s) => [s, z.number().int()])) as Record<(typeof STATES)[number], z.ZodNumber>);
+const Counts = z.object(Object.fromEntries(COUNTED_STATES.map((s) => [s, z.number().int()])) as Record<(typeof COUNTED_STATES)[number], z.ZodNumber>);
 const QueueSummary = z
   .object({ queue: QueueName, paused: z.boolean().describe('Workers take no job from it while paused'), counts: Counts })
   .meta({ id: 'QueueSummary' });
@@ -35,19 +29,6 @@ const QueueJob = z
   })
   .meta({ id: 'QueueJob' });
 const JobId = z.string().regex(/^[\w.-]{1,200}$/, { error: 'must be a job id (letters, digits, _ . -)' });
-
-async function presentJob(job: Job, state?: string) {
-  return {
-    job_id: String(job.id),
-    name: job.name,
-    state: state ?? (await job.getState()),
-    attempts_made: job.attemptsMade,
-    failed_reason: job.failedReason || null,
-    created_at: new Date(job.timestamp).toISOString(),
-    processed_at: isoOrNull(job.processedOn ? new Date(job.processedOn) : null),
-    finished_at: isoOrNull(job.finishedOn ? new Date(job.finishedOn) : null),
-  };
-}
 
 export default [
   route({
@@ -66,14 +47,7 @@ export default [
       },
     },
     async handler({ c }) {
-      const queues = await Promise.all(
-        QUEUES.map(async (name) => {
-          const queue = c.jobs.queue(name);
-          const [counts, paused] = await Promise.all([queue.getJobCounts(...STATES), queue.isPaused()]);
-          return { queue: name, paused, counts: Object.fromEntries(STATES.map((s) => [s, counts[s] ?? 0])) };
-        }),
-      );
-      return { headers: { 'Cache-Control': 'no-store' }, body: { queues, dashboard: c.config.monitoring.queueDashboard } };
+      return { headers: { 'Cache-Control': 'no-store' }, body: { queues: await queueSummaries(c), dashboard: c.config.monitoring.queueDashboard } };
     },
   }),
 
@@ -85,24 +59,12 @@ export default [
     access: 'admin',
     params: z.object({ queue: QueueName }),
     query: z.object({
-      state: z.enum(LISTED).optional().describe('Only jobs in this state; all states when left out'),
+      state: z.enum(LISTED_STATES).optional().describe('Only jobs in this state; all states when left out'),
       limit: wholeNumber(1, 100).default(20),
     }),
     responses: { 200: { description: 'The jobs', schema: z.object({ queue: QueueName, jobs: z.array(QueueJob) }) } },
     async handler({ c, params, query }) {
-      const queue = c.jobs.queue(params.queue);
-      const states = query.state ? [query.state] : LISTED;
-      // Each state's newest `limit`, merged by creation: the newest `limit` of all of them are among these.
-      const found = await Promise.all(states.map(async (s) => (await queue.getJobs([s], 0, query.limit - 1, false)).map((job) => ({ job, state: s }))));
-      const newest = found
-        .flat()
-        .filter(({ job }) => job)
-        .sort((a, b) => b.job.timestamp - a.job.timestamp)
-        .slice(0, query.limit);
-      return {
-        headers: { 'Cache-Control': 'no-store' },
-        body: { queue: params.queue, jobs: await Promise.all(newest.map(({ job, state }) => presentJob(job, state))) },
-      };
+      return { headers: { 'Cache-Control': 'no-store' }, body: { queue: params.queue, jobs: await recentJobs(c, params.queue, query.state, query.limit) } };
     },
   }),
 
@@ -119,23 +81,7 @@ export default [
       409: { description: 'The job is not failed' },
     },
     async handler({ c, params, user, meta }) {
-      const job = await c.jobs.queue(params.queue).getJob(params.job_id);
-      if (!job) throw notFound('job_not_found', `No job "${params.job_id}" in queue "${params.queue}" (ended jobs are kept for a day).`);
-      const state = await job.getState();
-      const notFailed = (now: string) => conflict('job_not_failed', `Only a failed job can be retried; this one is ${now}.`);
-      if (state !== 'failed') throw notFailed(state);
-      // Redis moves it only from the failed set: of two retries at once, the second finds it moved.
-      await job.retry('failed').catch(async (err: unknown) => {
-        const code = (err as { code?: unknown }).code;
-        if (code === ErrorCode.JobNotInState || code === ErrorCode.JobNotExist) throw notFailed(await job.getState());
-        throw err;
-      });
-      await recordAudit(
-        c.db,
-        { user_id: user.id, action: 'queue_jobs.retry', status: 'success', target: `${params.queue}/${params.job_id}`, details: { name: job.name } },
-        meta,
-      );
-      return { status: 202, body: await presentJob(job) };
+      return { status: 202, body: await retryFailedJob(c, params.queue, params.job_id, user.id, meta) };
     },
   }),
 ];
