@@ -15,7 +15,9 @@ export function labelTableCells(root: HTMLElement): void {
         for (const row of body.rows) {
           let column = 0;
           for (const cell of row.cells) {
-            if (cell.tagName === 'TD' && !cell.hasAttribute('data-label') && names[column]) cell.setAttribute('data-label', names[column]);
+            // A cell across columns (a row's details) belongs to none of them.
+            if (cell.tagName === 'TD' && cell.colSpan === 1 && !cell.hasAttribute('data-label') && names[column])
+              cell.setAttribute('data-label', names[column]);
             column += cell.colSpan;
           }
         }

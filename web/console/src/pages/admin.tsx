@@ -96,7 +96,7 @@ function Queues() {
       {shown && (
         <>
           <h3>Recent jobs of {shown}</h3>
-          <label>
+          <label class="short">
             State
             <select
               value={state}
