@@ -33,6 +33,7 @@ import auditRoutes from './routes/audit-logs/audit-trail';
 import teamAccessRoutes from './routes/team-access/team-links';
 import organizationRoutes from './routes/organization/membership';
 import healthRoutes from './routes/health/health-and-status';
+import adminQueueRoutes from './routes/admin/queues';
 import { mountPages } from './pages';
 import { mountMonitoring } from './monitoring';
 
@@ -66,6 +67,7 @@ export const routes: RouteDef[] = [
   ...teamAccessRoutes,
   ...organizationRoutes,
   ...healthRoutes,
+  ...adminQueueRoutes,
 ];
 
 export function createApp(container: Container): Koa<AppState, { container: Container }> {

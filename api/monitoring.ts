@@ -6,12 +6,30 @@ import { QUEUES } from '../jobs/define';
 import { authenticate } from './middleware/auth';
 import { requireAdmin } from './middleware/admin';
 import type { AppContext } from './context';
-import { presentedCredential, refuseForgedRequest } from './middleware/browser-session';
+import { presentedCredential, refuseForgedRequest, SESSION_COOKIE } from './middleware/browser-session';
 
 /** Where the BullMQ dashboard lives, outside /api/v1 (it is a page, not part of the API). */
 const DASHBOARD_PATH = '/admin/queues';
 const SESSION_PATH = `${DASHBOARD_PATH}/session`;
 const COOKIE = 'kms_dashboard';
+
+/** Bull Board's <link> to Google's web fonts (its page falls back to the system's fonts). */
+const FOREIGN_STYLESHEET = /<link\b[^>]*href="https?:\/\/[^"]*"[^>]*rel="stylesheet"[^>]*>/g;
+
+/**
+ * The dashboard's page may load and ask for nothing beyond the origin. Its React UI sets style attributes
+ * (hence 'unsafe-inline' for styles only) and reads its configuration from a JSON data block, not a script.
+ */
+const DASHBOARD_CSP = [
+  "default-src 'self'",
+  "script-src 'self'",
+  "style-src 'self' 'unsafe-inline'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "base-uri 'self'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ');
 
 type App = Koa<AppContext['state'], { container: Container }>;
 
@@ -56,9 +74,10 @@ export function mountMonitoring(app: App, c: Container): void {
     if (koaCtx.path !== DASHBOARD_PATH && !koaCtx.path.startsWith(`${DASHBOARD_PATH}/`)) return void (await next());
     const ctx = koaCtx as unknown as AppContext;
     if (ctx.path === SESSION_PATH) return dashboardSession(ctx, c);
-    // A browser cannot add a Bearer header to the page's own requests: it sends the session cookie instead,
+    // A browser cannot add a Bearer header to the page's own requests: it sends a session cookie instead
+    // (the dashboard's own, or the console's, so a signed-in administrator opens /admin/queues directly),
     // which the browser also attaches to requests other sites make; the dashboard's page sends no header of ours.
-    const cookie = ctx.cookies.get(COOKIE);
+    const cookie = ctx.cookies.get(COOKIE) ?? ctx.cookies.get(SESSION_COOKIE);
     if (!ctx.get('authorization') && cookie) {
       refuseForgedRequest(ctx, 'browser-origin');
       ctx.request.headers.authorization = `Bearer ${cookie}`;
@@ -66,8 +85,12 @@ export function mountMonitoring(app: App, c: Container): void {
     ctx.state.user = await authenticate(ctx, 'session');
     await requireAdmin(ctx, DASHBOARD_PATH);
     ctx.set('X-Frame-Options', 'DENY');
+    ctx.set('Content-Security-Policy', DASHBOARD_CSP);
+    ctx.set('Referrer-Policy', 'no-referrer');
     const board = await (dashboard ??= loadDashboard());
     await board(koaCtx, next);
+    // Its page links a web font from fonts.googleapis.com: nothing the service serves asks another host.
+    if (typeof koaCtx.body === 'string' && koaCtx.response.is('html')) koaCtx.body = koaCtx.body.replace(FOREIGN_STYLESHEET, '');
   });
 }
 

@@ -5776,6 +5776,189 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/admin/queues": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every job queue with its counts by state and whether it is paused
+         * @description Administrators only (a session or the partner key; managed API keys are refused).
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The queues */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            queues: components["schemas"]["QueueSummary"][];
+                            /**
+                             * @description Bull Board at /admin/queues (QUEUE_DASHBOARD)
+                             * @enum {string}
+                             */
+                            dashboard: "off" | "read-only" | "read-write";
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/queues/{queue}/jobs": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * A queue's most recent jobs (newest first), of one state or of all, with why each failed
+         * @description Administrators only (a session or the partner key; managed API keys are refused).
+         */
+        get: {
+            parameters: {
+                query?: {
+                    /** @description Only jobs in this state; all states when left out */
+                    state?: "waiting" | "active" | "delayed" | "prioritized" | "failed" | "completed";
+                    limit?: number;
+                };
+                header?: never;
+                path: {
+                    /** @description A queue of jobs/define.ts */
+                    queue: "crypto" | "rotation" | "notify" | "billing" | "team-sync" | "maintenance";
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The jobs */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /**
+                             * @description A queue of jobs/define.ts
+                             * @enum {string}
+                             */
+                            queue: "crypto" | "rotation" | "notify" | "billing" | "team-sync" | "maintenance";
+                            jobs: components["schemas"]["QueueJob"][];
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/admin/queues/{queue}/jobs/{job_id}/retry": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Runs a failed job again (its attempts count on); audited as `queue_jobs.retry`
+         * @description Administrators only (a session or the partner key; managed API keys are refused).
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    /** @description A queue of jobs/define.ts */
+                    queue: "crypto" | "rotation" | "notify" | "billing" | "team-sync" | "maintenance";
+                    job_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description Back in the queue: a worker runs it again */
+                202: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["QueueJob"];
+                    };
+                };
+                /** @description No such job in the queue (ended jobs are kept a day) */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description The job is not failed */
+                409: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -6984,6 +7167,47 @@ export interface components {
                     detected_at: string;
                 }[];
             } | null;
+        };
+        QueueSummary: {
+            /**
+             * @description A queue of jobs/define.ts
+             * @enum {string}
+             */
+            queue: "crypto" | "rotation" | "notify" | "billing" | "team-sync" | "maintenance";
+            /** @description Workers take no job from it while paused */
+            paused: boolean;
+            counts: {
+                waiting: number;
+                active: number;
+                delayed: number;
+                prioritized: number;
+                "waiting-children": number;
+                failed: number;
+                completed: number;
+            };
+        };
+        QueueJob: {
+            job_id: string;
+            /** @description The kind of job (jobs/contracts.ts) */
+            name: string;
+            /** @description BullMQ state: waiting, active, delayed, prioritized, failed, completed, … */
+            state: string;
+            /** @description Runs so far (a retry runs it again) */
+            attempts_made: number;
+            /** @description Why its last run failed; null when it did not */
+            failed_reason: string | null;
+            /** Format: date-time */
+            created_at: string;
+            /**
+             * Format: date-time
+             * @description When its last run started
+             */
+            processed_at: string | null;
+            /**
+             * Format: date-time
+             * @description When its last run ended
+             */
+            finished_at: string | null;
         };
     };
     responses: never;

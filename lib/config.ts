@@ -186,8 +186,11 @@ const Env = z.object({
   METRICS_TOKEN: z.string().min(16).optional(),
   /** A worker process serves /healthz, /readyz and /metrics on this port; unset: none (0: any free port). */
   WORKER_HTTP_PORT: z.coerce.number().int().min(0).max(65535).optional(),
-  /** The BullMQ dashboard at /admin/queues (admins only): off, read-only, or read-write (retry, remove, ...). */
-  QUEUE_DASHBOARD: z.enum(['off', 'read-only', 'read-write']).default('read-only'),
+  /**
+   * Bull Board at /admin/queues (admins only): off, read-only, or read-write (retry, remove, ...). Off by
+   * default: axe finds serious and critical faults in its UI (docs/console.md); /admin is the queue view.
+   */
+  QUEUE_DASHBOARD: z.enum(['off', 'read-only', 'read-write']).default('off'),
   /** Key lifecycle: days before expiry at which owners are warned, each once per generation. */
   KEY_EXPIRY_WARNING_DAYS: z
     .string()

@@ -11,7 +11,7 @@ import { forbidden } from '../../lib/errors';
  * (same-origin policy, no CORS). Requests with an Authorization header ignore the cookie: the Bearer
  * contract is unchanged.
  */
-const SESSION_COOKIE = 'kms_session';
+export const SESSION_COOKIE = 'kms_session';
 export const CONSOLE_HEADER = 'x-kms-console';
 
 export interface PresentedCredential {

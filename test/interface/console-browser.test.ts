@@ -602,8 +602,12 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
     await page.close();
   });
 
-  it('an administrator opens the queue dashboard from the console', async () => {
+  it('an administrator opens Bull Board from the console, and directly by its address; it asks nothing of another host', async () => {
     const { page } = await open('admin');
+    const foreign: string[] = [];
+    page.on('request', (r) => {
+      if (/^https?:/.test(r.url()) && new URL(r.url()).origin !== origin) foreign.push(r.url());
+    });
     const reg = await s.api('POST', '/partners/register', { body: { username: 'operator', email: 'operator@example.test', password: 'operator password 1' } });
     await s.c.db('users').where({ id: reg.body.user.user_id }).update({ role: 'admin' });
     await signIn(page, 'operator', 'operator password 1');
@@ -611,9 +615,14 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
     await says(page, /Postgres up, Redis up/);
     await says(page, /Key health/);
     await accessible(page);
-    await page.getByRole('button', { name: 'Open the queue dashboard' }).click();
+    await page.getByRole('link', { name: 'Open Bull Board' }).click();
     await expect.poll(() => page.url()).toBe(`${origin}/admin/queues`);
-    await expect.poll(() => page.title(), { timeout: 15_000 }).toMatch(/KMS queues|Bull/i);
+    await expect.poll(() => page.title(), { timeout: 15_000 }).toMatch(/KMS queues/);
+    await expect.poll(() => page.locator('#root').innerText(), { timeout: 15_000 }).toMatch(/crypto/);
+    // Opened directly (a bookmark, a new tab) with the console's session only: the page and its API answer.
+    await page.goto(`${origin}/admin/queues/queue/notify`);
+    await expect.poll(() => page.locator('#root').innerText(), { timeout: 15_000 }).toMatch(/notify/);
+    expect(foreign).toEqual([]);
     await page.close();
   });
 });

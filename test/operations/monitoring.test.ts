@@ -9,7 +9,7 @@ import { startProxy } from '../support/proxy';
 const METRICS_TOKEN = 'metrics-token-for-tests-0123456789';
 let s: TestService;
 beforeAll(async () => {
-  s = await startTestService({ env: { METRICS_TOKEN } });
+  s = await startTestService({ env: { METRICS_TOKEN, QUEUE_DASHBOARD: 'read-only' } });
 });
 afterAll(async () => {
   await s?.stop();
@@ -169,13 +169,15 @@ describe('queue dashboard', () => {
     expect((await dashboard('/session', { method: 'POST', headers: { authorization: `Bearer ${u.token}` } })).status).toBe(403);
   });
 
-  it('shows the queues to an admin, read-only by default', async () => {
+  it('shows the queues to an admin, read-only, its page asking nothing of another host', async () => {
     const a = await admin();
     const auth = { authorization: `Bearer ${a.token}` };
     const page = await dashboard('', { headers: auth });
     expect(page.status).toBe(200);
     expect(page.headers.get('content-type')).toContain('text/html');
     expect(page.headers.get('x-frame-options')).toBe('DENY');
+    expect(page.headers.get('content-security-policy')).toMatch(/default-src 'self'/);
+    expect(await page.text()).not.toMatch(/https?:\/\/(?!localhost|127\.0\.0\.1)[\w.-]+\.\w+/);
     const queues = await dashboard('/api/queues', { headers: auth });
     expect(queues.status).toBe(200);
     const body = (await queues.json()) as { queues: { name: string; readOnlyMode: boolean }[] };
@@ -201,6 +203,27 @@ describe('queue dashboard', () => {
     const closed = await dashboard('/session', { method: 'DELETE' });
     expect(closed.status).toBe(204);
     expect(closed.headers.get('set-cookie')).toMatch(/^kms_dashboard=;/);
+  });
+
+  it("opens directly with the console's session cookie: for administrators only, a change only from the service's own page", async () => {
+    const consoleCookie = async (token: string) => {
+      const set = await fetch(`${origin()}/api/v1/auth/session`, { method: 'POST', headers: { authorization: `Bearer ${token}` } });
+      expect(set.status).toBe(200);
+      return set.headers.get('set-cookie')!.split(';')[0];
+    };
+    const a = await admin();
+    const cookie = await consoleCookie(a.token);
+    expect(cookie).toMatch(/^kms_session=/);
+    const page = await dashboard('', { headers: { cookie } });
+    expect(page.status).toBe(200);
+    expect(page.headers.get('content-type')).toContain('text/html');
+    expect((await dashboard('/api/queues', { headers: { cookie } })).status).toBe(200);
+    // A change the browser makes for another site with the console's cookie is refused before the dashboard.
+    const forged = await dashboard('/api/queues/crypto/retry/failed', { method: 'PUT', headers: { cookie, origin: 'https://evil.example' } });
+    expect(forged.status).toBe(403);
+    expect(await forged.json()).toMatchObject({ code: 'cross_origin_request' });
+    const u = await registerUser(s.api);
+    expect((await dashboard('', { headers: { cookie: await consoleCookie(u.token) } })).status).toBe(403);
   });
 });
 
@@ -257,5 +280,16 @@ describe('queue dashboard, read-write, opened by its cookie', () => {
     expect((await board('', 'GET', {})).status).toBe(200);
     expect((await fetch(`${own}/admin/queues/api/queues/notify/resume`, { method: 'PUT', headers: { authorization: `Bearer ${u.token}` } })).status).toBe(200);
     expect(await notify.isPaused()).toBe(false);
+
+    // The console's session cookie alone (the dashboard opened directly): the same rules, no console header needed.
+    const set = await fetch(`${rw.url}/auth/session`, { method: 'POST', headers: { authorization: `Bearer ${u.token}` } });
+    const session = set.headers.get('set-cookie')!.split(';')[0];
+    const byConsole = (headers: Record<string, string>) =>
+      fetch(`${own}/admin/queues/api/queues/notify/pause`, { method: 'PUT', headers: { cookie: session, ...headers } });
+    expect(((await (await byConsole({ origin: 'https://evil.example' })).json()) as { code: string }).code).toBe('cross_origin_request');
+    expect(((await (await byConsole({})).json()) as { code: string }).code).toBe('origin_required');
+    expect(await notify.isPaused()).toBe(false);
+    expect((await byConsole({ origin: own, 'sec-fetch-site': 'same-origin' })).status).toBe(200);
+    expect(await notify.isPaused()).toBe(true);
   });
 });

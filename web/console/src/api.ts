@@ -8,7 +8,7 @@ export type Schemas = components['schemas'];
  * The header the API asks of every state-changing request the console's cookie signs in
  * (api/middleware/browser-session.ts): a cross-site page cannot send it.
  */
-export const CONSOLE_HEADER = 'x-kms-console';
+const CONSOLE_HEADER = 'x-kms-console';
 export const API = '/api/v1';
 
 /** The typed client over the OpenAPI document's types: the console and the API cannot drift apart. */

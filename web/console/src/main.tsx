@@ -12,6 +12,7 @@ import { Admin } from './pages/admin';
 import { Credentials } from './pages/credentials';
 import { Team } from './pages/team';
 import { RecoveryReview } from './pages/recovery-review';
+import { labelTableCells } from './layout';
 
 interface Page {
   title: string;
@@ -136,4 +137,6 @@ function NotAdmin() {
   return <p class="error">This page is for administrators.</p>;
 }
 
-render(<App />, document.getElementById('app')!);
+const root = document.getElementById('app')!;
+labelTableCells(root);
+render(<App />, root);
