@@ -231,6 +231,18 @@ async function refusals(s: TestService, archive: string) {
     expect(await stat(join(target.BLOB_STORE_URL, 'jobs')).catch(() => null)).toBe(null);
     await dropDatabase(target.DATABASE_URL).catch(() => undefined);
   }
+  // An archive of a database migrated further than this version knows is refused before anything is written.
+  const future = join(work, 'future.kmsbak');
+  await s.c.db('knex_migrations').insert({ name: '999_from_a_later_version', batch: 99, migration_time: new Date() });
+  try {
+    expect(await admin(['backup', '--out', future], s.env)).toMatchObject({ code: 0 });
+  } finally {
+    await s.c.db('knex_migrations').where({ name: '999_from_a_later_version' }).delete();
+  }
+  const later = scratchTarget(s.env, 'later');
+  expect(await admin(['restore', future], later)).toMatchObject({ code: 1, err: expect.stringMatching(/newer version .*999_from_a_later_version/) });
+  expect(await tablesOf(later.DATABASE_URL)).toBe(null);
+
   // A failure after the database committed (a blob store that takes no new folder) empties it again.
   const late = scratchTarget(s.env, 'late');
   new LocalBlobStore(late.BLOB_STORE_URL);
