@@ -218,6 +218,8 @@ async function refusals(s: TestService, archive: string) {
   // So is a blob store that holds the archive's blobs.
   const blobsTaken = { ...scratchTarget(s.env, 'blobs_taken'), BLOB_STORE_URL: s.env.BLOB_STORE_URL };
   expect(await admin(['restore', archive], blobsTaken)).toMatchObject({ code: 1, err: expect.stringMatching(/blob store already holds jobs\//) });
+  expect(await tablesOf(blobsTaken.DATABASE_URL)).toBe(0);
+  await dropDatabase(blobsTaken.DATABASE_URL);
   // Bad archives and the wrong root key leave an empty target empty.
   for (const [file, env] of [
     [altered, s.env],
