@@ -16,14 +16,10 @@ import { createDb, dropDatabase, ensureDatabase, type Db } from '../db/knex';
 import { migrateLatest } from '../db/migrate';
 import { recordAudit } from '../db/audit';
 import { sampleEntry, setChain } from './lib/audit';
+import { intOption } from './lib/util';
 
 const args = process.argv.slice(2);
-const opt = (name: string, def: number) => {
-  const at = args.indexOf(name);
-  const n = at >= 0 ? Number(args[at + 1]) : def;
-  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} needs a positive integer`);
-  return n;
-};
+const opt = (name: string, def: number) => intOption(args, name, def);
 const ROWS = opt('--rows', 4000);
 const RUNS = opt('--runs', 3);
 const WRITERS = 50;

@@ -24,14 +24,10 @@ import { takeBackup } from '../lib/operations/backup/take-backup';
 import { openArchive } from '../lib/operations/backup/open-archive';
 import { restoreBackup } from '../lib/operations/backup/restore-backup';
 import { sampleEntry } from './lib/audit';
+import { intOption } from './lib/util';
 
 const args = process.argv.slice(2);
-const opt = (name: string, def: number) => {
-  const at = args.indexOf(name);
-  const n = at >= 0 ? Number(args[at + 1]) : def;
-  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} needs a positive integer`);
-  return n;
-};
+const opt = (name: string, def: number) => intOption(args, name, def);
 const AUDIT_ROWS = opt('--audit-rows', 10_000);
 const KEYS = opt('--keys', 100);
 const ACCOUNTS = 10;

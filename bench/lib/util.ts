@@ -7,6 +7,15 @@ import { pipeline } from 'node:stream/promises';
 import type { Timing } from './sections';
 
 export const MiB = 1 << 20;
+
+/** A positive whole-number option of a bench script's command line (`--name N`), or `def`. */
+export function intOption(args: string[], name: string, def: number): number {
+  const at = args.indexOf(name);
+  const n = at >= 0 ? Number(args[at + 1]) : def;
+  if (!Number.isInteger(n) || n < 1) throw new Error(`${name} needs a positive integer`);
+  return n;
+}
+
 export const GiB = 1 << 30;
 
 /** `1G`, `256M`, `512K`, `1.5G` or plain bytes; binary units (G = GiB). */
