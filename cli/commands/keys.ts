@@ -1,6 +1,6 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { Option, type Command } from 'commander';
-import { rotate, waitForJob } from '../../client/index.js';
+import { refuseExistingOutputs, rotate, waitForJob } from '../../client/index.js';
 import { bars, connect, fields, pagedFooter, print, table } from '../context.js';
 import { UsageError } from '../exit-codes.js';
 import { readSecret } from '../secrets.js';
@@ -163,9 +163,11 @@ export function registerKeys(program: Command) {
     .command('public <fingerprint>')
     .description("The armored public key of the key's current generation (to give to gpg users)")
     .option('-o, --out <file>', 'write it to a file instead of standard output')
+    .option('-f, --force', 'replace --out if it exists')
     .addHelpText('after', examples('kms keys public 8F3A… | gpg --import', 'kms keys public 8F3A… -o ann.asc'))
     .action(
-      run<{ out?: string }, [string]>(async (opts, fingerprint) => {
+      run<{ out?: string; force?: boolean }, [string]>(async (opts, fingerprint) => {
+        if (opts.out) await refuseExistingOutputs([opts.out], opts.force);
         const { kms } = await connect(opts);
         const answer = await kms.data(kms.api.POST('/keys/get-public-key', { body: { fingerprint } }));
         if (opts.out) {

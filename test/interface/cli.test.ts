@@ -517,6 +517,37 @@ describe('kms command line', { timeout: 90_000 }, () => {
     }
   });
 
+  it('refuses an existing output before any upload, for every command that writes files (naming --force), and replaces it with --force', async () => {
+    const jobs = async () => Number((await s.c.db('jobs').where({ user_id: user.id }).count({ n: '*' }).first())!.n);
+    await mkdir(join(dir, 'exists'), { recursive: true });
+    const outputs = ['two.txt', 'two.txt.sig', 'two.txt.gpg', 'public.asc', 'audit.ndjson'];
+    for (const name of outputs) await writeFile(join(dir, 'exists', name), 'kept\n');
+    const before = await jobs();
+    const env = { KMS_PASSPHRASE: passphrase };
+    for (const [args, output] of [
+      [['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'exists'], 'two.txt'],
+      [['decrypt', 'encrypted/one.bin.gpg', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'exists', '--json'], 'two.txt'],
+      [['sign', 'two.txt', '--key', fingerprint, '--out', 'exists'], 'two.txt.sig'],
+      [['rewrap', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'exists'], 'two.txt.gpg'],
+      [['encrypt', 'two.txt', '--key', fingerprint, '--out', 'exists'], 'two.txt.gpg'],
+      [['keys', 'public', fingerprint, '-o', 'exists/public.asc'], 'public.asc'],
+      [['audit', 'export', '-o', 'exists/audit.ndjson'], 'audit.ndjson'],
+    ] as const) {
+      const r = await kms([...args], { env });
+      expect(r.code, `kms ${args.join(' ')}: ${r.stderr}`).toBe(1);
+      expect(r.stderr).toContain('output_exists');
+      expect(r.stderr).toContain(`${join('exists', output)} exists (use --force to replace it)`);
+      expect(await jobs(), `kms ${args.join(' ')} uploaded`).toBe(before);
+    }
+    for (const name of outputs) expect(await readFile(join(dir, 'exists', name), 'utf8')).toBe('kept\n');
+    expect((await readdir(join(dir, 'exists'))).sort()).toEqual([...outputs].sort()); // and nothing else written (one.bin)
+
+    ok(await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'exists', '--force'], { env }));
+    expect(await readFile(join(dir, 'exists', 'two.txt'), 'utf8')).toBe('two\n');
+    ok(await kms(['keys', 'public', fingerprint, '-o', 'exists/public.asc', '--force']));
+    expect(await readFile(join(dir, 'exists', 'public.asc'), 'utf8')).toContain('BEGIN PGP PUBLIC KEY BLOCK');
+  });
+
   it('ends the upload bar at 100% on a terminal (tmux)', async () => {
     const file = join(dir, 'full.bin');
     const fh = await open(file, 'w');
