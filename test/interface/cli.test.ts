@@ -167,6 +167,20 @@ describe('kms command line', { timeout: 90_000 }, () => {
     ok(await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'decrypted', '--force'], { env: { KMS_PASSPHRASE: passphrase } }));
   });
 
+  it('rotates a key and says what it made (generation and fingerprint), and exits non-zero with the reason when it cannot', async () => {
+    const env = { KMS_PASSPHRASE: passphrase };
+    const k = json(await kms(['keys', 'generate', '--label', 'rotated', '--name', 'R', '--email', 'r@example.test', '--json'], { env }));
+    const r = ok(await kms(['keys', 'rotate', k.fingerprint]));
+    const current = json(await kms(['keys', 'show', k.fingerprint, '--json'])).key;
+    expect(current.generation).toBe(2);
+    expect(r.stdout.trim()).toBe(`rotated: now generation 2, fingerprint ${current.fingerprint} (was generation 1, ${k.fingerprint})`);
+    ok(await kms(['keys', 'disable', k.fingerprint]));
+    const refused = await kms(['keys', 'rotate', k.fingerprint]);
+    expect(refused.code).toBe(1);
+    expect(refused.stdout).toBe('');
+    expect(refused.stderr).toContain('key_disabled');
+  });
+
   it('encrypts to a gpg public key, and gpg decrypts the result', async () => {
     await pgp.gpg(['--quick-generate-key', 'Peer <peer@example.test>', 'future-default', 'default', 'never'], { passphrase: '' });
     await pgp.put('peer.asc', (await pgp.gpg(['--export', '--armor', 'peer@example.test'])).stdout);
