@@ -449,8 +449,9 @@ describe('kms command line', { timeout: 90_000 }, () => {
       while (!bar && Date.now() < deadline) {
         await sleep(100);
         screen = term.screen();
-        bar = screen.match(/(upload|processing|download)\s*\|[█░]+\|\s*(\d+)%/);
-        if (bar && (Number(bar[2]) === 0 || Number(bar[2]) === 100)) bar = null; // mid-transfer only
+        // Mid-transfer, once there is a speed to tell.
+        bar = screen.match(/(upload|processing|download)\s*\|[█░]+\|\s*(\d+)% \| [\d.]+ MiB \/ 512\.0 MiB \| [\d.]+ MiB\/s \| ETA \d+:\d\d/);
+        if (bar && (Number(bar[2]) === 0 || Number(bar[2]) === 100)) bar = null;
       }
       expect(bar, `no progress bar seen; the pane showed:\n${screen}`).not.toBeNull();
     } finally {
@@ -562,6 +563,18 @@ describe('kms command line', { timeout: 90_000 }, () => {
     expect(await readFile(join(dir, 'exists', 'public.asc'), 'utf8')).toContain('BEGIN PGP PUBLIC KEY BLOCK');
   });
 
+  it('draws a known total as bar, bytes, speed and time left; an unknown total (a followed download) as bytes and speed only', async () => {
+    const { progressLine } = await import('../../cli/progress');
+    const MiB = 1 << 20;
+    expect(progressLine({ phase: 'upload', bytes_done: 64 * MiB, bytes_total: 256 * MiB }, 32 * MiB)).toBe(
+      `upload     |${'█'.repeat(8)}${'░'.repeat(22)}| 25% | 64.0 MiB / 256.0 MiB | 32.0 MiB/s | ETA 0:06`,
+    );
+    expect(progressLine({ phase: 'download', bytes_done: 5 * MiB, file: 'big.bin.gpg' }, 2.5 * MiB)).toBe('download   5.0 MiB | 2.5 MiB/s big.bin.gpg');
+    // No speed measured yet: none shown, and no guess at the time left.
+    expect(progressLine({ phase: 'processing', bytes_done: 0, bytes_total: 2 * MiB }, undefined)).toMatch(/0% \| 0 B \/ 2\.0 MiB \| - MiB\/s \| ETA -:--$/);
+    expect(progressLine({ phase: 'upload', bytes_done: 3600 * 10 * MiB, bytes_total: 3600 * 20 * MiB }, 2 * MiB)).toMatch(/ETA 5:00:00$/);
+  });
+
   it('ends the upload bar at 100% on a terminal (tmux)', async () => {
     const file = join(dir, 'full.bin');
     const fh = await open(file, 'w');
@@ -571,7 +584,7 @@ describe('kms command line', { timeout: 90_000 }, () => {
     try {
       const screen = await term.until(/exit \d+/);
       expect(screen).toContain('exit 0');
-      expect(screen, screen).toMatch(/upload\s*\|█+\|\s*100% \| 24\.0 MiB \/ 24\.0 MiB/);
+      expect(screen, screen).toMatch(/upload\s*\|█+\|\s*100% \| 24\.0 MiB \/ 24\.0 MiB \| [\d.]+ MiB\/s \| ETA 0:00/);
       expect(screen).toMatch(/^job [0-9a-f-]{36}$/m);
     } finally {
       term.close();
