@@ -267,7 +267,9 @@ describe('kms command line', { timeout: 90_000 }, () => {
     });
     expect(wrong.code).toBe(1);
     expect(wrong.stderr).toContain('wrong_passphrase');
-    const asJson = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--json'], { env: { KMS_PASSPHRASE: 'certainly not the passphrase' } });
+    const asJson = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'nowhere', '--json'], {
+      env: { KMS_PASSPHRASE: 'certainly not the passphrase' },
+    });
     expect(JSON.parse(asJson.stderr)).toMatchObject({ error: { code: 'wrong_passphrase', status: 422, exit_code: 1 } });
 
     expect((await kms(['encrypt', 'two.txt'])).code).toBe(2); // neither --key nor --public-key
@@ -291,7 +293,9 @@ describe('kms command line', { timeout: 90_000 }, () => {
       });
       expect(r.status).toBe(422);
     }
-    const hit = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', limited.fingerprint], { env: { KMS_PASSPHRASE: 'one more wrong guess' } });
+    const hit = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', limited.fingerprint, '--out', 'nowhere'], {
+      env: { KMS_PASSPHRASE: 'one more wrong guess' },
+    });
     expect(hit.code).toBe(5);
     expect(hit.stderr).toContain('rate_limited');
   });
