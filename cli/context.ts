@@ -53,8 +53,8 @@ export function print(opts: GlobalOptions, value: unknown, human?: string | (() 
   }
 }
 
-/** A plain table: one header row, columns padded to their widest cell. */
-export function table(rows: Record<string, unknown>[], columns: string[]): string {
+/** A plain table: one header row, columns padded to their widest cell; the columns are fields the rows' type has. */
+export function table<T extends object>(rows: readonly T[], columns: readonly (keyof T & string)[]): string {
   if (!rows.length) return '(none)';
   const cell = (v: unknown): string => {
     if (v === null || v === undefined) return '-';
@@ -62,7 +62,7 @@ export function table(rows: Record<string, unknown>[], columns: string[]): strin
     if (typeof v === 'number' || typeof v === 'boolean' || typeof v === 'bigint') return String(v);
     return JSON.stringify(v); // rows are JSON: an object or an array
   };
-  const cells = [columns, ...rows.map((r) => columns.map((c) => cell(r[c])))];
+  const cells = [[...columns], ...rows.map((r) => columns.map((c) => cell(r[c])))];
   const widths = columns.map((_, i) => Math.max(...cells.map((r) => r[i].length)));
   return cells
     .map((r) =>
@@ -74,9 +74,9 @@ export function table(rows: Record<string, unknown>[], columns: string[]): strin
     .join('\n');
 }
 
-/** `key: value` lines for an object's fields. */
-export function fields(value: object, only?: string[]): string {
-  const entries = Object.entries(value).filter(([k]) => !only || only.includes(k));
+/** `key: value` lines for an object's fields (`only`: these, fields its type has). */
+export function fields<T extends object>(value: T, only?: readonly (keyof T & string)[]): string {
+  const entries = Object.entries(value).filter(([k]) => !only || (only as readonly string[]).includes(k));
   const width = Math.max(...entries.map(([k]) => k.length));
   return entries
     .map(([k, v]) => `${k.padEnd(width)}  ${v === null || v === undefined ? '-' : typeof v === 'object' ? JSON.stringify(v) : String(v)}`)

@@ -1,4 +1,4 @@
-import { mkdir, rename, rm } from 'node:fs/promises';
+import { mkdir, open, rename, rm } from 'node:fs/promises';
 import type { IncomingMessage } from 'node:http';
 import { basename, join } from 'node:path';
 import { ClientError } from './errors.js';
@@ -129,12 +129,45 @@ function refuseSameNames(opts: FileJobOptions): void {
 }
 
 /**
- * An encryption's outputs are named after its inputs (`<name>.gpg`, `.asc` armored): one that exists
- * is refused before the upload, not after the job.
+ * Refuses (ClientError `output_exists`, naming the first) outputs that exist, all of them before the first
+ * byte is moved: the one check of every helper that writes files, so none uploads, runs a job or
+ * downloads half its outputs to stop at one that exists.
  */
-async function refuseExistingOutputs(opts: EncryptOptions): Promise<void> {
+export async function refuseExistingOutputs(paths: Iterable<string>, overwrite = false): Promise<void> {
+  if (overwrite) return;
+  for (const path of paths) await refuseExisting(path, false);
+}
+
+/** The name the service gives an input's output, when the request and the input say it: undefined when only the job knows. */
+type OutputName = (input: Upload) => Promise<string | undefined>;
+
+/** `report.pdf.gpg` → `report.pdf`, as the service names a decryption of a message that names no file (and as `kms encrypt`'s messages name it). */
+const withoutPgpExtension = (name: string) => name.replace(/\.(gpg|pgp|asc)$/i, '') || name;
+
+/** Whether a file is an ASCII-armored message, as the service decides it: its first octet that is not white space is `-`. */
+async function isArmored(input: Upload): Promise<boolean | undefined> {
+  const path = typeof input === 'string' ? input : 'path' in input ? input.path : undefined;
+  if (!path) return undefined;
+  const fh = await open(path, 'r');
+  try {
+    const { buffer, bytesRead } = await fh.read({ buffer: Buffer.alloc(1024), position: 0 });
+    const first = buffer.subarray(0, bytesRead).toString('latin1').trimStart();
+    return first ? first.startsWith('-') : undefined;
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * The outputs a file job will write, refused before the upload when they exist. Named by the service
+ * from the request (encrypt, sign), from the input (rewrap: armored in, armored out) or, for a
+ * decryption, from the file name inside the message, which only the job reads: there the name the
+ * service falls back on is checked first, and the name the message gives again before the download.
+ */
+async function refuseExistingBeforeUpload(opts: FileJobOptions, nameOf: OutputName): Promise<void> {
   if (opts.noDownload || opts.overwrite) return;
-  for (const f of opts.files) await refuseExisting(outputPath(opts.outDir ?? '.', `${uploadName(f)}${opts.armor ? '.asc' : '.gpg'}`, 0), opts.overwrite);
+  const names = await Promise.all(opts.files.map(nameOf));
+  await refuseExistingOutputs(names.flatMap((name, n) => (name === undefined ? [] : [outputPath(opts.outDir ?? '.', name, n)])));
 }
 
 /** The indices of the first value that occurs twice (its first place, then the second), if any. */
@@ -147,7 +180,7 @@ function firstRepeat<T>(values: T[]): [number, number] | undefined {
 export async function encryptFiles(kms: Kms, opts: EncryptOptions): Promise<FileJobResult> {
   if (Boolean(opts.fingerprint) === Boolean(opts.publicKey)) throw new ClientError('unexpected_answer', 'Give exactly one of fingerprint and publicKey.');
   refuseSameNames(opts);
-  await refuseExistingOutputs(opts);
+  await refuseExistingBeforeUpload(opts, async (f) => `${uploadName(f)}${opts.armor ? '.asc' : '.gpg'}`);
   const signing = { sign_with: opts.signWith?.fingerprint, passphrase: opts.signWith?.passphrase };
   return fileJob(
     kms,
@@ -159,7 +192,8 @@ export async function encryptFiles(kms: Kms, opts: EncryptOptions): Promise<File
 }
 
 /** Decrypts files with a stored key (any generation's fingerprint) and its passphrase; optionally verifies their signatures. */
-export function decryptFiles(kms: Kms, opts: DecryptOptions): Promise<FileJobResult> {
+export async function decryptFiles(kms: Kms, opts: DecryptOptions): Promise<FileJobResult> {
+  await refuseExistingBeforeUpload(opts, async (f) => withoutPgpExtension(uploadName(f)));
   return fileJob(
     kms,
     '/keys/decrypt',
@@ -183,8 +217,10 @@ export async function verifyFiles(kms: Kms, opts: VerifyOptions): Promise<Job> {
 }
 
 /** Signs files with a stored key's current generation: detached signatures (`.sig`, `.asc` armored) or signed messages. */
-export function signFiles(kms: Kms, opts: SignOptions): Promise<FileJobResult> {
+export async function signFiles(kms: Kms, opts: SignOptions): Promise<FileJobResult> {
   refuseSameNames(opts);
+  const extension = opts.armor ? '.asc' : opts.detached === false ? '.gpg' : '.sig';
+  await refuseExistingBeforeUpload(opts, async (f) => `${uploadName(f)}${extension}`);
   return fileJob(
     kms,
     '/keys/sign',
@@ -199,6 +235,10 @@ export function signFiles(kms: Kms, opts: SignOptions): Promise<FileJobResult> {
  */
 export async function rewrap(kms: Kms, opts: RewrapOptions): Promise<FileJobResult> {
   refuseSameNames(opts);
+  await refuseExistingBeforeUpload(opts, async (f) => {
+    const armored = await isArmored(f);
+    return armored === undefined ? undefined : `${withoutPgpExtension(uploadName(f))}${armored ? '.asc' : '.gpg'}`;
+  });
   return fileJob(kms, '/keys/rewrap', { fingerprint: opts.fingerprint, passphrase: opts.passphrase, mode: opts.mode ?? 'rewrap' }, opts);
 }
 
@@ -347,6 +387,7 @@ export async function downloadOutputs(
       `Outputs ${files[first].n} and ${files[second].n} of job ${job.job_id} are both named ${basename(paths[second])}: download them one at a time into separate folders (\`only\`; kms jobs download --file N --out DIR).`,
     );
   }
+  await refuseExistingOutputs(paths, opts.overwrite);
   await mkdir(outDir, { recursive: true });
   const outputs: Output[] = [];
   for (const [i, f] of files.entries()) {

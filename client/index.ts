@@ -15,6 +15,7 @@ export {
   rewrap,
   rotate,
   downloadOutputs,
+  refuseExistingOutputs,
   type EncryptOptions,
   type DecryptOptions,
   type SignOptions,

@@ -6267,6 +6267,81 @@ export interface components {
                 outputs_expired?: boolean;
                 /** @description verify, and decrypt with verify_with: what each file's signature is, in input order */
                 signatures?: components["schemas"]["SignatureCheck"][];
+                /** @description generate-key: the key made */
+                key?: {
+                    /**
+                     * Format: uuid
+                     * @description The key across its generations (rotation history, shares, monitoring); paths and bodies name a key by fingerprint
+                     */
+                    lineage_id: string;
+                    fingerprint: string;
+                    label: string;
+                    environment: string;
+                    algorithm: string;
+                    /**
+                     * @description The OpenPGP profile of the current generation
+                     * @enum {string}
+                     */
+                    profile: "rfc4880" | "rfc9580" | "pqc";
+                    /**
+                     * @description The profile the next generation is made with (POST /keys/{fingerprint}/rotate and rotation-schedule change it)
+                     * @enum {string}
+                     */
+                    rotation_profile: "rfc4880" | "rfc9580" | "pqc";
+                    /**
+                     * @description managed: holds its private key (generated or imported); recipient: an imported public key that encrypts and verifies, never decrypts or signs
+                     * @enum {string}
+                     */
+                    kind: "managed" | "recipient";
+                    /** @description The current generation was imported (POST /keys/import), not generated here */
+                    imported: boolean;
+                    /** @description The OpenPGP user id of the key, "Name <email>" (not an account id) */
+                    uid: string;
+                    /** @enum {string} */
+                    status: "active" | "disabled" | "expired";
+                    active: boolean;
+                    generation: number;
+                    /** Format: date-time */
+                    created_at: string;
+                    /** Format: date-time */
+                    key_created_at: string;
+                    /** Format: date-time */
+                    expires_at: string | null;
+                    /** Format: date-time */
+                    disabled_at: string | null;
+                    /**
+                     * @description policy: follows the account's rotation_interval_days
+                     * @enum {string}
+                     */
+                    rotation_mode: "policy" | "interval" | "off";
+                    rotation_interval_days: number | null;
+                    /** @description In key lists: true for a teammate's key inherited through team access (encrypt, share, public key; decrypt with its passphrase) */
+                    inherited?: boolean;
+                    /** @description In key lists: the owning account of an inherited key (null for your own) */
+                    owner?: {
+                        /** Format: uuid */
+                        user_id: string;
+                        username: string;
+                    } | null;
+                };
+                /** @description rotate-key: whether this job made a new generation */
+                rotated?: boolean;
+                /**
+                 * @description rotate-key, when not rotated: the key had moved on from the generation asked for, was disabled, or no longer exists
+                 * @enum {string}
+                 */
+                reason?: "already_rotated" | "disabled" | "gone";
+                /**
+                 * Format: uuid
+                 * @description rotate-key: its rotation history entry (GET /keys/{fingerprint}/rotation-history)
+                 */
+                rotation_id?: string;
+                /** @description rotate-key: the generation rotated from */
+                old_fingerprint?: string;
+                /** @description rotate-key: the generation made (now the current one) */
+                new_fingerprint?: string | null;
+                /** @description rotate-key: the number of the generation rotated from; the new one is the next */
+                from_generation?: number;
             } & {
                 [key: string]: unknown;
             }) | null;

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { Timestamp } from './common';
+import { Key } from './key-fields';
 
 const JobFile = z
   .object({
@@ -25,12 +26,22 @@ const SignatureCheck = z
   })
   .meta({ id: 'SignatureCheck' });
 
-/** Kind-specific; the output files of encrypt and decrypt jobs are named so clients can read them without a hand-written type. */
+/** Kind-specific; every field a kind answers is named so clients read them without a hand-written type. */
 const JobResult = z
   .looseObject({
     files: z.array(JobFile).optional().describe('encrypt, decrypt: the output files, once completed'),
     outputs_expired: z.boolean().optional().describe('encrypt, decrypt: true once the outputs have passed their retention and were deleted'),
     signatures: z.array(SignatureCheck).optional().describe("verify, and decrypt with verify_with: what each file's signature is, in input order"),
+    key: Key.optional().describe('generate-key: the key made'),
+    rotated: z.boolean().optional().describe('rotate-key: whether this job made a new generation'),
+    reason: z
+      .enum(['already_rotated', 'disabled', 'gone'])
+      .optional()
+      .describe('rotate-key, when not rotated: the key had moved on from the generation asked for, was disabled, or no longer exists'),
+    rotation_id: z.uuid().optional().describe('rotate-key: its rotation history entry (GET /keys/{fingerprint}/rotation-history)'),
+    old_fingerprint: z.string().optional().describe('rotate-key: the generation rotated from'),
+    new_fingerprint: z.string().nullable().optional().describe('rotate-key: the generation made (now the current one)'),
+    from_generation: z.number().int().optional().describe('rotate-key: the number of the generation rotated from; the new one is the next'),
   })
   .meta({ id: 'JobResult' });
 

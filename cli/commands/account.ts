@@ -7,7 +7,17 @@ import { readSecret } from '../secrets.js';
 import { examples, int, run } from './common.js';
 import { registerAuditEvidence } from './audit.js';
 
-const PROFILE_FIELDS = ['user_id', 'username', 'email', 'pending_email', 'email_verified', 'company_name', 'role', 'rotation_interval_days', 'created_at'];
+const PROFILE_FIELDS = [
+  'user_id',
+  'username',
+  'email',
+  'pending_email',
+  'email_verified',
+  'company_name',
+  'role',
+  'rotation_interval_days',
+  'created_at',
+] as const;
 const passwordHelp = (fdFlag: string, env: string) =>
   `The ${fdFlag === '--password-fd' ? 'current ' : ''}password comes from ${fdFlag} N, else ${env}, else a prompt without echo.`;
 
@@ -51,7 +61,7 @@ export function registerAccount(program: Command) {
       run(async (opts) => {
         const { kms } = await connect(opts);
         const me = await kms.data(kms.api.GET('/auth/me', {}));
-        print(opts, me, () => fields(me, PROFILE_FIELDS));
+        print(opts, me, () => fields(me, [...PROFILE_FIELDS.filter((f) => f !== 'pending_email'), 'authenticated_via']));
       }),
     );
 

@@ -5,6 +5,7 @@ import { createInterface } from 'node:readline';
 import { pipeline } from 'node:stream/promises';
 import type { Command } from 'commander';
 import { problemFrom } from '../../client/http.js';
+import { refuseExistingOutputs } from '../../client/index.js';
 import { EvidenceVerifier, type ExportLine, type Jwk, type Verdict } from '../../lib/audit-chain.js';
 import { connect, print } from '../context.js';
 import { UsageError } from '../exit-codes.js';
@@ -51,10 +52,13 @@ export function registerAuditEvidence(audit: Command) {
     .option('-o, --out <file>', 'write to this file (default: standard output)')
     .option('--from <sequence>', 'start at this row', int('--from'))
     .option('--resume', 'append to --out from the row after its last whole row')
+    .option('-f, --force', 'replace --out if it exists')
     .addHelpText('after', examples('kms audit export -o audit.ndjson', 'kms audit export -o audit.ndjson --resume', 'kms audit verify audit.ndjson'))
     .action(
-      run<{ out?: string; from?: number; resume?: boolean }>(async (opts) => {
+      run<{ out?: string; from?: number; resume?: boolean; force?: boolean }>(async (opts) => {
         if (opts.resume && !opts.out) throw new UsageError('--resume needs --out FILE');
+        if (opts.resume && opts.force) throw new UsageError('--resume and --force exclude each other');
+        if (opts.out && !opts.resume) await refuseExistingOutputs([opts.out], opts.force);
         if (opts.resume && opts.from !== undefined) throw new UsageError('--resume and --from exclude each other');
         if (opts.from !== undefined && opts.from < 1) throw new UsageError('--from must be at least 1');
         let from = opts.from ?? 1;

@@ -4,7 +4,7 @@ import { bars, connect, fields, print, table } from '../context.js';
 import { UsageError } from '../exit-codes.js';
 import { examples, int, run } from './common.js';
 
-const jobFields = ['job_id', 'kind', 'state', 'progress', 'error', 'created_at', 'finished_at', 'expires_at'];
+const jobFields = ['job_id', 'kind', 'state', 'progress', 'error', 'created_at', 'finished_at', 'expires_at'] as const;
 
 export function registerJobs(program: Command) {
   const jobs = program.command('jobs').description('Jobs: show, wait for, download outputs');

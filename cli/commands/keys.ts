@@ -1,12 +1,12 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { Option, type Command } from 'commander';
-import { rotate, waitForJob } from '../../client/index.js';
+import { ClientError, refuseExistingOutputs, rotate, waitForJob } from '../../client/index.js';
 import { bars, connect, fields, pagedFooter, print, table } from '../context.js';
-import { UsageError } from '../exit-codes.js';
+import { EXIT, UsageError } from '../exit-codes.js';
 import { readSecret } from '../secrets.js';
 import { examples, int, run } from './common.js';
 
-const KEY_COLUMNS = ['fingerprint', 'label', 'environment', 'profile', 'algorithm', 'status', 'generation', 'expires_at'];
+const KEY_COLUMNS = ['fingerprint', 'label', 'environment', 'profile', 'algorithm', 'status', 'generation', 'expires_at'] as const;
 const PROFILES = ['rfc4880', 'rfc9580', 'pqc'] as const;
 type Profile = (typeof PROFILES)[number];
 const profileHelp = 'OpenPGP profile: rfc4880 (v4, read by every implementation), rfc9580 (v6, AEAD), pqc (v6 post-quantum)';
@@ -91,10 +91,12 @@ export function registerKeys(program: Command) {
             headers: { prefer: 'wait=30' },
           }),
         );
-        if ('fingerprint' in answer) return print(opts, answer, () => fields(answer, KEY_COLUMNS.concat('uid')));
+        if ('fingerprint' in answer) return print(opts, answer, () => fields(answer, [...KEY_COLUMNS, 'uid']));
         const bar = bars(opts);
         const job = await waitForJob(kms, answer, { onProgress: bar.onProgress }).finally(() => bar.stop());
-        print(opts, job, () => `generated: ${JSON.stringify(job.result)}`);
+        const made = job.result?.key;
+        if (!made) throw new ClientError('unexpected_answer', `Key generation job ${job.job_id} completed without the key.`);
+        print(opts, job, () => fields(made, [...KEY_COLUMNS, 'uid']));
       }),
     );
 
@@ -143,7 +145,7 @@ export function registerKeys(program: Command) {
         const answer = await kms.data(
           kms.api.POST('/keys/import', { body: { key, label: opts.label, environment: opts.environment, passphrase, key_passphrase: keyPassphrase } }),
         );
-        print(opts, answer, () => fields(answer, KEY_COLUMNS.concat('kind', 'uid')));
+        print(opts, answer, () => fields(answer, [...KEY_COLUMNS, 'kind', 'uid']));
       }),
     );
 
@@ -163,9 +165,11 @@ export function registerKeys(program: Command) {
     .command('public <fingerprint>')
     .description("The armored public key of the key's current generation (to give to gpg users)")
     .option('-o, --out <file>', 'write it to a file instead of standard output')
+    .option('-f, --force', 'replace --out if it exists')
     .addHelpText('after', examples('kms keys public 8F3A… | gpg --import', 'kms keys public 8F3A… -o ann.asc'))
     .action(
-      run<{ out?: string }, [string]>(async (opts, fingerprint) => {
+      run<{ out?: string; force?: boolean }, [string]>(async (opts, fingerprint) => {
+        if (opts.out) await refuseExistingOutputs([opts.out], opts.force);
         const { kms } = await connect(opts);
         const answer = await kms.data(kms.api.POST('/keys/get-public-key', { body: { fingerprint } }));
         if (opts.out) {
@@ -229,7 +233,17 @@ export function registerKeys(program: Command) {
             noWait: !opts.wait,
             onProgress: bar.onProgress,
           }).finally(() => bar.stop());
-          print(opts, job, () => (job.state === 'completed' ? `rotated: ${fields(job.result ?? {})}` : `rotation job ${job.job_id} is ${job.state}`));
+          if (job.state !== 'completed') return print(opts, job, `rotation job ${job.job_id} is ${job.state} (\`kms jobs wait ${job.job_id}\`)`);
+          const result = job.result ?? {};
+          if (result.rotated === undefined || result.from_generation === undefined)
+            throw new ClientError('unexpected_answer', `Rotation job ${job.job_id} completed without saying what it made.`);
+          const made = `generation ${result.from_generation + 1}, fingerprint ${result.new_fingerprint ?? '-'}`;
+          if (result.rotated)
+            return print(opts, job, `rotated: now ${made} (was generation ${result.from_generation}, ${result.old_fingerprint ?? fingerprint})`);
+          // Another rotation made the generation asked for meanwhile: the key has moved on, as asked.
+          if (result.reason === 'already_rotated') return print(opts, job, `already rotated by another rotation: now ${made}`);
+          print(opts, job, `not rotated: the key ${result.reason === 'disabled' ? 'is disabled' : 'no longer exists'}`);
+          process.exitCode = EXIT.failed;
         },
       ),
     );

@@ -3,8 +3,8 @@ import { SCOPES, type Scope } from '../../client/index.js';
 import { connect, fields, pagedFooter, print, table } from '../context.js';
 import { examples, int, run } from './common.js';
 
-const API_KEY_COLUMNS = ['key_id', 'name', 'prefix', 'status', 'scopes', 'expires_at', 'last_used_at', 'use_count'];
-const SHARE_COLUMNS = ['share_id', 'state', 'view_count', 'max_views', 'expires_at', 'created_at'];
+const API_KEY_COLUMNS = ['key_id', 'name', 'prefix', 'status', 'scopes', 'expires_at', 'last_used_at', 'use_count'] as const;
+const SHARE_COLUMNS = ['share_id', 'state', 'view_count', 'max_views', 'expires_at', 'created_at'] as const;
 const states = ['active', 'expired', 'revoked', 'exhausted'] as const;
 
 export function registerApiKeys(program: Command) {

@@ -167,6 +167,20 @@ describe('kms command line', { timeout: 90_000 }, () => {
     ok(await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'decrypted', '--force'], { env: { KMS_PASSPHRASE: passphrase } }));
   });
 
+  it('rotates a key and says what it made (generation and fingerprint), and exits non-zero with the reason when it cannot', async () => {
+    const env = { KMS_PASSPHRASE: passphrase };
+    const k = json(await kms(['keys', 'generate', '--label', 'rotated', '--name', 'R', '--email', 'r@example.test', '--json'], { env }));
+    const r = ok(await kms(['keys', 'rotate', k.fingerprint]));
+    const current = json(await kms(['keys', 'show', k.fingerprint, '--json'])).key;
+    expect(current.generation).toBe(2);
+    expect(r.stdout.trim()).toBe(`rotated: now generation 2, fingerprint ${current.fingerprint} (was generation 1, ${k.fingerprint})`);
+    ok(await kms(['keys', 'disable', k.fingerprint]));
+    const refused = await kms(['keys', 'rotate', k.fingerprint]);
+    expect(refused.code).toBe(1);
+    expect(refused.stdout).toBe('');
+    expect(refused.stderr).toContain('key_disabled');
+  });
+
   it('encrypts to a gpg public key, and gpg decrypts the result', async () => {
     await pgp.gpg(['--quick-generate-key', 'Peer <peer@example.test>', 'future-default', 'default', 'never'], { passphrase: '' });
     await pgp.put('peer.asc', (await pgp.gpg(['--export', '--armor', 'peer@example.test'])).stdout);
@@ -253,7 +267,9 @@ describe('kms command line', { timeout: 90_000 }, () => {
     });
     expect(wrong.code).toBe(1);
     expect(wrong.stderr).toContain('wrong_passphrase');
-    const asJson = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--json'], { env: { KMS_PASSPHRASE: 'certainly not the passphrase' } });
+    const asJson = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'nowhere', '--json'], {
+      env: { KMS_PASSPHRASE: 'certainly not the passphrase' },
+    });
     expect(JSON.parse(asJson.stderr)).toMatchObject({ error: { code: 'wrong_passphrase', status: 422, exit_code: 1 } });
 
     expect((await kms(['encrypt', 'two.txt'])).code).toBe(2); // neither --key nor --public-key
@@ -277,7 +293,9 @@ describe('kms command line', { timeout: 90_000 }, () => {
       });
       expect(r.status).toBe(422);
     }
-    const hit = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', limited.fingerprint], { env: { KMS_PASSPHRASE: 'one more wrong guess' } });
+    const hit = await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', limited.fingerprint, '--out', 'nowhere'], {
+      env: { KMS_PASSPHRASE: 'one more wrong guess' },
+    });
     expect(hit.code).toBe(5);
     expect(hit.stderr).toContain('rate_limited');
   });
@@ -435,8 +453,9 @@ describe('kms command line', { timeout: 90_000 }, () => {
       while (!bar && Date.now() < deadline) {
         await sleep(100);
         screen = term.screen();
-        bar = screen.match(/(upload|processing|download)\s*\|[█░]+\|\s*(\d+)%/);
-        if (bar && (Number(bar[2]) === 0 || Number(bar[2]) === 100)) bar = null; // mid-transfer only
+        // Mid-transfer, once there is a speed to tell.
+        bar = screen.match(/(upload|processing|download)\s*\|[█░]+\|\s*(\d+)% \| [\d.]+ MiB \/ 512\.0 MiB \| [\d.]+ MiB\/s \| ETA \d+:\d\d/);
+        if (bar && (Number(bar[2]) === 0 || Number(bar[2]) === 100)) bar = null;
       }
       expect(bar, `no progress bar seen; the pane showed:\n${screen}`).not.toBeNull();
     } finally {
@@ -517,6 +536,49 @@ describe('kms command line', { timeout: 90_000 }, () => {
     }
   });
 
+  it('refuses an existing output before any upload, for every command that writes files (naming --force), and replaces it with --force', async () => {
+    const jobs = async () => Number((await s.c.db('jobs').where({ user_id: user.id }).count({ n: '*' }).first())!.n);
+    await mkdir(join(dir, 'exists'), { recursive: true });
+    const outputs = ['two.txt', 'two.txt.sig', 'two.txt.gpg', 'public.asc', 'audit.ndjson'];
+    for (const name of outputs) await writeFile(join(dir, 'exists', name), 'kept\n');
+    const before = await jobs();
+    const env = { KMS_PASSPHRASE: passphrase };
+    for (const [args, output] of [
+      [['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'exists'], 'two.txt'],
+      [['decrypt', 'encrypted/one.bin.gpg', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'exists', '--json'], 'two.txt'],
+      [['sign', 'two.txt', '--key', fingerprint, '--out', 'exists'], 'two.txt.sig'],
+      [['rewrap', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'exists'], 'two.txt.gpg'],
+      [['encrypt', 'two.txt', '--key', fingerprint, '--out', 'exists'], 'two.txt.gpg'],
+      [['keys', 'public', fingerprint, '-o', 'exists/public.asc'], 'public.asc'],
+      [['audit', 'export', '-o', 'exists/audit.ndjson'], 'audit.ndjson'],
+    ] as const) {
+      const r = await kms([...args], { env });
+      expect(r.code, `kms ${args.join(' ')}: ${r.stderr}`).toBe(1);
+      expect(r.stderr).toContain('output_exists');
+      expect(r.stderr).toContain(`${join('exists', output)} exists (use --force to replace it)`);
+      expect(await jobs(), `kms ${args.join(' ')} uploaded`).toBe(before);
+    }
+    for (const name of outputs) expect(await readFile(join(dir, 'exists', name), 'utf8')).toBe('kept\n');
+    expect((await readdir(join(dir, 'exists'))).sort()).toEqual([...outputs].sort()); // and nothing else written (one.bin)
+
+    ok(await kms(['decrypt', 'encrypted/two.txt.gpg', '--key', fingerprint, '--out', 'exists', '--force'], { env }));
+    expect(await readFile(join(dir, 'exists', 'two.txt'), 'utf8')).toBe('two\n');
+    ok(await kms(['keys', 'public', fingerprint, '-o', 'exists/public.asc', '--force']));
+    expect(await readFile(join(dir, 'exists', 'public.asc'), 'utf8')).toContain('BEGIN PGP PUBLIC KEY BLOCK');
+  });
+
+  it('draws a known total as bar, bytes, speed and time left; an unknown total (a followed download) as bytes and speed only', async () => {
+    const { progressLine } = await import('../../cli/progress');
+    const MiB = 1 << 20;
+    expect(progressLine({ phase: 'upload', bytes_done: 64 * MiB, bytes_total: 256 * MiB }, 32 * MiB)).toBe(
+      `upload     |${'█'.repeat(8)}${'░'.repeat(22)}| 25% | 64.0 MiB / 256.0 MiB | 32.0 MiB/s | ETA 0:06`,
+    );
+    expect(progressLine({ phase: 'download', bytes_done: 5 * MiB, file: 'big.bin.gpg' }, 2.5 * MiB)).toBe('download   5.0 MiB | 2.5 MiB/s big.bin.gpg');
+    // No speed measured yet: none shown, and no guess at the time left.
+    expect(progressLine({ phase: 'processing', bytes_done: 0, bytes_total: 2 * MiB }, undefined)).toMatch(/0% \| 0 B \/ 2\.0 MiB \| - MiB\/s \| ETA -:--$/);
+    expect(progressLine({ phase: 'upload', bytes_done: 3600 * 10 * MiB, bytes_total: 3600 * 20 * MiB }, 2 * MiB)).toMatch(/ETA 5:00:00$/);
+  });
+
   it('ends the upload bar at 100% on a terminal (tmux)', async () => {
     const file = join(dir, 'full.bin');
     const fh = await open(file, 'w');
@@ -526,7 +588,7 @@ describe('kms command line', { timeout: 90_000 }, () => {
     try {
       const screen = await term.until(/exit \d+/);
       expect(screen).toContain('exit 0');
-      expect(screen, screen).toMatch(/upload\s*\|█+\|\s*100% \| 24\.0 MiB \/ 24\.0 MiB/);
+      expect(screen, screen).toMatch(/upload\s*\|█+\|\s*100% \| 24\.0 MiB \/ 24\.0 MiB \| [\d.]+ MiB\/s \| ETA 0:00/);
       expect(screen).toMatch(/^job [0-9a-f-]{36}$/m);
     } finally {
       term.close();
