@@ -118,6 +118,13 @@ export function withWrites<Row extends object, Result>(query: Knex.QueryBuilder<
   for (const [i, write] of writes.entries()) query.with(`w${i}`, write);
 }
 
+/** Runs `writes` (at least one) as one statement: the first with the others attached (withWrites). */
+export async function runWrites(writes: Write[]): Promise<void> {
+  const [host, ...rest] = writes;
+  withWrites(host, rest);
+  await host;
+}
+
 /**
  * A failed query's error as knex throws it: `<sql> - <Postgres message>`. A data exception's message
  * repeats the bad input (`invalid input syntax for type uuid: "<value>"`): that value goes, the SQL and

@@ -26,6 +26,10 @@ export async function insertRotation(db: Knex, row: Omit<RotationRow, 'id' | 'cr
   return inserted;
 }
 
+/** A history row's insert, to run beside another statement (db/knex.ts `withWrites`): its id and time come with it. */
+export const rotationInsert = (db: Knex, row: RotationRow): Write =>
+  db<object>('rotation_history').insert({ ...row, error: row.error ? JSON.stringify(row.error) : null });
+
 export const succeededRotationFrom = async (db: Knex, lineageId: string, fromGeneration: number): Promise<RotationRow | undefined> =>
   db<RotationRow>('rotation_history').where({ lineage_id: lineageId, from_generation: fromGeneration, status: 'succeeded' }).first();
 

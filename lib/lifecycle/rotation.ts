@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { conflict } from '../errors';
@@ -7,9 +8,8 @@ import { newGeneration, rekeyLineage, requireKey, requireManaged, type Generatio
 import { verifyKeyPassphrase } from '../keys/passphrases';
 import { lineageMac, verifiedLineage } from '../keys/key-integrity';
 import { defaultAlgorithm, type KeyAlgorithm, type KeyProfile } from '../pgp/profiles';
-import { resyncLinkedTo } from '../teams/team-access';
 import { auditInsert, recordAudit } from '../../db/audit';
-import { originMeta, type JobOrigin } from '../../jobs/define';
+import type { JobOrigin } from '../../jobs/define';
 import {
   updateLineage,
   storeRekeyedLineage,
@@ -23,7 +23,16 @@ import {
   type LineageRow,
 } from '../../db/keys';
 import type { RequestMeta } from '../../db/audit';
-import { insertRotation, listRotations, succeededRotationFrom, type RotationQuery, type RotationRow, type RotationTrigger } from '../../db/rotation';
+import { runWrites, type Write } from '../../db/knex';
+import {
+  insertRotation,
+  listRotations,
+  rotationInsert,
+  succeededRotationFrom,
+  type RotationQuery,
+  type RotationRow,
+  type RotationTrigger,
+} from '../../db/rotation';
 
 /**
  * Rotation makes the next generation of a lineage and retires the current one to `rotated` (it still
@@ -113,12 +122,19 @@ export async function prepareRotation(c: Container, input: RotateInput): Promise
   return { lineage: target, current, next, rekeyed, moved: Boolean(moved) };
 }
 
+/** A switch made: its history row as it will be stored, and the writes still to run (see commitRotation). */
+export interface CommittedRotation {
+  entry: RotationRow;
+  writes: Write[];
+}
+
 /**
  * The switch, in the caller's transaction: only if the lineage is still at `fromGeneration`, under its
- * row lock (undefined otherwise: another rotation won). Two statements: the compare-and-swap that retires
- * the current generation, then the new generation, its history row and audit row together.
+ * row lock (undefined otherwise: another rotation won). The compare-and-swap that retires the current
+ * generation runs here; the new generation, its history row and audit row are returned as writes, for the
+ * caller to run in one statement with its own (a tracked job's: with its completed state).
  */
-export async function commitRotation(c: Container, trx: Knex.Transaction, input: RotateInput, p: PreparedRotation): Promise<RotationRow | undefined> {
+export async function commitRotation(c: Container, trx: Knex.Transaction, input: RotateInput, p: PreparedRotation): Promise<CommittedRotation | undefined> {
   const { lineage, current, next, rekeyed, moved } = p;
   const now = c.clock.now();
   if (!(await retireActive(trx, lineage.id, input.fromGeneration, now))) return undefined;
@@ -148,7 +164,9 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
     },
     input.origin,
   );
-  const history = {
+  // Its id and time made here: the writer reads nothing back.
+  const entry: RotationRow = {
+    id: randomUUID(),
     user_id: lineage.user_id,
     lineage_id: lineage.id,
     old_fingerprint: current.fingerprint,
@@ -156,11 +174,12 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
     from_generation: current.generation,
     trigger: input.trigger,
     actor_id: input.actorId,
-    status: 'succeeded' as const,
+    status: 'succeeded',
     error: null,
     job_id: input.jobId ?? null,
+    created_at: now,
   };
-  return insertRotation(trx, history, [generationInsert(trx, next), audit]);
+  return { entry, writes: [rotationInsert(trx, entry), generationInsert(trx, next), audit] };
 }
 
 /** The owner's event of a committed rotation. */
@@ -175,24 +194,23 @@ export const rotatedEvent = (lineage: LineageRow, entry: RotationRow): NewEvent 
   },
 });
 
-/** Once committed (and announced): re-syncs of the accounts that inherit this one's keys. */
-export const resyncAfterRotation = (c: Container, input: RotateInput, lineage: LineageRow) =>
-  resyncLinkedTo(c, lineage.user_id, 'key.rotated', input.origin && originMeta(input.origin));
-
 /** A whole rotation in its own transaction (the scheduler's; a tracked job commits it with the job). */
 export async function rotateLineage(c: Container, input: RotateInput): Promise<RotateOutcome> {
   const prepared = await prepareRotation(c, input);
   if (!('next' in prepared)) return prepared;
   let entry: RotationRow | undefined;
   try {
-    entry = await c.db.transaction((trx) => commitRotation(c, trx, input, prepared));
+    entry = await c.db.transaction(async (trx) => {
+      const committed = await commitRotation(c, trx, input, prepared);
+      if (committed) await runWrites(committed.writes);
+      return committed?.entry;
+    });
   } catch (err) {
     if (isUniqueViolation(err)) return alreadyRotated(c.db, input);
     throw err;
   }
   if (!entry) return alreadyRotated(c.db, input);
   await emitEvents(c, prepared.lineage.user_id, [rotatedEvent(prepared.lineage, entry)]);
-  await resyncAfterRotation(c, input, prepared.lineage);
   return { rotated: true, entry };
 }
 

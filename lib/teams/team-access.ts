@@ -55,8 +55,9 @@ async function enqueueSync(c: Container, granteeId: string, meta?: Partial<Reque
 }
 
 /**
- * The source's keys changed (generated, rotated, disabled) or it left: every account linked to it is
- * marked pending and re-synced. Called after the change committed; a failure is logged, not thrown (the
+ * The source's set of keys changed (one generated, imported or disabled) or it left: every account linked
+ * to it is marked pending and re-synced. A rotation changes no grant (a grant names a lineage, and lookups
+ * find its current generation), so it re-syncs nothing. Called after the change committed; a failure is logged, not thrown (the
  * change stands, and the next sync of those accounts catches up).
  */
 export async function resyncLinkedTo(c: Container, sourceId: string, reason: string, meta?: Partial<RequestMeta>): Promise<void> {

@@ -6,13 +6,12 @@ import {
   commitRotation,
   prepareRotation,
   recordRotationFailure,
-  resyncAfterRotation,
   rotatedEvent,
   rotationOut,
+  type CommittedRotation,
   type RotateInput,
   type RotateOutcome,
 } from '../../lib/lifecycle/rotation';
-import type { RotationRow } from '../../db/rotation';
 
 const inputOf = (row: { id: string; request: unknown }, origin: JobOrigin): RotateInput => {
   const req = RotateRequest.parse(row.request);
@@ -43,17 +42,16 @@ export const rotateKeyProcessor = defineTrackedProcessor(rotateKey, {
     const prepared = await prepareRotation(c, input);
     // A retry after a crash finds the rotation done and reports it.
     if (!('next' in prepared)) return { result: outcomeResult(prepared) };
-    let entry: RotationRow | undefined;
+    let committed: CommittedRotation | undefined;
     return {
-      // The switch commits with the job's completed state: one transaction, and never one without the other.
+      // The switch commits with the job's completed state: one transaction, and never one without the
+      // other; its rows are written by the statement that completes the job.
       async commit(trx) {
-        entry = await commitRotation(c, trx, input, prepared);
-        return outcomeResult(entry ? { rotated: true, entry } : await alreadyRotated(trx, input));
+        committed = await commitRotation(c, trx, input, prepared);
+        return outcomeResult(committed ? { rotated: true, entry: committed.entry } : await alreadyRotated(trx, input));
       },
-      events: () => (entry ? [rotatedEvent(prepared.lineage, entry)] : []),
-      after: async () => {
-        if (entry) await resyncAfterRotation(c, input, prepared.lineage);
-      },
+      writes: () => committed?.writes ?? [],
+      events: () => (committed ? [rotatedEvent(prepared.lineage, committed.entry)] : []),
     };
   },
   async onFailure(trx, row, failure, { c, origin }) {
