@@ -156,9 +156,25 @@ export async function submitAndReply(
         uploading = false;
       }
     }
-    return await replyWithJob(c, ctx, row, watch);
+    return await replyWithRecorded(c, ctx, row, watch);
   } finally {
     watch?.stop();
+  }
+}
+
+/**
+ * The answer to a request that has recorded and enqueued its job: the job runs whatever happens next, so
+ * a read that fails while waiting for it or showing it (Postgres lost meanwhile) must not become an error
+ * answer, which a client takes for "nothing done" and repeats (a second rotation). It is answered 202
+ * with the job as this request recorded it, whose status URL tells the rest.
+ */
+async function replyWithRecorded(c: Container, ctx: AppContext, row: JobRow, watch?: JobEndWatch): Promise<Reply> {
+  try {
+    return await replyWithJob(c, ctx, row, watch);
+  } catch (err) {
+    c.log.warn({ err, job_id: row.id }, 'job recorded, but reading it for the answer failed: answered with the job as recorded');
+    const body = await jobView(c, row);
+    return { status: 202, body, headers: { Location: body.status_url } };
   }
 }
 

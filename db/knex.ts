@@ -25,6 +25,13 @@ export interface DbOptions {
    * setting.
    */
   idleInTransactionMs?: number;
+  /**
+   * Connections lead to a pooler in transaction mode (PgBouncer, DATABASE_POOL_MODE=transaction): each
+   * transaction may run on another server connection, so nothing is kept in a session. No startup
+   * parameters (PgBouncer refuses them; its `idle_transaction_timeout` ends a transaction left idle) and
+   * no named prepared statements (`prepared` runs the same SQL unnamed).
+   */
+  transactionPooling?: boolean;
   /** Where knex's own warnings go (lost connections, pool errors); unset: knex prints them to stderr. */
   log?: { warn(fields: object, message: string): void };
 }
@@ -35,8 +42,11 @@ const knexLog = (log: NonNullable<DbOptions['log']>): Knex.Config['log'] => {
   return { warn, error: warn, deprecate: warn, debug: () => undefined };
 };
 
+/** The configs of pools behind a transaction-mode pooler (a transaction's client shares its pool's config). */
+const transactionPooled = new WeakSet<object>();
+
 export function createDb(databaseUrl: string, options: DbOptions = {}): Db {
-  const idleMs = options.idleInTransactionMs;
+  const idleMs = options.transactionPooling ? undefined : options.idleInTransactionMs;
   const db = knexFactory({
     client: 'pg',
     connection: { connectionString: databaseUrl, ...(idleMs ? { idle_in_transaction_session_timeout: idleMs } : {}) },
@@ -49,12 +59,25 @@ export function createDb(databaseUrl: string, options: DbOptions = {}): Db {
   });
   // Emitted (for transactions too) before the error reaches the caller: clean it once, at the source.
   db.on('query-error', (err: unknown, query: { sql?: string } | undefined) => cleanQueryError(err, query?.sql));
+  if (options.transactionPooling) transactionPooled.add(configOf(db));
   return db;
 }
 
+const configOf = (db: Knex): object => (db.client as { config: object }).config;
+
+/** The database (or a transaction on it) is reached through a transaction-mode pooler. */
+const isTransactionPooled = (db: Knex): boolean => transactionPooled.has(configOf(db));
+
 /** The service's own pool, as configured: every process and CLI opens its database through this. */
-export function openDatabase(config: { databaseUrl: string; dbIdleInTransactionMs: number }, pool: Pick<DbOptions, 'max' | 'log'> = {}): Db {
-  return createDb(config.databaseUrl, { ...pool, idleInTransactionMs: config.dbIdleInTransactionMs });
+export function openDatabase(
+  config: { databaseUrl: string; dbIdleInTransactionMs: number; databasePoolMode: 'session' | 'transaction' },
+  pool: Pick<DbOptions, 'max' | 'log'> = {},
+): Db {
+  return createDb(config.databaseUrl, {
+    ...pool,
+    idleInTransactionMs: config.dbIdleInTransactionMs,
+    transactionPooling: config.databasePoolMode === 'transaction',
+  });
 }
 
 const statements = new Map<string, string>();
@@ -70,6 +93,8 @@ const statements = new Map<string, string>();
  * is recovered from below. A connection keeps its plan until the table's statistics change, and one made
  * on a fresh database has none: give each table's key as a parameter in its own condition (retire_active),
  * and check in code what another index could serve (the owner in findUserJob), so that no plan prefers it.
+ * Behind a transaction-mode pooler the same SQL runs unnamed: a named statement lives on one server
+ * connection, and the next transaction may run on another (or on one where another client named it).
  */
 export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: Record<string, unknown>) => Promise<Row[]> {
   if (statements.has(name)) throw new Error(`prepared statement "${name}" is defined twice`);
@@ -79,8 +104,10 @@ export function prepared<Row>(name: string, sql: string): (db: Knex, bindings: R
   const text = sql.replace(/:([A-Za-z_]\w*)/g, (_, binding: string) => (names.push(binding), '?'));
   let version = 0;
   const nameOf = (v: number) => (v ? `${name}_${v}` : name);
-  const run = async (db: Knex, values: Knex.RawBinding[], as: string): Promise<Row[]> =>
-    ((await db.raw(text, values).options({ name: as })) as { rows: Row[] }).rows;
+  const run = async (db: Knex, values: Knex.RawBinding[], as: string): Promise<Row[]> => {
+    const query = db.raw(text, values);
+    return ((await (isTransactionPooled(db) ? query : query.options({ name: as }))) as { rows: Row[] }).rows;
+  };
   return async (db, bindings) => {
     const values = names.map((n) => {
       if (bindings[n] === undefined) throw new Error(`prepared statement "${name}": no value for :${n}`);

@@ -32,7 +32,8 @@ export function startAuditRelay(c: Container): { stop: () => Promise<void> } {
 
   const connect = async () => {
     if (stopped) return;
-    const next = new pg.Client({ connectionString: c.config.databaseUrl });
+    // A session of its own on Postgres itself: a transaction-mode pooler would never deliver its notifications.
+    const next = new pg.Client({ connectionString: c.config.databaseDirectUrl });
     next.on('notification', (n) => void relay(n.payload).catch((err: unknown) => c.log.warn({ err }, 'audit relay: could not publish')));
     next.on('error', (err) => {
       c.log.warn({ err: err.message }, 'audit relay: connection lost; reconnecting');

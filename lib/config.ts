@@ -30,6 +30,18 @@ const Env = z.object({
   CONSOLE_DIR: z.string().optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   DATABASE_URL: z.string().default('postgres://postgres@127.0.0.1:5432/kms'),
+  /**
+   * `transaction`: DATABASE_URL leads to a pooler in transaction mode (PgBouncer), where consecutive
+   * transactions of one client may run on different server connections: no session state is used
+   * (db/knex.ts). `session`: DATABASE_URL is Postgres, or a pooler in session mode.
+   */
+  DATABASE_POOL_MODE: z.enum(['session', 'transaction']).default('session'),
+  /**
+   * Postgres itself, not a transaction-mode pooler: for what needs one session for long, the audit
+   * relay's LISTEN (a notification goes to the session that listens). Required with
+   * DATABASE_POOL_MODE=transaction; unset otherwise: DATABASE_URL.
+   */
+  DATABASE_DIRECT_URL: z.string().optional(),
   REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
   /** A Redis Cluster's seed nodes, `host:port,…`: set, the service runs on the cluster (REDIS_URL then gives only user, password and scheme). */
   REDIS_CLUSTER_NODES: list,
@@ -219,6 +231,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
   const why = `NODE_ENV is ${env.NODE_ENV ? e.NODE_ENV : 'unset (counts as production)'}; the public development defaults apply only with NODE_ENV=development or test (npm start sets development)`;
   // With a token as the root, MASTER_KEY is only what it moves from: no development default then.
   const lineageTokenKeys = e.LINEAGE_TOKEN_KEYS === 'true';
+  // Refused rather than polled for: the relay is how audit.recorded events happen at all, and one way of
+  // hearing commits (LISTEN) is simpler to trust than a second, polling one that only this mode would run.
+  if (e.DATABASE_POOL_MODE === 'transaction' && !e.DATABASE_DIRECT_URL)
+    throw new Error(
+      "DATABASE_POOL_MODE=transaction needs DATABASE_DIRECT_URL: a URL of Postgres itself (not the pooler) for the audit relay's LISTEN, which a transaction-mode pooler never delivers",
+    );
   if (lineageTokenKeys && !e.MASTER_KEY_URI)
     throw new Error('LINEAGE_TOKEN_KEYS=true needs MASTER_KEY_URI: the per-lineage keys are made in the PKCS#11 token that holds the root key');
   const masterKeys = {
@@ -248,6 +266,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     logLevel: e.LOG_LEVEL,
     consoleDir: e.CONSOLE_DIR,
     databaseUrl: e.DATABASE_URL,
+    databasePoolMode: e.DATABASE_POOL_MODE,
+    databaseDirectUrl: e.DATABASE_DIRECT_URL ?? e.DATABASE_URL,
     dbIdleInTransactionMs: e.DB_IDLE_IN_TRANSACTION_SECONDS * 1000,
     redisUrl: e.REDIS_URL,
     redisClusterNodes: e.REDIS_CLUSTER_NODES.map(clusterNode),

@@ -15,6 +15,7 @@ PEERS=(
   "softhsm2 command -v softhsm2-util"
   "redis-server command -v redis-server"
   "redis-tools command -v redis-cli"
+  "pgbouncer test -x /usr/sbin/pgbouncer"
 )
 
 missing=()

@@ -51,7 +51,7 @@ export const reconcileJobsProcessor = defineProcessor(reconcileJobs, {
       const batch = await unfinishedJobsBetween(c.db, after, before, BATCH);
       for (const row of batch) {
         const outcome = await reconcileJob(c, row, log).catch((err: unknown) => {
-          log.warn({ err, job_id: row.id }, 'could not reconcile a job; the next run tries again');
+          log.warn({ err, reconciled_job_id: row.id }, 'could not reconcile a job; the next run tries again');
           return 'error' as const;
         });
         if (outcome === 'error') counts.errors++;
@@ -66,6 +66,8 @@ export const reconcileJobsProcessor = defineProcessor(reconcileJobs, {
 });
 
 /** One unfinished job: left alone while its queue entry lives, else enqueued again or failed as lost. */
+// Its records name the job they are about `reconciled_job_id`: `log` already carries `job_id`, the
+// reconciler's own queue entry (workers/worker.ts), and a second `job_id` key in one record is ambiguous.
 async function reconcileJob(c: Container, row: JobRow, log: Logger): Promise<Reconciled> {
   const { processor, requeue } = KINDS[row.kind];
   const queue = c.jobs.queue(processor.contract.queue);
@@ -82,7 +84,7 @@ async function reconcileJob(c: Container, row: JobRow, log: Logger): Promise<Rec
   await entry?.remove();
   if (requeue && (await inputsStored(c, current))) {
     await requeue(c, current);
-    log.warn({ job_id: current.id, kind: current.kind }, 'job had lost its queue entry; enqueued again');
+    log.warn({ reconciled_job_id: current.id, kind: current.kind }, 'job had lost its queue entry; enqueued again');
     return 'requeued';
   }
   const failure = {
@@ -94,7 +96,7 @@ async function reconcileJob(c: Container, row: JobRow, log: Logger): Promise<Rec
   if (!(await processor.failUnfinished!(c, current, failure, SCHEDULER))) return 'kept';
   // Nothing of the request was done: its Idempotency-Key is free for the client to send it again.
   await freeIdempotencyKey(c.db, current.id);
-  log.warn({ job_id: current.id, kind: current.kind, code: failure.code }, 'job had lost its queue entry; failed');
+  log.warn({ reconciled_job_id: current.id, kind: current.kind, code: failure.code }, 'job had lost its queue entry; failed');
   return 'lost';
 }
 
