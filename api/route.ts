@@ -75,7 +75,8 @@ export interface MultipartSpec<B = unknown, C = unknown> {
   check?(body: B, input: { c: Container; user: AuthUser; meta: RequestMeta; parts: Record<string, Buffer[]> }): Promise<C>;
 }
 
-export type RecentSignIn<B> = true | { when(body: B): boolean; description: string };
+/** `when` sees the valid body and the caller (a change is judged against what the account already holds). */
+export type RecentSignIn<B> = true | { when(body: B, user: AuthUser): boolean; description: string };
 
 export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B = unknown> {
   method: 'get' | 'post' | 'put' | 'patch' | 'delete';
@@ -217,7 +218,7 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       const check = (body: unknown, parts: Record<string, Buffer[]>) =>
         (checking ??= def.multipart?.check ? def.multipart.check(body, { c, user, meta, parts }) : Promise.resolve(undefined));
       const run = async (body: unknown, upload: Upload = noUpload) => {
-        if (def.recentSignIn === true || def.recentSignIn?.when(body)) await requireRecentSignIn(ctx);
+        if (def.recentSignIn === true || def.recentSignIn?.when(body, user)) await requireRecentSignIn(ctx);
         return def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta, checked: () => check(body, upload.parts) });
       };
       let reply: Reply | void;
