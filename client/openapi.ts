@@ -991,7 +991,7 @@ export interface paths {
                         /** @description Mailed a confirmation token (POST /profile/confirm-email); the email changes once it is confirmed */
                         email?: string;
                         company_name?: string | null;
-                        /** @description Required to change the email */
+                        /** @description Required to change the email (not when `email` is the current address) */
                         current_password?: string;
                     };
                 };
