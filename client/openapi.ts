@@ -396,7 +396,8 @@ export interface paths {
                     "application/json": {
                         name: string;
                         email: string;
-                        subject: string;
+                        /** @description Optional; without it the request is filed as "Contact request from <name>" */
+                        subject?: string;
                         message: string;
                     };
                 };
