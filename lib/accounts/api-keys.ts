@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { enforcePlanLimit } from '../billing/subscriptions';
 import type { Container } from '../container';
-import { conflict, invalid } from '../errors';
+import { conflict, invalidFields } from '../errors';
 import { emitEvent } from '../events';
 import { type NewEvent } from '../event-stream';
 import { hashToken } from '../tokens';
@@ -79,10 +79,9 @@ function expiryOf(c: Container, input: NewApiKey): Date | null {
   const now = c.clock.now();
   if (input.expires_in_days !== undefined) return new Date(now.getTime() + input.expires_in_days * 86400_000);
   if (input.expires_at === undefined) return null;
-  if (input.expires_at <= now)
-    throw invalid('validation_failed', 'The request body is invalid.', [{ path: 'body.expires_at', message: 'must be in the future' }]);
+  if (input.expires_at <= now) throw invalidFields([{ path: 'body.expires_at', message: 'must be in the future' }]);
   if (input.expires_at.getTime() > now.getTime() + MAX_LIFETIME_DAYS * 86400_000) {
-    throw invalid('validation_failed', 'The request body is invalid.', [{ path: 'body.expires_at', message: `must be within ${MAX_LIFETIME_DAYS} days` }]);
+    throw invalidFields([{ path: 'body.expires_at', message: `must be within ${MAX_LIFETIME_DAYS} days` }]);
   }
   return input.expires_at;
 }
