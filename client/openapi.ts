@@ -5245,6 +5245,73 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/team-access/links/{grantee_user_id}/reject": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reject a member's pending link to your keys (owners and admins: to the keys of a member they outrank); the request is removed, nothing was granted
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    grantee_user_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The source the rejection is for: a link changed since is refused (409 `team_link_changed`)
+                         */
+                        source_user_id: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description The rejected request (an approved link answers 409 `team_link_not_pending`: end it with DELETE) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** Format: uuid */
+                            grantee_user_id: string;
+                            /** Format: uuid */
+                            source_user_id: string;
+                            /** @enum {string} */
+                            status: "rejected";
+                        };
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/team-access/links/{grantee_user_id}": {
         parameters: {
             query?: never;
