@@ -3304,7 +3304,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Generate a managed API key with scopes and an optional expiry; answers its value
+         * Generate a managed API key with scopes and an optional expiry; answers its value. An `Idempotency-Key` header makes a retry safe: the same key and body answer the key made first (its current value), another body 422 `idempotency_key_reused`
          * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {

@@ -48,6 +48,9 @@ export function invalidFields(errors: FieldError[]): AppError {
   const more = errors.length > 1 ? ` (${errors.length - 1} more in errors)` : '';
   return invalid('validation_failed', `${PARTS[part] ?? 'The request is invalid'}: ${field} ${first.message}.${more}`, errors);
 }
+/** The same Idempotency-Key with a different request (422, as Stripe): job submissions and API key generation alike. */
+export const idempotencyKeyReused = () =>
+  invalid('idempotency_key_reused', 'This Idempotency-Key was already used for a different request; use a new key for a new request.');
 export const tooManyRequests = (message: string, retryAfterSeconds: number, code = 'rate_limited') =>
   new AppError(429, code, message, { headers: { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) } });
 /** 503: a dependency is down or out of reach; the client retries after a few seconds (Retry-After). */
