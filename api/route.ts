@@ -3,7 +3,8 @@ import { z } from 'zod';
 import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig, type ZodContentObject } from '@asteasolutions/zod-to-openapi';
 import type { Container } from '../lib/container';
 import type { Logger } from '../lib/logger';
-import { invalid, type FieldError } from '../lib/errors';
+import { invalidFields, type FieldError } from '../lib/errors';
+import { fieldMessage } from './field-messages';
 import { authenticate, requireRecentSignIn, requireScope } from './middleware/auth';
 import type { Access, AppContext, AppState, AuthUser } from './context';
 import type { Scope } from '../lib/auth/scopes';
@@ -75,7 +76,8 @@ export interface MultipartSpec<B = unknown, C = unknown> {
   check?(body: B, input: { c: Container; user: AuthUser; meta: RequestMeta; parts: Record<string, Buffer[]> }): Promise<C>;
 }
 
-export type RecentSignIn<B> = true | { when(body: B): boolean; description: string };
+/** `when` sees the valid body and the caller (a change is judged against what the account already holds). */
+export type RecentSignIn<B> = true | { when(body: B, user: AuthUser): boolean; description: string };
 
 export interface RouteDef<A extends Access = Access, P = unknown, Q = unknown, B = unknown> {
   method: 'get' | 'post' | 'put' | 'patch' | 'delete';
@@ -172,15 +174,15 @@ function unstorableStrings(value: unknown, path: string[], out: FieldError[]): F
   return out;
 }
 
-/** The problem detail for each part of a request, as a person would name it. */
-const INVALID_PART = { params: 'The path parameters are invalid.', query: 'The query string is invalid.', body: 'The request body is invalid.' } as const;
+type RequestPart = 'params' | 'query' | 'body';
 
-function parse<T>(schema: z.ZodType<T> | undefined, value: unknown, where: keyof typeof INVALID_PART): T {
+/** Refusals read as words (api/field-messages.ts), and the problem's detail names the first field refused. */
+function parse<T>(schema: z.ZodType<T> | undefined, value: unknown, where: RequestPart): T {
   const unstorable = unstorableStrings(value, [where], []);
-  if (unstorable.length) throw invalid('validation_failed', INVALID_PART[where], unstorable);
+  if (unstorable.length) throw invalidFields(unstorable);
   if (!schema) return undefined as T;
-  const result = schema.safeParse(value);
-  if (!result.success) throw invalid('validation_failed', INVALID_PART[where], issues(result.error, where));
+  const result = schema.safeParse(value, { error: fieldMessage });
+  if (!result.success) throw invalidFields(issues(result.error, where));
   return result.data;
 }
 
@@ -217,7 +219,7 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       const check = (body: unknown, parts: Record<string, Buffer[]>) =>
         (checking ??= def.multipart?.check ? def.multipart.check(body, { c, user, meta, parts }) : Promise.resolve(undefined));
       const run = async (body: unknown, upload: Upload = noUpload) => {
-        if (def.recentSignIn === true || def.recentSignIn?.when(body)) await requireRecentSignIn(ctx);
+        if (def.recentSignIn === true || def.recentSignIn?.when(body, user)) await requireRecentSignIn(ctx);
         return def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta, checked: () => check(body, upload.parts) });
       };
       let reply: Reply | void;

@@ -396,7 +396,8 @@ export interface paths {
                     "application/json": {
                         name: string;
                         email: string;
-                        subject: string;
+                        /** @description Optional; without it the request is filed as "Contact request from <name>" */
+                        subject?: string;
                         message: string;
                     };
                 };
@@ -991,7 +992,7 @@ export interface paths {
                         /** @description Mailed a confirmation token (POST /profile/confirm-email); the email changes once it is confirmed */
                         email?: string;
                         company_name?: string | null;
-                        /** @description Required to change the email */
+                        /** @description Required to change the email (not when `email` is the current address) */
                         current_password?: string;
                     };
                 };
@@ -3303,7 +3304,7 @@ export interface paths {
         get?: never;
         put?: never;
         /**
-         * Generate a managed API key with scopes and an optional expiry; answers its value
+         * Generate a managed API key with scopes and an optional expiry; answers its value. An `Idempotency-Key` header makes a retry safe: the same key and body answer the key made first (its current value), another body 422 `idempotency_key_reused`
          * @description Needs a user session (JWT); API keys are refused. A session must have signed in within RECENT_SIGN_IN_MINUTES (default 10), else 403 `reauthentication_required`: sign in again and retry.
          */
         post: {
@@ -5225,6 +5226,73 @@ export interface paths {
                     };
                     content: {
                         "application/json": components["schemas"]["TeamAccessLink"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/team-access/links/{grantee_user_id}/reject": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reject a member's pending link to your keys (owners and admins: to the keys of a member they outrank); the request is removed, nothing was granted
+         * @description Needs a user session (JWT); API keys are refused.
+         */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    grantee_user_id: string;
+                };
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        /**
+                         * Format: uuid
+                         * @description The source the rejection is for: a link changed since is refused (409 `team_link_changed`)
+                         */
+                        source_user_id: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description The rejected request (an approved link answers 409 `team_link_not_pending`: end it with DELETE) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": {
+                            /** Format: uuid */
+                            grantee_user_id: string;
+                            /** Format: uuid */
+                            source_user_id: string;
+                            /** @enum {string} */
+                            status: "rejected";
+                        };
                     };
                 };
                 /** @description Error (RFC 9457 problem details) */

@@ -20,6 +20,9 @@ export interface ApiKeyRow {
   bytes_decrypted: number;
   created_at: Date;
   updated_at: Date;
+  /** The client's Idempotency-Key of the request that made the key, and that request's hash (requestHash). */
+  idempotency_key: string | null;
+  request_hash: string | null;
 }
 
 export interface ApiKeySecretRow {
@@ -39,6 +42,10 @@ const apiKeySecrets = (db: Knex) => db<ApiKeySecretRow>('api_key_secrets');
 
 export const findApiKey = async (db: Knex, id: string): Promise<ApiKeyRow | undefined> => apiKeys(db).where({ id }).first();
 
+/** The account's key made by a request with this Idempotency-Key, if any. */
+export const findApiKeyByIdempotencyKey = async (db: Knex, userId: string, key: string): Promise<ApiKeyRow | undefined> =>
+  apiKeys(db).where({ user_id: userId, idempotency_key: key }).first();
+
 /** The key row, locked until the transaction ends. */
 export const lockApiKey = async (trx: Knex.Transaction, id: string): Promise<ApiKeyRow | undefined> => apiKeys(trx).where({ id }).forUpdate().first();
 
@@ -47,7 +54,8 @@ export const shareLockApiKey = async (trx: Knex.Transaction, id: string): Promis
 
 export async function insertApiKey(
   trx: Knex.Transaction,
-  row: Pick<ApiKeyRow, 'id' | 'user_id' | 'name' | 'prefix' | 'scopes' | 'value_sealed' | 'current_secret_id' | 'expires_at' | 'created_at' | 'updated_at'>,
+  row: Pick<ApiKeyRow, 'id' | 'user_id' | 'name' | 'prefix' | 'scopes' | 'value_sealed' | 'current_secret_id' | 'expires_at' | 'created_at' | 'updated_at'> &
+    Partial<Pick<ApiKeyRow, 'idempotency_key' | 'request_hash'>>,
 ): Promise<ApiKeyRow> {
   const [inserted] = await apiKeys(trx).insert(row).returning('*');
   return inserted;

@@ -33,6 +33,24 @@ export const conflict = (code: string, message: string) => new AppError(409, cod
 export const gone = (code: string, message: string) => new AppError(410, code, message);
 export const tooLarge = (code: string, message: string) => new AppError(413, code, message);
 export const invalid = (code: string, message: string, errors: FieldError[] = []) => new AppError(422, code, message, { errors });
+/** How a problem names the part of a request a field is in (the first segment of its path). */
+const PARTS: Record<string, string> = { body: 'The request body is invalid', query: 'The query string is invalid', params: 'The path parameters are invalid' };
+
+/**
+ * 422 `validation_failed` for fields a request got wrong: `errors` lists each (path and what is wrong, in
+ * words) and the detail names the first, so a client that shows only the detail still says which field
+ * and why ("The request body is invalid: `name` must not be empty.").
+ */
+export function invalidFields(errors: FieldError[]): AppError {
+  const [first] = errors;
+  const [part = '', ...rest] = first.path.split('.');
+  const field = rest.length ? `\`${rest.join('.')}\`` : 'it';
+  const more = errors.length > 1 ? ` (${errors.length - 1} more in errors)` : '';
+  return invalid('validation_failed', `${PARTS[part] ?? 'The request is invalid'}: ${field} ${first.message}.${more}`, errors);
+}
+/** The same Idempotency-Key with a different request (422, as Stripe): job submissions and API key generation alike. */
+export const idempotencyKeyReused = () =>
+  invalid('idempotency_key_reused', 'This Idempotency-Key was already used for a different request; use a new key for a new request.');
 export const tooManyRequests = (message: string, retryAfterSeconds: number, code = 'rate_limited') =>
   new AppError(429, code, message, { headers: { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) } });
 /** 503: a dependency is down or out of reach; the client retries after a few seconds (Retry-After). */

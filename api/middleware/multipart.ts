@@ -1,6 +1,6 @@
 import busboy from 'busboy';
 import type { Readable } from 'node:stream';
-import { AppError, invalid, tooLarge } from '../../lib/errors';
+import { AppError, invalid, invalidFields, tooLarge } from '../../lib/errors';
 import { baseFileName } from '../../lib/file-names';
 import type { AppContext } from '../context';
 
@@ -81,8 +81,7 @@ const FILE_HWM = 1 << 20;
  * A text field holding U+0000 is refused as it arrives, as route.ts refuses NUL in every request part:
  * before `beforeFiles` could act on it (a passphrase check would count a wrong guess) and before any upload.
  */
-const nulField = (name: string) =>
-  invalid('validation_failed', 'The request body is invalid.', [{ path: `body.${name}`, message: 'must not contain the NUL character (U+0000)' }]);
+const nulField = (name: string) => invalidFields([{ path: `body.${name}`, message: 'must not contain the NUL character (U+0000)' }]);
 
 export function readMultipart(ctx: AppContext, opts: MultipartOptions): Promise<MultipartBody> {
   if (!ctx.is('multipart/form-data')) {

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Knex } from 'knex';
 import { enforcePlanLimit } from '../billing/subscriptions';
 import type { Container } from '../container';
-import { conflict, invalid } from '../errors';
+import { conflict, idempotencyKeyReused, invalidFields } from '../errors';
 import { emitEvent } from '../events';
 import { type NewEvent } from '../event-stream';
 import { hashToken } from '../tokens';
@@ -13,6 +13,7 @@ import { recordAudit, type RequestMeta } from '../../db/audit';
 import { revokeActiveShares } from '../../db/share-links';
 import {
   findApiKey,
+  findApiKeyByIdempotencyKey,
   lockApiKey,
   insertApiKey,
   insertApiKeySecret,
@@ -79,24 +80,45 @@ function expiryOf(c: Container, input: NewApiKey): Date | null {
   const now = c.clock.now();
   if (input.expires_in_days !== undefined) return new Date(now.getTime() + input.expires_in_days * 86400_000);
   if (input.expires_at === undefined) return null;
-  if (input.expires_at <= now)
-    throw invalid('validation_failed', 'The request body is invalid.', [{ path: 'body.expires_at', message: 'must be in the future' }]);
+  if (input.expires_at <= now) throw invalidFields([{ path: 'body.expires_at', message: 'must be in the future' }]);
   if (input.expires_at.getTime() > now.getTime() + MAX_LIFETIME_DAYS * 86400_000) {
-    throw invalid('validation_failed', 'The request body is invalid.', [{ path: 'body.expires_at', message: `must be within ${MAX_LIFETIME_DAYS} days` }]);
+    throw invalidFields([{ path: 'body.expires_at', message: `must be within ${MAX_LIFETIME_DAYS} days` }]);
   }
   return input.expires_at;
 }
 
-/** A new key; its value is in the answer and can be read again with GET /api-keys/{key_id}. */
-export async function generateApiKey(c: Container, userId: string, input: NewApiKey, meta: RequestMeta): Promise<{ row: ApiKeyRow; value: string }> {
-  const expires = expiryOf(c, input);
+/** The client's Idempotency-Key of a generation and the hash of its request (lib/jobs/job-records.ts requestHash). */
+export interface Idempotency {
+  key: string;
+  hash: string;
+}
+
+/**
+ * A new key; its value is in the answer and can be read again with GET /api-keys/{key_id}. With an
+ * Idempotency-Key, the same request again answers the key it made (`replayed`), with its value as it
+ * is now (unsealed as a read is; null once revoked), and the same key with another request is refused.
+ */
+export async function generateApiKey(
+  c: Container,
+  userId: string,
+  input: NewApiKey,
+  meta: RequestMeta,
+  idempotency?: Idempotency,
+): Promise<{ row: ApiKeyRow; value: string | null; replayed: boolean }> {
   const id = randomUUID();
   const secretId = randomUUID();
   const value = newManagedKey();
   const now = c.clock.now();
-  const row = await c.db.transaction(async (trx) => {
-    // One account's creations are serialised so that concurrent requests cannot pass the limit together.
+  const made = await c.db.transaction(async (trx) => {
+    // One account's creations are serialised so that concurrent requests cannot pass the limit together
+    // (nor make two keys for one Idempotency-Key).
     await lockAccount(trx, userId);
+    const earlier = idempotency && (await findApiKeyByIdempotencyKey(trx, userId, idempotency.key));
+    if (earlier) {
+      if (earlier.request_hash !== idempotency.hash) throw idempotencyKeyReused();
+      return { row: earlier, replayed: true };
+    }
+    const expires = expiryOf(c, input);
     await enforcePlanLimit(c, trx, userId, 'api_keys');
     if ((await countUnrevoked(trx, userId)) >= MAX_API_KEYS)
       throw conflict('api_key_limit_reached', `An account has at most ${MAX_API_KEYS} unrevoked API keys; revoke one first.`);
@@ -111,6 +133,8 @@ export async function generateApiKey(c: Container, userId: string, input: NewApi
       expires_at: expires,
       created_at: now,
       updated_at: now,
+      idempotency_key: idempotency?.key ?? null,
+      request_hash: idempotency?.hash ?? null,
     });
     await insertApiKeySecret(trx, { id: secretId, key_id: id, key_hash: hashToken(value), prefix: displayPrefix(value), created_at: now });
     await recordAudit(
@@ -124,10 +148,20 @@ export async function generateApiKey(c: Container, userId: string, input: NewApi
       },
       meta,
     );
-    return inserted;
+    return { row: inserted, replayed: false };
   });
-  await emitEvent(c, userId, 'api_key.created', { key_id: id, scopes: input.scopes, expires_at: expires?.toISOString() ?? null });
-  return { row, value };
+  if (made.replayed) {
+    const current = currentApiKeyValue(c, made.row);
+    if (current !== null)
+      await recordAudit(
+        c.db,
+        { user_id: userId, action: 'api_key.value_read', status: 'success', target: made.row.id, details: { prefix: made.row.prefix } },
+        meta,
+      );
+    return { row: made.row, value: current, replayed: true };
+  }
+  await emitEvent(c, userId, 'api_key.created', { key_id: id, scopes: input.scopes, expires_at: made.row.expires_at?.toISOString() ?? null });
+  return { row: made.row, value, replayed: false };
 }
 
 /** The account's keys; this process's uncounted requests are written first, so a caller sees its own use. */

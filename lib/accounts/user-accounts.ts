@@ -287,6 +287,10 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
   return user;
 }
 
+/** Stored emails are trimmed and lower-cased (the Email schema): the same address in other case or spacing is no change. */
+export const isEmailChange = (email: string | undefined, current: string): email is string =>
+  email !== undefined && email.trim().toLowerCase() !== current.trim().toLowerCase();
+
 /** How long an email-change confirmation token lives. */
 const EMAIL_CHANGE_TTL_MINUTES = 60;
 
@@ -303,12 +307,13 @@ export async function requestEmailChange(
   meta: RequestMeta,
 ): Promise<void> {
   const user = (await findUserById(c.db, userId))!;
+  // Re-sending the address the account has (a whole profile form sent back) changes nothing and needs no password.
+  if (!isEmailChange(newEmail, user.email)) return;
   if (!currentPassword)
     throw invalid('validation_failed', 'Changing the email needs the current password.', [
       { path: 'body.current_password', message: 'required to change the email' },
     ]);
   await checkPassword(c, user, currentPassword, 'profile.change_email', meta);
-  if (newEmail.toLowerCase() === user.email.toLowerCase()) return;
   const other = await findUserByEmail(c.db, newEmail);
   if (other) throw conflict('email_taken', 'An account with this email already exists.');
   // Each request mails an address of the caller's choosing: a budget per account keeps it from being a relay.

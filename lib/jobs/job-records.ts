@@ -4,7 +4,7 @@ import type { Container } from '../container';
 import type { Knex } from 'knex';
 import { emitEvent } from '../events';
 import { type AccountEvent } from '../event-stream';
-import { AppError, conflict, invalid, tooManyRequests } from '../errors';
+import { AppError, conflict, idempotencyKeyReused, tooManyRequests } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Slot } from '../slots';
 import {
@@ -134,9 +134,9 @@ const SECRET_FIELDS = new Set(['passphrase', 'current_passphrase', 'new_passphra
 /**
  * What a job-submitting request asked for, as a SHA-256: its kind, its fields (secrets left out) and
  * each uploaded file's name, size and fingerprint (lib/upload-fingerprint.ts). Two requests with one
- * Idempotency-Key must agree on it.
+ * Idempotency-Key must agree on it; API key generation (lib/accounts/api-keys.ts) keeps it the same way.
  */
-export function requestHash(kind: JobKind, body: unknown, files: { name: string; size: number; fingerprint: string }[] = []): string {
+export function requestHash(kind: JobKind | 'api_keys.generate', body: unknown, files: { name: string; size: number; fingerprint: string }[] = []): string {
   const fields =
     body && typeof body === 'object'
       ? Object.entries(body)
@@ -162,8 +162,7 @@ export async function replayedJob(c: Container, userId: string, key: string | un
   return existing;
 }
 
-export const idempotencyKeyReused = () =>
-  invalid('idempotency_key_reused', 'This Idempotency-Key was already used for a different request; use a new key for a new request.');
+export { idempotencyKeyReused };
 
 /** A job with this Idempotency-Key whose upload still arrives: its request cannot be compared yet (409, as Stripe). */
 export const idempotencyKeyInUse = () =>

@@ -338,6 +338,44 @@ export async function approveLink(c: Container, actorId: string, granteeId: stri
   return (await linkViews(c.db, [link]))[0];
 }
 
+/**
+ * Declines a link still awaiting approval (see decidableLink for who may): the request is removed, so the
+ * grantee may ask again or link elsewhere. An approved link is ended instead (DELETE), never rejected:
+ * 409 `team_link_not_pending`. Audited for the decider and the grantee; the grantee hears it as an unlink.
+ */
+export async function rejectLink(
+  c: Container,
+  actorId: string,
+  granteeId: string,
+  sourceId: string,
+  meta: RequestMeta,
+): Promise<{ grantee_user_id: string; source_user_id: string; status: 'rejected' }> {
+  await c.db.transaction(async (trx) => {
+    const link = await decidableLink(c, trx, actorId, granteeId, 'team_access.rejected', meta);
+    if (link.source_id !== sourceId) throw conflict('team_link_changed', 'This member now links to another source; list the links again.');
+    if (link.approved_at) {
+      // Outside the transaction, which the refusal rolls back.
+      await recordAudit(
+        c.db,
+        { user_id: actorId, action: 'team_access.rejected', status: 'failure', target: granteeId, details: { reason: 'not_pending' } },
+        meta,
+      );
+      throw conflict('team_link_not_pending', 'This link is already approved: end it instead (DELETE /team-access/links/{grantee_user_id}).');
+    }
+    await endLink(trx, link, 'rejected', meta);
+    const details = { grantee_user_id: granteeId, source_user_id: sourceId, rejected_by: actorId };
+    for (const who of new Set([actorId, granteeId]))
+      await recordAudit(
+        trx,
+        { user_id: who, action: 'team_access.rejected', status: 'success', target: who === granteeId ? sourceId : granteeId, details },
+        meta,
+      );
+  });
+  for (const who of new Set([granteeId, sourceId, actorId]))
+    await emitEvent(c, who, 'team_access.unlinked', { grantee_user_id: granteeId, source_user_id: sourceId, reason: 'rejected' });
+  return { grantee_user_id: granteeId, source_user_id: sourceId, status: 'rejected' };
+}
+
 /** Ends `granteeId`'s link from the source's side (see decidableLink): its grants end at once. */
 export async function endLinkAsSource(
   c: Container,

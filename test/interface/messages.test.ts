@@ -16,11 +16,11 @@ describe('problem details', () => {
   it('name the part of the request that is invalid in plain words', async () => {
     const u = await registerUser(s.api);
     const path = await s.api('GET', '/jobs/not-a-uuid', { token: u.token });
-    expect([path.status, path.body.detail]).toEqual([422, 'The path parameters are invalid.']);
+    expect([path.status, path.body.detail]).toEqual([422, 'The path parameters are invalid: `job_id` must be a UUID.']);
     const query = await s.api('GET', '/keys/list?page=abc', { token: u.token });
-    expect([query.status, query.body.detail]).toEqual([422, 'The query string is invalid.']);
+    expect([query.status, query.body.detail]).toEqual([422, 'The query string is invalid: `page` must be a whole number (decimal digits).']);
     const body = await s.api('POST', '/auth/login', { body: { identifier: 'x' } });
-    expect([body.status, body.body.detail]).toEqual([422, 'The request body is invalid.']);
+    expect([body.status, body.body.detail]).toEqual([422, 'The request body is invalid: `password` is required.']);
   });
 
   it('say what is wrong as a sentence', async () => {

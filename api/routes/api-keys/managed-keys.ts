@@ -5,6 +5,8 @@ import { SCOPES, SCOPE_DESCRIPTIONS } from '../../../lib/auth/scopes';
 import type { ApiKeyRow } from '../../../db/api-keys';
 import { MAX_LIFETIME_DAYS, apiKeyState, generateApiKey, listApiKeys, readApiKey, revokeApiKey, rotateApiKey } from '../../../lib/accounts/api-keys';
 import type { Container } from '../../../lib/container';
+import { requestHash } from '../../../lib/jobs/job-records';
+import { idempotencyKey } from '../../job-reply';
 
 /**
  * Managed API keys (`kms_sk_…`). Managing them needs a session: an API key never creates, reads,
@@ -67,7 +69,8 @@ export default [
   route({
     method: 'post',
     path: '/api-keys/generate',
-    summary: 'Generate a managed API key with scopes and an optional expiry; answers its value',
+    summary:
+      'Generate a managed API key with scopes and an optional expiry; answers its value. An `Idempotency-Key` header makes a retry safe: the same key and body answer the key made first (its current value), another body 422 `idempotency_key_reused`',
     tags,
     access: 'session',
     recentSignIn: true,
@@ -83,12 +86,15 @@ export default [
         path: ['expires_at'],
       }),
     responses: { 201: { description: 'The key and its value', schema: WithValue } },
-    async handler({ c, user, body, meta }) {
+    async handler({ c, ctx, user, body, meta }) {
+      // As job submissions: the same Idempotency-Key and request answer the key it made; another request is refused.
+      const key = idempotencyKey(ctx);
       const { row, value } = await generateApiKey(
         c,
         user.id,
         { name: body.name, scopes: body.scopes, expires_at: body.expires_at ? new Date(body.expires_at) : undefined, expires_in_days: body.expires_in_days },
         meta,
+        key ? { key, hash: requestHash('api_keys.generate', body) } : undefined,
       );
       return { status: 201, body: { ...view(c, row), value } };
     },

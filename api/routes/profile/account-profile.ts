@@ -24,12 +24,12 @@ export default [
     summary: 'Update username and/or company name; a new email (with current_password) takes effect once confirmed from the new address',
     tags,
     access: 'session',
-    recentSignIn: { when: (b) => b.email !== undefined, description: 'To change the email' },
+    recentSignIn: { when: (b, user) => accounts.isEmailChange(b.email, user.email), description: 'To change the email' },
     body: z.object({
       username: Username.optional(),
       email: Email.optional().describe('Mailed a confirmation token (POST /profile/confirm-email); the email changes once it is confirmed'),
       company_name: CompanyName.optional(),
-      current_password: z.string().min(1).max(256).optional().describe('Required to change the email'),
+      current_password: z.string().min(1).max(256).optional().describe('Required to change the email (not when `email` is the current address)'),
     }),
     responses: { 200: { description: 'The user (with the email as it still is)', schema: User.extend({ pending_email: z.string().nullable() }) } },
     async handler({ c, body, user, meta }) {
@@ -39,7 +39,7 @@ export default [
       // The password check comes first: a wrong one changes nothing.
       if (email) await accounts.requestEmailChange(c, user.id, email, current_password, meta);
       const row = Object.keys(patch).length ? await accounts.updateProfile(c, user.id, patch, meta) : await accounts.currentUser(c, user.id);
-      return { body: { ...userOut(row), pending_email: email && email !== row.email.toLowerCase() ? email : null } };
+      return { body: { ...userOut(row), pending_email: accounts.isEmailChange(email, row.email) ? email : null } };
     },
   }),
 

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { route } from '../../route';
 import { PageQuery, Timestamp, pageOf, text } from '../../schemas/common';
 import { Member } from '../organization/membership';
-import { approveLink, endLinkAsSource, linkSource, listLinks, searchSources, teamStatus, unlinkSource } from '../../../lib/teams/team-access';
+import { approveLink, endLinkAsSource, rejectLink, linkSource, listLinks, searchSources, teamStatus, unlinkSource } from '../../../lib/teams/team-access';
 
 /**
  * Team access sync (SPEC.md): link to one member of your organization and inherit its keys (encrypt,
@@ -133,6 +133,26 @@ export default [
     responses: { 200: { description: 'The approved link', schema: Link } },
     async handler({ c, user, params, body, meta }) {
       return { body: await approveLink(c, user.id, params.grantee_user_id, body.source_user_id, meta) };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/team-access/links/{grantee_user_id}/reject',
+    summary:
+      "Reject a member's pending link to your keys (owners and admins: to the keys of a member they outrank); the request is removed, nothing was granted",
+    tags,
+    access: 'session',
+    params: z.object({ grantee_user_id: z.uuid() }),
+    body: z.object({ source_user_id: z.uuid().describe('The source the rejection is for: a link changed since is refused (409 `team_link_changed`)') }),
+    responses: {
+      200: {
+        description: 'The rejected request (an approved link answers 409 `team_link_not_pending`: end it with DELETE)',
+        schema: z.object({ grantee_user_id: z.uuid(), source_user_id: z.uuid(), status: z.literal('rejected') }),
+      },
+    },
+    async handler({ c, user, params, body, meta }) {
+      return { body: await rejectLink(c, user.id, params.grantee_user_id, body.source_user_id, meta) };
     },
   }),
 
