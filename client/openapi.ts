@@ -5586,6 +5586,64 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/organization/invitations/lookup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Public: what a pending invitation is (organization, who invited, the address, expiry), by its mailed token in the body (never in a URL); not pending or unknown: 404; rate limited per address */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        token: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description The invitation */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OrganizationInvitationPreview"];
+                    };
+                };
+                /** @description `invitation_not_found`: unknown, used, revoked or expired */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/organization/invitations/accept": {
         parameters: {
             query?: never;
@@ -7186,6 +7244,19 @@ export interface components {
             revoked_at: string | null;
             /** Format: date-time */
             created_at: string;
+        };
+        OrganizationInvitationPreview: {
+            organization_name: string;
+            /** @description Null when the inviting account is gone */
+            invited_by: {
+                username: string;
+            } | null;
+            /** @description The address invited: accept from the account with this address */
+            email: string;
+            /** @enum {string} */
+            role: "admin" | "member";
+            /** Format: date-time */
+            expires_at: string;
         };
         Status: {
             /**
