@@ -3100,7 +3100,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * Your public key shares, and every share of your own keys whoever made it, with their view counts (never the tokens); filters: fingerprint, state
+         * Your public key shares, and every share of your own keys whoever made it, with their view counts and, while active, their links; filters: fingerprint, state
          * @description A session, the partner key, or a managed API key with the scope `shares:read`.
          */
         get: {
@@ -3206,10 +3206,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Public: the shared key’s current public key (JSON, or the armored key with `Accept: application/pgp-keys`). Each view counts; rate limited per address */
+        /** Public: the shared key’s current public key: JSON; the armored key with `?format=asc` or `Accept: application/pgp-keys`; a page for a browser (`Accept: text/html`). Each view counts; rate limited per address */
         get: {
             parameters: {
-                query?: never;
+                query?: {
+                    /** @description `asc`: the armored key alone, as a download (what the page links to) */
+                    format?: "asc";
+                };
                 header?: never;
                 path: {
                     share_token: string;
@@ -3218,7 +3221,7 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description The public key and its facts (or `application/pgp-keys`: the armored key alone) */
+                /** @description The public key and its facts; `application/pgp-keys`: the armored key alone; `text/html`: a page with the fingerprint, expiry, the download and the `gpg --import` line (errors too answer a page) */
                 200: {
                     headers: {
                         [name: string]: unknown;
@@ -3559,7 +3562,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Public: the shared API key's current value. Each view counts; used up, revoked, expired or the key revoked/expired: 410; rate limited per address */
+        /** Public: the shared API key's current value. Each JSON view counts; a browser (`Accept: text/html`) gets a page whose Reveal button (POST) spends the view instead; used up, revoked, expired or the key revoked/expired: 410; rate limited per address */
         get: {
             parameters: {
                 query?: never;
@@ -3571,7 +3574,7 @@ export interface paths {
             };
             requestBody?: never;
             responses: {
-                /** @description The key and its current value */
+                /** @description The key and its current value (`text/html`: the page offering to reveal it, no view spent) */
                 200: {
                     headers: {
                         [name: string]: unknown;
@@ -3592,7 +3595,38 @@ export interface paths {
             };
         };
         put?: never;
-        post?: never;
+        /** Public: the shared API key's current value, as GET answers it (one view); what the page's Reveal button sends, answered as a page to a browser */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path: {
+                    share_token: string;
+                };
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The key and its current value (`text/html`: a page showing it once) */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["SharedApiKey"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
         delete?: never;
         options?: never;
         head?: never;
@@ -3671,7 +3705,7 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * The key's share links with their state and view counts (never the tokens)
+         * The key's share links with their state, view counts and, while active, their links
          * @description Needs a user session (JWT); API keys are refused.
          */
         get: {
@@ -5620,6 +5654,64 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/organization/invitations/lookup": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** Public: what a pending invitation is (organization, who invited, the address, expiry), by its mailed token in the body (never in a URL); not pending or unknown: 404; rate limited per address */
+        post: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody: {
+                content: {
+                    "application/json": {
+                        token: string;
+                    };
+                };
+            };
+            responses: {
+                /** @description The invitation */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["OrganizationInvitationPreview"];
+                    };
+                };
+                /** @description `invitation_not_found`: unknown, used, revoked or expired */
+                404: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content?: never;
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/organization/invitations/accept": {
         parameters: {
             query?: never;
@@ -6648,9 +6740,9 @@ export interface components {
                 user_id: string;
                 username: string;
             };
-            /** @description `kms_ks_…`: shown once; only its hash is stored */
+            /** @description `kms_ks_…`: stored as a hash for lookup and sealed for your lists */
             share_token: string;
-            /** @description The public link (shown once): GET it, with `Accept: application/pgp-keys` for the bare key */
+            /** @description The public link: GET it (JSON), in a browser (`Accept: text/html`) a page, with `Accept: application/pgp-keys` or `?format=asc` the bare key */
             url: string;
             /** @description A notice to recipient_email was queued (sent by a worker, not awaited) */
             notice_queued: boolean;
@@ -6695,6 +6787,10 @@ export interface components {
                 user_id: string;
                 username: string;
             };
+            /** @description `kms_ks_…` while the share is active (kept sealed); null once it is not, and for shares made before tokens were kept */
+            share_token: string | null;
+            /** @description The public link while the share is active, to give again to someone who has it; null as share_token */
+            url: string | null;
         };
         KeyShareAnalytics: {
             totals: {
@@ -6874,9 +6970,9 @@ export interface components {
             revoked_at: string | null;
             /** Format: date-time */
             created_at: string;
-            /** @description `kms_as_…`: shown once; only its hash is stored */
+            /** @description `kms_as_…`: stored as a hash for lookup and sealed for the share list */
             share_token: string;
-            /** @description The public link (shown once); each GET of it is one view */
+            /** @description The public link; each JSON GET of it is one view (a browser gets a page that spends the view only on Reveal) */
             url: string;
         };
         ApiKeyShare: {
@@ -6908,6 +7004,10 @@ export interface components {
             revoked_at: string | null;
             /** Format: date-time */
             created_at: string;
+            /** @description `kms_as_…` while the share is active (kept sealed); null once it is not, and for shares made before tokens were kept */
+            share_token: string | null;
+            /** @description The public link while the share is active, to give again to whoever should have it; null as share_token */
+            url: string | null;
         };
         BillingStatus: {
             /**
@@ -7212,6 +7312,19 @@ export interface components {
             revoked_at: string | null;
             /** Format: date-time */
             created_at: string;
+        };
+        OrganizationInvitationPreview: {
+            organization_name: string;
+            /** @description Null when the inviting account is gone */
+            invited_by: {
+                username: string;
+            } | null;
+            /** @description The address invited: accept from the account with this address */
+            email: string;
+            /** @enum {string} */
+            role: "admin" | "member";
+            /** Format: date-time */
+            expires_at: string;
         };
         Status: {
             /**

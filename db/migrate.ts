@@ -28,6 +28,7 @@ import * as m028 from './migrations/028_recovery_review';
 import * as m030 from './migrations/030_account_fingerprints';
 import * as m031 from './migrations/031_client_request_id';
 import * as m032 from './migrations/032_key_profiles';
+import * as m033 from './migrations/033_share_token_sealed';
 import * as m034 from './migrations/034_api_key_idempotency';
 
 /**
@@ -64,6 +65,7 @@ const migrations: Record<string, Knex.Migration> = {
   '030_account_fingerprints': m030,
   '031_client_request_id': m031,
   '032_key_profiles': m032,
+  '033_share_token_sealed': m033,
   '034_api_key_idempotency': m034,
 };
 

@@ -19,6 +19,8 @@ export interface ShareRow {
   user_id: string;
   target_id: string;
   token_hash: string;
+  /** The token sealed under the master key (AAD: shareTokenAad); null for rows made before it was kept. */
+  token_sealed: string | null;
   expires_at: Date | null;
   view_limit: number | null;
   view_count: number;
@@ -40,7 +42,10 @@ const shareViews = (db: Knex) => db<ViewRow>('share_link_views');
 
 export async function insertShare(
   trx: Knex.Transaction,
-  row: Pick<ShareRow, 'id' | 'kind' | 'user_id' | 'target_id' | 'token_hash' | 'expires_at' | 'view_limit' | 'recipient_sealed' | 'created_at'>,
+  row: Pick<
+    ShareRow,
+    'id' | 'kind' | 'user_id' | 'target_id' | 'token_hash' | 'token_sealed' | 'expires_at' | 'view_limit' | 'recipient_sealed' | 'created_at'
+  >,
 ): Promise<ShareRow> {
   const [inserted] = await shares(trx).insert(row).returning('*');
   return inserted;

@@ -251,6 +251,9 @@ export async function pageInvitations(
 export const lockInvitation = async (trx: Knex.Transaction, id: string): Promise<InvitationRow | undefined> =>
   invitations(trx).where({ id }).forUpdate().first();
 
+export const findInvitationByTokenHash = async (db: Knex, tokenHash: string): Promise<InvitationRow | undefined> =>
+  invitations(db).where({ token_hash: tokenHash }).first();
+
 export const lockInvitationByTokenHash = async (trx: Knex.Transaction, tokenHash: string): Promise<InvitationRow | undefined> =>
   invitations(trx).where({ token_hash: tokenHash }).forUpdate().first();
 

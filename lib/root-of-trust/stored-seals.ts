@@ -2,7 +2,7 @@ import type { Sealer } from '../sealer';
 import { aad as keyAad } from '../keys/key-catalog';
 import { valueAad } from '../accounts/api-keys';
 import { secretAad } from '../webhooks/endpoints';
-import { recipientAad } from '../sharing/share-links';
+import { recipientAad, shareTokenAad } from '../sharing/share-links';
 import { dataKeyAad } from '../blob/data-keys';
 import { signingKeyAad } from '../audit/audit-evidence';
 import { keyMac, lineageMac, verifiedKey, verifiedLineage, type KeyMacFields, type LineageMacFields } from '../integrity';
@@ -67,6 +67,7 @@ export const STORED_SEALS: StoredSeal[] = [
   { table: 'webhook_endpoints', column: 'secret_sealed', reads: [], renew: resealed((r) => secretAad(r.id, 'current'), 'secret_sealed') },
   { table: 'webhook_endpoints', column: 'previous_secret_sealed', reads: [], renew: resealed((r) => secretAad(r.id, 'previous'), 'previous_secret_sealed') },
   { table: 'share_links', column: 'recipient_sealed', reads: [], renew: resealed((r) => recipientAad(r.id), 'recipient_sealed') },
+  { table: 'share_links', column: 'token_sealed', reads: [], renew: resealed((r) => shareTokenAad(r.id), 'token_sealed') },
   { table: 'jobs', column: 'data_key', reads: [], renew: resealed((r) => dataKeyAad(r.id), 'data_key') },
   {
     table: 'audit_signing_keys',

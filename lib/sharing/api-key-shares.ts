@@ -2,9 +2,9 @@ import type { Container } from '../container';
 import { conflict, gone, invalid } from '../errors';
 import { IntegrityError } from '../integrity';
 import { apiKeyState, currentApiKeyValue, ownApiKey } from '../accounts/api-keys';
-import { createShare, listShares, shareOut, viewShare, type ShareRow, type ShareState } from './share-links';
+import { createShare, listShares, peekShare, shareOut, viewShare, type ShareRow, type ShareState } from './share-links';
 import { recordAudit, type RequestMeta } from '../../db/audit';
-import { shareLockApiKey, type ApiKeyRow } from '../../db/api-keys';
+import { findApiKey, shareLockApiKey, type ApiKeyRow } from '../../db/api-keys';
 
 /**
  * Managed API key shares: share links of kind `api_key` (tokens `kms_as_…`) whose target is a managed
@@ -25,7 +25,14 @@ export const MAX_SHARE_VIEWS = 100;
 /** A share as the key's owner sees it, with the key it points at (never the token or the value). */
 function apiKeyShareOut(c: Container, row: ShareRow, key: Pick<ApiKeyRow, 'name' | 'prefix' | 'revoked_at' | 'expires_at'>) {
   const { target_id, kind: _kind, recipient_email: _recipient, ...rest } = shareOut(c, row);
-  return { ...rest, key_id: target_id, key_name: key.name, key_prefix: key.prefix, key_status: apiKeyState(key, c.clock.now()) };
+  return {
+    ...rest,
+    url: rest.share_token === null ? null : apiKeyShareUrl(c, rest.share_token),
+    key_id: target_id,
+    key_name: key.name,
+    key_prefix: key.prefix,
+    key_status: apiKeyState(key, c.clock.now()),
+  };
 }
 
 /**
@@ -109,6 +116,26 @@ export async function viewApiKeyShare(c: Container, req: { token: string; userAg
     prefix: key.prefix,
     scopes: key.scopes,
     value: plaintext,
+    expires_at: key.expires_at?.toISOString() ?? null,
+    share_expires_at: share.expires_at?.toISOString() ?? null,
+    views_remaining: share.view_limit === null ? null : Math.max(0, share.view_limit - share.view_count),
+  };
+}
+
+/**
+ * What a share's page shows before its value is revealed: the key's name and prefix and the share's
+ * expiry and views left. No view is taken and nothing is audited (no value leaves); a share or key that
+ * no longer hands out its value answers as a view would (404, 410).
+ */
+export async function peekApiKeyShare(c: Container, req: { token: string }, meta: RequestMeta) {
+  const share = await peekShare(c, { kind: 'api_key', token: req.token, meta });
+  const key = await findApiKey(c.db, share.target_id);
+  if (!key || key.user_id !== share.user_id) throw gone('share_target_gone', 'The API key this link shared no longer exists.');
+  const state = apiKeyState(key, c.clock.now());
+  if (state !== 'active') throw gone(`api_key_${state}`, `The shared API key is ${state}.`);
+  return {
+    name: key.name,
+    prefix: key.prefix,
     expires_at: key.expires_at?.toISOString() ?? null,
     share_expires_at: share.expires_at?.toISOString() ?? null,
     views_remaining: share.view_limit === null ? null : Math.max(0, share.view_limit - share.view_count),

@@ -19,7 +19,7 @@ import { usersByIds } from '../../db/users';
  */
 
 /** The public address of a share link (what the notice carries and the creation answers once). */
-const keyShareUrl = (c: Container, token: string) => `${c.config.publicUrl}/api/v1/keys/share/${token}`;
+export const keyShareUrl = (c: Container, token: string) => `${c.config.publicUrl}/api/v1/keys/share/${token}`;
 
 type KeyTarget = { lineage: LineageRow; current: KeyRow };
 
@@ -30,6 +30,7 @@ function keyShareOut(c: Container, row: ShareRow, target: KeyTarget | undefined,
   const { target_id, kind: _kind, ...rest } = shareOut(c, row);
   return {
     ...rest,
+    url: rest.share_token === null ? null : keyShareUrl(c, rest.share_token),
     created_by: maker,
     lineage_id: target_id,
     fingerprint: target?.current.fingerprint ?? null,

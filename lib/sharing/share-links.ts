@@ -32,9 +32,10 @@ import {
  * an API key); a kind's routes add only what is particular to their target: how to check it and what a
  * view answers (the `resolve` of `viewShare`).
  *
- * - Token: the kind's prefix + 256 random bits (base64url), answered once by `createShare` and stored as
- *   SHA-256 only. A view looks the token up by that hash, never comparing plaintext, so the lookup
- *   reveals nothing through timing about any stored token (an attacker cannot steer the hash).
+ * - Token: the kind's prefix + 256 random bits (base64url), answered by `createShare` and stored as its
+ *   SHA-256 for lookup and sealed (AES-GCM under the master key, bound to the share id) for the owner's
+ *   lists, which give an active share's link back. A view looks the token up by the hash, never
+ *   comparing plaintext, so the lookup reveals nothing through timing about any stored token.
  * - State (active, expired, revoked, exhausted) is computed from the row and `c.clock`, never stored.
  * - A view is one atomic UPDATE that counts it only while the share is usable, so parallel views never
  *   pass a view limit; the kind's `resolve` runs in the same transaction and a refusal there (the key is
@@ -63,6 +64,7 @@ const SHARE_KIND_INFO: Record<ShareKind, KindInfo> = {
 
 const TOKEN_BODY = /^[A-Za-z0-9_-]{43}$/;
 export const recipientAad = (shareId: string) => `share-recipient:${shareId}`;
+export const shareTokenAad = (shareId: string) => `share-token:${shareId}`;
 
 /** Whether `token` has the shape of a token of this kind (a lookup is pointless otherwise). */
 const isShareToken = (kind: ShareKind, token: string) =>
@@ -75,13 +77,19 @@ function shareState(row: Pick<ShareRow, 'revoked_at' | 'expires_at' | 'view_limi
   return 'active';
 }
 
-/** A share as its owner sees it (never the token or its hash). */
+/**
+ * A share as its owner sees it (never the token's hash). The token itself, unsealed, only while the
+ * share is active: a link that no longer opens is not handed out again. Null for rows made before
+ * tokens were kept sealed.
+ */
 export function shareOut(c: Container, row: ShareRow) {
+  const state = shareState(row, c.clock.now());
   return {
     share_id: row.id,
     kind: row.kind,
     target_id: row.target_id,
-    state: shareState(row, c.clock.now()),
+    state,
+    share_token: state === 'active' && row.token_sealed ? c.sealer.openText(row.token_sealed, shareTokenAad(row.id)) : null,
     expires_at: row.expires_at?.toISOString() ?? null,
     max_views: row.view_limit,
     view_count: row.view_count,
@@ -123,6 +131,7 @@ export async function createShare(c: Container, input: NewShare, meta: RequestMe
       user_id: input.userId,
       target_id: input.targetId,
       token_hash: hashToken(token),
+      token_sealed: c.sealer.seal(token, shareTokenAad(id)),
       expires_at: input.expiresAt,
       view_limit: input.maxViews,
       recipient_sealed: input.recipientEmail ? c.sealer.seal(input.recipientEmail, recipientAad(id)) : null,
@@ -290,6 +299,22 @@ export async function viewShare<T>(c: Container, req: ViewRequest<T>): Promise<{
   const outcome = await consumeView(c, req);
   if (!outcome.ok) throw refusalError(outcome.reason);
   return outcome;
+}
+
+/**
+ * A share by its token without taking a view (a page that offers to reveal a secret, which browsers and
+ * link previewers fetch on their own): spends the caller's per-address point as a view does, then
+ * answers the share while it is usable, or throws why it is not (404 or 410).
+ */
+export async function peekShare(c: Container, req: { kind: ShareKind; token: string; meta: RequestMeta }): Promise<ShareRow> {
+  await consume(c.limiters.shareView, req.meta.ip, 'Too many share-link views from this address; try again in a minute.');
+  if (!isShareToken(req.kind, req.token)) throw refusalError('unknown');
+  const row = await findByTokenHash(c.db, req.kind, hashToken(req.token));
+  if (!row) throw refusalError('unknown');
+  if (row.owner_deleted) throw refusalError('revoked');
+  const state = shareState(row, c.clock.now());
+  if (state !== 'active') throw refusalError(state);
+  return row;
 }
 
 const DAY_MS = 86_400_000;

@@ -31,6 +31,7 @@ import {
   pageInvitations,
   lockInvitation,
   lockInvitationByTokenHash,
+  findInvitationByTokenHash,
   markInvitationRevoked,
   markInvitationAccepted,
   markInvitationUnrevoked,
@@ -167,6 +168,27 @@ const invitationOut = (row: InvitationRow, now: Date) => ({
   revoked_at: row.revoked_at?.toISOString() ?? null,
   created_at: row.created_at.toISOString(),
 });
+
+/**
+ * What an invitation's page shows before anyone signs in: the organization, who invited, the address
+ * invited and until when. The token is the only credential, as for accepting; an unknown, used, revoked
+ * or expired one is one 404 (nothing tells a guesser which). The caller spends a per-address point first.
+ */
+export async function lookUpInvitation(c: Container, token: string) {
+  const now = c.clock.now();
+  const inv = await findInvitationByTokenHash(c.db, hashToken(token));
+  if (!inv || invitationState(inv, now) !== 'pending')
+    throw notFound('invitation_not_found', 'This invitation is not valid: it may have expired, been used or been revoked.');
+  const [org, inviter] = await Promise.all([findOrganization(c.db, inv.organization_id), inv.invited_by ? findUserById(c.db, inv.invited_by) : undefined]);
+  if (!org) throw notFound('invitation_not_found', 'This invitation is not valid: it may have expired, been used or been revoked.');
+  return {
+    organization_name: org.name,
+    invited_by: inviter && !inviter.deleted_at ? { username: inviter.username } : null,
+    email: inv.email,
+    role: inv.role,
+    expires_at: inv.expires_at.toISOString(),
+  };
+}
 
 /** The caller's organization's invitations, newest first, optionally in one state (owners and admins). */
 export async function listInvitations(c: Container, userId: string, q: { state?: InvitationState; page: number; pageSize: number }) {

@@ -9,8 +9,10 @@ import {
   MAX_SHARE_VIEWS,
   createApiKeyShare,
   listApiKeyShares,
+  peekApiKeyShare,
   viewApiKeyShare,
 } from '../../../lib/sharing/api-key-shares';
+import { apiKeyRevealPage, apiKeyValuePage, sendPage, wantsPage, withErrorPage } from '../../share-page';
 
 /**
  * Managed API key share links (SPEC.md): a link that hands out a key's current value a limited number
@@ -38,12 +40,17 @@ const ApiKeyShare = z
     last_viewed_at: Timestamp.nullable(),
     revoked_at: Timestamp.nullable(),
     created_at: Timestamp,
+    share_token: z
+      .string()
+      .nullable()
+      .describe('`kms_as_…` while the share is active (kept sealed); null once it is not, and for shares made before tokens were kept'),
+    url: z.string().nullable().describe('The public link while the share is active, to give again to whoever should have it; null as share_token'),
   })
   .meta({ id: 'ApiKeyShare' });
 
 const CreatedShare = ApiKeyShare.extend({
-  share_token: z.string().describe('`kms_as_…`: shown once; only its hash is stored'),
-  url: z.string().describe('The public link (shown once); each GET of it is one view'),
+  share_token: z.string().describe('`kms_as_…`: stored as a hash for lookup and sealed for the share list'),
+  url: z.string().describe('The public link; each JSON GET of it is one view (a browser gets a page that spends the view only on Reveal)'),
 }).meta({ id: 'CreatedApiKeyShare' });
 
 const CreateBody = z
@@ -69,20 +76,47 @@ const SharedKey = z
 
 const HOUR_MS = 3_600_000;
 
+const TokenParams = z.object({ share_token: z.string().min(1).max(256) });
+/** A secret: never cached, never indexed, never sent on as a Referer. */
+const SECRET_HEADERS = { 'Cache-Control': 'no-store', ...SHARE_VIEW_HEADERS };
+
 export default [
   route({
     method: 'get',
     path: '/api-keys/shared/{share_token}',
     summary:
-      "Public: the shared API key's current value. Each view counts; used up, revoked, expired or the key revoked/expired: 410; rate limited per address",
+      "Public: the shared API key's current value. Each JSON view counts; a browser (`Accept: text/html`) gets a page whose Reveal button (POST) spends the view instead; used up, revoked, expired or the key revoked/expired: 410; rate limited per address",
     tags,
     access: 'public',
-    params: z.object({ share_token: z.string().min(1).max(256) }),
-    responses: { 200: { description: 'The key and its current value', schema: SharedKey } },
+    params: TokenParams,
+    responses: { 200: { description: 'The key and its current value (`text/html`: the page offering to reveal it, no view spent)', schema: SharedKey } },
     async handler({ c, ctx, params, meta }) {
+      // Browsers and link previewers fetch a link on their own: the page shows which key, and only its form spends the view.
+      if (wantsPage(ctx))
+        return withErrorPage(ctx, SECRET_HEADERS, async () => {
+          const peek = await peekApiKeyShare(c, { token: params.share_token }, meta);
+          sendPage(ctx, { headers: SECRET_HEADERS, ...apiKeyRevealPage(peek) });
+        });
       const shared = await viewApiKeyShare(c, { token: params.share_token, userAgent: ctx.get('user-agent') }, meta);
-      // A secret: never cached, never indexed, never sent on as a Referer.
-      return { headers: { 'Cache-Control': 'no-store', ...SHARE_VIEW_HEADERS }, body: shared };
+      return { headers: SECRET_HEADERS, body: shared };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/api-keys/shared/{share_token}',
+    summary: "Public: the shared API key's current value, as GET answers it (one view); what the page's Reveal button sends, answered as a page to a browser",
+    tags,
+    access: 'public',
+    params: TokenParams,
+    responses: { 200: { description: 'The key and its current value (`text/html`: a page showing it once)', schema: SharedKey } },
+    async handler({ c, ctx, params, meta }) {
+      const view = () => viewApiKeyShare(c, { token: params.share_token, userAgent: ctx.get('user-agent') }, meta);
+      if (wantsPage(ctx))
+        return withErrorPage(ctx, SECRET_HEADERS, async () => {
+          sendPage(ctx, { headers: SECRET_HEADERS, ...apiKeyValuePage(await view()) });
+        });
+      return { headers: SECRET_HEADERS, body: await view() };
     },
   }),
 
@@ -107,7 +141,7 @@ export default [
   route({
     method: 'get',
     path: '/api-keys/{key_id}/shares',
-    summary: "The key's share links with their state and view counts (never the tokens)",
+    summary: "The key's share links with their state, view counts and, while active, their links",
     tags,
     access: 'session',
     params: KeyParams,

@@ -3,7 +3,8 @@ import { route } from '../../route';
 import { Email, PageQuery, Timestamp, pageOf } from '../../schemas/common';
 import { Fingerprint, Profile } from '../../schemas/key-fields';
 import { UA_CLASSES, SHARE_STATES, SHARE_VIEW_HEADERS } from '../../../lib/sharing/share-links';
-import { createKeyShare, keyShareAnalytics, listKeyShares, revokeKeyShare, viewKeyShare } from '../../../lib/sharing/key-shares';
+import { createKeyShare, keyShareAnalytics, keyShareUrl, listKeyShares, revokeKeyShare, viewKeyShare } from '../../../lib/sharing/key-shares';
+import { publicKeyPage, sendPage, wantsPage, withErrorPage } from '../../share-page';
 
 /**
  * Public key sharing (SPEC.md): tokenized links to a key lineage's current public key. Order matters:
@@ -31,12 +32,19 @@ const KeyShare = z
     recipient_email: z.string().nullable().describe('Who was sent the notice (stored sealed)'),
     created_at: Timestamp,
     created_by: z.object({ user_id: z.uuid(), username: z.string() }).describe('Who made the share: you, or a teammate sharing your key through team access'),
+    share_token: z
+      .string()
+      .nullable()
+      .describe('`kms_ks_…` while the share is active (kept sealed); null once it is not, and for shares made before tokens were kept'),
+    url: z.string().nullable().describe('The public link while the share is active, to give again to someone who has it; null as share_token'),
   })
   .meta({ id: 'KeyShare' });
 
 const CreatedShare = KeyShare.extend({
-  share_token: z.string().describe('`kms_ks_…`: shown once; only its hash is stored'),
-  url: z.string().describe('The public link (shown once): GET it, with `Accept: application/pgp-keys` for the bare key'),
+  share_token: z.string().describe('`kms_ks_…`: stored as a hash for lookup and sealed for your lists'),
+  url: z
+    .string()
+    .describe('The public link: GET it (JSON), in a browser (`Accept: text/html`) a page, with `Accept: application/pgp-keys` or `?format=asc` the bare key'),
   notice_queued: z.boolean().describe('A notice to recipient_email was queued (sent by a worker, not awaited)'),
 }).meta({ id: 'CreatedKeyShare' });
 
@@ -127,7 +135,8 @@ export default [
   route({
     method: 'get',
     path: '/keys/share/',
-    summary: 'Your public key shares, and every share of your own keys whoever made it, with their view counts (never the tokens); filters: fingerprint, state',
+    summary:
+      'Your public key shares, and every share of your own keys whoever made it, with their view counts and, while active, their links; filters: fingerprint, state',
     tags,
     access: 'auth',
     scope: 'shares:read',
@@ -164,21 +173,33 @@ export default [
     method: 'get',
     path: '/keys/share/{share_token}',
     summary:
-      'Public: the shared key’s current public key (JSON, or the armored key with `Accept: application/pgp-keys`). Each view counts; rate limited per address',
+      'Public: the shared key’s current public key: JSON; the armored key with `?format=asc` or `Accept: application/pgp-keys`; a page for a browser (`Accept: text/html`). Each view counts; rate limited per address',
     tags,
     access: 'public',
     params: z.object({ share_token: z.string().min(1).max(256) }),
-    responses: { 200: { description: 'The public key and its facts (or `application/pgp-keys`: the armored key alone)', schema: SharedKey } },
-    async handler({ c, ctx, params, meta }) {
-      const shared = await viewKeyShare(c, { token: params.share_token, userAgent: ctx.get('user-agent') }, meta);
-      if (ctx.accepts('application/json', 'application/pgp-keys') === 'application/pgp-keys') {
+    query: z.object({ format: z.enum(['asc']).optional().describe('`asc`: the armored key alone, as a download (what the page links to)') }),
+    responses: {
+      200: {
+        description:
+          'The public key and its facts; `application/pgp-keys`: the armored key alone; `text/html`: a page with the fingerprint, expiry, the download and the `gpg --import` line (errors too answer a page)',
+        schema: SharedKey,
+      },
+    },
+    async handler({ c, ctx, params, query, meta }) {
+      const view = () => viewKeyShare(c, { token: params.share_token, userAgent: ctx.get('user-agent') }, meta);
+      if (query.format === 'asc' || ctx.accepts('application/json', 'application/pgp-keys') === 'application/pgp-keys') {
+        const shared = await view();
         ctx.set(SHARE_VIEW_HEADERS);
         ctx.set('Content-Disposition', `attachment; filename="${shared.fingerprint}.asc"`);
         ctx.type = 'application/pgp-keys';
         ctx.body = shared.public_key;
         return;
       }
-      return { headers: { ...SHARE_VIEW_HEADERS }, body: shared };
+      if (wantsPage(ctx))
+        return withErrorPage(ctx, SHARE_VIEW_HEADERS, async () => {
+          sendPage(ctx, { headers: SHARE_VIEW_HEADERS, ...publicKeyPage(await view(), keyShareUrl(c, params.share_token)) });
+        });
+      return { headers: { ...SHARE_VIEW_HEADERS }, body: await view() };
     },
   }),
 

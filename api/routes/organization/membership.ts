@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { route } from '../../route';
+import { consume } from '../../../lib/auth/limiters';
 import { Email, PageQuery, Timestamp, pageOf } from '../../schemas/common';
 import {
   INVITATION_STATES,
@@ -7,6 +8,7 @@ import {
   invite,
   listInvitations,
   listMembers,
+  lookUpInvitation,
   myOrganization,
   removeMember,
   revokeInvitation,
@@ -55,6 +57,16 @@ const Invitation = z
     created_at: Timestamp,
   })
   .meta({ id: 'OrganizationInvitation' });
+
+const InvitationPreview = z
+  .object({
+    organization_name: z.string(),
+    invited_by: z.object({ username: z.string() }).nullable().describe('Null when the inviting account is gone'),
+    email: z.string().describe('The address invited: accept from the account with this address'),
+    role: z.enum(['admin', 'member']),
+    expires_at: Timestamp,
+  })
+  .meta({ id: 'OrganizationInvitationPreview' });
 
 export default [
   route({
@@ -126,6 +138,24 @@ export default [
     async handler({ c, user, params, meta }) {
       await revokeInvitation(c, user.id, params.invitation_id, meta);
       return { status: 204 };
+    },
+  }),
+
+  route({
+    method: 'post',
+    path: '/organization/invitations/lookup',
+    summary:
+      'Public: what a pending invitation is (organization, who invited, the address, expiry), by its mailed token in the body (never in a URL); not pending or unknown: 404; rate limited per address',
+    tags,
+    access: 'public',
+    body: z.object({ token: z.string().min(1).max(200) }),
+    responses: {
+      200: { description: 'The invitation', schema: InvitationPreview },
+      404: { description: '`invitation_not_found`: unknown, used, revoked or expired' },
+    },
+    async handler({ c, body, meta }) {
+      await consume(c.limiters.publicIp, `invitation-lookup:${meta.ip}`, 'Too many requests from this address.');
+      return { body: await lookUpInvitation(c, body.token) };
     },
   }),
 

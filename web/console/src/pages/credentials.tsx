@@ -3,6 +3,7 @@ import { useEffect, useState } from 'preact/hooks';
 import { SCOPES } from '../../../../client/openapi';
 import { api, asJson, ok, type Schemas } from '../api';
 import { CopyButton, Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
+import { ShareLink } from '../share-link';
 
 /** A secret the API shows once, with the warning and a copy button. */
 function ShownOnce({ label, value }: { label: string; value: string | null }) {
@@ -179,6 +180,7 @@ function ApiKeys() {
           {shares.items.map((sh) => (
             <li key={sh.share_id}>
               {sh.key_name}: {sh.state}, {sh.view_count} view(s), until {when(sh.expires_at)}{' '}
+              {sh.url && <ShareLink url={sh.url} name={`the share link of ${sh.key_name} made ${when(sh.created_at)}`} />}{' '}
               {sh.state === 'active' && (
                 <button
                   type="button"

@@ -1,4 +1,5 @@
 import { useEffect, useState } from 'preact/hooks';
+import { ShareLink } from '../share-link';
 import { api, ok, type Schemas } from '../api';
 import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
 
@@ -247,11 +248,16 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
           Create a share link
         </Submit>
       </form>
-      {link && <p class="secret">{link}</p>}
+      {link && (
+        <p>
+          New link: <ShareLink url={link} name="the new share link" />
+        </p>
+      )}
       <ul class="shares">
         {shares.map((s) => (
           <li key={s.share_id}>
             {s.state}, {s.view_count} view(s){s.recipient_email ? `, sent to ${s.recipient_email}` : ''}, until {when(s.expires_at)}{' '}
+            {s.url && <ShareLink url={s.url} name={`the share link made ${when(s.created_at)}`} />}{' '}
             {s.state === 'active' && (
               <button
                 type="button"
@@ -283,9 +289,57 @@ export function ShareAnalytics() {
   if (!a) return <ProblemText action={action} />;
   const last30 = a.views_by_day.reduce((n, d) => n + d.views, 0);
   return (
-    <p>
-      Share links: {a.totals.shares} ({a.totals.active} active, {a.totals.revoked} revoked, {a.totals.expired} expired, {a.totals.exhausted} used up);{' '}
-      {a.totals.views} views, {last30} in the last 30 days.
-    </p>
+    <>
+      <p>
+        Share links: {a.totals.shares} ({a.totals.active} active, {a.totals.revoked} revoked, {a.totals.expired} expired, {a.totals.exhausted} used up);{' '}
+        {a.totals.views} views, {last30} in the last 30 days.
+      </p>
+      <ViewsChart days={a.views_by_day} total={last30} />
+    </>
+  );
+}
+
+const CHART = { width: 360, height: 120, gap: 2, base: 110 };
+
+/**
+ * Views per UTC day as bars, oldest on the left, scaled to the busiest day; it scales down with its box
+ * (fits 390 px). The picture is named by its totals, and a visually hidden table gives each day's count.
+ */
+function ViewsChart({ days, total }: { days: { day: string; views: number }[]; total: number }) {
+  const max = Math.max(1, ...days.map((d) => d.views));
+  const step = CHART.width / Math.max(1, days.length);
+  const busiest = days.reduce((b, d) => (d.views > b.views ? d : b), days[0] ?? { day: '', views: 0 });
+  const summary = `Share link views per day, last ${days.length} days: ${total} in all${busiest?.views ? `, most on ${busiest.day} (${busiest.views})` : ''}.`;
+  return (
+    <figure>
+      <svg class="views-chart" viewBox={`0 0 ${CHART.width} ${CHART.height}`} role="img" aria-label={summary}>
+        <title>{summary}</title>
+        <line x1={0} y1={CHART.base + 0.5} x2={CHART.width} y2={CHART.base + 0.5} />
+        {days.map((d, i) => {
+          const h = (d.views / max) * (CHART.base - 4);
+          return <rect key={d.day} x={i * step + CHART.gap / 2} y={CHART.base - h} width={Math.max(1, step - CHART.gap)} height={h} />;
+        })}
+      </svg>
+      <figcaption class="muted">
+        {days[0]?.day} to {days.at(-1)?.day} (UTC)
+      </figcaption>
+      <table class="visually-hidden">
+        <caption>Share link views per day</caption>
+        <thead>
+          <tr>
+            <th scope="col">Day (UTC)</th>
+            <th scope="col">Views</th>
+          </tr>
+        </thead>
+        <tbody>
+          {days.map((d) => (
+            <tr key={d.day}>
+              <td>{d.day}</td>
+              <td>{d.views}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </figure>
   );
 }

@@ -1,15 +1,26 @@
 import { startAuthentication } from '@simplewebauthn/browser';
 import { useEffect, useState } from 'preact/hooks';
-import { api, asJson, ok } from '../api';
+import { api, ApiProblem, asJson, ok, type Schemas } from '../api';
 import { fragmentToken, Link, navigate } from '../router';
 import { useSession } from '../session';
 import { CopyButton, Field, formValues, ProblemText, Submit, useAction } from '../ui';
 
-/** Where a sign-in returns to (a page that asked for it: an invitation link, a re-sign-in). */
+/**
+ * Where a sign-in or a registration returns to (a page that asked for it: an invitation link, a
+ * re-sign-in). Kept in memory only, with the page's fragment (an invitation's token): it survives the
+ * console's own navigation, never the address bar or the history.
+ */
 let returnTo: string | undefined;
+/** The address a registration form starts with (the one an invitation was sent to). */
+let registerEmail: string | undefined;
 export function signInThenReturn(): void {
   returnTo = location.pathname + location.hash;
   navigate('/sign-in');
+}
+function registerThenReturn(email: string): void {
+  returnTo = location.pathname + location.hash;
+  registerEmail = email;
+  navigate('/register');
 }
 
 export function SignIn() {
@@ -81,6 +92,8 @@ export function Register() {
   const session = useSession();
   const action = useAction();
   const [issued, setIssued] = useState<{ api_key: string; expires_at: string }>();
+  const [email] = useState(() => registerEmail);
+  const back = returnTo;
   if (issued) {
     return (
       <>
@@ -93,8 +106,14 @@ export function Register() {
         </p>
         <p class="actions">
           <CopyButton text={issued.api_key} label="Copy the key" />
-          <button type="button" onClick={() => navigate('/keys')}>
-            I stored it: go to my keys
+          <button
+            type="button"
+            onClick={() => {
+              returnTo = registerEmail = undefined;
+              navigate(back ?? '/keys');
+            }}
+          >
+            {back ? 'I stored it: go back to the invitation' : 'I stored it: go to my keys'}
           </button>
         </p>
         <p class="muted">It expires {new Date(issued.expires_at).toLocaleDateString()}; rotate it from Credentials.</p>
@@ -117,7 +136,7 @@ export function Register() {
         }}
       >
         <Field label="Username" name="username" autocomplete="username" required minLength={3} maxLength={64} action={action} />
-        <Field label="Email" name="email" type="email" autocomplete="email" required action={action} />
+        <Field label="Email" name="email" type="email" autocomplete="email" required defaultValue={email} action={action} />
         <Field
           label="Password"
           name="password"
@@ -243,10 +262,27 @@ export function ConfirmEmail() {
   );
 }
 
+type InvitationPreview = Schemas['OrganizationInvitationPreview'];
+
+/** Who invited whom into which organization, as the lookup answers it (null: unknown, used, revoked or expired). */
+function useInvitation(token: string | undefined) {
+  const [preview, setPreview] = useState<InvitationPreview | null>();
+  const [problem, setProblem] = useState<string>();
+  useEffect(() => {
+    if (!token) return;
+    ok(api.POST('/organization/invitations/lookup', { body: { token } })).then(setPreview, (err: unknown) => {
+      if (err instanceof ApiProblem && err.status === 404) setPreview(null);
+      else setProblem(err instanceof Error ? err.message : String(err));
+    });
+  }, [token]);
+  return { preview, problem };
+}
+
 export function AcceptInvitation() {
   const session = useSession();
   const action = useAction();
   const [token] = useState(fragmentToken);
+  const { preview, problem } = useInvitation(token);
   if (!token)
     return (
       <>
@@ -254,15 +290,42 @@ export function AcceptInvitation() {
         <MissingToken what="invitation" />
       </>
     );
+  if (preview === null)
+    return (
+      <>
+        <h1>Accept an invitation</h1>
+        <p class="error" role="alert">
+          This invitation is not valid: it may have expired, been used or been revoked. Ask whoever invited you for a new one.
+        </p>
+      </>
+    );
   return (
     <>
       <h1>Accept an invitation</h1>
+      {problem && (
+        <p class="error" role="alert">
+          {problem}
+        </p>
+      )}
+      {preview === undefined && !problem && <p role="status">Looking up the invitation…</p>}
+      {preview && (
+        <p>
+          {preview.invited_by ? <strong>{preview.invited_by.username}</strong> : 'Someone'} invited <strong>{preview.email}</strong> to join the organization{' '}
+          <strong>{preview.organization_name}</strong> as {preview.role}. The invitation expires{' '}
+          <time dateTime={preview.expires_at}>{new Date(preview.expires_at).toLocaleString()}</time>.
+        </p>
+      )}
       {!session.user ? (
         <>
-          <p>Sign in to the account with the invited email address to accept.</p>
-          <button type="button" onClick={signInThenReturn}>
-            Sign in to accept
-          </button>
+          <p>Accept it from an account with the invited email address: sign in to yours, or register one. You come back here afterwards.</p>
+          <p class="actions">
+            <button type="button" onClick={signInThenReturn}>
+              Sign in to accept
+            </button>
+            <button type="button" class="secondary" onClick={() => registerThenReturn(preview?.email ?? '')}>
+              Register to accept
+            </button>
+          </p>
         </>
       ) : (
         <>
