@@ -7,8 +7,12 @@ import { Fragment } from 'preact';
 type Key = Schemas['Key'];
 type Profile = Key['profile'];
 
-/** Why a failed job failed, in the words of its error and its code; empty for any other job. */
-export const failureOf = (job: Job) => (job.state === 'failed' && job.error ? `${job.error.message} (${job.error.code})` : '');
+/** Why a failed job failed: its error's words, and its code unless they name it already; empty for any other job. */
+export function failureOf(job: Job): string {
+  if (job.state !== 'failed' || !job.error) return '';
+  const { message, code } = job.error;
+  return message.includes(code) ? message : `${message} (${code})`;
+}
 
 /** A job's state and progress; a failed job's bar turns to the error colour, stops where the job did, and its reason is said. */
 export function JobProgress({ job }: { job: Job | undefined }) {
@@ -17,10 +21,9 @@ export function JobProgress({ job }: { job: Job | undefined }) {
   const total = p?.bytes_total ?? 0;
   const failed = job.state === 'failed';
   return (
-    <div role="status" class={failed ? 'job failed' : 'job'} data-state={job.state}>
-      <p>
-        Job <code>{job.job_id}</code> ({job.kind}): {job.state}
-      </p>
+    <p role="status" class={failed ? 'job failed' : 'job'} data-state={job.state}>
+      Job <code>{job.job_id}</code> ({job.kind}): {job.state}
+      {failed && <span class="error failure">: {failureOf(job) || 'no reason given'}</span>}
       {total > 0 && (
         <progress
           class={failed ? 'failed' : undefined}
@@ -29,8 +32,7 @@ export function JobProgress({ job }: { job: Job | undefined }) {
           aria-label={failed ? `${job.kind} progress, stopped: the job failed` : `${job.kind} progress`}
         />
       )}
-      {failed && <p class="error">{failureOf(job) || 'The job failed without a reason.'}</p>}
-    </div>
+    </p>
   );
 }
 
