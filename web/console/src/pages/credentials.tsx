@@ -2,7 +2,7 @@ import { startRegistration } from '@simplewebauthn/browser';
 import { useEffect, useState } from 'preact/hooks';
 import { SCOPES } from '../../../../client/openapi';
 import { api, asJson, ok, type Schemas } from '../api';
-import { CopyButton, Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
+import { confirmEnd, CopyButton, Field, formValues, ProblemText, Submit, useAction, useFieldError, when } from '../ui';
 import { ShareLink } from '../share-link';
 
 /** A secret the API shows once, with the warning and a copy button. */
@@ -23,6 +23,8 @@ function PartnerKey() {
   const [issued, setIssued] = useState<string>();
   const load = () => action.run(async () => setStatus(await ok(api.GET('/partners/api-key-status'))));
   useEffect(() => void load(), []);
+  /** A key that works now: rotating it ends it. Without one (none yet, revoked by a reset, expired) the same call creates one. */
+  const live = status?.status === 'active';
   return (
     <section aria-labelledby="partner-h">
       <h2 id="partner-h">Partner API key</h2>
@@ -37,14 +39,14 @@ function PartnerKey() {
         type="button"
         disabled={action.busy}
         onClick={() =>
-          confirm('Rotate the partner key? The current one stops working.') &&
+          (!live || confirmEnd('Rotate the partner key?', `The key ${status.prefix ?? ''}… stops working at once: every client using it needs the new one.`)) &&
           action.run(async () => {
             setIssued((await ok(api.POST('/partners/rotate-api-key'))).api_key);
             await load();
           })
         }
       >
-        Rotate the partner key
+        {live ? 'Rotate the partner key' : 'Create a partner key'}
       </button>
       <ProblemText action={action} />
       {issued && <ShownOnce label="The new partner key" value={issued} />}
@@ -61,6 +63,7 @@ function ApiKeys() {
   const loadShares = async (keyId: string) =>
     setShares({ keyId, items: (await ok(api.GET('/api-keys/{key_id}/shares', { params: { path: { key_id: keyId }, query: { page_size: 50 } } }))).items });
   useEffect(() => void load(), []);
+  const scopesError = useFieldError(action, 'scopes');
   return (
     <section aria-labelledby="apikeys-h">
       <h2 id="apikeys-h">Managed API keys</h2>
@@ -69,22 +72,25 @@ function ApiKeys() {
           const v = formValues(e);
           const scopes = SCOPES.filter((s) => e.currentTarget.querySelector<HTMLInputElement>(`input[value="${s}"]`)?.checked);
           void action.run(async () => {
-            const made = await ok(api.POST('/api-keys/generate', { body: { name: v.name, scopes, ...(v.days ? { expires_in_days: Number(v.days) } : {}) } }));
+            const made = await ok(
+              api.POST('/api-keys/generate', { body: { name: v.name, scopes, ...(v.expires_in_days ? { expires_in_days: Number(v.expires_in_days) } : {}) } }),
+            );
             setShown({ label: `The key "${made.name}"`, value: made.value });
             await load();
           });
         }}
       >
         <Field label="Name" name="name" required maxLength={100} action={action} />
-        <fieldset>
+        <fieldset {...scopesError.attrs}>
           <legend>Scopes</legend>
           {SCOPES.map((s) => (
             <label class="check" key={s}>
               <input type="checkbox" name="scope" value={s} /> {s}
             </label>
           ))}
+          {scopesError.message}
         </fieldset>
-        <Field label="Expires in days (optional)" name="days" type="number" min={1} action={action} />
+        <Field label="Expires in days (optional)" name="expires_in_days" type="number" min={1} action={action} />
         <Submit action={action}>Generate an API key</Submit>
         <ProblemText action={action} />
       </form>
@@ -105,70 +111,86 @@ function ApiKeys() {
               <td>{k.name}</td>
               <td class="mono">{k.prefix}</td>
               <td>{k.scopes.join(', ')}</td>
-              <td>{k.status}</td>
+              <td>{k.status === 'revoked' ? `revoked ${when(k.revoked_at)}` : k.status}</td>
               <td class="actions">
-                <button
-                  type="button"
-                  class="secondary"
-                  aria-label={`Show the value of ${k.name}`}
-                  onClick={() =>
-                    action.run(async () =>
-                      setShown({
-                        label: `The key "${k.name}"`,
-                        value: (await ok(api.GET('/api-keys/{key_id}', { params: { path: { key_id: k.key_id } } }))).value,
-                      }),
-                    )
-                  }
-                >
-                  Show
-                </button>
-                <button
-                  type="button"
-                  class="secondary"
-                  aria-label={`Rotate ${k.name}`}
-                  onClick={() =>
-                    action.run(async () => {
-                      const r = await ok(api.POST('/api-keys/{key_id}/rotate', { params: { path: { key_id: k.key_id } }, body: { grace_seconds: 3600 } }));
-                      setShown({ label: `The new value of "${k.name}" (the old one works for one more hour)`, value: r.value });
-                      await load();
-                    })
-                  }
-                >
-                  Rotate
-                </button>
-                <button
-                  type="button"
-                  class="secondary"
-                  aria-label={`Share link of ${k.name}`}
-                  onClick={() =>
-                    action.run(async () => {
-                      const sh = await ok(
-                        api.POST('/api-keys/{key_id}/share', { params: { path: { key_id: k.key_id } }, body: { expires_in_hours: 24, max_views: 1 } }),
-                      );
-                      setShown({ label: 'A one-view share link, valid 24 hours', value: sh.url });
-                      await loadShares(k.key_id);
-                    })
-                  }
-                >
-                  Share link
-                </button>
+                {/* Only an active key has a value to show, rotate or share; a revoked one has nothing left to revoke. */}
+                {k.status === 'active' && (
+                  <button
+                    type="button"
+                    class="secondary"
+                    aria-label={`Show the value of ${k.name}`}
+                    onClick={() =>
+                      action.run(async () =>
+                        setShown({
+                          label: `The key "${k.name}"`,
+                          value: (await ok(api.GET('/api-keys/{key_id}', { params: { path: { key_id: k.key_id } } }))).value,
+                        }),
+                      )
+                    }
+                  >
+                    Show
+                  </button>
+                )}
+                {k.status === 'active' && (
+                  <button
+                    type="button"
+                    class="secondary"
+                    aria-label={`Rotate ${k.name}`}
+                    onClick={() =>
+                      confirmEnd(
+                        `Rotate the API key "${k.name}"?`,
+                        `Its current value (${k.prefix}…) stops working in one hour: update every client using it.`,
+                      ) &&
+                      action.run(async () => {
+                        const r = await ok(api.POST('/api-keys/{key_id}/rotate', { params: { path: { key_id: k.key_id } }, body: { grace_seconds: 3600 } }));
+                        setShown({ label: `The new value of "${k.name}" (the old one works for one more hour)`, value: r.value });
+                        await load();
+                      })
+                    }
+                  >
+                    Rotate
+                  </button>
+                )}
+                {k.status === 'active' && (
+                  <button
+                    type="button"
+                    class="secondary"
+                    aria-label={`Share link of ${k.name}`}
+                    onClick={() =>
+                      action.run(async () => {
+                        const sh = await ok(
+                          api.POST('/api-keys/{key_id}/share', { params: { path: { key_id: k.key_id } }, body: { expires_in_hours: 24, max_views: 1 } }),
+                        );
+                        setShown({ label: 'A one-view share link, valid 24 hours', value: sh.url });
+                        await loadShares(k.key_id);
+                      })
+                    }
+                  >
+                    Share link
+                  </button>
+                )}
                 <button type="button" class="secondary" aria-label={`Share links of ${k.name}`} onClick={() => action.run(() => loadShares(k.key_id))}>
                   Links
                 </button>
-                <button
-                  type="button"
-                  class="danger"
-                  aria-label={`Revoke ${k.name}`}
-                  onClick={() =>
-                    confirm(`Revoke "${k.name}"?`) &&
-                    action.run(async () => {
-                      await ok(api.DELETE('/api-keys/{key_id}', { params: { path: { key_id: k.key_id } } }));
-                      await load();
-                    })
-                  }
-                >
-                  Revoke
-                </button>
+                {k.status !== 'revoked' && (
+                  <button
+                    type="button"
+                    class="danger"
+                    aria-label={`Revoke ${k.name}`}
+                    onClick={() =>
+                      confirmEnd(
+                        `Revoke the API key "${k.name}"?`,
+                        'Every value of it stops working at once, and its share links with it. There is no undo: a client needs a new key.',
+                      ) &&
+                      action.run(async () => {
+                        await ok(api.DELETE('/api-keys/{key_id}', { params: { path: { key_id: k.key_id } } }));
+                        await load();
+                      })
+                    }
+                  >
+                    Revoke
+                  </button>
+                )}
               </td>
             </tr>
           ))}
@@ -256,7 +278,7 @@ function Passkeys() {
               class="danger"
               aria-label={`Delete ${p.name}`}
               onClick={() =>
-                confirm(`Delete the passkey "${p.name}"?`) &&
+                confirmEnd(`Delete the passkey "${p.name}"?`, 'It can no longer sign in to this account; adding it again means registering it anew.') &&
                 action.run(async () => {
                   await ok(api.DELETE('/auth/passkeys/{passkey_id}', { params: { path: { passkey_id: p.passkey_id } } }));
                   await load();

@@ -1,7 +1,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, followJob, ok, outputUrl, postForm, type FormPart, type Job, type Schemas, type UploadProgress } from '../api';
 import { bytes, formValues, ProblemText, Submit, useAction, when } from '../ui';
-import { JobProgress } from './keys';
+import { failureOf, JobProgress } from './keys';
 
 type Mode = 'encrypt' | 'decrypt' | 'rewrap' | 'sign' | 'verify';
 type Key = Schemas['Key'];
@@ -294,7 +294,10 @@ export function Files() {
               <tr key={j.job_id} data-job={j.job_id}>
                 <td class="mono">{j.job_id}</td>
                 <td>{j.kind}</td>
-                <td>{j.state}</td>
+                <td>
+                  {j.state}
+                  {j.state === 'failed' && <span class="error failure">: {failureOf(j) || 'no reason given'}</span>}
+                </td>
                 <td>
                   <ul class="outputs">
                     {(j.result?.files ?? []).map((f) => (

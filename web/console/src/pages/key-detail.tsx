@@ -1,7 +1,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { ShareLink } from '../share-link';
 import { api, ok, type Schemas } from '../api';
-import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
+import { Field, formValues, ProblemText, Submit, useAction, when, wholeNumber } from '../ui';
 
 type Key = Schemas['Key'];
 
@@ -10,6 +10,8 @@ export const PROFILE_NAMES: Record<Key['profile'], string> = { rfc4880: 'v4', rf
 
 /** The destruction waiting period the API accepts (days), and its default. */
 const DESTRUCTION_WAIT = { min: 7, max: 30, default: 30 };
+/** The rotation interval the API accepts (days; api/routes/profile/account-profile.ts). */
+const ROTATION_DAYS = { min: 1, max: 730 };
 
 /** One key's lifecycle: rotation schedule, generations and their destruction, rotation history, share links. */
 export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
@@ -64,7 +66,12 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
             onSubmit={(e) => {
               const v = formValues(e);
               void action.run(async () => {
-                const body = v.days === 'policy' ? { use_account_policy: true as const } : { rotation_interval_days: v.days ? Number(v.days) : null };
+                const days = v.rotation_interval_days.trim();
+                // Only an empty field turns scheduled rotation off: anything else not a number in range is refused here.
+                const body =
+                  days === 'policy'
+                    ? { use_account_policy: true as const }
+                    : { rotation_interval_days: days ? wholeNumber('rotation_interval_days', days, ROTATION_DAYS) : null };
                 const s = await ok(api.POST('/keys/{fingerprint}/rotation-schedule', { params: { path }, body }));
                 return s.next_rotation_at
                   ? `Next rotation ${when(s.next_rotation_at)} (${s.mode}).`
@@ -72,7 +79,7 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
               });
             }}
           >
-            <Field label="Rotate every (days; empty: off; 'policy': the account's)" name="days" maxLength={6} action={action} />
+            <Field label="Rotate every (days; empty: off; 'policy': the account's)" name="rotation_interval_days" maxLength={6} action={action} />
             <Submit action={action} class="secondary">
               Set the schedule
             </Submit>

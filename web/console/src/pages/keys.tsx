@@ -1,21 +1,37 @@
-import { useEffect, useId, useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { api, followJob, ok, postForm, problemOf, saveText, type FormPart, type Job, type Schemas } from '../api';
-import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
+import { confirmEnd, Field, formValues, ProblemText, Submit, useAction, useFieldError, when, type Action } from '../ui';
 import { KeyDetail, PROFILE_NAMES, ShareAnalytics } from './key-detail';
 import { Fragment } from 'preact';
 
 type Key = Schemas['Key'];
 type Profile = Key['profile'];
 
+/** Why a failed job failed: its error's words, and its code unless they name it already; empty for any other job. */
+export function failureOf(job: Job): string {
+  if (job.state !== 'failed' || !job.error) return '';
+  const { message, code } = job.error;
+  return message.includes(code) ? message : `${message} (${code})`;
+}
+
+/** A job's state and progress; a failed job's bar turns to the error colour, stops where the job did, and its reason is said. */
 export function JobProgress({ job }: { job: Job | undefined }) {
   if (!job) return null;
   const p = job.progress;
   const total = p?.bytes_total ?? 0;
+  const failed = job.state === 'failed';
   return (
-    <p role="status" class="job" data-state={job.state}>
+    <p role="status" class={failed ? 'job failed' : 'job'} data-state={job.state}>
       Job <code>{job.job_id}</code> ({job.kind}): {job.state}
-      {job.state === 'failed' && job.error && `: ${job.error.message}`}
-      {total > 0 && <progress max={total} value={p?.bytes_done ?? 0} aria-label={`${job.kind} progress`} />}
+      {failed && <span class="error failure">: {failureOf(job) || 'no reason given'}</span>}
+      {total > 0 && (
+        <progress
+          class={failed ? 'failed' : undefined}
+          max={total}
+          value={p?.bytes_done ?? 0}
+          aria-label={failed ? `${job.kind} progress, stopped: the job failed` : `${job.kind} progress`}
+        />
+      )}
     </p>
   );
 }
@@ -28,7 +44,7 @@ function ImportKey({ onImported }: { onImported: () => void }) {
   const action = useAction();
   const [file, setFile] = useState<File>();
   const [imported, setImported] = useState<Key>();
-  const keyError = useId();
+  const keyError = useFieldError(action, 'key');
   return (
     <>
       <h2>Import a key</h2>
@@ -63,19 +79,9 @@ function ImportKey({ onImported }: { onImported: () => void }) {
         </label>
         <label>
           Or paste an armored key
-          <textarea
-            name="key"
-            rows={4}
-            spellcheck={false}
-            aria-invalid={action.fields.key ? 'true' : undefined}
-            aria-describedby={action.fields.key ? keyError : undefined}
-          />
+          <textarea name="key" rows={4} spellcheck={false} {...keyError.attrs} />
         </label>
-        {action.fields.key && (
-          <span class="field-error" id={keyError}>
-            {action.fields.key}
-          </span>
-        )}
+        {keyError.message}
         <Field label="Label of the imported key" name="label" required maxLength={100} action={action} />
         <Field label="Its environment (optional; default production)" name="environment" action={action} />
         <Field
@@ -136,6 +142,133 @@ function ImportKey({ onImported }: { onImported: () => void }) {
   );
 }
 
+/**
+ * A table of keys. An inherited key (a teammate's, through team access) names its owner and offers only
+ * what the API grants a teammate: its public key (details, rotate and disable are the owner's: 404).
+ */
+function KeyTable(props: {
+  caption: string;
+  keys: Key[];
+  row: Action;
+  open: string | undefined;
+  setOpen: (fingerprint: string | undefined) => void;
+  reload: () => Promise<void>;
+  onJob: (job: Job) => void;
+}) {
+  const { caption, keys, row, open, setOpen, reload: load, onJob: setJob } = props;
+  const shared = keys.some((k) => k.inherited);
+  return (
+    <table>
+      <caption class="muted">{caption}</caption>
+      <thead>
+        <tr>
+          <th scope="col">Label</th>
+          {shared && <th scope="col">Owner</th>}
+          <th scope="col">Environment</th>
+          <th scope="col">Fingerprint</th>
+          <th scope="col">Kind</th>
+          <th scope="col">State</th>
+          <th scope="col">Generation</th>
+          <th scope="col">Expires</th>
+          <th scope="col">Actions</th>
+        </tr>
+      </thead>
+      <tbody>
+        {keys.map((k) => (
+          <Fragment key={k.fingerprint}>
+            <tr data-fingerprint={k.fingerprint}>
+              <td>{k.label}</td>
+              {shared && <td>{k.owner?.username ?? 'a former teammate'}</td>}
+              <td>{k.environment}</td>
+              <td class="mono">{k.fingerprint}</td>
+              <td>
+                {kindOf(k)}, {PROFILE_NAMES[k.profile]}
+              </td>
+              <td>{k.status}</td>
+              <td>{k.generation}</td>
+              <td>{when(k.expires_at)}</td>
+              <td class="actions">
+                {!k.inherited && (
+                  <button
+                    type="button"
+                    class="secondary"
+                    aria-expanded={open === k.fingerprint}
+                    aria-label={`Details of ${k.label}`}
+                    onClick={() => setOpen(open === k.fingerprint ? undefined : k.fingerprint)}
+                  >
+                    Details
+                  </button>
+                )}
+                <button
+                  type="button"
+                  class="secondary"
+                  aria-label={`Public key (.asc) of ${k.label}`}
+                  onClick={() =>
+                    row.run(async () => {
+                      const pk = await ok(api.POST('/keys/get-public-key', { body: { fingerprint: k.fingerprint } }));
+                      saveText(`${k.label}-${k.fingerprint.slice(-16)}.asc`, pk.public_key, 'application/pgp-keys');
+                    })
+                  }
+                >
+                  Public key (.asc)
+                </button>
+                {k.active && k.kind === 'managed' && !k.inherited && (
+                  <button
+                    type="button"
+                    class="secondary"
+                    aria-label={`Rotate ${k.label} now`}
+                    onClick={() =>
+                      confirmEnd(
+                        `Rotate "${k.label}" now?`,
+                        `A new ${PROFILE_NAMES[k.rotation_profile]} generation encrypts from now on; generation ${k.generation} still decrypts its files but encrypts no more, and partners need the new public key.`,
+                      ) &&
+                      row.run(async () => {
+                        const started = await ok(api.POST('/keys/{fingerprint}/rotate', { params: { path: { fingerprint: k.fingerprint } }, body: {} }));
+                        const done = await followJob(started.job_id, setJob);
+                        await load();
+                        return done.state === 'completed' ? `${k.label} rotated.` : undefined;
+                      })
+                    }
+                  >
+                    Rotate
+                  </button>
+                )}
+                {k.active && !k.inherited && (
+                  <button
+                    type="button"
+                    class="danger"
+                    aria-label={`Disable ${k.label}`}
+                    onClick={() =>
+                      confirmEnd(
+                        `Disable the key "${k.label}"?`,
+                        'It stops encrypting and rotating for good (there is no undo); it still decrypts its files. Its share links stop answering and teammates linked to you lose it.',
+                      ) &&
+                      row.run(async () => {
+                        await ok(api.POST('/keys/disable-key', { body: { fingerprint: k.fingerprint } }));
+                        await load();
+                        return `${k.label} disabled.`;
+                      })
+                    }
+                  >
+                    Disable
+                  </button>
+                )}
+              </td>
+            </tr>
+            {open === k.fingerprint && (
+              <tr>
+                <td colSpan={shared ? 9 : 8}>
+                  <KeyDetail k={k} onChange={load} />
+                </td>
+              </tr>
+            )}
+          </Fragment>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
 export function Keys() {
   const [filters, setFilters] = useState<{ environment?: string; label?: string; active?: 'true' | 'false' }>({});
   const [keys, setKeys] = useState<Key[]>();
@@ -146,6 +279,8 @@ export function Keys() {
   const [open, setOpen] = useState<string>();
   const load = () => list.run(async () => setKeys((await ok(api.GET('/keys/list', { params: { query: { ...filters, page_size: 100 } } }))).items));
   useEffect(() => void load(), [filters]);
+  const own = keys?.filter((k) => !k.inherited);
+  const shared = keys?.filter((k) => k.inherited);
 
   return (
     <>
@@ -175,108 +310,17 @@ export function Keys() {
       </form>
       <ProblemText action={list} />
       <ProblemText action={row} />
-      {keys && keys.length === 0 && <p>No keys yet: generate one below.</p>}
-      {keys && keys.length > 0 && (
-        <table>
-          <caption class="muted">Your keys</caption>
-          <thead>
-            <tr>
-              <th scope="col">Label</th>
-              <th scope="col">Environment</th>
-              <th scope="col">Fingerprint</th>
-              <th scope="col">Kind</th>
-              <th scope="col">State</th>
-              <th scope="col">Generation</th>
-              <th scope="col">Expires</th>
-              <th scope="col">Actions</th>
-            </tr>
-          </thead>
-          <tbody>
-            {keys.map((k) => (
-              <Fragment key={k.fingerprint}>
-                <tr data-fingerprint={k.fingerprint}>
-                  <td>{k.label}</td>
-                  <td>{k.environment}</td>
-                  <td class="mono">{k.fingerprint}</td>
-                  <td>
-                    {kindOf(k)}, {PROFILE_NAMES[k.profile]}
-                  </td>
-                  <td>{k.status}</td>
-                  <td>{k.generation}</td>
-                  <td>{when(k.expires_at)}</td>
-                  <td class="actions">
-                    <button
-                      type="button"
-                      class="secondary"
-                      aria-expanded={open === k.fingerprint}
-                      aria-label={`Details of ${k.label}`}
-                      onClick={() => setOpen(open === k.fingerprint ? undefined : k.fingerprint)}
-                    >
-                      Details
-                    </button>
-                    <button
-                      type="button"
-                      class="secondary"
-                      aria-label={`Public key (.asc) of ${k.label}`}
-                      onClick={() =>
-                        row.run(async () => {
-                          const pk = await ok(api.POST('/keys/get-public-key', { body: { fingerprint: k.fingerprint } }));
-                          saveText(`${k.label}-${k.fingerprint.slice(-16)}.asc`, pk.public_key, 'application/pgp-keys');
-                        })
-                      }
-                    >
-                      Public key (.asc)
-                    </button>
-                    {k.active && k.kind === 'managed' && (
-                      <button
-                        type="button"
-                        class="secondary"
-                        aria-label={`Rotate ${k.label} now`}
-                        onClick={() =>
-                          confirm(
-                            `Rotate "${k.label}" now? A new ${PROFILE_NAMES[k.rotation_profile]} generation encrypts from now on; generation ${k.generation} still decrypts its files.`,
-                          ) &&
-                          row.run(async () => {
-                            const started = await ok(api.POST('/keys/{fingerprint}/rotate', { params: { path: { fingerprint: k.fingerprint } }, body: {} }));
-                            const done = await followJob(started.job_id, setJob);
-                            await load();
-                            return done.state === 'completed' ? `${k.label} rotated.` : undefined;
-                          })
-                        }
-                      >
-                        Rotate
-                      </button>
-                    )}
-                    {k.active && (
-                      <button
-                        type="button"
-                        class="danger"
-                        aria-label={`Disable ${k.label}`}
-                        onClick={() =>
-                          confirm(`Disable the key "${k.label}"? It stops encrypting and decrypting.`) &&
-                          row.run(async () => {
-                            await ok(api.POST('/keys/disable-key', { body: { fingerprint: k.fingerprint } }));
-                            await load();
-                            return `${k.label} disabled.`;
-                          })
-                        }
-                      >
-                        Disable
-                      </button>
-                    )}
-                  </td>
-                </tr>
-                {open === k.fingerprint && (
-                  <tr>
-                    <td colSpan={8}>
-                      <KeyDetail k={k} onChange={load} />
-                    </td>
-                  </tr>
-                )}
-              </Fragment>
-            ))}
-          </tbody>
-        </table>
+      {own && own.length === 0 && <p>No keys yet: generate one below.</p>}
+      {own && own.length > 0 && <KeyTable caption="Your keys" keys={own} row={row} open={open} setOpen={setOpen} reload={load} onJob={setJob} />}
+      {shared && shared.length > 0 && (
+        <>
+          <h2>Shared with you</h2>
+          <p class="muted">
+            Teammates' keys you inherit through team access: you encrypt to them, share them and download their public keys, and decrypt with the key's own
+            passphrase. Rotation, schedules and disabling stay with their owner.
+          </p>
+          <KeyTable caption="Keys shared with you by teammates" keys={shared} row={row} open={open} setOpen={setOpen} reload={load} onJob={setJob} />
+        </>
       )}
 
       <h2>Generate a key</h2>

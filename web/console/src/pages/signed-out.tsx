@@ -159,12 +159,23 @@ export function Register() {
   );
 }
 
+/** What a password reset ends (lib/accounts/user-accounts.ts resetPassword), said before it happens. */
+function ResetWarning() {
+  return (
+    <p class="warning reset-warning">
+      A password reset revokes your partner API key and every managed API key (their share links stop working), deactivates your passkeys and signs out every
+      session. Clients using those keys stop working until you give them new ones; access you gave others shortly before is undone for you to review.
+    </p>
+  );
+}
+
 export function ForgotPassword() {
   const action = useAction();
   return (
     <>
       <h1>Forgot your password?</h1>
       <p>We email a link to set a new password to the account's address.</p>
+      <ResetWarning />
       <form
         onSubmit={(e) => {
           const v = formValues(e);
@@ -219,6 +230,7 @@ export function ResetPassword() {
             });
           }}
         >
+          <ResetWarning />
           <Field
             label="New password"
             name="new_password"

@@ -1,7 +1,7 @@
-import { useEffect, useState } from 'preact/hooks';
+import { useEffect, useId, useState } from 'preact/hooks';
 import { api, ok, type Schemas } from '../api';
 import { useSession } from '../session';
-import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
+import { confirmEnd, Field, formValues, ProblemText, Submit, useAction, useFieldError, when } from '../ui';
 
 function Organization() {
   const action = useAction();
@@ -49,7 +49,10 @@ function Organization() {
                       class="danger"
                       aria-label={`Remove ${m.username}`}
                       onClick={() =>
-                        confirm(`Remove ${m.username} from the organization?`) &&
+                        confirmEnd(
+                          `Remove ${m.username} from the organization?`,
+                          `${m.username} loses the organization at once: team-access links to and from them end, with the keys inherited through them.`,
+                        ) &&
                         action.run(async () => {
                           await ok(api.DELETE('/organization/members/{user_id}', { params: { path: { user_id: m.user_id } } }));
                           await load();
@@ -100,6 +103,7 @@ function Organization() {
                   class="secondary"
                   aria-label={`Revoke the invitation of ${i.email}`}
                   onClick={() =>
+                    confirmEnd(`Revoke the invitation of ${i.email}?`, 'Its emailed link stops working; inviting them again sends a new one.') &&
                     action.run(async () => {
                       await ok(api.DELETE('/organization/invitations/{invitation_id}', { params: { path: { invitation_id: i.invitation_id } } }));
                       await load();
@@ -124,13 +128,19 @@ function TeamAccess() {
   const [status, setStatus] = useState<Schemas['TeamAccessStatus']>();
   const [candidates, setCandidates] = useState<Schemas['OrganizationMember'][]>([]);
   const [pending, setPending] = useState<Schemas['TeamAccessLink'][]>([]);
+  const [loaded, setLoaded] = useState(false);
   const load = () =>
     action.run(async () => {
       setStatus(await ok(api.GET('/team-access/status')));
       setCandidates((await ok(api.GET('/team-access/members', { params: { query: { page_size: 100 } } }))).items.filter((m) => m.user_id !== user?.user_id));
+      setLoaded(true);
       setPending((await ok(api.GET('/team-access/links', { params: { query: { view: 'source', approval: 'pending', page_size: 100 } } }))).items);
     });
   useEffect(() => void load(), []);
+  const source = useFieldError(action, 'source_user_id');
+  /** Until the members are loaded, the picker waits; a team of one has no one to link to. */
+  const someone = !loaded || candidates.length > 0;
+  const noOneId = useId();
   return (
     <section aria-labelledby="team-h">
       <h2 id="team-h">Team access</h2>
@@ -155,7 +165,13 @@ function TeamAccess() {
       >
         <label>
           Teammate
-          <select name="source" required>
+          <select
+            name="source"
+            required
+            disabled={!someone}
+            {...source.attrs}
+            aria-describedby={source.attrs['aria-describedby'] ?? (someone ? undefined : noOneId)}
+          >
             {candidates.map((m) => (
               <option key={m.user_id} value={m.user_id}>
                 {m.username} ({m.email})
@@ -163,13 +179,25 @@ function TeamAccess() {
             ))}
           </select>
         </label>
-        <Submit action={action}>Link to this teammate</Submit>
+        {source.message}
+        {!someone && (
+          <p class="muted" id={noOneId}>
+            There is no one to choose yet: you are the only member of your organization. Invite a teammate first.
+          </p>
+        )}
+        <button type="submit" disabled={action.busy || !someone}>
+          Link to this teammate
+        </button>
       </form>
       {status?.linked && (
         <button
           type="button"
           class="secondary"
           onClick={() =>
+            confirmEnd(
+              `Remove the link to ${status.source?.username ?? 'your teammate'}?`,
+              'Every key you inherit through it is gone at once: you no longer encrypt to, share or decrypt with them, and your share links of them stop answering.',
+            ) &&
             action.run(async () => {
               await ok(api.DELETE('/team-access/link'));
               await load();
