@@ -548,6 +548,8 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
     await expect.poll(() => page.locator('.warning .secret').innerText()).toMatch(/^kms_sk_/);
     await page.getByRole('button', { name: 'Share link of ci reader' }).click();
     await expect.poll(() => page.locator('ul.api-key-shares').innerText()).toMatch(/ci reader: active, 0 view/);
+    // Revoking asks first: accepted.
+    page.once('dialog', (d) => void d.accept());
     await page.locator('ul.api-key-shares').getByRole('button', { name: 'Revoke' }).click();
     await says(page, /Share link revoked\./);
     await expect.poll(() => page.locator('ul.api-key-shares').innerText()).toMatch(/ci reader: revoked/);

@@ -158,11 +158,11 @@ function ApiKeys() {
                     aria-label={`Share link of ${k.name}`}
                     onClick={() =>
                       action.run(async () => {
-                        const sh = await ok(
+                        await ok(
                           api.POST('/api-keys/{key_id}/share', { params: { path: { key_id: k.key_id } }, body: { expires_in_hours: 24, max_views: 1 } }),
                         );
-                        setShown({ label: 'A one-view share link, valid 24 hours', value: sh.url });
                         await loadShares(k.key_id);
+                        return 'A one-view share link, valid 24 hours, is in the list below.';
                       })
                     }
                   >
@@ -208,6 +208,7 @@ function ApiKeys() {
                   type="button"
                   class="secondary"
                   onClick={() =>
+                    confirmEnd('Revoke this share link?', 'Whoever has the link can no longer reveal the API key through it.') &&
                     action.run(async () => {
                       await ok(api.DELETE('/api-keys/shares/{share_id}', { params: { path: { share_id: sh.share_id } } }));
                       await loadShares(shares.keyId);

@@ -1,7 +1,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { ShareLink } from '../share-link';
 import { api, ok, type Schemas } from '../api';
-import { Field, formValues, ProblemText, Submit, useAction, when, wholeNumber } from '../ui';
+import { confirmEnd, Field, formValues, ProblemText, Submit, useAction, when, wholeNumber } from '../ui';
 
 type Key = Schemas['Key'];
 
@@ -270,6 +270,7 @@ export function KeyDetail({ k, onChange }: { k: Key; onChange: () => void }) {
                 type="button"
                 class="secondary"
                 onClick={() =>
+                  confirmEnd('Revoke this share link?', 'Whoever has the link can no longer fetch the public key through it.') &&
                   action.run(async () => {
                     await ok(api.DELETE('/keys/share/{share_id}', { params: { path: { share_id: s.share_id } } }));
                     await load();
