@@ -172,7 +172,7 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
     await page.getByLabel('Passphrase', { exact: true }).fill('key passphrase 123');
     await page.getByRole('button', { name: 'Generate' }).click();
     await says(page, /Key "console key" generated\./);
-    await expect.poll(() => page.locator('tbody tr').count()).toBe(1);
+    await expect.poll(() => page.locator('table:not(.visually-hidden) tbody tr').count()).toBe(1);
     const download = page.waitForEvent('download');
     await page.getByRole('button', { name: 'Public key (.asc) of console key' }).click();
     expect(await readFile(await (await download).path(), 'utf8')).toMatch(/^-----BEGIN PGP PUBLIC KEY BLOCK-----/);
