@@ -238,7 +238,7 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
  * upload which arrived whole during one is kept and its job runs, and short enough that a client still
  * waits for its answer.
  */
-export const UPLOAD_END_RETRY_MS = 30_000;
+const UPLOAD_END_RETRY_MS = 30_000;
 
 /**
  * The upload of a running job has ended: its files' sizes and totals are recorded, the plan's limits
