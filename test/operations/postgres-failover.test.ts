@@ -241,6 +241,18 @@ describe('the Postgres primary lost behind one endpoint, with a synchronous stan
       expect((await db('jobs').where({ id: done.body.job_id }).first())?.state).toBe('completed');
       expect(await db('jobs').whereIn('id', [decryption.body.job_id, bigJob.body.job_id, rotation.body.job_id]).pluck('id')).toHaveLength(3);
       expect(await db('pgp_keys').where({ lineage_id: key.lineage_id }).pluck('id')).toHaveLength(2);
+      // The scheduler carries on over the new primary: a rotation that falls due happens, once.
+      const list = await a.api('GET', '/keys/list?page_size=100', { token: u.token });
+      const current = list.body.items.find((k: { lineage_id: string }) => k.lineage_id === key.lineage_id);
+      expect((await a.api('POST', `/keys/${current.fingerprint}/rotation-schedule`, { token: u.token, body: { rotation_interval_days: 1 } })).status).toBe(200);
+      await db('pgp_keys')
+        .where({ lineage_id: key.lineage_id, status: 'active' })
+        .update({ created_at: db.raw(`now() - interval '2 days'`) });
+      const scheduled = async () =>
+        (await b.api('GET', '/keys/rotation-history?page_size=100', { token: u.token })).body.items.filter(
+          (r: { trigger: string; status: string }) => r.trigger === 'schedule',
+        );
+      await expect.poll(async () => (await scheduled()).map((r: { status: string }) => r.status), { timeout: 30_000, interval: 500 }).toEqual(['succeeded']);
     } finally {
       await db.destroy();
     }
