@@ -4,7 +4,7 @@ import type { Container } from '../container';
 import type { Knex } from 'knex';
 import { emitEvent } from '../events';
 import { type AccountEvent } from '../event-stream';
-import { AppError, invalid, isDatabaseUnreachable, tooManyRequests } from '../errors';
+import { AppError, invalid, isDatabaseUnreachable, isSocketFailure, tooManyRequests } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Slot } from '../slots';
 import {
@@ -253,7 +253,8 @@ export async function completeUpload(c: Container, row: JobRow, files: { n: numb
     try {
       return await recordCompletedUpload(c, row, files, hash);
     } catch (err) {
-      if (!isDatabaseUnreachable(err) || Date.now() + delay > deadline) throw err;
+      // Only Postgres is asked here: a bare socket error (a connection reset as it opened) is its too.
+      if (!(isDatabaseUnreachable(err) || isSocketFailure(err)) || Date.now() + delay > deadline) throw err;
       c.log.warn({ job_id: row.id, err: (err as Error).message }, 'the database is out of reach as an upload ends; recording its end again shortly');
       await sleep(delay);
     }
