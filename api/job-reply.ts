@@ -1,5 +1,5 @@
 import type { Container } from '../lib/container';
-import { invalid } from '../lib/errors';
+import { invalid, isOutOfReach } from '../lib/errors';
 import {
   completeUpload,
   DuplicateIdempotencyKey,
@@ -143,10 +143,15 @@ export async function submitAndReply(
           () => undefined,
         );
       }, WAIT_POLL_MS);
+      let whole = false;
       try {
         const files = await upload.files();
+        whole = true;
         row = await completeUpload(c, row, files, requestHash(job.kind, job.body, files));
       } catch (err) {
+        // A whole upload whose end could not be recorded (Postgres out of reach past the retries) is not
+        // a broken upload: its files are kept, and the job waits for its end as for a slow client's.
+        if (whole && isOutOfReach(err)) throw err;
         // A job that failed first is the answer, whether its event stopped the upload or its clean-up
         // (the job's files deleted) broke a write before the event arrived.
         if (await failUpload(c, row, err, requestMeta(ctx))) throw err;

@@ -8,6 +8,7 @@ import { UnrecoverableError } from 'bullmq';
 import { type JobFileRow, type JobProgress, type JobRow, type OutputFile } from '../db/jobs';
 import type { Progress } from './tracked';
 import type { Slot } from '../lib/slots';
+import { Watchdog } from './watchdog';
 
 export interface Transformed {
   stream: Readable;
@@ -93,7 +94,7 @@ export async function transformFiles(
 
 /** Input n of the job (none when the upload has ended with fewer files), and whether it is the last. */
 async function nextFile(c: Container, jobId: string, n: number, signal: AbortSignal, slot: Slot): Promise<{ file?: JobFileRow; last?: boolean }> {
-  const next = await arrivingInput(c, jobId, n, signal, { slot });
+  const next = await Watchdog.awaitingUpload(signal, arrivingInput(c, jobId, n, signal, { slot }));
   await slot.acquire(signal);
   if (next.file || next.uploaded) return { file: next.file, last: next.inputs === n + 1 };
   // The API failed the job (its upload broke): nothing more comes, and the row says why.

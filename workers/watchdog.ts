@@ -8,6 +8,8 @@ import { AppError } from '../lib/errors';
  */
 /** Watchdogs of the jobs running in this process, so that shutdown can stop them. */
 const running = new Set<Watchdog>();
+/** The watchdog of a job's signal: a step handed only the signal still says what the job waits for. */
+const bySignal = new WeakMap<AbortSignal, Watchdog>();
 
 /** Aborts every running job of this process (shutdown past its grace period): they are retried elsewhere. */
 export function abortRunningJobs(reason: Error): number {
@@ -22,6 +24,8 @@ export class Watchdog {
   private last = Date.now();
   /** Waits that are not the job's own lack of progress (for a worker slot): the idle limit does not run meanwhile. */
   private excused = 0;
+  /** Waits for the job's upload (its next file, its end): a lack of progress meanwhile is the upload's. */
+  private awaitingUpload = 0;
 
   constructor(limits: { timeoutMs: number; idleMs?: number }) {
     const { timeoutMs, idleMs } = limits;
@@ -33,19 +37,39 @@ export class Watchdog {
     );
     if (idleMs) {
       const check = () => {
-        if (this.excused === 0 && Date.now() - this.last >= idleMs)
-          this.abort(
-            new AppError(
-              422,
-              'job_stalled',
-              `The job made no progress for ${Math.round(idleMs / 1000)} s (an input that cannot be processed) and was stopped.`,
-            ),
-          );
+        if (this.excused === 0 && Date.now() - this.last >= idleMs) this.abort(this.stalled(Math.round(idleMs / 1000)));
       };
       this.timers.push(setInterval(check, Math.max(50, Math.min(1000, idleMs / 4))));
     }
     for (const t of this.timers) t.unref();
     running.add(this);
+    bySignal.set(this.controller.signal, this);
+  }
+
+  /**
+   * Why the job stopped without progress: while it waited for its upload, the upload never ended (the
+   * client stopped sending, or its end could not be recorded while Postgres was out of reach), which
+   * says nothing of the input; otherwise an input it could not get through.
+   */
+  private stalled(seconds: number): AppError {
+    return this.awaitingUpload > 0
+      ? new AppError(
+          422,
+          'upload_stalled',
+          `The job's upload did not end for ${seconds} s (the client stopped sending, or its end could not be recorded); nothing was kept. Send it again.`,
+        )
+      : new AppError(422, 'job_stalled', `The job made no progress for ${seconds} s (an input that cannot be processed) and was stopped.`);
+  }
+
+  /** Settles with `wait`, a wait of the job (aborted by `signal`) for its upload's next file or end. */
+  static async awaitingUpload<T>(signal: AbortSignal, wait: Promise<T>): Promise<T> {
+    const w = bySignal.get(signal);
+    if (w) w.awaitingUpload += 1;
+    try {
+      return await wait;
+    } finally {
+      if (w) w.awaitingUpload -= 1;
+    }
   }
 
   get signal(): AbortSignal {

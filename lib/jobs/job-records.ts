@@ -4,7 +4,7 @@ import type { Container } from '../container';
 import type { Knex } from 'knex';
 import { emitEvent } from '../events';
 import { type AccountEvent } from '../event-stream';
-import { AppError, conflict, idempotencyKeyReused, tooManyRequests } from '../errors';
+import { AppError, idempotencyKeyReused, isDatabaseUnreachable, isSocketFailure, tooManyRequests } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Slot } from '../slots';
 import {
@@ -164,9 +164,14 @@ export async function replayedJob(c: Container, userId: string, key: string | un
 
 export { idempotencyKeyReused };
 
+/** When a replay of a key still in use may ask again: its upload is answered within seconds, or fails. */
+const IN_USE_RETRY_SECONDS = 5;
+
 /** A job with this Idempotency-Key whose upload still arrives: its request cannot be compared yet (409, as Stripe). */
 export const idempotencyKeyInUse = () =>
-  conflict('idempotency_key_in_use', 'A request with this Idempotency-Key is still uploading; retry once it has been answered.');
+  new AppError(409, 'idempotency_key_in_use', 'A request with this Idempotency-Key is still uploading; retry once it has been answered.', {
+    headers: { 'Retry-After': String(IN_USE_RETRY_SECONDS) },
+  });
 
 /** The loser of two concurrent inserts with one Idempotency-Key. */
 export class DuplicateIdempotencyKey extends Error {}
@@ -227,10 +232,35 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
 }
 
 /**
+ * How long the end of a whole upload is retried while Postgres is out of reach before the client is
+ * answered 503: longer than a failover (detection, promotion, the endpoint switched) takes, so that an
+ * upload which arrived whole during one is kept and its job runs, and short enough that a client still
+ * waits for its answer.
+ */
+const UPLOAD_END_RETRY_MS = 30_000;
+
+/**
  * The upload of a running job has ended: its files' sizes and totals are recorded, the plan's limits
  * checked on the real sizes, and `uploaded_at` set, which tells the worker that no more files come.
+ * The files are whole in the blob store by now, so an out-of-reach database is waited for (at most
+ * UPLOAD_END_RETRY_MS) rather than the upload given up; the record is safe to repeat, since an attempt
+ * whose answer was lost may have committed.
  */
 export async function completeUpload(c: Container, row: JobRow, files: { n: number; size: number }[], hash: string): Promise<JobRow> {
+  const deadline = Date.now() + UPLOAD_END_RETRY_MS;
+  for (let delay = 250; ; delay = Math.min(delay * 2, 2000)) {
+    try {
+      return await recordCompletedUpload(c, row, files, hash);
+    } catch (err) {
+      // Only Postgres is asked here: a bare socket error (a connection reset as it opened) is its too.
+      if (!(isDatabaseUnreachable(err) || isSocketFailure(err)) || Date.now() + delay > deadline) throw err;
+      c.log.warn({ job_id: row.id, err: (err as Error).message }, 'the database is out of reach as an upload ends; recording its end again shortly');
+      await sleep(delay);
+    }
+  }
+}
+
+async function recordCompletedUpload(c: Container, row: JobRow, files: { n: number; size: number }[], hash: string): Promise<JobRow> {
   const record = (db: Knex) => recordUploadEnd(db, row.id, files, c.clock.now(), hash);
   // Plan limits are checked on the real sizes under the account's lock, in one transaction with the record.
   const recorded = jobLimitsApply(c, row.kind)
@@ -246,10 +276,13 @@ export async function completeUpload(c: Container, row: JobRow, files: { n: numb
       })
     : await record(c.db);
   if (recorded) return recorded;
+  const current = (await findUserJob(c.db, row.user_id, row.id))!;
+  // An earlier attempt of this record committed, and only its answer was lost.
+  if (current.state !== 'failed' && current.uploaded_at !== null && current.request_hash === hash) return current;
   // The job failed while its files still arrived (a damaged first file): the answer is that job, and
   // what the rest of the upload stored after the worker's clean-up goes too.
   await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
-  return (await findUserJob(c.db, row.user_id, row.id))!;
+  return current;
 }
 
 /**

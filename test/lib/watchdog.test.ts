@@ -28,6 +28,17 @@ describe('Watchdog', () => {
     expect(await code(w.race(never()))).toBe('job_stalled');
   });
 
+  it('blames the upload, not the input, for a stall while the job waits for its upload to end', async () => {
+    const w = new Watchdog({ timeoutMs: 10_000, idleMs: 200 });
+    const waiting = Watchdog.awaitingUpload(w.signal, never());
+    expect(await code(w.race(waiting))).toBe('upload_stalled');
+    expect((w.signal.reason as AppError).message).not.toMatch(/input/);
+    // Once the wait has settled, a stall is the input's again.
+    const after = new Watchdog({ timeoutMs: 10_000, idleMs: 200 });
+    await Watchdog.awaitingUpload(after.signal, Promise.resolve());
+    expect(await code(after.race(never()))).toBe('job_stalled');
+  });
+
   it('lets work that settles in time through, and stops its timers', async () => {
     const w = new Watchdog({ timeoutMs: 1000, idleMs: 1000 });
     expect(await w.race(Promise.resolve(7))).toBe(7);

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { registerUser, startTestService, type TestService } from '../support/service';
-import { createKey, waitJob } from '../support/keys';
+import { createHash, randomBytes } from 'node:crypto';
+import { PASSPHRASE, createKey, download, waitJob } from '../support/keys';
+import { heldEncryption } from '../support/held-upload';
 import { startProxy } from '../support/proxy';
 import { startWorkers, type WorkerPool } from '../../workers/worker';
 
@@ -45,4 +47,48 @@ describe('Postgres out of reach while a job waits to run', () => {
     const job = await waitJob(s.api, u.token, jobId);
     expect([job.state, job.error]).toEqual(['completed', null]);
   }, 60_000);
+
+  it('keeps an upload that ends while Postgres is out of reach: its job completes, and the same key meanwhile is told when to retry', async () => {
+    workers ??= await startWorkers(s.c, [{ queue: 'crypto', concurrency: 1 }]);
+    const u = await registerUser(s.api);
+    const key = await createKey(s.api, u.token);
+    const data = randomBytes(3 << 20);
+    const idem = `held-${randomBytes(4).toString('hex')}`;
+    const held = heldEncryption(s.url, u.token, key.fingerprint, data, { 'idempotency-key': idem });
+    await held.started;
+    await expect.poll(async () => (await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' }).select('id')).length, { timeout: 10_000 }).toBe(1);
+    // The same key while the first request still uploads: 409, and when to ask again.
+    const inUse = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      headers: { 'idempotency-key': idem },
+      form: { fingerprint: key.fingerprint, files: [{ name: 'held.bin', data }] },
+    });
+    expect([inUse.status, inUse.body.code]).toEqual([409, 'idempotency_key_in_use']);
+    expect(Number(inUse.headers.get('retry-after'))).toBeGreaterThan(0);
+
+    pgProxy.cut();
+    held.release(); // the upload arrives whole while Postgres is out of reach
+    await new Promise((r) => setTimeout(r, 3000));
+    pgProxy.restore();
+    const answer = await held.answer;
+    expect(answer.status, JSON.stringify(answer.body)).toBe(202);
+    const job = await waitJob(s.api, u.token, answer.body.job_id as string);
+    expect([job.state, job.error]).toEqual(['completed', null]);
+    // The output is the upload's encryption, whole: it decrypts to what was sent.
+    const dec = await s.api('POST', '/keys/decrypt', {
+      token: u.token,
+      form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'held.bin.gpg', data: await download(s.api, u.token, job.job_id) }] },
+    });
+    expect(dec.status, JSON.stringify(dec.body)).toBe(202);
+    expect((await waitJob(s.api, u.token, dec.body.job_id)).state).toBe('completed');
+    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+    expect(sha(await download(s.api, u.token, dec.body.job_id))).toBe(sha(data));
+    // The same key now answers with that one job.
+    const again = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      headers: { 'idempotency-key': idem },
+      form: { fingerprint: key.fingerprint, files: [{ name: 'held.bin', data }] },
+    });
+    expect([again.status, again.body.job_id]).toEqual([202, job.job_id]);
+  }, 90_000);
 });
