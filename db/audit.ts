@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { newestFirstPage, type Write } from './knex';
 import { rowDigest } from '../lib/audit-chain';
+import type { AuditAction } from '../lib/event-names';
 
 /** Who and where a request came from, as audit rows record it. */
 export interface RequestMeta {
@@ -21,7 +22,7 @@ export type AuditStatus = 'success' | 'failure';
 
 export interface AuditEntry {
   user_id: string | null;
-  action: string;
+  action: AuditAction;
   status: AuditStatus;
   target?: string | null;
   /** Never secrets: ids, names, counts and error codes only. */
@@ -74,7 +75,7 @@ function sourceOf(from: AuditSource): { ip: string | null; request_id: string | 
 }
 
 /** Whether the account's audit trail records `action` done successfully to `target` (a deleted row's only trace). */
-export async function auditedSuccess(db: Knex, userId: string, action: string, target: string): Promise<boolean> {
+export async function auditedSuccess(db: Knex, userId: string, action: AuditAction, target: string): Promise<boolean> {
   return Boolean(await db('audit_logs').where({ user_id: userId, action, target, status: 'success' }).first('id'));
 }
 

@@ -35,7 +35,7 @@ export function registerAccount(program: Command) {
     program
       .command('audit')
       .description("Your account's audit log, newest first")
-      .option('--action <action>', 'only this action (e.g. auth.login), or a prefix ending in * (auth.*)')
+      .option('--action <action>', 'only this action (e.g. sessions.login), or a prefix ending in * (auth.*)')
       .addOption(new Option('--status <status>', 'only successes or failures').choices(['success', 'failure'])),
     'entries',
   )

@@ -249,7 +249,7 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
       encrypted.push({ name: file.suggestedFilename(), path: await file.path() });
     }
     expect(encrypted.map((e) => e.name).sort()).toEqual(['one.txt.gpg', 'two.bin.gpg']);
-    await expect.poll(() => watcher.locator('ul.live li[data-type="job.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(0);
+    await expect.poll(() => watcher.locator('ul.live li[data-type="jobs.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(0);
 
     // Decrypt what was downloaded, and get the originals back.
     await page.getByLabel('Decrypt').check();
@@ -265,7 +265,7 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
       const original = inputs.find((i) => file.suggestedFilename().startsWith(i.name.split('.')[0]))!;
       expect(Buffer.compare(await readFile(await file.path()), original.buffer), file.suggestedFilename()).toBe(0);
     }
-    await expect.poll(() => watcher.locator('ul.live li[data-type="job.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(1);
+    await expect.poll(() => watcher.locator('ul.live li[data-type="jobs.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(1);
     await accessible(watcher);
     // After a reload the recent jobs come from the event history.
     await page.reload();

@@ -67,7 +67,7 @@ export default [
     query: PageQuery.extend({
       action: z
         .string()
-        .regex(/^[a-z0-9_.-]+\*?$/, 'an action name such as auth.login, or a prefix ending in * such as auth.*')
+        .regex(/^[a-z0-9_.-]+\*?$/, 'an action name such as sessions.login, or a prefix ending in * such as auth.*')
         .max(64)
         .optional(),
       status: z.enum(['success', 'failure']).optional(),

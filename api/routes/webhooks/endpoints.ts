@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { route } from '../../route';
 import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../../schemas/common';
-import { EVENT_TYPES } from '../../../lib/event-stream';
+import { EVENT_TYPES } from '../../../lib/event-names';
 import type { AttemptRow, DeliveryRow, EndpointRow } from '../../../db/webhooks';
 import {
   createEndpoint,

@@ -29,7 +29,16 @@ export function Activity() {
       const event = JSON.parse(e.data) as LiveEvent;
       setLive((l) => [event, ...l].slice(0, 50));
     };
-    const types = ['key.generated', 'key.disabled', 'key.rotated', 'key.rotation_failed', 'key.expiring', 'key.expired', 'job.completed', 'job.failed'];
+    const types = [
+      'keys.generated',
+      'keys.disabled',
+      'keys.rotated',
+      'keys.rotation_failed',
+      'keys.expiry_warned',
+      'keys.expired',
+      'jobs.completed',
+      'jobs.failed',
+    ];
     for (const t of types) source.addEventListener(t, seen);
     return () => source.close();
   }, []);
