@@ -4266,7 +4266,7 @@ export interface paths {
                         url: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("keys.generated" | "keys.disabled" | "keys.rotated" | "keys.rotation_failed" | "keys.expiry_warned" | "keys.expired" | "jobs.completed" | "jobs.failed" | "audit_logs.recorded" | "audit_checkpoints.signed" | "audit_chains.broken" | "share_links.created" | "share_links.revoked" | "share_links.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkeys.added" | "passkeys.removed" | "billing_plans.changed" | "billing_payments.failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "keys.destruction_scheduled" | "keys.destruction_cancelled" | "keys.generation_destroyed" | "key.passphrase_failed" | "keys.imported" | "keys.signed" | "keys.verified")[];
+                        event_types?: components["schemas"]["EventType"][];
                         enabled?: boolean;
                     };
                 };
@@ -4417,7 +4417,7 @@ export interface paths {
                         url?: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("keys.generated" | "keys.disabled" | "keys.rotated" | "keys.rotation_failed" | "keys.expiry_warned" | "keys.expired" | "jobs.completed" | "jobs.failed" | "audit_logs.recorded" | "audit_checkpoints.signed" | "audit_chains.broken" | "share_links.created" | "share_links.revoked" | "share_links.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkeys.added" | "passkeys.removed" | "billing_plans.changed" | "billing_payments.failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "keys.destruction_scheduled" | "keys.destruction_cancelled" | "keys.generation_destroyed" | "key.passphrase_failed" | "keys.imported" | "keys.signed" | "keys.verified")[];
+                        event_types?: components["schemas"]["EventType"][];
                         enabled?: boolean;
                     };
                 };
@@ -4711,6 +4711,54 @@ export interface paths {
                 };
             };
         };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/audit-logs/actions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every audit action, with a short label (docs/events-and-webhooks.md gives the naming rule)
+         * @description A session, the partner key, or a managed API key with the scope `audit:read`.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The actions, by name */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AuditActions"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -6916,7 +6964,7 @@ export interface components {
             /** @description Increasing; send it back as Last-Event-ID to resume */
             id: string;
             /** @enum {string} */
-            type: "keys.generated" | "keys.disabled" | "keys.rotated" | "keys.rotation_failed" | "keys.expiry_warned" | "keys.expired" | "jobs.completed" | "jobs.failed" | "audit_logs.recorded" | "audit_checkpoints.signed" | "audit_chains.broken" | "share_links.created" | "share_links.revoked" | "share_links.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkeys.added" | "passkeys.removed" | "billing_plans.changed" | "billing_payments.failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "keys.destruction_scheduled" | "keys.destruction_cancelled" | "keys.generation_destroyed" | "key.passphrase_failed" | "keys.imported" | "keys.signed" | "keys.verified";
+            type: "keys.generated" | "keys.disabled" | "keys.rotated" | "keys.rotation_failed" | "keys.expiry_warned" | "keys.expired" | "keys.destruction_scheduled" | "keys.destruction_cancelled" | "keys.generation_destroyed" | "keys.passphrase_failed" | "keys.imported" | "keys.signed" | "keys.verified" | "jobs.completed" | "jobs.failed" | "audit_logs.recorded" | "audit_checkpoints.signed" | "audit_chains.broken" | "share_links.created" | "share_links.revoked" | "share_links.viewed" | "api_keys.created" | "api_keys.rotated" | "api_keys.revoked" | "passkeys.added" | "passkeys.removed" | "billing_plans.changed" | "billing_payments.failed" | "team_links.linked" | "team_links.synced" | "team_links.unlinked" | "team_links.requested" | "team_links.approved" | "organization_members.joined" | "organization_members.removed";
             /** Format: date-time */
             created_at: string;
             /**
@@ -6929,6 +6977,8 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /** @enum {string} */
+        EventType: "keys.generated" | "keys.disabled" | "keys.rotated" | "keys.rotation_failed" | "keys.expiry_warned" | "keys.expired" | "keys.destruction_scheduled" | "keys.destruction_cancelled" | "keys.generation_destroyed" | "keys.passphrase_failed" | "keys.imported" | "keys.signed" | "keys.verified" | "jobs.completed" | "jobs.failed" | "audit_logs.recorded" | "audit_checkpoints.signed" | "audit_chains.broken" | "share_links.created" | "share_links.revoked" | "share_links.viewed" | "api_keys.created" | "api_keys.rotated" | "api_keys.revoked" | "passkeys.added" | "passkeys.removed" | "billing_plans.changed" | "billing_payments.failed" | "team_links.linked" | "team_links.synced" | "team_links.unlinked" | "team_links.requested" | "team_links.approved" | "organization_members.joined" | "organization_members.removed";
         WebhookEndpoint: {
             /** Format: uuid */
             webhook_id: string;
@@ -6969,6 +7019,14 @@ export interface components {
                 error: string | null;
                 /** Format: date-time */
                 created_at: string;
+            }[];
+        };
+        AuditActions: {
+            items: {
+                /** @description As `action` filters take it */
+                name: string;
+                /** @description A short label for people */
+                label: string;
             }[];
         };
         AuditEntry: {
@@ -7297,3 +7355,7 @@ export type operations = Record<string, never>;
 /** Every scope a managed API key may hold, in the service's order (for choices in a CLI or a form). */
 export const SCOPES = ["keys:read","keys:write","crypto:encrypt","crypto:decrypt","crypto:sign","crypto:verify","jobs:read","shares:read","shares:write","audit:read","events:read","webhooks:write","account:read"] as const satisfies readonly components['schemas']['ManagedApiKey']['scopes'][number][];
 export type Scope = (typeof SCOPES)[number];
+
+/** Every account event type, in the service's order (a webhook's event filter offers these). */
+export const EVENT_TYPES = ["keys.generated","keys.disabled","keys.rotated","keys.rotation_failed","keys.expiry_warned","keys.expired","keys.destruction_scheduled","keys.destruction_cancelled","keys.generation_destroyed","keys.passphrase_failed","keys.imported","keys.signed","keys.verified","jobs.completed","jobs.failed","audit_logs.recorded","audit_checkpoints.signed","audit_chains.broken","share_links.created","share_links.revoked","share_links.viewed","api_keys.created","api_keys.rotated","api_keys.revoked","passkeys.added","passkeys.removed","billing_plans.changed","billing_payments.failed","team_links.linked","team_links.synced","team_links.unlinked","team_links.requested","team_links.approved","organization_members.joined","organization_members.removed"] as const satisfies readonly components['schemas']['EventType'][];
+export type EventType = (typeof EVENT_TYPES)[number];

@@ -81,7 +81,8 @@ export async function auditedSuccess(db: Knex, userId: string, action: AuditActi
 
 export interface AuditQuery {
   userId: string;
-  action?: string;
+  /** The actions to list (lib/event-names.ts auditActionsMatching): an empty list matches none. */
+  actions?: string[];
   status?: AuditStatus;
   page: number;
   pageSize: number;
@@ -89,7 +90,7 @@ export interface AuditQuery {
 
 export async function listAudit(db: Knex, q: AuditQuery): Promise<{ items: AuditRow[]; total: number }> {
   const base = db<AuditRow>('audit_logs').where({ user_id: q.userId });
-  if (q.action) base.andWhere('action', q.action.endsWith('*') ? 'like' : '=', q.action.replace(/\*$/, '%'));
+  if (q.actions) base.whereIn('action', q.actions);
   if (q.status) base.andWhere({ status: q.status });
   return newestFirstPage<AuditRow>(base, q);
 }

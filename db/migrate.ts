@@ -28,6 +28,7 @@ import * as m028 from './migrations/028_recovery_review';
 import * as m030 from './migrations/030_account_fingerprints';
 import * as m031 from './migrations/031_client_request_id';
 import * as m032 from './migrations/032_key_profiles';
+import * as m035 from './migrations/035_action_names';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -63,6 +64,7 @@ const migrations: Record<string, Knex.Migration> = {
   '030_account_fingerprints': m030,
   '031_client_request_id': m031,
   '032_key_profiles': m032,
+  '035_action_names': m035,
 };
 
 /** The migrations this version knows, in order (a restore refuses a database migrated further). */

@@ -134,7 +134,7 @@ export const ACCESS_DENIED = {
 export type OwnedResource = keyof typeof ACCESS_DENIED;
 
 /** The audit actions' names before the scheme, and what each is now (migration 035 holds its own copy). */
-export const LEGACY_AUDIT_ACTIONS: Readonly<Record<string, AuditAction>> = {
+const LEGACY_AUDIT_ACTIONS: Readonly<Record<string, AuditAction>> = {
   'account.delete': 'accounts.delete',
   'api_key.access_denied': 'api_keys.deny_access',
   'api_key.created': 'api_keys.create',
@@ -269,7 +269,7 @@ export const EVENT_TYPES = [
 export type EventType = (typeof EVENT_TYPES)[number];
 
 /** The event types' names before the scheme (deprecated on input), and what each is now. */
-export const LEGACY_EVENT_TYPES: Readonly<Record<string, EventType>> = {
+const LEGACY_EVENT_TYPES: Readonly<Record<string, EventType>> = {
   'key.generated': 'keys.generated',
   'key.disabled': 'keys.disabled',
   'key.rotated': 'keys.rotated',
@@ -307,9 +307,9 @@ export const LEGACY_EVENT_TYPES: Readonly<Record<string, EventType>> = {
   'organization.member_removed': 'organization_members.removed',
 };
 
-/** An event type as a client may name it: the current name, or a legacy one read as the current (deprecated). */
-export const currentEventType = (name: string): EventType | undefined =>
-  (EVENT_TYPES as readonly string[]).includes(name) ? (name as EventType) : LEGACY_EVENT_TYPES[name];
+/** An event type as a client may name it: a legacy name (deprecated) becomes the current one; any other name stays as it is. */
+export const currentEventType = (name: string): string => LEGACY_EVENT_TYPES[name] ?? name;
+
 
 /**
  * The actions an audit filter names: an exact name, or a prefix ending in `.` or `*` (`keys.`, `keys.*`).

@@ -251,8 +251,8 @@ async function* exportLines(db: Knex, chain: string, from: number, at: Date): As
     const last = rows[rows.length - 1].sequence;
     const checkpoints = await chainCheckpoints(db, chain, listed, last);
     let k = 0;
-    for (const r of rows) {
-      yield { type: 'row', ...r };
+    for (const { renamed_to, ...r } of rows) {
+      yield { type: 'row', ...r, ...(renamed_to !== null && { renamed_to }) };
       while (k < checkpoints.length && checkpoints[k].sequence <= r.sequence) yield checkpointOut(checkpoints[k++]);
     }
     next = listed = last + 1;
