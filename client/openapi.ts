@@ -7035,6 +7035,8 @@ export interface components {
             /** @enum {string} */
             status: "success" | "failure";
             target: string | null;
+            /** @description The target in words (a key's label and fingerprint end, an API key's or webhook's name, a user's email); null when it is gone or not the caller's to see */
+            target_label: string | null;
             ip: string | null;
             /** @description The service's id of the request that wrote the row */
             request_id: string | null;

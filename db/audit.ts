@@ -94,3 +94,27 @@ export async function listAudit(db: Knex, q: AuditQuery): Promise<{ items: Audit
   if (q.status) base.andWhere({ status: q.status });
   return newestFirstPage<AuditRow>(base, q);
 }
+
+/**
+ * Readable labels of audit targets, by target, in one query for a page of rows: a key's label and the end
+ * of its fingerprint, an API key's, passkey's or webhook's name, a user's email. Only what the reader may
+ * see: their own keys, API keys, passkeys and webhooks, themselves and their organization's members (an
+ * access-denied row names another account's resource, whose label stays unknown). A target that is
+ * gone, or is none of these, has no label.
+ */
+export async function targetLabels(db: Knex, readerId: string, targets: string[]): Promise<Map<string, string>> {
+  const wanted = [...new Set(targets)];
+  if (!wanted.length) return new Map();
+  const { rows } = await db.raw<{ rows: { target: string; label: string }[] }>(
+    `SELECT k.fingerprint AS target, l.label || ' (' || right(k.fingerprint, 16) || ')' AS label
+       FROM pgp_keys k JOIN key_lineages l ON l.id = k.lineage_id WHERE k.fingerprint = ANY(:t) AND k.user_id = :reader
+     UNION ALL SELECT id::text, name FROM api_keys WHERE id::text = ANY(:t) AND user_id = :reader
+     UNION ALL SELECT id::text, name FROM passkeys WHERE id::text = ANY(:t) AND user_id = :reader
+     UNION ALL SELECT id::text, CASE WHEN description <> '' THEN description ELSE url END FROM webhook_endpoints WHERE id::text = ANY(:t) AND user_id = :reader
+     UNION ALL SELECT u.id::text, u.email FROM users u WHERE u.id::text = ANY(:t) AND (u.id = :reader OR EXISTS (
+       SELECT 1 FROM organization_members me JOIN organization_members them ON them.organization_id = me.organization_id
+        WHERE me.user_id = :reader AND them.user_id = u.id))`,
+    { t: wanted, reader: readerId },
+  );
+  return new Map(rows.map((r) => [r.target, r.label]));
+}

@@ -39,7 +39,7 @@ export function registerAccount(program: Command) {
       .addOption(new Option('--status <status>', 'only successes or failures').choices(['success', 'failure'])),
     'entries',
   )
-    .addHelpText('after', examples('kms audit', "kms audit --action 'auth.*' --status failure", 'kms audit --page 2 --json | jq .items'))
+    .addHelpText('after', examples('kms audit', "kms audit --action 'sessions.*' --status failure", 'kms audit --page 2 --json | jq .items'))
     .action(
       run<Paging & { action?: string; status?: 'success' | 'failure' }>(async (opts) => {
         const { kms } = await connect(opts);

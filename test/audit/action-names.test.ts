@@ -81,6 +81,28 @@ describe('GET /audit-logs/actions', () => {
   });
 });
 
+describe('target_label', () => {
+  it("labels the page's targets the caller may see, null for another account's and for one that is gone", async () => {
+    const u = await registerUser(s.api);
+    const other = await registerUser(s.api);
+    const hook = await s.api('POST', '/webhooks', { token: u.token, body: { url: 'http://127.0.0.1:9/labelled', event_types: ['keys.expired'] } });
+    const gone = await s.api('POST', '/webhooks', { token: u.token, body: { url: 'http://127.0.0.1:9/gone', description: 'Gone soon' } });
+    expect((await s.api('DELETE', `/webhooks/${gone.body.webhook_id}`, { token: u.token })).status).toBe(204);
+    await recordAudit(s.c.db, { user_id: u.id, action: 'keys.deny_access', status: 'failure', target: other.id });
+    const items = (await s.api('GET', '/audit-logs?page_size=100', { token: u.token })).body.items as {
+      action: string;
+      target: string;
+      target_label: string | null;
+    }[];
+    const label = (action: string, target: string) => items.find((r) => r.action === action && r.target === target)?.target_label;
+    expect(label('partners.register', u.id)).toBe(u.email);
+    expect(label('webhooks.create', hook.body.webhook_id)).toBe('http://127.0.0.1:9/labelled');
+    expect(label('webhooks.create', gone.body.webhook_id)).toBeNull();
+    expect(label('webhooks.delete', gone.body.webhook_id)).toBeNull();
+    expect(label('keys.deny_access', other.id)).toBeNull();
+  });
+});
+
 describe('legacy event type names on input', () => {
   it('a webhook filter and an event filter read a legacy name as the current one; an unknown name is refused', async () => {
     const u = await registerUser(s.api);

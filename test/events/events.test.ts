@@ -123,7 +123,7 @@ describe('GET /events', () => {
     expect(events.map((e) => e.type)).toEqual(['jobs.completed']);
     await new Promise((r) => setTimeout(r, 300));
     // b's stream may carry b's own events (its registration's audit row is relayed asynchronously), never a's.
-    expect(bStream.events().filter((e) => e.account !== b.id || e.type.startsWith('job.') || e.type.startsWith('key.'))).toEqual([]);
+    expect(bStream.events().filter((e) => e.account !== b.id || e.type.startsWith('jobs.') || e.type.startsWith('keys.'))).toEqual([]);
     await onlyJobs.close();
     await bStream.close();
   });

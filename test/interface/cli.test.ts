@@ -608,10 +608,10 @@ describe('kms command line', { timeout: 90_000 }, () => {
     expect(json(await kms(['profile', 'update', '--no-company', '--json'], { env }))).toMatchObject({ company_name: null });
     expect((await kms(['profile', 'update'], { env })).code).toBe(2);
 
-    const logins = json(await kms(['audit', '--action', 'auth.*', '--status', 'success', '--page-size', '5', '--json'], { env }));
+    const logins = json(await kms(['audit', '--action', 'sessions.*', '--status', 'success', '--page-size', '5', '--json'], { env }));
     expect(logins).toMatchObject({ page: 1, page_size: 5 });
     expect(logins.items.map((e: { action: string }) => e.action)).toContain('sessions.login');
-    expect(logins.items.every((e: { action: string; status: string }) => e.action.startsWith('auth.') && e.status === 'success')).toBe(true);
+    expect(logins.items.every((e: { action: string; status: string }) => e.action.startsWith('sessions.') && e.status === 'success')).toBe(true);
     expect(ok(await kms(['audit'], { env })).stdout).toMatch(/created_at\s+action\s+status/);
     expect((await kms(['audit', '--status', 'maybe'], { env })).code).toBe(2);
 

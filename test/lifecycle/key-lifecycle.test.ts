@@ -161,7 +161,7 @@ describe('retire and destroy one generation', () => {
     expect(row.destroyed_at).not.toBeNull();
     expect(row.public_armored).toContain('PUBLIC KEY');
     const events = (await readEvents(s.c.redis, s.config.redisPrefix, u.id)).filter(
-      (e) => e.type.startsWith('key.destruction') || e.type === 'keys.generation_destroyed',
+      (e) => e.type.startsWith('keys.destruction') || e.type === 'keys.generation_destroyed',
     );
     expect(events.map((e) => e.type)).toEqual([
       'keys.destruction_scheduled',

@@ -20,7 +20,7 @@ afterAll(async () => {
   await hsm?.stop();
 });
 
-const rows = () => s.c.db('audit_logs').where('action', 'like', 'master_key.%').orderBy('id');
+const rows = () => s.c.db('audit_logs').where('action', 'like', 'master_keys.%').orderBy('id');
 
 describe('audit rows of the master-key commands', () => {
   it('init, rewrap, a refused rotate, rotate, a refused retire, reseal, retire: one system row each, with the key ids; status none', async () => {

@@ -15,6 +15,12 @@ const AuditEntry = z
     action: z.string(),
     status: z.enum(['success', 'failure']),
     target: z.string().nullable(),
+    target_label: z
+      .string()
+      .nullable()
+      .describe(
+        "The target in words (a key's label and fingerprint end, an API key's or webhook's name, a user's email); null when it is gone or not the caller's to see",
+      ),
     ip: z.string().nullable(),
     request_id: z.string().nullable().describe("The service's id of the request that wrote the row"),
     client_request_id: z.string().nullable().describe('The X-Request-Id the client sent with that request, when it was one the API keeps'),
