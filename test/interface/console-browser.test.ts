@@ -266,6 +266,11 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
       expect(Buffer.compare(await readFile(await file.path()), original.buffer), file.suggestedFilename()).toBe(0);
     }
     await expect.poll(() => watcher.locator('ul.live li[data-type="jobs.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(1);
+    // Each live event is a line in words with its time, not JSON.
+    const line = watcher.locator('ul.live li[data-type="jobs.completed"]').first();
+    expect(await line.locator('time').getAttribute('datetime')).toMatch(/^\d{4}-\d\d-\d\dT/);
+    expect(await line.innerText()).toMatch(/jobs\.completed — .*completed/);
+    expect(await line.innerText()).not.toContain('{');
     await accessible(watcher);
     // After a reload the recent jobs come from the event history.
     await page.reload();
@@ -274,9 +279,20 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
     // The audit log shows what was done, filtered.
     await page.getByRole('link', { name: 'Activity' }).click();
     await expect.poll(() => page.locator('table.audit').innerText()).toMatch(/keys\.encrypt/);
+    // The chooser offers every action and each family's prefix; the placeholder is a real action.
+    expect(await page.locator('#audit-actions option[value="keys.generate"]').count()).toBe(1);
+    expect(await page.locator('#audit-actions option[value="keys.*"]').count()).toBe(1);
+    expect(await page.getByLabel('Action').getAttribute('placeholder')).toBe('keys.rotate');
     await page.getByLabel('Action').fill('keys.generate');
     await page.getByRole('button', { name: 'Filter' }).click();
     await expect.poll(() => page.locator('table.audit caption').innerText()).toMatch(/^1 entries/);
+    // The target in words, its id on hover.
+    const target = page.locator('table.audit tbody tr td').nth(3);
+    expect(await target.getAttribute('title')).toMatch(/^[0-9A-F]{40}$/i);
+    expect(await target.innerText()).toMatch(/\([0-9A-F]{16}\)$/i);
+    await page.getByLabel('Action').fill('keys.');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await expect.poll(() => page.locator('table.audit caption').innerText()).not.toMatch(/^1 entries/);
     await accessible(page);
     expect(problems).toEqual([]);
     await watcher.close();
