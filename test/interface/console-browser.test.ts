@@ -567,6 +567,13 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
     await page.locator('ul.api-key-shares').getByRole('button', { name: 'Revoke' }).click();
     await says(page, /Share link revoked\./);
     await expect.poll(() => page.locator('ul.api-key-shares').innerText()).toMatch(/ci reader: revoked/);
+    // A webhook that receives two event types, ticked from the list of every type.
+    expect(await page.locator('fieldset.event-types input[type="checkbox"]').count()).toBeGreaterThan(30);
+    await page.getByLabel('Endpoint URL').fill('http://127.0.0.1:9/console-hook');
+    await page.getByLabel('keys.rotated', { exact: true }).check();
+    await page.getByLabel('jobs.failed', { exact: true }).check();
+    await page.getByRole('button', { name: 'Add an endpoint' }).click();
+    await expect.poll(() => page.locator('section[aria-labelledby="webhooks-h"] ul').innerText()).toMatch(/console-hook.*keys\.rotated, jobs\.failed/);
     await accessible(page);
     // The 403 on the way was the API's answer, shown as a page change rather than an error.
     expect(problems.filter((p) => !/403/.test(p))).toEqual([]);
