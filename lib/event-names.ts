@@ -310,7 +310,6 @@ const LEGACY_EVENT_TYPES: Readonly<Record<string, EventType>> = {
 /** An event type as a client may name it: a legacy name (deprecated) becomes the current one; any other name stays as it is. */
 export const currentEventType = (name: string): string => LEGACY_EVENT_TYPES[name] ?? name;
 
-
 /**
  * The actions an audit filter names: an exact name, or a prefix ending in `.` or `*` (`keys.`, `keys.*`).
  * A legacy name, whole or as a prefix, names the actions it was renamed to (every stored row has a current name).
