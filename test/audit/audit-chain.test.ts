@@ -88,6 +88,7 @@ describe('the chain', () => {
       'sequence',
       'status',
       'target',
+      'target_label',
     ]);
 
     const { offline, server } = await verdicts(u);
