@@ -7022,7 +7022,7 @@ export interface components {
             }[];
         };
         AuditActions: {
-            items: {
+            actions: {
                 /** @description As `action` filters take it */
                 name: string;
                 /** @description A short label for people */

@@ -71,7 +71,7 @@ describe('GET /audit-logs/actions', () => {
     const u = await registerUser(s.api);
     const res = await s.api('GET', '/audit-logs/actions', { token: u.token });
     expect(res.status).toBe(200);
-    const items = res.body.items as { name: string; label: string }[];
+    const items = res.body.actions as { name: string; label: string }[];
     expect(items).toContainEqual({ name: 'keys.rotate', label: 'Key rotated' });
     for (const { name, label } of items) {
       expect(name).toMatch(/^[a-z_]+s\.[a-z_]+$/);

@@ -63,7 +63,7 @@ const Verdict = z
   .meta({ id: 'AuditVerdict' });
 
 const AuditActions = z
-  .object({ items: z.array(z.object({ name: z.string().describe('As `action` filters take it'), label: z.string().describe('A short label for people') })) })
+  .object({ actions: z.array(z.object({ name: z.string().describe('As `action` filters take it'), label: z.string().describe('A short label for people') })) })
   .meta({ id: 'AuditActions' });
 
 export default [
@@ -76,7 +76,7 @@ export default [
     scope: 'audit:read',
     responses: { 200: { description: 'The actions, by name', schema: AuditActions } },
     async handler() {
-      return { body: { items: auditActions() } };
+      return { body: { actions: auditActions() } };
     },
   }),
 

@@ -4,7 +4,7 @@ import { API, api, ok, type Schemas } from '../api';
 import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
 
 type Entry = Schemas['AuditEntry'];
-type ActionName = Schemas['AuditActions']['items'][number];
+type ActionName = Schemas['AuditActions']['actions'][number];
 interface LiveEvent {
   id: string;
   type: string;
@@ -41,7 +41,7 @@ export function Activity() {
   useEffect(
     () =>
       void ok(api.GET('/audit-logs/actions')).then(
-        (r) => setActions(r.items),
+        (r) => setActions(r.actions),
         () => undefined,
       ),
     [],
