@@ -104,7 +104,7 @@ export async function submitAndReply(
   const watch =
     upload || preferWait(ctx.get('prefer'))
       ? await watchJobEnd(c, job.userId, job.id, (e) => {
-          if (uploading && e.type === 'job.failed') upload!.stop(ended);
+          if (uploading && e.type === 'jobs.failed') upload!.stop(ended);
         })
       : undefined;
   try {

@@ -52,7 +52,7 @@ try {
   const users = Array.from({ length: accounts }, () => randomUUID());
   for (let i = 0; i < events; i++) {
     const data = { job_id: randomUUID(), kind: 'encrypt', state: 'completed' };
-    await publishEvents(redis, 'kms', users[i % accounts], [{ type: 'job.completed', data }], new Date());
+    await publishEvents(redis, 'kms', users[i % accounts], [{ type: 'jobs.completed', data }], new Date());
   }
   const perEvent = ((await used()) - beforeEvents) / events;
 

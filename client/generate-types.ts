@@ -33,9 +33,16 @@ function scopesOf(document: OpenAPI3): string[] {
   return scopes;
 }
 
+/** The account event types, as the document's EventType schema lists them. */
+function eventTypesOf(document: OpenAPI3): string[] {
+  const types = (document.components?.schemas?.EventType as { enum?: unknown } | undefined)?.enum;
+  if (!Array.isArray(types) || !types.every((t) => typeof t === 'string')) throw new Error('the document lists no EventType values');
+  return types;
+}
+
 /**
- * The text of the types for a document, and the one list of values a client offers as choices (the
- * scopes). The deployment's `servers` are dropped (they change no type); uploads (binary strings) are
+ * The text of the types for a document, and the lists of values a client offers as choices (the
+ * scopes, the event types). The deployment's `servers` are dropped (they change no type); uploads (binary strings) are
  * typed Blob.
  */
 export async function clientTypesFor(document: Record<string, unknown>): Promise<string> {
@@ -48,6 +55,10 @@ export async function clientTypesFor(document: Record<string, unknown>): Promise
 /** Every scope a managed API key may hold, in the service's order (for choices in a CLI or a form). */
 export const SCOPES = ${JSON.stringify(scopesOf(rest as unknown as OpenAPI3))} as const satisfies readonly components['schemas']['ManagedApiKey']['scopes'][number][];
 export type Scope = (typeof SCOPES)[number];
+
+/** Every account event type, in the service's order (a webhook's event filter offers these). */
+export const EVENT_TYPES = ${JSON.stringify(eventTypesOf(rest as unknown as OpenAPI3))} as const satisfies readonly components['schemas']['EventType'][];
+export type EventType = (typeof EVENT_TYPES)[number];
 `;
   return HEADER + astToString(ast) + scopes;
 }

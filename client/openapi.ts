@@ -4301,7 +4301,7 @@ export interface paths {
                         url: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "audit.chain_broken" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified")[];
+                        event_types?: components["schemas"]["EventType"][];
                         enabled?: boolean;
                     };
                 };
@@ -4452,7 +4452,7 @@ export interface paths {
                         url?: string;
                         description?: string;
                         /** @description Event types to receive; empty or omitted: all */
-                        event_types?: ("key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "audit.chain_broken" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified")[];
+                        event_types?: components["schemas"]["EventType"][];
                         enabled?: boolean;
                     };
                 };
@@ -4746,6 +4746,54 @@ export interface paths {
                 };
             };
         };
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/audit-logs/actions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Every audit action, with a short label (docs/events-and-webhooks.md gives the naming rule)
+         * @description A session, the partner key, or a managed API key with the scope `audit:read`.
+         */
+        get: {
+            parameters: {
+                query?: never;
+                header?: never;
+                path?: never;
+                cookie?: never;
+            };
+            requestBody?: never;
+            responses: {
+                /** @description The actions, by name */
+                200: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/json": components["schemas"]["AuditActions"];
+                    };
+                };
+                /** @description Error (RFC 9457 problem details) */
+                default: {
+                    headers: {
+                        [name: string]: unknown;
+                    };
+                    content: {
+                        "application/problem+json": components["schemas"]["Problem"];
+                    };
+                };
+            };
+        };
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -7084,7 +7132,7 @@ export interface components {
             /** @description Increasing; send it back as Last-Event-ID to resume */
             id: string;
             /** @enum {string} */
-            type: "key.generated" | "key.disabled" | "key.rotated" | "key.rotation_failed" | "key.expiring" | "key.expired" | "job.completed" | "job.failed" | "audit.recorded" | "audit.checkpoint" | "audit.chain_broken" | "share.created" | "share.revoked" | "share.viewed" | "api_key.created" | "api_key.rotated" | "api_key.revoked" | "passkey.added" | "passkey.removed" | "billing.plan_changed" | "billing.payment_failed" | "team_access.linked" | "team_access.synced" | "team_access.unlinked" | "team_access.requested" | "team_access.approved" | "organization.member_joined" | "organization.member_removed" | "key.destruction_scheduled" | "key.destruction_cancelled" | "key.generation_destroyed" | "key.passphrase_failed" | "key.imported" | "key.signed" | "key.verified";
+            type: "keys.generated" | "keys.disabled" | "keys.rotated" | "keys.rotation_failed" | "keys.expiry_warned" | "keys.expired" | "keys.destruction_scheduled" | "keys.destruction_cancelled" | "keys.generation_destroyed" | "keys.passphrase_failed" | "keys.imported" | "keys.signed" | "keys.verified" | "jobs.completed" | "jobs.failed" | "audit_logs.recorded" | "audit_checkpoints.signed" | "audit_chains.broken" | "share_links.created" | "share_links.revoked" | "share_links.viewed" | "api_keys.created" | "api_keys.rotated" | "api_keys.revoked" | "passkeys.added" | "passkeys.removed" | "billing_plans.changed" | "billing_payments.failed" | "team_links.linked" | "team_links.synced" | "team_links.unlinked" | "team_links.requested" | "team_links.approved" | "organization_members.joined" | "organization_members.removed";
             /** Format: date-time */
             created_at: string;
             /**
@@ -7097,6 +7145,8 @@ export interface components {
                 [key: string]: unknown;
             };
         };
+        /** @enum {string} */
+        EventType: "keys.generated" | "keys.disabled" | "keys.rotated" | "keys.rotation_failed" | "keys.expiry_warned" | "keys.expired" | "keys.destruction_scheduled" | "keys.destruction_cancelled" | "keys.generation_destroyed" | "keys.passphrase_failed" | "keys.imported" | "keys.signed" | "keys.verified" | "jobs.completed" | "jobs.failed" | "audit_logs.recorded" | "audit_checkpoints.signed" | "audit_chains.broken" | "share_links.created" | "share_links.revoked" | "share_links.viewed" | "api_keys.created" | "api_keys.rotated" | "api_keys.revoked" | "passkeys.added" | "passkeys.removed" | "billing_plans.changed" | "billing_payments.failed" | "team_links.linked" | "team_links.synced" | "team_links.unlinked" | "team_links.requested" | "team_links.approved" | "organization_members.joined" | "organization_members.removed";
         WebhookEndpoint: {
             /** Format: uuid */
             webhook_id: string;
@@ -7139,12 +7189,22 @@ export interface components {
                 created_at: string;
             }[];
         };
+        AuditActions: {
+            actions: {
+                /** @description As `action` filters take it */
+                name: string;
+                /** @description A short label for people */
+                label: string;
+            }[];
+        };
         AuditEntry: {
             audit_id: number;
             action: string;
             /** @enum {string} */
             status: "success" | "failure";
             target: string | null;
+            /** @description The target in words (a key's label and fingerprint end, an API key's or webhook's name, a user's email); null when it is gone or not the caller's to see */
+            target_label: string | null;
             ip: string | null;
             /** @description The service's id of the request that wrote the row */
             request_id: string | null;
@@ -7478,3 +7538,7 @@ export type operations = Record<string, never>;
 /** Every scope a managed API key may hold, in the service's order (for choices in a CLI or a form). */
 export const SCOPES = ["keys:read","keys:write","crypto:encrypt","crypto:decrypt","crypto:sign","crypto:verify","jobs:read","shares:read","shares:write","audit:read","events:read","webhooks:write","account:read"] as const satisfies readonly components['schemas']['ManagedApiKey']['scopes'][number][];
 export type Scope = (typeof SCOPES)[number];
+
+/** Every account event type, in the service's order (a webhook's event filter offers these). */
+export const EVENT_TYPES = ["keys.generated","keys.disabled","keys.rotated","keys.rotation_failed","keys.expiry_warned","keys.expired","keys.destruction_scheduled","keys.destruction_cancelled","keys.generation_destroyed","keys.passphrase_failed","keys.imported","keys.signed","keys.verified","jobs.completed","jobs.failed","audit_logs.recorded","audit_checkpoints.signed","audit_chains.broken","share_links.created","share_links.revoked","share_links.viewed","api_keys.created","api_keys.rotated","api_keys.revoked","passkeys.added","passkeys.removed","billing_plans.changed","billing_payments.failed","team_links.linked","team_links.synced","team_links.unlinked","team_links.requested","team_links.approved","organization_members.joined","organization_members.removed"] as const satisfies readonly components['schemas']['EventType'][];
+export type EventType = (typeof EVENT_TYPES)[number];

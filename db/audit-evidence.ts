@@ -4,6 +4,8 @@ import type { AuditContent } from '../lib/audit-chain';
 /** A row as the export and the verifiers read it: `created_at` is the hashed text (UTC, microseconds). */
 export interface ChainRow extends AuditContent {
   audit_id: number;
+  /** The action's current name when the row was written under a legacy one (`action`, which the digest covers); null otherwise. */
+  renamed_to: string | null;
   sequence: number;
   prev_hash: string;
   hash: string;
@@ -44,7 +46,9 @@ export async function chainRows(db: Knex, chain: string, from: number, count: nu
       'sequence',
       'prev_hash',
       'hash',
-      'action',
+      // What the row's digest covers: the action as written (migration 035 renamed some, keeping this).
+      db.raw('coalesce(recorded_action, action) AS action'),
+      db.raw('CASE WHEN recorded_action IS NOT NULL THEN action END AS renamed_to'),
       'status',
       'target',
       'ip',

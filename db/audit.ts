@@ -1,6 +1,7 @@
 import type { Knex } from 'knex';
 import { newestFirstPage, type Write } from './knex';
 import { rowDigest } from '../lib/audit-chain';
+import type { AuditAction } from '../lib/event-names';
 
 /** Who and where a request came from, as audit rows record it. */
 export interface RequestMeta {
@@ -21,7 +22,7 @@ export type AuditStatus = 'success' | 'failure';
 
 export interface AuditEntry {
   user_id: string | null;
-  action: string;
+  action: AuditAction;
   status: AuditStatus;
   target?: string | null;
   /** Never secrets: ids, names, counts and error codes only. */
@@ -74,13 +75,14 @@ function sourceOf(from: AuditSource): { ip: string | null; request_id: string | 
 }
 
 /** Whether the account's audit trail records `action` done successfully to `target` (a deleted row's only trace). */
-export async function auditedSuccess(db: Knex, userId: string, action: string, target: string): Promise<boolean> {
+export async function auditedSuccess(db: Knex, userId: string, action: AuditAction, target: string): Promise<boolean> {
   return Boolean(await db('audit_logs').where({ user_id: userId, action, target, status: 'success' }).first('id'));
 }
 
 export interface AuditQuery {
   userId: string;
-  action?: string;
+  /** The actions to list (lib/event-names.ts auditActionsMatching): an empty list matches none. */
+  actions?: string[];
   status?: AuditStatus;
   page: number;
   pageSize: number;
@@ -88,7 +90,31 @@ export interface AuditQuery {
 
 export async function listAudit(db: Knex, q: AuditQuery): Promise<{ items: AuditRow[]; total: number }> {
   const base = db<AuditRow>('audit_logs').where({ user_id: q.userId });
-  if (q.action) base.andWhere('action', q.action.endsWith('*') ? 'like' : '=', q.action.replace(/\*$/, '%'));
+  if (q.actions) base.whereIn('action', q.actions);
   if (q.status) base.andWhere({ status: q.status });
   return newestFirstPage<AuditRow>(base, q);
+}
+
+/**
+ * Readable labels of audit targets, by target, in one query for a page of rows: a key's label and the end
+ * of its fingerprint, an API key's, passkey's or webhook's name, a user's email. Only what the reader may
+ * see: their own keys, API keys, passkeys and webhooks, themselves and their organization's members (an
+ * access-denied row names another account's resource, whose label stays unknown). A target that is
+ * gone, or is none of these, has no label.
+ */
+export async function targetLabels(db: Knex, readerId: string, targets: string[]): Promise<Map<string, string>> {
+  const wanted = [...new Set(targets)];
+  if (!wanted.length) return new Map();
+  const { rows } = await db.raw<{ rows: { target: string; label: string }[] }>(
+    `SELECT k.fingerprint AS target, l.label || ' (' || right(k.fingerprint, 16) || ')' AS label
+       FROM pgp_keys k JOIN key_lineages l ON l.id = k.lineage_id WHERE k.fingerprint = ANY(:t) AND k.user_id = :reader
+     UNION ALL SELECT id::text, name FROM api_keys WHERE id::text = ANY(:t) AND user_id = :reader
+     UNION ALL SELECT id::text, name FROM passkeys WHERE id::text = ANY(:t) AND user_id = :reader
+     UNION ALL SELECT id::text, CASE WHEN description <> '' THEN description ELSE url END FROM webhook_endpoints WHERE id::text = ANY(:t) AND user_id = :reader
+     UNION ALL SELECT u.id::text, u.email FROM users u WHERE u.id::text = ANY(:t) AND (u.id = :reader OR EXISTS (
+       SELECT 1 FROM organization_members me JOIN organization_members them ON them.organization_id = me.organization_id
+        WHERE me.user_id = :reader AND them.user_id = u.id))`,
+    { t: wanted, reader: readerId },
+  );
+  return new Map(rows.map((r) => [r.target, r.label]));
 }

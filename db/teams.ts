@@ -175,7 +175,7 @@ export async function ensureMembership(db: Knex, userId: string): Promise<Member
       .insert({ name: user.company_name || user.username, owner_id: userId })
       .returning('*');
     const [row] = await members(trx).insert({ user_id: userId, organization_id: org.id, role: 'owner' }).returning('*');
-    await recordAudit(trx, { user_id: userId, action: 'organization.created', status: 'success', target: org.id, details: { reason: 'own_organization' } });
+    await recordAudit(trx, { user_id: userId, action: 'organizations.create', status: 'success', target: org.id, details: { reason: 'own_organization' } });
     return row;
   });
 }

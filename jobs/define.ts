@@ -1,5 +1,6 @@
 import type { JobsOptions } from 'bullmq';
 import type { z } from 'zod';
+import type { AuditAction } from '../lib/event-names';
 
 /** Every queue is a worker pool that ops size on its own (WORKER_QUEUES). */
 export const QUEUES = ['crypto', 'rotation', 'notify', 'billing', 'team-sync', 'maintenance'] as const;
@@ -48,7 +49,7 @@ export const originMeta = (o: JobOrigin) => ({
 
 /** How the final failure of a job a client polls is audited: its action, and the key its stored request names. */
 export interface FailureAudit {
-  action: string;
+  action: AuditAction;
   target(request: unknown): string | null;
 }
 

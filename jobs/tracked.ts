@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { KEEP_ENDED_JOBS, defineContract, type FailureAudit, type JobContract, type QueueName } from './define';
+import type { AuditAction } from '../lib/event-names';
 
 export type TrackedSchema<S extends z.ZodObject> = z.ZodObject<S['shape'] & { job_id: z.ZodUUID }>;
 
@@ -30,7 +31,7 @@ export function trackedContract<N extends string, S extends z.ZodObject = z.ZodO
 }
 
 /** A job's failure audit: `action`, on the key its stored request names (none when the row's request does not parse). */
-export function failureAudit<T>(action: string, request?: z.ZodType<T>, target?: (r: T) => string): FailureAudit {
+export function failureAudit<T>(action: AuditAction, request?: z.ZodType<T>, target?: (r: T) => string): FailureAudit {
   return {
     action,
     target(raw) {

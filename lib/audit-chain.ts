@@ -99,7 +99,16 @@ export const checkpointLink = (cp: { sequence: number; jws: string }): Checkpoin
 /** The export, one JSON object per line: a header, then rows in sequence order, each checkpoint after the row it covers. */
 export type ExportLine =
   | { type: 'header'; format: string; chain: string; from_sequence: number; exported_at: string }
-  | ({ type: 'row'; audit_id: number; sequence: number; prev_hash: string; hash: string; created_at: string } & AuditContent)
+  | ({
+      type: 'row';
+      audit_id: number;
+      sequence: number;
+      prev_hash: string;
+      hash: string;
+      created_at: string;
+      /** The action's current name, when `action` (what the digest covers) is a legacy one: informative, not hashed. */
+      renamed_to?: string;
+    } & AuditContent)
   | ({ type: 'checkpoint'; kid: string; jws: string } & CheckpointClaim);
 
 export interface Jwk {

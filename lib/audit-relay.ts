@@ -12,7 +12,7 @@ const RECONNECT_MS = 2000;
 const DEDUPE_SECONDS = 3600;
 
 /**
- * Turns committed audit rows into `audit.recorded` events, whatever code wrote them: Postgres sends a
+ * Turns committed audit rows into `audit_logs.recorded` events, whatever code wrote them: Postgres sends a
  * notification per row at commit (never for a rolled-back one) and this relay publishes it. Every API
  * and scheduler process listens; a Redis SET NX per row id lets exactly one of them publish.
  */
@@ -27,7 +27,7 @@ export function startAuditRelay(c: Container): { stop: () => Promise<void> } {
     const row = parsed.data;
     const once = { key: besideStream(c.config.redisPrefix, row.user_id, `audit-relay:${row.id}`, c.redis.isCluster), seconds: DEDUPE_SECONDS };
     const data = { audit_id: row.id, action: row.action, status: row.status, target: row.target, recorded_at: new Date(row.created_at).toISOString() };
-    await publishEvent(c, row.user_id, { type: 'audit.recorded', data }, c.clock.now(), once);
+    await publishEvent(c, row.user_id, { type: 'audit_logs.recorded', data }, c.clock.now(), once);
   };
 
   const connect = async () => {

@@ -231,7 +231,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
   const why = `NODE_ENV is ${env.NODE_ENV ? e.NODE_ENV : 'unset (counts as production)'}; the public development defaults apply only with NODE_ENV=development or test (npm start sets development)`;
   // With a token as the root, MASTER_KEY is only what it moves from: no development default then.
   const lineageTokenKeys = e.LINEAGE_TOKEN_KEYS === 'true';
-  // Refused rather than polled for: the relay is how audit.recorded events happen at all, and one way of
+  // Refused rather than polled for: the relay is how audit_logs.recorded events happen at all, and one way of
   // hearing commits (LISTEN) is simpler to trust than a second, polling one that only this mode would run.
   if (e.DATABASE_POOL_MODE === 'transaction' && !e.DATABASE_DIRECT_URL)
     throw new Error(

@@ -1,5 +1,6 @@
 import calculateSlot from 'cluster-key-slot';
 import type { Redis } from './redis';
+import type { EventType } from './event-names';
 
 /**
  * Account events go to a Redis stream per account, trimmed to the newest ~STREAM_MAX_LEN, delivered
@@ -7,44 +8,6 @@ import type { Redis } from './redis';
  * Every event has one envelope, `{id, type, created_at, account, data}`; data names resources by id,
  * fingerprint and state only, never secrets. Every kind is published through `publishEvents`.
  */
-export const EVENT_TYPES = [
-  'key.generated',
-  'key.disabled',
-  'key.rotated',
-  'key.rotation_failed',
-  'key.expiring',
-  'key.expired',
-  'job.completed',
-  'job.failed',
-  'audit.recorded',
-  'audit.checkpoint',
-  'audit.chain_broken',
-  'share.created',
-  'share.revoked',
-  'share.viewed',
-  'api_key.created',
-  'api_key.rotated',
-  'api_key.revoked',
-  'passkey.added',
-  'passkey.removed',
-  'billing.plan_changed',
-  'billing.payment_failed',
-  'team_access.linked',
-  'team_access.synced',
-  'team_access.unlinked',
-  'team_access.requested',
-  'team_access.approved',
-  'organization.member_joined',
-  'organization.member_removed',
-  'key.destruction_scheduled',
-  'key.destruction_cancelled',
-  'key.generation_destroyed',
-  'key.passphrase_failed',
-  'key.imported',
-  'key.signed',
-  'key.verified',
-] as const;
-export type EventType = (typeof EVENT_TYPES)[number];
 
 export interface AccountEvent {
   /** The stream id (`<ms>-<seq>`): increasing, and what `Last-Event-ID` resumes from. */

@@ -2,7 +2,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Knex } from 'knex';
 import type { Container } from './container';
 import type { Write } from '../db/knex';
-import { besideStream, publishEvents, type AccountEvent, type EventType, type NewEvent, type Once, type Published } from './event-stream';
+import { besideStream, publishEvents, type AccountEvent, type NewEvent, type Once, type Published } from './event-stream';
+import type { EventType } from './event-names';
 import { eventTargets, fanOut } from './webhooks/endpoints';
 import { accountsWithPendingEvents, insertOutbox, outboxInsert, takePendingEvents, type NewOutboxRow } from '../db/event-outbox';
 

@@ -26,7 +26,7 @@ export interface Processor<C extends JobContract = JobContract> {
   retryDelayMs?(attemptsMade: number, c: Container): number;
   /**
    * Jobs the client polls (workers/tracked.ts): fails the job's row from outside any attempt, with the
-   * effects of its kind's failure (audit row), deletes its files and publishes `job.failed`. False,
+   * effects of its kind's failure (audit row), deletes its files and publishes `jobs.failed`. False,
    * and nothing done, when the job had already ended.
    */
   failUnfinished?(c: Container, row: JobRow, failure: { code: string; message: string }, origin: JobOrigin): Promise<boolean>;

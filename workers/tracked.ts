@@ -36,7 +36,7 @@ interface Completion {
   writes?(db: Knex): Write[];
   /** Effects that need a transaction (reads, or rows written twice); may return the result (made from the rows it wrote). */
   commit?: (trx: Knex.Transaction) => Promise<Record<string, unknown> | void>;
-  /** Events of the committed effects (a rotation's `key.rotated`), stored with the completed state before `job.completed`. */
+  /** Events of the committed effects (a rotation's `keys.rotated`), stored with the completed state before `jobs.completed`. */
   events?(): NewEvent[];
   /**
    * Work once committed and announced: re-syncs to queue, uploads to delete (a crash before it leaves those
@@ -78,7 +78,7 @@ export function defineTrackedProcessor<C extends JobContract<string, z.ZodObject
   const recordFailure = (c: Container, row: JobRow, failure: Failure, origin: JobOrigin) =>
     failJob(c, row, failure, origin, spec.onFailure && ((trx) => spec.onFailure!(trx, row, failure, { c, origin })));
   const announceFailure = (c: Container, row: JobRow, failure: Failure) =>
-    emitEvent(c, row.user_id, 'job.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: failure.code });
+    emitEvent(c, row.user_id, 'jobs.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: failure.code });
   // Not defineProcessor: this job races its own limits, so that a failure is recorded before the attempt ends.
   return {
     contract,
@@ -109,7 +109,7 @@ export function defineTrackedProcessor<C extends JobContract<string, z.ZodObject
         const finished = c.clock.now();
         const complete = async (db: Knex, result: Record<string, unknown>) => {
           // The job's events commit with its completed state (`done.events` reads what `commit` wrote).
-          const events = [...(done.events?.() ?? []), { type: 'job.completed' as const, data: { job_id: jobId, kind: row.kind, state: 'completed' } }];
+          const events = [...(done.events?.() ?? []), { type: 'jobs.completed' as const, data: { job_id: jobId, kind: row.kind, state: 'completed' } }];
           const writes = [...(done.writes?.(db) ?? []), storeEvents(c, db, row.user_id, events)];
           if (done.processedBytes && row.api_key_id && (row.kind === 'encrypt' || row.kind === 'decrypt'))
             writes.push(addJobBytes(db, row.api_key_id, row.kind, done.processedBytes));

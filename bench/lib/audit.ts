@@ -65,7 +65,7 @@ export async function setChain(db: Db, on: boolean): Promise<void> {
 /** An audit row as the service writes many: an encryption's, with a job id and counts. */
 export const sampleEntry = (userId: string, i: number) => ({
   user_id: userId,
-  action: 'keys.encrypt',
+  action: 'keys.encrypt' as const,
   status: 'success' as const,
   target: 'a'.repeat(40),
   ip: '203.0.113.7',
@@ -143,7 +143,7 @@ async function measureAuditChain(b: Bench): Promise<AuditChainCost> {
       await db.raw('TRUNCATE audit_logs, audit_chains');
       await setChain(db, side === 'with');
       if (!history) return b.service.vacuum();
-      // The history without its audit.recorded events: thousands at one commit would queue the API's relay
+      // The history without its audit_logs.recorded events: thousands at one commit would queue the API's relay
       // (a query each) for the first seconds of the round.
       await db.raw('ALTER TABLE audit_logs DISABLE TRIGGER audit_logs_notify');
       for (const a of accounts)

@@ -46,7 +46,7 @@ export async function measureEventLatency(
   let ready = 0;
   const streams = Array.from({ length: opts.clients }, () => {
     const req = request(
-      `${base}/api/v1/events?types=key.generated`,
+      `${base}/api/v1/events?types=keys.generated`,
       { headers: { authorization: `Bearer ${session.token}`, accept: 'text/event-stream' }, agent: false },
       (res) => {
         let buffered = '';
@@ -82,7 +82,7 @@ export async function measureEventLatency(
   try {
     for (let seq = 0; seq < opts.events; seq++) {
       sentAt.set(seq, performance.now());
-      await publishEvents(redis, redisPrefix, user.user_id, [{ type: 'key.generated', data: { seq } }], new Date());
+      await publishEvents(redis, redisPrefix, user.user_id, [{ type: 'keys.generated', data: { seq } }], new Date());
       await new Promise((r) => setTimeout(r, opts.intervalMs));
     }
     const expected = opts.clients * opts.events;

@@ -35,11 +35,11 @@ export function registerAccount(program: Command) {
     program
       .command('audit')
       .description("Your account's audit log, newest first")
-      .option('--action <action>', 'only this action (e.g. auth.login), or a prefix ending in * (auth.*)')
+      .option('--action <action>', 'only this action (e.g. sessions.login), or a prefix ending in * (auth.*)')
       .addOption(new Option('--status <status>', 'only successes or failures').choices(['success', 'failure'])),
     'entries',
   )
-    .addHelpText('after', examples('kms audit', "kms audit --action 'auth.*' --status failure", 'kms audit --page 2 --json | jq .items'))
+    .addHelpText('after', examples('kms audit', "kms audit --action 'sessions.*' --status failure", 'kms audit --page 2 --json | jq .items'))
     .action(
       run<Paging & { action?: string; status?: 'success' | 'failure' }>(async (opts) => {
         const { kms } = await connect(opts);

@@ -88,7 +88,7 @@ export function registerAuditEvidence(audit: Command) {
     .option('--keys <file>', 'the published keys (a saved GET /audit-logs/keys); default: fetched from the service')
     .option(
       '--checkpoints <file>',
-      'checkpoints you kept earlier (NDJSON: an earlier export, audit.checkpoint events or webhook bodies); each must still hold in the export',
+      'checkpoints you kept earlier (NDJSON: an earlier export, audit_checkpoints.signed events or webhook bodies); each must still hold in the export',
     )
     .addHelpText(
       'after',

@@ -67,9 +67,9 @@ export function registerJobs(program: Command) {
   program
     .command('events')
     .description('Follow the live event stream of your account (Ctrl-C ends it); reconnects and resumes on its own')
-    .option('--types <types>', 'comma-separated event types, e.g. job.completed,job.failed')
+    .option('--types <types>', 'comma-separated event types, e.g. jobs.completed,jobs.failed')
     .option('--last-event-id <id>', 'replay what came after this event id first')
-    .addHelpText('after', examples('kms events', 'kms events --types key.rotated,key.rotation_failed --json | jq .data'))
+    .addHelpText('after', examples('kms events', 'kms events --types keys.rotated,keys.rotation_failed --json | jq .data'))
     .action(
       run<{ types?: string; lastEventId?: string }>(async (opts) => {
         const { kms } = await connect(opts);

@@ -33,7 +33,7 @@ if (action === 'master-key') {
         await updateUser(trx, user.id, { role: action === 'grant' ? 'admin' : 'user' });
         await recordAudit(trx, {
           user_id: user.id,
-          action: action === 'grant' ? 'user.promote' : 'user.demote',
+          action: action === 'grant' ? 'users.promote' : 'users.demote',
           status: 'success',
           target: user.id,
           details: { via: 'admin-cli' },

@@ -141,7 +141,7 @@ export async function generateApiKey(
       trx,
       {
         user_id: userId,
-        action: 'api_key.created',
+        action: 'api_keys.create',
         status: 'success',
         target: id,
         details: { name: input.name, prefix: displayPrefix(value), scopes: input.scopes, expires_at: expires?.toISOString() ?? null },
@@ -155,12 +155,12 @@ export async function generateApiKey(
     if (current !== null)
       await recordAudit(
         c.db,
-        { user_id: userId, action: 'api_key.value_read', status: 'success', target: made.row.id, details: { prefix: made.row.prefix } },
+        { user_id: userId, action: 'api_keys.read_value', status: 'success', target: made.row.id, details: { prefix: made.row.prefix } },
         meta,
       );
     return { row: made.row, value: current, replayed: true };
   }
-  await emitEvent(c, userId, 'api_key.created', { key_id: id, scopes: input.scopes, expires_at: made.row.expires_at?.toISOString() ?? null });
+  await emitEvent(c, userId, 'api_keys.created', { key_id: id, scopes: input.scopes, expires_at: made.row.expires_at?.toISOString() ?? null });
   return { row: made.row, value, replayed: false };
 }
 
@@ -175,7 +175,7 @@ export async function readApiKey(c: Container, userId: string, id: string, meta:
   const row = await ownApiKey(c, userId, id, meta);
   const value = currentApiKeyValue(c, row);
   if (value !== null)
-    await recordAudit(c.db, { user_id: userId, action: 'api_key.value_read', status: 'success', target: id, details: { prefix: row.prefix } }, meta);
+    await recordAudit(c.db, { user_id: userId, action: 'api_keys.read_value', status: 'success', target: id, details: { prefix: row.prefix } }, meta);
   return { row, value };
 }
 
@@ -218,7 +218,7 @@ export async function rotateApiKey(
       trx,
       {
         user_id: userId,
-        action: 'api_key.rotated',
+        action: 'api_keys.rotate',
         status: 'success',
         target: id,
         details: { previous_prefix: key.prefix, prefix: displayPrefix(value), grace_seconds: Math.round(graceMs / 1000) },
@@ -227,7 +227,7 @@ export async function rotateApiKey(
     );
     return updated;
   });
-  await emitEvent(c, userId, 'api_key.rotated', { key_id: id, previous_value_expires_at: previousEnd.toISOString() });
+  await emitEvent(c, userId, 'api_keys.rotated', { key_id: id, previous_value_expires_at: previousEnd.toISOString() });
   return { row, value, previousValueExpiresAt: previousEnd };
 }
 
@@ -239,10 +239,10 @@ export async function revokeApiKey(c: Container, userId: string, id: string, met
     if (key?.user_id !== userId) throw await notYours(c, { userId, resource: 'api_key', target: id, existsElsewhere: Boolean(key), meta });
     if (key.revoked_at) return false;
     await markApiKeyRevoked(trx, id, now);
-    await recordAudit(trx, { user_id: userId, action: 'api_key.revoked', status: 'success', target: id, details: { prefix: key.prefix } }, meta);
+    await recordAudit(trx, { user_id: userId, action: 'api_keys.revoke', status: 'success', target: id, details: { prefix: key.prefix } }, meta);
     return true;
   });
-  if (revoked) await emitEvent(c, userId, 'api_key.revoked', { key_id: id });
+  if (revoked) await emitEvent(c, userId, 'api_keys.revoked', { key_id: id });
 }
 
 /**
@@ -259,16 +259,19 @@ export async function revokeAllApiKeys(
   const keys = await revokeKeysOfAccount(trx, userId, now);
   const links = await revokeActiveShares(trx, { userId, kind: 'api_key', now });
   const entry = { user_id: userId, status: 'success' as const };
-  for (const k of keys) await recordAudit(trx, { ...entry, action: 'api_key.revoked', target: k.id, details: { prefix: k.prefix, reason } }, meta);
+  for (const k of keys) await recordAudit(trx, { ...entry, action: 'api_keys.revoke', target: k.id, details: { prefix: k.prefix, reason } }, meta);
   for (const l of links)
     await recordAudit(
       trx,
-      { ...entry, action: 'api_key_share.revoked', target: l.id, details: { kind: 'api_key', target_id: l.target_id, view_count: l.view_count, reason } },
+      { ...entry, action: 'api_key_shares.revoke', target: l.id, details: { kind: 'api_key', target_id: l.target_id, view_count: l.view_count, reason } },
       meta,
     );
   const events: NewEvent[] = [
-    ...keys.map((k): NewEvent => ({ type: 'api_key.revoked', data: { key_id: k.id } })),
-    ...links.map((l): NewEvent => ({ type: 'share.revoked', data: { share_id: l.id, kind: 'api_key', target_id: l.target_id, view_count: l.view_count } })),
+    ...keys.map((k): NewEvent => ({ type: 'api_keys.revoked', data: { key_id: k.id } })),
+    ...links.map((l): NewEvent => ({
+      type: 'share_links.revoked',
+      data: { share_id: l.id, kind: 'api_key', target_id: l.target_id, view_count: l.view_count },
+    })),
   ];
   return { keys: keys.length, shares: links.length, events };
 }

@@ -54,7 +54,7 @@ export function rotatePartnerKey(c: Container, userId: string, via: string, meta
     const issued = await issuePartnerKey(trx, userId, c.clock.now(), c.config.partnerKeyTtlDays);
     await recordAudit(
       trx,
-      { user_id: userId, action: 'partner.rotate_api_key', status: 'success', target: issued.row.id, details: { prefix: issued.row.prefix, via } },
+      { user_id: userId, action: 'partners.rotate_api_key', status: 'success', target: issued.row.id, details: { prefix: issued.row.prefix, via } },
       meta,
     );
     return issued;

@@ -157,7 +157,7 @@ export async function completeRegistration(
   meta: RequestMeta,
 ): Promise<PasskeyRow> {
   const fail = async (reason: string, err: AppError) => {
-    await audit(c, meta, { user_id: userId, action: 'passkey.add', status: 'failure', details: { reason } });
+    await audit(c, meta, { user_id: userId, action: 'passkeys.add', status: 'failure', details: { reason } });
     return err;
   };
   const record = await takeChallenge(c, input.challenge_id, 'register');
@@ -209,7 +209,7 @@ export async function completeRegistration(
         meta,
         {
           user_id: userId,
-          action: 'passkey.add',
+          action: 'passkeys.add',
           status: 'success',
           target: row.id,
           details: { name, device_type: row.device_type, backed_up: row.backed_up, aaguid: row.aaguid },
@@ -224,7 +224,7 @@ export async function completeRegistration(
     if (err instanceof AppError && err.code === 'passkey_limit_reached') throw await fail('limit_reached', err);
     throw err;
   }
-  await emitEvent(c, userId, 'passkey.added', { passkey_id: saved.row.id });
+  await emitEvent(c, userId, 'passkeys.added', { passkey_id: saved.row.id });
   await notify(c, saved.user.email, 'passkey-added', { username: saved.user.username, name, at: saved.row.created_at.toISOString() }, meta.requestId);
   return saved.row;
 }
@@ -289,7 +289,13 @@ export async function completeLogin(
   const budgets = [{ limiter: c.limiters.loginIp, key: meta.ip }];
   if (user) budgets.push({ limiter: c.limiters.loginAccount, key: `user:${user.id}` });
   const auditFailure = (reason: string) =>
-    audit(c, meta, { user_id: user?.id ?? null, action: 'auth.login', status: 'failure', target: passkey?.id ?? null, details: { method: 'passkey', reason } });
+    audit(c, meta, {
+      user_id: user?.id ?? null,
+      action: 'sessions.login',
+      status: 'failure',
+      target: passkey?.id ?? null,
+      details: { method: 'passkey', reason },
+    });
 
   let outcome: LoginCheck;
   try {
@@ -304,7 +310,13 @@ export async function completeLogin(
       await auditRefusal(
         c,
         'lockout',
-        { user_id: user?.id ?? null, action: 'auth.login', status: 'failure', target: passkey?.id ?? null, details: { method: 'passkey', reason: 'locked' } },
+        {
+          user_id: user?.id ?? null,
+          action: 'sessions.login',
+          status: 'failure',
+          target: passkey?.id ?? null,
+          details: { method: 'passkey', reason: 'locked' },
+        },
         meta,
       );
     throw err;
@@ -315,7 +327,7 @@ export async function completeLogin(
     if (outcome.reason === 'counter_not_increased') {
       await audit(c, meta, {
         user_id: user!.id,
-        action: 'passkey.clone_suspected',
+        action: 'passkeys.suspect_clone',
         status: 'failure',
         target: passkey!.id,
         details: { stored_counter: passkey!.counter },
@@ -323,7 +335,7 @@ export async function completeLogin(
     }
     throw unauthorized('passkey_login_failed', 'The passkey was not accepted.');
   }
-  await audit(c, meta, { user_id: user!.id, action: 'auth.login', status: 'success', target: passkey!.id, details: { method: 'passkey' } });
+  await audit(c, meta, { user_id: user!.id, action: 'sessions.login', status: 'success', target: passkey!.id, details: { method: 'passkey' } });
   return { ...(await signIn(c, user!, meta)), passkey: passkey! };
 }
 
@@ -387,7 +399,7 @@ export async function changePasskey(
   return c.db.transaction(async (trx) => {
     const row = await updatePasskey(trx, userId, passkeyId, patch, c.clock.now());
     if (!row) throw notFound('passkey_not_found', 'No such passkey in your account.'); // deleted meanwhile
-    await audit(c, meta, { user_id: userId, action: 'passkey.update', status: 'success', target: passkeyId, details: { ...patch } }, trx);
+    await audit(c, meta, { user_id: userId, action: 'passkeys.update', status: 'success', target: passkeyId, details: { ...patch } }, trx);
     return row;
   });
 }
@@ -397,14 +409,14 @@ export async function changePasskey(
  * caller's already removed (its audit row is what is left of it) is done; one never theirs is a 404.
  */
 export async function removePasskey(c: Container, userId: string, passkeyId: string, meta: RequestMeta): Promise<void> {
-  if (!(await findPasskey(c.db, passkeyId)) && (await auditedSuccess(c.db, userId, 'passkey.remove', passkeyId))) return;
+  if (!(await findPasskey(c.db, passkeyId)) && (await auditedSuccess(c.db, userId, 'passkeys.remove', passkeyId))) return;
   const row = await ownPasskey(c, userId, passkeyId, meta);
   const removed = await c.db.transaction(async (trx) => {
     if (!(await deletePasskey(trx, userId, passkeyId))) return false; // removed meanwhile, by a concurrent call
-    await audit(c, meta, { user_id: userId, action: 'passkey.remove', status: 'success', target: passkeyId, details: { name: row.name } }, trx);
+    await audit(c, meta, { user_id: userId, action: 'passkeys.remove', status: 'success', target: passkeyId, details: { name: row.name } }, trx);
     return true;
   });
-  if (removed) await emitEvent(c, userId, 'passkey.removed', { passkey_id: passkeyId });
+  if (removed) await emitEvent(c, userId, 'passkeys.removed', { passkey_id: passkeyId });
 }
 
 /** A page of the account's passkeys, newest first. */

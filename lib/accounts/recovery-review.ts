@@ -214,8 +214,8 @@ const CHANGED: Record<ReviewKind, string> = {
  * Keeps (restores what the reset undid) or removes one item of the caller's review, once: another
  * account's item or an unknown id is 404 (audited when it exists), a decided one 409
  * `review_item_decided`, one whose thing changed since so that keeping cannot restore it 409
- * `review_target_changed` (the item stays open: removing it still works). Audited `recovery_review.kept`
- * or `recovery_review.removed`, with the effect.
+ * `review_target_changed` (the item stays open: removing it still works). Audited `recovery_review_items.keep`
+ * or `recovery_review_items.remove`, with the effect.
  */
 export async function decideReviewItem(c: Container, userId: string, itemId: string, decision: ReviewDecision, meta: RequestMeta) {
   const found = await findReviewItem(c.db, itemId);
@@ -226,7 +226,7 @@ export async function decideReviewItem(c: Container, userId: string, itemId: str
       notFound('review_item_not_found', 'No such item in your review after recovery.'),
     );
   }
-  const action = `recovery_review.${decision}`;
+  const action = decision === 'kept' ? 'recovery_review_items.keep' : 'recovery_review_items.remove';
   const now = c.clock.now();
   try {
     const { row, outcome, after } = await c.db.transaction(async (trx) => {

@@ -34,6 +34,7 @@ import {
 import { retirePartnerKeys } from '../../db/partner-keys';
 import { deactivatePasskeys } from '../../db/passkeys';
 import { insertPasswordReset, lockPasswordReset, usePasswordResets } from '../../db/password-resets';
+import type { AuditAction } from '../event-names';
 
 /** Account life cycle: registration, login, password change and recovery, profile, deletion. */
 
@@ -70,7 +71,13 @@ export async function register(c: Container, input: { username: string; email: s
         role: 'user',
       });
       const key = await issuePartnerKey(trx, user.id, c.clock.now(), c.config.partnerKeyTtlDays);
-      await audit(meta)(trx, { user_id: user.id, action: 'partner.register', status: 'success', target: user.id, details: { api_key_prefix: key.row.prefix } });
+      await audit(meta)(trx, {
+        user_id: user.id,
+        action: 'partners.register',
+        status: 'success',
+        target: user.id,
+        details: { api_key_prefix: key.row.prefix },
+      });
       return { user, key, session: await newSession(c, user) };
     });
   } catch (err) {
@@ -93,7 +100,7 @@ async function checkAccountPassword(
   user: UserRow | undefined,
   identifier: string,
   password: string,
-  action: string,
+  action: AuditAction,
   meta: RequestMeta,
 ): Promise<boolean> {
   const { loginAccount, loginIp } = c.limiters;
@@ -126,10 +133,10 @@ async function checkAccountPassword(
 
 export async function login(c: Container, input: { identifier: string; password: string }, meta: RequestMeta) {
   const user = await findUserByLogin(c.db, input.identifier);
-  if (!(await checkAccountPassword(c, user, input.identifier, input.password, 'auth.login', meta)) || !user) {
+  if (!(await checkAccountPassword(c, user, input.identifier, input.password, 'sessions.login', meta)) || !user) {
     throw unauthorized('invalid_credentials', 'The username/email or password is wrong.');
   }
-  await audit(meta)(c.db, { user_id: user.id, action: 'auth.login', status: 'success' });
+  await audit(meta)(c.db, { user_id: user.id, action: 'sessions.login', status: 'success' });
   return signIn(c, user, meta);
 }
 
@@ -146,18 +153,18 @@ export async function signIn(c: Container, user: UserRow, meta: RequestMeta) {
 async function promoteAdminEmail(c: Container, trx: Knex.Transaction, user: UserRow, meta: RequestMeta): Promise<UserRow> {
   if (user.role === 'admin' || !user.email_verified_at || !c.config.adminEmails.includes(user.email.toLowerCase())) return user;
   const promoted = await updateUser(trx, user.id, { role: 'admin' });
-  await audit(meta)(trx, { user_id: user.id, action: 'user.promote', status: 'success', target: user.id, details: { via: 'ADMIN_EMAILS' } });
+  await audit(meta)(trx, { user_id: user.id, action: 'users.promote', status: 'success', target: user.id, details: { via: 'ADMIN_EMAILS' } });
   return promoted;
 }
 
-async function checkPassword(c: Container, user: UserRow, password: string, action: string, meta: RequestMeta) {
+async function checkPassword(c: Container, user: UserRow, password: string, action: AuditAction, meta: RequestMeta) {
   if (await checkAccountPassword(c, user, user.username, password, action, meta)) return;
   throw forbidden('wrong_password', 'The current password is wrong.');
 }
 
 export async function changePassword(c: Container, userId: string, input: { current_password: string; new_password: string }, meta: RequestMeta) {
   const user = (await findUserById(c.db, userId))!;
-  await checkPassword(c, user, input.current_password, 'profile.change_password', meta);
+  await checkPassword(c, user, input.current_password, 'passwords.change', meta);
   const password_hash = await hashPassword(input.new_password, c.config.argon2MemoryKib);
   const updated = await c.db.transaction(async (trx) => {
     const row = await bumpTokenVersion(trx, user.id, { password_hash });
@@ -167,7 +174,7 @@ export async function changePassword(c: Container, userId: string, input: { curr
     const voided = await useEmailChanges(trx, user.id, c.clock.now());
     await audit(meta)(trx, {
       user_id: user.id,
-      action: 'profile.change_password',
+      action: 'passwords.change',
       status: 'success',
       details: { partner_keys_revoked: retired, email_changes_voided: voided },
     });
@@ -198,7 +205,7 @@ export async function issuePasswordReset(c: Container, email: string, meta: Requ
     await consume(c.limiters.resetMail, user.id, 'Too many password-reset mails for this account.');
   } catch (err) {
     if (!(err instanceof AppError && err.code === 'rate_limited')) throw err;
-    await auditRefusal(c, 'reset-mail', { user_id: user.id, action: 'auth.forgot_password', status: 'failure', details: { reason: 'rate_limited' } }, meta);
+    await auditRefusal(c, 'reset-mail', { user_id: user.id, action: 'passwords.request_reset', status: 'failure', details: { reason: 'rate_limited' } }, meta);
     return;
   }
   await endRefusals(c, 'reset-mail', user.id, meta);
@@ -206,7 +213,7 @@ export async function issuePasswordReset(c: Container, email: string, meta: Requ
   const ttl = c.config.resetTokenTtlMinutes;
   await c.db.transaction(async (trx) => {
     await insertPasswordReset(trx, { user_id: user.id, token_hash: hashToken(token), expires_at: new Date(c.clock.now().getTime() + ttl * 60_000) });
-    await audit(meta)(trx, { user_id: user.id, action: 'auth.forgot_password', status: 'success' });
+    await audit(meta)(trx, { user_id: user.id, action: 'passwords.request_reset', status: 'success' });
   });
   await notify(c, user.email, 'password-reset', { username: user.username, token, ttl_minutes: String(ttl) }, meta.requestId);
 }
@@ -227,7 +234,7 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
     if (!reset) throw badRequest('invalid_reset_token', 'The reset token is not valid.');
     const failure = reset.used_at ? 'reset_token_used' : reset.expires_at <= now ? 'reset_token_expired' : null;
     if (failure) {
-      await audit(meta)(c.db, { user_id: reset.user_id, action: 'auth.reset_password', status: 'failure', details: { reason: failure } });
+      await audit(meta)(c.db, { user_id: reset.user_id, action: 'passwords.reset', status: 'failure', details: { reason: failure } });
       throw gone(failure, failure === 'reset_token_used' ? 'This reset token was already used.' : 'This reset token has expired; ask for a new one.');
     }
     await usePasswordResets(trx, reset.user_id, now);
@@ -241,7 +248,7 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
     for (const p of passkeys)
       await audit(meta)(trx, {
         user_id: row.id,
-        action: 'passkey.update',
+        action: 'passkeys.update',
         status: 'success',
         target: p.id,
         details: { active: false, reason: 'password_reset' },
@@ -256,7 +263,7 @@ export async function resetPassword(c: Container, input: { token: string; new_pa
     };
     await audit(meta)(trx, {
       user_id: row.id,
-      action: 'auth.reset_password',
+      action: 'passwords.reset',
       status: 'success',
       details: { ...counts, email_changes_voided: voided, grants_undone_for_review: undone.items.length },
     });
@@ -313,7 +320,7 @@ export async function requestEmailChange(
     throw invalid('validation_failed', 'Changing the email needs the current password.', [
       { path: 'body.current_password', message: 'required to change the email' },
     ]);
-  await checkPassword(c, user, currentPassword, 'profile.change_email', meta);
+  await checkPassword(c, user, currentPassword, 'profiles.change_email', meta);
   const other = await findUserByEmail(c.db, newEmail);
   if (other) throw conflict('email_taken', 'An account with this email already exists.');
   // Each request mails an address of the caller's choosing: a budget per account keeps it from being a relay.
@@ -326,7 +333,7 @@ export async function requestEmailChange(
       token_hash: hashToken(token),
       expires_at: new Date(c.clock.now().getTime() + EMAIL_CHANGE_TTL_MINUTES * 60_000),
     });
-    await audit(meta)(trx, { user_id: user.id, action: 'profile.change_email', status: 'success', details: { stage: 'confirmation_sent' } });
+    await audit(meta)(trx, { user_id: user.id, action: 'profiles.change_email', status: 'success', details: { stage: 'confirmation_sent' } });
   });
   await notify(c, newEmail, 'email-confirm', { username: user.username, token, ttl_minutes: String(EMAIL_CHANGE_TTL_MINUTES) }, meta.requestId);
 }
@@ -342,7 +349,7 @@ export async function confirmEmailChange(c: Container, token: string, meta: Requ
       if (failure) {
         await audit(meta)(c.db, {
           user_id: change.user_id,
-          action: 'profile.change_email',
+          action: 'profiles.change_email',
           status: 'failure',
           details: { stage: 'confirmation', reason: failure },
         });
@@ -356,7 +363,7 @@ export async function confirmEmailChange(c: Container, token: string, meta: Requ
       const row = await updateUser(trx, before.id, { email: change.new_email, email_verified_at: now });
       await audit(meta)(trx, {
         user_id: row.id,
-        action: 'profile.change_email',
+        action: 'profiles.change_email',
         status: 'success',
         details: { stage: 'confirmed', reset_tokens_voided: resetsVoided },
       });
@@ -373,7 +380,7 @@ export async function updateProfile(c: Container, userId: string, patch: { usern
   try {
     return await c.db.transaction(async (trx) => {
       const row = await updateUser(trx, userId, patch);
-      await audit(meta)(trx, { user_id: userId, action: 'profile.update', status: 'success', details: { fields: Object.keys(patch) } });
+      await audit(meta)(trx, { user_id: userId, action: 'profiles.update', status: 'success', details: { fields: Object.keys(patch) } });
       return row;
     });
   } catch (err) {
@@ -385,14 +392,14 @@ export async function updateProfile(c: Container, userId: string, patch: { usern
 export async function logout(c: Container, userId: string, meta: RequestMeta): Promise<void> {
   await c.db.transaction(async (trx) => {
     await bumpTokenVersion(trx, userId);
-    await audit(meta)(trx, { user_id: userId, action: 'auth.logout', status: 'success' });
+    await audit(meta)(trx, { user_id: userId, action: 'sessions.logout', status: 'success' });
   });
 }
 
 export async function setRotationPolicy(c: Container, userId: string, days: number | null, meta: RequestMeta) {
   return c.db.transaction(async (trx) => {
     const row = await updateUser(trx, userId, { rotation_days: days });
-    await audit(meta)(trx, { user_id: userId, action: 'profile.update_rotation_days', status: 'success', details: { rotation_interval_days: days } });
+    await audit(meta)(trx, { user_id: userId, action: 'profiles.update_rotation_days', status: 'success', details: { rotation_interval_days: days } });
     return row;
   });
 }
@@ -404,10 +411,10 @@ export async function setRotationPolicy(c: Container, userId: string, days: numb
 export async function deleteAccount(c: Container, userId: string, password: string, meta: RequestMeta): Promise<void> {
   const user = (await findUserById(c.db, userId))!;
   if (user.role === 'admin') {
-    await audit(meta)(c.db, { user_id: user.id, action: 'account.delete', status: 'failure', details: { reason: 'admin_account' } });
+    await audit(meta)(c.db, { user_id: user.id, action: 'accounts.delete', status: 'failure', details: { reason: 'admin_account' } });
     throw forbidden('admin_account_protected', 'Administrator accounts cannot be deleted through the API.');
   }
-  await checkPassword(c, user, password, 'account.delete', meta);
+  await checkPassword(c, user, password, 'accounts.delete', meta);
   const now = c.clock.now();
   const left = await c.db.transaction(async (trx) => {
     await retirePartnerKeys(trx, user.id, 'revoked', now);
@@ -419,7 +426,7 @@ export async function deleteAccount(c: Container, userId: string, password: stri
       password_hash: '!',
       deleted_at: now,
     });
-    await audit(meta)(trx, { user_id: user.id, action: 'account.delete', status: 'success', target: user.id });
+    await audit(meta)(trx, { user_id: user.id, action: 'accounts.delete', status: 'success', target: user.id });
     // Team access: the account leaves its organization; teammates linked to it lose its keys.
     return leaveOnDeletion(trx, user.id, now, meta);
   });
@@ -433,7 +440,7 @@ export const currentUser = async (c: Container, userId: string): Promise<UserRow
 export function submitContactRequest(c: Container, request: Omit<ContactRequest, 'user_id'>, userId: string | null, meta: RequestMeta): Promise<string> {
   return c.db.transaction(async (trx) => {
     const id = await insertContactRequest(trx, { ...request, user_id: userId });
-    await recordAudit(trx, { user_id: userId, action: 'contact.submit', status: 'success', target: id }, meta);
+    await recordAudit(trx, { user_id: userId, action: 'contact_requests.submit', status: 'success', target: id }, meta);
     return id;
   });
 }

@@ -32,7 +32,7 @@ import {
 
 /**
  * Audit evidence the operator cannot take back (docs/audit-evidence.md): signed checkpoints of every
- * chain's head, delivered to the account as `audit.checkpoint` events; the published keys (a JWKS that
+ * chain's head, delivered to the account as `audit_checkpoints.signed` events; the published keys (a JWKS that
  * keeps retired keys); the export and the server's own verification of it.
  */
 
@@ -139,7 +139,7 @@ async function chainBroken(c: Container, chain: string, b: Break): Promise<void>
   c.metrics.auditChainBreaks.inc({ chain: chain === 'system' ? 'system' : 'account' });
   c.log.error({ chain, sequence: b.sequence, reason: b.reason }, 'audit chain broken: its head is not signed');
   if ((await recordBreak(c, chain, b, now)) && chain !== 'system')
-    await emitEvent(c, chain, 'audit.chain_broken', { sequence: b.sequence, reason: b.reason, detected_at: now.toISOString() });
+    await emitEvent(c, chain, 'audit_chains.broken', { sequence: b.sequence, reason: b.reason, detected_at: now.toISOString() });
 }
 
 interface SignerState {
@@ -189,7 +189,7 @@ async function checkpointChain(c: Container, chain: string, state: SignerState):
   if (!stored) return 'unchanged';
   await rememberCheckpoint(c, chain, stored);
   if (chain !== 'system')
-    await emitEvent(c, chain, 'audit.checkpoint', {
+    await emitEvent(c, chain, 'audit_checkpoints.signed', {
       sequence: stored.sequence,
       hash: stored.hash,
       signed_at: stored.signed_at.toISOString(),
@@ -201,8 +201,8 @@ async function checkpointChain(c: Container, chain: string, state: SignerState):
 
 /**
  * Signs the head of every chain that moved since its last checkpoint, once it verified that the head
- * extends what was signed before, and sends each account its own as an `audit.checkpoint` event; a
- * chain that does not verify is not signed but raised (`audit.chain_broken`). The `system` chain, which
+ * extends what was signed before, and sends each account its own as an `audit_checkpoints.signed` event; a
+ * chain that does not verify is not signed but raised (`audit_chains.broken`). The `system` chain, which
  * no account holds, is verified on every run, moved or not. Safe to run twice at once: a checkpoint
  * is stored once per chain and place, and only the run that stored it announces it.
  */
@@ -251,8 +251,8 @@ async function* exportLines(db: Knex, chain: string, from: number, at: Date): As
     const last = rows[rows.length - 1].sequence;
     const checkpoints = await chainCheckpoints(db, chain, listed, last);
     let k = 0;
-    for (const r of rows) {
-      yield { type: 'row', ...r };
+    for (const { renamed_to, ...r } of rows) {
+      yield { type: 'row', ...r, ...(renamed_to !== null && { renamed_to }) };
       while (k < checkpoints.length && checkpoints[k].sequence <= r.sequence) yield checkpointOut(checkpoints[k++]);
     }
     next = listed = last + 1;

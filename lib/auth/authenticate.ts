@@ -38,9 +38,9 @@ export async function checkSessionUser(
   return { ok: true, user };
 }
 
-/** The audit row of a refused request (`auth.denied`): the account if known, the route, and why. */
+/** The audit row of a refused request (`sessions.deny`): the account if known, the route, and why. */
 export const recordAuthDenied = (c: Container, userId: string | null, target: string, details: Record<string, unknown>, meta: RequestMeta) =>
-  recordAudit(c.db, { user_id: userId, action: 'auth.denied', status: 'failure', target, details }, meta);
+  recordAudit(c.db, { user_id: userId, action: 'sessions.deny', status: 'failure', target, details }, meta);
 
 /**
  * The audit row of a credential presented after it stopped being valid (a revoked session token; a
@@ -48,4 +48,4 @@ export const recordAuthDenied = (c: Container, userId: string | null, target: st
  * since whoever kept a stolen one can repeat it at will.
  */
 export const auditStaleCredential = (c: Container, userId: string, target: string, details: { reason: string; api_key_id?: string }, meta: RequestMeta) =>
-  auditRefusal(c, 'stale-credential', { user_id: userId, action: 'auth.denied', status: 'failure', target, details }, meta);
+  auditRefusal(c, 'stale-credential', { user_id: userId, action: 'sessions.deny', status: 'failure', target, details }, meta);

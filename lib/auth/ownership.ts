@@ -1,6 +1,7 @@
 import type { Container } from '../container';
 import { notFound, type AppError } from '../errors';
 import { recordAudit, type RequestMeta } from '../../db/audit';
+import { ACCESS_DENIED, type OwnedResource } from '../event-names';
 
 /**
  * The answer to a request for something the caller does not have: 404, the same whether it does not
@@ -10,7 +11,7 @@ import { recordAudit, type RequestMeta } from '../../db/audit';
  */
 export async function notYours(
   c: Container,
-  input: { userId: string; resource: string; target: string; existsElsewhere: boolean; meta?: Partial<RequestMeta> },
+  input: { userId: string; resource: OwnedResource; target: string; existsElsewhere: boolean; meta?: Partial<RequestMeta> },
   error: AppError = notFound(`${input.resource}_not_found`, `No such ${input.resource} in your account.`),
 ): Promise<AppError> {
   if (input.existsElsewhere) {
@@ -18,7 +19,7 @@ export async function notYours(
       c.db,
       {
         user_id: input.userId,
-        action: `${input.resource}.access_denied`,
+        action: ACCESS_DENIED[input.resource],
         status: 'failure',
         target: input.target,
         details: { reason: 'not_owner' },

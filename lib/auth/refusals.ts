@@ -1,5 +1,6 @@
 import type { Container } from '../container';
 import { recordAudit, type AuditEntry, type RequestMeta } from '../../db/audit';
+import { currentAuditAction } from '../event-names';
 
 /**
  * The audit rows of refusals an outsider can repeat at will against someone else's account: a login (by
@@ -47,5 +48,6 @@ async function endEpisode(c: Container, kind: RefusalKind, userId: string | null
   });
   if (!tally) return;
   const { action, reason, ...counts } = tally;
-  await recordAudit(c.db, { user_id: userId, action, status: 'failure', details: { reason, ...counts } }, meta);
+  // A tally opened before the names' scheme carries its legacy name.
+  await recordAudit(c.db, { user_id: userId, action: currentAuditAction(action), status: 'failure', details: { reason, ...counts } }, meta);
 }

@@ -25,6 +25,7 @@ import {
   type BillingAccountRow,
   type Usage,
 } from '../../db/billing';
+import type { AuditAction } from '../event-names';
 
 /**
  * Billing: which plan an account is on (from its provider subscription, as last read from the provider),
@@ -152,7 +153,7 @@ export async function billingStatus(c: Container, userId: string) {
   };
 }
 
-const audit = (db: Knex, userId: string, action: string, target: string | null, from: AuditSource, details: Record<string, unknown> = {}) =>
+const audit = (db: Knex, userId: string, action: AuditAction, target: string | null, from: AuditSource, details: Record<string, unknown> = {}) =>
   recordAudit(db, { user_id: userId, action, status: 'success', target, details }, from);
 
 /**
@@ -170,7 +171,7 @@ async function ensureCustomer(c: Container, userId: string, meta: RequestMeta): 
       provider.customers.create({ email: user?.email, metadata: { user_id: userId } }, { idempotencyKey: `kms-customer-${userId}` }),
     );
     await setBillingCustomer(trx, userId, customer.id, c.clock.now());
-    await audit(trx, userId, 'billing.customer_created', customer.id, meta);
+    await audit(trx, userId, 'billing_customers.create', customer.id, meta);
     return customer.id;
   });
 }
@@ -210,7 +211,7 @@ export async function createCheckout(c: Container, userId: string, planId: PlanI
     ),
   );
   if (!session.url) throw new Error('payment provider: checkout session without a url');
-  await audit(c.db, userId, 'billing.checkout_created', session.id, meta, { plan: planId });
+  await audit(c.db, userId, 'billing_checkouts.create', session.id, meta, { plan: planId });
   return { url: session.url, session_id: session.id, plan: planId, expires_at: session.expires_at ? new Date(session.expires_at * 1000) : null };
 }
 
@@ -225,7 +226,7 @@ export async function createPortal(c: Container, userId: string, meta: RequestMe
       { idempotencyKey: `kms-portal-${userId}-${randomUUID()}` },
     ),
   );
-  await audit(c.db, userId, 'billing.portal_opened', session.id, meta);
+  await audit(c.db, userId, 'billing_portals.open', session.id, meta);
   return { url: session.url };
 }
 
@@ -372,10 +373,10 @@ export async function processBillingEvent(c: Container, eventId: string, origin:
       from_status: account.status,
       status: sub.status,
     };
-    if (changed) await audit(trx, account.user_id, 'billing.plan_changed', sub.subscription_id, origin, details);
-    else if (statusChanged) await audit(trx, account.user_id, 'billing.status_changed', sub.subscription_id, origin, details);
+    if (changed) await audit(trx, account.user_id, 'billing_plans.change', sub.subscription_id, origin, details);
+    else if (statusChanged) await audit(trx, account.user_id, 'billing_subscriptions.change_status', sub.subscription_id, origin, details);
     if (event.type === 'invoice.payment_failed') {
-      await audit(trx, account.user_id, 'billing.payment_failed', event.object_id, origin, {
+      await audit(trx, account.user_id, 'billing_payments.fail', event.object_id, origin, {
         event_id: eventId,
         subscription_id: sub.subscription_id,
         status: sub.status,
@@ -387,7 +388,7 @@ export async function processBillingEvent(c: Container, eventId: string, origin:
   if (!done) return { outcome: 'processed' };
   // Events after the commit: published once, since only the run that marked the event processed gets here.
   if (done.userId && done.change) {
-    await emitEvent(c, done.userId, 'billing.plan_changed', {
+    await emitEvent(c, done.userId, 'billing_plans.changed', {
       from_plan: done.change.from,
       to_plan: done.change.to,
       status: done.change.status,
@@ -395,7 +396,7 @@ export async function processBillingEvent(c: Container, eventId: string, origin:
     });
   }
   if (done.userId && event.type === 'invoice.payment_failed') {
-    await emitEvent(c, done.userId, 'billing.payment_failed', { invoice_id: event.object_id, subscription_id: event.subscription_id });
+    await emitEvent(c, done.userId, 'billing_payments.failed', { invoice_id: event.object_id, subscription_id: event.subscription_id });
   }
   return { outcome: done.outcome };
 }

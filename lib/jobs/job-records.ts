@@ -321,7 +321,7 @@ export async function failUpload(c: Container, row: JobRow, err: unknown, from: 
   // The request never arrived whole: its Idempotency-Key is free for the client to send it again.
   await freeIdempotencyKey(c.db, row.id);
   await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
-  if (failed) await emitEvent(c, row.user_id, 'job.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: error.code });
+  if (failed) await emitEvent(c, row.user_id, 'jobs.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: error.code });
   return failed;
 }
 
@@ -366,13 +366,13 @@ export interface JobEndWatch {
   stop(): void;
 }
 
-/** Watches for job `jobId`'s `job.completed` or `job.failed`; `onEnd` sees the event as it arrives. */
+/** Watches for job `jobId`'s `jobs.completed` or `jobs.failed`; `onEnd` sees the event as it arrives. */
 export async function watchJobEnd(c: Container, userId: string, jobId: string, onEnd?: (event: AccountEvent) => void): Promise<JobEndWatch> {
   let seen = false;
   let wake: (() => void) | undefined;
   const stop = await c.eventHub.listen(userId, undefined, (events) => {
     for (const e of events) {
-      if ((e.type !== 'job.completed' && e.type !== 'job.failed') || e.data.job_id !== jobId) continue;
+      if ((e.type !== 'jobs.completed' && e.type !== 'jobs.failed') || e.data.job_id !== jobId) continue;
       seen = true;
       onEnd?.(e);
       wake?.();

@@ -28,6 +28,7 @@ import {
   type LineageRow,
 } from '../../db/keys';
 import { isLineageSealed } from '../root-of-trust/lineage-keys';
+import type { AuditAction } from '../event-names';
 
 /**
  * Keys as users see them. A lineage holds the label, environment and the passphrase-locked unlock key;
@@ -154,7 +155,7 @@ export async function generationRow(
   };
 }
 
-/** What a `key.generated` event says (ids and names, nothing secret). */
+/** What a `keys.generated` event says (ids and names, nothing secret). */
 export const keyGeneratedData = (
   spec: Pick<LineageSpec, 'id' | 'label' | 'environment' | 'algorithm' | 'profile'>,
   first: Pick<GenerationRow, 'fingerprint'>,
@@ -476,7 +477,7 @@ export function disableKey(c: Container, userId: string, view: KeyView, meta: Re
 }
 
 /** A key use refused before any job (the key may not encrypt, sign...): audited under the action, with the refusal's code. */
-export const auditKeyRefusal = (c: Container, userId: string, action: string, target: string | null, reason: string, meta: RequestMeta) =>
+export const auditKeyRefusal = (c: Container, userId: string, action: AuditAction, target: string | null, reason: string, meta: RequestMeta) =>
   recordAudit(c.db, { user_id: userId, action, status: 'failure', target, details: { reason } }, meta);
 
 /** A page of the caller's keys (its own, and those team access grants it), with their current generation. */

@@ -28,7 +28,7 @@ export interface ImportInput {
  * the account holds already is 409 `key_exists`, except the secret key of one of its recipient keys,
  * which that key takes (`upgraded`: the same lineage, now managed; lib/keys/key-catalog.ts
  * storeRecipientUpgrade). Audited (`keys.import`, success or the refusal's code; never key material)
- * and announced (`key.imported`).
+ * and announced (`keys.imported`).
  */
 export async function importKey(
   c: Container,
@@ -80,7 +80,7 @@ export async function importKey(
     if ((err as { code?: string }).code === '23505') throw await fail(exists, imported.fingerprint);
     throw err;
   }
-  await emitEvent(c, userId, 'key.imported', {
+  await emitEvent(c, userId, 'keys.imported', {
     lineage_id: spec.id,
     fingerprint: stored.key.fingerprint,
     label: spec.label,
@@ -90,6 +90,6 @@ export async function importKey(
     kind,
     upgraded: Boolean(held),
   });
-  await resyncLinkedTo(c, userId, 'key.imported', meta);
+  await resyncLinkedTo(c, userId, 'keys.imported', meta);
   return { ...stored, upgraded: Boolean(held) };
 }

@@ -20,7 +20,7 @@ export const passphraseBudgetKey = (lineageId: string, callerId: string) => `${l
  * guessing budget on the key (`limiters.passphrase`, per lineage and caller: 10 per 15 minutes) is
  * spent before argon2 runs, so parallel guesses never get more checks than the budget; a right
  * passphrase gets its point back. A wrong one is audited under the caller's action (reason
- * `wrong_passphrase`), reported to the key's owner (an audit row and event `key.passphrase_failed`
+ * `wrong_passphrase`), reported to the key's owner (an audit row and event `keys.passphrase_failed`
  * naming the caller, never the guess) and answered 422 `wrong_passphrase`; past the budget, 429
  * `rate_limited` with Retry-After, without a check.
  */
@@ -62,10 +62,10 @@ async function reportToOwner(c: Container, callerId: string, view: KeyView, acti
   const facts = { lineage_id: view.lineage.id, fingerprint: view.named.fingerprint, caller_user_id: callerId, action };
   await recordAudit(
     c.db,
-    { user_id: view.lineage.user_id, action: 'key.passphrase_failed', status: 'failure', target: view.named.fingerprint, details: facts },
+    { user_id: view.lineage.user_id, action: 'keys.check_passphrase', status: 'failure', target: view.named.fingerprint, details: facts },
     meta,
   );
-  await emitEvent(c, view.lineage.user_id, 'key.passphrase_failed', facts);
+  await emitEvent(c, view.lineage.user_id, 'keys.passphrase_failed', facts);
 }
 
 const USES: Record<PassphraseAction, KeyUse> = { 'keys.decrypt': 'decrypt', 'keys.sign': 'sign', 'keys.rotate': 'manage' };

@@ -22,6 +22,7 @@ import {
 } from '../../db/keys';
 import { lineageKeyLabel } from '../root-of-trust/lineage-keys';
 import { jobsNeedingLineage } from '../../db/jobs';
+import type { AuditAction } from '../event-names';
 
 /**
  * Key lifecycle beyond rotation: retiring old generations (`min_decryption_generation`, as
@@ -130,7 +131,7 @@ async function lockedKey(trx: Knex.Transaction, lineageId: string) {
   return { lineage, generations, current: generations.find((g) => g.status === 'active')! };
 }
 
-const audit = (trx: Knex.Transaction, userId: string, meta: RequestMeta, action: string, target: string, details: Record<string, unknown>) =>
+const audit = (trx: Knex.Transaction, userId: string, meta: RequestMeta, action: AuditAction, target: string, details: Record<string, unknown>) =>
   recordAudit(trx, { user_id: userId, action, status: 'success', target, details }, meta);
 
 /**
@@ -158,7 +159,7 @@ export async function updateKeySettings(c: Container, userId: string, fingerprin
         throw conflict('destruction_pending', `Generation ${g.generation} (${g.fingerprint}) is scheduled for destruction; cancel that first.`);
     }
     const row = await updateLineage(trx, lineage.id, { min_decryption_generation: next, updated_at: c.clock.now() });
-    await audit(trx, userId, meta, 'keys.settings_update', current.fingerprint, {
+    await audit(trx, userId, meta, 'keys.update_settings', current.fingerprint, {
       min_decryption_generation: { from: lineage.min_decryption_generation, to: next },
     });
     return lifecycleOut(row, current);
@@ -204,7 +205,7 @@ export async function scheduleDestruction(
         );
       }
       await setGenerationDestroyAfter(trx, g.id, when);
-      await audit(trx, userId, meta, 'keys.destruction_schedule', g.fingerprint, {
+      await audit(trx, userId, meta, 'keys.schedule_destruction', g.fingerprint, {
         scope: 'generation',
         generation: g.generation,
         destroy_after: when.toISOString(),
@@ -216,7 +217,7 @@ export async function scheduleDestruction(
     const row = await updateLineage(trx, lineage.id, { destroy_after: when, disabled_at: lineage.disabled_at ?? now, updated_at: now });
     // Generations already scheduled on their own keep their (earlier or later) date.
     await scheduleUnscheduledGenerations(trx, lineage.id, when);
-    await audit(trx, userId, meta, 'keys.destruction_schedule', current.fingerprint, {
+    await audit(trx, userId, meta, 'keys.schedule_destruction', current.fingerprint, {
       scope: 'key',
       generations: generations.filter((g) => !g.destroyed_at).length,
       destroy_after: when.toISOString(),
@@ -225,10 +226,10 @@ export async function scheduleDestruction(
     return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, newlyDisabled: !lineage.disabled_at, lineage: row, current };
   });
   const data = { lineage_id: view.lineage.id, fingerprint: out.fingerprint, scope: out.scope, generation: out.generation, destroy_after: when.toISOString() };
-  await emitEvent(c, userId, 'key.destruction_scheduled', data);
+  await emitEvent(c, userId, 'keys.destruction_scheduled', data);
   if (out.newlyDisabled) {
-    await emitEvent(c, userId, 'key.disabled', { lineage_id: view.lineage.id, fingerprint: out.current.fingerprint, label: out.lineage.label });
-    await resyncLinkedTo(c, userId, 'key.disabled', meta);
+    await emitEvent(c, userId, 'keys.disabled', { lineage_id: view.lineage.id, fingerprint: out.current.fingerprint, label: out.lineage.label });
+    await resyncLinkedTo(c, userId, 'keys.disabled', meta);
   }
   return {
     scope: out.scope,
@@ -252,16 +253,16 @@ export async function cancelDestruction(c: Container, userId: string, fingerprin
         throw conflict('key_destruction_scheduled', 'This generation goes with the whole key: cancel the key’s destruction (without `generation`).');
       }
       await setGenerationDestroyAfter(trx, g.id, null);
-      await audit(trx, userId, meta, 'keys.destruction_cancel', g.fingerprint, { scope: 'generation', generation: g.generation });
+      await audit(trx, userId, meta, 'keys.cancel_destruction', g.fingerprint, { scope: 'generation', generation: g.generation });
       return { scope: 'generation' as const, generation: g.generation, fingerprint: g.fingerprint, lineage, current };
     }
     if (!lineage.destroy_after) throw conflict('destruction_not_scheduled', 'This key is not scheduled for destruction.');
     await unscheduleGenerations(trx, lineage.id, lineage.destroy_after);
     const row = await updateLineage(trx, lineage.id, { destroy_after: null, updated_at: c.clock.now() });
-    await audit(trx, userId, meta, 'keys.destruction_cancel', current.fingerprint, { scope: 'key' });
+    await audit(trx, userId, meta, 'keys.cancel_destruction', current.fingerprint, { scope: 'key' });
     return { scope: 'key' as const, generation: null, fingerprint: current.fingerprint, lineage: row, current };
   });
-  await emitEvent(c, userId, 'key.destruction_cancelled', {
+  await emitEvent(c, userId, 'keys.destruction_cancelled', {
     lineage_id: view.lineage.id,
     fingerprint: out.fingerprint,
     scope: out.scope,
@@ -303,7 +304,7 @@ export async function destroyDueGenerations(c: Container, limit = 200): Promise<
         gone.push(row);
         await recordAudit(trx, {
           user_id: lineage.user_id,
-          action: 'keys.generation_destroy',
+          action: 'keys.destroy_generation',
           status: 'success',
           target: g.fingerprint,
           details: { lineage_id: lineage.id, generation: g.generation, scheduled_for: g.destroy_after!.toISOString() },
@@ -321,7 +322,7 @@ export async function destroyDueGenerations(c: Container, limit = 200): Promise<
     });
     for (const d of done) {
       destroyed++;
-      await emitEvent(c, d.user, 'key.generation_destroyed', {
+      await emitEvent(c, d.user, 'keys.generation_destroyed', {
         lineage_id: d.lineage_id,
         fingerprint: d.fingerprint,
         generation: d.generation,
@@ -349,7 +350,7 @@ export async function deleteSpentTokenKeys(c: Container, limit = 200): Promise<n
         deleted++;
         await recordAudit(trx, {
           user_id: lineage.user_id,
-          action: 'keys.token_key_delete',
+          action: 'keys.delete_token_key',
           status: 'success',
           target: lineage.id,
           details: { label: lineageKeyLabel(lineage.id), found: outcome === 'deleted' },

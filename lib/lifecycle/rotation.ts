@@ -184,7 +184,7 @@ export async function commitRotation(c: Container, trx: Knex.Transaction, input:
 
 /** The owner's event of a committed rotation. */
 export const rotatedEvent = (lineage: LineageRow, entry: RotationRow): NewEvent => ({
-  type: 'key.rotated',
+  type: 'keys.rotated',
   data: {
     lineage_id: lineage.id,
     label: lineage.label,
@@ -241,7 +241,7 @@ export async function recordRotationFailure(c: Container, input: RotateInput, er
     },
     input.origin,
   );
-  await emitEvent(c, found.lineage.user_id, 'key.rotation_failed', {
+  await emitEvent(c, found.lineage.user_id, 'keys.rotation_failed', {
     lineage_id: found.lineage.id,
     fingerprint: found.active.fingerprint,
     trigger: input.trigger,
@@ -278,7 +278,7 @@ export function setRotationSchedule(c: Container, userId: string, view: KeyView,
     const moved = schedule.profile && schedule.profile !== lineage.profile ? { ...verifiedLineage(c, lineage), profile: schedule.profile } : undefined;
     const profile = moved ? { algorithm: defaultAlgorithm(moved.profile), unlock_mac: lineageMac(c, moved) } : {};
     await updateLineage(trx, lineage.id, { ...schedule, ...profile, updated_at: c.clock.now() });
-    await recordAudit(trx, { user_id: userId, action: 'keys.rotation_schedule', status: 'success', target: view.current.fingerprint, details: schedule }, meta);
+    await recordAudit(trx, { user_id: userId, action: 'keys.schedule_rotation', status: 'success', target: view.current.fingerprint, details: schedule }, meta);
   });
 }
 

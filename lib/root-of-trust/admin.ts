@@ -72,12 +72,15 @@ async function requireMaintenanceWorker(c: Container, force: boolean): Promise<b
   return true;
 }
 
+/** The master-key commands, each audited as `master_keys.<command>` (`known` below checked the command before it runs). */
+type MasterKeyCommand = 'init' | 'status' | 'reseal' | 'retire' | 'rewrap' | 'rotate';
+
 /**
  * The audit row of one master-key command, on the system chain (no account): the key ids and root ids
  * involved, never key material. A change and its row commit together.
  */
-const auditCommand = (db: Knex, command: string, status: AuditStatus, target: string | null, details: Record<string, unknown>) =>
-  recordAudit(db, { user_id: null, action: `master_key.${command}`, status, target, details: { via: 'admin-cli', ...details } });
+const auditCommand = (db: Knex, command: MasterKeyCommand, status: AuditStatus, target: string | null, details: Record<string, unknown>) =>
+  recordAudit(db, { user_id: null, action: `master_keys.${command}`, status, target, details: { via: 'admin-cli', ...details } });
 
 /**
  * `master-key init` creates the root key in the token MASTER_KEY_URI names when missing; `rotate` adds
@@ -118,7 +121,8 @@ export async function masterKeyCommand(args: string[], config: Config): Promise<
     try {
       return await keyringCommand(c, command, { arg, json: flags.includes('--json'), force: flags.includes('--force') }, say);
     } catch (err) {
-      if (err instanceof KeyringRefusal) await auditCommand(c.db, command, 'failure', arg ?? null, { ...(arg ? { kid: arg } : {}), refusal: err.message });
+      if (err instanceof KeyringRefusal)
+        await auditCommand(c.db, command as MasterKeyCommand, 'failure', arg ?? null, { ...(arg ? { kid: arg } : {}), refusal: err.message });
       throw err;
     } finally {
       await c.close();

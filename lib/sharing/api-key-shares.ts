@@ -38,7 +38,7 @@ function apiKeyShareOut(c: Container, row: ShareRow, key: Pick<ApiKeyRow, 'name'
 /**
  * A new link to the key's value, expiring within MAX_SHARE_HOURS (a past expiry is refused by
  * createShare). Only an active key is shared: a revoked or expired one is 409 `api_key_revoked` /
- * `api_key_expired` (audited as a failed `api_key_share.created`).
+ * `api_key_expired` (audited as a failed `api_key_shares.create`).
  */
 export async function createApiKeyShare(c: Container, userId: string, keyId: string, input: { expiresAt: Date; maxViews: number }, meta: RequestMeta) {
   if (input.expiresAt.getTime() > c.clock.now().getTime() + MAX_SHARE_HOURS * 3_600_000) {
@@ -49,7 +49,7 @@ export async function createApiKeyShare(c: Container, userId: string, keyId: str
   if (state !== 'active') {
     await recordAudit(
       c.db,
-      { user_id: userId, action: 'api_key_share.created', status: 'failure', target: keyId, details: { reason: `api_key_${state}` } },
+      { user_id: userId, action: 'api_key_shares.create', status: 'failure', target: keyId, details: { reason: `api_key_${state}` } },
       meta,
     );
     throw conflict(`api_key_${state}`, `The API key is ${state}; it cannot be shared.`);
@@ -99,7 +99,7 @@ export async function viewApiKeyShare(c: Container, req: { token: string; userAg
         trx,
         {
           user_id: row.user_id,
-          action: 'api_key.shared_value_read',
+          action: 'api_key_shares.read_value',
           status: 'success',
           target: key.id,
           details: { share_id: row.id, prefix: key.prefix, view_count: row.view_count },

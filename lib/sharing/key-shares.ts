@@ -59,7 +59,7 @@ export async function createKeyShare(c: Container, owner: { id: string; username
     encryptionTarget(view, c.clock.now());
   } catch (err) {
     const reason = err instanceof AppError ? err.code : 'error';
-    await recordAudit(c.db, { user_id: owner.id, action: 'key_share.created', status: 'failure', target: view.current.fingerprint, details: { reason } }, meta);
+    await recordAudit(c.db, { user_id: owner.id, action: 'key_shares.create', status: 'failure', target: view.current.fingerprint, details: { reason } }, meta);
     throw err;
   }
   if (input.recipientEmail)

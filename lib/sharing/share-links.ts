@@ -42,7 +42,7 @@ import {
  *   disabled) gives the view back.
  * - Recipient addresses are personal data and are shown back to the owner: sealed (AES-GCM under the
  *   master key, bound to the share id), not hashed.
- * - Events: share.created and share.revoked once per change; share.viewed on the 1st, 10th, 100th, ...
+ * - Events: share_links.created and share_links.revoked once per change; share_links.viewed on the 1st, 10th, 100th, ...
  *   view of a share (an order-of-magnitude signal, not one event per view). Audit rows for create and
  *   revoke (`<kind audit prefix>.created|revoked`); views are recorded in share_link_views (time, client
  *   class), not in the audit log, which a public link could otherwise flood.
@@ -53,8 +53,8 @@ export type { ShareKind, ShareRow, ShareState } from '../../db/share-links';
 interface KindInfo {
   /** Token prefix: tells a scanner (and a reader of a leaked URL) what the token opens. */
   prefix: string;
-  /** Audit actions are `<audit>.created`, `<audit>.revoked`, `<audit>.access_denied`. */
-  audit: string;
+  /** The resource its audit actions name (`<resource>s.create`, `.revoke`, `.deny_access`). */
+  audit: 'key_share' | 'api_key_share';
 }
 
 const SHARE_KIND_INFO: Record<ShareKind, KindInfo> = {
@@ -110,11 +110,11 @@ export interface NewShare {
   /** Null: no limit. */
   maxViews: number | null;
   recipientEmail?: string | null;
-  /** Non-secret facts about the target (ids, fingerprints) for the audit row and the share.created event. */
+  /** Non-secret facts about the target (ids, fingerprints) for the audit row and the share_links.created event. */
   details?: Record<string, unknown>;
 }
 
-/** Creates a share; the token is answered here once (only its hash is stored). Audited; emits share.created. */
+/** Creates a share; the token is answered here once (only its hash is stored). Audited; emits share_links.created. */
 export async function createShare(c: Container, input: NewShare, meta: RequestMeta): Promise<{ share: ShareRow; token: string }> {
   const now = c.clock.now();
   if (input.expiresAt && input.expiresAt <= now)
@@ -141,7 +141,7 @@ export async function createShare(c: Container, input: NewShare, meta: RequestMe
       trx,
       {
         user_id: input.userId,
-        action: `${SHARE_KIND_INFO[input.kind].audit}.created`,
+        action: `${SHARE_KIND_INFO[input.kind].audit}s.create`,
         status: 'success',
         target: id,
         details: {
@@ -157,7 +157,7 @@ export async function createShare(c: Container, input: NewShare, meta: RequestMe
     );
     return row;
   });
-  await emitEvent(c, input.userId, 'share.created', {
+  await emitEvent(c, input.userId, 'share_links.created', {
     ...input.details,
     share_id: id,
     kind: input.kind,
@@ -201,7 +201,7 @@ export async function revokeShare(
         trx,
         {
           user_id: who,
-          action: `${SHARE_KIND_INFO[kind].audit}.revoked`,
+          action: `${SHARE_KIND_INFO[kind].audit}s.revoke`,
           status: 'success',
           target: id,
           details: { kind, target_id: row.target_id, view_count: row.view_count, revoked_by: userId },
@@ -213,7 +213,7 @@ export async function revokeShare(
   });
   if (result.changed) {
     for (const who of new Set([userId, result.share.user_id])) {
-      await emitEvent(c, who, 'share.revoked', { share_id: id, kind, target_id: result.share.target_id, view_count: result.share.view_count });
+      await emitEvent(c, who, 'share_links.revoked', { share_id: id, kind, target_id: result.share.target_id, view_count: result.share.view_count });
     }
   }
   return result;
@@ -284,7 +284,7 @@ async function consumeView<T>(c: Container, req: ViewRequest<T>): Promise<ViewOu
   }
   // Sampled: the first view and each power of ten, so a popular link does not flood the stream and webhooks.
   if (/^10*$/.test(String(taken.share.view_count))) {
-    await emitEvent(c, taken.share.user_id, 'share.viewed', {
+    await emitEvent(c, taken.share.user_id, 'share_links.viewed', {
       share_id: taken.share.id,
       kind: req.kind,
       target_id: taken.share.target_id,

@@ -2,7 +2,7 @@ import type { Knex } from 'knex';
 import type { Container } from '../container';
 import { AppError, badRequest, conflict, forbidden, gone, notFound } from '../errors';
 import { emitEvent } from '../events';
-import { type EventType } from '../event-stream';
+import { type EventType } from '../event-names';
 import { consume } from '../auth/limiters';
 import { hashToken, newToken } from '../tokens';
 import { notify } from '../notify';
@@ -43,6 +43,7 @@ import {
   type MemberRow,
   type OrganizationRow,
 } from '../../db/teams';
+import type { AuditAction } from '../event-names';
 
 /**
  * Organizations: every account belongs to one. It starts as the owner of its own one-member
@@ -87,7 +88,7 @@ async function tellManagers(c: Container, organizationId: string, type: EventTyp
   for (const id of new Set([...managers, ...also])) await emitEvent(c, id, type, data);
 }
 
-const failureAudit = (c: Container, userId: string, action: string, target: string | null, meta: RequestMeta, err: unknown) =>
+const failureAudit = (c: Container, userId: string, action: AuditAction, target: string | null, meta: RequestMeta, err: unknown) =>
   err instanceof AppError && err.status < 500
     ? recordAudit(c.db, { user_id: userId, action, status: 'failure', target, details: { reason: err.code } }, meta)
     : Promise.resolve();
@@ -103,7 +104,7 @@ export async function invite(c: Container, inviter: { id: string }, input: { ema
     if (!isManager(mine)) throw forbidden('organization_admin_required', 'Only the owner or an admin of the organization may invite.');
     if (input.role === 'admin' && mine.role !== 'owner') throw forbidden('organization_owner_required', 'Only the owner may invite admins.');
   } catch (err) {
-    await failureAudit(c, inviter.id, 'organization.invitation_created', mine.organization_id, meta, err);
+    await failureAudit(c, inviter.id, 'organization_invitations.create', mine.organization_id, meta, err);
     throw err;
   }
   await consume(c.limiters.invitationMail, mine.organization_id, 'Too many invitations from this organization; try again later.');
@@ -129,7 +130,7 @@ export async function invite(c: Container, inviter: { id: string }, input: { ema
       trx,
       {
         user_id: inviter.id,
-        action: 'organization.invitation_created',
+        action: 'organization_invitations.create',
         status: 'success',
         target: row.id,
         details: { organization_id: org.id, role: input.role },
@@ -227,7 +228,7 @@ export async function revokeInvitation(c: Container, actorId: string, invitation
         trx,
         {
           user_id: actorId,
-          action: 'organization.invitation_revoked',
+          action: 'organization_invitations.revoke',
           status: 'success',
           target: inv.id,
           details: { organization_id: inv.organization_id, role: inv.role },
@@ -236,7 +237,7 @@ export async function revokeInvitation(c: Container, actorId: string, invitation
       );
     });
   } catch (err) {
-    if (!(err instanceof AppError && err.status === 404)) await failureAudit(c, actorId, 'organization.invitation_revoked', invitationId, meta, err);
+    if (!(err instanceof AppError && err.status === 404)) await failureAudit(c, actorId, 'organization_invitations.revoke', invitationId, meta, err);
     throw err;
   }
 }
@@ -278,7 +279,7 @@ export async function acceptInvitation(c: Container, userId: string, token: stri
         trx,
         {
           user_id: userId,
-          action: 'organization.member_joined',
+          action: 'organization_members.join',
           status: 'success',
           target: org.id,
           details: { invitation_id: inv.id, role: inv.role, previous_organization_id: previous.organization_id },
@@ -290,7 +291,7 @@ export async function acceptInvitation(c: Container, userId: string, token: stri
           trx,
           {
             user_id: inv.invited_by,
-            action: 'organization.member_joined',
+            action: 'organization_members.join',
             status: 'success',
             target: userId,
             details: { invitation_id: inv.id, organization_id: org.id },
@@ -300,18 +301,18 @@ export async function acceptInvitation(c: Container, userId: string, token: stri
       return { org, inv, previous, detached };
     });
   } catch (err) {
-    await failureAudit(c, userId, 'organization.invitation_accept', null, meta, err);
+    await failureAudit(c, userId, 'organization_invitations.accept', null, meta, err);
     throw err;
   }
   const { org, inv, previous, detached } = result;
   await afterDetach(c, userId, detached, 'joined_organization', meta);
   if (previous.role !== 'owner')
-    await tellManagers(c, previous.organization_id, 'organization.member_removed', {
+    await tellManagers(c, previous.organization_id, 'organization_members.removed', {
       organization_id: previous.organization_id,
       user_id: userId,
       reason: 'joined_organization',
     });
-  await tellManagers(c, org.id, 'organization.member_joined', { organization_id: org.id, user_id: userId, role: inv.role }, [userId]);
+  await tellManagers(c, org.id, 'organization_members.joined', { organization_id: org.id, user_id: userId, role: inv.role }, [userId]);
   return myOrganization(c, userId);
 }
 
@@ -328,7 +329,7 @@ export async function removeMember(c: Container, actorId: string, targetId: stri
   try {
     detached = await c.db.transaction((trx) => takeOutMember(c, trx, actorId, targetId, mine.organization_id, now, meta));
   } catch (err) {
-    if (!(err instanceof AppError && err.status === 404)) await failureAudit(c, actorId, 'organization.member_removed', targetId, meta, err);
+    if (!(err instanceof AppError && err.status === 404)) await failureAudit(c, actorId, 'organization_members.remove', targetId, meta, err);
     throw err;
   }
   await afterTakenOut(c, actorId, targetId, mine.organization_id, detached, meta);
@@ -365,13 +366,13 @@ async function takeOutMember(
   const reason = targetId === actorId ? 'left' : 'removed';
   await recordAudit(
     trx,
-    { user_id: actorId, action: 'organization.member_removed', status: 'success', target: targetId, details: { organization_id: organizationId, reason } },
+    { user_id: actorId, action: 'organization_members.remove', status: 'success', target: targetId, details: { organization_id: organizationId, reason } },
     meta,
   );
   if (targetId !== actorId)
     await recordAudit(
       trx,
-      { user_id: targetId, action: 'organization.member_removed', status: 'success', target: organizationId, details: { by: actorId, reason } },
+      { user_id: targetId, action: 'organization_members.remove', status: 'success', target: organizationId, details: { by: actorId, reason } },
       meta,
     );
   return d;
@@ -383,7 +384,7 @@ async function afterTakenOut(c: Container, actorId: string, targetId: string, or
   await tellManagers(
     c,
     organizationId,
-    'organization.member_removed',
+    'organization_members.removed',
     { organization_id: organizationId, user_id: targetId, reason: targetId === actorId ? 'left' : 'removed' },
     [targetId],
   );
@@ -392,7 +393,7 @@ async function afterTakenOut(c: Container, actorId: string, targetId: string, or
 /**
  * In a password reset's transaction: members who joined the account's organization in the review window
  * through an invitation it made. Admins among them become plain members (audited
- * `organization.role_changed`), for the owner to make admins again on review; plain members are only
+ * `organization_members.change_role`), for the owner to make admins again on review; plain members are only
  * listed. Nothing else in the organization changes: removing someone is the owner's decision.
  */
 export async function demoteRecentInvitees(
@@ -417,7 +418,7 @@ export async function revokeOpenInvitationsOf(trx: Knex.Transaction, inviterIds:
       trx,
       {
         user_id: by,
-        action: 'organization.invitation_revoked',
+        action: 'organization_invitations.revoke',
         status: 'success',
         target: inv.id,
         details: { organization_id: inv.organization_id, role: inv.role, invited_by: inv.invited_by, reason: 'password_reset' },
@@ -448,7 +449,7 @@ export async function reopenInvitation(
     trx,
     {
       user_id: actorId,
-      action: 'organization.invitation_reopened',
+      action: 'organization_invitations.reopen',
       status: 'success',
       target: inv.id,
       details: { organization_id: inv.organization_id, role: inv.role, reason: 'recovery_review' },
@@ -476,7 +477,7 @@ export async function restoreAdmin(
   return 'restored';
 }
 
-/** A member's role between admin and member, audited `organization.role_changed` for the actor and the member. */
+/** A member's role between admin and member, audited `organization_members.change_role` for the actor and the member. */
 async function changeRole(
   trx: Knex.Transaction,
   actorId: string,
@@ -487,8 +488,12 @@ async function changeRole(
 ): Promise<void> {
   await setMemberRole(trx, member.user_id, to);
   const details = { organization_id: member.organization_id, from: to === 'admin' ? 'member' : 'admin', to, reason };
-  await recordAudit(trx, { user_id: actorId, action: 'organization.role_changed', status: 'success', target: member.user_id, details }, meta);
-  await recordAudit(trx, { user_id: member.user_id, action: 'organization.role_changed', status: 'success', target: member.organization_id, details }, meta);
+  await recordAudit(trx, { user_id: actorId, action: 'organization_members.change_role', status: 'success', target: member.user_id, details }, meta);
+  await recordAudit(
+    trx,
+    { user_id: member.user_id, action: 'organization_members.change_role', status: 'success', target: member.organization_id, details },
+    meta,
+  );
 }
 
 /**
@@ -525,7 +530,7 @@ export async function leaveOnDeletion(trx: Knex.Transaction, userId: string, at:
       await transferOwnership(trx, mine.organization_id, heir.user_id);
       await recordAudit(
         trx,
-        { user_id: heir.user_id, action: 'organization.owner_changed', status: 'success', target: mine.organization_id, details: { reason: 'owner_deleted' } },
+        { user_id: heir.user_id, action: 'organizations.change_owner', status: 'success', target: mine.organization_id, details: { reason: 'owner_deleted' } },
         meta,
       );
     }

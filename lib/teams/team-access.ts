@@ -36,6 +36,7 @@ import {
 } from '../../db/teams';
 import { usersByIds } from '../../db/users';
 import { enabledLineageIds } from '../../db/keys';
+import type { AuditAction } from '../event-names';
 
 /**
  * Team access: an account links to one source member of its organization and inherits the source's
@@ -87,7 +88,7 @@ export async function detachMember(trx: Knex.Transaction, userId: string, at: Da
   const revoked = await deleteGrantsOfGrantee(trx, userId);
   if (link) {
     await deleteTeamLink(trx, userId);
-    await recordAudit(trx, { user_id: userId, action: 'team_access.unlinked', status: 'success', target: link.source_id, details: { reason, revoked } }, meta);
+    await recordAudit(trx, { user_id: userId, action: 'team_links.unlink', status: 'success', target: link.source_id, details: { reason, revoked } }, meta);
   }
   await deleteGrantsFromSource(trx, userId);
   // Approval was given within the organization: a source that comes back must approve again.
@@ -97,7 +98,7 @@ export async function detachMember(trx: Knex.Transaction, userId: string, at: Da
 
 /** After the departure committed: the departing account hears of its ended link; its grantees re-sync. */
 export async function afterDetach(c: Container, userId: string, detached: Detached, reason: string, meta?: Partial<RequestMeta>): Promise<void> {
-  if (detached.link) await emitEvent(c, userId, 'team_access.unlinked', { source_user_id: detached.link.source_id, reason });
+  if (detached.link) await emitEvent(c, userId, 'team_links.unlinked', { source_user_id: detached.link.source_id, reason });
   for (const grantee of detached.grantees) {
     await enqueueSync(c, grantee, meta).catch((err: unknown) => c.log.warn({ err }, 'could not queue a team access re-sync'));
   }
@@ -178,7 +179,7 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
       trx,
       {
         user_id: userId,
-        action: 'team_access.linked',
+        action: 'team_links.link',
         status: 'success',
         target: sourceId,
         details: { previous_source_user_id: before?.source_id ?? null, revoked, approval },
@@ -186,11 +187,11 @@ export async function linkSource(c: Container, userId: string, sourceId: string,
       meta,
     );
     const requested = before?.source_id !== sourceId;
-    if (requested) await recordAudit(trx, { user_id: sourceId, action: 'team_access.requested', status: 'success', target: userId, details: {} }, meta);
+    if (requested) await recordAudit(trx, { user_id: sourceId, action: 'team_links.request', status: 'success', target: userId, details: {} }, meta);
     return { previous: before, requested };
   });
-  await emitEvent(c, userId, 'team_access.linked', { source_user_id: sourceId, previous_source_user_id: previous?.source_id ?? null });
-  if (requested) await emitEvent(c, sourceId, 'team_access.requested', { grantee_user_id: userId });
+  await emitEvent(c, userId, 'team_links.linked', { source_user_id: sourceId, previous_source_user_id: previous?.source_id ?? null });
+  if (requested) await emitEvent(c, sourceId, 'team_links.requested', { grantee_user_id: userId });
   await enqueueSync(c, userId, meta);
   return teamStatus(c, userId);
 }
@@ -201,7 +202,7 @@ async function endLink(trx: Knex.Transaction, link: TeamLinkRow, reason: string,
   await deleteTeamLink(trx, link.grantee_id);
   await recordAudit(
     trx,
-    { user_id: link.grantee_id, action: 'team_access.unlinked', status: 'success', target: link.source_id, details: { reason, revoked } },
+    { user_id: link.grantee_id, action: 'team_links.unlink', status: 'success', target: link.source_id, details: { reason, revoked } },
     meta,
   );
   return revoked;
@@ -217,7 +218,7 @@ export async function unlinkSource(c: Container, userId: string, meta: RequestMe
     if (!link) return undefined;
     return { source_user_id: link.source_id, revoked_keys: await endLink(trx, link, 'unlinked', meta) };
   });
-  if (done) await emitEvent(c, userId, 'team_access.unlinked', { source_user_id: done.source_user_id, reason: 'unlinked' });
+  if (done) await emitEvent(c, userId, 'team_links.unlinked', { source_user_id: done.source_user_id, reason: 'unlinked' });
   return done;
 }
 
@@ -227,7 +228,14 @@ export async function unlinkSource(c: Container, userId: string, meta: RequestMe
  * admin for plain members). Never its grantee, who may only end it (unlinkSource). Otherwise 404
  * (audited when the link exists), or 403 for a manager the source outranks.
  */
-async function decidableLink(c: Container, trx: Knex.Transaction, actorId: string, granteeId: string, action: string, meta: RequestMeta): Promise<TeamLinkRow> {
+async function decidableLink(
+  c: Container,
+  trx: Knex.Transaction,
+  actorId: string,
+  granteeId: string,
+  action: AuditAction,
+  meta: RequestMeta,
+): Promise<TeamLinkRow> {
   const link = granteeId === actorId ? undefined : await lockTeamLinkOfGrantee(trx, granteeId);
   if (link?.source_id === actorId) return link;
   if (link) {
@@ -305,7 +313,7 @@ export async function listLinks(
 export async function approveLink(c: Container, actorId: string, granteeId: string, sourceId: string, meta: RequestMeta): Promise<LinkView> {
   const now = c.clock.now();
   const { link, changed } = await c.db.transaction(async (trx) => {
-    const link = await decidableLink(c, trx, actorId, granteeId, 'team_access.approved', meta);
+    const link = await decidableLink(c, trx, actorId, granteeId, 'team_links.approve', meta);
     if (link.source_id !== sourceId) throw conflict('team_link_changed', 'This member now links to another source; list the links again.');
     if (link.approved_at) return { link, changed: false };
     const approved = await approveTeamLink(trx, granteeId, actorId, now);
@@ -320,7 +328,7 @@ export async function approveLink(c: Container, actorId: string, granteeId: stri
         trx,
         {
           user_id: who,
-          action: 'team_access.approved',
+          action: 'team_links.approve',
           status: 'success',
           target,
           details: { grantee_user_id: granteeId, source_user_id: sourceId, approved_by: actorId },
@@ -332,7 +340,7 @@ export async function approveLink(c: Container, actorId: string, granteeId: stri
   });
   if (changed) {
     for (const who of new Set([granteeId, sourceId, actorId]))
-      await emitEvent(c, who, 'team_access.approved', { grantee_user_id: granteeId, source_user_id: sourceId, approved_by: actorId });
+      await emitEvent(c, who, 'team_links.approved', { grantee_user_id: granteeId, source_user_id: sourceId, approved_by: actorId });
     await enqueueSync(c, granteeId, meta);
   }
   return (await linkViews(c.db, [link]))[0];
@@ -351,13 +359,13 @@ export async function rejectLink(
   meta: RequestMeta,
 ): Promise<{ grantee_user_id: string; source_user_id: string; status: 'rejected' }> {
   await c.db.transaction(async (trx) => {
-    const link = await decidableLink(c, trx, actorId, granteeId, 'team_access.rejected', meta);
+    const link = await decidableLink(c, trx, actorId, granteeId, 'team_links.reject', meta);
     if (link.source_id !== sourceId) throw conflict('team_link_changed', 'This member now links to another source; list the links again.');
     if (link.approved_at) {
       // Outside the transaction, which the refusal rolls back.
       await recordAudit(
         c.db,
-        { user_id: actorId, action: 'team_access.rejected', status: 'failure', target: granteeId, details: { reason: 'not_pending' } },
+        { user_id: actorId, action: 'team_links.reject', status: 'failure', target: granteeId, details: { reason: 'not_pending' } },
         meta,
       );
       throw conflict('team_link_not_pending', 'This link is already approved: end it instead (DELETE /team-access/links/{grantee_user_id}).');
@@ -365,14 +373,10 @@ export async function rejectLink(
     await endLink(trx, link, 'rejected', meta);
     const details = { grantee_user_id: granteeId, source_user_id: sourceId, rejected_by: actorId };
     for (const who of new Set([actorId, granteeId]))
-      await recordAudit(
-        trx,
-        { user_id: who, action: 'team_access.rejected', status: 'success', target: who === granteeId ? sourceId : granteeId, details },
-        meta,
-      );
+      await recordAudit(trx, { user_id: who, action: 'team_links.reject', status: 'success', target: who === granteeId ? sourceId : granteeId, details }, meta);
   });
   for (const who of new Set([granteeId, sourceId, actorId]))
-    await emitEvent(c, who, 'team_access.unlinked', { grantee_user_id: granteeId, source_user_id: sourceId, reason: 'rejected' });
+    await emitEvent(c, who, 'team_links.unlinked', { grantee_user_id: granteeId, source_user_id: sourceId, reason: 'rejected' });
   return { grantee_user_id: granteeId, source_user_id: sourceId, status: 'rejected' };
 }
 
@@ -384,19 +388,19 @@ export async function endLinkAsSource(
   meta: RequestMeta,
 ): Promise<{ grantee_user_id: string; source_user_id: string; revoked_keys: number }> {
   const done = await c.db.transaction(async (trx) => {
-    const link = await decidableLink(c, trx, actorId, granteeId, 'team_access.ended', meta);
+    const link = await decidableLink(c, trx, actorId, granteeId, 'team_links.end', meta);
     const reason = link.source_id === actorId ? 'ended_by_source' : 'ended_by_admin';
     const revoked = await endLink(trx, link, reason, meta);
     await recordAudit(
       trx,
-      { user_id: actorId, action: 'team_access.ended', status: 'success', target: granteeId, details: { reason, source_user_id: link.source_id, revoked } },
+      { user_id: actorId, action: 'team_links.end', status: 'success', target: granteeId, details: { reason, source_user_id: link.source_id, revoked } },
       meta,
     );
     return { grantee_user_id: granteeId, source_user_id: link.source_id, revoked_keys: revoked, reason };
   });
   const { reason, ...out } = done;
   for (const who of new Set([granteeId, done.source_user_id, actorId]))
-    await emitEvent(c, who, 'team_access.unlinked', { grantee_user_id: granteeId, source_user_id: done.source_user_id, reason });
+    await emitEvent(c, who, 'team_links.unlinked', { grantee_user_id: granteeId, source_user_id: done.source_user_id, reason });
   return out;
 }
 
@@ -419,7 +423,7 @@ export async function withdrawRecentApprovals(
         trx,
         {
           user_id: who,
-          action: 'team_access.approval_withdrawn',
+          action: 'team_links.withdraw_approval',
           status: 'success',
           target: link.grantee_id,
           details: { grantee_user_id: link.grantee_id, source_user_id: link.source_id, approved_by: link.approved_by, revoked, reason: 'password_reset' },
@@ -465,7 +469,7 @@ export async function restoreApproval(
       trx,
       {
         user_id: who,
-        action: 'team_access.approved',
+        action: 'team_links.approve',
         status: 'success',
         target: link.grantee_id,
         details: { grantee_user_id: link.grantee_id, source_user_id: link.source_id, approved_by: approvedBy, reason: 'recovery_review', by: actorId },
@@ -490,7 +494,7 @@ export async function endReviewedLink(
     trx,
     {
       user_id: actorId,
-      action: 'team_access.ended',
+      action: 'team_links.end',
       status: 'success',
       target: link.grantee_id,
       details: { reason: 'recovery_review', source_user_id: link.source_id, revoked },
@@ -503,7 +507,7 @@ export async function endReviewedLink(
 /** After endReviewedLink committed: both sides hear of it. */
 export async function afterReviewedLinkEnded(c: Container, link: { grantee_id: string; source_id: string }): Promise<void> {
   for (const who of new Set([link.grantee_id, link.source_id]))
-    await emitEvent(c, who, 'team_access.unlinked', { grantee_user_id: link.grantee_id, source_user_id: link.source_id, reason: 'recovery_review' });
+    await emitEvent(c, who, 'team_links.unlinked', { grantee_user_id: link.grantee_id, source_user_id: link.source_id, reason: 'recovery_review' });
 }
 
 export interface SyncOutcome {
@@ -546,7 +550,7 @@ export async function syncGrants(c: Container, granteeId: string, origin: Origin
         trx,
         {
           user_id: granteeId,
-          action: 'team_access.synced',
+          action: 'team_links.sync',
           status: eligible ? 'success' : 'failure',
           target: link.source_id,
           details: { added: added.length, removed: removed.length, inherited_keys: wanted.length, ...(lastError ? { reason: lastError } : {}) },
@@ -557,7 +561,7 @@ export async function syncGrants(c: Container, granteeId: string, origin: Origin
     return { linked: true, state, source_user_id: link.source_id, inherited_keys: wanted.length, added, removed };
   });
   if (outcome.linked) {
-    await emitEvent(c, granteeId, 'team_access.synced', {
+    await emitEvent(c, granteeId, 'team_links.synced', {
       source_user_id: outcome.source_user_id,
       state: outcome.state,
       inherited_keys: outcome.inherited_keys,

@@ -36,6 +36,7 @@ import {
   recordAttempt,
 } from '../../db/webhooks';
 import { lockAccount } from '../../db/users';
+import type { AuditAction } from '../event-names';
 
 /**
  * Outbound webhooks (Standard Webhooks): an account's endpoints receive its events as signed POSTs.
@@ -67,7 +68,7 @@ export async function ownEndpoint(c: Container, userId: string, id: string, meta
   throw await notYours(c, { userId, resource: 'webhook', target: id, existsElsewhere: Boolean(row), meta });
 }
 
-const audit = (c: Container, userId: string, action: string, target: string, meta: RequestMeta, details: Record<string, unknown> = {}) =>
+const audit = (c: Container, userId: string, action: AuditAction, target: string, meta: RequestMeta, details: Record<string, unknown> = {}) =>
   recordAudit(c.db, { user_id: userId, action, status: 'success', target, details }, meta);
 
 /** Creates an endpoint; its secret is answered here once and stored only sealed. */
@@ -98,7 +99,7 @@ export async function createEndpoint(
     });
     await recordAudit(
       trx,
-      { user_id: userId, action: 'webhook.created', status: 'success', target: id, details: { event_types: input.event_types ?? [] } },
+      { user_id: userId, action: 'webhooks.create', status: 'success', target: id, details: { event_types: input.event_types ?? [] } },
       meta,
     );
     return row;
@@ -124,7 +125,7 @@ export async function updateEndpoint(
   if (patch.enabled !== undefined) Object.assign(changes, { enabled: patch.enabled, disabled_reason: null });
   const row = (await updateOwnEndpoint(c.db, id, userId, changes))!;
   await endpointsChanged(c, userId);
-  await audit(c, userId, 'webhook.updated', id, meta, { fields: Object.keys(patch).filter((k) => patch[k as keyof EndpointInput] !== undefined) });
+  await audit(c, userId, 'webhooks.update', id, meta, { fields: Object.keys(patch).filter((k) => patch[k as keyof EndpointInput] !== undefined) });
   return row;
 }
 
@@ -132,7 +133,7 @@ export async function deleteEndpoint(c: Container, userId: string, id: string, m
   await ownEndpoint(c, userId, id, meta);
   await deleteOwnEndpoint(c.db, id, userId);
   await endpointsChanged(c, userId);
-  await audit(c, userId, 'webhook.deleted', id, meta);
+  await audit(c, userId, 'webhooks.delete', id, meta);
 }
 
 /**
@@ -160,7 +161,7 @@ export async function rotateSecret(
     });
     await recordAudit(
       trx,
-      { user_id: userId, action: 'webhook.secret_rotated', status: 'success', target: id, details: { grace_seconds: Math.round(graceMs / 1000) } },
+      { user_id: userId, action: 'webhooks.rotate_secret', status: 'success', target: id, details: { grace_seconds: Math.round(graceMs / 1000) } },
       meta,
     );
   });
@@ -172,12 +173,12 @@ const PAUSED_BY_RESET = 'password_reset';
 
 /**
  * In a password reset's transaction: the account's enabled endpoints made or changed at or after `since`
- * stop receiving events (audited `webhook.disabled`). The caller runs endpointsChanged once committed.
+ * stop receiving events (audited `webhooks.disable`). The caller runs endpointsChanged once committed.
  */
 export async function pauseEndpointsChangedSince(trx: Knex.Transaction, userId: string, since: Date, at: Date, meta: RequestMeta): Promise<EndpointRow[]> {
   const paused = await disableEndpointsChangedSince(trx, userId, since, PAUSED_BY_RESET, at);
   for (const row of paused)
-    await recordAudit(trx, { user_id: userId, action: 'webhook.disabled', status: 'success', target: row.id, details: { reason: PAUSED_BY_RESET } }, meta);
+    await recordAudit(trx, { user_id: userId, action: 'webhooks.disable', status: 'success', target: row.id, details: { reason: PAUSED_BY_RESET } }, meta);
   return paused;
 }
 
@@ -199,7 +200,7 @@ export async function resumePausedEndpoint(
   await updateOwnEndpoint(trx, id, userId, { enabled: true, disabled_reason: null, updated_at: at });
   await recordAudit(
     trx,
-    { user_id: userId, action: 'webhook.updated', status: 'success', target: id, details: { fields: ['enabled'], reason: 'recovery_review' } },
+    { user_id: userId, action: 'webhooks.update', status: 'success', target: id, details: { fields: ['enabled'], reason: 'recovery_review' } },
     meta,
   );
   return 'resumed';
@@ -210,7 +211,7 @@ export async function deleteReviewedEndpoint(trx: Knex.Transaction, userId: stri
   const row = await lockEndpoint(trx, id);
   if (row?.user_id !== userId) return false;
   await deleteOwnEndpoint(trx, id, userId);
-  await recordAudit(trx, { user_id: userId, action: 'webhook.deleted', status: 'success', target: id, details: { reason: 'recovery_review' } }, meta);
+  await recordAudit(trx, { user_id: userId, action: 'webhooks.delete', status: 'success', target: id, details: { reason: 'recovery_review' } }, meta);
   return true;
 }
 
@@ -304,7 +305,7 @@ export async function sendTestPing(c: Container, userId: string, id: string, met
     },
   ]);
   await enqueueAttempts(c, row, '0');
-  await audit(c, userId, 'webhook.test_sent', id, meta, { delivery_id: deliveryId });
+  await audit(c, userId, 'webhooks.send_test', id, meta, { delivery_id: deliveryId });
   return row;
 }
 
@@ -323,7 +324,7 @@ export async function redeliver(c: Container, userId: string, endpointId: string
   if (existing.state === 'pending') throw conflict('delivery_pending', 'The delivery is still being tried; wait for its outcome.');
   const row = await markDeliveryPending(c.db, deliveryId, c.clock.now());
   await enqueueAttempts(c, row, `r${existing.attempts}`);
-  await audit(c, userId, 'webhook.redelivered', endpointId, meta, { delivery_id: deliveryId });
+  await audit(c, userId, 'webhook_deliveries.redeliver', endpointId, meta, { delivery_id: deliveryId });
   return row;
 }
 
@@ -372,7 +373,7 @@ export async function tryDelivery(c: Container, deliveryId: string, nextDelayMs:
       await disableEndpoint(trx, endpoint.id, 'gone', now);
       await recordAudit(trx, {
         user_id: endpoint.user_id,
-        action: 'webhook.disabled',
+        action: 'webhooks.disable',
         status: 'success',
         target: endpoint.id,
         details: { reason: 'gone', delivery_id: deliveryId },

@@ -30,7 +30,7 @@ describe('POST /api-keys/generate with Idempotency-Key', () => {
     // The value is stored sealed only: not in the clear, and the idempotency columns hold no part of it.
     const row = await s.c.db('api_keys').where({ id: first.body.key_id }).first();
     expect(JSON.stringify(row)).not.toContain(first.body.value);
-    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'api_key.created' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'api_keys.create' })).toHaveLength(1);
 
     // Another account's identical key is its own.
     const other = await registerUser(s.api);

@@ -124,9 +124,9 @@ describe('managed API keys: management', () => {
     expect(one.status).toBe(200);
     expect(one.body).toMatchObject({ key_id: key.key_id, value: key.value, status: 'active' });
     expect(one.headers.get('cache-control')).toBe('no-store');
-    const reads = await auditOf(u.id, 'api_key.value_read');
+    const reads = await auditOf(u.id, 'api_keys.read_value');
     expect(reads.map((r) => r.target)).toEqual([key.key_id]);
-    expect((await auditOf(u.id, 'api_key.created')).map((r) => r.target).sort()).toEqual([key.key_id, second.key_id, third.key_id].sort());
+    expect((await auditOf(u.id, 'api_keys.create')).map((r) => r.target).sort()).toEqual([key.key_id, second.key_id, third.key_id].sort());
   });
 
   it('refuses bad input with 422', async () => {
@@ -179,7 +179,7 @@ describe('managed API keys: management', () => {
     }
     expect((await s.api('GET', `/api-keys/${randomUUID()}`, { token: eve.token })).status).toBe(404);
     expect((await s.api('GET', '/api-keys', { token: eve.token })).body.total).toBe(0);
-    expect(await auditOf(eve.id, 'api_key.access_denied')).toHaveLength(3);
+    expect(await auditOf(eve.id, 'api_keys.deny_access')).toHaveLength(3);
     // Nothing changed for the owner.
     expect((await s.api('GET', `/api-keys/${key.key_id}`, { token: ann.token })).body).toMatchObject({ status: 'active', value: key.value });
     expect(await call('GET', '/keys/list', key.value)).toMatchObject({ status: 200 });
@@ -223,7 +223,7 @@ describe('managed API keys: authentication', () => {
     expect(refused.body.code).toBe('insufficient_scope');
     expect(refused.body.detail).toContain('keys:write');
     expect(refused.headers.get('www-authenticate')).toBe('Bearer realm="kms", error="insufficient_scope", scope="keys:write"');
-    const denied = await auditOf(u.id, 'auth.denied');
+    const denied = await auditOf(u.id, 'sessions.deny');
     expect(denied.at(-1)).toMatchObject({
       status: 'failure',
       target: '/api/v1/keys/generate-key',
@@ -293,7 +293,7 @@ describe('managed API keys: authentication', () => {
     expect((await download(s.api, mine.value, own.job_id)).length).toBeGreaterThan(0);
     // The session and the partner key read every job of the account.
     for (const token of [u.token, u.apiKey]) expect((await s.api('GET', `/jobs/${own.job_id}`, { token })).status).toBe(200);
-    expect((await auditOf(u.id, 'job.access_denied')).length).toBeGreaterThanOrEqual(4);
+    expect((await auditOf(u.id, 'jobs.deny_access')).length).toBeGreaterThanOrEqual(4);
 
     // An Idempotency-Key another credential used is not a way to read that credential's job.
     const body = { fingerprint: key.fingerprint, files: [{ name: 'c.txt', data: Buffer.from('same') }] };
@@ -356,7 +356,7 @@ describe('managed API keys: authentication', () => {
     expect((await s.api('GET', `/api-keys/${other.key_id}`, { token: u.token })).body).toMatchObject({ status: 'active', value: other.value });
     expect((await s.api('GET', '/api-keys', { token: u.token })).body.total).toBe(2);
     await login(s.api, u);
-    expect((await auditOf(u.id, 'auth.denied')).filter((r) => r.details.reason === 'session_required').length).toBeGreaterThanOrEqual(tried.length);
+    expect((await auditOf(u.id, 'sessions.deny')).filter((r) => r.details.reason === 'session_required').length).toBeGreaterThanOrEqual(tried.length);
   });
 
   it('revokes at once; a revoked key answers 401 api_key_revoked; revoking again is harmless', async () => {
@@ -365,12 +365,12 @@ describe('managed API keys: authentication', () => {
     expect((await call('GET', '/keys/list', key.value)).status).toBe(200);
     const results = await Promise.all(Array.from({ length: 5 }, () => s.api('DELETE', `/api-keys/${key.key_id}`, { token: u.token })));
     expect(results.map((r) => r.status)).toEqual([204, 204, 204, 204, 204]);
-    expect(await auditOf(u.id, 'api_key.revoked')).toHaveLength(1);
+    expect(await auditOf(u.id, 'api_keys.revoke')).toHaveLength(1);
 
     const used = await call('GET', '/keys/list', key.value);
     expect(used).toMatchObject({ status: 401, code: 'api_key_revoked' });
     expect(used.headers.get('www-authenticate')).toBe('Bearer realm="kms", error="invalid_token"');
-    expect((await auditOf(u.id, 'auth.denied')).at(-1)!.details).toMatchObject({ reason: 'api_key_revoked', api_key_id: key.key_id });
+    expect((await auditOf(u.id, 'sessions.deny')).at(-1)!.details).toMatchObject({ reason: 'api_key_revoked', api_key_id: key.key_id });
 
     const one = await s.api('GET', `/api-keys/${key.key_id}`, { token: u.token });
     expect(one.body).toMatchObject({ status: 'revoked', value: null });
@@ -381,13 +381,13 @@ describe('managed API keys: authentication', () => {
     expect((await s.api('GET', '/api-keys?status=revoked', { token: u.token })).body.items.map((k: Generated) => k.key_id)).toEqual([key.key_id]);
     expect((await s.api('GET', '/api-keys?status=active', { token: u.token })).body.total).toBe(0);
 
-    const events = (await s.api('GET', '/events/history?types=api_key.created,api_key.revoked', { token: u.token })).body.items as {
+    const events = (await s.api('GET', '/events/history?types=api_keys.created,api_keys.revoked', { token: u.token })).body.items as {
       type: string;
       data: Record<string, unknown>;
     }[];
     expect(events.map((e) => [e.type, e.data.key_id])).toEqual([
-      ['api_key.revoked', key.key_id],
-      ['api_key.created', key.key_id],
+      ['api_keys.revoked', key.key_id],
+      ['api_keys.created', key.key_id],
     ]);
   });
 
@@ -438,8 +438,8 @@ describe('managed API keys: authentication', () => {
     const listed = (await s.api('GET', '/api-keys', { token: u.token })).body.items[0];
     expect(listed).toMatchObject({ key_id: key.key_id, use_count: 6, prefix: third.prefix });
     expect(listed.last_rotated_at).toBeTruthy();
-    expect(await auditOf(u.id, 'api_key.rotated')).toHaveLength(2);
-    const events = (await s.api('GET', '/events/history?types=api_key.rotated', { token: u.token })).body.items as { data: Record<string, unknown> }[];
+    expect(await auditOf(u.id, 'api_keys.rotate')).toHaveLength(2);
+    const events = (await s.api('GET', '/events/history?types=api_keys.rotated', { token: u.token })).body.items as { data: Record<string, unknown> }[];
     expect(events).toHaveLength(2);
     expect(events[1].data).toEqual({ key_id: key.key_id, previous_value_expires_at: next.previous_value_expires_at });
     // Revocation ends every value at once, grace or not.
@@ -625,9 +625,9 @@ describe('secrets stay secret', () => {
     leaky.error({ err: new Error(`refused ${values[2]}`) }, 'failed');
     expect(logs.output().slice(mark)).toContain('[redacted]');
     const audit = JSON.stringify(await s.c.db('audit_logs').where({ user_id: u.id }));
-    expect(audit).toContain('api_key.rotated');
+    expect(audit).toContain('api_keys.rotate');
     const events = JSON.stringify((await s.api('GET', '/events/history', { token: u.token })).body);
-    expect(events).toContain('api_key.revoked');
+    expect(events).toContain('api_keys.revoked');
     for (const v of values) {
       for (const secret of [v, v.slice(MANAGED_KEY_PREFIX.length), hashToken(v)]) {
         expect(logs.output(), 'logs').not.toContain(secret);

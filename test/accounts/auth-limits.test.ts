@@ -40,7 +40,7 @@ describe('password guessing', () => {
       Array.from({ length: 40 }, () => s.api('POST', '/auth/login', { body: { identifier: u.username, password: 'wrong password guess' } })),
     );
     expect(statuses(answers)).toEqual({ 401: 5, 429: 35 });
-    expect(await failures(u.id, 'auth.login')).toBe(5);
+    expect(await failures(u.id, 'sessions.login')).toBe(5);
     // Locked: the right password is refused too until the lock ends.
     expect((await s.api('POST', '/auth/login', { body: { identifier: u.email, password: u.password } })).status).toBe(429);
   });
@@ -112,7 +112,7 @@ async function recordedIp(url: string, xff: string): Promise<string> {
     body: JSON.stringify({ identifier: `nobody-${requestId}`, password: 'wrong password guess' }),
   });
   expect(res.status).toBe(401);
-  return (await s.c.db('audit_logs').where({ client_request_id: requestId, action: 'auth.login' }).first()).ip;
+  return (await s.c.db('audit_logs').where({ client_request_id: requestId, action: 'sessions.login' }).first()).ip;
 }
 
 describe('client addresses', () => {
@@ -130,7 +130,7 @@ describe('client addresses', () => {
   it('ignore X-Forwarded-For unless TRUSTED_PROXY_COUNT says how many proxies to trust', async () => {
     const u = await registerUser(s.api);
     await s.api('POST', '/auth/login', { headers: { 'x-forwarded-for': '203.0.113.9' }, body: { identifier: u.username, password: u.password } });
-    const row = await s.c.db('audit_logs').where({ user_id: u.id, action: 'auth.login' }).first();
+    const row = await s.c.db('audit_logs').where({ user_id: u.id, action: 'sessions.login' }).first();
     expect(row.ip).not.toContain('203.0.113.9');
   });
 
@@ -146,7 +146,7 @@ describe('client addresses', () => {
       );
     }
     expect(statuses(answers)).toEqual({ 401: 3, 429: 2 });
-    const row = await behindProxy.c.db('audit_logs').where({ action: 'auth.login' }).first();
+    const row = await behindProxy.c.db('audit_logs').where({ action: 'sessions.login' }).first();
     expect(row.ip).toBe('192.0.2.7');
   });
 });
@@ -313,7 +313,7 @@ describe('refusals an outsider can repeat', () => {
     expect(statuses(refused.map((status) => ({ status })))).toEqual({ 429: 1000 });
     const during = (await chainOf(u.id)).slice(before);
     expect(during).toHaveLength(1);
-    expect(during[0]).toMatchObject({ action: 'auth.login', status: 'failure', details: { reason: 'locked' } });
+    expect(during[0]).toMatchObject({ action: 'sessions.login', status: 'failure', details: { reason: 'locked' } });
     expect(during[0].client_request_id).toMatch(/^FORGED-\d+$/);
 
     // The lock ends (as its expiry does), and the next login is the event that closes the episode.
@@ -322,9 +322,9 @@ describe('refusals an outsider can repeat', () => {
     expect(ok.status).toBe(200);
     const after = (await chainOf(u.id)).slice(before);
     expect(after.map((r) => [r.action, r.status, r.details.reason ?? null])).toEqual([
-      ['auth.login', 'failure', 'locked'],
-      ['auth.login', 'failure', 'locked'],
-      ['auth.login', 'success', null],
+      ['sessions.login', 'failure', 'locked'],
+      ['sessions.login', 'failure', 'locked'],
+      ['sessions.login', 'success', null],
     ]);
     expect(after[1].details).toMatchObject({ refused: 1000, first_refused_at: expect.any(String), last_refused_at: expect.any(String) });
     expect(after[1].request_id).toBe(ok.headers.get('x-request-id'));
@@ -342,7 +342,7 @@ describe('refusals an outsider can repeat', () => {
     for (let i = 0; i < 40; i++) answers.push(await attacker('wrong password guess'));
     // LOGIN_IP_MAX_FAILURES=3 there: three checks, then the address is refused before the account's budget is touched.
     expect(statuses(answers)).toEqual({ 401: 3, 429: 37 });
-    const rows = () => p.c.db('audit_logs').where({ chain: u.id, action: 'auth.login' }).orderBy('sequence');
+    const rows = () => p.c.db('audit_logs').where({ chain: u.id, action: 'sessions.login' }).orderBy('sequence');
     expect((await rows()).map((r) => r.details.reason)).toEqual(['wrong_password', 'wrong_password', 'wrong_password', 'locked']);
     expect((await from('192.0.2.100')(u.password)).status).toBe(200);
     const after = await rows();
@@ -359,14 +359,14 @@ describe('refusals an outsider can repeat', () => {
     for (let i = 0; i < 300; i += 25) answers.push(...(await Promise.all(Array.from({ length: 25 }, () => s.api('GET', '/keys/list', { token: stolen })))));
     expect(statuses(answers)).toEqual({ 401: 300 });
     const during = (await chainOf(u.id)).slice(before);
-    expect(during.map((r) => [r.action, r.details.reason])).toEqual([['auth.denied', 'token_revoked']]);
+    expect(during.map((r) => [r.action, r.details.reason])).toEqual([['sessions.deny', 'token_revoked']]);
 
     expect((await s.api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } })).status).toBe(200);
     const after = (await chainOf(u.id)).slice(before);
     expect(after.map((r) => [r.action, r.details.reason ?? r.status])).toEqual([
-      ['auth.denied', 'token_revoked'],
-      ['auth.denied', 'token_revoked'],
-      ['auth.login', 'success'],
+      ['sessions.deny', 'token_revoked'],
+      ['sessions.deny', 'token_revoked'],
+      ['sessions.login', 'success'],
     ]);
     expect(after[1].details).toMatchObject({ refused: 300 });
   });
@@ -391,7 +391,7 @@ describe('request ids', () => {
         if (res.status === 401) expect(res.body.request_id).toBe(ours);
         expect(res.headers.get('x-client-request-id')).toBe(id === good ? good : null);
         const row = await s.c.db('audit_logs').where({ request_id: ours }).first();
-        expect(row).toMatchObject({ user_id: u.id, action: 'auth.login', client_request_id: id === good ? good : null });
+        expect(row).toMatchObject({ user_id: u.id, action: 'sessions.login', client_request_id: id === good ? good : null });
       }
     } finally {
       s.c.log = original;

@@ -46,8 +46,8 @@ describe('registration and login', () => {
     expect(unknown.status).toBe(401);
     expect(wrong.body.code).toBe(unknown.body.code);
     expect(wrong.headers.get('content-type')).toContain('application/problem+json');
-    const log = await s.api('GET', '/audit-logs?action=auth.login&status=failure', { token: u.token });
-    expect(log.body.items[0]).toMatchObject({ action: 'auth.login', status: 'failure', details: { reason: 'wrong_password' } });
+    const log = await s.api('GET', '/audit-logs?action=sessions.login&status=failure', { token: u.token });
+    expect(log.body.items[0]).toMatchObject({ action: 'sessions.login', status: 'failure', details: { reason: 'wrong_password' } });
     expect(JSON.stringify(log.body)).not.toContain('not the password');
   });
 

@@ -69,7 +69,7 @@ describe('email change', () => {
     const confirmed = await s.api('POST', '/profile/confirm-email', { body: { token } });
     expect(confirmed.status).toBe(200);
     expect(confirmed.body).toMatchObject({ email: 'root@example.test', email_verified: true, role: 'admin' });
-    const promoted = await s.c.db('audit_logs').where({ user_id: u.id, action: 'user.promote', status: 'success' });
+    const promoted = await s.c.db('audit_logs').where({ user_id: u.id, action: 'users.promote', status: 'success' });
     expect(promoted).toHaveLength(1);
     expect(promoted[0].details).toEqual({ via: 'ADMIN_EMAILS' });
     const notice = await smtp.waitFor(u.email);
@@ -88,7 +88,7 @@ describe('email change', () => {
     expect(late.status).toBe(410);
     expect(late.body.code).toBe('email_token_used');
     expect((await s.api('GET', '/auth/me', { token: changed.body.session.token })).body.email).toBe(u.email);
-    const failure = await s.c.db('audit_logs').where({ user_id: u.id, action: 'profile.change_email', status: 'failure' }).first();
+    const failure = await s.c.db('audit_logs').where({ user_id: u.id, action: 'profiles.change_email', status: 'failure' }).first();
     expect(failure.details).toEqual({ stage: 'confirmation', reason: 'email_token_used' });
   });
 

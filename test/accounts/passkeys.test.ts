@@ -67,7 +67,7 @@ async function login(auth: SoftAuthenticator, over: Parameters<SoftAuthenticator
 }
 
 const auditRows = (userId: string, action: string) => s.c.db('audit_logs').where({ user_id: userId, action }).orderBy('id');
-const lastFailure = async (userId: string) => (await auditRows(userId, 'auth.login')).filter((r) => r.status === 'failure').at(-1)?.details;
+const lastFailure = async (userId: string) => (await auditRows(userId, 'sessions.login')).filter((r) => r.status === 'failure').at(-1)?.details;
 
 describe('passkey registration and login', () => {
   it('applies ADMIN_EMAILS to a verified email on passkey login, as password login does', async () => {
@@ -78,7 +78,7 @@ describe('passkey registration and login', () => {
     const res = await login(auth);
     expect(res.status).toBe(200);
     expect(res.body.user.role).toBe('admin');
-    expect(await auditRows(u.id, 'user.promote')).toHaveLength(1);
+    expect(await auditRows(u.id, 'users.promote')).toHaveLength(1);
   });
 
   it('registers a passkey (audited, event, email), logs in with it without a username, and the JWT works on /auth/me', async () => {
@@ -112,9 +112,9 @@ describe('passkey registration and login', () => {
     expect(list.body).toMatchObject({ page: 1, page_size: 20, total: 1, items: [{ passkey_id: done.body.passkey_id, name: 'Laptop' }] });
     // Nothing key-like leaves the service.
     expect(JSON.stringify(list.body)).not.toMatch(/public_key|counter|credential_id/);
-    expect(await auditRows(u.id, 'passkey.add')).toMatchObject([{ status: 'success', target: done.body.passkey_id }]);
-    const events = await s.api('GET', '/events/history?types=passkey.added', { token: u.token });
-    expect(events.body.items).toMatchObject([{ type: 'passkey.added', data: { passkey_id: done.body.passkey_id } }]);
+    expect(await auditRows(u.id, 'passkeys.add')).toMatchObject([{ status: 'success', target: done.body.passkey_id }]);
+    const events = await s.api('GET', '/events/history?types=passkeys.added', { token: u.token });
+    expect(events.body.items).toMatchObject([{ type: 'passkeys.added', data: { passkey_id: done.body.passkey_id } }]);
     const mail = await smtp.waitFor(u.email);
     expect(mail.subject).toBe('A passkey was added to your account');
     expect(mail.text).toContain('"Laptop"');
@@ -133,7 +133,7 @@ describe('passkey registration and login', () => {
     expect(me.body).toMatchObject({ user_id: u.id, authenticated_via: 'jwt' });
     // The same kind of session as password login: it manages passkeys too.
     expect((await s.api('GET', '/auth/passkeys/list', { token: res.body.session.token })).body.items[0].last_used_at).not.toBeNull();
-    expect((await auditRows(u.id, 'auth.login')).at(-1)).toMatchObject({ status: 'success', details: { method: 'passkey' } });
+    expect((await auditRows(u.id, 'sessions.login')).at(-1)).toMatchObject({ status: 'success', details: { method: 'passkey' } });
 
     // With a username: that account's passkeys are offered.
     const named = await beginLogin(u.username);
@@ -232,7 +232,7 @@ describe('challenges', () => {
       body: { challenge_id: aBegun.challenge_id, credential: auth.register(aBegun.options, { origin: ORIGIN }) },
     });
     expect([stolen.status, stolen.body.code]).toEqual([400, 'challenge_not_found']);
-    expect((await auditRows(b.id, 'passkey.add')).at(-1)).toMatchObject({ status: 'failure', details: { reason: 'challenge_of_another_account' } });
+    expect((await auditRows(b.id, 'passkeys.add')).at(-1)).toMatchObject({ status: 'failure', details: { reason: 'challenge_of_another_account' } });
     // B's own challenge id, but the attestation signs A's challenge.
     const bBegun = await beginRegistration(b);
     const aBegun2 = await beginRegistration(a);
@@ -242,7 +242,7 @@ describe('challenges', () => {
     });
     expect([crossed.status, crossed.body.code]).toEqual([422, 'passkey_verification_failed']);
     expect(crossed.body.detail).not.toContain(aBegun2.options.challenge);
-    expect((await auditRows(b.id, 'passkey.add')).at(-1)).toMatchObject({ details: { reason: 'wrong_challenge' } });
+    expect((await auditRows(b.id, 'passkeys.add')).at(-1)).toMatchObject({ details: { reason: 'wrong_challenge' } });
     expect((await s.api('GET', '/auth/passkeys/list', { token: b.token })).body.total).toBe(0);
   });
 });
@@ -264,7 +264,7 @@ describe('refused responses', () => {
         body: { challenge_id: begun.challenge_id, credential: new SoftAuthenticator({ rpId: RP_ID }).register(begun.options, c.over) },
       });
       expect([res.status, res.body.code]).toEqual([422, 'passkey_verification_failed']);
-      expect((await auditRows(u.id, 'passkey.add')).at(-1)).toMatchObject({ status: 'failure', details: { reason: c.reason } });
+      expect((await auditRows(u.id, 'passkeys.add')).at(-1)).toMatchObject({ status: 'failure', details: { reason: c.reason } });
       expect((await s.api('GET', '/auth/passkeys/list', { token: u.token })).body.total).toBe(0);
     });
   }
@@ -289,7 +289,7 @@ describe('refused responses', () => {
       expect(res.status).toBe(401);
       expect(await lastFailure(u.id)).toMatchObject({ reason: 'counter_not_increased' });
     }
-    expect(await auditRows(u.id, 'passkey.clone_suspected')).toMatchObject([
+    expect(await auditRows(u.id, 'passkeys.suspect_clone')).toMatchObject([
       { status: 'failure', target: passkey.passkey_id, details: { stored_counter: 5 } },
       { status: 'failure', target: passkey.passkey_id, details: { stored_counter: 5 } },
     ]);
@@ -339,7 +339,7 @@ describe('refused responses', () => {
 });
 
 describe('managing passkeys', () => {
-  it('renames, deactivates (no login) and reactivates a passkey; deleting it ends its logins (event passkey.removed)', async () => {
+  it('renames, deactivates (no login) and reactivates a passkey; deleting it ends its logins (event passkeys.removed)', async () => {
     const u = await registerUser(s.api);
     const { auth, passkey } = await addPasskey(u, 'Phone');
     const path = `/auth/passkeys/${passkey.passkey_id}`;
@@ -355,27 +355,27 @@ describe('managing passkeys', () => {
     expect((await beginLogin(u.username)).options.allowCredentials?.map((c) => c.id)).not.toContain(auth.id);
     expect((await s.api('PATCH', path, { token: u.token, body: { active: true } })).body.active).toBe(true);
     expect((await login(auth)).status).toBe(200);
-    expect((await auditRows(u.id, 'passkey.update')).map((r) => r.details)).toEqual([{ name: 'Work phone' }, { active: false }, { active: true }]);
+    expect((await auditRows(u.id, 'passkeys.update')).map((r) => r.details)).toEqual([{ name: 'Work phone' }, { active: false }, { active: true }]);
 
     expect((await s.api('DELETE', path, { token: u.token })).status).toBe(204);
     // Deleting it again is harmless, as revoking a share or an API key again is: nothing more happens.
     expect((await s.api('DELETE', path, { token: u.token })).status).toBe(204);
-    expect(await auditRows(u.id, 'passkey.remove')).toHaveLength(1);
+    expect(await auditRows(u.id, 'passkeys.remove')).toHaveLength(1);
     // A deleted credential is unknown: the failure is audited without an account.
     const unknown = () =>
       s.c
         .db('audit_logs')
         .whereNull('user_id')
-        .where({ action: 'auth.login' })
+        .where({ action: 'sessions.login' })
         .whereRaw(`details->>'reason' = 'unknown_credential'`)
         .count<{ count: string }[]>({ count: '*' });
     const before = Number((await unknown())[0].count);
     expect((await login(auth)).status).toBe(401);
     expect(Number((await unknown())[0].count)).toBe(before + 1);
     expect((await s.api('GET', '/auth/passkeys/list', { token: u.token })).body.total).toBe(0);
-    const events = await s.api('GET', '/events/history?types=passkey.removed', { token: u.token });
-    expect(events.body.items).toMatchObject([{ type: 'passkey.removed', data: { passkey_id: passkey.passkey_id } }]);
-    expect(await auditRows(u.id, 'passkey.remove')).toMatchObject([{ status: 'success', target: passkey.passkey_id }]);
+    const events = await s.api('GET', '/events/history?types=passkeys.removed', { token: u.token });
+    expect(events.body.items).toMatchObject([{ type: 'passkeys.removed', data: { passkey_id: passkey.passkey_id } }]);
+    expect(await auditRows(u.id, 'passkeys.remove')).toMatchObject([{ status: 'success', target: passkey.passkey_id }]);
   });
 
   it('takes the state in words (active or inactive), and says which fields an empty or contradictory change may name', async () => {
@@ -410,7 +410,7 @@ describe('managing passkeys', () => {
     }
     const missing = await s.api('PATCH', '/auth/passkeys/00000000-0000-4000-8000-000000000000', { token: b.token, body: { name: 'x' } });
     expect([missing.status, missing.body.code]).toEqual([404, 'passkey_not_found']);
-    expect(await auditRows(b.id, 'passkey.access_denied')).toMatchObject([
+    expect(await auditRows(b.id, 'passkeys.deny_access')).toMatchObject([
       { status: 'failure', target: passkey.passkey_id, details: { reason: 'not_owner' } },
       { status: 'failure', target: passkey.passkey_id, details: { reason: 'not_owner' } },
     ]);
@@ -533,14 +533,14 @@ describe('login limits', () => {
     // Locked: the right passkey and the right password wait as well.
     expect((await login(auth)).status).toBe(429);
     expect((await s.api('POST', '/auth/login', { body: { identifier: u.username, password: u.password } })).status).toBe(429);
-    expect((await auditRows(u.id, 'auth.login')).filter((r) => r.details.reason === 'locked').length).toBeGreaterThan(0);
+    expect((await auditRows(u.id, 'sessions.login')).filter((r) => r.details.reason === 'locked').length).toBeGreaterThan(0);
   });
 
   it('refused passkey logins on a locked account add one audit row; the next login after the lock adds one summary', async () => {
     const u = await registerUser(s.api);
     const { auth } = await addPasskey(u);
     for (let i = 0; i < MAX_FAILURES; i++) expect((await login(auth, { origin: 'http://evil.localhost' })).status).toBe(401);
-    const before = (await auditRows(u.id, 'auth.login')).length;
+    const before = (await auditRows(u.id, 'sessions.login')).length;
     const begun = await Promise.all(Array.from({ length: 40 }, () => beginLogin()));
     const refused = await Promise.all(
       begun.map((b) =>
@@ -548,11 +548,11 @@ describe('login limits', () => {
       ),
     );
     expect(refused.every((r) => r.status === 429)).toBe(true);
-    expect((await auditRows(u.id, 'auth.login')).slice(before).map((r) => r.details)).toEqual([{ method: 'passkey', reason: 'locked' }]);
+    expect((await auditRows(u.id, 'sessions.login')).slice(before).map((r) => r.details)).toEqual([{ method: 'passkey', reason: 'locked' }]);
 
     await s.c.limiters.loginAccount.delete(`user:${u.id}`);
     expect((await login(auth)).status).toBe(200);
-    const after = (await auditRows(u.id, 'auth.login')).slice(before);
+    const after = (await auditRows(u.id, 'sessions.login')).slice(before);
     expect(after.map((r) => [r.status, r.details.reason ?? null])).toEqual([
       ['failure', 'locked'],
       ['failure', 'locked'],

@@ -97,7 +97,7 @@ describe('password recovery by email', () => {
 
   it(`mails an account at most ${RESET_MAILS_PER_HOUR} resets an hour, whoever asks: the requests past it are audited as one row and one summary`, async () => {
     const u = await registerUser(s.api);
-    const rows = () => s.c.db('audit_logs').where({ chain: u.id, action: 'auth.forgot_password' }).orderBy('sequence');
+    const rows = () => s.c.db('audit_logs').where({ chain: u.id, action: 'passwords.request_reset' }).orderBy('sequence');
     // What the request-password-reset job does for each POST /auth/forgot-password, from addresses without number.
     const ask = (i: number) => issuePasswordReset(s.c, u.email, { ip: `203.0.113.${i % 250}`, requestId: randomUUID(), clientRequestId: `FORGED-${i}` });
     for (let i = 0; i < RESET_MAILS_PER_HOUR + 20; i++) await ask(i);
@@ -189,9 +189,9 @@ describe('password recovery by email', () => {
     expect(mail.text).toMatch(/partner API key/);
     expect(mail.text).not.toContain(planted.apiKey);
 
-    const audit = await s.c.db('audit_logs').where({ user_id: u.id, action: 'auth.reset_password', status: 'success' }).first();
+    const audit = await s.c.db('audit_logs').where({ user_id: u.id, action: 'passwords.reset', status: 'success' }).first();
     expect(audit.details).toMatchObject({ partner_keys_revoked: 1, api_keys_revoked: 1, api_key_shares_revoked: 1, passkeys_deactivated: 1 });
-    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'api_key.revoked' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'api_keys.revoke' })).toHaveLength(1);
 
     // The owner signs in with the new password and re-enables the passkey she recognises.
     const session = await login(s.api, { username: u.username, password: 'an entirely new password' });

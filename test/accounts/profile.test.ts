@@ -47,7 +47,7 @@ describe('profile', () => {
     expect((await s.api('GET', '/auth/me', { token: ok.body.session.token })).status).toBe(200);
     // the partner key does not outlive the password it was issued under
     expect((await s.api('GET', '/auth/me', { token: u.apiKey })).status).toBe(401);
-    const revoked = await s.c.db('audit_logs').where({ user_id: u.id, action: 'profile.change_password', status: 'success' }).first();
+    const revoked = await s.c.db('audit_logs').where({ user_id: u.id, action: 'passwords.change', status: 'success' }).first();
     expect(revoked.details).toEqual({ partner_keys_revoked: 1, email_changes_voided: 0 });
   });
 
@@ -71,9 +71,9 @@ describe('profile', () => {
     const res = await s.api('GET', '/profile/recent-activity?page_size=5', { token: u.token });
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ page: 1, page_size: 5, total: 2 });
-    expect(res.body.items.map((i: { action: string }) => i.action)).toEqual(['profile.update_rotation_days', 'partner.register']);
+    expect(res.body.items.map((i: { action: string }) => i.action)).toEqual(['profiles.update_rotation_days', 'partners.register']);
     const theirs = await s.api('GET', '/profile/recent-activity', { token: other.token });
-    expect(theirs.body.items.map((i: { action: string }) => i.action)).toEqual(['partner.register']);
+    expect(theirs.body.items.map((i: { action: string }) => i.action)).toEqual(['partners.register']);
   });
 
   it('deletes an account: sessions and keys die, the name is free again, audit rows stay', async () => {
@@ -86,7 +86,7 @@ describe('profile', () => {
     expect((await s.api('GET', '/auth/me', { token: u.apiKey })).status).toBe(401);
     expect((await s.api('POST', '/auth/login', { body: { identifier: u.email, password: u.password } })).status).toBe(401);
     await registerUser(s.api, { username: u.username, email: u.email });
-    const audit = await s.c.db('audit_logs').where({ user_id: u.id, action: 'account.delete', status: 'success' });
+    const audit = await s.c.db('audit_logs').where({ user_id: u.id, action: 'accounts.delete', status: 'success' });
     expect(audit).toHaveLength(1);
   });
 
@@ -110,8 +110,8 @@ describe('audit log', () => {
     expect(all.body).toMatchObject({ page: 1, page_size: 2, total: 5 });
     expect(all.body.items).toHaveLength(2);
     const page3 = await s.api('GET', '/audit-logs?page_size=2&page=3', { token: u.token });
-    expect(page3.body.items.map((i: { action: string }) => i.action)).toEqual(['partner.register']);
-    const failures = await s.api('GET', '/audit-logs?action=auth.login&status=failure', { token: u.token });
+    expect(page3.body.items.map((i: { action: string }) => i.action)).toEqual(['partners.register']);
+    const failures = await s.api('GET', '/audit-logs?action=sessions.login&status=failure', { token: u.token });
     expect(failures.body.total).toBe(3);
     const prefix = await s.api('GET', '/audit-logs?action=auth.*', { token: u.token });
     expect(prefix.body.total).toBe(4);

@@ -96,7 +96,7 @@ describe('routes that add a credential need a recent sign-in', () => {
       expect(res.headers.get('content-type'), `${method} ${path}`).toMatch(/^application\/problem\+json/);
       expect(res.body.code, `${method} ${path}`).toBe('reauthentication_required');
     }
-    const denied = await s.c.db('audit_logs').where({ user_id: u.id, action: 'auth.denied' }).whereRaw("details->>'reason' = 'reauthentication_required'");
+    const denied = await s.c.db('audit_logs').where({ user_id: u.id, action: 'sessions.deny' }).whereRaw("details->>'reason' = 'reauthentication_required'");
     expect(denied).toHaveLength(sudoCalls(t, u).length);
     // Nothing happened: no new key, the passkey stays inactive, the email and account stay.
     expect(await s.c.db('api_keys').where({ user_id: u.id })).toHaveLength(1);

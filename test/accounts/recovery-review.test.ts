@@ -143,10 +143,10 @@ describe('a password reset undoes the grants of the days before it', () => {
     expect(mail.text).toContain('webhook 127.0.0.1:9 (audit sink): paused');
     expect(mail.text).toMatch(/\/recovery-review/);
 
-    const audit = await s.c.db('audit_logs').where({ user_id: p.owner.id, action: 'auth.reset_password', status: 'success' }).first();
+    const audit = await s.c.db('audit_logs').where({ user_id: p.owner.id, action: 'passwords.reset', status: 'success' }).first();
     expect(audit.details).toMatchObject({ grants_undone_for_review: 5 });
-    expect(await s.c.db('audit_logs').where({ user_id: p.admin.id, action: 'organization.role_changed' })).toHaveLength(1);
-    expect(await s.c.db('audit_logs').where({ user_id: p.owner.id, action: 'team_access.approval_withdrawn' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: p.admin.id, action: 'organization_members.change_role' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: p.owner.id, action: 'team_links.withdraw_approval' })).toHaveLength(1);
   });
 
   it('keeps (restores) or removes each item once, with a recent sign-in, audited', async () => {
@@ -180,10 +180,10 @@ describe('a password reset undoes the grants of the days before it', () => {
     expect((await s.api('POST', '/organization/invitations/accept', { token: p.outsider.token, body: { token: p.outsiderToken } })).status).toBe(200);
 
     expect(await review(session, '?state=open')).toEqual([]);
-    const kept = await s.c.db('audit_logs').where({ user_id: p.owner.id, action: 'recovery_review.kept', status: 'success' });
+    const kept = await s.c.db('audit_logs').where({ user_id: p.owner.id, action: 'recovery_review_items.keep', status: 'success' });
     expect(kept).toHaveLength(4);
-    expect(await s.c.db('audit_logs').where({ user_id: p.owner.id, action: 'recovery_review.removed', status: 'success' })).toHaveLength(1);
-    expect(await s.c.db('audit_logs').where({ user_id: p.owner.id, action: 'recovery_review.kept', status: 'failure' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: p.owner.id, action: 'recovery_review_items.remove', status: 'success' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: p.owner.id, action: 'recovery_review_items.keep', status: 'failure' })).toHaveLength(1);
 
     // Deciding needs a recent sign-in too.
     clock.advance(s.config.recentSignInSeconds * 1000 + 60_000);
@@ -202,7 +202,7 @@ describe('a password reset undoes the grants of the days before it', () => {
     expect([theirs.status, theirs.body.code]).toEqual([404, 'review_item_not_found']);
     const unknown = await s.api('POST', `/profile/recovery-review/${randomUUID()}/remove`, { token: stranger.token });
     expect([unknown.status, unknown.body.code]).toEqual([404, 'review_item_not_found']);
-    expect(await s.c.db('audit_logs').where({ user_id: stranger.id, action: 'recovery_review_item.access_denied' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: stranger.id, action: 'recovery_review_items.deny_access' })).toHaveLength(1);
     expect((await s.api('POST', '/profile/recovery-review/not-a-uuid/keep', { token: stranger.token })).status).toBe(422);
     expect(await review(stranger.token)).toEqual([]);
     // Nothing was decided by the stranger's tries.

@@ -13,6 +13,7 @@ import { EvidenceVerifier, GENESIS, linkHash, rowDigest, type ExportLine, type J
 import { checkpointChains, verifyChain } from '../../lib/audit/audit-evidence';
 import { AUDIT_VERIFICATIONS_PER_HOUR } from '../../lib/auth/limiters';
 import * as m023 from '../../db/migrations/023_audit_chain';
+import type { AuditAction } from '../../lib/event-names';
 
 /** Audit evidence: the chain per account, signed checkpoints, the export and both verifiers. */
 let s: TestService;
@@ -51,7 +52,13 @@ async function verdicts(u: User): Promise<{ offline: Verdict; server: Verdict }>
 async function accountWithRows(n: number): Promise<User> {
   const u = await registerUser(s.api);
   for (let i = 0; i < n; i++)
-    await recordAudit(s.c.db, { user_id: u.id, action: 'test.row', status: 'success', target: `t${i}`, details: { i, nested: { b: [1, 2.5, 'x'], a: null } } });
+    await recordAudit(s.c.db, {
+      user_id: u.id,
+      action: 'test.row' as AuditAction,
+      status: 'success',
+      target: `t${i}`,
+      details: { i, nested: { b: [1, 2.5, 'x'], a: null } },
+    });
   return u;
 }
 
@@ -81,6 +88,7 @@ describe('the chain', () => {
       'sequence',
       'status',
       'target',
+      'target_label',
     ]);
 
     const { offline, server } = await verdicts(u);
@@ -90,7 +98,7 @@ describe('the chain', () => {
 
   it('puts rows without an account on the system chain', async () => {
     const before = (await s.c.db('audit_chains').where({ chain: 'system' }).first('sequence'))?.sequence ?? 0;
-    await recordAudit(s.c.db, { user_id: null, action: 'test.system', status: 'success' });
+    await recordAudit(s.c.db, { user_id: null, action: 'test.system' as AuditAction, status: 'success' });
     const row = await s.c.db('audit_logs').where({ action: 'test.system' }).first();
     expect(row).toMatchObject({ chain: 'system', sequence: before + 1 });
     expect((await verifyChain(s.c, 'system')).ok).toBe(true);
@@ -99,7 +107,7 @@ describe('the chain', () => {
   it('gives 50 concurrent audited requests of one account one unbroken chain', async () => {
     const owner = await registerUser(s.api);
     const eve = await registerUser(s.api);
-    const hook = await s.api('POST', '/webhooks', { token: owner.token, body: { url: 'http://127.0.0.1:9/a', event_types: ['key.expired'] } });
+    const hook = await s.api('POST', '/webhooks', { token: owner.token, body: { url: 'http://127.0.0.1:9/a', event_types: ['keys.expired'] } });
     const before = (await rowsOf(eve.id)).length;
     const answers = await Promise.all(Array.from({ length: 50 }, () => s.api('GET', `/webhooks/${hook.body.webhook_id}`, { token: eve.token })));
     expect(answers.every((a) => a.status === 404)).toBe(true);
@@ -107,9 +115,9 @@ describe('the chain', () => {
     await Promise.all(
       Array.from({ length: 20 }, (_, i) =>
         s.c.db.transaction(async (trx) => {
-          await recordAudit(trx, { user_id: eve.id, action: 'test.first', status: 'success', target: String(i) });
+          await recordAudit(trx, { user_id: eve.id, action: 'test.first' as AuditAction, status: 'success', target: String(i) });
           await new Promise((r) => setTimeout(r, Math.random() * 5));
-          await recordAudit(trx, { user_id: eve.id, action: 'test.second', status: 'success', target: String(i) });
+          await recordAudit(trx, { user_id: eve.id, action: 'test.second' as AuditAction, status: 'success', target: String(i) });
         }),
       ),
     );
@@ -137,12 +145,12 @@ describe('the chain', () => {
     const head = await s.c.db('audit_chains').where({ chain: u.id }).first();
     await expect(
       s.c.db.transaction(async (trx) => {
-        await recordAudit(trx, { user_id: u.id, action: 'test.rolled_back', status: 'success' });
+        await recordAudit(trx, { user_id: u.id, action: 'test.rolled_back' as AuditAction, status: 'success' });
         throw new Error('the change fails');
       }),
     ).rejects.toThrow('the change fails');
     expect(await s.c.db('audit_chains').where({ chain: u.id }).first()).toEqual(head);
-    await recordAudit(s.c.db, { user_id: u.id, action: 'test.after', status: 'success' });
+    await recordAudit(s.c.db, { user_id: u.id, action: 'test.after' as AuditAction, status: 'success' });
     const rows = await rowsOf(u.id);
     expect(rows[rows.length - 1]).toMatchObject({ sequence: head.sequence + 1, prev_hash: head.hash });
     expect(await s.c.db('audit_logs').where({ action: 'test.rolled_back' })).toEqual([]);
@@ -204,7 +212,7 @@ describe('the migration', () => {
     expect(one.created_at).toBe('2025-01-02T03:04:05.123456Z');
     expect(one.digest).toBe(rowDigest(one));
     expect(one.hash).toBe(linkHash({ chain: a.id, created_at: one.created_at, digest: one.digest, prev_hash: one.prev_hash, sequence: one.sequence }));
-    await recordAudit(db, { user_id: a.id, action: 'new.row', status: 'success' });
+    await recordAudit(db, { user_id: a.id, action: 'new.row' as AuditAction, status: 'success' });
     const { offline, server } = await verdicts(a);
     expect(offline).toMatchObject({ ok: true, rows: rows.length + 1 });
     expect(server.ok).toBe(true);
@@ -217,7 +225,7 @@ describe('checkpoints', () => {
     const u = await accountWithRows(3);
     const receiver = await startReceiver();
     try {
-      const hook = await s.api('POST', '/webhooks', { token: u.token, body: { url: receiver.url, event_types: ['audit.checkpoint'] } });
+      const hook = await s.api('POST', '/webhooks', { token: u.token, body: { url: receiver.url, event_types: ['audit_checkpoints.signed'] } });
       expect(hook.status).toBe(201);
       const { signed } = await checkpointChains(s.c);
       expect(signed).toBeGreaterThan(0);
@@ -238,8 +246,10 @@ describe('checkpoints', () => {
       const checked = await compactVerify(cp.jws, createLocalJWKSet(keys as never));
       expect(JSON.parse(new TextDecoder().decode(checked.payload))).toMatchObject({ chain: u.id, sequence: head.sequence, hash: head.hash });
 
-      const events = await s.api('GET', '/events/history?types=audit.checkpoint', { token: u.token });
-      expect(events.body.items).toMatchObject([{ type: 'audit.checkpoint', data: { sequence: head.sequence, hash: head.hash, kid: stored.kid, jws: cp.jws } }]);
+      const events = await s.api('GET', '/events/history?types=audit_checkpoints.signed', { token: u.token });
+      expect(events.body.items).toMatchObject([
+        { type: 'audit_checkpoints.signed', data: { sequence: head.sequence, hash: head.hash, kid: stored.kid, jws: cp.jws } },
+      ]);
 
       await expect.poll(() => receiver.received.length, { timeout: 15_000 }).toBeGreaterThan(0);
       const delivery = receiver.received[0];
@@ -247,7 +257,7 @@ describe('checkpoints', () => {
         type: string;
         data: { jws: string };
       };
-      expect(payload.type).toBe('audit.checkpoint');
+      expect(payload.type).toBe('audit_checkpoints.signed');
       const fromHook = await compactVerify(payload.data.jws, createLocalJWKSet(keys as never));
       expect(JSON.parse(new TextDecoder().decode(fromHook.payload))).toMatchObject({ sequence: head.sequence });
 
@@ -263,7 +273,7 @@ describe('checkpoints', () => {
     const u = await accountWithRows(1);
     await checkpointChains(s.c);
     const first = await s.c.db('audit_signing_keys').whereNull('retired_at').first();
-    await recordAudit(s.c.db, { user_id: u.id, action: 'test.later', status: 'success' });
+    await recordAudit(s.c.db, { user_id: u.id, action: 'test.later' as AuditAction, status: 'success' });
     await withClockAhead(s.c.clock as ManualClockFollowingTime, 91 * 86400_000, () => checkpointChains(s.c));
     const keys = await jwks();
     const old = keys.keys.find((k) => k.kid === first.kid) as unknown as { retired_at: string | null };
@@ -389,10 +399,10 @@ describe('tampering done directly in Postgres', () => {
     const u = await accountWithRows(2);
     await recordAudit(
       s.c.db,
-      { user_id: u.id, action: 'test.client_id', status: 'success' },
+      { user_id: u.id, action: 'test.client_id' as AuditAction, status: 'success' },
       { ip: '192.0.2.1', requestId: 'ours', clientRequestId: 'theirs:1' },
     );
-    await recordAudit(s.c.db, { user_id: u.id, action: 'test.row', status: 'success' });
+    await recordAudit(s.c.db, { user_id: u.id, action: 'test.row' as AuditAction, status: 'success' });
     const [withId] = await s.c.db('audit_logs').where({ chain: u.id, action: 'test.client_id' });
     expect(withId).toMatchObject({ request_id: 'ours', client_request_id: 'theirs:1' });
     expect((await exportOf(u.token)).find((l) => l.type === 'row' && l.sequence === withId.sequence)).toMatchObject({ client_request_id: 'theirs:1' });
@@ -413,7 +423,11 @@ describe('tampering done directly in Postgres', () => {
     expect((await verdicts(u)).offline.ok).toBe(true);
     // Only the form the API keeps is stored (migration 031).
     await expect(
-      recordAudit(s.c.db, { user_id: u.id, action: 'test.client_id', status: 'success' }, { ip: null, request_id: 'ours', client_request_id: 'FORGED text' }),
+      recordAudit(
+        s.c.db,
+        { user_id: u.id, action: 'test.client_id' as AuditAction, status: 'success' },
+        { ip: null, request_id: 'ours', client_request_id: 'FORGED text' },
+      ),
     ).rejects.toMatchObject({ code: '23514' });
   });
 
@@ -537,7 +551,7 @@ describe('kms audit export and verify', () => {
   it('exports, resumes an interrupted file, verifies offline with saved keys, and exits 1 at the row an edit broke', async () => {
     const u = await accountWithRows(8);
     await checkpointChains(s.c);
-    await recordAudit(s.c.db, { user_id: u.id, action: 'test.after_checkpoint', status: 'success' });
+    await recordAudit(s.c.db, { user_id: u.id, action: 'test.after_checkpoint' as AuditAction, status: 'success' });
     const dir = await mkdtemp(join(tmpdir(), 'kms-audit-'));
     try {
       const env = { KMS_API_KEY: u.apiKey };

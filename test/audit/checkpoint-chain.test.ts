@@ -8,6 +8,7 @@ import { registerUser, startTestService, type TestService } from '../support/ser
 import { recordAudit } from '../../db/audit';
 import { EvidenceVerifier, checkpointLink, type Jwk, type Verdict } from '../../lib/audit-chain';
 import { checkpointChains, exportChain } from '../../lib/audit/audit-evidence';
+import type { AuditAction } from '../../lib/event-names';
 
 /**
  * The checkpoint signer signs only heads that extend what it signed before (docs/audit-evidence.md, "Who
@@ -37,7 +38,13 @@ const headOf = async (chain: string): Promise<number> => Number((await s.c.db('a
 /** Audit rows on `chain` (an account id, or `system`) until its head is at `sequence`. */
 async function rowsUpTo(chain: string, sequence: number): Promise<void> {
   for (let n = await headOf(chain); n < sequence; n++)
-    await recordAudit(s.c.db, { user_id: chain === 'system' ? null : chain, action: 'test.row', status: 'success', target: `t${n + 1}`, details: { n } });
+    await recordAudit(s.c.db, {
+      user_id: chain === 'system' ? null : chain,
+      action: 'test.row' as AuditAction,
+      status: 'success',
+      target: `t${n + 1}`,
+      details: { n },
+    });
   expect(await headOf(chain)).toBe(sequence);
 }
 
@@ -124,14 +131,14 @@ describe('the signer', () => {
     });
   });
 
-  it('refuses to sign a chain rewritten after its checkpoint (rows deleted, renumbered, linked again, checkpoints deleted) and raises audit.chain_broken', async () => {
+  it('refuses to sign a chain rewritten after its checkpoint (rows deleted, renumbered, linked again, checkpoints deleted) and raises audit_chains.broken', async () => {
     const u = await registerUser(s.api);
     const op = await admin();
     await rowsUpTo(u.id, 16);
     await checkpointChains(s.c);
     await rowsUpTo(u.id, 22);
-    // What the customer keeps: their audit.checkpoint events, and the published keys.
-    const events = (await s.api('GET', '/events/history?types=audit.checkpoint', { token: u.token })).body.items as { data: { sequence: number } }[];
+    // What the customer keeps: their audit_checkpoints.signed events, and the published keys.
+    const events = (await s.api('GET', '/events/history?types=audit_checkpoints.signed', { token: u.token })).body.items as { data: { sequence: number } }[];
     expect(events.map((e) => e.data.sequence)).toEqual([16]);
     const dir = await mkdtemp(join(tmpdir(), 'kms-kept-'));
     try {
@@ -140,7 +147,7 @@ describe('the signer', () => {
       await writeFile(keptFile, events.map((e) => `${JSON.stringify(e)}\n`).join(''));
 
       await rewrite(u.id, 16, 19);
-      await recordAudit(s.c.db, { user_id: u.id, action: 'test.after', status: 'success' });
+      await recordAudit(s.c.db, { user_id: u.id, action: 'test.after' as AuditAction, status: 'success' });
       expect(await headOf(u.id)).toBe(19);
       // The stored evidence alone holds together: only what was signed before shows the rewrite.
       expect(await offline(u.id)).toMatchObject({ ok: true, checkpoints: 0 });
@@ -149,9 +156,9 @@ describe('the signer', () => {
       await checkpointChains(s.c);
       expect(await checkpointsOf(u.id)).toEqual([]);
       expect(await breaks('account')).toBe(before + 1);
-      const broken = await s.api('GET', '/events/history?types=audit.chain_broken', { token: u.token });
+      const broken = await s.api('GET', '/events/history?types=audit_chains.broken', { token: u.token });
       expect(broken.body.items).toMatchObject([
-        { type: 'audit.chain_broken', data: { sequence: 16, reason: expect.stringMatching(/Row 16 is not the row its signed checkpoint covers/) } },
+        { type: 'audit_chains.broken', data: { sequence: 16, reason: expect.stringMatching(/Row 16 is not the row its signed checkpoint covers/) } },
       ]);
       const status = await s.api('GET', '/status', { token: op.token });
       expect(status.body).toMatchObject({ status: 'degraded', audit_chains: { broken: 1, chains: [{ chain: u.id, sequence: 16 }] } });
@@ -159,10 +166,10 @@ describe('the signer', () => {
       expect(verify.body).toMatchObject({ ok: false, first_break: { sequence: 16 } });
 
       // Every later run refuses again, and tells the account once.
-      await recordAudit(s.c.db, { user_id: u.id, action: 'test.later', status: 'success' });
+      await recordAudit(s.c.db, { user_id: u.id, action: 'test.later' as AuditAction, status: 'success' });
       await checkpointChains(s.c);
       expect(await checkpointsOf(u.id)).toEqual([]);
-      expect((await s.api('GET', '/events/history?types=audit.chain_broken', { token: u.token })).body.items).toHaveLength(1);
+      expect((await s.api('GET', '/events/history?types=audit_chains.broken', { token: u.token })).body.items).toHaveLength(1);
 
       // Offline, with the checkpoints the customer kept: broken at the first row they contradict.
       expect((await kms(['audit', 'export', '-o', exportFile], { KMS_API_KEY: u.apiKey })).code).toBe(0);

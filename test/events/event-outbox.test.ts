@@ -16,18 +16,18 @@ afterAll(async () => {
   await redis?.stop();
 });
 
-const history = async (token: string) => (await s.api('GET', '/events/history?types=key.rotated', { token })).body.items as { data: { n: number } }[];
+const history = async (token: string) => (await s.api('GET', '/events/history?types=keys.rotated', { token })).body.items as { data: { n: number } }[];
 
 describe('account events while Redis is down', () => {
   it('wait in the outbox and are published when Redis is back: in order, each once', async () => {
     const u = await registerUser(s.api);
-    await emitEvent(s.c, u.id, 'key.rotated', { n: 1 });
+    await emitEvent(s.c, u.id, 'keys.rotated', { n: 1 });
     await redis.stop();
     // The changes happened: their events must not be lost, and emitting must not fail.
-    await emitEvent(s.c, u.id, 'key.rotated', { n: 2 });
+    await emitEvent(s.c, u.id, 'keys.rotated', { n: 2 });
     await emitEvents(s.c, u.id, [
-      { type: 'key.rotated', data: { n: 3 } },
-      { type: 'key.rotated', data: { n: 4 } },
+      { type: 'keys.rotated', data: { n: 3 } },
+      { type: 'keys.rotated', data: { n: 4 } },
     ]);
     expect(Number((await s.c.db('event_outbox').where({ user_id: u.id }).count<{ n: string }>({ n: '*' }).first())!.n)).toBe(3);
 
@@ -42,14 +42,14 @@ describe('account events while Redis is down', () => {
     expect(Number((await s.c.db('event_outbox').count<{ n: string }>({ n: '*' }).where({ user_id: u.id }).first())!.n)).toBe(0);
 
     // A relayer that published but could not delete its rows does not publish them twice.
-    await emitEvent(s.c, u.id, 'key.rotated', { n: 5 });
+    await emitEvent(s.c, u.id, 'keys.rotated', { n: 5 });
     expect((await history(u.token)).map((e) => e.data.n).reverse()).toEqual([2, 3, 4, 5]);
   });
 
   it('an event heard by several processes (the same once key) is published once', async () => {
     const u = await registerUser(s.api);
     const once = { key: besideStream(s.c.config.redisPrefix, u.id, 'test-once', s.c.redis.isCluster), seconds: 60 };
-    await Promise.all([1, 2, 3].map(() => emitEvent(s.c, u.id, 'key.rotated', { n: 1 }, once)));
+    await Promise.all([1, 2, 3].map(() => emitEvent(s.c, u.id, 'keys.rotated', { n: 1 }, once)));
     expect(await history(u.token)).toHaveLength(1);
   });
 });

@@ -80,8 +80,8 @@ function subscribe(base: string, token: string, opts: { lastEventId?: string; qu
   };
 }
 
-/** Key and job events only: audit.recorded events arrive too, a moment later (see webhooks.test.ts). */
-const KEYS_AND_JOBS = '?types=key.generated,key.rotated,key.disabled,job.completed,job.failed';
+/** Key and job events only: audit_logs.recorded events arrive too, a moment later (see webhooks.test.ts). */
+const KEYS_AND_JOBS = '?types=keys.generated,keys.rotated,keys.disabled,jobs.completed,jobs.failed';
 
 const rotate = (token: string, fingerprint: string) => s.api('POST', `/keys/${fingerprint}/rotate`, { token, headers: { prefer: 'wait=30' }, body: {} });
 
@@ -93,7 +93,7 @@ describe('GET /events', () => {
     await expect.poll(() => live.frames.some((f) => f.retry), { timeout: 5000 }).toBe(true);
     expect((await rotate(u.token, key.fingerprint)).status).toBe(200);
     const [rotated] = await live.until(1);
-    expect(rotated).toMatchObject({ type: 'key.rotated', account: u.id, data: { lineage_id: key.lineage_id, old_fingerprint: key.fingerprint } });
+    expect(rotated).toMatchObject({ type: 'keys.rotated', account: u.id, data: { lineage_id: key.lineage_id, old_fingerprint: key.fingerprint } });
     expect(JSON.stringify(rotated)).not.toMatch(/passphrase|sealed|secret/);
     await live.close();
 
@@ -103,27 +103,27 @@ describe('GET /events', () => {
 
     const resumed = subscribe(otherUrl, u.token, { lastEventId: rotated.id, query: KEYS_AND_JOBS });
     const missed = await resumed.until(4);
-    expect(missed.map((e) => e.type)).toEqual(['job.completed', 'key.rotated', 'job.completed', 'key.disabled']);
+    expect(missed.map((e) => e.type)).toEqual(['jobs.completed', 'keys.rotated', 'jobs.completed', 'keys.disabled']);
     // Then live on that process too.
     await encrypt(s.api, u.token, (await createKey(s.api, u.token, { label: 'second' })).fingerprint, [{ name: 'a.bin', data: randomBytes(10) }]);
     const later = await resumed.until(6);
-    expect(later.slice(4).map((e) => e.type)).toEqual(['key.generated', 'job.completed']);
+    expect(later.slice(4).map((e) => e.type)).toEqual(['keys.generated', 'jobs.completed']);
     await resumed.close();
   });
 
   it("never carries another account's events, and filters by type", async () => {
     const a = await registerUser(s.api);
     const b = await registerUser(s.api);
-    const onlyJobs = subscribe(s.url, a.token, { query: '?types=job.completed,job.failed' });
+    const onlyJobs = subscribe(s.url, a.token, { query: '?types=jobs.completed,jobs.failed' });
     const bStream = subscribe(s.url, b.token);
     await expect.poll(() => onlyJobs.frames.length && bStream.frames.length, { timeout: 5000 }).toBeTruthy();
     const key = await createKey(s.api, a.token);
     await encrypt(s.api, a.token, key.fingerprint, [{ name: 'a.bin', data: randomBytes(10) }]);
     const events = await onlyJobs.until(1);
-    expect(events.map((e) => e.type)).toEqual(['job.completed']);
+    expect(events.map((e) => e.type)).toEqual(['jobs.completed']);
     await new Promise((r) => setTimeout(r, 300));
     // b's stream may carry b's own events (its registration's audit row is relayed asynchronously), never a's.
-    expect(bStream.events().filter((e) => e.account !== b.id || e.type.startsWith('job.') || e.type.startsWith('key.'))).toEqual([]);
+    expect(bStream.events().filter((e) => e.account !== b.id || e.type.startsWith('jobs.') || e.type.startsWith('keys.'))).toEqual([]);
     await onlyJobs.close();
     await bStream.close();
   });
@@ -131,8 +131,8 @@ describe('GET /events', () => {
   it('says so when the resume point is older than what the stream keeps (no silent gap), and refuses a malformed Last-Event-ID', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    const [first] = (await s.api('GET', '/events/history?types=key.generated', { token: u.token })).body.items;
-    expect(first.type).toBe('key.generated');
+    const [first] = (await s.api('GET', '/events/history?types=keys.generated', { token: u.token })).body.items;
+    expect(first.type).toBe('keys.generated');
     await rotate(u.token, key.fingerprint);
     await s.c.redis.xtrim(eventStream(s.config.redisPrefix, u.id, false), 'MAXLEN', 0);
     const resumed = subscribe(s.url, u.token, { lastEventId: first.id });
@@ -149,13 +149,13 @@ describe('job outcomes', () => {
     const u = await registerUser(s.api);
     const receiver = await startReceiver();
     try {
-      const hook = (await s.api('POST', '/webhooks', { token: u.token, body: { url: receiver.url, event_types: ['job.completed'] } })).body;
-      const live = subscribe(s.url, u.token, { query: '?types=job.completed' });
+      const hook = (await s.api('POST', '/webhooks', { token: u.token, body: { url: receiver.url, event_types: ['jobs.completed'] } })).body;
+      const live = subscribe(s.url, u.token, { query: '?types=jobs.completed' });
       await expect.poll(() => live.frames.some((f) => f.retry), { timeout: 5000 }).toBe(true);
       const key = await createKey(s.api, u.token);
       const job = await encrypt(s.api, u.token, key.fingerprint, [{ name: 'a.bin', data: randomBytes(10) }]);
       const [sse] = await live.until(1);
-      expect(sse).toMatchObject({ type: 'job.completed', data: { job_id: job.job_id } });
+      expect(sse).toMatchObject({ type: 'jobs.completed', data: { job_id: job.job_id } });
       await expect.poll(() => receiver.received.length, { timeout: 10_000 }).toBe(1);
       const hooked = new Webhook(hook.secret).verify(receiver.received[0].body, signedHeaders(receiver.received[0]));
       expect(hooked).toEqual(sse);
@@ -173,8 +173,8 @@ describe('watching for the end of a job (Prefer: wait)', () => {
     const watch = await watchJobEnd(s.c, u.id, jobId);
     try {
       expect(await watch.next(50)).toBe(false);
-      await emitEvent(s.c, u.id, 'job.completed', { job_id: randomUUID(), kind: 'encrypt', state: 'completed' }); // another job
-      await emitEvent(s.c, u.id, 'job.completed', { job_id: jobId, kind: 'encrypt', state: 'completed' });
+      await emitEvent(s.c, u.id, 'jobs.completed', { job_id: randomUUID(), kind: 'encrypt', state: 'completed' }); // another job
+      await emitEvent(s.c, u.id, 'jobs.completed', { job_id: jobId, kind: 'encrypt', state: 'completed' });
       await new Promise((resolve) => setTimeout(resolve, 300)); // delivered while no `next` is pending
       const asked = Date.now();
       expect(await watch.next(5000)).toBe(true);
@@ -193,15 +193,17 @@ describe('GET /events/history', () => {
     await rotate(u.token, key.fingerprint);
     await rotate(u.token, key.fingerprint);
     const all = (await s.api('GET', `/events/history${KEYS_AND_JOBS}&page_size=2`, { token: u.token })).body;
-    // key.generated, then per rotation job: key.rotated and job.completed.
+    // keys.generated, then per rotation job: keys.rotated and jobs.completed.
     expect(all.total).toBe(5);
-    expect(all.items.map((e: { type: string }) => e.type)).toEqual(['job.completed', 'key.rotated']);
-    const generated = (await s.api('GET', '/events/history?types=key.generated', { token: u.token })).body;
+    expect(all.items.map((e: { type: string }) => e.type)).toEqual(['jobs.completed', 'keys.rotated']);
+    const generated = (await s.api('GET', '/events/history?types=keys.generated', { token: u.token })).body;
     expect(generated.items).toHaveLength(1);
-    // Each of those changes wrote an audit row, announced as audit.recorded.
+    // Each of those changes wrote an audit row, announced as audit_logs.recorded.
     await expect
       .poll(async () =>
-        (await s.api('GET', '/events/history?types=audit.recorded', { token: u.token })).body.items.map((e: { data: { action: string } }) => e.data.action),
+        (await s.api('GET', '/events/history?types=audit_logs.recorded', { token: u.token })).body.items.map(
+          (e: { data: { action: string } }) => e.data.action,
+        ),
       )
       .toEqual(expect.arrayContaining(['keys.generate', 'keys.rotate']));
     const future = (await s.api('GET', `/events/history?from=${new Date(Date.now() + 60_000).toISOString()}`, { token: u.token })).body;

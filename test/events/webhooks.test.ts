@@ -28,7 +28,7 @@ async function receiver(answers?: (number | 'hang')[], headers?: Record<string, 
 }
 
 /** Tests that send pings subscribe to a type nothing here emits: `webhook.test` reaches every endpoint. */
-const PINGS_ONLY = { event_types: ['key.expired'] };
+const PINGS_ONLY = { event_types: ['keys.expired'] };
 
 async function subscribe(token: string, url: string, body: Record<string, unknown> = {}) {
   const res = await s.api('POST', '/webhooks', { token, body: { url, ...body } });
@@ -42,9 +42,9 @@ describe('webhook endpoints', () => {
   it('creates, lists without the secret, updates and deletes; other accounts see 404', async () => {
     const u = await registerUser(s.api);
     const eve = await registerUser(s.api);
-    const hook = await subscribe(u.token, 'http://127.0.0.1:9/a', { event_types: ['key.generated', 'key.generated'], description: 'ops' });
+    const hook = await subscribe(u.token, 'http://127.0.0.1:9/a', { event_types: ['keys.generated', 'keys.generated'], description: 'ops' });
     expect(hook.secret).toMatch(/^whsec_[A-Za-z0-9+/]{43}=$/);
-    expect(hook.event_types).toEqual(['key.generated']);
+    expect(hook.event_types).toEqual(['keys.generated']);
 
     const list = await s.api('GET', '/webhooks', { token: u.token });
     expect(list.body).toMatchObject({ items: [{ webhook_id: hook.webhook_id }], page: 1, page_size: 20, total: 1 });
@@ -70,13 +70,13 @@ describe('webhook endpoints', () => {
       });
       expect(res.status, `${method} ${path}`).toBe(404);
     }
-    const denied = await s.c.db('audit_logs').where({ user_id: eve.id, action: 'webhook.access_denied' });
+    const denied = await s.c.db('audit_logs').where({ user_id: eve.id, action: 'webhooks.deny_access' });
     expect(denied.length).toBeGreaterThanOrEqual(6);
 
     expect((await s.api('DELETE', `/webhooks/${hook.webhook_id}`, { token: u.token })).status).toBe(204);
     expect((await s.api('GET', `/webhooks/${hook.webhook_id}`, { token: u.token })).status).toBe(404);
     const actions = (await s.c.db('audit_logs').where({ user_id: u.id }).pluck('action')) as string[];
-    expect(actions).toEqual(expect.arrayContaining(['webhook.created', 'webhook.updated', 'webhook.deleted']));
+    expect(actions).toEqual(expect.arrayContaining(['webhooks.create', 'webhooks.update', 'webhooks.delete']));
     expect(JSON.stringify(await s.c.db('audit_logs').where({ user_id: u.id }))).not.toContain(hook.secret);
   });
 
@@ -86,7 +86,7 @@ describe('webhook endpoints', () => {
     // the account (their creations', 20 × 20), filling the notify queue that later tests deliver through.
     const answers = await Promise.all(
       Array.from({ length: 25 }, (_, i) =>
-        s.api('POST', '/webhooks', { token: u.token, body: { url: `http://127.0.0.1:9/${i}`, event_types: ['key.expired'] } }),
+        s.api('POST', '/webhooks', { token: u.token, body: { url: `http://127.0.0.1:9/${i}`, event_types: ['keys.expired'] } }),
       ),
     );
     expect(answers.filter((a) => a.status === 201)).toHaveLength(20);
@@ -106,14 +106,14 @@ describe('deliveries', () => {
     const u = await registerUser(s.api);
     const r = await receiver();
     const other = await receiver();
-    const hook = await subscribe(u.token, r.url, { event_types: ['key.generated'] });
-    await subscribe(u.token, other.url, { event_types: ['key.rotated'] });
+    const hook = await subscribe(u.token, r.url, { event_types: ['keys.generated'] });
+    await subscribe(u.token, other.url, { event_types: ['keys.rotated'] });
     const key = await createKey(s.api, u.token);
 
     await expect.poll(() => r.received.length, { timeout: 10_000 }).toBe(1);
     const [got] = r.received;
     const event = new Webhook(hook.secret).verify(got.body, signedHeaders(got)) as { type: string; account: string; data: { fingerprint: string }; id: string };
-    expect(event).toMatchObject({ type: 'key.generated', account: u.id, data: { fingerprint: key.fingerprint } });
+    expect(event).toMatchObject({ type: 'keys.generated', account: u.id, data: { fingerprint: key.fingerprint } });
     expect(got.headers['content-type']).toBe('application/json');
     // A forged body or another secret does not verify.
     expect(() => new Webhook(hook.secret).verify(got.body.replace(u.id, '00000000-0000-4000-8000-000000000000'), signedHeaders(got))).toThrow();
@@ -121,7 +121,7 @@ describe('deliveries', () => {
 
     await expect.poll(async () => (await deliveriesOf(u.token, hook.webhook_id))[0]?.state).toBe('succeeded');
     const [d] = await deliveriesOf(u.token, hook.webhook_id);
-    expect(d).toMatchObject({ delivery_id: got.headers['webhook-id'], event_id: event.id, event_type: 'key.generated', attempts: 1 });
+    expect(d).toMatchObject({ delivery_id: got.headers['webhook-id'], event_id: event.id, event_type: 'keys.generated', attempts: 1 });
     expect(d.attempt_log).toEqual([expect.objectContaining({ status_code: 200, error: null })]);
     expect(other.received).toHaveLength(0);
   });
@@ -131,7 +131,7 @@ describe('deliveries', () => {
     // A second container on the same database and Redis: what a worker process sees.
     const other = await createContainer(s.config, { log: s.c.log });
     try {
-      const event = (type: 'key.generated' | 'key.rotated') => ({
+      const event = (type: 'keys.generated' | 'keys.rotated') => ({
         id: `${Date.now()}-${Math.floor(Math.random() * 1e6)}`,
         type,
         created_at: new Date().toISOString(),
@@ -140,22 +140,22 @@ describe('deliveries', () => {
       });
       const queries: string[] = [];
       other.db.on('query', (q: { sql: string }) => queries.push(q.sql));
-      expect(await fanOut(other, event('key.generated'))).toBe(0);
-      expect(await fanOut(other, event('key.generated'))).toBe(0);
+      expect(await fanOut(other, event('keys.generated'))).toBe(0);
+      expect(await fanOut(other, event('keys.generated'))).toBe(0);
       // The second event was answered from what the process kept: one look at the endpoints in all.
       expect(queries.filter((q) => q.includes('webhook_endpoints'))).toHaveLength(1);
 
-      const hook = await subscribe(u.token, 'http://127.0.0.1:9/x', { event_types: ['key.generated'] });
-      expect(await fanOut(other, event('key.generated'))).toBe(1);
-      expect(await fanOut(other, event('key.rotated'))).toBe(0);
-      await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { event_types: ['key.rotated'] } });
-      expect(await fanOut(other, event('key.rotated'))).toBe(1);
+      const hook = await subscribe(u.token, 'http://127.0.0.1:9/x', { event_types: ['keys.generated'] });
+      expect(await fanOut(other, event('keys.generated'))).toBe(1);
+      expect(await fanOut(other, event('keys.rotated'))).toBe(0);
+      await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { event_types: ['keys.rotated'] } });
+      expect(await fanOut(other, event('keys.rotated'))).toBe(1);
       await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { enabled: false } });
-      expect(await fanOut(other, event('key.rotated'))).toBe(0);
+      expect(await fanOut(other, event('keys.rotated'))).toBe(0);
       await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { enabled: true } });
-      expect(await fanOut(other, event('key.rotated'))).toBe(1);
+      expect(await fanOut(other, event('keys.rotated'))).toBe(1);
       expect((await s.api('DELETE', `/webhooks/${hook.webhook_id}`, { token: u.token })).status).toBe(204);
-      expect(await fanOut(other, event('key.rotated'))).toBe(0);
+      expect(await fanOut(other, event('keys.rotated'))).toBe(0);
     } finally {
       await other.close();
     }
@@ -164,11 +164,11 @@ describe('deliveries', () => {
   it('delivers events of the schedulers too: a key expiry warning from the expiry sweep', async () => {
     const u = await registerUser(s.api);
     const r = await receiver();
-    await subscribe(u.token, r.url, { event_types: ['key.expiring'] });
+    await subscribe(u.token, r.url, { event_types: ['keys.expiry_warned'] });
     const key = await createKey(s.api, u.token, { expires_in_days: '20' });
     await s.c.jobs.enqueue('expiry-sweep', {});
     await expect.poll(() => r.received.length, { timeout: 10_000 }).toBe(1);
-    expect(JSON.parse(r.received[0].body)).toMatchObject({ type: 'key.expiring', account: u.id, data: { fingerprint: key.fingerprint, lead_days: 30 } });
+    expect(JSON.parse(r.received[0].body)).toMatchObject({ type: 'keys.expiry_warned', account: u.id, data: { fingerprint: key.fingerprint, lead_days: 30 } });
   });
 
   it('retries a failing receiver on the schedule with the same webhook-id, then succeeds', async () => {
@@ -232,7 +232,7 @@ describe('deliveries', () => {
     await createKey(s.api, u.token, { label: 'second' });
     await new Promise((done) => setTimeout(done, 500));
     expect(r.received).toHaveLength(1);
-    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'webhook.disabled' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'webhooks.disable' })).toHaveLength(1);
     // Enabling it again clears the reason.
     expect((await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { enabled: true } })).body).toMatchObject({
       enabled: true,
@@ -280,14 +280,18 @@ describe('deliveries', () => {
     expect(new Webhook(fresh).verify(after.body, signedHeaders(after))).toBeTruthy();
   });
 
-  it('announces committed audit rows as audit.recorded events', async () => {
+  it('announces committed audit rows as audit_logs.recorded events', async () => {
     const u = await registerUser(s.api);
     const r = await receiver();
-    const hook = await subscribe(u.token, r.url, { event_types: ['audit.recorded'] });
+    const hook = await subscribe(u.token, r.url, { event_types: ['audit_logs.recorded'] });
     await s.api('PATCH', `/webhooks/${hook.webhook_id}`, { token: u.token, body: { description: 'changed' } });
-    await expect.poll(() => r.received.map((x) => JSON.parse(x.body).data.action), { timeout: 10_000 }).toContain('webhook.updated');
-    const event = JSON.parse(r.received.find((x) => JSON.parse(x.body).data.action === 'webhook.updated')!.body);
-    expect(event).toMatchObject({ type: 'audit.recorded', account: u.id, data: { action: 'webhook.updated', status: 'success', target: hook.webhook_id } });
+    await expect.poll(() => r.received.map((x) => JSON.parse(x.body).data.action), { timeout: 10_000 }).toContain('webhooks.update');
+    const event = JSON.parse(r.received.find((x) => JSON.parse(x.body).data.action === 'webhooks.update')!.body);
+    expect(event).toMatchObject({
+      type: 'audit_logs.recorded',
+      account: u.id,
+      data: { action: 'webhooks.update', status: 'success', target: hook.webhook_id },
+    });
     // Exactly once each, though every API and scheduler process listens.
     const ids = r.received.map((x) => JSON.parse(x.body).data.audit_id);
     expect(new Set(ids).size).toBe(ids.length);

@@ -325,7 +325,7 @@ describe('kms command line', { timeout: 90_000 }, () => {
 
   it('submits without downloading, then waits for and downloads the job; follows events', async () => {
     json(await kms(['login', '-u', user.username, '--password-stdin', '--json'], { stdin: user.password }));
-    const events = spawn(process.execPath, [BIN, 'events', '--types', 'key.generated', '--json'], {
+    const events = spawn(process.execPath, [BIN, 'events', '--types', 'keys.generated', '--json'], {
       env: { PATH: process.env.PATH!, HOME: home, XDG_CONFIG_HOME: join(home, 'config'), KMS_URL: s.url },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -348,7 +348,7 @@ describe('kms command line', { timeout: 90_000 }, () => {
       const deadline = Date.now() + 10_000;
       while (!seen.includes(made.fingerprint) && Date.now() < deadline) await sleep(50);
       const line = seen.split('\n').find((l) => l.includes(made.fingerprint));
-      expect(line && JSON.parse(line)).toMatchObject({ type: 'key.generated', account: user.id });
+      expect(line && JSON.parse(line)).toMatchObject({ type: 'keys.generated', account: user.id });
     } finally {
       events.kill('SIGINT');
     }
@@ -608,10 +608,10 @@ describe('kms command line', { timeout: 90_000 }, () => {
     expect(json(await kms(['profile', 'update', '--no-company', '--json'], { env }))).toMatchObject({ company_name: null });
     expect((await kms(['profile', 'update'], { env })).code).toBe(2);
 
-    const logins = json(await kms(['audit', '--action', 'auth.*', '--status', 'success', '--page-size', '5', '--json'], { env }));
+    const logins = json(await kms(['audit', '--action', 'sessions.*', '--status', 'success', '--page-size', '5', '--json'], { env }));
     expect(logins).toMatchObject({ page: 1, page_size: 5 });
-    expect(logins.items.map((e: { action: string }) => e.action)).toContain('auth.login');
-    expect(logins.items.every((e: { action: string; status: string }) => e.action.startsWith('auth.') && e.status === 'success')).toBe(true);
+    expect(logins.items.map((e: { action: string }) => e.action)).toContain('sessions.login');
+    expect(logins.items.every((e: { action: string; status: string }) => e.action.startsWith('sessions.') && e.status === 'success')).toBe(true);
     expect(ok(await kms(['audit'], { env })).stdout).toMatch(/created_at\s+action\s+status/);
     expect((await kms(['audit', '--status', 'maybe'], { env })).code).toBe(2);
 

@@ -249,7 +249,7 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
       encrypted.push({ name: file.suggestedFilename(), path: await file.path() });
     }
     expect(encrypted.map((e) => e.name).sort()).toEqual(['one.txt.gpg', 'two.bin.gpg']);
-    await expect.poll(() => watcher.locator('ul.live li[data-type="job.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(0);
+    await expect.poll(() => watcher.locator('ul.live li[data-type="jobs.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(0);
 
     // Decrypt what was downloaded, and get the originals back.
     await page.getByLabel('Decrypt').check();
@@ -265,7 +265,12 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
       const original = inputs.find((i) => file.suggestedFilename().startsWith(i.name.split('.')[0]))!;
       expect(Buffer.compare(await readFile(await file.path()), original.buffer), file.suggestedFilename()).toBe(0);
     }
-    await expect.poll(() => watcher.locator('ul.live li[data-type="job.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(1);
+    await expect.poll(() => watcher.locator('ul.live li[data-type="jobs.completed"]').count(), { timeout: 15_000 }).toBeGreaterThan(1);
+    // Each live event is a line in words with its time, not JSON.
+    const line = watcher.locator('ul.live li[data-type="jobs.completed"]').first();
+    expect(await line.locator('time').getAttribute('datetime')).toMatch(/^\d{4}-\d\d-\d\dT/);
+    expect(await line.innerText()).toMatch(/jobs\.completed — .*completed/);
+    expect(await line.innerText()).not.toContain('{');
     await accessible(watcher);
     // After a reload the recent jobs come from the event history.
     await page.reload();
@@ -274,9 +279,20 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
     // The audit log shows what was done, filtered.
     await page.getByRole('link', { name: 'Activity' }).click();
     await expect.poll(() => page.locator('table.audit').innerText()).toMatch(/keys\.encrypt/);
+    // The chooser offers every action and each family's prefix; the placeholder is a real action.
+    expect(await page.locator('#audit-actions option[value="keys.generate"]').count()).toBe(1);
+    expect(await page.locator('#audit-actions option[value="keys.*"]').count()).toBe(1);
+    expect(await page.getByLabel('Action').getAttribute('placeholder')).toBe('keys.rotate');
     await page.getByLabel('Action').fill('keys.generate');
     await page.getByRole('button', { name: 'Filter' }).click();
     await expect.poll(() => page.locator('table.audit caption').innerText()).toMatch(/^1 entries/);
+    // The target in words, its id on hover.
+    const target = page.locator('table.audit tbody tr td').nth(3);
+    expect(await target.getAttribute('title')).toMatch(/^[0-9A-F]{40}$/i);
+    expect(await target.innerText()).toMatch(/\([0-9A-F]{16}\)$/i);
+    await page.getByLabel('Action').fill('keys.');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await expect.poll(() => page.locator('table.audit caption').innerText()).not.toMatch(/^1 entries/);
     await accessible(page);
     expect(problems).toEqual([]);
     await watcher.close();
@@ -553,6 +569,13 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
     await page.locator('ul.api-key-shares').getByRole('button', { name: 'Revoke' }).click();
     await says(page, /Share link revoked\./);
     await expect.poll(() => page.locator('ul.api-key-shares').innerText()).toMatch(/ci reader: revoked/);
+    // A webhook that receives two event types, ticked from the list of every type.
+    expect(await page.locator('fieldset.event-types input[type="checkbox"]').count()).toBeGreaterThan(30);
+    await page.getByLabel('Endpoint URL').fill('http://127.0.0.1:9/console-hook');
+    await page.getByLabel('keys.rotated', { exact: true }).check();
+    await page.getByLabel('jobs.failed', { exact: true }).check();
+    await page.getByRole('button', { name: 'Add an endpoint' }).click();
+    await expect.poll(() => page.locator('section[aria-labelledby="webhooks-h"] ul').innerText()).toMatch(/console-hook.*keys\.rotated, jobs\.failed/);
     await accessible(page);
     // The 403 on the way was the API's answer, shown as a page change rather than an error.
     expect(problems.filter((p) => !/403/.test(p))).toEqual([]);

@@ -152,13 +152,13 @@ describe("another account's job", () => {
       expect(res.status).toBe(404);
       expect(JSON.stringify(res.body)).not.toContain('not_owner');
     }
-    const rows = await s.c.db('audit_logs').where({ user_id: intruder.id, action: 'job.access_denied' });
+    const rows = await s.c.db('audit_logs').where({ user_id: intruder.id, action: 'jobs.deny_access' });
     expect(rows).toHaveLength(2);
     expect(rows[0]).toMatchObject({ status: 'failure', target: enc.job_id, details: { reason: 'not_owner' } });
     expect(rows[0].request_id).toBeTruthy();
     // An id that exists nowhere is 404 too, and not audited as not_owner.
     await s.api('GET', `/jobs/${crypto.randomUUID()}`, { token: intruder.token });
-    expect(await s.c.db('audit_logs').where({ user_id: intruder.id, action: 'job.access_denied' })).toHaveLength(2);
+    expect(await s.c.db('audit_logs').where({ user_id: intruder.id, action: 'jobs.deny_access' })).toHaveLength(2);
   });
 });
 

@@ -80,7 +80,7 @@ describe('jobs whose queue entry Redis lost', () => {
       expect(job.error?.message).toMatch(/submit it again/i);
     }
     expect(await s.c.blob.stat(jobBlob.input(broken.body.job_id, 0))).toBeNull();
-    const events = (await s.api('GET', '/events/history?types=job.failed', { token: u.token })).body.items as { data: { job_id: string; code?: string } }[];
+    const events = (await s.api('GET', '/events/history?types=jobs.failed', { token: u.token })).body.items as { data: { job_id: string; code?: string } }[];
     const failed = events.map((e) => [e.data.job_id, e.data.code]);
     expect(failed).toEqual(
       expect.arrayContaining([

@@ -293,7 +293,7 @@ describe('team access and administrators', () => {
     await settled(member);
     const disable = await s.api('POST', '/keys/disable-key', { token: member.token, body: { fingerprint: granted.fingerprint } });
     expect([disable.status, disable.body.code]).toEqual([404, 'key_not_found']);
-    const denied = await s.c.db('audit_logs').where({ user_id: member.id, action: 'key.access_denied' }).select('target', 'details');
+    const denied = await s.c.db('audit_logs').where({ user_id: member.id, action: 'keys.deny_access' }).select('target', 'details');
     expect(denied).toEqual([{ target: granted.fingerprint, details: { reason: 'not_owner' } }]);
   }, 60_000);
 

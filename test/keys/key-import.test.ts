@@ -250,6 +250,6 @@ describe('ownership', () => {
       form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'f', data: Buffer.from('x') }] },
     });
     expect([res.status, res.body.code]).toEqual([404, 'key_not_found']);
-    expect(await s.c.db('audit_logs').where({ user_id: other.id, action: 'key.access_denied' })).toHaveLength(0);
+    expect(await s.c.db('audit_logs').where({ user_id: other.id, action: 'keys.deny_access' })).toHaveLength(0);
   }, 60_000);
 });

@@ -229,7 +229,7 @@ describe("another account's key", () => {
     const res = await s.api('POST', '/keys/get-public-key', { token: intruder.token, body: { fingerprint: key.fingerprint } });
     expect(res.status).toBe(404);
     expect(JSON.stringify(res.body)).not.toContain('not_owner');
-    expect(await s.c.db('audit_logs').where({ user_id: intruder.id, action: 'key.access_denied' })).toHaveLength(0);
+    expect(await s.c.db('audit_logs').where({ user_id: intruder.id, action: 'keys.deny_access' })).toHaveLength(0);
   });
 });
 

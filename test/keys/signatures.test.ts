@@ -238,7 +238,7 @@ describe('who may sign', () => {
     expect(row?.target).toBe(key.fingerprint);
     expect(JSON.stringify(row)).not.toContain(PASSPHRASE);
     const events = await s.api('GET', '/events/history', { token: u.token });
-    expect(JSON.stringify(events.body)).toContain('key.signed');
+    expect(JSON.stringify(events.body)).toContain('keys.signed');
   });
 });
 

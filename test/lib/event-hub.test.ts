@@ -3,7 +3,8 @@ import { inject } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { EventHub } from '../../lib/event-hub';
-import { besideStream, endpointsVersionKey, eventStream, publishEvents, readEvents, type EventType, type Once } from '../../lib/event-stream';
+import { besideStream, endpointsVersionKey, eventStream, publishEvents, readEvents, type Once } from '../../lib/event-stream';
+import type { EventType } from '../../lib/event-names';
 import { createLogger } from '../../lib/logger';
 import { deleteKeysMatching } from '../../lib/redis';
 
@@ -23,7 +24,7 @@ afterAll(async () => {
 
 const publishEvent = (user: string, type: EventType, data: Record<string, unknown>, once?: Once) =>
   publishEvents(redis, prefix, user, [{ type, data }], new Date(), once);
-const publish = async (user: string, n: number) => (await publishEvent(user, 'key.generated', { n }))!.ids[0];
+const publish = async (user: string, n: number) => (await publishEvent(user, 'keys.generated', { n }))!.ids[0];
 const collector = () => {
   const seen: number[] = [];
   return { seen, deliver: (events: { data: Record<string, unknown> }[]) => seen.push(...events.map((e) => e.data.n as number)) };
@@ -142,29 +143,29 @@ describe('publishEvents', () => {
     expect(endpointsVersionKey(prefix, 'u1', false)).toBe(`{${eventStream(prefix, 'u1', false)}}:webhook-endpoints`);
     const user = randomBytes(4).toString('hex');
     const once = { key: besideStream(prefix, user, 'once', false), seconds: 60 };
-    const first = await publishEvent(user, 'audit.recorded', { n: 1 }, once);
+    const first = await publishEvent(user, 'audit_logs.recorded', { n: 1 }, once);
     expect(first).toEqual({ ids: [expect.stringMatching(/^\d+-\d+$/)], endpointsVersion: null });
     // Another process hearing the same row: nothing is written.
-    expect(await publishEvent(user, 'audit.recorded', { n: 1 }, once)).toBeNull();
+    expect(await publishEvent(user, 'audit_logs.recorded', { n: 1 }, once)).toBeNull();
     expect(await redis.xlen(eventStream(prefix, user, false))).toBe(1);
     expect(await redis.ttl(once.key)).toBeGreaterThan(50);
 
     await redis.incr(endpointsVersionKey(prefix, user, false));
-    expect((await publishEvent(user, 'key.generated', { n: 2 }))?.endpointsVersion).toBe('1');
+    expect((await publishEvent(user, 'keys.generated', { n: 2 }))?.endpointsVersion).toBe('1');
     expect(await redis.xlen(eventStream(prefix, user, false))).toBe(2);
   });
 
   it('appends several events in order in one round trip', async () => {
     const user = randomBytes(4).toString('hex');
-    await publishEvent(user, 'key.generated', { n: 0 });
+    await publishEvent(user, 'keys.generated', { n: 0 });
     const sent = vi.spyOn(redis, 'sendCommand');
     const published = await publishEvents(
       redis,
       prefix,
       user,
       [
-        { type: 'key.rotated', data: { n: 1 } },
-        { type: 'job.completed', data: { n: 2 } },
+        { type: 'keys.rotated', data: { n: 1 } },
+        { type: 'jobs.completed', data: { n: 2 } },
       ],
       new Date(),
     );
@@ -172,9 +173,9 @@ describe('publishEvents', () => {
     sent.mockRestore();
     const events = await readEvents(redis, prefix, user);
     expect(events.map((e) => [e.type, e.data.n])).toEqual([
-      ['key.generated', 0],
-      ['key.rotated', 1],
-      ['job.completed', 2],
+      ['keys.generated', 0],
+      ['keys.rotated', 1],
+      ['jobs.completed', 2],
     ]);
     expect(published?.ids).toEqual(events.slice(1).map((e) => e.id));
   });

@@ -125,7 +125,7 @@ describe('retire and destroy one generation', () => {
     const ok = await decrypt(fpr2, old);
     expect(ok.state).toBe('completed');
     expect(Buffer.compare(await download(s.api, u.token, ok.job_id), plain)).toBe(0);
-    const audit = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.settings_update' });
+    const audit = await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.update_settings' });
     expect(audit.length).toBe(2);
   });
 
@@ -161,16 +161,16 @@ describe('retire and destroy one generation', () => {
     expect(row.destroyed_at).not.toBeNull();
     expect(row.public_armored).toContain('PUBLIC KEY');
     const events = (await readEvents(s.c.redis, s.config.redisPrefix, u.id)).filter(
-      (e) => e.type.startsWith('key.destruction') || e.type === 'key.generation_destroyed',
+      (e) => e.type.startsWith('keys.destruction') || e.type === 'keys.generation_destroyed',
     );
     expect(events.map((e) => e.type)).toEqual([
-      'key.destruction_scheduled',
-      'key.destruction_cancelled',
-      'key.destruction_scheduled',
-      'key.generation_destroyed',
+      'keys.destruction_scheduled',
+      'keys.destruction_cancelled',
+      'keys.destruction_scheduled',
+      'keys.generation_destroyed',
     ]);
     expect(events[3].data).toMatchObject({ fingerprint: fpr1, generation: 1 });
-    expect((await s.c.db('audit_logs').where({ action: 'keys.generation_destroy', target: fpr1 })).length).toBe(1);
+    expect((await s.c.db('audit_logs').where({ action: 'keys.destroy_generation', target: fpr1 })).length).toBe(1);
 
     await settings(fpr2, { min_decryption_generation: 2 });
     const gone = await decrypt(fpr2, old);
@@ -242,7 +242,7 @@ describe('expiry warnings and jobs to keys about to expire', () => {
       await expect.poll(async () => (await s.c.jobs.queue('maintenance').getJob(id))?.finishedOn !== undefined, { timeout: 10_000 }).toBe(true);
     };
     const warnings = async () =>
-      (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'key.expiring').map((e) => e.data.lead_days);
+      (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'keys.expiry_warned').map((e) => e.data.lead_days);
     await sweep();
     expect(await warnings()).toEqual([]);
     await withClockAdvanced(11 * DAY, async () => {

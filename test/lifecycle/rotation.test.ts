@@ -172,7 +172,7 @@ describe('schedules and policy', () => {
       files: [{ name: 's.gpg', data: await download(s.api, u.token, enc.job_id) }],
     });
     expect(dec.state).toBe('completed');
-    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.rotation_schedule' }).first()).toBeTruthy();
+    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'keys.schedule_rotation' }).first()).toBeTruthy();
   });
 
   it('rotates by the account policy keys without their own schedule; never keys set to off or disabled', async () => {
@@ -260,7 +260,7 @@ describe('schedules and policy', () => {
     const audit = await s.c.db('audit_logs').where({ user_id: v.id, action: 'keys.rotate', status: 'failure' }).first();
     expect(audit).toBeTruthy();
     const events = await readEvents(s.c.redis, s.config.redisPrefix, v.id);
-    expect(events.map((e) => e.type)).toContain('key.rotation_failed');
+    expect(events.map((e) => e.type)).toContain('keys.rotation_failed');
     const filtered = await s.api('GET', '/keys/rotation-history?status=failed', { token: v.token });
     expect(filtered.body.total).toBe(1);
   });
@@ -303,13 +303,13 @@ describe('expiry', () => {
     };
     // Lead times 30, 14, 7 and 1 days (KEY_EXPIRY_WARNING_DAYS): 20 days out, the 30-day warning is due.
     const warnings = async () =>
-      (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'key.expiring').map((e) => e.data.lead_days);
+      (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'keys.expiry_warned').map((e) => e.data.lead_days);
     await runSweep();
     expect(await warnings()).toEqual([30]);
     await withClockAdvanced(10 * DAY, runSweep);
     await withClockAdvanced(11 * DAY, runSweep); // each lead time warned once only
     expect(await warnings()).toEqual([30, 14]);
-    const events = (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'key.expiring');
+    const events = (await readEvents(s.c.redis, s.config.redisPrefix, v.id)).filter((e) => e.type === 'keys.expiry_warned');
     expect(events[0].data).toMatchObject({ fingerprint: key.fingerprint, label: 'expiring' });
     await expect
       .poll(

@@ -153,7 +153,7 @@ async function drill(env: Record<string, string>, { badInputs = false, restoreIn
     expect(chain, JSON.stringify(chain.first_break)).toMatchObject({ ok: true });
     const system = await verifyChain(c, 'system');
     expect(system, JSON.stringify(system.first_break)).toMatchObject({ ok: true });
-    expect(await c.db('audit_logs').where({ action: 'system.restore', chain: 'system' }).count('* as n')).toEqual([{ n: 1 }]);
+    expect(await c.db('audit_logs').where({ action: 'backups.restore', chain: 'system' }).count('* as n')).toEqual([{ n: 1 }]);
     expect((await checkpointChains(c)).broken).toBe(0);
     // The schedules are registered again, the key's rotation schedule with them.
     expect(await c.jobs.queue('rotation').getJobScheduler('rotation-sweep')).toBeTruthy();
@@ -172,7 +172,7 @@ async function drill(env: Record<string, string>, { badInputs = false, restoreIn
       const db = createDb(target.DATABASE_URL, { max: 1 });
       try {
         expect(await db('jobs').where({ id: before.inFlight }).first()).toMatchObject({ state: 'active' });
-        expect(await db('audit_logs').where({ action: 'system.restore' }).count('* as n')).toEqual([{ n: 1 }]);
+        expect(await db('audit_logs').where({ action: 'backups.restore' }).count('* as n')).toEqual([{ n: 1 }]);
       } finally {
         await db.destroy();
       }

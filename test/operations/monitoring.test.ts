@@ -163,7 +163,7 @@ describe('queue dashboard', () => {
     const u = await registerUser(s.api);
     const res = await dashboard('', { headers: { authorization: `Bearer ${u.token}` } });
     expect(res.status).toBe(403);
-    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'auth.denied' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'sessions.deny' })).toHaveLength(1);
     const a = await admin();
     expect((await dashboard('/api/queues', { headers: { authorization: `Bearer ${a.apiKey}` } })).status).toBe(403);
     expect((await dashboard('/session', { method: 'POST', headers: { authorization: `Bearer ${u.token}` } })).status).toBe(403);

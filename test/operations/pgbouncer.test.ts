@@ -212,8 +212,8 @@ describe('the service behind PgBouncer 1.18 in transaction mode', () => {
 
     // Live events through both processes, and the audit relay's events (its LISTEN on the direct URL).
     for (const s of sse) {
-      await expect.poll(() => s.events.filter((e) => e.type === 'key.rotated').length, { timeout: 15_000 }).toBeGreaterThanOrEqual(2);
-      await expect.poll(() => s.events.some((e) => e.type === 'audit.recorded'), { timeout: 15_000 }).toBe(true);
+      await expect.poll(() => s.events.filter((e) => e.type === 'keys.rotated').length, { timeout: 15_000 }).toBeGreaterThanOrEqual(2);
+      await expect.poll(() => s.events.some((e) => e.type === 'audit_logs.recorded'), { timeout: 15_000 }).toBe(true);
       await s.close();
     }
 

@@ -232,7 +232,7 @@ describe('the Postgres primary lost behind one endpoint, with a synchronous stan
     const ends = await a.api('GET', '/events/history?page_size=100&types=job.completed,job.failed', { token: u.token });
     const endsOf = (id: string) => ends.body.items.filter((e: { data: { job_id?: string } }) => e.data.job_id === id).map((e: { type: string }) => e.type);
     for (const id of [bigJob.body.job_id, decryption.body.job_id, rotation.body.job_id, ...answers.map((x) => x.body.job_id as string)])
-      expect(endsOf(id), id).toEqual(['job.completed']);
+      expect(endsOf(id), id).toEqual(['jobs.completed']);
 
     // What was answered 2xx before the kill is on the new primary (the commit waited for the standby).
     const db = createDb(pair!.url(pair!.standbyPort, 'kms'), { max: 1 });
@@ -260,7 +260,7 @@ describe('the Postgres primary lost behind one endpoint, with a synchronous stan
     const verdict = await a.api('GET', '/audit-logs/verify', { token: u.token });
     expect([verdict.status, verdict.body.ok, verdict.body.first_break]).toEqual([200, true, null]);
     await expect
-      .poll(() => answers.every((ans) => sse.events.some((e) => e.type === 'job.completed' && e.data.data.job_id === ans.body.job_id)), { timeout: 15_000 })
+      .poll(() => answers.every((ans) => sse.events.some((e) => e.type === 'jobs.completed' && e.data.data.job_id === ans.body.job_id)), { timeout: 15_000 })
       .toBe(true);
     timings.switch_until_whole = Date.now() - switched;
     await sse.close();

@@ -23,7 +23,7 @@ describe('GET /status', () => {
     const u = await registerUser(s.api);
     const res = await s.api('GET', '/status', { token: u.token });
     expect(res.status).toBe(403);
-    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'auth.denied' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'sessions.deny' })).toHaveLength(1);
   });
 
   it('shows dependencies, queue counts, schedules, and a second worker process within seconds of its start, gone after it is killed', async () => {

@@ -237,9 +237,9 @@ async function eventIds(api: ApiClient, token: string): Promise<string[]> {
   return res.body.items.map((e: { id: string }) => e.id);
 }
 
-/** The job's own events in the account's stream (job.completed or job.failed). */
+/** The job's own events in the account's stream (jobs.completed or jobs.failed). */
 async function jobEvents(api: ApiClient, token: string, jobId: string): Promise<{ type: string }[]> {
-  const res = await api('GET', '/events/history?page_size=100&types=job.completed,job.failed', { token });
+  const res = await api('GET', '/events/history?page_size=100&types=jobs.completed,jobs.failed', { token });
   expect(res.status).toBe(200);
   return res.body.items.filter((e: { data: { job_id?: string } }) => e.data.job_id === jobId);
 }
@@ -288,7 +288,7 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     u = await registerUser(a.api);
     other = await registerUser(b.api);
     const sse = openEvents(b.base, u.token);
-    const hook = await b.api('POST', '/webhooks', { token: u.token, body: { url: receiver.url, event_types: ['job.completed'] } });
+    const hook = await b.api('POST', '/webhooks', { token: u.token, body: { url: receiver.url, event_types: ['jobs.completed'] } });
     expect(hook.status, JSON.stringify(hook.body)).toBe(201);
     key = await createKey(a.api, u.token);
     expect((await b.api('POST', '/keys/get-public-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(200);
@@ -323,12 +323,14 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     currentFp = (await currentKey(a.api, u.token, key.lineage_id)).fingerprint;
 
     // Events written through API 1's workers reached the SSE client of API 2, in order, once each.
-    await expect.poll(() => sse.events.filter((e) => e.type === 'key.rotated').length, { timeout: 10_000 }).toBe(2);
+    await expect.poll(() => sse.events.filter((e) => e.type === 'keys.rotated').length, { timeout: 10_000 }).toBe(2);
     const types = sse.events.map((e) => e.type);
-    for (const t of ['key.generated', 'job.completed', 'key.rotated']) expect(types).toContain(t);
+    for (const t of ['keys.generated', 'jobs.completed', 'keys.rotated']) expect(types).toContain(t);
     expect(new Set(sse.events.map((e) => e.id)).size).toBe(sse.events.length);
     await sse.close();
-    await expect.poll(() => receiver.received.filter((r) => JSON.parse(r.body).type === 'job.completed').length, { timeout: 20_000 }).toBeGreaterThanOrEqual(2);
+    await expect
+      .poll(() => receiver.received.filter((r) => JSON.parse(r.body).type === 'jobs.completed').length, { timeout: 20_000 })
+      .toBeGreaterThanOrEqual(2);
 
     // A limit holds across both API processes: failed logins spread over them lock the account.
     for (let i = 0; i < 4; i++)
@@ -359,14 +361,14 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     recovery.redis_primary_until_accepted = Date.now() - t0;
     expect((await waitJob(b.api, w.token, enc.body.job_id)).state).toBe('completed');
     recovery.redis_primary_until_job_done = Date.now() - t0;
-    await expect.poll(() => sse.events.some((e) => e.type === 'job.completed' && e.data.data.job_id === enc.body.job_id), { timeout: 15_000 }).toBe(true);
+    await expect.poll(() => sse.events.some((e) => e.type === 'jobs.completed' && e.data.data.job_id === enc.body.job_id), { timeout: 15_000 }).toBe(true);
     recovery.redis_primary_until_live_event = Date.now() - t0;
     await sse.close();
     await cluster.waitHealthy();
     expect((await cluster.layout()).some((n) => n.port === victim)).toBe(false);
     // Nothing written before the failure is gone from the account's stream; the job ended once.
     expect(await eventIds(b.api, w.token)).toEqual(expect.arrayContaining(before));
-    expect((await jobEvents(b.api, w.token, enc.body.job_id)).map((e) => e.type)).toEqual(['job.completed']);
+    expect((await jobEvents(b.api, w.token, enc.body.job_id)).map((e) => e.type)).toEqual(['jobs.completed']);
   }, 120_000);
 
   it('loses an API process mid-upload: the retry with the same Idempotency-Key becomes one job', async () => {
@@ -431,7 +433,7 @@ describe('the service on a Redis Cluster, 2 API processes, 3 workers and 2 sched
     });
     expect((await waitJob(b.api, u.token, dec.body.job_id)).state).toBe('completed');
     expect(sha(await download(b.api, u.token, dec.body.job_id))).toBe(sha(data));
-    expect((await jobEvents(a.api, u.token, enc.body.job_id)).map((e) => e.type)).toEqual(['job.completed']);
+    expect((await jobEvents(a.api, u.token, enc.body.job_id)).map((e) => e.type)).toEqual(['jobs.completed']);
   }, 150_000);
 
   it('loses a scheduler: the other one sweeps, and a due rotation happens once', async () => {

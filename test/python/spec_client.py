@@ -199,8 +199,8 @@ def main():
     token = session["session"]["token"]
 
     # Audit logs, paginated and filtered.
-    audit = json_of(call("GET", "/audit-logs?page=1&page_size=5&action=auth.login&status=success", 200, token))
-    assert audit["page_size"] == 5 and audit["total"] >= 4 and all(e["action"] == "auth.login" for e in audit["items"]), audit
+    audit = json_of(call("GET", "/audit-logs?page=1&page_size=5&action=sessions.login&status=success", 200, token))
+    assert audit["page_size"] == 5 and audit["total"] >= 4 and all(e["action"] == "sessions.login" for e in audit["items"]), audit
 
     # Team access: not linked; unlinking is harmless.
     team = json_of(call("GET", "/team-access/status", 200, token))

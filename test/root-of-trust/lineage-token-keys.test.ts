@@ -178,7 +178,7 @@ describe('a lineage with its own token key', () => {
     const after = await rowsOf(doomed.lineage_id);
     expect(after.lineage.token_key_deleted_at).toBeInstanceOf(Date);
     expect(hsm.labels()).not.toContain(lineageKeyLabel(doomed.lineage_id));
-    const audit = await s.c.db('audit_logs').where({ action: 'keys.token_key_delete', target: doomed.lineage_id });
+    const audit = await s.c.db('audit_logs').where({ action: 'keys.delete_token_key', target: doomed.lineage_id });
     expect(audit).toHaveLength(1);
     expect(audit[0]).toMatchObject({ user_id: u.id, details: { label: lineageKeyLabel(doomed.lineage_id), found: true } });
 

@@ -20,7 +20,7 @@ afterAll(async () => {
   await hsm?.stop();
 });
 
-const rows = () => s.c.db('audit_logs').where('action', 'like', 'master_key.%').orderBy('id');
+const rows = () => s.c.db('audit_logs').where('action', 'like', 'master_keys.%').orderBy('id');
 
 describe('audit rows of the master-key commands', () => {
   it('init, rewrap, a refused rotate, rotate, a refused retire, reseal, retire: one system row each, with the key ids; status none', async () => {
@@ -61,15 +61,15 @@ describe('audit rows of the master-key commands', () => {
 
     const audit = await rows();
     expect(audit.map((r) => [r.action, r.status, r.target])).toEqual([
-      ['master_key.init', 'success', root],
-      ['master_key.init', 'success', root],
-      ['master_key.rewrap', 'success', root],
-      ['master_key.rotate', 'failure', null],
-      ['master_key.rotate', 'success', kid],
-      ['master_key.retire', 'failure', 'm1'],
-      ['master_key.reseal', 'success', kid],
-      ['master_key.retire', 'success', 'm1'],
-      ['master_key.reseal', 'success', null],
+      ['master_keys.init', 'success', root],
+      ['master_keys.init', 'success', root],
+      ['master_keys.rewrap', 'success', root],
+      ['master_keys.rotate', 'failure', null],
+      ['master_keys.rotate', 'success', kid],
+      ['master_keys.retire', 'failure', 'm1'],
+      ['master_keys.reseal', 'success', kid],
+      ['master_keys.retire', 'success', 'm1'],
+      ['master_keys.reseal', 'success', null],
     ]);
     for (const r of audit) expect(r).toMatchObject({ user_id: null, chain: 'system', ip: null, details: { via: 'admin-cli' } });
     expect(audit.map((r) => r.details)).toEqual([

@@ -118,14 +118,14 @@ describe('POST /api-keys/{key_id}/share and GET /api-keys/shared/{share_token}',
     expect(listed.body.items[0]).not.toHaveProperty('token');
     expect(JSON.stringify(listed.body)).not.toContain(created.share_token);
 
-    expect(await auditOf(u.id, 'api_key_share.created')).toEqual([
+    expect(await auditOf(u.id, 'api_key_shares.create')).toEqual([
       expect.objectContaining({
         status: 'success',
         target: created.share_id,
         details: expect.objectContaining({ key_id: key.key_id, kind: 'api_key', max_views: 1 }),
       }),
     ]);
-    const reads = await auditOf(u.id, 'api_key.shared_value_read');
+    const reads = await auditOf(u.id, 'api_key_shares.read_value');
     expect(reads).toEqual([
       expect.objectContaining({ status: 'success', target: key.key_id, details: expect.objectContaining({ share_id: created.share_id, view_count: 1 }) }),
     ]);
@@ -195,7 +195,7 @@ describe('POST /api-keys/{key_id}/share and GET /api-keys/shared/{share_token}',
     const revoked = await s.api('POST', `/api-keys/${key.key_id}/share`, { token: u.token, body: {} });
     expect(revoked.status).toBe(409);
     expect(revoked.body.code).toBe('api_key_revoked');
-    expect((await auditOf(u.id, 'api_key_share.created')).map((r) => [r.status, r.details.reason])).toEqual([
+    expect((await auditOf(u.id, 'api_key_shares.create')).map((r) => [r.status, r.details.reason])).toEqual([
       ['failure', 'api_key_expired'],
       ['failure', 'api_key_revoked'],
     ]);
@@ -240,7 +240,7 @@ describe('view limits, expiry, revocation, rotation', () => {
     expect(results.filter((r) => r.status === 410).every((r) => r.body.code === 'share_exhausted')).toBe(true);
     expect((await shareRow(once.share_id)).view_count).toBe(1);
     expect(await s.c.db('share_link_views').where({ share_id: once.share_id }).count<{ count: number }[]>({ count: '*' })).toEqual([{ count: 1 }]);
-    expect(await auditOf(u.id, 'api_key.shared_value_read')).toHaveLength(1);
+    expect(await auditOf(u.id, 'api_key_shares.read_value')).toHaveLength(1);
   });
 
   it('expires by the clock: 410 share_expired once the expiry has passed', async () => {
@@ -275,7 +275,7 @@ describe('view limits, expiry, revocation, rotation', () => {
     const stranger = await s.api('DELETE', `/api-keys/shares/${link.share_id}`, { token: other.token });
     expect(stranger.status).toBe(404);
     expect(stranger.body.code).toBe('share_not_found');
-    expect(await auditOf(other.id, 'api_key_share.access_denied')).toEqual([
+    expect(await auditOf(other.id, 'api_key_shares.deny_access')).toEqual([
       expect.objectContaining({ status: 'failure', target: link.share_id, details: { reason: 'not_owner' } }),
     ]);
     expect((await view(link.share_token)).status).toBe(200);
@@ -290,18 +290,18 @@ describe('view limits, expiry, revocation, rotation', () => {
     const gone = await view(link.share_token);
     expect(gone.status).toBe(410);
     expect(gone.body.code).toBe('share_revoked');
-    expect(await auditOf(u.id, 'api_key_share.revoked')).toEqual([
+    expect(await auditOf(u.id, 'api_key_shares.revoke')).toEqual([
       expect.objectContaining({
         status: 'success',
         target: link.share_id,
         details: expect.objectContaining({ kind: 'api_key', target_id: key.key_id, view_count: 2 }),
       }),
     ]);
-    const events = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['share.created', 'share.revoked', 'share.viewed'] });
-    expect(events.map((e) => e.type).sort()).toEqual(['share.created', 'share.revoked', 'share.viewed']);
+    const events = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['share_links.created', 'share_links.revoked', 'share_links.viewed'] });
+    expect(events.map((e) => e.type).sort()).toEqual(['share_links.created', 'share_links.revoked', 'share_links.viewed']);
     const listed = await s.api('GET', `/api-keys/${key.key_id}/shares?state=revoked`, { token: u.token });
     expect(listed.body.items).toEqual([expect.objectContaining({ share_id: link.share_id, state: 'revoked', view_count: 2, revoked_at: expect.any(String) })]);
-    expect(await auditOf(u.id, 'api_key.shared_value_read')).toHaveLength(2);
+    expect(await auditOf(u.id, 'api_key_shares.read_value')).toHaveLength(2);
   });
 
   it('answers 410 api_key_revoked once the key is revoked, and counts no view', async () => {
@@ -364,7 +364,7 @@ describe('ownership and credentials', () => {
     expect(list.status).toBe(404);
     expect(list.body.code).toBe('api_key_not_found');
     expect(JSON.stringify([create.body, list.body])).not.toContain(key.value);
-    expect(await auditOf(eve.id, 'api_key.access_denied')).toHaveLength(2);
+    expect(await auditOf(eve.id, 'api_keys.deny_access')).toHaveLength(2);
     expect(await s.c.db('share_links').where({ user_id: eve.id }).count<{ count: number }[]>({ count: '*' })).toEqual([{ count: 0 }]);
     expect((await s.api('GET', `/api-keys/${key.key_id}/shares`, { token: ann.token })).body.total).toBe(1);
   });
@@ -418,9 +418,9 @@ describe('secrets stay secret', () => {
     expect(logs.output()).toContain('"route":"/api/v1/api-keys/shared/:share_token"');
     expect(logs.output()).toContain('"route":"/api/v1/api-keys/:key_id/share"');
     const audit = JSON.stringify(await s.c.db('audit_logs').where({ user_id: u.id }));
-    expect(audit).toContain('api_key.shared_value_read');
+    expect(audit).toContain('api_key_shares.read_value');
     const events = JSON.stringify(await eventHistory(s.c.redis, s.config.redisPrefix, u.id, {}));
-    expect(events).toContain('share.viewed');
+    expect(events).toContain('share_links.viewed');
     for (const v of secrets) {
       const forms = [v, hashToken(v), v.startsWith(MANAGED_KEY_PREFIX) ? v.slice(MANAGED_KEY_PREFIX.length) : v.slice('kms_as_'.length)];
       for (const secret of forms) {

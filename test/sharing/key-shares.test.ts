@@ -103,7 +103,7 @@ describe('POST /keys/share/create and GET /keys/share/{share_token}', () => {
     expect((await view(created.share_token, { accept: '*/*' })).headers.get('content-type')).toContain('application/json');
 
     expect((await s.c.db('share_links').where({ id: created.share_id }).first()).view_count).toBe(4);
-    const rows = await audit(u.token, 'key_share.created');
+    const rows = await audit(u.token, 'key_shares.create');
     expect(rows).toHaveLength(1);
     expect(rows[0]).toMatchObject({
       status: 'success',
@@ -143,13 +143,13 @@ describe('POST /keys/share/create and GET /keys/share/{share_token}', () => {
     expect(theirs.status).toBe(404);
     expect(theirs.body).toEqual({ ...unknown.body, request_id: theirs.body.request_id });
     // Whether another account holds a fingerprint is not the caller's to learn, from its audit trail either.
-    expect(await audit(u.token, 'key.access_denied')).toEqual([]);
+    expect(await audit(u.token, 'keys.deny_access')).toEqual([]);
 
     expect((await s.api('POST', '/keys/disable-key', { token: u.token, body: { fingerprint: key.fingerprint } })).status).toBe(200);
     const disabled = await create({ fingerprint: key.fingerprint });
     expect(disabled.status).toBe(409);
     expect(disabled.body.code).toBe('key_disabled');
-    expect(await audit(u.token, 'key_share.created')).toEqual([expect.objectContaining({ status: 'failure', details: { reason: 'key_disabled' } })]);
+    expect(await audit(u.token, 'key_shares.create')).toEqual([expect.objectContaining({ status: 'failure', details: { reason: 'key_disabled' } })]);
     expect(await s.c.db('share_links').where({ user_id: u.id }).count<{ count: number }[]>({ count: '*' })).toEqual([{ count: 0 }]);
   });
 
@@ -228,7 +228,7 @@ describe('view limits, expiry, revocation and disabled keys', () => {
     const stranger = await s.api('DELETE', `/keys/share/${link.share_id}`, { token: other.token });
     expect(stranger.status).toBe(404);
     expect(stranger.body.code).toBe('share_not_found');
-    expect(await audit(other.token, 'key_share.access_denied')).toEqual([
+    expect(await audit(other.token, 'key_shares.deny_access')).toEqual([
       expect.objectContaining({ status: 'failure', target: link.share_id, details: { reason: 'not_owner' } }),
     ]);
     expect((await view(link.share_token)).status).toBe(200);
@@ -243,15 +243,15 @@ describe('view limits, expiry, revocation and disabled keys', () => {
     const gone = await view(link.share_token);
     expect(gone.status).toBe(410);
     expect(gone.body.code).toBe('share_revoked');
-    expect(await audit(u.token, 'key_share.revoked')).toEqual([
+    expect(await audit(u.token, 'key_shares.revoke')).toEqual([
       expect.objectContaining({
         status: 'success',
         target: link.share_id,
         details: expect.objectContaining({ kind: 'public_key', target_id: key.lineage_id, view_count: 2 }),
       }),
     ]);
-    const events = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['share.created', 'share.revoked'] });
-    expect(events.map((e) => e.type).sort()).toEqual(['share.created', 'share.revoked']);
+    const events = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['share_links.created', 'share_links.revoked'] });
+    expect(events.map((e) => e.type).sort()).toEqual(['share_links.created', 'share_links.revoked']);
     expect(JSON.stringify(events)).not.toContain(link.share_token);
     const listed = await s.api('GET', '/keys/share/?state=revoked', { token: u.token });
     expect(listed.body.items).toEqual([expect.objectContaining({ share_id: link.share_id, state: 'revoked', view_count: 2, revoked_at: expect.any(String) })]);
@@ -452,7 +452,7 @@ describe('rate limit per address', () => {
   });
 });
 
-describe('GET /keys/share/analytics and share.viewed events', () => {
+describe('GET /keys/share/analytics and share_links.viewed events', () => {
   it('counts shares by state, views per day, the most viewed keys and the recent views, as made', async () => {
     const u = await registerUser(s.api);
     const a = await createKey(s.api, u.token, { label: 'popular' });
@@ -508,8 +508,8 @@ describe('GET /keys/share/analytics and share.viewed events', () => {
       views: 0,
     });
 
-    // share.viewed is sampled: the 1st and 10th views of the busy share, the 1st of the others.
-    const viewed = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['share.viewed'] });
+    // share_links.viewed is sampled: the 1st and 10th views of the busy share, the 1st of the others.
+    const viewed = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['share_links.viewed'] });
     const counts = viewed.filter((e) => e.data.share_id === busy.share_id).map((e) => e.data.view_count);
     expect(counts.sort()).toEqual([1, 10]);
     expect(viewed).toHaveLength(4);
@@ -580,7 +580,7 @@ describe('logs and the user agent classes', () => {
     const stale = u.token;
     expect((await s.api('POST', '/auth/logout', { token: stale })).status).toBe(200);
     expect((await s.api('GET', `/keys/share/${link.share_token}`, { token: stale })).status).toBe(401);
-    const rows = await s.c.db('audit_logs').where({ user_id: u.id, action: 'auth.denied' });
+    const rows = await s.c.db('audit_logs').where({ user_id: u.id, action: 'sessions.deny' });
     expect(rows.map((r: { target: string }) => r.target)).toEqual(['/api/v1/keys/share/:share_token']);
     expect(JSON.stringify(rows)).not.toContain(link.share_token);
   });
@@ -636,10 +636,10 @@ describe('shares of a key made through team access', () => {
     expect([(await view(theirs.share_token)).status, (await view(theirs.share_token)).body.code]).toEqual([410, 'share_revoked']);
     expect((await list(member.token))[0]).toMatchObject({ share_id: theirs.share_id, state: 'revoked' });
     // Both hear of it: the maker through its event and audit row, the owner through hers.
-    expect((await eventHistory(s.c.redis, s.c.config.redisPrefix, member.id, { types: ['share.revoked'] })).map((e) => e.data.share_id)).toEqual([
+    expect((await eventHistory(s.c.redis, s.c.config.redisPrefix, member.id, { types: ['share_links.revoked'] })).map((e) => e.data.share_id)).toEqual([
       theirs.share_id,
     ]);
-    expect(await s.c.db('audit_logs').where({ action: 'key_share.revoked', target: theirs.share_id }).pluck('user_id')).toEqual(
+    expect(await s.c.db('audit_logs').where({ action: 'key_shares.revoke', target: theirs.share_id }).pluck('user_id')).toEqual(
       expect.arrayContaining([owner.id, member.id]),
     );
   });

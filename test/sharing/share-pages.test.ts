@@ -109,7 +109,7 @@ describe('GET and POST /api-keys/shared/{share_token} in a browser', () => {
     }
     expect(await shareRow(link.share_id)).toMatchObject({ view_count: 0, last_viewed_at: null });
     expect(await s.c.db('share_link_views').where({ share_id: link.share_id })).toEqual([]);
-    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'api_key.shared_value_read' })).toEqual([]);
+    expect(await s.c.db('audit_logs').where({ user_id: u.id, action: 'api_key_shares.read_value' })).toEqual([]);
 
     // What the browser sends for the form: an empty urlencoded body, Accept text/html.
     const revealed = await s.api('POST', `/api-keys/shared/${link.share_token}`, {

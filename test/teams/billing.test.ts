@@ -185,8 +185,8 @@ describe('checkout and portal against the provider', () => {
       expect(r.authorization).toMatch(/^Bearer sk_test_/);
     }
     expect(new Set(sessions.map((r) => r.idempotencyKey)).size).toBe(5);
-    expect(await auditRows(s, u.id, 'billing.customer_created')).toHaveLength(1);
-    expect(await auditRows(s, u.id, 'billing.checkout_created')).toHaveLength(5);
+    expect(await auditRows(s, u.id, 'billing_customers.create')).toHaveLength(1);
+    expect(await auditRows(s, u.id, 'billing_checkouts.create')).toHaveLength(5);
     // The client's Idempotency-Key makes a retried checkout the same provider session.
     const again = await Promise.all(
       [1, 2].map(() => s.api('POST', '/billing/checkout', { token: u.token, body: { plan: 'business' }, headers: { 'idempotency-key': 'retry-1' } })),
@@ -213,7 +213,7 @@ describe('checkout and portal against the provider', () => {
       form: { customer: u.customer, return_url: expect.stringContaining('/team') },
     });
     expect(req.idempotencyKey).toMatch(/^kms-portal-/);
-    expect(await auditRows(s, u.id, 'billing.portal_opened')).toHaveLength(1);
+    expect(await auditRows(s, u.id, 'billing_portals.open')).toHaveLength(1);
   });
 
   it('needs a session for checkout and portal, refuses the default plan and unknown plans', async () => {
@@ -255,7 +255,7 @@ describe('checkout and portal against the provider', () => {
 });
 
 describe('verified webhooks', () => {
-  it('a signed subscription event changes the plan: status, audit row and billing.plan_changed event', async () => {
+  it('a signed subscription event changes the plan: status, audit row and billing_plans.change event', async () => {
     const u = await customerFor(s);
     expect((await status(s, u.token)).plan).toBe('free');
     const sub = stripe.setSubscription({ id: `sub_${randomBytes(6).toString('hex')}`, customer: u.customer, price: PRICES.pro, status: 'active' });
@@ -268,11 +268,11 @@ describe('verified webhooks', () => {
     expect(st).toMatchObject({ mode: 'test', plan: 'pro', subscribed_plan: 'pro', provider_status: 'active', customer: true, limits_enforced: true });
     expect(st.limits.keys).toBe(100);
     expect(new Date(st.subscription.current_period_end).getTime()).toBe(sub.items.data[0].current_period_end * 1000);
-    const audits = await auditRows(s, u.id, 'billing.plan_changed');
+    const audits = await auditRows(s, u.id, 'billing_plans.changed');
     expect(audits).toHaveLength(1);
     expect(audits[0].details).toMatchObject({ from_plan: 'free', to_plan: 'pro', event_id: e.event.id, status: 'active' });
     // The event is emitted after the commit that marks the provider event processed: it may come a moment later.
-    const planChanged = () => eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing.plan_changed'] });
+    const planChanged = () => eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing_plans.changed'] });
     await expect.poll(async () => (await planChanged()).length, { timeout: 10_000 }).toBe(1);
     const events = await planChanged();
     expect(events[0].data).toMatchObject({ from_plan: 'free', to_plan: 'pro', subscription_id: sub.id });
@@ -331,8 +331,8 @@ describe('verified webhooks', () => {
     for (const r of replays) expect(r.body).toEqual({ received: true, event_id: e.event.id, duplicate: true });
     expect(await s.c.db('billing_events').where({ id: e.event.id })).toHaveLength(1);
     await new Promise((r) => setTimeout(r, 300));
-    expect(await auditRows(s, u.id, 'billing.plan_changed')).toHaveLength(1);
-    expect(await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing.plan_changed'] })).toHaveLength(1);
+    expect(await auditRows(s, u.id, 'billing_plans.changed')).toHaveLength(1);
+    expect(await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing_plans.changed'] })).toHaveLength(1);
     expect((await status(s, u.token)).plan).toBe('business');
   });
 
@@ -362,7 +362,7 @@ describe('verified webhooks', () => {
     await processed(s, late.event.id);
     const st = await status(s, u.token);
     expect(st).toMatchObject({ plan: 'free', provider_status: 'canceled' });
-    const changes = (await auditRows(s, u.id, 'billing.plan_changed').orderBy('id')).map((r: { details: { to_plan: string } }) => r.details.to_plan);
+    const changes = (await auditRows(s, u.id, 'billing_plans.changed').orderBy('id')).map((r: { details: { to_plan: string } }) => r.details.to_plan);
     expect(changes).toEqual(['business', 'free']);
   });
 
@@ -396,8 +396,8 @@ describe('verified webhooks', () => {
     expect(st).toMatchObject({ plan: 'pro', subscribed_plan: 'pro', provider_status: 'past_due' });
     const graceEnds = new Date(st.subscription.grace_ends_at).getTime();
     expect(graceEnds - new Date(st.subscription.past_due_since).getTime()).toBe(GRACE_DAYS * 86_400_000);
-    expect(await auditRows(s, u.id, 'billing.payment_failed')).toHaveLength(1);
-    const pf = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing.payment_failed'] });
+    expect(await auditRows(s, u.id, 'billing_payments.failed')).toHaveLength(1);
+    const pf = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing_payments.failed'] });
     expect(pf).toHaveLength(1);
     expect(pf[0].data).toMatchObject({ invoice_id: 'in_failed1', subscription_id: id });
     expect((await s.api('POST', '/keys', { token: u.token, body: { label: 'in-grace' } })).status).toBe(201);
@@ -583,7 +583,7 @@ describe('a worker killed mid billing event', () => {
         await trx.rollback();
       }
       expect((await k.c.db('billing_events').where({ id: e.event.id }).first()).processed_at).toBeNull();
-      expect(await auditRows(k, u.id, 'billing.plan_changed')).toHaveLength(0);
+      expect(await auditRows(k, u.id, 'billing_plans.changed')).toHaveLength(0);
 
       // Twice stalled, BullMQ fails the job (maxStalledCount) and it leaves Redis; the sweep queues the event again.
       worker = startProcess('worker', { ...k.env, ...fast });
@@ -592,11 +592,11 @@ describe('a worker killed mid billing event', () => {
       await k.c.jobs.enqueue('billing-sweep', { older_than_seconds: 0 });
       await processed(k, e.event.id);
       expect((await status(k, u.token)).plan).toBe('pro');
-      expect(await auditRows(k, u.id, 'billing.plan_changed')).toHaveLength(1);
-      expect(await eventHistory(k.c.redis, k.config.redisPrefix, u.id, { types: ['billing.plan_changed'] })).toHaveLength(1);
+      expect(await auditRows(k, u.id, 'billing_plans.changed')).toHaveLength(1);
+      expect(await eventHistory(k.c.redis, k.config.redisPrefix, u.id, { types: ['billing_plans.changed'] })).toHaveLength(1);
       expect((await post(k, e)).body.duplicate).toBe(true);
       await new Promise((r) => setTimeout(r, 500));
-      expect(await auditRows(k, u.id, 'billing.plan_changed')).toHaveLength(1);
+      expect(await auditRows(k, u.id, 'billing_plans.changed')).toHaveLength(1);
     } finally {
       worker.kill('SIGKILL');
       await k.stop();

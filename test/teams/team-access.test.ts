@@ -49,7 +49,7 @@ describe('organizations and invitations', () => {
     const row = await s.c.db('organization_invitations').where({ accepted_by: member.id }).first();
     expect(row.token_hash).toMatch(/^[0-9a-f]{64}$/);
     const actions = (await s.c.db('audit_logs').where({ user_id: member.id }).pluck('action')) as string[];
-    expect(actions).toContain('organization.member_joined');
+    expect(actions).toContain('organization_members.join');
     expect(JSON.stringify(await s.c.db('audit_logs').whereIn('user_id', [owner.id, member.id]))).not.toContain('kms_inv_');
   });
 
@@ -62,7 +62,7 @@ describe('organizations and invitations', () => {
     const wrong = await s.api('POST', '/organization/invitations/accept', { token: other.token, body: { token } });
     expect(wrong.status).toBe(403);
     expect(wrong.body.code).toBe('invitation_wrong_account');
-    expect(await s.c.db('audit_logs').where({ user_id: other.id, action: 'organization.invitation_accept', status: 'failure' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: other.id, action: 'organization_invitations.accept', status: 'failure' })).toHaveLength(1);
 
     expect((await s.api('POST', '/organization/invitations/accept', { token: invitee.token, body: { token } })).status).toBe(200);
     const again = await s.api('POST', '/organization/invitations/accept', { token: invitee.token, body: { token } });
@@ -131,7 +131,7 @@ describe('organizations and invitations', () => {
     const revoked = (await s.api('GET', '/organization/invitations?state=revoked', { token: owner.token })).body.items;
     expect(revoked).toEqual([expect.objectContaining({ invitation_id: invitation.invitation_id, state: 'revoked' })]);
     expect(revoked[0].revoked_at).toBeTruthy();
-    expect(await s.c.db('audit_logs').where({ user_id: admin.id, action: 'organization.invitation_revoked', target: invitation.invitation_id })).toHaveLength(
+    expect(await s.c.db('audit_logs').where({ user_id: admin.id, action: 'organization_invitations.revoke', target: invitation.invitation_id })).toHaveLength(
       1,
     );
 
@@ -158,7 +158,7 @@ describe('organizations and invitations', () => {
     const [, stranger] = await team(2);
     const res = await s.api('DELETE', `/organization/members/${stranger.id}`, { token: owner.token });
     expect([res.status, res.body.code]).toEqual([404, 'member_not_found']);
-    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'organization_member.access_denied' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'organization_members.deny_access' })).toHaveLength(1);
     expect((await s.api('DELETE', `/organization/members/${owner.id}`, { token: owner.token })).body.code).toBe('owner_cannot_leave');
   });
 });
@@ -210,9 +210,9 @@ describe('team access', () => {
     expect((await s.api('POST', `/keys/${key.fingerprint}/rotation-schedule`, { token: member.token, body: { rotation_interval_days: 5 } })).status).toBe(404);
 
     const events = (await s.api('GET', '/events/history', { token: member.token })).body.items.map((e: any) => e.type);
-    expect(events).toEqual(expect.arrayContaining(['team_access.linked', 'team_access.synced']));
+    expect(events).toEqual(expect.arrayContaining(['team_links.linked', 'team_links.synced']));
     const actions = (await s.c.db('audit_logs').where({ user_id: member.id }).pluck('action')) as string[];
-    expect(actions).toEqual(expect.arrayContaining(['team_access.linked', 'team_access.synced']));
+    expect(actions).toEqual(expect.arrayContaining(['team_links.link', 'team_links.sync']));
   });
 
   it('keeps access across a rotation without a re-sync (the caller encrypts to the new generation); re-syncs when the source generates or disables keys', async () => {
@@ -257,7 +257,7 @@ describe('team access', () => {
     expect(await status(member)).toMatchObject({ linked: false, state: 'unlinked', inherited_keys: 0 });
     // Unlinking again is harmless (204, nothing done), as repeating any DELETE is.
     expect((await s.api('DELETE', '/team-access/link', { token: member.token })).status).toBe(204);
-    expect(await s.c.db('audit_logs').where({ user_id: member.id, action: 'team_access.unlinked' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: member.id, action: 'team_links.unlink' })).toHaveLength(1);
   });
 
   it('refuses a link across organizations (404, audited) and to oneself; needs a session to link', async () => {
@@ -265,10 +265,10 @@ describe('team access', () => {
     const [stranger] = await team(1);
     const res = await s.api('POST', '/team-access/link', { token: member.token, body: { source_user_id: stranger.id } });
     expect([res.status, res.body.code]).toEqual([404, 'member_not_found']);
-    expect(await s.c.db('audit_logs').where({ user_id: member.id, action: 'team_member.access_denied' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: member.id, action: 'team_members.deny_access' })).toHaveLength(1);
     const unknown = await s.api('POST', '/team-access/link', { token: member.token, body: { source_user_id: '00000000-0000-4000-8000-000000000000' } });
     expect(unknown.status).toBe(404);
-    expect(await s.c.db('audit_logs').where({ user_id: member.id, action: 'team_member.access_denied' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: member.id, action: 'team_members.deny_access' })).toHaveLength(1);
     expect((await s.api('POST', '/team-access/link', { token: member.token, body: { source_user_id: member.id } })).body.code).toBe('cannot_link_self');
     expect((await s.api('POST', '/team-access/link', { token: member.apiKey, body: { source_user_id: stranger.id } })).status).toBe(403);
     expect((await s.api('POST', '/team-access/link', { token: member.token, body: { source_user_id: 'nope' } })).status).toBe(422);
@@ -307,7 +307,7 @@ describe('team access', () => {
     expect(await settled(third)).toMatchObject({ linked: true, state: 'failed', last_error: 'source_unavailable', inherited_keys: 0 });
     expect(await grantsOf(third)).toEqual([]);
     const types = (await s.api('GET', '/events/history', { token: member.token })).body.items.map((e: any) => e.type);
-    expect(types).toEqual(expect.arrayContaining(['organization.member_removed', 'team_access.unlinked']));
+    expect(types).toEqual(expect.arrayContaining(['organization_members.removed', 'team_links.unlinked']));
   });
 
   it('re-syncs when the source deletes its account', async () => {

@@ -40,7 +40,7 @@ describe('POST /team-access/links/{grantee_user_id}/reject', () => {
     expect(res.body).toEqual({ grantee_user_id: member.id, source_user_id: owner.id, status: 'rejected' });
     expect(await status(member)).toMatchObject({ linked: false, state: 'unlinked', inherited_keys: 0 });
     expect((await s.api('GET', '/team-access/links', { token: owner.token })).body.total).toBe(0);
-    const audited = await s.c.db('audit_logs').where({ action: 'team_access.rejected', status: 'success' }).whereIn('user_id', [owner.id, member.id]);
+    const audited = await s.c.db('audit_logs').where({ action: 'team_links.reject', status: 'success' }).whereIn('user_id', [owner.id, member.id]);
     expect(audited.map((r) => r.user_id).sort()).toEqual([owner.id, member.id].sort());
     expect(audited[0].details).toEqual({ grantee_user_id: member.id, source_user_id: owner.id, rejected_by: owner.id });
 
@@ -58,6 +58,6 @@ describe('POST /team-access/links/{grantee_user_id}/reject', () => {
     expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
     expect(res.body.code).toBe('team_link_not_pending');
     expect(await status(member)).toMatchObject({ linked: true, approval: 'approved' });
-    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'team_access.rejected', status: 'failure' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'team_links.reject', status: 'failure' })).toHaveLength(1);
   });
 });

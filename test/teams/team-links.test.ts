@@ -45,8 +45,8 @@ describe('team access links need the source’s approval', () => {
       total: 1,
       items: [{ grantee: { user_id: member.id }, source: { user_id: owner.id }, approval: 'pending', approved_at: null }],
     });
-    expect(await eventTypes(owner)).toContain('team_access.requested');
-    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'team_access.requested', target: member.id })).toHaveLength(1);
+    expect(await eventTypes(owner)).toContain('team_links.requested');
+    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'team_links.request', target: member.id })).toHaveLength(1);
 
     const approved = await approve(member, owner);
     expect(approved).toMatchObject({ grantee: { user_id: member.id }, approval: 'approved', approved_by_user_id: owner.id });
@@ -54,11 +54,11 @@ describe('team access links need the source’s approval', () => {
     expect(await encryptStatus(member, key.fingerprint)).toBe(202);
     expect((await links(owner, '?approval=approved')).total).toBe(1);
     expect((await links(owner, '?approval=pending')).total).toBe(0);
-    expect(await eventTypes(member)).toContain('team_access.approved');
-    expect(await s.c.db('audit_logs').where({ action: 'team_access.approved' }).whereIn('user_id', [owner.id, member.id])).toHaveLength(2);
+    expect(await eventTypes(member)).toContain('team_links.approved');
+    expect(await s.c.db('audit_logs').where({ action: 'team_links.approve' }).whereIn('user_id', [owner.id, member.id])).toHaveLength(2);
     // Approving again changes nothing.
     await approve(member, owner);
-    expect(await s.c.db('audit_logs').where({ action: 'team_access.approved' }).whereIn('user_id', [owner.id, member.id])).toHaveLength(2);
+    expect(await s.c.db('audit_logs').where({ action: 'team_links.approve' }).whereIn('user_id', [owner.id, member.id])).toHaveLength(2);
   });
 
   it('counts a grant only for an approved link, whatever rows exist', async () => {
@@ -119,7 +119,7 @@ describe('team access links need the source’s approval', () => {
       Array.from({ length: 5 }, () => s.api('POST', `/team-access/links/${member.id}/approve`, { token: owner.token, body: { source_user_id: owner.id } })),
     );
     expect(answers.map((a) => a.status)).toEqual([200, 200, 200, 200, 200]);
-    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'team_access.approved' })).toHaveLength(1);
+    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'team_links.approve' })).toHaveLength(1);
 
     await requestLink(other, owner);
     const [approval, change] = await Promise.all([
@@ -144,8 +144,8 @@ describe('team access links need the source’s approval', () => {
     expect(await encryptStatus(member, key.fingerprint)).toBe(404);
     expect(await status(member)).toMatchObject({ linked: false, inherited_keys: 0 });
     expect((await links(owner)).total).toBe(0);
-    expect(await eventTypes(member)).toContain('team_access.unlinked');
-    expect(await s.c.db('audit_logs').where({ user_id: member.id, action: 'team_access.unlinked' }).pluck('details')).toEqual([
+    expect(await eventTypes(member)).toContain('team_links.unlinked');
+    expect(await s.c.db('audit_logs').where({ user_id: member.id, action: 'team_links.unlink' }).pluck('details')).toEqual([
       expect.objectContaining({ reason: 'ended_by_source' }),
     ]);
     expect((await s.api('DELETE', `/team-access/links/${member.id}`, { token: owner.token })).status).toBe(404);
@@ -174,19 +174,19 @@ describe('wrong passphrases on an inherited key', () => {
     });
     expect(mine.state).toBe('completed');
 
-    const rows = (await s.api('GET', '/audit-logs?action=key.passphrase_failed&page_size=100', { token: owner.token })).body.items;
+    const rows = (await s.api('GET', '/audit-logs?action=keys.check_passphrase&page_size=100', { token: owner.token })).body.items;
     expect(rows).toHaveLength(10);
     expect(rows[0]).toMatchObject({
       status: 'failure',
       target: key.fingerprint,
       details: { caller_user_id: member.id, lineage_id: key.lineage_id, action: 'keys.decrypt' },
     });
-    const events = (await s.api('GET', '/events/history?types=key.passphrase_failed', { token: owner.token })).body.items;
+    const events = (await s.api('GET', '/events/history?types=keys.passphrase_failed', { token: owner.token })).body.items;
     expect(events.length).toBe(10);
     expect(events[0].data).toMatchObject({ lineage_id: key.lineage_id, fingerprint: key.fingerprint, caller_user_id: member.id });
     expect(JSON.stringify([rows, events, await s.c.db('audit_logs')])).not.toContain(guess);
     // The guesser's own failures stay in its own log; none of them reach its events as the owner's.
-    expect(await eventTypes(member)).not.toContain('key.passphrase_failed');
+    expect(await eventTypes(member)).not.toContain('keys.passphrase_failed');
   });
 
   it('tells the owner of wrong guesses on its own key too', async () => {
@@ -199,7 +199,7 @@ describe('wrong passphrases on an inherited key', () => {
       form: { fingerprint: key.fingerprint, passphrase: 'wrong one', files: [{ name: 'n.gpg', data: ciphertext }] },
     });
     expect(res.body.code).toBe('wrong_passphrase');
-    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'key.passphrase_failed' }).pluck('details')).toEqual([
+    expect(await s.c.db('audit_logs').where({ user_id: owner.id, action: 'keys.check_passphrase' }).pluck('details')).toEqual([
       expect.objectContaining({ caller_user_id: owner.id }),
     ]);
   });

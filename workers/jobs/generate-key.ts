@@ -18,8 +18,8 @@ export const generateKeyProcessor = defineTrackedProcessor(generateKey, {
         });
         return { key: keyOut(lineage, key, c.clock.now()) };
       },
-      events: () => [{ type: 'key.generated', data: keyGeneratedData(spec, first) }],
-      after: () => resyncLinkedTo(c, row.user_id, 'key.generated', originMeta(origin)),
+      events: () => [{ type: 'keys.generated', data: keyGeneratedData(spec, first) }],
+      after: () => resyncLinkedTo(c, row.user_id, 'keys.generated', originMeta(origin)),
     };
   },
   // Failed for good: its lineage was never stored (a stored one completes the job in the same transaction).

@@ -50,7 +50,7 @@ export const signFilesProcessor = defineTrackedProcessor(signFiles, {
           origin,
         ),
       ],
-      events: () => [{ type: 'key.signed', data: facts }],
+      events: () => [{ type: 'keys.signed', data: facts }],
       after: done.deleteInputs,
     };
   },

@@ -59,7 +59,7 @@ export const verifyFilesProcessor = defineTrackedProcessor(verifyFiles, {
           origin,
         ),
       ],
-      events: () => [{ type: 'key.verified', data: { job_id: row.id, fingerprint: req.signer.fingerprint, files: checks.length, valid } }],
+      events: () => [{ type: 'keys.verified', data: { job_id: row.id, fingerprint: req.signer.fingerprint, files: checks.length, valid } }],
       after: () => c.blob.deletePrefix(jobBlob.dir(row.id)).then(() => undefined),
     };
   },

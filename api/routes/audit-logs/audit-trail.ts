@@ -2,7 +2,7 @@ import { Readable } from 'node:stream';
 import { z } from 'zod';
 import { route } from '../../route';
 import { PageQuery, Timestamp, pageOf, wholeNumber } from '../../schemas/common';
-import { auditPage } from '../../../lib/audit/audit-log';
+import { auditActions, auditPage } from '../../../lib/audit/audit-log';
 import { auditJwks, exportChain, verifyAccountChain } from '../../../lib/audit/audit-evidence';
 
 const EXPORT_CHUNK_LINES = 200;
@@ -15,6 +15,12 @@ const AuditEntry = z
     action: z.string(),
     status: z.enum(['success', 'failure']),
     target: z.string().nullable(),
+    target_label: z
+      .string()
+      .nullable()
+      .describe(
+        "The target in words (a key's label and fingerprint end, an API key's or webhook's name, a user's email); null when it is gone or not the caller's to see",
+      ),
     ip: z.string().nullable(),
     request_id: z.string().nullable().describe("The service's id of the request that wrote the row"),
     client_request_id: z.string().nullable().describe('The X-Request-Id the client sent with that request, when it was one the API keeps'),
@@ -56,7 +62,24 @@ const Verdict = z
   })
   .meta({ id: 'AuditVerdict' });
 
+const AuditActions = z
+  .object({ actions: z.array(z.object({ name: z.string().describe('As `action` filters take it'), label: z.string().describe('A short label for people') })) })
+  .meta({ id: 'AuditActions' });
+
 export default [
+  route({
+    method: 'get',
+    path: '/audit-logs/actions',
+    summary: 'Every audit action, with a short label (docs/events-and-webhooks.md gives the naming rule)',
+    tags: ['Audit'],
+    access: 'auth',
+    scope: 'audit:read',
+    responses: { 200: { description: 'The actions, by name', schema: AuditActions } },
+    async handler() {
+      return { body: { actions: auditActions() } };
+    },
+  }),
+
   route({
     method: 'get',
     path: '/audit-logs',
@@ -67,7 +90,7 @@ export default [
     query: PageQuery.extend({
       action: z
         .string()
-        .regex(/^[a-z0-9_.-]+\*?$/, 'an action name such as auth.login, or a prefix ending in * such as auth.*')
+        .regex(/^[a-z0-9_.-]+\*?$/, 'an action name such as keys.rotate, or a prefix ending in . or * such as keys. or keys.*')
         .max(64)
         .optional(),
       status: z.enum(['success', 'failure']).optional(),

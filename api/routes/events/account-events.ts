@@ -4,7 +4,8 @@ import { route } from '../../route';
 import { PageQuery, Timestamp, instant, pageOf } from '../../schemas/common';
 import { invalid } from '../../../lib/errors';
 import type { Container } from '../../../lib/container';
-import { EVENT_ID, EVENT_TYPES, eventHistory, lastEventId, readEvents, trimmedSince, type AccountEvent, type EventType } from '../../../lib/event-stream';
+import { EVENT_ID, eventHistory, lastEventId, readEvents, trimmedSince, type AccountEvent } from '../../../lib/event-stream';
+import { EVENT_TYPES, currentEventType, type EventType } from '../../../lib/event-names';
 
 const tags = ['Events'];
 
@@ -24,7 +25,7 @@ const Types = z
   .transform((s) =>
     s
       .split(',')
-      .map((t) => t.trim())
+      .map((t) => currentEventType(t.trim()))
       .filter(Boolean),
   )
   .pipe(z.array(z.enum(EVENT_TYPES)))

@@ -95,7 +95,7 @@ function sendFile(ctx: AppContext, name: string, contentType: string, stream: Re
 async function followOutput(c: Container, ctx: AppContext, row: JobRow, n: number): Promise<void> {
   const failed = () => conflict('job_not_completed', 'The job failed; outputs exist once it has completed.');
   const abort = new AbortController();
-  const watch = await watchJobEnd(c, row.user_id, row.id, (e) => e.type === 'job.failed' && abort.abort(failed()));
+  const watch = await watchJobEnd(c, row.user_id, row.id, (e) => e.type === 'jobs.failed' && abort.abort(failed()));
   ctx.res.once('close', () => {
     watch.stop();
     abort.abort(new Error('the response ended or the client went away'));

@@ -58,8 +58,8 @@ async function generate(input: Pick<Input, 'c' | 'ctx' | 'meta'>, userId: string
   if (!form.algorithm.startsWith('rsa')) {
     const first = await newGeneration(c, { ...spec, user_id: userId }, 1);
     const { lineage, key } = await storeKey(c, userId, spec, first, meta);
-    await emitEvent(c, userId, 'key.generated', keyGeneratedData(spec, first));
-    await resyncLinkedTo(c, userId, 'key.generated', meta);
+    await emitEvent(c, userId, 'keys.generated', keyGeneratedData(spec, first));
+    await resyncLinkedTo(c, userId, 'keys.generated', meta);
     return { status: 201, body: keyOut(lineage, key, c.clock.now()) };
   }
   // The lock stays out of the job row: it travels sealed in the queue payload, with the public key it
@@ -197,8 +197,8 @@ export default [
       const view = await requireKey(c, user.id, body.fingerprint, meta);
       const lineage = await disableKey(c, user.id, view, meta);
       if (lineage.changed)
-        await emitEvent(c, user.id, 'key.disabled', { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint, label: view.lineage.label });
-      if (lineage.changed) await resyncLinkedTo(c, user.id, 'key.disabled', meta);
+        await emitEvent(c, user.id, 'keys.disabled', { lineage_id: view.lineage.id, fingerprint: view.current.fingerprint, label: view.lineage.label });
+      if (lineage.changed) await resyncLinkedTo(c, user.id, 'keys.disabled', meta);
       return { body: keyOut(lineage.lineage, view.current, c.clock.now()) };
     },
   }),

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { route } from '../../route';
 import { PageQuery, Timestamp, iso, isoOrNull, pageOf, text } from '../../schemas/common';
-import { EVENT_TYPES } from '../../../lib/event-stream';
+import { EVENT_TYPES, currentEventType } from '../../../lib/event-names';
 import type { AttemptRow, DeliveryRow, EndpointRow } from '../../../db/webhooks';
 import {
   createEndpoint,
@@ -20,8 +20,10 @@ import {
 const tags = ['Webhooks'];
 
 const Url = z.string().trim().min(1).max(2048).describe('http(s) URL that receives POSTs; loopback, private and link-local addresses are refused');
+/** One event type; a name from before the scheme (deprecated) is read as its current one. */
+const EventTypeName = z.preprocess((v) => (typeof v === 'string' ? currentEventType(v) : v), z.enum(EVENT_TYPES).meta({ id: 'EventType' }));
 const EventTypes = z
-  .array(z.enum(EVENT_TYPES))
+  .array(EventTypeName)
   .max(EVENT_TYPES.length)
   .transform((types) => [...new Set(types)])
   .describe('Event types to receive; empty or omitted: all');

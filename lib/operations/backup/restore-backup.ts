@@ -158,7 +158,7 @@ async function recover(c: Container, manifest: Manifest, blobs: number): Promise
     const accounts = await bumpAllTokenVersions(trx, RESTORE_TOKEN_VERSION_STEP);
     await recordAudit(trx, {
       user_id: null,
-      action: 'system.restore',
+      action: 'backups.restore',
       status: 'success',
       target: manifest.backup_id,
       details: {

@@ -124,6 +124,8 @@ interface InputProps {
   /** The starting value of an uncontrolled field (re-renders keep what was typed). */
   defaultValue?: string;
   placeholder?: string;
+  /** The id of a <datalist> of suggested values. */
+  list?: string;
   onInput?: (e: Event & { currentTarget: HTMLInputElement }) => void;
 }
 

@@ -1,12 +1,32 @@
 import { useEffect, useState } from 'preact/hooks';
+import { EVENT_TYPES } from '../../../../client/openapi';
 import { API, api, ok, type Schemas } from '../api';
 import { Field, formValues, ProblemText, Submit, useAction, when } from '../ui';
 
 type Entry = Schemas['AuditEntry'];
+type ActionName = Schemas['AuditActions']['actions'][number];
 interface LiveEvent {
   id: string;
   type: string;
+  created_at?: string;
   data?: Record<string, unknown>;
+}
+
+/** The facts of an event worth a line, in words: what it names and how it ended, never raw JSON. */
+function eventFacts(e: LiveEvent): string {
+  const d = e.data ?? {};
+  const text = (k: string) => (typeof d[k] === 'string' && d[k] ? d[k] : undefined);
+  const fingerprint = text('fingerprint');
+  return [
+    text('label'),
+    fingerprint && `key …${fingerprint.slice(-16)}`,
+    text('kind'),
+    text('action'),
+    text('state') ?? text('status'),
+    text('code') ?? text('reason'),
+  ]
+    .filter(Boolean)
+    .join(', ');
 }
 
 const PAGE_SIZE = 25;
@@ -17,6 +37,15 @@ export function Activity() {
   const [rows, setRows] = useState<{ items: Entry[]; total: number }>();
   const [live, setLive] = useState<LiveEvent[]>([]);
   const [connected, setConnected] = useState(false);
+  const [actions, setActions] = useState<ActionName[]>([]);
+  useEffect(
+    () =>
+      void ok(api.GET('/audit-logs/actions')).then(
+        (r) => setActions(r.actions),
+        () => undefined,
+      ),
+    [],
+  );
   const load = () => action.run(async () => setRows(await ok(api.GET('/audit-logs', { params: { query: { ...query, page_size: PAGE_SIZE } } }))));
   useEffect(() => void load(), [query]);
 
@@ -29,8 +58,7 @@ export function Activity() {
       const event = JSON.parse(e.data) as LiveEvent;
       setLive((l) => [event, ...l].slice(0, 50));
     };
-    const types = ['key.generated', 'key.disabled', 'key.rotated', 'key.rotation_failed', 'key.expiring', 'key.expired', 'job.completed', 'job.failed'];
-    for (const t of types) source.addEventListener(t, seen);
+    for (const t of EVENT_TYPES) source.addEventListener(t, seen);
     return () => source.close();
   }, []);
 
@@ -45,7 +73,8 @@ export function Activity() {
       <ul class="live" aria-live="polite">
         {live.map((e) => (
           <li key={e.id} data-type={e.type}>
-            <strong>{e.type}</strong> <span class="mono">{JSON.stringify(e.data ?? {})}</span>
+            {e.created_at && <time dateTime={e.created_at}>{when(e.created_at)}</time>} <strong>{e.type}</strong>
+            {eventFacts(e) && <span> — {eventFacts(e)}</span>}
           </li>
         ))}
       </ul>
@@ -60,7 +89,27 @@ export function Activity() {
           setQuery({ action: v.action || undefined, status: (v.status || undefined) as 'success' | 'failure' | undefined, page: 1 });
         }}
       >
-        <Field label="Action" name="action" placeholder="key.generate" maxLength={64} action={action} />
+        <Field
+          label="Action"
+          name="action"
+          placeholder="keys.rotate"
+          hint="An action, or a prefix ending in . or * (keys.*)"
+          list="audit-actions"
+          maxLength={64}
+          action={action}
+        />
+        <datalist id="audit-actions">
+          {[...new Set(actions.map((a) => `${a.name.split('.')[0]}.*`))].map((prefix) => (
+            <option key={prefix} value={prefix}>
+              Every {prefix.slice(0, -2).replace(/_/g, ' ')} action
+            </option>
+          ))}
+          {actions.map((a) => (
+            <option key={a.name} value={a.name}>
+              {a.label}
+            </option>
+          ))}
+        </datalist>
         <label>
           Outcome
           <select name="status">
@@ -95,7 +144,9 @@ export function Activity() {
                   <td>{when(r.created_at)}</td>
                   <td>{r.action}</td>
                   <td>{r.status}</td>
-                  <td class="mono">{r.target ?? ''}</td>
+                  <td title={r.target ?? undefined} class={r.target_label ? undefined : 'mono'}>
+                    {r.target_label ?? r.target ?? ''}
+                  </td>
                   <td>{r.ip ?? ''}</td>
                 </tr>
               ))}

@@ -1,6 +1,6 @@
 import { startRegistration } from '@simplewebauthn/browser';
 import { useEffect, useState } from 'preact/hooks';
-import { SCOPES } from '../../../../client/openapi';
+import { EVENT_TYPES, SCOPES } from '../../../../client/openapi';
 import { api, asJson, ok, type Schemas } from '../api';
 import { confirmEnd, CopyButton, Field, formValues, ProblemText, Submit, useAction, useFieldError, when } from '../ui';
 import { ShareLink } from '../share-link';
@@ -306,17 +306,26 @@ function Webhooks() {
     <section aria-labelledby="webhooks-h">
       <h2 id="webhooks-h">Webhooks</h2>
       <form
-        class="inline"
         onSubmit={(e) => {
           const v = formValues(e);
+          // None ticked: every type (the API's default).
+          const types = EVENT_TYPES.filter((t) => e.currentTarget.querySelector<HTMLInputElement>(`input[name="event_type"][value="${t}"]`)?.checked);
           void action.run(async () => {
-            const made = await ok(api.POST('/webhooks', { body: { url: v.url } }));
+            const made = await ok(api.POST('/webhooks', { body: { url: v.url, event_types: types } }));
             setSecret(made.secret);
             await load();
           });
         }}
       >
         <Field label="Endpoint URL" name="url" type="url" required maxLength={2048} action={action} />
+        <fieldset class="event-types">
+          <legend>Event types (none ticked: every type)</legend>
+          {EVENT_TYPES.map((t) => (
+            <label class="check" key={t}>
+              <input type="checkbox" name="event_type" value={t} /> {t}
+            </label>
+          ))}
+        </fieldset>
         <Submit action={action}>Add an endpoint</Submit>
       </form>
       <ProblemText action={action} />
@@ -325,6 +334,7 @@ function Webhooks() {
         {items.map((w) => (
           <li key={w.webhook_id}>
             <span class="mono">{w.url}</span> {w.enabled ? '' : `(disabled: ${w.disabled_reason ?? ''})`}{' '}
+            <span class="muted">{w.event_types.length ? w.event_types.join(', ') : 'every event type'}</span>{' '}
             <button
               type="button"
               class="secondary"

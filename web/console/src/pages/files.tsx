@@ -107,7 +107,7 @@ const RECENT = 10;
 
 /** The account's recent file jobs, from the event history (the API has no job list): newest first. */
 async function recentJobs(): Promise<Job[]> {
-  const history = await ok(api.GET('/events/history', { params: { query: { types: 'job.completed,job.failed', page_size: RECENT } } }));
+  const history = await ok(api.GET('/events/history', { params: { query: { types: 'jobs.completed,jobs.failed', page_size: RECENT } } }));
   const ids = [...new Set(history.items.map((e) => e.data.job_id).filter((id): id is string => typeof id === 'string'))];
   const jobs = await Promise.all(ids.map((job_id) => api.GET('/jobs/{job_id}', { params: { path: { job_id } } }).then((r) => r.data)));
   return jobs.filter((j): j is Job => j !== undefined && FILE_JOBS.includes(j.kind));
