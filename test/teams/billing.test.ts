@@ -268,7 +268,7 @@ describe('verified webhooks', () => {
     expect(st).toMatchObject({ mode: 'test', plan: 'pro', subscribed_plan: 'pro', provider_status: 'active', customer: true, limits_enforced: true });
     expect(st.limits.keys).toBe(100);
     expect(new Date(st.subscription.current_period_end).getTime()).toBe(sub.items.data[0].current_period_end * 1000);
-    const audits = await auditRows(s, u.id, 'billing_plans.changed');
+    const audits = await auditRows(s, u.id, 'billing_plans.change');
     expect(audits).toHaveLength(1);
     expect(audits[0].details).toMatchObject({ from_plan: 'free', to_plan: 'pro', event_id: e.event.id, status: 'active' });
     // The event is emitted after the commit that marks the provider event processed: it may come a moment later.
@@ -331,7 +331,7 @@ describe('verified webhooks', () => {
     for (const r of replays) expect(r.body).toEqual({ received: true, event_id: e.event.id, duplicate: true });
     expect(await s.c.db('billing_events').where({ id: e.event.id })).toHaveLength(1);
     await new Promise((r) => setTimeout(r, 300));
-    expect(await auditRows(s, u.id, 'billing_plans.changed')).toHaveLength(1);
+    expect(await auditRows(s, u.id, 'billing_plans.change')).toHaveLength(1);
     expect(await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing_plans.changed'] })).toHaveLength(1);
     expect((await status(s, u.token)).plan).toBe('business');
   });
@@ -362,7 +362,7 @@ describe('verified webhooks', () => {
     await processed(s, late.event.id);
     const st = await status(s, u.token);
     expect(st).toMatchObject({ plan: 'free', provider_status: 'canceled' });
-    const changes = (await auditRows(s, u.id, 'billing_plans.changed').orderBy('id')).map((r: { details: { to_plan: string } }) => r.details.to_plan);
+    const changes = (await auditRows(s, u.id, 'billing_plans.change').orderBy('id')).map((r: { details: { to_plan: string } }) => r.details.to_plan);
     expect(changes).toEqual(['business', 'free']);
   });
 
@@ -396,7 +396,7 @@ describe('verified webhooks', () => {
     expect(st).toMatchObject({ plan: 'pro', subscribed_plan: 'pro', provider_status: 'past_due' });
     const graceEnds = new Date(st.subscription.grace_ends_at).getTime();
     expect(graceEnds - new Date(st.subscription.past_due_since).getTime()).toBe(GRACE_DAYS * 86_400_000);
-    expect(await auditRows(s, u.id, 'billing_payments.failed')).toHaveLength(1);
+    expect(await auditRows(s, u.id, 'billing_payments.fail')).toHaveLength(1);
     const pf = await eventHistory(s.c.redis, s.config.redisPrefix, u.id, { types: ['billing_payments.failed'] });
     expect(pf).toHaveLength(1);
     expect(pf[0].data).toMatchObject({ invoice_id: 'in_failed1', subscription_id: id });
@@ -583,7 +583,7 @@ describe('a worker killed mid billing event', () => {
         await trx.rollback();
       }
       expect((await k.c.db('billing_events').where({ id: e.event.id }).first()).processed_at).toBeNull();
-      expect(await auditRows(k, u.id, 'billing_plans.changed')).toHaveLength(0);
+      expect(await auditRows(k, u.id, 'billing_plans.change')).toHaveLength(0);
 
       // Twice stalled, BullMQ fails the job (maxStalledCount) and it leaves Redis; the sweep queues the event again.
       worker = startProcess('worker', { ...k.env, ...fast });
@@ -592,11 +592,11 @@ describe('a worker killed mid billing event', () => {
       await k.c.jobs.enqueue('billing-sweep', { older_than_seconds: 0 });
       await processed(k, e.event.id);
       expect((await status(k, u.token)).plan).toBe('pro');
-      expect(await auditRows(k, u.id, 'billing_plans.changed')).toHaveLength(1);
+      expect(await auditRows(k, u.id, 'billing_plans.change')).toHaveLength(1);
       expect(await eventHistory(k.c.redis, k.config.redisPrefix, u.id, { types: ['billing_plans.changed'] })).toHaveLength(1);
       expect((await post(k, e)).body.duplicate).toBe(true);
       await new Promise((r) => setTimeout(r, 500));
-      expect(await auditRows(k, u.id, 'billing_plans.changed')).toHaveLength(1);
+      expect(await auditRows(k, u.id, 'billing_plans.change')).toHaveLength(1);
     } finally {
       worker.kill('SIGKILL');
       await k.stop();
