@@ -120,6 +120,10 @@ export const lockEmailChange = async (trx: Knex.Transaction, tokenHash: string):
 export const useEmailChanges = async (trx: Knex.Transaction, userId: string, at: Date): Promise<number> =>
   trx<EmailChangeRow>('email_changes').where({ user_id: userId }).whereNull('used_at').update({ used_at: at });
 
+/** Confirming the address the account has voids its other confirmations of that address, and nothing else. */
+export const useEmailVerifications = async (trx: Knex.Transaction, userId: string, email: string, at: Date): Promise<number> =>
+  trx<EmailChangeRow>('email_changes').where({ user_id: userId, new_email: email }).whereNull('used_at').update({ used_at: at });
+
 /** Accounts by id with their public names, deleted ones included (what they made still names them). */
 export async function usersByIds(db: Knex, ids: string[]): Promise<Pick<UserRow, 'id' | 'username' | 'email' | 'deleted_at'>[]> {
   return ids.length

@@ -83,6 +83,7 @@ export const AUDIT_ACTIONS = {
   'profiles.change_email': 'Email address changed',
   'profiles.update': 'Profile updated',
   'profiles.update_rotation_days': 'Default rotation interval changed',
+  'profiles.verify_email': 'Email address confirmed',
   'queue_jobs.retry': 'Queue job retried',
   'recovery_review_items.deny_access': "Access refused: another account's recovery review item",
   'recovery_review_items.keep': 'Review item kept',

@@ -10,6 +10,7 @@ export const MailTemplate = z.enum([
   'contact-forward',
   'key-expiring',
   'email-confirm',
+  'email-verify',
   'email-changed',
   'key-shared',
   'passkey-added',
@@ -89,6 +90,20 @@ export function renderMail(template: MailTemplate, v: Vars, config: Pick<Config,
           '',
           'After that it no longer encrypts (it still decrypts what was encrypted to it). Rotate it to get a',
           'fresh generation with a new lifetime: POST /api/v1/keys/{fingerprint}/rotate.',
+        ].join('\n'),
+      };
+    case 'email-verify':
+      return {
+        subject: 'Confirm your email address',
+        text: [
+          `Hello ${v.username ?? ''},`,
+          '',
+          `An account was made with this email address. To confirm that it is yours, use this token within ${v.ttl_hours ?? '48'} hours:`,
+          '',
+          `Confirmation token: ${v.token}`,
+          `Or open: ${config.publicUrl}/confirm-email#token=${encodeURIComponent(v.token ?? '')}`,
+          '',
+          'If you did not make an account, ignore this email.',
         ].join('\n'),
       };
     case 'email-confirm':

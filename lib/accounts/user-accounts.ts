@@ -28,6 +28,7 @@ import {
   lockLiveUser,
   updateUser,
   useEmailChanges,
+  useEmailVerifications,
   type ContactRequest,
   type UserRow,
 } from '../../db/users';
@@ -61,7 +62,7 @@ const audit = (meta: RequestMeta) => (db: Container['db'], entry: Omit<Parameter
 export async function register(c: Container, input: { username: string; email: string; password: string; company_name?: string | null }, meta: RequestMeta) {
   const password_hash = await hashPassword(input.password, c.config.argon2MemoryKib);
   try {
-    return await c.db.transaction(async (trx) => {
+    const { verification, ...registered } = await c.db.transaction(async (trx) => {
       // Never admin: ADMIN_EMAILS applies to verified emails only (see verifiedEmail).
       const user = await insertUser(trx, {
         username: input.username,
@@ -78,11 +79,45 @@ export async function register(c: Container, input: { username: string; email: s
         target: user.id,
         details: { api_key_prefix: key.row.prefix },
       });
-      return { user, key, session: await newSession(c, user) };
+      const verification = await newEmailVerification(c, trx, user);
+      return { user, key, session: await newSession(c, user), verification };
     });
+    await mailEmailVerification(c, registered.user, verification, meta);
+    return registered;
   } catch (err) {
     throw duplicate(err);
   }
+}
+
+/** How long the token confirming a new account's address lives. */
+const EMAIL_VERIFY_TTL_HOURS = 48;
+
+/**
+ * A token that confirms the address the account has: an email change to the same address, redeemed by
+ * confirmEmailChange (which then only marks the address verified).
+ */
+async function newEmailVerification(c: Container, trx: Knex, user: Pick<UserRow, 'id' | 'email'>): Promise<string> {
+  const token = newToken();
+  const expires_at = new Date(c.clock.now().getTime() + EMAIL_VERIFY_TTL_HOURS * 3600_000);
+  await insertEmailChange(trx, { user_id: user.id, new_email: user.email, token_hash: hashToken(token), expires_at });
+  return token;
+}
+
+const mailEmailVerification = (c: Container, user: Pick<UserRow, 'email' | 'username'>, token: string, meta: RequestMeta) =>
+  notify(c, user.email, 'email-verify', { username: user.username, token, ttl_hours: String(EMAIL_VERIFY_TTL_HOURS) }, meta.requestId);
+
+/**
+ * Mails a new confirmation of the account's address. The account's budget is spent first, so a verified
+ * account learns that it is (409) at the same pace as an unverified one gets mail.
+ */
+export async function resendEmailVerification(c: Container, userId: string, meta: RequestMeta): Promise<{ email: string }> {
+  await consume(c.limiters.publicIp, `email-verify:${userId}`, 'Too many confirmation emails; wait before asking again.');
+  const user = (await findUserById(c.db, userId))!;
+  if (user.email_verified_at) throw conflict('email_already_verified', 'This email address is already confirmed.');
+  const token = await newEmailVerification(c, c.db, user);
+  await audit(meta)(c.db, { user_id: user.id, action: 'profiles.verify_email', status: 'success', details: { stage: 'confirmation_sent' } });
+  await mailEmailVerification(c, user, token, meta);
+  return { email: user.email };
 }
 
 /** The lockout is the account's (username and email share it); an unknown identifier counts on its own. */
@@ -357,6 +392,13 @@ export async function confirmEmailChange(c: Container, token: string, meta: Requ
       }
       const before = await lockLiveUser(trx, change.user_id);
       if (!before) throw badRequest('invalid_email_token', 'The confirmation token is not valid.');
+      if (!isEmailChange(change.new_email, before.email)) {
+        // The address the account has, confirmed (registration's mail): verified, nothing else changes.
+        await useEmailVerifications(trx, before.id, change.new_email, now);
+        const row = before.email_verified_at ? before : await updateUser(trx, before.id, { email_verified_at: now });
+        await audit(meta)(trx, { user_id: row.id, action: 'profiles.verify_email', status: 'success', details: { stage: 'confirmed' } });
+        return { user: await promoteAdminEmail(c, trx, row, meta), old: null };
+      }
       await useEmailChanges(trx, before.id, now);
       // Reset tokens mailed to the old address die with it: only the new mailbox can recover the account.
       const resetsVoided = await usePasswordResets(trx, before.id, now);
@@ -372,7 +414,7 @@ export async function confirmEmailChange(c: Container, token: string, meta: Requ
     .catch((err: unknown) => {
       throw duplicate(err);
     });
-  await notify(c, old.email, 'email-changed', { username: user.username, new_email: user.email, at: now.toISOString() }, meta.requestId);
+  if (old) await notify(c, old.email, 'email-changed', { username: user.username, new_email: user.email, at: now.toISOString() }, meta.requestId);
   return user;
 }
 

@@ -41,7 +41,7 @@ describe('email change', () => {
     const next = fresh('hashed');
     const token = await askEmailChange(u, next);
     expect(Buffer.from(token, 'base64url')).toHaveLength(32);
-    const rows = await s.c.db('email_changes').where({ user_id: u.id });
+    const rows = await s.c.db('email_changes').where({ user_id: u.id, new_email: next });
     expect(rows).toHaveLength(1);
     expect(JSON.stringify(rows)).not.toContain(token);
     const audit = await s.c.db('audit_logs').where({ user_id: u.id }).select('details');

@@ -23,7 +23,8 @@ describe('PUT /profile/update with the unchanged email', () => {
     );
     expect(res.status).toBe(200);
     expect(res.body).toMatchObject({ email: u.email, company_name: 'Renamed Co', pending_email: null });
-    expect(await s.c.db('email_changes').where({ user_id: u.id })).toHaveLength(0);
+    // Only the confirmation registration mailed.
+    expect(await s.c.db('email_changes').where({ user_id: u.id })).toHaveLength(1);
 
     const alone = await s.api('PUT', '/profile/update', { token: u.token, body: { email: u.email } });
     expect(alone.status).toBe(200);

@@ -465,7 +465,7 @@ describe('the web console in Chromium', { timeout: 90_000 }, () => {
     const confirmLink = /Or open: (\S+)/.exec(confirm.text ?? '')![1];
     expect(confirmLink.startsWith(`${origin}/confirm-email#token=`)).toBe(true);
     await page.goto(confirmLink);
-    await says(page, /Your email address is now remembered@example.test\./);
+    await says(page, /Confirmed: your email address is remembered@example.test\./);
     await accessible(page);
     expect(problems).toEqual([]);
     await page.close();

@@ -59,6 +59,22 @@ export default [
 
   route({
     method: 'post',
+    path: '/profile/confirm-email/resend',
+    summary: "Mail a new token confirming the account's email address (as registration does); 409 once it is confirmed",
+    tags,
+    access: 'session',
+    body: z.object({}).strict(),
+    responses: {
+      202: { description: 'A confirmation is on its way to the address', schema: z.object({ email: z.string() }) },
+      409: { description: '`email_already_verified`' },
+    },
+    async handler({ c, user, meta }) {
+      return { status: 202, body: await accounts.resendEmailVerification(c, user.id, meta) };
+    },
+  }),
+
+  route({
+    method: 'post',
     path: '/profile/change-password',
     summary: 'Change the password; every other session ends and a new token is returned',
     tags,

@@ -10,6 +10,7 @@ export function Profile() {
   const password = useAction();
   const rotation = useAction();
   const remove = useAction();
+  const confirmation = useAction();
   return (
     <>
       <h1>Profile</h1>
@@ -54,6 +55,23 @@ export function Profile() {
         <Submit action={details}>Save</Submit>
         <ProblemText action={details} />
       </form>
+      {!user.email_verified && (
+        <form
+          onSubmit={(e) => {
+            e.preventDefault();
+            void confirmation.run(async () => {
+              const sent = await ok(api.POST('/profile/confirm-email/resend', { body: {} }));
+              return `We sent a confirmation link to ${sent.email}.`;
+            });
+          }}
+        >
+          <p>Your email address is not confirmed yet: the link we mailed confirms it.</p>
+          <Submit action={confirmation} class="secondary">
+            Send the confirmation email again
+          </Submit>
+          <ProblemText action={confirmation} />
+        </form>
+      )}
 
       <h2>Password</h2>
       <form

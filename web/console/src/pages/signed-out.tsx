@@ -260,7 +260,7 @@ export function ConfirmEmail() {
     void action.run(async () => {
       const user = await ok(api.POST('/profile/confirm-email', { body: { token } }));
       if (session.user) await session.refresh();
-      return `Your email address is now ${user.email}.`;
+      return `Confirmed: your email address is ${user.email}.`;
     });
   }, [token]);
   return (
