@@ -34,6 +34,7 @@ const foreign: string[] = [];
 let user: Awaited<ReturnType<typeof registerUser>>;
 let admin: Awaited<ReturnType<typeof registerUser>>;
 let failedJob: string;
+let sharePages: Record<string, string>;
 
 /** The console's session cookie for a session token, as POST /auth/session sets it. */
 async function sessionCookie(token: string): Promise<string> {
@@ -68,8 +69,18 @@ beforeAll(async () => {
   await createKey(s.api, user.token, { label: 'staging', environment: 'staging' });
   await encrypt(s.api, user.token, key.fingerprint, [{ name: 'quarterly-report-with-a-long-file-name-2026.pdf', data: Buffer.from('report body') }]);
   const ok = (res: { status: number; body: unknown }, status = 201) => expect(res.status, JSON.stringify(res.body)).toBe(status);
-  ok(await s.api('POST', '/keys/share/create', { token: user.token, body: { fingerprint: key.fingerprint } }));
-  ok(await s.api('POST', '/api-keys/generate', { token: user.token, body: { name: 'deploy pipeline', scopes: ['keys:read'] } }));
+  const keyShare = await s.api('POST', '/keys/share/create', { token: user.token, body: { fingerprint: key.fingerprint } });
+  ok(keyShare);
+  const apiKey = await s.api('POST', '/api-keys/generate', { token: user.token, body: { name: 'deploy pipeline', scopes: ['keys:read'] } });
+  ok(apiKey);
+  const apiKeyShare = await s.api('POST', `/api-keys/${apiKey.body.key_id}/share`, { token: user.token, body: { expires_in_hours: 24, max_views: 1 } });
+  ok(apiKeyShare);
+  // The pages a share link opens in a browser (api/share-page.ts), and the one a dead link opens.
+  sharePages = {
+    'share-key': `/api/v1/keys/share/${keyShare.body.share_token}`,
+    'share-api-key': new URL(apiKeyShare.body.url).pathname,
+    'share-unknown': `/api/v1/keys/share/${'x'.repeat(43)}`,
+  };
   ok(await s.api('POST', '/webhooks', { token: user.token, body: { url: 'http://127.0.0.1:9/a/rather/long/webhook/path/for/the/receiver' } }));
   ok(await s.api('POST', '/organization/invitations', { token: user.token, body: { email: 'new.teammate.with.a.long.address@example.test' } }));
 
@@ -138,6 +149,10 @@ describe('the console at 390 and 1280 px', { timeout: 150_000 }, () => {
         for (const path of SIGNED_OUT) {
           await page.goto(origin + path);
           await check(page, width, nameOf(path), problems);
+        }
+        for (const [name, path] of Object.entries(sharePages)) {
+          await page.goto(origin + path);
+          await check(page, width, name, problems);
         }
         await signInAs(user.token);
         for (const path of USER) {
