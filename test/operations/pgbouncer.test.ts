@@ -12,6 +12,7 @@ import { PASSPHRASE, createKey, download, waitJob } from '../support/keys';
 import { startProcess, waitForOutput } from '../support/process';
 import { startPgBouncer } from '../support/pgbouncer';
 import { freePort } from '../support/ports';
+import { openEvents } from '../support/sse';
 
 /**
  * The service behind PgBouncer in transaction mode (DATABASE_POOL_MODE=transaction): 2 API processes, a
@@ -111,32 +112,6 @@ afterAll(async () => {
 }, 60_000);
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
-
-/** An account's events over SSE from one API process. */
-function openEvents(base: string, token: string) {
-  const events: { type: string; data: { data: Record<string, unknown> } }[] = [];
-  const controller = new AbortController();
-  let open = () => undefined as void;
-  const opened = new Promise<void>((resolve) => (open = resolve));
-  const done = (async () => {
-    const res = await fetch(`${base}/events`, { headers: { authorization: `Bearer ${token}` }, signal: controller.signal });
-    expect(res.status).toBe(200);
-    open();
-    let buffer = '';
-    for await (const chunk of res.body!) {
-      buffer += Buffer.from(chunk).toString('utf8');
-      let end;
-      while ((end = buffer.indexOf('\n\n')) >= 0) {
-        const frame = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const type = /^event: (.*)$/m.exec(frame)?.[1];
-        const data = /^data: (.*)$/m.exec(frame)?.[1];
-        if (type && data) events.push({ type, data: JSON.parse(data) });
-      }
-    }
-  })().catch(() => undefined);
-  return { events, opened, close: () => (controller.abort(), done) };
-}
 
 describe('the service behind PgBouncer 1.18 in transaction mode', () => {
   it('refuses to start in transaction mode without a direct connection for LISTEN', () => {

@@ -15,6 +15,7 @@ import { freePort } from '../support/ports';
 import { startPostgresPair } from '../support/postgres-pair';
 import { startTcpSwitch } from '../support/tcp-switch';
 import { heldEncryption } from '../support/held-upload';
+import { openEvents } from '../support/sse';
 
 /**
  * The Postgres primary lost, on real processes: a synchronous streaming standby behind one endpoint (a
@@ -96,28 +97,6 @@ afterAll(async () => {
 }, 60_000);
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
-
-/** An account's events over SSE from one API process. */
-function openEvents(base: string, token: string) {
-  const events: { type: string; data: { data: Record<string, unknown> } }[] = [];
-  const controller = new AbortController();
-  const done = (async () => {
-    const res = await fetch(`${base}/events`, { headers: { authorization: `Bearer ${token}` }, signal: controller.signal });
-    let buffer = '';
-    for await (const chunk of res.body!) {
-      buffer += Buffer.from(chunk).toString('utf8');
-      let end;
-      while ((end = buffer.indexOf('\n\n')) >= 0) {
-        const frame = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const type = /^event: (.*)$/m.exec(frame)?.[1];
-        const data = /^data: (.*)$/m.exec(frame)?.[1];
-        if (type && data) events.push({ type, data: JSON.parse(data) });
-      }
-    }
-  })().catch(() => undefined);
-  return { events, close: () => (controller.abort(), done) };
-}
 
 /** Requests sent over and over until stopped: every answer's status, and whether a 503 said Retry-After. */
 function steadyTraffic(requests: (() => Promise<{ status: number; headers: Headers }>)[]) {

@@ -15,6 +15,7 @@ import { startProcess, waitForOutput } from '../support/process';
 import { startRedisCluster, type ClusterNodeInfo } from '../support/redis-cluster';
 import { freePort } from '../support/ports';
 import { startReceiver } from '../support/webhook-receiver';
+import { openEvents } from '../support/sse';
 
 /**
  * The service past one machine, on real processes: a Redis Cluster of 3 primaries with a replica each,
@@ -146,33 +147,6 @@ function ownerOf(layout: ClusterNodeInfo[], key: string): number {
   );
   if (!owner) throw new Error(`no primary serves slot ${slot}`);
   return owner.port;
-}
-
-/** An account's events over SSE from one API process. */
-function openEvents(base: string, token: string) {
-  const events: { id: string; type: string; data: { data: Record<string, unknown> } }[] = [];
-  const controller = new AbortController();
-  let open = () => undefined as void;
-  const opened = new Promise<void>((resolve) => (open = resolve));
-  const done = (async () => {
-    const res = await fetch(`${base}/events`, { headers: { authorization: `Bearer ${token}` }, signal: controller.signal });
-    expect(res.status).toBe(200);
-    open();
-    let buffer = '';
-    for await (const chunk of res.body!) {
-      buffer += Buffer.from(chunk).toString('utf8');
-      let end;
-      while ((end = buffer.indexOf('\n\n')) >= 0) {
-        const frame = buffer.slice(0, end);
-        buffer = buffer.slice(end + 2);
-        const id = /^id: (.*)$/m.exec(frame)?.[1];
-        const type = /^event: (.*)$/m.exec(frame)?.[1];
-        const data = /^data: (.*)$/m.exec(frame)?.[1];
-        if (id && type && data) events.push({ id, type, data: JSON.parse(data) });
-      }
-    }
-  })().catch(() => undefined);
-  return { events, opened, close: () => (controller.abort(), done) };
 }
 
 /** A multipart encryption request whose file part streams `size` bytes; `onSent` hears the running total. */
