@@ -267,13 +267,15 @@ describe('queue dashboard, read-write, opened by its cookie', () => {
     // A browser always says where a change comes from; a request that says nothing is not the dashboard's page.
     const silent = await board('/notify/add', 'POST', {}, add);
     expect([silent.status, ((await silent.json()) as { code: string }).code]).toEqual([403, 'origin_required']);
-    expect(await notify.getJobCounts('waiting', 'delayed')).toEqual({ waiting: 0, delayed: 0 });
+    // Only jobs named as the forged ones were would be its doing (registration queued its confirmation mail).
+    const forgedJobs = async () => (await notify.getJobs(['waiting', 'delayed'])).filter((j) => j.name === 'forged').length;
+    expect(await forgedJobs()).toBe(0);
     expect(await notify.isPaused()).toBe(false);
 
     // The dashboard's own page: its requests carry the service's Origin (and Sec-Fetch-Site: same-origin).
     const added = await board('/notify/add', 'POST', { origin: own, 'sec-fetch-site': 'same-origin' }, add);
     expect(added.status, await added.clone().text()).toBe(200);
-    expect((await notify.getJobs(['waiting'])).map((j) => j.name)).toEqual(['forged']);
+    expect(await forgedJobs()).toBe(1);
     expect((await board('/notify/pause', 'PUT', { 'sec-fetch-site': 'same-origin' })).status).toBe(200);
     expect(await notify.isPaused()).toBe(true);
     // Reads need no proof; a Bearer header is unchanged (the cookie is not looked at).
