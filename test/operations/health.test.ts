@@ -110,6 +110,7 @@ describe('health', () => {
     let res: Response;
     try {
       release();
+      // The upload's end is recorded again for up to 30 s (lib/jobs/job-records.ts) before this answer.
       res = await answer;
     } finally {
       pgProxy.restore();
@@ -118,7 +119,6 @@ describe('health', () => {
     expect([res.status, problem.code]).toEqual([503, 'database_unavailable']);
     expect(problem).toMatchObject({ job_id: jobId, status_url: `/api/v1/jobs/${jobId}` });
     await expect.poll(async () => (await s.api('GET', `/jobs/${jobId}`, { token: u.token })).status, { timeout: 15_000, interval: 300 }).toBe(200);
-    // The upload's end is recorded again for up to 30 s (lib/jobs/job-records.ts) before this answer.
   }, 60_000);
 
   it('is 503 while Postgres is down, and recovers', async () => {
