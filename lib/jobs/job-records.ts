@@ -4,7 +4,7 @@ import type { Container } from '../container';
 import type { Knex } from 'knex';
 import { emitEvent } from '../events';
 import { type AccountEvent } from '../event-stream';
-import { AppError, idempotencyKeyReused, isDatabaseUnreachable, isSocketFailure, tooManyRequests } from '../errors';
+import { AppError, idempotencyKeyReused, isDatabaseUnreachable, isSocketFailure, isStorageFull, storageFull, tooManyRequests } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Slot } from '../slots';
 import {
@@ -310,13 +310,16 @@ export async function failJob(
 }
 
 /**
- * The upload of a job broke (client gone, a limit crossed): the job fails with the request's own error,
- * unless it has already ended, and everything it stored goes. Its worker, following the inputs, stops.
- * False when the job had already ended: its own failure came first (and its clean-up may be what broke
- * the upload).
+ * The upload of a job broke (client gone, a limit crossed, the store full): the job fails with the
+ * request's own error, unless it has already ended, and everything it stored goes. Its worker, following
+ * the inputs, stops. False when the job had already ended: its own failure came first (and its clean-up
+ * may be what broke the upload).
  */
 export async function failUpload(c: Container, row: JobRow, err: unknown, from: AuditSource): Promise<boolean> {
-  const error = err instanceof AppError ? { code: err.code, message: err.message } : { code: 'upload_failed', message: 'The upload could not be stored.' };
+  // The code the client is answered with (a full store is 507 `storage_full`, api/middleware/errors.ts).
+  const known = isStorageFull(err) ? storageFull() : err;
+  const error =
+    known instanceof AppError ? { code: known.code, message: known.message } : { code: 'upload_failed', message: 'The upload could not be stored.' };
   const failed = await failJob(c, row, error, from);
   // The request never arrived whole: its Idempotency-Key is free for the client to send it again.
   await freeIdempotencyKey(c.db, row.id);
