@@ -1,5 +1,5 @@
 import type { Container } from '../lib/container';
-import { invalid, isOutOfReach } from '../lib/errors';
+import { invalid, isOutOfReach, storageFull } from '../lib/errors';
 import {
   completeUpload,
   DuplicateIdempotencyKey,
@@ -144,6 +144,7 @@ export async function submitAndReply(
         );
       }, WAIT_POLL_MS);
       let whole = false;
+      let broken = false;
       try {
         const files = await upload.files();
         whole = true;
@@ -155,10 +156,18 @@ export async function submitAndReply(
         // A job that failed first is the answer, whether its event stopped the upload or its clean-up
         // (the job's files deleted) broke a write before the event arrived.
         if (await failUpload(c, row, err, requestMeta(ctx))) throw err;
+        broken = true;
         row = (await currentJob(c, row.id)) ?? row;
       } finally {
         clearInterval(poll);
         uploading = false;
+      }
+      // A job that ran out of room before its upload was answered (its output did not fit while the
+      // files arrived) kept nothing, as an upload that did not fit keeps nothing: it is answered the
+      // same (507 with the job), and its Idempotency-Key freed as a broken upload's, so the retry runs.
+      if (row.state === 'failed' && row.error?.code === 'storage_full') {
+        if (!broken) await failUpload(c, row, storageFull(), requestMeta(ctx));
+        throw storageFull();
       }
     }
     return await replyWithRecorded(c, ctx, row, watch);

@@ -5,17 +5,17 @@ const MiB = 1 << 20;
 export interface HeldUpload {
   /** The answer to the request (its body read as JSON). */
   answer: Promise<{ status: number; headers: Headers; body: Record<string, unknown> }>;
-  /** Resolves once the first MiB of the file has been sent (the job exists from its first file on). */
+  /** Resolves once the first part of the file has been sent (the job exists from its first file on). */
   started: Promise<void>;
   /** Sends the rest of the file and ends the request. */
   release(): void;
 }
 
 /**
- * A multipart encryption of `data` whose file part stops after its first MiB until `release()`: a test
- * decides when the upload ends (during an outage, say), after its job has begun.
+ * A multipart encryption of `data` whose file part stops after its first `first` bytes (a MiB) until
+ * `release()`: a test decides when the upload ends (during an outage, say), after its job has begun.
  */
-export function heldEncryption(base: string, token: string, fingerprint: string, data: Buffer, headers: Record<string, string> = {}): HeldUpload {
+export function heldEncryption(base: string, token: string, fingerprint: string, data: Buffer, headers: Record<string, string> = {}, first = MiB): HeldUpload {
   const boundary = `----kms${randomBytes(8).toString('hex')}`;
   const head = Buffer.from(
     `--${boundary}\r\nContent-Disposition: form-data; name="fingerprint"\r\n\r\n${fingerprint}\r\n` +
@@ -30,8 +30,8 @@ export function heldEncryption(base: string, token: string, fingerprint: string,
   const body = new ReadableStream<Uint8Array>({
     async pull(controller) {
       if (offset === 0) {
-        controller.enqueue(Buffer.concat([head, data.subarray(0, MiB)]));
-        offset = Math.min(MiB, data.length);
+        controller.enqueue(Buffer.concat([head, data.subarray(0, first)]));
+        offset = Math.min(first, data.length);
         started();
         return;
       }
