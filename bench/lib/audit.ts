@@ -160,9 +160,8 @@ async function measureAuditChain(b: Bench): Promise<AuditChainCost> {
     for (const [i, side] of order.entries()) {
       progress(`rotations, round ${i + 1} of ${order.length}: ${side} the chain`);
       await prepare(side, false);
-      const pg0 = await b.service.databaseBackendCpu();
       const t = await timedRotations(b, () => rotateAll(b, rotated), ROTATION_BATCHES);
-      rotations[side].push({ ...t, cpu: { ...t.cpu, postgres: backendCpuSince(pg0, await b.service.databaseBackendCpu()) } });
+      rotations[side].push(t);
       const [{ n }] = (await db('audit_logs')
         .whereIn(
           'user_id',
@@ -179,9 +178,7 @@ async function measureAuditChain(b: Bench): Promise<AuditChainCost> {
       for (const [i, side] of order.entries()) {
         progress(`request load, round ${i + 1} of ${order.length}: ${side} the chain`);
         await prepare(side, true);
-        const pg0 = await b.service.databaseBackendCpu();
         const round = await requestLoad(b.service.baseUrl, agent, clients, LOAD_SECONDS, serviceCpuReader(b.service));
-        round.cpuMs.postgres = (backendCpuSince(pg0, await b.service.databaseBackendCpu()) * 1000) / round.requests;
         load[side].push(round);
       }
     } finally {
@@ -230,9 +227,6 @@ async function requestLoad(base: string, agent: Agent, clients: LoadClient[], se
   const cpuMs = before && after ? Object.fromEntries(Object.entries(after).map(([k, v]) => [k, ((v - (before[k] ?? 0)) * 1000) / requests])) : {};
   return { requests, ms, samples, errors, cpuMs };
 }
-
-/** CPU seconds the database's backends used between two readings (Service.databaseBackendCpu): the host's other Postgres sessions left out. */
-const backendCpuSince = (before: Map<number, number>, after: Map<number, number>) => [...after].reduce((n, [pid, s]) => n + s - (before.get(pid) ?? 0), 0);
 
 /** Microseconds per row of recordAudit's digest (JCS + SHA-256 of the row's content), over about half a second. */
 function digestCost(): number {

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { pgpDecrypt, pgpEncrypt, type Gpg, type PgpKeys } from './baselines';
 import type { Api, JobView, Recipient } from './client';
 import type { Service } from './service';
-import { ownCpuSeconds, postgresCpuSeconds, run, sha256File } from './util';
+import { backendCpuCounter, ownCpuSeconds, run, sha256File } from './util';
 
 /**
  * What every section works with. Files are deleted as soon as they are not needed: on a virtualised
@@ -163,9 +163,10 @@ export async function rotateAll(b: Bench, keys: RotatedKey[]): Promise<number> {
   return jobs.length;
 }
 
-/** `batches` calls of `batch` (each resolving with its rotation count), timed, with every process's CPU (Postgres's summed). */
+/** `batches` calls of `batch` (each resolving with its rotation count), timed, with every process's CPU (the service's Postgres backends summed). */
 export async function timedRotations(b: Bench, batch: () => Promise<number>, batches: number): Promise<Timing> {
   const w0 = await b.service.workCounters();
+  const postgresCpuSeconds = backendCpuCounter(b.service.database);
   const m0 = { ...mark(b), postgres: postgresCpuSeconds() };
   let rotations = 0;
   for (let i = 0; i < batches; i++) rotations += await batch();

@@ -151,22 +151,6 @@ export class Service {
   }
 
   /**
-   * CPU seconds so far of each Postgres backend connected to the service's database, by pid: unlike
-   * postgresCpuSeconds (every Postgres process on the host), none of another user's sessions. A backend that
-   * ends between two readings takes its CPU with it.
-   */
-  async databaseBackendCpu(): Promise<Map<number, number>> {
-    const db = new pg.Client({ connectionString: this.databaseUrl });
-    await db.connect();
-    try {
-      const { rows } = await db.query<{ pid: number }>('SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()');
-      return new Map(rows.map((r) => [r.pid, cpuSeconds(r.pid)]).filter(([, s]) => Number.isFinite(s)) as [number, number][]);
-    } finally {
-      await db.end();
-    }
-  }
-
-  /**
    * Work counters so far, exact: Postgres write transactions (transaction ids assigned: the snapshot's xmax,
    * which this reading does not move), WAL bytes written (both for the whole cluster: read with nothing else running) and the commands
    * Redis has run (INFO commandstats, every client's).

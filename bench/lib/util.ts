@@ -164,25 +164,38 @@ export function cpuSeconds(pid: number): number {
     return NaN;
   }
 }
-/** CPU seconds of every live Postgres process (the server the bench and the service share). */
-export function postgresCpuSeconds(): number {
+/**
+ * CPU seconds of the Postgres backends connected to `database` (their process title names it), as a counter
+ * that only grows: each reading adds what every backend used since the one before, and a backend that started
+ * meanwhile counts whole. None of the host's other sessions or Postgres's own processes (checkpointer, WAL
+ * writer) count; a backend that ends between two readings takes its last stretch with it.
+ */
+export function backendCpuCounter(database: string): () => number {
+  let seen: Map<number, number> | undefined;
   let total = 0;
-  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
-    try {
-      if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'postgres') total += cpuSeconds(Number(pid)) || 0;
-    } catch {
-      // gone meanwhile
+  return () => {
+    const now = new Map<number, number>();
+    for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+      try {
+        const title = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        if (!title.startsWith('postgres: ') || !title.split(' ').includes(database)) continue;
+        const s = cpuSeconds(Number(pid));
+        if (Number.isFinite(s)) now.set(Number(pid), s);
+      } catch {
+        // gone meanwhile
+      }
     }
-  }
-  return total;
+    if (seen) for (const [pid, s] of now) total += s - (seen.get(pid) ?? 0);
+    seen = now;
+    return total;
+  };
 }
 
-/** CPU seconds of the service's processes, of Postgres and of this bench process (for CPU per request). */
-export const serviceCpuReader = (service: { cpu(): Record<string, number> }) => () => ({
-  ...service.cpu(),
-  postgres: postgresCpuSeconds(),
-  bench: ownCpuSeconds().self,
-});
+/** CPU seconds of the service's processes, of its Postgres backends and of this bench process (for CPU per request). */
+export const serviceCpuReader = (service: { cpu(): Record<string, number>; database: string }) => {
+  const postgres = backendCpuCounter(service.database);
+  return () => ({ ...service.cpu(), postgres: postgres(), bench: ownCpuSeconds().self });
+};
 
 /** CPU seconds of this process, and of its children that have exited and been reaped (gpg runs). */
 export function ownCpuSeconds(): { self: number; children: number } {
