@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import { columnsOf, prepared, withWrites, type Write } from './knex';
+import { columnsOf, prepared, preparedByShape, withWrites, type Write } from './knex';
 
 export type JobState = 'queued' | 'active' | 'completed' | 'failed';
 export type JobKind = 'encrypt' | 'decrypt' | 'generate-key' | 'rotate-key' | 'rewrap' | 'sign' | 'verify';
@@ -150,7 +150,7 @@ export async function updateJob(db: Knex, id: string, patch: Partial<Omit<JobRow
   );
   const jobs = db('jobs');
   withWrites(jobs, alongside);
-  await jobs.where({ id }).update(values);
+  await preparedByShape(jobs.where({ id }).update(values));
 }
 
 /** Merges keys into the job's progress (the API adds totals when the upload ends, the worker what it has done). */
@@ -273,7 +273,13 @@ export const insertOutputFiles = async (db: Knex, jobId: string, files: OutputFi
 
 /** Jobs not finished that were created after `after` and before `before`, oldest first (the reconciler's candidates, a page at a time). */
 export const unfinishedJobsBetween = async (db: Knex, after: Date, before: Date, limit: number): Promise<JobRow[]> =>
-  db<JobRow>('jobs').whereIn('state', ['queued', 'active']).where('created_at', '<', before).where('created_at', '>', after).orderBy('created_at').limit(limit);
+  db<JobRow>('jobs')
+    .whereNull('finished_at')
+    .whereIn('state', ['queued', 'active'])
+    .where('created_at', '<', before)
+    .where('created_at', '>', after)
+    .orderBy('created_at')
+    .limit(limit);
 
 /** Jobs whose outputs have outlived their retention and not been deleted yet. */
 export const expiredJobs = async (db: Knex, now: Date, limit: number): Promise<JobRow[]> =>
@@ -284,15 +290,15 @@ export const expiredJobs = async (db: Knex, now: Date, limit: number): Promise<J
  * those that can still finish (younger than the job time limit, by the database's clock).
  */
 export async function countUploading(db: Knex, userId: string, jobTimeoutMs: number): Promise<number> {
-  const row = await db('jobs')
-    .count<{ n: string }>({ n: '*' })
-    .where({ user_id: userId })
-    .whereIn('state', ['queued', 'active'])
-    .whereNull('uploaded_at')
-    .where('created_at', '>', db.raw('now() - make_interval(secs => ?)', [jobTimeoutMs / 1000]))
-    .first();
-  return Number(row?.n ?? 0);
+  const [row] = await uploading(db, { user_id: userId, seconds: jobTimeoutMs / 1000 });
+  return row?.n ?? 0;
 }
+const uploading = prepared<{ n: number }>(
+  'count_uploading_jobs',
+  `SELECT count(*) AS n FROM jobs
+    WHERE user_id = :user_id AND state IN ('queued', 'active') AND uploaded_at IS NULL
+      AND created_at > now() - make_interval(secs => :seconds)`,
+);
 
 /** An attempt failed and another comes: the job is queued again (unless it has ended meanwhile). False when it had ended. */
 export async function requeueJob(db: Knex, id: string, error: { code: string; message: string }): Promise<boolean> {

@@ -1,4 +1,5 @@
 import knexFactory, { type Knex } from 'knex';
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { DB_MESSAGE_CLEANED, redactDataException } from '../lib/logger';
 
@@ -65,8 +66,11 @@ export function createDb(databaseUrl: string, options: DbOptions = {}): Db {
 
 const configOf = (db: Knex): object => (db.client as { config: object }).config;
 
+/** A knex client (of the database, a transaction or a query) that reaches Postgres through a transaction-mode pooler. */
+const isPooledClient = (client: unknown): boolean => transactionPooled.has((client as { config: object }).config);
+
 /** The database (or a transaction on it) is reached through a transaction-mode pooler. */
-const isTransactionPooled = (db: Knex): boolean => transactionPooled.has(configOf(db));
+const isTransactionPooled = (db: Knex): boolean => isPooledClient(db.client);
 
 /** The service's own pool, as configured: every process and CLI opens its database through this. */
 export function openDatabase(
@@ -149,7 +153,31 @@ export function withWrites<Row extends object, Result>(query: Knex.QueryBuilder<
 export async function runWrites(writes: Write[]): Promise<void> {
   const [host, ...rest] = writes;
   withWrites(host, rest);
-  await host;
+  await preparedByShape(host);
+}
+
+/** Shapes named so far (each becomes a statement on every connection that runs it): bounded, past that unnamed. */
+const shapes = new Set<string>();
+const MAX_SHAPES = 200;
+
+/**
+ * Runs a built write as a named prepared statement whose name is its SQL's digest, for the writes whose
+ * SQL a builder makes but whose shape repeats (a job's completion with its alongside writes: one shape per
+ * job kind and file count): Postgres parses and plans a statement of several data-modifying CTEs once per
+ * connection instead of on every call. Only a statement that returns nothing: a plan whose result type a
+ * migration changed fails (`prepared`), and one with no result cannot. Behind a transaction-mode pooler,
+ * or once MAX_SHAPES are named, it runs unnamed.
+ */
+export function preparedByShape<Q extends Knex.QueryBuilder>(query: Q): Q {
+  if (isPooledClient(query.client)) return query;
+  const { sql } = query.toSQL().toNative();
+  if (/\breturning\b/i.test(sql)) return query;
+  const name = `s_${createHash('sha1').update(sql).digest('hex').slice(0, 24)}`;
+  if (!shapes.has(name)) {
+    if (shapes.size >= MAX_SHAPES) return query;
+    shapes.add(name);
+  }
+  return query.options({ name }) as Q;
 }
 
 /**

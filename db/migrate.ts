@@ -31,6 +31,7 @@ import * as m032 from './migrations/032_key_profiles';
 import * as m033 from './migrations/033_share_token_sealed';
 import * as m034 from './migrations/034_api_key_idempotency';
 import * as m035 from './migrations/035_action_names';
+import * as m037 from './migrations/037_jobs_hot_updates';
 
 /**
  * Migrations are imported modules rather than files knex discovers, so they run the same under tsx,
@@ -69,6 +70,7 @@ const migrations: Record<string, Knex.Migration> = {
   '033_share_token_sealed': m033,
   '034_api_key_idempotency': m034,
   '035_action_names': m035,
+  '037_jobs_hot_updates': m037,
 };
 
 /** The migrations this version knows, in order (a restore refuses a database migrated further). */

@@ -50,9 +50,10 @@ export const findUserByLogin = async (db: Knex, identifier: string): Promise<Use
  * waits only for the account's other creations, not for inserts that merely reference the account.
  */
 export async function lockAccount(trx: Knex.Transaction, id: string, strength: 'update' | 'no key update' = 'update'): Promise<void> {
-  const row = trx('users').where({ id });
-  await (strength === 'update' ? row.forUpdate() : row.forNoKeyUpdate()).first();
+  await (strength === 'update' ? lockForUpdate : lockForNoKeyUpdate)(trx, { id });
 }
+const lockForUpdate = prepared<never>('lock_account', 'SELECT id FROM users WHERE id = :id FOR UPDATE');
+const lockForNoKeyUpdate = prepared<never>('lock_account_no_key_update', 'SELECT id FROM users WHERE id = :id FOR NO KEY UPDATE');
 
 /** The live account's row, locked for the rest of the transaction. */
 export const lockLiveUser = async (trx: Knex.Transaction, id: string): Promise<UserRow | undefined> => live(trx).where({ id }).forUpdate().first();
