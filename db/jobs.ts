@@ -243,13 +243,20 @@ export async function startJobAttempt(db: Knex, id: string, at: Date): Promise<J
 }
 
 /**
+ * Failures that say nothing of the request: the queue lost the job, or the store had no room for its
+ * output. The client's retry with the same Idempotency-Key must run it again, not replay the failure.
+ */
+const FAILURES_OF_THE_SERVICE = ['job_lost', 'storage_full'];
+
+/**
  * Marks an unfinished job failed (an upload that broke); false when it had already finished. Workers'
  * own failure writes use the same guard, so neither overwrites the other. A job that fails before its
  * upload ended (the API process that received it died) frees its Idempotency-Key: the request never
- * arrived whole, and the client's retry must become a job.
+ * arrived whole, and the client's retry must become a job; so does one failed by the service itself.
  */
 export async function failUnfinishedJob(db: Knex, id: string, error: { code: string; message: string }, at: Date): Promise<boolean> {
-  const idempotency_key = db.raw('CASE WHEN uploaded_at IS NULL THEN NULL ELSE idempotency_key END');
+  const freed = FAILURES_OF_THE_SERVICE.includes(error.code);
+  const idempotency_key = freed ? null : db.raw('CASE WHEN uploaded_at IS NULL THEN NULL ELSE idempotency_key END');
   const n = await db('jobs')
     .where({ id })
     .whereNotIn('state', ['completed', 'failed'])

@@ -154,13 +154,12 @@ describe.skipIf(!root)('a full blob store', () => {
     }
   });
 
-  it('fails a job whose output does not fit at once with storage_full (no retries), and deletes what it wrote', async () => {
+  it('fails a job whose output does not fit at once with storage_full (no retries), deletes what it wrote and frees its Idempotency-Key', async () => {
     const u = await registerUser(s.api);
     const key = await createKey(s.api, u.token);
-    const res = await s.api('POST', '/keys/encrypt', {
-      token: u.token,
-      form: { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(1 << 20) }] },
-    });
+    const form = { fingerprint: key.fingerprint, files: [{ name: 'a.bin', data: randomBytes(1 << 20) }] };
+    const headers = { 'idempotency-key': `full-${randomBytes(4).toString('hex')}` };
+    const res = await s.api('POST', '/keys/encrypt', { token: u.token, headers, form });
     expect(res.status).toBe(202);
     // The upload is stored; now the disk fills up before a worker takes the job.
     const makeRoom = fillDisk();
@@ -170,6 +169,7 @@ describe.skipIf(!root)('a full blob store', () => {
         const job = await waitJob(s.api, u.token, res.body.job_id);
         expect([job.state, job.error?.code]).toEqual(['failed', 'storage_full']);
         expect((await s.c.db('jobs').where({ id: res.body.job_id }).first()).attempts).toBe(1);
+        expect(await failureOf(u.token, res.body.job_id)).toEqual(storageFullFailure);
       } finally {
         await pool.close();
       }
@@ -177,10 +177,15 @@ describe.skipIf(!root)('a full blob store', () => {
       makeRoom();
     }
     await expect.poll(leftOver(res.body.job_id), { timeout: 10_000 }).toEqual([]);
-    const small = await s.api('POST', '/keys/encrypt', {
-      token: u.token,
-      form: { fingerprint: key.fingerprint, files: [{ name: 'b.txt', data: Buffer.from('hello') }] },
-    });
-    expect(small.status).toBe(202);
+    // The failure was the store's, not the request's: the same request with the same key runs anew.
+    const retry = await s.api('POST', '/keys/encrypt', { token: u.token, headers, form });
+    expect(retry.status, JSON.stringify(retry.body)).toBe(202);
+    expect(retry.body.job_id).not.toBe(res.body.job_id);
+    const pool = await startWorkers(s.c, [{ queue: 'crypto', concurrency: 1 }]);
+    try {
+      expect((await waitJob(s.api, u.token, retry.body.job_id)).state).toBe('completed');
+    } finally {
+      await pool.close();
+    }
   });
 });

@@ -11,7 +11,7 @@ import { signFilesProcessor } from './sign-files';
 import { verifyFilesProcessor } from './verify-files';
 import type { Container } from '../../lib/container';
 import type { Logger } from '../../lib/logger';
-import { findJob, freeIdempotencyKey, isFinished, jobFiles, unfinishedJobsBetween, type JobKind, type JobRow } from '../../db/jobs';
+import { findJob, isFinished, jobFiles, unfinishedJobsBetween, type JobKind, type JobRow } from '../../db/jobs';
 import { jobBlob } from '../../lib/jobs/job-records';
 
 /**
@@ -93,9 +93,8 @@ async function reconcileJob(c: Container, row: JobRow, log: Logger): Promise<Rec
       ? 'The job was lost before its files were all stored; nothing of it is kept. Submit it again.'
       : 'The job was lost by the queue, and the secret it needed is never stored; nothing of it is kept. Submit it again.',
   };
+  // Nothing of the request was done: failing it `job_lost` frees its Idempotency-Key (db/jobs.ts failUnfinishedJob).
   if (!(await processor.failUnfinished!(c, current, failure, SCHEDULER))) return 'kept';
-  // Nothing of the request was done: its Idempotency-Key is free for the client to send it again.
-  await freeIdempotencyKey(c.db, current.id);
   log.warn({ reconciled_job_id: current.id, kind: current.kind, code: failure.code }, 'job had lost its queue entry; failed');
   return 'lost';
 }
