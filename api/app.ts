@@ -7,6 +7,7 @@ import type { AppState } from './context';
 import { errorHandler } from './middleware/errors';
 import { requestContext } from './middleware/request-context';
 import { shedLoad } from './middleware/overload';
+import { withRedisBudget } from '../lib/redis';
 import authSessionRoutes from './routes/auth/sessions';
 import passwordResetRoutes from './routes/auth/password-reset';
 import contactRoutes from './routes/auth/contact';
@@ -97,6 +98,8 @@ export function createApp(container: Container): Koa<AppState, { container: Cont
   );
 
   app.use(requestContext as Koa.Middleware<AppState, { container: Container }>);
+  // One wait for Redis per request, however many commands it sends (docs/operations.md, "Failure behaviour").
+  app.use((_ctx, next) => withRedisBudget(next));
   app.use(errorHandler as Koa.Middleware<AppState, { container: Container }>);
   mountMonitoring(app, container);
   app.use(shedLoad(container.config.limits.dbWaiting) as Koa.Middleware<AppState, { container: Container }>);

@@ -3,6 +3,7 @@ import { invalid, isOutOfReach, storageFull } from '../lib/errors';
 import {
   completeUpload,
   DuplicateIdempotencyKey,
+  JobNotQueued,
   failUpload,
   idempotencyKeyInUse,
   currentJob,
@@ -121,11 +122,17 @@ export async function submitAndReply(
         requestHash: upload ? null : requestHash(job.kind, job.body),
         apiKeyId: ctx.state.user?.apiKey?.id,
         requestId: job.requestId,
+        from: requestMeta(ctx),
         enqueue,
       });
     } catch (err) {
       // Two concurrent requests with one Idempotency-Key: the loser answers as a replay of the winner.
       if (err instanceof DuplicateIdempotencyKey) return await replyToReplay(c, ctx, job, key!, (await jobOfIdempotencyKey(c, job.userId, key!))!);
+      // Recorded, then failed for want of its queue: the problem names the job (job_id, status_url).
+      if (err instanceof JobNotQueued) {
+        ctx.state.jobId = err.row.id;
+        throw err.cause;
+      }
       throw err;
     }
     ctx.state.jobId = row.id;

@@ -95,10 +95,6 @@ export async function findUserJob(db: Knex, userId: string, id: string): Promise
 /** A job's sealed data key (lib/blob/data-keys.ts), for a process that has not read its row. */
 export const jobDataKey = async (db: Knex, id: string): Promise<string | null | undefined> =>
   (await db<JobRow>('jobs').where({ id }).first('data_key'))?.data_key;
-/** A job row that never reached its queue (enqueueing failed): it goes, with its files' rows. */
-export const deleteJob = async (db: Knex, id: string): Promise<void> => {
-  await db<JobRow>('jobs').where({ id }).delete();
-};
 
 /** A job whose request was never done (an upload that broke, a lost job): its Idempotency-Key can be sent again. */
 export const freeIdempotencyKey = async (db: Knex, id: string): Promise<void> => {

@@ -2,6 +2,7 @@ import { dependencyFailed, type Config } from './config';
 import { createLogger, type Logger } from './logger';
 import { openDatabase, type Db } from '../db/knex';
 import { createRedis, connectRedis, type Redis } from './redis';
+import { RedisOutageLog } from './redis-outage';
 import { sealerOver, type Sealer } from './sealer';
 import { ensureKeyring, Keyring, rootsOf } from './root-of-trust/keyring';
 import { lineageKeysOf, type LineageKeys } from './root-of-trust/lineage-keys';
@@ -48,6 +49,8 @@ export interface Container {
   usage: UsageRecorder;
   /** Live account events on one Redis reader for the whole process (connects on first use). */
   eventHub: EventHub;
+  /** Where this process's connections and periodic work report Redis out of reach: logged once, not per error. */
+  redisOutage: RedisOutageLog;
   /** Keys and signatures a caller sends, read and checked on threads stopped at a deadline (started on first use). */
   untrusted: UntrustedPgp;
   close(): Promise<void>;
@@ -58,10 +61,15 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   setLineageKdf({ memoryKib: config.lineageKdfMemoryKib });
   const db = openDatabase(config, { log });
   const redis = createRedis(config, 'producer');
+  const redisOutage = new RedisOutageLog(log);
   // Until the first connection, an error is what start-up fails with (one line naming REDIS_URL), not a log record.
   let connected = false;
   let refused: unknown;
-  redis.on('error', (err: Error) => (connected ? log.warn({ err: err.message }, 'redis connection error') : (refused = err)));
+  redis.on('error', (err: Error) => {
+    if (!connected) refused = err;
+    else if (!redisOutage.heard(err, 'producer')) log.warn({ err: err.message }, 'redis connection error');
+  });
+  redis.on('ready', () => redisOutage.ready());
   await connectRedis(redis).catch((err: unknown) => {
     redis.disconnect();
     throw config.redisClusterNodes.length
@@ -86,7 +94,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
     log.warn({ err: err.message }, 'keyring reload failed; the keys known are kept');
   });
   const mailer = createMailer({ ...config.mail, smtpUrl: config.mail.smtpUrl, log });
-  const jobs = new JobClient(redis, config.redisPrefix, (err) => log.warn({ err: err.message }, 'job queue error'));
+  const jobs = new JobClient(redis, config.redisPrefix, (err) => redisOutage.heard(err, 'job queue') || log.warn({ err: err.message }, 'job queue error'));
   const sealer = sealerOver(keyring);
   const lineageKeys = lineageKeysOf(config.masterKeys);
   // Settings left unset fall through to the AWS SDK's own credential chain (instance roles, profiles).
@@ -96,7 +104,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const jobKeys = jobDataKeys(sealer, { lookup: (jobId) => jobDataKey(db, jobId), legacy: store });
   const blob = followableJobFiles(sealedJobBlobs(store, jobKeys));
   const usage = new UsageRecorder((kind, id, count, last) => (kind === 'api_key' ? addUse(db, id, count, last) : touchPartnerKey(db, id, last)), log);
-  const eventHub = new EventHub({ redis, target: config, redisPrefix: config.redisPrefix, log });
+  const eventHub = new EventHub({ redis, target: config, redisPrefix: config.redisPrefix, log, outage: redisOutage });
   const untrusted = new UntrustedPgp(config.untrusted, metrics);
   return {
     config,
@@ -115,6 +123,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
     metrics,
     usage,
     eventHub,
+    redisOutage,
     untrusted,
     async close() {
       await untrusted.close();

@@ -1,4 +1,5 @@
 import type { Logger } from './logger';
+import type { RedisOutageLog } from './redis-outage';
 import { compareEventIds, eventStream, lastEventId, readEvents, streamTag, toEvent, type AccountEvent } from './event-stream';
 import { connectRedis, createRedis, sameServer, serverOf, type Redis, type RedisTarget, type SingleRedis } from './redis';
 
@@ -34,6 +35,7 @@ interface HubDeps {
   target: RedisTarget;
   redisPrefix: string;
   log: Logger;
+  outage: RedisOutageLog;
 }
 
 /**
@@ -160,7 +162,7 @@ class GroupReader {
     if (this.running || this.stopped) return;
     // Named, so an operator (and a test) can tell the readers of a process in CLIENT LIST.
     this.reader = createRedis(this.deps.target, 'worker', { connectionName: this.connectionName });
-    this.reader.on('error', (err: Error) => this.deps.log.warn({ err: err.message }, 'event hub: redis connection error'));
+    this.deps.outage.watch(this.reader, 'event hub', 'event hub: redis connection error');
     this.running = this.loop();
   }
 
@@ -212,7 +214,7 @@ class GroupReader {
       } catch (err) {
         if (this.stopped) return;
         this.readerId = undefined;
-        this.deps.log.warn({ err: (err as Error).message }, 'event hub: read failed; retrying');
+        if (!this.deps.outage.heard(err, 'event hub')) this.deps.log.warn({ err: (err as Error).message }, 'event hub: read failed; retrying');
         await new Promise((r) => setTimeout(r, 1000));
       }
     }

@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { scanKeys, type Redis } from './redis';
+import type { RedisOutageLog } from './redis-outage';
 import type { KeyringState } from './root-of-trust/keyring';
 
 /**
@@ -43,6 +44,7 @@ export function startHeartbeat(
   prefix: string,
   who: Pick<ProcessBeat, 'roles' | 'queues'>,
   now: () => { keyring: KeyringState },
+  outage: RedisOutageLog,
 ): { beat: () => void; stop: () => Promise<void> } {
   const id = randomUUID();
   const base = { id, host: hostname(), pid: process.pid, ...who, started_at: new Date().toISOString() };
@@ -50,7 +52,12 @@ export function startHeartbeat(
   const beat = () => {
     if (stopped) return;
     const value: ProcessBeat = { ...base, ...now(), seen_at: new Date().toISOString() };
-    void redis.set(keyOf(prefix, id), JSON.stringify(value), 'PX', TTL_MS).catch(() => undefined);
+    // A beat is also the process's probe of Redis: a frozen server drops no connection, so only a
+    // command that times out, and then one answered, tell an outage's start and end.
+    void redis.set(keyOf(prefix, id), JSON.stringify(value), 'PX', TTL_MS).then(
+      () => outage.ready(),
+      (err: unknown) => outage.heard(err, 'heartbeat'),
+    );
   };
   beat();
   const timer = setInterval(beat, HEARTBEAT_MS);

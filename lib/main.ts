@@ -65,9 +65,13 @@ export async function startService(roles: Role[], config: Config = loadConfig(),
   }
   if (roles.length) {
     // Beats until every role has stopped: a worker still finishing its jobs still seals.
-    const heartbeat = startHeartbeat(c.redis, config.redisPrefix, { roles, queues: roles.includes('worker') ? config.workerQueues : [] }, () => ({
-      keyring: c.keyring.state(),
-    }));
+    const heartbeat = startHeartbeat(
+      c.redis,
+      config.redisPrefix,
+      { roles, queues: roles.includes('worker') ? config.workerQueues : [] },
+      () => ({ keyring: c.keyring.state() }),
+      c.redisOutage,
+    );
     c.keyring.onChange(() => heartbeat.beat());
     stops.push(heartbeat.stop);
   }

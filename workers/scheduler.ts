@@ -46,7 +46,13 @@ export async function startScheduler(c: Container): Promise<Scheduler> {
   await register();
   c.log.info({ schedules: SCHEDULES.map((s) => s.id) }, 'scheduler started');
   // Re-assert now and then: a Redis flush or failover must not silently drop the schedules.
-  const timer = setInterval(() => void register().catch((err) => c.log.warn({ err: (err as Error).message }, 'could not register schedules')), 60_000);
+  const timer = setInterval(
+    () =>
+      void register().catch(
+        (err: unknown) => c.redisOutage.heard(err, 'scheduler') || c.log.warn({ err: (err as Error).message }, 'could not register schedules'),
+      ),
+    60_000,
+  );
   return {
     async close() {
       clearInterval(timer);

@@ -22,7 +22,7 @@ export interface WorkerPool {
  */
 export async function startWorkers(c: Container, queues: { queue: string; concurrency: number }[]): Promise<WorkerPool> {
   const connection = createRedis(c.config, 'worker');
-  connection.on('error', (err: Error) => c.log.warn({ err: err.message }, 'worker redis connection error'));
+  c.redisOutage.watch(connection, 'worker', 'worker redis connection error');
   await connectRedis(connection);
 
   const workers = queues.map(({ queue, concurrency }) => {
@@ -39,7 +39,8 @@ export async function startWorkers(c: Container, queues: { queue: string; concur
       settings: { backoffStrategy: (attemptsMade, _type, _err, job) => (job && processorOf(job.name)?.retryDelayMs?.(attemptsMade, c)) ?? -1 },
     });
     worker.on('failed', (job, err) => c.log.warn({ queue, job: job?.name, job_id: job?.id, attempts: job?.attemptsMade, err: err.message }, 'job failed'));
-    worker.on('error', (err) => c.log.error({ queue, err }, 'worker error'));
+    // Each of its connections repeats every reconnection error: a lost Redis is reported once, for all.
+    worker.on('error', (err) => c.redisOutage.heard(err, `worker ${queue}`) || c.log.error({ queue, err }, 'worker error'));
     return worker;
   });
   await Promise.all(workers.map((w) => w.waitUntilReady()));

@@ -26,7 +26,6 @@ import {
   type JobKind,
   type JobProgress,
   type JobRow,
-  deleteJob,
 } from '../../db/jobs';
 import { lockAccount } from '../../db/users';
 import { recordAudit, type AuditSource } from '../../db/audit';
@@ -124,6 +123,8 @@ export interface SubmitInput {
   /** The managed API key the request came with, if any. */
   apiKeyId?: string;
   requestId: string;
+  /** The request, as the audit row of a job that fails before it is queued names it. */
+  from: AuditSource;
   /** Enqueues the BullMQ job with the given id (the row id, so a retry of submit cannot double it). */
   enqueue: (jobId: string) => Promise<unknown>;
 }
@@ -177,6 +178,19 @@ export const idempotencyKeyInUse = () =>
 export class DuplicateIdempotencyKey extends Error {}
 
 /**
+ * A job recorded, then not queued: it has been failed with `cause` (what the request answers), and its
+ * row tells the client so at its status URL.
+ */
+export class JobNotQueued extends Error {
+  constructor(
+    readonly row: JobRow,
+    cause: unknown,
+  ) {
+    super('the job was recorded but could not be queued', { cause });
+  }
+}
+
+/**
  * One account may have at most UPLOADS_PER_ACCOUNT uploads arriving at once: the workers keep a bounded
  * number of jobs open while they wait for bytes (WORKER_UPLOAD_WAITERS), and one account's slow clients
  * must not take all of them.
@@ -189,8 +203,15 @@ async function enforceUploadShare(c: Container, trx: Knex.Transaction, userId: s
   throw tooManyRequests(`This account already has ${limit} uploads in progress; send this one when one of them has arrived.`, 5, 'too_many_uploads');
 }
 
-/** Records the job and enqueues it. A failure to enqueue removes the row and the uploads (503 follows). */
+/**
+ * Records the job and enqueues it; while Redis is not connected, refuses before recording anything (503
+ * `queue_unavailable`). An enqueue that fails once the job is recorded (Redis frozen or lost meanwhile)
+ * fails the job at once with that error, as the reconciler would fail it later, and throws JobNotQueued.
+ * An enqueue whose answer was lost may still reach the queue: its worker then finds the job ended and
+ * does nothing.
+ */
 export async function submitJob(c: Container, input: SubmitInput): Promise<JobRow> {
+  c.jobs.assertConnected();
   const record = (db: Knex) =>
     insertJob(db, {
       id: input.id,
@@ -224,9 +245,12 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
   try {
     await input.enqueue(input.id);
   } catch (err) {
-    await deleteJob(c.db, input.id);
-    await c.blob.deletePrefix(jobBlob.dir(input.id)).catch(() => undefined);
-    throw err;
+    const failure = err instanceof AppError ? err : { code: 'internal_error', message: 'The job could not be queued.' };
+    // Left unfailed (Postgres lost too), the job is the reconciler's: its queue entry is missing.
+    await abandonJob(c, row, failure, input.from).catch((failed: unknown) =>
+      c.log.warn({ err: failed, job_id: row.id }, 'a job that could not be queued could not be failed either; the reconciler will'),
+    );
+    throw new JobNotQueued(row, err);
   }
   return row;
 }
@@ -318,10 +342,17 @@ export async function failJob(
 export async function failUpload(c: Container, row: JobRow, err: unknown, from: AuditSource): Promise<boolean> {
   // The code the client is answered with (a full store is 507 `storage_full`, api/middleware/errors.ts).
   const known = isStorageFull(err) ? storageFull() : err;
-  const error =
-    known instanceof AppError ? { code: known.code, message: known.message } : { code: 'upload_failed', message: 'The upload could not be stored.' };
+  return abandonJob(c, row, known instanceof AppError ? known : { code: 'upload_failed', message: 'The upload could not be stored.' }, from);
+}
+
+/**
+ * A submitted job that will not run (its upload broke, or it could not be queued) fails with the
+ * request's error unless it has already ended, and everything it stored goes. False when it had ended.
+ */
+async function abandonJob(c: Container, row: JobRow, failure: { code: string; message: string }, from: AuditSource): Promise<boolean> {
+  const error = { code: failure.code, message: failure.message };
   const failed = await failJob(c, row, error, from);
-  // The request never arrived whole: its Idempotency-Key is free for the client to send it again.
+  // The request was not done: its Idempotency-Key is free for the client to send it again.
   await freeIdempotencyKey(c.db, row.id);
   await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
   if (failed) await emitEvent(c, row.user_id, 'jobs.failed', { job_id: row.id, kind: row.kind, state: 'failed', code: error.code });

@@ -7,6 +7,7 @@ import { besideStream, endpointsVersionKey, eventStream, publishEvents, readEven
 import type { EventType } from '../../lib/event-names';
 import { createLogger } from '../../lib/logger';
 import { deleteKeysMatching } from '../../lib/redis';
+import { RedisOutageLog } from '../../lib/redis-outage';
 
 /** The per-process event hub against the real Redis: one reader, every listener exactly once and in order. */
 const prefix = `${inject('runId')}_hub${randomBytes(3).toString('hex')}`;
@@ -14,7 +15,13 @@ let redis: Redis;
 let hub: EventHub;
 beforeAll(() => {
   redis = new Redis(inject('redisUrl'));
-  hub = new EventHub({ redis, target: { redisUrl: inject('redisUrl'), redisClusterNodes: [] }, redisPrefix: prefix, log: createLogger('silent') });
+  hub = new EventHub({
+    redis,
+    target: { redisUrl: inject('redisUrl'), redisClusterNodes: [] },
+    redisPrefix: prefix,
+    log: createLogger('silent'),
+    outage: new RedisOutageLog(createLogger('silent')),
+  });
 });
 afterAll(async () => {
   await hub.stop();

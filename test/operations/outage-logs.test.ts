@@ -65,4 +65,33 @@ describe('while Redis and Postgres go away and come back', () => {
       await Promise.all(processes.map((p) => p.exited));
     }
   }, 90_000);
+
+  it('a worker says once that Redis is out of reach, however many of its connections retry, and once that it is back', async () => {
+    const own = await startRedisServer();
+    const worker = startProcess('worker', { ...s.env, REDIS_URL: own.url, LOG_LEVEL: 'info' });
+    const records = (text: string) =>
+      text
+        .split('\n')
+        .filter((l) => l.trim())
+        .map((l) => JSON.parse(l) as { level: number; msg: string });
+    try {
+      await waitForOutput(worker, 'workers started');
+      const from = worker.output().length;
+      // Ten seconds of reconnections, each heard by every connection and by the BullMQ worker of every queue.
+      await own.stop();
+      await new Promise((r) => setTimeout(r, 10_000));
+      const down = records(worker.output().slice(from));
+      await own.start();
+      await waitForOutput(worker, 'redis is reachable again');
+      const loud = down.filter((r) => r.level >= 40);
+      expect(loud.filter((r) => r.msg === 'redis is out of reach; retrying')).toHaveLength(1);
+      // The loss, and room for a line that is not about Redis (a start-up warning written late).
+      expect(loud.length, JSON.stringify(loud)).toBeLessThanOrEqual(2);
+      expect(records(worker.output().slice(from)).filter((r) => r.msg === 'redis is reachable again')).toHaveLength(1);
+    } finally {
+      worker.kill('SIGKILL');
+      await worker.exited;
+      await own.stop();
+    }
+  }, 60_000);
 });
