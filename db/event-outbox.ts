@@ -1,5 +1,5 @@
 import type { Knex } from 'knex';
-import type { Write } from './knex';
+import { columnsOf, prepared, type Write } from './knex';
 
 export interface OutboxRow {
   id: string;
@@ -29,19 +29,21 @@ export const outboxInsert = (db: Knex, rows: NewOutboxRow[]): Write => db<object
  * deleted row before deleting it again.
  */
 export async function takePendingEvents(trx: Knex.Transaction, userId: string, limit: number): Promise<OutboxRow[] | undefined> {
-  const { rows } = await trx.raw<{ rows: ({ locked: boolean } & (OutboxRow | { [K in keyof OutboxRow]: null }))[] }>(
-    `WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(hashtextextended('event_outbox:' || ?, 0)) AS locked),
-     taken AS (
-       DELETE FROM event_outbox WHERE id IN (
-         SELECT id FROM event_outbox WHERE user_id = ? AND (SELECT locked FROM lock) ORDER BY id LIMIT ?
-       ) RETURNING *
-     )
-     SELECT lock.locked, taken.* FROM lock LEFT JOIN taken ON true ORDER BY taken.id`,
-    [userId, userId, limit],
-  );
+  const rows = await takePending(trx, { user_id: userId, limit });
   if (!rows[0].locked) return undefined;
   return rows.filter((r): r is { locked: boolean } & OutboxRow => r.id !== null).map(({ locked: _, ...row }) => row);
 }
+const OUTBOX_COLUMNS = columnsOf<OutboxRow>({ id: 1, user_id: 1, type: 1, data: 1, once_key: 1, once_seconds: 1, created_at: 1 });
+const takePending = prepared<{ locked: boolean } & (OutboxRow | { [K in keyof OutboxRow]: null })>(
+  'take_pending_events',
+  `WITH lock AS MATERIALIZED (SELECT pg_try_advisory_xact_lock(hashtextextended('event_outbox:' || CAST(:user_id AS text), 0)) AS locked),
+   taken AS (
+     DELETE FROM event_outbox WHERE id IN (
+       SELECT id FROM event_outbox WHERE user_id = :user_id AND (SELECT locked FROM lock) ORDER BY id LIMIT :limit
+     ) RETURNING ${OUTBOX_COLUMNS.join(', ')}
+   )
+   SELECT lock.locked, ${OUTBOX_COLUMNS.map((c) => `taken.${c}`).join(', ')} FROM lock LEFT JOIN taken ON true ORDER BY taken.id`,
+);
 
 /** Accounts with events still to publish. */
 export async function accountsWithPendingEvents(db: Knex, limit: number): Promise<string[]> {
