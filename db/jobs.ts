@@ -209,33 +209,57 @@ export interface NextInput {
   state?: JobState;
 }
 
-const inputOf = prepared<{ uploaded_at: Date | null; state: JobState; n: number | null; name: string; size: number; content_type: string; inputs: number }>(
+interface InputColumns {
+  uploaded_at: Date | null;
+  state: JobState;
+  n: number | null;
+  name: string;
+  size: number;
+  content_type: string;
+  inputs: number;
+}
+
+/** The columns of input `:n` and of the job's upload, for a statement that selects FROM jobs (or a row of it) LEFT JOIN job_files f. */
+const inputColumns = (jobs: string) => `f.n, f.name, f.size, f.content_type,
+  (SELECT CAST(count(*) AS int) FROM job_files i WHERE i.job_id = ${jobs}.id AND i.role = 'input') AS inputs`;
+const inputJoin = (jobs: string) => `LEFT JOIN job_files f ON f.job_id = ${jobs}.id AND f.role = 'input' AND f.n = :n`;
+
+const inputOf = prepared<InputColumns>(
   'next_input',
-  `SELECT jobs.uploaded_at, jobs.state, f.n, f.name, f.size, f.content_type,
-     (SELECT CAST(count(*) AS int) FROM job_files i WHERE i.job_id = jobs.id AND i.role = 'input') AS inputs
-   FROM jobs LEFT JOIN job_files f ON f.job_id = jobs.id AND f.role = 'input' AND f.n = :n
-   WHERE jobs.id = :id`,
+  `SELECT jobs.uploaded_at, jobs.state, ${inputColumns('jobs')} FROM jobs ${inputJoin('jobs')} WHERE jobs.id = :id`,
 );
+
+const toNextInput = (jobId: string, row: InputColumns): NextInput => {
+  const file = row.n === null ? undefined : { job_id: jobId, role: 'input' as const, n: row.n, name: row.name, size: row.size, content_type: row.content_type };
+  const uploaded = row.uploaded_at !== null;
+  return { file, uploaded, ...(uploaded ? { inputs: row.inputs } : {}), state: row.state };
+};
 
 /** Input `n` of a job, or, when there is none, whether the upload has ended or failed. */
 export async function nextInput(db: Knex, jobId: string, n: number): Promise<NextInput> {
   const [row] = await inputOf(db, { id: jobId, n });
-  if (!row) return { uploaded: false };
-  const file = row.n === null ? undefined : { job_id: jobId, role: 'input' as const, n: row.n, name: row.name, size: row.size, content_type: row.content_type };
-  const uploaded = row.uploaded_at !== null;
-  return { file, uploaded, ...(uploaded ? { inputs: row.inputs } : {}), state: row.state };
+  return row ? toNextInput(jobId, row) : { uploaded: false };
 }
 
-const attempt = prepared<JobRow>(
+/** A job as an attempt starts it, with its first input as nextInput would find it then (a file job reads it next). */
+export type StartedJob = JobRow & { firstInput: NextInput };
+
+const attempt = prepared<JobRow & Omit<InputColumns, 'uploaded_at' | 'state'>>(
   'start_job_attempt',
-  `UPDATE jobs SET state = 'active', started_at = coalesce(started_at, :at), attempts = attempts + 1, error = NULL
-   WHERE id = :id AND state NOT IN ('completed', 'failed')
-   RETURNING ${JOB_COLUMNS}`,
+  `WITH started AS (
+     UPDATE jobs SET state = 'active', started_at = coalesce(started_at, :at), attempts = attempts + 1, error = NULL
+      WHERE id = :id AND state NOT IN ('completed', 'failed')
+      RETURNING ${JOB_COLUMNS}
+   )
+   SELECT ${JOB_COLUMNS.split(", ").map((c) => `started.${c}`).join(", ")}, ${inputColumns('started')} FROM started ${inputJoin('started')}`,
 );
 
-/** Marks an unfinished job active for one more attempt; undefined when it has ended (or is gone). */
-export async function startJobAttempt(db: Knex, id: string, at: Date): Promise<JobRow | undefined> {
-  return (await attempt(db, { id, at }))[0];
+/** Marks an unfinished job active for one more attempt, in the statement that reads its first input; undefined when it has ended (or is gone). */
+export async function startJobAttempt(db: Knex, id: string, at: Date): Promise<StartedJob | undefined> {
+  const [started] = await attempt(db, { id, at, n: 0 });
+  if (!started) return undefined;
+  const { n, name, size, content_type, inputs, ...row } = started;
+  return { ...row, firstInput: toNextInput(id, { n, name, size, content_type, inputs, uploaded_at: row.uploaded_at, state: row.state }) };
 }
 
 /**

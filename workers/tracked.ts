@@ -9,7 +9,7 @@ import type { Write } from '../db/knex';
 import { announceEvents, emitEvent, storeEvents } from '../lib/events';
 import { type NewEvent } from '../lib/event-stream';
 import { AppError, isOutOfReach, isStorageFull, storageFull } from '../lib/errors';
-import { findJob, mergeProgress, requeueJob, startJobAttempt, updateJob, type JobProgress, type JobRow } from '../db/jobs';
+import { findJob, mergeProgress, requeueJob, startJobAttempt, updateJob, type JobProgress, type JobRow, type StartedJob } from '../db/jobs';
 import { failJob, jobBlob } from '../lib/jobs/job-records';
 
 /**
@@ -62,7 +62,7 @@ export interface TrackedProcessorSpec<C extends JobContract<string, z.ZodObject>
    * limit's abort reason): a decryption says nothing that depends on unverified plaintext.
    */
   run(
-    row: JobRow,
+    row: StartedJob,
     payload: z.infer<C['schema']> & { job_id: string },
     progress: Progress,
     ctx: JobContext & { signal: AbortSignal; failAs: (map: (err: unknown) => unknown) => void },

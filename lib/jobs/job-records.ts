@@ -365,18 +365,21 @@ async function abandonJob(c: Container, row: JobRow, failure: { code: string; me
  * waits, polling the row with a short back-off: the worker and a follower of the output both do.
  * `started`: a follower also waits while the job is queued, since its output has no writer yet (the
  * follower's idle limit is for a writer that stopped, not for a queue). A job waiting for its own
- * upload gives its `slot` back meanwhile (it takes it again itself).
+ * upload gives its `slot` back meanwhile (it takes it again itself). `known`: input n as a statement just
+ * read it (the job's start), in place of the first read.
  */
 export async function arrivingInput(
   c: Container,
   jobId: string,
   n: number,
   signal?: AbortSignal,
-  opts: { started?: boolean; slot?: Slot } = {},
+  opts: { started?: boolean; slot?: Slot; known?: NextInput } = {},
 ): Promise<NextInput> {
+  let known = opts.known;
   for (let delay = 2; ;) {
     signal?.throwIfAborted();
-    const next = await nextInput(c.db, jobId, n);
+    const next = known ?? (await nextInput(c.db, jobId, n));
+    known = undefined;
     const settled = next.state === undefined || isFinished(next.state) || (next.uploaded && !next.file);
     if (settled || (next.file && !(opts.started && next.state === 'queued'))) return next;
     opts.slot?.release();
