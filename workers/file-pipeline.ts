@@ -94,7 +94,7 @@ export async function transformFiles(
 
 /** Input n of the job (none when the upload has ended with fewer files), and whether it is the last. */
 async function nextFile(c: Container, jobId: string, n: number, signal: AbortSignal, slot: Slot): Promise<{ file?: JobFileRow; last?: boolean }> {
-  const next = await Watchdog.awaitingUpload(signal, arrivingInput(c, jobId, n, signal, { slot }));
+  const next = await Watchdog.awaitingUpload(signal, arrivingInput(c, jobId, n, signal, { slot, keptEnd: true }));
   await slot.acquire(signal);
   if (next.file || next.uploaded) return { file: next.file, last: next.inputs === n + 1 };
   // The API failed the job (its upload broke): nothing more comes, and the row says why.
