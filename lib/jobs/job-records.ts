@@ -242,7 +242,7 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
  * files (jobBlob.uploadEnd) so that whoever next reaches Postgres records it: the API process that
  * received the upload, the worker that waits for it, or the reconciler. Like every blob under
  * `jobs/<id>/` it is sealed under the job's data key and bound to its name (lib/blob/sealed.ts): it opens
- * only as this job's record, so only the process that received the upload can have written it.
+ * only as this job's record, written by the service, not by whoever can write to the blob store.
  */
 const KeptUploadEnd = z.object({
   job_id: z.uuid(),
@@ -255,7 +255,7 @@ const KEPT_UPLOAD_END_MAX_BYTES = 64 * 1024;
 /** How often a worker waiting for its upload's end looks for a kept one. */
 const KEPT_END_LOOK_MS = 1000;
 
-/** How often the API process that answered 503 tries again to record a kept end, at most (back-off from 1 s). */
+/** The longest pause between the background attempts of the API process that answered 503 (back-off from 1 s). */
 const KEPT_END_RETRY_MAX_MS = 10_000;
 
 /** Only Postgres is asked while an end is recorded: a bare socket error (a connection reset as it opened) is its too. */
@@ -275,7 +275,9 @@ export async function completeUpload(c: Container, row: JobRow, files: { n: numb
   let kept = false;
   for (let delay = 250; ; delay = Math.min(delay * 2, 2000)) {
     try {
-      return await recordCompletedUpload(c, row, files, hash);
+      const recorded = await recordCompletedUpload(c, row, files, hash);
+      if (kept) await c.blob.delete(jobBlob.uploadEnd(row.id)).catch(() => undefined);
+      return recorded;
     } catch (err) {
       if (!postgresOutOfReach(err)) throw err;
       kept ||= await keepUploadEnd(c, { job_id: row.id, files, request_hash: hash });

@@ -5,6 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { PASSPHRASE, createKey, download, waitJob } from '../support/keys';
 import { heldEncryption } from '../support/held-upload';
 import { startProxy } from '../support/proxy';
+import { jobBlob } from '../../lib/jobs/job-records';
 import { startWorkers, type WorkerPool } from '../../workers/worker';
 import { startProcess, waitForOutput } from '../support/process';
 import { freePort } from '../support/ports';
@@ -75,6 +76,8 @@ describe('Postgres out of reach while a job waits to run', () => {
     pgProxy.restore();
     const answer = await held.answer;
     expect(answer.status, JSON.stringify(answer.body)).toBe(202);
+    // The end kept in the blob store while Postgres was out of reach goes once it is recorded.
+    expect(await s.c.blob.stat(jobBlob.uploadEnd(answer.body.job_id as string))).toBeNull();
     const job = await waitJob(s.api, u.token, answer.body.job_id as string);
     expect([job.state, job.error]).toEqual(['completed', null]);
     // The output is the upload's encryption, whole: it decrypts to what was sent.
@@ -164,5 +167,5 @@ async function uploadThroughLongOutage(base: string, after503?: () => Promise<vo
   expect([again.status, again.body.job_id]).toEqual([202, jobId]);
   expect(await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' }).pluck('id')).toEqual([jobId]);
   // The kept end is gone once recorded.
-  expect(await s.c.blob.stat(`jobs/${jobId}/upload-end`)).toBeNull();
+  expect(await s.c.blob.stat(jobBlob.uploadEnd(jobId))).toBeNull();
 }
