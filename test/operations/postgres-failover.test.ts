@@ -24,8 +24,9 @@ import { openEvents } from '../support/sse';
  * TCP switch, as a managed Postgres's), two API processes, two workers and a scheduler. While
  * encryptions, decryptions, a rotation, logins and an SSE stream run, the primary is SIGKILLed; after a
  * stand-in for failure detection the standby is promoted and the endpoint switched. Nothing acknowledged
- * before the kill may be lost, no client may see a 500, and uploads that end during the outage are kept.
- * The recovery time is printed (docs/operations.md quotes it).
+ * before the kill may be lost, no client may see a 500, and uploads that end during the outage are kept;
+ * the background work (audit and outbox relays, the reconciler, scheduled rotations) goes on by itself.
+ * The times are printed (docs/operations.md quotes them).
  */
 const MiB = 1 << 20;
 /** What a failure detector takes before the endpoint is switched (a managed Postgres: seconds to a minute). */
