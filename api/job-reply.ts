@@ -155,7 +155,7 @@ export async function submitAndReply(
       try {
         const files = await upload.files();
         whole = true;
-        row = await completeUpload(c, row, files, requestHash(job.kind, job.body, files));
+        row = await completeUpload(c, row, files, requestHash(job.kind, job.body, files), requestMeta(ctx));
       } catch (err) {
         // A whole upload whose end could not be recorded (Postgres out of reach past the retries) is not
         // a broken upload: its files are kept, and the job waits for its end as for a slow client's.

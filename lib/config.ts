@@ -162,6 +162,11 @@ const Env = z.object({
   /** Uploads one account may have arriving at once (jobs started before their files have all come); more get 429. */
   UPLOADS_PER_ACCOUNT: intish(8, 1),
   /**
+   * How long the API records the end of a whole upload again while Postgres is out of reach before it
+   * answers 503 (the end is then kept in the blob store and recorded later: lib/jobs/job-records.ts).
+   */
+  UPLOAD_END_RETRY_SECONDS: intish(30, 0, 600),
+  /**
    * Jobs a worker keeps open beyond its crypto slots (WORKER_QUEUES' crypto=N): a job waiting for its
    * upload's next bytes gives its slot back and waits among these, so slow clients cannot starve the pool.
    */
@@ -312,6 +317,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     auditCheckpoints: { intervalMs: e.AUDIT_CHECKPOINT_INTERVAL_SECONDS * 1000, signingKeyMaxAgeMs: e.AUDIT_SIGNING_KEY_DAYS * 86400_000 },
     uploadRate: { minBytesPerSecond: e.UPLOAD_MIN_BYTES_PER_SECOND, windowSeconds: e.UPLOAD_RATE_WINDOW_SECONDS },
     uploadsPerAccount: e.UPLOADS_PER_ACCOUNT,
+    uploadEndRetryMs: e.UPLOAD_END_RETRY_SECONDS * 1000,
     uploadWaiters: e.WORKER_UPLOAD_WAITERS,
     jobRetentionHours: e.JOB_RETENTION_HOURS,
     decryptRetentionHours: Math.min(e.DECRYPT_RETENTION_HOURS, e.JOB_RETENTION_HOURS),

@@ -52,7 +52,11 @@ export async function transformFiles(
   const quota = { left: c.config.limits.maxJobOutputBytes };
   let before = 0;
   // The last input is known as such once the upload has ended: no look for one after it.
-  for (let next = await nextFile(c, jobId, 0, signal, slot, job.firstInput); next.file; next = next.last ? {} : await nextFile(c, jobId, inputs.length, signal, slot)) {
+  for (
+    let next = await nextFile(c, jobId, 0, signal, slot, job.firstInput);
+    next.file;
+    next = next.last ? {} : await nextFile(c, jobId, inputs.length, signal, slot)
+  ) {
     const { file } = next;
     let read = 0;
     // Its row exists, so its put has opened: a file not there was deleted with a job the API failed.
@@ -93,8 +97,15 @@ export async function transformFiles(
 }
 
 /** Input n of the job (none when the upload has ended with fewer files), and whether it is the last; `known`: as the job's start read it. */
-async function nextFile(c: Container, jobId: string, n: number, signal: AbortSignal, slot: Slot, known?: NextInput): Promise<{ file?: JobFileRow; last?: boolean }> {
-  const next = await Watchdog.awaitingUpload(signal, arrivingInput(c, jobId, n, signal, { slot, known }));
+async function nextFile(
+  c: Container,
+  jobId: string,
+  n: number,
+  signal: AbortSignal,
+  slot: Slot,
+  known?: NextInput,
+): Promise<{ file?: JobFileRow; last?: boolean }> {
+  const next = await Watchdog.awaitingUpload(signal, arrivingInput(c, jobId, n, signal, { slot, keptEnd: true, known }));
   await slot.acquire(signal);
   if (next.file || next.uploaded) return { file: next.file, last: next.inputs === n + 1 };
   // The API failed the job (its upload broke): nothing more comes, and the row says why.

@@ -1,10 +1,14 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { Readable } from 'node:stream';
+import { z } from 'zod';
+import { BlobNotFoundError } from '../blob';
+import { readText } from '../streams';
 import { enforceJobLimits, enforceUploadLimits, jobLimitsApply } from '../billing/subscriptions';
 import type { Container } from '../container';
 import type { Knex } from 'knex';
 import { emitEvent } from '../events';
 import { type AccountEvent } from '../event-stream';
-import { AppError, idempotencyKeyReused, isDatabaseUnreachable, isSocketFailure, isStorageFull, storageFull, tooManyRequests } from '../errors';
+import { AppError, idempotencyKeyReused, isDatabaseUnreachable, isOutOfReach, isSocketFailure, isStorageFull, storageFull, tooManyRequests } from '../errors';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Slot } from '../slots';
 import {
@@ -43,6 +47,8 @@ export const jobBlob = {
   recipient: (jobId: string) => `jobs/${jobId}/recipient.asc`,
   /** Detached signature n of a verification (the signature of input n). */
   signature: (jobId: string, n: number) => `jobs/${jobId}/sig/${n}`,
+  /** The end of the upload, kept while Postgres was out of reach (recordKeptUploadEnd). */
+  uploadEnd: (jobId: string) => `jobs/${jobId}/upload-end`,
 };
 
 export const newJobId = () => randomUUID();
@@ -256,39 +262,150 @@ export async function submitJob(c: Container, input: SubmitInput): Promise<JobRo
 }
 
 /**
- * How long the end of a whole upload is retried while Postgres is out of reach before the client is
- * answered 503: longer than a failover (detection, promotion, the endpoint switched) takes, so that an
- * upload which arrived whole during one is kept and its job runs, and short enough that a client still
- * waits for its answer.
+ * The end of a whole upload that could not be recorded (Postgres out of reach), kept beside the job's
+ * files (jobBlob.uploadEnd) so that whoever next reaches Postgres records it: the API process that
+ * received the upload, the worker that waits for it, or the reconciler. Like every blob under
+ * `jobs/<id>/` it is sealed under the job's data key and bound to its name (lib/blob/sealed.ts): it opens
+ * only as this job's record, written by the service, not by whoever can write to the blob store.
  */
-const UPLOAD_END_RETRY_MS = 30_000;
+const KeptUploadEnd = z.object({
+  job_id: z.uuid(),
+  files: z.array(z.object({ n: z.number().int().min(0), size: z.number().int().min(0) })).min(1),
+  request_hash: z.string().regex(/^[0-9a-f]{64}$/),
+});
+type KeptUploadEnd = z.infer<typeof KeptUploadEnd>;
+const KEPT_UPLOAD_END_MAX_BYTES = 64 * 1024;
+
+/** How often a worker waiting for its upload's end looks for a kept one. */
+const KEPT_END_LOOK_MS = 1000;
+
+/** The longest pause between the background attempts of the API process that answered 503 (back-off from 1 s). */
+const KEPT_END_RETRY_MAX_MS = 10_000;
+
+/** Only Postgres is asked while an end is recorded: a bare socket error (a connection reset as it opened) is its too. */
+const postgresOutOfReach = (err: unknown) => isDatabaseUnreachable(err) || isSocketFailure(err);
 
 /**
  * The upload of a running job has ended: its files' sizes and totals are recorded, the plan's limits
  * checked on the real sizes, and `uploaded_at` set, which tells the worker that no more files come.
- * The files are whole in the blob store by now, so an out-of-reach database is waited for (at most
- * UPLOAD_END_RETRY_MS) rather than the upload given up; the record is safe to repeat, since an attempt
- * whose answer was lost may have committed.
+ * The files are whole in the blob store by now, so an out-of-reach database does not lose the upload:
+ * the end is kept in the blob store at the first failure and recorded again for UPLOAD_END_RETRY_SECONDS
+ * before the client is answered 503; this process then goes on recording it in the background (`from`
+ * is the request, for the audit row of a plan limit found crossed then). The record is safe to repeat,
+ * since an attempt whose answer was lost may have committed.
  */
-export async function completeUpload(c: Container, row: JobRow, files: { n: number; size: number }[], hash: string): Promise<JobRow> {
-  const deadline = Date.now() + UPLOAD_END_RETRY_MS;
+export async function completeUpload(c: Container, row: JobRow, files: { n: number; size: number }[], hash: string, from: AuditSource): Promise<JobRow> {
+  const deadline = Date.now() + c.config.uploadEndRetryMs;
+  let kept = false;
   for (let delay = 250; ; delay = Math.min(delay * 2, 2000)) {
     try {
-      return await recordCompletedUpload(c, row, files, hash);
+      const recorded = await recordCompletedUpload(c, row, files, hash);
+      if (kept) await c.blob.delete(jobBlob.uploadEnd(row.id)).catch(() => undefined);
+      return recorded;
     } catch (err) {
-      // Only Postgres is asked here: a bare socket error (a connection reset as it opened) is its too.
-      if (!(isDatabaseUnreachable(err) || isSocketFailure(err)) || Date.now() + delay > deadline) throw err;
+      if (!postgresOutOfReach(err)) throw err;
+      kept ||= await keepUploadEnd(c, { job_id: row.id, files, request_hash: hash });
+      if (Date.now() + delay > deadline) {
+        void recordInBackground(c, row, { job_id: row.id, files, request_hash: hash }, from);
+        throw err;
+      }
       c.log.warn({ job_id: row.id, err: (err as Error).message }, 'the database is out of reach as an upload ends; recording its end again shortly');
       await sleep(delay);
     }
   }
 }
 
+/** Writes the end of an upload beside its files; false when the blob store refused it too (this process still records it). */
+async function keepUploadEnd(c: Container, record: KeptUploadEnd): Promise<boolean> {
+  try {
+    await c.blob.put(jobBlob.uploadEnd(record.job_id), Readable.from([Buffer.from(JSON.stringify(record))]));
+    return true;
+  } catch (err) {
+    c.log.warn({ job_id: record.job_id, err }, 'could not keep the end of an upload in the blob store; this process records it once Postgres answers');
+    return false;
+  }
+}
+
+/**
+ * The API process answered 503: it records the end as soon as Postgres answers, for as long as the job
+ * could still run (JOB_TIMEOUT_SECONDS). A worker or the reconciler may come first (the record is then
+ * found made), and a process that stops meanwhile leaves it to them.
+ */
+async function recordInBackground(c: Container, row: JobRow, record: KeptUploadEnd, from: AuditSource): Promise<void> {
+  const until = row.created_at.getTime() + c.config.jobLimits.timeoutMs;
+  for (let delay = 1000; Date.now() < until; delay = Math.min(delay * 2, KEPT_END_RETRY_MAX_MS)) {
+    await sleep(delay, undefined, { ref: false });
+    try {
+      await recordKeptEnd(c, row, record, from);
+      c.log.info({ job_id: row.id }, 'recorded the end of an upload that ended while the database was out of reach');
+      return;
+    } catch (err) {
+      if (postgresOutOfReach(err)) continue;
+      c.log.warn({ job_id: row.id, err }, 'could not record the end of an upload kept in the blob store; a worker or the reconciler will');
+      return;
+    }
+  }
+}
+
+/**
+ * Records a kept end (recordCompletedUpload) and removes its record. A plan limit crossed by the real
+ * sizes fails the job as it would have failed the request.
+ */
+async function recordKeptEnd(c: Container, row: JobRow, record: KeptUploadEnd, from: AuditSource): Promise<void> {
+  try {
+    await recordCompletedUpload(c, row, record.files, record.request_hash);
+  } catch (err) {
+    if (!(err instanceof AppError) || isOutOfReach(err)) throw err;
+    await failUpload(c, row, err, from);
+  }
+  await c.blob.delete(jobBlob.uploadEnd(row.id)).catch(() => undefined);
+}
+
+/**
+ * Records the end of job `row`'s upload from the record its API process kept in the blob store, when
+ * there is one: true once recorded (or failed on a plan limit). The record is checked against the job
+ * before it is trusted: it names this job, and its files are the job's inputs with the sizes they have
+ * in the blob store; its request hash is then the job's, compared like any repeat of the record.
+ */
+export async function recordKeptUploadEnd(c: Container, row: JobRow, from: AuditSource): Promise<boolean> {
+  if (row.uploaded_at !== null || isFinished(row.state)) return false;
+  if (!(await c.blob.stat(jobBlob.uploadEnd(row.id)))) return false;
+  let record: KeptUploadEnd;
+  try {
+    record = KeptUploadEnd.parse(JSON.parse(await readText(await c.blob.get(jobBlob.uploadEnd(row.id)), KEPT_UPLOAD_END_MAX_BYTES)));
+  } catch (err) {
+    if (err instanceof BlobNotFoundError) return false; // recorded and removed meanwhile
+    if (isOutOfReach(err)) throw err;
+    c.log.warn({ job_id: row.id, err }, "the kept end of an upload does not open as this job's record; ignored");
+    return false;
+  }
+  if (!(await matchesInputs(c, row, record))) {
+    c.log.warn({ job_id: row.id }, "the kept end of an upload does not match the job's stored inputs; ignored");
+    return false;
+  }
+  await recordKeptEnd(c, row, record, from);
+  return true;
+}
+
+/** The record names the job, and lists exactly its input rows, each as large as its stored file. */
+async function matchesInputs(c: Container, row: JobRow, record: KeptUploadEnd): Promise<boolean> {
+  if (record.job_id !== row.id) return false;
+  const inputs = (await jobFiles(c.db, row.id, 'input')).map((f) => f.n).sort((a, b) => a - b);
+  const listed = record.files.map((f) => f.n).sort((a, b) => a - b);
+  if (inputs.length !== listed.length || inputs.some((n, i) => n !== listed[i])) return false;
+  for (const f of record.files) if ((await c.blob.stat(jobBlob.input(row.id, f.n)))?.size !== f.size) return false;
+  return true;
+}
+
 async function recordCompletedUpload(c: Container, row: JobRow, files: { n: number; size: number }[], hash: string): Promise<JobRow> {
   const record = (db: Knex) => recordUploadEnd(db, row.id, files, c.clock.now(), hash);
-  // Plan limits are checked on the real sizes under the account's lock, in one transaction with the record.
+  // Plan limits are checked on the real sizes under the account's lock, in one transaction with the
+  // record; an end already recorded (by an earlier attempt, or another process from the kept record) is
+  // not checked again: its bytes would count twice.
   const recorded = jobLimitsApply(c, row.kind)
     ? await c.db.transaction(async (trx) => {
+        await lockAccount(trx, row.user_id, 'no key update');
+        if ((await findJob(trx, row.id))?.uploaded_at) return undefined;
         await enforceUploadLimits(
           c,
           trx,
@@ -301,12 +418,16 @@ async function recordCompletedUpload(c: Container, row: JobRow, files: { n: numb
     : await record(c.db);
   if (recorded) return recorded;
   const current = (await findUserJob(c.db, row.user_id, row.id))!;
-  // An earlier attempt of this record committed, and only its answer was lost.
-  if (current.state !== 'failed' && current.uploaded_at !== null && current.request_hash === hash) return current;
-  // The job failed while its files still arrived (a damaged first file): the answer is that job, and
-  // what the rest of the upload stored after the worker's clean-up goes too.
-  await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
-  return current;
+  if (current.state === 'failed') {
+    // The job failed while its files still arrived (a damaged first file): the answer is that job, and
+    // what the rest of the upload stored after the worker's clean-up goes too.
+    await c.blob.deletePrefix(jobBlob.dir(row.id)).catch(() => undefined);
+    return current;
+  }
+  // An earlier attempt of this record committed and only its answer was lost, or another process
+  // recorded the end from the kept record: the same request either way.
+  if (current.request_hash === hash) return current;
+  throw new Error(`the end of the upload of job ${row.id} was recorded with another request hash`);
 }
 
 /**
@@ -365,23 +486,32 @@ async function abandonJob(c: Container, row: JobRow, failure: { code: string; me
  * waits, polling the row with a short back-off: the worker and a follower of the output both do.
  * `started`: a follower also waits while the job is queued, since its output has no writer yet (the
  * follower's idle limit is for a writer that stopped, not for a queue). A job waiting for its own
- * upload gives its `slot` back meanwhile (it takes it again itself). `known`: input n as a statement just
- * read it (the job's start), in place of the first read.
+ * upload gives its `slot` back meanwhile (it takes it again itself).
+ * `keptEnd`: the job's own worker also looks, now and then, for the end its API process kept in the blob
+ * store while Postgres was out of reach (recordKeptUploadEnd), and records it.
+ * `known`: input n as a statement just read it (the job's start), in place of the first read.
  */
 export async function arrivingInput(
   c: Container,
   jobId: string,
   n: number,
   signal?: AbortSignal,
-  opts: { started?: boolean; slot?: Slot; known?: NextInput } = {},
+  opts: { started?: boolean; slot?: Slot; keptEnd?: boolean; known?: NextInput } = {},
 ): Promise<NextInput> {
   let known = opts.known;
+  // A next file usually follows at once: the blob store is asked only once the wait has lasted.
+  let lookForKeptEnd = Date.now() + KEPT_END_LOOK_MS;
   for (let delay = 2; ;) {
     signal?.throwIfAborted();
     const next = known ?? (await nextInput(c.db, jobId, n));
     known = undefined;
     const settled = next.state === undefined || isFinished(next.state) || (next.uploaded && !next.file);
     if (settled || (next.file && !(opts.started && next.state === 'queued'))) return next;
+    if (opts.keptEnd && !next.file && Date.now() >= lookForKeptEnd) {
+      lookForKeptEnd = Date.now() + KEPT_END_LOOK_MS;
+      const row = await findJob(c.db, jobId);
+      if (row && (await recordKeptUploadEnd(c, row, {}))) continue;
+    }
     opts.slot?.release();
     await sleep(delay, undefined, { signal });
     // A queue may hold a job for minutes: its followers ask less often than for an upload's next file.

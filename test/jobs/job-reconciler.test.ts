@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { Readable } from 'node:stream';
 import { registerUser, startTestService, type TestService } from '../support/service';
 import { startRedisServer } from '../support/redis-server';
 import { createKey, download, PASSPHRASE, runJob, waitJob } from '../support/keys';
@@ -43,6 +44,10 @@ describe('jobs whose queue entry Redis lost', () => {
     // An upload whose web process died before it ended: its row never got `uploaded_at`.
     await s.c.db('jobs').where({ id: broken.body.job_id }).update({ uploaded_at: null });
     expect(await s.c.blob.stat(jobBlob.input(broken.body.job_id, 0))).not.toBeNull();
+    // Uploads that ended while Postgres was out of reach, whose web process died before it recorded the
+    // end: one kept the end beside its files, the other's kept end does not match the files it names.
+    const ended = await keptEnd(u.token, key.fingerprint, 'ended-upload', (f) => f);
+    const forged = await keptEnd(u.token, key.fingerprint, 'forged-upload', (f) => ({ ...f, size: f.size + 1 }));
     // A job whose queue payload carries a secret that is never stored (the new key's sealed lock).
     const rsa = await s.api('POST', '/keys/generate-key', {
       token: u.token,
@@ -74,6 +79,20 @@ describe('jobs whose queue entry Redis lost', () => {
     expect(decrypted.state, JSON.stringify(decrypted.error)).toBe('completed');
     expect((await download(s.api, u.token, decrypted.job_id)).equals(plain)).toBe(true);
 
+    // The kept end is recorded (with the request's hash, so the same key answers with the job), then the job runs.
+    const endedJob = await waitUntilFinished(u.token, ended.jobId);
+    expect([endedJob.state, endedJob.error], JSON.stringify(endedJob)).toEqual(['completed', null]);
+    expect((await row(ended.jobId)).request_hash).toBe(ended.hash);
+    expect(await s.c.blob.stat(jobBlob.uploadEnd(ended.jobId))).toBeNull();
+    const replay = await s.api('POST', '/keys/encrypt', {
+      token: u.token,
+      headers: { 'idempotency-key': 'ended-upload' },
+      form: { fingerprint: key.fingerprint, files: [{ name: 'e.bin', data: ended.data }] },
+    });
+    expect([replay.status, replay.body.job_id]).toEqual([202, ended.jobId]);
+    const forgedJob = await waitUntilFinished(u.token, forged.jobId);
+    expect([forgedJob.state, forgedJob.error?.code]).toEqual(['failed', 'job_lost']);
+
     for (const lost of [broken.body.job_id, rsa.body.job_id]) {
       const job = await waitUntilFinished(u.token, lost);
       expect([job.state, job.error?.code]).toEqual(['failed', 'job_lost']);
@@ -99,6 +118,26 @@ describe('jobs whose queue entry Redis lost', () => {
     expect((await waitJob(s.api, u.token, retry.body.job_id)).state).toBe('completed');
   });
 });
+
+/**
+ * An encryption whose row is put back to "upload not ended" (as when its end could not be recorded), its
+ * end kept beside its files as its API process keeps it, each file's entry passed through `alter`.
+ */
+async function keptEnd(token: string, fingerprint: string, idempotencyKey: string, alter: (f: { n: number; size: number }) => { n: number; size: number }) {
+  const data = randomBytes(3000);
+  const res = await s.api('POST', '/keys/encrypt', {
+    token,
+    headers: { 'idempotency-key': idempotencyKey },
+    form: { fingerprint, files: [{ name: 'e.bin', data }] },
+  });
+  expect(res.status, JSON.stringify(res.body)).toBe(202);
+  const jobId = res.body.job_id as string;
+  const { request_hash: hash } = await row(jobId);
+  await s.c.db('jobs').where({ id: jobId }).update({ uploaded_at: null, request_hash: null });
+  const record = { job_id: jobId, files: [alter({ n: 0, size: data.length })], request_hash: hash };
+  await s.c.blob.put(jobBlob.uploadEnd(jobId), Readable.from([Buffer.from(JSON.stringify(record))]));
+  return { jobId, hash: hash as string, data };
+}
 
 /** The job once it has ended; a job the reconciler never sees stays queued and times the test out. */
 async function waitUntilFinished(token: string, jobId: string) {

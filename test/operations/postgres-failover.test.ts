@@ -4,10 +4,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { Queue } from 'bullmq';
 import pg from 'pg';
 import { createDb } from '../../db/knex';
 import { migrateLatest } from '../../db/migrate';
 import { deleteKeysMatching } from '../../lib/redis';
+import { bullPrefix } from '../../jobs/client';
 import { apiClient, registerUser, type ApiClient } from '../support/service';
 import { PASSPHRASE, createKey, download, waitJob } from '../support/keys';
 import { startProcess, waitForOutput } from '../support/process';
@@ -22,8 +24,9 @@ import { openEvents } from '../support/sse';
  * TCP switch, as a managed Postgres's), two API processes, two workers and a scheduler. While
  * encryptions, decryptions, a rotation, logins and an SSE stream run, the primary is SIGKILLed; after a
  * stand-in for failure detection the standby is promoted and the endpoint switched. Nothing acknowledged
- * before the kill may be lost, no client may see a 500, and uploads that end during the outage are kept.
- * The recovery time is printed (docs/operations.md quotes it).
+ * before the kill may be lost, no client may see a 500, and uploads that end during the outage are kept;
+ * the background work (audit and outbox relays, the reconciler, scheduled rotations) goes on by itself.
+ * The times are printed (docs/operations.md quotes them).
  */
 const MiB = 1 << 20;
 /** What a failure detector takes before the endpoint is switched (a managed Postgres: seconds to a minute). */
@@ -69,6 +72,7 @@ beforeAll(async () => {
     WORKER_LOCK_MS: '3000',
     WORKER_STALLED_CHECK_MS: '1000',
     ROTATION_SWEEP_SECONDS: '1',
+    JOB_RECONCILE_INTERVAL_SECONDS: '1',
   };
   const ports = [await freePort(), await freePort()];
   const webs = ports.map((port) => spawnRole('web', { ...env, PORT: String(port) }));
@@ -110,6 +114,18 @@ function steadyTraffic(requests: (() => Promise<{ status: number; headers: Heade
     }
   });
   return { answers, stop: () => ((running = false), Promise.all(loops)) };
+}
+
+/** When each audit row that the account's `audit_logs.recorded` events announced from `from` on was announced (ms), by row id. */
+async function announcedAuditRows(api: ApiClient, token: string, from: Date): Promise<Map<number, number>> {
+  const announced = new Map<number, number>();
+  for (let page = 1; ; page++) {
+    const query = `types=audit_logs.recorded&page_size=100&page=${page}&from=${encodeURIComponent(from.toISOString())}`;
+    const res = await api('GET', `/events/history?${query}`, { token });
+    expect(res.status, JSON.stringify(res.body)).toBe(200);
+    for (const e of res.body.items as { created_at: string; data: { audit_id: number } }[]) announced.set(e.data.audit_id, Date.parse(e.created_at));
+    if (page * 100 >= res.body.total) return announced;
+  }
 }
 
 async function decryptsTo(api: ApiClient, token: string, fingerprint: string, jobId: string, plaintext: Buffer) {
@@ -232,6 +248,47 @@ describe('the Postgres primary lost behind one endpoint, with a synchronous stan
           (r: { trigger: string; status: string }) => r.trigger === 'schedule',
         );
       await expect.poll(async () => (await scheduled()).map((r: { status: string }) => r.status), { timeout: 30_000, interval: 500 }).toEqual(['succeeded']);
+      timings.switch_until_scheduled_rotation = Date.now() - switched;
+
+      // The background work goes on over the new primary without an operator. The audit relay announces
+      // every audit row written after the switch (logins, the schedule, the rotation), also those that
+      // committed before its sessions listened again (it reads them back) ...
+      const since = new Date(switched);
+      const written = async (userId: string) => (await db('audit_logs').where({ user_id: userId }).where('created_at', '>=', since).pluck('id')).map(Number);
+      const lastAnnounced: Record<string, number> = {};
+      for (const who of [u, other]) {
+        const rows = await written(who.id);
+        expect(rows.length, who.username).toBeGreaterThan(0);
+        let announced = new Map<number, number>();
+        const unannounced = async () => {
+          announced = await announcedAuditRows(a.api, who.token, since);
+          return rows.filter((id) => !announced.has(id));
+        };
+        await expect.poll(unannounced, { timeout: 15_000, interval: 500 }).toEqual([]);
+        lastAnnounced[who.id] = Math.max(...rows.map((id) => announced.get(id)!));
+      }
+      // The other account's rows are the logins of the first seconds after the switch: read back.
+      timings.switch_until_logins_audit_announced = lastAnnounced[other.id] - switched;
+      // ... the outbox relay has published every event written during and after the outage (each job's
+      // end once, checked above), so the outbox is empty ...
+      await expect.poll(async () => Number((await db('event_outbox').count<{ n: string }>({ n: '*' }).first())?.n), { timeout: 15_000, interval: 500 }).toBe(0);
+      timings.switch_until_outbox_empty = Date.now() - switched;
+      // ... and the scheduler's reconciler runs (every second here).
+      const redis = new Redis(inject('redisUrl'));
+      const maintenance = new Queue('maintenance', { connection: redis, prefix: bullPrefix(prefix, 'maintenance', false) });
+      try {
+        const reconciledAt = async () =>
+          Math.min(
+            ...(await maintenance.getJobs(['completed'], 0, 100))
+              .filter((j) => j.name === 'reconcile-jobs' && (j.finishedOn ?? 0) > switched)
+              .map((j) => j.finishedOn!),
+          );
+        await expect.poll(reconciledAt, { timeout: 15_000, interval: 500 }).toBeLessThan(Infinity);
+        timings.switch_until_reconciler_ran = (await reconciledAt()) - switched;
+      } finally {
+        await maintenance.close();
+        redis.disconnect();
+      }
     } finally {
       await db.destroy();
     }

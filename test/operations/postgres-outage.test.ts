@@ -5,7 +5,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import { PASSPHRASE, createKey, download, waitJob } from '../support/keys';
 import { heldEncryption } from '../support/held-upload';
 import { startProxy } from '../support/proxy';
+import { jobBlob } from '../../lib/jobs/job-records';
 import { startWorkers, type WorkerPool } from '../../workers/worker';
+import { startProcess, waitForOutput } from '../support/process';
+import { freePort } from '../support/ports';
 
 let s: TestService;
 let pgProxy: Awaited<ReturnType<typeof startProxy>>;
@@ -14,8 +17,9 @@ let workers: WorkerPool | undefined;
 beforeAll(async () => {
   const pg = new URL(inject('pgBase'));
   pgProxy = await startProxy(pg.hostname, Number(pg.port || 5432));
-  // No worker yet: the test starts one once Postgres is out of reach.
-  s = await startTestService({ roles: ['web'], dbHost: `127.0.0.1:${pgProxy.port}` });
+  // No worker yet: the test starts one once Postgres is out of reach. An upload's end is recorded again
+  // for 5 s (UPLOAD_END_RETRY_SECONDS) before it is answered 503.
+  s = await startTestService({ roles: ['web'], env: { UPLOAD_END_RETRY_SECONDS: '5' }, dbHost: `127.0.0.1:${pgProxy.port}` });
 });
 afterAll(async () => {
   pgProxy?.restore();
@@ -72,6 +76,8 @@ describe('Postgres out of reach while a job waits to run', () => {
     pgProxy.restore();
     const answer = await held.answer;
     expect(answer.status, JSON.stringify(answer.body)).toBe(202);
+    // The end kept in the blob store while Postgres was out of reach goes once it is recorded.
+    expect(await s.c.blob.stat(jobBlob.uploadEnd(answer.body.job_id as string))).toBeNull();
     const job = await waitJob(s.api, u.token, answer.body.job_id as string);
     expect([job.state, job.error]).toEqual(['completed', null]);
     // The output is the upload's encryption, whole: it decrypts to what was sent.
@@ -91,4 +97,75 @@ describe('Postgres out of reach while a job waits to run', () => {
     });
     expect([again.status, again.body.job_id]).toEqual([202, job.job_id]);
   }, 90_000);
+
+  it('keeps an upload that ends in an outage longer than its end is recorded again: answered 503 with its job, which completes once Postgres is back', async () => {
+    workers ??= await startWorkers(s.c, [{ queue: 'crypto', concurrency: 1 }]);
+    await uploadThroughLongOutage(s.url);
+  }, 90_000);
+
+  it('keeps it when the API process that answered 503 is killed too: the worker records the end its process kept', async () => {
+    workers ??= await startWorkers(s.c, [{ queue: 'crypto', concurrency: 1 }]);
+    const port = await freePort();
+    const web = startProcess('web', { ...s.env, PORT: String(port), LOG_LEVEL: 'info', UPLOAD_END_RETRY_SECONDS: '1' });
+    try {
+      await waitForOutput(web, 'The service is ready', 60_000);
+      await uploadThroughLongOutage(`http://127.0.0.1:${port}/api/v1`, async () => {
+        web.kill('SIGKILL');
+        await web.exited;
+      });
+    } finally {
+      web.kill('SIGKILL');
+    }
+  }, 120_000);
 });
+
+/**
+ * An encryption with an Idempotency-Key sent to the API at `base`, whose upload ends while Postgres is
+ * out of reach for longer than the API records its end again: the answer is 503 with the job, `after503`
+ * runs, and once Postgres is back the job completes, decrypts to what was sent, and is the one job the
+ * same key answers with.
+ */
+async function uploadThroughLongOutage(base: string, after503?: () => Promise<void>) {
+  const u = await registerUser(s.api);
+  const key = await createKey(s.api, u.token);
+  const data = randomBytes(3 << 20);
+  const idem = `long-${randomBytes(4).toString('hex')}`;
+  const held = heldEncryption(base, u.token, key.fingerprint, data, { 'idempotency-key': idem });
+  await held.started;
+  await expect.poll(async () => (await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' }).select('id')).length, { timeout: 10_000 }).toBe(1);
+  const { id: jobId } = await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' }).first();
+
+  pgProxy.cut();
+  let answer: Awaited<typeof held.answer>;
+  try {
+    held.release();
+    answer = await held.answer;
+    expect([answer.status, answer.body.code], JSON.stringify(answer.body)).toEqual([503, 'database_unavailable']);
+    expect(answer.body).toMatchObject({ job_id: jobId, status_url: `/api/v1/jobs/${jobId}` });
+    await after503?.();
+    // The outage goes on after the answer: the end waits in the blob store.
+    await new Promise((r) => setTimeout(r, 3000));
+  } finally {
+    pgProxy.restore();
+  }
+  const job = await waitJob(s.api, u.token, jobId);
+  expect([job.state, job.error]).toEqual(['completed', null]);
+  const dec = await s.api('POST', '/keys/decrypt', {
+    token: u.token,
+    form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'held.bin.gpg', data: await download(s.api, u.token, jobId) }] },
+  });
+  expect(dec.status, JSON.stringify(dec.body)).toBe(202);
+  expect((await waitJob(s.api, u.token, dec.body.job_id)).state).toBe('completed');
+  const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+  expect(sha(await download(s.api, u.token, dec.body.job_id))).toBe(sha(data));
+  // The client's retry with the same key is that one job.
+  const again = await s.api('POST', '/keys/encrypt', {
+    token: u.token,
+    headers: { 'idempotency-key': idem },
+    form: { fingerprint: key.fingerprint, files: [{ name: 'held.bin', data }] },
+  });
+  expect([again.status, again.body.job_id]).toEqual([202, jobId]);
+  expect(await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' }).pluck('id')).toEqual([jobId]);
+  // The kept end is gone once recorded.
+  expect(await s.c.blob.stat(jobBlob.uploadEnd(jobId))).toBeNull();
+}

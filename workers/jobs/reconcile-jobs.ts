@@ -12,7 +12,7 @@ import { verifyFilesProcessor } from './verify-files';
 import type { Container } from '../../lib/container';
 import type { Logger } from '../../lib/logger';
 import { findJob, isFinished, jobFiles, unfinishedJobsBetween, type JobKind, type JobRow } from '../../db/jobs';
-import { jobBlob } from '../../lib/jobs/job-records';
+import { jobBlob, recordKeptUploadEnd } from '../../lib/jobs/job-records';
 
 /**
  * Each kind of job the client polls: its processor, and how it is enqueued again from its row alone (as
@@ -39,8 +39,10 @@ export type Reconciled = 'requeued' | 'lost' | 'kept';
  * have a live queue entry. A job past the grace period (JOB_RECONCILE_GRACE_SECONDS) whose entry is gone
  * (Redis lost it, or its attempts were spent while its state could not be written) is enqueued again
  * under its own id when its upload ended, its inputs are all still stored and its payload can be made
- * from its row; any other fails with `job_lost`, its files deleted. Safe on several schedulers at once:
- * BullMQ keeps one entry per id, and the failure is a conditional update of an unfinished row.
+ * from its row; any other fails with `job_lost`, its files deleted. An upload's end kept in the blob
+ * store while Postgres was out of reach (lib/jobs/job-records.ts) is recorded first. Safe on several
+ * schedulers at once: BullMQ keeps one entry per id, and the failure is a conditional update of an
+ * unfinished row.
  */
 export const reconcileJobsProcessor = defineProcessor(reconcileJobs, {
   async process(_payload, { c, log }) {
@@ -69,6 +71,12 @@ export const reconcileJobsProcessor = defineProcessor(reconcileJobs, {
 // Its records name the job they are about `reconciled_job_id`: `log` already carries `job_id`, the
 // reconciler's own queue entry (workers/worker.ts), and a second `job_id` key in one record is ambiguous.
 async function reconcileJob(c: Container, row: JobRow, log: Logger): Promise<Reconciled> {
+  // An upload that ended while Postgres was out of reach, whose API process then stopped before it could
+  // record the end: the end its process kept in the blob store is recorded now.
+  if (await recordKeptUploadEnd(c, row, SCHEDULER)) {
+    log.warn({ reconciled_job_id: row.id, kind: row.kind }, "recorded the end of a job's upload from the record its API process kept");
+    row = (await findJob(c.db, row.id)) ?? row;
+  }
   const { processor, requeue } = KINDS[row.kind];
   const queue = c.jobs.queue(processor.contract.queue);
   const entry = await queue.getJob(row.id);
