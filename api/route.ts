@@ -237,10 +237,9 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       let reading: Promise<Container> | undefined;
       let handedReplica = false;
       const reader = () =>
-        (reading ??= c.reads.readDb(user ? principalOf(user) : undefined).then((db) => {
-          if (db === c.db) return c;
-          handedReplica = true;
-          return { ...c, db };
+        (reading ??= c.reads.readerOf(c, user ? principalOf(user) : undefined).then((r) => {
+          handedReplica = r !== c;
+          return r;
         }));
       const run = async (body: unknown, upload: Upload = noUpload) => {
         if (def.recentSignIn === true || def.recentSignIn?.when(body, user)) await requireRecentSignIn(ctx);

@@ -90,6 +90,12 @@ export class ReplicaReads {
     return replica;
   }
 
+  /** `c` as a read by `principal` sees it: with the replica as its `db` where readDb chooses it, else `c` itself. */
+  async readerOf<C extends { db: Db }>(c: C, principal: string | undefined): Promise<C> {
+    const db = await this.readDb(principal);
+    return db === c.db ? c : { ...c, db };
+  }
+
   /**
    * After a request by `principal` that may have written: the primary's WAL position, kept for the lag
    * bound (and some slack). Never throws: a failure is logged (once until it works again), and the
