@@ -68,6 +68,8 @@ export class ReplicaReads {
   private retryAt = 0;
   private failing = false;
   private recordingFailed = false;
+  /** After a write whose position could not be recorded, this process reads the primary until then. */
+  private primaryUntil = 0;
 
   constructor(private readonly o: ReplicaReadsOptions) {}
 
@@ -81,6 +83,7 @@ export class ReplicaReads {
   async readDb(principal: string | undefined): Promise<Db> {
     const { replica, primary, maxLagMs } = this.o;
     if (!replica) return primary;
+    if (Date.now() < this.primaryUntil) return primary;
     const [written, sample] = await Promise.all([this.written(principal), this.current()]);
     if (!sample || written === 'unknown') return primary;
     if (sample.lagMs + (Date.now() - sample.at) >= maxLagMs) return primary;
@@ -98,14 +101,16 @@ export class ReplicaReads {
 
   /**
    * After a request by `principal` that may have written: the primary's WAL position, kept for the lag
-   * bound (and some slack). Never throws: a failure is logged (once until it works again), and the
-   * caller's reads may then miss its write for up to the lag bound.
+   * bound (and some slack). Never throws: a failure is logged (once until it works again), and this
+   * process then reads only the primary for as long as the position would have been kept; the caller's
+   * reads through another process may miss the write until the lag bound has passed.
    */
   async wrote(principal: string): Promise<void> {
     if (!this.o.replica) return;
+    const keepMs = this.o.maxLagMs + WRITTEN_SLACK_MS;
     try {
       const lsn = await currentWalLsn(this.o.primary);
-      await scripts(this.o.redis).kmsRecordWrittenLsn(this.writtenKey(principal), lsnText(lsn), String(this.o.maxLagMs + WRITTEN_SLACK_MS));
+      await scripts(this.o.redis).kmsRecordWrittenLsn(this.writtenKey(principal), lsnText(lsn), String(keepMs));
       if (this.recordingFailed) this.o.log.info('the WAL positions of writes are recorded again');
       this.recordingFailed = false;
     } catch (err) {
@@ -115,12 +120,23 @@ export class ReplicaReads {
           "a write's WAL position could not be recorded; reads may miss it until the replica lag bound has passed",
         );
       this.recordingFailed = true;
+      this.primaryUntil = Date.now() + keepMs;
     }
   }
 
-  /** A read handed the replica failed (and runs again on the primary): the replica is read again before its next use. */
+  /**
+   * A read handed the replica failed (and runs again on the primary): the replica counts as failing, as
+   * when a reading of it fails, so that a replica whose queries keep failing costs no read a second query.
+   */
   failed(err: unknown): void {
     this.o.log.debug({ err: (err as Error).message }, 'a read on the database replica failed; it runs again on the primary');
+    this.fails(err);
+  }
+
+  private fails(err: unknown): void {
+    if (!this.failing) this.o.log.warn({ err: (err as Error).message }, 'the database replica fails; every read goes to the primary until it answers');
+    this.failing = true;
+    this.retryAt = Date.now() + RETRY_MS;
     this.sample = undefined;
   }
 
@@ -158,10 +174,7 @@ export class ReplicaReads {
         return sample;
       })
       .catch((err: unknown) => {
-        if (!this.failing) this.o.log.warn({ err: (err as Error).message }, 'the database replica fails; every read goes to the primary until it answers');
-        this.failing = true;
-        this.retryAt = Date.now() + RETRY_MS;
-        this.sample = undefined;
+        this.fails(err);
         return undefined;
       })
       .finally(() => (this.sampling = undefined));

@@ -14,6 +14,7 @@ import { ReplicaReads } from '../../lib/replica-reads';
 import { apiClient, registerUser, type ApiClient } from '../support/service';
 import { createKey } from '../support/keys';
 import { captureLogs } from '../support/logs';
+import type { Logger } from '../../lib/logger';
 import { startPostgresPair } from '../support/postgres-pair';
 
 /**
@@ -47,24 +48,28 @@ beforeAll(async () => {
   standby.on('error', () => undefined); // the test stops the standby under it
   await standby.connect();
   prefix = `${inject('runId')}_replica`;
+  ({ service, base, api } = await startOn(pair.url(pair.standbyPort, 'kms'), prefix, logs.logger('info')));
+}, 120_000);
+
+/** The service in this process on the pair's primary, with `replicaUrl` as its replica. */
+async function startOn(replicaUrl: string, redisPrefix: string, log: Logger) {
   const config = loadConfig({
     NODE_ENV: 'test',
     PORT: '0',
-    DATABASE_URL: pair.url(pair.primaryPort, 'kms'),
-    DATABASE_REPLICA_URL: pair.url(pair.standbyPort, 'kms'),
+    DATABASE_URL: pair!.url(pair!.primaryPort, 'kms'),
+    DATABASE_REPLICA_URL: replicaUrl,
     DATABASE_REPLICA_MAX_LAG_SECONDS: String(MAX_LAG_SECONDS),
     REDIS_URL: inject('redisUrl'),
-    REDIS_PREFIX: prefix,
+    REDIS_PREFIX: redisPrefix,
     BLOB_STORE_URL: join(dir, 'blobs'),
     MAIL_DIR: join(dir, 'mail'),
     ARGON2_MEMORY_KIB: '1024',
     LINEAGE_KDF_MEMORY_KIB: '1024',
   });
-  const container = await createContainer(config, { log: logs.logger('info') });
-  service = await startService(['web', 'worker'], config, container);
-  base = `http://127.0.0.1:${service.port}/api/v1`;
-  api = apiClient(base);
-}, 120_000);
+  const started = await startService(['web', 'worker'], config, await createContainer(config, { log }));
+  const url = `http://127.0.0.1:${started.port}/api/v1`;
+  return { service: started, base: url, api: apiClient(url) };
+}
 
 afterAll(async () => {
   await service?.stop();
@@ -110,6 +115,28 @@ const exportedRows = async (token: string): Promise<number> => {
   expect(res.status).toBe(200);
   return (await res.text()).split('\n').filter((l) => l && (JSON.parse(l) as { type: string }).type === 'row').length;
 };
+
+describe('a replica whose queries fail', () => {
+  it('answers from the primary: a read handed the replica runs again there, once', async () => {
+    // The standby's `postgres` database: its replay position reads as the service's own, but it has no tables.
+    const debug = captureLogs();
+    const broken = await startOn(pair!.url(pair!.standbyPort, 'postgres'), `${prefix}_broken`, debug.logger('debug'));
+    try {
+      const u = await registerUser(broken.api);
+      await caughtUp();
+      for (let i = 0; i < 3; i++) {
+        const res = await broken.api('GET', '/keys/list', { token: u.apiKey });
+        expect(res.status, JSON.stringify(res.body)).toBe(200);
+      }
+      // The first read failed on the replica and ran again on the primary; the replica then counts as
+      // failing, so the next reads go to the primary at once.
+      expect(debug.output().split('a read on the database replica failed; it runs again on the primary')).toHaveLength(2);
+      expect(debug.output().split('the database replica fails')).toHaveLength(2);
+    } finally {
+      await broken.service.stop();
+    }
+  });
+});
 
 describe('reads that tolerate lag, on a streaming replica', () => {
   it("go to the replica unless the caller's own write or the lag bound needs the primary, and to the primary when the replica is gone", async () => {
