@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { OpenAPIRegistry, OpenApiGeneratorV31, type RouteConfig, type ZodContentObject } from '@asteasolutions/zod-to-openapi';
 import type { Container } from '../lib/container';
 import type { Logger } from '../lib/logger';
-import { invalidFields, type FieldError } from '../lib/errors';
+import { AppError, invalidFields, type FieldError } from '../lib/errors';
 import { fieldMessage } from './field-messages';
 import { authenticate, requireRecentSignIn, requireScope } from './middleware/auth';
 import type { Access, AppContext, AppState, AuthUser } from './context';
@@ -56,6 +56,12 @@ export interface HandlerInput<A extends Access, P, Q, B, C = unknown> {
    * its lookup, audit row and spent rate-limit point happen once.
    */
   checked: () => Promise<C>;
+  /**
+   * The container to read with where a little lag is fine (lists, exports, analytics): its `db` is the
+   * replica when lib/replica-reads.ts allows it for this caller, else `c` itself. Only reads go through
+   * it; what may write (an audit row of a refused lookup) takes `c`.
+   */
+  reader: () => Promise<Container>;
 }
 
 /**
@@ -200,6 +206,16 @@ const noUpload: Upload = {
 /** A trailing slash never matters (SPEC writes `/keys/share/`): the router's optional trailing slash serves both spellings. */
 const koaPath = (path: string) => path.replace(/\{(\w+)\}/g, ':$1').replace(/(.)\/$/, '$1');
 
+/**
+ * Whose writes a read must see (lib/replica-reads.ts): the session (a sign-in: its renewed tokens keep
+ * their sign-in time), the partner key, or a managed API key. Ids only, never a credential.
+ */
+function principalOf(user: AuthUser): string {
+  if (user.via === 'api_key') return `api_key:${user.apiKey?.id ?? user.id}`;
+  if (user.via === 'partner_key') return `partner_key:${user.id}`;
+  return `session:${user.id}:${(user.signedInAt?.getTime() ?? 0) / 1000}`;
+}
+
 export function mountRoutes(router: Router<AppState, { container: Container }>, routes: RouteDef[]): void {
   for (const def of routes) {
     const handler: RouterMiddleware<AppState, { container: Container }> = async (koaCtx) => {
@@ -218,40 +234,64 @@ export function mountRoutes(router: Router<AppState, { container: Container }>, 
       let checking: Promise<unknown> | undefined;
       const check = (body: unknown, parts: Record<string, Buffer[]>) =>
         (checking ??= def.multipart?.check ? def.multipart.check(body, { c, user, meta, parts }) : Promise.resolve(undefined));
+      let reading: Promise<Container> | undefined;
+      let handedReplica = false;
+      const reader = () =>
+        (reading ??= c.reads.readerOf(c, user ? principalOf(user) : undefined).then((r) => {
+          handedReplica = r !== c;
+          return r;
+        }));
       const run = async (body: unknown, upload: Upload = noUpload) => {
         if (def.recentSignIn === true || def.recentSignIn?.when(body, user)) await requireRecentSignIn(ctx);
-        return def.handler({ ctx, c, params, query, body, upload, user, log: ctx.state.log, meta, checked: () => check(body, upload.parts) });
+        const input = { ctx, c, params, query, body, upload, user, log: ctx.state.log, meta, checked: () => check(body, upload.parts), reader };
+        try {
+          return await def.handler(input);
+        } catch (err) {
+          // A read the replica failed (lost, or a query cancelled by a conflict with its replay) runs again,
+          // once, on the primary: never a 5xx for the replica. Only a GET: it wrote nothing to redo.
+          if (!handedReplica || def.method !== 'get' || err instanceof AppError) throw err;
+          c.reads.failed(err);
+          return def.handler({ ...input, reader: () => Promise.resolve(c) });
+        }
+      };
+      const answer = async (): Promise<Reply | void> => {
+        if (def.multipart?.files && !ctx.is('json')) {
+          const { textFileFields, binaryFields } = def.multipart;
+          const early = def.multipart.check && def.body;
+          return receiveUpload(
+            ctx,
+            c,
+            {
+              textFileFields,
+              binaryFields,
+              precheck:
+                early &&
+                (async (fields, parts) => {
+                  const body = early.safeParse(fields);
+                  if (body.success) await check(body.data, parts);
+                }),
+            },
+            (fields, upload) => run(parse(def.body, fields, 'body'), upload),
+          );
+        }
+        if (def.multipart && !ctx.is('json')) {
+          const form = await readMultipart(ctx, {
+            fileFields: [],
+            textFileFields: def.multipart.textFileFields,
+            binaryFields: def.multipart.binaryFields,
+            maxFiles: 0,
+            maxFileBytes: 0,
+          });
+          return run(parse(def.body, form.fields, 'body'), { ...noUpload, parts: form.parts });
+        }
+        return run(parse(def.body, ctx.request.body ?? {}, 'body'));
       };
       let reply: Reply | void;
-      if (def.multipart?.files && !ctx.is('json')) {
-        const { textFileFields, binaryFields } = def.multipart;
-        const early = def.multipart.check && def.body;
-        reply = await receiveUpload(
-          ctx,
-          c,
-          {
-            textFileFields,
-            binaryFields,
-            precheck:
-              early &&
-              (async (fields, parts) => {
-                const body = early.safeParse(fields);
-                if (body.success) await check(body.data, parts);
-              }),
-          },
-          (fields, upload) => run(parse(def.body, fields, 'body'), upload),
-        );
-      } else if (def.multipart && !ctx.is('json')) {
-        const form = await readMultipart(ctx, {
-          fileFields: [],
-          textFileFields: def.multipart.textFileFields,
-          binaryFields: def.multipart.binaryFields,
-          maxFiles: 0,
-          maxFileBytes: 0,
-        });
-        reply = await run(parse(def.body, form.fields, 'body'), { ...noUpload, parts: form.parts });
-      } else {
-        reply = await run(parse(def.body, ctx.request.body ?? {}, 'body'));
+      try {
+        reply = await answer();
+      } finally {
+        // Before the answer leaves, so that the caller's next read already knows of the write.
+        if (def.method !== 'get' && ctx.state.user && c.reads.configured) await c.reads.wrote(principalOf(ctx.state.user));
       }
       if (!reply) return; // the handler answered itself (streams)
       const status = reply.status ?? 200;

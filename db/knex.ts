@@ -33,6 +33,8 @@ export interface DbOptions {
    * no named prepared statements (`prepared` runs the same SQL unnamed).
    */
   transactionPooling?: boolean;
+  /** How long a query waits for a pooled connection (a new one included) before it fails; default 10 s. */
+  acquireTimeoutMs?: number;
   /** Where knex's own warnings go (lost connections, pool errors); unset: knex prints them to stderr. */
   log?: { warn(fields: object, message: string): void };
 }
@@ -52,7 +54,7 @@ export function createDb(databaseUrl: string, options: DbOptions = {}): Db {
     client: 'pg',
     connection: { connectionString: databaseUrl, ...(idleMs ? { idle_in_transaction_session_timeout: idleMs } : {}) },
     pool: { min: options.min ?? 0, max: options.max ?? 10 },
-    acquireConnectionTimeout: 10_000,
+    acquireConnectionTimeout: options.acquireTimeoutMs ?? 10_000,
     // A failing query's message starts with its SQL: with `$1` placeholders, never the bound values
     // (by default knex inlines bindings there, e.g. into a jsonb `\\?` it has unescaped).
     compileSqlOnError: false,
@@ -79,6 +81,26 @@ export function openDatabase(
 ): Db {
   return createDb(config.databaseUrl, {
     ...pool,
+    idleInTransactionMs: config.dbIdleInTransactionMs,
+    transactionPooling: config.databasePoolMode === 'transaction',
+  });
+}
+
+/**
+ * A replica whose connections hang must not hold a read for long: its reads go to the primary instead
+ * (lib/replica-reads.ts), so a query gives up on a connection after this.
+ */
+const REPLICA_ACQUIRE_TIMEOUT_MS = 2000;
+
+/** The pool of DATABASE_REPLICA_URL, configured as the primary's; undefined when no replica is set. */
+export function openReplicaDatabase(
+  config: { databaseReplica?: { url: string }; dbIdleInTransactionMs: number; databasePoolMode: 'session' | 'transaction' },
+  pool: Pick<DbOptions, 'max' | 'log'> = {},
+): Db | undefined {
+  if (!config.databaseReplica) return undefined;
+  return createDb(config.databaseReplica.url, {
+    ...pool,
+    acquireTimeoutMs: REPLICA_ACQUIRE_TIMEOUT_MS,
     idleInTransactionMs: config.dbIdleInTransactionMs,
     transactionPooling: config.databasePoolMode === 'transaction',
   });

@@ -42,6 +42,14 @@ const Env = z.object({
    * DATABASE_POOL_MODE=transaction; unset otherwise: DATABASE_URL.
    */
   DATABASE_DIRECT_URL: z.string().optional(),
+  /**
+   * A streaming standby of DATABASE_URL's primary (one server, not a balancer over several: its replay
+   * position is read once for the whole pool) that takes the heavy reads which tolerate a little lag
+   * (lib/replica-reads.ts). Unset: every read goes to the primary.
+   */
+  DATABASE_REPLICA_URL: z.string().optional(),
+  /** A read leaves the primary only while the replica's replay lags less than this. */
+  DATABASE_REPLICA_MAX_LAG_SECONDS: intish(5, 1, 3600),
   REDIS_URL: z.string().default('redis://127.0.0.1:6379'),
   /** A Redis Cluster's seed nodes, `host:port,…`: set, the service runs on the cluster (REDIS_URL then gives only user, password and scheme). */
   REDIS_CLUSTER_NODES: list,
@@ -273,6 +281,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     databaseUrl: e.DATABASE_URL,
     databasePoolMode: e.DATABASE_POOL_MODE,
     databaseDirectUrl: e.DATABASE_DIRECT_URL ?? e.DATABASE_URL,
+    databaseReplica: e.DATABASE_REPLICA_URL ? { url: e.DATABASE_REPLICA_URL, maxLagMs: e.DATABASE_REPLICA_MAX_LAG_SECONDS * 1000 } : undefined,
     dbIdleInTransactionMs: e.DB_IDLE_IN_TRANSACTION_SECONDS * 1000,
     redisUrl: e.REDIS_URL,
     redisClusterNodes: e.REDIS_CLUSTER_NODES.map(clusterNode),

@@ -1,6 +1,6 @@
 import { dependencyFailed, type Config } from './config';
 import { createLogger, type Logger } from './logger';
-import { openDatabase, type Db } from '../db/knex';
+import { openDatabase, openReplicaDatabase, type Db } from '../db/knex';
 import { createRedis, connectRedis, type Redis } from './redis';
 import { RedisOutageLog } from './redis-outage';
 import { sealerOver, type Sealer } from './sealer';
@@ -22,6 +22,7 @@ import { addUse } from '../db/api-keys';
 import { touchPartnerKey } from '../db/partner-keys';
 import { jobDataKey } from '../db/jobs';
 import { UntrustedPgp } from './pgp/untrusted';
+import { ReplicaReads } from './replica-reads';
 
 /**
  * The composition root: every long-lived dependency, built once per process and handed to the API,
@@ -30,7 +31,10 @@ import { UntrustedPgp } from './pgp/untrusted';
 export interface Container {
   config: Config;
   log: Logger;
+  /** The primary (DATABASE_URL): every write, and every read that must see the latest commit. */
   db: Db;
+  /** Where a read that tolerates a little lag goes: the replica (DATABASE_REPLICA_URL) when it may, else `db`. */
+  reads: ReplicaReads;
   redis: Redis;
   /** The data keys the sealer uses, wrapped by the root key (MASTER_KEY or a PKCS#11 token). */
   keyring: Keyring;
@@ -106,10 +110,14 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
   const usage = new UsageRecorder((kind, id, count, last) => (kind === 'api_key' ? addUse(db, id, count, last) : touchPartnerKey(db, id, last)), log);
   const eventHub = new EventHub({ redis, target: config, redisPrefix: config.redisPrefix, log, outage: redisOutage });
   const untrusted = new UntrustedPgp(config.untrusted, metrics);
+  // Its pool connects on first use: a process that serves no reads (a worker) never connects to the replica.
+  const replica = openReplicaDatabase(config, { log });
+  const reads = new ReplicaReads({ primary: db, replica, redis, redisPrefix: config.redisPrefix, maxLagMs: config.databaseReplica?.maxLagMs ?? 0, log });
   return {
     config,
     log,
     db,
+    reads,
     redis,
     keyring,
     sealer,
@@ -135,6 +143,7 @@ export async function createContainer(config: Config, overrides: { clock?: Clock
       redis.disconnect();
       await lineageKeys.close();
       await keyring.close();
+      await replica?.destroy();
       await db.destroy();
     },
   };

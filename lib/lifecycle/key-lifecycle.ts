@@ -112,9 +112,17 @@ function lifecycleOut(lineage: LineageRow, current: KeyRow) {
 }
 
 /** A page of the key's generations, newest first, with their state and usage. Team members may read it. */
-export async function listGenerations(c: Container, userId: string, fingerprint: string, q: { page: number; pageSize: number }, meta: RequestMeta) {
+/** `from`: where the generations are read (a route's reader); the key named, whose refusal is audited, is looked up in `c`. */
+export async function listGenerations(
+  c: Container,
+  userId: string,
+  fingerprint: string,
+  q: { page: number; pageSize: number },
+  meta: RequestMeta,
+  from: Container = c,
+) {
   const view = await requireKey(c, userId, fingerprint, meta, 'read');
-  const all = await lineageGenerations(c.db, view.lineage.id);
+  const all = await lineageGenerations(from.db, view.lineage.id);
   const generations = all.slice((q.page - 1) * q.pageSize, q.page * q.pageSize).map((g) => verifiedKey(c, g));
   return {
     ...lifecycleOut(view.lineage, view.current),

@@ -69,9 +69,11 @@ export async function listApiKeyShares(
   keyId: string,
   q: { state?: ShareState; page: number; pageSize: number },
   meta: RequestMeta,
+  /** Where the shares are read (a route's reader); the key named, whose refusal is audited, is looked up in `c`. */
+  from: Container = c,
 ) {
   const key = await ownApiKey(c, userId, keyId, meta);
-  const { items, total } = await listShares(c, { userId, kind: 'api_key', targetId: key.id, state: q.state, page: q.page, pageSize: q.pageSize });
+  const { items, total } = await listShares(from, { userId, kind: 'api_key', targetId: key.id, state: q.state, page: q.page, pageSize: q.pageSize });
   return { items: items.map((s) => apiKeyShareOut(c, s, key)), total };
 }
 

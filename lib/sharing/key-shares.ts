@@ -106,10 +106,12 @@ export async function listKeyShares(
   userId: string,
   q: { fingerprint?: string; state?: ShareState; page: number; pageSize: number },
   meta: RequestMeta,
+  /** Where the shares are read (a route's reader); the key named, whose refusal is audited, is looked up in `c`. */
+  from: Container = c,
 ) {
   const targetId = q.fingerprint ? (await requireKey(c, userId, q.fingerprint, meta, 'read')).lineage.id : undefined;
   // Shares of the caller's own keys are its to see (and revoke) whoever made them.
-  const { items, total } = await listShares(c, {
+  const { items, total } = await listShares(from, {
     userId,
     kind: 'public_key',
     alsoOfOwnKeys: true,
@@ -119,13 +121,13 @@ export async function listKeyShares(
     pageSize: q.pageSize,
   });
   const targets = await keyTargets(
-    c.db,
+    from.db,
     items.map((s) => s.target_id),
   );
   const makers = new Map(
     (
       await usersByIds(
-        c.db,
+        from.db,
         items.map((s) => s.user_id),
       )
     ).map((u) => [u.id, { user_id: u.id, username: u.username }]),

@@ -400,14 +400,16 @@ export async function listDeliveries(
   endpointId: string,
   q: { state?: DeliveryState; page: number; pageSize: number },
   meta: RequestMeta,
+  /** Where the deliveries are read (a route's reader); the endpoint named, whose refusal is audited, is looked up in `c`. */
+  from: Container = c,
 ) {
   await ownEndpoint(c, userId, endpointId, meta);
-  const { items, total } = await pageDeliveries(c.db, endpointId, q);
+  const { items, total } = await pageDeliveries(from.db, endpointId, q);
   return {
     items,
     total,
     attempts: await deliveryAttempts(
-      c,
+      from,
       items.map((d) => d.id),
     ),
   };

@@ -29,6 +29,16 @@ describe('loadConfig', () => {
     }
   });
 
+  it('reads only the primary unless DATABASE_REPLICA_URL names a replica, whose lag bound defaults to 5 s', () => {
+    expect(loadConfig({ NODE_ENV: 'test' }).databaseReplica).toBeUndefined();
+    const url = 'postgres://kms@replica.internal:5432/kms';
+    expect(loadConfig({ NODE_ENV: 'test', DATABASE_REPLICA_URL: url }).databaseReplica).toEqual({ url, maxLagMs: 5000 });
+    expect(loadConfig({ NODE_ENV: 'test', DATABASE_REPLICA_URL: url, DATABASE_REPLICA_MAX_LAG_SECONDS: '30' }).databaseReplica?.maxLagMs).toBe(30_000);
+    expect(() => loadConfig({ NODE_ENV: 'test', DATABASE_REPLICA_URL: url, DATABASE_REPLICA_MAX_LAG_SECONDS: '0' })).toThrow(
+      /DATABASE_REPLICA_MAX_LAG_SECONDS/,
+    );
+  });
+
   it('uses the development secrets only for NODE_ENV development or test', () => {
     expect(loadConfig({ NODE_ENV: 'development' }).masterKeys.current).toMatch(/^dev:/);
     expect(loadConfig({ NODE_ENV: 'test' }).jwt.secret.length).toBeGreaterThanOrEqual(32);

@@ -52,8 +52,10 @@ async function killTree(pid: number): Promise<void> {
  * the primary acknowledges is on the standby too. `killPrimary` is a machine's loss (SIGKILL of the
  * postmaster and its backends); `promote` makes the standby the primary. `stop` removes both, and their
  * folder (a temporary one of their own: as root, the `postgres` user owns it).
+ * `synchronous: false`: the standby is an asynchronous read replica, whose loss (`stopStandby`) holds no commit.
  */
-export async function startPostgresPair() {
+export async function startPostgresPair(opts: { synchronous?: boolean } = {}) {
+  const synchronous = opts.synchronous ?? true;
   const dir = await mkdtemp(join(tmpdir(), 'kms-pg-pair-'));
   if (process.getuid?.() === 0) await chown(dir, Number((await run('id', ['-u', 'postgres'])).stdout), Number((await run('id', ['-g', 'postgres'])).stdout));
   const [primaryPort, standbyPort] = [await freePort(), await freePort()];
@@ -87,8 +89,7 @@ export async function startPostgresPair() {
         `unix_socket_directories = '${dir}'`,
         'wal_level = replica',
         'max_wal_senders = 4',
-        "synchronous_standby_names = '*'",
-        'synchronous_commit = on',
+        ...(synchronous ? ["synchronous_standby_names = '*'", 'synchronous_commit = on'] : []),
         'max_connections = 100',
         'fsync = off', // the test loses processes, not the machine: the page cache outlives them
         '',
@@ -104,9 +105,9 @@ export async function startPostgresPair() {
     await admin.connect();
     try {
       for (let i = 0; ; i++) {
-        const { rows } = await admin.query<{ sync_state: string }>('SELECT sync_state FROM pg_stat_replication');
-        if (rows[0]?.sync_state === 'sync') break;
-        if (i > 300) throw new Error('the standby never became synchronous');
+        const { rows } = await admin.query<{ sync_state: string; state: string }>('SELECT sync_state, state FROM pg_stat_replication');
+        if (synchronous ? rows[0]?.sync_state === 'sync' : rows[0]?.state === 'streaming') break;
+        if (i > 300) throw new Error(synchronous ? 'the standby never became synchronous' : 'the standby never streamed');
         await new Promise((r) => setTimeout(r, 100));
       }
     } finally {
@@ -120,6 +121,8 @@ export async function startPostgresPair() {
     /** The primary machine lost: its postmaster and every backend SIGKILLed at once. */
     killPrimary: () => killTree(pids[0]),
     promote: () => asOwner('pg_ctl', ['-D', standby, '-w', '-t', '60', 'promote']),
+    /** The standby gone (an immediate stop: its connections drop at once). */
+    stopStandby: () => asOwner('pg_ctl', ['-D', standby, '-m', 'immediate', 'stop']),
     /** What the servers logged (to explain a failure). */
     logs: async () => (await Promise.all([primaryPort, standbyPort].map((p) => readFile(join(dir, `${p}.log`), 'utf8').catch(() => '')))).join('\n'),
     stop,

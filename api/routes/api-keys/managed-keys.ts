@@ -108,8 +108,8 @@ export default [
     access: 'session',
     query: PageQuery.extend({ status: Status.optional() }),
     responses: { 200: { description: 'A page of keys, newest first', schema: pageOf(ApiKey) } },
-    async handler({ c, user, query }) {
-      const { items, total } = await listApiKeys(c, user.id, { state: query.status, page: query.page, pageSize: query.page_size });
+    async handler({ c, user, query, reader }) {
+      const { items, total } = await listApiKeys(await reader(), user.id, { state: query.status, page: query.page, pageSize: query.page_size });
       return { body: { items: items.map((row) => view(c, row)), page: query.page, page_size: query.page_size, total } };
     },
   }),

@@ -147,8 +147,15 @@ export default [
     params: KeyParams,
     query: PageQuery.extend({ state: z.enum(SHARE_STATES).optional() }),
     responses: { 200: { description: 'A page of shares, newest first', schema: pageOf(ApiKeyShare) } },
-    async handler({ c, user, params, query, meta }) {
-      const { items, total } = await listApiKeyShares(c, user.id, params.key_id, { state: query.state, page: query.page, pageSize: query.page_size }, meta);
+    async handler({ c, user, params, query, meta, reader }) {
+      const { items, total } = await listApiKeyShares(
+        c,
+        user.id,
+        params.key_id,
+        { state: query.state, page: query.page, pageSize: query.page_size },
+        meta,
+        await reader(),
+      );
       return { body: { items, page: query.page, page_size: query.page_size, total } };
     },
   }),

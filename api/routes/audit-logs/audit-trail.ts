@@ -96,8 +96,14 @@ export default [
       status: z.enum(['success', 'failure']).optional(),
     }),
     responses: { 200: { description: 'A page of audit entries', schema: pageOf(AuditEntry) } },
-    async handler({ c, user, query }) {
-      const { items, total } = await auditPage(c, { userId: user.id, action: query.action, status: query.status, page: query.page, pageSize: query.page_size });
+    async handler({ user, query, reader }) {
+      const { items, total } = await auditPage(await reader(), {
+        userId: user.id,
+        action: query.action,
+        status: query.status,
+        page: query.page,
+        pageSize: query.page_size,
+      });
       return {
         body: {
           items: items.map((r) => ({ ...r, audit_id: r.id, created_at: r.created_at.toISOString() })),
@@ -142,7 +148,8 @@ export default [
         contentType: 'application/x-ndjson',
       },
     },
-    async handler({ c, ctx, user, query, log }) {
+    async handler({ ctx, user, query, log, reader }) {
+      const r = await reader();
       ctx.req.socket.setTimeout(0);
       ctx.status = 200;
       ctx.type = 'application/x-ndjson';
@@ -154,7 +161,7 @@ export default [
         (async function* () {
           let chunk = '';
           let n = 0;
-          for await (const line of exportChain(c, user.id, query.from_sequence)) {
+          for await (const line of exportChain(r, user.id, query.from_sequence)) {
             chunk += `${JSON.stringify(line)}\n`;
             if (++n % EXPORT_CHUNK_LINES === 0) {
               yield chunk;
@@ -177,8 +184,8 @@ export default [
     access: 'auth',
     scope: 'audit:read',
     responses: { 200: { description: 'The verdict, with the first row where the evidence breaks', schema: Verdict } },
-    async handler({ c, user }) {
-      return { body: await verifyAccountChain(c, user.id) };
+    async handler({ c, user, reader }) {
+      return { body: await verifyAccountChain(c, user.id, await reader()) };
     },
   }),
 ];

@@ -199,8 +199,8 @@ export default [
     access: 'session',
     query: PageQuery,
     responses: { 200: { description: 'Passkeys, newest first', schema: pageOf(Passkey) } },
-    async handler({ c, user, query }) {
-      const { items, total } = await passkeys.listPasskeys(c, user.id, { page: query.page, pageSize: query.page_size });
+    async handler({ user, query, reader }) {
+      const { items, total } = await passkeys.listPasskeys(await reader(), user.id, { page: query.page, pageSize: query.page_size });
       return { body: { items: items.map(passkeyView), page: query.page, page_size: query.page_size, total } };
     },
   }),

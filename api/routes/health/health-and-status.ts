@@ -152,12 +152,14 @@ export default [
     tags: ['Monitoring'],
     access: 'admin',
     responses: { 200: { description: 'The snapshot', schema: Status } },
-    async handler({ c }) {
+    async handler({ c, reader }) {
       const [pg, redis] = await Promise.all([latency(() => pingPostgres(c)), latency(() => c.redis.ping())]);
       const beats = redis === null ? [] : await liveProcesses(c.redis, c.config.redisPrefix);
       const workers = beats.filter((b) => b.roles.includes('worker'));
-      const reseal = pg === null ? undefined : await latestReseal(c);
-      const processes = pg === null ? [] : await keyringOfProcesses(c, beats);
+      // The latency is the primary's; what it lists is read where a little lag is fine.
+      const r = await reader();
+      const reseal = pg === null ? undefined : await latestReseal(r);
+      const processes = pg === null ? [] : await keyringOfProcesses(r, beats);
       const audit = redis === null ? null : await brokenChains(c, BROKEN_CHAINS_SHOWN);
       const degraded = pg === null || redis === null || (audit?.count ?? 0) > 0;
       return {

@@ -128,9 +128,10 @@ export default [
     scope: 'keys:read',
     query: PageQuery.extend({ environment: Environment.optional(), label: Label.optional(), active: FormBoolean.optional() }),
     responses: { 200: { description: 'A page of keys', schema: pageOf(Key) } },
-    async handler({ c, user, query }) {
+    async handler({ c, user, query, reader }) {
       const now = c.clock.now();
-      const { items, total } = await keyPage(c, {
+      const r = await reader();
+      const { items, total } = await keyPage(r, {
         userId: user.id,
         environment: query.environment,
         label: query.label,
@@ -142,7 +143,7 @@ export default [
       });
       // Keys inherited through team access are listed with their owner (lib/teams/team-access.ts).
       const owners = await inheritedOwners(
-        c,
+        r,
         user.id,
         items.map((i) => i.lineage),
       );

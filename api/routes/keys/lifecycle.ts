@@ -125,8 +125,8 @@ export default [
     params: KeyParams,
     query: PageQuery,
     responses: { 200: { description: 'The key and a page of its generations, newest first', schema: Lifecycle.extend(pageOf(Generation).shape) } },
-    async handler({ c, user, params, query, meta }) {
-      return { body: await listGenerations(c, user.id, params.fingerprint, { page: query.page, pageSize: query.page_size }, meta) };
+    async handler({ c, user, params, query, meta, reader }) {
+      return { body: await listGenerations(c, user.id, params.fingerprint, { page: query.page, pageSize: query.page_size }, meta, await reader()) };
     },
   }),
 

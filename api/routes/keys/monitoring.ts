@@ -75,8 +75,9 @@ export default [
     access: 'admin',
     query: z.object({ key_id: KeyRef.optional() }),
     responses: { 200: { description: 'The overview, or the one key', schema: z.union([Overview, OneKey]) } },
-    async handler({ c, query }) {
-      return { body: query.key_id ? await keyHealth(c, await lineageOf(c, query.key_id)) : await healthOverview(c) };
+    async handler({ query, reader }) {
+      const r = await reader();
+      return { body: query.key_id ? await keyHealth(r, await lineageOf(r, query.key_id)) : await healthOverview(r) };
     },
   }),
 

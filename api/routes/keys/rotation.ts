@@ -155,9 +155,9 @@ export default [
     params: KeyParams,
     query: HistoryQuery,
     responses: { 200: { description: 'Newest first', schema: pageOf(RotationEntry) } },
-    async handler({ c, user, params, query, meta }) {
+    async handler({ c, user, params, query, meta, reader }) {
       const view = await requireKey(c, user.id, params.fingerprint, meta);
-      const { items, total } = await rotationHistory(c, { userId: user.id, lineageId: view.lineage.id, ...query, pageSize: query.page_size });
+      const { items, total } = await rotationHistory(await reader(), { userId: user.id, lineageId: view.lineage.id, ...query, pageSize: query.page_size });
       return { body: { items: items.map(rotationOut), page: query.page, page_size: query.page_size, total } };
     },
   }),
@@ -171,10 +171,10 @@ export default [
     scope: 'keys:read',
     query: HistoryQuery.extend({ fingerprint: Fingerprint.optional() }),
     responses: { 200: { description: 'Newest first', schema: pageOf(RotationEntry) } },
-    async handler({ c, user, query, meta }) {
+    async handler({ c, user, query, meta, reader }) {
       if (query.from && query.to && query.from > query.to) throw invalid('validation_failed', '`from` must not be after `to`.');
       const lineageId = query.fingerprint ? (await requireKey(c, user.id, query.fingerprint, meta)).lineage.id : undefined;
-      const { items, total } = await rotationHistory(c, { userId: user.id, lineageId, ...query, pageSize: query.page_size });
+      const { items, total } = await rotationHistory(await reader(), { userId: user.id, lineageId, ...query, pageSize: query.page_size });
       return { body: { items: items.map(rotationOut), page: query.page, page_size: query.page_size, total } };
     },
   }),

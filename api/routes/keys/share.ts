@@ -145,12 +145,13 @@ export default [
       state: z.enum(SHARE_STATES).optional(),
     }),
     responses: { 200: { description: 'A page of shares, newest first', schema: pageOf(KeyShare) } },
-    async handler({ c, user, query, meta }) {
+    async handler({ c, user, query, meta, reader }) {
       const { items, total } = await listKeyShares(
         c,
         user.id,
         { fingerprint: query.fingerprint, state: query.state, page: query.page, pageSize: query.page_size },
         meta,
+        await reader(),
       );
       return { body: { items, page: query.page, page_size: query.page_size, total } };
     },
@@ -164,8 +165,8 @@ export default [
     access: 'auth',
     scope: 'shares:read',
     responses: { 200: { description: 'The numbers', schema: Analytics } },
-    async handler({ c, user }) {
-      return { body: await keyShareAnalytics(c, user.id) };
+    async handler({ user, reader }) {
+      return { body: await keyShareAnalytics(await reader(), user.id) };
     },
   }),
 

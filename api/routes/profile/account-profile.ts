@@ -111,8 +111,8 @@ export default [
     scope: 'audit:read',
     query: PageQuery,
     responses: { 200: { description: 'Newest first', schema: pageOf(ActivityItem) } },
-    async handler({ c, user, query }) {
-      const { items, total } = await auditPage(c, { userId: user.id, page: query.page, pageSize: query.page_size });
+    async handler({ user, query, reader }) {
+      const { items, total } = await auditPage(await reader(), { userId: user.id, page: query.page, pageSize: query.page_size });
       return { body: { items: items.map((r) => ({ ...r, created_at: r.created_at.toISOString() })), page: query.page, page_size: query.page_size, total } };
     },
   }),

@@ -109,8 +109,8 @@ export default [
     scope: 'webhooks:write',
     query: PageQuery,
     responses: { 200: { description: 'A page of endpoints, newest first', schema: pageOf(Endpoint) } },
-    async handler({ c, user, query }) {
-      const { items, total } = await listEndpoints(c, user.id, { page: query.page, pageSize: query.page_size });
+    async handler({ user, query, reader }) {
+      const { items, total } = await listEndpoints(await reader(), user.id, { page: query.page, pageSize: query.page_size });
       return { body: { items: items.map(endpointView), page: query.page, page_size: query.page_size, total } };
     },
   }),
@@ -206,13 +206,14 @@ export default [
     params: Params,
     query: PageQuery.extend({ state: z.enum(['pending', 'succeeded', 'failed']).optional() }),
     responses: { 200: { description: 'A page of deliveries', schema: pageOf(Delivery) } },
-    async handler({ c, user, params, query, meta }) {
+    async handler({ c, user, params, query, meta, reader }) {
       const { items, total, attempts } = await listDeliveries(
         c,
         user.id,
         params.webhook_id,
         { state: query.state, page: query.page, pageSize: query.page_size },
         meta,
+        await reader(),
       );
       return { body: { items: items.map((d) => deliveryView(d, attempts)), page: query.page, page_size: query.page_size, total } };
     },
