@@ -251,7 +251,9 @@ const attempt = prepared<JobRow & Omit<InputColumns, 'uploaded_at' | 'state'>>(
       WHERE id = :id AND state NOT IN ('completed', 'failed')
       RETURNING ${JOB_COLUMNS}
    )
-   SELECT ${JOB_COLUMNS.split(", ").map((c) => `started.${c}`).join(", ")}, ${inputColumns('started')} FROM started ${inputJoin('started')}`,
+   SELECT ${JOB_COLUMNS.split(', ')
+     .map((c) => `started.${c}`)
+     .join(', ')}, ${inputColumns('started')} FROM started ${inputJoin('started')}`,
 );
 
 /** Marks an unfinished job active for one more attempt, in the statement that reads its first input; undefined when it has ended (or is gone). */
