@@ -199,7 +199,7 @@ export function preparedByShape<Q extends Knex.QueryBuilder>(query: Q): Q {
     if (shapes.size >= MAX_SHAPES) return query;
     shapes.add(name);
   }
-  return query.options({ name }) as Q;
+  return query.options({ name });
 }
 
 /**
