@@ -78,24 +78,7 @@ describe('Postgres out of reach while a job waits to run', () => {
     expect(answer.status, JSON.stringify(answer.body)).toBe(202);
     // The end kept in the blob store while Postgres was out of reach goes once it is recorded.
     expect(await s.c.blob.stat(jobBlob.uploadEnd(answer.body.job_id as string))).toBeNull();
-    const job = await waitJob(s.api, u.token, answer.body.job_id as string);
-    expect([job.state, job.error]).toEqual(['completed', null]);
-    // The output is the upload's encryption, whole: it decrypts to what was sent.
-    const dec = await s.api('POST', '/keys/decrypt', {
-      token: u.token,
-      form: { fingerprint: key.fingerprint, passphrase: PASSPHRASE, files: [{ name: 'held.bin.gpg', data: await download(s.api, u.token, job.job_id) }] },
-    });
-    expect(dec.status, JSON.stringify(dec.body)).toBe(202);
-    expect((await waitJob(s.api, u.token, dec.body.job_id)).state).toBe('completed');
-    const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
-    expect(sha(await download(s.api, u.token, dec.body.job_id))).toBe(sha(data));
-    // The same key now answers with that one job.
-    const again = await s.api('POST', '/keys/encrypt', {
-      token: u.token,
-      headers: { 'idempotency-key': idem },
-      form: { fingerprint: key.fingerprint, files: [{ name: 'held.bin', data }] },
-    });
-    expect([again.status, again.body.job_id]).toEqual([202, job.job_id]);
+    await expectKeptJob(u, key, answer.body.job_id as string, data, idem);
   }, 90_000);
 
   it('keeps an upload that ends in an outage longer than its end is recorded again: answered 503 with its job, which completes once Postgres is back', async () => {
@@ -148,6 +131,17 @@ async function uploadThroughLongOutage(base: string, after503?: () => Promise<vo
   } finally {
     pgProxy.restore();
   }
+  await expectKeptJob(u, key, jobId, data, idem);
+  expect(await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' }).pluck('id')).toEqual([jobId]);
+  // The kept end is gone once recorded.
+  expect(await s.c.blob.stat(jobBlob.uploadEnd(jobId))).toBeNull();
+}
+
+/**
+ * The job of an upload kept through an outage: completed, its output the upload's encryption, whole
+ * (it decrypts to what was sent), and the one job the same Idempotency-Key answers with.
+ */
+async function expectKeptJob(u: { token: string }, key: { fingerprint: string }, jobId: string, data: Buffer, idem: string) {
   const job = await waitJob(s.api, u.token, jobId);
   expect([job.state, job.error]).toEqual(['completed', null]);
   const dec = await s.api('POST', '/keys/decrypt', {
@@ -158,14 +152,10 @@ async function uploadThroughLongOutage(base: string, after503?: () => Promise<vo
   expect((await waitJob(s.api, u.token, dec.body.job_id)).state).toBe('completed');
   const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
   expect(sha(await download(s.api, u.token, dec.body.job_id))).toBe(sha(data));
-  // The client's retry with the same key is that one job.
   const again = await s.api('POST', '/keys/encrypt', {
     token: u.token,
     headers: { 'idempotency-key': idem },
     form: { fingerprint: key.fingerprint, files: [{ name: 'held.bin', data }] },
   });
   expect([again.status, again.body.job_id]).toEqual([202, jobId]);
-  expect(await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' }).pluck('id')).toEqual([jobId]);
-  // The kept end is gone once recorded.
-  expect(await s.c.blob.stat(jobBlob.uploadEnd(jobId))).toBeNull();
 }
