@@ -190,7 +190,7 @@ const MAX_SHAPES = 200;
  * migration changed fails (`prepared`), and one with no result cannot. Behind a transaction-mode pooler,
  * or once MAX_SHAPES are named, it runs unnamed.
  */
-export function preparedByShape<Q extends Knex.QueryBuilder>(query: Q): Q {
+export function preparedByShape(query: Write): Write {
   if (isPooledClient(query.client)) return query;
   const { sql } = query.toSQL().toNative();
   if (/\breturning\b/i.test(sql)) return query;
