@@ -144,7 +144,7 @@ export async function updateJob(db: Knex, id: string, patch: Partial<Omit<JobRow
       .filter(([, v]) => v !== undefined)
       .map(([k, v]) => [k, jsonColumns.has(k) && v !== null ? JSON.stringify(v) : v]),
   );
-  const jobs = db('jobs');
+  const jobs = db<object>('jobs');
   withWrites(jobs, alongside);
   await preparedByShape(jobs.where({ id }).update(values));
 }
