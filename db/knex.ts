@@ -77,7 +77,7 @@ const isTransactionPooled = (db: Knex): boolean => isPooledClient(db.client);
 /** The service's own pool, as configured: every process and CLI opens its database through this. */
 export function openDatabase(
   config: { databaseUrl: string; dbIdleInTransactionMs: number; databasePoolMode: 'session' | 'transaction' },
-  pool: Pick<DbOptions, 'max' | 'log'> = {},
+  pool: Pick<DbOptions, 'max' | 'log' | 'acquireTimeoutMs'> = {},
 ): Db {
   return createDb(config.databaseUrl, {
     ...pool,
@@ -98,12 +98,7 @@ export function openReplicaDatabase(
   pool: Pick<DbOptions, 'max' | 'log'> = {},
 ): Db | undefined {
   if (!config.databaseReplica) return undefined;
-  return createDb(config.databaseReplica.url, {
-    ...pool,
-    acquireTimeoutMs: REPLICA_ACQUIRE_TIMEOUT_MS,
-    idleInTransactionMs: config.dbIdleInTransactionMs,
-    transactionPooling: config.databasePoolMode === 'transaction',
-  });
+  return openDatabase({ ...config, databaseUrl: config.databaseReplica.url }, { ...pool, acquireTimeoutMs: REPLICA_ACQUIRE_TIMEOUT_MS });
 }
 
 const statements = new Map<string, string>();

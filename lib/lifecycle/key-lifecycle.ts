@@ -111,8 +111,10 @@ function lifecycleOut(lineage: LineageRow, current: KeyRow) {
   };
 }
 
-/** A page of the key's generations, newest first, with their state and usage. Team members may read it. */
-/** `from`: where the generations are read (a route's reader); the key named, whose refusal is audited, is looked up in `c`. */
+/**
+ * A page of the key's generations, newest first, with their state and usage. Team members may read it.
+ * `from`: where the generations are read (a route's reader); the key named, whose refusal is audited, is looked up in `c`.
+ */
 export async function listGenerations(
   c: Container,
   userId: string,

@@ -7,14 +7,13 @@ import { dirname, join } from 'node:path';
 import { Redis } from 'ioredis';
 import type { Redis as ServiceRedis } from '../../lib/redis';
 import { inject } from 'vitest';
-import { apiClient, login, registerUser, startTestService, type ApiClient, type TestService } from '../support/service';
+import { apiClient, login, registerUser, removeRedisKeys, startTestService, type ApiClient, type TestService } from '../support/service';
 import { admin, startSoftHsm, type SoftHsm } from '../support/softhsm';
 import { startS3 } from '../support/s3';
 import { createKey, download, encrypt, PASSPHRASE, runJob, waitJob } from '../support/keys';
 import { loadConfig } from '../../lib/config';
 import { startService, type Service } from '../../lib/main';
 import { createDb, dropDatabase } from '../../db/knex';
-import { deleteKeysMatching } from '../../lib/redis';
 import { LocalBlobStore } from '../../lib/blob';
 import { checkpointChains, verifyChain } from '../../lib/audit/audit-evidence';
 
@@ -181,9 +180,7 @@ async function drill(env: Record<string, string>, { badInputs = false, restoreIn
     await restored?.stop();
     await s.stop().catch(() => undefined);
     await dropDatabase(s.env.DATABASE_URL).catch(() => undefined);
-    const redis = new Redis(s.env.REDIS_URL);
-    await deleteKeysMatching(redis, `*${s.env.REDIS_PREFIX}*`);
-    redis.disconnect();
+    await removeRedisKeys(s.env.REDIS_URL, s.env.REDIS_PREFIX);
     await rm(dirname(s.env.BLOB_STORE_URL), { recursive: true, force: true });
   }
 }

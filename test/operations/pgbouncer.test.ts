@@ -3,11 +3,9 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import { dropDatabase, ensureDatabase } from '../../db/knex';
 import { loadConfig } from '../../lib/config';
-import { deleteKeysMatching } from '../../lib/redis';
-import { apiClient, login, registerUser, type ApiClient } from '../support/service';
+import { apiClient, login, registerUser, removeRedisKeys, type ApiClient } from '../support/service';
 import { PASSPHRASE, createKey, download, waitJob } from '../support/keys';
 import { startProcess, waitForOutput } from '../support/process';
 import { startPgBouncer } from '../support/pgbouncer';
@@ -105,9 +103,7 @@ afterAll(async () => {
   await Promise.all(procs.map((p) => p.exited));
   await pgbouncer?.stop();
   if (directUrl) await dropDatabase(directUrl);
-  const redis = new Redis(inject('redisUrl'));
-  await deleteKeysMatching(redis, `*${inject('runId')}_pgbouncer*`);
-  redis.disconnect();
+  await removeRedisKeys(inject('redisUrl'), `${inject('runId')}_pgbouncer`);
   if (dir) await rm(dir, { recursive: true, force: true });
 }, 60_000);
 

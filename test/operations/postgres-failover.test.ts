@@ -8,9 +8,8 @@ import { Queue } from 'bullmq';
 import pg from 'pg';
 import { createDb } from '../../db/knex';
 import { migrateLatest } from '../../db/migrate';
-import { deleteKeysMatching } from '../../lib/redis';
 import { bullPrefix } from '../../jobs/client';
-import { apiClient, registerUser, type ApiClient } from '../support/service';
+import { apiClient, registerUser, removeRedisKeys, type ApiClient } from '../support/service';
 import { PASSPHRASE, createKey, download, waitJob } from '../support/keys';
 import { startProcess, waitForOutput } from '../support/process';
 import { freePort } from '../support/ports';
@@ -91,11 +90,7 @@ afterAll(async () => {
   await Promise.all([...procs].map((p) => p.exited));
   await endpoint?.close();
   await pair?.stop();
-  if (prefix) {
-    const redis = new Redis(inject('redisUrl'));
-    await deleteKeysMatching(redis, `*${prefix}*`);
-    redis.disconnect();
-  }
+  if (prefix) await removeRedisKeys(inject('redisUrl'), prefix);
   if (dir) await rm(dir, { recursive: true, force: true });
   if (Object.keys(timings).length) console.info(`postgres failover timings (ms): ${JSON.stringify(timings)}`);
 }, 60_000);

@@ -2,16 +2,15 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
 import pg from 'pg';
 import { createDb, type Db } from '../../db/knex';
 import { migrateLatest } from '../../db/migrate';
 import { loadConfig } from '../../lib/config';
 import { createContainer } from '../../lib/container';
 import { startService } from '../../lib/main';
-import { deleteKeysMatching, type Redis as ServiceRedis } from '../../lib/redis';
+import type { Redis as ServiceRedis } from '../../lib/redis';
 import { ReplicaReads } from '../../lib/replica-reads';
-import { apiClient, registerUser, type ApiClient } from '../support/service';
+import { apiClient, registerUser, removeRedisKeys, type ApiClient } from '../support/service';
 import { createKey } from '../support/keys';
 import { captureLogs } from '../support/logs';
 import type { Logger } from '../../lib/logger';
@@ -76,11 +75,7 @@ afterAll(async () => {
   await primary?.end();
   await standby?.end().catch(() => undefined);
   await pair?.stop();
-  if (prefix) {
-    const redis = new Redis(inject('redisUrl'));
-    await deleteKeysMatching(redis, `*${prefix}*`);
-    redis.disconnect();
-  }
+  if (prefix) await removeRedisKeys(inject('redisUrl'), prefix);
   if (dir) await rm(dir, { recursive: true, force: true });
 }, 60_000);
 

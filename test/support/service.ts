@@ -67,9 +67,7 @@ export async function startTestService(opts: { roles?: Role[]; env?: Record<stri
       await service.stop();
       dbUrl.host = new URL(inject('pgBase')).host;
       await dropDatabase(dbUrl.toString());
-      const redis = new Redis(env.REDIS_URL);
-      await deleteKeysMatching(redis, `*${id}*`);
-      redis.disconnect();
+      await removeRedisKeys(env.REDIS_URL, id);
       await rm(dir, { recursive: true, force: true });
     },
   };
@@ -169,4 +167,14 @@ export async function registerUser(api: ApiClient, over: Partial<{ username: str
   const res = await api('POST', '/partners/register', { body: input });
   if (res.status !== 201) throw new Error(`register failed: ${res.status} ${JSON.stringify(res.body)}`);
   return { ...input, id: res.body.user.user_id as string, token: res.body.session.token as string, apiKey: res.body.partner_api_key.api_key as string };
+}
+
+/** Deletes the keys of the Redis at `url` whose names contain `fragment` (a run's or a service's prefix). */
+export async function removeRedisKeys(url: string, fragment: string): Promise<void> {
+  const redis = new Redis(url);
+  try {
+    await deleteKeysMatching(redis, `*${fragment}*`);
+  } finally {
+    redis.disconnect();
+  }
 }
