@@ -30,6 +30,7 @@ import { dirname, join, resolve } from 'node:path';
 import { Readable, Writable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { promisify } from 'node:util';
+import { release } from '../single-use';
 import {
   type BlobStore,
   type ByteRange,
@@ -381,7 +382,12 @@ class FileSink extends Writable {
       bufs = this.held;
       this.held = [];
     }
-    writeAll(this.fd, bufs, callback);
+    const written = bufs;
+    writeAll(this.fd, bufs, (err) => {
+      // On the disk now: a single-use chunk's memory goes back at once (lib/single-use.ts).
+      if (!err) for (const b of written) release(b);
+      callback(err);
+    });
   }
 
   override _final(callback: (err?: Error | null) => void): void {

@@ -24,6 +24,7 @@ import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:cr
 import { createReadStream } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { Readable } from 'node:stream';
+import { singleUse } from '../single-use';
 import { KEY_NAME, type JobDataKeys } from './data-keys';
 import { type BlobStore, type ByteRange, type PutOptions, STREAM_CHUNK_BYTES } from './types';
 
@@ -101,14 +102,21 @@ async function* frames(source: AsyncIterable<Buffer | string>, size: number, fir
 
 const joined = (parts: Buffer[]) => (parts.length === 1 ? parts[0] : Buffer.concat(parts));
 
+/**
+ * What seal and open do with each chunk they make: job blobs hand theirs on single-use (lib/single-use.ts),
+ * released by the file or socket write that takes them; other callers get plain buffers.
+ */
+type Made = (chunk: Buffer) => Buffer;
+const asMade: Made = (chunk) => chunk;
+
 /** Seals a plaintext stream; `key` is the blob's chunk key, `salt` what derived it. */
-async function* seal(source: AsyncIterable<Buffer | string>, key: Buffer, salt: Buffer): AsyncGenerator<Buffer> {
+async function* seal(source: AsyncIterable<Buffer | string>, key: Buffer, salt: Buffer, made = asMade): AsyncGenerator<Buffer> {
   yield Buffer.concat([MAGIC, salt]);
   let index = 0;
   // A full chunk is never the final one: a plaintext of whole chunks ends with an empty final chunk.
   for await (const { parts, last } of frames(source, CHUNK)) {
     const cipher = createCipheriv('aes-256-gcm', key, nonce(index++, last), { authTagLength: TAG_BYTES });
-    for (const part of parts) yield cipher.update(part);
+    for (const part of parts) yield made(cipher.update(part));
     cipher.final(); // GCM: no output
     yield cipher.getAuthTag();
   }
@@ -119,7 +127,7 @@ async function* seal(source: AsyncIterable<Buffer | string>, key: Buffer, salt: 
  * plaintext only once its tag has been verified. Each frame is used up before the next is asked for,
  * so a reader may reuse one buffer for all of them (`BlobStore.readFrames`).
  */
-async function* open(chunks: AsyncIterator<Frame>, dataKey: Buffer, blobKey: string): AsyncGenerator<Buffer> {
+async function* open(chunks: AsyncIterator<Frame>, dataKey: Buffer, blobKey: string, made = asMade): AsyncGenerator<Buffer> {
   const fail = (what: string) => new Error(`sealed blob ${blobKey}: ${what}`);
   const first = await chunks.next();
   const header = first.done ? Buffer.alloc(0) : joined(first.value.parts);
@@ -136,7 +144,7 @@ async function* open(chunks: AsyncIterator<Frame>, dataKey: Buffer, blobKey: str
     let left = bytes - TAG_BYTES;
     for (const part of parts) {
       const n = Math.min(part.length, left);
-      if (n > 0) plain.push(decipher.update(n === part.length ? part : part.subarray(0, n)));
+      if (n > 0) plain.push(made(decipher.update(n === part.length ? part : part.subarray(0, n))));
       if (n < part.length) tag.push(part.subarray(n));
       left -= n;
     }
@@ -205,7 +213,7 @@ export function sealedJobBlobs(inner: BlobStore, dataKeys: JobDataKeys): BlobSto
     }
     // Object mode: the pieces as the cipher made them (the store's write stream gathers them into one
     // writev). In byte mode each read copied a chunk and its tag together: every byte stored, once more.
-    const sealed = Readable.from(seal(counted(), chunkKeyOf.key, chunkKeyOf.salt), { objectMode: true, highWaterMark: 2 });
+    const sealed = Readable.from(seal(counted(), chunkKeyOf.key, chunkKeyOf.salt, singleUse), { objectMode: true, highWaterMark: 2 });
     try {
       await inner.put(key, sealed, { signal: opts.signal });
     } finally {
@@ -243,7 +251,7 @@ export function sealedJobBlobs(inner: BlobStore, dataKeys: JobDataKeys): BlobSto
             return n.done ? n : { done: false, value: { parts: [n.value.bytes], bytes: n.value.bytes.length, last: n.value.last } };
           },
         };
-        const plain = Readable.from(open(framed, dk, key), { objectMode: false, highWaterMark: CHUNK });
+        const plain = Readable.from(open(framed, dk, key, singleUse), { objectMode: false, highWaterMark: CHUNK });
         plain.once('close', () => void read.return?.());
         return plain;
       }
@@ -255,7 +263,7 @@ export function sealedJobBlobs(inner: BlobStore, dataKeys: JobDataKeys): BlobSto
         sealed.destroy();
         throw err;
       }
-      const plain = Readable.from(open(frames(sealed, SEALED_CHUNK, SEALED_HEADER_BYTES), dk, key), { objectMode: false, highWaterMark: CHUNK });
+      const plain = Readable.from(open(frames(sealed, SEALED_CHUNK, SEALED_HEADER_BYTES), dk, key, singleUse), { objectMode: false, highWaterMark: CHUNK });
       plain.once('close', () => sealed.destroy());
       return plain;
     },

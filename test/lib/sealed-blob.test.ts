@@ -10,6 +10,7 @@ import { plaintextSize, sealedJobBlobs, sealedSize } from '../../lib/blob/sealed
 import { jobDataKeys } from '../../lib/blob/data-keys';
 import { AppError } from '../../lib/errors';
 import { createSealer } from '../../lib/sealer';
+import { release } from '../../lib/single-use';
 import { startS3 } from '../support/s3';
 import { jobKeyRows } from '../support/job-keys';
 
@@ -95,6 +96,18 @@ describe('sealed job blobs', () => {
     expect(await store.put(key, src, { onProgress: (n) => progress.push(n) })).toEqual({ size });
     expect(progress.at(-1)).toBe(size);
     expect(Buffer.compare(await read(key, fresh()), data)).toBe(0);
+  });
+
+  it('hands the chunks it reads on single-use, and leaves whole what it was given to store', async () => {
+    const key = `jobs/${newJob()}/in/0`;
+    const data = randomBytes(2 * MiB + 5);
+    await store.put(key, Readable.from([data]));
+    expect(data.length).toBe(2 * MiB + 5);
+    const chunks: Buffer[] = [];
+    for await (const chunk of await fresh().get(key)) chunks.push(chunk as Buffer);
+    expect(Buffer.concat(chunks).equals(data)).toBe(true);
+    for (const chunk of chunks) release(chunk);
+    expect(chunks.every((chunk) => chunk.length === 0)).toBe(true);
   });
 
   it('refuses a flipped byte, swapped or dropped chunks, truncation, extension and a blob moved to another key or job', async () => {

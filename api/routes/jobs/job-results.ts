@@ -14,6 +14,7 @@ import { notYours } from '../../../lib/auth/ownership';
 import type { Container } from '../../../lib/container';
 import type { RequestMeta } from '../../../db/audit';
 import { BlobNotFoundError } from '../../../lib/blob';
+import { release } from '../../../lib/single-use';
 
 const tags = ['Jobs'];
 const JobParams = z.object({ job_id: z.uuid() });
@@ -72,17 +73,38 @@ export default [
         if (err instanceof BlobNotFoundError) throw gone('output_expired', 'The outputs of this job were deleted.');
         throw err;
       }
-      sendFile(ctx, file.name, file.content_type, stream);
-      ctx.length = file.size;
+      sendFile(ctx, { name: file.name, contentType: file.content_type, size: file.size }, stream);
     },
   }),
 ];
 
-function sendFile(ctx: AppContext, name: string, contentType: string, stream: Readable): void {
+/**
+ * Sends a job file. Its bytes go to the socket here rather than through koa's `body.pipe(res)`, so that
+ * each chunk the blob store hands on single-use (lib/single-use.ts) is released as soon as the socket has
+ * written it. A source that fails part-way destroys the response: a client never takes a cut-off file for
+ * a whole one.
+ */
+function sendFile(ctx: AppContext, file: { name: string; contentType: string; size?: number }, source: Readable): void {
   ctx.status = 200;
-  ctx.type = contentType;
-  ctx.set('Content-Disposition', `attachment; filename="${name.replace(/[^\x20-\x7e]/g, '_')}"; filename*=UTF-8''${encodeURIComponent(name)}`);
-  ctx.body = stream;
+  ctx.type = file.contentType;
+  ctx.set('Content-Disposition', `attachment; filename="${file.name.replace(/[^\x20-\x7e]/g, '_')}"; filename*=UTF-8''${encodeURIComponent(file.name)}`);
+  if (file.size !== undefined) ctx.length = file.size;
+  ctx.respond = false;
+  const res = ctx.res;
+  res.once('close', () => source.destroy());
+  source.once('error', (err) => {
+    if (!res.destroyed) ctx.state.log.warn({ err }, 'a download was cut off');
+    res.destroy();
+  });
+  if (ctx.method === 'HEAD') return void res.end();
+  source.on('data', (chunk: Buffer) => {
+    const more = res.write(chunk, (err) => {
+      if (!err) release(chunk);
+    });
+    if (!more) source.pause();
+  });
+  res.on('drain', () => source.resume());
+  source.once('end', () => res.end());
 }
 
 /**
@@ -113,9 +135,7 @@ async function followOutput(c: Container, ctx: AppContext, row: JobRow, n: numbe
     idleMs: c.config.jobLimits.idleMs,
     startMs: c.config.jobLimits.timeoutMs,
   });
-  stream.once('error', () => ctx.res.destroy());
-  const out = encryptedOutput(input.name, EncryptRequest.parse(row.request).armor);
-  sendFile(ctx, out.name, out.contentType, stream);
+  sendFile(ctx, encryptedOutput(input.name, EncryptRequest.parse(row.request).armor), stream);
   // The job runs: the status and headers go at once, the bytes as the output's segments are published.
   ctx.flushHeaders();
 }
