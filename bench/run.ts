@@ -216,6 +216,15 @@ async function main(): Promise<void> {
       void cleanup().finally(() => process.exit(130));
     });
   }
+  // A failure nothing awaited (a request the service cut off) must not leave the service's processes running.
+  for (const event of ['uncaughtException', 'unhandledRejection'] as const) {
+    process.once(event, (err) => {
+      console.error(err instanceof Error ? (err.stack ?? err.message) : err);
+      console.error(`service output (last lines):\n${service.logs()}`);
+      interrupted = true;
+      void cleanup().finally(() => process.exit(1));
+    });
+  }
 
   try {
     gpg = await Gpg.create(join(dir, 'gnupg'));

@@ -6,7 +6,7 @@ describe('single-use buffers', () => {
   it('releases a marked buffer that is the whole of its memory, once', () => {
     const buf = singleUse(randomBytes(64 << 10));
     release(buf);
-    expect([buf.length, buf.buffer.detached]).toEqual([0, true]);
+    expect([buf.length, (buf.buffer as ArrayBuffer).detached]).toEqual([0, true]);
     expect(() => release(buf)).not.toThrow();
   });
 
