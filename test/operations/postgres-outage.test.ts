@@ -60,7 +60,7 @@ describe('Postgres out of reach while a job waits to run', () => {
     const idem = `held-${randomBytes(4).toString('hex')}`;
     const held = heldEncryption(s.url, u.token, key.fingerprint, data, { 'idempotency-key': idem });
     await held.started;
-    await expect.poll(async () => (await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' }).select('id')).length, { timeout: 10_000 }).toBe(1);
+    await uploadingJob(u.id);
     // The same key while the first request still uploads: 409, and when to ask again.
     const inUse = await s.api('POST', '/keys/encrypt', {
       token: u.token,
@@ -103,6 +103,22 @@ describe('Postgres out of reach while a job waits to run', () => {
 });
 
 /**
+ * The id of the user's one encryption job once its upload has begun: the job exists and its first input
+ * is recorded (what an outage from then on must not lose; an outage before that fails the upload).
+ */
+async function uploadingJob(userId: string): Promise<string> {
+  const inputOf = async () =>
+    s.c
+      .db('jobs')
+      .join('job_files', 'job_files.job_id', 'jobs.id')
+      .where({ 'jobs.user_id': userId, 'jobs.kind': 'encrypt', 'job_files.role': 'input' })
+      .pluck('jobs.id');
+  await expect.poll(async () => (await inputOf()).length, { timeout: 10_000 }).toBe(1);
+  const [jobId] = await inputOf();
+  return jobId;
+}
+
+/**
  * An encryption with an Idempotency-Key sent to the API at `base`, whose upload ends while Postgres is
  * out of reach for longer than the API records its end again: the answer is 503 with the job, `after503`
  * runs, and once Postgres is back the job completes, decrypts to what was sent, and is the one job the
@@ -115,8 +131,7 @@ async function uploadThroughLongOutage(base: string, after503?: () => Promise<vo
   const idem = `long-${randomBytes(4).toString('hex')}`;
   const held = heldEncryption(base, u.token, key.fingerprint, data, { 'idempotency-key': idem });
   await held.started;
-  await expect.poll(async () => (await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' }).select('id')).length, { timeout: 10_000 }).toBe(1);
-  const { id: jobId } = await s.c.db('jobs').where({ user_id: u.id, kind: 'encrypt' }).first();
+  const jobId = await uploadingJob(u.id);
 
   pgProxy.cut();
   let answer: Awaited<typeof held.answer>;
