@@ -216,11 +216,14 @@ async function main(): Promise<void> {
       void cleanup().finally(() => process.exit(130));
     });
   }
+  const reportFailure = (err: unknown) => {
+    console.error(err instanceof Error ? (err.stack ?? err.message) : err);
+    console.error(`service output (last lines):\n${service.logs()}`);
+  };
   // A failure nothing awaited (a request the service cut off) must not leave the service's processes running.
   for (const event of ['uncaughtException', 'unhandledRejection'] as const) {
     process.once(event, (err) => {
-      console.error(err instanceof Error ? (err.stack ?? err.message) : err);
-      console.error(`service output (last lines):\n${service.logs()}`);
+      reportFailure(err);
       interrupted = true;
       void cleanup().finally(() => process.exit(1));
     });
@@ -250,8 +253,7 @@ async function main(): Promise<void> {
     });
   } catch (err) {
     if (interrupted) return; // the failure is our own clean-up killing things
-    console.error(err instanceof Error ? (err.stack ?? err.message) : err);
-    console.error(`service output (last lines):\n${service.logs()}`);
+    reportFailure(err);
     process.exitCode = 1;
   } finally {
     await cleanup();
