@@ -382,10 +382,9 @@ class FileSink extends Writable {
       bufs = this.held;
       this.held = [];
     }
-    const written = bufs;
     writeAll(this.fd, bufs, (err) => {
       // On the disk now: a single-use chunk's memory goes back at once (lib/single-use.ts).
-      if (!err) for (const b of written) release(b);
+      if (!err) for (const b of bufs) release(b);
       callback(err);
     });
   }
